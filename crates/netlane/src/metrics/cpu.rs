@@ -1,0 +1,217 @@
+//! CPU time from `getrusage(2)` and `/proc/stat`.
+
+use std::fs;
+use std::io;
+use std::ops::Sub;
+use std::time::Duration;
+
+use nix::sys::resource::{UsageWho, getrusage};
+use serde::Serialize;
+
+/// User and system CPU time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CpuTime {
+    /// Seconds in user mode.
+    pub user_s: f64,
+    /// Seconds in the kernel (including softirq work charged to this task).
+    pub system_s: f64,
+}
+
+impl CpuTime {
+    /// User plus system seconds.
+    pub fn total_s(&self) -> f64 {
+        self.user_s + self.system_s
+    }
+}
+
+impl Sub for CpuTime {
+    type Output = CpuTime;
+    fn sub(self, rhs: CpuTime) -> CpuTime {
+        CpuTime {
+            user_s: (self.user_s - rhs.user_s).max(0.0),
+            system_s: (self.system_s - rhs.system_s).max(0.0),
+        }
+    }
+}
+
+fn usage(who: UsageWho) -> CpuTime {
+    match getrusage(who) {
+        Ok(u) => {
+            let secs = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
+            CpuTime {
+                user_s: secs(u.user_time()),
+                system_s: secs(u.system_time()),
+            }
+        }
+        // getrusage cannot fail for these `who` values (getrusage(2): EINVAL only for
+        // an unknown `who`).
+        Err(_) => CpuTime::default(),
+    }
+}
+
+/// CPU time of the calling thread so far (`RUSAGE_THREAD`).
+pub fn thread_cpu() -> CpuTime {
+    usage(UsageWho::RUSAGE_THREAD)
+}
+
+/// CPU time of the whole process so far (`RUSAGE_SELF`).
+pub fn process_cpu() -> CpuTime {
+    usage(UsageWho::RUSAGE_SELF)
+}
+
+/// Aggregate CPU counters of the machine from the first line of `/proc/stat`, in
+/// clock ticks (USER_HZ). `/proc/stat` is not namespaced: inside a network namespace
+/// it still describes the whole machine, which is what we want.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SystemCpu {
+    user: u64,
+    nice: u64,
+    system: u64,
+    idle: u64,
+    iowait: u64,
+    irq: u64,
+    softirq: u64,
+    steal: u64,
+    cpus: u32,
+}
+
+/// System-wide CPU use between two [`SystemCpu`] readings, in CPU-seconds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SystemCpuDelta {
+    /// Busy time on all CPUs (everything but idle and iowait).
+    pub busy_s: f64,
+    /// Of which in user mode (user + nice).
+    pub user_s: f64,
+    /// Of which in the kernel outside interrupts.
+    pub system_s: f64,
+    /// Of which in softirq context (network receive and transmit completion).
+    pub softirq_s: f64,
+    /// Of which in hard interrupts.
+    pub irq_s: f64,
+    /// Time stolen by the hypervisor.
+    pub steal_s: f64,
+    /// Wall time covered by all CPUs together (busy + idle + iowait + steal).
+    pub total_s: f64,
+    /// Number of CPUs.
+    pub cpus: u32,
+}
+
+impl SystemCpu {
+    /// Reads `/proc/stat`.
+    pub fn read() -> io::Result<Self> {
+        let text = fs::read_to_string("/proc/stat")?;
+        Self::parse(&text).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format")
+        })
+    }
+
+    /// Parses the text of `/proc/stat`.
+    pub fn parse(text: &str) -> Option<Self> {
+        let mut lines = text.lines();
+        let first = lines.next()?;
+        let mut fields = first.split_ascii_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let mut v = [0u64; 8];
+        for slot in v.iter_mut() {
+            *slot = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
+        }
+        let cpus = text
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count() as u32;
+        Some(Self {
+            user: v[0],
+            nice: v[1],
+            system: v[2],
+            idle: v[3],
+            iowait: v[4],
+            irq: v[5],
+            softirq: v[6],
+            steal: v[7],
+            cpus,
+        })
+    }
+
+    /// CPU use from `self` (earlier) to `later`.
+    pub fn delta(&self, later: &SystemCpu) -> SystemCpuDelta {
+        let hz = clock_ticks_per_sec();
+        let d = |a: u64, b: u64| b.saturating_sub(a) as f64 / hz;
+        let user = d(self.user, later.user) + d(self.nice, later.nice);
+        let system = d(self.system, later.system);
+        let irq = d(self.irq, later.irq);
+        let softirq = d(self.softirq, later.softirq);
+        let idle = d(self.idle, later.idle) + d(self.iowait, later.iowait);
+        let steal = d(self.steal, later.steal);
+        let busy = user + system + irq + softirq;
+        SystemCpuDelta {
+            busy_s: busy,
+            user_s: user,
+            system_s: system,
+            softirq_s: softirq,
+            irq_s: irq,
+            steal_s: steal,
+            total_s: busy + idle + steal,
+            cpus: later.cpus,
+        }
+    }
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(hz)) if hz > 0 => hz as f64,
+        _ => 100.0,
+    }
+}
+
+/// Converts a duration to seconds as f64.
+pub fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = "cpu  100 5 50 1000 10 3 20 2 0 0\ncpu0 50 2 25 500 5 1 10 1 0 0\ncpu1 50 3 25 500 5 2 10 1 0 0\nintr 1 2 3\n";
+
+    #[test]
+    fn parses_proc_stat() {
+        let s = SystemCpu::parse(SAMPLE).unwrap();
+        assert_eq!(s.cpus, 2);
+        let later = SystemCpu::parse(&SAMPLE.replacen(
+            "cpu  100 5 50 1000 10 3 20 2",
+            "cpu  200 5 150 1100 10 3 120 2",
+            1,
+        ))
+        .unwrap();
+        let d = s.delta(&later);
+        let hz = clock_ticks_per_sec();
+        assert!((d.busy_s - 300.0 / hz).abs() < 1e-9);
+        assert!((d.softirq_s - 100.0 / hz).abs() < 1e-9);
+        assert!((d.total_s - 400.0 / hz).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rejects_garbage() {
+        assert!(SystemCpu::parse("").is_none());
+        assert!(SystemCpu::parse("intr 1 2").is_none());
+    }
+
+    #[test]
+    fn reads_this_machine() {
+        let a = SystemCpu::read().unwrap();
+        assert!(a.cpus >= 1);
+        // Spin for 50 ms of wall time: the thread must have been charged most of it.
+        let t0 = thread_cpu();
+        let start = std::time::Instant::now();
+        let mut x = 0u64;
+        while start.elapsed() < Duration::from_millis(50) {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(1));
+        }
+        let used = (thread_cpu() - t0).total_s();
+        assert!(used > 0.01, "spinning 50 ms charged only {used} s");
+        assert!(process_cpu().total_s() > 0.0);
+    }
+}

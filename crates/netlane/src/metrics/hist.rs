@@ -1,0 +1,115 @@
+//! HDR histograms of nanosecond (or any integer) values, summarised as percentiles.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// A histogram of values from 1 to one hour in nanoseconds, 3 significant digits.
+/// Values outside the range are clamped (and so still counted).
+#[derive(Debug, Clone)]
+pub struct Hist {
+    h: Histogram<u64>,
+}
+
+impl Default for Hist {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Percentiles of a [`Hist`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Summary {
+    /// Number of values.
+    pub count: u64,
+    /// Smallest value.
+    pub min: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// 99.99th percentile.
+    pub p9999: u64,
+    /// Largest value.
+    pub max: u64,
+}
+
+const HIGHEST: u64 = 3_600_000_000_000;
+
+impl Hist {
+    /// An empty histogram.
+    pub fn new() -> Self {
+        Self {
+            // 1..=1h with 3 significant digits is a valid configuration
+            // (hdrhistogram: sigfig <= 5 and high >= 2 * low).
+            h: Histogram::new_with_bounds(1, HIGHEST, 3).expect("valid histogram bounds"),
+        }
+    }
+
+    /// Records one value.
+    pub fn record(&mut self, v: u64) {
+        self.h.saturating_record(v.clamp(1, HIGHEST));
+    }
+
+    /// Adds another histogram's values.
+    pub fn merge(&mut self, other: &Hist) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.h.add(&other.h);
+    }
+
+    /// Number of values.
+    pub fn count(&self) -> u64 {
+        self.h.len()
+    }
+
+    /// The value at quantile `q` (0..=1).
+    pub fn quantile(&self, q: f64) -> u64 {
+        self.h.value_at_quantile(q)
+    }
+
+    /// Percentile summary.
+    pub fn summary(&self) -> Summary {
+        if self.h.is_empty() {
+            return Summary::default();
+        }
+        Summary {
+            count: self.h.len(),
+            min: self.h.min(),
+            mean: self.h.mean(),
+            p50: self.h.value_at_quantile(0.50),
+            p90: self.h.value_at_quantile(0.90),
+            p99: self.h.value_at_quantile(0.99),
+            p999: self.h.value_at_quantile(0.999),
+            p9999: self.h.value_at_quantile(0.9999),
+            max: self.h.max(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles() {
+        let mut h = Hist::new();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let s = h.summary();
+        assert_eq!(s.count, 1000);
+        assert!((s.p50 as f64 / 500_000.0 - 1.0).abs() < 0.01);
+        assert!((s.p99 as f64 / 990_000.0 - 1.0).abs() < 0.01);
+        assert!(s.max >= 999_000);
+        let mut other = Hist::new();
+        other.record(0);
+        h.merge(&other);
+        assert_eq!(h.count(), 1001);
+        assert_eq!(Hist::new().summary(), Summary::default());
+    }
+}

@@ -1,0 +1,226 @@
+//! Parsing and printing rates, sizes and durations as people write them.
+//!
+//! Rates: `10MB/s`, `1.5GB/s`, `200mbit`, `1gbit`, `500kB/s`, or a bare number of
+//! bytes per second. Decimal units (1 MB = 10^6 bytes), as link rates are; `MiB/s`
+//! and friends are binary. Sizes: `64k`, `1M`, `1400` (binary suffixes, as `tc` and
+//! buffer sizes are). Durations: `250us`, `1ms`, `2s`, `1.5s`.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A value that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {input:?}: {reason}")]
+pub struct ParseError {
+    what: &'static str,
+    input: String,
+    reason: String,
+}
+
+fn err(what: &'static str, input: &str, reason: impl Into<String>) -> ParseError {
+    ParseError {
+        what,
+        input: input.to_string(),
+        reason: reason.into(),
+    }
+}
+
+fn split_number(s: &str) -> (&str, &str) {
+    let end = s
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '-' || *c == '+'))
+        .map_or(s.len(), |(i, _)| i);
+    (&s[..end], s[end..].trim())
+}
+
+fn number(what: &'static str, input: &str, num: &str) -> Result<f64, ParseError> {
+    let v: f64 = num
+        .parse()
+        .map_err(|_| err(what, input, "expected a number with an optional unit"))?;
+    if !v.is_finite() {
+        return Err(err(what, input, "not a finite number"));
+    }
+    if v < 0.0 {
+        return Err(err(what, input, "must not be negative"));
+    }
+    Ok(v)
+}
+
+/// Parses a rate into bytes per second. Zero is rejected: a rate must be positive.
+pub fn parse_rate(input: &str) -> Result<u64, ParseError> {
+    let s = input.trim();
+    let (num, unit) = split_number(s);
+    let v = number("rate", input, num)?;
+    let mult: f64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b/s" | "bps" => 1.0,
+        "kb/s" => 1e3,
+        "mb/s" => 1e6,
+        "gb/s" => 1e9,
+        "kib/s" => 1024.0,
+        "mib/s" => 1024.0 * 1024.0,
+        "gib/s" => 1024.0 * 1024.0 * 1024.0,
+        "bit" | "bit/s" => 1.0 / 8.0,
+        "kbit" | "kbit/s" => 1e3 / 8.0,
+        "mbit" | "mbit/s" => 1e6 / 8.0,
+        "gbit" | "gbit/s" => 1e9 / 8.0,
+        _ => {
+            return Err(err(
+                "rate",
+                input,
+                "unknown unit (use B/s, kB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s, kbit, mbit or gbit)",
+            ));
+        }
+    };
+    let bytes = (v * mult).round();
+    if bytes < 1.0 {
+        return Err(err("rate", input, "must be positive"));
+    }
+    if bytes > u64::MAX as f64 / 2.0 {
+        return Err(err("rate", input, "too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a size in bytes (`k`/`M`/`G` suffixes are binary: 1k = 1024).
+pub fn parse_size(input: &str) -> Result<u64, ParseError> {
+    let s = input.trim();
+    let (num, unit) = split_number(s);
+    let v = number("size", input, num)?;
+    let mult: f64 = match unit.to_ascii_lowercase().trim_end_matches('b') {
+        "" => 1.0,
+        "k" | "ki" => 1024.0,
+        "m" | "mi" => 1024.0 * 1024.0,
+        "g" | "gi" => 1024.0 * 1024.0 * 1024.0,
+        _ => return Err(err("size", input, "unknown unit (use k, M or G)")),
+    };
+    let bytes = (v * mult).round();
+    if bytes > u64::MAX as f64 / 2.0 {
+        return Err(err("size", input, "too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Parses a duration: `ns`, `us`, `ms`, `s`, `m` suffixes (a bare number is seconds).
+pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
+    let s = input.trim();
+    let (num, unit) = split_number(s);
+    let v = number("duration", input, num)?;
+    let secs = match unit {
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "" | "s" => v,
+        "m" | "min" => v * 60.0,
+        _ => {
+            return Err(err(
+                "duration",
+                input,
+                "unknown unit (use ns, us, ms, s or m)",
+            ));
+        }
+    };
+    if secs > 1e9 {
+        return Err(err("duration", input, "too long"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Prints a byte rate with a decimal unit, e.g. `1.23 GB/s`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rate(pub f64);
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let v = self.0;
+        let (x, u) = if v >= 1e9 {
+            (v / 1e9, "GB/s")
+        } else if v >= 1e6 {
+            (v / 1e6, "MB/s")
+        } else if v >= 1e3 {
+            (v / 1e3, "kB/s")
+        } else {
+            (v, "B/s")
+        };
+        write!(f, "{x:.2} {u}")
+    }
+}
+
+/// Prints a duration compactly (`250us`, `1ms`, `1.5s`).
+pub fn format_duration(d: Duration) -> String {
+    let ns = d.as_nanos();
+    if ns == 0 {
+        "0".into()
+    } else if ns % 1_000_000_000 == 0 {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns % 1_000_000 == 0 {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns % 1_000 == 0 {
+        format!("{}us", ns / 1_000)
+    } else if ns >= 1_000_000_000 {
+        format!("{:.3}s", d.as_secs_f64())
+    } else {
+        format!("{ns}ns")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("10MB/s").unwrap(), 10_000_000);
+        assert_eq!(parse_rate("1GB/s").unwrap(), 1_000_000_000);
+        assert_eq!(parse_rate("1.5 GB/s").unwrap(), 1_500_000_000);
+        assert_eq!(parse_rate("200mbit").unwrap(), 25_000_000);
+        assert_eq!(parse_rate("1MiB/s").unwrap(), 1_048_576);
+        assert_eq!(parse_rate("12345").unwrap(), 12345);
+        for bad in [
+            "0",
+            "0MB/s",
+            "-5MB/s",
+            "fast",
+            "10 furlongs",
+            "",
+            "NaN",
+            "inf",
+        ] {
+            assert!(parse_rate(bad).is_err(), "{bad} should be rejected");
+        }
+        let e = parse_rate("0MB/s").unwrap_err().to_string();
+        assert!(e.contains("must be positive"), "{e}");
+        let e = parse_rate("-5MB/s").unwrap_err().to_string();
+        assert!(e.contains("negative"), "{e}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64k").unwrap(), 65536);
+        assert_eq!(parse_size("1M").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1400").unwrap(), 1400);
+        assert_eq!(parse_size("32KiB").unwrap(), 32768);
+        assert!(parse_size("1x").is_err());
+        assert!(parse_size("-1").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
+        assert_eq!(
+            parse_duration("0.25ms").unwrap(),
+            Duration::from_micros(250)
+        );
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("1 fortnight").is_err());
+        assert_eq!(format_duration(Duration::from_micros(250)), "250us");
+        assert_eq!(format_duration(Duration::from_millis(8)), "8ms");
+        assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn rate_display() {
+        assert_eq!(Rate(1.5e9).to_string(), "1.50 GB/s");
+        assert_eq!(Rate(336e6).to_string(), "336.00 MB/s");
+    }
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what netlane needs on a fresh Debian 12 machine, and only what is missing.
+#
+#   scripts/setup.sh          packages needed to build and test (clang for BPF, libelf,
+#                             zlib, pkg-config, iproute2 and ethtool for inspection)
+#   scripts/setup.sh --lab    also what the lab compares against (the kernel source
+#                             package, from which the lab builds the kernel's own
+#                             udpgso_bench_tx selftest sender)
+#
+# Safe to run repeatedly: dpkg is asked first, apt only runs when something is missing.
+set -euo pipefail
+
+want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
+      libbpf-dev procps xz-utils)
+if [[ "${1:-}" == "--lab" ]]; then
+  want+=(linux-source-6.1)
+fi
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing missing Debian packages: ${missing[*]}"
+  if [[ $EUID -ne 0 ]]; then
+    echo "setup: need root to install packages (run as root or install them yourself)" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  if [[ -x "$HOME/.cargo/bin/cargo" ]]; then
+    echo "setup: cargo is in ~/.cargo/bin; add it to PATH" >&2
+  else
+    echo "setup: no Rust toolchain found; install one with rustup (https://rustup.rs)" >&2
+  fi
+  exit 1
+fi
