@@ -339,7 +339,7 @@ mod tests {
             out.extend_from_slice(&level.to_ne_bytes());
             out.extend_from_slice(&ty.to_ne_bytes());
             out.extend_from_slice(data);
-            while out.len() % 8 != 0 {
+            while !out.len().is_multiple_of(8) {
                 out.push(0);
             }
         }

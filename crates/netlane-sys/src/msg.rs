@@ -280,15 +280,16 @@ impl RecvBatch {
     pub fn new(slots: usize, slot_len: usize, control_per_slot: usize, with_sources: bool) -> Self {
         let slots = slots.clamp(1, MAX_MMSG);
         let control_per_slot = crate::cmsg::align(control_per_slot);
+        // SAFETY: sockaddr_storage is plain data; all-zero is valid.
+        let empty_name: libc::sockaddr_storage = unsafe { mem::zeroed() };
         Self {
             slab: vec![0; slots * slot_len],
             slot_len,
             slots,
             control: vec![0; slots * control_per_slot],
             control_per_slot,
-            // SAFETY: sockaddr_storage is plain data; all-zero is valid.
             names: if with_sources {
-                vec![unsafe { mem::zeroed() }; slots]
+                vec![empty_name; slots]
             } else {
                 Vec::new()
             },

@@ -1,0 +1,297 @@
+//! The lab's own network: namespaces, veth pairs, addresses, device knobs and qdiscs.
+//!
+//! Everything is created over netlink (rtnetlink for links, addresses and qdiscs;
+//! ethtool netlink for offload features) except the NAPI knobs, which live in sysfs
+//! ([`Netns::write_sysfs`] explains why). Everything is owned by RAII guards: dropping
+//! a [`TwoHosts`] (or a [`Netns`]) removes its namespaces, and with them their veth
+//! ends and qdiscs, also when a test panics. For Ctrl-C, the CLI calls
+//! [`registry::cleanup_all`] from its signal handler.
+//!
+//! # veth as a stand-in for a NIC
+//! A veth pair has no hardware queues, no interrupts and no NAPI by default: a packet
+//! sent on one end is processed by the receiving stack on the sender's CPU, right away.
+//! The receive knobs in [`RxTuning`] make the receiving end behave more like a NIC:
+//! GRO on (with `rx-udp-gro-forwarding`) gives veth a NAPI instance, and threaded NAPI
+//! moves receive processing to a kernel thread, off the sender's CPU, where GRO can
+//! batch (measured on this machine class: without threaded NAPI nothing coalesces).
+
+pub mod ethtool;
+pub mod netlink;
+mod netns;
+pub mod registry;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use serde::Serialize;
+
+pub use netlink::{NetlinkError, QdiscStats, Rtnl};
+pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NsThread};
+
+/// Why the topology could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    /// Not root / missing capabilities.
+    #[error(
+        "building the lab network needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): {0}. Run as root, or use the loopback path (--path loopback)"
+    )]
+    NotPrivileged(String),
+    /// A namespace of that name exists already.
+    #[error(
+        "network namespace {0} already exists (left over from a killed run? `netlane topo clean` removes stale ones)"
+    )]
+    NameTaken(String),
+    /// A netlink request failed.
+    #[error(transparent)]
+    Netlink(#[from] NetlinkError),
+    /// The kernel lacks something the topology needs.
+    #[error("kernel feature missing: {0}")]
+    Unsupported(String),
+    /// Bad arguments.
+    #[error("{0}")]
+    Invalid(String),
+    /// A system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Receive-side tuning of a veth end (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct RxTuning {
+    /// `rx-gro` (ethtool -K gro).
+    pub gro: bool,
+    /// `rx-udp-gro-forwarding`: GRO for UDP also when not forwarding; gives veth NAPI.
+    pub udp_gro_forwarding: bool,
+    /// `/sys/class/net/<dev>/threaded` = 1: NAPI in a kernel thread.
+    pub threaded_napi: bool,
+    /// `/sys/class/net/<dev>/gro_flush_timeout` in nanoseconds.
+    pub gro_flush_timeout_ns: Option<u64>,
+    /// `/sys/class/net/<dev>/napi_defer_hard_irqs`.
+    pub napi_defer_hard_irqs: Option<u32>,
+}
+
+impl RxTuning {
+    /// The veth defaults: no NAPI; receive work runs on the sender's CPU.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// NAPI with GRO in a kernel thread: the closest veth gets to a NIC.
+    pub fn threaded_napi() -> Self {
+        Self {
+            gro: true,
+            udp_gro_forwarding: true,
+            threaded_napi: true,
+            ..Self::default()
+        }
+    }
+
+    /// Short description for reports ("threaded-napi+gro", "none", ...).
+    pub fn label(&self) -> String {
+        let mut parts = Vec::new();
+        if self.threaded_napi {
+            parts.push("threaded-napi".to_string());
+        }
+        if self.gro {
+            parts.push("gro".to_string());
+        }
+        if self.udp_gro_forwarding {
+            parts.push("udp-gro-fwd".to_string());
+        }
+        if let Some(t) = self.gro_flush_timeout_ns {
+            parts.push(format!("gro-flush={t}ns"));
+        }
+        if let Some(n) = self.napi_defer_hard_irqs {
+            parts.push(format!("defer-irqs={n}"));
+        }
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join("+")
+        }
+    }
+
+    /// Applies the tuning to device `dev` in `ns`, and checks it took effect.
+    pub fn apply(&self, ns: &Netns, dev: &str) -> Result<(), TopologyError> {
+        let mut features = Vec::new();
+        if self.gro {
+            features.push(("rx-gro", true));
+        }
+        if self.udp_gro_forwarding {
+            features.push(("rx-udp-gro-forwarding", true));
+        }
+        if !features.is_empty() {
+            ns.with_ethtool(|e| e.set_features(dev, &features))?;
+        }
+        let mut knobs: Vec<(&str, String)> = Vec::new();
+        if self.threaded_napi {
+            knobs.push(("threaded", "1".into()));
+        }
+        if let Some(t) = self.gro_flush_timeout_ns {
+            knobs.push(("gro_flush_timeout", t.to_string()));
+        }
+        if let Some(n) = self.napi_defer_hard_irqs {
+            knobs.push(("napi_defer_hard_irqs", n.to_string()));
+        }
+        for (knob, value) in knobs {
+            let rel = format!("class/net/{dev}/{knob}");
+            ns.write_sysfs(&rel, &value)?;
+            let now = ns.read_sysfs(&rel)?;
+            // `threaded` reads back as "1" or "enabled" depending on the kernel.
+            let ok = now == value || (knob == "threaded" && now == "enabled");
+            if !ok {
+                return Err(TopologyError::Unsupported(format!(
+                    "{dev}: {knob} reads {now:?} after writing {value:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A veth link between two namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LinkConfig {
+    /// MTU of both ends.
+    pub mtu: u32,
+    /// TX and RX queues of each end.
+    pub queues: u32,
+    /// Receive tuning of the receiving ("rx") end.
+    pub rx: RxTuning,
+}
+
+impl Default for LinkConfig {
+    fn default() -> Self {
+        Self {
+            mtu: 1500,
+            queues: 1,
+            rx: RxTuning::threaded_napi(),
+        }
+    }
+}
+
+/// Two hosts, "tx" and "rx", each in its own namespace, joined by a veth pair with
+/// IPv4 (10.77.0.1/24, 10.77.0.2/24) and IPv6 (fd00:77::1/64, fd00:77::2/64)
+/// addresses. Dropping it removes both namespaces.
+#[derive(Debug)]
+pub struct TwoHosts {
+    /// The sending host.
+    pub tx: Netns,
+    /// The receiving host.
+    pub rx: Netns,
+    /// Interface name in `tx`.
+    pub tx_if: String,
+    /// Interface name in `rx`.
+    pub rx_if: String,
+    /// Interface index in `tx`.
+    pub tx_index: u32,
+    /// Interface index in `rx`.
+    pub rx_index: u32,
+    /// What was built.
+    pub config: LinkConfig,
+}
+
+impl TwoHosts {
+    /// IPv4 address of the tx host.
+    pub const TX_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+    /// IPv4 address of the rx host.
+    pub const RX_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 2);
+    /// IPv6 address of the tx host.
+    pub const TX_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1);
+    /// IPv6 address of the rx host.
+    pub const RX_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2);
+
+    /// Builds the two namespaces and the link. `label` goes into the namespace names.
+    pub fn create(label: &str, config: LinkConfig) -> Result<Self, TopologyError> {
+        if !(68..=65535).contains(&config.mtu) {
+            return Err(TopologyError::Invalid(format!(
+                "MTU {} is outside 68..=65535",
+                config.mtu
+            )));
+        }
+        if !(1..=64).contains(&config.queues) {
+            return Err(TopologyError::Invalid(format!(
+                "queue count {} is outside 1..=64",
+                config.queues
+            )));
+        }
+        let tx = Netns::create(&format!("{label}-tx"))?;
+        let rx = Netns::create(&format!("{label}-rx"))?;
+        let (tx_if, rx_if) = ("tx0".to_string(), "rx0".to_string());
+        let (tx_fd, rx_fd) = (
+            std::os::fd::AsRawFd::as_raw_fd(&tx.fd()),
+            std::os::fd::AsRawFd::as_raw_fd(&rx.fd()),
+        );
+        // The request goes through the tx namespace's socket; both ends are placed
+        // directly in their namespaces by fd.
+        tx.with_rtnl(|r| r.add_veth(&tx_if, tx_fd, &rx_if, rx_fd, config.mtu, config.queues))?;
+        let tx_index = tx.with_rtnl(|r| {
+            let i = r.link_index(&tx_if)?;
+            r.add_address(i, IpAddr::V4(Self::TX_V4), 24)?;
+            r.add_address(i, IpAddr::V6(Self::TX_V6), 64)?;
+            r.set_up(i)?;
+            Ok(i)
+        })?;
+        let rx_index = rx.with_rtnl(|r| {
+            let i = r.link_index(&rx_if)?;
+            r.add_address(i, IpAddr::V4(Self::RX_V4), 24)?;
+            r.add_address(i, IpAddr::V6(Self::RX_V6), 64)?;
+            r.set_up(i)?;
+            Ok(i)
+        })?;
+        config.rx.apply(&rx, &rx_if)?;
+        Ok(Self {
+            tx,
+            rx,
+            tx_if,
+            rx_if,
+            tx_index,
+            rx_index,
+            config,
+        })
+    }
+
+    /// The tx host's address.
+    pub fn tx_addr(&self, ipv6: bool) -> IpAddr {
+        if ipv6 {
+            Self::TX_V6.into()
+        } else {
+            Self::TX_V4.into()
+        }
+    }
+
+    /// The rx host's address.
+    pub fn rx_addr(&self, ipv6: bool) -> IpAddr {
+        if ipv6 {
+            Self::RX_V6.into()
+        } else {
+            Self::RX_V4.into()
+        }
+    }
+
+    /// Puts a token bucket on the tx end: `rate` bytes/s, `burst` bytes of bucket,
+    /// `limit` bytes of queue (beyond which packets are dropped).
+    pub fn set_bottleneck(&self, rate: u64, burst: u32, limit: u32) -> Result<(), TopologyError> {
+        self.tx
+            .with_rtnl(|r| r.add_tbf(self.tx_index, rate, burst, limit))
+    }
+
+    /// Kind and counters of the tx end's root qdisc ("noqueue" without one).
+    pub fn egress_qdisc(&self) -> Result<(String, QdiscStats), TopologyError> {
+        Ok(self
+            .tx
+            .with_rtnl(|r| r.root_qdisc(self.tx_index))?
+            .unwrap_or_else(|| ("noqueue".to_string(), QdiscStats::default())))
+    }
+}
+
+/// Whether this process can build namespaces (root, or CAP_SYS_ADMIN + CAP_NET_ADMIN).
+/// A cheap pre-check for friendlier messages; the real test is trying.
+pub fn have_privileges() -> bool {
+    nix::unistd::geteuid().is_root()
+}

@@ -1,0 +1,489 @@
+//! A small synchronous rtnetlink client: links, veth pairs, addresses and qdiscs.
+//!
+//! Messages are built and parsed with `netlink-packet-route`; this module only frames
+//! requests, collects replies until the kernel's ACK or DONE, and turns errors into
+//! [`NetlinkError`]s that carry the kernel's extended-ACK text (the same message `ip`
+//! and `tc` print, e.g. "Specified qdisc kind is unknown.").
+//!
+//! A netlink socket belongs to the network namespace it was created in, whichever
+//! thread later uses it; [`super::Netns`] keeps one per namespace.
+
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::RawFd;
+
+use netlink_packet_core::{
+    DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
+    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
+    NlaBuffer, NlasIterator,
+};
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
+};
+use netlink_packet_route::link::{
+    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
+};
+use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2};
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+/// A failed netlink request.
+#[derive(Debug)]
+pub struct NetlinkError {
+    /// What was being done, e.g. "create veth pair nl0/nl1".
+    pub op: String,
+    /// The error.
+    pub source: io::Error,
+    /// The kernel's extended-ACK message, if it sent one.
+    pub message: Option<String>,
+}
+
+impl fmt::Display for NetlinkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.op, self.source)?;
+        if let Some(m) = &self.message {
+            write!(f, " (kernel says: {m})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for NetlinkError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+impl NetlinkError {
+    pub(crate) fn io(op: &str, source: io::Error) -> Self {
+        Self {
+            op: op.to_string(),
+            source,
+            message: None,
+        }
+    }
+
+    /// The OS error number.
+    pub fn errno(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+}
+
+/// `NLMSGERR_ATTR_MSG` (include/uapi/linux/netlink.h).
+const NLMSGERR_ATTR_MSG: u16 = 1;
+/// Length of `struct nlmsghdr`, echoed at the start of an error's payload.
+const NLMSGHDR_LEN: usize = 16;
+
+/// Extracts the extended-ACK message from an error payload (the echoed header, capped
+/// by NETLINK_CAP_ACK, followed by attributes).
+fn ext_ack_message(payload: &[u8]) -> Option<String> {
+    let attrs = payload.get(NLMSGHDR_LEN..)?;
+    NlasIterator::new(attrs)
+        .filter_map(Result::ok)
+        .find_map(|nla: NlaBuffer<&[u8]>| {
+            (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
+                let v = nla.value();
+                let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+                String::from_utf8_lossy(&v[..end]).trim().to_string()
+            })
+        })
+}
+
+/// Rounds a netlink message length up to 4 bytes.
+fn nl_align(len: usize) -> usize {
+    (len + 3) & !3
+}
+
+/// Opens a netlink socket of `protocol` in the calling thread's namespace, with
+/// extended ACKs (error text) and capped ACKs (errors do not echo the whole request).
+pub(crate) fn open_socket(protocol: isize) -> io::Result<Socket> {
+    let mut sock = Socket::new(protocol)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    // Best effort: older kernels lack these, and requests still work without.
+    let _ = sock.set_ext_ack(true);
+    let _ = sock.set_cap_ack(true);
+    Ok(sock)
+}
+
+/// Sends one request with sequence number `seq` and collects the replies until the
+/// kernel's ACK (or DONE, for dumps). Replies this crate cannot decode are skipped.
+pub(crate) fn transact<I>(
+    sock: &Socket,
+    seq: u32,
+    op: &str,
+    msg: I,
+    flags: u16,
+) -> Result<Vec<I>, NetlinkError>
+where
+    I: NetlinkSerializable + NetlinkDeserializable + fmt::Debug,
+{
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | flags;
+    header.sequence_number = seq;
+    let mut nl = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(msg));
+    nl.finalize();
+    let mut buf = vec![0u8; nl.buffer_len()];
+    nl.serialize(&mut buf);
+    sock.send(&buf, 0).map_err(|e| NetlinkError::io(op, e))?;
+    let mut replies = Vec::new();
+    loop {
+        let (data, _) = sock.recv_from_full().map_err(|e| NetlinkError::io(op, e))?;
+        let mut off = 0;
+        while off + NLMSGHDR_LEN <= data.len() {
+            let len = u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]])
+                as usize;
+            if len < NLMSGHDR_LEN || off + len > data.len() {
+                return Err(NetlinkError::io(
+                    op,
+                    io::Error::new(io::ErrorKind::InvalidData, "malformed netlink reply"),
+                ));
+            }
+            let chunk = &data[off..off + len];
+            off += nl_align(len);
+            let Ok(reply) = NetlinkMessage::<I>::deserialize(chunk) else {
+                // A reply this crate cannot decode (a newer attribute layout): skip it
+                // rather than fail the whole request.
+                tracing::debug!(op, "skipping undecodable netlink reply");
+                continue;
+            };
+            if reply.header.sequence_number != seq {
+                continue;
+            }
+            match reply.payload {
+                NetlinkPayload::Error(e) => {
+                    return match e.code {
+                        None => Ok(replies),
+                        Some(code) => Err(NetlinkError {
+                            op: op.to_string(),
+                            source: io::Error::from_raw_os_error(-code.get()),
+                            message: ext_ack_message(&e.header),
+                        }),
+                    };
+                }
+                NetlinkPayload::Done(_) => return Ok(replies),
+                NetlinkPayload::InnerMessage(m) => replies.push(m),
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A route-netlink socket bound to the namespace it was opened in.
+#[derive(Debug)]
+pub struct Rtnl {
+    sock: Socket,
+    seq: u32,
+}
+
+/// Counters of a qdisc.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct QdiscStats {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// Packets sent.
+    pub packets: u64,
+    /// Packets dropped.
+    pub drops: u64,
+    /// Times the qdisc was over its limit (throttled).
+    pub overlimits: u64,
+}
+
+impl Rtnl {
+    /// Opens a socket in the calling thread's network namespace.
+    pub fn open() -> io::Result<Self> {
+        Ok(Self {
+            sock: open_socket(NETLINK_ROUTE)?,
+            seq: 0,
+        })
+    }
+
+    /// Sends one request and collects the replies until ACK or DONE.
+    fn request(
+        &mut self,
+        op: &str,
+        msg: RouteNetlinkMessage,
+        flags: u16,
+    ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+        self.seq = self.seq.wrapping_add(1);
+        transact(&self.sock, self.seq, op, msg, flags)
+    }
+
+    fn dump(
+        &mut self,
+        op: &str,
+        msg: RouteNetlinkMessage,
+    ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+        self.request(op, msg, NLM_F_DUMP)
+    }
+
+    fn ack(&mut self, op: &str, msg: RouteNetlinkMessage, flags: u16) -> Result<(), NetlinkError> {
+        self.request(op, msg, NLM_F_ACK | flags).map(drop)
+    }
+
+    /// Creates a veth pair: `a` in the namespace `a_ns` (an fd), its peer `b` in `b_ns`,
+    /// both with `mtu` and `queues` TX and RX queues. Neither end ever exists in the
+    /// caller's namespace, so names cannot collide there.
+    pub fn add_veth(
+        &mut self,
+        a: &str,
+        a_ns: RawFd,
+        b: &str,
+        b_ns: RawFd,
+        mtu: u32,
+        queues: u32,
+    ) -> Result<(), NetlinkError> {
+        let mut peer = LinkMessage::default();
+        peer.attributes = vec![
+            LinkAttribute::IfName(b.to_string()),
+            LinkAttribute::NetNsFd(b_ns),
+            LinkAttribute::Mtu(mtu),
+            LinkAttribute::NumTxQueues(queues),
+            LinkAttribute::NumRxQueues(queues),
+        ];
+        let mut link = LinkMessage::default();
+        link.attributes = vec![
+            LinkAttribute::IfName(a.to_string()),
+            LinkAttribute::NetNsFd(a_ns),
+            LinkAttribute::Mtu(mtu),
+            LinkAttribute::NumTxQueues(queues),
+            LinkAttribute::NumRxQueues(queues),
+            LinkAttribute::LinkInfo(vec![
+                LinkInfo::Kind(InfoKind::Veth),
+                LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
+            ]),
+        ];
+        self.ack(
+            &format!("create veth pair {a}/{b}"),
+            RouteNetlinkMessage::NewLink(link),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// The index of interface `name`.
+    pub fn link_index(&mut self, name: &str) -> Result<u32, NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        let op = format!("look up interface {name}");
+        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
+        replies
+            .into_iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(l.header.index),
+                _ => None,
+            })
+            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+    }
+
+    /// The MTU of interface `index`.
+    pub fn link_mtu(&mut self, index: u32) -> Result<u32, NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let op = format!("read MTU of interface {index}");
+        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
+        replies
+            .iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::Mtu(m) => Some(*m),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+    }
+
+    /// Brings interface `index` up.
+    pub fn set_up(&mut self, index: u32) -> Result<(), NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.header.flags = LinkFlags::Up;
+        msg.header.change_mask = LinkFlags::Up;
+        self.ack(
+            &format!("bring interface {index} up"),
+            RouteNetlinkMessage::SetLink(msg),
+            0,
+        )
+    }
+
+    /// Adds `addr/prefix_len` to interface `index` (IPv6 without duplicate address
+    /// detection, so it is usable at once).
+    pub fn add_address(
+        &mut self,
+        index: u32,
+        addr: IpAddr,
+        prefix_len: u8,
+    ) -> Result<(), NetlinkError> {
+        let mut msg = AddressMessage::default();
+        msg.header.index = index;
+        msg.header.prefix_len = prefix_len;
+        msg.header.scope = AddressScope::Universe;
+        match addr {
+            IpAddr::V4(_) => {
+                msg.header.family = AddressFamily::Inet;
+                msg.attributes.push(AddressAttribute::Local(addr));
+                msg.attributes.push(AddressAttribute::Address(addr));
+            }
+            IpAddr::V6(_) => {
+                msg.header.family = AddressFamily::Inet6;
+                msg.header.flags = AddressHeaderFlags::Nodad;
+                msg.attributes.push(AddressAttribute::Address(addr));
+                msg.attributes
+                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+            }
+        }
+        self.ack(
+            &format!("add address {addr}/{prefix_len} to interface {index}"),
+            RouteNetlinkMessage::NewAddress(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Replaces the root qdisc of `index` with a token bucket filter: `rate` bytes per
+    /// second, a bucket of `burst` bytes, and at most `limit` bytes queued (the rest is
+    /// dropped). This is the bottleneck of the pacing experiment.
+    pub fn add_tbf(
+        &mut self,
+        index: u32,
+        rate: u64,
+        burst: u32,
+        limit: u32,
+    ) -> Result<(), NetlinkError> {
+        // struct tc_tbf_qopt (include/uapi/linux/pkt_sched.h): two tc_ratespec (rate,
+        // peakrate; 12 bytes each), then limit, buffer, mtu. With linklayer = ethernet
+        // (1) the kernel needs no rate table; TCA_TBF_BURST gives the bucket in bytes
+        // (Linux 3.13) and TCA_TBF_RATE64 carries rates of 2^32 B/s and above.
+        const TCA_TBF_PARMS: u16 = 1;
+        const TCA_TBF_RATE64: u16 = 4;
+        const TCA_TBF_BURST: u16 = 6;
+        const TC_LINKLAYER_ETHERNET: u8 = 1;
+        let mut qopt = [0u8; 36];
+        qopt[1] = TC_LINKLAYER_ETHERNET;
+        qopt[8..12].copy_from_slice(&(rate.min(u64::from(u32::MAX)) as u32).to_ne_bytes());
+        qopt[13] = TC_LINKLAYER_ETHERNET;
+        qopt[24..28].copy_from_slice(&limit.to_ne_bytes());
+        let mut options = vec![
+            TcOption::Other(DefaultNla::new(TCA_TBF_PARMS, qopt.to_vec())),
+            TcOption::Other(DefaultNla::new(TCA_TBF_BURST, burst.to_ne_bytes().to_vec())),
+        ];
+        if rate >= u64::from(u32::MAX) {
+            options.push(TcOption::Other(DefaultNla::new(
+                TCA_TBF_RATE64,
+                rate.to_ne_bytes().to_vec(),
+            )));
+        }
+        let mut msg = TcMessage::default();
+        msg.header.family = AddressFamily::Unspec;
+        msg.header.index = index as i32;
+        msg.header.handle = TcHandle { major: 1, minor: 0 };
+        msg.header.parent = TcHandle::ROOT;
+        msg.attributes = vec![
+            TcAttribute::Kind("tbf".into()),
+            TcAttribute::Options(options),
+        ];
+        self.ack(
+            &format!("add tbf qdisc (rate {rate} B/s, burst {burst} B, limit {limit} B) on interface {index}"),
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Adds a root qdisc of `kind` with no options (e.g. "fq", to probe whether the
+    /// kernel has it).
+    pub fn add_root_qdisc(&mut self, index: u32, kind: &str) -> Result<(), NetlinkError> {
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        msg.header.handle = TcHandle { major: 1, minor: 0 };
+        msg.header.parent = TcHandle::ROOT;
+        msg.attributes = vec![TcAttribute::Kind(kind.into())];
+        self.ack(
+            &format!("add {kind} qdisc on interface {index}"),
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Kind and counters of the root qdisc of `index` ("noqueue" for a veth without
+    /// one).
+    pub fn root_qdisc(&mut self, index: u32) -> Result<Option<(String, QdiscStats)>, NetlinkError> {
+        let op = format!("read qdiscs of interface {index}");
+        let replies = self.dump(
+            &op,
+            RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()),
+        )?;
+        for m in replies {
+            let RouteNetlinkMessage::NewQueueDiscipline(q) = m else {
+                continue;
+            };
+            if q.header.index != index as i32 || q.header.parent != TcHandle::ROOT {
+                continue;
+            }
+            let mut kind = String::new();
+            let mut stats = QdiscStats::default();
+            for a in &q.attributes {
+                match a {
+                    TcAttribute::Kind(k) => kind = k.clone(),
+                    TcAttribute::Stats(s) => {
+                        stats.bytes = s.bytes;
+                        stats.packets = u64::from(s.packets);
+                        stats.drops = u64::from(s.drops);
+                        stats.overlimits = u64::from(s.overlimits);
+                    }
+                    TcAttribute::Stats2(list) => {
+                        for s in list {
+                            match s {
+                                TcStats2::Basic(b) => {
+                                    stats.bytes = b.bytes;
+                                    stats.packets = u64::from(b.packets);
+                                }
+                                TcStats2::Queue(qs) => {
+                                    stats.drops = u64::from(qs.drops);
+                                    stats.overlimits = u64::from(qs.overlimits);
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            return Ok(Some((kind, stats)));
+        }
+        Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ext_ack_text_is_extracted() {
+        let mut payload = vec![0u8; NLMSGHDR_LEN];
+        let text = b"Specified qdisc kind is unknown.\0";
+        let len = 4 + text.len();
+        payload.extend_from_slice(&(len as u16).to_ne_bytes());
+        payload.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        payload.extend_from_slice(text);
+        while !payload.len().is_multiple_of(4) {
+            payload.push(0);
+        }
+        assert_eq!(
+            ext_ack_message(&payload).as_deref(),
+            Some("Specified qdisc kind is unknown.")
+        );
+        assert_eq!(ext_ack_message(&payload[..10]), None);
+        assert_eq!(ext_ack_message(&payload[..NLMSGHDR_LEN]), None);
+    }
+
+    #[test]
+    fn loopback_exists_in_the_current_namespace() {
+        let mut rtnl = Rtnl::open().unwrap();
+        let lo = rtnl.link_index("lo").unwrap();
+        assert_eq!(lo, 1);
+        assert_eq!(rtnl.link_mtu(lo).unwrap(), 65536);
+        let err = rtnl.link_index("no-such-device-xyz").unwrap_err();
+        assert_eq!(err.errno(), Some(libc::ENODEV));
+    }
+}

@@ -1,0 +1,94 @@
+//! The process-wide list of namespaces this process created, so a Ctrl-C handler can
+//! remove them before exiting, and the removal of namespaces left behind by netlane
+//! processes that no longer exist (killed with SIGKILL, or crashed).
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nix::mount::{MntFlags, umount2};
+
+use super::netns::{NAME_PREFIX, NETNS_RUN_DIR};
+
+static LIVE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+pub(crate) fn register(path: &Path) {
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(path.to_path_buf());
+}
+
+pub(crate) fn unregister(path: &Path) {
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).remove(path);
+}
+
+fn remove(path: &Path) -> bool {
+    let unmounted = umount2(path, MntFlags::MNT_DETACH).is_ok();
+    let removed = fs::remove_file(path).is_ok();
+    unmounted || removed
+}
+
+/// Removes every namespace this process still holds (for signal handlers, which
+/// cannot rely on destructors running). Returns how many were removed. The guards
+/// that still own them then find nothing to remove, which they tolerate.
+pub fn cleanup_all() -> usize {
+    let paths: Vec<PathBuf> = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|p| p.into_inner()))
+        .into_iter()
+        .collect();
+    paths.iter().filter(|p| remove(p)).count()
+}
+
+/// Names of namespaces this process holds right now.
+pub fn live() -> Vec<String> {
+    LIVE.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// The creating process id encoded in a netlane namespace name, if it is one.
+pub fn owner_pid(name: &str) -> Option<u32> {
+    name.strip_prefix(NAME_PREFIX)?
+        .split('-')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Removes netlane namespaces (`nl-<pid>-...`) whose creating process is gone.
+/// Returns the names removed. Namespaces of live processes are left alone.
+pub fn clean_stale() -> std::io::Result<Vec<String>> {
+    let mut removed = Vec::new();
+    let entries = match fs::read_dir(NETNS_RUN_DIR) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) => return Err(e),
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = owner_pid(&name) else {
+            continue;
+        };
+        if Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        if remove(&entry.path()) {
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pid_parses_only_netlane_names() {
+        assert_eq!(owner_pid("nl-1234-0-tx"), Some(1234));
+        assert_eq!(owner_pid("nl-x-0-tx"), None);
+        assert_eq!(owner_pid("pA"), None);
+    }
+}

@@ -1,0 +1,222 @@
+//! The topology builder in real namespaces (needs root).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use netlane::topology::{LinkConfig, Netns, RxTuning, TopologyError, TwoHosts};
+
+fn udp_roundtrip(hosts: &TwoHosts, ipv6: bool) {
+    let rx_addr = SocketAddr::new(hosts.rx_addr(ipv6), 9000);
+    let server = hosts
+        .rx
+        .run(move || {
+            let s = std::net::UdpSocket::bind(rx_addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            s
+        })
+        .unwrap();
+    let client = hosts
+        .tx
+        .run(|| std::net::UdpSocket::bind(if ipv6 { "[::]:0" } else { "0.0.0.0:0" }).unwrap())
+        .unwrap();
+    client.send_to(b"hello", rx_addr).unwrap();
+    let mut buf = [0u8; 16];
+    let (n, from) = server.recv_from(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"hello");
+    assert_eq!(from.ip(), hosts.tx_addr(ipv6));
+}
+
+#[test]
+fn two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop() {
+    if !common::privileged("two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop") {
+        return;
+    }
+    let hosts = TwoHosts::create("topo-test", LinkConfig::default()).unwrap();
+    let names = [hosts.tx.name().to_string(), hosts.rx.name().to_string()];
+    for n in &names {
+        assert!(
+            common::netns_names().contains(n),
+            "{n} should exist while the guard lives"
+        );
+    }
+    udp_roundtrip(&hosts, false);
+    udp_roundtrip(&hosts, true);
+    // The receive knobs took effect.
+    assert!(matches!(
+        hosts
+            .rx
+            .read_sysfs("class/net/rx0/threaded")
+            .unwrap()
+            .as_str(),
+        "1" | "enabled"
+    ));
+    let features = hosts.rx.with_ethtool(|e| e.active_features("rx0")).unwrap();
+    assert_eq!(features.get("rx-gro"), Some(&true));
+    assert_eq!(features.get("rx-udp-gro-forwarding"), Some(&true));
+    // The netns is visible to `ip netns exec` too.
+    let out = hosts
+        .rx
+        .command("ip")
+        .args(["-o", "link", "show", "rx0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("rx0"));
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue");
+    drop(hosts);
+    for n in &names {
+        assert!(!common::netns_names().contains(n), "{n} left behind");
+    }
+}
+
+#[test]
+fn guard_cleans_up_when_the_test_panics() {
+    if !common::privileged("guard_cleans_up_when_the_test_panics") {
+        return;
+    }
+    let names = std::sync::Mutex::new(Vec::new());
+    let result = std::panic::catch_unwind(|| {
+        let hosts = TwoHosts::create(
+            "panic-test",
+            LinkConfig {
+                rx: RxTuning::none(),
+                ..LinkConfig::default()
+            },
+        )
+        .unwrap();
+        names
+            .lock()
+            .unwrap()
+            .extend([hosts.tx.name().to_string(), hosts.rx.name().to_string()]);
+        panic!("boom");
+    });
+    assert!(result.is_err());
+    let names = names.into_inner().unwrap();
+    assert_eq!(names.len(), 2);
+    for n in &names {
+        assert!(
+            !common::netns_names().contains(n),
+            "{n} left behind after a panic"
+        );
+    }
+}
+
+#[test]
+fn veth_ends_disappear_with_their_namespaces() {
+    if !common::privileged("veth_ends_disappear_with_their_namespaces") {
+        return;
+    }
+    let hosts = TwoHosts::create("veth-gone", LinkConfig::default()).unwrap();
+    // Keep the tx namespace alive through a duplicate of its fd, then drop the guard.
+    // The rx namespace has no other user, so the kernel destroys it, which destroys
+    // its veth end, which destroys the pair: tx0 must vanish from the tx namespace.
+    let tx_fd = hosts.tx.fd().try_clone_to_owned().unwrap();
+    drop(hosts);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let gone = std::thread::spawn(move || {
+        nix::sched::setns(&tx_fd, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        let mut rtnl = netlane::topology::Rtnl::open().unwrap();
+        // Namespace teardown runs on a kernel workqueue: poll briefly.
+        while std::time::Instant::now() < deadline {
+            match rtnl.link_index("tx0") {
+                Err(e) if e.errno() == Some(libc::ENODEV) => return true,
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        false
+    })
+    .join()
+    .unwrap();
+    assert!(gone, "the veth pair outlived the rx namespace");
+}
+
+#[test]
+fn bottleneck_qdisc_is_installed_and_counts() {
+    if !common::privileged("bottleneck_qdisc_is_installed_and_counts") {
+        return;
+    }
+    let hosts = TwoHosts::create("tbf-test", LinkConfig::default()).unwrap();
+    hosts
+        .set_bottleneck(25_000_000, 32 * 1024, 64 * 1024)
+        .unwrap();
+    let (kind, _) = hosts.egress_qdisc().unwrap();
+    assert_eq!(kind, "tbf");
+    // Check the rate with tc's own reading of it.
+    let out = hosts
+        .tx
+        .command("tc")
+        .args(["qdisc", "show", "dev", "tx0"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("tbf") && text.contains("200Mbit"),
+        "tc shows: {text}"
+    );
+    // A second root qdisc is refused with the kernel's message.
+    let err = hosts.set_bottleneck(1_000_000, 2000, 10_000).unwrap_err();
+    assert!(matches!(err, TopologyError::Netlink(_)), "{err}");
+    udp_roundtrip(&hosts, false);
+    let (_, stats) = hosts.egress_qdisc().unwrap();
+    assert!(stats.packets >= 1, "{stats:?}");
+}
+
+#[test]
+fn missing_qdisc_kind_is_reported_with_the_kernels_words() {
+    if !common::privileged("missing_qdisc_kind_is_reported_with_the_kernels_words") {
+        return;
+    }
+    let hosts = TwoHosts::create("qdisc-kind", LinkConfig::default()).unwrap();
+    let err = hosts
+        .tx
+        .with_rtnl(|r| r.add_root_qdisc(hosts.tx_index, "no-such-qdisc"))
+        .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("no-such-qdisc"), "{text}");
+    assert!(
+        text.contains("kernel says"),
+        "the extended ACK message is shown: {text}"
+    );
+}
+
+#[test]
+fn names_are_unique_and_collisions_are_refused() {
+    if !common::privileged("names_are_unique_and_collisions_are_refused") {
+        return;
+    }
+    let a = Netns::create("same").unwrap();
+    let b = Netns::create("same").unwrap();
+    assert_ne!(a.name(), b.name());
+    let err = Netns::create_named(a.name()).unwrap_err();
+    assert!(matches!(err, TopologyError::NameTaken(_)), "{err}");
+    // The failed attempt must not have removed the existing namespace.
+    assert!(common::netns_names().contains(&a.name().to_string()));
+    assert!(Netns::create_named("../etc").is_err());
+}
+
+#[test]
+fn spawned_threads_run_inside_the_namespace() {
+    if !common::privileged("spawned_threads_run_inside_the_namespace") {
+        return;
+    }
+    let ns = Netns::create("spawn").unwrap();
+    let inner = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let t = ns
+        .spawn("probe", || {
+            std::fs::read_link("/proc/thread-self/ns/net").unwrap()
+        })
+        .unwrap();
+    let seen = t.join().unwrap();
+    assert_ne!(seen, inner, "the thread saw the caller's namespace");
+    // A child process as well.
+    let out = ns
+        .command("readlink")
+        .arg("/proc/self/ns/net")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        seen.to_string_lossy()
+    );
+}
