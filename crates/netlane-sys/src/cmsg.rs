@@ -72,11 +72,7 @@ pub struct BufferFull {
 
 impl fmt::Display for BufferFull {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "control message needs {} bytes, {} left in the buffer",
-            self.needed, self.available
-        )
+        write!(f, "control message needs {} bytes, {} left in the buffer", self.needed, self.available)
     }
 }
 
@@ -85,10 +81,7 @@ impl std::error::Error for BufferFull {}
 impl<const N: usize> CmsgBuf<N> {
     /// An empty, zeroed buffer.
     pub const fn new() -> Self {
-        Self {
-            bytes: [0; N],
-            len: 0,
-        }
+        Self { bytes: [0; N], len: 0 }
     }
 
     /// Bytes in use (what goes into `msg_controllen` for a send).
@@ -132,10 +125,7 @@ impl<const N: usize> CmsgBuf<N> {
         let need = space(data.len());
         let available = N - self.len;
         if need > available {
-            return Err(BufferFull {
-                needed: need,
-                available,
-            });
+            return Err(BufferFull { needed: need, available });
         }
         let start = self.len;
         let hdr = &mut self.bytes[start..start + HDR_LEN];
@@ -203,10 +193,7 @@ impl fmt::Display for CmsgError {
                 write!(f, "control buffer ends inside a header at offset {offset}")
             }
             CmsgError::BadLength { offset, cmsg_len } => {
-                write!(
-                    f,
-                    "control message at offset {offset} has bad cmsg_len {cmsg_len}"
-                )
+                write!(f, "control message at offset {offset} has bad cmsg_len {cmsg_len}")
             }
         }
     }
@@ -226,11 +213,7 @@ pub struct CmsgIter<'a> {
 impl<'a> CmsgIter<'a> {
     /// Walks `buf`, which holds `msg_controllen` bytes as returned by the kernel.
     pub fn new(buf: &'a [u8]) -> Self {
-        Self {
-            buf,
-            offset: 0,
-            failed: false,
-        }
+        Self { buf, offset: 0, failed: false }
     }
 }
 
@@ -291,20 +274,14 @@ impl<'a> Cmsg<'a> {
     /// guess.
     pub fn decode(raw: RawCmsg<'a>) -> Self {
         match (raw.level, raw.ty, raw.data.len()) {
-            (libc::SOL_UDP, libc::UDP_SEGMENT, 2) => {
-                Cmsg::UdpSegment(u16::from_ne_bytes(read_array(raw.data)))
-            }
+            (libc::SOL_UDP, libc::UDP_SEGMENT, 2) => Cmsg::UdpSegment(u16::from_ne_bytes(read_array(raw.data))),
             // The kernel reports the GRO size as an int (udp_cmsg_recv in net/ipv4/udp.c);
             // GSO sizes are at most 16 bits, anything larger is malformed.
-            (libc::SOL_UDP, libc::UDP_GRO, 4) => {
-                match u16::try_from(i32::from_ne_bytes(read_array(raw.data))) {
-                    Ok(size) => Cmsg::UdpGro(size),
-                    Err(_) => Cmsg::Other(raw),
-                }
-            }
-            (libc::SOL_SOCKET, libc::SCM_TXTIME, 8) => {
-                Cmsg::TxTime(u64::from_ne_bytes(read_array(raw.data)))
-            }
+            (libc::SOL_UDP, libc::UDP_GRO, 4) => match u16::try_from(i32::from_ne_bytes(read_array(raw.data))) {
+                Ok(size) => Cmsg::UdpGro(size),
+                Err(_) => Cmsg::Other(raw),
+            },
+            (libc::SOL_SOCKET, libc::SCM_TXTIME, 8) => Cmsg::TxTime(u64::from_ne_bytes(read_array(raw.data))),
             (libc::SOL_IP, libc::IP_RECVERR, _) | (libc::SOL_IPV6, libc::IPV6_RECVERR, _) => {
                 match ExtendedErr::parse(raw.data) {
                     Some(ee) => Cmsg::RecvErr(ee),
@@ -318,12 +295,10 @@ impl<'a> Cmsg<'a> {
 
 /// Finds the `UDP_GRO` stride in a received control buffer, if any.
 pub fn find_gro_size(control: &[u8]) -> Option<u16> {
-    CmsgIter::new(control)
-        .filter_map(Result::ok)
-        .find_map(|raw| match Cmsg::decode(raw) {
-            Cmsg::UdpGro(size) => Some(size),
-            _ => None,
-        })
+    CmsgIter::new(control).filter_map(Result::ok).find_map(|raw| match Cmsg::decode(raw) {
+        Cmsg::UdpGro(size) => Some(size),
+        _ => None,
+    })
 }
 
 #[cfg(test)]
@@ -362,8 +337,7 @@ mod tests {
     fn udp_segment_encodes_like_the_kernel_expects() {
         let mut buf = CmsgBuf::<64>::new();
         buf.push_udp_segment(1400).unwrap();
-        let expected =
-            hand_built(&[(18, libc::SOL_UDP, libc::UDP_SEGMENT, &1400u16.to_ne_bytes())]);
+        let expected = hand_built(&[(18, libc::SOL_UDP, libc::UDP_SEGMENT, &1400u16.to_ne_bytes())]);
         assert_eq!(buf.as_bytes(), expected.as_slice());
         assert_eq!(buf.len(), 24);
         let decoded: Vec<_> = buf.iter().map(|m| Cmsg::decode(m.unwrap())).collect();
@@ -378,19 +352,11 @@ mod tests {
         buf.push_txtime(0x0102_0304_0506_0708).unwrap();
         let expected = hand_built(&[
             (18, libc::SOL_UDP, libc::UDP_SEGMENT, &1200u16.to_ne_bytes()),
-            (
-                24,
-                libc::SOL_SOCKET,
-                libc::SCM_TXTIME,
-                &0x0102_0304_0506_0708u64.to_ne_bytes(),
-            ),
+            (24, libc::SOL_SOCKET, libc::SCM_TXTIME, &0x0102_0304_0506_0708u64.to_ne_bytes()),
         ]);
         assert_eq!(buf.as_bytes(), expected.as_slice());
         let decoded: Vec<_> = buf.iter().map(|m| Cmsg::decode(m.unwrap())).collect();
-        assert_eq!(
-            decoded,
-            vec![Cmsg::UdpSegment(1200), Cmsg::TxTime(0x0102_0304_0506_0708)]
-        );
+        assert_eq!(decoded, vec![Cmsg::UdpSegment(1200), Cmsg::TxTime(0x0102_0304_0506_0708)]);
     }
 
     #[test]
@@ -444,24 +410,12 @@ mod tests {
         // cmsg_len shorter than a header.
         let buf = hand_built(&[(3, libc::SOL_UDP, libc::UDP_GRO, &[0; 4])]);
         let all: Vec<_> = CmsgIter::new(&buf).collect();
-        assert_eq!(
-            all,
-            vec![Err(CmsgError::BadLength {
-                offset: 0,
-                cmsg_len: 3
-            })]
-        );
+        assert_eq!(all, vec![Err(CmsgError::BadLength { offset: 0, cmsg_len: 3 })]);
 
         // cmsg_len past the end.
         let buf = hand_built(&[(200, libc::SOL_UDP, libc::UDP_GRO, &[0; 4])]);
         let all: Vec<_> = CmsgIter::new(&buf).collect();
-        assert_eq!(
-            all,
-            vec![Err(CmsgError::BadLength {
-                offset: 0,
-                cmsg_len: 200
-            })]
-        );
+        assert_eq!(all, vec![Err(CmsgError::BadLength { offset: 0, cmsg_len: 200 })]);
 
         // Good message, then garbage: the good one is still returned.
         let mut buf = hand_built(&[(20, libc::SOL_UDP, libc::UDP_GRO, &1400i32.to_ne_bytes())]);
@@ -481,8 +435,7 @@ mod tests {
         let mut buf = CmsgBuf::<128>::new();
         buf.push_udp_segment(1400).unwrap();
         buf.push_txtime(42).unwrap();
-        buf.push(libc::SOL_IP, libc::IP_RECVERR, &[7u8; 32])
-            .unwrap();
+        buf.push(libc::SOL_IP, libc::IP_RECVERR, &[7u8; 32]).unwrap();
         let bytes = buf.as_bytes();
         for cut in 0..=bytes.len() {
             for m in CmsgIter::new(&bytes[..cut]).flatten() {
@@ -496,13 +449,7 @@ mod tests {
         let mut buf = CmsgBuf::<32>::new();
         buf.push_udp_segment(1400).unwrap();
         let err = buf.push_txtime(1).unwrap_err();
-        assert_eq!(
-            err,
-            BufferFull {
-                needed: 24,
-                available: 8
-            }
-        );
+        assert_eq!(err, BufferFull { needed: 24, available: 8 });
         assert_eq!(buf.len(), 24, "a failed push leaves the buffer unchanged");
     }
 

@@ -38,13 +38,7 @@ const fn ioc(dir: u64, ty: u64, nr: u64, size: usize) -> libc::c_ulong {
 pub fn set_params(epfd: BorrowedFd<'_>, params: &EpollParams) -> io::Result<()> {
     // SAFETY: EPIOCSPARAMS reads one `struct epoll_params` from the pointer, which is
     // a live, initialised, repr(C) value of exactly that layout (eventpoll.h).
-    cvt(unsafe {
-        libc::ioctl(
-            epfd.as_raw_fd(),
-            EPIOCSPARAMS as _,
-            params as *const EpollParams,
-        )
-    })?;
+    cvt(unsafe { libc::ioctl(epfd.as_raw_fd(), EPIOCSPARAMS as _, params as *const EpollParams) })?;
     Ok(())
 }
 
@@ -53,13 +47,7 @@ pub fn get_params(epfd: BorrowedFd<'_>) -> io::Result<EpollParams> {
     let mut params = EpollParams::default();
     // SAFETY: EPIOCGPARAMS writes one `struct epoll_params` to the pointer, which is a
     // live, exclusively borrowed repr(C) value of exactly that layout.
-    cvt(unsafe {
-        libc::ioctl(
-            epfd.as_raw_fd(),
-            EPIOCGPARAMS as _,
-            &mut params as *mut EpollParams,
-        )
-    })?;
+    cvt(unsafe { libc::ioctl(epfd.as_raw_fd(), EPIOCGPARAMS as _, &mut params as *mut EpollParams) })?;
     Ok(params)
 }
 

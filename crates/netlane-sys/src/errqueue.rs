@@ -38,14 +38,7 @@ impl ExtendedErr {
     pub fn parse(data: &[u8]) -> Option<Self> {
         let b = data.get(..EXTENDED_ERR_LEN)?;
         let u32_at = |i: usize| u32::from_ne_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        Some(Self {
-            errno: u32_at(0),
-            origin: b[4],
-            kind: b[5],
-            code: b[6],
-            info: u32_at(8),
-            data: u32_at(12),
-        })
+        Some(Self { errno: u32_at(0), origin: b[4], kind: b[5], code: b[6], info: u32_at(8), data: u32_at(12) })
     }
 
     /// Encodes the struct (for tests and fixtures).
@@ -116,38 +109,20 @@ mod tests {
     use crate::cmsg::{Cmsg, CmsgBuf};
 
     fn zc(lo: u32, hi: u32, code: u8) -> ExtendedErr {
-        ExtendedErr {
-            errno: 0,
-            origin: consts::SO_EE_ORIGIN_ZEROCOPY,
-            kind: 0,
-            code,
-            info: lo,
-            data: hi,
-        }
+        ExtendedErr { errno: 0, origin: consts::SO_EE_ORIGIN_ZEROCOPY, kind: 0, code, info: lo, data: hi }
     }
 
     #[test]
     fn zerocopy_record_round_trips_through_a_control_buffer() {
         // As the kernel delivers it over IPv4: sock_extended_err + sockaddr_in offender.
-        let mut data = zc(5, 9, consts::SO_EE_CODE_ZEROCOPY_COPIED)
-            .to_bytes()
-            .to_vec();
+        let mut data = zc(5, 9, consts::SO_EE_CODE_ZEROCOPY_COPIED).to_bytes().to_vec();
         data.extend_from_slice(&[0u8; 16]);
         let mut buf = CmsgBuf::<128>::new();
         buf.push(libc::SOL_IP, libc::IP_RECVERR, &data).unwrap();
         let m = buf.iter().next().unwrap().unwrap();
-        let Cmsg::RecvErr(ee) = Cmsg::decode(m) else {
-            panic!("not decoded as RecvErr")
-        };
+        let Cmsg::RecvErr(ee) = Cmsg::decode(m) else { panic!("not decoded as RecvErr") };
         let r = ee.zerocopy().unwrap();
-        assert_eq!(
-            r,
-            ZerocopyRange {
-                lo: 5,
-                hi: 9,
-                copied: true
-            }
-        );
+        assert_eq!(r, ZerocopyRange { lo: 5, hi: 9, copied: true });
         assert_eq!(r.count(), 5);
         assert!(ee.txtime().is_none());
     }
@@ -161,14 +136,7 @@ mod tests {
         let Cmsg::RecvErr(ee) = Cmsg::decode(buf.iter().next().unwrap().unwrap()) else {
             panic!("not decoded as RecvErr")
         };
-        assert_eq!(
-            ee.zerocopy(),
-            Some(ZerocopyRange {
-                lo: 0,
-                hi: 0,
-                copied: false
-            })
-        );
+        assert_eq!(ee.zerocopy(), Some(ZerocopyRange { lo: 0, hi: 0, copied: false }));
     }
 
     #[test]
@@ -216,24 +184,14 @@ mod tests {
             info: 0x9abc_def0,
             data: 0x1234_5678,
         };
-        assert_eq!(
-            ee.txtime(),
-            Some(TxtimeError {
-                missed: true,
-                txtime_ns: 0x1234_5678_9abc_def0
-            })
-        );
+        assert_eq!(ee.txtime(), Some(TxtimeError { missed: true, txtime_ns: 0x1234_5678_9abc_def0 }));
     }
 
     #[test]
     fn short_data_is_rejected() {
         assert!(ExtendedErr::parse(&[0u8; 15]).is_none());
         let mut buf = CmsgBuf::<64>::new();
-        buf.push(libc::SOL_IP, libc::IP_RECVERR, &[1, 2, 3])
-            .unwrap();
-        assert!(matches!(
-            Cmsg::decode(buf.iter().next().unwrap().unwrap()),
-            Cmsg::Other(_)
-        ));
+        buf.push(libc::SOL_IP, libc::IP_RECVERR, &[1, 2, 3]).unwrap();
+        assert!(matches!(Cmsg::decode(buf.iter().next().unwrap().unwrap()), Cmsg::Other(_)));
     }
 }

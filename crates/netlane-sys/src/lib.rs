@@ -37,11 +37,7 @@ use std::io;
 /// Turns the C convention "-1 and errno" into an `io::Result`.
 #[inline]
 pub(crate) fn cvt<T: IsMinusOne>(res: T) -> io::Result<T> {
-    if res.is_minus_one() {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(res)
-    }
+    if res.is_minus_one() { Err(io::Error::last_os_error()) } else { Ok(res) }
 }
 
 /// Integer return types of libc calls that signal failure with -1.

@@ -134,12 +134,7 @@ pub fn sendmmsg(
     // borrowed for the whole call; sendmmsg(2) reads them and writes only `msg_len` of
     // the first `n` headers.
     let sent = cvt(unsafe {
-        libc::sendmmsg(
-            fd.as_raw_fd(),
-            hdrs.as_mut_ptr().cast::<libc::mmsghdr>(),
-            n as libc::c_uint,
-            flags,
-        )
+        libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr().cast::<libc::mmsghdr>(), n as libc::c_uint, flags)
     })?;
     Ok(sent as usize)
 }
@@ -178,17 +173,9 @@ pub fn recvmsg(
     let received = Received {
         len: n as usize,
         flags: msg.msg_flags,
-        control_len: if control.is_empty() {
-            0
-        } else {
-            msg.msg_controllen
-        },
+        control_len: if control.is_empty() { 0 } else { msg.msg_controllen },
     };
-    let source = if want_source {
-        sockaddr_to_std(&storage, msg.msg_namelen)
-    } else {
-        None
-    };
+    let source = if want_source { sockaddr_to_std(&storage, msg.msg_namelen) } else { None };
     Ok((received, source))
 }
 
@@ -196,13 +183,7 @@ pub fn recvmsg(
 /// `Ok(None)`: the queue is empty. On `Ok(Some(r))` the record is in
 /// `control[..r.control_len]`.
 pub fn recv_errqueue(fd: BorrowedFd<'_>, control: &mut [u8]) -> io::Result<Option<Received>> {
-    match recvmsg(
-        fd,
-        &mut [],
-        control,
-        false,
-        libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-    ) {
+    match recvmsg(fd, &mut [], control, false, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) {
         Ok((r, _)) => Ok(Some(r)),
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
         Err(e) => Err(e),
@@ -216,8 +197,7 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
         libc::AF_INET if len >= mem::size_of::<libc::sockaddr_in>() => {
             // SAFETY: the family is AF_INET and the kernel wrote at least a full
             // sockaddr_in; sockaddr_storage is aligned for every sockaddr type.
-            let sin =
-                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let sin = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
             Some(SocketAddr::V4(SocketAddrV4::new(
                 Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
                 u16::from_be(sin.sin_port),
@@ -226,9 +206,7 @@ fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Op
         libc::AF_INET6 if len >= mem::size_of::<libc::sockaddr_in6>() => {
             // SAFETY: the family is AF_INET6 and the kernel wrote a full sockaddr_in6;
             // sockaddr_storage is aligned for every sockaddr type.
-            let sin6 = unsafe {
-                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
-            };
+            let sin6 = unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
             Some(SocketAddr::V6(SocketAddrV6::new(
                 Ipv6Addr::from(sin6.sin6_addr.s6_addr),
                 u16::from_be(sin6.sin6_port),
@@ -288,11 +266,7 @@ impl RecvBatch {
             slots,
             control: vec![0; slots * control_per_slot],
             control_per_slot,
-            names: if with_sources {
-                vec![empty_name; slots]
-            } else {
-                Vec::new()
-            },
+            names: if with_sources { vec![empty_name; slots] } else { Vec::new() },
             meta: vec![SlotMeta::default(); slots],
             filled: 0,
         }
@@ -326,10 +300,8 @@ impl RecvBatch {
         for i in 0..n {
             // Pointer arithmetic stays inside the allocations: i < slots, and slab,
             // control and names hold `slots` entries each.
-            let iov = iovs[i].write(libc::iovec {
-                iov_base: slab.wrapping_add(i * self.slot_len).cast(),
-                iov_len: self.slot_len,
-            });
+            let iov = iovs[i]
+                .write(libc::iovec { iov_base: slab.wrapping_add(i * self.slot_len).cast(), iov_len: self.slot_len });
             let (name, namelen) = if with_names {
                 (
                     names.wrapping_add(i).cast::<libc::c_void>(),
@@ -391,10 +363,7 @@ impl RecvBatch {
             want_source,
             flags,
         )?;
-        self.meta[0] = SlotMeta {
-            received,
-            name_len: 0,
-        };
+        self.meta[0] = SlotMeta { received, name_len: 0 };
         if let (Some(addr), Some(slot)) = (source, self.names.first_mut()) {
             *slot = std_to_storage(addr);
             self.meta[0].name_len = mem::size_of::<libc::sockaddr_storage>() as u32;
@@ -461,32 +430,17 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         (tx, rx)
     }
 
     #[test]
     fn sendmsg_and_recvmsg_with_source() {
         let (tx, rx) = pair();
-        let n = sendmsg(
-            tx.as_fd(),
-            None,
-            &[IoSlice::new(b"he"), IoSlice::new(b"llo")],
-            &[],
-            0,
-        )
-        .unwrap();
+        let n = sendmsg(tx.as_fd(), None, &[IoSlice::new(b"he"), IoSlice::new(b"llo")], &[], 0).unwrap();
         assert_eq!(n, 5);
         let mut buf = [0u8; 16];
-        let (r, src) = recvmsg(
-            rx.as_fd(),
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut [],
-            true,
-            0,
-        )
-        .unwrap();
+        let (r, src) = recvmsg(rx.as_fd(), &mut [IoSliceMut::new(&mut buf)], &mut [], true, 0).unwrap();
         assert_eq!(&buf[..r.len], b"hello");
         assert_eq!(src, Some(tx.local_addr().unwrap()));
         assert!(!r.truncated());
@@ -501,9 +455,7 @@ mod tests {
         let mut batch = RecvBatch::new(16, 2048, 64, true);
         let mut got = Vec::new();
         while got.len() < 10 {
-            let n = batch
-                .recv_many(rx.as_fd(), 16, libc::MSG_WAITFORONE)
-                .unwrap();
+            let n = batch.recv_many(rx.as_fd(), 16, libc::MSG_WAITFORONE).unwrap();
             for i in 0..n {
                 assert_eq!(batch.source(i), Some(tx.local_addr().unwrap()));
                 got.push(batch.data(i).to_vec());
@@ -515,8 +467,7 @@ mod tests {
     #[test]
     fn sendmsg_to_explicit_destination() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let dst = SockAddr::from(rx.local_addr().unwrap());
         sendmsg(tx.as_fd(), Some(&dst), &[IoSlice::new(b"x")], &[], 0).unwrap();
@@ -542,11 +493,7 @@ mod tests {
     fn empty_errqueue_is_none() {
         let (tx, _rx) = pair();
         let mut ctl = CmsgBuf::<128>::new();
-        assert!(
-            recv_errqueue(tx.as_fd(), ctl.as_mut_capacity())
-                .unwrap()
-                .is_none()
-        );
+        assert!(recv_errqueue(tx.as_fd(), ctl.as_mut_capacity()).unwrap().is_none());
     }
 
     #[test]
@@ -554,16 +501,8 @@ mod tests {
         let (tx, _rx) = pair();
         let mut ctl = CmsgBuf::<64>::new();
         // UDP_SEGMENT must be a u16: a u32 is rejected by the kernel with EINVAL.
-        ctl.push(libc::SOL_UDP, libc::UDP_SEGMENT, &1400u32.to_ne_bytes())
-            .unwrap();
-        let err = sendmsg(
-            tx.as_fd(),
-            None,
-            &[IoSlice::new(&[0u8; 3000])],
-            ctl.as_bytes(),
-            0,
-        )
-        .unwrap_err();
+        ctl.push(libc::SOL_UDP, libc::UDP_SEGMENT, &1400u32.to_ne_bytes()).unwrap();
+        let err = sendmsg(tx.as_fd(), None, &[IoSlice::new(&[0u8; 3000])], ctl.as_bytes(), 0).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
     }
 }

@@ -53,11 +53,7 @@ pub fn wait_with_usage(child: &mut Child) -> io::Result<ChildUsage> {
         }
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    Ok(ChildUsage {
-        status: ExitStatus::from_raw(status),
-        user: tv(usage.ru_utime),
-        system: tv(usage.ru_stime),
-    })
+    Ok(ChildUsage { status: ExitStatus::from_raw(status), user: tv(usage.ru_utime), system: tv(usage.ru_stime) })
 }
 
 #[cfg(test)]
@@ -66,16 +62,10 @@ mod tests {
 
     #[test]
     fn reaps_with_usage() {
-        let mut child = Command::new("sh")
-            .arg("-c")
-            .arg("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
-            .spawn()
-            .unwrap();
+        let mut child =
+            Command::new("sh").arg("-c").arg("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done").spawn().unwrap();
         let u = wait_with_usage(&mut child).unwrap();
         assert!(u.status.success());
-        assert!(
-            u.user + u.system > Duration::ZERO,
-            "a busy loop used no CPU: {u:?}"
-        );
+        assert!(u.user + u.system > Duration::ZERO, "a busy loop used no CPU: {u:?}");
     }
 }

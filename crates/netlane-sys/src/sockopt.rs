@@ -20,15 +20,7 @@ pub fn get_int(fd: BorrowedFd<'_>, level: i32, name: i32) -> io::Result<i32> {
     let mut len = mem::size_of::<i32>() as libc::socklen_t;
     // SAFETY: `value` and `len` are live locals; getsockopt(2) writes at most `len`
     // bytes into `value` and updates `len`.
-    cvt(unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            (&mut value as *mut i32).cast(),
-            &mut len,
-        )
-    })?;
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut value as *mut i32).cast(), &mut len) })?;
     Ok(value)
 }
 
@@ -46,10 +38,7 @@ pub fn set_txtime(fd: BorrowedFd<'_>, clockid: libc::clockid_t, flags: u32) -> i
 
 /// Reads back `SO_TXTIME`: `(clockid, flags)`.
 pub fn get_txtime(fd: BorrowedFd<'_>) -> io::Result<(libc::clockid_t, u32)> {
-    let mut cfg = libc::sock_txtime {
-        clockid: 0,
-        flags: 0,
-    };
+    let mut cfg = libc::sock_txtime { clockid: 0, flags: 0 };
     let mut len = mem::size_of::<libc::sock_txtime>() as libc::socklen_t;
     // SAFETY: `cfg` and `len` are live locals; the kernel writes at most `len` bytes.
     cvt(unsafe {
@@ -89,28 +78,14 @@ mod tests {
     fn int_round_trip() {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         set_int(s.as_fd(), libc::SOL_SOCKET, libc::SO_PRIORITY, 3).unwrap();
-        assert_eq!(
-            get_int(s.as_fd(), libc::SOL_SOCKET, libc::SO_PRIORITY).unwrap(),
-            3
-        );
+        assert_eq!(get_int(s.as_fd(), libc::SOL_SOCKET, libc::SO_PRIORITY).unwrap(), 3);
     }
 
     #[test]
     fn txtime_round_trip() {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-        set_txtime(
-            s.as_fd(),
-            libc::CLOCK_MONOTONIC,
-            crate::consts::SOF_TXTIME_REPORT_ERRORS,
-        )
-        .unwrap();
-        assert_eq!(
-            get_txtime(s.as_fd()).unwrap(),
-            (
-                libc::CLOCK_MONOTONIC,
-                crate::consts::SOF_TXTIME_REPORT_ERRORS
-            )
-        );
+        set_txtime(s.as_fd(), libc::CLOCK_MONOTONIC, crate::consts::SOF_TXTIME_REPORT_ERRORS).unwrap();
+        assert_eq!(get_txtime(s.as_fd()).unwrap(), (libc::CLOCK_MONOTONIC, crate::consts::SOF_TXTIME_REPORT_ERRORS));
     }
 
     #[test]

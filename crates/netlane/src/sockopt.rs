@@ -29,21 +29,12 @@ pub fn set_zerocopy(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// `SO_TXTIME` on `CLOCK_MONOTONIC` (what fq expects), reporting errors on the error
 /// queue.
 pub fn set_txtime_monotonic(fd: BorrowedFd<'_>) -> io::Result<()> {
-    netlane_sys::sockopt::set_txtime(
-        fd,
-        libc::CLOCK_MONOTONIC,
-        netlane_sys::consts::SOF_TXTIME_REPORT_ERRORS,
-    )
+    netlane_sys::sockopt::set_txtime(fd, libc::CLOCK_MONOTONIC, netlane_sys::consts::SOF_TXTIME_REPORT_ERRORS)
 }
 
 /// `SO_MAX_PACING_RATE` in bytes per second (honoured by TCP, and by fq for others).
 pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
-    set_u64(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_MAX_PACING_RATE,
-        bytes_per_sec,
-    )
+    set_u64(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes_per_sec)
 }
 
 /// `SO_RCVBUFFORCE` (needs CAP_NET_ADMIN), falling back to `SO_RCVBUF` (capped by
@@ -73,32 +64,17 @@ pub fn incoming_napi_id(fd: BorrowedFd<'_>) -> io::Result<u32> {
 
 /// `SO_BUSY_POLL`: microseconds to busy-poll on a blocking read.
 pub fn set_busy_poll(fd: BorrowedFd<'_>, usecs: u32) -> io::Result<()> {
-    set_int(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_BUSY_POLL,
-        usecs.min(i32::MAX as u32) as i32,
-    )
+    set_int(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL, usecs.min(i32::MAX as u32) as i32)
 }
 
 /// `SO_PREFER_BUSY_POLL` (Linux 5.11).
 pub fn set_prefer_busy_poll(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    set_int(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_PREFER_BUSY_POLL,
-        i32::from(on),
-    )
+    set_int(fd, libc::SOL_SOCKET, libc::SO_PREFER_BUSY_POLL, i32::from(on))
 }
 
 /// `SO_BUSY_POLL_BUDGET` (Linux 5.11; above 64 needs CAP_NET_ADMIN).
 pub fn set_busy_poll_budget(fd: BorrowedFd<'_>, budget: u16) -> io::Result<()> {
-    set_int(
-        fd,
-        libc::SOL_SOCKET,
-        libc::SO_BUSY_POLL_BUDGET,
-        i32::from(budget),
-    )
+    set_int(fd, libc::SOL_SOCKET, libc::SO_BUSY_POLL_BUDGET, i32::from(budget))
 }
 
 /// `IP_MTU_DISCOVER`/`IPV6_MTU_DISCOVER` = `PMTUDISC_DO`: never fragment; a datagram
@@ -106,19 +82,9 @@ pub fn set_busy_poll_budget(fd: BorrowedFd<'_>, budget: u16) -> io::Result<()> {
 /// segment sizes rather than fragment them.
 pub fn set_dont_fragment(fd: BorrowedFd<'_>, ipv6: bool) -> io::Result<()> {
     if ipv6 {
-        set_int(
-            fd,
-            libc::IPPROTO_IPV6,
-            libc::IPV6_MTU_DISCOVER,
-            libc::IPV6_PMTUDISC_DO,
-        )
+        set_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)
     } else {
-        set_int(
-            fd,
-            libc::IPPROTO_IP,
-            libc::IP_MTU_DISCOVER,
-            libc::IP_PMTUDISC_DO,
-        )
+        set_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)
     }
 }
 

@@ -10,9 +10,7 @@ use nix::time::{ClockId, ClockNanosleepFlags, clock_gettime, clock_nanosleep};
 pub fn monotonic_ns() -> u64 {
     // CLOCK_MONOTONIC cannot fail on Linux (clock_gettime(2): EINVAL only for unknown
     // clocks); fall back to zero rather than panic.
-    clock_gettime(ClockId::CLOCK_MONOTONIC)
-        .map(to_ns)
-        .unwrap_or(0)
+    clock_gettime(ClockId::CLOCK_MONOTONIC).map(to_ns).unwrap_or(0)
 }
 
 fn to_ns(ts: TimeSpec) -> u64 {
@@ -21,16 +19,9 @@ fn to_ns(ts: TimeSpec) -> u64 {
 
 /// Sleeps until `CLOCK_MONOTONIC` reaches `deadline_ns` (returns at once if it has).
 pub fn sleep_until(deadline_ns: u64) {
-    let ts = TimeSpec::new(
-        (deadline_ns / 1_000_000_000) as _,
-        (deadline_ns % 1_000_000_000) as _,
-    );
+    let ts = TimeSpec::new((deadline_ns / 1_000_000_000) as _, (deadline_ns % 1_000_000_000) as _);
     loop {
-        match clock_nanosleep(
-            ClockId::CLOCK_MONOTONIC,
-            ClockNanosleepFlags::TIMER_ABSTIME,
-            &ts,
-        ) {
+        match clock_nanosleep(ClockId::CLOCK_MONOTONIC, ClockNanosleepFlags::TIMER_ABSTIME, &ts) {
             Err(nix::errno::Errno::EINTR) => continue,
             _ => return,
         }

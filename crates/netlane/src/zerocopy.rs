@@ -42,11 +42,7 @@ pub struct ZerocopyStats {
 impl ZerocopyStats {
     /// Fraction of completed sends that were copied (0 when none completed).
     pub fn copied_fraction(&self) -> f64 {
-        if self.completed == 0 {
-            0.0
-        } else {
-            self.copied as f64 / self.completed as f64
-        }
+        if self.completed == 0 { 0.0 } else { self.copied as f64 / self.completed as f64 }
     }
 }
 
@@ -81,11 +77,7 @@ impl<T> Tracker<T> {
     /// A tracker whose next send will take counter value `first` (for tests of the wrap,
     /// or a socket that already made zerocopy sends).
     pub fn starting_at(first: u32) -> Self {
-        Self {
-            base: first,
-            slots: VecDeque::new(),
-            stats: ZerocopyStats::default(),
-        }
+        Self { base: first, slots: VecDeque::new(), stats: ZerocopyStats::default() }
     }
 
     /// Registers a successful zerocopy send holding `token`; returns its counter value.
@@ -150,10 +142,7 @@ impl<T> Tracker<T> {
 
     /// Sends registered but not yet completed.
     pub fn outstanding(&self) -> usize {
-        self.slots
-            .iter()
-            .filter(|s| matches!(s, Slot::Pending(_)))
-            .count()
+        self.slots.iter().filter(|s| matches!(s, Slot::Pending(_))).count()
     }
 
     /// Whether every registered send has completed.
@@ -170,11 +159,7 @@ impl<T> Tracker<T> {
 /// Reads every pending record from `fd`'s error queue without blocking and applies
 /// the zerocopy completions to `tracker`. Returns the number of notifications read.
 /// Other records (ICMP errors, txtime errors) are counted in `other`.
-pub fn drain_errqueue<T>(
-    fd: BorrowedFd<'_>,
-    tracker: &mut Tracker<T>,
-    other: &mut u64,
-) -> io::Result<usize> {
+pub fn drain_errqueue<T>(fd: BorrowedFd<'_>, tracker: &mut Tracker<T>, other: &mut u64) -> io::Result<usize> {
     let mut control = CmsgBuf::<128>::new();
     let mut n = 0;
     while let Some(r) = netlane_sys::msg::recv_errqueue(fd, control.as_mut_capacity())? {
@@ -219,16 +204,7 @@ mod tests {
         assert_eq!(t.pop_completed(), Some(3));
         assert_eq!(t.pop_completed(), Some(4));
         let s = t.stats();
-        assert_eq!(
-            (
-                s.sends,
-                s.completed,
-                s.copied,
-                s.notifications,
-                s.unexpected
-            ),
-            (5, 5, 3, 2, 0)
-        );
+        assert_eq!((s.sends, s.completed, s.copied, s.notifications, s.unexpected), (5, 5, 3, 2, 0));
         assert!(t.all_completed());
         assert!((s.copied_fraction() - 0.6).abs() < 1e-9);
     }
@@ -242,12 +218,7 @@ mod tests {
         t.on_completion(range(2, 3, false));
         assert_eq!(t.pop_completed(), None, "send 0 is still in flight");
         t.on_completion(range(0, 1, false));
-        assert_eq!(
-            (0..4)
-                .map(|_| t.pop_completed().unwrap())
-                .collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
-        );
+        assert_eq!((0..4).map(|_| t.pop_completed().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
     }
 
     #[test]
@@ -258,12 +229,7 @@ mod tests {
         t.on_completion(range(u32::MAX - 1, 1, true));
         assert_eq!(t.stats().completed, 4);
         assert_eq!(t.stats().unexpected, 0);
-        assert_eq!(
-            (0..4)
-                .map(|_| t.pop_completed().unwrap())
-                .collect::<Vec<_>>(),
-            vec![0, 1, 2, 3]
-        );
+        assert_eq!((0..4).map(|_| t.pop_completed().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
     }
 
     #[test]

@@ -17,10 +17,8 @@ fn udp_roundtrip(hosts: &TwoHosts, ipv6: bool) {
             s
         })
         .unwrap();
-    let client = hosts
-        .tx
-        .run(|| std::net::UdpSocket::bind(if ipv6 { "[::]:0" } else { "0.0.0.0:0" }).unwrap())
-        .unwrap();
+    let client =
+        hosts.tx.run(|| std::net::UdpSocket::bind(if ipv6 { "[::]:0" } else { "0.0.0.0:0" }).unwrap()).unwrap();
     client.send_to(b"hello", rx_addr).unwrap();
     let mut buf = [0u8; 16];
     let (n, from) = server.recv_from(&mut buf).unwrap();
@@ -36,32 +34,17 @@ fn two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop() {
     let hosts = TwoHosts::create("topo-test", LinkConfig::default()).unwrap();
     let names = [hosts.tx.name().to_string(), hosts.rx.name().to_string()];
     for n in &names {
-        assert!(
-            common::netns_names().contains(n),
-            "{n} should exist while the guard lives"
-        );
+        assert!(common::netns_names().contains(n), "{n} should exist while the guard lives");
     }
     udp_roundtrip(&hosts, false);
     udp_roundtrip(&hosts, true);
     // The receive knobs took effect.
-    assert!(matches!(
-        hosts
-            .rx
-            .read_sysfs("class/net/rx0/threaded")
-            .unwrap()
-            .as_str(),
-        "1" | "enabled"
-    ));
+    assert!(matches!(hosts.rx.read_sysfs("class/net/rx0/threaded").unwrap().as_str(), "1" | "enabled"));
     let features = hosts.rx.with_ethtool(|e| e.active_features("rx0")).unwrap();
     assert_eq!(features.get("rx-gro"), Some(&true));
     assert_eq!(features.get("rx-udp-gro-forwarding"), Some(&true));
     // The netns is visible to `ip netns exec` too.
-    let out = hosts
-        .rx
-        .command("ip")
-        .args(["-o", "link", "show", "rx0"])
-        .output()
-        .unwrap();
+    let out = hosts.rx.command("ip").args(["-o", "link", "show", "rx0"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("rx0"));
     assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue");
     drop(hosts);
@@ -77,28 +60,16 @@ fn guard_cleans_up_when_the_test_panics() {
     }
     let names = std::sync::Mutex::new(Vec::new());
     let result = std::panic::catch_unwind(|| {
-        let hosts = TwoHosts::create(
-            "panic-test",
-            LinkConfig {
-                rx: RxTuning::none(),
-                ..LinkConfig::default()
-            },
-        )
-        .unwrap();
-        names
-            .lock()
-            .unwrap()
-            .extend([hosts.tx.name().to_string(), hosts.rx.name().to_string()]);
+        let hosts =
+            TwoHosts::create("panic-test", LinkConfig { rx: RxTuning::none(), ..LinkConfig::default() }).unwrap();
+        names.lock().unwrap().extend([hosts.tx.name().to_string(), hosts.rx.name().to_string()]);
         panic!("boom");
     });
     assert!(result.is_err());
     let names = names.into_inner().unwrap();
     assert_eq!(names.len(), 2);
     for n in &names {
-        assert!(
-            !common::netns_names().contains(n),
-            "{n} left behind after a panic"
-        );
+        assert!(!common::netns_names().contains(n), "{n} left behind after a panic");
     }
 }
 
@@ -137,23 +108,13 @@ fn bottleneck_qdisc_is_installed_and_counts() {
         return;
     }
     let hosts = TwoHosts::create("tbf-test", LinkConfig::default()).unwrap();
-    hosts
-        .set_bottleneck(25_000_000, 32 * 1024, 64 * 1024)
-        .unwrap();
+    hosts.set_bottleneck(25_000_000, 32 * 1024, 64 * 1024).unwrap();
     let (kind, _) = hosts.egress_qdisc().unwrap();
     assert_eq!(kind, "tbf");
     // Check the rate with tc's own reading of it.
-    let out = hosts
-        .tx
-        .command("tc")
-        .args(["qdisc", "show", "dev", "tx0"])
-        .output()
-        .unwrap();
+    let out = hosts.tx.command("tc").args(["qdisc", "show", "dev", "tx0"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("tbf") && text.contains("200Mbit"),
-        "tc shows: {text}"
-    );
+    assert!(text.contains("tbf") && text.contains("200Mbit"), "tc shows: {text}");
     // A second root qdisc is refused with the kernel's message.
     let err = hosts.set_bottleneck(1_000_000, 2000, 10_000).unwrap_err();
     assert!(matches!(err, TopologyError::Netlink(_)), "{err}");
@@ -168,16 +129,10 @@ fn missing_qdisc_kind_is_reported_with_the_kernels_words() {
         return;
     }
     let hosts = TwoHosts::create("qdisc-kind", LinkConfig::default()).unwrap();
-    let err = hosts
-        .tx
-        .with_rtnl(|r| r.add_root_qdisc(hosts.tx_index, "no-such-qdisc"))
-        .unwrap_err();
+    let err = hosts.tx.with_rtnl(|r| r.add_root_qdisc(hosts.tx_index, "no-such-qdisc")).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("no-such-qdisc"), "{text}");
-    assert!(
-        text.contains("kernel says"),
-        "the extended ACK message is shown: {text}"
-    );
+    assert!(text.contains("kernel says"), "the extended ACK message is shown: {text}");
 }
 
 #[test]
@@ -202,21 +157,10 @@ fn spawned_threads_run_inside_the_namespace() {
     }
     let ns = Netns::create("spawn").unwrap();
     let inner = std::fs::read_link("/proc/self/ns/net").unwrap();
-    let t = ns
-        .spawn("probe", || {
-            std::fs::read_link("/proc/thread-self/ns/net").unwrap()
-        })
-        .unwrap();
+    let t = ns.spawn("probe", || std::fs::read_link("/proc/thread-self/ns/net").unwrap()).unwrap();
     let seen = t.join().unwrap();
     assert_ne!(seen, inner, "the thread saw the caller's namespace");
     // A child process as well.
-    let out = ns
-        .command("readlink")
-        .arg("/proc/self/ns/net")
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        seen.to_string_lossy()
-    );
+    let out = ns.command("readlink").arg("/proc/self/ns/net").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), seen.to_string_lossy());
 }

@@ -27,10 +27,7 @@ impl CpuTime {
 impl Sub for CpuTime {
     type Output = CpuTime;
     fn sub(self, rhs: CpuTime) -> CpuTime {
-        CpuTime {
-            user_s: (self.user_s - rhs.user_s).max(0.0),
-            system_s: (self.system_s - rhs.system_s).max(0.0),
-        }
+        CpuTime { user_s: (self.user_s - rhs.user_s).max(0.0), system_s: (self.system_s - rhs.system_s).max(0.0) }
     }
 }
 
@@ -38,10 +35,7 @@ fn usage(who: UsageWho) -> CpuTime {
     match getrusage(who) {
         Ok(u) => {
             let secs = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            CpuTime {
-                user_s: secs(u.user_time()),
-                system_s: secs(u.system_time()),
-            }
+            CpuTime { user_s: secs(u.user_time()), system_s: secs(u.system_time()) }
         }
         // getrusage cannot fail for these `who` values (getrusage(2): EINVAL only for
         // an unknown `who`).
@@ -100,9 +94,7 @@ impl SystemCpu {
     /// Reads `/proc/stat`.
     pub fn read() -> io::Result<Self> {
         let text = fs::read_to_string("/proc/stat")?;
-        Self::parse(&text).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format")
-        })
+        Self::parse(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format"))
     }
 
     /// Parses the text of `/proc/stat`.
@@ -174,18 +166,16 @@ pub fn secs(d: Duration) -> f64 {
 mod tests {
     use super::*;
 
-    const SAMPLE: &str = "cpu  100 5 50 1000 10 3 20 2 0 0\ncpu0 50 2 25 500 5 1 10 1 0 0\ncpu1 50 3 25 500 5 2 10 1 0 0\nintr 1 2 3\n";
+    const SAMPLE: &str =
+        "cpu  100 5 50 1000 10 3 20 2 0 0\ncpu0 50 2 25 500 5 1 10 1 0 0\ncpu1 50 3 25 500 5 2 10 1 0 0\nintr 1 2 3\n";
 
     #[test]
     fn parses_proc_stat() {
         let s = SystemCpu::parse(SAMPLE).unwrap();
         assert_eq!(s.cpus, 2);
-        let later = SystemCpu::parse(&SAMPLE.replacen(
-            "cpu  100 5 50 1000 10 3 20 2",
-            "cpu  200 5 150 1100 10 3 120 2",
-            1,
-        ))
-        .unwrap();
+        let later =
+            SystemCpu::parse(&SAMPLE.replacen("cpu  100 5 50 1000 10 3 20 2", "cpu  200 5 150 1100 10 3 120 2", 1))
+                .unwrap();
         let d = s.delta(&later);
         let hz = clock_ticks_per_sec();
         assert!((d.busy_s - 300.0 / hz).abs() < 1e-9);

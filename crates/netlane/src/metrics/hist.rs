@@ -4,7 +4,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 /// A histogram of values from 1 to one hour in nanoseconds, 3 significant digits.
-/// Values outside the range are clamped (and so still counted).
+/// Zero is recorded as zero; values above an hour are clamped (and so still counted).
 #[derive(Debug, Clone)]
 pub struct Hist {
     h: Histogram<u64>,
@@ -53,7 +53,7 @@ impl Hist {
 
     /// Records one value.
     pub fn record(&mut self, v: u64) {
-        self.h.saturating_record(v.clamp(1, HIGHEST));
+        self.h.saturating_record(v.min(HIGHEST));
     }
 
     /// Adds another histogram's values.

@@ -18,11 +18,7 @@ pub struct ParseError {
 }
 
 fn err(what: &'static str, input: &str, reason: impl Into<String>) -> ParseError {
-    ParseError {
-        what,
-        input: input.to_string(),
-        reason: reason.into(),
-    }
+    ParseError { what, input: input.to_string(), reason: reason.into() }
 }
 
 fn split_number(s: &str) -> (&str, &str) {
@@ -34,9 +30,7 @@ fn split_number(s: &str) -> (&str, &str) {
 }
 
 fn number(what: &'static str, input: &str, num: &str) -> Result<f64, ParseError> {
-    let v: f64 = num
-        .parse()
-        .map_err(|_| err(what, input, "expected a number with an optional unit"))?;
+    let v: f64 = num.parse().map_err(|_| err(what, input, "expected a number with an optional unit"))?;
     if !v.is_finite() {
         return Err(err(what, input, "not a finite number"));
     }
@@ -112,11 +106,7 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
         "" | "s" => v,
         "m" | "min" => v * 60.0,
         _ => {
-            return Err(err(
-                "duration",
-                input,
-                "unknown unit (use ns, us, ms, s or m)",
-            ));
+            return Err(err("duration", input, "unknown unit (use ns, us, ms, s or m)"));
         }
     };
     if secs > 1e9 {
@@ -175,16 +165,7 @@ mod tests {
         assert_eq!(parse_rate("200mbit").unwrap(), 25_000_000);
         assert_eq!(parse_rate("1MiB/s").unwrap(), 1_048_576);
         assert_eq!(parse_rate("12345").unwrap(), 12345);
-        for bad in [
-            "0",
-            "0MB/s",
-            "-5MB/s",
-            "fast",
-            "10 furlongs",
-            "",
-            "NaN",
-            "inf",
-        ] {
+        for bad in ["0", "0MB/s", "-5MB/s", "fast", "10 furlongs", "", "NaN", "inf"] {
             assert!(parse_rate(bad).is_err(), "{bad} should be rejected");
         }
         let e = parse_rate("0MB/s").unwrap_err().to_string();
@@ -206,10 +187,7 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("250us").unwrap(), Duration::from_micros(250));
-        assert_eq!(
-            parse_duration("0.25ms").unwrap(),
-            Duration::from_micros(250)
-        );
+        assert_eq!(parse_duration("0.25ms").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
         assert!(parse_duration("1 fortnight").is_err());

@@ -16,6 +16,8 @@
 //! batch (measured on this machine class: without threaded NAPI nothing coalesces).
 
 pub mod ethtool;
+mod genl;
+pub mod netdev;
 pub mod netlink;
 mod netns;
 pub mod registry;
@@ -73,6 +75,8 @@ pub struct RxTuning {
     pub gro_flush_timeout_ns: Option<u64>,
     /// `/sys/class/net/<dev>/napi_defer_hard_irqs`.
     pub napi_defer_hard_irqs: Option<u32>,
+    /// CPU to run the threaded-NAPI kernel threads on (like a NIC's IRQ affinity).
+    pub napi_cpu: Option<usize>,
 }
 
 impl RxTuning {
@@ -83,12 +87,7 @@ impl RxTuning {
 
     /// NAPI with GRO in a kernel thread: the closest veth gets to a NIC.
     pub fn threaded_napi() -> Self {
-        Self {
-            gro: true,
-            udp_gro_forwarding: true,
-            threaded_napi: true,
-            ..Self::default()
-        }
+        Self { gro: true, udp_gro_forwarding: true, threaded_napi: true, ..Self::default() }
     }
 
     /// Short description for reports ("threaded-napi+gro", "none", ...).
@@ -109,15 +108,15 @@ impl RxTuning {
         if let Some(n) = self.napi_defer_hard_irqs {
             parts.push(format!("defer-irqs={n}"));
         }
-        if parts.is_empty() {
-            "none".into()
-        } else {
-            parts.join("+")
+        if let (true, Some(cpu)) = (self.threaded_napi, self.napi_cpu) {
+            parts.push(format!("napi-cpu={cpu}"));
         }
+        if parts.is_empty() { "none".into() } else { parts.join("+") }
     }
 
-    /// Applies the tuning to device `dev` in `ns`, and checks it took effect.
-    pub fn apply(&self, ns: &Netns, dev: &str) -> Result<(), TopologyError> {
+    /// Applies the tuning to device `dev` (interface index `ifindex`) in `ns`, and
+    /// checks it took effect.
+    pub fn apply(&self, ns: &Netns, dev: &str, ifindex: u32) -> Result<(), TopologyError> {
         let mut features = Vec::new();
         if self.gro {
             features.push(("rx-gro", true));
@@ -145,13 +144,37 @@ impl RxTuning {
             // `threaded` reads back as "1" or "enabled" depending on the kernel.
             let ok = now == value || (knob == "threaded" && now == "enabled");
             if !ok {
-                return Err(TopologyError::Unsupported(format!(
-                    "{dev}: {knob} reads {now:?} after writing {value:?}"
-                )));
+                return Err(TopologyError::Unsupported(format!("{dev}: {knob} reads {now:?} after writing {value:?}")));
             }
+        }
+        if let (true, Some(cpu)) = (self.threaded_napi, self.napi_cpu) {
+            pin_napi_threads(ns, dev, ifindex, cpu)?;
         }
         Ok(())
     }
+
+    /// Like [`RxTuning::threaded_napi`], with the NAPI threads on `cpu`.
+    pub fn threaded_napi_on(cpu: usize) -> Self {
+        Self { napi_cpu: Some(cpu), ..Self::threaded_napi() }
+    }
+}
+
+/// Pins the threaded-NAPI kernel threads of `ifindex` to `cpu`.
+fn pin_napi_threads(ns: &Netns, dev: &str, ifindex: u32, cpu: usize) -> Result<(), TopologyError> {
+    let napis = ns.run(move || netdev::Netdev::open().and_then(|mut n| n.napis(ifindex)))??;
+    let pids: Vec<u32> = napis.iter().filter_map(|n| n.pid).collect();
+    if pids.is_empty() {
+        return Err(TopologyError::Unsupported(format!("{dev} has no threaded NAPI kernel thread to pin")));
+    }
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu).map_err(|_| TopologyError::Invalid(format!("CPU {cpu} does not exist")))?;
+    for pid in pids {
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| TopologyError::Io {
+            what: format!("pin NAPI thread {pid} of {dev} to CPU {cpu}"),
+            source: e.into(),
+        })?;
+    }
+    Ok(())
 }
 
 /// A veth link between two namespaces.
@@ -167,11 +190,7 @@ pub struct LinkConfig {
 
 impl Default for LinkConfig {
     fn default() -> Self {
-        Self {
-            mtu: 1500,
-            queues: 1,
-            rx: RxTuning::threaded_napi(),
-        }
+        Self { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi() }
     }
 }
 
@@ -209,24 +228,15 @@ impl TwoHosts {
     /// Builds the two namespaces and the link. `label` goes into the namespace names.
     pub fn create(label: &str, config: LinkConfig) -> Result<Self, TopologyError> {
         if !(68..=65535).contains(&config.mtu) {
-            return Err(TopologyError::Invalid(format!(
-                "MTU {} is outside 68..=65535",
-                config.mtu
-            )));
+            return Err(TopologyError::Invalid(format!("MTU {} is outside 68..=65535", config.mtu)));
         }
         if !(1..=64).contains(&config.queues) {
-            return Err(TopologyError::Invalid(format!(
-                "queue count {} is outside 1..=64",
-                config.queues
-            )));
+            return Err(TopologyError::Invalid(format!("queue count {} is outside 1..=64", config.queues)));
         }
         let tx = Netns::create(&format!("{label}-tx"))?;
         let rx = Netns::create(&format!("{label}-rx"))?;
         let (tx_if, rx_if) = ("tx0".to_string(), "rx0".to_string());
-        let (tx_fd, rx_fd) = (
-            std::os::fd::AsRawFd::as_raw_fd(&tx.fd()),
-            std::os::fd::AsRawFd::as_raw_fd(&rx.fd()),
-        );
+        let (tx_fd, rx_fd) = (std::os::fd::AsRawFd::as_raw_fd(&tx.fd()), std::os::fd::AsRawFd::as_raw_fd(&rx.fd()));
         // The request goes through the tx namespace's socket; both ends are placed
         // directly in their namespaces by fd.
         tx.with_rtnl(|r| r.add_veth(&tx_if, tx_fd, &rx_if, rx_fd, config.mtu, config.queues))?;
@@ -244,41 +254,73 @@ impl TwoHosts {
             r.set_up(i)?;
             Ok(i)
         })?;
-        config.rx.apply(&rx, &rx_if)?;
-        Ok(Self {
-            tx,
-            rx,
-            tx_if,
-            rx_if,
-            tx_index,
-            rx_index,
-            config,
-        })
+        config.rx.apply(&rx, &rx_if, rx_index)?;
+        // Static neighbours: no ARP or neighbour discovery during measurements, and no
+        // first datagrams lost while the first solicitation is unanswered.
+        let tx_mac = tx.with_rtnl(|r| r.link_mac(tx_index))?;
+        let rx_mac = rx.with_rtnl(|r| r.link_mac(rx_index))?;
+        tx.with_rtnl(|r| {
+            r.add_neighbour(tx_index, Self::RX_V4.into(), &rx_mac)?;
+            r.add_neighbour(tx_index, Self::RX_V6.into(), &rx_mac)
+        })?;
+        rx.with_rtnl(|r| {
+            r.add_neighbour(rx_index, Self::TX_V4.into(), &tx_mac)?;
+            r.add_neighbour(rx_index, Self::TX_V6.into(), &tx_mac)
+        })?;
+        let hosts = Self { tx, rx, tx_if, rx_if, tx_index, rx_index, config };
+        hosts.wait_until_ready()?;
+        Ok(hosts)
+    }
+
+    /// Sends probe datagrams tx -> rx over IPv4 and IPv6 until one arrives on each, so a
+    /// returned topology carries traffic at once. Fails after 5 seconds.
+    fn wait_until_ready(&self) -> Result<(), TopologyError> {
+        for ipv6 in [false, true] {
+            let bind = std::net::SocketAddr::new(self.rx_addr(ipv6), 0);
+            let rx = self.rx.run(move || -> std::io::Result<std::net::UdpSocket> {
+                let s = std::net::UdpSocket::bind(bind)?;
+                s.set_read_timeout(Some(std::time::Duration::from_millis(10)))?;
+                Ok(s)
+            })?;
+            let rx = rx.map_err(|source| TopologyError::Io { what: "bind readiness probe".into(), source })?;
+            let dst = rx.local_addr().map_err(|source| TopologyError::Io { what: "probe address".into(), source })?;
+            let any = if ipv6 { "[::]:0" } else { "0.0.0.0:0" };
+            let tx = self.tx.run(move || std::net::UdpSocket::bind(any))?;
+            let tx = tx.map_err(|source| TopologyError::Io { what: "bind readiness probe".into(), source })?;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let mut buf = [0u8; 16];
+            loop {
+                let _ = tx.send_to(b"netlane-ready", dst);
+                if rx.recv(&mut buf).is_ok() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    return Err(TopologyError::Unsupported(format!(
+                        "the {} path {} -> {} did not carry a datagram within 5 s",
+                        if ipv6 { "IPv6" } else { "IPv4" },
+                        self.tx_addr(ipv6),
+                        self.rx_addr(ipv6)
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The tx host's address.
     pub fn tx_addr(&self, ipv6: bool) -> IpAddr {
-        if ipv6 {
-            Self::TX_V6.into()
-        } else {
-            Self::TX_V4.into()
-        }
+        if ipv6 { Self::TX_V6.into() } else { Self::TX_V4.into() }
     }
 
     /// The rx host's address.
     pub fn rx_addr(&self, ipv6: bool) -> IpAddr {
-        if ipv6 {
-            Self::RX_V6.into()
-        } else {
-            Self::RX_V4.into()
-        }
+        if ipv6 { Self::RX_V6.into() } else { Self::RX_V4.into() }
     }
 
     /// Puts a token bucket on the tx end: `rate` bytes/s, `burst` bytes of bucket,
     /// `limit` bytes of queue (beyond which packets are dropped).
     pub fn set_bottleneck(&self, rate: u64, burst: u32, limit: u32) -> Result<(), TopologyError> {
-        self.tx
-            .with_rtnl(|r| r.add_tbf(self.tx_index, rate, burst, limit))
+        self.tx.with_rtnl(|r| r.add_tbf(self.tx_index, rate, burst, limit))
     }
 
     /// Kind and counters of the tx end's root qdisc ("noqueue" without one).

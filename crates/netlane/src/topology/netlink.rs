@@ -14,16 +14,12 @@ use std::net::IpAddr;
 use std::os::fd::RawFd;
 
 use netlink_packet_core::{
-    DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST,
-    NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
-    NlaBuffer, NlasIterator,
+    DefaultNla, NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REQUEST, NetlinkDeserializable, NetlinkHeader,
+    NetlinkMessage, NetlinkPayload, NetlinkSerializable, NlaBuffer, NlasIterator,
 };
-use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope,
-};
-use netlink_packet_route::link::{
-    InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage,
-};
+use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope};
+use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
+use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -57,11 +53,7 @@ impl std::error::Error for NetlinkError {
 
 impl NetlinkError {
     pub(crate) fn io(op: &str, source: io::Error) -> Self {
-        Self {
-            op: op.to_string(),
-            source,
-            message: None,
-        }
+        Self { op: op.to_string(), source, message: None }
     }
 
     /// The OS error number.
@@ -79,15 +71,13 @@ const NLMSGHDR_LEN: usize = 16;
 /// by NETLINK_CAP_ACK, followed by attributes).
 fn ext_ack_message(payload: &[u8]) -> Option<String> {
     let attrs = payload.get(NLMSGHDR_LEN..)?;
-    NlasIterator::new(attrs)
-        .filter_map(Result::ok)
-        .find_map(|nla: NlaBuffer<&[u8]>| {
-            (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
-                let v = nla.value();
-                let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-                String::from_utf8_lossy(&v[..end]).trim().to_string()
-            })
+    NlasIterator::new(attrs).filter_map(Result::ok).find_map(|nla: NlaBuffer<&[u8]>| {
+        (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
+            let v = nla.value();
+            let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
+            String::from_utf8_lossy(&v[..end]).trim().to_string()
         })
+    })
 }
 
 /// Rounds a netlink message length up to 4 bytes.
@@ -109,13 +99,7 @@ pub(crate) fn open_socket(protocol: isize) -> io::Result<Socket> {
 
 /// Sends one request with sequence number `seq` and collects the replies until the
 /// kernel's ACK (or DONE, for dumps). Replies this crate cannot decode are skipped.
-pub(crate) fn transact<I>(
-    sock: &Socket,
-    seq: u32,
-    op: &str,
-    msg: I,
-    flags: u16,
-) -> Result<Vec<I>, NetlinkError>
+pub(crate) fn transact<I>(sock: &Socket, seq: u32, op: &str, msg: I, flags: u16) -> Result<Vec<I>, NetlinkError>
 where
     I: NetlinkSerializable + NetlinkDeserializable + fmt::Debug,
 {
@@ -132,8 +116,7 @@ where
         let (data, _) = sock.recv_from_full().map_err(|e| NetlinkError::io(op, e))?;
         let mut off = 0;
         while off + NLMSGHDR_LEN <= data.len() {
-            let len = u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]])
-                as usize;
+            let len = u32::from_ne_bytes([data[off], data[off + 1], data[off + 2], data[off + 3]]) as usize;
             if len < NLMSGHDR_LEN || off + len > data.len() {
                 return Err(NetlinkError::io(
                     op,
@@ -193,10 +176,7 @@ pub struct QdiscStats {
 impl Rtnl {
     /// Opens a socket in the calling thread's network namespace.
     pub fn open() -> io::Result<Self> {
-        Ok(Self {
-            sock: open_socket(NETLINK_ROUTE)?,
-            seq: 0,
-        })
+        Ok(Self { sock: open_socket(NETLINK_ROUTE)?, seq: 0 })
     }
 
     /// Sends one request and collects the replies until ACK or DONE.
@@ -210,11 +190,7 @@ impl Rtnl {
         transact(&self.sock, self.seq, op, msg, flags)
     }
 
-    fn dump(
-        &mut self,
-        op: &str,
-        msg: RouteNetlinkMessage,
-    ) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
+    fn dump(&mut self, op: &str, msg: RouteNetlinkMessage) -> Result<Vec<RouteNetlinkMessage>, NetlinkError> {
         self.request(op, msg, NLM_F_DUMP)
     }
 
@@ -254,11 +230,7 @@ impl Rtnl {
                 LinkInfo::Data(InfoData::Veth(InfoVeth::Peer(peer))),
             ]),
         ];
-        self.ack(
-            &format!("create veth pair {a}/{b}"),
-            RouteNetlinkMessage::NewLink(link),
-            NLM_F_CREATE | NLM_F_EXCL,
-        )
+        self.ack(&format!("create veth pair {a}/{b}"), RouteNetlinkMessage::NewLink(link), NLM_F_CREATE | NLM_F_EXCL)
     }
 
     /// The index of interface `name`.
@@ -294,27 +266,60 @@ impl Rtnl {
             .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
     }
 
+    /// The hardware (MAC) address of interface `index`.
+    pub fn link_mac(&mut self, index: u32) -> Result<Vec<u8>, NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let op = format!("read MAC address of interface {index}");
+        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
+        replies
+            .iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
+                    LinkAttribute::Address(mac) => Some(mac.clone()),
+                    _ => None,
+                }),
+                _ => None,
+            })
+            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+    }
+
+    /// Adds a permanent neighbour entry (`ip neigh add ... lladdr ... nud permanent`):
+    /// `addr` on interface `index` is at `mac`, with no ARP or neighbour discovery.
+    pub fn add_neighbour(&mut self, index: u32, addr: IpAddr, mac: &[u8]) -> Result<(), NetlinkError> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.ifindex = index;
+        msg.header.state = NeighbourState::Permanent;
+        msg.header.family = match addr {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        msg.attributes = vec![
+            NeighbourAttribute::Destination(match addr {
+                IpAddr::V4(a) => NeighbourAddress::Inet(a),
+                IpAddr::V6(a) => NeighbourAddress::Inet6(a),
+            }),
+            NeighbourAttribute::LinkLayerAddress(mac.to_vec()),
+        ];
+        self.ack(
+            &format!("add permanent neighbour {addr} on interface {index}"),
+            RouteNetlinkMessage::NewNeighbour(msg),
+            NLM_F_CREATE | netlink_packet_core::NLM_F_REPLACE,
+        )
+    }
+
     /// Brings interface `index` up.
     pub fn set_up(&mut self, index: u32) -> Result<(), NetlinkError> {
         let mut msg = LinkMessage::default();
         msg.header.index = index;
         msg.header.flags = LinkFlags::Up;
         msg.header.change_mask = LinkFlags::Up;
-        self.ack(
-            &format!("bring interface {index} up"),
-            RouteNetlinkMessage::SetLink(msg),
-            0,
-        )
+        self.ack(&format!("bring interface {index} up"), RouteNetlinkMessage::SetLink(msg), 0)
     }
 
     /// Adds `addr/prefix_len` to interface `index` (IPv6 without duplicate address
     /// detection, so it is usable at once).
-    pub fn add_address(
-        &mut self,
-        index: u32,
-        addr: IpAddr,
-        prefix_len: u8,
-    ) -> Result<(), NetlinkError> {
+    pub fn add_address(&mut self, index: u32, addr: IpAddr, prefix_len: u8) -> Result<(), NetlinkError> {
         let mut msg = AddressMessage::default();
         msg.header.index = index;
         msg.header.prefix_len = prefix_len;
@@ -329,8 +334,7 @@ impl Rtnl {
                 msg.header.family = AddressFamily::Inet6;
                 msg.header.flags = AddressHeaderFlags::Nodad;
                 msg.attributes.push(AddressAttribute::Address(addr));
-                msg.attributes
-                    .push(AddressAttribute::Flags(AddressFlags::Nodad));
+                msg.attributes.push(AddressAttribute::Flags(AddressFlags::Nodad));
             }
         }
         self.ack(
@@ -343,13 +347,7 @@ impl Rtnl {
     /// Replaces the root qdisc of `index` with a token bucket filter: `rate` bytes per
     /// second, a bucket of `burst` bytes, and at most `limit` bytes queued (the rest is
     /// dropped). This is the bottleneck of the pacing experiment.
-    pub fn add_tbf(
-        &mut self,
-        index: u32,
-        rate: u64,
-        burst: u32,
-        limit: u32,
-    ) -> Result<(), NetlinkError> {
+    pub fn add_tbf(&mut self, index: u32, rate: u64, burst: u32, limit: u32) -> Result<(), NetlinkError> {
         // struct tc_tbf_qopt (include/uapi/linux/pkt_sched.h): two tc_ratespec (rate,
         // peakrate; 12 bytes each), then limit, buffer, mtu. With linklayer = ethernet
         // (1) the kernel needs no rate table; TCA_TBF_BURST gives the bucket in bytes
@@ -368,20 +366,14 @@ impl Rtnl {
             TcOption::Other(DefaultNla::new(TCA_TBF_BURST, burst.to_ne_bytes().to_vec())),
         ];
         if rate >= u64::from(u32::MAX) {
-            options.push(TcOption::Other(DefaultNla::new(
-                TCA_TBF_RATE64,
-                rate.to_ne_bytes().to_vec(),
-            )));
+            options.push(TcOption::Other(DefaultNla::new(TCA_TBF_RATE64, rate.to_ne_bytes().to_vec())));
         }
         let mut msg = TcMessage::default();
         msg.header.family = AddressFamily::Unspec;
         msg.header.index = index as i32;
         msg.header.handle = TcHandle { major: 1, minor: 0 };
         msg.header.parent = TcHandle::ROOT;
-        msg.attributes = vec![
-            TcAttribute::Kind("tbf".into()),
-            TcAttribute::Options(options),
-        ];
+        msg.attributes = vec![TcAttribute::Kind("tbf".into()), TcAttribute::Options(options)];
         self.ack(
             &format!("add tbf qdisc (rate {rate} B/s, burst {burst} B, limit {limit} B) on interface {index}"),
             RouteNetlinkMessage::NewQueueDiscipline(msg),
@@ -408,10 +400,7 @@ impl Rtnl {
     /// one).
     pub fn root_qdisc(&mut self, index: u32) -> Result<Option<(String, QdiscStats)>, NetlinkError> {
         let op = format!("read qdiscs of interface {index}");
-        let replies = self.dump(
-            &op,
-            RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()),
-        )?;
+        let replies = self.dump(&op, RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()))?;
         for m in replies {
             let RouteNetlinkMessage::NewQueueDiscipline(q) = m else {
                 continue;
@@ -469,10 +458,7 @@ mod tests {
         while !payload.len().is_multiple_of(4) {
             payload.push(0);
         }
-        assert_eq!(
-            ext_ack_message(&payload).as_deref(),
-            Some("Specified qdisc kind is unknown.")
-        );
+        assert_eq!(ext_ack_message(&payload).as_deref(), Some("Specified qdisc kind is unknown."));
         assert_eq!(ext_ack_message(&payload[..10]), None);
         assert_eq!(ext_ack_message(&payload[..NLMSGHDR_LEN]), None);
     }
@@ -483,7 +469,7 @@ mod tests {
         let lo = rtnl.link_index("lo").unwrap();
         assert_eq!(lo, 1);
         assert_eq!(rtnl.link_mtu(lo).unwrap(), 65536);
-        let err = rtnl.link_index("no-such-device-xyz").unwrap_err();
+        let err = rtnl.link_index("nodev-xyz").unwrap_err();
         assert_eq!(err.errno(), Some(libc::ENODEV));
     }
 }

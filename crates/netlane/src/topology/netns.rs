@@ -64,10 +64,7 @@ fn errno_err(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> Topol
         if e == nix::errno::Errno::EPERM {
             TopologyError::NotPrivileged(format!("{what}: {e}"))
         } else {
-            TopologyError::Io {
-                what,
-                source: io::Error::from(e),
-            }
+            TopologyError::Io { what, source: io::Error::from(e) }
         }
     }
 }
@@ -77,27 +74,14 @@ fn errno_err(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> Topol
 /// exec` makes one per command).
 fn prepare_run_dir() -> Result<(), TopologyError> {
     fs::create_dir_all(NETNS_RUN_DIR).map_err(io_err(format!("create {NETNS_RUN_DIR}")))?;
-    let shared = || {
-        mount(
-            None::<&str>,
-            NETNS_RUN_DIR,
-            None::<&str>,
-            MsFlags::MS_SHARED | MsFlags::MS_REC,
-            None::<&str>,
-        )
-    };
+    let shared =
+        || mount(None::<&str>, NETNS_RUN_DIR, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
     match shared() {
         Ok(()) => Ok(()),
         Err(nix::errno::Errno::EINVAL) => {
             // Not a mount point yet: bind it onto itself first.
-            mount(
-                Some(NETNS_RUN_DIR),
-                NETNS_RUN_DIR,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(errno_err(format!("bind-mount {NETNS_RUN_DIR}")))?;
+            mount(Some(NETNS_RUN_DIR), NETNS_RUN_DIR, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
+                .map_err(errno_err(format!("bind-mount {NETNS_RUN_DIR}")))?;
             shared().map_err(errno_err(format!("make {NETNS_RUN_DIR} shared")))
         }
         Err(e) => Err(errno_err(format!("make {NETNS_RUN_DIR} shared"))(e)),
@@ -105,17 +89,8 @@ fn prepare_run_dir() -> Result<(), TopologyError> {
 }
 
 fn sanitize(label: &str) -> String {
-    let s: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(24)
-        .collect();
+    let s: String =
+        label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' }).take(24).collect();
     if s.is_empty() { "ns".into() } else { s }
 }
 
@@ -137,9 +112,7 @@ impl Netns {
     /// Creates a namespace with exactly this name.
     pub fn create_named(name: &str) -> Result<Self, TopologyError> {
         if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-            return Err(TopologyError::Invalid(format!(
-                "bad namespace name {name:?}"
-            )));
+            return Err(TopologyError::Invalid(format!("bad namespace name {name:?}")));
         }
         prepare_run_dir()?;
         let path = Path::new(NETNS_RUN_DIR).join(name);
@@ -150,19 +123,13 @@ impl Netns {
                 return Err(TopologyError::NameTaken(name.to_string()));
             }
             Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                return Err(TopologyError::NotPrivileged(format!(
-                    "create {}: {e}",
-                    path.display()
-                )));
+                return Err(TopologyError::NotPrivileged(format!("create {}: {e}", path.display())));
             }
             Err(e) => return Err(io_err(format!("create {}", path.display()))(e)),
         }
         registry::register(&path);
-        let made = Self::unshare_and_bind(&path).and_then(|()| {
-            File::open(&path)
-                .map(OwnedFd::from)
-                .map_err(io_err(format!("open {}", path.display())))
-        });
+        let made = Self::unshare_and_bind(&path)
+            .and_then(|()| File::open(&path).map(OwnedFd::from).map_err(io_err(format!("open {}", path.display()))));
         let fd = match made {
             Ok(fd) => fd,
             Err(e) => {
@@ -173,15 +140,8 @@ impl Netns {
             }
         };
         // From here on, Drop cleans up. The netlink socket must be created inside.
-        let rtnl =
-            run_in(fd.as_fd(), Rtnl::open)?.map_err(io_err(format!("open rtnetlink in {name}")))?;
-        let ns = Self {
-            name: name.to_string(),
-            path,
-            fd,
-            rtnl: Mutex::new(rtnl),
-            ethtool: Mutex::new(None),
-        };
+        let rtnl = run_in(fd.as_fd(), Rtnl::open)?.map_err(io_err(format!("open rtnetlink in {name}")))?;
+        let ns = Self { name: name.to_string(), path, fd, rtnl: Mutex::new(rtnl), ethtool: Mutex::new(None) };
         ns.with_rtnl(|r| {
             let lo = r.link_index("lo")?;
             r.set_up(lo)
@@ -193,19 +153,9 @@ impl Netns {
     fn unshare_and_bind(path: &Path) -> Result<(), TopologyError> {
         let target = path.to_path_buf();
         std::thread::spawn(move || -> Result<(), TopologyError> {
-            unshare(CloneFlags::CLONE_NEWNET)
-                .map_err(errno_err("unshare a new network namespace"))?;
-            mount(
-                Some("/proc/thread-self/ns/net"),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(errno_err(format!(
-                "bind the namespace to {}",
-                target.display()
-            )))
+            unshare(CloneFlags::CLONE_NEWNET).map_err(errno_err("unshare a new network namespace"))?;
+            mount(Some("/proc/thread-self/ns/net"), &target, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+                .map_err(errno_err(format!("bind the namespace to {}", target.display())))
         })
         .join()
         .map_err(|_| TopologyError::Invalid("namespace helper thread panicked".into()))?
@@ -228,10 +178,7 @@ impl Netns {
         thread_name: &str,
         f: impl FnOnce() -> R + Send + 'static,
     ) -> Result<NsThread<R>, TopologyError> {
-        let fd = self
-            .fd
-            .try_clone()
-            .map_err(io_err("duplicate namespace fd"))?;
+        let fd = self.fd.try_clone().map_err(io_err("duplicate namespace fd"))?;
         let (ok_tx, ok_rx) = std::sync::mpsc::sync_channel::<Result<(), nix::errno::Errno>>(1);
         let handle = std::thread::Builder::new()
             .name(thread_name.to_string())
@@ -249,9 +196,7 @@ impl Netns {
                 let _ = handle.join();
                 Err(errno_err(format!("enter namespace {}", self.name))(e))
             }
-            Err(_) => Err(TopologyError::Invalid(
-                "namespace thread exited early".into(),
-            )),
+            Err(_) => Err(TopologyError::Invalid("namespace thread exited early".into())),
         }
     }
 
@@ -263,26 +208,18 @@ impl Netns {
     }
 
     /// Runs `f` with the namespace's rtnetlink socket.
-    pub fn with_rtnl<R>(
-        &self,
-        f: impl FnOnce(&mut Rtnl) -> Result<R, NetlinkError>,
-    ) -> Result<R, TopologyError> {
+    pub fn with_rtnl<R>(&self, f: impl FnOnce(&mut Rtnl) -> Result<R, NetlinkError>) -> Result<R, TopologyError> {
         let mut guard = self.rtnl.lock().unwrap_or_else(|p| p.into_inner());
         f(&mut guard).map_err(TopologyError::from)
     }
 
     /// Runs `f` with an ethtool-netlink socket in the namespace (opened on first use).
-    pub fn with_ethtool<R>(
-        &self,
-        f: impl FnOnce(&mut Ethtool) -> Result<R, NetlinkError>,
-    ) -> Result<R, TopologyError> {
+    pub fn with_ethtool<R>(&self, f: impl FnOnce(&mut Ethtool) -> Result<R, NetlinkError>) -> Result<R, TopologyError> {
         let mut guard = self.ethtool.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             *guard = Some(self.run(Ethtool::open)??);
         }
-        let e = guard
-            .as_mut()
-            .ok_or_else(|| TopologyError::Invalid("ethtool socket missing".into()))?;
+        let e = guard.as_mut().ok_or_else(|| TopologyError::Invalid("ethtool socket missing".into()))?;
         f(e).map_err(TopologyError::from)
     }
 
@@ -299,16 +236,12 @@ impl Netns {
         let shown = rel.clone();
         let value = value.to_string();
         self.with_private_sysfs(move || {
-            OpenOptions::new()
-                .write(true)
-                .open(Path::new("/sys").join(&rel))?
-                .write_all(value.as_bytes())
+            OpenOptions::new().write(true).open(Path::new("/sys").join(&rel))?.write_all(value.as_bytes())
         })
         .map_err(|e| match e {
-            TopologyError::Io { source, .. } => TopologyError::Io {
-                what: format!("write /sys/{shown} in {}", self.name),
-                source,
-            },
+            TopologyError::Io { source, .. } => {
+                TopologyError::Io { what: format!("write /sys/{shown} in {}", self.name), source }
+            }
             other => other,
         })
     }
@@ -323,39 +256,22 @@ impl Netns {
             Ok(s.trim().to_string())
         })
         .map_err(|e| match e {
-            TopologyError::Io { source, .. } => TopologyError::Io {
-                what: format!("read /sys/{shown} in {}", self.name),
-                source,
-            },
+            TopologyError::Io { source, .. } => {
+                TopologyError::Io { what: format!("read /sys/{shown} in {}", self.name), source }
+            }
             other => other,
         })
     }
 
-    fn with_private_sysfs<R: Send>(
-        &self,
-        f: impl FnOnce() -> io::Result<R> + Send,
-    ) -> Result<R, TopologyError> {
+    fn with_private_sysfs<R: Send>(&self, f: impl FnOnce() -> io::Result<R> + Send) -> Result<R, TopologyError> {
         let name = self.name.clone();
         self.run(move || -> Result<R, TopologyError> {
-            unshare(CloneFlags::CLONE_NEWNS)
-                .map_err(errno_err("unshare a private mount namespace"))?;
-            mount(
-                None::<&str>,
-                "/",
-                None::<&str>,
-                MsFlags::MS_SLAVE | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(errno_err("make / a slave mount"))?;
+            unshare(CloneFlags::CLONE_NEWNS).map_err(errno_err("unshare a private mount namespace"))?;
+            mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
+                .map_err(errno_err("make / a slave mount"))?;
             umount2("/sys", MntFlags::MNT_DETACH).map_err(errno_err("detach /sys"))?;
-            mount(
-                Some("sysfs"),
-                "/sys",
-                Some("sysfs"),
-                MsFlags::empty(),
-                None::<&str>,
-            )
-            .map_err(errno_err(format!("mount sysfs for {name}")))?;
+            mount(Some("sysfs"), "/sys", Some("sysfs"), MsFlags::empty(), None::<&str>)
+                .map_err(errno_err(format!("mount sysfs for {name}")))?;
             f().map_err(io_err("sysfs access"))
         })?
     }
@@ -395,9 +311,7 @@ impl<R> NsThread<R> {
     pub fn join(self) -> std::thread::Result<R> {
         // `spawn` only returns a handle once the thread entered the namespace, and
         // from then on the thread always runs `f`.
-        self.0
-            .join()
-            .map(|r| r.expect("thread entered the namespace, so it ran its closure"))
+        self.0.join().map(|r| r.expect("thread entered the namespace, so it ran its closure"))
     }
 
     /// Whether the thread has finished.

@@ -14,9 +14,7 @@ use super::netns::{NAME_PREFIX, NETNS_RUN_DIR};
 static LIVE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 
 pub(crate) fn register(path: &Path) {
-    LIVE.lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(path.to_path_buf());
+    LIVE.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf());
 }
 
 pub(crate) fn unregister(path: &Path) {
@@ -33,9 +31,8 @@ fn remove(path: &Path) -> bool {
 /// cannot rely on destructors running). Returns how many were removed. The guards
 /// that still own them then find nothing to remove, which they tolerate.
 pub fn cleanup_all() -> usize {
-    let paths: Vec<PathBuf> = std::mem::take(&mut *LIVE.lock().unwrap_or_else(|p| p.into_inner()))
-        .into_iter()
-        .collect();
+    let paths: Vec<PathBuf> =
+        std::mem::take(&mut *LIVE.lock().unwrap_or_else(|p| p.into_inner())).into_iter().collect();
     paths.iter().filter(|p| remove(p)).count()
 }
 
@@ -50,11 +47,7 @@ pub fn live() -> Vec<String> {
 
 /// The creating process id encoded in a netlane namespace name, if it is one.
 pub fn owner_pid(name: &str) -> Option<u32> {
-    name.strip_prefix(NAME_PREFIX)?
-        .split('-')
-        .next()?
-        .parse()
-        .ok()
+    name.strip_prefix(NAME_PREFIX)?.split('-').next()?.parse().ok()
 }
 
 /// Removes netlane namespaces (`nl-<pid>-...`) whose creating process is gone.

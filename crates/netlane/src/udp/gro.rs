@@ -20,11 +20,7 @@ pub fn segments(buf: &[u8], stride: Option<u16>) -> Segments<'_> {
         Some(s) if s > 0 => usize::from(s),
         _ => usize::MAX,
     };
-    Segments {
-        rest: buf,
-        stride,
-        done: false,
-    }
+    Segments { rest: buf, stride, done: false }
 }
 
 /// How many datagrams a read of `len` bytes with `stride` holds.
@@ -60,10 +56,7 @@ mod tests {
     fn splits_on_stride_with_short_tail() {
         let buf: Vec<u8> = (0..3500u32).map(|i| i as u8).collect();
         let segs: Vec<&[u8]> = segments(&buf, Some(1400)).collect();
-        assert_eq!(
-            segs.iter().map(|s| s.len()).collect::<Vec<_>>(),
-            vec![1400, 1400, 700]
-        );
+        assert_eq!(segs.iter().map(|s| s.len()).collect::<Vec<_>>(), vec![1400, 1400, 700]);
         assert_eq!(segs.concat(), buf);
         assert_eq!(segment_count(buf.len(), Some(1400)), 3);
     }
@@ -96,9 +89,6 @@ mod tests {
     #[test]
     fn stride_larger_than_buffer() {
         let buf = vec![1u8; 100];
-        assert_eq!(
-            segments(&buf, Some(1400)).collect::<Vec<_>>(),
-            vec![&buf[..]]
-        );
+        assert_eq!(segments(&buf, Some(1400)).collect::<Vec<_>>(), vec![&buf[..]]);
     }
 }

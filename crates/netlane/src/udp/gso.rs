@@ -31,22 +31,12 @@ pub struct GsoLimits {
 impl GsoLimits {
     /// The kernel's limits for IPv4 or IPv6 with `UDP_MAX_SEGMENTS` segments.
     pub fn for_family(ipv6: bool) -> Self {
-        Self {
-            max_segments: UDP_MAX_SEGMENTS,
-            max_payload: if ipv6 {
-                MAX_UDP_PAYLOAD_V6
-            } else {
-                MAX_UDP_PAYLOAD_V4
-            },
-        }
+        Self { max_segments: UDP_MAX_SEGMENTS, max_payload: if ipv6 { MAX_UDP_PAYLOAD_V6 } else { MAX_UDP_PAYLOAD_V4 } }
     }
 
     /// Limits with at most `segments` per send (clamped to `1..=UDP_MAX_SEGMENTS`).
     pub fn with_max_segments(self, segments: usize) -> Self {
-        Self {
-            max_segments: segments.clamp(1, UDP_MAX_SEGMENTS),
-            ..self
-        }
+        Self { max_segments: segments.clamp(1, UDP_MAX_SEGMENTS), ..self }
     }
 
     /// Segments of `gso_size` bytes that fit one send (at least 1).
@@ -96,12 +86,7 @@ pub fn plan_into(lens: &[usize], limits: GsoLimits, out: &mut Vec<GsoBatch>) {
     let mut i = 0;
     while i < lens.len() {
         let seg = lens[i];
-        let mut batch = GsoBatch {
-            first: i,
-            count: 1,
-            segment_size: seg,
-            bytes: seg,
-        };
+        let mut batch = GsoBatch { first: i, count: 1, segment_size: seg, bytes: seg };
         i += 1;
         if seg > 0 {
             while i < lens.len()
@@ -127,18 +112,10 @@ pub fn plan_into(lens: &[usize], limits: GsoLimits, out: &mut Vec<GsoBatch>) {
 /// Returns `(offset, len)` pairs; each send holds at most
 /// `limits.segments_per_send(gso_size)` segments, and only the very last segment of
 /// the whole buffer may be short.
-pub fn split_stream(
-    total: usize,
-    gso_size: usize,
-    limits: GsoLimits,
-) -> impl Iterator<Item = (usize, usize)> {
-    let per_send = limits
-        .segments_per_send(gso_size)
-        .saturating_mul(gso_size.max(1));
+pub fn split_stream(total: usize, gso_size: usize, limits: GsoLimits) -> impl Iterator<Item = (usize, usize)> {
+    let per_send = limits.segments_per_send(gso_size).saturating_mul(gso_size.max(1));
     let step = per_send.max(1);
-    (0..total)
-        .step_by(step)
-        .map(move |off| (off, step.min(total - off)))
+    (0..total).step_by(step).map(move |off| (off, step.min(total - off)))
 }
 
 #[cfg(test)]
@@ -146,10 +123,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const V4: GsoLimits = GsoLimits {
-        max_segments: 64,
-        max_payload: MAX_UDP_PAYLOAD_V4,
-    };
+    const V4: GsoLimits = GsoLimits { max_segments: 64, max_payload: MAX_UDP_PAYLOAD_V4 };
 
     #[test]
     fn full_segments_fill_to_the_ip_limit() {
@@ -161,10 +135,7 @@ mod tests {
         assert_eq!(V4.segments_per_send(0), 1);
         let lens = vec![1400; 100];
         let p = plan(&lens, V4);
-        assert_eq!(
-            p.iter().map(|b| b.count).collect::<Vec<_>>(),
-            vec![46, 46, 8]
-        );
+        assert_eq!(p.iter().map(|b| b.count).collect::<Vec<_>>(), vec![46, 46, 8]);
         assert!(p.iter().all(|b| b.segment_size == 1400));
     }
 
@@ -174,18 +145,8 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                GsoBatch {
-                    first: 0,
-                    count: 3,
-                    segment_size: 1200,
-                    bytes: 3100
-                },
-                GsoBatch {
-                    first: 3,
-                    count: 2,
-                    segment_size: 1200,
-                    bytes: 2400
-                },
+                GsoBatch { first: 0, count: 3, segment_size: 1200, bytes: 3100 },
+                GsoBatch { first: 3, count: 2, segment_size: 1200, bytes: 2400 },
             ]
         );
     }
@@ -218,10 +179,7 @@ mod tests {
     #[test]
     fn zero_length_datagrams_travel_alone() {
         let p = plan(&[0, 100, 0, 0, 100, 100], V4);
-        assert_eq!(
-            p.iter().map(|b| b.count).collect::<Vec<_>>(),
-            vec![1, 1, 1, 1, 2]
-        );
+        assert_eq!(p.iter().map(|b| b.count).collect::<Vec<_>>(), vec![1, 1, 1, 1, 2]);
     }
 
     #[test]

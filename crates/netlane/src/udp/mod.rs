@@ -40,11 +40,7 @@ impl UdpSocket {
             inner.set_only_v6(true)?;
         }
         inner.bind(&SockAddr::from(addr))?;
-        Ok(Self {
-            inner,
-            ipv6: addr.is_ipv6(),
-            peer: None,
-        })
+        Ok(Self { inner, ipv6: addr.is_ipv6(), peer: None })
     }
 
     /// Binds to the unspecified address of `peer`'s family and connects to `peer`.
@@ -73,10 +69,7 @@ impl UdpSocket {
 
     /// The bound local address.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.inner
-            .local_addr()?
-            .as_socket()
-            .ok_or_else(|| io::Error::other("socket has a non-IP local address"))
+        self.inner.local_addr()?.as_socket().ok_or_else(|| io::Error::other("socket has a non-IP local address"))
     }
 
     /// Whether the socket is IPv6.

@@ -37,11 +37,7 @@ impl ReceiverConfig {
 
     /// A configuration for `batching` with room for any read.
     pub fn new(batching: RxBatching) -> Self {
-        Self {
-            batching,
-            slot_len: Self::MAX_SLOT,
-            want_source: false,
-        }
+        Self { batching, slot_len: Self::MAX_SLOT, want_source: false }
     }
 }
 
@@ -113,18 +109,13 @@ impl Receiver {
     /// `recvmmsg` uses `MSG_WAITFORONE`) and hands every datagram to `on_datagram`.
     /// Returns the number of datagrams; errors such as `WouldBlock` (timeout) are
     /// returned after being counted.
-    pub fn recv(
-        &mut self,
-        fd: BorrowedFd<'_>,
-        mut on_datagram: impl FnMut(Datagram<'_>),
-    ) -> io::Result<usize> {
+    pub fn recv(&mut self, fd: BorrowedFd<'_>, mut on_datagram: impl FnMut(Datagram<'_>)) -> io::Result<usize> {
         self.stats.syscalls += 1;
         let reads = match self.cfg.batching {
             RxBatching::Single => self.batch.recv_one(fd, libc::MSG_TRUNC)?,
             RxBatching::Mmsg(_) => {
                 let slots = self.batch.slots();
-                self.batch
-                    .recv_many(fd, slots, libc::MSG_WAITFORONE | libc::MSG_TRUNC)?
+                self.batch.recv_many(fd, slots, libc::MSG_WAITFORONE | libc::MSG_TRUNC)?
             }
         };
         let mut delivered = 0;
@@ -143,11 +134,7 @@ impl Receiver {
             let data = self.batch.data(i);
             let mut n = 0;
             for seg in gro::segments(data, stride) {
-                on_datagram(Datagram {
-                    data: seg,
-                    source,
-                    stride,
-                });
+                on_datagram(Datagram { data: seg, source, stride });
                 n += 1;
                 self.stats.bytes += seg.len() as u64;
             }
@@ -171,11 +158,7 @@ mod tests {
     use std::time::Duration;
 
     fn loopback_pair(ipv6: bool) -> (UdpSocket, UdpSocket) {
-        let any: SocketAddr = if ipv6 {
-            "[::1]:0".parse().unwrap()
-        } else {
-            "127.0.0.1:0".parse().unwrap()
-        };
+        let any: SocketAddr = if ipv6 { "[::1]:0".parse().unwrap() } else { "127.0.0.1:0".parse().unwrap() };
         let rx = UdpSocket::bind(any).unwrap();
         rx.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         rx.set_recv_buffer(4 << 20).unwrap();
@@ -191,16 +174,10 @@ mod tests {
         for ipv6 in [false, true] {
             for batching in [RxBatching::Single, RxBatching::Mmsg(16)] {
                 let (tx, rx) = loopback_pair(ipv6);
-                let buf: Vec<u8> = (0..(20 * 1000 + 123))
-                    .map(|i: usize| (i % 253) as u8)
-                    .collect();
+                let buf: Vec<u8> = (0..(20 * 1000 + 123)).map(|i: usize| (i % 253) as u8).collect();
                 let mut s = Sender::new(
                     tx,
-                    SenderConfig {
-                        gso: GsoMode::Cmsg,
-                        batching: Batching::Single,
-                        ..SenderConfig::plain(ipv6)
-                    },
+                    SenderConfig { gso: GsoMode::Cmsg, batching: Batching::Single, ..SenderConfig::plain(ipv6) },
                 );
                 let r = s.send(&buf, 1000, None).unwrap();
                 assert_eq!((r.datagrams, r.syscalls), (21, 1));
@@ -226,29 +203,17 @@ mod tests {
         for ipv6 in [false, true] {
             let (tx, rx) = loopback_pair(ipv6);
             rx.enable_gro().unwrap();
-            let buf: Vec<u8> = (0..(10 * 1400 + 77))
-                .map(|i: usize| (i % 241) as u8)
-                .collect();
-            let mut s = Sender::new(
-                tx,
-                SenderConfig {
-                    gso: GsoMode::Cmsg,
-                    ..SenderConfig::plain(ipv6)
-                },
-            );
+            let buf: Vec<u8> = (0..(10 * 1400 + 77)).map(|i: usize| (i % 241) as u8).collect();
+            let mut s = Sender::new(tx, SenderConfig { gso: GsoMode::Cmsg, ..SenderConfig::plain(ipv6) });
             s.send(&buf, 1400, None).unwrap();
             let mut rcv = Receiver::new(ReceiverConfig::new(RxBatching::Mmsg(8)));
             let mut got = Vec::new();
             while got.len() < 11 {
-                rcv.recv(rx.as_fd(), |d| got.push((d.stride, d.data.to_vec())))
-                    .unwrap();
+                rcv.recv(rx.as_fd(), |d| got.push((d.stride, d.data.to_vec()))).unwrap();
             }
             let want: Vec<Vec<u8>> = buf.chunks(1400).map(<[u8]>::to_vec).collect();
             assert_eq!(got.iter().map(|g| g.1.clone()).collect::<Vec<_>>(), want);
-            assert!(
-                got.iter().all(|g| g.0 == Some(1400)),
-                "every datagram came from a GRO read"
-            );
+            assert!(got.iter().all(|g| g.0 == Some(1400)), "every datagram came from a GRO read");
             assert_eq!(rcv.stats().gro_reads, 1);
             assert_eq!(rcv.stats().reads, 1);
             assert_eq!(rcv.stats().datagrams, 11);
@@ -260,10 +225,7 @@ mod tests {
         let (tx, rx) = loopback_pair(false);
         let mut s = Sender::new(tx, SenderConfig::plain(false));
         s.send(&[9u8; 500], 500, None).unwrap();
-        let mut rcv = Receiver::new(ReceiverConfig {
-            slot_len: 100,
-            ..ReceiverConfig::new(RxBatching::Single)
-        });
+        let mut rcv = Receiver::new(ReceiverConfig { slot_len: 100, ..ReceiverConfig::new(RxBatching::Single) });
         let mut lens = Vec::new();
         rcv.recv(rx.as_fd(), |d| lens.push(d.data.len())).unwrap();
         assert_eq!(lens, vec![100]);
@@ -273,8 +235,7 @@ mod tests {
     #[test]
     fn timeout_is_would_block() {
         let (_tx, rx) = loopback_pair(false);
-        rx.set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
+        rx.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
         let mut rcv = Receiver::new(ReceiverConfig::new(RxBatching::Mmsg(4)));
         let err = rcv.recv(rx.as_fd(), |_| {}).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::WouldBlock);

@@ -17,13 +17,8 @@ use super::gso::GsoLimits;
 /// (EIO from a device without checksum offload, ENOBUFS from the optmem limit).
 pub trait TxSyscalls {
     /// `sendmsg(2)` of one buffer (a datagram, or a GSO train).
-    fn sendmsg(
-        &mut self,
-        dst: Option<&SockAddr>,
-        iov: &[IoSlice<'_>],
-        control: &[u8],
-        flags: i32,
-    ) -> io::Result<usize>;
+    fn sendmsg(&mut self, dst: Option<&SockAddr>, iov: &[IoSlice<'_>], control: &[u8], flags: i32)
+    -> io::Result<usize>;
     /// `sendmmsg(2)` of up to 64 datagrams; returns how many were sent.
     fn sendmmsg(
         &mut self,
@@ -186,9 +181,7 @@ pub struct TxStats {
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
     /// EMSGSIZE: a datagram is larger than the path MTU allows.
-    #[error(
-        "datagram of {size} bytes does not fit the path MTU (EMSGSIZE); use a smaller segment size"
-    )]
+    #[error("datagram of {size} bytes does not fit the path MTU (EMSGSIZE); use a smaller segment size")]
     TooBig {
         /// The datagram (segment) size.
         size: usize,
@@ -287,12 +280,7 @@ impl<T: TxSyscalls> Sender<T> {
     /// segments is one system call. Returns what was sent; on error, datagrams before
     /// the failing call were sent (the report is lost with the error, so callers
     /// treat an error as fatal for the run).
-    pub fn send(
-        &mut self,
-        buf: &[u8],
-        segment_size: usize,
-        txtime: Option<u64>,
-    ) -> Result<SendReport, SendError> {
+    pub fn send(&mut self, buf: &[u8], segment_size: usize, txtime: Option<u64>) -> Result<SendReport, SendError> {
         if segment_size == 0 || segment_size > usize::from(u16::MAX) {
             return Err(SendError::BadSegmentSize(segment_size));
         }
@@ -302,12 +290,7 @@ impl<T: TxSyscalls> Sender<T> {
         Ok(report)
     }
 
-    fn send_trains(
-        &mut self,
-        buf: &[u8],
-        segment_size: usize,
-        txtime: Option<u64>,
-    ) -> Result<SendReport, SendError> {
+    fn send_trains(&mut self, buf: &[u8], segment_size: usize, txtime: Option<u64>) -> Result<SendReport, SendError> {
         let mut report = SendReport::default();
         if buf.len() <= segment_size {
             report.add(self.send_one(buf, txtime, segment_size)?);
@@ -369,12 +352,7 @@ impl<T: TxSyscalls> Sender<T> {
 
     /// One GSO system call. Errors are returned raw (not counted) for the caller to
     /// classify.
-    fn send_gso(
-        &mut self,
-        train: &[u8],
-        segment_size: u16,
-        txtime: Option<u64>,
-    ) -> io::Result<SendReport> {
+    fn send_gso(&mut self, train: &[u8], segment_size: u16, txtime: Option<u64>) -> io::Result<SendReport> {
         let cmsg_gso = match self.cfg.gso {
             GsoMode::Sockopt => {
                 if self.sockopt_gso != segment_size {
@@ -387,40 +365,27 @@ impl<T: TxSyscalls> Sender<T> {
             _ => Some(segment_size),
         };
         self.build_control(cmsg_gso, txtime);
-        let (n, zc) = self.call_with_zc_fallback(|io, dst, control, flags| {
-            io.sendmsg(dst, &[IoSlice::new(train)], control, flags)
-        })?;
+        let (n, zc) = self
+            .call_with_zc_fallback(|io, dst, control, flags| io.sendmsg(dst, &[IoSlice::new(train)], control, flags))?;
         let datagrams = n.div_ceil(usize::from(segment_size)) as u64;
         self.stats.gso_sends += 1;
         Ok(self.account(datagrams, n as u64, zc as u64))
     }
 
     /// One datagram, one `sendmsg`.
-    fn send_one(
-        &mut self,
-        datagram: &[u8],
-        txtime: Option<u64>,
-        segment_size: usize,
-    ) -> Result<SendReport, SendError> {
+    fn send_one(&mut self, datagram: &[u8], txtime: Option<u64>, segment_size: usize) -> Result<SendReport, SendError> {
         // In sockopt mode a datagram no longer than the socket's gso_size is not
         // segmented, so no per-call override is needed.
         self.build_control(None, txtime);
         let (n, zc) = self
-            .call_with_zc_fallback(|io, dst, control, flags| {
-                io.sendmsg(dst, &[IoSlice::new(datagram)], control, flags)
-            })
+            .call_with_zc_fallback(|io, dst, control, flags| io.sendmsg(dst, &[IoSlice::new(datagram)], control, flags))
             .map_err(|e| classify(e, segment_size))?;
         Ok(self.account(1, n as u64, zc as u64))
     }
 
     /// Individual datagrams of `segment_size` bytes: sendmmsg batches or one sendmsg
     /// each.
-    fn send_split(
-        &mut self,
-        buf: &[u8],
-        segment_size: usize,
-        txtime: Option<u64>,
-    ) -> Result<SendReport, SendError> {
+    fn send_split(&mut self, buf: &[u8], segment_size: usize, txtime: Option<u64>) -> Result<SendReport, SendError> {
         let mut report = SendReport::default();
         match self.cfg.batching {
             Batching::Single => {
@@ -447,16 +412,10 @@ impl<T: TxSyscalls> Sender<T> {
                     while done < n {
                         let batch = &iov[done..n];
                         let (sent, zc) = self
-                            .call_with_zc_fallback(|io, dst, control, flags| {
-                                io.sendmmsg(dst, batch, control, flags)
-                            })
+                            .call_with_zc_fallback(|io, dst, control, flags| io.sendmmsg(dst, batch, control, flags))
                             .map_err(|e| classify(e, segment_size))?;
                         let bytes: usize = batch[..sent].iter().map(|s| s.len()).sum();
-                        report.add(self.account(
-                            sent as u64,
-                            bytes as u64,
-                            if zc { sent as u64 } else { 0 },
-                        ));
+                        report.add(self.account(sent as u64, bytes as u64, if zc { sent as u64 } else { 0 }));
                         done += sent;
                     }
                 }
@@ -476,12 +435,7 @@ impl<T: TxSyscalls> Sender<T> {
             let zc = self.zc_on;
             let flags = if zc { libc::MSG_ZEROCOPY } else { 0 };
             self.stats.syscalls += 1;
-            match call(
-                &mut self.io,
-                self.dst.as_ref(),
-                self.control.as_bytes(),
-                flags,
-            ) {
+            match call(&mut self.io, self.dst.as_ref(), self.control.as_bytes(), flags) {
                 Ok(n) => return Ok((n, zc)),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if zc && e.raw_os_error() == Some(libc::ENOBUFS) => {
@@ -502,21 +456,12 @@ impl<T: TxSyscalls> Sender<T> {
         self.stats.zerocopy_sends += zerocopy_sends;
         // System calls are counted in the stats as they happen; `send` derives the
         // report's count from them.
-        SendReport {
-            datagrams,
-            bytes,
-            syscalls: 0,
-            zerocopy_sends,
-        }
+        SendReport { datagrams, bytes, syscalls: 0, zerocopy_sends }
     }
 }
 
 fn classify(e: io::Error, segment_size: usize) -> SendError {
-    if e.raw_os_error() == Some(libc::EMSGSIZE) {
-        SendError::TooBig { size: segment_size }
-    } else {
-        SendError::Io(e)
-    }
+    if e.raw_os_error() == Some(libc::EMSGSIZE) { SendError::TooBig { size: segment_size } } else { SendError::Io(e) }
 }
 
 #[cfg(test)]
@@ -536,12 +481,10 @@ mod tests {
     }
 
     fn gso_of(control: &[u8]) -> Option<u16> {
-        netlane_sys::cmsg::CmsgIter::new(control)
-            .flatten()
-            .find_map(|m| match netlane_sys::cmsg::Cmsg::decode(m) {
-                netlane_sys::cmsg::Cmsg::UdpSegment(s) => Some(s),
-                _ => None,
-            })
+        netlane_sys::cmsg::CmsgIter::new(control).flatten().find_map(|m| match netlane_sys::cmsg::Cmsg::decode(m) {
+            netlane_sys::cmsg::Cmsg::UdpSegment(s) => Some(s),
+            _ => None,
+        })
     }
 
     impl TxSyscalls for FakeKernel {
@@ -606,11 +549,7 @@ mod tests {
     }
 
     fn cfg(gso: GsoMode, batching: Batching) -> SenderConfig {
-        SenderConfig {
-            gso,
-            batching,
-            ..SenderConfig::plain(false)
-        }
+        SenderConfig { gso, batching, ..SenderConfig::plain(false) }
     }
 
     fn expected(buf: &[u8], seg: usize) -> Vec<Vec<u8>> {
@@ -643,10 +582,7 @@ mod tests {
     #[test]
     fn gso_sockopt_sets_the_option_once() {
         let buf = payload(10 * 1200);
-        let mut s = Sender::new(
-            FakeKernel::default(),
-            cfg(GsoMode::Sockopt, Batching::Single),
-        );
+        let mut s = Sender::new(FakeKernel::default(), cfg(GsoMode::Sockopt, Batching::Single));
         s.send(&buf, 1200, None).unwrap();
         s.send(&buf, 1200, None).unwrap();
         assert_eq!(s.io().calls, vec!["setsockopt", "sendmsg", "sendmsg"]);
@@ -660,25 +596,15 @@ mod tests {
             for batching in [Batching::Single, Batching::Mmsg] {
                 for mode in [GsoMode::Cmsg, GsoMode::Sockopt] {
                     let buf = payload(100 * 1400 + 5);
-                    let kernel = FakeKernel {
-                        fail_gso_with: Some(errno),
-                        ..Default::default()
-                    };
+                    let kernel = FakeKernel { fail_gso_with: Some(errno), ..Default::default() };
                     let mut s = Sender::new(kernel, cfg(mode, batching));
                     let r = s.send(&buf, 1400, None).unwrap();
                     assert!(!s.gso_active());
                     assert_eq!(r.datagrams, 101);
-                    assert_eq!(
-                        s.io().wire,
-                        expected(&buf, 1400),
-                        "nothing lost or reordered"
-                    );
+                    assert_eq!(s.io().wire, expected(&buf, 1400), "nothing lost or reordered");
                     let st = s.stats();
                     assert_eq!(st.gso_fallbacks, 1);
-                    assert_eq!(
-                        st.gso_resent_datagrams, 46,
-                        "only the failed train is resent"
-                    );
+                    assert_eq!(st.gso_resent_datagrams, 46, "only the failed train is resent");
                     assert_eq!(st.gso_sends, 0);
                     // Later sends go straight to the fallback path.
                     let before = s.io().wire.len();
@@ -695,35 +621,20 @@ mod tests {
 
     #[test]
     fn other_gso_errors_are_reported() {
-        let kernel = FakeKernel {
-            fail_gso_with: Some(libc::EMSGSIZE),
-            ..Default::default()
-        };
+        let kernel = FakeKernel { fail_gso_with: Some(libc::EMSGSIZE), ..Default::default() };
         let mut s = Sender::new(kernel, cfg(GsoMode::Cmsg, Batching::Single));
         let err = s.send(&payload(3000), 1400, None).unwrap_err();
         assert!(matches!(err, SendError::TooBig { size: 1400 }), "{err}");
-        assert!(
-            s.gso_active(),
-            "EMSGSIZE is the caller's mistake, not a missing feature"
-        );
-        let kernel = FakeKernel {
-            fail_gso_with: Some(libc::EPERM),
-            ..Default::default()
-        };
+        assert!(s.gso_active(), "EMSGSIZE is the caller's mistake, not a missing feature");
+        let kernel = FakeKernel { fail_gso_with: Some(libc::EPERM), ..Default::default() };
         let mut s = Sender::new(kernel, cfg(GsoMode::Cmsg, Batching::Single));
-        assert!(matches!(
-            s.send(&payload(3000), 1400, None),
-            Err(SendError::Io(_))
-        ));
+        assert!(matches!(s.send(&payload(3000), 1400, None), Err(SendError::Io(_))));
     }
 
     #[test]
     fn sendmmsg_batches_and_handles_partial_sends() {
         let buf = payload(150 * 100);
-        let kernel = FakeKernel {
-            mmsg_max: Some(50),
-            ..Default::default()
-        };
+        let kernel = FakeKernel { mmsg_max: Some(50), ..Default::default() };
         let mut s = Sender::new(kernel, cfg(GsoMode::Off, Batching::Mmsg));
         let r = s.send(&buf, 100, None).unwrap();
         assert_eq!(r.datagrams, 150);
@@ -739,51 +650,25 @@ mod tests {
     #[test]
     fn zerocopy_enobufs_falls_back_to_copy() {
         let buf = payload(10 * 1400);
-        let kernel = FakeKernel {
-            fail_zerocopy_with: Some(libc::ENOBUFS),
-            ..Default::default()
-        };
-        let mut s = Sender::new(
-            kernel,
-            SenderConfig {
-                zerocopy: true,
-                ..cfg(GsoMode::Cmsg, Batching::Single)
-            },
-        );
+        let kernel = FakeKernel { fail_zerocopy_with: Some(libc::ENOBUFS), ..Default::default() };
+        let mut s = Sender::new(kernel, SenderConfig { zerocopy: true, ..cfg(GsoMode::Cmsg, Batching::Single) });
         let r = s.send(&buf, 1400, None).unwrap();
         assert_eq!(r.datagrams, 10);
         assert_eq!(r.zerocopy_sends, 0);
         assert!(!s.zerocopy_active());
         assert_eq!(s.stats().zerocopy_fallbacks, 1);
         assert_eq!(s.io().wire, expected(&buf, 1400));
-        assert_eq!(
-            s.stats().syscalls,
-            2,
-            "failed zerocopy call + copying retry"
-        );
+        assert_eq!(s.stats().syscalls, 2, "failed zerocopy call + copying retry");
     }
 
     #[test]
     fn zerocopy_sends_are_reported_per_message() {
-        let mut s = Sender::new(
-            FakeKernel::default(),
-            SenderConfig {
-                zerocopy: true,
-                ..cfg(GsoMode::Off, Batching::Mmsg)
-            },
-        );
+        let mut s =
+            Sender::new(FakeKernel::default(), SenderConfig { zerocopy: true, ..cfg(GsoMode::Off, Batching::Mmsg) });
         let r = s.send(&payload(10 * 100), 100, None).unwrap();
-        assert_eq!(
-            r.zerocopy_sends, 10,
-            "every message of a sendmmsg takes a counter value"
-        );
-        let mut s = Sender::new(
-            FakeKernel::default(),
-            SenderConfig {
-                zerocopy: true,
-                ..cfg(GsoMode::Cmsg, Batching::Single)
-            },
-        );
+        assert_eq!(r.zerocopy_sends, 10, "every message of a sendmmsg takes a counter value");
+        let mut s =
+            Sender::new(FakeKernel::default(), SenderConfig { zerocopy: true, ..cfg(GsoMode::Cmsg, Batching::Single) });
         let r = s.send(&payload(10 * 100), 100, None).unwrap();
         assert_eq!(r.zerocopy_sends, 1);
     }
@@ -803,13 +688,7 @@ mod tests {
                 self.0.push(control.to_vec());
                 Ok(iov.iter().map(|s| s.len()).sum())
             }
-            fn sendmmsg(
-                &mut self,
-                _: Option<&SockAddr>,
-                d: &[IoSlice<'_>],
-                _: &[u8],
-                _: i32,
-            ) -> io::Result<usize> {
+            fn sendmmsg(&mut self, _: Option<&SockAddr>, d: &[IoSlice<'_>], _: &[u8], _: i32) -> io::Result<usize> {
                 Ok(d.len())
             }
             fn set_udp_segment(&mut self, _: u16) -> io::Result<()> {
@@ -821,25 +700,13 @@ mod tests {
         let msgs: Vec<_> = netlane_sys::cmsg::CmsgIter::new(&s.io().0[0])
             .map(|m| netlane_sys::cmsg::Cmsg::decode(m.unwrap()))
             .collect();
-        assert_eq!(
-            msgs,
-            vec![
-                netlane_sys::cmsg::Cmsg::UdpSegment(1400),
-                netlane_sys::cmsg::Cmsg::TxTime(77)
-            ]
-        );
+        assert_eq!(msgs, vec![netlane_sys::cmsg::Cmsg::UdpSegment(1400), netlane_sys::cmsg::Cmsg::TxTime(77)]);
     }
 
     #[test]
     fn bad_segment_sizes() {
         let mut s = Sender::new(FakeKernel::default(), cfg(GsoMode::Cmsg, Batching::Single));
-        assert!(matches!(
-            s.send(&[1], 0, None),
-            Err(SendError::BadSegmentSize(0))
-        ));
-        assert!(matches!(
-            s.send(&[1], 70_000, None),
-            Err(SendError::BadSegmentSize(70_000))
-        ));
+        assert!(matches!(s.send(&[1], 0, None), Err(SendError::BadSegmentSize(0))));
+        assert!(matches!(s.send(&[1], 70_000, None), Err(SendError::BadSegmentSize(70_000))));
     }
 }

@@ -19,10 +19,6 @@ pub fn privileged(test: &str) -> bool {
 /// Names of the namespaces under /run/netns.
 pub fn netns_names() -> Vec<String> {
     std::fs::read_dir(netlane::topology::NETNS_RUN_DIR)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
         .unwrap_or_default()
 }
