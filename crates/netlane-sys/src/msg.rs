@@ -44,6 +44,7 @@ impl Received {
 }
 
 /// Builds a `msghdr` pointing at the given parts.
+#[inline]
 fn msghdr(
     name: *mut libc::c_void,
     namelen: libc::socklen_t,
@@ -66,6 +67,7 @@ fn msghdr(
     msg
 }
 
+#[inline]
 fn name_parts(dst: Option<&SockAddr>) -> (*mut libc::c_void, libc::socklen_t) {
     match dst {
         Some(addr) => (addr.as_ptr() as *mut libc::c_void, addr.len()),
@@ -75,6 +77,7 @@ fn name_parts(dst: Option<&SockAddr>) -> (*mut libc::c_void, libc::socklen_t) {
 
 /// `sendmsg(2)`: sends one datagram (or stream chunk) gathered from `iov`, to `dst` (or
 /// the connected peer), with encoded control messages (see [`crate::cmsg`]).
+#[inline]
 pub fn sendmsg(
     fd: BorrowedFd<'_>,
     dst: Option<&SockAddr>,
@@ -99,10 +102,22 @@ pub fn sendmsg(
     Ok(n as usize)
 }
 
+/// `send(2)` of one buffer on a connected socket. Cheaper than [`sendmsg`] when there is
+/// no destination and no control data: the kernel copies and checks no `msghdr` and
+/// imports no iovec.
+#[inline]
+pub fn send(fd: BorrowedFd<'_>, buf: &[u8], flags: i32) -> io::Result<usize> {
+    // SAFETY: `buf` is borrowed for the call and its length is passed with it;
+    // send(2) only reads it.
+    let n = cvt(unsafe { libc::send(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), flags) })?;
+    Ok(n as usize)
+}
+
 /// `sendmmsg(2)`: sends up to [`MAX_MMSG`] datagrams, one per slice of `datagrams`, all
 /// to `dst` (or the connected peer) and all with the same control messages, in one
 /// system call. Returns how many the kernel accepted (possibly fewer than offered; the
 /// caller sends the rest again).
+#[inline]
 pub fn sendmmsg(
     fd: BorrowedFd<'_>,
     dst: Option<&SockAddr>,

@@ -35,6 +35,10 @@ pub struct ChildUsage {
     pub user: Duration,
     /// System CPU time.
     pub system: Duration,
+    /// Voluntary context switches.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches.
+    pub involuntary_switches: u64,
 }
 
 /// Waits for `child` with `wait4(2)` and returns its exit status and resource usage.
@@ -53,7 +57,13 @@ pub fn wait_with_usage(child: &mut Child) -> io::Result<ChildUsage> {
         }
     }
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, (t.tv_usec as u32) * 1000);
-    Ok(ChildUsage { status: ExitStatus::from_raw(status), user: tv(usage.ru_utime), system: tv(usage.ru_stime) })
+    Ok(ChildUsage {
+        status: ExitStatus::from_raw(status),
+        user: tv(usage.ru_utime),
+        system: tv(usage.ru_stime),
+        voluntary_switches: usage.ru_nvcsw.max(0) as u64,
+        involuntary_switches: usage.ru_nivcsw.max(0) as u64,
+    })
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ pub const AUTO_MAX_QUANTUM_NS: u64 = 50_000_000;
 pub const DEFAULT_MAX_CATCHUP_NS: u64 = 10_000_000;
 
 /// How long each release period is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Quantum {
     /// A fixed period in nanoseconds.
     Fixed(u64),
@@ -151,7 +151,7 @@ pub struct Release {
 }
 
 /// Counters kept by a [`Pacer`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct PaceStats {
     /// Releases made.
     pub releases: u64,

@@ -1,1 +1,278 @@
-//! TODO
+//! Which kernel fast paths work here, and why not when they do not.
+//!
+//! Each probe uses the feature for real where it can (a GSO send over loopback that
+//! must arrive as separate datagrams, a zerocopy send whose completion must arrive, a
+//! qdisc created in a scratch namespace) rather than trusting a socket option that the
+//! kernel accepts and then ignores (SO_TXTIME without fq, for one).
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsFd;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::sockopt;
+use crate::topology::{Netns, TopologyError};
+use crate::udp::{GsoMode, Receiver, ReceiverConfig, RxBatching, Sender, SenderConfig, UdpSocket};
+use crate::zerocopy::{self, Tracker};
+
+/// Whether a feature works, with evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "status", content = "detail", rename_all = "lowercase")]
+pub enum Support {
+    /// It works; what was observed.
+    Supported(String),
+    /// It does not; why.
+    Unsupported(String),
+    /// Could not be checked (e.g. needs root); why.
+    Unknown(String),
+}
+
+impl Support {
+    /// Whether the feature works.
+    pub fn is_supported(&self) -> bool {
+        matches!(self, Support::Supported(_))
+    }
+
+    /// The evidence or reason.
+    pub fn detail(&self) -> &str {
+        match self {
+            Support::Supported(s) | Support::Unsupported(s) | Support::Unknown(s) => s,
+        }
+    }
+}
+
+/// One probed feature.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Feature {
+    /// Short name, e.g. "udp-gso".
+    pub name: &'static str,
+    /// Result.
+    pub support: Support,
+}
+
+fn loopback_pair() -> io::Result<(UdpSocket, UdpSocket)> {
+    let rx = UdpSocket::bind(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0))?;
+    rx.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let tx = UdpSocket::connect_to(rx.local_addr()?)?;
+    Ok((tx, rx))
+}
+
+fn from_io(what: &str, r: io::Result<Support>) -> Support {
+    r.unwrap_or_else(|e| Support::Unsupported(format!("{what}: {e}")))
+}
+
+/// UDP GSO: a 3-segment send over loopback must arrive as 3 datagrams; also finds
+/// the kernel's segment limit (64, or 128 on newer kernels).
+pub fn udp_gso() -> Support {
+    from_io(
+        "UDP_SEGMENT",
+        (|| {
+            let (tx, rx) = loopback_pair()?;
+            sockopt::set_udp_segment(tx.as_fd(), 1000)?;
+            sockopt::set_udp_segment(tx.as_fd(), 0)?;
+            let mut s = Sender::new(tx, SenderConfig { gso: GsoMode::Cmsg, ..SenderConfig::plain(false) });
+            s.send(&[7u8; 2500], 1000, None).map_err(io::Error::other)?;
+            let mut r = Receiver::new(ReceiverConfig::new(RxBatching::Mmsg(8)));
+            let mut lens = Vec::new();
+            while lens.len() < 3 {
+                r.recv(rx.as_fd(), |d| lens.push(d.data.len()))?;
+            }
+            if lens != [1000, 1000, 500] {
+                return Ok(Support::Unsupported(format!("a 3-segment send arrived as {lens:?}")));
+            }
+            // 128 segments of 100 bytes: accepted by kernels whose UDP_MAX_SEGMENTS is 128,
+            // EINVAL where it is 64.
+            let mut control = netlane_sys::cmsg::CmsgBuf::<32>::new();
+            control.push_udp_segment(100).map_err(io::Error::other)?;
+            let big = [1u8; 12_800];
+            let max =
+                match netlane_sys::msg::sendmsg(s.io().as_fd(), None, &[io::IoSlice::new(&big)], control.as_bytes(), 0)
+                {
+                    Ok(_) => 128,
+                    Err(_) => 64,
+                };
+            Ok(Support::Supported(format!("3-segment send arrived as 1000+1000+500 B; up to {max} segments per send")))
+        })(),
+    )
+}
+
+/// UDP GRO: a GSO train to a UDP_GRO socket over loopback must arrive as one read with
+/// the stride in a control message.
+pub fn udp_gro() -> Support {
+    from_io(
+        "UDP_GRO",
+        (|| {
+            let (tx, rx) = loopback_pair()?;
+            rx.enable_gro()?;
+            let mut s = Sender::new(tx, SenderConfig { gso: GsoMode::Cmsg, ..SenderConfig::plain(false) });
+            s.send(&[3u8; 4000], 1000, None).map_err(io::Error::other)?;
+            let mut r = Receiver::new(ReceiverConfig::new(RxBatching::Mmsg(4)));
+            let mut strides = Vec::new();
+            while strides.len() < 4 {
+                r.recv(rx.as_fd(), |d| strides.push(d.stride))?;
+            }
+            Ok(if strides.iter().all(|s| *s == Some(1000)) {
+                Support::Supported("a 4-segment train arrived as one read with stride 1000; on veth, coalescing needs NAPI (GRO on + threaded)".into())
+            } else {
+                Support::Unsupported(format!("no UDP_GRO control message on the read (strides {strides:?})"))
+            })
+        })(),
+    )
+}
+
+/// MSG_ZEROCOPY for UDP: a zerocopy send over loopback must be completed on the error
+/// queue; reports whether the kernel copied.
+pub fn msg_zerocopy() -> Support {
+    from_io(
+        "MSG_ZEROCOPY",
+        (|| {
+            let (tx, rx) = loopback_pair()?;
+            if let Err(e) = tx.enable_zerocopy() {
+                return Ok(Support::Unsupported(format!("SO_ZEROCOPY: {e}")));
+            }
+            netlane_sys::msg::sendmsg(tx.as_fd(), None, &[io::IoSlice::new(&[1u8; 16_384])], &[], libc::MSG_ZEROCOPY)?;
+            let mut t: Tracker<()> = Tracker::new();
+            t.on_send(());
+            let mut other = 0;
+            for _ in 0..100 {
+                zerocopy::drain_errqueue(tx.as_fd(), &mut t, &mut other)?;
+                if t.all_completed() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let mut r = Receiver::new(ReceiverConfig::new(RxBatching::Single));
+            r.recv(rx.as_fd(), |_| {})?;
+            let st = t.stats();
+            Ok(if st.completed == 1 {
+                Support::Supported(format!(
+                    "completion arrived on the error queue ({}); loopback and veth without NAPI always copy",
+                    if st.copied == 1 { "kernel copied" } else { "not copied" }
+                ))
+            } else {
+                Support::Unsupported("no completion within 500 ms".into())
+            })
+        })(),
+    )
+}
+
+/// SO_TXTIME: the socket option, and whether any qdisc that honours it exists.
+pub fn so_txtime(qdiscs: &[(&'static str, Support)]) -> Support {
+    from_io(
+        "SO_TXTIME",
+        (|| {
+            let (tx, _rx) = loopback_pair()?;
+            sockopt::set_txtime_monotonic(tx.as_fd())?;
+            let honouring: Vec<&str> = qdiscs
+                .iter()
+                .filter(|(k, s)| ["fq", "etf", "taprio"].contains(k) && s.is_supported())
+                .map(|(k, _)| *k)
+                .collect();
+            let checked = qdiscs.iter().any(|(k, s)| ["fq", "etf"].contains(k) && !matches!(s, Support::Unknown(_)));
+            Ok(if !honouring.is_empty() {
+                Support::Supported(format!("socket option accepted; qdiscs that honour it: {}", honouring.join(", ")))
+            } else if checked {
+                Support::Unsupported(
+                "socket option accepted, but no qdisc honours release times here (fq, etf, taprio are not in this kernel): times would be ignored, so pacing falls back to user space".into(),
+            )
+            } else {
+                Support::Unknown("socket option accepted; qdisc availability needs root to check".into())
+            })
+        })(),
+    )
+}
+
+/// SO_MAX_PACING_RATE (TCP paces itself; UDP needs fq).
+pub fn max_pacing_rate() -> Support {
+    from_io(
+        "SO_MAX_PACING_RATE",
+        (|| {
+            let (tx, _rx) = loopback_pair()?;
+            sockopt::set_max_pacing_rate(tx.as_fd(), 10_000_000)?;
+            Ok(Support::Supported("accepted; honoured by TCP's own pacing, and for UDP only under fq".into()))
+        })(),
+    )
+}
+
+/// Busy polling: SO_BUSY_POLL, SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET, EPIOCSPARAMS.
+pub fn busy_poll() -> Support {
+    from_io(
+        "busy polling",
+        (|| {
+            let (tx, _rx) = loopback_pair()?;
+            sockopt::set_busy_poll(tx.as_fd(), 50)?;
+            sockopt::set_prefer_busy_poll(tx.as_fd(), true)?;
+            sockopt::set_busy_poll_budget(tx.as_fd(), 64)?;
+            let ep = nix::sys::epoll::Epoll::new(nix::sys::epoll::EpollCreateFlags::EPOLL_CLOEXEC)?;
+            let params = netlane_sys::epoll::EpollParams {
+                busy_poll_usecs: 50,
+                busy_poll_budget: 64,
+                prefer_busy_poll: 1,
+                pad: 0,
+            };
+            let per_epoll = match netlane_sys::epoll::set_params(ep.0.as_fd(), &params) {
+                Ok(()) => "EPIOCSPARAMS works".to_string(),
+                Err(e) => format!("EPIOCSPARAMS unavailable ({e}; needs Linux 6.9)"),
+            };
+            Ok(Support::Supported(format!(
+                "SO_BUSY_POLL, SO_PREFER_BUSY_POLL, SO_BUSY_POLL_BUDGET accepted; {per_epoll}"
+            )))
+        })(),
+    )
+}
+
+/// Which of `kinds` the kernel can instantiate as a root qdisc, tried on a veth in a
+/// scratch namespace (needs root; otherwise every answer is `Unknown`).
+pub fn qdiscs(kinds: &[&'static str]) -> Vec<(&'static str, Support)> {
+    match try_qdiscs(kinds) {
+        Ok(v) => v,
+        Err(e) => kinds.iter().map(|k| (*k, Support::Unknown(format!("could not check: {e}")))).collect(),
+    }
+}
+
+fn try_qdiscs(kinds: &[&'static str]) -> Result<Vec<(&'static str, Support)>, TopologyError> {
+    let ns = Netns::create("probe-qdisc")?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ns.fd());
+    ns.with_rtnl(|r| r.add_veth("pq0", fd, "pq1", fd, 1500, 1))?;
+    let index = ns.with_rtnl(|r| r.link_index("pq0"))?;
+    let mut out = Vec::new();
+    for kind in kinds {
+        let res = ns.with_rtnl(|r| r.add_root_qdisc(index, kind));
+        let support = match res {
+            Ok(()) => {
+                let _ = ns.with_rtnl(|r| r.del_root_qdisc(index));
+                Support::Supported("created".into())
+            }
+            Err(TopologyError::Netlink(e)) if e.errno() == Some(libc::ENOENT) => {
+                Support::Unsupported(format!("not in this kernel ({})", e.message.as_deref().unwrap_or("unknown kind")))
+            }
+            // Present, but refused an empty configuration (etf and taprio need options).
+            Err(TopologyError::Netlink(e)) => {
+                Support::Supported(format!("present (an empty configuration is refused: {})", e.source))
+            }
+            Err(e) => return Err(e),
+        };
+        out.push((*kind, support));
+    }
+    Ok(out)
+}
+
+/// Probes everything. Qdiscs need root; without it they are `Unknown`.
+pub fn probe_all() -> (Vec<Feature>, Vec<(&'static str, Support)>) {
+    let qd = if crate::topology::have_privileges() {
+        qdiscs(&["fq", "etf", "taprio", "mqprio", "htb", "tbf", "fq_codel", "netem", "clsact"])
+    } else {
+        vec![("fq", Support::Unknown("needs root".into())), ("etf", Support::Unknown("needs root".into()))]
+    };
+    let features = vec![
+        Feature { name: "udp-gso", support: udp_gso() },
+        Feature { name: "udp-gro", support: udp_gro() },
+        Feature { name: "msg-zerocopy", support: msg_zerocopy() },
+        Feature { name: "so-txtime", support: so_txtime(&qd) },
+        Feature { name: "so-max-pacing-rate", support: max_pacing_rate() },
+        Feature { name: "busy-poll", support: busy_poll() },
+    ];
+    (features, qd)
+}

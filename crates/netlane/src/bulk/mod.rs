@@ -33,7 +33,7 @@ use crate::zerocopy::ZerocopyStats;
 pub use payload::{Integrity, Verify};
 
 /// Transport protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Transport {
     /// UDP datagrams.
     Udp,
@@ -42,7 +42,7 @@ pub enum Transport {
 }
 
 /// Pacing of a UDP sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Pacing {
     /// Target rate, bytes of payload per second.
     pub rate: u64,
@@ -51,7 +51,7 @@ pub struct Pacing {
 }
 
 /// What netlane's sender does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct TxSpec {
     /// UDP or TCP.
     pub transport: Transport,
@@ -75,6 +75,8 @@ pub struct TxSpec {
     pub cpu: Option<usize>,
     /// Send buffer size (None: kernel default).
     pub sndbuf: Option<usize>,
+    /// Stop after this many payload bytes (None: send for the whole duration).
+    pub limit_bytes: Option<u64>,
 }
 
 impl TxSpec {
@@ -92,6 +94,7 @@ impl TxSpec {
             duration: Duration::from_secs(2),
             cpu: None,
             sndbuf: None,
+            limit_bytes: None,
         }
     }
 
@@ -110,18 +113,22 @@ pub struct ExternalTx {
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<String>,
+    /// Payload bytes per message the program counts.
+    pub message_bytes: u64,
+    /// Datagrams per message.
+    pub datagrams_per_message: u64,
+    /// CPU to pin it to.
+    pub cpu: Option<usize>,
     /// Parses the program's output (stdout + stderr) into what it sent.
     #[serde(skip)]
-    pub parse: fn(&str) -> Option<ExternalReport>,
+    pub parse: fn(&str) -> Option<ExternalCounts>,
 }
 
 /// What an external sender reported about itself.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct ExternalReport {
-    /// Payload bytes sent.
-    pub bytes: u64,
-    /// Datagrams sent.
-    pub datagrams: u64,
+pub struct ExternalCounts {
+    /// Messages sent (each [`ExternalTx::message_bytes`] long).
+    pub messages: u64,
     /// Send system calls.
     pub syscalls: u64,
     /// Seconds of sending the counts cover.
@@ -131,10 +138,58 @@ pub struct ExternalReport {
 /// Who sends.
 #[derive(Debug, Clone, Serialize)]
 pub enum TxSource {
-    /// netlane's sender.
+    /// netlane's sender, on a thread of this process.
     Netlane(TxSpec),
+    /// netlane's sender in a child process of its own (single-threaded, so its system
+    /// calls pay no shared-file-table cost, and its CPU is measured like an external
+    /// program's). The program reads a [`SenderJob`] as JSON on stdin and writes a
+    /// [`TxReport`] as JSON on stdout: see [`run_sender_job`].
+    Process(TxSpec, SenderProcess),
     /// Another program.
     External(ExternalTx),
+}
+
+/// How to start netlane's sender as a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct SenderProcess {
+    /// The program (usually the running `netlane` binary).
+    pub program: PathBuf,
+    /// Its arguments (e.g. the hidden subcommand that calls [`run_sender_job`]).
+    pub args: Vec<String>,
+}
+
+/// How SO_TXTIME can be used on the sender's path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Txtime {
+    /// The egress qdisc honours release times (fq, etf, taprio).
+    Kernel,
+    /// It does not; the reason is reported.
+    Unsupported(String),
+}
+
+/// Everything a sender process needs.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SenderJob {
+    /// What to send.
+    pub spec: TxSpec,
+    /// Where to.
+    pub dst: SocketAddr,
+    /// IPv6.
+    pub ipv6: bool,
+    /// Run id for the datagram headers.
+    pub run_id: u32,
+    /// SO_TXTIME support on this path.
+    pub txtime: Txtime,
+}
+
+/// Runs the sender described by `job` on the calling thread (pinned as the job says).
+/// This is what a sender process does between reading its job and printing its report.
+pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
+    pin(job.spec.cpu);
+    match job.spec.transport {
+        Transport::Udp => udp_tx::send(&job.spec, job.dst, job.ipv6, job.run_id, &job.txtime),
+        Transport::Tcp => tcp::send(&job.spec, job.dst),
+    }
 }
 
 /// What the receiver does.
@@ -233,7 +288,7 @@ pub struct BulkRun {
 }
 
 /// Pacing accuracy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PaceReport {
     /// Target rate, bytes/s.
     pub target_rate: u64,
@@ -252,7 +307,7 @@ pub struct PaceReport {
 }
 
 /// What the sender did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct TxReport {
     /// Datagrams sent (UDP) or send calls (TCP).
     pub datagrams: u64,
@@ -369,9 +424,17 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 }
 
 impl BulkRun {
+    /// netlane's sender specification, if netlane sends.
+    pub fn netlane_spec(&self) -> Option<&TxSpec> {
+        match &self.tx {
+            TxSource::Netlane(t) | TxSource::Process(t, _) => Some(t),
+            TxSource::External(_) => None,
+        }
+    }
+
     /// Checks the run for values that cannot work, with messages for the user.
     pub fn validate(&self, path_mtu: Option<u32>) -> Result<(), BulkError> {
-        let TxSource::Netlane(tx) = &self.tx else { return Ok(()) };
+        let Some(tx) = self.netlane_spec() else { return Ok(()) };
         if tx.duration.is_zero() {
             return Err(BulkError::Config("duration must be positive".into()));
         }
@@ -502,9 +565,9 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
     spec.validate(mtu)?;
     let rx_ip = endpoints.rx_addr(spec.ipv6);
     let rx_spec = spec.rx;
-    let datagram_size = match &spec.tx {
-        TxSource::Netlane(t) => t.datagram_size,
-        TxSource::External(_) => rx_spec.max_datagram,
+    let datagram_size = match spec.netlane_spec() {
+        Some(t) => t.datagram_size,
+        None => rx_spec.max_datagram,
     };
 
     // The receiving socket is made inside the receiver's namespace, before the sender
@@ -530,16 +593,13 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
     let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
-            let tx = tx.clone();
-            let ipv6 = spec.ipv6;
-            let sender = Worker::spawn(endpoints.tx_ns(), "netlane-tx", move || {
-                pin(tx.cpu);
-                match tx.transport {
-                    Transport::Udp => udp_tx::send(&tx, dst, ipv6, run_id, &txtime),
-                    Transport::Tcp => tcp::send(&tx, dst),
-                }
-            })?;
+            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
+            let sender = Worker::spawn(endpoints.tx_ns(), "netlane-tx", move || run_sender_job(&job))?;
             sender.join("sender")
+        }
+        TxSource::Process(tx, process) => {
+            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
+            Ok(run_sender_process(endpoints.tx_ns(), process, &job))
         }
         TxSource::External(ext) => Ok(run_external(endpoints.tx_ns(), ext, dst)),
     };
@@ -563,18 +623,84 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
 const TXTIME_QDISCS: [&str; 3] = ["fq", "etf", "taprio"];
 
 /// Whether the sender's egress honours SO_TXTIME.
-fn txtime_support(endpoints: Endpoints<'_>) -> Result<udp_tx::Txtime, BulkError> {
+fn txtime_support(endpoints: Endpoints<'_>) -> Result<Txtime, BulkError> {
     let kind = match endpoints {
         Endpoints::Loopback => "noqueue".to_string(),
         Endpoints::Veth(h) => h.egress_qdisc()?.0,
     };
     Ok(if TXTIME_QDISCS.contains(&kind.as_str()) {
-        udp_tx::Txtime::Kernel
+        Txtime::Kernel
     } else {
-        udp_tx::Txtime::Unsupported(format!(
-            "egress qdisc {kind} ignores release times; only fq, etf and taprio honour them"
-        ))
+        Txtime::Unsupported(format!("egress qdisc {kind} ignores release times; only fq, etf and taprio honour them"))
     })
+}
+
+/// What a finished child process left: its CPU use and its output.
+struct ChildRun {
+    usage: netlane_sys::process::ChildUsage,
+    stdout: String,
+    stderr: String,
+}
+
+impl ChildRun {
+    fn cpu(&self) -> CpuTime {
+        CpuTime {
+            user_s: self.usage.user.as_secs_f64(),
+            system_s: self.usage.system.as_secs_f64(),
+            voluntary_switches: self.usage.voluntary_switches,
+            involuntary_switches: self.usage.involuntary_switches,
+        }
+    }
+}
+
+/// Runs `program args` (inside `ns`, pinned to `cpu`), feeding `stdin`, and reaps it
+/// with its resource usage. A failed exit is an error carrying its output.
+fn run_child(
+    ns: Option<&Netns>,
+    program: &std::path::Path,
+    args: &[String],
+    stdin: Option<&[u8]>,
+    cpu: Option<usize>,
+) -> Result<ChildRun, BulkError> {
+    use std::process::Stdio;
+    let mut cmd = match ns {
+        Some(ns) => ns.command(program),
+        None => std::process::Command::new(program),
+    };
+    cmd.args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(io_err(format!("start {}", program.display())))?;
+    if let Some(cpu) = cpu {
+        // Pinned right after start, before it has done any measurable work.
+        let mut set = nix::sched::CpuSet::new();
+        if set.set(cpu).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(child.id() as i32), &set);
+        }
+    }
+    // Read output on helper threads so a chatty child cannot block on a full pipe.
+    let out = child.stdout.take().map(read_all_in_background);
+    let err = child.stderr.take().map(read_all_in_background);
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        // A child that exits early closes the pipe; its exit status tells why.
+        let _ = pipe.write_all(input);
+    }
+    let usage =
+        netlane_sys::process::wait_with_usage(&mut child).map_err(io_err(format!("wait for {}", program.display())))?;
+    let stdout = out.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    let stderr = err.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    if !usage.status.success() {
+        return Err(BulkError::Config(format!(
+            "{} {} failed ({}): {}",
+            program.display(),
+            args.join(" "),
+            usage.status,
+            format!("{stdout}\n{stderr}").trim()
+        )));
+    }
+    Ok(ChildRun { usage, stdout, stderr })
 }
 
 fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
@@ -583,26 +709,8 @@ fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result
         .iter()
         .map(|a| a.replace("{addr}", &dst.ip().to_string()).replace("{port}", &dst.port().to_string()))
         .collect();
-    let mut cmd = match ns {
-        Some(ns) => ns.command(&ext.program),
-        None => std::process::Command::new(&ext.program),
-    };
-    cmd.args(&args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().map_err(io_err(format!("start {}", ext.program.display())))?;
-    // Read output on helper threads so a chatty child cannot block on a full pipe.
-    let out = child.stdout.take().map(read_all_in_background);
-    let err = child.stderr.take().map(read_all_in_background);
-    let usage = netlane_sys::process::wait_with_usage(&mut child).map_err(io_err("wait for the external sender"))?;
-    let text = [out, err].into_iter().flatten().map(|h| h.join().unwrap_or_default()).collect::<Vec<_>>().join("\n");
-    if !usage.status.success() {
-        return Err(BulkError::Config(format!(
-            "{} {} failed ({}): {}",
-            ext.program.display(),
-            args.join(" "),
-            usage.status,
-            text.trim()
-        )));
-    }
+    let child = run_child(ns, &ext.program, &args, None, ext.cpu)?;
+    let text = format!("{}\n{}", child.stdout, child.stderr);
     let report = (ext.parse)(&text).ok_or_else(|| {
         BulkError::Config(format!(
             "could not read the counts in the output of {}: {}",
@@ -611,14 +719,31 @@ fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result
         ))
     })?;
     Ok(TxReport {
-        datagrams: report.datagrams,
-        bytes: report.bytes,
+        datagrams: report.messages * ext.datagrams_per_message,
+        bytes: report.messages * ext.message_bytes,
         syscalls: report.syscalls,
         seconds: report.seconds,
-        cpu: CpuTime { user_s: usage.user.as_secs_f64(), system_s: usage.system.as_secs_f64() },
+        cpu: child.cpu(),
         path: vec![format!("external: {} {}", ext.program.display(), args.join(" "))],
         ..TxReport::default()
     })
+}
+
+/// Runs netlane's sender as a child process. Its CPU is the whole process's (from
+/// wait4, like an external sender's), not the sending thread's own measurement.
+fn run_sender_process(ns: Option<&Netns>, process: &SenderProcess, job: &SenderJob) -> Result<TxReport, BulkError> {
+    let input = serde_json::to_vec(job).map_err(|e| BulkError::Config(format!("encode sender job: {e}")))?;
+    let child = run_child(ns, &process.program, &process.args, Some(&input), job.spec.cpu)?;
+    let mut report: TxReport = serde_json::from_str(child.stdout.trim()).map_err(|e| {
+        BulkError::Config(format!(
+            "the sender process {} wrote no report ({e}): {}",
+            process.program.display(),
+            child.stderr.trim()
+        ))
+    })?;
+    report.cpu = child.cpu();
+    report.path.push("sender: own process".into());
+    Ok(report)
 }
 
 fn read_all_in_background(mut r: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
@@ -638,7 +763,7 @@ fn ratio(a: u64, b: u64) -> f64 {
 }
 
 fn summarise(tx: TxReport, rx: RxReport, system: SystemCpuDelta, spec: &BulkRun) -> BulkResult {
-    let is_tcp = matches!(&spec.tx, TxSource::Netlane(t) if t.transport == Transport::Tcp);
+    let is_tcp = spec.netlane_spec().is_some_and(|t| t.transport == Transport::Tcp);
     let loss = if is_tcp { 1.0 - ratio(rx.bytes, tx.bytes) } else { 1.0 - ratio(rx.integrity.unique, tx.datagrams) };
     BulkResult {
         tx_rate: if tx.seconds > 0.0 { tx.bytes as f64 / tx.seconds } else { 0.0 },

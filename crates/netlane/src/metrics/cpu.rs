@@ -9,12 +9,16 @@ use nix::sys::resource::{UsageWho, getrusage};
 use serde::Serialize;
 
 /// User and system CPU time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct CpuTime {
     /// Seconds in user mode.
     pub user_s: f64,
     /// Seconds in the kernel (including softirq work charged to this task).
     pub system_s: f64,
+    /// Voluntary context switches (the task blocked: a full socket buffer, a sleep).
+    pub voluntary_switches: u64,
+    /// Involuntary context switches (the task was preempted).
+    pub involuntary_switches: u64,
 }
 
 impl CpuTime {
@@ -27,7 +31,12 @@ impl CpuTime {
 impl Sub for CpuTime {
     type Output = CpuTime;
     fn sub(self, rhs: CpuTime) -> CpuTime {
-        CpuTime { user_s: (self.user_s - rhs.user_s).max(0.0), system_s: (self.system_s - rhs.system_s).max(0.0) }
+        CpuTime {
+            user_s: (self.user_s - rhs.user_s).max(0.0),
+            system_s: (self.system_s - rhs.system_s).max(0.0),
+            voluntary_switches: self.voluntary_switches.saturating_sub(rhs.voluntary_switches),
+            involuntary_switches: self.involuntary_switches.saturating_sub(rhs.involuntary_switches),
+        }
     }
 }
 
@@ -35,7 +44,12 @@ fn usage(who: UsageWho) -> CpuTime {
     match getrusage(who) {
         Ok(u) => {
             let secs = |tv: nix::sys::time::TimeVal| tv.tv_sec() as f64 + tv.tv_usec() as f64 / 1e6;
-            CpuTime { user_s: secs(u.user_time()), system_s: secs(u.system_time()) }
+            CpuTime {
+                user_s: secs(u.user_time()),
+                system_s: secs(u.system_time()),
+                voluntary_switches: u.voluntary_context_switches().max(0) as u64,
+                involuntary_switches: u.involuntary_context_switches().max(0) as u64,
+            }
         }
         // getrusage cannot fail for these `who` values (getrusage(2): EINVAL only for
         // an unknown `who`).

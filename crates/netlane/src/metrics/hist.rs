@@ -17,7 +17,7 @@ impl Default for Hist {
 }
 
 /// Percentiles of a [`Hist`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Summary {
     /// Number of values.
     pub count: u64,

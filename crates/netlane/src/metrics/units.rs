@@ -135,6 +135,23 @@ impl fmt::Display for Rate {
     }
 }
 
+/// Prints a byte rate as compactly as it was probably written: `10MB/s`, `1.5GB/s`.
+pub fn compact_rate(bytes_per_sec: u64) -> String {
+    let v = bytes_per_sec as f64;
+    let (x, u) = if v >= 1e9 {
+        (v / 1e9, "GB/s")
+    } else if v >= 1e6 {
+        (v / 1e6, "MB/s")
+    } else if v >= 1e3 {
+        (v / 1e3, "kB/s")
+    } else {
+        (v, "B/s")
+    };
+    let s = format!("{x:.2}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    format!("{s}{u}")
+}
+
 /// Prints a duration compactly (`250us`, `1ms`, `1.5s`).
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
@@ -194,6 +211,14 @@ mod tests {
         assert_eq!(format_duration(Duration::from_micros(250)), "250us");
         assert_eq!(format_duration(Duration::from_millis(8)), "8ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+    }
+
+    #[test]
+    fn compact_rates() {
+        assert_eq!(compact_rate(10_000_000), "10MB/s");
+        assert_eq!(compact_rate(1_500_000_000), "1.5GB/s");
+        assert_eq!(compact_rate(21_840_000), "21.84MB/s");
+        assert_eq!(compact_rate(999), "999B/s");
     }
 
     #[test]

@@ -396,6 +396,14 @@ impl Rtnl {
         )
     }
 
+    /// Deletes the root qdisc of `index` (the device falls back to its default).
+    pub fn del_root_qdisc(&mut self, index: u32) -> Result<(), NetlinkError> {
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        msg.header.parent = TcHandle::ROOT;
+        self.ack(&format!("delete root qdisc of interface {index}"), RouteNetlinkMessage::DelQueueDiscipline(msg), 0)
+    }
+
     /// Kind and counters of the root qdisc of `index` ("noqueue" for a veth without
     /// one).
     pub fn root_qdisc(&mut self, index: u32) -> Result<Option<(String, QdiscStats)>, NetlinkError> {

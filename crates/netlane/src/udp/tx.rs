@@ -27,6 +27,11 @@ pub trait TxSyscalls {
         control: &[u8],
         flags: i32,
     ) -> io::Result<usize>;
+    /// `send(2)` of one buffer to the connected peer, without control data. The default
+    /// goes through [`TxSyscalls::sendmsg`]; real sockets use the cheaper call.
+    fn send(&mut self, buf: &[u8], flags: i32) -> io::Result<usize> {
+        self.sendmsg(None, &[IoSlice::new(buf)], &[], flags)
+    }
     /// Sets the socket's default `UDP_SEGMENT` (0 clears it).
     fn set_udp_segment(&mut self, gso_size: u16) -> io::Result<()>;
 }
@@ -50,6 +55,10 @@ impl TxSyscalls for UdpSocket {
         flags: i32,
     ) -> io::Result<usize> {
         netlane_sys::msg::sendmmsg(self.as_fd(), dst, datagrams, control, flags)
+    }
+
+    fn send(&mut self, buf: &[u8], flags: i32) -> io::Result<usize> {
+        netlane_sys::msg::send(self.as_fd(), buf, flags)
     }
 
     fn set_udp_segment(&mut self, gso_size: u16) -> io::Result<()> {
@@ -78,13 +87,17 @@ impl<T: TxSyscalls + ?Sized> TxSyscalls for &mut T {
         (**self).sendmmsg(dst, datagrams, control, flags)
     }
 
+    fn send(&mut self, buf: &[u8], flags: i32) -> io::Result<usize> {
+        (**self).send(buf, flags)
+    }
+
     fn set_udp_segment(&mut self, gso_size: u16) -> io::Result<()> {
         (**self).set_udp_segment(gso_size)
     }
 }
 
 /// How the sender asks for segmentation offload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum GsoMode {
     /// No GSO: one datagram per message.
     Off,
@@ -96,7 +109,7 @@ pub enum GsoMode {
 }
 
 /// How datagrams are sent when GSO is off (or has fallen back).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Batching {
     /// One `sendmsg` per datagram.
     Single,
@@ -284,10 +297,31 @@ impl<T: TxSyscalls> Sender<T> {
         if segment_size == 0 || segment_size > usize::from(u16::MAX) {
             return Err(SendError::BadSegmentSize(segment_size));
         }
+        if buf.len() <= segment_size && txtime.is_none() && self.dst.is_none() && !self.zc_on {
+            return self.send_plain(buf, segment_size);
+        }
         let calls_before = self.stats.syscalls;
         let mut report = self.send_trains(buf, segment_size, txtime)?;
         report.syscalls = self.stats.syscalls - calls_before;
         Ok(report)
+    }
+
+    /// One datagram to the connected peer with nothing attached: the per-datagram
+    /// sender's hot path, one `send(2)` and the counters.
+    #[inline]
+    fn send_plain(&mut self, datagram: &[u8], segment_size: usize) -> Result<SendReport, SendError> {
+        loop {
+            self.stats.syscalls += 1;
+            match self.io.send(datagram, 0) {
+                Ok(n) => {
+                    self.stats.datagrams += 1;
+                    self.stats.bytes += n as u64;
+                    return Ok(SendReport { datagrams: 1, bytes: n as u64, syscalls: 1, zerocopy_sends: 0 });
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(classify(e, segment_size)),
+            }
+        }
     }
 
     fn send_trains(&mut self, buf: &[u8], segment_size: usize, txtime: Option<u64>) -> Result<SendReport, SendError> {
@@ -378,7 +412,14 @@ impl<T: TxSyscalls> Sender<T> {
         // segmented, so no per-call override is needed.
         self.build_control(None, txtime);
         let (n, zc) = self
-            .call_with_zc_fallback(|io, dst, control, flags| io.sendmsg(dst, &[IoSlice::new(datagram)], control, flags))
+            .call_with_zc_fallback(|io, dst, control, flags| {
+                if dst.is_none() && control.is_empty() {
+                    // Connected and nothing to say: send(2) skips the msghdr.
+                    io.send(datagram, flags)
+                } else {
+                    io.sendmsg(dst, &[IoSlice::new(datagram)], control, flags)
+                }
+            })
             .map_err(|e| classify(e, segment_size))?;
         Ok(self.account(1, n as u64, zc as u64))
     }

@@ -1,0 +1,194 @@
+//! The `netlane` command as a user runs it.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn netlane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn privileged(test: &str) -> bool {
+    if nix_is_root() {
+        return true;
+    }
+    if std::env::var("NETLANE_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
+        panic!("{test}: needs root, and NETLANE_REQUIRE_PRIVILEGED=1 forbids skipping");
+    }
+    eprintln!("SKIPPED {test}: needs root");
+    false
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
+        .unwrap_or(false)
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("netlane-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn gso_size_above_the_path_mtu_is_refused() {
+    let o = netlane(&["bench", "udp-bulk", "--gso-size", "9000", "--mtu", "1500", "--modes", "gso"]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("above the path MTU") && e.contains("1472"), "{e}");
+    let o = netlane(&["bench", "udp-bulk", "--gso-size", "1460", "--ipv6", "--modes", "gso"]);
+    let e = stderr(&o);
+    assert!(e.contains("1452") && e.contains("IPv6"), "{e}");
+}
+
+#[test]
+fn zero_and_negative_rates_are_refused() {
+    for rate in ["0MB/s", "0", "-5MB/s"] {
+        let o = netlane(&["bench", "udp-bulk", "--modes", "paced", "--rates", rate]);
+        assert_eq!(o.status.code(), Some(2), "rate {rate}");
+        let e = stderr(&o);
+        assert!(e.contains("must be positive") || e.contains("must not be negative"), "rate {rate}: {e}");
+    }
+    let o = netlane(&["bench", "udp-bulk", "--rates", "fast"]);
+    assert!(stderr(&o).contains("unknown unit") || stderr(&o).contains("expected a number"), "{}", stderr(&o));
+    let o = netlane(&["bench", "udp-pacing", "--bottleneck", "0mbit"]);
+    assert!(stderr(&o).contains("must be positive"), "{}", stderr(&o));
+}
+
+#[test]
+fn unknown_modes_list_the_valid_ones() {
+    let o = netlane(&["bench", "udp-bulk", "--modes", "gso,warp"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e = stderr(&o);
+    assert!(e.contains("warp") && e.contains("gso-gro") && e.contains("sendmmsg"), "{e}");
+}
+
+#[test]
+fn other_bad_options_are_explained() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "udp-bulk", "--duration", "0s"], "must be positive"),
+        (&["bench", "udp-bulk", "--modes", "gso", "--segments", "64"], "at most 46"),
+        (&["bench", "udp-bulk", "--tx-cpu", "4096"], "this machine has CPUs"),
+        (&["bench", "udp-bulk", "--modes", "udp", "--gso-size", "8"], "bulk header"),
+        (&["bench", "udp-bulk", "--modes", "paced", "--quantum", "0ms"], "must be positive"),
+        (&["bench", "udp-pacing", "--path", "loopback"], "needs a bottleneck"),
+        (&["bench", "udp-pacing", "--quanta", "1ms,sometime"], "\"sometime\""),
+    ];
+    for (args, want) in cases {
+        let o = netlane(args);
+        assert!(!o.status.success(), "{args:?} should fail");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn loopback_benchmark_runs_without_root_and_writes_json_and_csv() {
+    let dir = temp_dir("loopback");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv) = (dir.join("r.json"), dir.join("r.csv"));
+    let o = netlane(&[
+        "bench",
+        "udp-bulk",
+        "--path",
+        "loopback",
+        "--modes",
+        "tcp,udp,sendmmsg,gso,gso-gro,paced",
+        "--rates",
+        "20MB/s",
+        "--duration",
+        "300ms",
+        "--no-selftest",
+        "--verify",
+        "full",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    // neper-style echo of every resolved option, then the table.
+    for key in ["path=loopback", "gso_size=1400", "segments=46", "quantum=auto", "sender=process", "verify=full"] {
+        assert!(out.contains(key), "missing {key} in:\n{out}");
+    }
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = report["raw"]["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 6);
+    for r in runs {
+        let res = &r["result"];
+        assert!(res["tx"]["bytes"].as_u64().unwrap() > 0, "{}", r["label"]);
+        assert_eq!(res["rx"]["integrity"]["corrupt"].as_u64(), Some(0), "{}", r["label"]);
+    }
+    let csv = std::fs::read_to_string(&csv).unwrap();
+    assert!(csv.starts_with("mode,tx MB/s") && csv.lines().count() == 7, "{csv}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn probe_reports_every_feature_as_json() {
+    let o = netlane(&["probe", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let names: Vec<&str> = v["features"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    for want in ["udp-gso", "udp-gro", "msg-zerocopy", "so-txtime", "busy-poll"] {
+        assert!(names.contains(&want), "{names:?}");
+    }
+    for f in v["features"].as_array().unwrap() {
+        let status = f["support"]["status"].as_str().unwrap();
+        assert!(["supported", "unsupported", "unknown"].contains(&status));
+        assert!(!f["support"]["detail"].as_str().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn lab_writes_a_complete_report() {
+    if !privileged("lab_writes_a_complete_report") {
+        return;
+    }
+    let dir = temp_dir("lab");
+    let o = netlane(&["lab", "--quick", "--only", "udp-pacing", "--out", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("report:") && out.contains("index.html"), "{out}");
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("udp-pacing") && html.contains("<table"), "html incomplete");
+    for f in
+        ["udp-pacing.csv", "udp-pacing.json", "results.json", "charts/udp-pacing-loss.svg", "charts/udp-pacing-cpu.svg"]
+    {
+        assert!(dir.join(f).is_file(), "missing {f}");
+    }
+    let results: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
+    let rows = results["scenarios"][0]["tables"][0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "five sweep points");
+    // Nothing left behind.
+    let leftover: Vec<_> = std::fs::read_dir("/run/netns")
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    let pid_prefix = "nl-";
+    assert!(
+        leftover.iter().all(|n: &String| !n.starts_with(pid_prefix) || !n.contains("udp-pacing")),
+        "namespaces left: {leftover:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn topo_clean_removes_only_stale_namespaces() {
+    if !privileged("topo_clean_removes_only_stale_namespaces") {
+        return;
+    }
+    // A namespace named like one of a netlane process that no longer exists.
+    let stale = "nl-999999999-0-stale-test";
+    let st = Command::new("ip").args(["netns", "add", stale]).status().unwrap();
+    assert!(st.success());
+    let o = netlane(&["topo", "clean"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(stale));
+    assert!(!std::path::Path::new("/run/netns").join(stale).exists());
+}
