@@ -192,3 +192,68 @@ fn topo_clean_removes_only_stale_namespaces() {
     assert!(String::from_utf8_lossy(&o.stdout).contains(stale));
     assert!(!std::path::Path::new("/run/netns").join(stale).exists());
 }
+
+#[test]
+fn without_root_the_veth_path_says_what_to_do() {
+    // As root, drop to nobody to see what an unprivileged user sees.
+    let out = if nix_is_root() {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_netlane"), "bench", "udp-bulk", "--modes", "udp"])
+            .output()
+            .expect("runuser")
+    } else {
+        netlane(&["bench", "udp-bulk", "--modes", "udp"])
+    };
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("needs root") && e.contains("--path loopback"), "{e}");
+}
+
+#[test]
+fn ctrl_c_removes_the_namespaces_and_the_sender() {
+    if !privileged("ctrl_c_removes_the_namespaces_and_the_sender") {
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["bench", "udp-bulk", "--modes", "gso", "--duration", "20s", "--no-selftest"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let prefix = format!("nl-{pid}-");
+    let ours = || -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<String>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|n: &String| n.starts_with(&prefix))
+            .collect()
+    };
+    // Wait until the run is under way: its namespaces exist and its sender process runs.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let sender_running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("__bulk-tx")
+                    && std::fs::read_to_string(e.path().join("stat"))
+                        .is_ok_and(|st| st.split_whitespace().nth(3) == Some(&pid.to_string()))
+            })
+        })
+    };
+    while !(ours().len() == 2 && sender_running()) {
+        assert!(std::time::Instant::now() < deadline, "the run never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let st = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(err.contains("removed 2 network namespaces"), "{err}");
+    assert!(ours().is_empty(), "left behind: {:?}", ours());
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!sender_running(), "the sender process outlived the benchmark");
+}

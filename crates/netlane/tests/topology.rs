@@ -164,3 +164,23 @@ fn spawned_threads_run_inside_the_namespace() {
     let out = ns.command("readlink").arg("/proc/self/ns/net").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), seen.to_string_lossy());
 }
+
+#[test]
+fn napi_knobs_are_set_and_read_back() {
+    if !common::privileged("napi_knobs_are_set_and_read_back") {
+        return;
+    }
+    let rx =
+        RxTuning { gro_flush_timeout_ns: Some(20_000), napi_defer_hard_irqs: Some(2), ..RxTuning::threaded_napi_on(0) };
+    let hosts = TwoHosts::create("napi-knobs", LinkConfig { rx, ..LinkConfig::default() }).unwrap();
+    assert_eq!(hosts.rx.read_sysfs("class/net/rx0/gro_flush_timeout").unwrap(), "20000");
+    assert_eq!(hosts.rx.read_sysfs("class/net/rx0/napi_defer_hard_irqs").unwrap(), "2");
+    // The NAPI thread was pinned to CPU 0: find it through netdev netlink.
+    let rx_index = hosts.rx_index;
+    let napis =
+        hosts.rx.run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(rx_index)).unwrap().unwrap();
+    let pid = napis.iter().find_map(|n| n.pid).expect("a threaded NAPI instance");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.lines().any(|l| l.starts_with("Cpus_allowed_list:") && l.ends_with("\t0")), "{status}");
+    assert_eq!(rx.label(), "threaded-napi+gro+udp-gro-fwd+gro-flush=20000ns+defer-irqs=2+napi-cpu=0");
+}

@@ -287,8 +287,8 @@ impl UdpBulkArgs {
     pub fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
         let (main, cmp) = self.plan();
-        progress.plan(main.len() + cmp.len());
         let hosts = self.net.build("udp-bulk")?;
+        progress.plan(main.len() + cmp.len());
         let mut records = Vec::new();
         for p in main.iter().chain(cmp.iter()) {
             progress.start(&p.label);

@@ -153,8 +153,8 @@ impl UdpPacingArgs {
     /// Runs the sweep.
     pub fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
-        progress.plan(self.quanta.len());
         let hosts = self.net.build("udp-pacing")?;
+        progress.plan(self.quanta.len());
         let h = hosts.as_ref().expect("validated: veth path");
         h.set_bottleneck(self.bottleneck, self.burst as u32, self.queue as u32)?;
         let mut records = Vec::new();

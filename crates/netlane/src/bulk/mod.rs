@@ -11,8 +11,8 @@
 //! burstiness, and which kernel paths actually ran.
 
 pub mod payload;
-mod tcp;
-mod udp_rx;
+mod receiver;
+mod tcp_tx;
 mod udp_tx;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -188,7 +188,7 @@ pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     pin(job.spec.cpu);
     match job.spec.transport {
         Transport::Udp => udp_tx::send(&job.spec, job.dst, job.ipv6, job.run_id, &job.txtime),
-        Transport::Tcp => tcp::send(&job.spec, job.dst),
+        Transport::Tcp => tcp_tx::send(&job.spec, job.dst),
     }
 }
 
@@ -262,14 +262,6 @@ impl Endpoints<'_> {
             Endpoints::Loopback if ipv6 => Ipv6Addr::LOCALHOST.into(),
             Endpoints::Loopback => Ipv4Addr::LOCALHOST.into(),
             Endpoints::Veth(h) => h.rx_addr(ipv6),
-        }
-    }
-
-    /// Short name for reports.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Endpoints::Loopback => "loopback",
-            Endpoints::Veth(_) => "veth",
         }
     }
 }
@@ -574,8 +566,8 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
     // starts, so no early datagram meets a closed port.
     let bind = SocketAddr::new(rx_ip, 0);
     let listener = match endpoints.rx_ns() {
-        Some(ns) => ns.run(move || udp_rx::RxSocket::bind(bind, &rx_spec))??,
-        None => udp_rx::RxSocket::bind(bind, &rx_spec)?,
+        Some(ns) => ns.run(move || receiver::RxSocket::bind(bind, &rx_spec))??,
+        None => receiver::RxSocket::bind(bind, &rx_spec)?,
     };
     let dst = SocketAddr::new(rx_ip, listener.port());
     let sender_done = Arc::new(AtomicBool::new(false));

@@ -3,7 +3,6 @@
 use std::fs;
 use std::io;
 use std::ops::Sub;
-use std::time::Duration;
 
 use nix::sys::resource::{UsageWho, getrusage};
 use serde::Serialize;
@@ -171,14 +170,10 @@ fn clock_ticks_per_sec() -> f64 {
     }
 }
 
-/// Converts a duration to seconds as f64.
-pub fn secs(d: Duration) -> f64 {
-    d.as_secs_f64()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     const SAMPLE: &str =
         "cpu  100 5 50 1000 10 3 20 2 0 0\ncpu0 50 2 25 500 5 1 10 1 0 0\ncpu1 50 3 25 500 5 2 10 1 0 0\nintr 1 2 3\n";
