@@ -34,6 +34,13 @@ impl Series {
     }
 }
 
+/// The label of category `x` on an axis whose categories sit at 0, 1, 2, ...; empty
+/// between them.
+fn category_label(labels: &[String], x: f64) -> String {
+    let i = x.round();
+    if (x - i).abs() < 1e-6 && i >= 0.0 { labels.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
+}
+
 fn y_range(series: &[Series], log: bool) -> (f64, f64) {
     let vals = series.iter().flat_map(|s| s.values.iter().copied()).filter(|v| v.is_finite());
     let max = vals.clone().fold(0.0f64, f64::max);
@@ -54,14 +61,7 @@ pub fn bars(name: &str, title: &str, y_label: &str, categories: &[String], serie
         root.fill(&WHITE)?;
         let n = categories.len().max(1);
         let (lo, hi) = y_range(series, log);
-        let x_fmt = |x: &f64| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                categories.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
+        let x_fmt = |x: &f64| category_label(categories, *x);
         let k = series.len().max(1) as f64;
         let width = 0.8 / k;
         let mut builder = ChartBuilder::on(&root);
@@ -122,14 +122,7 @@ pub fn lines(name: &str, title: &str, x_label: &str, y_label: &str, xs: &[String
         root.fill(&WHITE)?;
         let n = xs.len().max(1);
         let (lo, hi) = y_range(series, false);
-        let x_fmt = |x: &f64| {
-            let i = x.round();
-            if (x - i).abs() < 1e-6 && i >= 0.0 {
-                xs.get(i as usize).cloned().unwrap_or_default()
-            } else {
-                String::new()
-            }
-        };
+        let x_fmt = |x: &f64| category_label(xs, *x);
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(12)

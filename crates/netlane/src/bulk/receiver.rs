@@ -107,19 +107,40 @@ impl RxSocket {
     }
 }
 
-/// Tracks when to stop: after the sender is done and nothing arrived for a while.
-struct Stopper {
+/// When data arrived, how it was spread over time, and when to stop receiving: after
+/// the sender is done and nothing arrived for a while.
+struct Activity {
+    first: Option<u64>,
+    last: u64,
     done_seen: Option<u64>,
-    last_data: u64,
+    meter: BurstMeter,
 }
 
-impl Stopper {
-    fn should_stop(&mut self, now: u64, sender_done: &AtomicBool) -> bool {
+impl Activity {
+    fn new() -> Self {
+        Self { first: None, last: 0, done_seen: None, meter: BurstMeter::new() }
+    }
+
+    /// `bytes` arrived now.
+    fn data(&mut self, bytes: u64) {
+        let now = monotonic_ns();
+        self.first.get_or_insert(now);
+        self.last = now;
+        self.meter.add(now, bytes);
+    }
+
+    fn should_stop(&mut self, sender_done: &AtomicBool) -> bool {
         if !sender_done.load(Ordering::Acquire) {
             return false;
         }
+        let now = monotonic_ns();
         let since = *self.done_seen.get_or_insert(now);
-        now.saturating_sub(self.last_data.max(since)) > QUIET_NS || now - since > MAX_DRAIN_NS
+        now.saturating_sub(self.last.max(since)) > QUIET_NS || now - since > MAX_DRAIN_NS
+    }
+
+    /// Seconds from the first to the last arrival.
+    fn seconds(&self) -> f64 {
+        self.first.map_or(0.0, |f| (self.last - f) as f64 / 1e9)
     }
 }
 
@@ -135,24 +156,16 @@ fn receive_udp(
     let slot_len = if spec.gro { ReceiverConfig::MAX_SLOT } else { spec.max_datagram.max(datagram_size) };
     let mut rcv = Receiver::new(ReceiverConfig { slot_len, ..ReceiverConfig::new(spec.batching) });
     let mut checker = Checker::new(run, spec.verify, datagram_size, seq_limit);
-    let mut meter = BurstMeter::new();
-    let (mut first, mut last) = (None, 0u64);
-    let mut stop = Stopper { done_seen: None, last_data: 0 };
+    let mut activity = Activity::new();
     loop {
         let before = rcv.stats().bytes;
         match rcv.recv(sock.as_fd(), |d| checker.check(d.data)) {
-            Ok(n) if n > 0 => {
-                let now = monotonic_ns();
-                first.get_or_insert(now);
-                last = now;
-                stop.last_data = now;
-                meter.add(now, rcv.stats().bytes - before);
-            }
+            Ok(n) if n > 0 => activity.data(rcv.stats().bytes - before),
             Ok(_) => {}
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
             Err(e) => return Err(io_err("receive")(e)),
         }
-        if stop.should_stop(monotonic_ns(), sender_done) {
+        if activity.should_stop(sender_done) {
             break;
         }
     }
@@ -163,25 +176,25 @@ fn receive_udp(
         syscalls: st.syscalls,
         reads: st.reads,
         gro_reads: st.gro_reads,
-        seconds: first.map_or(0.0, |f| (last - f) as f64 / 1e9),
+        seconds: activity.seconds(),
         cpu: thread_cpu() - cpu0,
         integrity: checker.integrity,
         truncated: st.truncated,
         napi_id: crate::sockopt::incoming_napi_id(sock.as_fd()).unwrap_or(0),
-        per_ms_bytes: meter.summary(),
+        per_ms_bytes: activity.meter.summary(),
         kernel_drops: 0,
     })
 }
 
 fn receive_tcp(listener: TcpListener, spec: &RxSpec, sender_done: &AtomicBool) -> Result<RxReport, BulkError> {
     let cpu0 = thread_cpu();
-    let mut stop = Stopper { done_seen: None, last_data: 0 };
+    let mut activity = Activity::new();
     // Accept without blocking forever: the sender may have failed before connecting.
     let mut stream = loop {
         match listener.accept() {
             Ok((s, _)) => break s,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                if stop.should_stop(monotonic_ns(), sender_done) {
+                if activity.should_stop(sender_done) {
                     return Ok(RxReport { cpu: thread_cpu() - cpu0, ..RxReport::default() });
                 }
                 std::thread::sleep(Duration::from_millis(2));
@@ -193,8 +206,6 @@ fn receive_tcp(listener: TcpListener, spec: &RxSpec, sender_done: &AtomicBool) -
     stream.set_read_timeout(Some(Duration::from_millis(20))).map_err(io_err("set read timeout"))?;
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut reads, mut syscalls, mut corrupt) = (0u64, 0u64, 0u64, 0u64);
-    let mut meter = BurstMeter::new();
-    let (mut first, mut last) = (None, 0u64);
     loop {
         syscalls += 1;
         match stream.read(&mut buf) {
@@ -207,16 +218,12 @@ fn receive_tcp(listener: TcpListener, spec: &RxSpec, sender_done: &AtomicBool) -
                 }
                 bytes += n as u64;
                 reads += 1;
-                let now = monotonic_ns();
-                first.get_or_insert(now);
-                last = now;
-                stop.last_data = now;
-                meter.add(now, n as u64);
+                activity.data(n as u64);
             }
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
             Err(e) => return Err(io_err("receive TCP")(e)),
         }
-        if stop.should_stop(monotonic_ns(), sender_done) {
+        if activity.should_stop(sender_done) {
             break;
         }
     }
@@ -225,11 +232,11 @@ fn receive_tcp(listener: TcpListener, spec: &RxSpec, sender_done: &AtomicBool) -
         bytes,
         syscalls,
         reads,
-        seconds: first.map_or(0.0, |f| (last - f) as f64 / 1e9),
+        seconds: activity.seconds(),
         cpu: thread_cpu() - cpu0,
         integrity: super::Integrity { unique: reads, corrupt, ..Default::default() },
         napi_id: crate::sockopt::incoming_napi_id(stream.as_fd()).unwrap_or(0),
-        per_ms_bytes: meter.summary(),
+        per_ms_bytes: activity.meter.summary(),
         ..RxReport::default()
     })
 }

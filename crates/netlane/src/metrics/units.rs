@@ -119,26 +119,9 @@ pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
 #[derive(Debug, Clone, Copy)]
 pub struct Rate(pub f64);
 
-impl fmt::Display for Rate {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let v = self.0;
-        let (x, u) = if v >= 1e9 {
-            (v / 1e9, "GB/s")
-        } else if v >= 1e6 {
-            (v / 1e6, "MB/s")
-        } else if v >= 1e3 {
-            (v / 1e3, "kB/s")
-        } else {
-            (v, "B/s")
-        };
-        write!(f, "{x:.2} {u}")
-    }
-}
-
-/// Prints a byte rate as compactly as it was probably written: `10MB/s`, `1.5GB/s`.
-pub fn compact_rate(bytes_per_sec: u64) -> String {
-    let v = bytes_per_sec as f64;
-    let (x, u) = if v >= 1e9 {
+/// A byte rate scaled to a decimal unit: `(value, unit)`.
+fn scale_rate(v: f64) -> (f64, &'static str) {
+    if v >= 1e9 {
         (v / 1e9, "GB/s")
     } else if v >= 1e6 {
         (v / 1e6, "MB/s")
@@ -146,7 +129,19 @@ pub fn compact_rate(bytes_per_sec: u64) -> String {
         (v / 1e3, "kB/s")
     } else {
         (v, "B/s")
-    };
+    }
+}
+
+impl fmt::Display for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (x, u) = scale_rate(self.0);
+        write!(f, "{x:.2} {u}")
+    }
+}
+
+/// Prints a byte rate as compactly as it was probably written: `10MB/s`, `1.5GB/s`.
+pub fn compact_rate(bytes_per_sec: u64) -> String {
+    let (x, u) = scale_rate(bytes_per_sec as f64);
     let s = format!("{x:.2}");
     let s = s.trim_end_matches('0').trim_end_matches('.');
     format!("{s}{u}")
