@@ -148,8 +148,8 @@ pub fn msg_zerocopy() -> Support {
             let st = t.stats();
             Ok(if st.completed == 1 {
                 Support::Supported(format!(
-                    "completion arrived on the error queue ({}); loopback and veth without NAPI always copy",
-                    if st.copied == 1 { "kernel copied" } else { "not copied" }
+                    "a loopback send was completed on the error queue ({}); whether data is really not copied depends on the path (udp-bulk reports the copied fraction)",
+                    if st.copied == 1 { "flagged copied" } else { "not copied" }
                 ))
             } else {
                 Support::Unsupported("no completion within 500 ms".into())
