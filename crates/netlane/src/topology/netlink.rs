@@ -233,55 +233,55 @@ impl Rtnl {
         self.ack(&format!("create veth pair {a}/{b}"), RouteNetlinkMessage::NewLink(link), NLM_F_CREATE | NLM_F_EXCL)
     }
 
+    /// The link message of one interface, looked up by `msg` (an index or a name).
+    fn get_link(&mut self, op: &str, msg: LinkMessage) -> Result<LinkMessage, NetlinkError> {
+        self.request(op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?
+            .into_iter()
+            .find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(l),
+                _ => None,
+            })
+            .ok_or_else(|| NetlinkError::io(op, io::Error::from_raw_os_error(libc::ENODEV)))
+    }
+
+    /// One attribute of interface `index`, picked by `pick`.
+    fn link_attribute<T>(
+        &mut self,
+        index: u32,
+        what: &str,
+        pick: impl Fn(&LinkAttribute) -> Option<T>,
+    ) -> Result<T, NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        let op = format!("read {what} of interface {index}");
+        let link = self.get_link(&op, msg)?;
+        link.attributes
+            .iter()
+            .find_map(pick)
+            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODATA)))
+    }
+
     /// The index of interface `name`.
     pub fn link_index(&mut self, name: &str) -> Result<u32, NetlinkError> {
         let mut msg = LinkMessage::default();
         msg.attributes.push(LinkAttribute::IfName(name.to_string()));
-        let op = format!("look up interface {name}");
-        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
-        replies
-            .into_iter()
-            .find_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => Some(l.header.index),
-                _ => None,
-            })
-            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+        Ok(self.get_link(&format!("look up interface {name}"), msg)?.header.index)
     }
 
     /// The MTU of interface `index`.
     pub fn link_mtu(&mut self, index: u32) -> Result<u32, NetlinkError> {
-        let mut msg = LinkMessage::default();
-        msg.header.index = index;
-        let op = format!("read MTU of interface {index}");
-        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
-        replies
-            .iter()
-            .find_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
-                    LinkAttribute::Mtu(m) => Some(*m),
-                    _ => None,
-                }),
-                _ => None,
-            })
-            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+        self.link_attribute(index, "MTU", |a| match a {
+            LinkAttribute::Mtu(m) => Some(*m),
+            _ => None,
+        })
     }
 
     /// The hardware (MAC) address of interface `index`.
     pub fn link_mac(&mut self, index: u32) -> Result<Vec<u8>, NetlinkError> {
-        let mut msg = LinkMessage::default();
-        msg.header.index = index;
-        let op = format!("read MAC address of interface {index}");
-        let replies = self.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK)?;
-        replies
-            .iter()
-            .find_map(|m| match m {
-                RouteNetlinkMessage::NewLink(l) => l.attributes.iter().find_map(|a| match a {
-                    LinkAttribute::Address(mac) => Some(mac.clone()),
-                    _ => None,
-                }),
-                _ => None,
-            })
-            .ok_or_else(|| NetlinkError::io(&op, io::Error::from_raw_os_error(libc::ENODEV)))
+        self.link_attribute(index, "MAC address", |a| match a {
+            LinkAttribute::Address(mac) => Some(mac.clone()),
+            _ => None,
+        })
     }
 
     /// Adds a permanent neighbour entry (`ip neigh add ... lladdr ... nud permanent`):
