@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, ValueEnum};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::bench::nvme::NvmeBenchArgs;
 use crate::bench::udp_bulk::UdpBulkArgs;
 use crate::bench::udp_pacing::UdpPacingArgs;
 use crate::bench::{self, Progress};
@@ -22,6 +23,8 @@ pub enum ScenarioName {
     UdpBulk,
     /// Pacing quantum sweep at a bottleneck: loss vs sender CPU.
     UdpPacing,
+    /// NVMe/TCP host and target: QD1 latency, QD32 IOPS per core, mixed-workload queue maps.
+    Nvme,
 }
 
 /// Options of `netlane lab`.
@@ -62,6 +65,7 @@ fn args_from<T: Args>(words: &[String]) -> Result<T> {
 enum Scenario {
     UdpBulk(Box<UdpBulkArgs>),
     UdpPacing(Box<UdpPacingArgs>),
+    Nvme(Box<NvmeBenchArgs>),
 }
 
 impl Scenario {
@@ -69,6 +73,7 @@ impl Scenario {
         match self {
             Scenario::UdpBulk(_) => "udp-bulk",
             Scenario::UdpPacing(_) => "udp-pacing",
+            Scenario::Nvme(_) => "nvme",
         }
     }
 
@@ -76,6 +81,7 @@ impl Scenario {
         match self {
             Scenario::UdpBulk(a) => a.run_count(),
             Scenario::UdpPacing(a) => a.run_count(),
+            Scenario::Nvme(a) => a.run_count(),
         }
     }
 
@@ -83,6 +89,7 @@ impl Scenario {
         match self {
             Scenario::UdpBulk(a) => a.run(p),
             Scenario::UdpPacing(a) => a.run(p),
+            Scenario::Nvme(a) => a.run(p),
         }
     }
 }
@@ -93,11 +100,19 @@ fn scenarios(args: &LabArgs) -> Result<Vec<Scenario>> {
         common.push("--ipv6".into());
     }
     let secs = if args.quick { "1s" } else { "2s" };
-    let all = [ScenarioName::UdpBulk, ScenarioName::UdpPacing];
+    let all = [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme];
     let chosen: Vec<ScenarioName> =
         if args.only.is_empty() { all.to_vec() } else { all.into_iter().filter(|s| args.only.contains(s)).collect() };
     let mut out = Vec::new();
     for s in chosen {
+        if s == ScenarioName::Nvme {
+            // NVMe/TCP over IPv4 only (the target listens on the veth's IPv4 address).
+            let words: Vec<String> = vec!["--time".into(), if args.quick { "1s" } else { "4s" }.into()];
+            let a: NvmeBenchArgs = args_from(&words)?;
+            a.validate()?;
+            out.push(Scenario::Nvme(Box::new(a)));
+            continue;
+        }
         let mut words = common.clone();
         words.extend(["--duration".into(), secs.into()]);
         match s {
@@ -115,6 +130,7 @@ fn scenarios(args: &LabArgs) -> Result<Vec<Scenario>> {
                 a.validate()?;
                 out.push(Scenario::UdpPacing(Box::new(a)));
             }
+            ScenarioName::Nvme => {}
         }
     }
     Ok(out)
@@ -263,7 +279,7 @@ mod tests {
     fn default_scenarios_validate() {
         let args = LabArgs { quick: true, out: None, only: vec![], selftest: None, ipv6: false, strict: false };
         let s = scenarios(&args).unwrap();
-        assert_eq!(s.iter().map(Scenario::name).collect::<Vec<_>>(), vec!["udp-bulk", "udp-pacing"]);
+        assert_eq!(s.iter().map(Scenario::name).collect::<Vec<_>>(), vec!["udp-bulk", "udp-pacing", "nvme"]);
         let only = LabArgs { only: vec![ScenarioName::UdpPacing], ..args };
         assert_eq!(scenarios(&only).unwrap().len(), 1);
     }

@@ -4,6 +4,7 @@
 
 mod bench;
 mod lab;
+mod nvme;
 mod report;
 
 use std::process::ExitCode;
@@ -34,6 +35,11 @@ enum Cmd {
     },
     /// Build the lab network, run every scenario, and write a report.
     Lab(lab::LabArgs),
+    /// NVMe/TCP in user space: the target server and the perf load generator.
+    Nvme {
+        #[command(subcommand)]
+        cmd: nvme::NvmeCmd,
+    },
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
         /// Print JSON instead of a table.
@@ -57,6 +63,8 @@ enum BenchCmd {
     UdpBulk(Box<UdpBulkArgs>),
     /// Pacing release quantum vs loss and CPU at a bottleneck.
     UdpPacing(Box<UdpPacingArgs>),
+    /// NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps.
+    Nvme(Box<bench::nvme::NvmeBenchArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -163,8 +171,15 @@ fn run(cli: Cli) -> Result<()> {
                 r.print();
                 write_outputs(&r, a.json.as_deref(), a.csv.as_deref())
             }
+            BenchCmd::Nvme(a) => {
+                a.validate()?;
+                let r = a.run(&bench::LineProgress)?;
+                r.print();
+                Ok(())
+            }
         },
         Cmd::Lab(a) => lab::run(&a),
+        Cmd::Nvme { cmd } => nvme::run(&cmd),
         Cmd::Probe { json } => probe(json),
         Cmd::Topo { cmd } => topo(&cmd),
         Cmd::BulkTx => bulk_tx(),

@@ -13,6 +13,8 @@
 //!   kernel features work here, and why not);
 //! - [`bulk`]: the bulk-transfer engine (UDP and TCP senders and receivers, plain,
 //!   batched, GSO, GRO, zerocopy, paced) used by `netlane bench udp-bulk`;
+//! - [`nvme`]: NVMe/TCP in user space: the target server, the host, and the `perf` load
+//!   generator, around the sans-IO protocol core in `netlane-nvme`;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
 //!   system-wide from `/proc/stat`), rates;
 //! - [`topology`]: network namespaces, veth pairs, addresses, device knobs and qdiscs,
@@ -23,6 +25,7 @@
 
 pub mod bulk;
 pub mod metrics;
+pub mod nvme;
 pub mod pace;
 pub mod probe;
 pub mod sockopt;

@@ -94,6 +94,17 @@ pub fn parse_size(input: &str) -> Result<u64, ParseError> {
     Ok(bytes as u64)
 }
 
+/// Formats a byte count with a binary suffix when it divides evenly (`4K`, `1M`), else
+/// as plain bytes.
+pub fn format_size(bytes: u64) -> String {
+    for (unit, div) in [("G", 1u64 << 30), ("M", 1 << 20), ("K", 1 << 10)] {
+        if bytes >= div && bytes.is_multiple_of(div) {
+            return format!("{}{unit}", bytes / div);
+        }
+    }
+    bytes.to_string()
+}
+
 /// Parses a duration: `ns`, `us`, `ms`, `s`, `m` suffixes (a bare number is seconds).
 pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
     let s = input.trim();
