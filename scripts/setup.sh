@@ -2,7 +2,8 @@
 # Installs what netlane needs on a fresh Debian 12 machine, and only what is missing.
 #
 #   scripts/setup.sh          packages needed to build and test (clang for BPF, libelf,
-#                             zlib, pkg-config, iproute2 and ethtool for inspection)
+#                             zlib, pkg-config, iproute2 and ethtool for inspection,
+#                             tshark whose NVMe/TCP dissector checks our PDUs)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -11,7 +12,7 @@
 set -euo pipefail
 
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
-      libbpf-dev procps xz-utils)
+      libbpf-dev procps xz-utils tshark)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi

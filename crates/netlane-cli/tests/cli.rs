@@ -257,3 +257,118 @@ fn ctrl_c_removes_the_namespaces_and_the_sender() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!sender_running(), "the sender process outlived the benchmark");
 }
+
+/// A `netlane nvme target` process on loopback; killed (by the PID we started) on drop.
+struct Target {
+    child: std::process::Child,
+    addr: String,
+}
+
+impl Target {
+    fn start(extra: &[&str]) -> Target {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:32M", "--time", "60s"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the target");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
+        assert!(!addr.is_empty(), "unexpected target output {line:?}");
+        Target { addr: addr.to_string(), child }
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn nvme_target_and_perf_processes_move_verified_data() {
+    let t = Target::start(&[]);
+    let dir = temp_dir("nvme-perf");
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("perf.json");
+    let o = netlane(&[
+        "nvme",
+        "perf",
+        "--target",
+        &t.addr,
+        "--time",
+        "1s",
+        "--ramp",
+        "100ms",
+        "--rw",
+        "randrw",
+        "--bs",
+        "8k",
+        "--qd",
+        "4",
+        "--jobs",
+        "2",
+        "--verify",
+        "--size",
+        "8M",
+        "--hdgst",
+        "--ddgst",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("verify: 0 mismatched reads") && out.contains("direct_send=false"), "{out}");
+    let rep: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let g = &rep["raw"]["groups"][0];
+    assert!(g["reads"].as_u64().unwrap() > 0 && g["writes"].as_u64().unwrap() > 0, "{g}");
+    assert_eq!(g["mismatches"].as_u64(), Some(0));
+    assert!(rep["raw"]["read_lat_ns"].is_null() && g["read_lat_ns"]["p9999"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nvme_bad_options_are_explained() {
+    let t = Target::start(&["--mdts", "8"]);
+    let perf = |extra: &[&str]| {
+        let mut args = vec!["nvme", "perf", "--target", &t.addr, "--time", "1s"];
+        args.extend_from_slice(extra);
+        let o = netlane(&args);
+        assert!(!o.status.success(), "{extra:?} should fail");
+        stderr(&o)
+    };
+    assert!(perf(&["--bs", "3000"]).contains("not a multiple of the 4096-byte block"));
+    let e = perf(&["--bs", "2M", "--rw", "write"]);
+    assert!(e.contains("maximum transfer (MDTS) of 1048576"), "{e}");
+    assert!(perf(&["--group", "name=a,speed=9"]).contains("unknown job key"));
+    assert!(perf(&["--hipri"]).contains("hipri needs --poll-queues"));
+    assert!(perf(&["--nsid", "7"]).contains("namespace 7 not found"));
+    assert!(perf(&["--nqn", "nqn.wrong"]).contains("invalid data at byte 256"));
+    let o = netlane(&["nvme", "perf", "--target", "127.0.0.1:1", "--time", "1s"]);
+    assert!(stderr(&o).contains("connect to 127.0.0.1:1"), "{}", stderr(&o));
+    let o = netlane(&["nvme", "target", "--ns", "disk:1G", "--time", "1s"]);
+    assert!(stderr(&o).contains("expected mem:SIZE"), "{}", stderr(&o));
+    let o = netlane(&["nvme", "target", "--cpus", "99", "--time", "1s"]);
+    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}
+
+#[test]
+fn lab_runs_the_nvme_scenario() {
+    if !privileged("lab_runs_the_nvme_scenario") {
+        return;
+    }
+    let dir = temp_dir("lab-nvme");
+    let o = netlane(&["lab", "--quick", "--only", "nvme", "--out", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for f in ["nvme.json", "charts/nvme-qd1.svg", "charts/nvme-qd32.svg", "charts/nvme-mixed.svg", "index.html"] {
+        assert!(dir.join(f).is_file(), "missing {f}");
+    }
+    let rep: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("nvme.json")).unwrap()).unwrap();
+    assert_eq!(rep["checks"].as_array().unwrap().len(), 6);
+    assert!(rep["raw"]["mixed separate maps"]["groups"][0]["ops"].as_u64().unwrap() > 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -21,6 +21,7 @@
 pub mod cmd;
 pub mod digest;
 pub mod fabrics;
+pub mod fuzzing;
 pub mod host;
 pub mod identify;
 pub mod namespace;

@@ -728,7 +728,18 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
                 submit(&shared, q, req);
                 inflight += 1;
             }
-            match wait_one(&shared, &done_rx, g.hipri) {
+            let waited_from = monotonic_ns();
+            let got = loop {
+                if let Some(c) = wait_one(&shared, &done_rx, g.hipri) {
+                    break Some(c);
+                }
+                if monotonic_ns() - waited_from > 10_000_000_000
+                    || shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
+                {
+                    break None;
+                }
+            };
+            match got {
                 Some(c) => {
                     let i = (c.token & 0xffff_ffff) as usize;
                     if !c.cqe.status.is_success() {
@@ -740,7 +751,7 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
                     inflight -= 1;
                 }
                 None => {
-                    res.failure = Some("no completion during the verify prefill".into());
+                    res.failure = Some("no completion for 10 s during the verify prefill".into());
                     return res;
                 }
             }
