@@ -233,8 +233,16 @@ impl HostQueue {
     /// controller violation an H2C termination request is queued and the error returned;
     /// the queue is then failed.
     pub fn handle_input(&mut self, buf: &[u8]) -> Result<usize, QueueError> {
+        self.handle_input_until(buf, usize::MAX)
+    }
+
+    /// Like [`Self::handle_input`], but stops before the next PDU once `max_output`
+    /// bytes wait to be sent (an R2T can produce megabytes of H2CData), so a driver can
+    /// bound the work of one round and let other threads run, as the kernel host's
+    /// `io_work` bounds itself to a time budget.
+    pub fn handle_input_until(&mut self, buf: &[u8], max_output: usize) -> Result<usize, QueueError> {
         let mut off = 0;
-        while self.state != State::Failed {
+        while self.state != State::Failed && self.pending_output().len() < max_output {
             let rest = &buf[off..];
             match pdu::decode(rest, &self.rx) {
                 Ok(d) => {

@@ -3,9 +3,10 @@
 //! An acceptor thread hands each new connection to one reactor, round robin. Each
 //! reactor is a thread pinned to its CPU with its own epoll set; it owns its connections
 //! outright (the [`TargetQueue`] state machines, buffers and sockets), so the I/O path
-//! takes no locks. A reactor round reads every ready socket, runs the state machines,
-//! then sends each connection's output: every send but the last of the round carries
-//! `MSG_MORE`, the last `MSG_EOR`. With busy polling the reactor spins on `epoll_wait`
+//! takes no locks. A reactor round reads every ready socket and runs the state machines;
+//! a connection whose output passes 256 KiB mid-round sends it with `MSG_MORE` (the
+//! rest of its batch follows), and at the end of the round each connection's remaining
+//! output goes out with `MSG_EOR`, which also uncorks what `MSG_MORE` held. With busy polling the reactor spins on `epoll_wait`
 //! with a zero timeout (and sets `SO_BUSY_POLL` on its sockets) instead of sleeping.
 
 use std::collections::HashMap;
@@ -280,15 +281,13 @@ impl Reactor {
                     }
                 }
             }
-            // Send what the round produced: MSG_MORE on all but the last connection's
-            // send of the round.
+            // Send what the round produced; each connection's last send of the round
+            // goes without MSG_MORE, so nothing stays corked.
             touched.sort_unstable();
             touched.dedup();
-            let last = touched.len().saturating_sub(1);
-            for (i, t) in touched.iter().enumerate() {
+            for t in &touched {
                 let Some(c) = conns.get_mut(t) else { continue };
-                let batch = if i == last { Batch::Last } else { Batch::More };
-                let ok = c.flush(batch, &mut sends).is_ok();
+                let ok = c.flush(Batch::Last, &mut sends).is_ok();
                 let done =
                     !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.pending_output().is_empty());
                 if done {
@@ -377,8 +376,13 @@ impl Conn {
     }
 
     fn flush(&mut self, batch: Batch, sends: &mut u64) -> io::Result<()> {
-        while !self.q.pending_output().is_empty() {
-            let n = send(&self.sock, self.q.pending_output(), batch)?;
+        // MSG_MORE corks the socket until a send without it (or 200 ms). A mid-round
+        // send keeps its last byte back, so the round's final send always has data to
+        // carry and uncorks everything before it.
+        let keep = usize::from(batch == Batch::More);
+        while self.q.pending_output().len() > keep {
+            let out = self.q.pending_output();
+            let n = send(&self.sock, &out[..out.len() - keep], batch)?;
             *sends += 1;
             if n == 0 {
                 break;
