@@ -183,6 +183,19 @@ fn loopback_round_trip_every_command_and_digest_setting() {
 }
 
 #[test]
+fn busy_polling_target_serves_verified_io() {
+    let namespaces = vec![open_namespace("mem:32M").unwrap()];
+    let subsys = Subsystem::new(TargetConfig { nqn: NQN.into(), ..TargetConfig::default() }, namespaces).unwrap();
+    let opts =
+        TargetOptions { listen: "127.0.0.1:0".parse().unwrap(), cpus: vec![0, 0], busy_poll: Some(50), spin: true };
+    let server = TargetServer::start(subsys, &opts).unwrap();
+    run_perf_verify(server.local_addr());
+    let stats = server.stop();
+    assert!(stats.rounds > stats.commands, "a spinning reactor runs rounds without events");
+    assert!(stats.commands > 1000);
+}
+
+#[test]
 fn veth_round_trip_decoded_by_tshark_without_errors() {
     if !common::privileged("veth_round_trip_decoded_by_tshark_without_errors") {
         return;

@@ -331,8 +331,12 @@ impl Reactor {
     fn register(&self, ep: &Epoll, sock: TcpStream, token: u64, now: u64) -> io::Result<Conn> {
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
-        if let Some(us) = self.busy_poll {
-            crate::sockopt::set_busy_poll(sock.as_fd(), us)?;
+        if let Some(us) = self.busy_poll
+            && let Err(e) = crate::sockopt::set_busy_poll(sock.as_fd(), us)
+        {
+            // Values above net.core.busy_read need CAP_NET_ADMIN; the reactor still
+            // spins, only the in-kernel NAPI polling is lost.
+            tracing::warn!("SO_BUSY_POLL {us} us refused ({e}); spinning without it");
         }
         let interest = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
         ep.add(sock.as_fd(), EpollEvent::new(interest, token))?;
