@@ -327,6 +327,8 @@ struct Inner {
     failed: Option<String>,
     /// The last round stopped at its time budget with input left to process.
     more: bool,
+    /// Since when a batch has been open (requests seen, its last not yet).
+    batch_open_ns: Option<u64>,
 }
 
 struct Queue {
@@ -362,18 +364,31 @@ impl Queue {
     }
 }
 
-/// Sends what the queue has pending; `Batch::Last` on the final chunk.
-fn flush(inner: &mut Inner, sends: &AtomicU64) -> io::Result<()> {
-    while !inner.hq.pending_output().is_empty() {
-        let n = send(&inner.sock, inner.hq.pending_output(), Batch::Last)?;
+/// Sends what the queue has pending. With `Batch::Last` (the batch is complete) all of
+/// it goes with `MSG_EOR`. With `Batch::More` (more of the batch is coming) it goes with
+/// `MSG_MORE` except for its last byte, kept back so that the batch's final send always
+/// carries data and so uncorks the socket.
+fn flush_as(inner: &mut Inner, sends: &AtomicU64, batch: Batch) -> io::Result<()> {
+    let keep = usize::from(batch == Batch::More);
+    while inner.hq.pending_output().len() > keep {
+        let out = inner.hq.pending_output();
+        let n = send(&inner.sock, &out[..out.len() - keep], batch)?;
         sends.fetch_add(1, Ordering::Relaxed);
         if n == 0 {
             break;
         }
         inner.hq.advance_output(n);
     }
-    inner.unsent_reqs = 0;
+    if batch == Batch::Last {
+        inner.unsent_reqs = 0;
+        inner.batch_open_ns = None;
+    }
     Ok(())
+}
+
+/// Sends everything pending (the batch is complete).
+fn flush(inner: &mut Inner, sends: &AtomicU64) -> io::Result<()> {
+    flush_as(inner, sends, Batch::Last)
 }
 
 /// Submits into the state machine, or keeps the request in the backlog when the queue
@@ -489,6 +504,8 @@ fn fail(q: &Queue, inner: &mut Inner, shared: &Shared, reason: String) {
     }
 }
 
+/// Longest a batch may stay open (sent with MSG_MORE) waiting for its last request.
+const BATCH_OPEN_NS: u64 = 200_000;
 const SOCK_TOKEN: u64 = 1;
 const WAKE_TOKEN: u64 = 2;
 
@@ -536,6 +553,11 @@ fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>) {
                 let last = r.last;
                 submit_locked(&mut inner, r);
                 shared.worker_sends.fetch_add(1, Ordering::Relaxed);
+                if last {
+                    inner.batch_open_ns = None;
+                } else if inner.batch_open_ns.is_none() {
+                    inner.batch_open_ns = Some(monotonic_ns());
+                }
                 if (!shared.batch || (last && shared.caravan.is_none()))
                     && let Err(e) = flush(&mut inner, &shared.send_calls)
                 {
@@ -555,13 +577,21 @@ fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>) {
                 }
                 _ => false,
             };
-            if !hold
-                && (n > 0 || !inner.hq.pending_output().is_empty())
-                && let Err(e) = flush(&mut inner, &shared.send_calls)
-            {
-                fail(&q, &mut inner, &shared, e.to_string());
+            // A batch whose last request has not come yet goes out with MSG_MORE; one
+            // left open longer than BATCH_OPEN_NS is sent as complete.
+            let open = shared.batch
+                && shared.caravan.is_none()
+                && inner.batch_open_ns.is_some_and(|t| monotonic_ns() - t <= BATCH_OPEN_NS);
+            if !hold && (n > 0 || !inner.hq.pending_output().is_empty()) {
+                let batch = if open { Batch::More } else { Batch::Last };
+                if let Err(e) = flush_as(&mut inner, &shared.send_calls, batch) {
+                    fail(&q, &mut inner, &shared, e.to_string());
+                }
             }
-            let out_pending = !inner.hq.pending_output().is_empty() && !hold;
+            if open {
+                timeout_ms = 1;
+            }
+            let out_pending = inner.hq.pending_output().len() > usize::from(open) && !hold;
             if out_pending != want_out {
                 let flags = if out_pending { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
                 let mut ev = EpollEvent::new(flags, SOCK_TOKEN);
@@ -665,10 +695,24 @@ fn current_cpu() -> usize {
     nix::sched::sched_getcpu().unwrap_or(0)
 }
 
-fn pick_queue(shared: &Shared, kind: SetKind, cpu: usize) -> &Arc<Queue> {
+/// Index of the queue of set `kind` that serves `cpu`.
+fn pick_queue(shared: &Shared, kind: SetKind, cpu: usize) -> usize {
     let set = &shared.sets[kind as usize];
     let pos = shared.queue_cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
-    &shared.queues[set[pos % set.len()]]
+    set[pos % set.len()]
+}
+
+/// Submits a job's batch: the last request bound for each queue carries the
+/// last-in-batch hint, so that queue's worker sends the batch with `MSG_MORE` until then.
+fn submit_batch(shared: &Shared, mut batch: Vec<(usize, Req)>) {
+    let mut seen = vec![false; shared.queues.len()];
+    for (qi, req) in batch.iter_mut().rev() {
+        req.last = !seen[*qi];
+        seen[*qi] = true;
+    }
+    for (qi, req) in batch {
+        submit(shared, &shared.queues[qi], req);
+    }
 }
 
 fn submit(shared: &Shared, q: &Queue, req: Req) {
@@ -743,8 +787,10 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
                 batch.push((i, off));
                 off += bs;
             }
-            let nb = batch.len();
-            for (k, (i, o)) in batch.into_iter().enumerate() {
+            // One CPU per batch, as a block-layer plug is flushed to one hardware queue.
+            let qi = pick_queue(&shared, if g.hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
+            let mut reqs = Vec::with_capacity(batch.len());
+            for (i, o) in batch {
                 let s = &mut slots[i];
                 s.offset = o;
                 s.read = false;
@@ -753,16 +799,11 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
                 sqe.set_opcode(nvm::WRITE);
                 sqe.set_nsid(spec.nsid);
                 sqe.set_lba_range(o >> lba_shift, (bs >> lba_shift) as u32);
-                let q = pick_queue(&shared, if g.hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
-                let req = Req {
-                    sqe,
-                    data: std::mem::take(&mut s.buf),
-                    token: ((spec.index as u64) << 32) | i as u64,
-                    last: k + 1 == nb,
-                };
-                submit(&shared, q, req);
+                let token = ((spec.index as u64) << 32) | i as u64;
+                reqs.push((qi, Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
                 inflight += 1;
             }
+            submit_batch(&shared, reqs);
             let waited_from = monotonic_ns();
             let got = loop {
                 if let Some(c) = wait_one(&shared, &done_rx, g.hipri) {
@@ -799,8 +840,9 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
     loop {
         let now = monotonic_ns();
         if now < spec.end_ns && !shared.stop.load(Ordering::Acquire) {
-            let nb = ready.len();
-            for (k, i) in ready.drain(..).enumerate() {
+            let cpu = current_cpu();
+            let mut reqs = Vec::with_capacity(ready.len());
+            for i in ready.drain(..) {
                 let s = &mut slots[i];
                 s.offset = next_offset(&mut rng);
                 s.read = g.read_pct == 100 || (g.read_pct > 0 && (rng.next() % 100) < u64::from(g.read_pct));
@@ -818,17 +860,15 @@ fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completio
                 } else {
                     SetKind::Default
                 };
-                let q = pick_queue(&shared, kind, current_cpu());
                 s.start_ns = monotonic_ns();
-                let req = Req {
-                    sqe,
-                    data: std::mem::take(&mut s.buf),
-                    token: ((spec.index as u64) << 32) | i as u64,
-                    last: k + 1 == nb,
-                };
-                submit(&shared, q, req);
+                let token = ((spec.index as u64) << 32) | i as u64;
+                reqs.push((
+                    pick_queue(&shared, kind, cpu),
+                    Req { sqe, data: std::mem::take(&mut s.buf), token, last: false },
+                ));
                 inflight += 1;
             }
+            submit_batch(&shared, reqs);
         } else {
             ready.clear();
         }
@@ -1023,6 +1063,7 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
                     first_unsent_ns: 0,
                     failed: None,
                     more: false,
+                    batch_open_ns: None,
                 }),
                 tx: Mutex::new(if kind == SetKind::Poll { None } else { Some(tx) }),
                 queued: AtomicUsize::new(0),
