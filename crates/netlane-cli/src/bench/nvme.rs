@@ -60,6 +60,9 @@ pub struct NvmeBenchArgs {
     /// Target memory namespace size.
     #[arg(long, default_value = "1G")]
     pub ns_size: String,
+    /// MTU of the veth pair (storage networks usually run jumbo frames).
+    #[arg(long, default_value_t = 9000, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
 }
 
 struct Run {
@@ -228,7 +231,7 @@ impl NvmeBenchArgs {
             PathKind::Veth => {
                 // Both directions carry data: each end's NAPI runs on its own side's CPU,
                 // like two machines with NICs.
-                let cfg = LinkConfig { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi_on(self.target_cpu()) };
+                let cfg = LinkConfig { mtu: self.mtu, queues: 1, rx: RxTuning::threaded_napi_on(self.target_cpu()) };
                 let h = TwoHosts::create("nvme", cfg)?;
                 RxTuning::threaded_napi_on(self.host_cpu).apply(&h.tx, &h.tx_if, h.tx_index)?;
                 Some(h)
@@ -289,6 +292,7 @@ impl NvmeBenchArgs {
             ),
             options: vec![
                 ("path".into(), format!("{:?}", self.path).to_lowercase()),
+                ("mtu".into(), self.mtu.to_string()),
                 ("time".into(), format!("{:?}", self.time)),
                 ("ramp".into(), format!("{:?}", self.ramp)),
                 ("host_cpu".into(), self.host_cpu.to_string()),
