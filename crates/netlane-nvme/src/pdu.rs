@@ -579,18 +579,17 @@ impl TxConfig {
         full.div_ceil(a) * a
     }
 
-    /// Appends a PDU whose type-specific header is written by `psh` (bytes 8..hlen of the
-    /// header) and whose `data_len` bytes of data are written in place by `fill`. No data
-    /// copy is made beyond what `fill` does. Returns what `fill` returned.
-    pub fn emit_with<R>(
+    /// Appends a PDU's header, header digest and padding, up to where its data starts
+    /// (the common header already carries `plen` for `data_len` bytes of data). Returns
+    /// whether a data digest must follow the data.
+    fn emit_header(
         &self,
         out: &mut Vec<u8>,
         ty: PduType,
         extra_flags: u8,
         psh: impl FnOnce(&mut [u8]),
         data_len: usize,
-        fill: impl FnOnce(&mut [u8]) -> R,
-    ) -> R {
+    ) -> bool {
         let hlen = ty.hlen();
         let start = out.len();
         let has_data = data_len > 0;
@@ -605,7 +604,7 @@ impl TxConfig {
         let hd = if flags & FLAG_HDGSTF != 0 { DIGEST_LEN } else { 0 };
         let pdo = if has_data { self.pdo(hlen) } else { 0 };
         let plen = if has_data { pdo + data_len + if ddgst { DIGEST_LEN } else { 0 } } else { hlen + hd };
-        out.resize(start + plen, 0);
+        out.resize(start + if has_data { pdo } else { plen }, 0);
         let p = &mut out[start..];
         p[0] = ty as u8;
         p[1] = flags;
@@ -617,12 +616,39 @@ impl TxConfig {
             let d = digest::crc32c(&p[..hlen]);
             p[hlen..hlen + 4].copy_from_slice(&d.to_le_bytes());
         }
-        let r = fill(&mut p[pdo..pdo + data_len]);
+        ddgst
+    }
+
+    /// Appends a PDU whose type-specific header is written by `psh` (bytes 8..hlen of the
+    /// header) and whose `data_len` bytes of data are written in place by `fill` (e.g.
+    /// straight from storage). Returns what `fill` returned.
+    pub fn emit_with<R>(
+        &self,
+        out: &mut Vec<u8>,
+        ty: PduType,
+        extra_flags: u8,
+        psh: impl FnOnce(&mut [u8]),
+        data_len: usize,
+        fill: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        let ddgst = self.emit_header(out, ty, extra_flags, psh, data_len);
+        let at = out.len();
+        out.resize(at + data_len, 0);
+        let r = fill(&mut out[at..]);
         if ddgst {
-            let d = digest::crc32c(&p[pdo..pdo + data_len]);
-            p[pdo + data_len..pdo + data_len + 4].copy_from_slice(&d.to_le_bytes());
+            let d = digest::crc32c(&out[at..]);
+            out.extend_from_slice(&d.to_le_bytes());
         }
         r
+    }
+
+    /// Appends a PDU carrying `data` (copied once, with no zero-fill first).
+    fn emit_slice(&self, out: &mut Vec<u8>, ty: PduType, extra_flags: u8, psh: impl FnOnce(&mut [u8]), data: &[u8]) {
+        let ddgst = self.emit_header(out, ty, extra_flags, psh, data.len());
+        out.extend_from_slice(data);
+        if ddgst {
+            out.extend_from_slice(&digest::crc32c(data).to_le_bytes());
+        }
     }
 
     /// Appends ICReq.
@@ -714,14 +740,8 @@ impl TxConfig {
 
     /// Appends an H2CData PDU carrying `data` at offset `datao`.
     pub fn h2c_data(&self, out: &mut Vec<u8>, cccid: u16, ttag: u16, datao: u32, data: &[u8], last: bool) {
-        self.emit_with(
-            out,
-            PduType::H2cData,
-            if last { FLAG_LAST } else { 0 },
-            |h| data_psh(h, cccid, ttag, datao, data.len()),
-            data.len(),
-            |d| d.copy_from_slice(data),
-        )
+        let flags = if last { FLAG_LAST } else { 0 };
+        self.emit_slice(out, PduType::H2cData, flags, |h| data_psh(h, cccid, ttag, datao, data.len()), data)
     }
 
     /// Appends a C2HData PDU of `len` bytes at offset `datao`, the data written in place
