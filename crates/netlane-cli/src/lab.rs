@@ -107,7 +107,12 @@ fn scenarios(args: &LabArgs) -> Result<Vec<Scenario>> {
     for s in chosen {
         if s == ScenarioName::Nvme {
             // NVMe/TCP over IPv4 only (the target listens on the veth's IPv4 address).
-            let words: Vec<String> = vec!["--time".into(), if args.quick { "1s" } else { "4s" }.into()];
+            let words: Vec<String> = vec![
+                "--time".into(),
+                if args.quick { "1s" } else { "4s" }.into(),
+                "--repeat".into(),
+                if args.quick { "1" } else { "2" }.into(),
+            ];
             let a: NvmeBenchArgs = args_from(&words)?;
             a.validate()?;
             out.push(Scenario::Nvme(Box::new(a)));
