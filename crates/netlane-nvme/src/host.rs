@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use crate::cmd::{Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, SglDesc, Sqe, Status};
-use crate::pdu::{self, DecodeError, Fes, IcReq, Pdu, Role, RxConfig, TxConfig, Violation};
+use crate::pdu::{self, DecodeError, Fes, IcReq, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
 
 /// Settings of one host queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,8 +128,7 @@ pub struct HostQueue {
     state: State,
     slots: Vec<Option<Inflight>>,
     free: Vec<u16>,
-    out: Vec<u8>,
-    out_sent: usize,
+    out: OutBuf,
     done: VecDeque<Completion>,
     /// Counters.
     pub stats: HostQueueStats,
@@ -147,13 +146,12 @@ impl HostQueue {
             state: State::AwaitIcResp,
             slots: (0..depth).map(|_| None).collect(),
             free: (0..depth).rev().collect(),
-            out: Vec::with_capacity(16 * 1024),
-            out_sent: 0,
+            out: OutBuf::with_capacity(16 * 1024),
             done: VecDeque::new(),
             stats: HostQueueStats::default(),
         };
         TxConfig::ic_req(
-            &mut q.out,
+            q.out.vec(),
             &IcReq { pfv: 0, hpda: cfg.hpda, hdgst: cfg.hdgst, ddgst: cfg.ddgst, maxr2t: cfg.maxr2t },
         );
         q
@@ -191,16 +189,12 @@ impl HostQueue {
 
     /// Bytes waiting to be sent.
     pub fn pending_output(&self) -> &[u8] {
-        &self.out[self.out_sent..]
+        self.out.pending()
     }
 
     /// Marks `n` bytes of output as sent.
     pub fn advance_output(&mut self, n: usize) {
-        self.out_sent = (self.out_sent + n).min(self.out.len());
-        if self.out_sent == self.out.len() {
-            self.out.clear();
-            self.out_sent = 0;
-        }
+        self.out.advance(n);
     }
 
     /// Takes the next completion.
@@ -222,7 +216,7 @@ impl HostQueue {
         let in_capsule = dir == DataDir::ToController && len > 0 && len <= self.cfg.in_capsule;
         let id = if in_capsule { SGL_ICD } else { SGL_TRANSPORT };
         sqe.set_sgl(SglDesc { addr: 0, len, id });
-        self.tx.capsule_cmd(&mut self.out, &sqe, if in_capsule { &data } else { &[] });
+        self.tx.capsule_cmd(self.out.vec(), &sqe, if in_capsule { &data } else { &[] });
         self.slots[usize::from(cid)] =
             Some(Inflight { token, dir, buf: data, in_capsule, received: 0, r2ts: 0, digest_error: false });
         self.stats.submitted += 1;
@@ -258,8 +252,7 @@ impl HostQueue {
                 }
                 Err(DecodeError::Incomplete(_)) => break,
                 Err(DecodeError::Violation(v)) => {
-                    let hlen = rest.get(2).map_or(pdu::CH_LEN, |&h| usize::from(h).max(pdu::CH_LEN));
-                    return Err(self.terminate(v, &rest[..rest.len().min(hlen)]));
+                    return Err(self.terminate(v, pdu::offending_header(rest)));
                 }
                 Err(DecodeError::Reset) => {
                     self.state = State::Failed;
@@ -287,7 +280,7 @@ impl HostQueue {
     }
 
     fn terminate(&mut self, v: Violation, offending: &[u8]) -> QueueError {
-        TxConfig::term_req(&mut self.out, Role::Host, v.fes, v.fei, offending);
+        TxConfig::term_req(self.out.vec(), Role::Host, v.fes, v.fei, offending);
         self.state = State::Failed;
         QueueError::Violation(v)
     }
@@ -424,7 +417,7 @@ impl HostQueue {
                 let mut pdus = 0;
                 while off < end {
                     let n = (end - off).min(maxh2c);
-                    tx.h2c_data(&mut self.out, cccid, ttag, off as u32, &buf[off..off + n], off + n == end);
+                    tx.h2c_data(self.out.vec(), cccid, ttag, off as u32, &buf[off..off + n], off + n == end);
                     off += n;
                     pdus += 1;
                 }
@@ -435,7 +428,7 @@ impl HostQueue {
                 self.stats.h2c_pdus += pdus;
                 Ok(())
             }
-            Pdu::IcReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData { .. } => {
+            Pdu::IcReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData(_) => {
                 Err(QueueError::Violation(Violation::new(Fes::InvalidHeaderField, 0, "host-to-controller PDU")))
             }
         }

@@ -282,20 +282,7 @@ pub enum Pdu<'a> {
         cqe: crate::cmd::Cqe,
     },
     /// Host-to-controller data.
-    H2cData {
-        /// Command identifier of the command.
-        cccid: u16,
-        /// Transfer tag from the R2T.
-        ttag: u16,
-        /// Offset of this data in the command's buffer.
-        datao: u32,
-        /// Last PDU of the R2T.
-        last: bool,
-        /// The data.
-        data: &'a [u8],
-        /// Whether the data digest matched.
-        ddgst_ok: bool,
-    },
+    H2cData(H2cData<'a>),
     /// Controller-to-host data.
     C2hData {
         /// Command identifier of the command.
@@ -333,11 +320,28 @@ impl Pdu<'_> {
             Pdu::TermReq { .. } => PduType::H2cTermReq, // direction is implied by the receiver
             Pdu::CapsuleCmd { .. } => PduType::CapsuleCmd,
             Pdu::CapsuleResp { .. } => PduType::CapsuleResp,
-            Pdu::H2cData { .. } => PduType::H2cData,
+            Pdu::H2cData(_) => PduType::H2cData,
             Pdu::C2hData { .. } => PduType::C2hData,
             Pdu::R2t { .. } => PduType::R2t,
         }
     }
+}
+
+/// A received H2CData PDU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2cData<'a> {
+    /// Command identifier of the command.
+    pub cccid: u16,
+    /// Transfer tag from the R2T.
+    pub ttag: u16,
+    /// Offset of this data in the command's buffer.
+    pub datao: u32,
+    /// Last PDU of the R2T.
+    pub last: bool,
+    /// The data.
+    pub data: &'a [u8],
+    /// Whether the data digest matched.
+    pub ddgst_ok: bool,
 }
 
 /// One decoded PDU and the number of bytes it occupied.
@@ -526,14 +530,14 @@ pub fn decode<'a>(buf: &'a [u8], cfg: &RxConfig) -> Result<Decoded<'a>, DecodeEr
             cqe.copy_from_slice(&h[8..24]);
             Pdu::CapsuleResp { cqe: crate::cmd::Cqe::from_bytes(&cqe) }
         }
-        PduType::H2cData => Pdu::H2cData {
+        PduType::H2cData => Pdu::H2cData(H2cData {
             cccid: le16(h, 8),
             ttag: le16(h, 10),
             datao: le32(h, 12),
             last: frame.flags & FLAG_LAST != 0,
             data,
             ddgst_ok,
-        },
+        }),
         PduType::C2hData => Pdu::C2hData {
             cccid: le16(h, 8),
             datao: le32(h, 12),
@@ -552,6 +556,46 @@ pub fn decode<'a>(buf: &'a [u8], cfg: &RxConfig) -> Result<Decoded<'a>, DecodeEr
         }
     }
     Ok(Decoded { pdu, len: frame.plen })
+}
+
+/// The bytes of a PDU to quote in a termination request: its header as far as it is
+/// in `buf` (at least the common header).
+pub fn offending_header(buf: &[u8]) -> &[u8] {
+    let hlen = buf.get(2).map_or(CH_LEN, |&h| usize::from(h).max(CH_LEN));
+    &buf[..buf.len().min(hlen)]
+}
+
+/// PDUs waiting to be sent: appended at the back, sent from the front.
+#[derive(Debug, Default)]
+pub struct OutBuf {
+    buf: Vec<u8>,
+    sent: usize,
+}
+
+impl OutBuf {
+    /// An empty buffer with room for `cap` bytes.
+    pub fn with_capacity(cap: usize) -> OutBuf {
+        OutBuf { buf: Vec::with_capacity(cap), sent: 0 }
+    }
+
+    /// Bytes not sent yet.
+    pub fn pending(&self) -> &[u8] {
+        &self.buf[self.sent..]
+    }
+
+    /// Marks `n` pending bytes as sent; the storage is reused once all are.
+    pub fn advance(&mut self, n: usize) {
+        self.sent = (self.sent + n).min(self.buf.len());
+        if self.sent == self.buf.len() {
+            self.buf.clear();
+            self.sent = 0;
+        }
+    }
+
+    /// The vector to append PDUs to (the `TxConfig` emitters take it).
+    pub fn vec(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
 }
 
 /// What a sender has negotiated: digests and the data alignment the peer asked for.

@@ -23,7 +23,7 @@ use crate::cmd::{self, Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, Sqe, Status, admin,
 use crate::fabrics::{self, Connect, InvalidParam, Property, fctype, reg};
 use crate::identify::{self, ControllerInfo, NamespaceInfo, cns, fid, lid};
 use crate::namespace::Namespace;
-use crate::pdu::{self, DecodeError, Fes, IcResp, Pdu, Role, RxConfig, TxConfig, Violation};
+use crate::pdu::{self, DecodeError, Fes, H2cData, IcResp, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
 
 /// Subsystem-wide settings.
 #[derive(Debug, Clone)]
@@ -291,16 +291,6 @@ struct R2tState {
     got: u32,
 }
 
-/// The fields of a received H2CData PDU.
-struct H2c<'a> {
-    cccid: u16,
-    ttag: u16,
-    datao: u32,
-    last: bool,
-    data: &'a [u8],
-    ddgst_ok: bool,
-}
-
 /// Per-queue counters.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct QueueStats {
@@ -348,8 +338,7 @@ pub struct TargetQueue {
     next_ttag: u16,
     held_aers: Vec<u16>,
     last_keepalive_ns: u64,
-    out: Vec<u8>,
-    out_sent: usize,
+    out: OutBuf,
     /// Counters.
     pub stats: QueueStats,
 }
@@ -373,24 +362,19 @@ impl TargetQueue {
             next_ttag: 0,
             held_aers: Vec::new(),
             last_keepalive_ns: now_ns,
-            out: Vec::with_capacity(64 * 1024),
-            out_sent: 0,
+            out: OutBuf::with_capacity(64 * 1024),
             stats: QueueStats::default(),
         }
     }
 
     /// Bytes waiting to be sent.
     pub fn pending_output(&self) -> &[u8] {
-        &self.out[self.out_sent..]
+        self.out.pending()
     }
 
     /// Marks `n` bytes of [`Self::pending_output`] as sent.
     pub fn advance_output(&mut self, n: usize) {
-        self.out_sent = (self.out_sent + n).min(self.out.len());
-        if self.out_sent == self.out.len() {
-            self.out.clear();
-            self.out_sent = 0;
-        }
+        self.out.advance(n);
     }
 
     /// Why the queue closed, once it has. The driver closes the socket after sending the
@@ -429,8 +413,7 @@ impl TargetQueue {
                 }
                 Err(DecodeError::Incomplete(_)) => break,
                 Err(DecodeError::Violation(v)) => {
-                    let hlen = rest.get(2).map_or(pdu::CH_LEN, |&h| usize::from(h).max(pdu::CH_LEN));
-                    self.terminate(v, &rest[..rest.len().min(hlen)]);
+                    self.terminate(v, pdu::offending_header(rest));
                 }
                 Err(DecodeError::Reset) => self.close(CloseReason::InvalidTermReq),
             }
@@ -501,7 +484,7 @@ impl TargetQueue {
     fn terminate(&mut self, v: Violation, offending: &[u8]) {
         tracing::debug!(qid = self.qid, "terminating queue: {v}");
         self.subsys.stats.terminations.fetch_add(1, Ordering::Relaxed);
-        TxConfig::term_req(&mut self.out, Role::Controller, v.fes, v.fei, offending);
+        TxConfig::term_req(self.out.vec(), Role::Controller, v.fes, v.fei, offending);
         self.close(CloseReason::Violation(v));
     }
 
@@ -517,9 +500,7 @@ impl TargetQueue {
                 self.sqhd = if self.sqsize == 0 { 0 } else { (self.sqhd + 1) % (self.sqsize.saturating_add(1)) };
                 self.on_command(sqe, data, ddgst_ok, now_ns)
             }
-            Pdu::H2cData { cccid, ttag, datao, last, data, ddgst_ok } => {
-                self.on_h2c_data(H2c { cccid, ttag, datao, last, data, ddgst_ok }, now_ns)
-            }
+            Pdu::H2cData(h) => self.on_h2c_data(h, now_ns),
             // validate_header refuses odd types at a controller.
             Pdu::IcResp(_) | Pdu::CapsuleResp { .. } | Pdu::C2hData { .. } | Pdu::R2t { .. } => {
                 Err(Violation::new(Fes::InvalidHeaderField, 0, "controller-to-host PDU"))
@@ -547,7 +528,7 @@ impl TargetQueue {
             max_data: cfg.maxh2cdata,
         };
         TxConfig::ic_resp(
-            &mut self.out,
+            self.out.vec(),
             &IcResp { pfv: 0, cpda: 0, hdgst: req.hdgst, ddgst: req.ddgst, maxh2cdata: cfg.maxh2cdata },
         );
         self.state = State::AwaitConnect;
@@ -560,7 +541,7 @@ impl TargetQueue {
 
     fn respond_value(&mut self, cid: u16, status: Status, value: u64) {
         let cqe = Cqe { dw0: value as u32, dw1: (value >> 32) as u32, sqhd: self.sqhd, sqid: self.qid, cid, status };
-        self.tx.capsule_resp(&mut self.out, &cqe);
+        self.tx.capsule_resp(self.out.vec(), &cqe);
         self.stats.responses += 1;
     }
 
@@ -661,13 +642,13 @@ impl TargetQueue {
             }
             self.next_ttag = ttag.wrapping_add(1);
             self.r2ts.insert(ttag, R2tState { cid, r2to, r2tl, got: 0 });
-            self.tx.r2t(&mut self.out, cid, ttag, r2to, r2tl);
+            self.tx.r2t(self.out.vec(), cid, ttag, r2to, r2tl);
             self.stats.r2ts += 1;
         }
     }
 
-    fn on_h2c_data(&mut self, h: H2c<'_>, now_ns: u64) -> Result<(), Violation> {
-        let H2c { cccid, ttag, datao, last, data, ddgst_ok } = h;
+    fn on_h2c_data(&mut self, h: H2cData<'_>, now_ns: u64) -> Result<(), Violation> {
+        let H2cData { cccid, ttag, datao, last, data, ddgst_ok } = h;
         let Some(r2t) = self.r2ts.get_mut(&ttag) else {
             return Err(Violation::new(Fes::InvalidHeaderField, 10, "H2CData for an unknown transfer tag"));
         };
@@ -767,7 +748,7 @@ impl TargetQueue {
         len: usize,
         mut fill: impl FnMut(usize, &mut [u8]) -> std::io::Result<()>,
     ) -> bool {
-        let mark = self.out.len();
+        let mark = self.out.vec().len();
         let success_flag = self.sqflow_disabled && self.subsys.config.c2h_success;
         let chunk = self.subsys.config.c2h_max as usize;
         let mut off = 0;
@@ -775,10 +756,10 @@ impl TargetQueue {
         while off < len {
             let n = (len - off).min(chunk);
             let last = off + n == len;
-            let r = self.tx.c2h_data_with(&mut self.out, cid, off as u32, n, last, success_flag, |d| fill(off, d));
+            let r = self.tx.c2h_data_with(self.out.vec(), cid, off as u32, n, last, success_flag, |d| fill(off, d));
             if let Err(e) = r {
                 tracing::warn!(cid, "read failed: {e}");
-                self.out.truncate(mark);
+                self.out.vec().truncate(mark);
                 self.respond(cid, Status::READ_ERROR, 0);
                 return false;
             }

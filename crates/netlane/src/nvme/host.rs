@@ -178,10 +178,7 @@ impl QueueConn {
         timeout: Duration,
         what: &'static str,
     ) -> Result<Completion, HostError> {
-        let token = self.next_token;
-        self.next_token += 1;
-        self.q.submit(sqe, data, token).map_err(|(e, _)| HostError::Unusable(format!("{what}: {e}")))?;
-        self.flush()?;
+        let token = self.send_command(sqe, data, what)?;
         let deadline = Instant::now() + timeout;
         loop {
             while let Some(c) = self.q.pop_completion() {
@@ -211,10 +208,16 @@ impl QueueConn {
 
     /// Submits a command without waiting (an Async Event Request).
     pub fn submit_nowait(&mut self, sqe: Sqe) -> Result<(), HostError> {
+        self.send_command(sqe, Vec::new(), "submit").map(|_| ())
+    }
+
+    /// Submits and sends a command; returns its token.
+    fn send_command(&mut self, sqe: Sqe, data: Vec<u8>, what: &'static str) -> Result<u64, HostError> {
         let token = self.next_token;
         self.next_token += 1;
-        self.q.submit(sqe, Vec::new(), token).map_err(|(e, _)| HostError::Unusable(format!("submit: {e}")))?;
-        self.flush()
+        self.q.submit(sqe, data, token).map_err(|(e, _)| HostError::Unusable(format!("{what}: {e}")))?;
+        self.flush()?;
+        Ok(token)
     }
 
     /// Fabrics Connect on this queue; returns the CNTLID.
