@@ -1,0 +1,16 @@
+//! The control-plane core of netlane's XDP L4 load balancer: no sockets, no BPF, no
+//! clocks.
+//!
+//! - [`maglev`]: weighted Maglev rings that honour weights, and how many slots move
+//!   between two rings;
+//! - [`config`]: the TOML configuration of VIPs and reals, validated, and the per-VIP
+//!   effect of a configuration change.
+//!
+//! The data plane (BPF C under `bpf/`) and the driver that loads it and fills its maps
+//! live elsewhere; they consume what this crate computes.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod config;
+pub mod maglev;
