@@ -3,6 +3,8 @@
 //! Everything in netlane that needs `unsafe` lives in this crate, one module per
 //! mechanism, in the style of mio's `sys/`:
 //!
+//! - [`bpf`]: the BPF programs under `bpf/` (compiled by the build script with clang,
+//!   libbpf-rs skeletons generated from their BTF), loading and `BPF_PROG_RUN`;
 //! - [`cmsg`]: control messages (ancillary data) encoded and decoded as plain bytes, so
 //!   the parsers are safe code that cannot panic on any input;
 //! - [`errqueue`]: `sock_extended_err` records from `MSG_ERRQUEUE` (zerocopy completion
@@ -24,6 +26,7 @@
 
 #![deny(missing_docs)]
 
+pub mod bpf;
 pub mod cmsg;
 pub mod consts;
 pub mod epoll;
