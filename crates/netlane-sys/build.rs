@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// (directory under bpf/, program name): bpf/<dir>/<name>.bpf.c
-const PROGRAMS: &[(&str, &str)] = &[("lb", "xdp_tx")];
+const PROGRAMS: &[(&str, &str)] = &[("lb", "xdp_tx"), ("lb", "balancer")];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -17,6 +17,7 @@ fn main() {
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let multiarch = format!("-I/usr/include/{arch}-linux-gnu");
     println!("cargo:rerun-if-changed={}", root.join("include").display());
+    println!("cargo:rerun-if-changed={}", root.join("lb").display());
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());

@@ -17,6 +17,13 @@ pub mod xdp_tx_skel {
     include!(concat!(env!("OUT_DIR"), "/xdp_tx.skel.rs"));
 }
 
+/// Generated skeleton of `bpf/lb/balancer.bpf.c`.
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
+#[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
+pub mod balancer_skel {
+    include!(concat!(env!("OUT_DIR"), "/balancer.skel.rs"));
+}
+
 fn to_io(e: libbpf_rs::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -122,5 +129,204 @@ mod tests {
         // BPF_PROG_RUN refuses frames shorter than an Ethernet header (EINVAL), so the
         // runt branch is only reachable on a live interface; the counters show TX.
         assert_eq!(p.stats().unwrap(), (1, 0));
+    }
+}
+
+/// Generated map types that are plain old data: `repr(C)`, every bit pattern valid,
+/// no padding (checked by the size assertions below).
+trait Pod: Copy {}
+impl Pod for balancer_skel::types::vip_key {}
+impl Pod for balancer_skel::types::vip_meta {}
+impl Pod for balancer_skel::types::real_def {}
+impl Pod for balancer_skel::types::lb_config {}
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_key>() == 20);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_meta>() == 8);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::real_def>() == 20);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::lb_config>() == 32);
+
+fn pod_bytes<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: `T: Pod` is a repr(C) struct without padding (sizes asserted above), so all
+    // of its size_of::<T>() bytes are initialised; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// Map sizes of a balancer, chosen from its configuration before loading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalancerSizes {
+    /// VIPs.
+    pub max_vips: u32,
+    /// Reals (indexes 0..max_reals).
+    pub max_reals: u32,
+    /// Maglev ring slots per VIP (a prime).
+    pub ring_size: u32,
+    /// Connection-table entries.
+    pub conn_entries: u32,
+}
+
+/// Family tags used in keys and reals.
+const FAM_V4: u8 = 4;
+const FAM_V6: u8 = 6;
+
+/// An address as the data plane stores it: the packet's bytes in host-order words
+/// (IPv4 in the first word), and its family.
+fn addr_words(a: std::net::IpAddr) -> ([u32; 4], u8) {
+    let mut w = [0u32; 4];
+    match a {
+        std::net::IpAddr::V4(v4) => {
+            w[0] = u32::from_ne_bytes(v4.octets());
+            (w, FAM_V4)
+        }
+        std::net::IpAddr::V6(v6) => {
+            for (i, c) in v6.octets().chunks_exact(4).enumerate() {
+                w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            (w, FAM_V6)
+        }
+    }
+}
+
+/// The balancer program (`bpf/lb/balancer.bpf.c`), loaded, with its maps.
+pub struct Balancer {
+    skel: balancer_skel::BalancerSkel<'static>,
+    sizes: BalancerSizes,
+}
+
+impl std::fmt::Debug for Balancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer").field("sizes", &self.sizes).finish_non_exhaustive()
+    }
+}
+
+impl Balancer {
+    /// Opens the object, sizes its maps, sets the ring size and loads it.
+    pub fn load(sizes: BalancerSizes) -> io::Result<Balancer> {
+        use libbpf_rs::skel::OpenSkel as _;
+        let ring_total = sizes
+            .max_vips
+            .checked_mul(sizes.ring_size)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "max_vips x ring_size overflows"))?;
+        // Same 'static storage as XdpTx::load.
+        let obj = Box::leak(Box::new(MaybeUninit::uninit()));
+        let mut open = balancer_skel::BalancerSkelBuilder::default().open(obj).map_err(to_io)?;
+        let m = &mut open.maps;
+        m.vip_map.set_max_entries(sizes.max_vips).map_err(to_io)?;
+        m.vip_stats.set_max_entries(sizes.max_vips).map_err(to_io)?;
+        m.ring_map.set_max_entries(ring_total).map_err(to_io)?;
+        m.reals.set_max_entries(sizes.max_reals).map_err(to_io)?;
+        m.real_stats.set_max_entries(sizes.max_reals).map_err(to_io)?;
+        m.conn_table.set_max_entries(sizes.conn_entries).map_err(to_io)?;
+        match m.rodata_data.as_deref_mut() {
+            Some(ro) => ro.ring_size = sizes.ring_size,
+            None => return Err(io::Error::other("balancer object has no .rodata")),
+        }
+        let skel = open.load().map_err(to_io)?;
+        let b = Balancer { skel, sizes };
+        // Every ring slot starts empty.
+        let empty = vec![u32::MAX; sizes.ring_size as usize];
+        for v in 0..sizes.max_vips {
+            b.set_ring(v, &empty)?;
+        }
+        Ok(b)
+    }
+
+    /// The XDP program.
+    pub fn program(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.balancer
+    }
+
+    /// The sizes it was loaded with.
+    pub fn sizes(&self) -> BalancerSizes {
+        self.sizes
+    }
+
+    /// Sets the MAC addresses and outer source addresses encapsulated packets use.
+    pub fn set_config(
+        &self,
+        gw_mac: [u8; 6],
+        own_mac: [u8; 6],
+        src4: std::net::Ipv4Addr,
+        src6: std::net::Ipv6Addr,
+    ) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        let cfg = balancer_skel::types::lb_config {
+            gw_mac,
+            own_mac,
+            src4: addr_words(src4.into()).0[0],
+            src6: addr_words(src6.into()).0,
+        };
+        self.skel.maps.lb_cfg.update(&0u32.to_ne_bytes(), pod_bytes(&cfg), libbpf_rs::MapFlags::ANY).map_err(to_io)
+    }
+
+    fn vip_key(addr: std::net::IpAddr, port: u16, proto: u8) -> balancer_skel::types::vip_key {
+        let (w, family) = addr_words(addr);
+        balancer_skel::types::vip_key { addr: w, port: u16::from_ne_bytes(port.to_be_bytes()), proto, family }
+    }
+
+    /// Adds or updates a VIP (port 0 = any port) using ring `index`.
+    pub fn set_vip(&self, addr: std::net::IpAddr, port: u16, proto: u8, index: u32) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        if index >= self.sizes.max_vips {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("VIP index {index} >= {}", self.sizes.max_vips),
+            ));
+        }
+        let key = Self::vip_key(addr, port, proto);
+        let meta = balancer_skel::types::vip_meta { index, flags: 0 };
+        self.skel.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), libbpf_rs::MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Removes a VIP.
+    pub fn remove_vip(&self, addr: std::net::IpAddr, port: u16, proto: u8) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        self.skel.maps.vip_map.delete(pod_bytes(&Self::vip_key(addr, port, proto))).map_err(to_io)
+    }
+
+    /// Writes VIP `index`'s ring (`ring_size` real indexes, `u32::MAX` = none) in one
+    /// batch update.
+    pub fn set_ring(&self, index: u32, ring: &[u32]) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        if ring.len() != self.sizes.ring_size as usize || index >= self.sizes.max_vips {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "ring of the wrong size or VIP index out of range",
+            ));
+        }
+        let base = index * self.sizes.ring_size;
+        let keys: Vec<u8> = (0..self.sizes.ring_size).flat_map(|i| (base + i).to_ne_bytes()).collect();
+        let values: Vec<u8> = ring.iter().flat_map(|r| r.to_ne_bytes()).collect();
+        self.skel
+            .maps
+            .ring_map
+            .update_batch(&keys, &values, self.sizes.ring_size, libbpf_rs::MapFlags::ANY, libbpf_rs::MapFlags::ANY)
+            .map_err(to_io)
+    }
+
+    /// Sets real `index`'s address.
+    pub fn set_real(&self, index: u32, addr: std::net::IpAddr) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        let (w, family) = addr_words(addr);
+        let real = balancer_skel::types::real_def { addr: w, family, pad: [0; 3] };
+        self.skel.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), libbpf_rs::MapFlags::ANY).map_err(to_io)
+    }
+
+    /// The global counters, summed over CPUs, in `lb_global_stat` order.
+    pub fn global_stats(&self) -> io::Result<Vec<u64>> {
+        use libbpf_rs::MapCore;
+        let map = &self.skel.maps.global_stats;
+        let n = map.max_entries();
+        let mut out = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let per_cpu = map.lookup_percpu(&i.to_ne_bytes(), libbpf_rs::MapFlags::ANY).map_err(to_io)?;
+            out.push(
+                per_cpu
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|v| v.get(..8))
+                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+                    .sum(),
+            );
+        }
+        Ok(out)
     }
 }

@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The load balancer's maps. Sizes are defaults; the loader resizes them from the
+ * configuration before loading. */
+#ifndef LB_MAPS_H
+#define LB_MAPS_H
+
+#include "lb_consts.h"
+#include "lb_structs.h"
+
+/* VIP -> its ring's position. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, struct vip_key);
+	__type(value, struct vip_meta);
+} vip_map SEC(".maps");
+
+/* All VIPs' Maglev rings back to back: slot -> real index. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_VIPS * 65537);
+	__type(key, __u32);
+	__type(value, __u32);
+} ring_map SEC(".maps");
+
+/* Real index -> address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_REALS);
+	__type(key, __u32);
+	__type(value, struct real_def);
+} reals SEC(".maps");
+
+/* Flow -> real; one LRU list per CPU (BPF_F_NO_COMMON_LRU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, CONN_ENTRIES);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU);
+	__type(key, struct flow_key);
+	__type(value, struct conn_val);
+} conn_table SEC(".maps");
+
+/* Sending addresses (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb_config);
+} lb_cfg SEC(".maps");
+
+/* Counters. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, ST_NUM);
+	__type(key, __u32);
+	__type(value, __u64);
+} global_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct lb_counter);
+} vip_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_REALS);
+	__type(key, __u32);
+	__type(value, struct lb_counter);
+} real_stats SEC(".maps");
+
+#endif /* LB_MAPS_H */

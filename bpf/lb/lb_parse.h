@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Packet parsing: Ethernet, IPv4 (no options, no fragments), IPv6 (no extension
+ * headers, no fragments), TCP/UDP ports. Every access is bounds-checked against
+ * data_end. */
+#ifndef LB_PARSE_H
+#define LB_PARSE_H
+
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+
+#include "lb_consts.h"
+#include "lb_structs.h"
+
+/* What the balancer needs from a packet. */
+struct pkt_desc {
+	struct flow_key flow;
+	__u16 l3_len;	/* IPv4 total length or IPv6 header + payload */
+	__u8 tos;	/* IPv4 TOS or IPv6 traffic class */
+	__u8 tcp_flags;
+};
+
+enum parse_result {
+	PARSE_OK = 0,
+	PARSE_NOT_IP,
+	PARSE_NOT_L4, /* IP but neither TCP nor UDP */
+	PARSE_MALFORMED,
+	PARSE_OPTIONS,
+	PARSE_FRAGMENT,
+};
+
+static __always_inline int parse_l4(void *l4, void *data_end, struct pkt_desc *p)
+{
+	if (p->flow.proto == IPPROTO_TCP_) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end)
+			return PARSE_MALFORMED;
+		p->flow.sport = th->source;
+		p->flow.dport = th->dest;
+		p->tcp_flags = ((__u8 *)th)[13];
+		return PARSE_OK;
+	}
+	if (p->flow.proto == IPPROTO_UDP_) {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end)
+			return PARSE_MALFORMED;
+		p->flow.sport = uh->source;
+		p->flow.dport = uh->dest;
+		return PARSE_OK;
+	}
+	return PARSE_NOT_L4;
+}
+
+static __always_inline int parse_packet(void *data, void *data_end, struct pkt_desc *p)
+{
+	struct ethhdr *eth = data;
+
+	if ((void *)(eth + 1) > data_end)
+		return PARSE_MALFORMED;
+	if (eth->h_proto == ETH_P_IP_BE) {
+		struct iphdr *iph = (void *)(eth + 1);
+
+		if ((void *)(iph + 1) > data_end)
+			return PARSE_MALFORMED;
+		if (iph->ihl != 5)
+			return iph->ihl < 5 ? PARSE_MALFORMED : PARSE_OPTIONS;
+		if (iph->frag_off & bpf_htons(IP_MF_ | IP_OFFSET_))
+			return PARSE_FRAGMENT;
+		p->flow.family = FAM_V4;
+		p->flow.proto = iph->protocol;
+		p->flow.src[0] = iph->saddr;
+		p->flow.dst[0] = iph->daddr;
+		p->l3_len = bpf_ntohs(iph->tot_len);
+		p->tos = iph->tos;
+		return parse_l4(iph + 1, data_end, p);
+	}
+	if (eth->h_proto == ETH_P_IPV6_BE) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > data_end)
+			return PARSE_MALFORMED;
+		if (ip6->nexthdr == IPV6_FRAG_HDR_)
+			return PARSE_FRAGMENT;
+		p->flow.family = FAM_V6;
+		p->flow.proto = ip6->nexthdr;
+		__builtin_memcpy(p->flow.src, &ip6->saddr, 16);
+		__builtin_memcpy(p->flow.dst, &ip6->daddr, 16);
+		p->l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		return parse_l4(ip6 + 1, data_end, p);
+	}
+	return PARSE_NOT_IP;
+}
+
+#endif /* LB_PARSE_H */

@@ -1,0 +1,61 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* Types shared by the load balancer's maps and the control plane (Rust gets them from
+ * the object's BTF through the skeleton). */
+#ifndef LB_STRUCTS_H
+#define LB_STRUCTS_H
+
+#include <linux/types.h>
+
+/* A VIP: address (IPv4 in addr[0]), port in network order (0 = any), protocol. */
+struct vip_key {
+	__u32 addr[4];
+	__u16 port;
+	__u8 proto;
+	__u8 family;
+};
+
+/* What the data plane knows of a VIP: where its ring starts. */
+struct vip_meta {
+	__u32 index;
+	__u32 flags;
+};
+
+/* A real: where to encapsulate to. */
+struct real_def {
+	__u32 addr[4];
+	__u8 family;
+	__u8 pad[3];
+};
+
+/* A flow's 5-tuple (addresses as in vip_key). */
+struct flow_key {
+	__u32 src[4];
+	__u32 dst[4];
+	__u16 sport;
+	__u16 dport;
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};
+
+/* Connection-table value: the real chosen for the flow. */
+struct conn_val {
+	__u32 real;
+	__u32 pad;
+};
+
+/* Per-VIP and per-real counters. */
+struct lb_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* Addresses the balancer sends from. */
+struct lb_config {
+	__u8 gw_mac[6];	  /* next hop towards the reals */
+	__u8 own_mac[6];  /* this interface */
+	__u32 src4;	  /* outer IPv4 source base; low 16 bits vary by flow */
+	__u32 src6[4];	  /* outer IPv6 source base; last 32 bits vary by flow */
+};
+
+#endif /* LB_STRUCTS_H */
