@@ -4,7 +4,8 @@
  *
  * Ethernet -> IPv4/IPv6 -> TCP/UDP -> VIP lookup {addr, port, proto}, retried with
  * port 0 -> connection table (per-CPU LRU; SYNs skip it) -> else the VIP's Maglev ring
- * -> encapsulate to the real and XDP_TX. Non-VIP traffic goes to the stack;
+ * -> encapsulate to the real and XDP_TX. ICMP echo requests to a VIP address are
+ * answered here. Non-VIP traffic goes to the stack;
  * fragments, IPv4 options and malformed headers are dropped and counted.
  */
 #include "nl_common.h"
@@ -14,6 +15,7 @@
 #include "lb_parse.h"
 #include "lb_hash.h"
 #include "lb_encap.h"
+#include "lb_icmp.h"
 
 /* Ring size per VIP, set by the loader before load (a prime). */
 const volatile __u32 ring_size = 65537;
@@ -51,6 +53,17 @@ int balancer(struct xdp_md *ctx)
 		count(ST_PASS_NON_IP);
 		return XDP_PASS;
 	case PARSE_NOT_L4:
+		if (p.flow.proto == IPPROTO_ICMP_ || p.flow.proto == IPPROTO_ICMPV6_) {
+			struct vip_addr va = {};
+
+			__builtin_memcpy(va.addr, p.flow.dst, sizeof(va.addr));
+			va.family = p.flow.family;
+			if (bpf_map_lookup_elem(&vip_addrs, &va) &&
+			    icmp_echo_reply(data, data_end, p.flow.family) == 0) {
+				count(ST_ICMP_ECHO);
+				return XDP_TX;
+			}
+		}
 		count(ST_PASS_NON_VIP);
 		return XDP_PASS;
 	case PARSE_OPTIONS:

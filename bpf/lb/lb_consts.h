@@ -20,6 +20,12 @@
 #define IPPROTO_IPV6_ 41
 #define IPPROTO_TCP_ 6
 #define IPPROTO_UDP_ 17
+#define IPPROTO_ICMP_ 1
+#define IPPROTO_ICMPV6_ 58
+#define ICMP_ECHO_ 8
+#define ICMP_ECHOREPLY_ 0
+#define ICMPV6_ECHO_ 128
+#define ICMPV6_ECHOREPLY_ 129
 #define IP_MF_ 0x2000
 #define IP_OFFSET_ 0x1FFF
 #define IPV6_FRAG_HDR_ 44
@@ -42,6 +48,7 @@ enum lb_global_stat {
 	ST_TX,              /* encapsulated and sent */
 	ST_CONN_HIT,        /* connection-table hit */
 	ST_CONN_MISS,       /* connection-table miss: ring lookup */
+	ST_ICMP_ECHO,       /* echo requests to a VIP answered */
 	ST_NUM
 };
 

@@ -15,6 +15,14 @@ struct {
 	__type(value, struct vip_meta);
 } vip_map SEC(".maps");
 
+/* Addresses that have at least one VIP (answered to ICMP echo). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, struct vip_addr);
+	__type(value, __u32);
+} vip_addrs SEC(".maps");
+
 /* All VIPs' Maglev rings back to back: slot -> real index. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -14,6 +14,13 @@ struct vip_key {
 	__u8 family;
 };
 
+/* A VIP address, for ICMP (any port and protocol). */
+struct vip_addr {
+	__u32 addr[4];
+	__u8 family;
+	__u8 pad[3];
+};
+
 /* What the data plane knows of a VIP: where its ring starts. */
 struct vip_meta {
 	__u32 index;

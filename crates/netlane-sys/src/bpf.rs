@@ -139,10 +139,12 @@ impl Pod for balancer_skel::types::vip_key {}
 impl Pod for balancer_skel::types::vip_meta {}
 impl Pod for balancer_skel::types::real_def {}
 impl Pod for balancer_skel::types::lb_config {}
+impl Pod for balancer_skel::types::vip_addr {}
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_key>() == 20);
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_meta>() == 8);
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::real_def>() == 20);
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::lb_config>() == 32);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_addr>() == 20);
 
 fn pod_bytes<T: Pod>(v: &T) -> &[u8] {
     // SAFETY: `T: Pod` is a repr(C) struct without padding (sizes asserted above), so all
@@ -210,6 +212,7 @@ impl Balancer {
         let mut open = balancer_skel::BalancerSkelBuilder::default().open(obj).map_err(to_io)?;
         let m = &mut open.maps;
         m.vip_map.set_max_entries(sizes.max_vips).map_err(to_io)?;
+        m.vip_addrs.set_max_entries(sizes.max_vips).map_err(to_io)?;
         m.vip_stats.set_max_entries(sizes.max_vips).map_err(to_io)?;
         m.ring_map.set_max_entries(ring_total).map_err(to_io)?;
         m.reals.set_max_entries(sizes.max_reals).map_err(to_io)?;
@@ -274,6 +277,26 @@ impl Balancer {
         let key = Self::vip_key(addr, port, proto);
         let meta = balancer_skel::types::vip_meta { index, flags: 0 };
         self.skel.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), libbpf_rs::MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Marks `addr` as a VIP address (answered to ICMP echo) or not. The control plane
+    /// keeps it set while any VIP uses the address.
+    pub fn set_vip_address(&self, addr: std::net::IpAddr, present: bool) -> io::Result<()> {
+        use libbpf_rs::MapCore;
+        let (w, family) = addr_words(addr);
+        let key = balancer_skel::types::vip_addr { addr: w, family, pad: [0; 3] };
+        if present {
+            self.skel
+                .maps
+                .vip_addrs
+                .update(pod_bytes(&key), &1u32.to_ne_bytes(), libbpf_rs::MapFlags::ANY)
+                .map_err(to_io)
+        } else {
+            match self.skel.maps.vip_addrs.delete(pod_bytes(&key)) {
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+                r => r.map_err(to_io),
+            }
+        }
     }
 
     /// Removes a VIP.

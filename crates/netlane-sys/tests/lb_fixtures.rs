@@ -173,6 +173,30 @@ fn expect_ip6(inner_ip: &[u8], next: u8, tos: u8, hash: u32, real: Ipv6Addr) -> 
     eth(GW, OWN, 0x86dd, &v)
 }
 
+/// An ICMP (IPv4) message with its checksum.
+fn icmp4(ty: u8, rest: &[u8]) -> Vec<u8> {
+    let mut v = vec![ty, 0, 0, 0];
+    v.extend_from_slice(rest);
+    let c = csum(&v);
+    v[2..4].copy_from_slice(&c.to_be_bytes());
+    v
+}
+
+/// An ICMPv6 message with its checksum over the pseudo-header.
+fn icmp6(src: Ipv6Addr, dst: Ipv6Addr, ty: u8, rest: &[u8]) -> Vec<u8> {
+    let mut msg = vec![ty, 0, 0, 0];
+    msg.extend_from_slice(rest);
+    let mut pseudo = Vec::new();
+    pseudo.extend_from_slice(&src.octets());
+    pseudo.extend_from_slice(&dst.octets());
+    pseudo.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 58]);
+    pseudo.extend_from_slice(&msg);
+    let c = csum(&pseudo);
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    msg
+}
+
 struct Fixture {
     name: &'static str,
     frame: Vec<u8>,
@@ -211,6 +235,11 @@ fn balancer_fixtures() {
     b.set_ring(3, &[2; RING as usize]).unwrap();
     // VIP 4: 10.100.0.4:80/tcp with an empty ring.
     b.set_vip("10.100.0.4".parse().unwrap(), 80, 6, 4).unwrap();
+    for a in ["10.100.0.1", "10.100.0.2", "fd00:100::1", "10.100.0.3", "10.100.0.4"] {
+        b.set_vip_address(a.parse().unwrap(), true).unwrap();
+    }
+    b.set_vip_address("10.100.0.77".parse().unwrap(), true).unwrap();
+    b.set_vip_address("10.100.0.77".parse().unwrap(), false).unwrap();
 
     let client: IpAddr = "192.0.2.7".parse().unwrap();
     let client6: Ipv6Addr = "2001:db8::7".parse().unwrap();
@@ -279,12 +308,37 @@ fn balancer_fixtures() {
     });
     let arp = eth([0xff; 6], CLIENT_MAC, 0x0806, &[0u8; 28]);
     fixtures.push(Fixture { name: "ARP: pass", frame: arp.clone(), verdict: XDP_PASS, expect: Some(arp) });
-    let icmp = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 1), &[8, 0, 0, 0, 0, 1, 0, 1]));
+    // ICMP echo to a VIP address: answered here, MACs and addresses swapped.
+    let echo = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 1), &icmp4(8, b"\x00\x01\x00\x07ping"));
+    let reply = ipv4(&v4([10, 100, 0, 1], [192, 0, 2, 7], 1), &icmp4(0, b"\x00\x01\x00\x07ping"));
     fixtures.push(Fixture {
-        name: "ICMP to a VIP: pass (for now)",
-        frame: icmp.clone(),
+        name: "ICMP echo to a VIP: reply",
+        frame: eth(OWN, CLIENT_MAC, 0x0800, &echo),
+        verdict: XDP_TX,
+        expect: Some(eth(CLIENT_MAC, OWN, 0x0800, &reply)),
+    });
+    let vip6: Ipv6Addr = "fd00:100::1".parse().unwrap();
+    let echo6 = ipv6(client6, vip6, 58, &icmp6(client6, vip6, 128, b"\x00\x02\x00\x09ping6"));
+    let reply6 = ipv6(vip6, client6, 58, &icmp6(vip6, client6, 129, b"\x00\x02\x00\x09ping6"));
+    fixtures.push(Fixture {
+        name: "ICMPv6 echo to a VIP: reply",
+        frame: eth(OWN, CLIENT_MAC, 0x86dd, &echo6),
+        verdict: XDP_TX,
+        expect: Some(eth(CLIENT_MAC, OWN, 0x86dd, &reply6)),
+    });
+    let stray = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 77], 1), &icmp4(8, b"ping")));
+    fixtures.push(Fixture {
+        name: "ICMP echo to a removed VIP address: pass",
+        frame: stray.clone(),
         verdict: XDP_PASS,
-        expect: Some(icmp),
+        expect: Some(stray),
+    });
+    let pong = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 1), &icmp4(0, b"pong")));
+    fixtures.push(Fixture {
+        name: "ICMP echo reply to a VIP: pass",
+        frame: pong.clone(),
+        verdict: XDP_PASS,
+        expect: Some(pong),
     });
     // Dropped.
     let opts = V4 { options: 4, ..v4([192, 0, 2, 7], [10, 100, 0, 1], 6) };
@@ -324,11 +378,12 @@ fn balancer_fixtures() {
             assert_eq!(&r.packet, want, "{}: output frame", f.name);
         }
     }
-    // Counters: 5 sent, 5 passed (one non-IP), 5 dropped by reason.
+    // Counters: 5 encapsulated, 2 echoes answered, 5 passed (one non-IP), 5 dropped.
     let s = b.global_stats().unwrap();
     let (pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, _encap, tx) =
         (s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
-    assert_eq!((pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, tx), (1, 3, 1, 1, 2, 1, 5));
+    assert_eq!((pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, tx), (1, 4, 1, 1, 2, 1, 5));
+    assert_eq!(s[10], 2, "echo requests answered");
     // The established second packet of the first flow hits the connection table.
     let ack = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(40000, 80, 0x10)));
     let before = b.global_stats().unwrap()[8];
