@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// (directory under bpf/, program name): bpf/<dir>/<name>.bpf.c
-const PROGRAMS: &[(&str, &str)] = &[("lb", "xdp_tx"), ("lb", "balancer")];
+const PROGRAMS: &[(&str, &str)] = &[("lb", "xdp_tx"), ("lb", "balancer"), ("lb", "decap")];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));

@@ -24,6 +24,13 @@ pub mod balancer_skel {
     include!(concat!(env!("OUT_DIR"), "/balancer.skel.rs"));
 }
 
+/// Generated skeleton of `bpf/lb/decap.bpf.c`.
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
+#[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
+pub mod decap_skel {
+    include!(concat!(env!("OUT_DIR"), "/decap.skel.rs"));
+}
+
 fn to_io(e: libbpf_rs::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -129,6 +136,32 @@ mod tests {
         // BPF_PROG_RUN refuses frames shorter than an Ethernet header (EINVAL), so the
         // runt branch is only reachable on a live interface; the counters show TX.
         assert_eq!(p.stats().unwrap(), (1, 0));
+    }
+}
+
+/// The reals' decapsulation program (`bpf/lb/decap.bpf.c`), loaded.
+pub struct Decap {
+    skel: decap_skel::DecapSkel<'static>,
+}
+
+impl std::fmt::Debug for Decap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decap").finish_non_exhaustive()
+    }
+}
+
+impl Decap {
+    /// Opens and loads the program.
+    pub fn load() -> io::Result<Decap> {
+        // Same 'static storage as XdpTx::load.
+        let obj = Box::leak(Box::new(MaybeUninit::uninit()));
+        let open = decap_skel::DecapSkelBuilder::default().open(obj).map_err(to_io)?;
+        Ok(Decap { skel: open.load().map_err(to_io)? })
+    }
+
+    /// The XDP program.
+    pub fn program(&self) -> &libbpf_rs::ProgramMut<'static> {
+        &self.skel.progs.decap
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use netlane_sys::bpf::{Balancer, BalancerSizes, test_run_xdp};
+use netlane_sys::bpf::{Balancer, BalancerSizes, Decap, test_run_xdp};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -389,4 +389,29 @@ fn balancer_fixtures() {
     let before = b.global_stats().unwrap()[8];
     assert_eq!(test_run_xdp(b.program(), &ack).unwrap().verdict, XDP_TX);
     assert_eq!(b.global_stats().unwrap()[8], before + 1, "connection-table hit");
+}
+
+#[test]
+fn decap_restores_the_inner_packet() {
+    if !may_load_bpf("decap_restores_the_inner_packet") {
+        return;
+    }
+    let d = Decap::load().unwrap();
+    let inner4 = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(40000, 80, 0x02));
+    let inner6 = ipv6("2001:db8::7".parse().unwrap(), "fd00:100::1".parse().unwrap(), 6, &tcp(50000, 443, 0x02));
+    let real6: Ipv6Addr = "fd00:200::4".parse().unwrap();
+    let cases: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
+        ("IPIP", expect_ipip(&inner4, 0x10, 7, Ipv4Addr::new(10, 200, 0, 2)), eth(GW, OWN, 0x0800, &inner4)),
+        ("IPv6 in IPv6", expect_ip6(&inner6, 41, 0, 9, real6), eth(GW, OWN, 0x86dd, &inner6)),
+        ("IPv4 in IPv6", expect_ip6(&inner4, 4, 0x10, 11, real6), eth(GW, OWN, 0x0800, &inner4)),
+    ];
+    for (name, frame, want) in cases {
+        let r = test_run_xdp(d.program(), &frame).unwrap();
+        assert_eq!(r.verdict, XDP_PASS, "{name}");
+        assert_eq!(r.packet, want, "{name}: inner packet");
+    }
+    // Not encapsulated: untouched.
+    let plain = eth(GW, OWN, 0x0800, &inner4);
+    let r = test_run_xdp(d.program(), &plain).unwrap();
+    assert_eq!((r.verdict, r.packet), (XDP_PASS, plain));
 }
