@@ -311,22 +311,6 @@ pub enum Pdu<'a> {
     },
 }
 
-impl Pdu<'_> {
-    /// The PDU's type.
-    pub fn pdu_type(&self) -> PduType {
-        match self {
-            Pdu::IcReq(_) => PduType::IcReq,
-            Pdu::IcResp(_) => PduType::IcResp,
-            Pdu::TermReq { .. } => PduType::H2cTermReq, // direction is implied by the receiver
-            Pdu::CapsuleCmd { .. } => PduType::CapsuleCmd,
-            Pdu::CapsuleResp { .. } => PduType::CapsuleResp,
-            Pdu::H2cData(_) => PduType::H2cData,
-            Pdu::C2hData { .. } => PduType::C2hData,
-            Pdu::R2t { .. } => PduType::R2t,
-        }
-    }
-}
-
 /// A received H2CData PDU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct H2cData<'a> {

@@ -336,7 +336,7 @@ struct Queue {
     cpu: usize,
     kind: SetKind,
     inner: Mutex<Inner>,
-    tx: Mutex<Option<mpsc::Sender<Req>>>,
+    tx: Option<mpsc::Sender<Req>>,
     queued: AtomicUsize,
     sleeping: AtomicBool,
     wake: EventFd,
@@ -747,9 +747,17 @@ fn submit(shared: &Shared, q: &Queue, req: Req) {
         return;
     }
     q.queued.fetch_add(1, Ordering::AcqRel);
-    let sent = q.tx.lock().ok().and_then(|tx| tx.as_ref().map(|tx| tx.send(req).is_ok())).unwrap_or(false);
-    if !sent {
+    let unsent = match &q.tx {
+        Some(tx) => tx.send(req).err().map(|e| e.0),
+        None => Some(req),
+    };
+    if let Some(req) = unsent {
+        // The queue's worker is gone: fail the command rather than lose it.
         q.queued.fetch_sub(1, Ordering::AcqRel);
+        let cqe = netlane_nvme::cmd::Cqe { status: Status::TRANSIENT_TRANSPORT, ..Default::default() };
+        if let Some(job) = shared.jobs.get((req.token >> 32) as usize) {
+            let _ = job.send(Completion { token: req.token, cqe, data: req.data });
+        }
         return;
     }
     if q.sleeping.load(Ordering::SeqCst) {
@@ -1065,7 +1073,7 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
                     more: false,
                     batch_open_ns: None,
                 }),
-                tx: Mutex::new(if kind == SetKind::Poll { None } else { Some(tx) }),
+                tx: (kind != SetKind::Poll).then_some(tx),
                 queued: AtomicUsize::new(0),
                 sleeping: AtomicBool::new(false),
                 wake: EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(io::Error::from)?,
