@@ -10,25 +10,37 @@ use std::mem::MaybeUninit;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{ProgramInput, ProgramOutput};
 
-/// Generated skeleton of `bpf/lb/xdp_tx.bpf.c`.
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
-#[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
-pub mod xdp_tx_skel {
-    include!(concat!(env!("OUT_DIR"), "/xdp_tx.skel.rs"));
+/// Includes the skeleton libbpf-cargo generated for `bpf/lb/<name>.bpf.c`.
+macro_rules! skeleton {
+    ($module:ident, $file:literal) => {
+        #[doc = concat!("Generated skeleton of `bpf/lb/", $file, ".bpf.c`.")]
+        #[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
+        #[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
+        pub mod $module {
+            include!(concat!(env!("OUT_DIR"), "/", $file, ".skel.rs"));
+        }
+    };
 }
 
-/// Generated skeleton of `bpf/lb/balancer.bpf.c`.
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
-#[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
-pub mod balancer_skel {
-    include!(concat!(env!("OUT_DIR"), "/balancer.skel.rs"));
+skeleton!(xdp_tx_skel, "xdp_tx");
+skeleton!(balancer_skel, "balancer");
+skeleton!(decap_skel, "decap");
+
+/// Storage for libbpf's object that lives as long as the skeleton borrowing it: a
+/// 'static home, one small allocation per load, never freed.
+fn object_storage() -> &'static mut MaybeUninit<libbpf_rs::OpenObject> {
+    Box::leak(Box::new(MaybeUninit::uninit()))
 }
 
-/// Generated skeleton of `bpf/lb/decap.bpf.c`.
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, clippy::multiple_unsafe_ops_per_block, missing_docs)]
-#[allow(missing_debug_implementations, unsafe_op_in_unsafe_fn, rust_2018_idioms)]
-pub mod decap_skel {
-    include!(concat!(env!("OUT_DIR"), "/decap.skel.rs"));
+/// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.
+fn percpu_sum(map: &dyn libbpf_rs::MapCore, index: u32) -> io::Result<u64> {
+    let per_cpu = map.lookup_percpu(&index.to_ne_bytes(), libbpf_rs::MapFlags::ANY).map_err(to_io)?;
+    Ok(per_cpu
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| v.get(..8))
+        .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
+        .sum())
 }
 
 fn to_io(e: libbpf_rs::Error) -> io::Error {
@@ -69,10 +81,7 @@ impl std::fmt::Debug for XdpTx {
 impl XdpTx {
     /// Opens and loads the program (needs CAP_BPF or root).
     pub fn load() -> io::Result<XdpTx> {
-        // The skeleton borrows libbpf's object storage for as long as it lives; giving
-        // it a 'static home costs one small allocation per load, never freed.
-        let obj = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = xdp_tx_skel::XdpTxSkelBuilder::default().open(obj).map_err(to_io)?;
+        let open = xdp_tx_skel::XdpTxSkelBuilder::default().open(object_storage()).map_err(to_io)?;
         let skel = open.load().map_err(to_io)?;
         Ok(XdpTx { skel })
     }
@@ -84,21 +93,8 @@ impl XdpTx {
 
     /// Frames bounced and dropped so far, summed over CPUs.
     pub fn stats(&self) -> io::Result<(u64, u64)> {
-        use libbpf_rs::MapCore;
-        let mut sums = [0u64; 2];
-        for (i, sum) in sums.iter_mut().enumerate() {
-            let key = (i as u32).to_ne_bytes();
-            if let Some(per_cpu) =
-                self.skel.maps.tx_stats.lookup_percpu(&key, libbpf_rs::MapFlags::ANY).map_err(to_io)?
-            {
-                *sum = per_cpu
-                    .iter()
-                    .filter_map(|v| v.get(..8))
-                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-                    .sum();
-            }
-        }
-        Ok((sums[0], sums[1]))
+        let map = &self.skel.maps.tx_stats;
+        Ok((percpu_sum(map, 0)?, percpu_sum(map, 1)?))
     }
 }
 
@@ -153,9 +149,7 @@ impl std::fmt::Debug for Decap {
 impl Decap {
     /// Opens and loads the program.
     pub fn load() -> io::Result<Decap> {
-        // Same 'static storage as XdpTx::load.
-        let obj = Box::leak(Box::new(MaybeUninit::uninit()));
-        let open = decap_skel::DecapSkelBuilder::default().open(obj).map_err(to_io)?;
+        let open = decap_skel::DecapSkelBuilder::default().open(object_storage()).map_err(to_io)?;
         Ok(Decap { skel: open.load().map_err(to_io)? })
     }
 
@@ -240,9 +234,7 @@ impl Balancer {
             .max_vips
             .checked_mul(sizes.ring_size)
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "max_vips x ring_size overflows"))?;
-        // Same 'static storage as XdpTx::load.
-        let obj = Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = balancer_skel::BalancerSkelBuilder::default().open(obj).map_err(to_io)?;
+        let mut open = balancer_skel::BalancerSkelBuilder::default().open(object_storage()).map_err(to_io)?;
         let m = &mut open.maps;
         m.vip_map.set_max_entries(sizes.max_vips).map_err(to_io)?;
         m.vip_addrs.set_max_entries(sizes.max_vips).map_err(to_io)?;
@@ -370,19 +362,6 @@ impl Balancer {
     pub fn global_stats(&self) -> io::Result<Vec<u64>> {
         use libbpf_rs::MapCore;
         let map = &self.skel.maps.global_stats;
-        let n = map.max_entries();
-        let mut out = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let per_cpu = map.lookup_percpu(&i.to_ne_bytes(), libbpf_rs::MapFlags::ANY).map_err(to_io)?;
-            out.push(
-                per_cpu
-                    .unwrap_or_default()
-                    .iter()
-                    .filter_map(|v| v.get(..8))
-                    .map(|b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])))
-                    .sum(),
-            );
-        }
-        Ok(out)
+        (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect()
     }
 }
