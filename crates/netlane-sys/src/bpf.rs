@@ -8,7 +8,7 @@ use std::io;
 use std::mem::MaybeUninit;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{ProgramInput, ProgramOutput};
+use libbpf_rs::{MapCore, ProgramInput, ProgramOutput};
 
 /// Includes the skeleton libbpf-cargo generated for `bpf/lb/<name>.bpf.c`.
 macro_rules! skeleton {
@@ -33,7 +33,7 @@ fn object_storage() -> &'static mut MaybeUninit<libbpf_rs::OpenObject> {
 }
 
 /// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.
-fn percpu_sum(map: &dyn libbpf_rs::MapCore, index: u32) -> io::Result<u64> {
+fn percpu_sum(map: &dyn MapCore, index: u32) -> io::Result<u64> {
     let per_cpu = map.lookup_percpu(&index.to_ne_bytes(), libbpf_rs::MapFlags::ANY).map_err(to_io)?;
     Ok(per_cpu
         .unwrap_or_default()
@@ -275,7 +275,6 @@ impl Balancer {
         src4: std::net::Ipv4Addr,
         src6: std::net::Ipv6Addr,
     ) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         let cfg = balancer_skel::types::lb_config {
             gw_mac,
             own_mac,
@@ -292,7 +291,6 @@ impl Balancer {
 
     /// Adds or updates a VIP (port 0 = any port) using ring `index`.
     pub fn set_vip(&self, addr: std::net::IpAddr, port: u16, proto: u8, index: u32) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         if index >= self.sizes.max_vips {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -307,7 +305,6 @@ impl Balancer {
     /// Marks `addr` as a VIP address (answered to ICMP echo) or not. The control plane
     /// keeps it set while any VIP uses the address.
     pub fn set_vip_address(&self, addr: std::net::IpAddr, present: bool) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         let (w, family) = addr_words(addr);
         let key = balancer_skel::types::vip_addr { addr: w, family, pad: [0; 3] };
         if present {
@@ -326,14 +323,12 @@ impl Balancer {
 
     /// Removes a VIP.
     pub fn remove_vip(&self, addr: std::net::IpAddr, port: u16, proto: u8) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         self.skel.maps.vip_map.delete(pod_bytes(&Self::vip_key(addr, port, proto))).map_err(to_io)
     }
 
     /// Writes VIP `index`'s ring (`ring_size` real indexes, `u32::MAX` = none) in one
     /// batch update.
     pub fn set_ring(&self, index: u32, ring: &[u32]) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         if ring.len() != self.sizes.ring_size as usize || index >= self.sizes.max_vips {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -352,7 +347,6 @@ impl Balancer {
 
     /// Sets real `index`'s address.
     pub fn set_real(&self, index: u32, addr: std::net::IpAddr) -> io::Result<()> {
-        use libbpf_rs::MapCore;
         let (w, family) = addr_words(addr);
         let real = balancer_skel::types::real_def { addr: w, family, pad: [0; 3] };
         self.skel.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), libbpf_rs::MapFlags::ANY).map_err(to_io)
@@ -360,7 +354,6 @@ impl Balancer {
 
     /// The global counters, summed over CPUs, in `lb_global_stat` order.
     pub fn global_stats(&self) -> io::Result<Vec<u64>> {
-        use libbpf_rs::MapCore;
         let map = &self.skel.maps.global_stats;
         (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect()
     }
