@@ -2,11 +2,19 @@
 /*
  * netlane's XDP L4 load balancer (Katran-class, direct server return).
  *
- * Ethernet -> IPv4/IPv6 -> TCP/UDP -> VIP lookup {addr, port, proto}, retried with
- * port 0 -> connection table (per-CPU LRU; SYNs skip it) -> else the VIP's Maglev ring
- * -> encapsulate to the real and XDP_TX. ICMP echo requests to a VIP address are
- * answered here. Non-VIP traffic goes to the stack;
- * fragments, IPv4 options and malformed headers are dropped and counted.
+ * Ethernet -> IPv4/IPv6 -> TCP/UDP -> [hint fast path] -> VIP lookup {addr, port,
+ * proto}, retried with port 0 -> connection table (per-CPU LRU; SYNs and "no LRU" VIPs
+ * skip it; entries of removed reals and idle UDP flows are stale) -> else the VIP's
+ * Maglev ring -> encapsulate to the real and XDP_TX.
+ *
+ * Hints (hint_mode, see lb_hint.h for the sources): a per-CPU flow cache indexed by
+ * the RX hash, or classifier tags naming a per-flow entry or the real itself. A hint
+ * only skips lookups after its entry matched the packet and its real is still one of
+ * the VIP's; anything else takes the full path, so untagged traffic always works.
+ *
+ * ICMP echo requests to a VIP address are answered here; frag-needed/too-big errors
+ * go to the flow's real. Non-VIP traffic goes to the stack; fragments, IPv4 options and
+ * malformed headers are dropped and counted.
  */
 #include "nl_common.h"
 #include "lb_consts.h"
@@ -16,9 +24,13 @@
 #include "lb_hash.h"
 #include "lb_encap.h"
 #include "lb_icmp.h"
+#include "lb_hint.h"
 
-/* Ring size per VIP, set by the loader before load (a prime). */
-const volatile __u32 ring_size = 65537;
+/* Set by the loader before load. */
+const volatile __u32 ring_size = 65537; /* ring slots per VIP (a prime) */
+const volatile __u32 hint_mode = HINT_OFF;
+const volatile __u32 hint_cache_mask = HINT_CACHE - 1;
+const volatile __u32 flow_tag_count = FLOW_TAGS;
 
 static __always_inline void count(__u32 which)
 {
@@ -38,13 +50,96 @@ static __always_inline void add_counter(void *map, __u32 index, __u64 bytes)
 	}
 }
 
+/* The per-CPU rate guard: may this CPU record one more new connection now? */
+static __always_inline int new_conn_allowed(const struct lb_config *cfg)
+{
+	__u32 zero = 0;
+	struct rate_window *w;
+	__u64 now;
+
+	if (!cfg->max_new_conns)
+		return 1;
+	w = bpf_map_lookup_elem(&conn_rate, &zero);
+	if (!w)
+		return 1;
+	now = bpf_ktime_get_ns();
+	if (now - w->start > NSEC_PER_SEC) {
+		w->start = now;
+		w->count = 0;
+	}
+	return ++w->count <= cfg->max_new_conns;
+}
+
+/* The real behind index `index` if it is live and (gen_check) still generation `generation`. */
+static __always_inline struct real_def *live_real(__u32 index, __u32 generation, int gen_check)
+{
+	struct real_def *r = bpf_map_lookup_elem(&reals, &index);
+
+	if (!r || r->family == 0 || (gen_check && r->generation != generation))
+		return 0;
+	return r;
+}
+
+static __always_inline struct vip_meta *find_vip(const struct flow_key *f)
+{
+	struct vip_key vk = {};
+	struct vip_meta *vip;
+
+	__builtin_memcpy(vk.addr, f->dst, sizeof(vk.addr));
+	vk.port = f->dport;
+	vk.proto = f->proto;
+	vk.family = f->family;
+	vip = bpf_map_lookup_elem(&vip_map, &vk);
+	if (!vip) {
+		vk.port = 0;
+		vip = bpf_map_lookup_elem(&vip_map, &vk);
+	}
+	return vip;
+}
+
+/* The flow entry a hint names, if it is this packet's flow: a slot of the rx-hash
+ * cache or a per-flow tag. */
+static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct flow_key *f)
+{
+	struct flow_entry *e = 0;
+
+	if (hint_mode == HINT_RX_HASH) {
+		__u32 slot = hint & hint_cache_mask;
+
+		e = bpf_map_lookup_elem(&hint_cache, &slot);
+	} else if (TAG_KIND(hint) == TAG_KIND_FLOW) {
+		__u32 id = TAG_VALUE(hint);
+
+		if (id < flow_tag_count)
+			e = bpf_map_lookup_elem(&flow_tags, &id);
+	}
+	if (e && flow_eq(&e->flow, f))
+		return e;
+	return 0;
+}
+
+static __always_inline void emit_new_flow(const struct flow_key *f, __u32 real, __u32 generation, __u32 hash, __u32 vip)
+{
+	struct flow_event ev = { .flow = *f, .real = real, .generation = generation, .hash = hash, .vip = vip };
+
+	if (bpf_ringbuf_output(&flow_events, &ev, sizeof(ev), 0) == 0)
+		count(ST_EVENT);
+	else
+		count(ST_EVENT_LOST);
+}
+
 SEC("xdp")
 int balancer(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
+	__u64 bytes = (__u64)((long)data_end - (long)data);
 	struct pkt_desc p = {};
-	__u32 zero = 0;
+	__u32 zero = 0, hint = 0;
+	int have_hint = 0, icmp_error = 0;
+
+	if (hint_mode != HINT_OFF)
+		have_hint = read_hint(ctx, &hint);
 
 	switch (parse_packet(data, data_end, &p)) {
 	case PARSE_OK:
@@ -58,10 +153,13 @@ int balancer(struct xdp_md *ctx)
 
 			__builtin_memcpy(va.addr, p.flow.dst, sizeof(va.addr));
 			va.family = p.flow.family;
-			if (bpf_map_lookup_elem(&vip_addrs, &va) &&
-			    icmp_echo_reply(data, data_end, p.flow.family) == 0) {
+			if (bpf_map_lookup_elem(&vip_addrs, &va) && icmp_echo_reply(data, data_end, p.flow.family) == 0) {
 				count(ST_ICMP_ECHO);
 				return XDP_TX;
+			}
+			if (icmp_too_big_flow(data, data_end, p.flow.family, &p.flow) == 0) {
+				icmp_error = 1;
+				break;
 			}
 		}
 		count(ST_PASS_NON_VIP);
@@ -77,56 +175,125 @@ int balancer(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 
-	struct vip_key vk = {};
-	__builtin_memcpy(vk.addr, p.flow.dst, sizeof(vk.addr));
-	vk.port = p.flow.dport;
-	vk.proto = p.flow.proto;
-	vk.family = p.flow.family;
-	struct vip_meta *vip = bpf_map_lookup_elem(&vip_map, &vk);
-	if (!vip) {
-		vk.port = 0;
-		vip = bpf_map_lookup_elem(&vip_map, &vk);
-	}
-	if (!vip) {
-		count(ST_PASS_NON_VIP);
-		return XDP_PASS;
-	}
-	__u32 vip_index = vip->index;
-	__u64 bytes = (__u64)((long)data_end - (long)data);
-	add_counter(&vip_stats, vip_index, bytes);
-
-	__u32 hash = flow_hash(&p.flow);
-	__u32 real_index = 0;
-	struct conn_val *cv = 0;
-	int is_syn = p.flow.proto == IPPROTO_TCP_ && (p.tcp_flags & TCP_SYN_);
-
-	if (!is_syn)
-		cv = bpf_map_lookup_elem(&conn_table, &p.flow);
-	if (cv) {
-		real_index = cv->real;
-		count(ST_CONN_HIT);
-	} else {
-		__u32 size = ring_size;
-		__u32 slot;
-		__u32 *r;
-
-		if (size == 0)
-			size = 1;
-		slot = vip_index * size + hash % size;
-		r = bpf_map_lookup_elem(&ring_map, &slot);
-		if (!r || *r == 0xffffffff) {
-			count(ST_DROP_NO_REAL);
-			return XDP_DROP;
-		}
-		real_index = *r;
-		struct conn_val nv = { .real = real_index };
-		bpf_map_update_elem(&conn_table, &p.flow, &nv, BPF_ANY);
-		count(ST_CONN_MISS);
-	}
-
-	struct real_def *real = bpf_map_lookup_elem(&reals, &real_index);
 	struct lb_config *cfg = bpf_map_lookup_elem(&lb_cfg, &zero);
-	if (!real || !cfg || real->family == 0) {
+	struct real_def *real = 0;
+	struct vip_meta *vip = 0;
+	__u32 real_index = 0, hash = 0, vip_index = 0;
+
+	/* Hint fast path: an entry for exactly this flow, or a destination tag. */
+	if (have_hint && !icmp_error) {
+		struct flow_entry *e = hinted_entry(hint, &p.flow);
+
+		if (e) {
+			real = live_real(e->real, e->generation, 1);
+			if (real) {
+				real_index = e->real;
+				hash = e->hash;
+				vip_index = e->vip;
+			}
+		} else if (hint_mode >= HINT_FLOW_TAG && TAG_KIND(hint) == TAG_KIND_DEST) {
+			/* The tag names the real; it must be one of this packet's VIP's. */
+			vip = find_vip(&p.flow);
+			if (vip) {
+				real = live_real(TAG_VALUE(hint), 0, 0);
+				if (real && real->vip != vip->index)
+					real = 0;
+				if (real) {
+					real_index = TAG_VALUE(hint);
+					vip_index = vip->index;
+					hash = flow_hash(&p.flow);
+				}
+			}
+		}
+		int tagged = hint_mode >= HINT_FLOW_TAG &&
+			     (TAG_KIND(hint) == TAG_KIND_FLOW || TAG_KIND(hint) == TAG_KIND_DEST);
+
+		if (real) {
+			count(ST_HINT_HIT);
+		} else if (e || tagged) {
+			count(ST_HINT_STALE);
+		} else {
+			count(ST_HINT_MISS);
+		}
+	}
+
+	if (!real) {
+		if (!vip)
+			vip = find_vip(&p.flow);
+		if (!vip) {
+			count(ST_PASS_NON_VIP);
+			return XDP_PASS;
+		}
+		vip_index = vip->index;
+		hash = flow_hash(&p.flow);
+
+		int use_table = !(vip->flags & VIP_NO_LRU);
+		int is_syn = p.flow.proto == IPPROTO_TCP_ && (p.tcp_flags & TCP_SYN_) && !icmp_error;
+		int is_udp = p.flow.proto == IPPROTO_UDP_;
+		struct conn_val *cv = 0;
+		__u64 now = 0;
+
+		if (use_table && !is_syn)
+			cv = bpf_map_lookup_elem(&conn_table, &p.flow);
+		if (cv) {
+			real = live_real(cv->real, cv->generation, 1);
+			if (real && is_udp && cfg && cfg->udp_timeout_ms) {
+				now = bpf_ktime_get_ns();
+				if (now - cv->atime > (__u64)cfg->udp_timeout_ms * 1000000)
+					real = 0;
+				else
+					cv->atime = now;
+			}
+			if (real) {
+				real_index = cv->real;
+				count(ST_CONN_HIT);
+			} else {
+				count(ST_CONN_STALE);
+			}
+		}
+		if (!real) {
+			__u32 size = ring_size ? ring_size : 1;
+			__u32 slot = vip_index * size + hash % size;
+			__u32 *r = bpf_map_lookup_elem(&ring_map, &slot);
+
+			if (r)
+				real_index = *r;
+			real = r ? live_real(real_index, 0, 0) : 0;
+			if (!real) {
+				count(ST_DROP_NO_REAL);
+				return XDP_DROP;
+			}
+			count(ST_CONN_MISS);
+			if (use_table && !icmp_error && cfg) {
+				if (new_conn_allowed(cfg)) {
+					struct conn_val nv = { .real = real_index, .generation = real->generation };
+
+					if (is_udp && cfg->udp_timeout_ms)
+						nv.atime = now ? now : bpf_ktime_get_ns();
+					bpf_map_update_elem(&conn_table, &p.flow, &nv, BPF_ANY);
+				} else {
+					count(ST_CONN_RATE_LIMIT);
+				}
+			}
+			if (hint_mode >= HINT_FLOW_TAG && !icmp_error)
+				emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index);
+		}
+		/* Remember the flow in the rx-hash cache slot its hint names. */
+		if (hint_mode == HINT_RX_HASH && have_hint && !icmp_error) {
+			__u32 slot = hint & hint_cache_mask;
+			struct flow_entry *e = bpf_map_lookup_elem(&hint_cache, &slot);
+
+			if (e) {
+				e->flow = p.flow;
+				e->real = real_index;
+				e->generation = real->generation;
+				e->hash = hash;
+				e->vip = vip_index;
+			}
+		}
+	}
+
+	if (!cfg) {
 		count(ST_DROP_NO_REAL);
 		return XDP_DROP;
 	}
@@ -139,6 +306,9 @@ int balancer(struct xdp_md *ctx)
 		count(ST_DROP_ENCAP);
 		return XDP_DROP;
 	}
+	if (icmp_error)
+		count(ST_ICMP_TOO_BIG);
+	add_counter(&vip_stats, vip_index, bytes);
 	add_counter(&real_stats, real_index, bytes);
 	count(ST_TX);
 	return XDP_TX;

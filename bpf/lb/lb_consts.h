@@ -13,6 +13,15 @@
 #ifndef CONN_ENTRIES
 #define CONN_ENTRIES 65536
 #endif
+#ifndef FLOW_TAGS
+#define FLOW_TAGS 65536 /* per-flow tag table (tag ids 0..FLOW_TAGS) */
+#endif
+#ifndef HINT_CACHE
+#define HINT_CACHE 65536 /* per-CPU rx-hash flow cache (a power of two) */
+#endif
+#ifndef EVENT_RING_BYTES
+#define EVENT_RING_BYTES (256 * 1024) /* new-flow events (a power-of-two number of pages) */
+#endif
 
 #define ETH_P_IP_BE bpf_htons(0x0800)
 #define ETH_P_IPV6_BE bpf_htons(0x86DD)
@@ -26,11 +35,32 @@
 #define ICMP_ECHOREPLY_ 0
 #define ICMPV6_ECHO_ 128
 #define ICMPV6_ECHOREPLY_ 129
+#define ICMP_DEST_UNREACH_ 3
+#define ICMP_FRAG_NEEDED_ 4
+#define ICMPV6_PKT_TOOBIG_ 2
 #define IP_MF_ 0x2000
 #define IP_OFFSET_ 0x1FFF
 #define IPV6_FRAG_HDR_ 44
 #define TCP_SYN_ 0x02
 #define OUTER_TTL 64
+
+#define NSEC_PER_SEC 1000000000ull
+
+/* VIP flags (vip_meta.flags). */
+#define VIP_NO_LRU 1u /* pure consistent hashing: no connection-table state */
+
+/* Hint sources (the loader's hint_mode). */
+#define HINT_OFF 0	 /* legacy NIC: no metadata used */
+#define HINT_RX_HASH 1	 /* RX hash indexes a per-CPU flow cache */
+#define HINT_FLOW_TAG 2	 /* classifier tags flows with a per-flow tag id */
+#define HINT_DEST_TAG 3	 /* classifier tags flows with their real's index */
+
+/* A tag is a 32-bit hint whose top byte says what it is; any other value is an
+ * ordinary hash and the packet is treated as untagged. */
+#define TAG_KIND(h) ((h) >> 24)
+#define TAG_VALUE(h) ((h) & 0xffffffu)
+#define TAG_KIND_FLOW 0xf1u
+#define TAG_KIND_DEST 0xd5u
 
 /* Families in keys and reals. */
 #define FAM_V4 4
@@ -49,6 +79,14 @@ enum lb_global_stat {
 	ST_CONN_HIT,        /* connection-table hit */
 	ST_CONN_MISS,       /* connection-table miss: ring lookup */
 	ST_ICMP_ECHO,       /* echo requests to a VIP answered */
+	ST_ICMP_TOO_BIG,    /* frag-needed / packet-too-big routed to the flow's real */
+	ST_CONN_STALE,      /* connection entry for a removed real, or an idle UDP flow */
+	ST_CONN_RATE_LIMIT, /* new flows not recorded: above the per-CPU rate guard */
+	ST_HINT_HIT,        /* hint (cache entry or tag) used: lookups skipped */
+	ST_HINT_MISS,       /* hint present but no usable entry: full path */
+	ST_HINT_STALE,      /* tag or cache entry for a real no longer in the VIP's set */
+	ST_EVENT,           /* new-flow events sent to the control plane */
+	ST_EVENT_LOST,      /* new-flow events lost (ring buffer full) */
 	ST_NUM
 };
 

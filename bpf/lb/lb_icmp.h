@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* ICMP for VIPs: echo requests to a VIP address are answered by the balancer itself
- * (XDP_TX), as a VIP has no host of its own to answer them. */
+ * (XDP_TX), as a VIP has no host of its own to answer them. "Fragmentation needed" and
+ * "packet too big" errors about a VIP's replies are routed to the real that owns the
+ * flow, found from the quoted header with source and destination swapped. */
 #ifndef LB_ICMP_H
 #define LB_ICMP_H
 
@@ -66,6 +68,51 @@ static __always_inline int icmp_echo_reply(void *data, void *data_end, __u8 fami
 		ip6->daddr = tmp;
 	}
 	swap_macs(eth);
+	return 0;
+}
+
+/* If the packet is an ICMP frag-needed (IPv4) or ICMPv6 packet-too-big quoting a TCP
+ * or UDP packet, fills `f` with the flow it belongs to as the balancer sees that flow
+ * (client -> VIP: the quoted packet went VIP -> client) and returns 0; else -1. */
+static __always_inline int icmp_too_big_flow(void *data, void *data_end, __u8 family, struct flow_key *f)
+{
+	struct ethhdr *eth = data;
+	__u16 *ports;
+
+	if (family == FAM_V4) {
+		struct iphdr *iph = (void *)(eth + 1);
+		__u8 *icmp = (void *)(iph + 1);
+		struct iphdr *in = (void *)(icmp + 8);
+
+		if ((void *)(in + 1) > data_end || icmp[0] != ICMP_DEST_UNREACH_ || icmp[1] != ICMP_FRAG_NEEDED_)
+			return -1;
+		if (in->ihl != 5 || (in->protocol != IPPROTO_TCP_ && in->protocol != IPPROTO_UDP_))
+			return -1;
+		ports = (void *)(in + 1);
+		if ((void *)(ports + 2) > data_end)
+			return -1;
+		f->src[0] = in->daddr;
+		f->dst[0] = in->saddr;
+		f->proto = in->protocol;
+	} else {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		__u8 *icmp = (void *)(ip6 + 1);
+		struct ipv6hdr *in = (void *)(icmp + 8);
+
+		if ((void *)(in + 1) > data_end || icmp[0] != ICMPV6_PKT_TOOBIG_ || icmp[1] != 0)
+			return -1;
+		if (in->nexthdr != IPPROTO_TCP_ && in->nexthdr != IPPROTO_UDP_)
+			return -1;
+		ports = (void *)(in + 1);
+		if ((void *)(ports + 2) > data_end)
+			return -1;
+		__builtin_memcpy(f->src, &in->daddr, 16);
+		__builtin_memcpy(f->dst, &in->saddr, 16);
+		f->proto = in->nexthdr;
+	}
+	f->sport = ports[1];
+	f->dport = ports[0];
+	f->family = family;
 	return 0;
 }
 

@@ -78,4 +78,34 @@ struct {
 	__type(value, struct lb_counter);
 } real_stats SEC(".maps");
 
+/* Per-CPU new-connection rate window (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rate_window);
+} conn_rate SEC(".maps");
+
+/* rx-hash hint: per-CPU flow cache indexed by hash & (HINT_CACHE - 1). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HINT_CACHE);
+	__type(key, __u32);
+	__type(value, struct flow_entry);
+} hint_cache SEC(".maps");
+
+/* Per-flow tags: tag id -> the flow it was given to and its real (control plane). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, FLOW_TAGS);
+	__type(key, __u32);
+	__type(value, struct flow_entry);
+} flow_tags SEC(".maps");
+
+/* New-flow events for the control plane (tag modes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, EVENT_RING_BYTES);
+} flow_events SEC(".maps");
+
 #endif /* LB_MAPS_H */

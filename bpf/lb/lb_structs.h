@@ -27,11 +27,15 @@ struct vip_meta {
 	__u32 flags;
 };
 
-/* A real: where to encapsulate to. */
+/* A real: where to encapsulate to. Real indexes belong to one VIP (`vip`); `generation`
+ * changes whenever the index is removed or reassigned, so state that remembers
+ * (real, generation) goes stale instead of pointing at the wrong real. family 0 = none. */
 struct real_def {
 	__u32 addr[4];
 	__u8 family;
 	__u8 pad[3];
+	__u32 vip;
+	__u32 generation;
 };
 
 /* A flow's 5-tuple (addresses as in vip_key). */
@@ -45,10 +49,37 @@ struct flow_key {
 	__u8 pad[2];
 };
 
-/* Connection-table value: the real chosen for the flow. */
+/* Connection-table value: the real chosen for the flow, its generation, and (UDP)
+ * when the flow was last seen. */
 struct conn_val {
 	__u32 real;
-	__u32 pad;
+	__u32 generation;
+	__u64 atime;
+};
+
+/* A flow pinned to a real: an rx-hash cache slot or a per-flow tag's entry. The
+ * 5-tuple is compared on every use, so a hash collision or a reused tag id is a miss. */
+struct flow_entry {
+	struct flow_key flow;
+	__u32 real;
+	__u32 generation;
+	__u32 hash; /* flow hash (outer source) */
+	__u32 vip;
+};
+
+/* New-flow event for the control plane (tag modes). */
+struct flow_event {
+	struct flow_key flow;
+	__u32 real;
+	__u32 generation;
+	__u32 hash;
+	__u32 vip;
+};
+
+/* Per-CPU new-connection rate window. */
+struct rate_window {
+	__u64 start;
+	__u64 count;
 };
 
 /* Per-VIP and per-real counters. */
@@ -63,6 +94,8 @@ struct lb_config {
 	__u8 own_mac[6];  /* this interface */
 	__u32 src4;	  /* outer IPv4 source base; low 16 bits vary by flow */
 	__u32 src6[4];	  /* outer IPv6 source base; last 32 bits vary by flow */
+	__u32 max_new_conns; /* per CPU per second recorded in the table; 0 = no limit */
+	__u32 udp_timeout_ms; /* idle UDP connection entries expire; 0 = never */
 };
 
 #endif /* LB_STRUCTS_H */

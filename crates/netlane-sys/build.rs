@@ -6,7 +6,14 @@ use std::path::PathBuf;
 use libbpf_cargo::SkeletonBuilder;
 
 /// (directory under bpf/, program name): bpf/<dir>/<name>.bpf.c
-const PROGRAMS: &[(&str, &str)] = &[("lb", "xdp_tx"), ("lb", "balancer"), ("lb", "decap")];
+const PROGRAMS: &[(&str, &str)] = &[
+    ("lb", "xdp_tx"),
+    ("lb", "balancer"),
+    ("lb", "balancer_bound"),
+    ("lb", "decap"),
+    ("lb", "flow_tagger"),
+    ("lab", "pktgen"),
+];
 
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -18,6 +25,7 @@ fn main() {
     let multiarch = format!("-I/usr/include/{arch}-linux-gnu");
     println!("cargo:rerun-if-changed={}", root.join("include").display());
     println!("cargo:rerun-if-changed={}", root.join("lb").display());
+    println!("cargo:rerun-if-changed={}", root.join("lab").display());
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());

@@ -4,7 +4,10 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use netlane_sys::bpf::{Balancer, BalancerSizes, Decap, test_run_xdp};
+use netlane_sys::bpf::{
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, Decap, GlobalStat, HintMode, dest_tag, flow_tag,
+    test_run_xdp, test_run_xdp_with_meta,
+};
 
 const XDP_DROP: u32 = 1;
 const XDP_PASS: u32 = 2;
@@ -197,6 +200,61 @@ fn icmp6(src: Ipv6Addr, dst: Ipv6Addr, ty: u8, rest: &[u8]) -> Vec<u8> {
     msg
 }
 
+fn config() -> DataPlaneConfig {
+    DataPlaneConfig { gw_mac: GW, own_mac: OWN, src4: SRC4, src6: SRC6, max_new_conns_per_cpu: 0, udp_timeout_ms: 0 }
+}
+
+/// A balancer with five VIPs:
+/// - 0: 10.100.0.1:80/tcp, ring alternating reals 0 (10.200.0.2) and 1 (10.200.0.3);
+/// - 1: 10.100.0.2:any/udp -> real 3 (10.200.0.5);
+/// - 2: [fd00:100::1]:443/tcp -> real 2 (fd00:200::4);
+/// - 3: 10.100.0.3:53/udp -> real 4 (fd00:200::4 again: IPv4 VIP to an IPv6 real);
+/// - 4: 10.100.0.4:80/tcp with an empty ring;
+/// - 5: 10.100.0.5:80/tcp, "no LRU", -> real 5 (10.200.0.6).
+fn setup(hint: HintMode, cfg: DataPlaneConfig) -> Balancer {
+    let opts = BalancerOptions { sizes: BalancerSizes::new(8, 16, RING, 1024), hint, bind_ifindex: None };
+    let b = Balancer::load(&opts).unwrap();
+    b.set_config(&cfg).unwrap();
+    let reals: [(&str, u32); 6] = [
+        ("10.200.0.2", 0),
+        ("10.200.0.3", 0),
+        ("fd00:200::4", 2),
+        ("10.200.0.5", 1),
+        ("fd00:200::4", 3),
+        ("10.200.0.6", 5),
+    ];
+    for (i, (r, vip)) in reals.iter().enumerate() {
+        b.set_real(i as u32, r.parse().unwrap(), *vip, 1).unwrap();
+    }
+    let ring0: Vec<u32> = (0..RING).map(|i| i % 2).collect();
+    b.set_vip("10.100.0.1".parse().unwrap(), 80, 6, 0, false).unwrap();
+    b.set_ring(0, &ring0).unwrap();
+    b.set_vip("10.100.0.2".parse().unwrap(), 0, 17, 1, false).unwrap();
+    b.set_ring(1, &[3; RING as usize]).unwrap();
+    b.set_vip("fd00:100::1".parse().unwrap(), 443, 6, 2, false).unwrap();
+    b.set_ring(2, &[2; RING as usize]).unwrap();
+    b.set_vip("10.100.0.3".parse().unwrap(), 53, 17, 3, false).unwrap();
+    b.set_ring(3, &[4; RING as usize]).unwrap();
+    b.set_vip("10.100.0.4".parse().unwrap(), 80, 6, 4, false).unwrap();
+    b.set_vip("10.100.0.5".parse().unwrap(), 80, 6, 5, true).unwrap();
+    b.set_ring(5, &[5; RING as usize]).unwrap();
+    for a in ["10.100.0.1", "10.100.0.2", "fd00:100::1", "10.100.0.3", "10.100.0.4", "10.100.0.5"] {
+        b.set_vip_address(a.parse().unwrap(), true).unwrap();
+    }
+    b.set_vip_address("10.100.0.77".parse().unwrap(), true).unwrap();
+    b.set_vip_address("10.100.0.77".parse().unwrap(), false).unwrap();
+    b
+}
+
+fn stat(b: &Balancer, s: GlobalStat) -> u64 {
+    b.global_stats().unwrap()[s.index()]
+}
+
+/// Real 0 or 1 of VIP 0, as its ring (alternating) picks for hash `h`.
+fn vip0_real(h: u32) -> (u32, Ipv4Addr) {
+    if (h % RING).is_multiple_of(2) { (0, Ipv4Addr::new(10, 200, 0, 2)) } else { (1, Ipv4Addr::new(10, 200, 0, 3)) }
+}
+
 struct Fixture {
     name: &'static str,
     frame: Vec<u8>,
@@ -209,37 +267,8 @@ fn balancer_fixtures() {
     if !may_load_bpf("balancer_fixtures") {
         return;
     }
-    let b = Balancer::load(BalancerSizes { max_vips: 8, max_reals: 16, ring_size: RING, conn_entries: 1024 }).unwrap();
-    b.set_config(GW, OWN, SRC4, SRC6).unwrap();
-    let reals: [IpAddr; 4] = [
-        "10.200.0.2".parse().unwrap(),
-        "10.200.0.3".parse().unwrap(),
-        "fd00:200::4".parse().unwrap(),
-        "10.200.0.5".parse().unwrap(),
-    ];
-    for (i, r) in reals.iter().enumerate() {
-        b.set_real(i as u32, *r).unwrap();
-    }
-    // VIP 0: 10.100.0.1:80/tcp, ring alternating reals 0 and 1.
+    let b = setup(HintMode::Off, DataPlaneConfig { ..config() });
     let ring0: Vec<u32> = (0..RING).map(|i| i % 2).collect();
-    b.set_vip("10.100.0.1".parse().unwrap(), 80, 6, 0).unwrap();
-    b.set_ring(0, &ring0).unwrap();
-    // VIP 1: 10.100.0.2:any/udp -> real 3.
-    b.set_vip("10.100.0.2".parse().unwrap(), 0, 17, 1).unwrap();
-    b.set_ring(1, &[3; RING as usize]).unwrap();
-    // VIP 2: [fd00:100::1]:443/tcp -> real 2 (IPv6).
-    b.set_vip("fd00:100::1".parse().unwrap(), 443, 6, 2).unwrap();
-    b.set_ring(2, &[2; RING as usize]).unwrap();
-    // VIP 3: 10.100.0.3:53/udp -> real 2 (IPv4 VIP to an IPv6 real).
-    b.set_vip("10.100.0.3".parse().unwrap(), 53, 17, 3).unwrap();
-    b.set_ring(3, &[2; RING as usize]).unwrap();
-    // VIP 4: 10.100.0.4:80/tcp with an empty ring.
-    b.set_vip("10.100.0.4".parse().unwrap(), 80, 6, 4).unwrap();
-    for a in ["10.100.0.1", "10.100.0.2", "fd00:100::1", "10.100.0.3", "10.100.0.4"] {
-        b.set_vip_address(a.parse().unwrap(), true).unwrap();
-    }
-    b.set_vip_address("10.100.0.77".parse().unwrap(), true).unwrap();
-    b.set_vip_address("10.100.0.77".parse().unwrap(), false).unwrap();
 
     let client: IpAddr = "192.0.2.7".parse().unwrap();
     let client6: Ipv6Addr = "2001:db8::7".parse().unwrap();
@@ -372,7 +401,7 @@ fn balancer_fixtures() {
     });
 
     for f in &fixtures {
-        let r = test_run_xdp(b.program(), &f.frame).unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        let r = test_run_xdp(b.program().unwrap(), &f.frame).unwrap_or_else(|e| panic!("{}: {e}", f.name));
         assert_eq!(r.verdict, f.verdict, "{}: verdict", f.name);
         if let Some(want) = &f.expect {
             assert_eq!(&r.packet, want, "{}: output frame", f.name);
@@ -387,7 +416,7 @@ fn balancer_fixtures() {
     // The established second packet of the first flow hits the connection table.
     let ack = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(40000, 80, 0x10)));
     let before = b.global_stats().unwrap()[8];
-    assert_eq!(test_run_xdp(b.program(), &ack).unwrap().verdict, XDP_TX);
+    assert_eq!(test_run_xdp(b.program().unwrap(), &ack).unwrap().verdict, XDP_TX);
     assert_eq!(b.global_stats().unwrap()[8], before + 1, "connection-table hit");
 }
 
@@ -414,4 +443,241 @@ fn decap_restores_the_inner_packet() {
     let plain = eth(GW, OWN, 0x0800, &inner4);
     let r = test_run_xdp(d.program(), &plain).unwrap();
     assert_eq!((r.verdict, r.packet), (XDP_PASS, plain));
+}
+
+/// An IPv4 TCP frame client:sport -> 10.100.0.1:80 (VIP 0) with `flags`.
+fn vip0_frame(sport: u16, flags: u8) -> (Vec<u8>, Vec<u8>) {
+    let ip = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(sport, 80, flags));
+    (eth(OWN, CLIENT_MAC, 0x0800, &ip), ip)
+}
+
+fn client() -> IpAddr {
+    "192.0.2.7".parse().unwrap()
+}
+
+#[test]
+fn icmp_too_big_goes_to_the_flows_real() {
+    if !may_load_bpf("icmp_too_big_goes_to_the_flows_real") {
+        return;
+    }
+    let b = setup(HintMode::Off, config());
+    let router = Ipv4Addr::new(192, 0, 2, 254);
+    // The real's reply VIP:80 -> client:41000 was too big for a router on the way; the
+    // router tells the VIP.
+    let quoted = ipv4(&v4([10, 100, 0, 1], [192, 0, 2, 7], 6), &tcp(80, 41000, 0x10));
+    let mut msg = vec![3, 4, 0, 0, 0, 0, 0x05, 0xdc]; // frag needed, next-hop MTU 1500
+    msg.extend_from_slice(&quoted[..28]);
+    let c = csum(&msg);
+    msg[2..4].copy_from_slice(&c.to_be_bytes());
+    let ip = ipv4(&v4(router.octets(), [10, 100, 0, 1], 1), &msg);
+    let h = flow_hash(client(), 41000, 80, 6);
+    let (_, real) = vip0_real(h);
+    let r = test_run_xdp(b.program().unwrap(), &eth(OWN, CLIENT_MAC, 0x0800, &ip)).unwrap();
+    assert_eq!(r.verdict, XDP_TX, "frag-needed for a VIP flow");
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, real), "encapsulated whole to the flow's real");
+    assert_eq!(stat(&b, GlobalStat::IcmpTooBig), 1);
+    // It did not create a connection entry: the flow's first packet is still a miss.
+    let before = stat(&b, GlobalStat::ConnMiss);
+    test_run_xdp(b.program().unwrap(), &vip0_frame(41000, 0x10).0).unwrap();
+    assert_eq!(stat(&b, GlobalStat::ConnMiss), before + 1);
+
+    // ICMPv6 packet too big about [fd00:100::1]:443 -> [2001:db8::7]:50000.
+    let vip6: Ipv6Addr = "fd00:100::1".parse().unwrap();
+    let client6: Ipv6Addr = "2001:db8::7".parse().unwrap();
+    let router6: Ipv6Addr = "2001:db8::fe".parse().unwrap();
+    let quoted6 = ipv6(vip6, client6, 6, &tcp(443, 50000, 0x10));
+    let mut body6 = 1280u32.to_be_bytes().to_vec();
+    body6.extend_from_slice(&quoted6[..48]);
+    let ip6 = ipv6(router6, vip6, 58, &icmp6(router6, vip6, 2, &body6));
+    let h6 = flow_hash(client6.into(), 50000, 443, 6);
+    let r = test_run_xdp(b.program().unwrap(), &eth(OWN, CLIENT_MAC, 0x86dd, &ip6)).unwrap();
+    assert_eq!(r.verdict, XDP_TX, "packet-too-big for a VIP flow");
+    assert_eq!(r.packet, expect_ip6(&ip6, 41, 0, h6, "fd00:200::4".parse().unwrap()));
+    // Too-big quoting a packet from a non-VIP: passed to the stack untouched.
+    let stray = ipv6(router6, "fd00:100::9".parse().unwrap(), 58, &icmp6(router6, vip6, 2, &body6));
+    let frame = eth(OWN, CLIENT_MAC, 0x86dd, &stray);
+    let mut other = frame.clone();
+    // Quote a different source so no VIP matches.
+    other[14 + 40 + 8 + 8 + 15] ^= 0x01;
+    let r = test_run_xdp(b.program().unwrap(), &other).unwrap();
+    assert_eq!((r.verdict, r.packet), (XDP_PASS, other));
+}
+
+#[test]
+fn connection_state_rules() {
+    if !may_load_bpf("connection_state_rules") {
+        return;
+    }
+    let b = setup(HintMode::Off, DataPlaneConfig { max_new_conns_per_cpu: 3, udp_timeout_ms: 1, ..config() });
+    let prog = b.program().unwrap();
+    // "No LRU" VIP: two packets of one flow, no connection-table hit.
+    let ip = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 5], 6), &tcp(42000, 80, 0x10));
+    let frame = eth(OWN, CLIENT_MAC, 0x0800, &ip);
+    for _ in 0..2 {
+        let r = test_run_xdp(prog, &frame).unwrap();
+        let want = expect_ipip(&ip, 0x10, flow_hash(client(), 42000, 80, 6), Ipv4Addr::new(10, 200, 0, 6));
+        assert_eq!((r.verdict, r.packet), (XDP_TX, want));
+    }
+    assert_eq!(stat(&b, GlobalStat::ConnHit), 0, "no-LRU VIP keeps no state");
+
+    // Rate guard: 3 new connections per second per CPU are recorded; the 4th and 5th
+    // are forwarded but not recorded.
+    for port in 43000..43005 {
+        assert_eq!(test_run_xdp(prog, &vip0_frame(port, 0x10).0).unwrap().verdict, XDP_TX);
+    }
+    assert_eq!(stat(&b, GlobalStat::ConnRateLimited), 2, "no-LRU packets don't count; 2 over the limit");
+}
+
+#[test]
+fn removed_real_and_idle_udp_entries_go_stale() {
+    if !may_load_bpf("removed_real_and_idle_udp_entries_go_stale") {
+        return;
+    }
+    let b = setup(HintMode::Off, DataPlaneConfig { udp_timeout_ms: 1, ..config() });
+    let prog = b.program().unwrap();
+    // Find a flow the ring sends to real 0, establish it, then remove real 0.
+    let port = (44000u16..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
+    let (frame, ip) = vip0_frame(port, 0x10);
+    let h = flow_hash(client(), port, 80, 6);
+    assert_eq!(test_run_xdp(prog, &frame).unwrap().packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
+    assert_eq!(test_run_xdp(prog, &frame).unwrap().verdict, XDP_TX);
+    assert_eq!(stat(&b, GlobalStat::ConnHit), 1);
+    b.clear_real(0, 2).unwrap();
+    b.set_ring(0, &[1; RING as usize]).unwrap();
+    let r = test_run_xdp(prog, &frame).unwrap();
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 3)), "moved to the remaining real");
+    assert_eq!(stat(&b, GlobalStat::ConnStale), 1);
+    // The new entry holds.
+    test_run_xdp(prog, &frame).unwrap();
+    assert_eq!(stat(&b, GlobalStat::ConnHit), 2);
+
+    // UDP entries expire after 1 ms idle.
+    let ipu = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 2], 17), &udp(5000, 9999));
+    let fu = eth(OWN, CLIENT_MAC, 0x0800, &ipu);
+    test_run_xdp(prog, &fu).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let stale = stat(&b, GlobalStat::ConnStale);
+    assert_eq!(test_run_xdp(prog, &fu).unwrap().verdict, XDP_TX);
+    assert_eq!(stat(&b, GlobalStat::ConnStale), stale + 1, "idle UDP entry expired");
+}
+
+fn hint(h: u32) -> [u8; 4] {
+    h.to_ne_bytes()
+}
+
+#[test]
+fn rx_hash_flow_cache() {
+    if !may_load_bpf("rx_hash_flow_cache") {
+        return;
+    }
+    let b = setup(HintMode::RxHash, config());
+    let prog = b.program().unwrap();
+    let port = (45000u16..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
+    let (frame, ip) = vip0_frame(port, 0x10);
+    let want = expect_ipip(&ip, 0x10, flow_hash(client(), port, 80, 6), Ipv4Addr::new(10, 200, 0, 2));
+    // First packet fills the cache slot (miss), the second uses it (hit).
+    for expect_hits in [0, 1] {
+        let r = test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
+        assert_eq!((r.verdict, &r.packet), (XDP_TX, &want));
+        assert_eq!(stat(&b, GlobalStat::HintHit), expect_hits);
+    }
+    assert_eq!(stat(&b, GlobalStat::ConnHit), 0, "the hit skipped the connection table");
+    // Another flow with the same hash: the cached flow does not match: full path.
+    let (other, other_ip) = vip0_frame(port + 1, 0x10);
+    let h2 = flow_hash(client(), port + 1, 80, 6);
+    let r = test_run_xdp_with_meta(prog, &hint(0x1234_5678), &other).unwrap();
+    assert_eq!(r.packet, expect_ipip(&other_ip, 0x10, h2, vip0_real(h2).1));
+    assert_eq!(stat(&b, GlobalStat::HintMiss), 2);
+    assert_eq!((stat(&b, GlobalStat::HintMiss), stat(&b, GlobalStat::HintStale)), (2, 0));
+    // No metadata at all: the full path, same result.
+    assert_eq!(test_run_xdp(prog, &frame).unwrap().packet, want);
+    // The slot is back to our flow (a miss that refills it)...
+    test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
+    assert_eq!(stat(&b, GlobalStat::HintMiss), 3);
+    // ...then its real is removed: the entry is stale and the flow moves.
+    b.set_ring(0, &[1; RING as usize]).unwrap();
+    b.clear_real(0, 2).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, flow_hash(client(), port, 80, 6), Ipv4Addr::new(10, 200, 0, 3)));
+    assert_eq!((stat(&b, GlobalStat::HintStale), stat(&b, GlobalStat::HintHit)), (1, 1));
+}
+
+#[test]
+fn flow_tags_events_and_stale_tags() {
+    if !may_load_bpf("flow_tags_events_and_stale_tags") {
+        return;
+    }
+    let b = setup(HintMode::FlowTag, config());
+    let prog = b.program().unwrap();
+    let mut events = b.events().unwrap();
+    let port = (46000u16..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 1).unwrap();
+    let (frame, ip) = vip0_frame(port, 0x10);
+    let h = flow_hash(client(), port, 80, 6);
+    let want = expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 3));
+    // An untagged new flow: forwarded, and an event tells the control plane.
+    assert_eq!(test_run_xdp(prog, &frame).unwrap().packet, want);
+    let ev = events.drain().unwrap();
+    assert_eq!(ev.len(), 1, "one new-flow event");
+    let e = ev[0];
+    assert_eq!((e.real, e.generation, e.hash, e.vip), (1, 1, h, 0));
+    assert_eq!(
+        (e.flow.src, e.flow.dst, e.flow.sport, e.flow.dport, e.flow.proto),
+        (client(), "10.100.0.1".parse().unwrap(), port, 80, 6)
+    );
+    // The control plane gives it tag 5; tagged packets skip the lookups.
+    b.set_flow_tag(5, &e).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &frame).unwrap();
+    assert_eq!((r.verdict, &r.packet), (XDP_TX, &want));
+    assert_eq!(stat(&b, GlobalStat::HintHit), 1);
+    let conn = stat(&b, GlobalStat::ConnHit) + stat(&b, GlobalStat::ConnMiss);
+    // A wrong tag (another flow's) is stale: that flow still goes where the ring says.
+    let other_port = (port + 1..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
+    let (other, other_ip) = vip0_frame(other_port, 0x10);
+    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &other).unwrap();
+    let h2 = flow_hash(client(), other_port, 80, 6);
+    assert_eq!(r.packet, expect_ipip(&other_ip, 0x10, h2, Ipv4Addr::new(10, 200, 0, 2)), "not the tag's real");
+    assert_eq!(stat(&b, GlobalStat::HintStale), 1);
+    assert_eq!(stat(&b, GlobalStat::ConnHit) + stat(&b, GlobalStat::ConnMiss), conn + 1);
+    // Tag ids out of range and unset ones are stale too.
+    for t in [flow_tag(0xff_ffff), flow_tag(6)] {
+        assert_eq!(test_run_xdp_with_meta(prog, &hint(t), &other).unwrap().verdict, XDP_TX);
+    }
+    assert_eq!(stat(&b, GlobalStat::HintStale), 3);
+    // The tagged flow's real is removed: the tag is stale, the flow goes to a live real.
+    b.set_ring(0, &[0; RING as usize]).unwrap();
+    b.clear_real(1, 2).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &frame).unwrap();
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
+    assert_eq!(stat(&b, GlobalStat::HintStale), 4);
+}
+
+#[test]
+fn destination_tags_stay_inside_the_vips_set() {
+    if !may_load_bpf("destination_tags_stay_inside_the_vips_set") {
+        return;
+    }
+    let b = setup(HintMode::DestTag, config());
+    let prog = b.program().unwrap();
+    let port = (47000u16..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
+    let (frame, ip) = vip0_frame(port, 0x10);
+    let h = flow_hash(client(), port, 80, 6);
+    // Tagged with real 1 (one of VIP 0's): it goes there, no table lookups.
+    let r = test_run_xdp_with_meta(prog, &hint(dest_tag(1)), &frame).unwrap();
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 3)));
+    assert_eq!((stat(&b, GlobalStat::HintHit), stat(&b, GlobalStat::ConnMiss)), (1, 0));
+    // Tagged with real 3 (VIP 1's) or a real index out of range: stale; the ring decides.
+    for t in [dest_tag(3), dest_tag(15), dest_tag(0xff_ffff)] {
+        let r = test_run_xdp_with_meta(prog, &hint(t), &frame).unwrap();
+        assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)), "tag {t:#x}");
+    }
+    assert_eq!(stat(&b, GlobalStat::HintStale), 3);
+    // Real 1 removed: its tag is stale.
+    b.clear_real(1, 2).unwrap();
+    b.set_ring(0, &[0; RING as usize]).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(dest_tag(1)), &frame).unwrap();
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
+    assert_eq!(stat(&b, GlobalStat::HintStale), 4);
+    // Hash values without a tag's top byte are plain hashes: untagged.
+    test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
+    assert_eq!(stat(&b, GlobalStat::HintMiss), 1);
 }

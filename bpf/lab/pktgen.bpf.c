@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The lab's packet generator and sink.
+ *
+ * `pktgen` runs under BPF_PROG_RUN in live-frames mode (BPF_F_TEST_XDP_LIVE_FRAMES) on a
+ * template TCP/IPv4 frame: each run rewrites the frame for the next of `flows` flows
+ * (source address and port) and returns XDP_TX, which the test-run machinery turns
+ * into a transmit on the generator's veth: the peer sees a stream of real frames. When
+ * `with_hints` is set it also writes the flow's hint (rx hash or tag, from `gen_hints`)
+ * into the XDP metadata in front of the frame, where a NIC would put it; veth carries
+ * metadata across with the frame. Live frames are recycled without being restored, so
+ * every varying byte is rewritten on every run.
+ *
+ * `sink` drops and counts what comes back (the balancer's XDP_TX output).
+ */
+#include "nl_common.h"
+#include <linux/ip.h>
+#include <linux/tcp.h>
+
+/* Flow f: source address src_base + f / PORTS_PER_ADDR, source port
+ * PORT_BASE + f % PORTS_PER_ADDR. */
+#define PORTS_PER_ADDR 50000
+#define PORT_BASE 10000
+
+const volatile __u32 flows = 1;
+const volatile __u32 with_hints = 0;
+const volatile __u32 src_base = 0; /* host order */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} gen_seq SEC(".maps");
+
+/* Flow id -> hint written into the metadata (0 = none). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_hints SEC(".maps");
+
+/* [0] frames sunk. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} sink_stats SEC(".maps");
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return ~sum;
+}
+
+SEC("xdp")
+int pktgen(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	__u64 *seq = bpf_map_lookup_elem(&gen_seq, &zero);
+	__u32 f, n = flows ? flows : 1;
+
+	if (!seq)
+		return XDP_ABORTED;
+	f = (__u32)(*seq % n);
+	*seq += 1;
+
+	if (with_hints) {
+		__u32 *hint = bpf_map_lookup_elem(&gen_hints, &f);
+
+		if (hint && *hint && bpf_xdp_adjust_meta(ctx, -(int)sizeof(__u32)) == 0) {
+			__u32 *meta = (void *)(long)ctx->data_meta;
+
+			if ((void *)(meta + 1) > (void *)(long)ctx->data)
+				return XDP_ABORTED;
+			*meta = *hint;
+		}
+	}
+
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct iphdr *iph = (void *)(eth + 1);
+	struct tcphdr *th = (void *)(iph + 1);
+
+	if ((void *)(th + 1) > data_end)
+		return XDP_ABORTED;
+	iph->saddr = bpf_htonl(src_base + f / PORTS_PER_ADDR);
+	iph->check = 0;
+	__u32 sum = 0;
+	__u16 *w = (__u16 *)iph;
+#pragma unroll
+	for (int i = 0; i < (int)sizeof(*iph) / 2; i++)
+		sum += w[i];
+	iph->check = csum_fold(sum);
+	th->source = bpf_htons(PORT_BASE + f % PORTS_PER_ADDR);
+	return XDP_TX;
+}
+
+SEC("xdp")
+int sink(struct xdp_md *ctx)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&sink_stats, &zero);
+
+	if (n)
+		*n += 1;
+	return XDP_DROP;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

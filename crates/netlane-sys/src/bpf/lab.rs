@@ -1,0 +1,130 @@
+//! The lab's packet generator and sink (`bpf/lab/pktgen.bpf.c`).
+//!
+//! The generator runs in the calling thread through `BPF_PROG_RUN` in live-frames mode:
+//! the kernel builds frames from a template, runs the program on each (it rewrites the
+//! flow and, with hints, writes the hint into the metadata) and transmits the result on
+//! the interface given as the run's ingress (veth: to the peer, as XDP frames).
+
+use std::io;
+use std::net::Ipv4Addr;
+use std::os::fd::{AsFd, BorrowedFd};
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+
+use super::{object_storage, percpu_sum, pktgen_skel, to_io};
+
+/// `BPF_F_TEST_XDP_LIVE_FRAMES`.
+const LIVE_FRAMES: u32 = 1 << 1;
+
+/// Source ports per source address (flow f uses address base + f / this, port
+/// 10000 + f % this), as in the program.
+pub const PORTS_PER_ADDR: u32 = 50_000;
+/// First source port.
+pub const PORT_BASE: u16 = 10_000;
+
+/// What to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PktGenOptions {
+    /// Distinct flows, cycled through in order.
+    pub flows: u32,
+    /// Write each flow's hint (from [`PktGen::set_hints`]) into the metadata.
+    pub with_hints: bool,
+    /// Source address of flow 0.
+    pub src_base: Ipv4Addr,
+}
+
+/// The generator and sink programs, loaded.
+pub struct PktGen {
+    skel: pktgen_skel::PktgenSkel<'static>,
+    opts: PktGenOptions,
+}
+
+impl std::fmt::Debug for PktGen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PktGen").field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+impl PktGen {
+    /// Loads both programs.
+    pub fn load(opts: PktGenOptions) -> io::Result<PktGen> {
+        if opts.flows == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the generator needs at least one flow"));
+        }
+        let mut open = pktgen_skel::PktgenSkelBuilder::default().open(object_storage()).map_err(to_io)?;
+        open.maps.gen_hints.set_max_entries(opts.flows).map_err(to_io)?;
+        let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("pktgen has no .rodata"))?;
+        ro.flows = opts.flows;
+        ro.with_hints = u32::from(opts.with_hints);
+        ro.src_base = u32::from(opts.src_base);
+        Ok(PktGen { skel: open.load().map_err(to_io)?, opts })
+    }
+
+    /// Flow `f`'s source address and port.
+    pub fn flow_source(&self, f: u32) -> (Ipv4Addr, u16) {
+        let addr = Ipv4Addr::from(u32::from(self.opts.src_base).wrapping_add(f / PORTS_PER_ADDR));
+        (addr, PORT_BASE + (f % PORTS_PER_ADDR) as u16)
+    }
+
+    /// The flow a source address and port belong to, if it is one of ours.
+    pub fn flow_of(&self, src: Ipv4Addr, sport: u16) -> Option<u32> {
+        let a = u32::from(src).checked_sub(u32::from(self.opts.src_base))?;
+        let p = u32::from(sport.checked_sub(PORT_BASE)?);
+        let f = a.checked_mul(PORTS_PER_ADDR)?.checked_add(p)?;
+        (p < PORTS_PER_ADDR && f < self.opts.flows).then_some(f)
+    }
+
+    /// Sets the hints of flows `first..first + hints.len()` (0 = none).
+    pub fn set_hints(&self, first: u32, hints: &[u32]) -> io::Result<()> {
+        if hints.is_empty() {
+            return Ok(());
+        }
+        let end = first.checked_add(hints.len() as u32).filter(|e| *e <= self.opts.flows);
+        if end.is_none() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "hints beyond the generator's flows"));
+        }
+        let keys: Vec<u8> = (first..first + hints.len() as u32).flat_map(|f| f.to_ne_bytes()).collect();
+        let values: Vec<u8> = hints.iter().flat_map(|h| h.to_ne_bytes()).collect();
+        self.skel
+            .maps
+            .gen_hints
+            .update_batch(&keys, &values, hints.len() as u32, MapFlags::ANY, MapFlags::ANY)
+            .map_err(to_io)
+    }
+
+    /// Sends `count` frames built from `template` (an Ethernet/IPv4/TCP frame) out of
+    /// interface `ifindex`, which must be in the calling thread's network namespace.
+    /// Returns when the kernel has run the program `count` times.
+    pub fn send(&self, ifindex: u32, template: &[u8], count: u32) -> io::Result<()> {
+        if template.len() < 14 + 20 + 20 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "template shorter than Ethernet/IPv4/TCP headers"));
+        }
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&(template.len() as u32).to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        let input = ProgramInput {
+            data_in: Some(template),
+            context_in: Some(&mut ctx),
+            flags: LIVE_FRAMES,
+            repeat: count,
+            ..Default::default()
+        };
+        self.skel.progs.pktgen.test_run(input).map_err(to_io).map(drop)
+    }
+
+    /// The sink program (attach it where the balancer's output arrives).
+    pub fn sink_fd(&self) -> BorrowedFd<'_> {
+        self.skel.progs.sink.as_fd()
+    }
+
+    /// The generator program's fd.
+    pub fn pktgen_fd(&self) -> BorrowedFd<'_> {
+        self.skel.progs.pktgen.as_fd()
+    }
+
+    /// Frames the sink has dropped so far.
+    pub fn sunk(&self) -> io::Result<u64> {
+        percpu_sum(&self.skel.maps.sink_stats, 0)
+    }
+}
