@@ -4,6 +4,7 @@
 
 mod bench;
 mod lab;
+mod lb;
 mod nvme;
 mod report;
 
@@ -35,6 +36,11 @@ enum Cmd {
     },
     /// Build the lab network, run every scenario, and write a report.
     Lab(lab::LabArgs),
+    /// The XDP L4 load balancer: run it on an interface, or check a configuration.
+    Lb {
+        #[command(subcommand)]
+        cmd: lb::LbCmd,
+    },
     /// NVMe/TCP in user space: the target server and the perf load generator.
     Nvme {
         #[command(subcommand)]
@@ -179,6 +185,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         },
         Cmd::Lab(a) => lab::run(&a),
+        Cmd::Lb { cmd } => lb::run(&cmd),
         Cmd::Nvme { cmd } => nvme::run(&cmd),
         Cmd::Probe { json } => probe(json),
         Cmd::Topo { cmd } => topo(&cmd),
@@ -199,11 +206,17 @@ fn main() -> ExitCode {
 
     // The sender process stays single-threaded: no handler thread, no namespaces.
     let install_handler = !matches!(cli.cmd, Cmd::BulkTx);
+    // The balancer stops on its own (to print its last counters and detach); a second
+    // Ctrl-C ends it at once (the kernel detaches its links when the process exits).
+    let graceful = matches!(cli.cmd, Cmd::Lb { cmd: lb::LbCmd::Run(_) });
     // Ctrl-C: destructors do not run when the process is killed by a signal, so remove
     // this process's namespaces (and with them its veth pairs and qdiscs) here.
     if !install_handler {
         // Nothing to clean up in a sender process.
-    } else if let Err(e) = ctrlc::set_handler(|| {
+    } else if let Err(e) = ctrlc::set_handler(move || {
+        if graceful && !lb::STOP.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let n = netlane::topology::registry::cleanup_all();
         eprintln!("\ninterrupted; removed {n} network namespaces");
         std::process::exit(130);

@@ -3,11 +3,15 @@
 //!
 //! ```toml
 //! ring_size = 65537            # Maglev ring per VIP (a prime); optional
+//! conn_entries = 1048576       # connection-table entries (all CPUs); optional
+//! max_new_conns_per_cpu = 125000  # flood guard; 0 = off; optional
+//! udp_timeout_s = 30           # idle UDP flows forget their real; 0 = never; optional
 //!
 //! [[vip]]
 //! address = "10.100.0.1"
 //! port = 80                    # 0 = every port of this address and protocol
 //! proto = "tcp"                # tcp or udp
+//! no_lru = false               # true: no connection state, pure consistent hashing
 //!
 //! [[vip.real]]
 //! address = "10.200.0.2"
@@ -72,6 +76,9 @@ pub struct Vip {
     pub port: u16,
     /// Protocol.
     pub proto: Proto,
+    /// No connection-table state: every packet is hashed onto the ring.
+    #[serde(default)]
+    pub no_lru: bool,
     /// Its reals.
     #[serde(rename = "real", default)]
     pub reals: Vec<Real>,
@@ -109,6 +116,15 @@ pub struct Config {
     /// Maglev ring size per VIP.
     #[serde(default = "default_ring")]
     pub ring_size: u32,
+    /// Connection-table entries, shared by all CPUs' LRU lists.
+    #[serde(default = "default_conn_entries")]
+    pub conn_entries: u32,
+    /// New connections each CPU records per second (0 = no limit).
+    #[serde(default = "default_new_conns")]
+    pub max_new_conns_per_cpu: u32,
+    /// Idle UDP flows forget their real after this many seconds (0 = never).
+    #[serde(default = "default_udp_timeout")]
+    pub udp_timeout_s: u32,
     /// The VIPs.
     #[serde(rename = "vip", default)]
     pub vips: Vec<Vip>,
@@ -116,6 +132,18 @@ pub struct Config {
 
 fn default_ring() -> u32 {
     DEFAULT_RING
+}
+
+fn default_conn_entries() -> u32 {
+    1 << 20
+}
+
+fn default_new_conns() -> u32 {
+    125_000
+}
+
+fn default_udp_timeout() -> u32 {
+    30
 }
 
 /// A configuration problem.
@@ -145,6 +173,12 @@ impl Config {
         }
         if self.vips.is_empty() {
             return bad("no [[vip]] configured".into());
+        }
+        if self.conn_entries < 64 {
+            return bad(format!("conn_entries {} is too small (at least 64)", self.conn_entries));
+        }
+        if self.udp_timeout_s > 86_400 {
+            return bad(format!("udp_timeout_s {} is above a day", self.udp_timeout_s));
         }
         let mut seen = HashSet::new();
         for v in &self.vips {

@@ -4,7 +4,9 @@
 //! - [`maglev`]: weighted Maglev rings that honour weights, and how many slots move
 //!   between two rings;
 //! - [`config`]: the TOML configuration of VIPs and reals, validated, and the per-VIP
-//!   effect of a configuration change.
+//!   effect of a configuration change;
+//! - [`plane`]: the data plane operations a configuration change needs (VIP and real
+//!   indexes, real generations, safe ordering), and per-flow tag ids.
 //!
 //! The data plane (BPF C under `bpf/`) and the driver that loads it and fills its maps
 //! live elsewhere; they consume what this crate computes.
@@ -14,3 +16,4 @@
 
 pub mod config;
 pub mod maglev;
+pub mod plane;

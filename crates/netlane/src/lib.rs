@@ -13,6 +13,8 @@
 //!   kernel features work here, and why not);
 //! - [`bulk`]: the bulk-transfer engine (UDP and TCP senders and receivers, plain,
 //!   batched, GSO, GRO, zerocopy, paced) used by `netlane bench udp-bulk`;
+//! - [`lb`]: the XDP load balancer driver (data plane loading, live configuration,
+//!   classifier tags, statistics) around the sans-IO core in `netlane-lb`;
 //! - [`nvme`]: NVMe/TCP in user space: the target server, the host, and the `perf` load
 //!   generator, around the sans-IO protocol core in `netlane-nvme`;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
@@ -24,6 +26,7 @@
 #![deny(missing_docs)]
 
 pub mod bulk;
+pub mod lb;
 pub mod metrics;
 pub mod nvme;
 pub mod pace;

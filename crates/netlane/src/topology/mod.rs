@@ -27,7 +27,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 
 pub use netlink::{NetlinkError, QdiscStats, Rtnl};
-pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NsThread};
+pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NsThread, run_in_named};
 
 /// Why the topology could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -330,6 +330,58 @@ impl TwoHosts {
             .with_rtnl(|r| r.root_qdisc(self.tx_index))?
             .unwrap_or_else(|| ("noqueue".to_string(), QdiscStats::default())))
     }
+}
+
+/// One end of a [`veth_link`]: namespace, interface name, addresses.
+#[derive(Debug, Clone, Copy)]
+pub struct End<'a> {
+    /// Its namespace.
+    pub ns: &'a Netns,
+    /// The interface's name there.
+    pub name: &'a str,
+    /// Addresses with prefix lengths.
+    pub addrs: &'a [(IpAddr, u8)],
+}
+
+/// Creates a veth pair between two namespaces with `mtu`, one queue each, addresses
+/// and static neighbour entries for each other's addresses, both ends up. Returns the
+/// two interface indexes. The pair goes away with either namespace.
+pub fn veth_link(a: End<'_>, b: End<'_>, mtu: u32) -> Result<(u32, u32), TopologyError> {
+    if !(68..=65535).contains(&mtu) {
+        return Err(TopologyError::Invalid(format!("MTU {mtu} is outside 68..=65535")));
+    }
+    let (a_fd, b_fd) = (std::os::fd::AsRawFd::as_raw_fd(&a.ns.fd()), std::os::fd::AsRawFd::as_raw_fd(&b.ns.fd()));
+    a.ns.with_rtnl(|r| r.add_veth(a.name, a_fd, b.name, b_fd, mtu, 1))?;
+    let mut idx = [0u32; 2];
+    let mut macs: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
+    for (k, end) in [a, b].iter().enumerate() {
+        let (i, mac) = end.ns.with_rtnl(|r| {
+            let i = r.link_index(end.name)?;
+            for (addr, len) in end.addrs {
+                r.add_address(i, *addr, *len)?;
+            }
+            r.set_up(i)?;
+            Ok((i, r.link_mac(i)?))
+        })?;
+        idx[k] = i;
+        macs[k] = mac;
+    }
+    for (k, end) in [a, b].iter().enumerate() {
+        let (other, mac) = if k == 0 { (b, &macs[1]) } else { (a, &macs[0]) };
+        end.ns.with_rtnl(|r| other.addrs.iter().try_for_each(|(addr, _)| r.add_neighbour(idx[k], *addr, mac)))?;
+    }
+    Ok((idx[0], idx[1]))
+}
+
+/// Sets a `/proc/sys/net/...` knob (`rel` below /proc/sys/net) inside `ns`.
+pub fn set_net_sysctl(ns: &Netns, rel: &str, value: &str) -> Result<(), TopologyError> {
+    if rel.contains("..") {
+        return Err(TopologyError::Invalid(format!("bad sysctl path {rel:?}")));
+    }
+    let path = format!("/proc/sys/net/{rel}");
+    let v = value.to_string();
+    ns.run(move || std::fs::write(&path, v))?
+        .map_err(|source| TopologyError::Io { what: format!("write {rel} = {value}"), source })
 }
 
 /// Whether this process can build namespaces (root, or CAP_SYS_ADMIN + CAP_NET_ADMIN).

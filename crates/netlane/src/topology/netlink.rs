@@ -20,6 +20,7 @@ use netlink_packet_core::{
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressScope};
 use netlink_packet_route::link::{InfoData, InfoKind, InfoVeth, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
+use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
@@ -305,6 +306,30 @@ impl Rtnl {
             &format!("add permanent neighbour {addr} on interface {index}"),
             RouteNetlinkMessage::NewNeighbour(msg),
             NLM_F_CREATE | netlink_packet_core::NLM_F_REPLACE,
+        )
+    }
+
+    /// Adds a route to `dst/prefix_len` via `gateway` in the main table (`ip route add
+    /// dst/prefix via gateway`; prefix 0 is the default route).
+    pub fn add_route(&mut self, dst: IpAddr, prefix_len: u8, gateway: IpAddr) -> Result<(), NetlinkError> {
+        let mut msg = RouteMessage::default();
+        msg.header.address_family = match dst {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        msg.header.destination_prefix_length = prefix_len;
+        msg.header.table = RouteHeader::RT_TABLE_MAIN;
+        msg.header.protocol = RouteProtocol::Static;
+        msg.header.scope = RouteScope::Universe;
+        msg.header.kind = RouteType::Unicast;
+        if prefix_len > 0 {
+            msg.attributes.push(RouteAttribute::Destination(dst.into()));
+        }
+        msg.attributes.push(RouteAttribute::Gateway(gateway.into()));
+        self.ack(
+            &format!("add route {dst}/{prefix_len} via {gateway}"),
+            RouteNetlinkMessage::NewRoute(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
         )
     }
 

@@ -200,6 +200,13 @@ impl Netns {
         }
     }
 
+    /// Moves the calling thread into the namespace, for good (other threads stay where
+    /// they are). For code that must run its whole life inside, e.g. a balancer whose
+    /// device-bound program is bound to an interface by name at load time.
+    pub fn enter_on_this_thread(&self) -> Result<(), TopologyError> {
+        setns(&self.fd, CloneFlags::CLONE_NEWNET).map_err(errno_err(format!("enter namespace {}", self.name)))
+    }
+
     /// A command whose process runs inside the namespace.
     pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
         let mut cmd = Command::new(program);
@@ -321,6 +328,18 @@ impl<R> NsThread<R> {
 }
 
 /// Runs `f` on a scoped thread that has entered the namespace `fd`.
+/// Runs `f` on a thread inside the existing named namespace `name` (as `ip netns`
+/// names them, under [`NETNS_RUN_DIR`]) and returns its result. The namespace is not
+/// owned: nothing is removed afterwards.
+pub fn run_in_named<R: Send>(name: &str, f: impl FnOnce() -> R + Send) -> Result<R, TopologyError> {
+    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+        return Err(TopologyError::Invalid(format!("bad namespace name {name:?}")));
+    }
+    let path = Path::new(NETNS_RUN_DIR).join(name);
+    let file = File::open(&path).map_err(io_err(format!("open network namespace {}", path.display())))?;
+    run_in(file.as_fd(), f)
+}
+
 fn run_in<R: Send>(fd: BorrowedFd<'_>, f: impl FnOnce() -> R + Send) -> Result<R, TopologyError> {
     std::thread::scope(|s| {
         s.spawn(move || -> Result<R, TopologyError> {
