@@ -12,6 +12,10 @@
  * every varying byte is rewritten on every run.
  *
  * `sink` drops and counts what comes back (the balancer's XDP_TX output).
+ *
+ * `pass` passes everything to the stack. veth only delivers XDP_TX/redirected frames
+ * to a peer that has an XDP program (it schedules the peer's NAPI only then), so the
+ * interface facing a balancer on veth needs one.
  */
 #include "nl_common.h"
 #include <linux/ip.h>
@@ -109,6 +113,12 @@ int sink(struct xdp_md *ctx)
 	if (n)
 		*n += 1;
 	return XDP_DROP;
+}
+
+SEC("xdp")
+int pass(struct xdp_md *ctx)
+{
+	return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

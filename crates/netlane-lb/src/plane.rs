@@ -149,13 +149,13 @@ impl ControlPlane {
     /// The operations that take the data plane from the current configuration to
     /// `new` (which must be valid). Nothing changes here if it fails.
     pub fn apply(&mut self, new: &Config) -> Result<Update, PlanError> {
-        if let Some(cur) = &self.current {
-            if cur.ring_size != new.ring_size || cur.conn_entries != new.conn_entries {
-                return Err(PlanError::NeedsRestart(format!(
-                    "ring_size and conn_entries size the data plane's maps: changing them ({} -> {}, {} -> {}) needs a restart",
-                    cur.ring_size, new.ring_size, cur.conn_entries, new.conn_entries
-                )));
-            }
+        if let Some(cur) = &self.current
+            && (cur.ring_size != new.ring_size || cur.conn_entries != new.conn_entries)
+        {
+            return Err(PlanError::NeedsRestart(format!(
+                "ring_size and conn_entries size the data plane's maps: changing them ({} -> {}, {} -> {}) needs a restart",
+                cur.ring_size, new.ring_size, cur.conn_entries, new.conn_entries
+            )));
         }
         let empty = Config { vips: Vec::new(), ..new.clone() };
         let changes = diff(self.current.as_ref().unwrap_or(&empty), new)?;

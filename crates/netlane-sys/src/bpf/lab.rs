@@ -118,6 +118,11 @@ impl PktGen {
         self.skel.progs.sink.as_fd()
     }
 
+    /// The pass-everything program (for a veth end that must receive XDP_TX frames).
+    pub fn pass_fd(&self) -> BorrowedFd<'_> {
+        self.skel.progs.pass.as_fd()
+    }
+
     /// The generator program's fd.
     pub fn pktgen_fd(&self) -> BorrowedFd<'_> {
         self.skel.progs.pktgen.as_fd()

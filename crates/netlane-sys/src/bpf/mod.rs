@@ -171,6 +171,11 @@ impl Decap {
     pub fn program(&self) -> &libbpf_rs::ProgramMut<'static> {
         &self.skel.progs.decap
     }
+
+    /// The program's fd (to attach it).
+    pub fn program_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.skel.progs.decap)
+    }
 }
 
 #[cfg(test)]

@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use netlane_lb::config::{Config, ConfigError, VipChange};
 use netlane_lb::plane::{ControlPlane, Op, PlanError, TagTable};
-pub use netlane_sys::bpf::{FlowEvent, FlowKey, HintMode, XdpMode};
 use netlane_sys::bpf::{
     Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowTagger, TcxLink, XdpLink, dest_tag, flow_tag,
 };
+pub use netlane_sys::bpf::{FlowEvent, FlowKey, HintMode, XdpMode};
 
 pub use stats::{LbStats, RealStats, TagStats, VipStats, render_prometheus};
 
@@ -217,16 +217,13 @@ impl Lb {
         let max_reals = opts.max_reals.max(reals as u32 * 2);
         let mut sizes = BalancerSizes::new(max_vips, max_reals, config.ring_size, config.conn_entries);
         sizes.flow_tags = opts.max_tags;
-        let balancer = Balancer::load(&BalancerOptions {
-            sizes,
-            hint: opts.hint,
-            bind_ifindex: bound.then_some(ifindex),
-        })
-        .map_err(kernel(if bound {
-            format!("load the device-bound balancer for {}", opts.iface)
-        } else {
-            "load the balancer".to_string()
-        }))?;
+        let balancer =
+            Balancer::load(&BalancerOptions { sizes, hint: opts.hint, bind_ifindex: bound.then_some(ifindex) })
+                .map_err(kernel(if bound {
+                    format!("load the device-bound balancer for {}", opts.iface)
+                } else {
+                    "load the balancer".to_string()
+                }))?;
         balancer
             .set_config(&DataPlaneConfig {
                 gw_mac: opts.gw_mac,

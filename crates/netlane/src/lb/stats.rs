@@ -69,7 +69,8 @@ pub struct LbStats {
 pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
     let b = &lb.balancer;
     let raw = b.global_stats().map_err(kernel("read the global counters"))?;
-    let global = GlobalStat::ALL.iter().map(|s| (s.name().to_string(), raw.get(s.index()).copied().unwrap_or(0))).collect();
+    let global =
+        GlobalStat::ALL.iter().map(|s| (s.name().to_string(), raw.get(s.index()).copied().unwrap_or(0))).collect();
     let mut vips = Vec::new();
     if let Some(cfg) = lb.plane.current() {
         for v in &cfg.vips {
@@ -79,7 +80,12 @@ pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
             for r in &v.reals {
                 let Some(ri) = reals.get(&r.address) else { continue };
                 let rc = b.real_counter(*ri).map_err(kernel("read real counters"))?;
-                rs.push(RealStats { address: r.address.to_string(), weight: r.weight, packets: rc.packets, bytes: rc.bytes });
+                rs.push(RealStats {
+                    address: r.address.to_string(),
+                    weight: r.weight,
+                    packets: rc.packets,
+                    bytes: rc.bytes,
+                });
             }
             vips.push(VipStats { vip: v.name(), packets: c.packets, bytes: c.bytes, reals: rs });
         }
@@ -117,7 +123,11 @@ pub fn render_prometheus(s: &LbStats) -> String {
         let _ = writeln!(o, "netlane_lb_packets_total{{iface=\"{iface}\",counter=\"{}\"}} {v}", label(k));
     }
     for (metric, help, get) in [
-        ("netlane_lb_vip_packets_total", "Packets forwarded per VIP.", (|v: &VipStats| v.packets) as fn(&VipStats) -> u64),
+        (
+            "netlane_lb_vip_packets_total",
+            "Packets forwarded per VIP.",
+            (|v: &VipStats| v.packets) as fn(&VipStats) -> u64,
+        ),
         ("netlane_lb_vip_bytes_total", "Bytes forwarded per VIP.", |v: &VipStats| v.bytes),
     ] {
         let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
@@ -126,7 +136,11 @@ pub fn render_prometheus(s: &LbStats) -> String {
         }
     }
     for (metric, help, get) in [
-        ("netlane_lb_real_packets_total", "Packets forwarded per real.", (|r: &RealStats| r.packets) as fn(&RealStats) -> u64),
+        (
+            "netlane_lb_real_packets_total",
+            "Packets forwarded per real.",
+            (|r: &RealStats| r.packets) as fn(&RealStats) -> u64,
+        ),
         ("netlane_lb_real_bytes_total", "Bytes forwarded per real.", |r: &RealStats| r.bytes),
     ] {
         let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
@@ -173,7 +187,9 @@ mod tests {
         };
         let t = render_prometheus(&s);
         assert!(t.contains("netlane_lb_packets_total{iface=\"eth\\\"0\",counter=\"tx\"} 5\n"), "{t}");
-        assert!(t.contains("netlane_lb_real_bytes_total{iface=\"eth\\\"0\",vip=\"10.0.0.1:80/tcp\",real=\"10.1.0.1\"} 300\n"));
+        assert!(t.contains(
+            "netlane_lb_real_bytes_total{iface=\"eth\\\"0\",vip=\"10.0.0.1:80/tcp\",real=\"10.1.0.1\"} 300\n"
+        ));
         // Every sample's metric has a TYPE line before it.
         for line in t.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split('{').next().unwrap();
