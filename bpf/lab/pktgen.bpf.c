@@ -8,8 +8,16 @@
  * into a transmit on the generator's veth: the peer sees a stream of real frames. When
  * `with_hints` is set it also writes the flow's hint (rx hash or tag, from `gen_hints`)
  * into the XDP metadata in front of the frame, where a NIC would put it; veth carries
- * metadata across with the frame. Live frames are recycled without being restored, so
- * every varying byte is rewritten on every run.
+ * metadata across with the frame. Live frames are recycled without being restored (and
+ * the balancer rewrites them in place), so every run writes the whole header again
+ * from `header` (Ethernet, IPv4, TCP; set by the loader). TCP checksums are not
+ * maintained: the frames end in the sink, never in a socket.
+ *
+ * Flow order: run k of a pass over the flows sends flow (k * stride) % flows, with the
+ * stride from `gen_stride` (coprime with `flows`, so a pass still sends every flow
+ * once). Stride 1 is in order; a large stride scatters consecutive frames over the
+ * flows, so that state allocated in the order flows were first seen (connection
+ * entries, tag ids) is not also walked in that order.
  *
  * `sink` drops and counts what comes back (the balancer's XDP_TX output).
  *
@@ -29,6 +37,8 @@
 const volatile __u32 flows = 1;
 const volatile __u32 with_hints = 0;
 const volatile __u32 src_base = 0; /* host order */
+#define HDR_LEN 54
+const volatile __u8 header[HDR_LEN] = {}; /* Ethernet + IPv4 + TCP of every frame */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -36,6 +46,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } gen_seq SEC(".maps");
+
+/* [0]: the stride of the flow order (0 or 1: in order). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_stride SEC(".maps");
 
 /* Flow id -> hint written into the metadata (0 = none). */
 struct {
@@ -65,11 +83,14 @@ int pktgen(struct xdp_md *ctx)
 {
 	__u32 zero = 0;
 	__u64 *seq = bpf_map_lookup_elem(&gen_seq, &zero);
+	__u32 *stride = bpf_map_lookup_elem(&gen_stride, &zero);
 	__u32 f, n = flows ? flows : 1;
 
-	if (!seq)
+	if (!seq || !stride)
 		return XDP_ABORTED;
 	f = (__u32)(*seq % n);
+	if (*stride > 1)
+		f = (__u32)((__u64)f * *stride % n);
 	*seq += 1;
 
 	if (with_hints) {
@@ -92,6 +113,13 @@ int pktgen(struct xdp_md *ctx)
 
 	if ((void *)(th + 1) > data_end)
 		return XDP_ABORTED;
+	__u64 *dst = data;
+#pragma unroll
+	for (int i = 0; i < HDR_LEN / 8; i++)
+		dst[i] = ((const volatile __u64 *)header)[i];
+	((__u16 *)data)[HDR_LEN / 2 - 3] = ((const volatile __u16 *)header)[HDR_LEN / 2 - 3];
+	((__u16 *)data)[HDR_LEN / 2 - 2] = ((const volatile __u16 *)header)[HDR_LEN / 2 - 2];
+	((__u16 *)data)[HDR_LEN / 2 - 1] = ((const volatile __u16 *)header)[HDR_LEN / 2 - 1];
 	iph->saddr = bpf_htonl(src_base + f / PORTS_PER_ADDR);
 	iph->check = 0;
 	__u32 sum = 0;

@@ -31,6 +31,7 @@ const volatile __u32 ring_size = 65537; /* ring slots per VIP (a prime) */
 const volatile __u32 hint_mode = HINT_OFF;
 const volatile __u32 hint_cache_mask = HINT_CACHE - 1;
 const volatile __u32 flow_tag_count = FLOW_TAGS;
+const volatile __u32 hint_cache_cpus = 1; /* CPUs with a flow cache in hint_cache */
 
 static __always_inline void count(__u32 which)
 {
@@ -97,6 +98,18 @@ static __always_inline struct vip_meta *find_vip(const struct flow_key *f)
 	return vip;
 }
 
+/* This CPU's rx-hash flow-cache slot for `hint`. */
+static __always_inline struct flow_entry *hint_cache_slot(__u32 hint)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	__u32 slot;
+
+	if (cpu >= hint_cache_cpus)
+		return 0;
+	slot = cpu * (hint_cache_mask + 1) + (hint & hint_cache_mask);
+	return bpf_map_lookup_elem(&hint_cache, &slot);
+}
+
 /* The flow entry a hint names, if it is this packet's flow: a slot of the rx-hash
  * cache or a per-flow tag. */
 static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct flow_key *f)
@@ -104,9 +117,7 @@ static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct 
 	struct flow_entry *e = 0;
 
 	if (hint_mode == HINT_RX_HASH) {
-		__u32 slot = hint & hint_cache_mask;
-
-		e = bpf_map_lookup_elem(&hint_cache, &slot);
+		e = hint_cache_slot(hint);
 	} else if (TAG_KIND(hint) == TAG_KIND_FLOW) {
 		__u32 id = TAG_VALUE(hint);
 
@@ -280,8 +291,7 @@ int balancer(struct xdp_md *ctx)
 		}
 		/* Remember the flow in the rx-hash cache slot its hint names. */
 		if (hint_mode == HINT_RX_HASH && have_hint && !icmp_error) {
-			__u32 slot = hint & hint_cache_mask;
-			struct flow_entry *e = bpf_map_lookup_elem(&hint_cache, &slot);
+			struct flow_entry *e = hint_cache_slot(hint);
 
 			if (e) {
 				e->flow = p.flow;

@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, ValueEnum};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::bench::lb_pps::LbPpsArgs;
 use crate::bench::nvme::NvmeBenchArgs;
 use crate::bench::udp_bulk::UdpBulkArgs;
 use crate::bench::udp_pacing::UdpPacingArgs;
@@ -25,6 +26,8 @@ pub enum ScenarioName {
     UdpPacing,
     /// NVMe/TCP host and target: QD1 latency, QD32 IOPS per core, mixed-workload queue maps.
     Nvme,
+    /// XDP load balancer: Mpps per core, hints off/on, 1 to 1M flows, vs an XDP_TX ceiling.
+    LbPps,
 }
 
 /// Options of `netlane lab`.
@@ -66,6 +69,7 @@ enum Scenario {
     UdpBulk(Box<UdpBulkArgs>),
     UdpPacing(Box<UdpPacingArgs>),
     Nvme(Box<NvmeBenchArgs>),
+    LbPps(Box<LbPpsArgs>),
 }
 
 impl Scenario {
@@ -74,6 +78,7 @@ impl Scenario {
             Scenario::UdpBulk(_) => "udp-bulk",
             Scenario::UdpPacing(_) => "udp-pacing",
             Scenario::Nvme(_) => "nvme",
+            Scenario::LbPps(_) => "lb-pps",
         }
     }
 
@@ -82,6 +87,7 @@ impl Scenario {
             Scenario::UdpBulk(a) => a.run_count(),
             Scenario::UdpPacing(a) => a.run_count(),
             Scenario::Nvme(a) => a.run_count(),
+            Scenario::LbPps(a) => a.run_count(),
         }
     }
 
@@ -90,6 +96,7 @@ impl Scenario {
             Scenario::UdpBulk(a) => a.run(p),
             Scenario::UdpPacing(a) => a.run(p),
             Scenario::Nvme(a) => a.run(p),
+            Scenario::LbPps(a) => a.run(p),
         }
     }
 }
@@ -100,11 +107,22 @@ fn scenarios(args: &LabArgs) -> Result<Vec<Scenario>> {
         common.push("--ipv6".into());
     }
     let secs = if args.quick { "1s" } else { "2s" };
-    let all = [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme];
+    let all = [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme, ScenarioName::LbPps];
     let chosen: Vec<ScenarioName> =
         if args.only.is_empty() { all.to_vec() } else { all.into_iter().filter(|s| args.only.contains(s)).collect() };
     let mut out = Vec::new();
     for s in chosen {
+        if s == ScenarioName::LbPps {
+            let words: Vec<String> = if args.quick {
+                vec!["--flows".into(), "1,10000".into(), "--time".into(), "500ms".into()]
+            } else {
+                vec!["--time".into(), "2s".into()]
+            };
+            let a: LbPpsArgs = args_from(&words)?;
+            a.validate()?;
+            out.push(Scenario::LbPps(Box::new(a)));
+            continue;
+        }
         if s == ScenarioName::Nvme {
             // NVMe/TCP over IPv4 only (the target listens on the veth's IPv4 address).
             let words: Vec<String> = vec![
@@ -135,7 +153,7 @@ fn scenarios(args: &LabArgs) -> Result<Vec<Scenario>> {
                 a.validate()?;
                 out.push(Scenario::UdpPacing(Box::new(a)));
             }
-            ScenarioName::Nvme => {}
+            ScenarioName::Nvme | ScenarioName::LbPps => {}
         }
     }
     Ok(out)
@@ -284,7 +302,7 @@ mod tests {
     fn default_scenarios_validate() {
         let args = LabArgs { quick: true, out: None, only: vec![], selftest: None, ipv6: false, strict: false };
         let s = scenarios(&args).unwrap();
-        assert_eq!(s.iter().map(Scenario::name).collect::<Vec<_>>(), vec!["udp-bulk", "udp-pacing", "nvme"]);
+        assert_eq!(s.iter().map(Scenario::name).collect::<Vec<_>>(), vec!["udp-bulk", "udp-pacing", "nvme", "lb-pps"]);
         let only = LabArgs { only: vec![ScenarioName::UdpPacing], ..args };
         assert_eq!(scenarios(&only).unwrap().len(), 1);
     }

@@ -26,6 +26,20 @@ pub enum LbCmd {
         /// The TOML configuration.
         config: PathBuf,
     },
+    /// On a real: strip the balancer's IPIP / IPv6 outer header in XDP (for kernels
+    /// without the ipip/ip6_tunnel modules) until Ctrl-C or --duration. The VIP must be
+    /// an address of the real (on lo) and the real must answer from it (direct return).
+    Decap {
+        /// Interface the encapsulated packets arrive on.
+        #[arg(long)]
+        iface: String,
+        /// Attach in generic (skb) mode instead of native.
+        #[arg(long)]
+        generic: bool,
+        /// Stop after this many seconds.
+        #[arg(long)]
+        duration: Option<u64>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -339,5 +353,34 @@ pub fn run(cmd: &LbCmd) -> Result<()> {
     match cmd {
         LbCmd::Run(a) => run_lb(a),
         LbCmd::Check { config } => check(config),
+        LbCmd::Decap { iface, generic, duration } => decap(iface, *generic, *duration),
     }
+}
+
+fn decap(iface: &str, generic: bool, duration: Option<u64>) -> Result<()> {
+    use netlane::lb::{Decap, XdpLink, XdpMode};
+    if duration == Some(0) {
+        bail!("--duration must be at least 1 second");
+    }
+    let ifindex = netlane::lb::if_index(iface)?;
+    let prog = Decap::load().context("load the decapsulation program (root needed)")?;
+    let link = if generic {
+        XdpLink::attach(prog.program_fd(), ifindex, XdpMode::Generic)
+            .with_context(|| format!("attach to {iface} (generic)"))?
+    } else {
+        let (l, native) = XdpLink::attach_native_or_generic(prog.program_fd(), ifindex)
+            .with_context(|| format!("attach to {iface} (native, then generic)"))?;
+        if let Some(e) = native {
+            println!("native XDP failed on {iface} ({e}); attached in generic mode");
+        }
+        l
+    };
+    println!("decapsulating on {iface} ({} mode); Ctrl-C to stop", link.mode().name());
+    let start = Instant::now();
+    while !STOP.load(Ordering::Relaxed) && duration.is_none_or(|d| start.elapsed() < Duration::from_secs(d)) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(link);
+    println!("detached from {iface}");
+    Ok(())
 }

@@ -71,6 +71,8 @@ enum BenchCmd {
     UdpPacing(Box<UdpPacingArgs>),
     /// NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps.
     Nvme(Box<bench::nvme::NvmeBenchArgs>),
+    /// XDP load balancer packets per second per core: hints off/on, 1 to 1M flows, vs XDP_TX.
+    LbPps(Box<bench::lb_pps::LbPpsArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -177,6 +179,12 @@ fn run(cli: Cli) -> Result<()> {
                 r.print();
                 write_outputs(&r, a.json.as_deref(), a.csv.as_deref())
             }
+            BenchCmd::LbPps(a) => {
+                a.validate()?;
+                let r = a.run(&bench::LineProgress)?;
+                r.print();
+                Ok(())
+            }
             BenchCmd::Nvme(a) => {
                 a.validate()?;
                 let r = a.run(&bench::LineProgress)?;
@@ -208,8 +216,8 @@ fn main() -> ExitCode {
     let install_handler = !matches!(cli.cmd, Cmd::BulkTx);
     // The balancer stops on its own (to print its last counters and detach); a second
     // Ctrl-C ends it at once (the kernel detaches its links when the process exits).
-    let graceful = matches!(cli.cmd, Cmd::Lb { cmd: lb::LbCmd::Run(_) });
-    // Ctrl-C: destructors do not run when the process is killed by a signal, so remove
+    let graceful = matches!(cli.cmd, Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap { .. } });
+    // Ctrl-C, SIGTERM, SIGHUP: destructors do not run when the process is killed by a signal, so remove
     // this process's namespaces (and with them its veth pairs and qdiscs) here.
     if !install_handler {
         // Nothing to clean up in a sender process.

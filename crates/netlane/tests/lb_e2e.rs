@@ -21,7 +21,7 @@ use std::time::Duration;
 use netlane::lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier};
 use netlane::topology::{End, Netns, NsThread, set_net_sysctl, veth_link};
 use netlane_lb::config::Config;
-use netlane_sys::bpf::{Decap, PktGen, PktGenOptions, XdpLink, XdpMode};
+use netlane_sys::bpf::{Decap, PKTGEN_HEADER_LEN, PktGen, PktGenOptions, XdpLink, XdpMode};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 210, 100, 1);
 const TCP_PORT: u16 = 8080;
@@ -160,7 +160,13 @@ fn build() -> Net {
         set_net_sysctl(&router, k, "0").unwrap();
     }
     // veth hands the balancer's XDP_TX frames only to a peer with an XDP program.
-    let helpers = PktGen::load(PktGenOptions { flows: 1, with_hints: false, src_base: Ipv4Addr::UNSPECIFIED }).unwrap();
+    let helpers = PktGen::load(PktGenOptions {
+        flows: 1,
+        with_hints: false,
+        src_base: Ipv4Addr::UNSPECIFIED,
+        header: [0; PKTGEN_HEADER_LEN],
+    })
+    .unwrap();
     let pass = helpers.pass_fd();
     links.push(router.run(move || XdpLink::attach(pass, rl, XdpMode::Native)).unwrap().unwrap());
     let gw_mac: [u8; 6] = router.with_rtnl(|r| r.link_mac(rl)).unwrap().try_into().unwrap();

@@ -1,6 +1,7 @@
 //! Benchmarks: each builds its network, runs its modes side by side, and returns a
 //! [`ScenarioReport`](crate::report::ScenarioReport).
 
+pub mod lb_pps;
 pub mod nvme;
 pub mod selftest;
 pub mod udp_bulk;

@@ -446,12 +446,20 @@ macro_rules! load_build {
         m.real_stats.set_max_entries(s.max_reals).map_err(to_io)?;
         m.conn_table.set_max_entries(s.conn_entries).map_err(to_io)?;
         m.flow_tags.set_max_entries(s.flow_tags).map_err(to_io)?;
-        m.hint_cache.set_max_entries(s.hint_cache).map_err(to_io)?;
+        let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)? as u32;
+        let cache_entries = s.hint_cache.checked_mul(cpus).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} hint-cache slots x {cpus} CPUs overflows", s.hint_cache),
+            )
+        })?;
+        m.hint_cache.set_max_entries(cache_entries).map_err(to_io)?;
         m.flow_events.set_max_entries(s.event_ring_bytes).map_err(to_io)?;
         let ro = m.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("balancer object has no .rodata"))?;
         ro.ring_size = s.ring_size;
         ro.hint_mode = opts.hint.code();
         ro.hint_cache_mask = s.hint_cache - 1;
+        ro.hint_cache_cpus = cpus;
         ro.flow_tag_count = s.flow_tags;
         if let Some(ifindex) = opts.bind_ifindex {
             open.progs.balancer.set_ifindex(ifindex);

@@ -7,10 +7,10 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{MapCore, MapFlags, ProgramInput};
+use libbpf_rs::{MapCore, MapFlags};
 
 use super::{object_storage, percpu_sum, pktgen_skel, to_io};
 
@@ -32,7 +32,13 @@ pub struct PktGenOptions {
     pub with_hints: bool,
     /// Source address of flow 0.
     pub src_base: Ipv4Addr,
+    /// Ethernet, IPv4 and TCP header of every frame (the generator rewrites the source
+    /// address, its checksum and the source port).
+    pub header: [u8; HEADER_LEN],
 }
+
+/// Bytes of the header the generator writes.
+pub const HEADER_LEN: usize = 54;
 
 /// The generator and sink programs, loaded.
 pub struct PktGen {
@@ -58,6 +64,7 @@ impl PktGen {
         ro.flows = opts.flows;
         ro.with_hints = u32::from(opts.with_hints);
         ro.src_base = u32::from(opts.src_base);
+        ro.header = opts.header;
         Ok(PktGen { skel: open.load().map_err(to_io)?, opts })
     }
 
@@ -73,6 +80,33 @@ impl PktGen {
         let p = u32::from(sport.checked_sub(PORT_BASE)?);
         let f = a.checked_mul(PORTS_PER_ADDR)?.checked_add(p)?;
         (p < PORTS_PER_ADDR && f < self.opts.flows).then_some(f)
+    }
+
+    /// Sets the flow order: run k of a pass sends flow (k * stride) % flows. The stride
+    /// must be coprime with the flow count (so a pass still sends every flow once); 1
+    /// is in order (the default).
+    pub fn set_stride(&self, stride: u32) -> io::Result<()> {
+        if stride == 0 || gcd(stride, self.opts.flows) != 1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("stride {stride} is not coprime with {} flows", self.opts.flows),
+            ));
+        }
+        let zero = 0u32.to_ne_bytes();
+        self.skel.maps.gen_stride.update(&zero, &stride.to_ne_bytes(), MapFlags::ANY).map_err(to_io)
+    }
+
+    /// A stride that scatters: coprime with `flows`, near `flows` times the golden
+    /// ratio's fractional part (1 for one or two flows).
+    pub fn scatter_stride(flows: u32) -> u32 {
+        if flows <= 2 {
+            return 1;
+        }
+        let mut s = ((u64::from(flows) * 618_034 / 1_000_000) as u32).max(1);
+        while gcd(s, flows) != 1 {
+            s += 1;
+        }
+        s
     }
 
     /// Sets the hints of flows `first..first + hints.len()` (0 = none).
@@ -97,20 +131,13 @@ impl PktGen {
     /// interface `ifindex`, which must be in the calling thread's network namespace.
     /// Returns when the kernel has run the program `count` times.
     pub fn send(&self, ifindex: u32, template: &[u8], count: u32) -> io::Result<()> {
-        if template.len() < 14 + 20 + 20 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "template shorter than Ethernet/IPv4/TCP headers"));
-        }
-        let mut ctx = [0u8; 24];
-        ctx[4..8].copy_from_slice(&(template.len() as u32).to_ne_bytes());
-        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
-        let input = ProgramInput {
-            data_in: Some(template),
-            context_in: Some(&mut ctx),
-            flags: LIVE_FRAMES,
-            repeat: count,
-            ..Default::default()
-        };
-        self.skel.progs.pktgen.test_run(input).map_err(to_io).map(drop)
+        self.sender().send(ifindex, template, count)
+    }
+
+    /// A handle that sends from any thread (each in the generator's namespace); runs
+    /// from several threads at once share the flow sequence.
+    pub fn sender(&self) -> LiveSender<'_> {
+        LiveSender { prog: self.skel.progs.pktgen.as_fd() }
     }
 
     /// The sink program (attach it where the balancer's output arrives).
@@ -131,5 +158,74 @@ impl PktGen {
     /// Frames the sink has dropped so far.
     pub fn sunk(&self) -> io::Result<u64> {
         percpu_sum(&self.skel.maps.sink_stats, 0)
+    }
+}
+
+/// Sends live frames through the generator program (see [`PktGen::sender`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LiveSender<'a> {
+    prog: BorrowedFd<'a>,
+}
+
+impl LiveSender<'_> {
+    /// As [`PktGen::send`].
+    pub fn send(&self, ifindex: u32, template: &[u8], count: u32) -> io::Result<()> {
+        if template.len() < 14 + 20 + 20 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "template shorter than Ethernet/IPv4/TCP headers"));
+        }
+        let len = u32::try_from(template.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "template longer than 4 GiB"))?;
+        // struct xdp_md as the input context: data_end = the frame's length, and the
+        // interface the frames go out of as ingress_ifindex.
+        let mut ctx = [0u8; 24];
+        ctx[4..8].copy_from_slice(&len.to_ne_bytes());
+        ctx[12..16].copy_from_slice(&ifindex.to_ne_bytes());
+        // SAFETY: bpf_test_run_opts is a plain C struct; all-zero is "no options" and
+        // `sz` says which fields exist.
+        let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+        opts.data_in = template.as_ptr().cast();
+        opts.data_size_in = len;
+        opts.ctx_in = ctx.as_ptr().cast();
+        opts.ctx_size_in = ctx.len() as u32;
+        opts.flags = LIVE_FRAMES;
+        opts.repeat = i32::try_from(count)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("at most {} frames per run", i32::MAX)))?;
+        // SAFETY: the program fd is valid while `self` borrows it; data_in and ctx_in
+        // point to buffers of the sizes given that outlive the call, and the kernel
+        // only reads them (no output buffers are set).
+        let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(self.prog.as_raw_fd(), &mut opts) };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok(())
+    }
+}
+
+fn gcd(mut a: u32, mut b: u32) -> u32 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_stride_is_a_permutation() {
+        for flows in [1u32, 2, 3, 100, 10_000, 65_536, 1_000_000] {
+            let s = PktGen::scatter_stride(flows);
+            assert_eq!(gcd(s, flows), 1, "{flows}");
+            if flows <= 100_000 {
+                let mut seen = vec![false; flows as usize];
+                for k in 0..flows {
+                    let f = (u64::from(k) * u64::from(s) % u64::from(flows)) as usize;
+                    assert!(!seen[f], "flow {f} twice for {flows} flows");
+                    seen[f] = true;
+                }
+            }
+        }
     }
 }

@@ -61,6 +61,18 @@ impl XdpLink {
     pub fn ifindex(&self) -> u32 {
         self.ifindex
     }
+
+    /// Runs `prog` instead of the current program, atomically (BPF_LINK_UPDATE): the
+    /// interface never goes without a program in between.
+    pub fn replace_program(&self, prog: BorrowedFd<'_>) -> io::Result<()> {
+        // SAFETY: both fds are valid for the duration of the call; a null options
+        // pointer means no options; libbpf returns 0 or a negative errno.
+        let rc = unsafe { libbpf_sys::bpf_link_update(self.fd.as_raw_fd(), prog.as_raw_fd(), std::ptr::null()) };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        Ok(())
+    }
 }
 
 impl AsFd for XdpLink {

@@ -45,7 +45,7 @@ pub use balancer::{
     Balancer, BalancerOptions, BalancerSizes, Counter, DataPlaneConfig, FlowEvent, FlowEvents, FlowKey, GlobalStat,
     HintMode, TAG_KIND_DEST, TAG_KIND_FLOW, dest_tag, flow_tag,
 };
-pub use lab::{PktGen, PktGenOptions};
+pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
 pub use tagger::FlowTagger;
 
@@ -140,6 +140,11 @@ impl XdpTx {
     /// The XDP program.
     pub fn program(&self) -> &libbpf_rs::ProgramMut<'static> {
         &self.skel.progs.xdp_tx
+    }
+
+    /// The program's fd (to attach it).
+    pub fn program_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.skel.progs.xdp_tx)
     }
 
     /// Frames bounced and dropped so far, summed over CPUs.

@@ -12,6 +12,7 @@
 //! emulation in [`TcClassifier`]) to mark that flow's packets with it. Tags are only
 //! hints: the data plane checks each against the packet and the VIP's live reals.
 
+pub mod pps;
 mod stats;
 
 use std::collections::HashMap;
@@ -22,9 +23,9 @@ use std::time::Duration;
 use netlane_lb::config::{Config, ConfigError, VipChange};
 use netlane_lb::plane::{ControlPlane, Op, PlanError, TagTable};
 use netlane_sys::bpf::{
-    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowTagger, TcxLink, XdpLink, dest_tag, flow_tag,
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowTagger, TcxLink, dest_tag, flow_tag,
 };
-pub use netlane_sys::bpf::{FlowEvent, FlowKey, HintMode, XdpMode};
+pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode};
 
 pub use stats::{LbStats, RealStats, TagStats, VipStats, render_prometheus};
 
@@ -157,6 +158,11 @@ pub struct LbOptions {
     pub max_reals: u32,
     /// Per-flow tags (and classifier rules) at most.
     pub max_tags: u32,
+    /// Slots of each CPU's rx-hash flow cache (a power of two).
+    pub hint_cache: u32,
+    /// Bytes of the new-flow event ring (a power of two): events for this many bytes /
+    /// 64 new flows can wait to be read.
+    pub event_ring_bytes: u32,
 }
 
 impl LbOptions {
@@ -173,6 +179,8 @@ impl LbOptions {
             max_vips: 64,
             max_reals: 1024,
             max_tags: 65536,
+            hint_cache: 65536,
+            event_ring_bytes: 1 << 20,
         }
     }
 }
@@ -180,7 +188,8 @@ impl LbOptions {
 /// A running balancer: detached and unloaded on drop.
 pub struct Lb {
     // Field order is drop order: the attachment goes first.
-    link: XdpLink,
+    link: Option<XdpLink>,
+    mode: XdpMode,
     classifier: Option<Box<dyn Classifier>>,
     balancer: Balancer,
     plane: ControlPlane,
@@ -193,7 +202,11 @@ pub struct Lb {
 
 impl std::fmt::Debug for Lb {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lb").field("opts", &self.opts).field("mode", &self.link.mode()).finish_non_exhaustive()
+        f.debug_struct("Lb")
+            .field("opts", &self.opts)
+            .field("mode", &self.mode)
+            .field("attached", &self.link.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -217,6 +230,8 @@ impl Lb {
         let max_reals = opts.max_reals.max(reals as u32 * 2);
         let mut sizes = BalancerSizes::new(max_vips, max_reals, config.ring_size, config.conn_entries);
         sizes.flow_tags = opts.max_tags;
+        sizes.hint_cache = opts.hint_cache;
+        sizes.event_ring_bytes = opts.event_ring_bytes;
         let balancer =
             Balancer::load(&BalancerOptions { sizes, hint: opts.hint, bind_ifindex: bound.then_some(ifindex) })
                 .map_err(kernel(if bound {
@@ -251,7 +266,8 @@ impl Lb {
             (l, e.map(|e| e.to_string()))
         };
         Ok(Lb {
-            link,
+            mode: link.mode(),
+            link: Some(link),
             classifier: None,
             balancer,
             plane,
@@ -270,7 +286,19 @@ impl Lb {
 
     /// The attach mode it got.
     pub fn mode(&self) -> XdpMode {
-        self.link.mode()
+        self.mode
+    }
+
+    /// Detaches the program from the interface and keeps the data plane loaded with
+    /// its state (connections, caches, tags): something else may run it now (see
+    /// [`Balancer::program_fd`]), as the pps benchmark does to take turns.
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// Whether the program is (still) attached to the interface.
+    pub fn attached(&self) -> bool {
+        self.link.is_some()
     }
 
     /// Why native mode failed, when it fell back to generic.
