@@ -243,16 +243,7 @@ pub fn summary_line(r: &BulkResult) -> String {
     )
 }
 
-/// Median of values (NaN for none).
-pub fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
-}
+pub use netlane::metrics::median;
 
 #[cfg(test)]
 mod tests {

@@ -26,7 +26,7 @@ pub const PORT_BASE: u16 = 10_000;
 /// What to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PktGenOptions {
-    /// Distinct flows, cycled through in order.
+    /// Distinct flows, cycled through in order (or with [`PktGen::set_stride`]).
     pub flows: u32,
     /// Write each flow's hint (from [`PktGen::set_hints`]) into the metadata.
     pub with_hints: bool,

@@ -296,11 +296,6 @@ impl Lb {
         self.link = None;
     }
 
-    /// Whether the program is (still) attached to the interface.
-    pub fn attached(&self) -> bool {
-        self.link.is_some()
-    }
-
     /// Why native mode failed, when it fell back to generic.
     pub fn native_error(&self) -> Option<&str> {
         self.native_error.as_deref()

@@ -40,6 +40,7 @@ use netlane_sys::bpf::{
 use serde::Serialize;
 
 use super::{Classifier, HintSource, Lb, LbError, LbOptions, LbStats, kernel};
+use crate::metrics::{cpu::task_cpu_ns, median};
 use crate::topology::{End, Netns, RxTuning, TopologyError, netdev, veth_link};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
@@ -103,15 +104,6 @@ impl Slice {
 
     fn prog_ns_per_packet(&self) -> f64 {
         self.prog_ns as f64 / self.runs.max(1) as f64
-    }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
     }
 }
 
@@ -206,7 +198,8 @@ impl PpsOptions {
             return Err(LbError::Invalid(format!("time per run must be 0.2..60 s, got {:?}", self.time)));
         }
         if self.modes.iter().enumerate().any(|(i, m)| self.modes[..i].contains(m)) {
-            return Err(LbError::Invalid(format!("hint modes listed twice: {:?}", self.modes)));
+            let names: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
+            return Err(LbError::Invalid(format!("a hint mode is listed twice: {}", names.join(","))));
         }
         if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
             return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
@@ -219,32 +212,23 @@ impl PpsOptions {
 /// metadata of its frames from now on.
 struct GenClassifier(Rc<PktGen>);
 
+impl GenClassifier {
+    /// The generator's flow with this key (it only sends IPv4).
+    fn flow(&self, k: &FlowKey) -> Option<u32> {
+        match k.src {
+            IpAddr::V4(a) => self.0.flow_of(a, k.sport),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
 impl Classifier for GenClassifier {
     fn install(&mut self, flow: &FlowKey, hint: u32) -> std::io::Result<()> {
-        match (flow.src, self.0.flow_of_key(flow)) {
-            (IpAddr::V4(_), Some(f)) => self.0.set_hints(f, &[hint]),
-            _ => Ok(()),
-        }
+        self.flow(flow).map_or(Ok(()), |f| self.0.set_hints(f, &[hint]))
     }
 
     fn remove(&mut self, flow: &FlowKey) -> std::io::Result<()> {
-        match self.0.flow_of_key(flow) {
-            Some(f) => self.0.set_hints(f, &[0]),
-            None => Ok(()),
-        }
-    }
-}
-
-trait FlowOfKey {
-    fn flow_of_key(&self, k: &FlowKey) -> Option<u32>;
-}
-
-impl FlowOfKey for PktGen {
-    fn flow_of_key(&self, k: &FlowKey) -> Option<u32> {
-        match k.src {
-            IpAddr::V4(a) => self.flow_of(a, k.sport),
-            IpAddr::V6(_) => None,
-        }
+        self.flow(flow).map_or(Ok(()), |f| self.0.set_hints(f, &[0]))
     }
 }
 
@@ -266,15 +250,6 @@ fn template(dst_mac: [u8; 6], src_mac: [u8; 6]) -> Vec<u8> {
     tcp[12] = 5 << 4;
     tcp[13] = 0x10; // ACK: an established flow
     f
-}
-
-/// CPU time (ns) a thread has run, from /proc/<pid>/schedstat.
-fn thread_cpu_ns(pid: u32) -> Result<u64, LbError> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).map_err(kernel("read schedstat"))?;
-    text.split_whitespace()
-        .next()
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| LbError::Invalid(format!("unreadable /proc/{pid}/schedstat: {text:?}")))
 }
 
 /// The balancer's configuration for `flows` flows. The connection table has one LRU
@@ -301,14 +276,7 @@ struct Bench {
     g0_mac: [u8; 6],
     l0_mac: [u8; 6],
     napi_pid: u32,
-    _sink: (Rc<PktGen>, XdpLink),
-}
-
-fn pin_this_thread(cpu: usize) -> Result<(), LbError> {
-    let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).map_err(|_| LbError::Invalid(format!("CPU {cpu} does not exist")))?;
-    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)
-        .map_err(|e| LbError::Kernel { what: format!("pin to CPU {cpu}"), source: e.into() })
+    sink: (Rc<PktGen>, XdpLink),
 }
 
 impl Bench {
@@ -347,7 +315,7 @@ impl Bench {
         );
         gen_ns.enter_on_this_thread()?;
         let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
-        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, _sink: (helpers, sink) })
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink) })
     }
 
     /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
@@ -357,14 +325,14 @@ impl Bench {
         c.generator.send(self.g0, &c.frame, LEAD_IN).map_err(kernel("run the generator"))?;
         let prog = c.program_fd();
         let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-        let cpu0 = thread_cpu_ns(self.napi_pid)?;
+        let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
         let start = Instant::now();
         while start.elapsed() < time {
             c.generator.send(self.g0, &c.frame, SEND_BATCH).map_err(kernel("run the generator"))?;
         }
         let secs = start.elapsed().as_secs_f64();
         let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-        let cpu1 = thread_cpu_ns(self.napi_pid)?;
+        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
         Ok(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, secs })
     }
 
@@ -382,7 +350,7 @@ impl Bench {
                 let senders: Vec<_> = (0..WARM_THREADS)
                     .map(|_| {
                         s.spawn(|| -> Result<(), LbError> {
-                            pin_this_thread(GEN_CPU)?;
+                            crate::bulk::pin(Some(GEN_CPU));
                             gen_ns.enter_on_this_thread()?;
                             loop {
                                 let was = left.fetch_sub(i64::from(WARM_BURST), Ordering::Relaxed);
@@ -495,7 +463,7 @@ impl Bench {
             contenders.push(self.contender(*s, flows)?);
         }
         progress(&format!("{flows} flows: measure {} programs in turns", contenders.len()));
-        let sunk0 = self._sink.0.sunk().map_err(kernel("read the sink"))?;
+        let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
         self.lb_ns.enter_on_this_thread()?;
         let link = XdpLink::attach(contenders[0].program_fd(), self.l0, XdpMode::Native);
         self.gen_ns.enter_on_this_thread()?;
@@ -512,7 +480,7 @@ impl Bench {
             }
         }
         drop(link);
-        let returned = self._sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
+        let returned = self.sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
         contenders.iter().map(|c| c.result(returned)).collect()
     }
 }
@@ -571,7 +539,7 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::scope(|s| {
         let worker = s.spawn(move || -> Result<Vec<PpsResult>, LbError> {
-            pin_this_thread(GEN_CPU)?;
+            crate::bulk::pin(Some(GEN_CPU));
             let _stats = enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?;
             let bench = Bench::build()?;
             let tell = |m: &str| {

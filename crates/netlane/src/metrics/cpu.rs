@@ -61,6 +61,15 @@ pub fn thread_cpu() -> CpuTime {
     usage(UsageWho::RUSAGE_THREAD)
 }
 
+/// Nanoseconds any task (a kernel thread too, such as a threaded-NAPI poller) has run
+/// so far, from the first field of `/proc/<pid>/schedstat`.
+pub fn task_cpu_ns(pid: u32) -> io::Result<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
+    text.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("unreadable /proc/{pid}/schedstat: {text:?}"))
+    })
+}
+
 /// CPU time of the whole process so far (`RUSAGE_SELF`).
 pub fn process_cpu() -> CpuTime {
     usage(UsageWho::RUSAGE_SELF)

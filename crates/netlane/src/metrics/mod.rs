@@ -12,3 +12,14 @@ pub mod units;
 
 pub use cpu::{CpuTime, SystemCpu, SystemCpuDelta};
 pub use hist::{Hist, Summary};
+
+/// Median of the finite values (NaN for none).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.retain(|x| x.is_finite());
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
