@@ -1,5 +1,6 @@
-//! Compiles the BPF programs under `bpf/` with clang and generates their libbpf-rs
-//! skeletons (Rust types come from the object's BTF, never hand-copied).
+//! Compiles the BPF programs under `bpf/` (in this crate, so a packaged crate carries
+//! them) with clang and generates their libbpf-rs skeletons (Rust types come from the
+//! object's BTF, never hand-copied).
 
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ const PROGRAMS: &[(&str, &str)] = &[
 fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let root =
-        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("../../bpf");
+        PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("bpf");
     // clang -target bpf does not search the multiarch include directory where Debian
     // keeps <asm/types.h>.
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();

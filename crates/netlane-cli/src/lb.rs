@@ -9,9 +9,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netlane::lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier, render_prometheus};
-use netlane_lb::config::{Config, VipChange};
-use netlane_lb::maglev;
+use netlane_lb::proto::config::{Config, VipChange};
+use netlane_lb::proto::maglev;
+use netlane_lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier, render_prometheus};
 
 /// Set by the Ctrl-C handler while `netlane lb run` is running: stop cleanly.
 pub static STOP: AtomicBool = AtomicBool::new(false);
@@ -358,11 +358,11 @@ pub fn run(cmd: &LbCmd) -> Result<()> {
 }
 
 fn decap(iface: &str, generic: bool, duration: Option<u64>) -> Result<()> {
-    use netlane::lb::{Decap, XdpLink, XdpMode};
+    use netlane_lb::{Decap, XdpLink, XdpMode};
     if duration == Some(0) {
         bail!("--duration must be at least 1 second");
     }
-    let ifindex = netlane::lb::if_index(iface)?;
+    let ifindex = netlane_lb::if_index(iface)?;
     let prog = Decap::load().context("load the decapsulation program (root needed)")?;
     let link = if generic {
         XdpLink::attach(prog.program_fd(), ifindex, XdpMode::Generic)

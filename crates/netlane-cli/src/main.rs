@@ -2,19 +2,16 @@
 
 #![forbid(unsafe_code)]
 
-mod bench;
-mod lab;
 mod lb;
 mod nvme;
-mod report;
 
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 
-use bench::udp_bulk::UdpBulkArgs;
-use bench::udp_pacing::UdpPacingArgs;
+use netlane_lab::scenarios::{self as bench, udp_bulk::UdpBulkArgs, udp_pacing::UdpPacingArgs};
+use netlane_lab::{lab, report};
 
 /// netlane: the short path from the wire to the application thread, measured.
 #[derive(Debug, Parser)]
@@ -152,14 +149,14 @@ fn topo(cmd: &TopoCmd) -> Result<()> {
     Ok(())
 }
 
-/// The sender-process side of `netlane::bulk::TxSource::Process`.
+/// The sender-process side of `netlane_lab::engines::bulk::TxSource::Process`.
 fn bulk_tx() -> Result<()> {
     // Die with the benchmark that started us, whatever killed it.
     nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).context("set parent-death signal")?;
     let mut input = String::new();
     std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).context("read the sender job")?;
-    let job: netlane::bulk::SenderJob = serde_json::from_str(&input).context("decode the sender job")?;
-    let report = netlane::bulk::run_sender_job(&job)?;
+    let job: netlane_lab::engines::bulk::SenderJob = serde_json::from_str(&input).context("decode the sender job")?;
+    let report = netlane_lab::engines::bulk::run_sender_job(&job)?;
     println!("{}", serde_json::to_string(&report)?);
     Ok(())
 }

@@ -7,16 +7,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netlane::nvme::host::ConnectOptions;
-use netlane::nvme::perf::{Caravan, CpuBinding, JobGroup, PerfOptions, PerfReport};
-use netlane::nvme::proto::target::{Subsystem, TargetConfig};
-use netlane::nvme::target::{TargetOptions, TargetServer};
+use netlane_nvme::host::ConnectOptions;
+use netlane_nvme::perf::{Caravan, CpuBinding, JobGroup, PerfOptions, PerfReport};
+use netlane_nvme::proto::target::{Subsystem, TargetConfig};
+use netlane_nvme::target::{TargetOptions, TargetServer};
 
-use crate::bench::{cpus, parse_positive_duration};
-use crate::report::{Cell, ScenarioReport, Table};
+use netlane_lab::report::ScenarioReport;
+use netlane_lab::scenarios::parse_positive_duration;
 
-/// The default subsystem NQN of `netlane nvme target`.
-pub const DEFAULT_NQN: &str = "nqn.2026-11.io.netlane:target";
+use netlane_lab::scenarios::nvme::perf_table;
+use netlane_nvme::target::DEFAULT_NQN;
 
 /// NVMe/TCP target and host.
 #[derive(Debug, Subcommand)]
@@ -25,34 +25,6 @@ pub enum NvmeCmd {
     Target(Box<TargetArgs>),
     /// Connect to a target and run a fio-like workload.
     Perf(Box<PerfArgs>),
-}
-
-/// A list of CPUs (`0-1`, `0,2`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
-
-fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
-    let mut v = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        if let Some((a, b)) = part.split_once('-') {
-            let (a, b): (usize, usize) =
-                (a.parse().map_err(|_| format!("{part:?}"))?, b.parse().map_err(|_| format!("{part:?}"))?);
-            if a > b {
-                return Err(format!("CPU range {part:?} is backwards"));
-            }
-            v.extend(a..=b);
-        } else {
-            v.push(part.parse().map_err(|_| format!("{part:?} is not a CPU number"))?);
-        }
-    }
-    if v.is_empty() {
-        return Err("empty CPU list".into());
-    }
-    let n = cpus();
-    if let Some(bad) = v.iter().find(|&&c| c >= n) {
-        return Err(format!("CPU {bad} does not exist (this machine has {n})"));
-    }
-    Ok(CpuList(v))
 }
 
 /// `netlane nvme target`.
@@ -68,8 +40,8 @@ pub struct TargetArgs {
     #[arg(long = "ns", default_value = "mem:256M")]
     pub namespaces: Vec<String>,
     /// Reactor CPUs, one reactor each (e.g. 0-1 or 1). Default: every CPU.
-    #[arg(long, value_parser = parse_cpu_list)]
-    pub cpus: Option<CpuList>,
+    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    pub cpus: Option<netlane::cpus::CpuList>,
     /// Busy-poll the sockets (SO_BUSY_POLL microseconds) and spin instead of sleeping.
     #[arg(long)]
     pub busy_poll: Option<u32>,
@@ -112,7 +84,7 @@ impl TargetArgs {
     pub fn run(&self) -> Result<()> {
         let mut namespaces = Vec::new();
         for spec in &self.namespaces {
-            namespaces.push(netlane::nvme::store::open_namespace(spec).map_err(anyhow::Error::msg)?);
+            namespaces.push(netlane_nvme::store::open_namespace(spec).map_err(anyhow::Error::msg)?);
         }
         let config = TargetConfig {
             nqn: self.nqn.clone(),
@@ -125,7 +97,7 @@ impl TargetArgs {
             ..TargetConfig::default()
         };
         let subsys = Subsystem::new(config, namespaces).map_err(anyhow::Error::msg)?;
-        let cpus = self.cpus.clone().map_or_else(|| (0..cpus()).collect(), |c| c.0);
+        let cpus: Vec<usize> = self.cpus.clone().unwrap_or_else(netlane::cpus::CpuList::online).as_slice().to_vec();
         let opts =
             TargetOptions { listen: self.listen, cpus: cpus.clone(), busy_poll: self.busy_poll, spin: self.spin };
         let server = TargetServer::start(subsys.clone(), &opts).context("start the target")?;
@@ -219,8 +191,8 @@ pub struct PerfArgs {
     #[arg(long, default_value_t = 0)]
     pub poll_queues: u16,
     /// CPUs the queues map onto, where their I/O workers run. Default: every CPU.
-    #[arg(long, value_parser = parse_cpu_list)]
-    pub queue_cpus: Option<CpuList>,
+    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    pub queue_cpus: Option<netlane::cpus::CpuList>,
     /// Entries per I/O queue.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     pub queue_depth: u16,
@@ -267,7 +239,7 @@ impl PerfArgs {
             if let Some(m) = self.rwmixread {
                 spec.push_str(&format!(",rwmixread={m}"));
             }
-            spec.push_str(&format!(",cpus={}", self.cpus.replace(',', "+")));
+            spec.push_str(&format!(",cpus={}", self.cpus));
             if self.hipri {
                 spec.push_str(",hipri=1");
             }
@@ -287,10 +259,8 @@ impl PerfArgs {
             v
         };
         for g in &groups {
-            if let CpuBinding::Pinned(c) = &g.cpus
-                && let Some(bad) = c.iter().find(|&&c| c >= cpus())
-            {
-                bail!("group {}: CPU {bad} does not exist (this machine has {})", g.name, cpus());
+            if let CpuBinding::Pinned(c) = &g.cpus {
+                c.check_online().with_context(|| format!("group {}", g.name))?;
             }
         }
         let size = match &self.size {
@@ -311,7 +281,7 @@ impl PerfArgs {
             queues: self.queues,
             read_queues: self.read_queues,
             poll_queues: self.poll_queues,
-            queue_cpus: self.queue_cpus.clone().map_or_else(|| (0..cpus()).collect(), |c| c.0),
+            queue_cpus: self.queue_cpus.clone().unwrap_or_else(netlane::cpus::CpuList::online),
             queue_depth: self.queue_depth,
             direct_send: self.direct_send,
             batch: !self.no_batch,
@@ -370,63 +340,11 @@ impl PerfArgs {
     }
 }
 
-fn us(ns: u64) -> f64 {
-    ns as f64 / 1000.0
-}
-
-/// A table of a perf report's groups.
-pub fn perf_table(name: &str, title: &str, r: &PerfReport) -> Table {
-    let mut t = Table {
-        name: name.into(),
-        title: title.into(),
-        columns: [
-            "group",
-            "rw",
-            "bs",
-            "qd",
-            "jobs",
-            "IOPS",
-            "MB/s",
-            "p50 us",
-            "p90 us",
-            "p99 us",
-            "p99.9 us",
-            "p99.99 us",
-            "errors",
-            "mismatches",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        rows: Vec::new(),
-    };
-    for g in &r.groups {
-        let lat = if g.reads >= g.writes { &g.read_lat_ns } else { &g.write_lat_ns };
-        t.rows.push(vec![
-            Cell::text(&g.name),
-            Cell::text(&g.rw),
-            Cell::text(netlane::metrics::units::format_size(u64::from(g.bs))),
-            Cell::num(f64::from(g.qd), 0),
-            Cell::num(f64::from(g.jobs), 0),
-            Cell::num(g.iops, 0),
-            Cell::num(g.mb_s, 1),
-            Cell::num(us(lat.p50), 1),
-            Cell::num(us(lat.p90), 1),
-            Cell::num(us(lat.p99), 1),
-            Cell::num(us(lat.p999), 1),
-            Cell::num(us(lat.p9999), 1),
-            Cell::num(g.errors as f64, 0),
-            Cell::num(g.mismatches as f64, 0),
-        ]);
-    }
-    t
-}
-
 impl PerfArgs {
     /// Runs and returns the report.
     pub fn run(&self) -> Result<(ScenarioReport, PerfReport)> {
         let opts = self.options()?;
-        let r = netlane::nvme::perf::run(&opts).context("nvme perf")?;
+        let r = netlane_nvme::perf::run(&opts).context("nvme perf")?;
         let mut rep = ScenarioReport {
             name: "nvme-perf".into(),
             title: "NVMe/TCP perf".into(),

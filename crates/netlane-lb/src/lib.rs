@@ -1,19 +1,26 @@
-//! The control-plane core of netlane's XDP L4 load balancer: no sockets, no BPF, no
-//! clocks.
+//! netlane's XDP L4 load balancer (Katran-class): Maglev consistent hashing, IPIP and
+//! IPv6 encapsulation towards the reals, and NIC metadata hints (RX hash, per-flow and
+//! per-destination tags) that let marked packets skip work.
 //!
-//! - [`maglev`]: weighted Maglev rings that honour weights, and how many slots move
-//!   between two rings;
-//! - [`config`]: the TOML configuration of VIPs and reals, validated, and the per-VIP
-//!   effect of a configuration change;
-//! - [`plane`]: the data plane operations a configuration change needs (VIP and real
-//!   indexes, real generations, safe ordering), and per-flow tag ids.
+//! Two layers:
 //!
-//! The data plane (BPF C under `bpf/`) and the driver that loads it and fills its maps
-//! live elsewhere; they consume what this crate computes.
+//! - [`proto`]: the sans-IO control-plane core (weighted Maglev, the TOML
+//!   configuration, the plan of data-plane writes for a change, the tag table): no
+//!   sockets, no BPF, no clocks; property-tested;
+//! - the driver around it ([`Lb`]): loads the data plane built from
+//!   `crates/netlane-sys/bpf/lb/`, attaches it, applies configurations live, turns
+//!   new-flow events into classifier tags ([`Classifier`], [`TcClassifier`]), and
+//!   reports statistics ([`stats`]) as JSON and Prometheus text.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod config;
-pub mod maglev;
-pub mod plane;
+pub mod proto;
+
+#[cfg(feature = "drivers")]
+mod driver;
+#[cfg(feature = "drivers")]
+pub mod stats;
+
+#[cfg(feature = "drivers")]
+pub use driver::*;

@@ -1,436 +1,441 @@
-//! The host side of one NVMe/TCP queue: command identifiers, in-capsule data or the
-//! R2T/H2CData flow, C2HData reassembly, completions.
+//! Connecting to an NVMe/TCP target: queue connections, the admin bring-up a Linux host
+//! performs, and keep-alive.
 //!
-//! [`HostQueue::submit`] appends a command's PDUs to the output buffer;
-//! [`HostQueue::handle_input`] consumes PDUs from the controller and queues
-//! [`Completion`]s, each carrying the caller's token and the command's buffer back (the
-//! read data, or the write data to reuse). A controller that breaks the protocol gets an
-//! H2C termination request and the queue fails; every outstanding command is then
-//! returned by [`HostQueue::fail_all`] with a transport error, so nothing is lost
-//! silently.
+//! [`Controller::connect`] does: ICReq/ICResp, Connect (admin, dynamic CNTLID, KATO),
+//! Property Get CAP, Property Set CC.EN, Property Get CSTS until RDY, Identify Controller
+//! (checking the same gates the Linux host checks), Set Features number of queues and
+//! async event configuration, the active namespace list and each namespace, one held
+//! Async Event Request, and a keep-alive thread sending Keep Alive every KATO/2.
 
-use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
-use crate::cmd::{Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, SglDesc, Sqe, Status};
-use crate::pdu::{self, DecodeError, Fes, IcReq, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
+use crate::proto::cmd::{Sqe, Status, admin};
+use crate::proto::fabrics::{self, Connect, Property, reg};
+use crate::proto::host::{Completion, HostQueue, HostQueueConfig, QueueError};
+use crate::proto::identify::{self, ControllerInfo, NamespaceInfo};
 
-/// Settings of one host queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HostQueueConfig {
-    /// Queue ID (0 = admin).
-    pub qid: u16,
-    /// Ask for header digests.
-    pub hdgst: bool,
-    /// Ask for data digests.
-    pub ddgst: bool,
-    /// Host PDU data alignment, 0's based dwords.
-    pub hpda: u8,
-    /// Outstanding R2Ts per command we accept, 0's based.
-    pub maxr2t: u32,
-    /// Commands in flight at most (CIDs 0..depth).
-    pub depth: u16,
-    /// In-capsule data limit, bytes (8 KiB on the admin queue; IOCCSZ-derived on I/O).
-    pub in_capsule: u32,
-    /// Largest C2HData accepted in one PDU.
-    pub max_c2h: u32,
-}
+use crate::wire::{RxBuf, send_all};
 
-impl HostQueueConfig {
-    /// An admin queue of depth 32 with the given digests.
-    pub fn admin(hdgst: bool, ddgst: bool) -> Self {
-        HostQueueConfig { qid: 0, hdgst, ddgst, hpda: 0, maxr2t: 0, depth: 32, in_capsule: 8192, max_c2h: 16 << 20 }
-    }
-}
-
-/// A completed command.
-#[derive(Debug)]
-pub struct Completion {
-    /// The token given to [`HostQueue::submit`].
-    pub token: u64,
-    /// The completion entry (synthesised for a C2HData SUCCESS completion).
-    pub cqe: Cqe,
-    /// The command's buffer: read data for reads, the written data for writes.
-    pub data: Vec<u8>,
-}
-
-/// Why a submission was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum SubmitError {
-    /// Every command identifier is in use.
-    #[error("queue full")]
-    Full,
-    /// The queue is not initialised yet, or has failed.
-    #[error("queue not ready")]
-    NotReady,
-}
-
-/// What failed a queue.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum QueueError {
-    /// The controller broke the protocol; we sent a termination request.
-    #[error("controller protocol violation: {0}")]
-    Violation(Violation),
-    /// The controller sent a termination request.
-    #[error("controller terminated the connection: FES {fes:#x} FEI {fei:#x}")]
-    Terminated {
-        /// Its Fatal Error Status.
-        fes: u16,
-        /// Its Fatal Error Information.
-        fei: u32,
+/// Errors from the host side.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A socket operation failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
     },
-    /// ICResp was not acceptable.
-    #[error("unacceptable ICResp: {0}")]
-    BadIcResp(&'static str),
+    /// The queue's protocol state machine failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// A command completed with an error status.
+    #[error("{what} failed: {status}")]
+    Status {
+        /// The command.
+        what: &'static str,
+        /// Its status.
+        status: Status,
+    },
+    /// The controller answered something a host cannot use.
+    #[error("controller not usable: {0}")]
+    Unusable(String),
+    /// No answer in time.
+    #[error("timed out waiting for {0}")]
+    Timeout(&'static str),
+    /// The target closed the connection.
+    #[error("the target closed the connection")]
+    Closed,
 }
 
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HostError {
+    let what = what.into();
+    move |source| HostError::Io { what, source }
+}
+
+/// How to reach and identify to a target.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// Target address.
+    pub addr: SocketAddr,
+    /// Subsystem NQN.
+    pub subnqn: String,
+    /// Our host NQN.
+    pub hostnqn: String,
+    /// Our host identifier.
+    pub hostid: [u8; 16],
+    /// Header digests.
+    pub hdgst: bool,
+    /// Data digests.
+    pub ddgst: bool,
+    /// Keep-alive timeout in ms (0 disables keep-alive).
+    pub kato_ms: u32,
+    /// Timeout for connecting and for each bring-up command.
+    pub timeout: Duration,
+    /// Disable SQ flow control (lets the target complete reads with C2HData SUCCESS).
+    pub disable_sqflow: bool,
+}
+
+impl ConnectOptions {
+    /// Options with a host NQN derived from this process.
+    pub fn new(addr: SocketAddr, subnqn: &str) -> ConnectOptions {
+        let pid = std::process::id();
+        let mut hostid = [0u8; 16];
+        hostid[..4].copy_from_slice(&pid.to_be_bytes());
+        hostid[4..12].copy_from_slice(&netlane::time::monotonic_ns().to_be_bytes());
+        ConnectOptions {
+            addr,
+            subnqn: subnqn.to_string(),
+            hostnqn: format!(
+                "nqn.2014-08.org.nvmexpress:uuid:netlane-{pid:08x}-{:08x}",
+                netlane::time::monotonic_ns() as u32
+            ),
+            hostid,
+            hdgst: false,
+            ddgst: false,
+            kato_ms: 5000,
+            timeout: Duration::from_secs(5),
+            disable_sqflow: true,
+        }
+    }
+}
+
+/// One queue connection driven synchronously: submit, then read until the answer.
 #[derive(Debug)]
-struct Inflight {
-    token: u64,
-    dir: DataDir,
-    buf: Vec<u8>,
-    in_capsule: bool,
-    received: usize,
-    r2ts: u32,
-    digest_error: bool,
+pub struct QueueConn {
+    /// The socket (blocking).
+    pub sock: TcpStream,
+    /// The queue state machine.
+    pub q: HostQueue,
+    rx: RxBuf,
+    next_token: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    AwaitIcResp,
-    Ready,
-    Failed,
-}
+impl QueueConn {
+    /// Opens a TCP connection and completes ICReq/ICResp.
+    pub fn open(opts: &ConnectOptions, cfg: HostQueueConfig) -> Result<QueueConn, HostError> {
+        let sock = TcpStream::connect_timeout(&opts.addr, opts.timeout)
+            .map_err(io_err(format!("connect to {}", opts.addr)))?;
+        sock.set_nodelay(true).map_err(io_err("TCP_NODELAY"))?;
+        let mut c = QueueConn { sock, q: HostQueue::new(cfg), rx: RxBuf::new(256 << 10), next_token: 1 };
+        c.flush()?;
+        let deadline = Instant::now() + opts.timeout;
+        while !c.q.is_ready() {
+            c.read_some(deadline, "ICResp")?;
+        }
+        Ok(c)
+    }
 
-/// Per-queue counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct HostQueueStats {
-    /// Commands submitted.
-    pub submitted: u64,
-    /// Commands completed.
-    pub completed: u64,
-    /// Completions that arrived as the C2HData SUCCESS flag.
-    pub success_flag: u64,
-    /// R2Ts answered.
-    pub r2ts: u64,
-    /// H2CData PDUs sent.
-    pub h2c_pdus: u64,
-    /// Data digest errors seen.
-    pub digest_errors: u64,
-}
+    /// Consumes the connection into its parts (socket, state machine, and any bytes
+    /// already received).
+    pub fn into_parts(self) -> (TcpStream, HostQueue, Vec<u8>) {
+        let rest = self.rx.data().to_vec();
+        (self.sock, self.q, rest)
+    }
 
-/// One host queue (one TCP connection).
-#[derive(Debug)]
-pub struct HostQueue {
-    cfg: HostQueueConfig,
-    rx: RxConfig,
-    tx: TxConfig,
-    maxh2cdata: u32,
-    state: State,
-    slots: Vec<Option<Inflight>>,
-    free: Vec<u16>,
-    out: OutBuf,
-    done: VecDeque<Completion>,
-    /// Counters.
-    pub stats: HostQueueStats,
-}
+    fn flush(&mut self) -> Result<(), HostError> {
+        let out = self.q.pending_output();
+        if !out.is_empty() {
+            send_all(&self.sock, out).map_err(io_err("send"))?;
+            let n = out.len();
+            self.q.advance_output(n);
+        }
+        Ok(())
+    }
 
-impl HostQueue {
-    /// A queue that starts by emitting its ICReq.
-    pub fn new(cfg: HostQueueConfig) -> HostQueue {
-        let depth = cfg.depth.max(1);
-        let mut q = HostQueue {
-            cfg,
-            rx: RxConfig::initial(Role::Host),
-            tx: TxConfig::default(),
-            maxh2cdata: 0,
-            state: State::AwaitIcResp,
-            slots: (0..depth).map(|_| None).collect(),
-            free: (0..depth).rev().collect(),
-            out: OutBuf::with_capacity(16 * 1024),
-            done: VecDeque::new(),
-            stats: HostQueueStats::default(),
+    fn read_some(&mut self, deadline: Instant, what: &'static str) -> Result<(), HostError> {
+        let left = deadline.checked_duration_since(Instant::now()).ok_or(HostError::Timeout(what))?;
+        self.sock.set_read_timeout(Some(left.max(Duration::from_millis(1)))).map_err(io_err("SO_RCVTIMEO"))?;
+        match self.rx.read_from(&self.sock, 0) {
+            Ok(0) => return Err(HostError::Closed),
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                return Err(HostError::Timeout(what));
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err("receive")(e)),
+        }
+        let used = self.q.handle_input(self.rx.data());
+        // A violation queues a termination request: try to send it before failing.
+        let _ = self.flush();
+        self.rx.consume(used?);
+        Ok(())
+    }
+
+    /// Runs one command to completion. A completion of another command that arrives
+    /// meanwhile (the held Async Event Request) is logged and dropped.
+    pub fn run(
+        &mut self,
+        sqe: Sqe,
+        data: Vec<u8>,
+        timeout: Duration,
+        what: &'static str,
+    ) -> Result<Completion, HostError> {
+        let token = self.send_command(sqe, data, what)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            while let Some(c) = self.q.pop_completion() {
+                if c.token == token {
+                    return Ok(c);
+                }
+                // Only the held Async Event Request completes out of turn; netlane
+                // acts on no event, so it is noted and dropped.
+                tracing::info!(cid = c.cqe.cid, status = %c.cqe.status, "asynchronous event or stray completion");
+            }
+            self.read_some(deadline, what)?;
+        }
+    }
+
+    /// Runs a command and requires success.
+    pub fn run_ok(
+        &mut self,
+        sqe: Sqe,
+        data: Vec<u8>,
+        timeout: Duration,
+        what: &'static str,
+    ) -> Result<Completion, HostError> {
+        let c = self.run(sqe, data, timeout, what)?;
+        if !c.cqe.status.is_success() {
+            return Err(HostError::Status { what, status: c.cqe.status });
+        }
+        Ok(c)
+    }
+
+    /// Submits a command without waiting (an Async Event Request).
+    pub fn submit_nowait(&mut self, sqe: Sqe) -> Result<(), HostError> {
+        self.send_command(sqe, Vec::new(), "submit").map(|_| ())
+    }
+
+    /// Submits and sends a command; returns its token.
+    fn send_command(&mut self, sqe: Sqe, data: Vec<u8>, what: &'static str) -> Result<u64, HostError> {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.q.submit(sqe, data, token).map_err(|(e, _)| HostError::Unusable(format!("{what}: {e}")))?;
+        self.flush()?;
+        Ok(token)
+    }
+
+    /// Fabrics Connect on this queue; returns the CNTLID.
+    pub fn fabrics_connect(
+        &mut self,
+        opts: &ConnectOptions,
+        qid: u16,
+        cntlid: u16,
+        sqsize: u16,
+    ) -> Result<u16, HostError> {
+        let c = Connect {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr: if opts.disable_sqflow { fabrics::CATTR_DISABLE_SQFLOW } else { 0 },
+            kato_ms: if qid == 0 { opts.kato_ms } else { 0 },
+            hostid: opts.hostid,
+            cntlid,
+            subnqn: opts.subnqn.clone(),
+            hostnqn: opts.hostnqn.clone(),
         };
-        TxConfig::ic_req(
-            q.out.vec(),
-            &IcReq { pfv: 0, hpda: cfg.hpda, hdgst: cfg.hdgst, ddgst: cfg.ddgst, maxr2t: cfg.maxr2t },
-        );
-        q
-    }
-
-    /// Whether initialisation finished and the queue has not failed.
-    pub fn is_ready(&self) -> bool {
-        self.state == State::Ready
-    }
-
-    /// The queue's settings.
-    pub fn config(&self) -> &HostQueueConfig {
-        &self.cfg
-    }
-
-    /// Changes the in-capsule data limit (after Identify reports IOCCSZ).
-    pub fn set_in_capsule(&mut self, bytes: u32) {
-        self.cfg.in_capsule = bytes;
-    }
-
-    /// MAXH2CDATA from the controller (0 before ICResp).
-    pub fn maxh2cdata(&self) -> u32 {
-        self.maxh2cdata
-    }
-
-    /// Commands in flight.
-    pub fn inflight(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
-
-    /// Free command slots.
-    pub fn free_slots(&self) -> usize {
-        self.free.len()
-    }
-
-    /// Bytes waiting to be sent.
-    pub fn pending_output(&self) -> &[u8] {
-        self.out.pending()
-    }
-
-    /// Marks `n` bytes of output as sent.
-    pub fn advance_output(&mut self, n: usize) {
-        self.out.advance(n);
-    }
-
-    /// Takes the next completion.
-    pub fn pop_completion(&mut self) -> Option<Completion> {
-        self.done.pop_front()
-    }
-
-    /// Queues a command. `data` is the write data for host-to-controller commands, or
-    /// the buffer to fill (its length is the transfer length) for controller-to-host
-    /// ones; empty for neither. The SQE's CID and SGL are set here.
-    pub fn submit(&mut self, mut sqe: Sqe, data: Vec<u8>, token: u64) -> Result<u16, (SubmitError, Vec<u8>)> {
-        if self.state != State::Ready {
-            return Err((SubmitError::NotReady, data));
+        let (sqe, data) = c.encode(0);
+        let done = self.run(sqe, data, opts.timeout, "Connect")?;
+        if !done.cqe.status.is_success() {
+            let st = done.cqe.status;
+            let detail = if st == Status::CONNECT_INVALID_PARAM {
+                let p = done.cqe.dw0;
+                format!(" (invalid {} at byte {})", if p & (1 << 16) != 0 { "data" } else { "SQE field" }, p & 0xffff)
+            } else {
+                String::new()
+            };
+            return Err(HostError::Unusable(format!("Connect queue {qid} refused: {st}{detail}")));
         }
-        let Some(cid) = self.free.pop() else { return Err((SubmitError::Full, data)) };
-        sqe.set_cid(cid);
-        let dir = sqe.data_dir();
-        let len = data.len() as u32;
-        let in_capsule = dir == DataDir::ToController && len > 0 && len <= self.cfg.in_capsule;
-        let id = if in_capsule { SGL_ICD } else { SGL_TRANSPORT };
-        sqe.set_sgl(SglDesc { addr: 0, len, id });
-        self.tx.capsule_cmd(self.out.vec(), &sqe, if in_capsule { &data } else { &[] });
-        self.slots[usize::from(cid)] =
-            Some(Inflight { token, dir, buf: data, in_capsule, received: 0, r2ts: 0, digest_error: false });
-        self.stats.submitted += 1;
-        Ok(cid)
+        Ok(done.cqe.dw0 as u16)
     }
+}
 
-    /// Consumes whole PDUs from the front of `buf`; returns the bytes consumed. On a
-    /// controller violation an H2C termination request is queued and the error returned;
-    /// the queue is then failed.
-    pub fn handle_input(&mut self, buf: &[u8]) -> Result<usize, QueueError> {
-        self.handle_input_until(buf, usize::MAX)
-    }
+fn cmd(op: u8, nsid: u32, cdw10: u32, cdw11: u32) -> Sqe {
+    let mut s = Sqe::default();
+    s.set_opcode(op);
+    s.set_nsid(nsid);
+    s.set_cdw(10, cdw10);
+    s.set_cdw(11, cdw11);
+    s
+}
 
-    /// Like [`Self::handle_input`], but stops before the next PDU once `max_output`
-    /// bytes wait to be sent (an R2T can produce megabytes of H2CData), so a driver can
-    /// bound the work of one round and let other threads run, as the kernel host's
-    /// `io_work` bounds itself to a time budget.
-    pub fn handle_input_until(&mut self, buf: &[u8], max_output: usize) -> Result<usize, QueueError> {
-        let mut off = 0;
-        while self.state != State::Failed && self.pending_output().len() < max_output {
-            let rest = &buf[off..];
-            match pdu::decode(rest, &self.rx) {
-                Ok(d) => {
-                    let raw = &rest[..d.len];
-                    match self.on_pdu(d.pdu) {
-                        Ok(()) => off += d.len,
-                        Err(QueueError::Violation(v)) => return Err(self.terminate(v, raw)),
-                        Err(e) => {
-                            self.state = State::Failed;
-                            return Err(e);
-                        }
-                    }
-                }
-                Err(DecodeError::Incomplete(_)) => break,
-                Err(DecodeError::Violation(v)) => {
-                    return Err(self.terminate(v, pdu::offending_header(rest)));
-                }
-                Err(DecodeError::Reset) => {
-                    self.state = State::Failed;
-                    return Err(QueueError::Terminated { fes: 0, fei: 0 });
-                }
+/// A namespace as the host sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct HostNamespace {
+    /// NSID.
+    pub nsid: u32,
+    /// Identify Namespace data.
+    pub info: NamespaceInfo,
+}
+
+/// The keep-alive thread and its stop flag.
+type KeepAlive = (Arc<(Mutex<bool>, Condvar)>, JoinHandle<()>);
+
+/// A connected, enabled controller with its admin queue and keep-alive.
+#[derive(Debug)]
+pub struct Controller {
+    opts: ConnectOptions,
+    admin: Arc<Mutex<QueueConn>>,
+    /// CNTLID the target assigned.
+    pub cntlid: u16,
+    /// Identify Controller.
+    pub info: ControllerInfo,
+    /// Active namespaces.
+    pub namespaces: Vec<HostNamespace>,
+    /// I/O queues granted by Set Features.
+    pub io_queues: u16,
+    /// CAP.MQES + 1: the largest queue.
+    pub max_queue_entries: u32,
+    ka: Option<KeepAlive>,
+}
+
+impl Controller {
+    /// Connects the admin queue and brings the controller up, asking for `want_io_queues`.
+    pub fn connect(opts: &ConnectOptions, want_io_queues: u16) -> Result<Controller, HostError> {
+        let t = opts.timeout;
+        let mut a = QueueConn::open(opts, HostQueueConfig::admin(opts.hdgst, opts.ddgst))?;
+        let cntlid = a.fabrics_connect(opts, 0, fabrics::CNTLID_DYNAMIC, 31)?;
+        let cap = a.run_ok(Property::get(0, reg::CAP, true), vec![], t, "Property Get CAP")?.cqe;
+        let cap = u64::from(cap.dw0) | (u64::from(cap.dw1) << 32);
+        let mqes = (cap & 0xffff) as u32 + 1;
+        let to = Duration::from_millis(500 * ((cap >> 24) & 0xff).max(1));
+        a.run_ok(Property::set(0, reg::CC, u64::from(fabrics::CC_ENABLE), false), vec![], t, "Property Set CC")?;
+        let ready_by = Instant::now() + to;
+        loop {
+            let csts = a.run_ok(Property::get(0, reg::CSTS, false), vec![], t, "Property Get CSTS")?.cqe.dw0;
+            if csts & 2 != 0 {
+                return Err(HostError::Unusable("controller fatal status after enable".into()));
             }
+            if csts & fabrics::CSTS_RDY != 0 {
+                break;
+            }
+            if Instant::now() > ready_by {
+                return Err(HostError::Timeout("CSTS.RDY"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(off)
-    }
-
-    /// Fails every command in flight with a transport error and returns them all (for a
-    /// connection that died).
-    pub fn fail_all(&mut self) -> Vec<Completion> {
-        self.state = State::Failed;
-        let mut v: Vec<Completion> = self.done.drain(..).collect();
-        for cid in 0..self.slots.len() {
-            if let Some(f) = self.slots[cid].take() {
-                self.free.push(cid as u16);
-                let cqe =
-                    Cqe { cid: cid as u16, sqid: self.cfg.qid, status: Status::TRANSIENT_TRANSPORT, ..Cqe::default() };
-                v.push(Completion { token: f.token, cqe, data: f.buf });
-            }
+        let idc = a.run_ok(cmd(admin::IDENTIFY, 0, 1, 0), vec![0; 4096], t, "Identify Controller")?;
+        let info = ControllerInfo::parse(&idc.data).ok_or_else(|| HostError::Unusable("Identify Controller".into()))?;
+        // The gates the Linux host applies (drivers/nvme/host/core.c, fabrics.c).
+        if info.cntlid != cntlid {
+            return Err(HostError::Unusable(format!("Identify CNTLID {} != Connect's {cntlid}", info.cntlid)));
         }
-        v
-    }
-
-    fn terminate(&mut self, v: Violation, offending: &[u8]) -> QueueError {
-        TxConfig::term_req(self.out.vec(), Role::Host, v.fes, v.fei, offending);
-        self.state = State::Failed;
-        QueueError::Violation(v)
-    }
-
-    fn slot(&mut self, cid: u16, fei: u32) -> Result<&mut Inflight, QueueError> {
-        self.slots.get_mut(usize::from(cid)).and_then(Option::as_mut).ok_or(QueueError::Violation(Violation::new(
-            Fes::InvalidHeaderField,
-            fei,
-            "unknown command identifier",
-        )))
-    }
-
-    fn complete(&mut self, cid: u16, mut cqe: Cqe) {
-        if let Some(f) = self.slots.get_mut(usize::from(cid)).and_then(Option::take) {
-            self.free.push(cid);
-            if cqe.status.is_success() {
-                if f.digest_error {
-                    cqe.status = Status::TRANSIENT_TRANSPORT;
-                } else if f.dir == DataDir::ToHost && f.received != f.buf.len() {
-                    // Success without all the data: never hand back a short buffer.
-                    cqe.status = Status::DATA_XFER_ERROR;
-                }
-            }
-            self.stats.completed += 1;
-            self.done.push_back(Completion { token: f.token, cqe, data: f.buf });
+        if opts.kato_ms != 0 && info.kas == 0 {
+            return Err(HostError::Unusable("KAS is 0".into()));
         }
+        if info.ioccsz < 4 || info.iorcsz < 1 {
+            return Err(HostError::Unusable(format!("IOCCSZ {} / IORCSZ {}", info.ioccsz, info.iorcsz)));
+        }
+        let want = want_io_queues.max(1) - 1;
+        let nq = a.run_ok(
+            cmd(
+                admin::SET_FEATURES,
+                0,
+                u32::from(identify::fid::NUM_QUEUES),
+                u32::from(want) | (u32::from(want) << 16),
+            ),
+            vec![],
+            t,
+            "Set Features (number of queues)",
+        )?;
+        let io_queues = ((nq.cqe.dw0 & 0xffff).min(nq.cqe.dw0 >> 16) + 1) as u16;
+        // Namespace attribute and firmware activation notices, as Linux enables.
+        a.run_ok(
+            cmd(admin::SET_FEATURES, 0, u32::from(identify::fid::ASYNC_EVENT_CONFIG), 0x300),
+            vec![],
+            t,
+            "Set Features (async event config)",
+        )?;
+        let list = a.run_ok(cmd(admin::IDENTIFY, 0, 2, 0), vec![0; 4096], t, "Identify active namespaces")?;
+        let mut namespaces = Vec::new();
+        for nsid in identify::parse_ns_list(&list.data) {
+            let d = a.run_ok(cmd(admin::IDENTIFY, nsid, 0, 0), vec![0; 4096], t, "Identify Namespace")?;
+            let info = NamespaceInfo::parse(&d.data).ok_or_else(|| HostError::Unusable(format!("namespace {nsid}")))?;
+            namespaces.push(HostNamespace { nsid, info });
+        }
+        a.submit_nowait(cmd(admin::ASYNC_EVENT, 0, 0, 0))?;
+        let admin = Arc::new(Mutex::new(a));
+        let ka = (opts.kato_ms != 0).then(|| spawn_keepalive(admin.clone(), opts.kato_ms, t));
+        Ok(Controller { opts: opts.clone(), admin, cntlid, info, namespaces, io_queues, max_queue_entries: mqes, ka })
     }
 
-    fn on_pdu(&mut self, p: Pdu<'_>) -> Result<(), QueueError> {
-        match p {
-            Pdu::IcResp(r) => {
-                if r.pfv != 0 {
-                    return Err(QueueError::BadIcResp("PFV is not 0"));
-                }
-                if r.hdgst != self.cfg.hdgst || r.ddgst != self.cfg.ddgst {
-                    return Err(QueueError::BadIcResp("digest settings differ from what was asked"));
-                }
-                if r.maxh2cdata < 4096 || !r.maxh2cdata.is_multiple_of(4) {
-                    return Err(QueueError::BadIcResp("MAXH2CDATA below 4096 or not a multiple of 4"));
-                }
-                if r.cpda > 31 {
-                    return Err(QueueError::BadIcResp("CPDA above 31"));
-                }
-                self.maxh2cdata = r.maxh2cdata;
-                self.tx = TxConfig { hdgst: r.hdgst, ddgst: r.ddgst, pda: (u32::from(r.cpda) + 1) * 4 };
-                self.rx = RxConfig {
-                    role: Role::Host,
-                    established: true,
-                    hdgst: r.hdgst,
-                    ddgst: r.ddgst,
-                    pda: (u32::from(self.cfg.hpda) + 1) * 4,
-                    max_icd: 0,
-                    max_data: self.cfg.max_c2h,
-                };
-                self.state = State::Ready;
-                Ok(())
+    /// Runs an admin command.
+    pub fn admin_run(&self, sqe: Sqe, data: Vec<u8>, what: &'static str) -> Result<Completion, HostError> {
+        let mut a = self.admin.lock().map_err(|_| HostError::Unusable("admin queue lock poisoned".into()))?;
+        a.run(sqe, data, self.opts.timeout, what)
+    }
+
+    /// Connects I/O queue `qid` with `depth` entries (its own TCP connection).
+    pub fn connect_io_queue(&self, qid: u16, depth: u16) -> Result<QueueConn, HostError> {
+        if qid == 0 || qid > self.io_queues {
+            return Err(HostError::Unusable(format!("queue {qid} outside the {} granted", self.io_queues)));
+        }
+        let depth = depth.clamp(1, self.max_queue_entries.min(65535) as u16);
+        let cfg = HostQueueConfig {
+            qid,
+            hdgst: self.opts.hdgst,
+            ddgst: self.opts.ddgst,
+            hpda: 0,
+            maxr2t: 0,
+            depth,
+            in_capsule: self.info.in_capsule_bytes(),
+            max_c2h: 16 << 20,
+        };
+        let mut q = QueueConn::open(&self.opts, cfg)?;
+        q.fabrics_connect(&self.opts, qid, self.cntlid, depth - 1)?;
+        Ok(q)
+    }
+
+    /// Stops keep-alive (so the target's timer expires) without shutting down: for
+    /// testing expiry.
+    pub fn stop_keepalive(&mut self) {
+        if let Some((stop, t)) = self.ka.take() {
+            if let Ok(mut s) = stop.0.lock() {
+                *s = true;
             }
-            Pdu::TermReq { fes, fei } => Err(QueueError::Terminated { fes, fei }),
-            Pdu::CapsuleResp { cqe } => {
-                self.slot(cqe.cid, 20)?;
-                self.complete(cqe.cid, cqe);
-                Ok(())
-            }
-            Pdu::C2hData { cccid, datao, last, success, data, ddgst_ok } => {
-                let qid = self.cfg.qid;
-                let f = self.slot(cccid, 8)?;
-                if f.dir != DataDir::ToHost {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::InvalidHeaderField,
-                        8,
-                        "C2HData for a command without controller-to-host data",
-                    )));
-                }
-                let end = datao as usize + data.len();
-                if end > f.buf.len() {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::DataOutOfRange,
-                        0,
-                        "C2HData beyond the command's buffer",
-                    )));
-                }
-                if datao as usize != f.received {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::PduSequenceError,
-                        0,
-                        "C2HData offset is not where the previous one ended",
-                    )));
-                }
-                f.buf[datao as usize..end].copy_from_slice(data);
-                f.received = end;
-                let short_last = last && end != f.buf.len();
-                if !ddgst_ok {
-                    f.digest_error = true;
-                    self.stats.digest_errors += 1;
-                }
-                if short_last {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::PduSequenceError,
-                        0,
-                        "LAST C2HData before the end of the data",
-                    )));
-                }
-                if success {
-                    self.stats.success_flag += 1;
-                    let cqe = Cqe { cid: cccid, sqid: qid, status: Status::SUCCESS, ..Cqe::default() };
-                    self.complete(cccid, cqe);
-                }
-                Ok(())
-            }
-            Pdu::R2t { cccid, ttag, r2to, r2tl } => {
-                let maxh2c = self.maxh2cdata as usize;
-                let f = self.slot(cccid, 8)?;
-                if f.dir != DataDir::ToController || f.in_capsule {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::InvalidHeaderField,
-                        8,
-                        "R2T for a command with no outstanding host data",
-                    )));
-                }
-                let end = u64::from(r2to) + u64::from(r2tl);
-                if r2tl == 0 || end > f.buf.len() as u64 {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::DataOutOfRange,
-                        0,
-                        "R2T outside the command's data",
-                    )));
-                }
-                // Each R2T is answered in full at once, so at most one is ever
-                // outstanding from this host's side, within any MAXR2T.
-                f.r2ts += 1;
-                let (buf, tx) = (std::mem::take(&mut f.buf), self.tx);
-                let mut off = r2to as usize;
-                let end = end as usize;
-                let mut pdus = 0;
-                while off < end {
-                    let n = (end - off).min(maxh2c);
-                    tx.h2c_data(self.out.vec(), cccid, ttag, off as u32, &buf[off..off + n], off + n == end);
-                    off += n;
-                    pdus += 1;
-                }
-                if let Some(f) = self.slots[usize::from(cccid)].as_mut() {
-                    f.buf = buf;
-                }
-                self.stats.r2ts += 1;
-                self.stats.h2c_pdus += pdus;
-                Ok(())
-            }
-            Pdu::IcReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData(_) => {
-                Err(QueueError::Violation(Violation::new(Fes::InvalidHeaderField, 0, "host-to-controller PDU")))
-            }
+            stop.1.notify_all();
+            let _ = t.join();
         }
     }
+
+    /// Shuts the controller down (CC.SHN normal) and closes the admin queue.
+    pub fn shutdown(mut self) -> Result<(), HostError> {
+        self.stop_keepalive();
+        let cc = fabrics::CC_ENABLE | (1 << 14);
+        self.admin_run(Property::set(0, reg::CC, u64::from(cc), false), vec![], "Property Set CC.SHN").map(|_| ())
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        self.stop_keepalive();
+    }
+}
+
+fn spawn_keepalive(admin: Arc<Mutex<QueueConn>>, kato_ms: u32, timeout: Duration) -> KeepAlive {
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let s2 = stop.clone();
+    let period = Duration::from_millis(u64::from(kato_ms / 2).max(1));
+    let t = std::thread::spawn(move || {
+        let (lock, cv) = &*s2;
+        loop {
+            let Ok(guard) = lock.lock() else { return };
+            let Ok((guard, _)) = cv.wait_timeout_while(guard, period, |stopped| !*stopped) else { return };
+            if *guard {
+                return;
+            }
+            drop(guard);
+            let Ok(mut a) = admin.lock() else { return };
+            if let Err(e) = a.run_ok(cmd(admin::KEEP_ALIVE, 0, 0, 0), vec![], timeout, "Keep Alive") {
+                tracing::warn!("keep-alive failed: {e}");
+                return;
+            }
+        }
+    });
+    (stop, t)
 }

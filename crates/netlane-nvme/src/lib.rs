@@ -1,29 +1,37 @@
-//! The NVMe/TCP protocol core of netlane: no sockets, no threads, no clocks.
+//! NVMe/TCP in user space: a target server, a host, and a fio-like load generator,
+//! wire-compatible with the Linux kernel's host and target.
 //!
-//! - [`pdu`]: PDU framing, header validation in the specification's order (every
-//!   violation maps to a termination request's FES/FEI), header and data digests
-//!   ([`digest`]), emission with padding to the negotiated alignment;
-//! - [`cmd`]: submission/completion queue entries, SGL descriptors, status codes;
-//! - [`fabrics`]: Connect, Property Get/Set, Disconnect, controller registers;
-//! - [`identify`]: Identify structures and log pages;
-//! - [`target`]: the controller side (a [`target::Subsystem`] shared by every
-//!   connection, one [`target::TargetQueue`] per connection) over [`namespace`] storage;
-//! - [`host`]: the host side of one queue ([`host::HostQueue`]).
+//! Two layers:
 //!
-//! Both state machines take bytes in and put bytes out; the drivers in the `netlane`
-//! crate own the sockets. Wire facts come from the NVMe/TCP transport specification
-//! (revision 1.0) and NVMe Base 2.0; where real peers (Linux, SPDK) constrain a choice,
-//! the code says so.
+//! - [`proto`]: the sans-IO protocol core (PDUs with digests, commands, Fabrics,
+//!   Identify and log pages, the controller and host queue state machines). No
+//!   sockets, threads, clocks or files; fuzzed (`fuzz/`) and tested back to back in
+//!   memory;
+//! - the drivers around it, which own sockets and threads:
+//!   - [`store`]: namespaces backed by memory or a file (`mem:256M`, `file:/path:1G`);
+//!   - [`target`]: the target server: an acceptor, one reactor thread per CPU owning its
+//!     connections (no locks on the I/O path), completions batched per reactor round
+//!     and sent with `MSG_MORE` until the last send of the round, optional busy polling;
+//!   - [`host`]: connecting to a target: the admin queue (Connect, enable, Identify,
+//!     number of queues, keep-alive) and I/O queue connections;
+//!   - [`perf`]: the fio-like load generator with queue maps (default/read/poll), direct
+//!     send, batching and i10-style caravans, reporting HDR latency percentiles and CPU
+//!     per I/O.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod cmd;
-pub mod digest;
-pub mod fabrics;
-pub mod fuzzing;
+#[cfg(feature = "drivers")]
 pub mod host;
-pub mod identify;
-pub mod namespace;
-pub mod pdu;
+#[cfg(feature = "drivers")]
+pub mod perf;
+pub mod proto;
+#[cfg(feature = "drivers")]
+pub mod store;
+#[cfg(feature = "drivers")]
 pub mod target;
+#[cfg(feature = "drivers")]
+mod wire;
+
+/// The NVMe/TCP well-known port.
+pub const DEFAULT_PORT: u16 = 4420;

@@ -5,9 +5,9 @@
 
 use std::path::PathBuf;
 
-use netlane_nvme::cmd::{Sqe, nvm};
-use netlane_nvme::fuzzing;
-use netlane_nvme::host::{HostQueue, HostQueueConfig};
+use netlane_nvme::proto::cmd::{Sqe, nvm};
+use netlane_nvme::proto::fuzzing;
+use netlane_nvme::proto::host::{HostQueue, HostQueueConfig};
 use proptest::prelude::*;
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -61,7 +61,7 @@ proptest! {
 /// An I/O queue session's bytes in both directions: ICReq and Connect, then writes
 /// (in-capsule and by R2T) and reads (split into several C2HData).
 fn session(hd: bool, dd: bool) -> (Vec<u8>, Vec<u8>) {
-    use netlane_nvme::target::TargetQueue;
+    use netlane_nvme::proto::target::TargetQueue;
     let (subsys, _admin) = fuzzing::enabled_subsystem();
     let mut t = TargetQueue::new(subsys, 0);
     let mut h = HostQueue::new(HostQueueConfig { qid: 1, in_capsule: 1024, ..HostQueueConfig::admin(hd, dd) });
@@ -83,11 +83,11 @@ fn session(hd: bool, dd: bool) -> (Vec<u8>, Vec<u8>) {
         }
     };
     pump(&mut h, &mut t);
-    let (sqe, data) = netlane_nvme::fabrics::Connect {
+    let (sqe, data) = netlane_nvme::proto::fabrics::Connect {
         recfmt: 0,
         qid: 1,
         sqsize: 31,
-        cattr: netlane_nvme::fabrics::CATTR_DISABLE_SQFLOW,
+        cattr: netlane_nvme::proto::fabrics::CATTR_DISABLE_SQFLOW,
         kato_ms: 0,
         hostid: [0; 16],
         cntlid: 1,

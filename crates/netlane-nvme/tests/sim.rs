@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use netlane_nvme::cmd::{Cqe, Sqe, Status, admin, nvm};
-use netlane_nvme::fabrics::{self, Connect, Property, reg};
-use netlane_nvme::host::{Completion, HostQueue, HostQueueConfig};
-use netlane_nvme::identify::{self, ControllerInfo, NamespaceInfo};
-use netlane_nvme::namespace::{MemNamespace, Namespace};
-use netlane_nvme::pdu::{self, Fes, Role, TxConfig};
-use netlane_nvme::target::{CloseReason, Subsystem, TargetConfig, TargetQueue};
+use netlane_nvme::proto::cmd::{Cqe, Sqe, Status, admin, nvm};
+use netlane_nvme::proto::fabrics::{self, Connect, Property, reg};
+use netlane_nvme::proto::host::{Completion, HostQueue, HostQueueConfig};
+use netlane_nvme::proto::identify::{self, ControllerInfo, NamespaceInfo};
+use netlane_nvme::proto::namespace::{MemNamespace, Namespace};
+use netlane_nvme::proto::pdu::{self, Fes, Role, TxConfig};
+use netlane_nvme::proto::target::{CloseReason, Subsystem, TargetConfig, TargetQueue};
 
 const NQN: &str = "nqn.2026-11.io.netlane:sim";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:sim-host";
@@ -335,7 +335,7 @@ fn malformed_input_gets_the_right_termination_and_writes_nothing() {
     let (_a, cntlid) = bring_up(&subsys, false, false);
     let tx = TxConfig::default();
     let mut write = rw(nvm::WRITE, 0, 1);
-    write.set_sgl(netlane_nvme::cmd::SglDesc { addr: 0, len: 4096, id: netlane_nvme::cmd::SGL_ICD });
+    write.set_sgl(netlane_nvme::proto::cmd::SglDesc { addr: 0, len: 4096, id: netlane_nvme::proto::cmd::SGL_ICD });
     let mut good = Vec::new();
     tx.capsule_cmd(&mut good, &write, &[0xee; 4096]);
 
@@ -400,7 +400,11 @@ fn malformed_input_gets_the_right_termination_and_writes_nothing() {
             "in-capsule data beyond the command",
             {
                 let mut w = write;
-                w.set_sgl(netlane_nvme::cmd::SglDesc { addr: 0, len: 2048, id: netlane_nvme::cmd::SGL_ICD });
+                w.set_sgl(netlane_nvme::proto::cmd::SglDesc {
+                    addr: 0,
+                    len: 2048,
+                    id: netlane_nvme::proto::cmd::SGL_ICD,
+                });
                 let mut b = Vec::new();
                 tx.capsule_cmd(&mut b, &w, &[0xee; 4096]);
                 b

@@ -11,27 +11,25 @@
 //! - the datagram paths: [`udp`] (sockets, the [`udp::Sender`] with latched GSO and
 //!   zerocopy fallbacks, the [`udp::Receiver`] with recvmmsg and GRO), [`probe`] (which
 //!   kernel features work here, and why not);
-//! - [`bulk`]: the bulk-transfer engine (UDP and TCP senders and receivers, plain,
-//!   batched, GSO, GRO, zerocopy, paced) used by `netlane bench udp-bulk`;
-//! - [`lb`]: the XDP load balancer driver (data plane loading, live configuration,
-//!   classifier tags, statistics) around the sans-IO core in `netlane-lb`;
-//! - [`nvme`]: NVMe/TCP in user space: the target server, the host, and the `perf` load
-//!   generator, around the sans-IO protocol core in `netlane-nvme`;
+//! - [`cpus`]: one CPU-list syntax (`0-3,5`), pinning, CPU counts;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
 //!   system-wide from `/proc/stat`), rates;
 //! - [`topology`]: network namespaces, veth pairs, addresses, device knobs and qdiscs,
-//!   created over netlink and removed again by RAII guards.
+//!   created over netlink and removed again by RAII guards;
+//! - [`testing`]: helpers for integration tests that need root.
+//!
+//! Each system (NVMe/TCP, the load balancer, ...) is a crate of its own on top of this
+//! one; the lab (`netlane-lab`) measures them. See `docs/architecture.md`.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-pub mod bulk;
-pub mod lb;
+pub mod cpus;
 pub mod metrics;
-pub mod nvme;
 pub mod pace;
 pub mod probe;
 pub mod sockopt;
+pub mod testing;
 pub mod time;
 pub mod topology;
 pub mod udp;

@@ -1,0 +1,787 @@
+//! Bulk transfer: a sender and a receiver moving as many bytes as they can (or as the
+//! pacer allows) for a fixed time, measured from both ends.
+//!
+//! A run is a [`TxSource`] (netlane's own sender in one of its modes, or an external
+//! program such as the kernel's `udpgso_bench_tx`) and an [`RxSpec`], placed on
+//! [`Endpoints`]: loopback in the current namespace, or the two hosts of a
+//! [`TwoHosts`] veth topology. [`run`] starts the receiver, runs the sender on its own
+//! (pinned) thread, lets the receiver drain, and returns a [`BulkResult`] with rates,
+//! CPU cost per gigabyte (sender thread, receiver thread, whole machine), system
+//! calls per datagram, loss, integrity, zerocopy completions, pacing accuracy and
+//! burstiness, and which kernel paths actually ran.
+
+pub mod payload;
+mod receiver;
+mod tcp_tx;
+mod udp_tx;
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use netlane::metrics::{CpuTime, Summary, SystemCpu, SystemCpuDelta};
+use netlane::pace::{PaceStats, Quantum};
+use netlane::topology::{Netns, NsThread, TopologyError, TwoHosts};
+use netlane::udp::{Batching, GsoMode, RxBatching, SendError};
+use netlane::zerocopy::ZerocopyStats;
+
+pub use payload::{Integrity, Verify};
+
+/// Transport protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Transport {
+    /// UDP datagrams.
+    Udp,
+    /// A TCP stream.
+    Tcp,
+}
+
+/// Pacing of a UDP sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Pacing {
+    /// Target rate, bytes of payload per second.
+    pub rate: u64,
+    /// Release period.
+    pub quantum: Quantum,
+}
+
+/// What netlane's sender does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TxSpec {
+    /// UDP or TCP.
+    pub transport: Transport,
+    /// UDP segmentation offload.
+    pub gso: GsoMode,
+    /// UDP batching without GSO.
+    pub batching: Batching,
+    /// MSG_ZEROCOPY.
+    pub zerocopy: bool,
+    /// UDP payload bytes per datagram (the GSO segment size).
+    pub datagram_size: usize,
+    /// Datagrams per GSO send or per sendmmsg call.
+    pub segments_per_send: usize,
+    /// Pacing (UDP only).
+    pub pacing: Option<Pacing>,
+    /// Bytes per TCP send call.
+    pub tcp_write: usize,
+    /// How long to send.
+    pub duration: Duration,
+    /// CPU to pin the sender thread to.
+    pub cpu: Option<usize>,
+    /// Send buffer size (None: kernel default).
+    pub sndbuf: Option<usize>,
+    /// Stop after this many payload bytes (None: send for the whole duration).
+    pub limit_bytes: Option<u64>,
+}
+
+impl TxSpec {
+    /// A UDP sender with defaults: 1400-byte datagrams, one per `sendmsg`, 2 seconds.
+    pub fn udp() -> Self {
+        Self {
+            transport: Transport::Udp,
+            gso: GsoMode::Off,
+            batching: Batching::Single,
+            zerocopy: false,
+            datagram_size: 1400,
+            segments_per_send: 1,
+            pacing: None,
+            tcp_write: 65_536,
+            duration: Duration::from_secs(2),
+            cpu: None,
+            sndbuf: None,
+            limit_bytes: None,
+        }
+    }
+
+    /// A TCP sender writing 64 KiB per call.
+    pub fn tcp() -> Self {
+        Self { transport: Transport::Tcp, ..Self::udp() }
+    }
+}
+
+/// An external sender program, run in the sending namespace (e.g. the kernel's
+/// `udpgso_bench_tx` selftest). Its arguments may contain `{addr}` and `{port}`,
+/// replaced by the receiver's address and port.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExternalTx {
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Payload bytes per message the program counts.
+    pub message_bytes: u64,
+    /// Datagrams per message.
+    pub datagrams_per_message: u64,
+    /// CPU to pin it to.
+    pub cpu: Option<usize>,
+    /// Parses the program's output (stdout + stderr) into what it sent.
+    #[serde(skip)]
+    pub parse: fn(&str) -> Option<ExternalCounts>,
+}
+
+/// What an external sender reported about itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct ExternalCounts {
+    /// Messages sent (each [`ExternalTx::message_bytes`] long).
+    pub messages: u64,
+    /// Send system calls.
+    pub syscalls: u64,
+    /// Seconds of sending the counts cover.
+    pub seconds: f64,
+}
+
+/// Who sends.
+#[derive(Debug, Clone, Serialize)]
+pub enum TxSource {
+    /// netlane's sender, on a thread of this process.
+    Netlane(TxSpec),
+    /// netlane's sender in a child process of its own (single-threaded, so its system
+    /// calls pay no shared-file-table cost, and its CPU is measured like an external
+    /// program's). The program reads a [`SenderJob`] as JSON on stdin and writes a
+    /// [`TxReport`] as JSON on stdout: see [`run_sender_job`].
+    Process(TxSpec, SenderProcess),
+    /// Another program.
+    External(ExternalTx),
+}
+
+/// How to start netlane's sender as a process.
+#[derive(Debug, Clone, Serialize)]
+pub struct SenderProcess {
+    /// The program (usually the running `netlane` binary).
+    pub program: PathBuf,
+    /// Its arguments (e.g. the hidden subcommand that calls [`run_sender_job`]).
+    pub args: Vec<String>,
+}
+
+/// How SO_TXTIME can be used on the sender's path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Txtime {
+    /// The egress qdisc honours release times (fq, etf, taprio).
+    Kernel,
+    /// It does not; the reason is reported.
+    Unsupported(String),
+}
+
+/// Everything a sender process needs.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SenderJob {
+    /// What to send.
+    pub spec: TxSpec,
+    /// Where to.
+    pub dst: SocketAddr,
+    /// IPv6.
+    pub ipv6: bool,
+    /// Run id for the datagram headers.
+    pub run_id: u32,
+    /// SO_TXTIME support on this path.
+    pub txtime: Txtime,
+}
+
+/// Runs the sender described by `job` on the calling thread (pinned as the job says).
+/// This is what a sender process does between reading its job and printing its report.
+pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
+    netlane::cpus::pin(job.spec.cpu);
+    match job.spec.transport {
+        Transport::Udp => udp_tx::send(&job.spec, job.dst, job.ipv6, job.run_id, &job.txtime),
+        Transport::Tcp => tcp_tx::send(&job.spec, job.dst),
+    }
+}
+
+/// What the receiver does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RxSpec {
+    /// UDP or TCP.
+    pub transport: Transport,
+    /// UDP receive batching.
+    pub batching: RxBatching,
+    /// UDP_GRO on the socket.
+    pub gro: bool,
+    /// How much to check.
+    pub verify: Verify,
+    /// Receive buffer size.
+    pub rcvbuf: usize,
+    /// CPU to pin the receiver thread to.
+    pub cpu: Option<usize>,
+    /// Largest datagram expected (buffer size per read without GRO).
+    pub max_datagram: usize,
+}
+
+impl RxSpec {
+    /// A UDP receiver with defaults: recvmmsg batches of 64, header checks, 16 MiB
+    /// receive buffer.
+    pub fn udp() -> Self {
+        Self {
+            transport: Transport::Udp,
+            batching: RxBatching::Mmsg(64),
+            gro: false,
+            verify: Verify::Header,
+            rcvbuf: 16 << 20,
+            cpu: None,
+            max_datagram: 65_535,
+        }
+    }
+
+    /// A TCP receiver.
+    pub fn tcp() -> Self {
+        Self { transport: Transport::Tcp, ..Self::udp() }
+    }
+}
+
+/// Where the two ends run.
+#[derive(Debug, Clone, Copy)]
+pub enum Endpoints<'a> {
+    /// Both on loopback in the current namespace (no root needed).
+    Loopback,
+    /// Sender in `hosts.tx`, receiver in `hosts.rx`, across their veth pair.
+    Veth(&'a TwoHosts),
+}
+
+impl Endpoints<'_> {
+    fn tx_ns(&self) -> Option<&Netns> {
+        match self {
+            Endpoints::Loopback => None,
+            Endpoints::Veth(h) => Some(&h.tx),
+        }
+    }
+
+    fn rx_ns(&self) -> Option<&Netns> {
+        match self {
+            Endpoints::Loopback => None,
+            Endpoints::Veth(h) => Some(&h.rx),
+        }
+    }
+
+    /// The receiver's address.
+    pub fn rx_addr(&self, ipv6: bool) -> IpAddr {
+        match self {
+            Endpoints::Loopback if ipv6 => Ipv6Addr::LOCALHOST.into(),
+            Endpoints::Loopback => Ipv4Addr::LOCALHOST.into(),
+            Endpoints::Veth(h) => h.rx_addr(ipv6),
+        }
+    }
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Serialize)]
+pub struct BulkRun {
+    /// The sender.
+    pub tx: TxSource,
+    /// The receiver.
+    pub rx: RxSpec,
+    /// IPv6 instead of IPv4.
+    pub ipv6: bool,
+    /// Identifies the run in every datagram header.
+    pub run_id: u32,
+}
+
+/// Pacing accuracy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct PaceReport {
+    /// Target rate, bytes/s.
+    pub target_rate: u64,
+    /// Achieved sender rate over the schedule, bytes/s.
+    pub achieved_rate: f64,
+    /// achieved / target.
+    pub accuracy: f64,
+    /// The release period used, nanoseconds.
+    pub quantum_ns: u64,
+    /// Segments per release at the target rate.
+    pub segments_per_release: f64,
+    /// How late the sender woke for each release, nanoseconds.
+    pub lateness_ns: Summary,
+    /// Schedule counters.
+    pub stats: PaceStats,
+}
+
+/// What the sender did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct TxReport {
+    /// Datagrams sent (UDP) or send calls (TCP).
+    pub datagrams: u64,
+    /// Payload bytes sent.
+    pub bytes: u64,
+    /// System calls made.
+    pub syscalls: u64,
+    /// Seconds spent sending.
+    pub seconds: f64,
+    /// CPU time of the sender (thread, or the external process).
+    pub cpu: CpuTime,
+    /// Which paths actually ran, e.g. "gso: cmsg", "txtime: unsupported -> user-space pacer".
+    pub path: Vec<String>,
+    /// GSO latched off after EIO/EINVAL.
+    pub gso_fallbacks: u64,
+    /// Datagrams resent individually after a GSO failure.
+    pub gso_resent: u64,
+    /// Zerocopy latched off after ENOBUFS.
+    pub zerocopy_fallbacks: u64,
+    /// Zerocopy completions (None without zerocopy).
+    pub zerocopy: Option<ZerocopyStats>,
+    /// Sends that found the receiver's port closed (ICMP port unreachable) and were
+    /// repeated.
+    pub refused: u64,
+    /// Pacing accuracy (None when unpaced).
+    pub pacing: Option<PaceReport>,
+}
+
+/// What the receiver saw.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RxReport {
+    /// Datagrams (UDP) or read calls (TCP) received.
+    pub datagrams: u64,
+    /// Payload bytes received.
+    pub bytes: u64,
+    /// System calls made.
+    pub syscalls: u64,
+    /// Reads returned (a GRO read holds several datagrams).
+    pub reads: u64,
+    /// Reads that were GRO trains.
+    pub gro_reads: u64,
+    /// Seconds from the first to the last arrival.
+    pub seconds: f64,
+    /// Receiver thread CPU time.
+    pub cpu: CpuTime,
+    /// Loss, duplicates, reordering, corruption.
+    pub integrity: Integrity,
+    /// Reads truncated for lack of buffer.
+    pub truncated: u64,
+    /// SO_INCOMING_NAPI_ID at the end (0: no NAPI).
+    pub napi_id: u32,
+    /// Bytes received per millisecond, over the active period (burstiness).
+    pub per_ms_bytes: Summary,
+    /// Datagrams the kernel dropped for a full receive buffer (UDP RcvbufErrors).
+    pub kernel_drops: u64,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BulkResult {
+    /// Sender side.
+    pub tx: TxReport,
+    /// Receiver side.
+    pub rx: RxReport,
+    /// Whole-machine CPU over the sending period.
+    pub system: SystemCpuDelta,
+    /// Sender rate, bytes/s.
+    pub tx_rate: f64,
+    /// Receiver rate, bytes/s.
+    pub rx_rate: f64,
+    /// Sender CPU seconds per GB sent.
+    pub tx_cpu_per_gb: f64,
+    /// Receiver CPU seconds per GB received.
+    pub rx_cpu_per_gb: f64,
+    /// Machine busy CPU seconds per GB received.
+    pub system_cpu_per_gb: f64,
+    /// Sender system calls per datagram.
+    pub tx_syscalls_per_datagram: f64,
+    /// Receiver system calls per datagram.
+    pub rx_syscalls_per_datagram: f64,
+    /// Fraction of sent datagrams (UDP) or bytes (TCP) that did not arrive.
+    pub loss: f64,
+}
+
+/// Why a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BulkError {
+    /// Bad specification.
+    #[error("{0}")]
+    Config(String),
+    /// The topology failed.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    /// A send failed beyond the sender's fallbacks.
+    #[error(transparent)]
+    Send(#[from] SendError),
+    /// Another I/O error.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A worker thread panicked.
+    #[error("{0} thread panicked")]
+    Panic(&'static str),
+}
+
+pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BulkError {
+    let what = what.into();
+    move |source| BulkError::Io { what, source }
+}
+
+impl BulkRun {
+    /// netlane's sender specification, if netlane sends.
+    pub fn netlane_spec(&self) -> Option<&TxSpec> {
+        match &self.tx {
+            TxSource::Netlane(t) | TxSource::Process(t, _) => Some(t),
+            TxSource::External(_) => None,
+        }
+    }
+
+    /// Checks the run for values that cannot work, with messages for the user.
+    pub fn validate(&self, path_mtu: Option<u32>) -> Result<(), BulkError> {
+        let Some(tx) = self.netlane_spec() else { return Ok(()) };
+        if tx.duration.is_zero() {
+            return Err(BulkError::Config("duration must be positive".into()));
+        }
+        if tx.transport != self.rx.transport {
+            return Err(BulkError::Config("sender and receiver must use the same transport".into()));
+        }
+        if tx.transport == Transport::Tcp {
+            if tx.tcp_write == 0 {
+                return Err(BulkError::Config("TCP write size must be positive".into()));
+            }
+            return Ok(());
+        }
+        if tx.datagram_size < payload::HEADER_LEN {
+            return Err(BulkError::Config(format!(
+                "datagram size {} is below the {}-byte bulk header",
+                tx.datagram_size,
+                payload::HEADER_LEN
+            )));
+        }
+        let limits = netlane::udp::gso::GsoLimits::for_family(self.ipv6);
+        if tx.datagram_size > limits.max_payload {
+            return Err(BulkError::Config(format!(
+                "datagram size {} exceeds the largest UDP payload ({})",
+                tx.datagram_size, limits.max_payload
+            )));
+        }
+        if let Some(mtu) = path_mtu {
+            let max = netlane::udp::max_payload_for_mtu(mtu as usize, self.ipv6);
+            if tx.datagram_size > max {
+                return Err(BulkError::Config(format!(
+                    "datagram (gso) size {} is above the path MTU: a {mtu}-byte MTU leaves {max} bytes of UDP payload over {}",
+                    tx.datagram_size,
+                    if self.ipv6 { "IPv6" } else { "IPv4" }
+                )));
+            }
+        }
+        if tx.segments_per_send == 0 || tx.segments_per_send > netlane_sys::msg::MAX_MMSG {
+            return Err(BulkError::Config(format!(
+                "segments per send must be 1..={}, got {}",
+                netlane_sys::msg::MAX_MMSG,
+                tx.segments_per_send
+            )));
+        }
+        if tx.gso != GsoMode::Off && tx.segments_per_send > limits.segments_per_send(tx.datagram_size) {
+            return Err(BulkError::Config(format!(
+                "{} segments of {} bytes exceed the 64 KB IP datagram limit: at most {} fit one GSO send",
+                tx.segments_per_send,
+                tx.datagram_size,
+                limits.segments_per_send(tx.datagram_size)
+            )));
+        }
+        if let Some(p) = tx.pacing {
+            netlane::pace::PaceConfig {
+                quantum: p.quantum,
+                ..netlane::pace::PaceConfig::new(p.rate, tx.datagram_size, tx.segments_per_send)
+            }
+            .validate()
+            .map_err(|e| BulkError::Config(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+/// A worker thread, in a namespace or not.
+enum Worker<R> {
+    Ns(NsThread<R>),
+    Plain(JoinHandle<R>),
+}
+
+impl<R: Send + 'static> Worker<R> {
+    fn spawn(ns: Option<&Netns>, name: &str, f: impl FnOnce() -> R + Send + 'static) -> Result<Self, BulkError> {
+        match ns {
+            Some(ns) => Ok(Worker::Ns(ns.spawn(name, f)?)),
+            None => std::thread::Builder::new()
+                .name(name.into())
+                .spawn(f)
+                .map(Worker::Plain)
+                .map_err(io_err("spawn thread")),
+        }
+    }
+
+    fn join(self, what: &'static str) -> Result<R, BulkError> {
+        match self {
+            Worker::Ns(t) => t.join().map_err(|_| BulkError::Panic(what)),
+            Worker::Plain(t) => t.join().map_err(|_| BulkError::Panic(what)),
+        }
+    }
+}
+
+/// Reads `Udp: ... RcvbufErrors` from /proc/net/snmp text.
+pub(crate) fn udp_rcvbuf_errors(snmp: &str) -> u64 {
+    let mut lines = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else { return 0 };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn read_snmp(ns: Option<&Netns>) -> u64 {
+    let text = match ns {
+        Some(ns) => ns.read_proc_net("snmp").unwrap_or_default(),
+        None => std::fs::read_to_string("/proc/net/snmp").unwrap_or_default(),
+    };
+    udp_rcvbuf_errors(&text)
+}
+
+/// Runs one bulk transfer.
+pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkError> {
+    let mtu = match endpoints {
+        Endpoints::Veth(h) => Some(h.config.mtu),
+        Endpoints::Loopback => None,
+    };
+    spec.validate(mtu)?;
+    let rx_ip = endpoints.rx_addr(spec.ipv6);
+    let rx_spec = spec.rx;
+    let datagram_size = match spec.netlane_spec() {
+        Some(t) => t.datagram_size,
+        None => rx_spec.max_datagram,
+    };
+
+    // The receiving socket is made inside the receiver's namespace, before the sender
+    // starts, so no early datagram meets a closed port.
+    let bind = SocketAddr::new(rx_ip, 0);
+    let listener = match endpoints.rx_ns() {
+        Some(ns) => ns.run(move || receiver::RxSocket::bind(bind, &rx_spec))??,
+        None => receiver::RxSocket::bind(bind, &rx_spec)?,
+    };
+    let dst = SocketAddr::new(rx_ip, listener.port());
+    let sender_done = Arc::new(AtomicBool::new(false));
+    let drops_before = read_snmp(endpoints.rx_ns());
+
+    let seq_limit = u64::MAX / 4;
+    let done = sender_done.clone();
+    let run_id = spec.run_id;
+    let receiver = Worker::spawn(endpoints.rx_ns(), "netlane-rx", move || {
+        netlane::cpus::pin(rx_spec.cpu);
+        listener.receive(&rx_spec, run_id, datagram_size, seq_limit, &done)
+    })?;
+
+    let txtime = txtime_support(endpoints)?;
+    let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let tx_result = match &spec.tx {
+        TxSource::Netlane(tx) => {
+            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
+            let sender = Worker::spawn(endpoints.tx_ns(), "netlane-tx", move || run_sender_job(&job))?;
+            sender.join("sender")
+        }
+        TxSource::Process(tx, process) => {
+            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
+            Ok(run_sender_process(endpoints.tx_ns(), process, &job))
+        }
+        TxSource::External(ext) => Ok(run_external(endpoints.tx_ns(), ext, dst)),
+    };
+    let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    sender_done.store(true, Ordering::Release);
+    let rx_result = receiver.join("receiver");
+    let tx = tx_result??;
+    let mut rx = rx_result??;
+    rx.kernel_drops = read_snmp(endpoints.rx_ns()).saturating_sub(drops_before);
+    Ok(summarise(tx, rx, sys0.delta(&sys1), spec))
+}
+
+/// Qdiscs that hold packets until their SO_TXTIME release time.
+const TXTIME_QDISCS: [&str; 3] = ["fq", "etf", "taprio"];
+
+/// Whether the sender's egress honours SO_TXTIME.
+fn txtime_support(endpoints: Endpoints<'_>) -> Result<Txtime, BulkError> {
+    let kind = match endpoints {
+        Endpoints::Loopback => "noqueue".to_string(),
+        Endpoints::Veth(h) => h.egress_qdisc()?.0,
+    };
+    Ok(if TXTIME_QDISCS.contains(&kind.as_str()) {
+        Txtime::Kernel
+    } else {
+        Txtime::Unsupported(format!("egress qdisc {kind} ignores release times; only fq, etf and taprio honour them"))
+    })
+}
+
+/// What a finished child process left: its CPU use and its output.
+struct ChildRun {
+    usage: netlane_sys::process::ChildUsage,
+    stdout: String,
+    stderr: String,
+}
+
+impl ChildRun {
+    fn cpu(&self) -> CpuTime {
+        CpuTime {
+            user_s: self.usage.user.as_secs_f64(),
+            system_s: self.usage.system.as_secs_f64(),
+            voluntary_switches: self.usage.voluntary_switches,
+            involuntary_switches: self.usage.involuntary_switches,
+        }
+    }
+}
+
+/// Runs `program args` (inside `ns`, pinned to `cpu`), feeding `stdin`, and reaps it
+/// with its resource usage. A failed exit is an error carrying its output.
+fn run_child(
+    ns: Option<&Netns>,
+    program: &std::path::Path,
+    args: &[String],
+    stdin: Option<&[u8]>,
+    cpu: Option<usize>,
+) -> Result<ChildRun, BulkError> {
+    use std::process::Stdio;
+    let mut cmd = match ns {
+        Some(ns) => ns.command(program),
+        None => std::process::Command::new(program),
+    };
+    cmd.args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().map_err(io_err(format!("start {}", program.display())))?;
+    if let Some(cpu) = cpu {
+        // Pinned right after start, before it has done any measurable work.
+        let mut set = nix::sched::CpuSet::new();
+        if set.set(cpu).is_ok() {
+            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(child.id() as i32), &set);
+        }
+    }
+    // Read output on helper threads so a chatty child cannot block on a full pipe.
+    let out = child.stdout.take().map(read_all_in_background);
+    let err = child.stderr.take().map(read_all_in_background);
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        // A child that exits early closes the pipe; its exit status tells why.
+        let _ = pipe.write_all(input);
+    }
+    let usage =
+        netlane_sys::process::wait_with_usage(&mut child).map_err(io_err(format!("wait for {}", program.display())))?;
+    let stdout = out.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    let stderr = err.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
+    if !usage.status.success() {
+        return Err(BulkError::Config(format!(
+            "{} {} failed ({}): {}",
+            program.display(),
+            args.join(" "),
+            usage.status,
+            format!("{stdout}\n{stderr}").trim()
+        )));
+    }
+    Ok(ChildRun { usage, stdout, stderr })
+}
+
+fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
+    let args: Vec<String> = ext
+        .args
+        .iter()
+        .map(|a| a.replace("{addr}", &dst.ip().to_string()).replace("{port}", &dst.port().to_string()))
+        .collect();
+    let child = run_child(ns, &ext.program, &args, None, ext.cpu)?;
+    let text = format!("{}\n{}", child.stdout, child.stderr);
+    let report = (ext.parse)(&text).ok_or_else(|| {
+        BulkError::Config(format!(
+            "could not read the counts in the output of {}: {}",
+            ext.program.display(),
+            text.trim()
+        ))
+    })?;
+    Ok(TxReport {
+        datagrams: report.messages * ext.datagrams_per_message,
+        bytes: report.messages * ext.message_bytes,
+        syscalls: report.syscalls,
+        seconds: report.seconds,
+        cpu: child.cpu(),
+        path: vec![format!("external: {} {}", ext.program.display(), args.join(" "))],
+        ..TxReport::default()
+    })
+}
+
+/// Runs netlane's sender as a child process. Its CPU is the whole process's (from
+/// wait4, like an external sender's), not the sending thread's own measurement.
+fn run_sender_process(ns: Option<&Netns>, process: &SenderProcess, job: &SenderJob) -> Result<TxReport, BulkError> {
+    let input = serde_json::to_vec(job).map_err(|e| BulkError::Config(format!("encode sender job: {e}")))?;
+    let child = run_child(ns, &process.program, &process.args, Some(&input), job.spec.cpu)?;
+    let mut report: TxReport = serde_json::from_str(child.stdout.trim()).map_err(|e| {
+        BulkError::Config(format!(
+            "the sender process {} wrote no report ({e}): {}",
+            process.program.display(),
+            child.stderr.trim()
+        ))
+    })?;
+    report.cpu = child.cpu();
+    report.path.push("sender: own process".into());
+    Ok(report)
+}
+
+fn read_all_in_background(mut r: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+fn per_gb(cpu_s: f64, bytes: u64) -> f64 {
+    if bytes == 0 { 0.0 } else { cpu_s / (bytes as f64 / 1e9) }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+fn summarise(tx: TxReport, rx: RxReport, system: SystemCpuDelta, spec: &BulkRun) -> BulkResult {
+    let is_tcp = spec.netlane_spec().is_some_and(|t| t.transport == Transport::Tcp);
+    let loss = if is_tcp { 1.0 - ratio(rx.bytes, tx.bytes) } else { 1.0 - ratio(rx.integrity.unique, tx.datagrams) };
+    BulkResult {
+        tx_rate: if tx.seconds > 0.0 { tx.bytes as f64 / tx.seconds } else { 0.0 },
+        rx_rate: if rx.seconds > 0.0 { rx.bytes as f64 / rx.seconds } else { 0.0 },
+        tx_cpu_per_gb: per_gb(tx.cpu.total_s(), tx.bytes),
+        rx_cpu_per_gb: per_gb(rx.cpu.total_s(), rx.bytes),
+        system_cpu_per_gb: per_gb(system.busy_s, rx.bytes),
+        tx_syscalls_per_datagram: ratio(tx.syscalls, tx.datagrams),
+        rx_syscalls_per_datagram: ratio(rx.syscalls, rx.datagrams),
+        loss: loss.max(0.0),
+        tx,
+        rx,
+        system,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rcvbuf_errors_are_read_from_snmp() {
+        let snmp = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 0 5 3 42 0\nUdpLite: x\nUdpLite: 1\n";
+        assert_eq!(udp_rcvbuf_errors(snmp), 42);
+        assert_eq!(udp_rcvbuf_errors("nothing"), 0);
+    }
+
+    fn run_with(tx: TxSpec) -> BulkRun {
+        BulkRun { tx: TxSource::Netlane(tx), rx: RxSpec::udp(), ipv6: false, run_id: 1 }
+    }
+
+    #[test]
+    fn validation_messages() {
+        let gso = TxSpec { gso: GsoMode::Cmsg, datagram_size: 9000, segments_per_send: 7, ..TxSpec::udp() };
+        let e = run_with(gso).validate(Some(1500)).unwrap_err().to_string();
+        assert!(e.contains("above the path MTU") && e.contains("1472"), "{e}");
+        let too_many = TxSpec { gso: GsoMode::Cmsg, segments_per_send: 64, ..TxSpec::udp() };
+        let e = run_with(too_many).validate(Some(1500)).unwrap_err().to_string();
+        assert!(e.contains("at most 46"), "{e}");
+        let zero_rate = TxSpec { pacing: Some(Pacing { rate: 0, quantum: Quantum::Auto }), ..TxSpec::udp() };
+        assert!(run_with(zero_rate).validate(None).unwrap_err().to_string().contains("positive"));
+        let tiny = TxSpec { datagram_size: 8, ..TxSpec::udp() };
+        assert!(run_with(tiny).validate(None).is_err());
+        let zero = TxSpec { duration: Duration::ZERO, ..TxSpec::udp() };
+        assert!(run_with(zero).validate(None).is_err());
+        assert!(run_with(TxSpec::udp()).validate(Some(1500)).is_ok());
+    }
+}

@@ -1,0 +1,565 @@
+//! Packets per second through the balancer, per core, with and without hints, against
+//! a trivial XDP_TX program in the same run.
+//!
+//! Network: a generator namespace and a balancer namespace joined by a veth pair. The
+//! generator is `BPF_PROG_RUN` in live-frames mode on the generator's end (CPU 0): it
+//! rewrites a 64-byte TCP frame for the next of N flows, writes the flow's hint into the
+//! XDP metadata when hints are on (the NIC's part, emulated: veth carries metadata with
+//! the frame), and transmits it. The balancer (plain build, hints from metadata) runs in
+//! the threaded NAPI of the balancer's end, pinned to CPU 1, and sends everything back
+//! with XDP_TX into a sink. Per-core rate = packets the program ran on / CPU time of
+//! that NAPI thread (everything that core did for them: veth, XDP, XDP_TX); ns per
+//! packet = the kernel's BPF run-time statistics for the program alone.
+//!
+//! For each flow count, every program (the ceiling and each hint mode, each with a
+//! generator of its own) is loaded first. A balancer is attached once to warm up: every
+//! flow is sent, in bursts the veth ring holds, until a pass where 99.9% of the flows
+//! took the mode's fast path, so the connection table is warm and, in tag modes, the
+//! control plane has received each flow's event and installed its tag in the generator's
+//! "classifier" (the hints it writes) exactly as `netlane lb` does with a NIC. Then the
+//! programs take turns on the interface (an atomic link update, in a rotating order),
+//! six short slices each; per-core figures are the median of a program's slices, so
+//! the machine's drift (a VM's neighbours) touches every program alike.
+//!
+//! Warm-up sends the flows in order; measured frames visit them in a scattered order
+//! (a stride coprime with the flow count), so state allocated in first-seen order
+//! (connection entries, tag ids) is not walked sequentially, which real traffic never
+//! does and which would flatter every table.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::BorrowedFd;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use netlane_lb::proto::config::Config;
+use netlane_sys::bpf::{
+    FlowKey, HintMode, PKTGEN_HEADER_LEN, PktGen, PktGenOptions, XdpLink, XdpMode, XdpTx, enable_run_time_stats,
+    program_run_stats,
+};
+use serde::Serialize;
+
+use netlane_lb::{Classifier, HintSource, Lb, LbError, LbOptions, LbStats};
+
+fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
+    LbError::kernel(what)
+}
+use netlane::metrics::{cpu::task_cpu_ns, median};
+use netlane::topology::{End, Netns, RxTuning, TopologyError, netdev, veth_link};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
+const GEN_SRC: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 0);
+const GEN_CPU: usize = 0;
+const LB_CPU: usize = 1;
+/// Frames per generator call while warming up: what the veth ring holds, so that new
+/// flows (slower than known ones) are not dropped on the way.
+const WARM_BURST: u32 = 256;
+/// Passes over every flow at most, while warming up.
+const WARM_PASSES: usize = 8;
+/// The share of the flows that must be known (and tagged) after warm-up.
+const WARM_ENOUGH: f64 = 0.999;
+/// Turns each program gets (per-core figures are the median of its slices).
+const SLICES: usize = 6;
+/// Frames per generator call while measuring.
+const SEND_BATCH: u32 = 1 << 14;
+/// Unmeasured frames after a program switch.
+const LEAD_IN: u32 = 2048;
+/// Threads sending warm-up bursts at once. Each BPF_PROG_RUN call waits for RCU grace
+/// periods (the kernel's XDP dispatcher takes the program in and out), milliseconds on
+/// a quiet machine; enough callers overlap those waits.
+const WARM_THREADS: usize = 8;
+
+/// What runs on the balancer's interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Subject {
+    /// The trivial XDP_TX program (swap MACs, send back): the ceiling.
+    XdpTxCeiling,
+    /// The balancer with these hints.
+    Balancer(#[serde(serialize_with = "ser_hint")] HintMode),
+}
+
+fn ser_hint<S: serde::Serializer>(h: &HintMode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(h.name())
+}
+
+impl Subject {
+    /// A short label.
+    pub fn label(&self) -> String {
+        match self {
+            Subject::XdpTxCeiling => "xdp_tx ceiling".into(),
+            Subject::Balancer(h) => format!("lb hints={}", h.name()),
+        }
+    }
+}
+
+/// One slice of a measured run.
+#[derive(Debug, Clone, Copy)]
+struct Slice {
+    runs: u64,
+    prog_ns: u64,
+    cpu_ns: u64,
+    secs: f64,
+}
+
+impl Slice {
+    fn mpps_per_core(&self) -> f64 {
+        if self.cpu_ns == 0 { 0.0 } else { self.runs as f64 * 1e3 / self.cpu_ns as f64 }
+    }
+
+    fn prog_ns_per_packet(&self) -> f64 {
+        self.prog_ns as f64 / self.runs.max(1) as f64
+    }
+}
+
+/// One measured run: per-core figures are the median of its slices.
+#[derive(Debug, Clone, Serialize)]
+pub struct PpsResult {
+    /// What ran.
+    pub subject: Subject,
+    /// Distinct flows.
+    pub flows: u32,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Packets the program ran on.
+    pub packets: u64,
+    /// Million packets per second (wall clock; bounded by the generator's core).
+    pub mpps: f64,
+    /// CPU seconds of the balancer's NAPI thread.
+    pub napi_cpu_s: f64,
+    /// Million packets per second per core of that thread (median of the slices).
+    pub mpps_per_core: f64,
+    /// Every slice's Mpps per core, in order.
+    pub slices_mpps_per_core: Vec<f64>,
+    /// Nanoseconds per packet in the program (BPF run-time statistics; median of the slices).
+    pub prog_ns_per_packet: f64,
+    /// Nanoseconds of the NAPI thread per packet (1000 / Mpps per core).
+    pub core_ns_per_packet: f64,
+    /// Fraction of packets that took the hint path.
+    pub hint_hit_ratio: f64,
+    /// Fraction of packets that found their connection-table entry.
+    pub conn_hit_ratio: f64,
+    /// Frames the sink got back while this flow count's programs took their turns (all
+    /// of them, lead-ins included).
+    pub sink_frames_all_turns: u64,
+}
+
+impl PpsResult {
+    fn from_slices(
+        subject: Subject,
+        flows: u32,
+        slices: &[Slice],
+        hint_hit_ratio: f64,
+        conn_hit_ratio: f64,
+        sink_frames_all_turns: u64,
+    ) -> PpsResult {
+        let packets: u64 = slices.iter().map(|s| s.runs).sum();
+        let seconds: f64 = slices.iter().map(|s| s.secs).sum();
+        let cpu_ns: u64 = slices.iter().map(|s| s.cpu_ns).sum();
+        let mpps_per_core = median(slices.iter().map(Slice::mpps_per_core).collect());
+        PpsResult {
+            subject,
+            flows,
+            seconds,
+            packets,
+            mpps: if seconds > 0.0 { packets as f64 / seconds / 1e6 } else { 0.0 },
+            napi_cpu_s: cpu_ns as f64 / 1e9,
+            mpps_per_core,
+            slices_mpps_per_core: slices.iter().map(Slice::mpps_per_core).collect(),
+            prog_ns_per_packet: median(slices.iter().map(Slice::prog_ns_per_packet).collect()),
+            core_ns_per_packet: if mpps_per_core > 0.0 { 1e3 / mpps_per_core } else { f64::NAN },
+            hint_hit_ratio,
+            conn_hit_ratio,
+            sink_frames_all_turns,
+        }
+    }
+
+    /// (max - min) / median of the slices' Mpps per core.
+    pub fn spread(&self) -> f64 {
+        let v = &self.slices_mpps_per_core;
+        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
+        if v.is_empty() || self.mpps_per_core <= 0.0 { f64::NAN } else { (hi - lo) / self.mpps_per_core }
+    }
+}
+
+/// How to run the benchmark.
+#[derive(Debug, Clone)]
+pub struct PpsOptions {
+    /// Flow counts.
+    pub flows: Vec<u32>,
+    /// Hint modes of the balancer (the ceiling is always run too).
+    pub modes: Vec<HintMode>,
+    /// Measured time per run.
+    pub time: Duration,
+}
+
+impl PpsOptions {
+    /// Checks the options.
+    pub fn validate(&self) -> Result<(), LbError> {
+        if self.flows.is_empty() || self.flows.iter().any(|f| *f == 0 || *f > 4_000_000) {
+            return Err(LbError::Invalid(format!("flow counts must be 1..=4000000, got {:?}", self.flows)));
+        }
+        if self.time < Duration::from_millis(200) || self.time > Duration::from_secs(60) {
+            return Err(LbError::Invalid(format!("time per run must be 0.2..60 s, got {:?}", self.time)));
+        }
+        if self.modes.iter().enumerate().any(|(i, m)| self.modes[..i].contains(m)) {
+            let names: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
+            return Err(LbError::Invalid(format!("a hint mode is listed twice: {}", names.join(","))));
+        }
+        if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+            return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The generator's hint table as the NIC classifier: a flow's hint is written into the
+/// metadata of its frames from now on.
+struct GenClassifier(Rc<PktGen>);
+
+impl GenClassifier {
+    /// The generator's flow with this key (it only sends IPv4).
+    fn flow(&self, k: &FlowKey) -> Option<u32> {
+        match k.src {
+            IpAddr::V4(a) => self.0.flow_of(a, k.sport),
+            IpAddr::V6(_) => None,
+        }
+    }
+}
+
+impl Classifier for GenClassifier {
+    fn install(&mut self, flow: &FlowKey, hint: u32) -> std::io::Result<()> {
+        self.flow(flow).map_or(Ok(()), |f| self.0.set_hints(f, &[hint]))
+    }
+
+    fn remove(&mut self, flow: &FlowKey) -> std::io::Result<()> {
+        self.flow(flow).map_or(Ok(()), |f| self.0.set_hints(f, &[0]))
+    }
+}
+
+/// A 64-byte TCP ACK to the VIP; the generator rewrites source address and port.
+fn template(dst_mac: [u8; 6], src_mac: [u8; 6]) -> Vec<u8> {
+    let mut f = vec![0u8; 64];
+    f[0..6].copy_from_slice(&dst_mac);
+    f[6..12].copy_from_slice(&src_mac);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip = &mut f[14..34];
+    ip[0] = 0x45;
+    ip[2..4].copy_from_slice(&50u16.to_be_bytes());
+    ip[8] = 64;
+    ip[9] = 6;
+    ip[12..16].copy_from_slice(&GEN_SRC.octets());
+    ip[16..20].copy_from_slice(&VIP.octets());
+    let tcp = &mut f[34..54];
+    tcp[2..4].copy_from_slice(&80u16.to_be_bytes());
+    tcp[12] = 5 << 4;
+    tcp[13] = 0x10; // ACK: an established flow
+    f
+}
+
+/// The balancer's configuration for `flows` flows. The connection table has one LRU
+/// list per CPU and splits its entries evenly between them, and here every flow
+/// arrives on one CPU: that CPU's share must hold all flows, with room to spare (at
+/// 1.25 x the flows, the kernel's LRU evicted live entries: half the lookups missed).
+fn lb_config(flows: u32) -> Config {
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get() as u64);
+    let conn = (u64::from(flows) * 2 * cpus).clamp(4096, u64::from(u32::MAX)) as u32;
+    let text = format!(
+        "ring_size = 65537\nconn_entries = {conn}\nmax_new_conns_per_cpu = 0\n[[vip]]\naddress = \"{VIP}\"\nport = 80\n\
+         proto = \"tcp\"\n[[vip.real]]\naddress = \"10.211.1.1\"\n[[vip.real]]\naddress = \"10.211.1.2\"\n\
+         [[vip.real]]\naddress = \"10.211.1.3\"\n"
+    );
+    Config::parse(&text).expect("the benchmark's own configuration is valid")
+}
+
+/// The network and the pieces that live across runs.
+struct Bench {
+    gen_ns: Netns,
+    lb_ns: Netns,
+    g0: u32,
+    l0: u32,
+    g0_mac: [u8; 6],
+    l0_mac: [u8; 6],
+    napi_pid: u32,
+    sink: (Rc<PktGen>, XdpLink),
+}
+
+impl Bench {
+    fn build() -> Result<Bench, LbError> {
+        let gen_ns = Netns::create("pps-gen")?;
+        let lb_ns = Netns::create("pps-lb")?;
+        let g_addr = [(IpAddr::V4(Ipv4Addr::new(10, 211, 0, 1)), 24)];
+        let l_addr = [(IpAddr::V4(Ipv4Addr::new(10, 211, 0, 2)), 24)];
+        let (g0, l0) = veth_link(
+            End { ns: &gen_ns, name: "g0", addrs: &g_addr },
+            End { ns: &lb_ns, name: "l0", addrs: &l_addr },
+            1500,
+        )?;
+        RxTuning::threaded_napi_on(LB_CPU).apply(&lb_ns, "l0", l0)?;
+        RxTuning::threaded_napi_on(GEN_CPU).apply(&gen_ns, "g0", g0)?;
+        let napis =
+            lb_ns.run(move || netdev::Netdev::open().and_then(|mut n| n.napis(l0)))?.map_err(TopologyError::from)?;
+        let napi_pid = napis
+            .iter()
+            .find_map(|n| n.pid)
+            .ok_or_else(|| TopologyError::Unsupported("l0 has no threaded NAPI thread".into()))?;
+        let mac = |ns: &Netns, i: u32| -> Result<[u8; 6], LbError> {
+            let m = ns.with_rtnl(|r| r.link_mac(i))?;
+            m.try_into().map_err(|_| LbError::Invalid("veth without a MAC".into()))
+        };
+        let (g0_mac, l0_mac) = (mac(&gen_ns, g0)?, mac(&lb_ns, l0)?);
+        // The sink on the generator's end takes the balancer's XDP_TX frames.
+        let helpers = Rc::new(
+            PktGen::load(PktGenOptions {
+                flows: 1,
+                with_hints: false,
+                src_base: GEN_SRC,
+                header: [0; PKTGEN_HEADER_LEN],
+            })
+            .map_err(kernel("load the sink"))?,
+        );
+        gen_ns.enter_on_this_thread()?;
+        let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink) })
+    }
+
+    /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
+    /// so frames queued for the previous program are done), measuring `c`'s program
+    /// runs and the NAPI thread's CPU time.
+    fn measure(&self, c: &Contender, time: Duration) -> Result<Slice, LbError> {
+        c.generator.send(self.g0, &c.frame, LEAD_IN).map_err(kernel("run the generator"))?;
+        let prog = c.program_fd();
+        let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+        let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
+        let start = Instant::now();
+        while start.elapsed() < time {
+            c.generator.send(self.g0, &c.frame, SEND_BATCH).map_err(kernel("run the generator"))?;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
+        Ok(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, secs })
+    }
+
+    /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where
+    /// all but 1 - [`WARM_ENOUGH`] of the flows were in the connection table and, in tag
+    /// modes, that share of the flows has a tag; new-flow events are serviced (and so
+    /// tags installed) as they come. Frames lost on the way only cost another pass.
+    fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<(), LbError> {
+        let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
+        let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, self.g0);
+        for _pass in 0..WARM_PASSES {
+            let before = lb.stats()?.global.get("conn_miss").copied().unwrap_or(0);
+            let left = AtomicI64::new(i64::from(flows));
+            std::thread::scope(|s| -> Result<(), LbError> {
+                let senders: Vec<_> = (0..WARM_THREADS)
+                    .map(|_| {
+                        s.spawn(|| -> Result<(), LbError> {
+                            netlane::cpus::pin(Some(GEN_CPU));
+                            gen_ns.enter_on_this_thread()?;
+                            loop {
+                                let was = left.fetch_sub(i64::from(WARM_BURST), Ordering::Relaxed);
+                                if was <= 0 {
+                                    return Ok(());
+                                }
+                                let n = was.min(i64::from(WARM_BURST)) as u32;
+                                sender.send(g0, frame, n).map_err(kernel("run the generator"))?;
+                            }
+                        })
+                    })
+                    .collect();
+                while !senders.iter().all(|t| t.is_finished()) {
+                    if tagging {
+                        lb.service_events(Duration::from_millis(1))?;
+                    } else {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+                for t in senders {
+                    t.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?;
+                }
+                Ok(())
+            })?;
+            if tagging {
+                lb.service_events(Duration::from_millis(5))?;
+            }
+            let st = lb.stats()?;
+            let misses = st.global.get("conn_miss").copied().unwrap_or(0) - before;
+            let tagged = !tagging || st.tags_in_use as f64 >= WARM_ENOUGH * f64::from(flows);
+            if misses as f64 <= (1.0 - WARM_ENOUGH) * f64::from(flows) && tagged {
+                return Ok(());
+            }
+        }
+        // Not fully warm (frames lost on the way, or a table too small): the measured
+        // hit ratios show it.
+        tracing::warn!(flows, hint = hint.name(), "warm-up did not reach {WARM_ENOUGH} fast-path hits per pass");
+        Ok(())
+    }
+
+    /// Loads `subject` for `flows` flows with a generator of its own, attaches it to
+    /// warm it up (balancers), and detaches it again.
+    fn contender(&self, subject: Subject, flows: u32) -> Result<Contender, LbError> {
+        let hints = matches!(subject, Subject::Balancer(h) if h != HintMode::Off);
+        let frame = template(self.l0_mac, self.g0_mac);
+        let mut header = [0u8; PKTGEN_HEADER_LEN];
+        header.copy_from_slice(&frame[..PKTGEN_HEADER_LEN]);
+        let generator = Rc::new(
+            PktGen::load(PktGenOptions { flows, with_hints: hints, src_base: GEN_SRC, header })
+                .map_err(kernel("load the generator"))?,
+        );
+        let program = match subject {
+            Subject::XdpTxCeiling => Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?),
+            Subject::Balancer(hint) => {
+                let mut opts = LbOptions::new("l0", self.g0_mac);
+                opts.hint = hint;
+                opts.hint_source = HintSource::Metadata;
+                opts.max_vips = 1;
+                opts.max_reals = 8;
+                opts.max_tags = flows.max(1024);
+                // Room for every flow: in the rx-hash cache (a direct-mapped cache: 4 slots
+                // per flow keep collisions to about a fifth of the flows) and in the
+                // event ring while the control plane catches up.
+                opts.hint_cache = (flows.saturating_mul(4)).next_power_of_two().clamp(1 << 16, 1 << 22);
+                opts.event_ring_bytes = (flows.saturating_mul(64)).next_power_of_two().clamp(1 << 20, 1 << 26);
+                self.lb_ns.enter_on_this_thread()?;
+                let lb = Lb::start(&lb_config(flows), opts);
+                self.gen_ns.enter_on_this_thread()?;
+                let mut lb = lb?;
+                if lb.mode() != XdpMode::Native {
+                    return Err(LbError::Invalid("the balancer did not attach in native mode".into()));
+                }
+                lb.set_classifier(Box::new(GenClassifier(generator.clone())));
+                if hint == HintMode::RxHash {
+                    // The "NIC" hashes each flow: a fixed, well-mixed value per flow.
+                    // (The top bit keeps it from being 0, "no hint"; the cache uses low bits.)
+                    let h: Vec<u32> = (0..flows)
+                        .map(|f| f.wrapping_add(1).wrapping_mul(0x9e37_79b1).rotate_left(7) | 1 << 31)
+                        .collect();
+                    for (i, c) in h.chunks(1 << 16).enumerate() {
+                        generator.set_hints(i as u32 * (1 << 16), c).map_err(kernel("write generator hints"))?;
+                    }
+                }
+                self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
+                lb.detach();
+                let before = lb.stats()?;
+                let runs = program_run_stats(lb.balancer().program_fd()).map_err(kernel("read program statistics"))?.0;
+                Program::Balancer(Box::new(lb), before, runs)
+            }
+        };
+        // Measured frames visit the flows in a scattered order, not the order in which
+        // they were first seen (and their state allocated).
+        generator.set_stride(PktGen::scatter_stride(flows)).map_err(kernel("set the generator's flow order"))?;
+        Ok(Contender { subject, flows, generator, frame, program, slices: Vec::new() })
+    }
+
+    /// Measures `subjects` at `flows` flows: all are loaded (and warmed up) first, then
+    /// they take turns on the interface, one slice of `time / SLICES` each per round,
+    /// so that a drift of the machine during the runs touches all of them alike.
+    fn compare(
+        &self,
+        subjects: &[Subject],
+        flows: u32,
+        time: Duration,
+        progress: &dyn Fn(&str),
+    ) -> Result<Vec<PpsResult>, LbError> {
+        let mut contenders = Vec::with_capacity(subjects.len());
+        for s in subjects {
+            progress(&format!("{flows} flows: load and warm up {}", s.label()));
+            contenders.push(self.contender(*s, flows)?);
+        }
+        progress(&format!("{flows} flows: measure {} programs in turns", contenders.len()));
+        let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
+        self.lb_ns.enter_on_this_thread()?;
+        let link = XdpLink::attach(contenders[0].program_fd(), self.l0, XdpMode::Native);
+        self.gen_ns.enter_on_this_thread()?;
+        let link = link.map_err(kernel("attach to l0"))?;
+        let slice = time / SLICES as u32;
+        for round in 0..SLICES {
+            // Each round starts with another program, so none is always first.
+            let n = contenders.len();
+            for i in 0..n {
+                let c = &mut contenders[(round + i) % n];
+                link.replace_program(c.program_fd()).map_err(kernel("switch the program on l0"))?;
+                let m = self.measure(c, slice)?;
+                c.slices.push(m);
+            }
+        }
+        drop(link);
+        let returned = self.sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
+        contenders.iter().map(|c| c.result(returned)).collect()
+    }
+}
+
+/// What a contender runs.
+enum Program {
+    XdpTx(XdpTx),
+    /// The balancer (detached between turns), its counters and its run count before
+    /// the turns.
+    Balancer(Box<Lb>, LbStats, u64),
+}
+
+/// One subject of a comparison, ready to take its turns.
+struct Contender {
+    subject: Subject,
+    flows: u32,
+    generator: Rc<PktGen>,
+    frame: Vec<u8>,
+    program: Program,
+    slices: Vec<Slice>,
+}
+
+impl Contender {
+    fn program_fd(&self) -> BorrowedFd<'_> {
+        match &self.program {
+            Program::XdpTx(p) => p.program_fd(),
+            Program::Balancer(lb, ..) => lb.balancer().program_fd(),
+        }
+    }
+
+    /// The result; `returned` frames came back during all contenders' turns.
+    fn result(&self, returned: u64) -> Result<PpsResult, LbError> {
+        let (hint, conn) = match &self.program {
+            Program::XdpTx(_) => (0.0, 0.0),
+            Program::Balancer(lb, before, runs_before) => {
+                let after = lb.stats()?;
+                let d = |k: &str| {
+                    after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
+                };
+                // Every run during the turns, lead-ins included.
+                let runs = program_run_stats(lb.balancer().program_fd()).map_err(kernel("read program statistics"))?.0;
+                let total = runs.saturating_sub(*runs_before).max(1) as f64;
+                (d("hint_hit") as f64 / total, d("conn_hit") as f64 / total)
+            }
+        };
+        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned))
+    }
+}
+
+/// Runs every flow count with the XDP_TX ceiling and every balancer mode taking turns
+/// ([`Bench::compare`]); `progress` is told what happens. The runs happen on a thread
+/// of their own (pinned to CPU 0), which moves between the benchmark's namespaces; the
+/// caller's thread keeps its namespace.
+pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>, LbError> {
+    opts.validate()?;
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::scope(|s| {
+        let worker = s.spawn(move || -> Result<Vec<PpsResult>, LbError> {
+            netlane::cpus::pin(Some(GEN_CPU));
+            let _stats = enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?;
+            let bench = Bench::build()?;
+            let tell = |m: &str| {
+                let _ = tx.send(m.to_string());
+            };
+            let mut subjects = vec![Subject::XdpTxCeiling];
+            subjects.extend(opts.modes.iter().map(|m| Subject::Balancer(*m)));
+            let mut out = Vec::new();
+            for &flows in &opts.flows {
+                out.extend(bench.compare(&subjects, flows, opts.time, &tell)?);
+            }
+            Ok(out)
+        });
+        for label in rx {
+            progress(&label);
+        }
+        worker.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}

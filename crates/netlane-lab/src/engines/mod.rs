@@ -1,0 +1,4 @@
+//! Engines that exist only to measure.
+
+pub mod bulk;
+pub mod lb_pps;

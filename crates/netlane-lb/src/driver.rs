@@ -1,0 +1,406 @@
+//! The driver: loads the data plane (`crates/netlane-sys/bpf/lb/balancer.bpf.c`),
+//! attaches it, applies configurations live, turns new-flow events into classifier
+//! tags, and reports statistics as JSON and in Prometheus text format.
+//!
+//! The decisions live in sans-IO code: `crate::proto::plane` says which map writes a
+//! configuration change needs and in which order; this module only carries them out.
+//!
+//! # Hints
+//! With [`HintMode::RxHash`] the data plane keeps a per-CPU flow cache indexed by the
+//! packet's RX hash. With the tag modes it reports every new flow; the driver gives the
+//! flow a tag and asks a [`Classifier`] (the NIC's flow steering; on veth the TCX
+//! emulation in [`TcClassifier`]) to mark that flow's packets with it. Tags are only
+//! hints: the data plane checks each against the packet and the VIP's live reals.
+use std::collections::HashMap;
+use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use crate::proto::config::{Config, ConfigError, VipChange};
+use crate::proto::plane::{ControlPlane, Op, PlanError, TagTable};
+use netlane_sys::bpf::{
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowTagger, TcxLink, dest_tag, flow_tag,
+};
+pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode};
+
+pub use crate::stats::{LbStats, RealStats, TagStats, VipStats, render_prometheus};
+
+use netlane::topology::{Rtnl, TopologyError, run_in_named};
+
+/// Why the balancer could not start or change.
+#[derive(Debug, thiserror::Error)]
+pub enum LbError {
+    /// The configuration is invalid.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// The configuration cannot be applied to the running data plane.
+    #[error("configuration: {0}")]
+    Plan(#[from] PlanError),
+    /// Bad options.
+    #[error("{0}")]
+    Invalid(String),
+    /// A kernel operation failed.
+    #[error("{what}: {source}")]
+    Kernel {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// A namespace or interface problem.
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+}
+
+pub(crate) fn kernel(what: impl Into<String>) -> impl FnOnce(io::Error) -> LbError {
+    LbError::kernel(what)
+}
+
+impl LbError {
+    /// Wraps a kernel error with what was being done (for `map_err`).
+    pub fn kernel(what: impl Into<String>) -> impl FnOnce(io::Error) -> LbError {
+        let what = what.into();
+        move |source| LbError::Kernel { what, source }
+    }
+}
+
+/// Where hints come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HintSource {
+    /// The NIC's RX hash through the metadata kfunc (device-bound build, native only).
+    Kfunc,
+    /// 4 bytes of XDP metadata in front of the frame (plain build; what a generator
+    /// or an earlier program writes).
+    Metadata,
+}
+
+/// Turns a flow into marked packets: the NIC's flow steering table.
+pub trait Classifier {
+    /// Marks `flow`'s packets with `hint` from now on.
+    fn install(&mut self, flow: &FlowKey, hint: u32) -> io::Result<()>;
+    /// Stops marking `flow`'s packets.
+    fn remove(&mut self, flow: &FlowKey) -> io::Result<()>;
+}
+
+/// The classifier emulated on veth: a TCX egress program on the interface that sends to
+/// the balancer sets the packet hash, which veth passes to XDP as the RX hash.
+#[derive(Debug)]
+pub struct TcClassifier {
+    tagger: FlowTagger,
+    _link: TcxLink,
+}
+
+impl TcClassifier {
+    /// Loads the program with room for `max_rules` rules and attaches it to egress of
+    /// `iface`, in namespace `netns` (a name under /run/netns) or the caller's.
+    pub fn attach(netns: Option<&str>, iface: &str, max_rules: u32) -> Result<TcClassifier, LbError> {
+        let tagger = FlowTagger::load(max_rules).map_err(kernel("load the flow classifier program"))?;
+        let attach = || -> Result<TcxLink, LbError> {
+            let ifindex = if_index(iface)?;
+            tagger.attach_egress(ifindex).map_err(kernel(format!("attach the flow classifier to {iface} egress (TCX)")))
+        };
+        let link = match netns {
+            Some(ns) => run_in_named(ns, attach)??,
+            None => attach()?,
+        };
+        Ok(TcClassifier { tagger, _link: link })
+    }
+
+    /// (packets tagged, packets seen) by the program.
+    pub fn counters(&self) -> io::Result<(u64, u64)> {
+        self.tagger.stats()
+    }
+}
+
+impl Classifier for TcClassifier {
+    fn install(&mut self, flow: &FlowKey, hint: u32) -> io::Result<()> {
+        self.tagger.set_rule(flow, hint)
+    }
+
+    fn remove(&mut self, flow: &FlowKey) -> io::Result<()> {
+        self.tagger.remove_rule(flow)
+    }
+}
+
+/// The interface index of `name` in the calling thread's namespace.
+pub fn if_index(name: &str) -> Result<u32, LbError> {
+    let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
+    r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {e}")))
+}
+
+/// The MAC address of `name` in the calling thread's namespace.
+pub fn if_mac(name: &str) -> Result<[u8; 6], LbError> {
+    let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
+    let i = r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {e}")))?;
+    let mac = r.link_mac(i).map_err(|e| LbError::Invalid(format!("MAC of {name}: {e}")))?;
+    mac.try_into().map_err(|_| LbError::Invalid(format!("{name} has no Ethernet address")))
+}
+
+/// How to run the balancer.
+#[derive(Debug, Clone)]
+pub struct LbOptions {
+    /// Interface to attach to, in the calling thread's network namespace (a
+    /// device-bound program is bound to the interface of that name there).
+    pub iface: String,
+    /// Next hop towards the reals.
+    pub gw_mac: [u8; 6],
+    /// Outer IPv4 source base (low 16 bits vary by flow).
+    pub src4: Ipv4Addr,
+    /// Outer IPv6 source base (last 32 bits vary by flow).
+    pub src6: Ipv6Addr,
+    /// What hints are used for.
+    pub hint: HintMode,
+    /// Where they come from.
+    pub hint_source: HintSource,
+    /// Attach in generic mode even if native works.
+    pub force_generic: bool,
+    /// VIPs the data plane has room for.
+    pub max_vips: u32,
+    /// Reals the data plane has room for.
+    pub max_reals: u32,
+    /// Per-flow tags (and classifier rules) at most.
+    pub max_tags: u32,
+    /// Slots of each CPU's rx-hash flow cache (a power of two).
+    pub hint_cache: u32,
+    /// Bytes of the new-flow event ring (a power of two): events for this many bytes /
+    /// 64 new flows can wait to be read.
+    pub event_ring_bytes: u32,
+}
+
+impl LbOptions {
+    /// Defaults for `iface` and next hop `gw_mac`.
+    pub fn new(iface: &str, gw_mac: [u8; 6]) -> LbOptions {
+        LbOptions {
+            iface: iface.to_string(),
+            gw_mac,
+            src4: Ipv4Addr::new(172, 16, 0, 0),
+            src6: Ipv6Addr::new(0xfd00, 0x4c42, 0, 0, 0, 0, 0, 0),
+            hint: HintMode::Off,
+            hint_source: HintSource::Kfunc,
+            force_generic: false,
+            max_vips: 64,
+            max_reals: 1024,
+            max_tags: 65536,
+            hint_cache: 65536,
+            event_ring_bytes: 1 << 20,
+        }
+    }
+}
+
+/// A running balancer: detached and unloaded on drop.
+pub struct Lb {
+    // Field order is drop order: the attachment goes first.
+    link: Option<XdpLink>,
+    mode: XdpMode,
+    classifier: Option<Box<dyn Classifier>>,
+    pub(crate) balancer: Balancer,
+    pub(crate) plane: ControlPlane,
+    pub(crate) tags: TagTable<FlowKey>,
+    tagged_real: HashMap<FlowKey, u32>,
+    pub(crate) tag_stats: TagStats,
+    pub(crate) opts: LbOptions,
+    native_error: Option<String>,
+}
+
+impl std::fmt::Debug for Lb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lb")
+            .field("opts", &self.opts)
+            .field("mode", &self.mode)
+            .field("attached", &self.link.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lb {
+    /// Loads the data plane sized for `config`, applies it and attaches to the
+    /// interface: native mode, else generic (see [`Lb::native_error`]).
+    pub fn start(config: &Config, opts: LbOptions) -> Result<Lb, LbError> {
+        config.validate()?;
+        if opts.max_tags == 0 || opts.max_tags > 1 << 24 {
+            return Err(LbError::Invalid(format!("max tags must be 1..=2^24, not {}", opts.max_tags)));
+        }
+        let (ifindex, own_mac) = (if_index(&opts.iface)?, if_mac(&opts.iface)?);
+        let bound = opts.hint != HintMode::Off && opts.hint_source == HintSource::Kfunc;
+        if bound && opts.force_generic {
+            return Err(LbError::Invalid(
+                "RX-hash hints from the NIC need a device-bound program, which only attaches in native mode".into(),
+            ));
+        }
+        let max_vips = opts.max_vips.max(config.vips.len() as u32);
+        let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
+        let max_reals = opts.max_reals.max(reals as u32 * 2);
+        let mut sizes = BalancerSizes::new(max_vips, max_reals, config.ring_size, config.conn_entries);
+        sizes.flow_tags = opts.max_tags;
+        sizes.hint_cache = opts.hint_cache;
+        sizes.event_ring_bytes = opts.event_ring_bytes;
+        let balancer =
+            Balancer::load(&BalancerOptions { sizes, hint: opts.hint, bind_ifindex: bound.then_some(ifindex) })
+                .map_err(kernel(if bound {
+                    format!("load the device-bound balancer for {}", opts.iface)
+                } else {
+                    "load the balancer".to_string()
+                }))?;
+        balancer
+            .set_config(&DataPlaneConfig {
+                gw_mac: opts.gw_mac,
+                own_mac,
+                src4: opts.src4,
+                src6: opts.src6,
+                max_new_conns_per_cpu: config.max_new_conns_per_cpu,
+                udp_timeout_ms: config.udp_timeout_s.saturating_mul(1000),
+            })
+            .map_err(kernel("write the data plane's configuration"))?;
+        let mut plane = ControlPlane::new(max_vips, max_reals);
+        let update = plane.apply(config)?;
+        execute(&balancer, &update.ops)?;
+        let prog = balancer.program_fd();
+        let iface = &opts.iface;
+        let (link, native_error) = if opts.force_generic {
+            let l = XdpLink::attach(prog, ifindex, XdpMode::Generic);
+            (l.map_err(kernel(format!("attach to {iface} (generic)")))?, None)
+        } else if bound {
+            let l = XdpLink::attach(prog, ifindex, XdpMode::Native);
+            (l.map_err(kernel(format!("attach to {iface} (native; device-bound programs cannot be generic)")))?, None)
+        } else {
+            let (l, e) = XdpLink::attach_native_or_generic(prog, ifindex)
+                .map_err(kernel(format!("attach to {iface} (native, then generic)")))?;
+            (l, e.map(|e| e.to_string()))
+        };
+        Ok(Lb {
+            mode: link.mode(),
+            link: Some(link),
+            classifier: None,
+            balancer,
+            plane,
+            tags: TagTable::new(opts.max_tags),
+            tagged_real: HashMap::new(),
+            tag_stats: TagStats::default(),
+            opts,
+            native_error,
+        })
+    }
+
+    /// Gives the balancer a classifier to install tags with (tag modes).
+    pub fn set_classifier(&mut self, c: Box<dyn Classifier>) {
+        self.classifier = Some(c);
+    }
+
+    /// The attach mode it got.
+    pub fn mode(&self) -> XdpMode {
+        self.mode
+    }
+
+    /// Detaches the program from the interface and keeps the data plane loaded with
+    /// its state (connections, caches, tags): something else may run it now (see
+    /// [`Balancer::program_fd`]), as the pps benchmark does to take turns.
+    pub fn detach(&mut self) {
+        self.link = None;
+    }
+
+    /// Why native mode failed, when it fell back to generic.
+    pub fn native_error(&self) -> Option<&str> {
+        self.native_error.as_deref()
+    }
+
+    /// The options it runs with.
+    pub fn options(&self) -> &LbOptions {
+        &self.opts
+    }
+
+    /// The loaded data plane.
+    pub fn balancer(&self) -> &Balancer {
+        &self.balancer
+    }
+
+    /// Applies a new configuration without a restart; returns what changed per VIP.
+    /// Connections keep their real unless it was removed.
+    pub fn apply(&mut self, config: &Config) -> Result<Vec<VipChange>, LbError> {
+        config.validate()?;
+        let update = self.plane.apply(config)?;
+        execute(&self.balancer, &update.ops)?;
+        let cleared: Vec<u32> = update
+            .ops
+            .iter()
+            .filter_map(|o| match o {
+                Op::ClearReal { index, .. } => Some(*index),
+                _ => None,
+            })
+            .collect();
+        if !cleared.is_empty() {
+            let gone = self.tags.release_where(|k| self.tagged_real.get(k).is_some_and(|r| cleared.contains(r)));
+            for (_, flow) in gone {
+                self.tagged_real.remove(&flow);
+                self.tag_stats.released += 1;
+                if let Some(c) = self.classifier.as_mut() {
+                    c.remove(&flow).map_err(kernel("remove a classifier rule"))?;
+                }
+            }
+        }
+        Ok(update.changes)
+    }
+
+    /// Waits up to `timeout` for new-flow events and tags those flows (tag modes);
+    /// returns how many events it handled.
+    pub fn service_events(&mut self, timeout: Duration) -> Result<usize, LbError> {
+        if !matches!(self.opts.hint, HintMode::FlowTag | HintMode::DestTag) {
+            std::thread::sleep(timeout);
+            return Ok(0);
+        }
+        let events = {
+            let mut reader = self.balancer.events().map_err(kernel("open the new-flow event ring"))?;
+            reader.poll(timeout).map_err(kernel("read new-flow events"))?
+        };
+        for e in &events {
+            self.tag_flow(e)?;
+        }
+        Ok(events.len())
+    }
+
+    /// Tags one new flow: a tag id (per-flow) or its real (per-destination).
+    pub fn tag_flow(&mut self, e: &FlowEvent) -> Result<(), LbError> {
+        let Some((id, evicted)) = self.tags.assign(e.flow) else { return Ok(()) };
+        if let Some(old) = evicted {
+            self.tagged_real.remove(&old);
+            self.tag_stats.evicted += 1;
+            if let Some(c) = self.classifier.as_mut() {
+                c.remove(&old).map_err(kernel("remove a classifier rule"))?;
+            }
+        }
+        let hint = match self.opts.hint {
+            HintMode::DestTag => dest_tag(e.real),
+            _ => {
+                self.balancer.set_flow_tag(id, e).map_err(kernel("install a flow tag"))?;
+                flow_tag(id)
+            }
+        };
+        self.tagged_real.insert(e.flow, e.real);
+        self.tag_stats.installed += 1;
+        if let Some(c) = self.classifier.as_mut() {
+            c.install(&e.flow, hint).map_err(kernel("install a classifier rule"))?;
+        }
+        Ok(())
+    }
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> Result<LbStats, LbError> {
+        crate::stats::collect(self)
+    }
+}
+
+/// Carries out the plan's operations on the data plane, in order.
+fn execute(b: &Balancer, ops: &[Op]) -> Result<(), LbError> {
+    for op in ops {
+        let r = match op {
+            Op::SetReal { index, address, vip, generation } => b.set_real(*index, *address, *vip, *generation),
+            Op::ClearReal { index, generation } => b.clear_real(*index, *generation),
+            Op::SetVip { address, port, proto, index, no_lru } => b.set_vip(*address, *port, *proto, *index, *no_lru),
+            Op::RemoveVip { address, port, proto } => b.remove_vip(*address, *port, *proto),
+            Op::SetRing { vip, ring } => b.set_ring(*vip, ring),
+            Op::VipAddress { address, present } => b.set_vip_address(*address, *present),
+        };
+        r.map_err(kernel(format!("update the data plane ({op:?})")))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,383 @@
+//! The balancer's configuration: VIPs, their reals and weights, read from TOML and
+//! validated with errors that name the offending entry.
+//!
+//! ```toml
+//! ring_size = 65537            # Maglev ring per VIP (a prime); optional
+//! conn_entries = 1048576       # connection-table entries (all CPUs); optional
+//! max_new_conns_per_cpu = 125000  # flood guard; 0 = off; optional
+//! udp_timeout_s = 30           # idle UDP flows forget their real; 0 = never; optional
+//!
+//! [[vip]]
+//! address = "10.100.0.1"
+//! port = 80                    # 0 = every port of this address and protocol
+//! proto = "tcp"                # tcp or udp
+//! no_lru = false               # true: no connection state, pure consistent hashing
+//!
+//! [[vip.real]]
+//! address = "10.200.0.2"
+//! weight = 2                   # optional, default 1; 0 drains the real
+//! ```
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use serde::Deserialize;
+
+use crate::proto::maglev;
+
+/// Default Maglev ring size per VIP (Katran's).
+pub const DEFAULT_RING: u32 = 65537;
+/// Largest weight accepted.
+pub const MAX_WEIGHT: u32 = 1000;
+
+/// Transport protocol of a VIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proto {
+    /// TCP (IP protocol 6).
+    Tcp,
+    /// UDP (IP protocol 17).
+    Udp,
+}
+
+impl Proto {
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+}
+
+/// A backend server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Real {
+    /// Its address; packets are encapsulated to it (IPIP or IPv6-in-IPv6).
+    pub address: IpAddr,
+    /// Relative weight (0 = drained: no new flows).
+    #[serde(default = "one")]
+    pub weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// A virtual service.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Vip {
+    /// Address clients connect to.
+    pub address: IpAddr,
+    /// Port (0 = any port).
+    #[serde(default)]
+    pub port: u16,
+    /// Protocol.
+    pub proto: Proto,
+    /// No connection-table state: every packet is hashed onto the ring.
+    #[serde(default)]
+    pub no_lru: bool,
+    /// Its reals.
+    #[serde(rename = "real", default)]
+    pub reals: Vec<Real>,
+}
+
+impl Vip {
+    /// `address:port/proto`, for messages.
+    pub fn name(&self) -> String {
+        let port = if self.port == 0 { "*".to_string() } else { self.port.to_string() };
+        match self.address {
+            IpAddr::V4(a) => format!("{a}:{port}/{:?}", self.proto).to_lowercase(),
+            IpAddr::V6(a) => format!("[{a}]:{port}/{:?}", self.proto).to_lowercase(),
+        }
+    }
+
+    /// The Maglev backends of this VIP, in configuration order.
+    pub fn backends(&self) -> Vec<maglev::Backend> {
+        self.reals
+            .iter()
+            .map(|r| maglev::Backend {
+                key: match r.address {
+                    IpAddr::V4(a) => a.octets().to_vec(),
+                    IpAddr::V6(a) => a.octets().to_vec(),
+                },
+                weight: r.weight,
+            })
+            .collect()
+    }
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Maglev ring size per VIP.
+    #[serde(default = "default_ring")]
+    pub ring_size: u32,
+    /// Connection-table entries, shared by all CPUs' LRU lists.
+    #[serde(default = "default_conn_entries")]
+    pub conn_entries: u32,
+    /// New connections each CPU records per second (0 = no limit).
+    #[serde(default = "default_new_conns")]
+    pub max_new_conns_per_cpu: u32,
+    /// Idle UDP flows forget their real after this many seconds (0 = never).
+    #[serde(default = "default_udp_timeout")]
+    pub udp_timeout_s: u32,
+    /// The VIPs.
+    #[serde(rename = "vip", default)]
+    pub vips: Vec<Vip>,
+}
+
+fn default_ring() -> u32 {
+    DEFAULT_RING
+}
+
+fn default_conn_entries() -> u32 {
+    1 << 20
+}
+
+fn default_new_conns() -> u32 {
+    125_000
+}
+
+fn default_udp_timeout() -> u32 {
+    30
+}
+
+/// A configuration problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// Not valid TOML, or a field of the wrong type or name.
+    #[error("{0}")]
+    Syntax(String),
+    /// A semantic problem, naming where.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Checks everything a data plane relies on.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.ring_size < maglev::MIN_RING || !maglev::is_prime(self.ring_size) {
+            return bad(format!("ring_size {} must be a prime of at least 7 (e.g. 65537)", self.ring_size));
+        }
+        if self.vips.is_empty() {
+            return bad("no [[vip]] configured".into());
+        }
+        if self.conn_entries < 64 {
+            return bad(format!("conn_entries {} is too small (at least 64)", self.conn_entries));
+        }
+        if self.udp_timeout_s > 86_400 {
+            return bad(format!("udp_timeout_s {} is above a day", self.udp_timeout_s));
+        }
+        let mut seen = HashSet::new();
+        for v in &self.vips {
+            let name = v.name();
+            if !seen.insert((v.address, v.port, v.proto)) {
+                return bad(format!("VIP {name} is configured twice"));
+            }
+            if v.address.is_unspecified() || v.address.is_multicast() {
+                return bad(format!("VIP {name}: {} cannot be a VIP address", v.address));
+            }
+            if v.reals.is_empty() {
+                return bad(format!("VIP {name} has no [[vip.real]]"));
+            }
+            if v.reals.len() > self.ring_size as usize {
+                return bad(format!("VIP {name}: {} reals exceed the ring of {}", v.reals.len(), self.ring_size));
+            }
+            let mut reals = HashSet::new();
+            for r in &v.reals {
+                if !reals.insert(r.address) {
+                    return bad(format!("VIP {name}: real {} is listed twice", r.address));
+                }
+                if r.weight > MAX_WEIGHT {
+                    return bad(format!("VIP {name}: real {} weight {} is above {MAX_WEIGHT}", r.address, r.weight));
+                }
+                if r.address.is_unspecified() || r.address.is_multicast() {
+                    return bad(format!("VIP {name}: {} cannot be a real's address", r.address));
+                }
+                // IPv4 VIPs may be carried to IPv6 reals (IPv4-in-IPv6); IPv6 packets
+                // cannot be carried in IPv4.
+                if v.address.is_ipv6() && r.address.is_ipv4() {
+                    return bad(format!("VIP {name}: an IPv6 VIP cannot use the IPv4 real {}", r.address));
+                }
+            }
+            if v.reals.iter().all(|r| r.weight == 0) {
+                return bad(format!("VIP {name}: every real has weight 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The VIP with this address, port and protocol.
+    pub fn vip(&self, address: IpAddr, port: u16, proto: Proto) -> Option<&Vip> {
+        self.vips.iter().find(|v| v.address == address && v.port == port && v.proto == proto)
+    }
+}
+
+/// What changing from one configuration to another does to one VIP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VipChange {
+    /// The VIP.
+    pub vip: String,
+    /// Reals added.
+    pub added: Vec<IpAddr>,
+    /// Reals removed.
+    pub removed: Vec<IpAddr>,
+    /// Reals whose weight changed.
+    pub reweighted: Vec<IpAddr>,
+    /// Ring slots that now point at a different real.
+    pub slots_moved: usize,
+}
+
+/// The per-VIP effect of moving from `old` to `new` (VIPs only in one of them are
+/// reported with all their reals added or removed).
+pub fn diff(old: &Config, new: &Config) -> Result<Vec<VipChange>, maglev::RingError> {
+    let mut out = Vec::new();
+    let key = |v: &Vip| (v.address, v.port, v.proto);
+    for n in &new.vips {
+        let o = old.vips.iter().find(|o| key(o) == key(n));
+        let empty = Vec::new();
+        let old_reals = o.map_or(&empty, |o| &o.reals);
+        let added: Vec<IpAddr> =
+            n.reals.iter().filter(|r| !old_reals.iter().any(|x| x.address == r.address)).map(|r| r.address).collect();
+        let removed: Vec<IpAddr> =
+            old_reals.iter().filter(|r| !n.reals.iter().any(|x| x.address == r.address)).map(|r| r.address).collect();
+        let reweighted: Vec<IpAddr> = n
+            .reals
+            .iter()
+            .filter(|r| old_reals.iter().any(|x| x.address == r.address && x.weight != r.weight))
+            .map(|r| r.address)
+            .collect();
+        let nb = n.backends();
+        let new_ring = maglev::build(&nb, new.ring_size)?;
+        let slots_moved = match o {
+            Some(o) if old.ring_size == new.ring_size => {
+                let ob = o.backends();
+                maglev::moved(&maglev::build(&ob, old.ring_size)?, &ob, &new_ring, &nb)
+            }
+            _ => new_ring.len(),
+        };
+        let changed = !(added.is_empty() && removed.is_empty() && reweighted.is_empty());
+        if o.is_none() || slots_moved > 0 || changed {
+            out.push(VipChange { vip: n.name(), added, removed, reweighted, slots_moved });
+        }
+    }
+    for o in &old.vips {
+        if !new.vips.iter().any(|n| key(n) == key(o)) {
+            out.push(VipChange {
+                vip: o.name(),
+                added: Vec::new(),
+                removed: o.reals.iter().map(|r| r.address).collect(),
+                reweighted: Vec::new(),
+                slots_moved: old.ring_size as usize,
+            });
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+        [[vip]]
+        address = "10.100.0.1"
+        port = 80
+        proto = "tcp"
+        [[vip.real]]
+        address = "10.200.0.2"
+        [[vip.real]]
+        address = "10.200.0.3"
+        weight = 2
+        [[vip.real]]
+        address = "fd00:200::4"
+        weight = 4
+
+        [[vip]]
+        address = "fd00:100::1"
+        proto = "udp"
+        [[vip.real]]
+        address = "fd00:200::4"
+    "#;
+
+    #[test]
+    fn a_good_config_parses_with_defaults() {
+        let c = Config::parse(GOOD).unwrap();
+        assert_eq!(c.ring_size, 65537);
+        assert_eq!(c.vips.len(), 2);
+        assert_eq!(c.vips[0].reals[0].weight, 1);
+        assert_eq!(c.vips[1].port, 0);
+        assert_eq!(c.vips[1].name(), "[fd00:100::1]:*/udp");
+        assert!(c.vip("10.100.0.1".parse().unwrap(), 80, Proto::Tcp).is_some());
+    }
+
+    #[test]
+    fn bad_configs_say_what_and_where() {
+        let cases = [
+            ("ring_size = 65536\n", "prime"),
+            ("", "no [[vip]]"),
+            ("[[vip]]\naddress = \"10.0.0.1\"\nproto = \"sctp\"\n", "sctp"),
+            ("[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\n", "has no [[vip.real]]"),
+            ("[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\ncolour = 1\n", "colour"),
+            ("[[vip]]\naddress = \"10.0.0.300\"\nproto = \"tcp\"\n", "invalid"),
+            (
+                "[[vip]]\naddress = \"fd00::1\"\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.2\"\n",
+                "IPv6 VIP cannot use the IPv4 real 10.0.0.2",
+            ),
+            (
+                "[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.2\"\n[[vip.real]]\naddress = \"10.0.0.2\"\n",
+                "listed twice",
+            ),
+            (
+                "[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.2\"\nweight = 5000\n",
+                "above 1000",
+            ),
+            (
+                "[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.2\"\nweight = 0\n",
+                "every real has weight 0",
+            ),
+            (
+                "[[vip]]\naddress = \"0.0.0.0\"\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.2\"\n",
+                "cannot be a VIP",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = Config::parse(text).unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let twice = format!(
+            "{GOOD}\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.9\"\n"
+        );
+        assert!(Config::parse(&twice).unwrap_err().to_string().contains("10.100.0.1:80/tcp is configured twice"));
+    }
+
+    #[test]
+    fn diffs_report_real_changes_and_moved_slots() {
+        let old = Config::parse(GOOD).unwrap();
+        let mut new = old.clone();
+        new.vips[0].reals.remove(1); // 10.200.0.3 (2/7 of the ring) goes
+        new.vips[0].reals[0].weight = 3;
+        let d = diff(&old, &new).unwrap();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].removed, vec!["10.200.0.3".parse::<IpAddr>().unwrap()]);
+        assert_eq!(d[0].reweighted, vec!["10.200.0.2".parse::<IpAddr>().unwrap()]);
+        assert!(d[0].slots_moved >= 65537 * 2 / 7, "{}", d[0].slots_moved);
+        assert!(diff(&old, &old).unwrap().is_empty());
+        let mut gone = old.clone();
+        gone.vips.remove(1);
+        let d = diff(&old, &gone).unwrap();
+        assert_eq!((d.len(), d[0].slots_moved), (1, 65537));
+    }
+}

@@ -1,0 +1,439 @@
+//! What the data plane must be told, as a list of operations: the control plane's
+//! bookkeeping of VIP and real indexes and real generations, kept here without I/O.
+//!
+//! Real indexes belong to one VIP. A real's generation changes whenever its index is
+//! removed or reused, and the data plane compares generations before trusting any state
+//! that names a real (connection entries, flow cache, tags), so a removed real never
+//! receives another packet. Freed indexes are reused last-freed-last (FIFO) to keep
+//! stale state rare.
+//!
+//! Operations come in a safe order: new reals before the rings that use them, rings
+//! before the VIP entries that make them reachable, and removed reals cleared only
+//! after no ring points at them.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
+
+use crate::proto::config::{Config, Proto, Vip, VipChange, diff};
+use crate::proto::maglev;
+
+/// One change to the data plane's maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Real `index` is `address`, serving VIP `vip`, at `generation`.
+    SetReal {
+        /// Real index.
+        index: u32,
+        /// Where to encapsulate to.
+        address: IpAddr,
+        /// Its VIP's index.
+        vip: u32,
+        /// Its generation.
+        generation: u32,
+    },
+    /// Real `index` is gone; its generation moves on.
+    ClearReal {
+        /// Real index.
+        index: u32,
+        /// The new generation.
+        generation: u32,
+    },
+    /// The VIP entry {address, port, proto} -> ring `index`.
+    SetVip {
+        /// Address.
+        address: IpAddr,
+        /// Port (0 = any).
+        port: u16,
+        /// IP protocol number.
+        proto: u8,
+        /// Ring index.
+        index: u32,
+        /// No connection state.
+        no_lru: bool,
+    },
+    /// The VIP entry is removed.
+    RemoveVip {
+        /// Address.
+        address: IpAddr,
+        /// Port.
+        port: u16,
+        /// IP protocol number.
+        proto: u8,
+    },
+    /// Ring `vip`'s slots (real indexes, `u32::MAX` = none).
+    SetRing {
+        /// Ring index.
+        vip: u32,
+        /// The slots.
+        ring: Vec<u32>,
+    },
+    /// `address` is (or stops being) a VIP address for ICMP echo.
+    VipAddress {
+        /// Address.
+        address: IpAddr,
+        /// Present or not.
+        present: bool,
+    },
+}
+
+/// Why a configuration cannot be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// More VIPs or reals than the data plane was sized for.
+    #[error("{0}")]
+    Capacity(String),
+    /// A setting that is fixed once the data plane is loaded.
+    #[error("{0}")]
+    NeedsRestart(String),
+    /// A ring could not be built.
+    #[error(transparent)]
+    Ring(#[from] maglev::RingError),
+}
+
+type VipKey = (IpAddr, u16, Proto);
+
+#[derive(Debug, Clone)]
+struct VipState {
+    index: u32,
+    no_lru: bool,
+    /// Real address -> real index.
+    reals: HashMap<IpAddr, u32>,
+}
+
+/// The result of applying a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// What to write, in order.
+    pub ops: Vec<Op>,
+    /// What changed, per VIP (reals added/removed/reweighted, ring slots moved).
+    pub changes: Vec<VipChange>,
+}
+
+/// The control plane's view of the data plane's indexes.
+#[derive(Debug, Clone)]
+pub struct ControlPlane {
+    max_vips: u32,
+    max_reals: u32,
+    current: Option<Config>,
+    vips: HashMap<VipKey, VipState>,
+    free_vips: VecDeque<u32>,
+    free_reals: VecDeque<u32>,
+    generations: Vec<u32>,
+}
+
+impl ControlPlane {
+    /// A control plane for a data plane with room for `max_vips` VIPs and `max_reals`
+    /// reals.
+    pub fn new(max_vips: u32, max_reals: u32) -> ControlPlane {
+        ControlPlane {
+            max_vips,
+            max_reals,
+            current: None,
+            vips: HashMap::new(),
+            free_vips: (0..max_vips).collect(),
+            free_reals: (0..max_reals).collect(),
+            generations: vec![0; max_reals as usize],
+        }
+    }
+
+    /// The configuration applied last.
+    pub fn current(&self) -> Option<&Config> {
+        self.current.as_ref()
+    }
+
+    /// VIP `v`'s ring index and its reals' indexes (by address), if configured.
+    pub fn indexes(&self, v: &Vip) -> Option<(u32, &HashMap<IpAddr, u32>)> {
+        self.vips.get(&(v.address, v.port, v.proto)).map(|s| (s.index, &s.reals))
+    }
+
+    /// The operations that take the data plane from the current configuration to
+    /// `new` (which must be valid). Nothing changes here if it fails.
+    pub fn apply(&mut self, new: &Config) -> Result<Update, PlanError> {
+        if let Some(cur) = &self.current
+            && (cur.ring_size != new.ring_size || cur.conn_entries != new.conn_entries)
+        {
+            return Err(PlanError::NeedsRestart(format!(
+                "ring_size and conn_entries size the data plane's maps: changing them ({} -> {}, {} -> {}) needs a restart",
+                cur.ring_size, new.ring_size, cur.conn_entries, new.conn_entries
+            )));
+        }
+        let empty = Config { vips: Vec::new(), ..new.clone() };
+        let changes = diff(self.current.as_ref().unwrap_or(&empty), new)?;
+        // Work on a copy; commit only if everything fits.
+        let mut next = self.clone();
+        let mut ops = Vec::new();
+        let mut clears = Vec::new();
+        let key = |v: &Vip| (v.address, v.port, v.proto);
+
+        // VIPs that go away: unreachable first, then their reals.
+        let gone: Vec<VipKey> = next.vips.keys().filter(|k| !new.vips.iter().any(|v| key(v) == **k)).copied().collect();
+        for k in gone {
+            let Some(st) = next.vips.remove(&k) else { continue };
+            ops.push(Op::RemoveVip { address: k.0, port: k.1, proto: k.2.number() });
+            ops.push(Op::SetRing { vip: st.index, ring: vec![maglev::EMPTY; new.ring_size as usize] });
+            for (_, idx) in st.reals {
+                clears.push(idx);
+            }
+            next.free_vips.push_back(st.index);
+        }
+
+        for v in &new.vips {
+            let k = key(v);
+            let is_new = !next.vips.contains_key(&k);
+            if is_new {
+                let index = next.free_vips.pop_front().ok_or_else(|| {
+                    PlanError::Capacity(format!("VIP {}: the data plane has room for {} VIPs", v.name(), self.max_vips))
+                })?;
+                next.vips.insert(k, VipState { index, no_lru: v.no_lru, reals: HashMap::new() });
+            }
+            let Some(mut st) = next.vips.remove(&k) else { continue };
+            // Reals that go away.
+            let removed: Vec<IpAddr> =
+                st.reals.keys().filter(|a| !v.reals.iter().any(|r| r.address == **a)).copied().collect();
+            for a in removed {
+                if let Some(idx) = st.reals.remove(&a) {
+                    clears.push(idx);
+                }
+            }
+            // Reals that arrive.
+            for r in &v.reals {
+                if st.reals.contains_key(&r.address) {
+                    continue;
+                }
+                let index = next.free_reals.pop_front().ok_or_else(|| {
+                    PlanError::Capacity(format!(
+                        "VIP {}: real {}: the data plane has room for {} reals",
+                        v.name(),
+                        r.address,
+                        self.max_reals
+                    ))
+                })?;
+                let g = &mut next.generations[index as usize];
+                *g = g.wrapping_add(1);
+                ops.push(Op::SetReal { index, address: r.address, vip: st.index, generation: *g });
+                st.reals.insert(r.address, index);
+            }
+            let changed = changes.iter().any(|c| c.vip == v.name());
+            if is_new || changed {
+                let slots = maglev::build(&v.backends(), new.ring_size)?;
+                let ring = slots
+                    .iter()
+                    .map(|&s| if s == maglev::EMPTY { maglev::EMPTY } else { st.reals[&v.reals[s as usize].address] })
+                    .collect();
+                ops.push(Op::SetRing { vip: st.index, ring });
+            }
+            if is_new || st.no_lru != v.no_lru {
+                ops.push(Op::SetVip {
+                    address: v.address,
+                    port: v.port,
+                    proto: v.proto.number(),
+                    index: st.index,
+                    no_lru: v.no_lru,
+                });
+                st.no_lru = v.no_lru;
+            }
+            next.vips.insert(k, st);
+        }
+
+        for idx in clears {
+            let g = &mut next.generations[idx as usize];
+            *g = g.wrapping_add(1);
+            ops.push(Op::ClearReal { index: idx, generation: *g });
+            next.free_reals.push_back(idx);
+        }
+        // ICMP echo addresses: every address some VIP uses.
+        let old_addrs: Vec<IpAddr> = self.current.iter().flat_map(|c| c.vips.iter().map(|v| v.address)).collect();
+        let mut new_addrs: Vec<IpAddr> = new.vips.iter().map(|v| v.address).collect();
+        new_addrs.sort();
+        new_addrs.dedup();
+        for a in &new_addrs {
+            if !old_addrs.contains(a) {
+                ops.push(Op::VipAddress { address: *a, present: true });
+            }
+        }
+        let mut gone_addrs: Vec<IpAddr> = old_addrs.into_iter().filter(|a| !new_addrs.contains(a)).collect();
+        gone_addrs.sort();
+        gone_addrs.dedup();
+        for a in gone_addrs {
+            ops.push(Op::VipAddress { address: a, present: false });
+        }
+        next.current = Some(new.clone());
+        *self = next;
+        Ok(Update { ops, changes })
+    }
+}
+
+/// Tag ids for per-flow tags: at most `capacity` flows hold one; when all are taken the
+/// oldest is taken back (its classifier rule must be removed before the id is reused).
+#[derive(Debug, Clone)]
+pub struct TagTable<K> {
+    capacity: u32,
+    order: VecDeque<(u32, K)>,
+    by_flow: HashMap<K, u32>,
+    free: VecDeque<u32>,
+}
+
+impl<K: Clone + Eq + std::hash::Hash> TagTable<K> {
+    /// Room for `capacity` tags (ids 0..capacity).
+    pub fn new(capacity: u32) -> TagTable<K> {
+        TagTable { capacity, order: VecDeque::new(), by_flow: HashMap::new(), free: (0..capacity).collect() }
+    }
+
+    /// Tags in use.
+    pub fn len(&self) -> usize {
+        self.by_flow.len()
+    }
+
+    /// Whether no tag is in use.
+    pub fn is_empty(&self) -> bool {
+        self.by_flow.is_empty()
+    }
+
+    /// The tag id for `flow`, new or existing, and the flow it was taken from if the
+    /// table was full. `None` for a table of capacity 0.
+    pub fn assign(&mut self, flow: K) -> Option<(u32, Option<K>)> {
+        if let Some(id) = self.by_flow.get(&flow) {
+            return Some((*id, None));
+        }
+        let (id, evicted) = match self.free.pop_front() {
+            Some(id) => (id, None),
+            None => {
+                let (id, old) = self.order.pop_front()?;
+                self.by_flow.remove(&old);
+                (id, Some(old))
+            }
+        };
+        self.order.push_back((id, flow.clone()));
+        self.by_flow.insert(flow, id);
+        debug_assert!(self.by_flow.len() <= self.capacity as usize);
+        Some((id, evicted))
+    }
+
+    /// Takes back the tags of every flow `drop` selects; returns them.
+    pub fn release_where(&mut self, mut drop: impl FnMut(&K) -> bool) -> Vec<(u32, K)> {
+        let mut out = Vec::new();
+        self.order.retain(|(id, k)| {
+            if drop(k) {
+                out.push((*id, k.clone()));
+                false
+            } else {
+                true
+            }
+        });
+        for (id, k) in &out {
+            self.by_flow.remove(k);
+            self.free.push_back(*id);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(reals: &[(&str, u32)]) -> Config {
+        let mut text = String::from("ring_size = 13\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n");
+        for (a, w) in reals {
+            text += &format!("[[vip.real]]\naddress = \"{a}\"\nweight = {w}\n");
+        }
+        Config::parse(&text).unwrap()
+    }
+
+    fn rings(ops: &[Op]) -> Vec<&Vec<u32>> {
+        ops.iter()
+            .filter_map(|o| match o {
+                Op::SetRing { ring, .. } => Some(ring),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn first_apply_sets_reals_then_ring_then_vip() {
+        let mut cp = ControlPlane::new(4, 8);
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1)])).unwrap();
+        let kinds: Vec<&str> = u
+            .ops
+            .iter()
+            .map(|o| match o {
+                Op::SetReal { .. } => "real",
+                Op::SetRing { .. } => "ring",
+                Op::SetVip { .. } => "vip",
+                Op::VipAddress { .. } => "addr",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(kinds, ["real", "real", "ring", "vip", "addr"]);
+        let ring = rings(&u.ops)[0];
+        assert!(ring.iter().all(|r| *r == 0 || *r == 1));
+        assert_eq!(u.changes[0].slots_moved, 13);
+    }
+
+    #[test]
+    fn removing_a_real_clears_it_after_the_ring_and_bumps_its_generation() {
+        let mut cp = ControlPlane::new(4, 8);
+        cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1), ("10.0.0.3", 1)])).unwrap();
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.3", 1)])).unwrap();
+        let ring_at = u.ops.iter().position(|o| matches!(o, Op::SetRing { .. })).unwrap();
+        let clear_at = u.ops.iter().position(|o| matches!(o, Op::ClearReal { .. })).unwrap();
+        assert!(ring_at < clear_at, "ring first: {:?}", u.ops);
+        assert!(matches!(u.ops[clear_at], Op::ClearReal { index: 1, generation: 2 }));
+        assert!(!rings(&u.ops)[0].contains(&1), "the removed real is out of the ring");
+        assert_eq!(u.changes[0].removed, vec!["10.0.0.2".parse::<IpAddr>().unwrap()]);
+        // Its index is reused last, with a new generation.
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.3", 1), ("10.0.0.4", 1)])).unwrap();
+        assert!(matches!(u.ops[0], Op::SetReal { index: 3, generation: 1, .. }), "{:?}", u.ops);
+    }
+
+    #[test]
+    fn reweight_only_rewrites_the_ring_and_unchanged_config_writes_nothing() {
+        let mut cp = ControlPlane::new(4, 8);
+        cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1)])).unwrap();
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 3)])).unwrap();
+        assert!(u.ops.iter().all(|o| matches!(o, Op::SetRing { .. })), "{:?}", u.ops);
+        assert!(u.changes[0].slots_moved > 0);
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 3)])).unwrap();
+        assert!(u.ops.is_empty() && u.changes.is_empty());
+    }
+
+    #[test]
+    fn capacity_errors_change_nothing() {
+        let mut cp = ControlPlane::new(4, 2);
+        cp.apply(&cfg(&[("10.0.0.1", 1)])).unwrap();
+        let e = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1), ("10.0.0.3", 1)])).unwrap_err();
+        assert!(e.to_string().contains("room for 2 reals"), "{e}");
+        assert_eq!(cp.current().unwrap().vips[0].reals.len(), 1);
+        let mut bigger = cfg(&[("10.0.0.1", 1)]);
+        bigger.ring_size = 17;
+        assert!(matches!(cp.apply(&bigger), Err(PlanError::NeedsRestart(_))));
+    }
+
+    #[test]
+    fn removing_a_vip_unpublishes_it_first() {
+        let mut cp = ControlPlane::new(4, 8);
+        cp.apply(&cfg(&[("10.0.0.1", 1)])).unwrap();
+        let mut two = cfg(&[("10.0.0.1", 1)]);
+        let mut v2 = two.vips[0].clone();
+        v2.address = "10.100.0.2".parse().unwrap();
+        two.vips.push(v2);
+        cp.apply(&two).unwrap();
+        let u = cp.apply(&cfg(&[("10.0.0.1", 1)])).unwrap();
+        assert!(matches!(u.ops[0], Op::RemoveVip { .. }), "{:?}", u.ops);
+        assert!(u.ops.iter().any(|o| matches!(o, Op::ClearReal { .. })));
+        assert!(u.ops.contains(&Op::VipAddress { address: "10.100.0.2".parse().unwrap(), present: false }));
+    }
+
+    #[test]
+    fn tag_table_reuses_the_oldest_id_when_full() {
+        let mut t = TagTable::new(2);
+        assert_eq!(t.assign("a"), Some((0, None)));
+        assert_eq!(t.assign("b"), Some((1, None)));
+        assert_eq!(t.assign("a"), Some((0, None)));
+        assert_eq!(t.assign("c"), Some((0, Some("a"))));
+        assert_eq!(t.release_where(|k| *k == "b"), vec![(1, "b")]);
+        assert_eq!(t.assign("d"), Some((1, None)));
+        assert_eq!(t.len(), 2);
+        assert_eq!(TagTable::<u8>::new(0).assign(1), None);
+    }
+}

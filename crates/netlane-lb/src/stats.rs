@@ -1,0 +1,199 @@
+//! The balancer's counters: collected from the per-CPU maps, as JSON (serde) and in
+//! the Prometheus text exposition format.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::driver::{Lb, LbError, kernel};
+use netlane_sys::bpf::GlobalStat;
+
+/// Per-flow tag bookkeeping.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct TagStats {
+    /// Tags installed.
+    pub installed: u64,
+    /// Tags taken back because the table was full.
+    pub evicted: u64,
+    /// Tags taken back because their real was removed.
+    pub released: u64,
+}
+
+/// One real's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RealStats {
+    /// Its address.
+    pub address: String,
+    /// Its weight.
+    pub weight: u32,
+    /// Packets forwarded to it.
+    pub packets: u64,
+    /// Bytes forwarded to it.
+    pub bytes: u64,
+}
+
+/// One VIP's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct VipStats {
+    /// `address:port/proto`.
+    pub vip: String,
+    /// Packets forwarded.
+    pub packets: u64,
+    /// Bytes forwarded.
+    pub bytes: u64,
+    /// Its reals.
+    pub reals: Vec<RealStats>,
+}
+
+/// Everything the balancer counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LbStats {
+    /// Interface.
+    pub iface: String,
+    /// "native" or "generic".
+    pub attach_mode: String,
+    /// Hint mode.
+    pub hints: String,
+    /// Global counters by name (drops by reason, connection-table hits and misses,
+    /// hint hits, events).
+    pub global: BTreeMap<String, u64>,
+    /// Per VIP and real.
+    pub vips: Vec<VipStats>,
+    /// Tags.
+    pub tags: TagStats,
+    /// Tags in use now.
+    pub tags_in_use: usize,
+}
+
+pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
+    let b = &lb.balancer;
+    let raw = b.global_stats().map_err(kernel("read the global counters"))?;
+    let global =
+        GlobalStat::ALL.iter().map(|s| (s.name().to_string(), raw.get(s.index()).copied().unwrap_or(0))).collect();
+    let mut vips = Vec::new();
+    if let Some(cfg) = lb.plane.current() {
+        for v in &cfg.vips {
+            let Some((vi, reals)) = lb.plane.indexes(v) else { continue };
+            let c = b.vip_counter(vi).map_err(kernel("read VIP counters"))?;
+            let mut rs = Vec::new();
+            for r in &v.reals {
+                let Some(ri) = reals.get(&r.address) else { continue };
+                let rc = b.real_counter(*ri).map_err(kernel("read real counters"))?;
+                rs.push(RealStats {
+                    address: r.address.to_string(),
+                    weight: r.weight,
+                    packets: rc.packets,
+                    bytes: rc.bytes,
+                });
+            }
+            vips.push(VipStats { vip: v.name(), packets: c.packets, bytes: c.bytes, reals: rs });
+        }
+    }
+    Ok(LbStats {
+        iface: lb.opts.iface.clone(),
+        attach_mode: lb.mode().name().to_string(),
+        hints: lb.opts.hint.name().to_string(),
+        global,
+        vips,
+        tags: lb.tag_stats,
+        tags_in_use: lb.tags.len(),
+    })
+}
+
+/// Escapes a Prometheus label value.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The counters in the Prometheus text exposition format (version 0.0.4).
+pub fn render_prometheus(s: &LbStats) -> String {
+    let mut o = String::new();
+    let iface = label(&s.iface);
+    let _ = writeln!(o, "# HELP netlane_lb_info The balancer's attachment.\n# TYPE netlane_lb_info gauge");
+    let _ = writeln!(
+        o,
+        "netlane_lb_info{{iface=\"{iface}\",attach_mode=\"{}\",hints=\"{}\"}} 1",
+        label(&s.attach_mode),
+        label(&s.hints)
+    );
+    let _ = writeln!(o, "# HELP netlane_lb_packets_total Packets by outcome (drops by reason, table hits, hints).");
+    let _ = writeln!(o, "# TYPE netlane_lb_packets_total counter");
+    for (k, v) in &s.global {
+        let _ = writeln!(o, "netlane_lb_packets_total{{iface=\"{iface}\",counter=\"{}\"}} {v}", label(k));
+    }
+    for (metric, help, get) in [
+        (
+            "netlane_lb_vip_packets_total",
+            "Packets forwarded per VIP.",
+            (|v: &VipStats| v.packets) as fn(&VipStats) -> u64,
+        ),
+        ("netlane_lb_vip_bytes_total", "Bytes forwarded per VIP.", |v: &VipStats| v.bytes),
+    ] {
+        let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for v in &s.vips {
+            let _ = writeln!(o, "{metric}{{iface=\"{iface}\",vip=\"{}\"}} {}", label(&v.vip), get(v));
+        }
+    }
+    for (metric, help, get) in [
+        (
+            "netlane_lb_real_packets_total",
+            "Packets forwarded per real.",
+            (|r: &RealStats| r.packets) as fn(&RealStats) -> u64,
+        ),
+        ("netlane_lb_real_bytes_total", "Bytes forwarded per real.", |r: &RealStats| r.bytes),
+    ] {
+        let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        for v in &s.vips {
+            for r in &v.reals {
+                let _ = writeln!(
+                    o,
+                    "{metric}{{iface=\"{iface}\",vip=\"{}\",real=\"{}\"}} {}",
+                    label(&v.vip),
+                    label(&r.address),
+                    get(r)
+                );
+            }
+        }
+    }
+    let _ = writeln!(o, "# HELP netlane_lb_tags_total Per-flow tags by event.\n# TYPE netlane_lb_tags_total counter");
+    for (k, v) in [("installed", s.tags.installed), ("evicted", s.tags.evicted), ("released", s.tags.released)] {
+        let _ = writeln!(o, "netlane_lb_tags_total{{iface=\"{iface}\",event=\"{k}\"}} {v}");
+    }
+    let _ = writeln!(o, "# HELP netlane_lb_tags_in_use Tags held now.\n# TYPE netlane_lb_tags_in_use gauge");
+    let _ = writeln!(o, "netlane_lb_tags_in_use{{iface=\"{iface}\"}} {}", s.tags_in_use);
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prometheus_text_has_help_type_and_escaped_labels() {
+        let s = LbStats {
+            iface: "eth\"0".into(),
+            attach_mode: "native".into(),
+            hints: "off".into(),
+            global: [("tx".to_string(), 5u64)].into_iter().collect(),
+            vips: vec![VipStats {
+                vip: "10.0.0.1:80/tcp".into(),
+                packets: 3,
+                bytes: 300,
+                reals: vec![RealStats { address: "10.1.0.1".into(), weight: 2, packets: 3, bytes: 300 }],
+            }],
+            tags: TagStats::default(),
+            tags_in_use: 0,
+        };
+        let t = render_prometheus(&s);
+        assert!(t.contains("netlane_lb_packets_total{iface=\"eth\\\"0\",counter=\"tx\"} 5\n"), "{t}");
+        assert!(t.contains(
+            "netlane_lb_real_bytes_total{iface=\"eth\\\"0\",vip=\"10.0.0.1:80/tcp\",real=\"10.1.0.1\"} 300\n"
+        ));
+        // Every sample's metric has a TYPE line before it.
+        for line in t.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split('{').next().unwrap();
+            assert!(t.contains(&format!("# TYPE {name} ")), "no TYPE for {name}");
+        }
+    }
+}

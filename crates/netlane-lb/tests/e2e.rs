@@ -1,0 +1,405 @@
+//! The load balancer end to end in namespaces: client -> router -> balancer (XDP,
+//! IPIP, XDP_TX back to the router) -> router -> 3 reals (decapsulation in XDP, VIP on
+//! lo) -> replies straight from the reals to the client (direct server return).
+//!
+//! ```text
+//!  client c0 ---- rc [router] rl ---- l0 balancer
+//!                    rr0 rr1 rr2
+//!                     |   |   |
+//!                real0 real1 real2   (r0 each, VIP on lo, decap on r0)
+//! ```
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netlane::topology::{End, Netns, NsThread, set_net_sysctl, veth_link};
+use netlane_lb::proto::config::Config;
+use netlane_lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier};
+use netlane_sys::bpf::{Decap, PKTGEN_HEADER_LEN, PktGen, PktGenOptions, XdpLink, XdpMode};
+
+const VIP: Ipv4Addr = Ipv4Addr::new(10, 210, 100, 1);
+const TCP_PORT: u16 = 8080;
+const UDP_PORT: u16 = 9090;
+
+fn real_addr(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(10, 210, 3 + i as u8, 2)
+}
+
+struct Net {
+    client: Netns,
+    router: Netns,
+    lb: Netns,
+    _reals: Vec<Netns>,
+    gw_mac: [u8; 6],
+    stop: Arc<AtomicBool>,
+    servers: Vec<NsThread<()>>,
+    // Dropped before the namespaces (field order).
+    _decap_links: Vec<XdpLink>,
+    _decap: Decap,
+    _helpers: PktGen,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for s in self.servers.drain(..) {
+            let _ = s.join();
+        }
+    }
+}
+
+fn a(ip: Ipv4Addr, len: u8) -> (IpAddr, u8) {
+    (IpAddr::V4(ip), len)
+}
+
+/// A real's TCP server: each message is [u32 length][bytes]; the reply is [real id]
+/// [u64 sum of the bytes]. Its UDP server echoes [real id] + the datagram.
+fn serve(ns: &Netns, id: u8, stop: Arc<AtomicBool>) -> Vec<NsThread<()>> {
+    let s2 = stop.clone();
+    let tcp = ns
+        .spawn(&format!("real{id}-tcp"), move || {
+            let l = TcpListener::bind((VIP, TCP_PORT)).expect("bind the VIP on a real");
+            l.set_nonblocking(true).unwrap();
+            while !stop.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((mut c, _)) => {
+                        c.set_nonblocking(false).unwrap();
+                        std::thread::spawn(move || {
+                            let mut len = [0u8; 4];
+                            while c.read_exact(&mut len).is_ok() {
+                                let mut buf = vec![0u8; u32::from_be_bytes(len) as usize];
+                                if c.read_exact(&mut buf).is_err() {
+                                    return;
+                                }
+                                let sum: u64 = buf.iter().map(|b| u64::from(*b)).sum();
+                                let mut reply = vec![id];
+                                reply.extend_from_slice(&sum.to_be_bytes());
+                                if c.write_all(&reply).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        })
+        .unwrap();
+    let udp = ns
+        .spawn(&format!("real{id}-udp"), move || {
+            let s = UdpSocket::bind((VIP, UDP_PORT)).expect("bind the VIP on a real");
+            s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+            let mut buf = [0u8; 2048];
+            while !s2.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = s.recv_from(&mut buf[1..]) {
+                    buf[0] = id;
+                    let _ = s.send_to(&buf[..n + 1], from);
+                }
+            }
+        })
+        .unwrap();
+    vec![tcp, udp]
+}
+
+fn build() -> Net {
+    let client = Netns::create("lbe-client").unwrap();
+    let router = Netns::create("lbe-router").unwrap();
+    let lb = Netns::create("lbe-lb").unwrap();
+    let reals: Vec<Netns> = (0..3).map(|i| Netns::create(&format!("lbe-real{i}")).unwrap()).collect();
+    let r_client = Ipv4Addr::new(10, 210, 1, 1);
+    veth_link(
+        End { ns: &client, name: "c0", addrs: &[a(Ipv4Addr::new(10, 210, 1, 2), 24)] },
+        End { ns: &router, name: "rc", addrs: &[a(r_client, 24)] },
+        1500,
+    )
+    .unwrap();
+    // The paths that carry encapsulated packets get room for the outer header.
+    let (_, rl) = veth_link(
+        End { ns: &lb, name: "l0", addrs: &[a(Ipv4Addr::new(10, 210, 2, 2), 24)] },
+        End { ns: &router, name: "rl", addrs: &[a(Ipv4Addr::new(10, 210, 2, 1), 24)] },
+        1600,
+    )
+    .unwrap();
+    let decap = Decap::load().unwrap();
+    let mut links = Vec::new();
+    for (i, ns) in reals.iter().enumerate() {
+        let gw = Ipv4Addr::new(10, 210, 3 + i as u8, 1);
+        let rr = format!("rr{i}");
+        let (r0, _) = veth_link(
+            End { ns, name: "r0", addrs: &[a(real_addr(i), 24)] },
+            End { ns: &router, name: &rr, addrs: &[a(gw, 24)] },
+            1600,
+        )
+        .unwrap();
+        ns.with_rtnl(|r| {
+            r.add_route(Ipv4Addr::UNSPECIFIED.into(), 0, gw.into())?;
+            let lo = r.link_index("lo")?;
+            r.add_address(lo, VIP.into(), 32)
+        })
+        .unwrap();
+        for k in ["ipv4/conf/all/rp_filter", "ipv4/conf/default/rp_filter", "ipv4/conf/r0/rp_filter"] {
+            set_net_sysctl(ns, k, "0").unwrap();
+        }
+        let prog = decap.program_fd();
+        links.push(ns.run(move || XdpLink::attach(prog, r0, XdpMode::Native)).unwrap().unwrap());
+    }
+    client.with_rtnl(|r| r.add_route(Ipv4Addr::UNSPECIFIED.into(), 0, r_client.into())).unwrap();
+    // veth leaves TCP/UDP checksums to "the NIC" (CHECKSUM_PARTIAL); XDP_TX turns the
+    // packet into a frame and that promise is lost. A NIC would have filled them in:
+    // make the client do it.
+    client.with_ethtool(|e| e.set_features("c0", &[("tx-checksum-ip-generic", false)])).unwrap();
+    router.with_rtnl(|r| r.add_route(VIP.into(), 32, Ipv4Addr::new(10, 210, 2, 2).into())).unwrap();
+    set_net_sysctl(&router, "ipv4/ip_forward", "1").unwrap();
+    for k in ["ipv4/conf/all/rp_filter", "ipv4/conf/default/rp_filter"] {
+        set_net_sysctl(&router, k, "0").unwrap();
+    }
+    // veth hands the balancer's XDP_TX frames only to a peer with an XDP program.
+    let helpers = PktGen::load(PktGenOptions {
+        flows: 1,
+        with_hints: false,
+        src_base: Ipv4Addr::UNSPECIFIED,
+        header: [0; PKTGEN_HEADER_LEN],
+    })
+    .unwrap();
+    let pass = helpers.pass_fd();
+    links.push(router.run(move || XdpLink::attach(pass, rl, XdpMode::Native)).unwrap().unwrap());
+    let gw_mac: [u8; 6] = router.with_rtnl(|r| r.link_mac(rl)).unwrap().try_into().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let servers = reals.iter().enumerate().flat_map(|(i, ns)| serve(ns, i as u8, stop.clone())).collect();
+    Net {
+        client,
+        router,
+        lb,
+        _reals: reals,
+        gw_mac,
+        stop,
+        servers,
+        _decap_links: links,
+        _decap: decap,
+        _helpers: helpers,
+    }
+}
+
+fn config(weights: &[u32], udp_weights: &[u32]) -> Config {
+    let mut t = String::from("ring_size = 65537\nconn_entries = 65536\n");
+    for (port, proto, ws) in [(TCP_PORT, "tcp", weights), (UDP_PORT, "udp", udp_weights)] {
+        t += &format!("[[vip]]\naddress = \"{VIP}\"\nport = {port}\nproto = \"{proto}\"\n");
+        for (i, w) in ws.iter().enumerate() {
+            t += &format!("[[vip.real]]\naddress = \"{}\"\nweight = {w}\n", real_addr(i));
+        }
+    }
+    Config::parse(&t).unwrap()
+}
+
+/// Sends one message of `len` bytes (seeded) and checks the reply's sum; returns the
+/// real that answered.
+fn round(c: &mut TcpStream, seed: u64, len: usize) -> std::io::Result<u8> {
+    let data: Vec<u8> = (0..len as u64).map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8).collect();
+    let mut msg = (len as u32).to_be_bytes().to_vec();
+    msg.extend_from_slice(&data);
+    c.write_all(&msg)?;
+    let mut reply = [0u8; 9];
+    c.read_exact(&mut reply)?;
+    let sum = u64::from_be_bytes(reply[1..].try_into().unwrap());
+    let want: u64 = data.iter().map(|b| u64::from(*b)).sum();
+    assert_eq!(sum, want, "every byte arrived intact");
+    Ok(reply[0])
+}
+
+fn connect(net: &Net, n: usize) -> Vec<TcpStream> {
+    net.client
+        .run(move || {
+            (0..n)
+                .map(|_| {
+                    let c = TcpStream::connect_timeout(&SocketAddr::from((VIP, TCP_PORT)), Duration::from_secs(5))
+                        .expect("connect to the VIP");
+                    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                    c
+                })
+                .collect()
+        })
+        .unwrap()
+}
+
+fn udp_flows(net: &Net, n: usize) -> Vec<UdpSocket> {
+    net.client
+        .run(move || {
+            (0..n)
+                .map(|_| {
+                    let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+                    s.connect((VIP, UDP_PORT)).unwrap();
+                    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                    s
+                })
+                .collect()
+        })
+        .unwrap()
+}
+
+fn udp_round(s: &UdpSocket, payload: &[u8]) -> u8 {
+    s.send(payload).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = s.recv(&mut buf).expect("the echo arrives");
+    assert_eq!(&buf[1..n], payload, "echo intact");
+    buf[0]
+}
+
+fn shares(ids: &[u8], reals: usize) -> Vec<f64> {
+    (0..reals).map(|r| ids.iter().filter(|i| **i as usize == r).count() as f64 / ids.len() as f64).collect()
+}
+
+fn assert_shares(what: &str, got: &[f64], weights: &[u32]) {
+    let total: u32 = weights.iter().sum();
+    for (i, (g, w)) in got.iter().zip(weights).enumerate() {
+        let want = f64::from(*w) / f64::from(total);
+        assert!((g - want).abs() < 0.1, "{what}: real {i} got {g:.3} of the flows, weight share {want:.3} ({got:?})");
+    }
+}
+
+#[test]
+fn tcp_and_udp_spread_by_weight_every_byte_arrives_and_removal_moves_only_its_flows() {
+    if !netlane::testing::privileged("lb_e2e_spread_and_removal") {
+        return;
+    }
+    let net = build();
+    net.lb.enter_on_this_thread().unwrap();
+    let mut opts = LbOptions::new("l0", net.gw_mac);
+    opts.max_vips = 4;
+    let mut lb = Lb::start(&config(&[1, 2, 3], &[1, 1, 1]), opts).unwrap();
+    assert_eq!(lb.mode(), XdpMode::Native, "veth takes native XDP");
+
+    // TCP: 300 connections, 16 KiB each.
+    let mut conns = connect(&net, 300);
+    let ids: Vec<u8> = conns.iter_mut().enumerate().map(|(i, c)| round(c, i as u64, 16 << 10).unwrap()).collect();
+    assert_shares("TCP", &shares(&ids, 3), &[1, 2, 3]);
+    // UDP: 300 flows, 3 datagrams each, always the same real.
+    let flows = udp_flows(&net, 300);
+    let uids: Vec<u8> = flows
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let first = udp_round(s, format!("flow {i} #0").as_bytes());
+            for k in 1..3 {
+                assert_eq!(udp_round(s, format!("flow {i} #{k}").as_bytes()), first, "a UDP flow keeps its real");
+            }
+            first
+        })
+        .collect();
+    assert_shares("UDP", &shares(&uids, 3), &[1, 1, 1]);
+
+    let st = lb.stats().unwrap();
+    for k in ["drop_malformed", "drop_no_real", "drop_encap", "drop_fragment", "drop_ip_options"] {
+        assert_eq!(st.global[k], 0, "{k}");
+    }
+    let real_packets: u64 = st.vips.iter().flat_map(|v| v.reals.iter()).map(|r| r.packets).sum();
+    assert_eq!(real_packets, st.global["tx"], "per-real counters add up to what was sent");
+    assert!(st.vips.iter().all(|v| v.reals.iter().all(|r| r.packets > 0)), "{st:?}");
+
+    // Remove real 2 from both VIPs, live.
+    let changes = lb.apply(&config(&[1, 2], &[1, 1])).unwrap();
+    assert_eq!(changes.len(), 2);
+    for c in &changes {
+        assert_eq!(c.removed, vec![IpAddr::V4(real_addr(2))]);
+        assert!(c.slots_moved > 0 && c.slots_moved < 65537, "{c:?}");
+    }
+    // Connections on reals 0 and 1 carry on with the same real; those on real 2 are gone.
+    let mut broken = 0;
+    for (i, (c, id)) in conns.iter_mut().zip(&ids).enumerate() {
+        match round(c, 1000 + i as u64, 4096) {
+            Ok(now) => {
+                assert_ne!(*id, 2, "connection {i} on the removed real still answered");
+                assert_eq!(now, *id, "connection {i} kept its real");
+            }
+            Err(_) => {
+                assert_eq!(*id, 2, "connection {i} on real {id} broke");
+                broken += 1;
+            }
+        }
+    }
+    assert_eq!(broken, ids.iter().filter(|i| **i == 2).count());
+    // UDP flows: those on reals 0 and 1 stay; those on real 2 move to 0 or 1.
+    let mut moved = 0;
+    for (i, (s, id)) in flows.iter().zip(&uids).enumerate() {
+        let now = udp_round(s, format!("flow {i} after").as_bytes());
+        if *id == 2 {
+            assert_ne!(now, 2);
+            moved += 1;
+        } else {
+            assert_eq!(now, *id, "UDP flow {i} kept its real");
+        }
+    }
+    assert_eq!(moved, uids.iter().filter(|i| **i == 2).count());
+    let st = lb.stats().unwrap();
+    assert!(st.global["conn_stale"] > 0, "entries for the removed real went stale");
+    drop(lb);
+    // Detached: the VIP is no longer answered (nothing listens on the balancer).
+    let mut late = connect_or_fail(&net);
+    assert!(late.is_none() || round(late.as_mut().unwrap(), 1, 16).is_err());
+}
+
+fn connect_or_fail(net: &Net) -> Option<TcpStream> {
+    net.client
+        .run(|| TcpStream::connect_timeout(&SocketAddr::from((VIP, TCP_PORT)), Duration::from_millis(500)).ok())
+        .unwrap()
+}
+
+/// Hints end to end: the device-bound build reads the RX hash through the kfunc; tags
+/// arrive as the packet hash set by the classifier on the router's egress to the
+/// balancer. Every mode must deliver every byte to the same real as before.
+#[test]
+fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
+    if !netlane::testing::privileged("lb_e2e_hints") {
+        return;
+    }
+    let net = build();
+    net.lb.enter_on_this_thread().unwrap();
+    let router_ns = net.router.name().to_string();
+    for hint in [HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag] {
+        let mut opts = LbOptions::new("l0", net.gw_mac);
+        opts.max_vips = 4;
+        opts.hint = hint;
+        opts.hint_source = HintSource::Kfunc;
+        let mut lb = Lb::start(&config(&[1, 1, 1], &[1, 1, 1]), opts).unwrap();
+        let classifier = if hint == HintMode::RxHash {
+            None
+        } else {
+            Some(TcClassifier::attach(Some(&router_ns), "rl", 1024).unwrap())
+        };
+        if let Some(c) = classifier {
+            lb.set_classifier(Box::new(c));
+        }
+        let mut conns = connect(&net, 20);
+        let mut first: HashMap<usize, u8> = HashMap::new();
+        for (i, c) in conns.iter_mut().enumerate() {
+            first.insert(i, round(c, i as u64, 8192).unwrap());
+        }
+        // Tag the new flows (the events of their first packets).
+        let mut handled = 0;
+        for _ in 0..20 {
+            handled += lb.service_events(Duration::from_millis(50)).unwrap();
+        }
+        for round_no in 0..3 {
+            for (i, c) in conns.iter_mut().enumerate() {
+                assert_eq!(round(c, (round_no * 100 + i) as u64, 8192).unwrap(), first[&i], "{hint:?}: same real");
+            }
+        }
+        let st = lb.stats().unwrap();
+        // 20 connections x 3 rounds after tagging, each round at least one packet.
+        assert!(st.global["hint_hit"] >= 60, "{hint:?}: hints used: {:?}", st.global);
+        assert_eq!(st.global["drop_no_real"] + st.global["drop_malformed"], 0);
+        if hint != HintMode::RxHash {
+            assert!(handled >= 20, "{hint:?}: one event per new connection at least, got {handled}");
+            assert!(st.tags.installed >= 20, "{hint:?}: {:?}", st.tags);
+        }
+    }
+    // A device-bound program cannot run in generic mode: a clear error.
+    let mut opts = LbOptions::new("l0", net.gw_mac);
+    opts.hint = HintMode::RxHash;
+    opts.force_generic = true;
+    let e = Lb::start(&config(&[1], &[1]), opts).unwrap_err().to_string();
+    assert!(e.contains("native mode"), "{e}");
+}

@@ -1,0 +1,369 @@
+//! The job loop: one thread per job keeps `qd` commands in flight, picks each
+//! command's queue the way blk-mq maps it, sends directly or hands off to the queue's
+//! worker, and records latency into HDR histograms; verify mode lays a pattern down
+//! first and checks every read against it.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, mpsc};
+use std::time::Duration;
+
+use netlane::metrics::hist::Hist;
+use netlane::time::monotonic_ns;
+
+use super::job::JobGroup;
+use super::queue::{Queue, Req, SetKind, Shared, fail, flush, reap_locked, submit_locked};
+use crate::proto::cmd::{Sqe, Status, nvm};
+use crate::proto::host::Completion;
+
+/// A small xorshift generator for offsets (no statistical demands beyond spreading).
+pub(super) struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The verify pattern: every 8-byte word names its byte offset in the namespace.
+pub(super) fn fill_pattern(buf: &mut [u8], offset: u64) {
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        let v = (offset + i as u64 * 8).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x6e6c_616e_6500_0000;
+        w.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+pub(super) fn check_pattern(buf: &[u8], offset: u64) -> bool {
+    buf.chunks_exact(8).enumerate().all(|(i, w)| {
+        let v = (offset + i as u64 * 8).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x6e6c_616e_6500_0000;
+        w == v.to_le_bytes()
+    })
+}
+
+pub(super) struct Slot {
+    pub(super) buf: Vec<u8>,
+    pub(super) start_ns: u64,
+    pub(super) offset: u64,
+    pub(super) read: bool,
+}
+
+#[derive(Default)]
+pub(super) struct JobResult {
+    pub(super) read_lat: Hist,
+    pub(super) write_lat: Hist,
+    pub(super) reads: u64,
+    pub(super) writes: u64,
+    pub(super) bytes: u64,
+    pub(super) errors: u64,
+    pub(super) mismatches: u64,
+    pub(super) failure: Option<String>,
+}
+
+pub(super) struct JobSpec {
+    pub(super) index: usize,
+    pub(super) group: JobGroup,
+    pub(super) cpu: Option<usize>,
+    pub(super) nsid: u32,
+    pub(super) block: u32,
+    pub(super) region: (u64, u64),
+    pub(super) verify: bool,
+    pub(super) window: (u64, u64),
+    pub(super) end_ns: u64,
+}
+
+pub(super) fn current_cpu() -> usize {
+    nix::sched::sched_getcpu().unwrap_or(0)
+}
+
+/// Index of the queue of set `kind` that serves `cpu`.
+pub(super) fn pick_queue(shared: &Shared, kind: SetKind, cpu: usize) -> usize {
+    let set = &shared.sets[kind as usize];
+    let pos = shared.queue_cpus.iter().position(|&c| c == cpu).unwrap_or(cpu);
+    set[pos % set.len()]
+}
+
+/// Submits a job's batch: the last request bound for each queue carries the
+/// last-in-batch hint, so that queue's worker sends the batch with `MSG_MORE` until then.
+pub(super) fn submit_batch(shared: &Shared, mut batch: Vec<(usize, Req)>) {
+    let mut seen = vec![false; shared.queues.len()];
+    for (qi, req) in batch.iter_mut().rev() {
+        req.last = !seen[*qi];
+        seen[*qi] = true;
+    }
+    for (qi, req) in batch {
+        submit(shared, &shared.queues[qi], req);
+    }
+}
+
+pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
+    if q.kind == SetKind::Poll {
+        let mut inner = q.lock();
+        submit_locked(&mut inner, req);
+        if let Err(e) = flush(&mut inner, &shared.send_calls) {
+            fail(q, &mut inner, shared, e.to_string());
+        }
+        shared.direct_sends.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    if shared.direct_send
+        && shared.caravan.is_none()
+        && q.queued.load(Ordering::Acquire) == 0
+        && current_cpu() == q.cpu
+        && let Ok(mut inner) = q.inner.try_lock()
+        && inner.hq.pending_output().is_empty()
+        && inner.backlog.is_empty()
+        && inner.failed.is_none()
+    {
+        submit_locked(&mut inner, req);
+        if let Err(e) = flush(&mut inner, &shared.send_calls) {
+            fail(q, &mut inner, shared, e.to_string());
+        }
+        let leftover = !inner.hq.pending_output().is_empty();
+        drop(inner);
+        shared.direct_sends.fetch_add(1, Ordering::Relaxed);
+        if leftover {
+            let _ = q.wake.write(1);
+        }
+        return;
+    }
+    q.queued.fetch_add(1, Ordering::AcqRel);
+    let unsent = match &q.tx {
+        Some(tx) => tx.send(req).err().map(|e| e.0),
+        None => Some(req),
+    };
+    if let Some(req) = unsent {
+        // The queue's worker is gone: fail the command rather than lose it.
+        q.queued.fetch_sub(1, Ordering::AcqRel);
+        let cqe = crate::proto::cmd::Cqe { status: Status::TRANSIENT_TRANSPORT, ..Default::default() };
+        if let Some(job) = shared.jobs.get((req.token >> 32) as usize) {
+            let _ = job.send(Completion { token: req.token, cqe, data: req.data });
+        }
+        return;
+    }
+    if q.sleeping.load(Ordering::SeqCst) {
+        let _ = q.wake.write(1);
+    }
+}
+
+pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completion>) -> JobResult {
+    netlane::cpus::pin(spec.cpu);
+    let g = &spec.group;
+    let mut res = JobResult::default();
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((spec.index as u64 + 1) * 0x9e37_79b9));
+    let (base, len) = spec.region;
+    let bs = u64::from(g.bs);
+    let nblocks = (len / bs).max(1);
+    let mut seq = 0u64;
+    let mut slots: Vec<Slot> =
+        (0..g.qd).map(|_| Slot { buf: vec![0u8; g.bs as usize], start_ns: 0, offset: 0, read: true }).collect();
+    let lba_shift = spec.block.trailing_zeros();
+    let mut next_offset = |rng: &mut Rng| -> u64 {
+        let i = if g.random { rng.next() % nblocks } else { (seq % nblocks, seq += 1).0 };
+        base + i * bs
+    };
+    // Verify: lay the pattern over the region first.
+    if spec.verify {
+        let mut off = base;
+        let end = base + nblocks * bs;
+        let mut inflight = 0usize;
+        let mut free: Vec<usize> = (0..slots.len()).collect();
+        while off < end || inflight > 0 {
+            let mut batch = Vec::new();
+            while off < end
+                && let Some(i) = free.pop()
+            {
+                batch.push((i, off));
+                off += bs;
+            }
+            // One CPU per batch, as a block-layer plug is flushed to one hardware queue.
+            let qi = pick_queue(&shared, if g.hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
+            let mut reqs = Vec::with_capacity(batch.len());
+            for (i, o) in batch {
+                let s = &mut slots[i];
+                s.offset = o;
+                s.read = false;
+                fill_pattern(&mut s.buf, o);
+                let mut sqe = Sqe::default();
+                sqe.set_opcode(nvm::WRITE);
+                sqe.set_nsid(spec.nsid);
+                sqe.set_lba_range(o >> lba_shift, (bs >> lba_shift) as u32);
+                let token = ((spec.index as u64) << 32) | i as u64;
+                reqs.push((qi, Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
+                inflight += 1;
+            }
+            submit_batch(&shared, reqs);
+            let waited_from = monotonic_ns();
+            let got = loop {
+                if let Some(c) = wait_one(&shared, &done_rx, g.hipri) {
+                    break Some(c);
+                }
+                if monotonic_ns() - waited_from > 10_000_000_000
+                    || shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
+                {
+                    break None;
+                }
+            };
+            match got {
+                Some(c) => {
+                    let i = (c.token & 0xffff_ffff) as usize;
+                    if !c.cqe.status.is_success() {
+                        res.failure = Some(format!("verify prefill write failed: {}", c.cqe.status));
+                        return res;
+                    }
+                    slots[i].buf = c.data;
+                    free.push(i);
+                    inflight -= 1;
+                }
+                None => {
+                    res.failure = Some("no completion for 10 s during the verify prefill".into());
+                    return res;
+                }
+            }
+        }
+    }
+    // The measured run: keep qd in flight until end_ns.
+    let mut inflight = 0usize;
+    let mut ready: Vec<usize> = (0..slots.len()).collect();
+    let mut stalled_since = monotonic_ns();
+    loop {
+        let now = monotonic_ns();
+        if now < spec.end_ns && !shared.stop.load(Ordering::Acquire) {
+            let cpu = current_cpu();
+            let mut reqs = Vec::with_capacity(ready.len());
+            for i in ready.drain(..) {
+                let s = &mut slots[i];
+                s.offset = next_offset(&mut rng);
+                s.read = g.read_pct == 100 || (g.read_pct > 0 && (rng.next() % 100) < u64::from(g.read_pct));
+                let mut sqe = Sqe::default();
+                sqe.set_opcode(if s.read { nvm::READ } else { nvm::WRITE });
+                sqe.set_nsid(spec.nsid);
+                sqe.set_lba_range(s.offset >> lba_shift, (bs >> lba_shift) as u32);
+                if !s.read && spec.verify {
+                    fill_pattern(&mut s.buf, s.offset);
+                }
+                let kind = if g.hipri {
+                    SetKind::Poll
+                } else if s.read && !shared.sets[SetKind::Read as usize].is_empty() {
+                    SetKind::Read
+                } else {
+                    SetKind::Default
+                };
+                s.start_ns = monotonic_ns();
+                let token = ((spec.index as u64) << 32) | i as u64;
+                reqs.push((
+                    pick_queue(&shared, kind, cpu),
+                    Req { sqe, data: std::mem::take(&mut s.buf), token, last: false },
+                ));
+                inflight += 1;
+            }
+            submit_batch(&shared, reqs);
+        } else {
+            ready.clear();
+        }
+        if inflight == 0 {
+            break;
+        }
+        let Some(c) = wait_one(&shared, &done_rx, g.hipri) else {
+            if monotonic_ns().saturating_sub(stalled_since) > 10_000_000_000 {
+                res.failure = Some(format!("{inflight} commands got no completion for 10 s"));
+                break;
+            }
+            continue;
+        };
+        stalled_since = monotonic_ns();
+        let mut next = Some(c);
+        while let Some(c) = next.take() {
+            inflight -= 1;
+            let i = (c.token & 0xffff_ffff) as usize;
+            let end = monotonic_ns();
+            let s = &mut slots[i];
+            s.buf = c.data;
+            if s.buf.len() != g.bs as usize {
+                s.buf.resize(g.bs as usize, 0);
+            }
+            let in_window = s.start_ns >= spec.window.0 && end <= spec.window.1;
+            if !c.cqe.status.is_success() {
+                if in_window || c.cqe.status == Status::TRANSIENT_TRANSPORT {
+                    res.errors += 1;
+                }
+                if c.cqe.status == Status::TRANSIENT_TRANSPORT
+                    && shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
+                {
+                    res.failure = Some("a queue failed".into());
+                }
+            } else if in_window {
+                if s.read {
+                    res.reads += 1;
+                    res.read_lat.record(end - s.start_ns);
+                } else {
+                    res.writes += 1;
+                    res.write_lat.record(end - s.start_ns);
+                }
+                res.bytes += bs;
+            }
+            if c.cqe.status.is_success() && s.read && spec.verify && !check_pattern(&s.buf, s.offset) {
+                res.mismatches += 1;
+            }
+            ready.push(i);
+            next = done_rx.try_recv().ok();
+        }
+        if res.failure.is_some() {
+            // Collect what is still in flight (a failed queue returns everything).
+            let deadline = monotonic_ns() + 2_000_000_000;
+            while inflight > 0 && monotonic_ns() < deadline {
+                if wait_one(&shared, &done_rx, g.hipri).is_some() {
+                    inflight -= 1;
+                }
+            }
+            break;
+        }
+    }
+    res
+}
+
+/// Waits for one completion: blocking on the job's channel, or busy-polling its poll
+/// queues.
+pub(super) fn wait_one(shared: &Shared, rx: &mpsc::Receiver<Completion>, poll: bool) -> Option<Completion> {
+    if !poll {
+        return rx.recv_timeout(Duration::from_millis(100)).ok();
+    }
+    let deadline = monotonic_ns() + 100_000_000;
+    loop {
+        if let Ok(c) = rx.try_recv() {
+            return Some(c);
+        }
+        for &qi in &shared.sets[SetKind::Poll as usize] {
+            let q = &shared.queues[qi];
+            if let Ok(mut inner) = q.inner.try_lock()
+                && inner.failed.is_none()
+            {
+                reap_locked(q, &mut inner, shared);
+                if !inner.hq.pending_output().is_empty()
+                    && let Err(e) = flush(&mut inner, &shared.send_calls)
+                {
+                    fail(q, &mut inner, shared, e.to_string());
+                }
+            }
+        }
+        if monotonic_ns() > deadline {
+            return None;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pattern_names_its_offset() {
+        let mut b = vec![0u8; 4096];
+        fill_pattern(&mut b, 8192);
+        assert!(check_pattern(&b, 8192));
+        assert!(!check_pattern(&b, 4096), "data at the wrong offset is caught");
+        b[100] ^= 1;
+        assert!(!check_pattern(&b, 8192));
+    }
+}

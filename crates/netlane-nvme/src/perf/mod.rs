@@ -1,0 +1,468 @@
+//! `netlane nvme perf`: a closed-loop NVMe/TCP load generator in the spirit of fio.
+//!
+//! Jobs (threads) keep `qd` commands in flight each. Every command goes to a queue chosen
+//! the way blk-mq maps it: the queue set by command type (poll set for high-priority
+//! jobs, read set for reads when one exists, else the default set), and within the set
+//! the queue of the submitting CPU. Each queue is its own TCP connection.
+//!
+//! How a command reaches the wire:
+//! - through the queue's I/O worker thread (pinned to the queue's CPU): the job pushes it
+//!   on the queue's request list and wakes the worker if it sleeps; the worker sends and
+//!   also reaps completions, waking the job. Two context switches per I/O, as in the
+//!   kernel host;
+//! - by direct send: when the job runs on the queue's CPU and nothing is waiting to be
+//!   sent on the queue, the job takes the queue and sends itself (one switch saved);
+//! - on poll queues there is no worker: the job sends and then busy-polls the socket for
+//!   its completions (no switch at all).
+//!
+//! Batching: a job that submits several commands at once marks the last; the worker sends
+//! the whole batch in one `send` (`MSG_MORE` while more follow, `MSG_EOR` on the last).
+//! With batching off the worker sends after every command. The i10 "caravan" mode holds
+//! sends until 64 KiB of PDUs, 16 requests or 50 us have gathered.
+
+mod job;
+mod jobloop;
+mod queue;
+
+use std::collections::VecDeque;
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use serde::Serialize;
+
+use crate::host::{ConnectOptions, Controller, HostError};
+use crate::wire::RxBuf;
+pub use job::{CpuBinding, JobGroup};
+use jobloop::{JobResult, JobSpec, run_job};
+use netlane::cpus::CpuList;
+use netlane::metrics::cpu::{CpuTime, process_cpu};
+use netlane::metrics::hist::Summary;
+use netlane::time::monotonic_ns;
+use queue::{Inner, Queue, SetKind, Shared, worker};
+
+/// The i10 caravan: hold sends until one of these is reached.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Caravan {
+    /// Bytes of PDUs.
+    pub max_bytes: usize,
+    /// Requests.
+    pub max_reqs: usize,
+    /// Delay since the first held request, microseconds.
+    pub delay_us: u64,
+}
+
+impl Default for Caravan {
+    fn default() -> Self {
+        Caravan { max_bytes: 64 * 1024, max_reqs: 16, delay_us: 50 }
+    }
+}
+
+/// Everything a perf run needs.
+#[derive(Debug, Clone)]
+pub struct PerfOptions {
+    /// Target and identity.
+    pub connect: ConnectOptions,
+    /// Namespace to use.
+    pub nsid: u32,
+    /// Job groups.
+    pub groups: Vec<JobGroup>,
+    /// Measured time.
+    pub duration: Duration,
+    /// Time before measuring starts.
+    pub ramp: Duration,
+    /// Default (write) queues; 0 = one per queue CPU.
+    pub queues: u16,
+    /// Read queues (0 = reads use the default set).
+    pub read_queues: u16,
+    /// Poll queues (0 = none; `hipri` jobs need some).
+    pub poll_queues: u16,
+    /// CPUs queues map onto (and their workers run on).
+    pub queue_cpus: CpuList,
+    /// Entries per I/O queue.
+    pub queue_depth: u16,
+    /// Direct send from the submitting thread.
+    pub direct_send: bool,
+    /// Send each batch at once (else one send per command).
+    pub batch: bool,
+    /// i10 caravans.
+    pub caravan: Option<Caravan>,
+    /// Write a pattern over each job's region, then check every read against it.
+    pub verify: bool,
+    /// Bytes of the namespace to use (default: all of it).
+    pub size: Option<u64>,
+    /// PID of a local target process whose CPU time to report per I/O.
+    pub target_pid: Option<u32>,
+}
+
+/// Results of one group.
+#[derive(Debug, Clone, Serialize)]
+pub struct GroupReport {
+    /// Group name.
+    pub name: String,
+    /// rw mode.
+    pub rw: String,
+    /// Block size.
+    pub bs: u32,
+    /// Per-job depth.
+    pub qd: u32,
+    /// Jobs.
+    pub jobs: u32,
+    /// Commands completed in the measured window.
+    pub ops: u64,
+    /// Reads in the window.
+    pub reads: u64,
+    /// Writes in the window.
+    pub writes: u64,
+    /// Commands per second.
+    pub iops: f64,
+    /// MB/s (10^6 bytes).
+    pub mb_s: f64,
+    /// Read latency, ns.
+    pub read_lat_ns: Summary,
+    /// Write latency, ns.
+    pub write_lat_ns: Summary,
+    /// Commands that completed with an error status.
+    pub errors: u64,
+    /// Reads whose data differed from the pattern (verify mode).
+    pub mismatches: u64,
+}
+
+/// Results of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct PerfReport {
+    /// Per group.
+    pub groups: Vec<GroupReport>,
+    /// Measured seconds.
+    pub seconds: f64,
+    /// All commands in the window.
+    pub ops: u64,
+    /// All commands per second.
+    pub iops: f64,
+    /// Host process CPU over the window.
+    pub host_cpu: CpuTime,
+    /// Host CPU microseconds per command.
+    pub host_cpu_us_per_io: f64,
+    /// Host context switches per command (voluntary + involuntary).
+    pub host_switches_per_io: f64,
+    /// Target CPU microseconds per command (when its PID was given).
+    pub target_cpu_us_per_io: Option<f64>,
+    /// Commands sent by the submitting thread itself.
+    pub direct_sends: u64,
+    /// Commands handed to a queue's I/O worker.
+    pub worker_sends: u64,
+    /// send() calls made.
+    pub send_calls: u64,
+    /// Commands per send() call.
+    pub cmds_per_send: f64,
+    /// Queues: (set, qid, cpu).
+    pub queues: Vec<(String, u16, usize)>,
+    /// Whether each queue ended healthy.
+    pub queue_failures: u64,
+    /// Verify mode was on.
+    pub verified: bool,
+}
+
+/// Errors of a perf run.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfError {
+    /// Bad options.
+    #[error("{0}")]
+    Invalid(String),
+    /// Connecting or bring-up failed.
+    #[error(transparent)]
+    Host(#[from] HostError),
+    /// A queue failed during the run.
+    #[error("queue {qid} failed: {reason}")]
+    QueueFailed {
+        /// Queue ID.
+        qid: u16,
+        /// Why.
+        reason: String,
+    },
+    /// Local I/O error.
+    #[error("{0}")]
+    Io(#[from] io::Error),
+}
+
+fn read_proc_cpu_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// Runs a perf workload against a target and reports.
+pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
+    if opts.groups.is_empty() {
+        return Err(PerfError::Invalid("no job groups".into()));
+    }
+    if opts.queue_cpus.is_empty() {
+        return Err(PerfError::Invalid("no queue CPUs".into()));
+    }
+    for g in &opts.groups {
+        if g.hipri && opts.poll_queues == 0 {
+            return Err(PerfError::Invalid(format!("group {}: hipri needs --poll-queues", g.name)));
+        }
+        if let CpuBinding::Pinned(c) = &g.cpus {
+            c.check_online().map_err(|e| PerfError::Invalid(format!("group {}: {e}", g.name)))?;
+        }
+    }
+    opts.queue_cpus.check_online().map_err(|e| PerfError::Invalid(format!("queue CPUs: {e}")))?;
+    let n_default = if opts.queues == 0 { opts.queue_cpus.len() as u16 } else { opts.queues };
+    let total = u32::from(n_default) + u32::from(opts.read_queues) + u32::from(opts.poll_queues);
+    if total > 1024 {
+        return Err(PerfError::Invalid(format!("{total} queues is too many")));
+    }
+    let ctrl = Controller::connect(&opts.connect, total as u16)?;
+    if u32::from(ctrl.io_queues) < total {
+        return Err(PerfError::Invalid(format!("the target granted {} I/O queues, {total} needed", ctrl.io_queues)));
+    }
+    let ns = ctrl
+        .namespaces
+        .iter()
+        .find(|n| n.nsid == opts.nsid)
+        .ok_or_else(|| PerfError::Invalid(format!("namespace {} not found on the target", opts.nsid)))?;
+    let block = ns.info.block_size;
+    let ns_bytes = ns.info.blocks * u64::from(block);
+    let max_xfer = ctrl.info.max_transfer().unwrap_or(u64::MAX);
+    for g in &opts.groups {
+        if g.bs % block != 0 {
+            return Err(PerfError::Invalid(format!(
+                "group {}: bs {} is not a multiple of the {block}-byte block",
+                g.name, g.bs
+            )));
+        }
+        if u64::from(g.bs) > max_xfer {
+            return Err(PerfError::Invalid(format!(
+                "group {}: bs {} exceeds the controller's maximum transfer (MDTS) of {max_xfer} bytes",
+                g.name, g.bs
+            )));
+        }
+        if g.bs / block > 65536 {
+            return Err(PerfError::Invalid(format!("group {}: bs spans more than 65536 blocks", g.name)));
+        }
+    }
+    let size = opts.size.unwrap_or(ns_bytes).min(ns_bytes);
+    let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
+    let depth = opts.queue_depth.max(1);
+
+    // Queues.
+    let mut queues = Vec::new();
+    let mut sets: [Vec<usize>; 3] = Default::default();
+    let mut receivers = Vec::new();
+    let mut qid = 1u16;
+    for (kind, count) in
+        [(SetKind::Default, n_default), (SetKind::Read, opts.read_queues), (SetKind::Poll, opts.poll_queues)]
+    {
+        for i in 0..count {
+            let conn = ctrl.connect_io_queue(qid, depth)?;
+            let (sock, hq, rest) = conn.into_parts();
+            if !rest.is_empty() {
+                return Err(PerfError::Invalid("unexpected data after Connect".into()));
+            }
+            sock.set_nonblocking(true)?;
+            sock.set_read_timeout(None)?;
+            let cpu = opts.queue_cpus.nth_wrapping(usize::from(i)).unwrap_or(0);
+            let (tx, rx) = mpsc::channel();
+            let q = Arc::new(Queue {
+                qid,
+                cpu,
+                kind,
+                inner: Mutex::new(Inner {
+                    sock,
+                    hq,
+                    rx: RxBuf::new(1 << 20),
+                    backlog: VecDeque::new(),
+                    unsent_reqs: 0,
+                    first_unsent_ns: 0,
+                    failed: None,
+                    more: false,
+                    batch_open_ns: None,
+                }),
+                tx: (kind != SetKind::Poll).then_some(tx),
+                queued: AtomicUsize::new(0),
+                sleeping: AtomicBool::new(false),
+                wake: EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(io::Error::from)?,
+                failed: AtomicBool::new(false),
+            });
+            sets[kind as usize].push(queues.len());
+            if kind != SetKind::Poll {
+                receivers.push((queues.len(), rx));
+            }
+            queues.push(q);
+            qid += 1;
+        }
+    }
+    let mut job_tx = Vec::new();
+    let mut job_rx = Vec::new();
+    for _ in 0..njobs {
+        let (tx, rx) = mpsc::channel();
+        job_tx.push(tx);
+        job_rx.push(rx);
+    }
+    let shared = Arc::new(Shared {
+        queues,
+        sets,
+        queue_cpus: opts.queue_cpus.as_slice().to_vec(),
+        jobs: job_tx,
+        stop: AtomicBool::new(false),
+        direct_sends: AtomicU64::new(0),
+        worker_sends: AtomicU64::new(0),
+        send_calls: AtomicU64::new(0),
+        batch: opts.batch,
+        caravan: opts.caravan,
+        direct_send: opts.direct_send,
+    });
+    let mut workers = Vec::new();
+    for (qi, rx) in receivers {
+        let q = shared.queues[qi].clone();
+        let s = shared.clone();
+        workers.push(std::thread::Builder::new().name(format!("nvme-q{}", q.qid)).spawn(move || worker(q, rx, s))?);
+    }
+
+    // Jobs: regions split evenly.
+    let start = monotonic_ns() + 20_000_000;
+    let window = (start + opts.ramp.as_nanos() as u64, start + (opts.ramp + opts.duration).as_nanos() as u64);
+    let region_len = (size / u64::from(njobs)) / u64::from(block) * u64::from(block);
+    let mut handles = Vec::new();
+    let mut index = 0usize;
+    let mut rx_iter = job_rx.into_iter();
+    for g in &opts.groups {
+        for j in 0..g.jobs {
+            let cpu = match &g.cpus {
+                CpuBinding::Pinned(c) => c.nth_wrapping(j as usize),
+                _ => None,
+            };
+            let region_len = if opts.verify { region_len } else { size };
+            let base = if opts.verify { index as u64 * region_len } else { 0 };
+            if region_len < u64::from(g.bs) {
+                shared.stop.store(true, Ordering::Release);
+                return Err(PerfError::Invalid(format!(
+                    "region of {region_len} bytes per job is smaller than bs {}",
+                    g.bs
+                )));
+            }
+            let spec = JobSpec {
+                index,
+                group: g.clone(),
+                cpu,
+                nsid: opts.nsid,
+                block,
+                region: (base, region_len),
+                verify: opts.verify,
+                window,
+                end_ns: window.1,
+            };
+            let s = shared.clone();
+            let rx = rx_iter.next().ok_or_else(|| PerfError::Invalid("job channel".into()))?;
+            handles.push((
+                g.name.clone(),
+                std::thread::Builder::new().name(format!("job{index}")).spawn(move || run_job(spec, s, rx))?,
+            ));
+            index += 1;
+        }
+    }
+    // Measure CPU over the window.
+    let sleep_until = |t: u64| {
+        let now = monotonic_ns();
+        if t > now {
+            std::thread::sleep(Duration::from_nanos(t - now));
+        }
+    };
+    sleep_until(window.0);
+    let cpu0 = process_cpu();
+    let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
+    let sends0 = shared.send_calls.load(Ordering::Relaxed);
+    let cmds0 = shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
+    sleep_until(window.1);
+    let cpu1 = process_cpu();
+    let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
+    let sends1 = shared.send_calls.load(Ordering::Relaxed);
+    let cmds1 = shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
+
+    let mut results: Vec<(String, JobResult)> = Vec::new();
+    for (name, h) in handles {
+        let r = h.join().map_err(|_| PerfError::Invalid("a job thread panicked".into()))?;
+        results.push((name, r));
+    }
+    shared.stop.store(true, Ordering::Release);
+    for q in &shared.queues {
+        let _ = q.wake.write(1);
+    }
+    for w in workers {
+        let _ = w.join();
+    }
+    let queue_failures = shared.queues.iter().filter(|q| q.failed.load(Ordering::Acquire)).count() as u64;
+    if let Some((_, r)) = results.iter().find(|(_, r)| r.failure.is_some()) {
+        let failed = shared.queues.iter().find(|q| q.failed.load(Ordering::Acquire));
+        let reason = failed.and_then(|q| q.lock().failed.clone()).or_else(|| r.failure.clone()).unwrap_or_default();
+        return Err(PerfError::QueueFailed { qid: failed.map_or(0, |q| q.qid), reason });
+    }
+    let _ = ctrl.shutdown();
+
+    let secs = opts.duration.as_secs_f64();
+    let mut groups = Vec::new();
+    let mut all_ops = 0;
+    for g in &opts.groups {
+        let mut agg = JobResult::default();
+        for (_, r) in results.iter().filter(|(n, _)| *n == g.name) {
+            agg.read_lat.merge(&r.read_lat);
+            agg.write_lat.merge(&r.write_lat);
+            agg.reads += r.reads;
+            agg.writes += r.writes;
+            agg.bytes += r.bytes;
+            agg.errors += r.errors;
+            agg.mismatches += r.mismatches;
+        }
+        let ops = agg.reads + agg.writes;
+        all_ops += ops;
+        groups.push(GroupReport {
+            name: g.name.clone(),
+            rw: g.rw_name(),
+            bs: g.bs,
+            qd: g.qd,
+            jobs: g.jobs,
+            ops,
+            reads: agg.reads,
+            writes: agg.writes,
+            iops: ops as f64 / secs,
+            mb_s: agg.bytes as f64 / secs / 1e6,
+            read_lat_ns: agg.read_lat.summary(),
+            write_lat_ns: agg.write_lat.summary(),
+            errors: agg.errors,
+            mismatches: agg.mismatches,
+        });
+    }
+    let host_cpu = cpu1 - cpu0;
+    let per_io = |x: f64| if all_ops == 0 { 0.0 } else { x / all_ops as f64 };
+    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
+    let target_cpu_us_per_io = match (t0, t1) {
+        (Some(a), Some(b)) => Some(per_io((b.saturating_sub(a)) as f64 / tick * 1e6)),
+        _ => None,
+    };
+    let sends = sends1 - sends0;
+    let cmds = cmds1 - cmds0;
+    let names = ["default", "read", "poll"];
+    Ok(PerfReport {
+        groups,
+        seconds: secs,
+        ops: all_ops,
+        iops: all_ops as f64 / secs,
+        host_cpu,
+        host_cpu_us_per_io: per_io(host_cpu.total_s() * 1e6),
+        host_switches_per_io: per_io((host_cpu.voluntary_switches + host_cpu.involuntary_switches) as f64),
+        target_cpu_us_per_io,
+        direct_sends: shared.direct_sends.load(Ordering::Relaxed),
+        worker_sends: shared.worker_sends.load(Ordering::Relaxed),
+        send_calls: shared.send_calls.load(Ordering::Relaxed),
+        cmds_per_send: if sends == 0 { 0.0 } else { cmds as f64 / sends as f64 },
+        queues: shared.queues.iter().map(|q| (names[q.kind as usize].to_string(), q.qid, q.cpu)).collect(),
+        queue_failures,
+        verified: opts.verify,
+    })
+}

@@ -1,0 +1,260 @@
+//! The admin and Fabrics command set: Connect (admin and I/O queues), Property
+//! Get/Set, Identify, log pages, features, keep-alive and asynchronous events.
+
+use std::sync::atomic::Ordering;
+
+use super::Controller;
+use super::queue::{Outcome, State, TargetQueue};
+use crate::proto::cmd::{Sqe, Status, admin};
+use crate::proto::fabrics::{self, Connect, InvalidParam, Property, fctype, reg};
+use crate::proto::identify::{self, ControllerInfo, cns, fid, lid};
+
+impl TargetQueue {
+    pub(super) fn connect(&mut self, sqe: &Sqe, data: &[u8], now_ns: u64) -> Outcome {
+        let Some(c) = Connect::parse(sqe, data) else {
+            return Outcome::Done(Status::SGL_LENGTH_INVALID, 0);
+        };
+        let bad =
+            |in_data, offset| Outcome::Done(Status::CONNECT_INVALID_PARAM, InvalidParam { in_data, offset }.dw0());
+        if c.recfmt != 0 {
+            return Outcome::Done(Status::CONNECT_INCOMPATIBLE, 0);
+        }
+        let cfg = &self.subsys.config;
+        if c.subnqn != cfg.nqn {
+            return bad(true, 256);
+        }
+        if c.hostnqn.is_empty() {
+            return bad(true, 512);
+        }
+        if c.sqsize == 0 || c.sqsize > cfg.mqes {
+            return bad(false, 44);
+        }
+        let ctrl = if c.qid == 0 {
+            if c.cntlid != fabrics::CNTLID_DYNAMIC {
+                return bad(true, 16);
+            }
+            match self.subsys.create_controller(&c.hostnqn, c.kato_ms) {
+                Some(ctrl) => ctrl,
+                None => return Outcome::Done(Status::CONNECT_BUSY, 0),
+            }
+        } else {
+            let Some(ctrl) = self.subsys.find_controller(c.cntlid) else {
+                return bad(true, 16);
+            };
+            if ctrl.hostnqn != c.hostnqn {
+                return Outcome::Done(Status::CONNECT_INVALID_HOST, 0);
+            }
+            if !ctrl.ready() {
+                return Outcome::Done(Status::CMD_SEQ_ERROR, 0);
+            }
+            if c.qid > ctrl.io_queues.load(Ordering::Acquire) {
+                return bad(false, 42);
+            }
+            let Ok(mut connected) = ctrl.connected.lock() else {
+                return Outcome::Done(Status::INTERNAL, 0);
+            };
+            match connected.get_mut(usize::from(c.qid)) {
+                Some(slot) if !*slot => *slot = true,
+                // A second Connect for a queue that is already connected.
+                _ => return Outcome::Done(Status::CMD_SEQ_ERROR, 0),
+            }
+            drop(connected);
+            ctrl
+        };
+        let cntlid = ctrl.cntlid;
+        self.ctrl = Some(ctrl);
+        self.qid = c.qid;
+        self.sqsize = c.sqsize;
+        self.sqhd = 1 % (c.sqsize + 1);
+        self.sqflow_disabled = c.cattr & fabrics::CATTR_DISABLE_SQFLOW != 0;
+        self.last_keepalive_ns = now_ns;
+        if c.qid != 0 {
+            self.rx.max_icd = cfg.in_capsule;
+        } else {
+            self.rx.max_icd = cfg.admin_in_capsule;
+        }
+        self.state = State::Live;
+        Outcome::Done(Status::SUCCESS, u32::from(cntlid))
+    }
+
+    pub(super) fn fabrics(&mut self, sqe: &Sqe) -> Outcome {
+        let Some(ctrl) = self.ctrl.clone() else { return Outcome::Done(Status::CMD_SEQ_ERROR, 0) };
+        match sqe.fctype() {
+            fctype::CONNECT => Outcome::Done(Status::CMD_SEQ_ERROR, 0),
+            fctype::DISCONNECT => Outcome::Done(Status::SUCCESS, 0),
+            fctype::PROPERTY_GET if self.qid == 0 => {
+                let p = Property::parse(sqe);
+                let v = match (p.offset, p.wide) {
+                    (reg::CAP, true) => Some(self.cap()),
+                    (reg::VS, false) => Some(0x0001_0400),
+                    (reg::CC, false) => Some(u64::from(ctrl.cc.load(Ordering::Acquire))),
+                    (reg::CSTS, false) => Some(u64::from(ctrl.csts.load(Ordering::Acquire))),
+                    _ => None,
+                };
+                v.map_or(Outcome::Done(Status::INVALID_FIELD, 0), Outcome::Value)
+            }
+            fctype::PROPERTY_SET if self.qid == 0 => {
+                let p = Property::parse(sqe);
+                if p.offset != reg::CC || p.wide {
+                    return Outcome::Done(Status::INVALID_FIELD, 0);
+                }
+                let cc = p.value as u32;
+                let was = ctrl.cc.swap(cc, Ordering::AcqRel);
+                let mut csts = ctrl.csts.load(Ordering::Acquire);
+                if cc & fabrics::CC_EN != 0 && was & fabrics::CC_EN == 0 {
+                    // IOSQES/IOCQES must describe 64/16-byte entries.
+                    if (cc >> 16) & 0xf != 6 || (cc >> 20) & 0xf != 4 {
+                        csts |= 2; // CFS: controller fatal status
+                    } else {
+                        csts |= fabrics::CSTS_RDY;
+                    }
+                } else if cc & fabrics::CC_EN == 0 {
+                    csts &= !fabrics::CSTS_RDY;
+                }
+                if cc & fabrics::CC_SHN_MASK != 0 {
+                    csts = (csts & !(3 << 2)) | fabrics::CSTS_SHST_COMPLETE;
+                }
+                ctrl.csts.store(csts, Ordering::Release);
+                Outcome::Done(Status::SUCCESS, 0)
+            }
+            _ => Outcome::Done(Status::INVALID_OPCODE, 0),
+        }
+    }
+
+    pub(super) fn cap(&self) -> u64 {
+        let cfg = &self.subsys.config;
+        u64::from(cfg.mqes) // MQES
+            | (1 << 16) // CQR: contiguous queues required
+            | (15 << 24) // TO: 7.5 s in 500 ms units
+            | (1 << 37) // CSS: NVM command set
+    }
+
+    pub(super) fn controller_info(&self, ctrl: &Controller) -> ControllerInfo {
+        let cfg = &self.subsys.config;
+        ControllerInfo {
+            serial: cfg.serial.clone(),
+            model: cfg.model.clone(),
+            firmware: env!("CARGO_PKG_VERSION").chars().take(8).collect(),
+            mdts: cfg.mdts,
+            cntlid: ctrl.cntlid,
+            version: 0x0001_0400,
+            kas: cfg.kas,
+            maxcmd: cfg.mqes.saturating_add(1),
+            nn: self.subsys.namespaces.len() as u32,
+            aerl: 3,
+            ioccsz: (64 + cfg.in_capsule) / 16,
+            iorcsz: 1,
+            subnqn: cfg.nqn.clone(),
+        }
+    }
+
+    pub(super) fn admin(&mut self, sqe: &Sqe, now_ns: u64) -> Outcome {
+        let Some(ctrl) = self.ctrl.clone() else { return Outcome::Done(Status::CMD_SEQ_ERROR, 0) };
+        if ctrl.cc.load(Ordering::Acquire) & fabrics::CC_EN == 0 {
+            return Outcome::Done(Status::CMD_SEQ_ERROR, 0);
+        }
+        match sqe.opcode() {
+            admin::IDENTIFY => {
+                let nn = self.subsys.namespaces.len() as u32;
+                match (sqe.cdw(10) & 0xff) as u8 {
+                    cns::CONTROLLER => Outcome::Data(self.controller_info(&ctrl).encode()),
+                    cns::NAMESPACE | cns::NS_DESCRIPTORS => {
+                        let nsid = sqe.nsid();
+                        let Some(ns) = self.subsys.namespace(nsid) else {
+                            return Outcome::Done(Status::INVALID_NS, 0);
+                        };
+                        let info = self.subsys.nsinfo(nsid, ns.as_ref());
+                        if (sqe.cdw(10) & 0xff) as u8 == cns::NAMESPACE {
+                            Outcome::Data(info.encode())
+                        } else {
+                            Outcome::Data(info.descriptors())
+                        }
+                    }
+                    cns::ACTIVE_NS_LIST => {
+                        if sqe.nsid() >= 0xffff_fffe {
+                            return Outcome::Done(Status::INVALID_NS, 0);
+                        }
+                        Outcome::Data(identify::active_ns_list(nn, sqe.nsid()))
+                    }
+                    _ => Outcome::Done(Status::INVALID_FIELD, 0),
+                }
+            }
+            admin::GET_LOG_PAGE => {
+                let numd = ((sqe.cdw(10) >> 16) | ((sqe.cdw(11) & 0xffff) << 16)) as u64 + 1;
+                let offset = u64::from(sqe.cdw(12)) | (u64::from(sqe.cdw(13)) << 32);
+                let page = match (sqe.cdw(10) & 0xff) as u8 {
+                    lid::ERROR => vec![0u8; 64 * 64],
+                    lid::SMART => {
+                        let s = &self.subsys.stats;
+                        identify::Smart {
+                            sectors_read: s.sectors_read.load(Ordering::Relaxed),
+                            sectors_written: s.sectors_written.load(Ordering::Relaxed),
+                            read_cmds: s.read_cmds.load(Ordering::Relaxed),
+                            write_cmds: s.write_cmds.load(Ordering::Relaxed),
+                        }
+                        .encode()
+                    }
+                    lid::FIRMWARE => identify::firmware_log(env!("CARGO_PKG_VERSION")),
+                    _ => return Outcome::Done(Status::INVALID_LOG_PAGE, 0),
+                };
+                if offset % 4 != 0 || offset > page.len() as u64 {
+                    return Outcome::Done(Status::INVALID_FIELD, 0);
+                }
+                let mut out = page[offset as usize..].to_vec();
+                // Bytes past the end of the page read as zero (NVMe Base 5.16).
+                out.resize((numd * 4).min(1 << 20) as usize, 0);
+                Outcome::Data(out)
+            }
+            admin::SET_FEATURES => {
+                let v = sqe.cdw(11);
+                match (sqe.cdw(10) & 0xff) as u8 {
+                    fid::NUM_QUEUES => {
+                        if v & 0xffff == 0xffff || v >> 16 == 0xffff {
+                            return Outcome::Done(Status::INVALID_FIELD, 0);
+                        }
+                        let max = self.subsys.config.max_io_queues;
+                        let want = ((v & 0xffff) as u16).max((v >> 16) as u16).saturating_add(1);
+                        let n = want.min(max);
+                        ctrl.io_queues.store(n, Ordering::Release);
+                        let z = u32::from(n - 1);
+                        Outcome::Done(Status::SUCCESS, z | (z << 16))
+                    }
+                    fid::ASYNC_EVENT_CONFIG => {
+                        ctrl.aen_config.store(v, Ordering::Release);
+                        Outcome::Done(Status::SUCCESS, 0)
+                    }
+                    fid::KEEP_ALIVE | fid::ARBITRATION | fid::POWER_MGMT | fid::VOLATILE_WC => {
+                        Outcome::Done(Status::SUCCESS, 0)
+                    }
+                    _ => Outcome::Done(Status::INVALID_FIELD, 0),
+                }
+            }
+            admin::GET_FEATURES => match (sqe.cdw(10) & 0xff) as u8 {
+                fid::NUM_QUEUES => {
+                    let z = u32::from(ctrl.io_queues.load(Ordering::Acquire).saturating_sub(1));
+                    Outcome::Done(Status::SUCCESS, z | (z << 16))
+                }
+                fid::ASYNC_EVENT_CONFIG => Outcome::Done(Status::SUCCESS, ctrl.aen_config.load(Ordering::Acquire)),
+                fid::KEEP_ALIVE => Outcome::Done(Status::SUCCESS, ctrl.kato_ms),
+                fid::VOLATILE_WC => Outcome::Done(Status::SUCCESS, 1),
+                fid::ARBITRATION | fid::POWER_MGMT => Outcome::Done(Status::SUCCESS, 0),
+                _ => Outcome::Done(Status::INVALID_FIELD, 0),
+            },
+            admin::ASYNC_EVENT => {
+                if self.held_aers.len() >= 4 {
+                    Outcome::Done(Status::AER_LIMIT, 0)
+                } else {
+                    // Held until an event occurs; netlane raises none, so it stays
+                    // outstanding for the controller's life, as on real controllers.
+                    self.held_aers.push(sqe.cid());
+                    Outcome::Hold
+                }
+            }
+            admin::KEEP_ALIVE => {
+                self.last_keepalive_ns = now_ns.max(self.last_keepalive_ns);
+                Outcome::Done(Status::SUCCESS, 0)
+            }
+            _ => Outcome::Done(Status::INVALID_OPCODE, 0),
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! The queue state machine: one NVMe/TCP connection on the controller side, from the
+//! ICReq through Connect to live command processing, R2T/H2CData flow and C2HData,
+//! until it closes.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use super::{Controller, Subsystem};
+use crate::proto::cmd::{self, Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, Sqe, Status, nvm};
+use crate::proto::fabrics::{self, fctype};
+use crate::proto::pdu::{self, DecodeError, Fes, H2cData, IcResp, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
+
+/// Why a queue closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CloseReason {
+    /// We found a protocol violation and sent a termination request.
+    Violation(Violation),
+    /// The host sent a termination request.
+    PeerTerminated {
+        /// The host's Fatal Error Status.
+        fes: u16,
+    },
+    /// A termination request with an invalid length: closed without reply.
+    InvalidTermReq,
+    /// The host disconnected the queue with a Disconnect command.
+    Disconnected,
+    /// The controller's keep-alive timer expired.
+    KeepAliveExpired,
+    /// The controller went away (its admin queue closed or expired).
+    ControllerGone,
+}
+
+#[derive(Debug)]
+pub(super) enum State {
+    AwaitIcReq,
+    AwaitConnect,
+    Live,
+    Closed(CloseReason),
+}
+
+/// A command whose host-to-controller data arrives by R2T/H2CData.
+#[derive(Debug)]
+pub(super) struct Inbound {
+    pub(super) sqe: Sqe,
+    pub(super) buf: Vec<u8>,
+    pub(super) next_r2to: u32,
+    pub(super) received: u32,
+    pub(super) outstanding: u32,
+    pub(super) failed: Option<Status>,
+}
+
+/// One outstanding R2T.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct R2tState {
+    pub(super) cid: u16,
+    pub(super) r2to: u32,
+    pub(super) r2tl: u32,
+    pub(super) got: u32,
+}
+
+/// Per-queue counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Commands received.
+    pub commands: u64,
+    /// Response capsules sent.
+    pub responses: u64,
+    /// C2HData PDUs sent.
+    pub c2h_pdus: u64,
+    /// R2Ts sent.
+    pub r2ts: u64,
+    /// Completions carried by the C2HData SUCCESS flag.
+    pub success_flag: u64,
+}
+
+/// Outcome of executing a command.
+pub(super) enum Outcome {
+    Done(Status, u32),
+    /// Success with a 64-bit value in DW0/DW1 (Property Get).
+    Value(u64),
+    Data(Vec<u8>),
+    ReadNs {
+        nsid: u32,
+        offset: u64,
+        len: u32,
+    },
+    Hold,
+}
+
+/// One NVMe/TCP connection on the controller side.
+#[derive(Debug)]
+pub struct TargetQueue {
+    pub(super) subsys: Arc<Subsystem>,
+    pub(super) rx: RxConfig,
+    pub(super) tx: TxConfig,
+    pub(super) maxr2t: u32,
+    pub(super) state: State,
+    pub(super) qid: u16,
+    pub(super) ctrl: Option<Arc<Controller>>,
+    pub(super) sqsize: u16,
+    pub(super) sqhd: u16,
+    pub(super) sqflow_disabled: bool,
+    pub(super) inbound: HashMap<u16, Inbound>,
+    pub(super) r2ts: HashMap<u16, R2tState>,
+    pub(super) next_ttag: u16,
+    pub(super) held_aers: Vec<u16>,
+    pub(super) last_keepalive_ns: u64,
+    pub(super) out: OutBuf,
+    /// Counters.
+    pub stats: QueueStats,
+}
+
+impl TargetQueue {
+    /// A new connection to `subsys`, accepted at `now_ns`.
+    pub fn new(subsys: Arc<Subsystem>, now_ns: u64) -> TargetQueue {
+        TargetQueue {
+            subsys,
+            rx: RxConfig::initial(Role::Controller),
+            tx: TxConfig::default(),
+            maxr2t: 0,
+            state: State::AwaitIcReq,
+            qid: 0,
+            ctrl: None,
+            sqsize: 0,
+            sqhd: 0,
+            sqflow_disabled: false,
+            inbound: HashMap::new(),
+            r2ts: HashMap::new(),
+            next_ttag: 0,
+            held_aers: Vec::new(),
+            last_keepalive_ns: now_ns,
+            out: OutBuf::with_capacity(64 * 1024),
+            stats: QueueStats::default(),
+        }
+    }
+
+    /// Bytes waiting to be sent.
+    pub fn pending_output(&self) -> &[u8] {
+        self.out.pending()
+    }
+
+    /// Marks `n` bytes of [`Self::pending_output`] as sent.
+    pub fn advance_output(&mut self, n: usize) {
+        self.out.advance(n);
+    }
+
+    /// Why the queue closed, once it has. The driver closes the socket after sending the
+    /// pending output (a termination request or a Disconnect's response).
+    pub fn close_reason(&self) -> Option<&CloseReason> {
+        match &self.state {
+            State::Closed(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The queue ID once connected.
+    pub fn qid(&self) -> Option<u16> {
+        matches!(self.state, State::Live).then_some(self.qid)
+    }
+
+    /// The controller ID once connected.
+    pub fn cntlid(&self) -> Option<u16> {
+        self.ctrl.as_ref().map(|c| c.cntlid)
+    }
+
+    /// Consumes whole PDUs from the front of `buf`, appending replies to the output, and
+    /// returns how many bytes were consumed (the rest is an incomplete PDU; keep it and
+    /// call again with more). Once the queue is closed nothing more is consumed.
+    pub fn handle_input(&mut self, buf: &[u8], now_ns: u64) -> usize {
+        let mut off = 0;
+        while !matches!(self.state, State::Closed(_)) {
+            let rest = &buf[off..];
+            match pdu::decode(rest, &self.rx) {
+                Ok(d) => {
+                    let raw = &rest[..d.len];
+                    if let Err(v) = self.on_pdu(d.pdu, now_ns) {
+                        self.terminate(v, raw);
+                    }
+                    off += d.len;
+                }
+                Err(DecodeError::Incomplete(_)) => break,
+                Err(DecodeError::Violation(v)) => {
+                    self.terminate(v, pdu::offending_header(rest));
+                }
+                Err(DecodeError::Reset) => self.close(CloseReason::InvalidTermReq),
+            }
+        }
+        off
+    }
+
+    /// How many bytes the next PDU needs in total, given what is buffered (so the driver
+    /// can size its receive buffer); `None` when the header is not in yet.
+    pub fn needed(&self, buf: &[u8]) -> Option<usize> {
+        match pdu::decode(buf, &self.rx) {
+            Err(DecodeError::Incomplete(n)) if n > pdu::CH_LEN => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Runs timers: keep-alive expiry on the admin queue, controller loss on I/O queues.
+    /// Returns true when the queue has closed.
+    pub fn poll(&mut self, now_ns: u64) -> bool {
+        if let (State::Live, Some(ctrl)) = (&self.state, &self.ctrl) {
+            if !ctrl.is_alive() {
+                self.close(CloseReason::ControllerGone);
+            } else if self.qid == 0 && ctrl.kato_ms != 0 {
+                let limit = u64::from(ctrl.kato_ms) * 1_000_000;
+                if now_ns.saturating_sub(self.last_keepalive_ns) > limit {
+                    self.subsys.stats.keepalive_expiries.fetch_add(1, Ordering::Relaxed);
+                    self.close(CloseReason::KeepAliveExpired);
+                }
+            }
+        }
+        matches!(self.state, State::Closed(_))
+    }
+
+    /// When [`Self::poll`] next needs to run, in ns on the same clock, if ever.
+    pub fn next_deadline(&self) -> Option<u64> {
+        match (&self.state, &self.ctrl) {
+            (State::Live, Some(c)) if self.qid == 0 && c.kato_ms != 0 => {
+                Some(self.last_keepalive_ns + u64::from(c.kato_ms) * 1_000_000 + 1)
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn close(&mut self, reason: CloseReason) {
+        if matches!(self.state, State::Closed(_)) {
+            return;
+        }
+        self.state = State::Closed(reason);
+        self.inbound.clear();
+        self.r2ts.clear();
+        self.release();
+    }
+
+    /// Gives the queue back to its controller (and removes the controller with its admin
+    /// queue).
+    pub(super) fn release(&mut self) {
+        if let Some(ctrl) = self.ctrl.take() {
+            if self.qid == 0 {
+                self.subsys.remove_controller(&ctrl);
+            } else if let Ok(mut c) = ctrl.connected.lock()
+                && let Some(slot) = c.get_mut(usize::from(self.qid))
+            {
+                *slot = false;
+            }
+        }
+    }
+
+    pub(super) fn terminate(&mut self, v: Violation, offending: &[u8]) {
+        tracing::debug!(qid = self.qid, "terminating queue: {v}");
+        self.subsys.stats.terminations.fetch_add(1, Ordering::Relaxed);
+        TxConfig::term_req(self.out.vec(), Role::Controller, v.fes, v.fei, offending);
+        self.close(CloseReason::Violation(v));
+    }
+
+    pub(super) fn on_pdu(&mut self, p: Pdu<'_>, now_ns: u64) -> Result<(), Violation> {
+        match p {
+            Pdu::IcReq(req) => self.on_icreq(req),
+            Pdu::TermReq { fes, .. } => {
+                self.close(CloseReason::PeerTerminated { fes });
+                Ok(())
+            }
+            Pdu::CapsuleCmd { sqe, data, ddgst_ok } => {
+                self.stats.commands += 1;
+                self.sqhd = if self.sqsize == 0 { 0 } else { (self.sqhd + 1) % (self.sqsize.saturating_add(1)) };
+                self.on_command(sqe, data, ddgst_ok, now_ns)
+            }
+            Pdu::H2cData(h) => self.on_h2c_data(h, now_ns),
+            // validate_header refuses odd types at a controller.
+            Pdu::IcResp(_) | Pdu::CapsuleResp { .. } | Pdu::C2hData { .. } | Pdu::R2t { .. } => {
+                Err(Violation::new(Fes::InvalidHeaderField, 0, "controller-to-host PDU"))
+            }
+        }
+    }
+
+    pub(super) fn on_icreq(&mut self, req: pdu::IcReq) -> Result<(), Violation> {
+        if req.pfv != 0 {
+            return Err(Violation::new(Fes::UnsupportedParameter, 8, "unsupported PDU format version"));
+        }
+        if req.hpda > 31 {
+            return Err(Violation::new(Fes::UnsupportedParameter, 10, "HPDA above 31"));
+        }
+        let cfg = &self.subsys.config;
+        self.maxr2t = req.maxr2t;
+        self.tx = TxConfig { hdgst: req.hdgst, ddgst: req.ddgst, pda: (u32::from(req.hpda) + 1) * 4 };
+        self.rx = RxConfig {
+            role: Role::Controller,
+            established: true,
+            hdgst: req.hdgst,
+            ddgst: req.ddgst,
+            pda: 4, // CPDA 0: no alignment beyond dwords
+            max_icd: cfg.admin_in_capsule.max(cfg.in_capsule),
+            max_data: cfg.maxh2cdata,
+        };
+        TxConfig::ic_resp(
+            self.out.vec(),
+            &IcResp { pfv: 0, cpda: 0, hdgst: req.hdgst, ddgst: req.ddgst, maxh2cdata: cfg.maxh2cdata },
+        );
+        self.state = State::AwaitConnect;
+        Ok(())
+    }
+
+    pub(super) fn respond(&mut self, cid: u16, status: Status, dw0: u32) {
+        self.respond_value(cid, status, u64::from(dw0));
+    }
+
+    pub(super) fn respond_value(&mut self, cid: u16, status: Status, value: u64) {
+        let cqe = Cqe { dw0: value as u32, dw1: (value >> 32) as u32, sqhd: self.sqhd, sqid: self.qid, cid, status };
+        self.tx.capsule_resp(self.out.vec(), &cqe);
+        self.stats.responses += 1;
+    }
+
+    pub(super) fn on_command(&mut self, sqe: Sqe, data: &[u8], ddgst_ok: bool, now_ns: u64) -> Result<(), Violation> {
+        let cid = sqe.cid();
+        if self.inbound.contains_key(&cid) || self.held_aers.contains(&cid) {
+            self.respond(cid, Status::CMD_SEQ_ERROR, 0);
+            return Ok(());
+        }
+        let sgl = sqe.sgl();
+        if sqe.flags() & 0xc0 != cmd::PSDT_SGL {
+            self.respond(cid, Status::INVALID_FIELD, 0);
+            return Ok(());
+        }
+        let dir = sqe.data_dir();
+        if !data.is_empty() {
+            // In-capsule data: an offset SGL at 0 whose length covers exactly the data.
+            let limit = if self.qid == 0 { self.subsys.config.admin_in_capsule } else { self.subsys.config.in_capsule };
+            if data.len() as u64 > u64::from(sgl.len) || data.len() > limit as usize {
+                return Err(Violation::new(Fes::DataOutOfRange, 0, "in-capsule data beyond the command's length"));
+            }
+            if sgl.id != SGL_ICD || dir != DataDir::ToController {
+                self.respond(cid, Status::SGL_TYPE_INVALID, 0);
+                return Ok(());
+            }
+            if sgl.addr != 0 {
+                self.respond(cid, Status::SGL_OFFSET_INVALID, 0);
+                return Ok(());
+            }
+            if (data.len() as u64) < u64::from(sgl.len) {
+                self.respond(cid, Status::SGL_LENGTH_INVALID, 0);
+                return Ok(());
+            }
+            if !ddgst_ok {
+                self.subsys.stats.data_digest_errors.fetch_add(1, Ordering::Relaxed);
+                self.respond(cid, Status::TRANSIENT_TRANSPORT, 0);
+                return Ok(());
+            }
+            self.execute(sqe, data, now_ns);
+            return Ok(());
+        }
+        if dir == DataDir::ToController && sgl.len > 0 {
+            if sgl.id != SGL_TRANSPORT {
+                self.respond(cid, Status::SGL_TYPE_INVALID, 0);
+                return Ok(());
+            }
+            // Refuse what could never be accepted before asking the host for data.
+            if let Some(status) = self.precheck_inbound(&sqe) {
+                self.respond(cid, status, 0);
+                return Ok(());
+            }
+            self.inbound.insert(
+                cid,
+                Inbound {
+                    sqe,
+                    buf: vec![0u8; sgl.len as usize],
+                    next_r2to: 0,
+                    received: 0,
+                    outstanding: 0,
+                    failed: None,
+                },
+            );
+            self.issue_r2ts(cid);
+            return Ok(());
+        }
+        self.execute(sqe, &[], now_ns);
+        Ok(())
+    }
+
+    /// Checks a command expecting host data before any R2T goes out.
+    pub(super) fn precheck_inbound(&self, sqe: &Sqe) -> Option<Status> {
+        let len = u64::from(sqe.sgl().len);
+        match (self.qid, sqe.opcode()) {
+            (0, cmd::FABRICS) if sqe.fctype() == fctype::CONNECT => {
+                (len != fabrics::CONNECT_DATA_LEN as u64).then_some(Status::SGL_LENGTH_INVALID)
+            }
+            (q, nvm::WRITE) if q != 0 => self.check_rw(sqe).err(),
+            _ => Some(Status::INVALID_OPCODE),
+        }
+    }
+
+    pub(super) fn issue_r2ts(&mut self, cid: u16) {
+        let max_out = (self.maxr2t.saturating_add(1)).min(16);
+        let r2t_max = self.subsys.config.r2t_max;
+        loop {
+            let Some(cmd) = self.inbound.get_mut(&cid) else { return };
+            let total = cmd.buf.len() as u32;
+            if cmd.outstanding >= max_out || cmd.next_r2to >= total {
+                return;
+            }
+            let r2to = cmd.next_r2to;
+            let r2tl = (total - r2to).min(r2t_max);
+            cmd.next_r2to += r2tl;
+            cmd.outstanding += 1;
+            let mut ttag = self.next_ttag;
+            while self.r2ts.contains_key(&ttag) {
+                ttag = ttag.wrapping_add(1);
+            }
+            self.next_ttag = ttag.wrapping_add(1);
+            self.r2ts.insert(ttag, R2tState { cid, r2to, r2tl, got: 0 });
+            self.tx.r2t(self.out.vec(), cid, ttag, r2to, r2tl);
+            self.stats.r2ts += 1;
+        }
+    }
+
+    pub(super) fn on_h2c_data(&mut self, h: H2cData<'_>, now_ns: u64) -> Result<(), Violation> {
+        let H2cData { cccid, ttag, datao, last, data, ddgst_ok } = h;
+        let Some(r2t) = self.r2ts.get_mut(&ttag) else {
+            return Err(Violation::new(Fes::InvalidHeaderField, 10, "H2CData for an unknown transfer tag"));
+        };
+        if r2t.cid != cccid {
+            return Err(Violation::new(Fes::InvalidHeaderField, 8, "H2CData CCCID differs from its R2T's"));
+        }
+        let len = data.len() as u32;
+        let end = u64::from(datao) + u64::from(len);
+        if datao < r2t.r2to || end > u64::from(r2t.r2to) + u64::from(r2t.r2tl) {
+            return Err(Violation::new(Fes::DataOutOfRange, 0, "H2CData outside the R2T's range"));
+        }
+        if datao != r2t.r2to + r2t.got {
+            return Err(Violation::new(Fes::PduSequenceError, 0, "H2CData out of order"));
+        }
+        let done = r2t.got + len == r2t.r2tl;
+        if last != done {
+            return Err(Violation::new(Fes::PduSequenceError, 0, "LAST flag does not end the R2T's data"));
+        }
+        r2t.got += len;
+        let Some(cmd) = self.inbound.get_mut(&cccid) else {
+            return Err(Violation::new(Fes::InvalidHeaderField, 8, "H2CData for no command"));
+        };
+        let dst = datao as usize;
+        cmd.buf[dst..dst + data.len()].copy_from_slice(data);
+        cmd.received += len;
+        if !ddgst_ok && cmd.failed.is_none() {
+            self.subsys.stats.data_digest_errors.fetch_add(1, Ordering::Relaxed);
+            cmd.failed = Some(Status::TRANSIENT_TRANSPORT);
+        }
+        if !done {
+            return Ok(());
+        }
+        self.r2ts.remove(&ttag);
+        cmd.outstanding -= 1;
+        if cmd.received as usize == cmd.buf.len() {
+            let Some(cmd) = self.inbound.remove(&cccid) else { return Ok(()) };
+            match cmd.failed {
+                Some(status) => self.respond(cccid, status, 0),
+                None => self.execute(cmd.sqe, &cmd.buf, now_ns),
+            }
+        } else {
+            self.issue_r2ts(cccid);
+        }
+        Ok(())
+    }
+
+    /// Runs a command whose data (if any) is all here, and sends its completion.
+    pub(super) fn execute(&mut self, sqe: Sqe, data: &[u8], now_ns: u64) {
+        let cid = sqe.cid();
+        let outcome = match self.state {
+            State::AwaitConnect => {
+                if sqe.opcode() == cmd::FABRICS && sqe.fctype() == fctype::CONNECT {
+                    self.connect(&sqe, data, now_ns)
+                } else {
+                    Outcome::Done(Status::CMD_SEQ_ERROR, 0)
+                }
+            }
+            State::Live if sqe.opcode() == cmd::FABRICS => self.fabrics(&sqe),
+            State::Live if self.qid == 0 => self.admin(&sqe, now_ns),
+            State::Live => self.io(&sqe, data),
+            _ => return,
+        };
+        match outcome {
+            Outcome::Done(status, dw0) => self.respond(cid, status, dw0),
+            Outcome::Value(v) => self.respond_value(cid, Status::SUCCESS, v),
+            Outcome::Hold => {}
+            Outcome::Data(bytes) => {
+                let len = (sqe.sgl().len as usize).min(bytes.len());
+                self.send_c2h(cid, len, |off, dst| {
+                    dst.copy_from_slice(&bytes[off..off + dst.len()]);
+                    Ok(())
+                });
+            }
+            Outcome::ReadNs { nsid, offset, len } => {
+                let Some(ns) = self.subsys.namespace(nsid).cloned() else {
+                    self.respond(cid, Status::INVALID_NS, 0);
+                    return;
+                };
+                if self.send_c2h(cid, len as usize, |off, dst| ns.read(offset + off as u64, dst)) {
+                    let st = &self.subsys.stats;
+                    st.read_cmds.fetch_add(1, Ordering::Relaxed);
+                    st.sectors_read.fetch_add(u64::from(len) / 512, Ordering::Relaxed);
+                }
+            }
+        }
+        if matches!(sqe.opcode(), cmd::FABRICS) && sqe.fctype() == fctype::DISCONNECT && self.qid != 0 {
+            self.close(CloseReason::Disconnected);
+        }
+    }
+
+    /// Sends `len` bytes as C2HData PDUs filled by `fill(offset, dst)`, then the
+    /// completion (a response capsule, or the SUCCESS flag when allowed). On a fill
+    /// error the PDUs are taken back and the command fails; returns success.
+    pub(super) fn send_c2h(
+        &mut self,
+        cid: u16,
+        len: usize,
+        mut fill: impl FnMut(usize, &mut [u8]) -> std::io::Result<()>,
+    ) -> bool {
+        let mark = self.out.vec().len();
+        let success_flag = self.sqflow_disabled && self.subsys.config.c2h_success;
+        let chunk = self.subsys.config.c2h_max as usize;
+        let mut off = 0;
+        let mut pdus = 0;
+        while off < len {
+            let n = (len - off).min(chunk);
+            let last = off + n == len;
+            let r = self.tx.c2h_data_with(self.out.vec(), cid, off as u32, n, last, success_flag, |d| fill(off, d));
+            if let Err(e) = r {
+                tracing::warn!(cid, "read failed: {e}");
+                self.out.vec().truncate(mark);
+                self.respond(cid, Status::READ_ERROR, 0);
+                return false;
+            }
+            off += n;
+            pdus += 1;
+        }
+        self.stats.c2h_pdus += pdus;
+        if success_flag && len > 0 {
+            self.stats.success_flag += 1;
+        } else {
+            self.respond(cid, Status::SUCCESS, 0);
+        }
+        true
+    }
+}
+
+impl Drop for TargetQueue {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

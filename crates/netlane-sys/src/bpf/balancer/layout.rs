@@ -1,0 +1,419 @@
+//! The data layout shared with `bpf/lb/` (`lb_structs.h`, `lb_consts.h`): the map key
+//! and value types come from the object's BTF (libbpf-cargo skeleton types, never
+//! hand-copied); this module adds what Rust needs around them: sizes checked at compile
+//! time, the hint encodings, the counters' order, and keys built from addresses.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::super::balancer_skel;
+
+/// The generated map types used here are plain old data: `repr(C)`, every bit pattern
+/// valid, no padding (checked by the size assertions below).
+pub(super) trait Pod: Copy {}
+impl Pod for balancer_skel::types::vip_key {}
+impl Pod for balancer_skel::types::vip_meta {}
+impl Pod for balancer_skel::types::real_def {}
+impl Pod for balancer_skel::types::lb_config {}
+impl Pod for balancer_skel::types::vip_addr {}
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_key>() == 20);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_meta>() == 8);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::real_def>() == 28);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::lb_config>() == 40);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_addr>() == 20);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::flow_key>() == FlowKey::LEN);
+const _: () = assert!(std::mem::size_of::<balancer_skel::types::flow_entry>() == FlowKey::LEN + 16);
+
+pub(super) fn pod_bytes<T: Pod>(v: &T) -> &[u8] {
+    // SAFETY: `T: Pod` is a repr(C) struct without padding (sizes asserted above), so all
+    // of its size_of::<T>() bytes are initialised; the slice borrows `v`.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+/// `BPF_F_XDP_DEV_BOUND_ONLY` (Linux 6.3; not in the 6.1 headers this builds with).
+pub(super) const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
+
+/// Family tags used in keys and reals.
+pub(super) const FAM_V4: u8 = 4;
+pub(super) const FAM_V6: u8 = 6;
+
+/// Top byte of a per-flow tag (the rest is the tag id).
+pub const TAG_KIND_FLOW: u32 = 0xf1;
+/// Top byte of a per-destination tag (the rest is the real's index).
+pub const TAG_KIND_DEST: u32 = 0xd5;
+
+/// The hint value that names per-flow tag `id` (< 2^24).
+pub fn flow_tag(id: u32) -> u32 {
+    (TAG_KIND_FLOW << 24) | (id & 0xff_ffff)
+}
+
+/// The hint value that names real `index` (< 2^24) as the destination.
+pub fn dest_tag(index: u32) -> u32 {
+    (TAG_KIND_DEST << 24) | (index & 0xff_ffff)
+}
+
+/// What the data plane does with per-packet hints (chosen at load time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HintMode {
+    /// No hints: every packet takes the full path (a legacy NIC).
+    #[default]
+    Off,
+    /// The RX hash indexes a per-CPU flow cache that skips the VIP and connection
+    /// lookups when the cached flow matches.
+    RxHash,
+    /// Per-flow tags installed by the control plane after new-flow events.
+    FlowTag,
+    /// Per-destination tags (tag = real), checked against the packet's VIP.
+    DestTag,
+}
+
+impl HintMode {
+    /// The value the program's `hint_mode` takes.
+    pub(super) fn code(self) -> u32 {
+        match self {
+            HintMode::Off => 0,
+            HintMode::RxHash => 1,
+            HintMode::FlowTag => 2,
+            HintMode::DestTag => 3,
+        }
+    }
+
+    /// "off", "rx-hash", "flow-tag", "dest-tag".
+    pub fn name(self) -> &'static str {
+        match self {
+            HintMode::Off => "off",
+            HintMode::RxHash => "rx-hash",
+            HintMode::FlowTag => "flow-tag",
+            HintMode::DestTag => "dest-tag",
+        }
+    }
+
+    /// Parses a name as [`HintMode::name`] prints it.
+    pub fn from_name(s: &str) -> Option<HintMode> {
+        [HintMode::Off, HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag].into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// Map sizes of a balancer, chosen from its configuration before loading.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalancerSizes {
+    /// VIPs.
+    pub max_vips: u32,
+    /// Reals (indexes 0..max_reals).
+    pub max_reals: u32,
+    /// Maglev ring slots per VIP (a prime).
+    pub ring_size: u32,
+    /// Connection-table entries (split between the CPUs' LRU lists).
+    pub conn_entries: u32,
+    /// Per-flow tag ids (0..flow_tags, at most 2^24).
+    pub flow_tags: u32,
+    /// Slots of the per-CPU rx-hash flow cache (a power of two).
+    pub hint_cache: u32,
+    /// Bytes of the new-flow event ring (a power of two, at least one page).
+    pub event_ring_bytes: u32,
+}
+
+impl BalancerSizes {
+    /// Sizes for `max_vips` VIPs and `max_reals` reals with `ring_size` rings and
+    /// `conn_entries` connection entries; the hint structures get defaults that fit.
+    pub fn new(max_vips: u32, max_reals: u32, ring_size: u32, conn_entries: u32) -> BalancerSizes {
+        BalancerSizes {
+            max_vips,
+            max_reals,
+            ring_size,
+            conn_entries,
+            flow_tags: 65536,
+            hint_cache: 65536,
+            event_ring_bytes: 1 << 20,
+        }
+    }
+
+    pub(super) fn check(&self) -> io::Result<()> {
+        let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        if self.max_vips == 0 || self.max_reals == 0 || self.ring_size == 0 || self.conn_entries == 0 {
+            return bad(format!("balancer sizes must be positive: {self:?}"));
+        }
+        if self.max_reals > 1 << 24 {
+            return bad(format!("at most 2^24 reals (tags carry 24 bits), not {}", self.max_reals));
+        }
+        if self.flow_tags == 0 || self.flow_tags > 1 << 24 {
+            return bad(format!("flow tags must be 1..=2^24, not {}", self.flow_tags));
+        }
+        if !self.hint_cache.is_power_of_two() {
+            return bad(format!("the hint cache size must be a power of two, not {}", self.hint_cache));
+        }
+        if !self.event_ring_bytes.is_power_of_two() || self.event_ring_bytes < 4096 {
+            return bad(format!("the event ring must be a power of two >= 4096 bytes, not {}", self.event_ring_bytes));
+        }
+        if self.max_vips.checked_mul(self.ring_size).is_none() {
+            return bad("max_vips x ring_size overflows".into());
+        }
+        Ok(())
+    }
+}
+
+/// How to load a balancer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BalancerOptions {
+    /// Map sizes.
+    pub sizes: BalancerSizes,
+    /// What hints are used for.
+    pub hint: HintMode,
+    /// Load the device-bound build for this interface (in the caller's network
+    /// namespace): hints come from the RX-hash kfunc. `None`: the plain build, hints
+    /// from the XDP metadata area.
+    pub bind_ifindex: Option<u32>,
+}
+
+/// Outer addresses and limits of the data plane (the `lb_cfg` map).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DataPlaneConfig {
+    /// Next hop towards the reals (destination MAC of encapsulated packets).
+    pub gw_mac: [u8; 6],
+    /// This interface's MAC (their source).
+    pub own_mac: [u8; 6],
+    /// Outer IPv4 source base; its low 16 bits vary by flow.
+    pub src4: Ipv4Addr,
+    /// Outer IPv6 source base; its last 32 bits vary by flow.
+    pub src6: Ipv6Addr,
+    /// New connections each CPU records per second (the flood guard); 0 = no limit.
+    pub max_new_conns_per_cpu: u32,
+    /// Idle UDP connection entries expire after this long; 0 = never.
+    pub udp_timeout_ms: u32,
+}
+
+/// A flow's 5-tuple as the data plane keys it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address (the VIP).
+    pub dst: IpAddr,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+    /// IP protocol.
+    pub proto: u8,
+}
+
+impl FlowKey {
+    /// Bytes of `struct flow_key`.
+    pub const LEN: usize = 40;
+
+    /// The key's bytes as the data plane stores them.
+    pub fn to_bytes(&self) -> [u8; FlowKey::LEN] {
+        let mut b = [0u8; FlowKey::LEN];
+        let family = match (self.src, self.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                b[0..4].copy_from_slice(&s.octets());
+                b[16..20].copy_from_slice(&d.octets());
+                FAM_V4
+            }
+            (s, d) => {
+                b[0..16].copy_from_slice(&v6_octets(s));
+                b[16..32].copy_from_slice(&v6_octets(d));
+                FAM_V6
+            }
+        };
+        b[32..34].copy_from_slice(&self.sport.to_be_bytes());
+        b[34..36].copy_from_slice(&self.dport.to_be_bytes());
+        b[36] = self.proto;
+        b[37] = family;
+        b
+    }
+
+    /// Reads a key back; `None` for an unknown family or a short buffer.
+    pub fn from_bytes(b: &[u8]) -> Option<FlowKey> {
+        let b: &[u8; FlowKey::LEN] = b.get(..FlowKey::LEN)?.try_into().ok()?;
+        let addr = |s: &[u8]| -> Option<IpAddr> {
+            match b[37] {
+                FAM_V4 => Some(IpAddr::V4(Ipv4Addr::new(s[0], s[1], s[2], s[3]))),
+                FAM_V6 => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&s[..16]).ok()?))),
+                _ => None,
+            }
+        };
+        Some(FlowKey {
+            src: addr(&b[0..16])?,
+            dst: addr(&b[16..32])?,
+            sport: u16::from_be_bytes([b[32], b[33]]),
+            dport: u16::from_be_bytes([b[34], b[35]]),
+            proto: b[36],
+        })
+    }
+}
+
+fn v6_octets(a: IpAddr) -> [u8; 16] {
+    match a {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// A new flow the data plane saw (tag modes), with the real it chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FlowEvent {
+    /// The flow.
+    pub flow: FlowKey,
+    /// The real's index.
+    pub real: u32,
+    /// The real's generation when chosen.
+    pub generation: u32,
+    /// The flow hash (outer source).
+    pub hash: u32,
+    /// The VIP's index.
+    pub vip: u32,
+}
+
+impl FlowEvent {
+    /// Bytes of `struct flow_event`.
+    pub const LEN: usize = FlowKey::LEN + 16;
+
+    /// Decodes an event record; `None` if it is malformed.
+    pub fn from_bytes(b: &[u8]) -> Option<FlowEvent> {
+        let word = |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
+        let n = FlowKey::LEN;
+        Some(FlowEvent {
+            flow: FlowKey::from_bytes(b)?,
+            real: word(n)?,
+            generation: word(n + 4)?,
+            hash: word(n + 8)?,
+            vip: word(n + 12)?,
+        })
+    }
+
+    /// The `struct flow_entry` a per-flow tag for this flow points at (same layout).
+    pub(super) fn entry_bytes(&self) -> [u8; FlowEvent::LEN] {
+        let mut b = [0u8; FlowEvent::LEN];
+        b[..FlowKey::LEN].copy_from_slice(&self.flow.to_bytes());
+        for (i, w) in [self.real, self.generation, self.hash, self.vip].iter().enumerate() {
+            b[FlowKey::LEN + 4 * i..FlowKey::LEN + 4 * i + 4].copy_from_slice(&w.to_ne_bytes());
+        }
+        b
+    }
+}
+
+/// Packets and bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counter {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes (as received, before encapsulation).
+    pub bytes: u64,
+}
+
+/// The global counters, in the program's `lb_global_stat` order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GlobalStat {
+    /// Not IPv4/IPv6: to the stack.
+    PassNonIp,
+    /// IP but no VIP: to the stack.
+    PassNonVip,
+    /// Truncated or inconsistent headers: dropped.
+    DropMalformed,
+    /// IPv4 with options: dropped.
+    DropIpOptions,
+    /// Fragments: dropped.
+    DropFragment,
+    /// No real for the VIP's ring slot: dropped.
+    DropNoReal,
+    /// Encapsulation failed (headroom): dropped.
+    DropEncap,
+    /// Encapsulated and sent.
+    Tx,
+    /// Connection-table hits.
+    ConnHit,
+    /// Connection-table misses (ring lookups).
+    ConnMiss,
+    /// Echo requests answered.
+    IcmpEcho,
+    /// Too-big errors routed to the flow's real.
+    IcmpTooBig,
+    /// Connection entries for removed reals or idle UDP flows.
+    ConnStale,
+    /// New flows not recorded because of the rate guard.
+    ConnRateLimited,
+    /// Hints used.
+    HintHit,
+    /// Hints without a usable entry.
+    HintMiss,
+    /// Hints whose entry or tag was stale (real gone, wrong VIP, other flow).
+    HintStale,
+    /// New-flow events sent.
+    Events,
+    /// New-flow events lost (ring full).
+    EventsLost,
+}
+
+impl GlobalStat {
+    /// All, in map order.
+    pub const ALL: [GlobalStat; 19] = [
+        GlobalStat::PassNonIp,
+        GlobalStat::PassNonVip,
+        GlobalStat::DropMalformed,
+        GlobalStat::DropIpOptions,
+        GlobalStat::DropFragment,
+        GlobalStat::DropNoReal,
+        GlobalStat::DropEncap,
+        GlobalStat::Tx,
+        GlobalStat::ConnHit,
+        GlobalStat::ConnMiss,
+        GlobalStat::IcmpEcho,
+        GlobalStat::IcmpTooBig,
+        GlobalStat::ConnStale,
+        GlobalStat::ConnRateLimited,
+        GlobalStat::HintHit,
+        GlobalStat::HintMiss,
+        GlobalStat::HintStale,
+        GlobalStat::Events,
+        GlobalStat::EventsLost,
+    ];
+
+    /// A snake_case name for reports and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            GlobalStat::PassNonIp => "pass_non_ip",
+            GlobalStat::PassNonVip => "pass_non_vip",
+            GlobalStat::DropMalformed => "drop_malformed",
+            GlobalStat::DropIpOptions => "drop_ip_options",
+            GlobalStat::DropFragment => "drop_fragment",
+            GlobalStat::DropNoReal => "drop_no_real",
+            GlobalStat::DropEncap => "drop_encap",
+            GlobalStat::Tx => "tx",
+            GlobalStat::ConnHit => "conn_hit",
+            GlobalStat::ConnMiss => "conn_miss",
+            GlobalStat::IcmpEcho => "icmp_echo",
+            GlobalStat::IcmpTooBig => "icmp_too_big",
+            GlobalStat::ConnStale => "conn_stale",
+            GlobalStat::ConnRateLimited => "conn_rate_limited",
+            GlobalStat::HintHit => "hint_hit",
+            GlobalStat::HintMiss => "hint_miss",
+            GlobalStat::HintStale => "hint_stale",
+            GlobalStat::Events => "events",
+            GlobalStat::EventsLost => "events_lost",
+        }
+    }
+
+    /// Its index in the counters.
+    pub fn index(self) -> usize {
+        GlobalStat::ALL.iter().position(|s| *s == self).unwrap_or(0)
+    }
+}
+
+/// An address as the data plane stores it: the packet's bytes in host-order words
+/// (IPv4 in the first word), and its family.
+pub(super) fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
+    let mut w = [0u32; 4];
+    match a {
+        IpAddr::V4(v4) => {
+            w[0] = u32::from_ne_bytes(v4.octets());
+            (w, FAM_V4)
+        }
+        IpAddr::V6(v6) => {
+            for (i, c) in v6.octets().chunks_exact(4).enumerate() {
+                w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+            }
+            (w, FAM_V6)
+        }
+    }
+}

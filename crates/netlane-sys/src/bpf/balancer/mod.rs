@@ -1,0 +1,351 @@
+//! The load balancer's loader and map access (`bpf/lb/balancer.bpf.c`); the data
+//! layout it shares with the C side is in [`layout`].
+//!
+//! Two builds of one program: the plain build reads hints from the XDP metadata area
+//! and can be test-run; the device-bound build reads the NIC's RX hash through the
+//! metadata kfunc and must be bound to its interface at load time. Both have the same
+//! maps, which this module reaches through map handles so one `Balancer` serves both.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io;
+use std::net::IpAddr;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::rc::Rc;
+use std::time::Duration;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use super::{balancer_bound_skel, balancer_skel, object_storage, percpu_sum, to_io};
+
+mod layout;
+
+pub use layout::*;
+use layout::{BPF_F_XDP_DEV_BOUND_ONLY, addr_words, pod_bytes};
+
+/// The loaded object: plain or device-bound build (same maps, same program name).
+enum Skel {
+    Plain(Box<balancer_skel::BalancerSkel<'static>>),
+    Bound(Box<balancer_bound_skel::BalancerBoundSkel<'static>>),
+}
+
+/// Handles on the object's maps (shared by both builds).
+struct Maps {
+    vip_map: MapHandle,
+    vip_addrs: MapHandle,
+    ring_map: MapHandle,
+    reals: MapHandle,
+    lb_cfg: MapHandle,
+    global_stats: MapHandle,
+    vip_stats: MapHandle,
+    real_stats: MapHandle,
+    flow_tags: MapHandle,
+    flow_events: MapHandle,
+}
+
+/// Opens one build's skeleton, sizes its maps, sets its constants, loads it and takes
+/// handles on its maps.
+macro_rules! load_build {
+    ($builder:expr, $opts:expr) => {{
+        let opts: &BalancerOptions = $opts;
+        let s = &opts.sizes;
+        let mut open = $builder.open(object_storage()).map_err(to_io)?;
+        let m = &mut open.maps;
+        m.vip_map.set_max_entries(s.max_vips).map_err(to_io)?;
+        m.vip_addrs.set_max_entries(s.max_vips).map_err(to_io)?;
+        m.vip_stats.set_max_entries(s.max_vips).map_err(to_io)?;
+        m.ring_map.set_max_entries(s.max_vips * s.ring_size).map_err(to_io)?;
+        m.reals.set_max_entries(s.max_reals).map_err(to_io)?;
+        m.real_stats.set_max_entries(s.max_reals).map_err(to_io)?;
+        m.conn_table.set_max_entries(s.conn_entries).map_err(to_io)?;
+        m.flow_tags.set_max_entries(s.flow_tags).map_err(to_io)?;
+        let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)? as u32;
+        let cache_entries = s.hint_cache.checked_mul(cpus).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} hint-cache slots x {cpus} CPUs overflows", s.hint_cache),
+            )
+        })?;
+        m.hint_cache.set_max_entries(cache_entries).map_err(to_io)?;
+        m.flow_events.set_max_entries(s.event_ring_bytes).map_err(to_io)?;
+        let ro = m.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("balancer object has no .rodata"))?;
+        ro.ring_size = s.ring_size;
+        ro.hint_mode = opts.hint.code();
+        ro.hint_cache_mask = s.hint_cache - 1;
+        ro.hint_cache_cpus = cpus;
+        ro.flow_tag_count = s.flow_tags;
+        if let Some(ifindex) = opts.bind_ifindex {
+            open.progs.balancer.set_ifindex(ifindex);
+            open.progs.balancer.set_flags(BPF_F_XDP_DEV_BOUND_ONLY);
+        }
+        let skel = open.load().map_err(to_io)?;
+        let maps = Maps {
+            vip_map: MapHandle::try_from(&skel.maps.vip_map).map_err(to_io)?,
+            vip_addrs: MapHandle::try_from(&skel.maps.vip_addrs).map_err(to_io)?,
+            ring_map: MapHandle::try_from(&skel.maps.ring_map).map_err(to_io)?,
+            reals: MapHandle::try_from(&skel.maps.reals).map_err(to_io)?,
+            lb_cfg: MapHandle::try_from(&skel.maps.lb_cfg).map_err(to_io)?,
+            global_stats: MapHandle::try_from(&skel.maps.global_stats).map_err(to_io)?,
+            vip_stats: MapHandle::try_from(&skel.maps.vip_stats).map_err(to_io)?,
+            real_stats: MapHandle::try_from(&skel.maps.real_stats).map_err(to_io)?,
+            flow_tags: MapHandle::try_from(&skel.maps.flow_tags).map_err(to_io)?,
+            flow_events: MapHandle::try_from(&skel.maps.flow_events).map_err(to_io)?,
+        };
+        (Box::new(skel), maps)
+    }};
+}
+
+/// The balancer program, loaded, with its maps.
+pub struct Balancer {
+    skel: Skel,
+    maps: Maps,
+    opts: BalancerOptions,
+}
+
+impl std::fmt::Debug for Balancer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Balancer").field("opts", &self.opts).finish_non_exhaustive()
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl Balancer {
+    /// Opens the build `opts` asks for, sizes its maps, sets its constants and loads
+    /// it; every ring slot starts empty.
+    pub fn load(opts: &BalancerOptions) -> io::Result<Balancer> {
+        opts.sizes.check()?;
+        let (skel, maps) = match opts.bind_ifindex {
+            None => {
+                let (s, m) = load_build!(balancer_skel::BalancerSkelBuilder::default(), opts);
+                (Skel::Plain(s), m)
+            }
+            Some(_) => {
+                let (s, m) = load_build!(balancer_bound_skel::BalancerBoundSkelBuilder::default(), opts);
+                (Skel::Bound(s), m)
+            }
+        };
+        let b = Balancer { skel, maps, opts: *opts };
+        let empty = vec![u32::MAX; opts.sizes.ring_size as usize];
+        for v in 0..opts.sizes.max_vips {
+            b.set_ring(v, &empty)?;
+        }
+        Ok(b)
+    }
+
+    /// The program, for test runs (the plain build only: the kernel refuses to
+    /// test-run device-bound programs).
+    pub fn program(&self) -> io::Result<&libbpf_rs::ProgramMut<'static>> {
+        match &self.skel {
+            Skel::Plain(s) => Ok(&s.progs.balancer),
+            Skel::Bound(_) => Err(invalid("a device-bound program cannot be test-run".into())),
+        }
+    }
+
+    /// The program's fd (to attach it).
+    pub fn program_fd(&self) -> BorrowedFd<'_> {
+        match &self.skel {
+            Skel::Plain(s) => s.progs.balancer.as_fd(),
+            Skel::Bound(s) => s.progs.balancer.as_fd(),
+        }
+    }
+
+    /// How it was loaded.
+    pub fn options(&self) -> BalancerOptions {
+        self.opts
+    }
+
+    /// Sets the outer addresses and limits.
+    pub fn set_config(&self, c: &DataPlaneConfig) -> io::Result<()> {
+        let cfg = balancer_skel::types::lb_config {
+            gw_mac: c.gw_mac,
+            own_mac: c.own_mac,
+            src4: addr_words(c.src4.into()).0[0],
+            src6: addr_words(c.src6.into()).0,
+            max_new_conns: c.max_new_conns_per_cpu,
+            udp_timeout_ms: c.udp_timeout_ms,
+        };
+        self.maps.lb_cfg.update(&0u32.to_ne_bytes(), pod_bytes(&cfg), MapFlags::ANY).map_err(to_io)
+    }
+
+    fn vip_key(addr: IpAddr, port: u16, proto: u8) -> balancer_skel::types::vip_key {
+        let (w, family) = addr_words(addr);
+        balancer_skel::types::vip_key { addr: w, port: u16::from_ne_bytes(port.to_be_bytes()), proto, family }
+    }
+
+    /// Adds or updates a VIP (port 0 = any port) using ring `index`; `no_lru` makes
+    /// it stateless (pure consistent hashing).
+    pub fn set_vip(&self, addr: IpAddr, port: u16, proto: u8, index: u32, no_lru: bool) -> io::Result<()> {
+        if index >= self.opts.sizes.max_vips {
+            return Err(invalid(format!("VIP index {index} >= {}", self.opts.sizes.max_vips)));
+        }
+        let key = Self::vip_key(addr, port, proto);
+        let meta = balancer_skel::types::vip_meta { index, flags: u32::from(no_lru) };
+        self.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Marks `addr` as a VIP address (answered to ICMP echo) or not. The control plane
+    /// keeps it set while any VIP uses the address.
+    pub fn set_vip_address(&self, addr: IpAddr, present: bool) -> io::Result<()> {
+        let (w, family) = addr_words(addr);
+        let key = balancer_skel::types::vip_addr { addr: w, family, pad: [0; 3] };
+        if present {
+            self.maps.vip_addrs.update(pod_bytes(&key), &1u32.to_ne_bytes(), MapFlags::ANY).map_err(to_io)
+        } else {
+            delete_if_present(&self.maps.vip_addrs, pod_bytes(&key))
+        }
+    }
+
+    /// Removes a VIP.
+    pub fn remove_vip(&self, addr: IpAddr, port: u16, proto: u8) -> io::Result<()> {
+        delete_if_present(&self.maps.vip_map, pod_bytes(&Self::vip_key(addr, port, proto)))
+    }
+
+    /// Writes VIP `index`'s ring (`ring_size` real indexes, `u32::MAX` = none) in one
+    /// batch update.
+    pub fn set_ring(&self, index: u32, ring: &[u32]) -> io::Result<()> {
+        let size = self.opts.sizes.ring_size;
+        if ring.len() != size as usize || index >= self.opts.sizes.max_vips {
+            return Err(invalid(format!(
+                "ring of {} slots for VIP index {index} (want {size} slots, index < {})",
+                ring.len(),
+                self.opts.sizes.max_vips
+            )));
+        }
+        let base = index * size;
+        let keys: Vec<u8> = (0..size).flat_map(|i| (base + i).to_ne_bytes()).collect();
+        let values: Vec<u8> = ring.iter().flat_map(|r| r.to_ne_bytes()).collect();
+        self.maps.ring_map.update_batch(&keys, &values, size, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
+    }
+
+    fn check_real(&self, index: u32) -> io::Result<()> {
+        if index >= self.opts.sizes.max_reals {
+            return Err(invalid(format!("real index {index} >= {}", self.opts.sizes.max_reals)));
+        }
+        Ok(())
+    }
+
+    /// Sets real `index`: its address, the VIP it serves and its generation (which
+    /// must change whenever the index is given to another real or VIP).
+    pub fn set_real(&self, index: u32, addr: IpAddr, vip: u32, generation: u32) -> io::Result<()> {
+        self.check_real(index)?;
+        let (w, family) = addr_words(addr);
+        let real = balancer_skel::types::real_def { addr: w, family, pad: [0; 3], vip, generation };
+        self.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Removes real `index`: nothing is sent to it any more, and state naming it (the
+    /// connection table, flow cache, tags) goes stale. `generation` must differ from the
+    /// generation it had.
+    pub fn clear_real(&self, index: u32, generation: u32) -> io::Result<()> {
+        self.check_real(index)?;
+        let real = balancer_skel::types::real_def { addr: [0; 4], family: 0, pad: [0; 3], vip: u32::MAX, generation };
+        self.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Installs per-flow tag `id` for the flow (and real) of `event`.
+    pub fn set_flow_tag(&self, id: u32, event: &FlowEvent) -> io::Result<()> {
+        if id >= self.opts.sizes.flow_tags {
+            return Err(invalid(format!("tag id {id} >= {}", self.opts.sizes.flow_tags)));
+        }
+        self.maps.flow_tags.update(&id.to_ne_bytes(), &event.entry_bytes(), MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Installs many per-flow tags in one batch update.
+    pub fn set_flow_tags(&self, tags: &[(u32, FlowEvent)]) -> io::Result<()> {
+        if tags.is_empty() {
+            return Ok(());
+        }
+        if let Some((id, _)) = tags.iter().find(|(id, _)| *id >= self.opts.sizes.flow_tags) {
+            return Err(invalid(format!("tag id {id} >= {}", self.opts.sizes.flow_tags)));
+        }
+        let keys: Vec<u8> = tags.iter().flat_map(|(id, _)| id.to_ne_bytes()).collect();
+        let values: Vec<u8> = tags.iter().flat_map(|(_, e)| e.entry_bytes()).collect();
+        self.maps.flow_tags.update_batch(&keys, &values, tags.len() as u32, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
+    }
+
+    /// The global counters, summed over CPUs, in [`GlobalStat::ALL`] order.
+    pub fn global_stats(&self) -> io::Result<Vec<u64>> {
+        let map = &self.maps.global_stats;
+        (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect()
+    }
+
+    fn counter(map: &MapHandle, index: u32) -> io::Result<Counter> {
+        let per_cpu = map.lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY).map_err(to_io)?.unwrap_or_default();
+        let word =
+            |v: &[u8], i: usize| v.get(i..i + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+        Ok(per_cpu
+            .iter()
+            .fold(Counter::default(), |c, v| Counter { packets: c.packets + word(v, 0), bytes: c.bytes + word(v, 8) }))
+    }
+
+    /// VIP `index`'s forwarded packets and bytes, summed over CPUs.
+    pub fn vip_counter(&self, index: u32) -> io::Result<Counter> {
+        Self::counter(&self.maps.vip_stats, index)
+    }
+
+    /// Real `index`'s forwarded packets and bytes, summed over CPUs.
+    pub fn real_counter(&self, index: u32) -> io::Result<Counter> {
+        Self::counter(&self.maps.real_stats, index)
+    }
+
+    /// A reader of the new-flow events (tag modes).
+    pub fn events(&self) -> io::Result<FlowEvents<'_>> {
+        let queue: Rc<RefCell<VecDeque<FlowEvent>>> = Rc::default();
+        let bad: Rc<RefCell<u64>> = Rc::default();
+        let (q, b) = (queue.clone(), bad.clone());
+        let mut builder = libbpf_rs::RingBufferBuilder::new();
+        builder
+            .add(&self.maps.flow_events, move |rec: &[u8]| {
+                match FlowEvent::from_bytes(rec) {
+                    Some(e) => q.borrow_mut().push_back(e),
+                    None => *b.borrow_mut() += 1,
+                }
+                0
+            })
+            .map_err(to_io)?;
+        Ok(FlowEvents { ring: builder.build().map_err(to_io)?, queue, malformed: bad })
+    }
+}
+
+fn delete_if_present(map: &MapHandle, key: &[u8]) -> io::Result<()> {
+    match map.delete(key) {
+        Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+        r => r.map_err(to_io),
+    }
+}
+
+/// New-flow events from the data plane's ring buffer.
+pub struct FlowEvents<'a> {
+    ring: libbpf_rs::RingBuffer<'a>,
+    queue: Rc<RefCell<VecDeque<FlowEvent>>>,
+    malformed: Rc<RefCell<u64>>,
+}
+
+impl std::fmt::Debug for FlowEvents<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlowEvents").field("queued", &self.queue.borrow().len()).finish_non_exhaustive()
+    }
+}
+
+impl FlowEvents<'_> {
+    /// Waits up to `timeout` for events and returns all that are ready.
+    pub fn poll(&mut self, timeout: Duration) -> io::Result<Vec<FlowEvent>> {
+        self.ring.poll(timeout).map_err(to_io)?;
+        Ok(self.queue.borrow_mut().drain(..).collect())
+    }
+
+    /// Returns the events that are ready without waiting.
+    pub fn drain(&mut self) -> io::Result<Vec<FlowEvent>> {
+        self.ring.consume().map_err(to_io)?;
+        Ok(self.queue.borrow_mut().drain(..).collect())
+    }
+
+    /// Records too short to be events (never expected; counted, not fatal).
+    pub fn malformed(&self) -> u64 {
+        *self.malformed.borrow()
+    }
+}
