@@ -1,45 +1,67 @@
-//! `netlane lb`: run the XDP load balancer on an interface, or check a configuration.
+//! `netlane lb`: run the XDP load balancer on an interface, check a configuration, or
+//! decapsulate on a real. Arguments in, `netlane_lb::server` calls, output.
 
-use std::io::{Read as _, Write as _};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netlane_lb::proto::config::{Config, VipChange};
-use netlane_lb::proto::maglev;
-use netlane_lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier, render_prometheus};
+use netlane_lab::report::documents::{LbCheck, LbRun};
+use netlane_lab::report::{self, Column, Row, Table, Value, terminal};
+use netlane_lab::scenarios::options::parse_positive_duration;
+use netlane_lb::proto::config::Config;
+use netlane_lb::server::{self, Event, ServeOptions};
+use netlane_lb::{HintMode, HintSource, LbOptions, LbStats};
 
-/// Set by the Ctrl-C handler while `netlane lb run` is running: stop cleanly.
-pub static STOP: AtomicBool = AtomicBool::new(false);
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
 
 #[derive(Debug, Subcommand)]
 pub enum LbCmd {
-    /// Run the balancer on an interface until Ctrl-C (or --duration). The configuration
-    /// file is re-read whenever it changes: reals are added, removed and reweighted live.
+    /// Run the balancer on an interface until SIGINT/SIGTERM (or --time); then print the
+    /// last counters and exit 0. The configuration file is re-read whenever it changes:
+    /// reals are added, removed and reweighted live.
     Run(Box<RunArgs>),
     /// Validate a configuration and show each VIP's ring shares.
-    Check {
-        /// The TOML configuration.
-        config: PathBuf,
-    },
+    Check(CheckArgs),
     /// On a real: strip the balancer's IPIP / IPv6 outer header in XDP (for kernels
-    /// without the ipip/ip6_tunnel modules) until Ctrl-C or --duration. The VIP must be
-    /// an address of the real (on lo) and the real must answer from it (direct return).
-    Decap {
-        /// Interface the encapsulated packets arrive on.
-        #[arg(long)]
-        iface: String,
-        /// Attach in generic (skb) mode instead of native.
-        #[arg(long)]
-        generic: bool,
-        /// Stop after this many seconds.
-        #[arg(long)]
-        duration: Option<u64>,
-    },
+    /// without the ipip/ip6_tunnel modules) until SIGINT/SIGTERM or --time. The VIP must
+    /// be an address of the real (on lo) and the real must answer from it (direct return).
+    Decap(DecapArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The TOML configuration.
+    config: PathBuf,
+    #[command(flatten)]
+    out: OutputArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DecapArgs {
+    /// Interface the encapsulated packets arrive on.
+    #[arg(long)]
+    iface: String,
+    /// Attach in generic (skb) mode instead of native.
+    #[arg(long)]
+    generic: bool,
+    /// Stop after this long.
+    #[arg(short = 't', long, value_parser = parse_positive_duration)]
+    time: Option<Duration>,
+}
+
+fn parse_hints(s: &str) -> Result<HintMode, String> {
+    HintMode::from_name(s).ok_or_else(|| format!("{s:?}: use off, rx-hash, flow-tag or dest-tag"))
+}
+
+fn parse_source(s: &str) -> Result<HintSource, String> {
+    match s {
+        "kfunc" => Ok(HintSource::Kfunc),
+        "metadata" => Ok(HintSource::Metadata),
+        _ => Err(format!("{s:?}: use kfunc or metadata")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -63,12 +85,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "fd00:4c42::")]
     src6: Ipv6Addr,
     /// Hints: off, rx-hash (per-CPU flow cache), flow-tag or dest-tag.
-    #[arg(long, default_value = "off")]
-    hints: String,
+    #[arg(long, default_value = "off", value_parser = parse_hints)]
+    hints: HintMode,
     /// Where hints come from: kfunc (the NIC's RX hash; device-bound, native only) or
     /// metadata (4 bytes of XDP metadata before the frame).
-    #[arg(long, default_value = "kfunc")]
-    hint_source: String,
+    #[arg(long, default_value = "kfunc", value_parser = parse_source)]
+    hint_source: HintSource,
     /// Attach in generic (skb) mode instead of native.
     #[arg(long)]
     generic: bool,
@@ -88,9 +110,9 @@ pub struct RunArgs {
     /// Room for reals, across VIPs.
     #[arg(long, default_value_t = 1024)]
     max_reals: u32,
-    /// Seconds between statistics lines (and file updates).
-    #[arg(long, default_value_t = 5.0)]
-    stats_interval: f64,
+    /// Between statistics lines (and file updates).
+    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    stats_interval: Duration,
     /// Write the statistics as JSON here (every interval and at exit).
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -100,9 +122,13 @@ pub struct RunArgs {
     /// Serve /metrics (Prometheus) and /stats (JSON) over HTTP on this loopback address.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
-    /// Stop after this many seconds.
-    #[arg(long)]
-    duration: Option<f64>,
+    /// Stop after this long.
+    #[arg(short = 't', long, value_parser = parse_positive_duration)]
+    time: Option<Duration>,
+    /// Print the last counters as JSON to FILE, or to stdout with `-` (then everything
+    /// else goes to stderr).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    json: Option<PathBuf>,
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
@@ -129,59 +155,13 @@ fn arp_mac(ip: Ipv4Addr) -> Result<[u8; 6]> {
     bail!("no ARP entry for gateway {ip}: ping it first, or give --gateway-mac")
 }
 
-fn read_config(path: &Path) -> Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    Config::parse(&text).with_context(|| format!("{}", path.display()))
-}
-
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
-}
-
-fn print_changes(changes: &[VipChange]) {
-    if changes.is_empty() {
-        println!("  no change");
-    }
-    for c in changes {
-        let list = |v: &[IpAddr]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
-        println!(
-            "  {}: +[{}] -[{}] reweighted [{}]; {} ring slots moved",
-            c.vip,
-            list(&c.added),
-            list(&c.removed),
-            list(&c.reweighted),
-            c.slots_moved
-        );
-    }
-}
-
 impl RunArgs {
-    fn options(&self) -> Result<LbOptions> {
-        let hint = HintMode::from_name(&self.hints)
-            .with_context(|| format!("--hints {:?}: use off, rx-hash, flow-tag or dest-tag", self.hints))?;
-        let hint_source = match self.hint_source.as_str() {
-            "kfunc" => HintSource::Kfunc,
-            "metadata" => HintSource::Metadata,
-            s => bail!("--hint-source {s:?}: use kfunc or metadata"),
-        };
-        if !(self.stats_interval.is_finite() && self.stats_interval >= 0.1) {
-            bail!("--stats-interval must be at least 0.1 s");
-        }
-        if let Some(d) = self.duration
-            && !(d.is_finite() && d > 0.0)
-        {
-            bail!("--duration must be a positive number of seconds");
-        }
-        if let Some(a) = self.metrics_addr
-            && !a.ip().is_loopback()
-        {
-            bail!("--metrics-addr {a}: serve metrics on a loopback address only");
-        }
-        if matches!(hint, HintMode::FlowTag | HintMode::DestTag)
+    fn options(&self) -> Result<ServeOptions> {
+        if matches!(self.hints, HintMode::FlowTag | HintMode::DestTag)
             && self.classifier_iface.is_none()
-            && hint_source == HintSource::Kfunc
+            && self.hint_source == HintSource::Kfunc
         {
-            bail!("--hints {}: give --classifier-iface (the interface whose egress marks flows)", hint.name());
+            bail!("--hints {}: give --classifier-iface (the interface whose egress marks flows)", self.hints.name());
         }
         let gw_mac = match (&self.gateway_mac, self.gateway) {
             (Some(m), _) => parse_mac(m)?,
@@ -191,196 +171,171 @@ impl RunArgs {
         let mut o = LbOptions::new(&self.iface, gw_mac);
         o.src4 = self.src4;
         o.src6 = self.src6;
-        o.hint = hint;
-        o.hint_source = hint_source;
+        o.hint = self.hints;
+        o.hint_source = self.hint_source;
         o.force_generic = self.generic;
         o.max_tags = self.max_tags;
         o.max_vips = self.max_vips;
         o.max_reals = self.max_reals;
-        Ok(o)
+        Ok(ServeOptions {
+            config: self.config.clone(),
+            lb: o,
+            classifier: self.classifier_iface.clone().map(|i| (i, self.classifier_netns.clone(), self.max_tags)),
+            stats_interval: self.stats_interval,
+            stats_json: self.stats_json.clone(),
+            prometheus: self.prometheus.clone(),
+            metrics_addr: self.metrics_addr,
+            time: self.time,
+        })
     }
 }
 
-/// Serves the latest rendered statistics on `addr`: /metrics and /stats.
-fn serve_metrics(addr: SocketAddr, latest: Arc<Mutex<(String, String)>>) -> Result<()> {
-    let listener = TcpListener::bind(addr).with_context(|| format!("bind --metrics-addr {addr}"))?;
-    std::thread::Builder::new().name("lb-metrics".into()).spawn(move || {
-        for conn in listener.incoming().flatten() {
-            let mut conn = conn;
-            let _ = conn.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut req = [0u8; 1024];
-            let n = conn.read(&mut req).unwrap_or(0);
-            let line = String::from_utf8_lossy(&req[..n]);
-            let path = line.split_whitespace().nth(1).unwrap_or("/");
-            let (prom, json) = latest.lock().map(|g| g.clone()).unwrap_or_default();
-            let (status, ctype, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", prom),
-                "/stats" => ("200 OK", "application/json", json),
-                _ => ("404 Not Found", "text/plain", "try /metrics or /stats\n".to_string()),
-            };
-            let _ = write!(
-                conn,
-                "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    })?;
-    Ok(())
+fn stats_line(s: &LbStats, secs: f64) -> String {
+    let g = |k: &str| s.global.get(k).copied().unwrap_or(0);
+    format!(
+        "[{secs:>7.1}s] tx {} pass {} drop {} conn hit/miss {}/{} hints hit/miss/stale {}/{}/{} tags {}",
+        g("tx"),
+        g("pass_non_ip") + g("pass_non_vip"),
+        g("drop_malformed") + g("drop_ip_options") + g("drop_fragment") + g("drop_no_real") + g("drop_encap"),
+        g("conn_hit"),
+        g("conn_miss"),
+        g("hint_hit"),
+        g("hint_miss"),
+        g("hint_stale"),
+        s.tags_in_use
+    )
 }
 
-fn write_atomically(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("write {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("rename to {}", path.display()))
+/// Prints an event: results (the statistics lines) on stdout unless JSON goes there,
+/// what the server is doing on stderr.
+fn show(e: Event<'_>, quiet: bool, iface: &str) {
+    let say = |line: String| {
+        if quiet { eprintln!("{line}") } else { out::println(&line) }
+    };
+    match e {
+        Event::Starting(what) => eprintln!("netlane lb: {what}"),
+        Event::Attached { mode, native_error } => say(format!(
+            "netlane lb: attached to {iface} in {} mode{}",
+            mode.name(),
+            native_error.map(|e| format!(" (native failed: {e})")).unwrap_or_default()
+        )),
+        Event::Config(c) => {
+            for v in &c.vips {
+                say(format!("  {} -> {} reals", v.name(), v.reals.len()));
+            }
+        }
+        Event::Metrics(a) => say(format!("netlane lb: metrics on http://{a}/metrics and /stats")),
+        Event::Stats(s, secs) => say(stats_line(s, secs)),
+        Event::Applied(changes) => {
+            say("netlane lb: applied the changed configuration".into());
+            if changes.is_empty() {
+                say("  no change".into());
+            }
+            for c in changes {
+                let list = |v: &[IpAddr]| v.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+                say(format!(
+                    "  {}: +[{}] -[{}] reweighted [{}]; {} ring slots moved",
+                    c.vip,
+                    list(&c.added),
+                    list(&c.removed),
+                    list(&c.reweighted),
+                    c.slots_moved
+                ));
+            }
+        }
+        Event::Kept(why) => eprintln!("netlane lb: kept the running configuration: {why}"),
+    }
 }
 
 fn run_lb(a: &RunArgs) -> Result<()> {
+    let out = OutputArgs { json: a.json.clone(), csv: None };
+    out.validate()?;
     let opts = a.options()?;
-    let mut config = read_config(&a.config)?;
-    let mut seen = mtime(&a.config);
-    let mut lb = Lb::start(&config, opts).context("start the balancer")?;
-    println!(
-        "netlane lb: attached to {} in {} mode{}; hints {}",
-        a.iface,
-        lb.mode().name(),
-        lb.native_error().map(|e| format!(" (native failed: {e})")).unwrap_or_default(),
-        lb.options().hint.name()
-    );
-    if let Some(ci) = &a.classifier_iface {
-        let c = TcClassifier::attach(a.classifier_netns.as_deref(), ci, a.max_tags).context("attach the classifier")?;
-        println!(
-            "netlane lb: flow classifier on {}{} egress (TCX)",
-            ci,
-            a.classifier_netns.as_ref().map(|n| format!(" in {n}")).unwrap_or_default()
-        );
-        lb.set_classifier(Box::new(c));
-    }
-    for v in &config.vips {
-        println!("  {} -> {} reals", v.name(), v.reals.len());
-    }
-    let latest = Arc::new(Mutex::new((String::new(), String::new())));
-    if let Some(addr) = a.metrics_addr {
-        serve_metrics(addr, latest.clone())?;
-        println!("netlane lb: metrics on http://{addr}/metrics and /stats");
-    }
+    server::check(&opts)?;
+    let quiet = out.json_to_stdout();
     let start = Instant::now();
-    let interval = Duration::from_secs_f64(a.stats_interval);
-    let mut next_stats = start;
-    let publish = |lb: &Lb, print: bool| -> Result<()> {
-        let s = lb.stats()?;
-        let json = serde_json::to_string_pretty(&s)?;
-        let prom = render_prometheus(&s);
-        if let Some(p) = &a.stats_json {
-            write_atomically(p, &json)?;
+    let mut mode = String::new();
+    let stats = server::serve(&opts, &STOP, &mut |e| {
+        if let Event::Attached { mode: m, .. } = &e {
+            mode = m.name().to_string();
         }
-        if let Some(p) = &a.prometheus {
-            write_atomically(p, &prom)?;
-        }
-        if print {
-            let g = |k: &str| s.global.get(k).copied().unwrap_or(0);
-            println!(
-                "[{:>7.1}s] tx {} pass {} drop {} conn hit/miss {}/{} hints hit/miss/stale {}/{}/{} tags {}",
-                start.elapsed().as_secs_f64(),
-                g("tx"),
-                g("pass_non_ip") + g("pass_non_vip"),
-                g("drop_malformed") + g("drop_ip_options") + g("drop_fragment") + g("drop_no_real") + g("drop_encap"),
-                g("conn_hit"),
-                g("conn_miss"),
-                g("hint_hit"),
-                g("hint_miss"),
-                g("hint_stale"),
-                s.tags_in_use
-            );
-        }
-        if let Ok(mut l) = latest.lock() {
-            *l = (prom, json);
-        }
-        Ok(())
-    };
-    while !STOP.load(Ordering::Relaxed) {
-        if a.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
-            break;
-        }
-        lb.service_events(Duration::from_millis(100))?;
-        let now = mtime(&a.config);
-        if now != seen {
-            seen = now;
-            match read_config(&a.config) {
-                Ok(new) if new == config => {}
-                Ok(new) => match lb.apply(&new) {
-                    Ok(changes) => {
-                        println!("netlane lb: applied {}", a.config.display());
-                        print_changes(&changes);
-                        config = new;
-                    }
-                    Err(e) => eprintln!("netlane lb: kept the running configuration: {e}"),
-                },
-                Err(e) => eprintln!("netlane lb: kept the running configuration: {e:#}"),
-            }
-        }
-        if Instant::now() >= next_stats {
-            publish(&lb, true)?;
-            next_stats += interval;
-        }
-    }
-    publish(&lb, true)?;
-    println!("netlane lb: detached from {}", a.iface);
-    Ok(())
-}
-
-fn check(path: &Path) -> Result<()> {
-    let config = read_config(path)?;
-    println!("{}: valid; ring {} slots per VIP", path.display(), config.ring_size);
-    for v in &config.vips {
-        let b = v.backends();
-        let ring = maglev::build(&b, config.ring_size)?;
-        let shares = maglev::shares(&ring, b.len());
-        println!("  {}{}", v.name(), if v.no_lru { " (no LRU)" } else { "" });
-        for (r, n) in v.reals.iter().zip(shares) {
-            println!(
-                "    {:<40} weight {:>4}  {:>6} slots ({:.2}%)",
-                r.address.to_string(),
-                r.weight,
-                n,
-                100.0 * n as f64 / f64::from(config.ring_size)
-            );
-        }
-    }
-    Ok(())
-}
-
-pub fn run(cmd: &LbCmd) -> Result<()> {
-    match cmd {
-        LbCmd::Run(a) => run_lb(a),
-        LbCmd::Check { config } => check(config),
-        LbCmd::Decap { iface, generic, duration } => decap(iface, *generic, *duration),
-    }
-}
-
-fn decap(iface: &str, generic: bool, duration: Option<u64>) -> Result<()> {
-    use netlane_lb::{Decap, XdpLink, XdpMode};
-    if duration == Some(0) {
-        bail!("--duration must be at least 1 second");
-    }
-    let ifindex = netlane_lb::if_index(iface)?;
-    let prog = Decap::load().context("load the decapsulation program (root needed)")?;
-    let link = if generic {
-        XdpLink::attach(prog.program_fd(), ifindex, XdpMode::Generic)
-            .with_context(|| format!("attach to {iface} (generic)"))?
+        show(e, quiet, &a.iface)
+    })?;
+    let secs = start.elapsed().as_secs_f64();
+    let line = format!("netlane lb: detached from {} after {secs:.1} s", a.iface);
+    if quiet {
+        eprintln!("{line}")
     } else {
-        let (l, native) = XdpLink::attach_native_or_generic(prog.program_fd(), ifindex)
-            .with_context(|| format!("attach to {iface} (native, then generic)"))?;
-        if let Some(e) = native {
-            println!("native XDP failed on {iface} ({e}); attached in generic mode");
-        }
-        l
-    };
-    println!("decapsulating on {iface} ({} mode); Ctrl-C to stop", link.mode().name());
-    let start = Instant::now();
-    while !STOP.load(Ordering::Relaxed) && duration.is_none_or(|d| start.elapsed() < Duration::from_secs(d)) {
-        std::thread::sleep(Duration::from_millis(100));
+        out::println(&line)
     }
-    drop(link);
-    println!("detached from {iface}");
+    out.write_json(&report::document("lb-run", LbRun { seconds: secs, stats: Some(stats), mode }))
+}
+
+fn read_config(path: &std::path::Path) -> Result<Config> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+    Config::parse(&text).with_context(|| format!("{}", path.display()))
+}
+
+fn check(a: &CheckArgs) -> Result<()> {
+    a.out.validate()?;
+    let config = read_config(&a.config)?;
+    let vips = config.shares()?;
+    let mut t = Table::new(
+        "lb-check",
+        format!("{}: valid; {} ring slots per VIP", a.config.display(), config.ring_size),
+        vec![
+            Column::new("vip", "VIP", 0),
+            Column::new("real", "real", 0),
+            Column::new("weight", "weight", 0),
+            Column::new("slots", "slots", 0),
+            Column::new("share_pct", "share %", 2),
+        ],
+    );
+    for v in &vips {
+        let name = if v.no_lru { format!("{} (no LRU)", v.vip) } else { v.vip.clone() };
+        for r in &v.reals {
+            t.push(Row::new(vec![
+                Value::text(&name),
+                Value::text(r.address.to_string()),
+                Value::Int(u64::from(r.weight)),
+                Value::Int(r.slots as u64),
+                Value::num(r.share_pct),
+            ]));
+        }
+    }
+    let doc = report::document(
+        "lb-check",
+        LbCheck {
+            config: a.config.display().to_string(),
+            ring_size: config.ring_size,
+            conn_entries: config.conn_entries,
+            vips,
+        },
+    );
+    if !a.out.json_to_stdout() {
+        out::print(&terminal::table(&t));
+    }
+    a.out.write_json(&doc)?;
+    a.out.write_tables(&doc.provenance.run_id, &[t])
+}
+
+fn decap(a: &DecapArgs) -> Result<()> {
+    let mode = server::decap(&a.iface, a.generic, &STOP, a.time, &mut |e| match e {
+        Event::Attached { mode, native_error: Some(why) } => {
+            eprintln!("netlane lb: native XDP failed on {} ({why}); attached in {} mode", a.iface, mode.name())
+        }
+        Event::Starting(what) => eprintln!("netlane lb: {what}"),
+        _ => {}
+    })?;
+    out::println(&format!("netlane lb: decapsulated on {} ({} mode) until stopped; detached", a.iface, mode.name()));
     Ok(())
+}
+
+/// Runs `netlane lb ...`.
+pub fn run(cmd: LbCmd) -> Result<()> {
+    match cmd {
+        LbCmd::Run(a) => run_lb(&a),
+        LbCmd::Check(a) => check(&a),
+        LbCmd::Decap(a) => decap(&a),
+    }
 }

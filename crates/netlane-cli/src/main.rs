@@ -1,21 +1,36 @@
-//! `netlane`: servers, load generators, benchmarks and the lab.
+//! `netlane`: servers, load generators, benchmarks and the lab. This crate only parses
+//! arguments, calls the libraries and prints; see `docs/architecture.md`.
+//!
+//! Exit codes: 0 ok, 1 error, 2 usage, 3 targets missed, invalid or skipped under
+//! `--strict`, 128+N killed by signal N.
 
 #![forbid(unsafe_code)]
 
+mod bench;
+mod lab;
 mod lb;
 mod nvme;
+mod out;
+mod signals;
 
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Parser, Subcommand};
-
-use netlane_lab::scenarios::{self as bench, udp_bulk::UdpBulkArgs, udp_pacing::UdpPacingArgs};
-use netlane_lab::{lab, report};
+use clap::{CommandFactory, Parser, Subcommand};
+use netlane_lab::report::{self, Column, Row, Table, Value};
 
 /// netlane: the short path from the wire to the application thread, measured.
 #[derive(Debug, Parser)]
-#[command(name = "netlane", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "netlane",
+    version = netlane_lab::machine::VERSION_LINE,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_help = "Exit codes: 0 ok, 1 error, 2 usage, 3 targets missed/invalid/skipped under --strict, 128+N killed by signal N."
+)]
 struct Cli {
     /// More logging (-v: info, -vv: debug). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -26,14 +41,14 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Run one benchmark and print its results.
+    /// Run one scenario of the lab with your options, and print its results.
     Bench {
         #[command(subcommand)]
-        bench: BenchCmd,
+        bench: bench::BenchCmd,
     },
     /// Build the lab network, run every scenario, and write a report.
-    Lab(lab::LabArgs),
-    /// The XDP L4 load balancer: run it on an interface, or check a configuration.
+    Lab(Box<lab::LabCmd>),
+    /// The XDP L4 load balancer: run it on an interface, check a configuration, decapsulate on a real.
     Lb {
         #[command(subcommand)]
         cmd: lb::LbCmd,
@@ -45,31 +60,28 @@ enum Cmd {
     },
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
-        /// Print JSON instead of a table.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        out: out::OutputArgs,
     },
     /// The lab's network namespaces.
     Topo {
         #[command(subcommand)]
         cmd: TopoCmd,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages (netlane.1 and one per subcommand) into a directory.
+    Man {
+        /// Where to write them (created if missing).
+        dir: PathBuf,
+    },
     /// Internal: run one bulk sender job read as JSON from stdin, print its report as
     /// JSON (how benchmarks run the sender in a process of its own).
     #[command(name = "__bulk-tx", hide = true)]
     BulkTx,
-}
-
-#[derive(Debug, Subcommand)]
-enum BenchCmd {
-    /// UDP bulk transfer: TCP, plain UDP, sendmmsg, GSO, GSO+GRO, zerocopy, paced.
-    UdpBulk(Box<UdpBulkArgs>),
-    /// Pacing release quantum vs loss and CPU at a bottleneck.
-    UdpPacing(Box<UdpPacingArgs>),
-    /// NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps.
-    Nvme(Box<bench::nvme::NvmeBenchArgs>),
-    /// XDP load balancer packets per second per core: hints off/on, 1 to 1M flows, vs XDP_TX.
-    LbPps(Box<bench::lb_pps::LbPpsArgs>),
 }
 
 #[derive(Debug, Subcommand)]
@@ -80,45 +92,39 @@ enum TopoCmd {
     List,
 }
 
-fn write_outputs(
-    report: &report::ScenarioReport,
-    json: Option<&std::path::Path>,
-    csv: Option<&std::path::Path>,
-) -> Result<()> {
-    if let Some(path) = json {
-        std::fs::write(path, serde_json::to_string_pretty(report)?)
-            .with_context(|| format!("write {}", path.display()))?;
-    }
-    if let Some(path) = csv
-        && let Some(t) = report.tables.first()
-    {
-        std::fs::write(path, t.to_csv()).with_context(|| format!("write {}", path.display()))?;
-    }
-    Ok(())
-}
-
-fn probe(json: bool) -> Result<()> {
-    let (features, qdiscs) = netlane::probe::probe_all();
-    if json {
-        let q: Vec<_> = qdiscs.iter().map(|(k, s)| serde_json::json!({ "qdisc": k, "support": s })).collect();
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "features": features, "qdiscs": q }))?);
-        return Ok(());
-    }
+fn probe(o: &out::OutputArgs) -> Result<()> {
+    o.validate()?;
+    let p = netlane::probe::probe_all();
+    let mut t = Table::new(
+        "probe",
+        "Kernel fast paths on this machine",
+        vec![
+            Column::new("feature", "feature", 0),
+            Column::new("works", "works", 0),
+            Column::new("detail", "detail", 0),
+        ],
+    );
     let word = |s: &netlane::probe::Support| match s {
         netlane::probe::Support::Supported(_) => "yes",
         netlane::probe::Support::Unsupported(_) => "no",
-        netlane::probe::Support::Unknown(_) => "?",
+        netlane::probe::Support::Unknown(_) => "unknown",
     };
-    println!("feature             works  detail");
-    for f in &features {
-        println!("{:<19} {:<6} {}", f.name, word(&f.support), f.support.detail());
+    for f in &p.features {
+        t.push(Row::new(vec![Value::text(f.name), Value::text(word(&f.support)), Value::text(f.support.detail())]));
     }
-    println!();
-    println!("qdisc               works  detail");
-    for (k, s) in &qdiscs {
-        println!("{:<19} {:<6} {}", k, word(s), s.detail());
+    for q in &p.qdiscs {
+        t.push(Row::new(vec![
+            Value::text(format!("qdisc {}", q.qdisc)),
+            Value::text(word(&q.support)),
+            Value::text(q.support.detail()),
+        ]));
     }
-    Ok(())
+    let doc = report::document("probe", p);
+    if !o.json_to_stdout() {
+        out::print(&report::terminal::table(&t));
+    }
+    o.write_json(&doc)?;
+    o.write_tables(&doc.provenance.run_id, &[t])
 }
 
 fn topo(cmd: &TopoCmd) -> Result<()> {
@@ -126,75 +132,64 @@ fn topo(cmd: &TopoCmd) -> Result<()> {
         TopoCmd::Clean => {
             let removed = netlane::topology::registry::clean_stale().context("removing stale namespaces")?;
             if removed.is_empty() {
-                println!("no stale netlane namespaces");
+                out::println("no stale netlane namespaces");
             }
             for n in removed {
-                println!("removed {n}");
+                out::println(&format!("removed {n}"));
             }
         }
         TopoCmd::List => {
-            let dir = std::fs::read_dir(netlane::topology::NETNS_RUN_DIR);
-            let mut names: Vec<String> = dir
-                .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-                .unwrap_or_default();
+            let mut names: Vec<String> = netlane::testing::netns_names();
             names.retain(|n| n.starts_with(netlane::topology::NAME_PREFIX));
             names.sort();
             for n in names {
                 let alive = netlane::topology::registry::owner_pid(&n)
                     .is_some_and(|pid| std::path::Path::new("/proc").join(pid.to_string()).exists());
-                println!("{n}{}", if alive { "" } else { "  (stale: its process is gone)" });
+                out::println(&format!("{n}{}", if alive { "" } else { "  (stale: its process is gone)" }));
             }
         }
     }
     Ok(())
 }
 
-/// The sender-process side of `netlane_lab::engines::bulk::TxSource::Process`.
-fn bulk_tx() -> Result<()> {
-    // Die with the benchmark that started us, whatever killed it.
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL).context("set parent-death signal")?;
-    let mut input = String::new();
-    std::io::Read::read_to_string(&mut std::io::stdin(), &mut input).context("read the sender job")?;
-    let job: netlane_lab::engines::bulk::SenderJob = serde_json::from_str(&input).context("decode the sender job")?;
-    let report = netlane_lab::engines::bulk::run_sender_job(&job)?;
-    println!("{}", serde_json::to_string(&report)?);
+fn man(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let cmd = Cli::command();
+    let mut pages = vec![(cmd.get_name().to_string(), cmd.clone())];
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        pages.push((format!("netlane-{}", sub.get_name()), sub.clone().name(format!("netlane-{}", sub.get_name()))));
+        for subsub in sub.get_subcommands() {
+            let name = format!("netlane-{}-{}", sub.get_name(), subsub.get_name());
+            pages.push((name.clone(), subsub.clone().name(name)));
+        }
+    }
+    for (name, c) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(c).render(&mut buf).with_context(|| format!("render {name}"))?;
+        std::fs::write(&path, buf).with_context(|| format!("write {}", path.display()))?;
+        out::println(&path.display().to_string());
+    }
     Ok(())
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// Runs the command; `Ok(code)` is the exit status.
+fn run(cli: Cli) -> Result<u8> {
     match cli.cmd {
-        Cmd::Bench { bench } => match bench {
-            BenchCmd::UdpBulk(a) => {
-                a.validate()?;
-                let r = a.run(&bench::LineProgress)?;
-                r.print();
-                write_outputs(&r, a.json.as_deref(), a.csv.as_deref())
-            }
-            BenchCmd::UdpPacing(a) => {
-                a.validate()?;
-                let r = a.run(&bench::LineProgress)?;
-                r.print();
-                write_outputs(&r, a.json.as_deref(), a.csv.as_deref())
-            }
-            BenchCmd::LbPps(a) => {
-                a.validate()?;
-                let r = a.run(&bench::LineProgress)?;
-                r.print();
-                Ok(())
-            }
-            BenchCmd::Nvme(a) => {
-                a.validate()?;
-                let r = a.run(&bench::LineProgress)?;
-                r.print();
-                Ok(())
-            }
-        },
+        Cmd::Bench { bench } => bench::run(bench),
         Cmd::Lab(a) => lab::run(&a),
-        Cmd::Lb { cmd } => lb::run(&cmd),
-        Cmd::Nvme { cmd } => nvme::run(&cmd),
-        Cmd::Probe { json } => probe(json),
-        Cmd::Topo { cmd } => topo(&cmd),
-        Cmd::BulkTx => bulk_tx(),
+        Cmd::Lb { cmd } => lb::run(cmd).map(|()| 0),
+        Cmd::Nvme { cmd } => nvme::run(cmd),
+        Cmd::Probe { out } => probe(&out).map(|()| 0),
+        Cmd::Topo { cmd } => topo(&cmd).map(|()| 0),
+        Cmd::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "netlane", &mut buf);
+            out::print(&String::from_utf8_lossy(&buf));
+            Ok(0)
+        }
+        Cmd::Man { dir } => man(&dir).map(|()| 0),
+        Cmd::BulkTx => netlane_lab::engines::bulk::sender_process_main().map(|()| 0).map_err(anyhow::Error::new),
     }
 }
 
@@ -207,34 +202,26 @@ fn main() -> ExitCode {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
 
     // The sender process stays single-threaded: no handler thread, no namespaces.
-    let install_handler = !matches!(cli.cmd, Cmd::BulkTx);
-    // The balancer stops on its own (to print its last counters and detach); a second
-    // Ctrl-C ends it at once (the kernel detaches its links when the process exits).
-    let graceful = matches!(cli.cmd, Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap { .. } });
-    // Ctrl-C, SIGTERM, SIGHUP: destructors do not run when the process is killed by a signal, so remove
-    // this process's namespaces (and with them its veth pairs and qdiscs) here.
-    if !install_handler {
-        // Nothing to clean up in a sender process.
-    } else if let Err(e) = ctrlc::set_handler(move || {
-        if graceful && !lb::STOP.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            return;
+    match &cli.cmd {
+        Cmd::BulkTx | Cmd::Completions { .. } | Cmd::Man { .. } => {}
+        Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) } | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) } => {
+            signals::install(signals::Mode::Server)
         }
-        let n = netlane::topology::registry::cleanup_all();
-        eprintln!("\ninterrupted; removed {n} network namespaces");
-        std::process::exit(130);
-    }) {
-        eprintln!(
-            "warning: no Ctrl-C handler ({e}); an interrupted run may leave namespaces behind (netlane topo clean removes them)"
-        );
+        _ => signals::install(signals::Mode::Job),
     }
 
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", out::error_line(&e));
             ExitCode::FAILURE
         }
     }

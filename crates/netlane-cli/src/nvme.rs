@@ -1,30 +1,38 @@
-//! `netlane nvme target` and `netlane nvme perf`.
+//! `netlane nvme target` and `netlane nvme perf`: arguments in, library calls, output.
 
-use std::io::Write;
+use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netlane_nvme::host::ConnectOptions;
-use netlane_nvme::perf::{Caravan, CpuBinding, JobGroup, PerfOptions, PerfReport};
-use netlane_nvme::proto::target::{Subsystem, TargetConfig};
-use netlane_nvme::target::{TargetOptions, TargetServer};
-
-use netlane_lab::report::ScenarioReport;
-use netlane_lab::scenarios::parse_positive_duration;
-
+use netlane::cpus::CpuList;
+use netlane_lab::report::documents::{NvmePerf, NvmeTarget};
+use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::nvme::perf_table;
-use netlane_nvme::target::DEFAULT_NQN;
+use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration};
+use netlane_nvme::host::ConnectOptions;
+use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status};
+use netlane_nvme::proto::target::{Subsystem, TargetConfig};
+use netlane_nvme::target::{DEFAULT_NQN, TargetOptions, TargetServer};
+
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
 
 /// NVMe/TCP target and host.
 #[derive(Debug, Subcommand)]
 pub enum NvmeCmd {
-    /// Serve namespaces over NVMe/TCP until interrupted (or for --time).
+    /// Serve namespaces over NVMe/TCP until SIGINT/SIGTERM (or --time); then print the
+    /// final counters and exit 0.
     Target(Box<TargetArgs>),
-    /// Connect to a target and run a fio-like workload.
+    /// Connect to a target and run a fio-like workload (fio's option names work too).
     Perf(Box<PerfArgs>),
+}
+
+fn parse_size_u32(s: &str) -> Result<u32, String> {
+    let v = netlane::metrics::units::parse_size(s).map_err(|e| e.to_string())?;
+    u32::try_from(v).map_err(|_| format!("{s} is too large"))
 }
 
 /// `netlane nvme target`.
@@ -39,9 +47,9 @@ pub struct TargetArgs {
     /// A namespace: mem:SIZE[:BS] or file:PATH[:SIZE[:BS]]. Repeat for more (NSIDs 1, 2, ...).
     #[arg(long = "ns", default_value = "mem:256M")]
     pub namespaces: Vec<String>,
-    /// Reactor CPUs, one reactor each (e.g. 0-1 or 1). Default: every CPU.
+    /// Reactor CPUs, one reactor each, as a CPU list (0-3,5) [default: every CPU].
     #[arg(long, value_parser = netlane::cpus::parse_online)]
-    pub cpus: Option<netlane::cpus::CpuList>,
+    pub cpus: Option<CpuList>,
     /// Busy-poll the sockets (SO_BUSY_POLL microseconds) and spin instead of sleeping.
     #[arg(long)]
     pub busy_poll: Option<u32>,
@@ -66,22 +74,19 @@ pub struct TargetArgs {
     /// MDTS: largest transfer is 4 KiB << MDTS.
     #[arg(long, default_value_t = 9)]
     pub mdts: u8,
-    /// Stop after this long (default: run until interrupted).
-    #[arg(long, value_parser = parse_positive_duration)]
+    /// Stop after this long [default: run until SIGINT/SIGTERM].
+    #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
-    /// Print the counters as JSON when stopping.
-    #[arg(long)]
-    pub json: bool,
-}
-
-fn parse_size_u32(s: &str) -> Result<u32, String> {
-    let v = netlane::metrics::units::parse_size(s).map_err(|e| e.to_string())?;
-    u32::try_from(v).map_err(|_| format!("{s} is too large"))
+    /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
+    /// `listening on ...`, then goes to stderr).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 impl TargetArgs {
-    /// Starts the target, prints `listening on ADDR`, and serves.
-    pub fn run(&self) -> Result<()> {
+    fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
         let mut namespaces = Vec::new();
         for spec in &self.namespaces {
             namespaces.push(netlane_nvme::store::open_namespace(spec).map_err(anyhow::Error::msg)?);
@@ -97,45 +102,68 @@ impl TargetArgs {
             ..TargetConfig::default()
         };
         let subsys = Subsystem::new(config, namespaces).map_err(anyhow::Error::msg)?;
-        let cpus: Vec<usize> = self.cpus.clone().unwrap_or_else(netlane::cpus::CpuList::online).as_slice().to_vec();
-        let opts =
-            TargetOptions { listen: self.listen, cpus: cpus.clone(), busy_poll: self.busy_poll, spin: self.spin };
-        let server = TargetServer::start(subsys.clone(), &opts).context("start the target")?;
-        println!(
-            "listening on {} nqn={} reactors={:?} namespaces={}",
-            server.local_addr(),
-            self.nqn,
-            cpus,
-            self.namespaces.join(",")
-        );
-        std::io::stdout().flush().ok();
-        let start = std::time::Instant::now();
-        loop {
-            std::thread::sleep(Duration::from_millis(100));
-            if server.is_finished() {
-                bail!("a target thread stopped unexpectedly");
-            }
-            if self.time.is_some_and(|t| start.elapsed() >= t) {
-                break;
-            }
-        }
-        let stats = server.stop();
-        if self.json {
-            println!("{}", serde_json::to_string_pretty(&stats)?);
+        let cpus = self.cpus.clone().unwrap_or_else(CpuList::online);
+        let opts = TargetOptions {
+            listen: self.listen,
+            cpus: cpus.as_slice().to_vec(),
+            busy_poll: self.busy_poll,
+            spin: self.spin,
+        };
+        let server = TargetServer::start(subsys, &opts).context("start the target")?;
+        let addr = server.local_addr();
+        let line =
+            format!("listening on {addr} nqn={} reactors={cpus} namespaces={}", self.nqn, self.namespaces.join(","));
+        if out.json_to_stdout() {
+            eprintln!("{line}");
         } else {
-            println!(
-                "connections={} commands={} rounds={} sends={} reactor_cpu_s={:.3} keepalive_expiries={} terminations={}",
-                stats.connections,
-                stats.commands,
-                stats.rounds,
-                stats.sends,
-                stats.reactor_cpu.total_s(),
-                subsys.stats.keepalive_expiries.load(std::sync::atomic::Ordering::Relaxed),
-                subsys.stats.terminations.load(std::sync::atomic::Ordering::Relaxed),
-            );
+            out::println(&line);
         }
-        Ok(())
+        let start = Instant::now();
+        let stats = server.serve(&STOP, self.time).context("the target failed")?;
+        let doc = report::document(
+            "nvme-target",
+            NvmeTarget {
+                listen: addr.to_string(),
+                nqn: self.nqn.clone(),
+                namespaces: self.namespaces.clone(),
+                seconds: start.elapsed().as_secs_f64(),
+                stats,
+            },
+        );
+        if !out.json_to_stdout() {
+            let s = &doc.body.stats;
+            out::println(&format!(
+                "stopped after {:.1} s: connections={} commands={} reads={} writes={} rounds={} sends={} \
+                 reactor_cpu_s={:.3} keepalive_expiries={} terminations={} data_digest_errors={}",
+                doc.body.seconds,
+                s.connections,
+                s.commands,
+                s.subsystem.read_cmds,
+                s.subsystem.write_cmds,
+                s.rounds,
+                s.sends,
+                s.reactor_cpu.total_s(),
+                s.subsystem.keepalive_expiries,
+                s.subsystem.terminations,
+                s.subsystem.data_digest_errors,
+            ));
+        }
+        out.write_json(&doc)?;
+        Ok(0)
     }
+}
+
+/// Jobs' CPUs: a CPU list, or `any` for unbound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobCpus {
+    /// Not pinned.
+    Any,
+    /// Pinned to these.
+    List(CpuList),
+}
+
+fn parse_job_cpus(s: &str) -> Result<JobCpus, String> {
+    if s == "any" { Ok(JobCpus::Any) } else { netlane::cpus::parse_online(s).map(JobCpus::List) }
 }
 
 /// `netlane nvme perf`.
@@ -160,26 +188,26 @@ pub struct PerfArgs {
     #[arg(long, default_value = "4K")]
     pub bs: String,
     /// Commands in flight per job.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, alias = "iodepth", default_value_t = 1)]
     pub qd: u32,
     /// Number of jobs (threads).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, alias = "numjobs", default_value_t = 1)]
     pub jobs: u32,
-    /// CPUs the jobs are pinned to (e.g. 0 or 0-1), or `any` for unbound.
-    #[arg(long, default_value = "any")]
-    pub cpus: String,
+    /// CPUs the jobs are pinned to, as a CPU list (0-3,5), or `any` for unbound.
+    #[arg(long, alias = "cpus_allowed", default_value = "any", value_parser = parse_job_cpus)]
+    pub cpus: JobCpus,
     /// High-priority jobs: submit on poll queues and busy-poll for completions.
     #[arg(long)]
     pub hipri: bool,
-    /// A job group as key=value pairs (name, rw, rwmixread, bs, qd, jobs, cpus with `+`
-    /// between CPUs or `any`, hipri). Repeat for several groups; replaces --rw/--bs/--qd/--jobs/--cpus.
+    /// A job group as key=value pairs (name, rw, rwmixread, bs, qd, jobs, cpus as a CPU
+    /// list or `any`, hipri). Repeat for several groups; replaces --rw/--bs/--qd/--jobs/--cpus.
     #[arg(long = "group")]
     pub groups: Vec<String>,
     /// Measured time.
-    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    #[arg(short = 't', long, alias = "runtime", default_value = "5s", value_parser = parse_positive_duration)]
     pub time: Duration,
     /// Time before measuring starts.
-    #[arg(long, default_value = "500ms", value_parser = netlane::metrics::units::parse_duration)]
+    #[arg(long, alias = "ramp_time", default_value = "500ms", value_parser = parse_duration)]
     pub ramp: Duration,
     /// Default (write) queues; 0 = one per queue CPU.
     #[arg(long, default_value_t = 0)]
@@ -190,9 +218,9 @@ pub struct PerfArgs {
     /// Poll queues (for --hipri jobs).
     #[arg(long, default_value_t = 0)]
     pub poll_queues: u16,
-    /// CPUs the queues map onto, where their I/O workers run. Default: every CPU.
+    /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every CPU].
     #[arg(long, value_parser = netlane::cpus::parse_online)]
-    pub queue_cpus: Option<netlane::cpus::CpuList>,
+    pub queue_cpus: Option<CpuList>,
     /// Entries per I/O queue.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
     pub queue_depth: u16,
@@ -208,69 +236,72 @@ pub struct PerfArgs {
     /// Write a pattern over each job's region first, then check every read against it.
     #[arg(long)]
     pub verify: bool,
-    /// Bytes of the namespace to use.
-    #[arg(long)]
-    pub size: Option<String>,
+    /// Bytes of the namespace to use [default: all of it].
+    #[arg(long, value_parser = netlane_lab::scenarios::options::parse_size)]
+    pub size: Option<u64>,
     /// Header digests.
     #[arg(long)]
     pub hdgst: bool,
     /// Data digests.
     #[arg(long)]
     pub ddgst: bool,
-    /// Keep-alive timeout, ms (0 = none).
-    #[arg(long, default_value_t = 5000)]
-    pub kato_ms: u32,
+    /// Keep-alive timeout (0 = none).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub kato: Duration,
     /// Keep SQ flow control on (the target then never uses C2HData SUCCESS).
     #[arg(long)]
     pub sqflow: bool,
     /// PID of a local target process, to report its CPU per I/O.
     #[arg(long)]
     pub target_pid: Option<u32>,
-    /// Write the report as JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 impl PerfArgs {
-    /// The perf options these arguments describe.
-    pub fn options(&self) -> Result<PerfOptions> {
-        let groups = if self.groups.is_empty() {
+    /// The job groups: `--group`s, or one from --rw/--bs/--qd/--jobs/--cpus.
+    fn groups(&self) -> Result<Vec<JobGroup>> {
+        if self.groups.is_empty() {
             let mut spec = format!("name=job,rw={},bs={},qd={},jobs={}", self.rw, self.bs, self.qd, self.jobs);
             if let Some(m) = self.rwmixread {
                 spec.push_str(&format!(",rwmixread={m}"));
             }
-            spec.push_str(&format!(",cpus={}", self.cpus));
+            match &self.cpus {
+                JobCpus::Any => spec.push_str(",cpus=any"),
+                JobCpus::List(c) => spec.push_str(&format!(",cpus={c}")),
+            }
             if self.hipri {
                 spec.push_str(",hipri=1");
             }
-            vec![JobGroup::parse(&spec).map_err(anyhow::Error::msg)?]
-        } else {
-            let mut v = Vec::new();
-            for (i, g) in self.groups.iter().enumerate() {
-                let mut g = JobGroup::parse(g).map_err(|e| anyhow::anyhow!("--group {g:?}: {e}"))?;
-                if g.name == "job" {
-                    g.name = format!("group{i}");
-                }
-                if v.iter().any(|o: &JobGroup| o.name == g.name) {
-                    bail!("two groups are named {:?}", g.name);
-                }
-                v.push(g);
+            return Ok(vec![JobGroup::parse(&spec).map_err(anyhow::Error::msg)?]);
+        }
+        let mut v: Vec<JobGroup> = Vec::new();
+        for (i, g) in self.groups.iter().enumerate() {
+            let mut g = JobGroup::parse(g).map_err(|e| anyhow::anyhow!("--group {g:?}: {e}"))?;
+            if g.name == "job" {
+                g.name = format!("group{i}");
             }
-            v
-        };
+            if v.iter().any(|o| o.name == g.name) {
+                bail!("two groups are named {:?}", g.name);
+            }
+            v.push(g);
+        }
+        Ok(v)
+    }
+
+    /// The perf options these arguments describe.
+    pub fn options(&self) -> Result<PerfOptions> {
+        let groups = self.groups()?;
         for g in &groups {
-            if let CpuBinding::Pinned(c) = &g.cpus {
+            if let netlane_nvme::perf::CpuBinding::Pinned(c) = &g.cpus {
                 c.check_online().with_context(|| format!("group {}", g.name))?;
             }
         }
-        let size = match &self.size {
-            Some(s) => Some(netlane::metrics::units::parse_size(s).map_err(|e| anyhow::anyhow!("--size: {e}"))?),
-            None => None,
-        };
+        let kato_ms = u32::try_from(self.kato.as_millis()).context("--kato is too long")?;
         let mut connect = ConnectOptions::new(self.target, &self.nqn);
         connect.hdgst = self.hdgst;
         connect.ddgst = self.ddgst;
-        connect.kato_ms = self.kato_ms;
+        connect.kato_ms = kato_ms;
         connect.disable_sqflow = !self.sqflow;
         Ok(PerfOptions {
             connect,
@@ -281,115 +312,147 @@ impl PerfArgs {
             queues: self.queues,
             read_queues: self.read_queues,
             poll_queues: self.poll_queues,
-            queue_cpus: self.queue_cpus.clone().unwrap_or_else(netlane::cpus::CpuList::online),
+            queue_cpus: self.queue_cpus.clone().unwrap_or_else(CpuList::online),
             queue_depth: self.queue_depth,
             direct_send: self.direct_send,
             batch: !self.no_batch,
             caravan: self.caravan.then(Caravan::default),
             verify: self.verify,
-            size,
+            size: self.size,
             target_pid: self.target_pid,
         })
     }
 
-    /// `key=value` echo of the resolved options.
-    pub fn echo(&self, o: &PerfOptions) -> Vec<(String, String)> {
-        let mut v = vec![
-            ("target".to_string(), self.target.to_string()),
-            ("nqn".into(), self.nqn.clone()),
-            ("nsid".into(), self.nsid.to_string()),
-            ("time".into(), format!("{:?}", self.time)),
-            ("ramp".into(), format!("{:?}", self.ramp)),
-            ("queues".into(), if self.queues == 0 { o.queue_cpus.len() as u16 } else { self.queues }.to_string()),
-            ("read_queues".into(), self.read_queues.to_string()),
-            ("poll_queues".into(), self.poll_queues.to_string()),
-            ("queue_cpus".into(), format!("{:?}", o.queue_cpus)),
-            ("queue_depth".into(), self.queue_depth.to_string()),
-            ("direct_send".into(), self.direct_send.to_string()),
-            ("batch".into(), (!self.no_batch).to_string()),
-            ("caravan".into(), self.caravan.to_string()),
-            ("verify".into(), self.verify.to_string()),
-            ("hdgst".into(), self.hdgst.to_string()),
-            ("ddgst".into(), self.ddgst.to_string()),
-            ("kato_ms".into(), self.kato_ms.to_string()),
-            ("sqflow".into(), self.sqflow.to_string()),
-        ];
-        for g in &o.groups {
-            v.push((
-                format!("group.{}", g.name),
-                format!(
-                    "rw={}{} bs={} qd={} jobs={} cpus={} hipri={}",
-                    if g.random { "rand" } else { "" },
-                    match g.read_pct {
-                        100 => "read".to_string(),
-                        0 => "write".to_string(),
-                        p => format!("rw(read {p}%)"),
-                    },
-                    g.bs,
-                    g.qd,
-                    g.jobs,
-                    match &g.cpus {
-                        CpuBinding::Unbound => "any".to_string(),
-                        CpuBinding::Pinned(c) => format!("{c:?}"),
-                    },
-                    g.hipri
-                ),
-            ));
+    /// The resolved options, echoed (`--key=value` reads each back).
+    fn echo(&self, o: &PerfOptions) -> OptionList {
+        let mut l = OptionList::new()
+            .text("target", self.target.to_string())
+            .text("nqn", &self.nqn)
+            .int("nsid", u64::from(self.nsid))
+            .duration("time", self.time)
+            .duration("ramp", self.ramp)
+            .int("queues", u64::from(if self.queues == 0 { o.queue_cpus.len() as u16 } else { self.queues }))
+            .int("read-queues", u64::from(self.read_queues))
+            .int("poll-queues", u64::from(self.poll_queues))
+            .cpus("queue-cpus", &o.queue_cpus)
+            .int("queue-depth", u64::from(self.queue_depth))
+            .flag("direct-send", self.direct_send)
+            .flag("no-batch", self.no_batch)
+            .flag("caravan", self.caravan)
+            .flag("verify", self.verify)
+            .flag("hdgst", self.hdgst)
+            .flag("ddgst", self.ddgst)
+            .duration("kato", self.kato)
+            .flag("sqflow", self.sqflow);
+        if let Some(s) = self.size {
+            l = l.size("size", s);
         }
-        v
+        for g in &o.groups {
+            l = l.text("group", g.to_string());
+        }
+        l
+    }
+
+    fn run(&self) -> Result<u8> {
+        self.out.validate()?;
+        let opts = self.options()?;
+        let echo = self.echo(&opts);
+        let quiet = self.out.json_to_stdout();
+        if !quiet {
+            for e in echo.echo() {
+                out::println(&e);
+            }
+        }
+        let mut status = LiveStatus::new();
+        let r = netlane_nvme::perf::run_observed(&opts, &mut |s| status.show(s)).context("nvme perf")?;
+        status.done();
+        let table = perf_table("nvme-perf", "Per group (latency of the group's main direction)", &r);
+        let doc = report::document("nvme-perf", NvmePerf { options: echo.object(), echo: echo.echo(), report: r });
+        if !quiet {
+            out::print(&terminal::table(&table));
+            out::println(&summary(&doc.body.report));
+        }
+        self.out.write_json(&doc)?;
+        self.out.write_tables(&doc.provenance.run_id, &[table])?;
+        let r = &doc.body.report;
+        let errors: u64 = r.groups.iter().map(|g| g.errors + g.mismatches).sum();
+        if errors > 0 {
+            bail!("{errors} commands failed or read back wrong data");
+        }
+        Ok(0)
     }
 }
 
-impl PerfArgs {
-    /// Runs and returns the report.
-    pub fn run(&self) -> Result<(ScenarioReport, PerfReport)> {
-        let opts = self.options()?;
-        let r = netlane_nvme::perf::run(&opts).context("nvme perf")?;
-        let mut rep = ScenarioReport {
-            name: "nvme-perf".into(),
-            title: "NVMe/TCP perf".into(),
-            description: String::new(),
-            options: self.echo(&opts),
-            tables: vec![perf_table("groups", "Per group (latency of the group's main direction)", &r)],
-            charts: Vec::new(),
-            checks: Vec::new(),
-            notes: vec![format!(
-                "total {:.0} IOPS; host CPU {:.2} us/IO, {:.2} context switches/IO{}; {} direct sends, {} via I/O workers, {:.2} commands per send(); queues {:?}",
-                r.iops,
-                r.host_cpu_us_per_io,
-                r.host_switches_per_io,
-                r.target_cpu_us_per_io.map(|t| format!("; target CPU {t:.2} us/IO")).unwrap_or_default(),
-                r.direct_sends,
-                r.worker_sends,
-                r.cmds_per_send,
-                r.queues,
-            )],
-            raw: serde_json::to_value(&r)?,
-        };
-        if r.verified {
-            let mism: u64 = r.groups.iter().map(|g| g.mismatches).sum();
-            rep.notes.push(format!("verify: {mism} mismatched reads"));
+fn summary(r: &PerfReport) -> String {
+    let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
+    let mut s = format!(
+        "total {:.0} IOPS; host CPU {} us/IO, {} context switches/IO; target CPU {} us/IO; {} direct sends, {} via I/O \
+         workers, {} commands per send; queues {}",
+        r.iops,
+        f(r.host_cpu_us_per_io),
+        f(r.host_switches_per_io),
+        f(r.target_cpu_us_per_io),
+        r.direct_sends,
+        r.worker_sends,
+        f(r.cmds_per_send),
+        r.queues.iter().map(|q| format!("{}:{}@cpu{}", q.set, q.qid, q.cpu)).collect::<Vec<_>>().join(","),
+    );
+    if r.verified {
+        let mism: u64 = r.groups.iter().map(|g| g.mismatches).sum();
+        s.push_str(&format!("\nverify: {mism} mismatched reads"));
+    }
+    s
+}
+
+/// fio's status line on stderr: `[ 45%] 12.3k IOPS, eta 3s`, rewritten in place on a
+/// terminal, a line a second otherwise.
+struct LiveStatus {
+    tty: bool,
+    last: Option<(Duration, u64)>,
+    last_line: Instant,
+}
+
+impl LiveStatus {
+    fn new() -> LiveStatus {
+        LiveStatus { tty: std::io::stderr().is_terminal(), last: None, last_line: Instant::now() }
+    }
+
+    fn show(&mut self, s: &Status) {
+        if STOP.load(Ordering::Relaxed) {
+            return;
         }
-        Ok((rep, r))
+        let iops = match self.last {
+            Some((t, n)) if s.elapsed > t => (s.completed - n) as f64 / (s.elapsed - t).as_secs_f64(),
+            _ => 0.0,
+        };
+        self.last = Some((s.elapsed, s.completed));
+        let pct = 100.0 * s.elapsed.as_secs_f64() / s.total.as_secs_f64().max(1e-9);
+        let eta = s.total.saturating_sub(s.elapsed).as_secs();
+        let line = format!(
+            "[{:>3.0}%] {} {} IOPS, eta {eta}s",
+            pct.min(100.0),
+            if s.measuring { "measuring" } else { "ramping  " },
+            report::format::si(iops)
+        );
+        if self.tty {
+            eprint!("\r{line}   ");
+        } else if self.last_line.elapsed() >= Duration::from_secs(1) {
+            eprintln!("{line}");
+            self.last_line = Instant::now();
+        }
+    }
+
+    fn done(&self) {
+        if self.tty && self.last.is_some() {
+            eprint!("\r{:60}\r", "");
+        }
     }
 }
 
 /// Runs `netlane nvme ...`.
-pub fn run(cmd: &NvmeCmd) -> Result<()> {
+pub fn run(cmd: NvmeCmd) -> Result<u8> {
     match cmd {
         NvmeCmd::Target(a) => a.run(),
-        NvmeCmd::Perf(a) => {
-            let (rep, r) = a.run()?;
-            rep.print();
-            if let Some(p) = &a.json {
-                std::fs::write(p, serde_json::to_string_pretty(&rep)?)
-                    .with_context(|| format!("write {}", p.display()))?;
-            }
-            let errors: u64 = r.groups.iter().map(|g| g.errors + g.mismatches).sum();
-            if errors > 0 {
-                bail!("{errors} commands failed or read back wrong data");
-            }
-            Ok(())
-        }
+        NvmeCmd::Perf(a) => a.run(),
     }
 }

@@ -1,7 +1,11 @@
-//! The `netlane` command as a user runs it.
+//! The `netlane` command as a user runs it: options, outputs, exit codes, signals.
+//! Every JSON document a command writes is validated against the schema in
+//! `docs/schema/`.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn netlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
@@ -11,22 +15,12 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn privileged(test: &str) -> bool {
-    if nix_is_root() {
-        return true;
-    }
-    if std::env::var("NETLANE_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
-        panic!("{test}: needs root, and NETLANE_REQUIRE_PRIVILEGED=1 forbids skipping");
-    }
-    eprintln!("SKIPPED {test}: needs root");
-    false
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(2) == Some("0")))
-        .unwrap_or(false)
+fn privileged(test: &str) -> bool {
+    netlane::testing::privileged(test)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -35,63 +29,154 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-#[test]
-fn gso_size_above_the_path_mtu_is_refused() {
-    let o = netlane(&["bench", "udp-bulk", "--gso-size", "9000", "--mtu", "1500", "--modes", "gso"]);
-    assert!(!o.status.success());
-    let e = stderr(&o);
-    assert!(e.contains("above the path MTU") && e.contains("1472"), "{e}");
-    let o = netlane(&["bench", "udp-bulk", "--gso-size", "1460", "--ipv6", "--modes", "gso"]);
-    let e = stderr(&o);
-    assert!(e.contains("1452") && e.contains("IPv6"), "{e}");
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Parses `text` as JSON and validates it against `docs/schema/<kind>.schema.json`.
+fn valid_document(text: &str, kind: &str) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let path = repo().join(format!("docs/schema/{kind}.schema.json"));
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .unwrap();
+    let v = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = v.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "{kind} document does not match its schema:\n{}", errors.join("\n"));
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["provenance"]["tool"], "netlane");
+    assert!(doc["provenance"]["git_commit"].as_str().is_some_and(|c| !c.is_empty()));
+    assert!(doc["host"]["cpus"].as_u64().unwrap() >= 1);
+    doc
 }
 
 #[test]
-fn zero_and_negative_rates_are_refused() {
-    for rate in ["0MB/s", "0", "-5MB/s"] {
-        let o = netlane(&["bench", "udp-bulk", "--modes", "paced", "--rates", rate]);
-        assert_eq!(o.status.code(), Some(2), "rate {rate}");
-        let e = stderr(&o);
-        assert!(e.contains("must be positive") || e.contains("must not be negative"), "rate {rate}: {e}");
-    }
-    let o = netlane(&["bench", "udp-bulk", "--rates", "fast"]);
-    assert!(stderr(&o).contains("unknown unit") || stderr(&o).contains("expected a number"), "{}", stderr(&o));
-    let o = netlane(&["bench", "udp-pacing", "--bottleneck", "0mbit"]);
-    assert!(stderr(&o).contains("must be positive"), "{}", stderr(&o));
+fn version_names_the_commit_and_help_the_exit_codes() {
+    let o = netlane(&["--version"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("(commit "), "{}", stdout(&o));
+    let o = netlane(&["--help"]);
+    assert!(stdout(&o).contains("Exit codes: 0 ok, 1 error, 2 usage, 3 targets"), "{}", stdout(&o));
 }
 
 #[test]
-fn unknown_modes_list_the_valid_ones() {
-    let o = netlane(&["bench", "udp-bulk", "--modes", "gso,warp"]);
-    assert_eq!(o.status.code(), Some(2));
-    let e = stderr(&o);
-    assert!(e.contains("warp") && e.contains("gso-gro") && e.contains("sendmmsg"), "{e}");
-}
-
-#[test]
-fn other_bad_options_are_explained() {
+fn usage_errors_exit_2_and_bad_values_are_explained() {
     let cases: &[(&[&str], &str)] = &[
-        (&["bench", "udp-bulk", "--duration", "0s"], "must be positive"),
-        (&["bench", "udp-bulk", "--modes", "gso", "--segments", "64"], "at most 46"),
-        (&["bench", "udp-bulk", "--tx-cpu", "4096"], "this machine has CPUs"),
-        (&["bench", "udp-bulk", "--modes", "udp", "--gso-size", "8"], "bulk header"),
+        (&["bench", "udp-bulk", "--time", "0s"], "must be positive"),
         (&["bench", "udp-bulk", "--modes", "paced", "--quantum", "0ms"], "must be positive"),
-        (&["bench", "udp-pacing", "--path", "loopback"], "needs a bottleneck"),
+        (&["bench", "udp-bulk", "--modes", "gso,warp"], "gso-gro"),
+        (&["bench", "udp-bulk", "--rates", "fast"], "expected a number"),
+        (&["bench", "udp-bulk", "--rates", "-5MB/s"], "negative"),
+        (&["bench", "udp-bulk", "--time", "soon"], "unit"),
+        (&["bench", "udp-pacing", "--bottleneck", "0mbit"], "must be positive"),
         (&["bench", "udp-pacing", "--quanta", "1ms,sometime"], "\"sometime\""),
+        (&["nvme", "target", "--cpus", "99"], "does not exist"),
+        (&["nvme", "perf", "--cpus", "1-0"], "backwards"),
+        (&["lb", "run", "--config", "x", "--iface", "y", "--hints", "fast"], "use off, rx-hash"),
+        (&["lab", "--only", "nothing"], "udp-bulk"),
     ];
     for (args, want) in cases {
         let o = netlane(args);
-        assert!(!o.status.success(), "{args:?} should fail");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
     }
 }
 
 #[test]
-fn loopback_benchmark_runs_without_root_and_writes_json_and_csv() {
-    let dir = temp_dir("loopback");
-    std::fs::create_dir_all(&dir).unwrap();
-    let (json, csv) = (dir.join("r.json"), dir.join("r.csv"));
-    let o = netlane(&[
+fn bad_options_fail_before_anything_runs() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["bench", "udp-bulk", "--gso-size", "9000", "--mtu", "1500", "--modes", "gso"], "1472"),
+        (&["bench", "udp-bulk", "--gso-size", "1460", "--ipv6", "--modes", "gso"], "1452"),
+        (&["bench", "udp-bulk", "--modes", "gso", "--segments", "64"], "at most 46"),
+        (&["bench", "udp-bulk", "--tx-cpu", "4096"], "this machine has CPUs"),
+        (&["bench", "udp-bulk", "--modes", "udp", "--gso-size", "8"], "bulk header"),
+        (&["bench", "udp-bulk", "--modes", "udp,udp"], "listed twice"),
+        // A quantum at or above the run's length: refused, not measured as 312 MB/s.
+        (
+            &[
+                "bench",
+                "udp-bulk",
+                "--path",
+                "loopback",
+                "--modes",
+                "paced",
+                "--rates",
+                "10MB/s",
+                "--quantum",
+                "2s",
+                "-t",
+                "2s",
+            ],
+            "fewer than 10 bursts",
+        ),
+        (&["bench", "udp-pacing", "--path", "loopback"], "needs a bottleneck"),
+        (&["bench", "lb-pps", "--flows", "0"], "flow counts"),
+        (&["bench", "lb-pps", "--modes", "off,off"], "listed twice"),
+        (&["bench", "nvme", "--ns-size", "1M"], "at least 64M"),
+    ];
+    for (args, want) in cases {
+        let start = Instant::now();
+        let o = netlane(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?} should fail: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+        assert!(start.elapsed() < Duration::from_secs(5), "{args:?} ran before failing");
+    }
+}
+
+#[test]
+fn output_paths_are_checked_before_the_run() {
+    let start = Instant::now();
+    let o = netlane(&["bench", "udp-bulk", "--path", "loopback", "--json", "/nonexistent/x.json", "-t", "10s"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent") && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    assert!(start.elapsed() < Duration::from_secs(5), "it ran before checking the path");
+}
+
+#[test]
+fn errors_are_said_once() {
+    let o = netlane(&["nvme", "perf", "--target", "127.0.0.1:1", "-t", "1s"]);
+    assert_eq!(o.status.code(), Some(1));
+    let e = stderr(&o);
+    assert!(e.contains("127.0.0.1:1"), "{e}");
+    assert_eq!(e.matches("Connection refused").count(), 1, "doubled: {e}");
+    assert!(!e.contains('\u{1b}'), "no colour when stderr is not a terminal: {e:?}");
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly() {
+    // `netlane completions bash | head -1`: the reader goes away after one line.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    // The pipe's read end is dropped here.
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{err}");
+    assert!(matches!(status.code(), Some(0) | Some(141)), "{status:?}: {err}");
+}
+
+#[test]
+fn completions_and_man_pages() {
+    let o = netlane(&["completions", "bash"]);
+    assert!(o.status.success() && stdout(&o).contains("netlane"));
+    let dir = temp_dir("man");
+    let o = netlane(&["man", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for page in ["netlane.1", "netlane-bench-udp-bulk.1", "netlane-nvme-perf.1", "netlane-lb-run.1"] {
+        let t = std::fs::read_to_string(dir.join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(t.contains(".TH"), "{page}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn bench_args(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut a = vec![
         "bench",
         "udp-bulk",
         "--path",
@@ -100,162 +185,128 @@ fn loopback_benchmark_runs_without_root_and_writes_json_and_csv() {
         "tcp,udp,sendmmsg,gso,gso-gro,paced",
         "--rates",
         "20MB/s",
-        "--duration",
+        "-t",
         "300ms",
+        "--repeat",
+        "1",
         "--no-selftest",
         "--verify",
         "full",
-        "--json",
-        json.to_str().unwrap(),
-        "--csv",
-        csv.to_str().unwrap(),
-    ]);
+    ];
+    a.extend_from_slice(extra);
+    a
+}
+
+#[test]
+fn loopback_bench_runs_without_root_and_writes_json_and_csv() {
+    let dir = temp_dir("loopback");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, csv) = (dir.join("r.json"), dir.join("csv"));
+    let mut args = bench_args(&[]);
+    let (j, c) = (json.to_str().unwrap().to_string(), csv.to_str().unwrap().to_string());
+    args.extend(["--json", j.as_str(), "--csv", c.as_str()]);
+    let o = netlane(&args);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    // neper-style echo of every resolved option, then the table.
-    for key in ["path=loopback", "gso_size=1400", "segments=46", "quantum=auto", "sender=process", "verify=full"] {
-        assert!(out.contains(key), "missing {key} in:\n{out}");
+    let out = stdout(&o);
+    // neper-style echo of every resolved option, in the command line's own syntax.
+    for key in ["path=loopback", "gso-size=1400", "segments=46", "quantum=auto", "sender=process", "verify=full"] {
+        assert!(out.contains(&format!("\n{key}\n")), "missing {key} in:\n{out}");
     }
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let runs = report["raw"]["runs"].as_array().unwrap();
+    assert!(out.contains("Verdict:"), "{out}");
+    let doc = valid_document(&std::fs::read_to_string(&json).unwrap(), "results");
+    assert_eq!(doc["kind"], "bench");
+    let s = &doc["scenarios"][0];
+    assert_eq!(s["options"]["time_s"], 0.3);
+    assert_eq!(s["options"]["rates_bytes_per_s"][0], 20_000_000);
+    let runs = s["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 6);
     for r in runs {
-        let res = &r["result"];
-        assert!(res["tx"]["bytes"].as_u64().unwrap() > 0, "{}", r["label"]);
-        assert_eq!(res["rx"]["integrity"]["corrupt"].as_u64(), Some(0), "{}", r["label"]);
+        assert!(r["metrics"]["tx_mb_per_s"].as_f64().unwrap() > 0.0, "{}", r["label"]);
+        assert_eq!(r["detail"]["rx"]["integrity"]["corrupt"].as_u64(), Some(0), "{}", r["label"]);
     }
-    let csv = std::fs::read_to_string(&csv).unwrap();
-    assert!(csv.starts_with("mode,tx MB/s") && csv.lines().count() == 7, "{csv}");
+    // Table cells are plain numbers, not one-element arrays.
+    let row = &s["tables"][0]["rows"][0];
+    assert!(row["tx_mb_per_s"].is_number(), "{row}");
+    let table = std::fs::read_to_string(csv.join("udp-bulk.csv")).unwrap();
+    assert!(table.starts_with("run_id,mode,tx_mb_per_s,"), "{table}");
+    assert_eq!(table.lines().count(), 7, "{table}");
+    for f in ["runs.csv", "checks.csv", "udp-bulk-pacing.csv"] {
+        assert!(csv.join(f).is_file(), "missing {f}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
-fn probe_reports_every_feature_as_json() {
+fn json_to_stdout_is_the_only_stdout_and_the_echo_reads_back() {
+    let o = netlane(&bench_args(&["--json", "-"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "results");
+    let s = &doc["scenarios"][0];
+    // Every echoed option, as `--key=value`, is accepted by the command line and
+    // resolves to the same options.
+    let echo: Vec<String> =
+        s["echo"].as_array().unwrap().iter().map(|e| format!("--{}", e.as_str().unwrap())).collect();
+    let mut args: Vec<&str> = vec!["bench", "udp-bulk"];
+    args.extend(echo.iter().map(String::as_str));
+    args.extend(["--json", "-"]);
+    let again = netlane(&args);
+    assert!(again.status.success(), "{args:?}: {}", stderr(&again));
+    let doc2 = valid_document(&stdout(&again), "results");
+    assert_eq!(doc2["scenarios"][0]["options"], s["options"]);
+}
+
+#[test]
+fn strict_exits_3_when_a_target_is_not_met() {
+    // Without the tcp mode, the GSO-vs-TCP target is skipped: a failure under --strict.
+    let o = netlane(&[
+        "bench",
+        "udp-bulk",
+        "--path",
+        "loopback",
+        "--modes",
+        "udp,gso",
+        "-t",
+        "200ms",
+        "--repeat",
+        "1",
+        "--no-selftest",
+        "--strict",
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SKIPPED"), "{}", stdout(&o));
+}
+
+#[test]
+fn probe_json_validates() {
     let o = netlane(&["probe", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let names: Vec<&str> = v["features"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let doc = valid_document(&stdout(&o), "probe");
+    let names: Vec<&str> = doc["features"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     for want in ["udp-gso", "udp-gro", "msg-zerocopy", "so-txtime", "busy-poll"] {
         assert!(names.contains(&want), "{names:?}");
     }
-    for f in v["features"].as_array().unwrap() {
-        let status = f["support"]["status"].as_str().unwrap();
-        assert!(["supported", "unsupported", "unknown"].contains(&status));
-        assert!(!f["support"]["detail"].as_str().unwrap().is_empty());
-    }
 }
 
 #[test]
-fn lab_writes_a_complete_report() {
-    if !privileged("lab_writes_a_complete_report") {
-        return;
-    }
-    let dir = temp_dir("lab");
-    let o = netlane(&["lab", "--quick", "--only", "udp-pacing", "--out", dir.to_str().unwrap()]);
+fn lb_check_json_validates() {
+    let dir = temp_dir("lbcheck");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("lb.toml");
+    std::fs::write(
+        &cfg,
+        "ring_size = 65537\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n[[vip.real]]\naddress = \
+         \"10.1.0.11\"\nweight = 2\n[[vip.real]]\naddress = \"fd00::12\"\nweight = 1\n",
+    )
+    .unwrap();
+    let o = netlane(&["lb", "check", cfg.to_str().unwrap(), "--json", "-"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("report:") && out.contains("index.html"), "{out}");
-    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
-    assert!(html.contains("<svg") && html.contains("udp-pacing") && html.contains("<table"), "html incomplete");
-    for f in
-        ["udp-pacing.csv", "udp-pacing.json", "results.json", "charts/udp-pacing-loss.svg", "charts/udp-pacing-cpu.svg"]
-    {
-        assert!(dir.join(f).is_file(), "missing {f}");
-    }
-    let results: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).unwrap()).unwrap();
-    let rows = results["scenarios"][0]["tables"][0]["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 5, "five sweep points");
-    // Nothing left behind.
-    let leftover: Vec<_> = std::fs::read_dir("/run/netns")
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
-    let pid_prefix = "nl-";
-    assert!(
-        leftover.iter().all(|n: &String| !n.starts_with(pid_prefix) || !n.contains("udp-pacing")),
-        "namespaces left: {leftover:?}"
-    );
+    let doc = valid_document(&stdout(&o), "lb-check");
+    let reals = doc["vips"][0]["reals"].as_array().unwrap();
+    let share = |i: usize| reals[i]["share_pct"].as_f64().unwrap();
+    assert!((share(0) / share(1) - 2.0).abs() < 0.05, "weights 2:1 -> {} / {}", share(0), share(1));
+    let o = netlane(&["lb", "check", cfg.to_str().unwrap()]);
+    assert!(stdout(&o).contains("10.1.0.11") && stdout(&o).contains("valid"), "{}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-#[test]
-fn topo_clean_removes_only_stale_namespaces() {
-    if !privileged("topo_clean_removes_only_stale_namespaces") {
-        return;
-    }
-    // A namespace named like one of a netlane process that no longer exists.
-    let stale = "nl-999999999-0-stale-test";
-    let st = Command::new("ip").args(["netns", "add", stale]).status().unwrap();
-    assert!(st.success());
-    let o = netlane(&["topo", "clean"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(String::from_utf8_lossy(&o.stdout).contains(stale));
-    assert!(!std::path::Path::new("/run/netns").join(stale).exists());
-}
-
-#[test]
-fn without_root_the_veth_path_says_what_to_do() {
-    // As root, drop to nobody to see what an unprivileged user sees.
-    let out = if nix_is_root() {
-        Command::new("runuser")
-            .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_netlane"), "bench", "udp-bulk", "--modes", "udp"])
-            .output()
-            .expect("runuser")
-    } else {
-        netlane(&["bench", "udp-bulk", "--modes", "udp"])
-    };
-    assert!(!out.status.success());
-    let e = stderr(&out);
-    assert!(e.contains("needs root") && e.contains("--path loopback"), "{e}");
-}
-
-#[test]
-fn ctrl_c_removes_the_namespaces_and_the_sender() {
-    if !privileged("ctrl_c_removes_the_namespaces_and_the_sender") {
-        return;
-    }
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
-        .args(["bench", "udp-bulk", "--modes", "gso", "--duration", "20s", "--no-selftest"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let prefix = format!("nl-{pid}-");
-    let ours = || -> Vec<String> {
-        std::fs::read_dir("/run/netns")
-            .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect::<Vec<String>>())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|n: &String| n.starts_with(&prefix))
-            .collect()
-    };
-    // Wait until the run is under way: its namespaces exist and its sender process runs.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let sender_running = || {
-        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
-            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
-                let c = String::from_utf8_lossy(&c);
-                c.contains("__bulk-tx")
-                    && std::fs::read_to_string(e.path().join("stat"))
-                        .is_ok_and(|st| st.split_whitespace().nth(3) == Some(&pid.to_string()))
-            })
-        })
-    };
-    while !(ours().len() == 2 && sender_running()) {
-        assert!(std::time::Instant::now() < deadline, "the run never started");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let st = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
-    assert!(st.success());
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(130), "exit status after Ctrl-C");
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
-    assert!(err.contains("removed 2 network namespaces"), "{err}");
-    assert!(ours().is_empty(), "left behind: {:?}", ours());
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    assert!(!sender_running(), "the sender process outlived the benchmark");
 }
 
 /// A `netlane nvme target` process on loopback; killed (by the PID we started) on drop.
@@ -266,18 +317,25 @@ struct Target {
 
 impl Target {
     fn start(extra: &[&str]) -> Target {
-        use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:32M", "--time", "60s"])
+            .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:32M", "-t", "60s"])
             .args(extra)
-            .stdout(std::process::Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .expect("start the target");
         let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
         let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
         assert!(!addr.is_empty(), "unexpected target output {line:?}");
-        Target { addr: addr.to_string(), child }
+        // Keep its stdout drained (and kept) until the end.
+        let addr = addr.to_string();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = out.read_to_string(&mut rest);
+        });
+        Target { addr, child }
     }
 }
 
@@ -289,27 +347,24 @@ impl Drop for Target {
 }
 
 #[test]
-fn nvme_target_and_perf_processes_move_verified_data() {
+fn nvme_perf_moves_verified_data_and_its_json_validates() {
     let t = Target::start(&[]);
-    let dir = temp_dir("nvme-perf");
-    std::fs::create_dir_all(&dir).unwrap();
-    let json = dir.join("perf.json");
     let o = netlane(&[
         "nvme",
         "perf",
         "--target",
         &t.addr,
-        "--time",
+        "--runtime",
         "1s",
-        "--ramp",
+        "--ramp_time",
         "100ms",
         "--rw",
         "randrw",
         "--bs",
         "8k",
-        "--qd",
+        "--iodepth",
         "4",
-        "--jobs",
+        "--numjobs",
         "2",
         "--verify",
         "--size",
@@ -317,24 +372,37 @@ fn nvme_target_and_perf_processes_move_verified_data() {
         "--hdgst",
         "--ddgst",
         "--json",
-        json.to_str().unwrap(),
+        "-",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("verify: 0 mismatched reads") && out.contains("direct_send=false"), "{out}");
-    let rep: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let g = &rep["raw"]["groups"][0];
+    let doc = valid_document(&stdout(&o), "nvme-perf");
+    let g = &doc["report"]["groups"][0];
     assert!(g["reads"].as_u64().unwrap() > 0 && g["writes"].as_u64().unwrap() > 0, "{g}");
     assert_eq!(g["mismatches"].as_u64(), Some(0));
-    assert!(rep["raw"]["read_lat_ns"].is_null() && g["read_lat_ns"]["p9999"].as_u64().unwrap() > 0);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(g["read_lat_ns"]["p9999"].as_u64().unwrap() > 0);
+    assert_eq!(doc["options"]["time_s"], 1.0);
+    assert!(
+        doc["echo"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "group=name=job,rw=randrw,rwmixread=50,bs=8K,qd=4,jobs=2,cpus=any")
+    );
+    // The human form.
+    let o = netlane(&["nvme", "perf", "--target", &t.addr, "-t", "300ms", "--ramp", "0s", "--verify", "--size", "4M"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("verify: 0 mismatched reads") && stdout(&o).contains("direct-send=false"),
+        "{}",
+        stdout(&o)
+    );
 }
 
 #[test]
 fn nvme_bad_options_are_explained() {
     let t = Target::start(&["--mdts", "8"]);
     let perf = |extra: &[&str]| {
-        let mut args = vec!["nvme", "perf", "--target", &t.addr, "--time", "1s"];
+        let mut args = vec!["nvme", "perf", "--target", &t.addr, "-t", "1s"];
         args.extend_from_slice(extra);
         let o = netlane(&args);
         assert!(!o.status.success(), "{extra:?} should fail");
@@ -344,31 +412,161 @@ fn nvme_bad_options_are_explained() {
     let e = perf(&["--bs", "2M", "--rw", "write"]);
     assert!(e.contains("maximum transfer (MDTS) of 1048576"), "{e}");
     assert!(perf(&["--group", "name=a,speed=9"]).contains("unknown job key"));
+    assert!(
+        perf(&["--group", "name=a,cpus=0-1,7000"]).contains("above 8191")
+            || perf(&["--group", "name=a,cpus=7000"]).contains("does not exist")
+    );
     assert!(perf(&["--hipri"]).contains("hipri needs --poll-queues"));
     assert!(perf(&["--nsid", "7"]).contains("namespace 7 not found"));
     assert!(perf(&["--nqn", "nqn.wrong"]).contains("invalid data at byte 256"));
-    let o = netlane(&["nvme", "perf", "--target", "127.0.0.1:1", "--time", "1s"]);
-    assert!(stderr(&o).contains("connect to 127.0.0.1:1"), "{}", stderr(&o));
-    let o = netlane(&["nvme", "target", "--ns", "disk:1G", "--time", "1s"]);
+    let o = netlane(&["nvme", "target", "--ns", "disk:1G", "-t", "1s"]);
     assert!(stderr(&o).contains("expected mem:SIZE"), "{}", stderr(&o));
-    let o = netlane(&["nvme", "target", "--cpus", "99", "--time", "1s"]);
-    assert!(stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
 
 #[test]
-fn lab_runs_the_nvme_scenario() {
-    if !privileged("lab_runs_the_nvme_scenario") {
+fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:16M", "--json", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with("listening on "), "with --json -, the address goes to stderr: {line:?}");
+    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap().to_string();
+    let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "300ms", "--ramp", "0s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a server stopped by SIGTERM exits 0");
+    let mut out = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    let doc = valid_document(&out, "nvme-target");
+    assert!(doc["stats"]["commands"].as_u64().unwrap() > 0, "{out}");
+    assert!(doc["stats"]["subsystem"]["read_cmds"].as_u64().unwrap() > 0, "{out}");
+}
+
+#[test]
+fn topo_clean_removes_only_stale_namespaces() {
+    if !privileged("topo_clean_removes_only_stale_namespaces") {
         return;
     }
-    let dir = temp_dir("lab-nvme");
-    let o = netlane(&["lab", "--quick", "--only", "nvme", "--out", dir.to_str().unwrap()]);
+    // A namespace named like one of a netlane process that no longer exists.
+    let stale = "nl-999999999-0-stale-test";
+    let st = Command::new("ip").args(["netns", "add", stale]).status().unwrap();
+    assert!(st.success());
+    let o = netlane(&["topo", "list"]);
+    assert!(stdout(&o).contains(stale) && stdout(&o).contains("stale"), "{}", stdout(&o));
+    let o = netlane(&["topo", "clean"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    for f in ["nvme.json", "charts/nvme-qd1.svg", "charts/nvme-qd32.svg", "charts/nvme-mixed.svg", "index.html"] {
+    assert!(stdout(&o).contains(stale));
+    assert!(!Path::new("/run/netns").join(stale).exists());
+}
+
+#[test]
+fn without_root_the_veth_path_says_what_to_do() {
+    // As root, drop to nobody to see what an unprivileged user sees.
+    let out = if nix::unistd::geteuid().is_root() {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--", env!("CARGO_BIN_EXE_netlane"), "bench", "udp-bulk", "--modes", "udp"])
+            .output()
+            .expect("runuser")
+    } else {
+        netlane(&["bench", "udp-bulk", "--modes", "udp"])
+    };
+    assert_eq!(out.status.code(), Some(1));
+    let e = stderr(&out);
+    assert!(e.contains("needs root") && e.contains("--path loopback"), "{e}");
+}
+
+#[test]
+fn ctrl_c_removes_the_namespaces_and_the_sender() {
+    if !privileged("ctrl_c_removes_the_namespaces_and_the_sender") {
+        return;
+    }
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["bench", "udp-bulk", "--modes", "gso", "-t", "20s", "--no-selftest"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let prefix = format!("nl-{pid}-");
+    let ours = || -> Vec<String> {
+        netlane::testing::netns_names().into_iter().filter(|n: &String| n.starts_with(&prefix)).collect()
+    };
+    // Wait until the run is under way: its namespaces exist and its sender process runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let sender_running = || {
+        std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let c = String::from_utf8_lossy(&c);
+                c.contains("__bulk-tx")
+                    && std::fs::read_to_string(e.path().join("stat"))
+                        .is_ok_and(|st| st.split_whitespace().nth(3) == Some(&pid.to_string()))
+            })
+        })
+    };
+    while !(ours().len() == 2 && sender_running()) {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let st = Command::new("kill").args(["-INT", &pid.to_string()]).status().unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "exit status after SIGINT");
+    let mut err = String::new();
+    child.stderr.as_mut().unwrap().read_to_string(&mut err).unwrap();
+    assert!(err.contains("removed 2 network namespaces"), "{err}");
+    assert!(ours().is_empty(), "left behind: {:?}", ours());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!sender_running(), "the sender process outlived the benchmark");
+}
+
+#[test]
+fn lab_writes_a_complete_report() {
+    if !privileged("lab_writes_a_complete_report") {
+        return;
+    }
+    let dir = temp_dir("lab");
+    let o = netlane(&["lab", "--quick", "--only", "udp-pacing,nvme", "--out", dir.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Verdict:") && out.contains("report:") && out.contains("index.html"), "{out}");
+    let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("udp-pacing") && html.contains("<table"), "html incomplete");
+    for f in [
+        "udp-pacing.csv",
+        "udp-pacing.json",
+        "nvme.json",
+        "nvme-qd1.csv",
+        "runs.csv",
+        "checks.csv",
+        "results.json",
+        "charts/udp-pacing-loss.svg",
+        "charts/nvme-qd1.svg",
+        "charts/nvme-mixed.svg",
+    ] {
         assert!(dir.join(f).is_file(), "missing {f}");
     }
-    let rep: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("nvme.json")).unwrap()).unwrap();
-    assert_eq!(rep["checks"].as_array().unwrap().len(), 6);
-    assert!(rep["raw"]["mixed separate maps"]["groups"][0]["ops"].as_u64().unwrap() > 0);
+    let doc = valid_document(&std::fs::read_to_string(dir.join("results.json")).unwrap(), "results");
+    assert_eq!(doc["kind"], "lab");
+    let pacing = &doc["scenarios"][0];
+    assert_eq!(pacing["tables"][0]["rows"].as_array().unwrap().len(), 5, "five sweep points");
+    let nvme = &doc["scenarios"][1];
+    assert_eq!(nvme["checks"].as_array().unwrap().len(), 5);
+    for c in nvme["checks"].as_array().unwrap() {
+        assert_ne!(c["outcome"], "invalid", "{c}");
+    }
+    valid_document(&std::fs::read_to_string(dir.join("nvme.json")).unwrap(), "results");
+    // Nothing left behind.
+    let leftover: Vec<String> = netlane::testing::netns_names();
+    assert!(
+        leftover.iter().all(|n| !n.starts_with("nl-") || !(n.contains("udp-pacing") || n.contains("nvme"))),
+        "namespaces left: {leftover:?}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,6 +20,8 @@ pub mod proto;
 #[cfg(feature = "drivers")]
 mod driver;
 #[cfg(feature = "drivers")]
+pub mod server;
+#[cfg(feature = "drivers")]
 pub mod stats;
 
 #[cfg(feature = "drivers")]

@@ -10,7 +10,7 @@ use crate::driver::{Lb, LbError, kernel};
 use netlane_sys::bpf::GlobalStat;
 
 /// Per-flow tag bookkeeping.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct TagStats {
     /// Tags installed.
     pub installed: u64,
@@ -21,7 +21,7 @@ pub struct TagStats {
 }
 
 /// One real's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct RealStats {
     /// Its address.
     pub address: String,
@@ -34,7 +34,7 @@ pub struct RealStats {
 }
 
 /// One VIP's counters.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct VipStats {
     /// `address:port/proto`.
     pub vip: String,
@@ -47,7 +47,7 @@ pub struct VipStats {
 }
 
 /// Everything the balancer counts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct LbStats {
     /// Interface.
     pub iface: String,

@@ -9,7 +9,7 @@
 //! output goes out with `MSG_EOR`, which also uncorks what `MSG_MORE` held. With busy polling the reactor spins on `epoll_wait`
 //! with a zero timeout (and sets `SO_BUSY_POLL` on its sockets) instead of sleeping.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
@@ -45,12 +45,12 @@ pub struct TargetOptions {
 }
 
 /// Counters of a running or stopped target.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct TargetStats {
     /// Connections accepted.
     pub connections: u64,
     /// Connections closed, by reason.
-    pub closed: HashMap<String, u64>,
+    pub closed: BTreeMap<String, u64>,
     /// Commands received.
     pub commands: u64,
     /// Reactor rounds.
@@ -59,6 +59,43 @@ pub struct TargetStats {
     pub sends: u64,
     /// CPU time of the reactor threads.
     pub reactor_cpu: CpuTime,
+    /// The subsystem's counters (what the SMART log reports).
+    pub subsystem: SubsystemCounters,
+}
+
+/// A snapshot of the subsystem's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct SubsystemCounters {
+    /// Read commands completed.
+    pub read_cmds: u64,
+    /// Write commands completed.
+    pub write_cmds: u64,
+    /// 512-byte units read.
+    pub sectors_read: u64,
+    /// 512-byte units written.
+    pub sectors_written: u64,
+    /// Connections terminated for a protocol violation.
+    pub terminations: u64,
+    /// Data digest errors seen.
+    pub data_digest_errors: u64,
+    /// Controllers removed because their keep-alive timer expired.
+    pub keepalive_expiries: u64,
+}
+
+impl SubsystemCounters {
+    fn of(s: &Subsystem) -> SubsystemCounters {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let st = &s.stats;
+        SubsystemCounters {
+            read_cmds: g(&st.read_cmds),
+            write_cmds: g(&st.write_cmds),
+            sectors_read: g(&st.sectors_read),
+            sectors_written: g(&st.sectors_written),
+            terminations: g(&st.terminations),
+            data_digest_errors: g(&st.data_digest_errors),
+            keepalive_expiries: g(&st.keepalive_expiries),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -163,7 +200,24 @@ impl TargetServer {
     pub fn stats(&self) -> TargetStats {
         let mut s = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
         s.connections = self.shared.connections.load(Ordering::Relaxed);
+        s.subsystem = SubsystemCounters::of(&self.subsys);
         s
+    }
+
+    /// Serves until `stop` is set (a signal handler sets it), `time` has passed, or a
+    /// thread of the target failed; then stops every thread and returns the final
+    /// counters. A failed thread is an error.
+    pub fn serve(self, stop: &AtomicBool, time: Option<Duration>) -> io::Result<TargetStats> {
+        let start = std::time::Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            if self.is_finished() {
+                return Err(io::Error::other("a target thread stopped unexpectedly (see the log above)"));
+            }
+            if stop.load(Ordering::Relaxed) || time.is_some_and(|t| start.elapsed() >= t) {
+                return Ok(self.stop());
+            }
+        }
     }
 
     /// Stops every thread, closes every connection, and returns the counters.

@@ -26,6 +26,30 @@ pub fn enter_netns_before_exec(cmd: &mut Command, netns_fd: RawFd) {
     }
 }
 
+/// Makes `cmd`'s child get SIGKILL when the thread that spawned it exits
+/// (`PR_SET_PDEATHSIG`), so a helper process never outlives a benchmark that was
+/// killed. Spawn from a thread that lives as long as the child should.
+pub fn kill_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    let hook = move || {
+        // SAFETY: prctl(2) with PR_SET_PDEATHSIG takes a signal number, no pointers;
+        // async-signal-safe as the pre_exec contract needs.
+        cvt(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) })?;
+        // The parent may have died before the call: then no signal will come.
+        // SAFETY: getppid(2) takes no arguments and cannot fail.
+        if unsafe { libc::getppid() } != parent {
+            // (ESRCH: a raw error, no allocation after fork.)
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only makes system calls: no allocation, no locks (the pre_exec
+    // contract).
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
 /// CPU time a reaped child used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChildUsage {

@@ -18,7 +18,7 @@ use crate::udp::{GsoMode, Receiver, ReceiverConfig, RxBatching, Sender, SenderCo
 use crate::zerocopy::{self, Tracker};
 
 /// Whether a feature works, with evidence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(tag = "status", content = "detail", rename_all = "lowercase")]
 pub enum Support {
     /// It works; what was observed.
@@ -44,7 +44,7 @@ impl Support {
 }
 
 /// One probed feature.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Feature {
     /// Short name, e.g. "udp-gso".
     pub name: &'static str,
@@ -260,7 +260,7 @@ fn try_qdiscs(kinds: &[&'static str]) -> Result<Vec<(&'static str, Support)>, To
 }
 
 /// Probes everything. Qdiscs need root; without it they are `Unknown`.
-pub fn probe_all() -> (Vec<Feature>, Vec<(&'static str, Support)>) {
+pub fn probe_all() -> ProbeReport {
     let qd = if crate::topology::have_privileges() {
         qdiscs(&["fq", "etf", "taprio", "mqprio", "htb", "tbf", "fq_codel", "netem", "clsact"])
     } else {
@@ -274,5 +274,23 @@ pub fn probe_all() -> (Vec<Feature>, Vec<(&'static str, Support)>) {
         Feature { name: "so-max-pacing-rate", support: max_pacing_rate() },
         Feature { name: "busy-poll", support: busy_poll() },
     ];
-    (features, qd)
+    ProbeReport { features, qdiscs: qd.into_iter().map(|(qdisc, support)| QdiscSupport { qdisc, support }).collect() }
+}
+
+/// Whether a qdisc can be created here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct QdiscSupport {
+    /// Its kind (`fq`, `etf`, ...).
+    pub qdisc: &'static str,
+    /// Result.
+    pub support: Support,
+}
+
+/// Everything [`probe_all`] found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct ProbeReport {
+    /// Socket features, each tried for real.
+    pub features: Vec<Feature>,
+    /// Qdiscs, each created in a scratch namespace (root only).
+    pub qdiscs: Vec<QdiscSupport>,
 }

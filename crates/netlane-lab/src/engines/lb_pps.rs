@@ -102,12 +102,15 @@ struct Slice {
 }
 
 impl Slice {
-    fn mpps_per_core(&self) -> f64 {
-        if self.cpu_ns == 0 { 0.0 } else { self.runs as f64 * 1e3 / self.cpu_ns as f64 }
+    /// Packets per microsecond of the NAPI thread; None when the slice measured nothing
+    /// (the thread got no CPU, or the program never ran): such a slice is left out,
+    /// never counted as 0 Mpps.
+    fn mpps_per_core(&self) -> Option<f64> {
+        (self.cpu_ns > 0 && self.runs > 0).then(|| self.runs as f64 * 1e3 / self.cpu_ns as f64)
     }
 
-    fn prog_ns_per_packet(&self) -> f64 {
-        self.prog_ns as f64 / self.runs.max(1) as f64
+    fn prog_ns_per_packet(&self) -> Option<f64> {
+        (self.runs > 0).then(|| self.prog_ns as f64 / self.runs as f64)
     }
 }
 
@@ -126,14 +129,15 @@ pub struct PpsResult {
     pub mpps: f64,
     /// CPU seconds of the balancer's NAPI thread.
     pub napi_cpu_s: f64,
-    /// Million packets per second per core of that thread (median of the slices).
-    pub mpps_per_core: f64,
-    /// Every slice's Mpps per core, in order.
-    pub slices_mpps_per_core: Vec<f64>,
+    /// Million packets per second per core of that thread (median of the measured
+    /// slices; None when no slice measured anything).
+    pub mpps_per_core: Option<f64>,
+    /// Every slice's Mpps per core, in order (None: the slice measured nothing).
+    pub slices_mpps_per_core: Vec<Option<f64>>,
     /// Nanoseconds per packet in the program (BPF run-time statistics; median of the slices).
-    pub prog_ns_per_packet: f64,
+    pub prog_ns_per_packet: Option<f64>,
     /// Nanoseconds of the NAPI thread per packet (1000 / Mpps per core).
-    pub core_ns_per_packet: f64,
+    pub core_ns_per_packet: Option<f64>,
     /// Fraction of packets that took the hint path.
     pub hint_hit_ratio: f64,
     /// Fraction of packets that found their connection-table entry.
@@ -141,6 +145,54 @@ pub struct PpsResult {
     /// Frames the sink got back while this flow count's programs took their turns (all
     /// of them, lead-ins included).
     pub sink_frames_all_turns: u64,
+    /// How warming up went (balancers).
+    pub warm_up: Option<WarmUp>,
+}
+
+/// How a balancer's warm-up went.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarmUp {
+    /// Passes over every flow it took.
+    pub passes: u32,
+    /// Whether the last pass met [`WARM_ENOUGH`]; if not, why.
+    pub complete: bool,
+    /// What the last pass saw.
+    pub last: String,
+}
+
+/// One warm-up pass: every flow sent once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WarmPass {
+    /// Flows (frames sent in the pass).
+    pub flows: u64,
+    /// Frames the balancer ran on in the pass.
+    pub ran: u64,
+    /// Of those, frames that took the fast path (connection-table or hint hit).
+    pub fast: u64,
+    /// Tags held after the pass (tag modes).
+    pub tagged: Option<u64>,
+}
+
+impl WarmPass {
+    /// Ok when the balancer saw (nearly) every flow and served (nearly) every one from
+    /// its warm state; else why not. Frames lost before the balancer count against a
+    /// pass: a pass where most frames never arrived proves nothing.
+    pub fn check(&self) -> Result<(), String> {
+        let need = (WARM_ENOUGH * self.flows as f64).ceil() as u64;
+        let pct = |n: u64| 100.0 * n as f64 / self.flows.max(1) as f64;
+        if self.ran < need {
+            return Err(format!("only {:.1}% of the frames reached the balancer", pct(self.ran)));
+        }
+        if self.fast < need {
+            return Err(format!("only {:.1}% of the flows took the fast path", pct(self.fast)));
+        }
+        if let Some(t) = self.tagged
+            && t < need
+        {
+            return Err(format!("only {:.1}% of the flows had a tag", pct(t)));
+        }
+        Ok(())
+    }
 }
 
 impl PpsResult {
@@ -151,11 +203,14 @@ impl PpsResult {
         hint_hit_ratio: f64,
         conn_hit_ratio: f64,
         sink_frames_all_turns: u64,
+        warm_up: Option<WarmUp>,
     ) -> PpsResult {
         let packets: u64 = slices.iter().map(|s| s.runs).sum();
         let seconds: f64 = slices.iter().map(|s| s.secs).sum();
         let cpu_ns: u64 = slices.iter().map(|s| s.cpu_ns).sum();
-        let mpps_per_core = median(slices.iter().map(Slice::mpps_per_core).collect());
+        let measured: Vec<f64> = slices.iter().filter_map(Slice::mpps_per_core).collect();
+        let mpps_per_core = (!measured.is_empty()).then(|| median(measured));
+        let prog: Vec<f64> = slices.iter().filter_map(Slice::prog_ns_per_packet).collect();
         PpsResult {
             subject,
             flows,
@@ -165,19 +220,18 @@ impl PpsResult {
             napi_cpu_s: cpu_ns as f64 / 1e9,
             mpps_per_core,
             slices_mpps_per_core: slices.iter().map(Slice::mpps_per_core).collect(),
-            prog_ns_per_packet: median(slices.iter().map(Slice::prog_ns_per_packet).collect()),
-            core_ns_per_packet: if mpps_per_core > 0.0 { 1e3 / mpps_per_core } else { f64::NAN },
+            prog_ns_per_packet: (!prog.is_empty()).then(|| median(prog)),
+            core_ns_per_packet: mpps_per_core.filter(|m| *m > 0.0).map(|m| 1e3 / m),
             hint_hit_ratio,
             conn_hit_ratio,
             sink_frames_all_turns,
+            warm_up,
         }
     }
 
-    /// (max - min) / median of the slices' Mpps per core.
-    pub fn spread(&self) -> f64 {
-        let v = &self.slices_mpps_per_core;
-        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| (l.min(*x), h.max(*x)));
-        if v.is_empty() || self.mpps_per_core <= 0.0 { f64::NAN } else { (hi - lo) / self.mpps_per_core }
+    /// The slices that measured something.
+    pub fn measured_slices(&self) -> Vec<f64> {
+        self.slices_mpps_per_core.iter().flatten().copied().collect()
     }
 }
 
@@ -205,7 +259,7 @@ impl PpsOptions {
             let names: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
             return Err(LbError::Invalid(format!("a hint mode is listed twice: {}", names.join(","))));
         }
-        if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+        if netlane::cpus::online_count() < 2 {
             return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
         }
         Ok(())
@@ -256,13 +310,20 @@ fn template(dst_mac: [u8; 6], src_mac: [u8; 6]) -> Vec<u8> {
     f
 }
 
-/// The balancer's configuration for `flows` flows. The connection table has one LRU
-/// list per CPU and splits its entries evenly between them, and here every flow
-/// arrives on one CPU: that CPU's share must hold all flows, with room to spare (at
-/// 1.25 x the flows, the kernel's LRU evicted live entries: half the lookups missed).
+/// Connection-table entries for `flows` flows on a machine with `possible_cpus` CPUs.
+/// The table keeps one LRU list per possible CPU and splits its entries evenly between
+/// them, and here every flow arrives on one CPU: that CPU's share must hold all flows,
+/// with room to spare (at 1.25 x the flows, the kernel's LRU evicted live entries:
+/// half the lookups missed).
+pub fn conn_entries(flows: u32, possible_cpus: usize) -> u32 {
+    (u64::from(flows) * 2 * possible_cpus as u64).clamp(4096, u64::from(u32::MAX)) as u32
+}
+
+/// The balancer's configuration for `flows` flows. The CPU count is the kernel's
+/// possible CPUs (what per-CPU LRU lists are made for), not `available_parallelism()`,
+/// which says 1 on the generator's thread, pinned to one CPU.
 fn lb_config(flows: u32) -> Config {
-    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get() as u64);
-    let conn = (u64::from(flows) * 2 * cpus).clamp(4096, u64::from(u32::MAX)) as u32;
+    let conn = conn_entries(flows, netlane::cpus::possible_count());
     let text = format!(
         "ring_size = 65537\nconn_entries = {conn}\nmax_new_conns_per_cpu = 0\n[[vip]]\naddress = \"{VIP}\"\nport = 80\n\
          proto = \"tcp\"\n[[vip.real]]\naddress = \"10.211.1.1\"\n[[vip.real]]\naddress = \"10.211.1.2\"\n\
@@ -344,11 +405,18 @@ impl Bench {
     /// all but 1 - [`WARM_ENOUGH`] of the flows were in the connection table and, in tag
     /// modes, that share of the flows has a tag; new-flow events are serviced (and so
     /// tags installed) as they come. Frames lost on the way only cost another pass.
-    fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<(), LbError> {
+    fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<WarmUp, LbError> {
         let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
         let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, self.g0);
-        for _pass in 0..WARM_PASSES {
-            let before = lb.stats()?.global.get("conn_miss").copied().unwrap_or(0);
+        let fast = |st: &LbStats| {
+            st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
+        };
+        let runs = |lb: &Lb| {
+            program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
+        };
+        let mut last = String::from("no pass ran");
+        for pass in 1..=WARM_PASSES as u32 {
+            let (fast0, ran0) = (fast(&lb.stats()?), runs(lb)?);
             let left = AtomicI64::new(i64::from(flows));
             std::thread::scope(|s| -> Result<(), LbError> {
                 let senders: Vec<_> = (0..WARM_THREADS)
@@ -383,16 +451,20 @@ impl Bench {
                 lb.service_events(Duration::from_millis(5))?;
             }
             let st = lb.stats()?;
-            let misses = st.global.get("conn_miss").copied().unwrap_or(0) - before;
-            let tagged = !tagging || st.tags_in_use as f64 >= WARM_ENOUGH * f64::from(flows);
-            if misses as f64 <= (1.0 - WARM_ENOUGH) * f64::from(flows) && tagged {
-                return Ok(());
+            let p = WarmPass {
+                flows: u64::from(flows),
+                ran: runs(lb)?.saturating_sub(ran0),
+                fast: fast(&st).saturating_sub(fast0),
+                tagged: tagging.then_some(st.tags_in_use as u64),
+            };
+            match p.check() {
+                Ok(()) => return Ok(WarmUp { passes: pass, complete: true, last: format!("{p:?}") }),
+                Err(why) => last = why,
             }
         }
-        // Not fully warm (frames lost on the way, or a table too small): the measured
-        // hit ratios show it.
-        tracing::warn!(flows, hint = hint.name(), "warm-up did not reach {WARM_ENOUGH} fast-path hits per pass");
-        Ok(())
+        // Not warm (frames lost on the way, or a table too small): the report flags it.
+        tracing::warn!(flows, hint = hint.name(), "warm-up incomplete: {last}");
+        Ok(WarmUp { passes: WARM_PASSES as u32, complete: false, last })
     }
 
     /// Loads `subject` for `flows` flows with a generator of its own, attaches it to
@@ -438,11 +510,11 @@ impl Bench {
                         generator.set_hints(i as u32 * (1 << 16), c).map_err(kernel("write generator hints"))?;
                     }
                 }
-                self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
+                let warm = self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
                 lb.detach();
                 let before = lb.stats()?;
                 let runs = program_run_stats(lb.balancer().program_fd()).map_err(kernel("read program statistics"))?.0;
-                Program::Balancer(Box::new(lb), before, runs)
+                Program::Balancer(Box::new(lb), before, runs, warm)
             }
         };
         // Measured frames visit the flows in a scattered order, not the order in which
@@ -493,8 +565,8 @@ impl Bench {
 enum Program {
     XdpTx(XdpTx),
     /// The balancer (detached between turns), its counters and its run count before
-    /// the turns.
-    Balancer(Box<Lb>, LbStats, u64),
+    /// the turns, and how its warm-up went.
+    Balancer(Box<Lb>, LbStats, u64, WarmUp),
 }
 
 /// One subject of a comparison, ready to take its turns.
@@ -519,7 +591,7 @@ impl Contender {
     fn result(&self, returned: u64) -> Result<PpsResult, LbError> {
         let (hint, conn) = match &self.program {
             Program::XdpTx(_) => (0.0, 0.0),
-            Program::Balancer(lb, before, runs_before) => {
+            Program::Balancer(lb, before, runs_before, _) => {
                 let after = lb.stats()?;
                 let d = |k: &str| {
                     after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
@@ -530,7 +602,11 @@ impl Contender {
                 (d("hint_hit") as f64 / total, d("conn_hit") as f64 / total)
             }
         };
-        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned))
+        let warm = match &self.program {
+            Program::Balancer(.., w) => Some(w.clone()),
+            Program::XdpTx(_) => None,
+        };
+        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm))
     }
 }
 
@@ -562,4 +638,54 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
         }
         worker.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_table_is_sized_for_every_possible_cpu_even_from_a_pinned_thread() {
+        // available_parallelism() on a thread pinned to one CPU says 1, which gave each
+        // CPU's LRU list half the room it needed on a 2-CPU machine.
+        let (pinned, possible) = std::thread::spawn(|| {
+            netlane::cpus::pin(Some(0));
+            (std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1), netlane::cpus::possible_count())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(pinned, 1, "the trap: a pinned thread sees one CPU");
+        assert_eq!(possible, netlane::cpus::possible_count());
+        let cfg = lb_config(10_000);
+        assert_eq!(cfg.conn_entries, conn_entries(10_000, possible));
+        assert_eq!(conn_entries(10_000, 2), 40_000);
+        assert_eq!(conn_entries(1, 2), 4096, "a floor for tiny flow counts");
+    }
+
+    #[test]
+    fn a_warm_up_pass_whose_frames_never_arrived_is_not_accepted() {
+        // The old test (misses <= 0.1% of the flows) passed this: 44% of the frames
+        // reached the balancer, all of them hits.
+        let lost = WarmPass { flows: 1_000_000, ran: 440_000, fast: 440_000, tagged: None };
+        assert!(lost.check().unwrap_err().contains("reached the balancer"));
+        let cold = WarmPass { flows: 1000, ran: 1000, fast: 10, tagged: None };
+        assert!(cold.check().unwrap_err().contains("fast path"));
+        let untagged = WarmPass { flows: 1000, ran: 1000, fast: 1000, tagged: Some(500) };
+        assert!(untagged.check().unwrap_err().contains("tag"));
+        assert!(WarmPass { flows: 1000, ran: 1000, fast: 999, tagged: Some(1000) }.check().is_ok());
+    }
+
+    #[test]
+    fn a_slice_where_the_napi_thread_got_no_cpu_is_left_out_not_zero() {
+        let ok = Slice { runs: 3_000_000, prog_ns: 300_000_000, cpu_ns: 1_000_000_000, secs: 1.0 };
+        let starved = Slice { runs: 0, prog_ns: 0, cpu_ns: 0, secs: 1.0 };
+        let no_cpu = Slice { runs: 10, prog_ns: 100, cpu_ns: 0, secs: 1.0 };
+        assert_eq!(starved.mpps_per_core(), None);
+        assert_eq!(no_cpu.mpps_per_core(), None);
+        let r = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[ok, starved, ok, no_cpu], 0.0, 0.0, 0, None);
+        assert_eq!(r.mpps_per_core, Some(3.0), "the median of the measured slices, not dragged down by zeros");
+        assert_eq!(r.measured_slices().len(), 2);
+        let none = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[starved], 0.0, 0.0, 0, None);
+        assert_eq!((none.mpps_per_core, none.core_ns_per_packet), (None, None));
+    }
 }

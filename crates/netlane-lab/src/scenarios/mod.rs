@@ -1,266 +1,171 @@
-//! Benchmarks: each builds its network, runs its modes side by side, and returns a
-//! [`ScenarioReport`](crate::report::ScenarioReport).
+//! The scenarios: each one's options, plan, run, statistics and target checks, in one
+//! file per scenario. `netlane bench <name>` runs one with the options given;
+//! `netlane lab` runs them all with the plans in [`lab_plan`].
+//!
+//! How every scenario measures:
+//! - it runs its modes in rounds, each round every mode once, in an order that rotates
+//!   from round to round ([`crate::stats::round_order`]);
+//! - a ratio between two modes is formed per round, from two runs taken minutes apart at
+//!   most, and a target check uses all of them ([`crate::verdict`]): met, within noise,
+//!   missed, or invalid when an input was degenerate;
+//! - tables show medians of the rounds with their spread; impossible, collapsed and
+//!   noisy repeats are flagged, not averaged away.
+//!
+//! A new scenario is a module here with an options struct (clap `Args`), a type
+//! implementing [`Scenario`], an entry in [`ScenarioName`] and a plan in [`lab_plan`].
 
 pub mod lb_pps;
+pub mod net;
 pub mod nvme;
+pub mod options;
 pub mod selftest;
 pub mod udp_bulk;
 pub mod udp_pacing;
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::engines::bulk::{BulkError, BulkResult, BulkRun, Endpoints, SenderProcess, TxSource, TxSpec};
-use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
+use anyhow::{Context, Result};
+use clap::ValueEnum;
 
-/// The hidden subcommand a sender process runs (see `crate::engines::bulk::run_sender_job`).
-pub const SENDER_SUBCOMMAND: &str = "__bulk-tx";
-use netlane::metrics::units::{self, format_duration};
-use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use crate::machine::Monitor;
+use crate::progress::{Progress, Reporter};
+use crate::report::{Results, ScenarioReport, Tally};
 
-/// Where the sender and the receiver run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum PathKind {
-    /// Two network namespaces joined by a veth pair (needs root).
-    Veth,
-    /// Loopback in the current namespace (no root needed; no NAPI, no GRO coalescing).
-    Loopback,
+pub use net::{NetArgs, PathKind, RxNapi, SENDER_SUBCOMMAND, SenderPlacement};
+
+/// A scenario, configured and ready to run.
+pub trait Scenario {
+    /// Its short name (`udp-bulk`).
+    fn name(&self) -> &'static str;
+    /// Checks the options against this machine before anything is built.
+    fn validate(&self) -> Result<()>;
+    /// How many runs it will make (for progress and time estimates).
+    fn runs(&self) -> usize;
+    /// Builds its network, runs, and reports. Cleans up what it built, even on error.
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport>;
 }
 
-/// Receive-side NAPI of the veth's receiving end.
+/// The scenarios the lab knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RxNapi {
-    /// GRO on and NAPI in a kernel thread pinned to `--napi-cpu` (like a NIC).
-    Threaded,
-    /// veth defaults: receive work runs on the sender's CPU, no GRO batching.
-    Off,
+pub enum ScenarioName {
+    /// UDP bulk transfer in every mode (GSO, GRO, zerocopy, pacing) vs TCP and the kernel's sender.
+    UdpBulk,
+    /// Pacing quantum sweep at a bottleneck: loss vs sender CPU.
+    UdpPacing,
+    /// NVMe/TCP host and target: QD1 latency, QD32 IOPS per core, mixed-workload queue maps.
+    Nvme,
+    /// XDP load balancer: Mpps per core, hints off/on, 1 to 1M flows, vs an XDP_TX ceiling.
+    LbPps,
 }
 
-/// Where netlane's sender runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SenderPlacement {
-    /// In a child process of its own, single-threaded and measured with wait4, like
-    /// the kernel's selftest sender (and like a sending host apart from the receiver).
-    Process,
-    /// On a thread of the benchmark process (shares the file table with the receiver,
-    /// which costs every system call an atomic reference count).
-    Thread,
+impl ScenarioName {
+    /// Every scenario, in the lab's order.
+    pub const ALL: [ScenarioName; 4] =
+        [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme, ScenarioName::LbPps];
 }
 
-/// Options every network benchmark shares.
-#[derive(Debug, Clone, Args)]
-pub struct NetArgs {
-    /// Where sender and receiver run.
-    #[arg(long, value_enum, default_value_t = PathKind::Veth)]
-    pub path: PathKind,
-    /// Use IPv6 instead of IPv4.
-    #[arg(short = '6', long)]
+/// What the lab runs: the full plan or a short one.
+#[derive(Debug, Clone, Default)]
+pub struct LabProfile {
+    /// Short runs (a smoke test).
+    pub quick: bool,
+    /// IPv6 where a scenario offers it.
     pub ipv6: bool,
-    /// MTU of the veth pair.
-    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
-    pub mtu: u32,
-    /// Receive-side NAPI of the veth.
-    #[arg(long, value_enum, default_value_t = RxNapi::Threaded)]
-    pub rx_napi: RxNapi,
-    /// CPU for the sender.
-    #[arg(long, default_value_t = 0)]
-    pub tx_cpu: usize,
-    /// Where netlane's sender runs.
-    #[arg(long, value_enum, default_value_t = SenderPlacement::Process)]
-    pub sender: SenderPlacement,
-    /// CPU for the receiver thread (default: 1, or 0 on a 1-CPU machine).
-    #[arg(long)]
-    pub rx_cpu: Option<usize>,
-    /// CPU for the receiving veth's NAPI thread (default: the receiver's CPU, so the
-    /// sender's CPU does only sending, as on two machines).
-    #[arg(long)]
-    pub napi_cpu: Option<usize>,
+    /// The kernel's `udpgso_bench_tx`.
+    pub selftest: Option<PathBuf>,
 }
 
-impl NetArgs {
-    /// Checks CPU numbers against this machine.
-    pub fn validate(&self) -> Result<()> {
-        let n = cpus();
-        for (what, cpu) in [("--tx-cpu", Some(self.tx_cpu)), ("--rx-cpu", self.rx_cpu), ("--napi-cpu", self.napi_cpu)] {
-            if let Some(c) = cpu
-                && c >= n
-            {
-                bail!("{what} {c}: this machine has CPUs 0..={}", n - 1);
+/// The lab's plan for `name`.
+pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>> {
+    let secs = |full: u64, quick_ms: u64| {
+        if p.quick { Duration::from_millis(quick_ms) } else { Duration::from_secs(full) }
+    };
+    let s: Box<dyn Scenario> = match name {
+        ScenarioName::UdpBulk => {
+            let mut o = udp_bulk::UdpBulkArgs::defaults();
+            o.net.ipv6 = p.ipv6;
+            o.time = secs(2, 1000);
+            o.repeat = if p.quick { 2 } else { 3 };
+            o.selftest = p.selftest.clone();
+            Box::new(o)
+        }
+        ScenarioName::UdpPacing => {
+            let mut o = udp_pacing::UdpPacingArgs::defaults();
+            o.net.ipv6 = p.ipv6;
+            o.time = secs(2, 1000);
+            o.repeat = if p.quick { 1 } else { 3 };
+            Box::new(o)
+        }
+        ScenarioName::Nvme => {
+            let mut o = nvme::NvmeBenchArgs::defaults();
+            o.time = secs(4, 1000);
+            o.repeat = if p.quick { 1 } else { 3 };
+            Box::new(o)
+        }
+        ScenarioName::LbPps => {
+            let mut o = lb_pps::LbPpsArgs::defaults();
+            if p.quick {
+                o.flows = vec![1, 10_000];
+                o.time = Duration::from_millis(600);
             }
+            Box::new(o)
         }
-        Ok(())
-    }
-
-    /// The receiver's CPU.
-    pub fn rx_cpu(&self) -> usize {
-        self.rx_cpu.unwrap_or(if cpus() > 1 { 1 } else { 0 })
-    }
-
-    /// The veth link configuration.
-    pub fn link(&self) -> LinkConfig {
-        let rx = match self.rx_napi {
-            RxNapi::Threaded => RxTuning::threaded_napi_on(self.napi_cpu.unwrap_or(self.rx_cpu())),
-            RxNapi::Off => RxTuning::none(),
-        };
-        LinkConfig { mtu: self.mtu, queues: 1, rx }
-    }
-
-    /// Path MTU the datagrams must fit.
-    pub fn path_mtu(&self) -> u32 {
-        match self.path {
-            PathKind::Veth => self.mtu,
-            PathKind::Loopback => 65_536,
-        }
-    }
-
-    /// `key=value` pairs for the echo.
-    pub fn echo(&self, out: &mut Vec<(String, String)>) {
-        out.push(("path".into(), format!("{:?}", self.path).to_lowercase()));
-        out.push(("family".into(), if self.ipv6 { "ipv6" } else { "ipv4" }.into()));
-        if self.path == PathKind::Veth {
-            let link = self.link();
-            out.push(("mtu".into(), self.mtu.to_string()));
-            out.push(("rx_tuning".into(), link.rx.label()));
-        }
-        out.push(("sender".into(), format!("{:?}", self.sender).to_lowercase()));
-        out.push(("tx_cpu".into(), self.tx_cpu.to_string()));
-        out.push(("rx_cpu".into(), self.rx_cpu().to_string()));
-        out.push(("cpus".into(), cpus().to_string()));
-    }
-
-    /// netlane's sender for `spec`, placed as `--sender` says.
-    pub fn sender(&self, spec: TxSpec) -> TxSource {
-        match self.sender {
-            SenderPlacement::Thread => TxSource::Netlane(spec),
-            SenderPlacement::Process => match std::env::current_exe() {
-                Ok(program) => TxSource::Process(spec, SenderProcess { program, args: vec![SENDER_SUBCOMMAND.into()] }),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot find the netlane binary; the sender runs on a thread");
-                    TxSource::Netlane(spec)
-                }
-            },
-        }
-    }
-
-    /// Builds the veth topology when the path needs one.
-    pub fn build(&self, label: &str) -> Result<Option<TwoHosts>> {
-        match self.path {
-            PathKind::Loopback => Ok(None),
-            PathKind::Veth => Ok(Some(TwoHosts::create(label, self.link()).context("building the veth topology")?)),
-        }
-    }
+    };
+    s.validate().with_context(|| format!("scenario {}", s.name()))?;
+    Ok(s)
 }
 
-/// Endpoints for an optional topology.
-pub fn endpoints(hosts: &Option<TwoHosts>) -> Endpoints<'_> {
-    match hosts {
-        Some(h) => Endpoints::Veth(h),
-        None => Endpoints::Loopback,
+/// Runs `list` one after another, watching the machine, and counts the checks. `each`
+/// sees every report as soon as its scenario finishes.
+pub fn run_all(
+    list: &[&dyn Scenario],
+    progress: &Reporter,
+    mut each: impl FnMut(&ScenarioReport) -> Result<()>,
+) -> Result<Results> {
+    for s in list {
+        s.validate().with_context(|| format!("scenario {}", s.name()))?;
     }
-}
-
-/// Runs one transfer, with the run's label in any error.
-pub fn run_one(hosts: &Option<TwoHosts>, label: &str, run: &BulkRun) -> Result<BulkResult> {
-    crate::engines::bulk::run(endpoints(hosts), run).map_err(|e| match e {
-        BulkError::Config(m) => anyhow::anyhow!("{label}: {m}"),
-        other => anyhow::Error::new(other).context(format!("{label} run failed")),
-    })
-}
-
-/// Number of CPUs available to this process.
-pub fn cpus() -> usize {
-    netlane::cpus::online_count()
-}
-
-/// clap parser for rates (`10MB/s`, `200mbit`); rejects zero and negative values.
-pub fn parse_rate(s: &str) -> Result<u64, String> {
-    units::parse_rate(s).map_err(|e| e.to_string())
-}
-
-/// clap parser for durations; rejects zero.
-pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
-    let d = units::parse_duration(s).map_err(|e| e.to_string())?;
-    if d.is_zero() {
-        return Err(format!("duration {s:?}: must be positive"));
+    let monitor = Monitor::start(Duration::from_millis(500));
+    for w in monitor.warnings() {
+        progress.println(&format!("warning: {w}"));
     }
-    Ok(d)
-}
-
-/// clap parser for sizes (`64k`).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    units::parse_size(s).map_err(|e| e.to_string())
-}
-
-/// A pacing quantum on the command line: `auto` or a duration.
-pub fn parse_quantum(s: &str) -> Result<netlane::pace::Quantum, String> {
-    if s.eq_ignore_ascii_case("auto") {
-        return Ok(netlane::pace::Quantum::Auto);
+    progress.plan(list.iter().map(|s| s.runs()).sum());
+    let mut scenarios = Vec::new();
+    for s in list {
+        progress.set_scope(s.name());
+        let r = s.run(progress).with_context(|| format!("scenario {}", s.name()))?;
+        each(&r)?;
+        scenarios.push(r);
     }
-    let d = parse_positive_duration(s)?;
-    Ok(netlane::pace::Quantum::Fixed(d.as_nanos() as u64))
+    progress.clear();
+    let summary = Tally::of(scenarios.iter().flat_map(|s| s.checks.iter()));
+    Ok(Results { machine: monitor.finish(), summary, scenarios })
 }
 
-/// Human form of a quantum.
-pub fn quantum_label(q: netlane::pace::Quantum) -> String {
-    match q {
-        netlane::pace::Quantum::Auto => "auto".into(),
-        netlane::pace::Quantum::Fixed(ns) => format_duration(Duration::from_nanos(ns)),
+/// Parses a scenario's options from command-line words, with its defaults (the same
+/// defaults `netlane bench` shows in `--help`).
+pub fn from_words<T: clap::Args>(words: &[&str]) -> Result<T, clap::Error> {
+    #[derive(clap::Parser)]
+    struct Wrap<U: clap::Args> {
+        #[command(flatten)]
+        inner: U,
     }
+    let argv = std::iter::once("netlane").chain(words.iter().copied());
+    <Wrap<T> as clap::Parser>::try_parse_from(argv).map(|w| w.inner)
 }
-
-/// How a benchmark reports progress: the CLI prints lines, the lab draws bars.
-pub trait Progress {
-    /// `total` runs are planned.
-    fn plan(&self, total: usize);
-    /// A run starts.
-    fn start(&self, label: &str);
-    /// A run finished; `summary` is one line.
-    fn finish(&self, label: &str, summary: &str);
-}
-
-/// Progress as lines on stderr.
-#[derive(Debug, Default)]
-pub struct LineProgress;
-
-impl Progress for LineProgress {
-    fn plan(&self, total: usize) {
-        eprintln!("# {total} runs");
-    }
-    fn start(&self, _label: &str) {}
-    fn finish(&self, label: &str, summary: &str) {
-        eprintln!("# {label}: {summary}");
-    }
-}
-
-/// One-line summary of a run for progress output.
-pub fn summary_line(r: &BulkResult) -> String {
-    format!(
-        "tx {} rx {} | tx {:.3} s/GB | loss {:.2}%",
-        units::Rate(r.tx_rate),
-        units::Rate(r.rx_rate),
-        r.tx_cpu_per_gb,
-        r.loss * 100.0
-    )
-}
-
-pub use netlane::metrics::median;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn medians() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-        assert!(median(vec![]).is_nan());
-    }
-
-    #[test]
-    fn quantum_parsing() {
-        assert_eq!(parse_quantum("auto").unwrap(), netlane::pace::Quantum::Auto);
-        assert_eq!(parse_quantum("250us").unwrap(), netlane::pace::Quantum::Fixed(250_000));
-        assert!(parse_quantum("0ms").is_err());
-        assert!(parse_quantum("soon").is_err());
+    fn every_lab_plan_is_valid_for_options_parsing() {
+        // Validation needs root for the veth scenarios; parsing and defaults do not.
+        let _ = udp_bulk::UdpBulkArgs::defaults();
+        let _ = udp_pacing::UdpPacingArgs::defaults();
+        let _ = nvme::NvmeBenchArgs::defaults();
+        let _ = lb_pps::LbPpsArgs::defaults();
+        assert_eq!(ScenarioName::ALL.len(), 4);
     }
 }

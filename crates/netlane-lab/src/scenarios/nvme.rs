@@ -1,5 +1,5 @@
-//! `netlane bench nvme`: the NVMe/TCP scenarios of the talk, host and target on their own
-//! CPUs and (by default) their own network namespaces joined by a veth pair.
+//! `nvme`: the NVMe/TCP talk's experiments, host and target on their own CPUs and (by
+//! default) their own network namespaces joined by a veth pair.
 //!
 //! - QD1 4 KiB random-read latency through the I/O worker, with direct send, and with
 //!   poll queues;
@@ -7,6 +7,8 @@
 //!   and with i10 caravans;
 //! - the mixed workload: 16 QD1 4 KiB readers and one QD32 1 MiB writer, on one shared
 //!   queue map and on separate read/write maps.
+//!
+//! Every mode runs once per round (rotating order); checks pair two modes per round.
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -16,14 +18,22 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use netlane::cpus::CpuList;
+use netlane::metrics::Summary;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_nvme::host::ConnectOptions;
 use netlane_nvme::perf::{Caravan, CpuBinding, JobGroup, PerfOptions, PerfReport};
-
-use super::{PathKind, Progress, cpus, parse_positive_duration};
-use crate::report::chart::{Series, bars};
-use crate::report::{Cell, Check, ScenarioReport, Table};
 use netlane_nvme::target::DEFAULT_NQN;
+
+use super::net::PathKind;
+use super::options::{OptionList, parse_duration, parse_positive_duration, parse_size};
+use super::{Scenario, from_words};
+use crate::progress::Progress;
+use crate::report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
+use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::verdict::{Measure, Spec, paired, positive, rate};
 
 /// Parts of the NVMe scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -36,46 +46,59 @@ pub enum Part {
     Mixed,
 }
 
-/// Options of `netlane bench nvme`.
+impl Part {
+    fn word(self) -> &'static str {
+        match self {
+            Part::Qd1 => "qd1",
+            Part::Qd32 => "qd32",
+            Part::Mixed => "mixed",
+        }
+    }
+}
+
+/// Options of the `nvme` scenario.
 #[derive(Debug, Clone, Args)]
 pub struct NvmeBenchArgs {
     /// Where host and target run.
     #[arg(long, value_enum, default_value_t = PathKind::Veth)]
     pub path: PathKind,
     /// Measured time per run.
-    #[arg(long, default_value = "4s", value_parser = parse_positive_duration)]
+    #[arg(short = 't', long, default_value = "4s", value_parser = parse_positive_duration)]
     pub time: Duration,
     /// Warm-up before each measurement.
-    #[arg(long, default_value = "500ms", value_parser = netlane::metrics::units::parse_duration)]
+    #[arg(long, alias = "ramp_time", default_value = "500ms", value_parser = parse_duration)]
     pub ramp: Duration,
     /// CPU of the host side (jobs, queue workers, the host end's NAPI).
     #[arg(long, default_value_t = 0)]
     pub host_cpu: usize,
-    /// CPU of the target (its reactor and its end's NAPI).
+    /// CPU of the target (its reactor and its end's NAPI) [default: 1, or 0 on a 1-CPU machine].
     #[arg(long)]
     pub target_cpu: Option<usize>,
     /// Parts to run (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "qd1,qd32,mixed")]
     pub parts: Vec<Part>,
     /// Target memory namespace size.
-    #[arg(long, default_value = "1G")]
-    pub ns_size: String,
-    /// Runs of each mode, interleaved (A B C A B C); the report keeps each mode's best
-    /// run, since interference on a shared machine only adds latency and cost.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=20))]
+    #[arg(long, default_value = "1G", value_parser = parse_size)]
+    pub ns_size: u64,
+    /// Rounds: every mode runs once per round, in a rotating order; checks pair the modes
+    /// they compare within each round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
     /// MTU of the veth pair (storage networks usually run jumbo frames).
     #[arg(long, default_value_t = 9000, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
 }
 
-struct Run {
+/// One mode of a part.
+#[derive(Debug, Clone)]
+struct Mode {
     part: Part,
     label: &'static str,
     opts: PerfOptions,
 }
 
-/// The target process; killed (by its PID, which we started) when dropped.
+/// The target process; killed (by the PID we started) when dropped, and by the kernel
+/// when we die (parent-death signal).
 struct TargetProcess {
     child: Child,
 }
@@ -88,33 +111,28 @@ impl Drop for TargetProcess {
 }
 
 impl NvmeBenchArgs {
-    /// Checks the options against this machine.
-    pub fn validate(&self) -> Result<()> {
-        let n = cpus();
-        let t = self.target_cpu();
-        if self.host_cpu >= n || t >= n {
-            bail!("CPU {} does not exist (this machine has {n})", self.host_cpu.max(t));
-        }
-        if self.parts.is_empty() {
-            bail!("no parts to run");
-        }
-        netlane::metrics::units::parse_size(&self.ns_size).map_err(|e| anyhow::anyhow!("--ns-size: {e}"))?;
-        if self.path == PathKind::Veth && !netlane::topology::have_privileges() {
-            bail!("the veth path needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root or use --path loopback");
-        }
-        Ok(())
+    /// The defaults, as `netlane bench nvme` has them.
+    pub fn defaults() -> NvmeBenchArgs {
+        from_words(&[]).expect("the defaults parse")
     }
 
     fn target_cpu(&self) -> usize {
-        self.target_cpu.unwrap_or(if cpus() > 1 { 1 } else { 0 })
+        self.target_cpu.unwrap_or(if netlane::cpus::online_count() > 1 { 1 } else { 0 })
     }
 
-    /// Number of runs.
-    pub fn run_count(&self) -> usize {
-        self.parts.iter().map(|p| if *p == Part::Mixed { 2 } else { 3 }).sum::<usize>() * self.repeat as usize
+    fn labels(&self) -> Vec<(Part, &'static str)> {
+        let mut v = Vec::new();
+        for p in &self.parts {
+            match p {
+                Part::Qd1 => v.extend([(*p, "I/O worker"), (*p, "direct send"), (*p, "poll queue")]),
+                Part::Qd32 => v.extend([(*p, "send per command"), (*p, "batched"), (*p, "caravans")]),
+                Part::Mixed => v.extend([(*p, "shared map"), (*p, "separate maps")]),
+            }
+        }
+        v
     }
 
-    fn runs(&self, addr: SocketAddr, target_pid: u32) -> Result<Vec<Run>> {
+    fn modes(&self, addr: SocketAddr, target_pid: u32) -> Result<Vec<Mode>> {
         let host = self.host_cpu;
         let base = |groups: Vec<JobGroup>| PerfOptions {
             connect: {
@@ -129,7 +147,7 @@ impl NvmeBenchArgs {
             queues: 1,
             read_queues: 0,
             poll_queues: 0,
-            queue_cpus: netlane::cpus::CpuList::one(host),
+            queue_cpus: CpuList::one(host),
             queue_depth: 128,
             direct_send: false,
             batch: true,
@@ -139,37 +157,22 @@ impl NvmeBenchArgs {
             target_pid: Some(target_pid),
         };
         let g = |spec: &str| JobGroup::parse(spec).map_err(anyhow::Error::msg);
-        let mut runs = Vec::new();
+        let mut modes = Vec::new();
         for part in &self.parts {
+            let m = |label, opts| Mode { part: *part, label, opts };
             match part {
                 Part::Qd1 => {
                     let reader = g(&format!("name=qd1,rw=randread,bs=4k,qd=1,jobs=1,cpus={host}"))?;
-                    runs.push(Run { part: *part, label: "I/O worker", opts: base(vec![reader.clone()]) });
-                    runs.push(Run {
-                        part: *part,
-                        label: "direct send",
-                        opts: PerfOptions { direct_send: true, ..base(vec![reader.clone()]) },
-                    });
-                    let hipri = JobGroup { hipri: true, ..reader };
-                    runs.push(Run {
-                        part: *part,
-                        label: "poll queue",
-                        opts: PerfOptions { poll_queues: 1, ..base(vec![hipri]) },
-                    });
+                    let hipri = JobGroup { hipri: true, ..reader.clone() };
+                    modes.push(m("I/O worker", base(vec![reader.clone()])));
+                    modes.push(m("direct send", PerfOptions { direct_send: true, ..base(vec![reader]) }));
+                    modes.push(m("poll queue", PerfOptions { poll_queues: 1, ..base(vec![hipri]) }));
                 }
                 Part::Qd32 => {
                     let reader = g(&format!("name=qd32,rw=randread,bs=4k,qd=32,jobs=1,cpus={host}"))?;
-                    runs.push(Run {
-                        part: *part,
-                        label: "send per command",
-                        opts: PerfOptions { batch: false, ..base(vec![reader.clone()]) },
-                    });
-                    runs.push(Run { part: *part, label: "batched", opts: base(vec![reader.clone()]) });
-                    runs.push(Run {
-                        part: *part,
-                        label: "caravans",
-                        opts: PerfOptions { caravan: Some(Caravan::default()), ..base(vec![reader]) },
-                    });
+                    modes.push(m("send per command", PerfOptions { batch: false, ..base(vec![reader.clone()]) }));
+                    modes.push(m("batched", base(vec![reader.clone()])));
+                    modes.push(m("caravans", PerfOptions { caravan: Some(Caravan::default()), ..base(vec![reader]) }));
                 }
                 Part::Mixed => {
                     let readers = g(&format!("name=readers,rw=randread,bs=4k,qd=1,jobs=16,cpus={host}"))?;
@@ -177,20 +180,13 @@ impl NvmeBenchArgs {
                         JobGroup { cpus: CpuBinding::Unbound, ..g("name=writer,rw=write,bs=1M,qd=32,jobs=1")? };
                     // Direct send is on in both (as in current Linux hosts); only the
                     // queue maps differ.
-                    runs.push(Run {
-                        part: *part,
-                        label: "shared map",
-                        opts: PerfOptions { direct_send: true, ..base(vec![readers.clone(), writer.clone()]) },
-                    });
-                    runs.push(Run {
-                        part: *part,
-                        label: "separate maps",
-                        opts: PerfOptions { read_queues: 1, direct_send: true, ..base(vec![readers, writer]) },
-                    });
+                    let both = vec![readers, writer];
+                    modes.push(m("shared map", PerfOptions { direct_send: true, ..base(both.clone()) }));
+                    modes.push(m("separate maps", PerfOptions { read_queues: 1, direct_send: true, ..base(both) }));
                 }
             }
         }
-        Ok(runs)
+        Ok(modes)
     }
 
     fn start_target(&self, hosts: Option<&TwoHosts>) -> Result<(TargetProcess, SocketAddr)> {
@@ -203,6 +199,7 @@ impl NvmeBenchArgs {
             Some(h) => h.rx.command(&exe),
             None => std::process::Command::new(&exe),
         };
+        netlane_sys::process::kill_with_parent(&mut cmd);
         cmd.args(["nvme", "target", "--listen", &listen.to_string(), "--cpus", &self.target_cpu().to_string()])
             .args(["--ns", &format!("mem:{}", self.ns_size)])
             .stdout(Stdio::piped())
@@ -228,8 +225,50 @@ impl NvmeBenchArgs {
         Ok((proc_, addr))
     }
 
-    /// Runs every part.
-    pub fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+    fn options(&self) -> OptionList {
+        let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
+        OptionList::new()
+            .text("path", self.path.word())
+            .int("mtu", u64::from(self.mtu))
+            .words("parts", &parts)
+            .duration("time", self.time)
+            .duration("ramp", self.ramp)
+            .int("repeat", u64::from(self.repeat))
+            .int("host-cpu", self.host_cpu as u64)
+            .int("target-cpu", self.target_cpu() as u64)
+            .size("ns-size", self.ns_size)
+    }
+}
+
+impl Scenario for NvmeBenchArgs {
+    fn name(&self) -> &'static str {
+        "nvme"
+    }
+
+    fn validate(&self) -> Result<()> {
+        let n = netlane::cpus::online_count();
+        for (what, c) in [("--host-cpu", self.host_cpu), ("--target-cpu", self.target_cpu())] {
+            if c >= n {
+                bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+            }
+        }
+        if self.parts.is_empty() {
+            bail!("--parts: no parts to run");
+        }
+        if self.ns_size < 64 << 20 {
+            bail!("--ns-size {}: at least 64M (the mixed workload's writer alone covers 32M)", self.ns_size);
+        }
+        if self.path == PathKind::Veth && !netlane::topology::have_privileges() {
+            bail!("the veth path needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root or use --path loopback");
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        self.labels().len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
         let hosts = match self.path {
             PathKind::Veth => {
@@ -243,17 +282,20 @@ impl NvmeBenchArgs {
             PathKind::Loopback => None,
         };
         let (target, addr) = self.start_target(hosts.as_ref())?;
-        let runs = self.runs(addr, target.child.id())?;
-        progress.plan(runs.len() * self.repeat as usize);
-        let mut all: Vec<Vec<PerfReport>> = vec![Vec::new(); runs.len()];
-        for round in 0..self.repeat {
-            for (i, r) in runs.iter().enumerate() {
-                let mut label = format!("{:?} {}", r.part, r.label).to_lowercase();
+        let modes = self.modes(addr, target.child.id())?;
+        let mut all: Vec<Vec<PerfReport>> = vec![Vec::new(); modes.len()];
+        let mut records = Vec::new();
+        let mut index = 0u32;
+        for round in 0..self.repeat as usize {
+            for i in round_order(modes.len(), round) {
+                index += 1;
+                let m = &modes[i];
+                let mut label = format!("{} {}", m.part.word(), m.label);
                 if self.repeat > 1 {
                     label.push_str(&format!(" #{}", round + 1));
                 }
                 progress.start(&label);
-                let opts = r.opts.clone();
+                let opts = m.opts.clone();
                 let rep = match &hosts {
                     Some(h) => h.tx.run(move || netlane_nvme::perf::run(&opts))?,
                     None => netlane_nvme::perf::run(&opts),
@@ -263,60 +305,384 @@ impl NvmeBenchArgs {
                 if errors > 0 {
                     bail!("{label}: {errors} commands failed");
                 }
-                let main = &rep.groups[0];
+                let g = &rep.groups[0];
                 progress.finish(
                     &label,
                     &format!(
-                        "{:.0} IOPS, p50 {:.1} us, p99.99 {:.1} us, host {:.2} us/IO",
-                        main.iops,
-                        main.read_lat_ns.p50 as f64 / 1e3,
-                        main.read_lat_ns.p9999 as f64 / 1e3,
-                        rep.host_cpu_us_per_io
+                        "{:.0} IOPS, p50 {}, p99.99 {}, host {} us/IO",
+                        g.iops,
+                        format::seconds(g.read_lat_ns.p50 as f64 / 1e9),
+                        format::seconds(g.read_lat_ns.p9999 as f64 / 1e9),
+                        rep.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}"))
                     ),
                 );
+                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.word(), m.label), &rep));
                 all[i].push(rep);
             }
         }
-        // Each mode's best run by the measure its part is about.
-        let mut results: Vec<(Part, &'static str, PerfReport)> = Vec::new();
-        let mut spread = Vec::new();
-        for (r, reps) in runs.iter().zip(all) {
-            let key = |p: &PerfReport| -> f64 {
-                let g = &p.groups[0];
-                match r.part {
-                    Part::Qd1 => g.read_lat_ns.p50 as f64,
-                    Part::Qd32 => -(p.ops as f64 / p.host_cpu.total_s().max(1e-9)),
-                    Part::Mixed => g.read_lat_ns.p9999 as f64,
+        drop(target);
+        Ok(self.report(&modes, &all, records))
+    }
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// IOPS per host CPU-second.
+fn per_core(r: &PerfReport) -> Measure {
+    rate(r.ops as f64, r.host_cpu.total_s(), "host CPU")
+}
+
+/// The main group's (the readers') latency percentile, degenerate when nothing completed.
+fn lat(r: &PerfReport, f: fn(&Summary) -> u64, what: &str) -> Measure {
+    let s = &r.groups[0].read_lat_ns;
+    if s.count == 0 {
+        return Err(format!("no {} completed: empty latency histogram", r.groups[0].name));
+    }
+    positive(f(s) as f64, what)
+}
+
+fn p50(r: &PerfReport) -> Measure {
+    lat(r, |s| s.p50, "p50")
+}
+
+fn p9999(r: &PerfReport) -> Measure {
+    lat(r, |s| s.p9999, "p99.99")
+}
+
+fn iops(r: &PerfReport) -> Measure {
+    positive(r.groups[0].iops, &format!("{} IOPS", r.groups[0].name))
+}
+
+fn record(index: u32, round: u32, label: &str, r: &PerfReport) -> RunRecord {
+    let g = &r.groups[0];
+    let l = &g.read_lat_ns;
+    let mut rec = RunRecord::new(
+        index,
+        round,
+        label,
+        vec![
+            ("iops", Some(g.iops)),
+            ("p50_us", (l.count > 0).then(|| us(l.p50))),
+            ("p99_us", (l.count > 0).then(|| us(l.p99))),
+            ("p9999_us", (l.count > 0).then(|| us(l.p9999))),
+            ("host_cpu_us_per_io", r.host_cpu_us_per_io),
+            ("target_cpu_us_per_io", r.target_cpu_us_per_io),
+            ("host_switches_per_io", r.host_switches_per_io),
+            ("cmds_per_send", r.cmds_per_send),
+            ("iops_per_host_core", per_core(r).ok()),
+            ("writer_mb_per_s", r.groups.get(1).map(|w| w.mb_per_s)),
+        ],
+    );
+    rec.detail = serde_json::to_value(r).unwrap_or_default();
+    rec
+}
+
+fn values(rs: &[PerfReport], f: impl Fn(&PerfReport) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| f(r).ok()).collect()
+}
+
+fn med(rs: &[PerfReport], f: impl Fn(&PerfReport) -> Measure) -> Value {
+    let v = values(rs, f);
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+fn opt(o: Option<f64>, what: &str) -> Measure {
+    o.ok_or_else(|| format!("no {what}"))
+}
+
+/// A percentile rank and how to read it from a summary.
+type Pick = (f64, fn(&Summary) -> u64);
+
+/// Median across rounds of each percentile, as points on a "nines" axis (seconds).
+fn percentile_series(name: &str, rs: &[PerfReport], group: usize) -> Series {
+    let pick: [Pick; 5] =
+        [(50.0, |s| s.p50), (90.0, |s| s.p90), (99.0, |s| s.p99), (99.9, |s| s.p999), (99.99, |s| s.p9999)];
+    let points = pick
+        .iter()
+        .filter_map(|(p, f)| {
+            let v: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.groups.get(group))
+                .filter(|g| g.read_lat_ns.count > 0)
+                .map(|g| f(&g.read_lat_ns) as f64 / 1e9)
+                .collect();
+            let s = Spread::of(&v)?;
+            Some(Point {
+                x: format::nines_x(*p),
+                y: s.median,
+                low: (s.n > 1).then_some(s.min),
+                high: (s.n > 1).then_some(s.max),
+            })
+        })
+        .collect();
+    Series { name: name.into(), points }
+}
+
+impl NvmeBenchArgs {
+    fn report(&self, modes: &[Mode], all: &[Vec<PerfReport>], runs: Vec<RunRecord>) -> ScenarioReport {
+        let find = |part: Part, label: &str| {
+            modes.iter().position(|m| m.part == part && m.label == label).map(|i| &all[i][..])
+        };
+        let mut flags = Vec::new();
+        for (m, rs) in modes.iter().zip(all) {
+            flags.extend(repeat_flags(&format!("{} {}", m.part.word(), m.label), "IOPS", &values(rs, iops)));
+        }
+        let mut tables = Vec::new();
+        let mut charts = Vec::new();
+        let mut checks = Vec::new();
+        let mut notes = Vec::new();
+        let spread = |rs: &[PerfReport], f: fn(&PerfReport) -> Measure| {
+            Value::opt(Spread::of(&values(rs, f)).and_then(|s| s.relative()).map(|r| r * 100.0))
+        };
+        let us_of = |f: fn(&Summary) -> u64| move |r: &PerfReport| lat(r, f, "latency").map(|v| v / 1e3);
+
+        if self.parts.contains(&Part::Qd1) {
+            let mut t = Table::new(
+                "nvme-qd1",
+                format!("QD1 4 KiB random read, medians of {} rounds", self.repeat),
+                vec![
+                    Column::new("mode", "mode", 0),
+                    Column::new("iops", "IOPS", 0),
+                    Column::new("p50_us", "p50 us", 1),
+                    Column::new("p90_us", "p90 us", 1),
+                    Column::new("p99_us", "p99 us", 1),
+                    Column::new("p999_us", "p99.9 us", 1),
+                    Column::new("p9999_us", "p99.99 us", 1),
+                    Column::new("host_cpu_us_per_io", "host CPU us/IO", 2),
+                    Column::new("target_cpu_us_per_io", "target CPU us/IO", 2),
+                    Column::new("host_switches_per_io", "switches/IO", 2),
+                    Column::new("p50_spread_pct", "p50 spread %", 0),
+                ],
+            );
+            let mut series = Vec::new();
+            for label in ["I/O worker", "direct send", "poll queue"] {
+                let Some(rs) = find(Part::Qd1, label) else { continue };
+                t.push(Row::new(vec![
+                    Value::text(label),
+                    med(rs, iops),
+                    med(rs, us_of(|s| s.p50)),
+                    med(rs, us_of(|s| s.p90)),
+                    med(rs, us_of(|s| s.p99)),
+                    med(rs, us_of(|s| s.p999)),
+                    med(rs, us_of(|s| s.p9999)),
+                    med(rs, |r| opt(r.host_cpu_us_per_io, "host CPU per I/O")),
+                    med(rs, |r| opt(r.target_cpu_us_per_io, "target CPU per I/O")),
+                    med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
+                    spread(rs, p50),
+                ]));
+                series.push(percentile_series(label, rs, 0));
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "nvme-qd1".into(),
+                title: "QD1 4 KiB random read: latency by percentile".into(),
+                kind: ChartKind::Percentiles,
+                x: Axis::numeric("percentile", Unit::Nines, Scale::Linear),
+                y: Axis::numeric("latency", Unit::Seconds, Scale::Log),
+                series,
+            });
+            let pair = |id: &str, name: &str, a: &str, b: &str| {
+                let spec = Spec::below(id, name, 1.0, "x");
+                match (find(Part::Qd1, a), find(Part::Qd1, b)) {
+                    (Some(x), Some(y)) => spec.evaluate(paired(x, y, p50), &format!("{a} / {b} p50, per round")),
+                    _ => spec.skipped("the qd1 part did not run"),
                 }
             };
-            let values: Vec<String> = reps
-                .iter()
-                .map(|p| match r.part {
-                    Part::Qd1 => format!("p50 {:.1} us", key(p) / 1e3),
-                    Part::Qd32 => format!("{:.0} IOPS/core", -key(p)),
-                    Part::Mixed => format!("p99.99 {:.0} us, {:.0} IOPS", key(p) / 1e3, p.groups[0].iops),
-                })
-                .collect();
-            spread.push(format!("{:?} {}: {}", r.part, r.label, values.join("; ")).to_lowercase());
-            if let Some(best) = reps.into_iter().min_by(|a, b| key(a).total_cmp(&key(b))) {
-                results.push((r.part, r.label, best));
-            }
-        }
-        drop(target);
-        let mut rep = self.report(&results);
-        if self.repeat > 1 {
-            rep.notes.push(format!(
-                "Each mode ran {} times, interleaved; tables and checks use each mode's best run (QD1: lowest p50; \
-                 QD32: most IOPS per host core; mixed: lowest readers' p99.99). All runs: {}.",
-                self.repeat,
-                spread.join(" | ")
+            checks.push(pair(
+                "nvme.qd1-direct-send",
+                "QD1: direct send lowers p50 latency (saves the hand-off to the I/O worker)",
+                "direct send",
+                "I/O worker",
+            ));
+            checks.push(pair(
+                "nvme.qd1-polling",
+                "QD1: polling lowers p50 latency further (no receive-side switch)",
+                "poll queue",
+                "direct send",
             ));
         }
-        Ok(rep)
-    }
 
-    fn report(&self, results: &[(Part, &'static str, PerfReport)]) -> ScenarioReport {
-        let mut rep = ScenarioReport {
+        if self.parts.contains(&Part::Qd32) {
+            let mut t = Table::new(
+                "nvme-qd32",
+                format!("QD32 4 KiB random read on one host core, medians of {} rounds", self.repeat),
+                vec![
+                    Column::new("mode", "mode", 0),
+                    Column::new("iops", "IOPS", 0),
+                    Column::new("iops_per_host_core", "IOPS per host core", 0),
+                    Column::new("cmds_per_send", "commands/send", 1),
+                    Column::new("host_cpu_us_per_io", "host CPU us/IO", 2),
+                    Column::new("host_switches_per_io", "switches/IO", 2),
+                    Column::new("p50_us", "p50 us", 1),
+                    Column::new("p9999_us", "p99.99 us", 1),
+                    Column::new("spread_pct", "spread %", 0),
+                ],
+            );
+            let mut points = Vec::new();
+            let labels = ["send per command", "batched", "caravans"];
+            for (x, label) in labels.iter().enumerate() {
+                let Some(rs) = find(Part::Qd32, label) else { continue };
+                t.push(Row::new(vec![
+                    Value::text(*label),
+                    med(rs, iops),
+                    med(rs, per_core),
+                    med(rs, |r| opt(r.cmds_per_send, "sends")),
+                    med(rs, |r| opt(r.host_cpu_us_per_io, "host CPU per I/O")),
+                    med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
+                    med(rs, us_of(|s| s.p50)),
+                    med(rs, us_of(|s| s.p9999)),
+                    spread(rs, per_core),
+                ]));
+                if let Some(s) = Spread::of(&values(rs, per_core)) {
+                    points.push(Point {
+                        x: x as f64,
+                        y: s.median,
+                        low: (s.n > 1).then_some(s.min),
+                        high: (s.n > 1).then_some(s.max),
+                    });
+                }
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "nvme-qd32".into(),
+                title: "QD32 4 KiB random read: IOPS per host CPU-second".into(),
+                kind: ChartKind::Bars,
+                x: Axis::categories("mode", labels.iter().map(|s| s.to_string()).collect()),
+                y: Axis::numeric("IOPS per host core", Unit::Count("IOPS".into()), Scale::Linear),
+                series: vec![Series { name: "IOPS per host core".into(), points }],
+            });
+            let spec = Spec::above(
+                "nvme.qd32-batching",
+                "QD32: batching raises IOPS per host core over one send per command",
+                1.0,
+                "x",
+            );
+            checks.push(match (find(Part::Qd32, "batched"), find(Part::Qd32, "send per command")) {
+                (Some(b), Some(n)) => {
+                    spec.evaluate(paired(b, n, per_core), "batched / send per command IOPS per host core, per round")
+                }
+                _ => spec.skipped("the qd32 part did not run"),
+            });
+            if let (Some(c), Some(b)) = (find(Part::Qd32, "caravans"), find(Part::Qd32, "batched"))
+                && let (Value::Num(cc), Value::Num(bc)) =
+                    (med(c, |r| opt(r.cmds_per_send, "sends")), med(b, |r| opt(r.cmds_per_send, "sends")))
+            {
+                notes.push(format!(
+                    "Caravans put {cc:.1} commands in each send, plain batching {bc:.1} (a fact of how each sends, \
+                     counted by the host, not a target)."
+                ));
+            }
+        }
+
+        if self.parts.contains(&Part::Mixed) {
+            let mut t = Table::new(
+                "nvme-mixed",
+                format!(
+                    "Mixed workload: 16 QD1 4 KiB readers and a QD32 1 MiB writer, medians of {} rounds",
+                    self.repeat
+                ),
+                vec![
+                    Column::new("map", "queue maps", 0),
+                    Column::new("readers_iops", "readers IOPS", 0),
+                    Column::new("readers_p50_us", "readers p50 us", 1),
+                    Column::new("readers_p99_us", "readers p99 us", 1),
+                    Column::new("readers_p9999_us", "readers p99.99 us", 1),
+                    Column::new("readers_mean_us", "readers mean us", 1),
+                    Column::new("writer_mb_per_s", "writer MB/s", 0),
+                    Column::new("p9999_spread_pct", "p99.99 spread %", 0),
+                ],
+            );
+            let mut series = Vec::new();
+            let mut iops_points = Vec::new();
+            for (x, label) in ["shared map", "separate maps"].iter().enumerate() {
+                let Some(rs) = find(Part::Mixed, label) else { continue };
+                t.push(Row::new(vec![
+                    Value::text(*label),
+                    med(rs, iops),
+                    med(rs, us_of(|s| s.p50)),
+                    med(rs, us_of(|s| s.p99)),
+                    med(rs, us_of(|s| s.p9999)),
+                    med(rs, |r| positive(r.groups[0].read_lat_ns.mean, "mean latency").map(|v| v / 1e3)),
+                    med(rs, |r| r.groups.get(1).map_or(Err("no writer".into()), |w| Ok(w.mb_per_s))),
+                    spread(rs, p9999),
+                ]));
+                series.push(percentile_series(label, rs, 0));
+                if let Some(s) = Spread::of(&values(rs, iops)) {
+                    iops_points.push(Point {
+                        x: x as f64,
+                        y: s.median,
+                        low: (s.n > 1).then_some(s.min),
+                        high: (s.n > 1).then_some(s.max),
+                    });
+                }
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "nvme-mixed".into(),
+                title: "Mixed workload: the 16 readers' latency by percentile".into(),
+                kind: ChartKind::Percentiles,
+                x: Axis::numeric("percentile", Unit::Nines, Scale::Linear),
+                y: Axis::numeric("read latency", Unit::Seconds, Scale::Log),
+                series,
+            });
+            charts.push(Chart {
+                name: "nvme-mixed-iops".into(),
+                title: "Mixed workload: the 16 readers' IOPS".into(),
+                kind: ChartKind::Bars,
+                x: Axis::categories("queue maps", vec!["shared map".into(), "separate maps".into()]),
+                y: Axis::numeric("readers' IOPS", Unit::Count("IOPS".into()), Scale::Linear),
+                series: vec![Series { name: "readers".into(), points: iops_points }],
+            });
+            let (shared, separate) = (find(Part::Mixed, "shared map"), find(Part::Mixed, "separate maps"));
+            let spec = Spec::at_least(
+                "nvme.mixed-read-iops",
+                "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
+                2.0,
+                "x",
+            );
+            checks.push(match (separate, shared) {
+                (Some(m), Some(s)) => spec.evaluate(paired(m, s, iops), "separate / shared readers' IOPS, per round"),
+                _ => spec.skipped("the mixed part did not run"),
+            });
+            let spec = Spec::at_least(
+                "nvme.mixed-read-p9999",
+                "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
+                5.0,
+                "x lower",
+            );
+            checks.push(match (shared, separate) {
+                (Some(s), Some(m)) => {
+                    spec.evaluate(paired(s, m, p9999), "shared / separate readers' p99.99, per round")
+                }
+                _ => spec.skipped("the mixed part did not run"),
+            });
+        }
+
+        let headline = {
+            let get =
+                |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
+            let mut parts = Vec::new();
+            if let Some(v) = get("nvme.qd1-polling") {
+                parts.push(format!("polling took QD1 p50 to {v}x of direct send's"));
+            }
+            if let Some(v) = get("nvme.qd32-batching") {
+                parts.push(format!("batching gave {v}x the IOPS per host core"));
+            }
+            if let Some(v) = get("nvme.mixed-read-p9999") {
+                parts.push(format!("separate queue maps cut the readers' p99.99 {v}x"));
+            }
+            if parts.is_empty() {
+                format!("{} modes, {} rounds.", modes.len(), self.repeat)
+            } else {
+                let mut s = parts.join("; ");
+                s.push('.');
+                s[..1].to_uppercase() + &s[1..]
+            }
+        };
+        let options = self.options();
+        ScenarioReport {
             name: "nvme".into(),
             title: "NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps".into(),
             description: format!(
@@ -327,234 +693,66 @@ impl NvmeBenchArgs {
                     PathKind::Veth => "a veth pair between two network namespaces",
                     PathKind::Loopback => "loopback",
                 },
-                cpus(),
+                netlane::cpus::online_count(),
                 if self.path == PathKind::Veth { ", the host end's threaded NAPI" } else { "" },
                 self.host_cpu,
                 if self.path == PathKind::Veth { ", the target end's threaded NAPI" } else { "" },
                 self.target_cpu()
             ),
-            options: vec![
-                ("path".into(), format!("{:?}", self.path).to_lowercase()),
-                ("mtu".into(), self.mtu.to_string()),
-                ("repeat".into(), self.repeat.to_string()),
-                ("time".into(), format!("{:?}", self.time)),
-                ("ramp".into(), format!("{:?}", self.ramp)),
-                ("host_cpu".into(), self.host_cpu.to_string()),
-                ("target_cpu".into(), self.target_cpu().to_string()),
-                ("ns".into(), format!("mem:{}", self.ns_size)),
-            ],
-            tables: Vec::new(),
-            charts: Vec::new(),
-            checks: Vec::new(),
-            notes: Vec::new(),
-            raw: serde_json::Value::Null,
-        };
-        let find =
-            |part: Part, label: &str| results.iter().find(|(p, l, _)| *p == part && *l == label).map(|(_, _, r)| r);
-        let mut raw = serde_json::Map::new();
-        for (p, l, r) in results {
-            raw.insert(format!("{p:?} {l}").to_lowercase(), serde_json::to_value(r).unwrap_or_default());
+            headline,
+            options: options.object(),
+            echo: options.echo(),
+            tables,
+            charts,
+            checks,
+            flags,
+            notes,
+            runs,
         }
-        rep.raw = serde_json::Value::Object(raw);
-        let us = |ns: u64| ns as f64 / 1e3;
-        let summary = |name: &str, title: &str, part: Part| -> Option<crate::report::Table> {
-            let rows: Vec<_> = results.iter().filter(|(p, _, _)| *p == part).collect();
-            if rows.is_empty() {
-                return None;
-            }
-            let mut t = crate::report::Table {
-                name: name.into(),
-                title: title.into(),
-                columns: [
-                    "mode",
-                    "IOPS",
-                    "p50 us",
-                    "p99 us",
-                    "p99.99 us",
-                    "host us/IO",
-                    "target us/IO",
-                    "switches/IO",
-                    "cmds/send",
-                    "IOPS per host core",
-                ]
-                .iter()
-                .map(|s| s.to_string())
-                .collect(),
-                rows: Vec::new(),
-            };
-            for (_, l, r) in rows {
-                let g = &r.groups[0];
-                let host_cores = r.host_cpu.total_s() / r.seconds;
-                t.rows.push(vec![
-                    crate::report::Cell::text(*l),
-                    crate::report::Cell::num(g.iops, 0),
-                    crate::report::Cell::num(us(g.read_lat_ns.p50), 1),
-                    crate::report::Cell::num(us(g.read_lat_ns.p99), 1),
-                    crate::report::Cell::num(us(g.read_lat_ns.p9999), 1),
-                    crate::report::Cell::num(r.host_cpu_us_per_io, 2),
-                    crate::report::Cell::num(r.target_cpu_us_per_io.unwrap_or(f64::NAN), 2),
-                    crate::report::Cell::num(r.host_switches_per_io, 2),
-                    crate::report::Cell::num(r.cmds_per_send, 2),
-                    crate::report::Cell::num(if host_cores > 0.0 { g.iops / host_cores } else { f64::NAN }, 0),
-                ]);
-            }
-            Some(t)
-        };
-        if let Some(t) = summary("nvme-qd1", "QD1 4 KiB random read", Part::Qd1) {
-            rep.tables.push(t);
-        }
-        if let Some(t) = summary("nvme-qd32", "QD32 4 KiB random read, one host core", Part::Qd32) {
-            rep.tables.push(t);
-        }
-        // QD1 checks and chart.
-        if let (Some(w), Some(d), Some(p)) =
-            (find(Part::Qd1, "I/O worker"), find(Part::Qd1, "direct send"), find(Part::Qd1, "poll queue"))
-        {
-            let p50 = |r: &PerfReport| r.groups[0].read_lat_ns.p50 as f64;
-            rep.checks.push(Check::new(
-                "QD1: direct send lowers p50 latency (saves the hand-off to the I/O worker)",
-                "direct / worker < 1",
-                format!("{:.1} / {:.1} us = {:.2}", p50(d) / 1e3, p50(w) / 1e3, p50(d) / p50(w)),
-                p50(d) < p50(w),
-            ));
-            rep.checks.push(Check::new(
-                "QD1: polling lowers p50 latency further (no receive-side switch)",
-                "poll / direct < 1",
-                format!("{:.1} / {:.1} us = {:.2}", p50(p) / 1e3, p50(d) / 1e3, p50(p) / p50(d)),
-                p50(p) < p50(d),
-            ));
-            let cats: Vec<String> = ["p50", "p90", "p99", "p99.9", "p99.99"].iter().map(|s| s.to_string()).collect();
-            let series: Vec<Series> = [("I/O worker", w), ("direct send", d), ("poll queue", p)]
-                .iter()
-                .map(|(n, r)| {
-                    let l = &r.groups[0].read_lat_ns;
-                    Series::new(*n, vec![us(l.p50), us(l.p90), us(l.p99), us(l.p999), us(l.p9999)])
-                })
-                .collect();
-            rep.charts.push(bars(
-                "nvme-qd1",
-                "QD1 4 KiB random read latency (us, log scale)",
-                "us",
-                &cats,
-                &series,
-                true,
-            ));
-        }
-        if let (Some(n), Some(b), Some(c)) =
-            (find(Part::Qd32, "send per command"), find(Part::Qd32, "batched"), find(Part::Qd32, "caravans"))
-        {
-            let per_core = |r: &PerfReport| r.ops as f64 / r.host_cpu.total_s().max(1e-9);
-            rep.checks.push(Check::new(
-                "QD32: batching raises IOPS per host core",
-                "batched / send-per-command > 1",
-                format!("{:.0} / {:.0} = {:.2}", per_core(b), per_core(n), per_core(b) / per_core(n)),
-                per_core(b) > per_core(n),
-            ));
-            rep.checks.push(Check::new(
-                "QD32: caravans put more commands in each send",
-                "caravan cmds/send > batched",
-                format!("{:.1} vs {:.1}", c.cmds_per_send, b.cmds_per_send),
-                c.cmds_per_send > b.cmds_per_send,
-            ));
-            let cats: Vec<String> = ["send per command", "batched", "caravans"].iter().map(|s| s.to_string()).collect();
-            rep.charts.push(bars(
-                "nvme-qd32",
-                "QD32 4 KiB random read: IOPS per host CPU-second",
-                "IOPS per core",
-                &cats,
-                &[Series::new("IOPS per host core", vec![per_core(n), per_core(b), per_core(c)])],
-                false,
-            ));
-        }
-        if let (Some(s), Some(m)) = (find(Part::Mixed, "shared map"), find(Part::Mixed, "separate maps")) {
-            rep.tables.push(perf_table("nvme-mixed-shared", "Mixed workload, one shared queue map", s));
-            rep.tables.push(perf_table("nvme-mixed-separate", "Mixed workload, separate read and write queue maps", m));
-            let r = |x: &PerfReport| x.groups[0].iops;
-            let t = |x: &PerfReport| x.groups[0].read_lat_ns.p9999 as f64;
-            let a = |x: &PerfReport| x.groups[0].read_lat_ns.mean;
-            rep.checks.push(Check::new(
-                "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
-                ">= 2x",
-                format!("{:.0} / {:.0} = {:.1}x", r(m), r(s), r(m) / r(s).max(1e-9)),
-                r(m) >= 2.0 * r(s),
-            ));
-            rep.checks.push(Check::new(
-                "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
-                ">= 5x lower",
-                format!("{:.0} / {:.0} us = {:.1}x", t(s) / 1e3, t(m) / 1e3, t(s) / t(m).max(1.0)),
-                t(s) >= 5.0 * t(m),
-            ));
-            rep.notes.push(format!(
-                "Mixed: readers' mean latency {:.0} us shared vs {:.0} us separate ({:.1}x); writer {:.0} vs {:.0} MB/s.",
-                a(s) / 1e3,
-                a(m) / 1e3,
-                a(s) / a(m).max(1.0),
-                s.groups.get(1).map_or(0.0, |g| g.mb_s),
-                m.groups.get(1).map_or(0.0, |g| g.mb_s),
-            ));
-            let cats: Vec<String> =
-                ["read IOPS", "read p50 us", "read p99 us", "read p99.99 us"].iter().map(|s| s.to_string()).collect();
-            let series: Vec<Series> = [("shared map", s), ("separate maps", m)]
-                .iter()
-                .map(|(n, x)| {
-                    let l = &x.groups[0].read_lat_ns;
-                    Series::new(*n, vec![x.groups[0].iops, us(l.p50), us(l.p99), us(l.p9999)])
-                })
-                .collect();
-            rep.charts.push(bars("nvme-mixed", "Mixed workload: the 16 readers (log scale)", "", &cats, &series, true));
-        }
-        rep
     }
 }
 
-fn us(ns: u64) -> f64 {
-    ns as f64 / 1000.0
-}
-
-/// A table of a perf report's groups.
+/// A table of a perf report's groups (what `netlane nvme perf` prints).
 pub fn perf_table(name: &str, title: &str, r: &PerfReport) -> Table {
-    let mut t = Table {
-        name: name.into(),
-        title: title.into(),
-        columns: [
-            "group",
-            "rw",
-            "bs",
-            "qd",
-            "jobs",
-            "IOPS",
-            "MB/s",
-            "p50 us",
-            "p90 us",
-            "p99 us",
-            "p99.9 us",
-            "p99.99 us",
-            "errors",
-            "mismatches",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect(),
-        rows: Vec::new(),
-    };
+    let mut t = Table::new(
+        name,
+        title,
+        vec![
+            Column::new("group", "group", 0),
+            Column::new("rw", "rw", 0),
+            Column::new("bs_bytes", "bs", 0),
+            Column::new("qd", "qd", 0),
+            Column::new("jobs", "jobs", 0),
+            Column::new("iops", "IOPS", 0),
+            Column::new("mb_per_s", "MB/s", 1),
+            Column::new("p50_us", "p50 us", 1),
+            Column::new("p90_us", "p90 us", 1),
+            Column::new("p99_us", "p99 us", 1),
+            Column::new("p999_us", "p99.9 us", 1),
+            Column::new("p9999_us", "p99.99 us", 1),
+            Column::new("errors", "errors", 0),
+            Column::new("mismatches", "mismatches", 0),
+        ],
+    );
     for g in &r.groups {
         let lat = if g.reads >= g.writes { &g.read_lat_ns } else { &g.write_lat_ns };
-        t.rows.push(vec![
-            Cell::text(&g.name),
-            Cell::text(&g.rw),
-            Cell::text(netlane::metrics::units::format_size(u64::from(g.bs))),
-            Cell::num(f64::from(g.qd), 0),
-            Cell::num(f64::from(g.jobs), 0),
-            Cell::num(g.iops, 0),
-            Cell::num(g.mb_s, 1),
-            Cell::num(us(lat.p50), 1),
-            Cell::num(us(lat.p90), 1),
-            Cell::num(us(lat.p99), 1),
-            Cell::num(us(lat.p999), 1),
-            Cell::num(us(lat.p9999), 1),
-            Cell::num(g.errors as f64, 0),
-            Cell::num(g.mismatches as f64, 0),
-        ]);
+        let l = |v: u64| if lat.count > 0 { Value::num(us(v)) } else { Value::Missing };
+        t.push(Row::new(vec![
+            Value::text(&g.name),
+            Value::text(&g.rw),
+            Value::Int(u64::from(g.bs_bytes)),
+            Value::Int(u64::from(g.qd)),
+            Value::Int(u64::from(g.jobs)),
+            Value::num(g.iops),
+            Value::num(g.mb_per_s),
+            l(lat.p50),
+            l(lat.p90),
+            l(lat.p99),
+            l(lat.p999),
+            l(lat.p9999),
+            Value::Int(g.errors),
+            Value::Int(g.mismatches),
+        ]));
     }
     t
 }

@@ -1,26 +1,36 @@
-//! `netlane bench udp-bulk`: UDP bulk transfer in every mode, side by side with TCP
-//! and with the kernel's own selftest sender, over veth between namespaces (or
-//! loopback).
+//! `udp-bulk`: UDP bulk transfer in every mode, side by side with TCP and with the
+//! kernel's own selftest sender, over veth between namespaces (or loopback).
+//!
+//! Every mode (and each paced rate, and each side of the comparison with
+//! `udpgso_bench_tx`) is an arm; `--repeat` rounds run every arm once, in a rotating
+//! order. Checks compare two arms round by round; the tables show medians of the
+//! rounds, measured at the receiver where it counts (bytes that arrived, the rate they
+//! arrived at).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSource, TxSpec, Verify};
 use anyhow::{Result, bail};
-use clap::{Args, ValueEnum};
-use netlane::metrics::units::{Rate, format_duration};
+use clap::{ArgAction, Args, ValueEnum};
+use netlane::metrics::units::compact_rate;
 use netlane::pace::Quantum;
 use netlane::udp::gso::GsoLimits;
 use netlane::udp::{Batching, GsoMode, RxBatching};
-use serde::Serialize;
 
-use super::{NetArgs, Progress, median, parse_positive_duration, parse_quantum, parse_rate, quantum_label, selftest};
-use crate::report::chart::{self, Series};
-use crate::report::{Cell, Check, ScenarioReport, Table};
+use super::net::{NetArgs, run_one, summary_line};
+use super::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_word};
+use super::{Scenario, from_words, selftest};
+use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
+use crate::progress::Progress;
+use crate::report::{
+    Axis, Chart, ChartKind, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
+    Value, format,
+};
+use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::verdict::{Measure, Spec, paired, positive};
 
 /// A way of moving bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum Mode {
     /// TCP stream, 64 KiB per send (the baseline).
     Tcp,
@@ -43,7 +53,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    /// The word the command line takes.
+    pub fn word(self) -> &'static str {
         match self {
             Mode::Tcp => "tcp",
             Mode::TcpZc => "tcp-zc",
@@ -69,6 +80,16 @@ pub enum VerifyArg {
     Full,
 }
 
+impl VerifyArg {
+    fn word(self) -> &'static str {
+        match self {
+            VerifyArg::Count => "count",
+            VerifyArg::Header => "header",
+            VerifyArg::Full => "full",
+        }
+    }
+}
+
 impl From<VerifyArg> for Verify {
     fn from(v: VerifyArg) -> Self {
         match v {
@@ -79,7 +100,7 @@ impl From<VerifyArg> for Verify {
     }
 }
 
-/// Options of `netlane bench udp-bulk`.
+/// Options of the `udp-bulk` scenario.
 #[derive(Debug, Clone, Args)]
 pub struct UdpBulkArgs {
     /// Network placement.
@@ -94,8 +115,12 @@ pub struct UdpBulkArgs {
     )]
     pub modes: Vec<Mode>,
     /// How long each run sends.
-    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
-    pub duration: Duration,
+    #[arg(short = 't', long, alias = "duration", default_value = "2s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Rounds: every mode runs once per round, in a rotating order; checks pair the
+    /// modes they compare within each round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
     /// UDP payload bytes per datagram (the GSO segment size).
     #[arg(long, default_value_t = 1400)]
     pub gso_size: usize,
@@ -105,7 +130,7 @@ pub struct UdpBulkArgs {
     /// Target rates of the paced mode, comma separated (e.g. 10MB/s,1GB/s,200mbit).
     #[arg(long, value_delimiter = ',', default_value = "10MB/s,100MB/s,1GB/s", value_parser = parse_rate, allow_hyphen_values = true)]
     pub rates: Vec<u64>,
-    /// Pacing release quantum: auto, or a duration such as 1ms.
+    /// Pacing release quantum: auto, or a duration such as 1ms (at most a tenth of --time).
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
     /// What the receiver verifies.
@@ -115,70 +140,61 @@ pub struct UdpBulkArgs {
     #[arg(long)]
     pub selftest: Option<PathBuf>,
     /// Skip the comparison with udpgso_bench_tx.
-    #[arg(long)]
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub no_selftest: bool,
-    /// Repetitions of the udpgso_bench_tx comparison, interleaved with alternating order
-    /// (the best runs are compared).
-    #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=20))]
-    pub repeat: u32,
-    /// Write all results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    /// Write the main table as CSV to this file.
-    #[arg(long)]
-    pub csv: Option<PathBuf>,
 }
 
-/// One planned run.
+/// Which side of what an arm is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// A mode of the main table.
+    Main(Mode, Option<u64>),
+    /// netlane's sender against a counting receiver (compared with the kernel's).
+    Ours(bool),
+    /// The kernel's udpgso_bench_tx (plain, or with -S).
+    Kernel(bool),
+}
+
+/// One arm: a labelled run that every round repeats.
 #[derive(Debug, Clone)]
-struct Planned {
+struct Arm {
     label: String,
-    mode: Option<Mode>,
-    rate: Option<u64>,
+    role: Role,
     run: BulkRun,
 }
 
-/// Results as saved in JSON.
-#[derive(Debug, Clone, Serialize)]
-struct RunRecord {
-    label: String,
-    mode: Option<Mode>,
-    rate: Option<u64>,
-    result: BulkResult,
-}
-
 impl UdpBulkArgs {
-    fn segments(&self) -> usize {
-        self.segments.unwrap_or_else(|| GsoLimits::for_family(self.net.ipv6).segments_per_send(self.gso_size))
+    /// The defaults, as `netlane bench udp-bulk` has them.
+    pub fn defaults() -> UdpBulkArgs {
+        from_words(&[]).expect("the defaults parse")
     }
 
-    fn verify(&self) -> Verify {
-        self.verify.into()
+    fn segments(&self) -> usize {
+        self.segments.unwrap_or_else(|| GsoLimits::for_family(self.net.ipv6).segments_per_send(self.gso_size))
     }
 
     fn tx(&self) -> TxSpec {
         TxSpec {
             datagram_size: self.gso_size,
             segments_per_send: self.segments(),
-            duration: self.duration,
+            duration: self.time,
             cpu: Some(self.net.tx_cpu),
             ..TxSpec::udp()
         }
     }
 
     fn rx(&self) -> RxSpec {
-        RxSpec { verify: self.verify(), cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() }
+        RxSpec { verify: self.verify.into(), cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() }
     }
 
-    /// Specs for `mode` (and `rate` for the paced mode).
+    /// Sender and receiver for `mode` (and `rate` for the paced mode).
     fn specs(&self, mode: Mode, rate: Option<u64>) -> (TxSpec, RxSpec) {
         let (tx, rx) = (self.tx(), self.rx());
         let gso = TxSpec { gso: GsoMode::Cmsg, ..tx.clone() };
+        let tcp_rx = RxSpec { transport: Transport::Tcp, ..rx };
         match mode {
-            Mode::Tcp => (TxSpec { transport: crate::engines::bulk::Transport::Tcp, ..tx }, tcp_rx(rx)),
-            Mode::TcpZc => {
-                (TxSpec { transport: crate::engines::bulk::Transport::Tcp, zerocopy: true, ..tx }, tcp_rx(rx))
-            }
+            Mode::Tcp => (TxSpec { transport: Transport::Tcp, ..tx }, tcp_rx),
+            Mode::TcpZc => (TxSpec { transport: Transport::Tcp, zerocopy: true, ..tx }, tcp_rx),
             Mode::Udp => (TxSpec { segments_per_send: 1, ..tx }, RxSpec { batching: RxBatching::Single, ..rx }),
             Mode::Sendmmsg => (TxSpec { batching: Batching::Mmsg, ..tx }, rx),
             Mode::Gso => (gso, rx),
@@ -189,284 +205,379 @@ impl UdpBulkArgs {
         }
     }
 
-    fn planned(&self, mode: Mode, rate: Option<u64>, run_id: u32) -> Planned {
+    fn arm(&self, mode: Mode, rate: Option<u64>) -> Arm {
         let (tx, rx) = self.specs(mode, rate);
         let label = match rate {
-            Some(r) => format!("paced {}", netlane::metrics::units::compact_rate(r)),
-            None => mode.name().to_string(),
+            Some(r) => format!("paced {}", compact_rate(r)),
+            None => mode.word().to_string(),
         };
-        Planned {
+        Arm {
             label,
-            mode: Some(mode),
-            rate,
-            run: BulkRun { tx: self.net.sender(tx), rx, ipv6: self.net.ipv6, run_id },
+            role: Role::Main(mode, rate),
+            run: BulkRun { tx: self.net.sender(tx), rx, ipv6: self.net.ipv6, run_id: 0 },
         }
-    }
-
-    /// Checks options before anything is built.
-    pub fn validate(&self) -> Result<()> {
-        self.net.validate()?;
-        if self.modes.is_empty() {
-            bail!("no modes given");
-        }
-        let mtu = Some(self.net.path_mtu());
-        for (i, mode) in self.modes.iter().enumerate() {
-            let rates: Vec<Option<u64>> =
-                if *mode == Mode::Paced { self.rates.iter().map(|r| Some(*r)).collect() } else { vec![None] };
-            for rate in rates {
-                self.planned(*mode, rate, i as u32).run.validate(mtu).map_err(|e| anyhow::anyhow!("{e}"))?;
-            }
-        }
-        if self.modes.contains(&Mode::Paced) && self.rates.is_empty() {
-            bail!("the paced mode needs at least one --rates value");
-        }
-        Ok(())
     }
 
     fn selftest_binary(&self) -> Option<PathBuf> {
         if self.no_selftest { None } else { selftest::locate(self.selftest.as_deref()) }
     }
 
-    fn plan(&self) -> (Vec<Planned>, Vec<Planned>) {
-        let mut main = Vec::new();
-        let mut id = 1;
+    /// Every arm: the modes, then the two sides of the comparison with the kernel's sender.
+    fn arms(&self) -> Vec<Arm> {
+        let mut arms = Vec::new();
         for mode in &self.modes {
             if *mode == Mode::Paced {
-                for r in &self.rates {
-                    main.push(self.planned(*mode, Some(*r), id));
-                    id += 1;
-                }
+                arms.extend(self.rates.iter().map(|r| self.arm(*mode, Some(*r))));
             } else {
-                main.push(self.planned(*mode, None, id));
-                id += 1;
+                arms.push(self.arm(*mode, None));
             }
         }
-        let mut cmp = Vec::new();
         if let Some(bin) = self.selftest_binary() {
-            let segs = self.segments();
-            for round in 0..self.repeat {
-                for gso in [false, true] {
-                    let mode = if gso { Mode::Gso } else { Mode::Udp };
-                    let mut ours = self.planned(mode, None, id);
-                    ours.label = format!("netlane {}", mode.name());
-                    // Both senders face the identical receiver: it only counts (the
-                    // kernel's sender does not write netlane's header) and reads into
-                    // datagram-sized buffers. How fast the receiver drains decides how
-                    // often a sender blocks, so anything else would skew the CPU.
-                    let (_, rx) = self.specs(mode, None);
-                    let counting = RxSpec { verify: Verify::Count, max_datagram: self.gso_size, ..rx };
-                    ours.run.rx = counting;
-                    id += 1;
-                    let ext =
-                        selftest::sender(&bin, self.net.ipv6, self.duration, self.gso_size, segs, gso, self.net.tx_cpu);
-                    let kernel = Planned {
-                        label: format!("udpgso_bench_tx {}", if gso { "-S (gso)" } else { "(udp)" }),
-                        mode: None,
-                        rate: None,
-                        run: BulkRun { tx: TxSource::External(ext), rx: counting, ipv6: self.net.ipv6, run_id: id },
-                    };
-                    id += 1;
-                    // Counterbalanced (ABBA): which sender goes first alternates, because
-                    // a run's position after the previous one measurably shifts its cost.
-                    if round % 2 == 0 {
-                        cmp.extend([ours, kernel]);
-                    } else {
-                        cmp.extend([kernel, ours]);
-                    }
+            for gso in [false, true] {
+                let mode = if gso { Mode::Gso } else { Mode::Udp };
+                // Both senders face the identical receiver: it only counts (the kernel's
+                // sender does not write netlane's header) and reads into datagram-sized
+                // buffers. How fast the receiver drains decides how often a sender
+                // blocks, so anything else would skew the CPU.
+                let (_, rx) = self.specs(mode, None);
+                let counting = RxSpec { verify: Verify::Count, max_datagram: self.gso_size, ..rx };
+                let mut ours = self.arm(mode, None);
+                ours.label = format!("netlane {}", mode.word());
+                ours.role = Role::Ours(gso);
+                ours.run.rx = counting;
+                arms.push(ours);
+                let ext = selftest::sender(
+                    &bin,
+                    self.net.ipv6,
+                    self.time,
+                    self.gso_size,
+                    self.segments(),
+                    gso,
+                    self.net.tx_cpu,
+                );
+                arms.push(Arm {
+                    label: format!("udpgso_bench_tx{}", if gso { " -S" } else { "" }),
+                    role: Role::Kernel(gso),
+                    run: BulkRun { tx: TxSource::External(ext), rx: counting, ipv6: self.net.ipv6, run_id: 0 },
+                });
+            }
+        }
+        arms
+    }
+
+    fn options(&self) -> OptionList {
+        let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
+        let o = self
+            .net
+            .options()
+            .words("modes", &modes)
+            .duration("time", self.time)
+            .int("repeat", u64::from(self.repeat))
+            .int("gso-size", self.gso_size as u64)
+            .int("segments", self.segments() as u64)
+            .rates("rates", &self.rates)
+            .text("quantum", quantum_word(self.quantum))
+            .text("verify", self.verify.word())
+            .flag("no-selftest", self.no_selftest);
+        match self.selftest_binary() {
+            Some(p) => o.text("selftest", p.display().to_string()),
+            None => o,
+        }
+    }
+}
+
+impl Scenario for UdpBulkArgs {
+    fn name(&self) -> &'static str {
+        "udp-bulk"
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.net.validate()?;
+        if self.modes.is_empty() {
+            bail!("--modes: no modes given");
+        }
+        if let Some(dup) = self.modes.iter().enumerate().find(|(i, m)| self.modes[..*i].contains(m)) {
+            bail!("--modes: {} is listed twice", dup.1.word());
+        }
+        if self.modes.contains(&Mode::Paced) && self.rates.is_empty() {
+            bail!("the paced mode needs at least one --rates value");
+        }
+        let mtu = Some(self.net.path_mtu());
+        for arm in self.arms() {
+            arm.run.validate(mtu).map_err(|e| anyhow::anyhow!("{}: {e}", arm.label))?;
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        self.arms().len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let arms = self.arms();
+        let hosts = self.net.build("udp-bulk")?;
+        let mut results: Vec<Vec<BulkResult>> = vec![Vec::new(); arms.len()];
+        let mut records = Vec::new();
+        let mut index = 0u32;
+        for round in 0..self.repeat as usize {
+            for a in round_order(arms.len(), round) {
+                index += 1;
+                let arm = &arms[a];
+                let label = if self.repeat > 1 { format!("{} #{}", arm.label, round + 1) } else { arm.label.clone() };
+                progress.start(&label);
+                let run = BulkRun { run_id: index, ..arm.run.clone() };
+                let r = run_one(&hosts, &label, &run)?;
+                progress.finish(&label, &summary_line(&r));
+                records.push(record(index, round as u32 + 1, &arm.label, &r));
+                results[a].push(r);
+            }
+        }
+        Ok(self.report(&arms, &results, records))
+    }
+}
+
+/// A run's figures for the runs table and CSV.
+fn record(index: u32, round: u32, label: &str, r: &BulkResult) -> RunRecord {
+    let mut rec = RunRecord::new(
+        index,
+        round,
+        label,
+        vec![
+            ("tx_mb_per_s", r.tx_rate().ok().map(|v| v / 1e6)),
+            ("rx_mb_per_s", r.rx_rate().ok().map(|v| v / 1e6)),
+            ("rx_kpps", r.rx_pps().ok().map(|v| v / 1e3)),
+            ("tx_cpu_s_per_gb", r.tx_cpu_s_per_gb().ok()),
+            ("tx_cpu_s_per_gb_delivered", r.tx_cpu_s_per_gb_delivered().ok()),
+            ("rx_cpu_s_per_gb", r.rx_cpu_s_per_gb().ok()),
+            ("system_cpu_s_per_gb", r.system_cpu_s_per_gb().ok()),
+            ("tx_calls_per_datagram", r.tx_calls_per_datagram().ok()),
+            ("rx_calls_per_datagram", r.rx_calls_per_datagram().ok()),
+            ("loss_pct", r.loss().ok().map(|l| l * 100.0)),
+            ("pacing_accuracy_rx_pct", r.rx_pacing_accuracy().and_then(Result::ok).map(|a| a * 100.0)),
+        ],
+    );
+    rec.path = r.tx.path.clone();
+    rec.detail = serde_json::to_value(r).unwrap_or_default();
+    rec
+}
+
+/// `f` of a run, or why the run cannot be used (it is impossible).
+fn usable(r: &BulkResult, f: &dyn Fn(&BulkResult) -> Measure) -> Measure {
+    match r.impossible() {
+        Some(why) => Err(why),
+        None => f(r),
+    }
+}
+
+/// Median over the usable runs.
+fn med(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> Value {
+    let v: Vec<f64> = rs.iter().filter_map(|r| usable(r, &f).ok()).collect();
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+fn values(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| usable(r, &f).ok()).collect()
+}
+
+/// A chart point: the median of the rounds and their range.
+fn point(x: usize, v: &[f64], scale: f64) -> Option<Point> {
+    let s = Spread::of(v)?;
+    Some(Point {
+        x: x as f64,
+        y: s.median * scale,
+        low: (s.n > 1).then_some(s.min * scale),
+        high: (s.n > 1).then_some(s.max * scale),
+    })
+}
+
+impl UdpBulkArgs {
+    fn report(&self, arms: &[Arm], results: &[Vec<BulkResult>], runs: Vec<RunRecord>) -> ScenarioReport {
+        let main: Vec<usize> = (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Main(..))).collect();
+        let find = |role: Role| arms.iter().position(|a| a.role == role).map(|i| &results[i][..]);
+        let mode = |m: Mode| find(Role::Main(m, None));
+        let mut flags = Vec::new();
+
+        // Impossible runs, lossy modes, collapsed and noisy repeats.
+        for (a, rs) in arms.iter().zip(results) {
+            for (round, r) in rs.iter().enumerate() {
+                if let Some(why) = r.impossible() {
+                    flags.push(Flag {
+                        kind: FlagKind::Impossible,
+                        subject: a.label.clone(),
+                        message: format!("round {}: {why}; the run is left out of the tables and checks", round + 1),
+                    });
                 }
             }
-        }
-        (main, cmp)
-    }
-
-    /// Number of runs this configuration makes (for progress bars).
-    pub fn run_count(&self) -> usize {
-        let (a, b) = self.plan();
-        a.len() + b.len()
-    }
-
-    /// Runs every mode and builds the report.
-    pub fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
-        self.validate()?;
-        let (main, cmp) = self.plan();
-        let hosts = self.net.build("udp-bulk")?;
-        progress.plan(main.len() + cmp.len());
-        let mut records = Vec::new();
-        for p in main.iter().chain(cmp.iter()) {
-            progress.start(&p.label);
-            let result = super::run_one(&hosts, &p.label, &p.run)?;
-            progress.finish(&p.label, &super::summary_line(&result));
-            records.push(RunRecord { label: p.label.clone(), mode: p.mode, rate: p.rate, result });
-        }
-        let (main_records, cmp_records) = records.split_at(main.len());
-        Ok(self.report(main_records, cmp_records))
-    }
-
-    fn options(&self) -> Vec<(String, String)> {
-        let mut o = Vec::new();
-        o.push(("benchmark".into(), "udp-bulk".into()));
-        self.net.echo(&mut o);
-        o.push(("modes".into(), self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")));
-        o.push(("duration".into(), format_duration(self.duration)));
-        o.push(("gso_size".into(), self.gso_size.to_string()));
-        o.push(("segments".into(), self.segments().to_string()));
-        o.push(("rates".into(), self.rates.iter().map(|r| Rate(*r as f64).to_string()).collect::<Vec<_>>().join(",")));
-        o.push(("quantum".into(), quantum_label(self.quantum)));
-        o.push(("verify".into(), format!("{:?}", self.verify).to_lowercase()));
-        o.push(("rcvbuf".into(), RxSpec::udp().rcvbuf.to_string()));
-        o.push(("selftest".into(), self.selftest_binary().map_or("none".into(), |p| p.display().to_string())));
-        o.push(("repeat".into(), self.repeat.to_string()));
-        o
-    }
-
-    fn report(&self, main: &[RunRecord], cmp: &[RunRecord]) -> ScenarioReport {
-        let find = |m: Mode| main.iter().find(|r| r.mode == Some(m) && r.rate.is_none()).map(|r| &r.result);
-        let mut table = Table {
-            name: "udp-bulk".into(),
-            title: "UDP bulk transfer, every mode side by side".into(),
-            columns: [
-                "mode",
-                "tx MB/s",
-                "rx MB/s",
-                "rx kpps",
-                "tx CPU s/GB",
-                "rx CPU s/GB",
-                "system CPU s/GB",
-                "tx syscalls/dgram",
-                "rx syscalls/dgram",
-                "loss %",
-                "zc completions",
-                "zc copied %",
-                "path",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: Vec::new(),
-        };
-        for r in main {
-            let x = &r.result;
-            let zc = x.tx.zerocopy;
-            table.rows.push(vec![
-                Cell::text(&r.label),
-                Cell::num(x.tx_rate / 1e6, 1),
-                Cell::num(x.rx_rate / 1e6, 1),
-                Cell::num(if x.rx.seconds > 0.0 { x.rx.datagrams as f64 / x.rx.seconds / 1e3 } else { f64::NAN }, 1),
-                Cell::num(x.tx_cpu_per_gb, 3),
-                Cell::num(x.rx_cpu_per_gb, 3),
-                Cell::num(x.system_cpu_per_gb, 3),
-                Cell::num(x.tx_syscalls_per_datagram, 4),
-                Cell::num(x.rx_syscalls_per_datagram, 4),
-                Cell::num(x.loss * 100.0, 2),
-                zc.map_or(Cell::Empty, |z| Cell::text(format!("{}/{}", z.completed, z.sends))),
-                zc.map_or(Cell::Empty, |z| Cell::num(z.copied_fraction() * 100.0, 1)),
-                Cell::text(x.tx.path.join("; ")),
-            ]);
-        }
-        let unpaced_gso = find(Mode::Gso);
-        let paced: Vec<&RunRecord> = main.iter().filter(|r| r.rate.is_some()).collect();
-        let mut pace_table = Table {
-            name: "udp-bulk-pacing".into(),
-            title: "Paced GSO: accuracy and cost".into(),
-            columns: [
-                "target",
-                "quantum",
-                "segments/release",
-                "tx achieved",
-                "accuracy %",
-                "rx MB/s",
-                "wake late p50 us",
-                "wake late p99 us",
-                "tx CPU s/GB",
-                "vs unpaced GSO",
-                "per-ms p99/mean",
-                "loss %",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: Vec::new(),
-        };
-        for r in &paced {
-            let x = &r.result;
-            let Some(p) = x.tx.pacing else { continue };
-            let per_ms = x.rx.per_ms_bytes;
-            pace_table.rows.push(vec![
-                Cell::text(Rate(p.target_rate as f64).to_string()),
-                Cell::text(format_duration(Duration::from_nanos(p.quantum_ns))),
-                Cell::num(p.segments_per_release, 1),
-                Cell::text(Rate(p.achieved_rate).to_string()),
-                Cell::num(p.accuracy * 100.0, 2),
-                Cell::num(x.rx_rate / 1e6, 1),
-                Cell::num(p.lateness_ns.p50 as f64 / 1e3, 0),
-                Cell::num(p.lateness_ns.p99 as f64 / 1e3, 0),
-                Cell::num(x.tx_cpu_per_gb, 3),
-                Cell::num(unpaced_gso.map_or(f64::NAN, |g| x.tx_cpu_per_gb / g.tx_cpu_per_gb), 2),
-                Cell::num(if per_ms.mean > 0.0 { per_ms.p99 as f64 / per_ms.mean } else { f64::NAN }, 2),
-                Cell::num(x.loss * 100.0, 2),
-            ]);
-        }
-
-        // Comparison with the kernel's selftest sender: best of interleaved runs.
-        let mut cmp_table = Table {
-            name: "udp-bulk-selftest".into(),
-            title: "netlane's sender vs the kernel's udpgso_bench_tx (interleaved runs in alternating order; medians, and the best run)".into(),
-            columns: ["sender", "runs", "tx MB/s", "tx CPU s/GB", "best tx CPU s/GB", "tx syscalls/dgram", "rx MB/s", "loss %"]
-                .map(String::from)
-                .to_vec(),
-            rows: Vec::new(),
-        };
-        let mut best_cpu = std::collections::BTreeMap::new();
-        let mut labels: Vec<String> = Vec::new();
-        for r in cmp {
-            if !labels.contains(&r.label) {
-                labels.push(r.label.clone());
+            flags.extend(repeat_flags(&a.label, "receiver MB/s", &values(rs, |r| r.rx_rate().map(|v| v / 1e6))));
+            let loss = values(rs, BulkResult::loss);
+            if !loss.is_empty() && median(loss.clone()) > 0.5 {
+                flags.push(Flag {
+                    kind: FlagKind::Lossy,
+                    subject: a.label.clone(),
+                    message: format!(
+                        "lost {:.0}% of what it sent: its sender CPU per GB sent ({} s/GB) understates the cost per GB \
+                         delivered ({} s/GB)",
+                        median(loss) * 100.0,
+                        format::cell(&med(rs, BulkResult::tx_cpu_s_per_gb), 3),
+                        format::cell(&med(rs, BulkResult::tx_cpu_s_per_gb_delivered), 3)
+                    ),
+                });
             }
         }
-        for label in &labels {
-            let runs: Vec<&BulkResult> = cmp.iter().filter(|r| &r.label == label).map(|r| &r.result).collect();
-            let m = |f: fn(&BulkResult) -> f64| median(runs.iter().map(|r| f(r)).collect());
-            let cpu = m(|r| r.tx_cpu_per_gb);
-            let best = runs
+
+        let mut table = Table::new(
+            "udp-bulk",
+            format!("Every mode, medians of {} rounds", self.repeat),
+            vec![
+                Column::new("mode", "mode", 0),
+                Column::new("tx_mb_per_s", "tx MB/s", 1),
+                Column::new("rx_mb_per_s", "rx MB/s", 1),
+                Column::new("rx_kpps", "rx kpps", 1),
+                Column::new("tx_cpu_s_per_gb", "tx CPU s/GB sent", 3),
+                Column::new("tx_cpu_s_per_gb_delivered", "tx CPU s/GB delivered", 3),
+                Column::new("rx_cpu_s_per_gb", "rx CPU s/GB", 3),
+                Column::new("system_cpu_s_per_gb", "machine CPU s/GB", 3),
+                Column::new("tx_calls_per_datagram", "tx calls/dgram", 4),
+                Column::new("rx_calls_per_datagram", "rx calls/dgram", 4),
+                Column::new("loss_pct", "loss %", 2),
+                Column::new("zc_copied_pct", "zc copied %", 1),
+                Column::new("spread_pct", "spread %", 0),
+            ],
+        );
+        for &i in &main {
+            let rs = &results[i];
+            let zc = rs
                 .iter()
-                .map(|r| r.tx_cpu_per_gb)
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .fold(f64::INFINITY, f64::min);
-            best_cpu.insert(label.clone(), best);
-            cmp_table.rows.push(vec![
-                Cell::text(label),
-                Cell::num(runs.len() as f64, 0),
-                Cell::num(m(|r| r.tx_rate) / 1e6, 1),
-                Cell::num(cpu, 3),
-                Cell::num(best, 3),
-                Cell::num(m(|r| r.tx_syscalls_per_datagram), 4),
-                Cell::num(m(|r| r.rx_rate) / 1e6, 1),
-                Cell::num(m(|r| r.loss) * 100.0, 2),
-            ]);
+                .filter_map(|r| r.tx.zerocopy)
+                .fold((0u64, 0u64, 0u64), |acc, z| (acc.0 + z.sends, acc.1 + z.completed, acc.2 + z.copied));
+            let mut note = rs.first().map(|r| format!("path: {}", r.tx.path.join("; ")));
+            if zc.0 > 0
+                && let Some(n) = note.as_mut()
+            {
+                n.push_str(&format!("; zerocopy: {} of {} sends completed, {} copied", zc.1, zc.0, zc.2));
+            }
+            let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+            table.push(Row {
+                cells: vec![
+                    Value::text(&arms[i].label),
+                    med(rs, |r| r.tx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.rx_pps().map(|v| v / 1e3)),
+                    med(rs, BulkResult::tx_cpu_s_per_gb),
+                    med(rs, BulkResult::tx_cpu_s_per_gb_delivered),
+                    med(rs, BulkResult::rx_cpu_s_per_gb),
+                    med(rs, BulkResult::system_cpu_s_per_gb),
+                    med(rs, BulkResult::tx_calls_per_datagram),
+                    med(rs, BulkResult::rx_calls_per_datagram),
+                    med(rs, |r| r.loss().map(|l| l * 100.0)),
+                    if zc.1 > 0 { Value::num(100.0 * zc.2 as f64 / zc.1 as f64) } else { Value::Missing },
+                    Value::opt(spread.map(|s| s * 100.0)),
+                ],
+                footnote: note,
+            });
+        }
+        let mut tables = vec![table];
+
+        let gso = mode(Mode::Gso);
+        let paced: Vec<usize> =
+            (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Main(Mode::Paced, Some(_)))).collect();
+        if !paced.is_empty() {
+            let mut t = Table::new(
+                "udp-bulk-pacing",
+                "Paced GSO: the rate at the receiver, and what pacing costs the sender",
+                vec![
+                    Column::new("target", "target", 0),
+                    Column::new("quantum", "quantum", 0),
+                    Column::new("segments_per_release", "segments/release", 1),
+                    Column::new("rx_accuracy_pct", "rx rate % of target", 2),
+                    Column::new("tx_schedule_accuracy_pct", "tx schedule % of target", 2),
+                    Column::new("rx_mb_per_s", "rx MB/s", 2),
+                    Column::new("wake_late_p50_us", "wake late p50 us", 0),
+                    Column::new("wake_late_p99_us", "wake late p99 us", 0),
+                    Column::new("tx_cpu_s_per_gb", "tx CPU s/GB", 3),
+                    Column::new("tx_cpu_vs_gso", "tx CPU x unpaced GSO", 2),
+                    Column::new("per_ms_p99_over_mean", "per-ms p99/mean", 2),
+                    Column::new("loss_pct", "loss %", 2),
+                ],
+            );
+            for &i in &paced {
+                let rs = &results[i];
+                let Role::Main(_, Some(rate)) = arms[i].role else { continue };
+                let p = rs.iter().find_map(|r| r.tx.pacing);
+                let vs_gso = gso.map(|g| paired(rs, g, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)));
+                let vs: Vec<f64> = vs_gso.into_iter().flatten().filter_map(Result::ok).collect();
+                t.push(Row::new(vec![
+                    Value::text(compact_rate(rate)),
+                    p.map_or(Value::Missing, |p| Value::text(format::seconds(p.quantum_ns as f64 / 1e9))),
+                    p.map_or(Value::Missing, |p| Value::num(p.segments_per_release)),
+                    med(rs, |r| r.rx_pacing_accuracy().unwrap_or(Err("not paced".into())).map(|a| a * 100.0)),
+                    med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.accuracy * 100.0))),
+                    med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p50 as f64 / 1e3))),
+                    med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p99 as f64 / 1e3))),
+                    med(rs, BulkResult::tx_cpu_s_per_gb),
+                    if vs.is_empty() { Value::Missing } else { Value::num(median(vs)) },
+                    med(rs, |r| {
+                        let m = r.rx.per_ms_bytes;
+                        positive(m.mean, "mean bytes per ms").map(|mean| m.p99 as f64 / mean)
+                    }),
+                    med(rs, |r| r.loss().map(|l| l * 100.0)),
+                ]));
+            }
+            tables.push(t);
         }
 
-        let checks = self.checks(main, &best_cpu);
+        let kernel: Vec<usize> =
+            (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Ours(_) | Role::Kernel(_))).collect();
+        if !kernel.is_empty() {
+            let mut t = Table::new(
+                "udp-bulk-selftest",
+                "netlane's sender vs the kernel's udpgso_bench_tx, against the same counting receiver",
+                vec![
+                    Column::new("sender", "sender", 0),
+                    Column::new("runs", "runs", 0),
+                    Column::new("tx_mb_per_s", "tx MB/s", 1),
+                    Column::new("tx_cpu_s_per_gb", "tx CPU s/GB", 3),
+                    Column::new("spread_pct", "spread %", 0),
+                    Column::new("tx_calls_per_datagram", "tx calls/dgram", 4),
+                    Column::new("rx_mb_per_s", "rx MB/s", 1),
+                    Column::new("loss_pct", "loss %", 2),
+                ],
+            );
+            for &i in &kernel {
+                let rs = &results[i];
+                let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+                t.push(Row::new(vec![
+                    Value::text(&arms[i].label),
+                    Value::Int(rs.len() as u64),
+                    med(rs, |r| r.tx_rate().map(|v| v / 1e6)),
+                    med(rs, BulkResult::tx_cpu_s_per_gb),
+                    Value::opt(spread.map(|s| s * 100.0)),
+                    med(rs, BulkResult::tx_calls_per_datagram),
+                    med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.loss().map(|l| l * 100.0)),
+                ]));
+            }
+            tables.push(t);
+        }
+
+        let checks = self.checks(arms, results);
         let mut notes = Vec::new();
-        if let Some(p) = paced.first()
-            && let Some(note) = p.result.tx.path.iter().find(|s| s.starts_with("txtime") || s.starts_with("pacing:"))
-        {
-            notes.push(format!("Pacing path: {note}."));
-        }
-        if let Some(z) = find(Mode::GsoZc).and_then(|r| r.tx.zerocopy) {
-            notes.push(format!(
-                "MSG_ZEROCOPY: {} of {} sends completed, {:.1}% reported as copied by the kernel.",
-                z.completed,
-                z.sends,
-                z.copied_fraction() * 100.0
-            ));
-        }
-        if let (Some(g), Some(gg)) = (find(Mode::Gso), find(Mode::GsoGro))
-            && g.loss > 0.05
+        if let Some(m) = mode(Mode::Sendmmsg)
+            && let Value::Num(calls) = med(m, BulkResult::tx_calls_per_datagram)
         {
             notes.push(format!(
-                "Without GRO the receiver could not keep up with the GSO sender ({:.0}% loss); with UDP_GRO it lost {:.2}%: \
-                 the receive side needs the same batching the send side has.",
-                g.loss * 100.0,
-                gg.loss * 100.0
+                "sendmmsg made {calls:.4} send calls per datagram (1/{} = {:.4} by construction). Calls per datagram \
+                 are the program's own counts, not the kernel's.",
+                self.segments(),
+                1.0 / self.segments() as f64
             ));
+        }
+        if let Some(p) = paced.first().and_then(|i| results[*i].first())
+            && let Some(path) = p.tx.path.iter().find(|s| s.starts_with("txtime") || s.starts_with("pacing:"))
+        {
+            notes.push(format!("Pacing path: {path}."));
         }
         if self.selftest_binary().is_none() && !self.no_selftest {
             notes.push(
@@ -476,179 +587,167 @@ impl UdpBulkArgs {
             );
         }
 
-        let mut charts = Vec::new();
-        let cats: Vec<String> = main.iter().map(|r| r.label.clone()).collect();
-        charts.push(chart::bars(
-            "udp-bulk-throughput",
-            "Throughput per mode",
-            "MB/s (log)",
-            &cats,
-            &[
-                Series::new("sender", main.iter().map(|r| r.result.tx_rate / 1e6).collect()),
-                Series::new("receiver", main.iter().map(|r| r.result.rx_rate / 1e6).collect()),
-            ],
-            true,
-        ));
-        charts.push(chart::bars(
-            "udp-bulk-cpu",
-            "CPU seconds per GB",
-            "CPU s/GB (log)",
-            &cats,
-            &[
-                Series::new("sender", main.iter().map(|r| r.result.tx_cpu_per_gb).collect()),
-                Series::new("receiver", main.iter().map(|r| r.result.rx_cpu_per_gb).collect()),
-                Series::new("whole machine", main.iter().map(|r| r.result.system_cpu_per_gb).collect()),
-            ],
-            true,
-        ));
-        charts.push(chart::bars(
-            "udp-bulk-syscalls",
-            "System calls per datagram",
-            "calls (log)",
-            &cats,
-            &[
-                Series::new("sender", main.iter().map(|r| r.result.tx_syscalls_per_datagram).collect()),
-                Series::new("receiver", main.iter().map(|r| r.result.rx_syscalls_per_datagram).collect()),
-            ],
-            true,
-        ));
+        let cats: Vec<String> = main.iter().map(|i| arms[*i].label.clone()).collect();
+        let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure, scale: f64| Series {
+            name: name.into(),
+            points: main.iter().enumerate().filter_map(|(x, i)| point(x, &values(&results[*i], f), scale)).collect(),
+        };
+        let charts = vec![
+            Chart {
+                name: "udp-bulk-throughput".into(),
+                title: "Throughput per mode (median of the rounds, bars show their range)".into(),
+                kind: ChartKind::Dots,
+                x: Axis::categories("mode", cats.clone()),
+                y: Axis::numeric("payload rate", Unit::BytesPerSecond, Scale::Log),
+                series: vec![
+                    series("sender", &BulkResult::tx_rate, 1.0),
+                    series("receiver", &BulkResult::rx_rate, 1.0),
+                ],
+            },
+            Chart {
+                name: "udp-bulk-cpu".into(),
+                title: "CPU seconds per GB".into(),
+                kind: ChartKind::Dots,
+                x: Axis::categories("mode", cats),
+                y: Axis::numeric("CPU", Unit::Count("s/GB".into()), Scale::Log),
+                series: vec![
+                    series("sender, per GB sent", &BulkResult::tx_cpu_s_per_gb, 1.0),
+                    series("sender, per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered, 1.0),
+                    series("receiver", &BulkResult::rx_cpu_s_per_gb, 1.0),
+                    series("whole machine", &BulkResult::system_cpu_s_per_gb, 1.0),
+                ],
+            },
+        ];
 
-        let raw = serde_json::json!({
-            "runs": main.iter().map(|r| serde_json::to_value(r).unwrap_or_default()).collect::<Vec<_>>(),
-            "selftest_runs": cmp.iter().map(|r| serde_json::to_value(r).unwrap_or_default()).collect::<Vec<_>>(),
-        });
-        let mut tables = vec![table];
-        if !pace_table.rows.is_empty() {
-            tables.push(pace_table);
-        }
-        if !cmp_table.rows.is_empty() {
-            tables.push(cmp_table);
-        }
+        let gso_cpu = checks.iter().find(|c| c.id == "udp-bulk.gso-cpu-vs-udp").and_then(|c| c.measured.as_ref());
+        let gro = checks.iter().find(|c| c.id == "udp-bulk.gro-rx-vs-udp").and_then(|c| c.measured.as_ref());
+        let headline = match (gso_cpu, gro) {
+            (Some(a), Some(b)) => format!(
+                "A GSO sender used {}x the CPU per GB of one sendmsg per datagram; a GRO receiver took in {}x plain UDP's rate.",
+                sig(a.median),
+                sig(b.median)
+            ),
+            _ => format!("{} modes, {} rounds.", main.len(), self.repeat),
+        };
+        let options = self.options();
         ScenarioReport {
             name: "udp-bulk".into(),
             title: "UDP content delivery: GSO, GRO, zerocopy, pacing".into(),
             description: "A sender and a receiver in two namespaces joined by veth move data for a fixed time in each \
                 mode: TCP (the baseline), plain UDP, sendmmsg, UDP GSO (cmsg and socket option), GSO to a UDP_GRO \
-                receiver, GSO with MSG_ZEROCOPY, and GSO paced at several rates. CPU is measured per thread \
-                (sender, receiver) and for the whole machine from /proc/stat, as seconds per GB moved. The kernel's \
-                own selftest sender runs against the same receiver for comparison."
+                receiver, GSO with MSG_ZEROCOPY, and GSO paced at several rates. CPU is measured per thread (sender, \
+                receiver) and for the whole machine from /proc/stat, as seconds per GB: per GB sent and per GB \
+                delivered for the sender. Rates are measured at both ends. The kernel's own selftest sender runs \
+                against the same counting receiver in the same rounds."
                 .into(),
-            options: self.options(),
+            headline,
+            options: options.object(),
+            echo: options.echo(),
             tables,
             charts,
             checks,
+            flags,
             notes,
-            raw,
+            runs,
         }
     }
 
-    fn checks(&self, main: &[RunRecord], selftest: &std::collections::BTreeMap<String, f64>) -> Vec<Check> {
-        let find = |m: Mode| main.iter().find(|r| r.mode == Some(m) && r.rate.is_none()).map(|r| &r.result);
-        let mut c = Vec::new();
-        let (udp, gso, tcp, gro, mmsg) =
-            (find(Mode::Udp), find(Mode::Gso), find(Mode::Tcp), find(Mode::GsoGro), find(Mode::Sendmmsg));
-        let missing = |what: &str| format!("not run (needs the {what} mode)");
-        match (gso, udp) {
-            (Some(g), Some(u)) => {
-                let ratio = g.tx_cpu_per_gb / u.tx_cpu_per_gb;
-                c.push(Check::new(
-                    "GSO sender CPU vs plain sendmsg",
-                    "<= 0.25 x",
-                    format!("{ratio:.3} x ({:.3} vs {:.3} s/GB)", g.tx_cpu_per_gb, u.tx_cpu_per_gb),
-                    ratio <= 0.25,
-                ));
+    fn checks(&self, arms: &[Arm], results: &[Vec<BulkResult>]) -> Vec<crate::report::Check> {
+        let find = |role: Role| arms.iter().position(|a| a.role == role).map(|i| &results[i][..]);
+        let mode = |m: Mode| find(Role::Main(m, None));
+        let missing = |what: &str| format!("not run (needs the {what} modes)");
+        let pair = |spec: Spec,
+                    a: Option<&[BulkResult]>,
+                    b: Option<&[BulkResult]>,
+                    f: &dyn Fn(&BulkResult) -> Measure,
+                    how: &str,
+                    needs: &str| {
+            match (a, b) {
+                (Some(a), Some(b)) => spec.evaluate(paired(a, b, |r| usable(r, f)), how),
+                _ => spec.skipped(missing(needs)),
             }
-            _ => c.push(Check::skipped("GSO sender CPU vs plain sendmsg", "<= 0.25 x", missing("gso and udp"))),
-        }
-        match (gso, tcp) {
-            (Some(g), Some(t)) => {
-                let ratio = g.tx_cpu_per_gb / t.tx_cpu_per_gb;
-                c.push(Check::new(
-                    "GSO sender CPU vs TCP stream",
-                    "<= 1.5 x",
-                    format!("{ratio:.3} x ({:.3} vs {:.3} s/GB)", g.tx_cpu_per_gb, t.tx_cpu_per_gb),
-                    ratio <= 1.5,
-                ));
-            }
-            _ => c.push(Check::skipped("GSO sender CPU vs TCP stream", "<= 1.5 x", missing("gso and tcp"))),
-        }
-        match (gro, udp) {
-            (Some(g), Some(u)) => {
-                let ratio = g.rx_rate / u.rx_rate;
-                c.push(Check::new(
-                    "GSO+GRO receiver throughput vs plain UDP",
-                    ">= 4 x",
-                    format!("{ratio:.1} x ({} vs {})", Rate(g.rx_rate), Rate(u.rx_rate)),
-                    ratio >= 4.0,
-                ));
-            }
-            _ => {
-                c.push(Check::skipped("GSO+GRO receiver throughput vs plain UDP", ">= 4 x", missing("gso-gro and udp")))
-            }
-        }
-        let batch = self.segments();
-        match mmsg {
-            Some(m) => {
-                let want = 1.0 / batch as f64;
-                let got = m.tx_syscalls_per_datagram;
-                c.push(Check::new(
-                    "sendmmsg system calls per datagram",
-                    format!("= 1/{batch} ({want:.4})"),
-                    format!("{got:.4}"),
-                    (got / want - 1.0).abs() < 0.01,
-                ));
-            }
-            None => c.push(Check::skipped(
-                "sendmmsg system calls per datagram",
-                format!("= 1/{batch}"),
-                missing("sendmmsg"),
-            )),
-        }
-        for r in main.iter().filter(|r| r.rate.is_some()) {
-            let x = &r.result;
-            let Some(p) = x.tx.pacing else { continue };
-            let rate = Rate(p.target_rate as f64);
-            c.push(Check::new(
-                format!("paced {rate}: achieved rate"),
-                "within 2% of target",
-                format!("{:.2}% of target", p.accuracy * 100.0),
-                (p.accuracy - 1.0).abs() <= 0.02,
+        };
+        let mut c = vec![
+            pair(
+                Spec::at_most(
+                    "udp-bulk.gso-cpu-vs-udp",
+                    "GSO sender CPU per GB vs one sendmsg per datagram",
+                    0.25,
+                    "x",
+                ),
+                mode(Mode::Gso),
+                mode(Mode::Udp),
+                &BulkResult::tx_cpu_s_per_gb,
+                "gso / udp sender CPU s/GB sent, per round",
+                "gso and udp",
+            ),
+            pair(
+                Spec::at_most("udp-bulk.gso-cpu-vs-tcp", "GSO sender CPU per GB vs a TCP stream", 1.5, "x"),
+                mode(Mode::Gso),
+                mode(Mode::Tcp),
+                &BulkResult::tx_cpu_s_per_gb,
+                "gso / tcp sender CPU s/GB sent, per round",
+                "gso and tcp",
+            ),
+            pair(
+                Spec::at_least("udp-bulk.gro-rx-vs-udp", "GSO+GRO receiver rate vs plain UDP's", 4.0, "x"),
+                mode(Mode::GsoGro),
+                mode(Mode::Udp),
+                &BulkResult::rx_rate,
+                "gso-gro / udp bytes per second at the receiver, per round",
+                "gso-gro and udp",
+            ),
+        ];
+        for (i, a) in arms.iter().enumerate() {
+            let Role::Main(Mode::Paced, Some(rate)) = a.role else { continue };
+            let r = compact_rate(rate);
+            let rs = &results[i];
+            c.push(
+                Spec::within(
+                    &format!("udp-bulk.paced-{r}-rate"),
+                    format!("paced {r}: rate at the receiver, % of the target"),
+                    98.0,
+                    102.0,
+                    "%",
+                )
+                .evaluate(
+                    rs.iter()
+                        .map(|x| {
+                            usable(x, &|x| x.rx_pacing_accuracy().unwrap_or(Err("not paced".into())).map(|a| a * 100.0))
+                        })
+                        .collect(),
+                    "bytes received over the receiver's own span plus one release period, per run",
+                ),
+            );
+            c.push(pair(
+                Spec::at_most(
+                    &format!("udp-bulk.paced-{r}-cpu"),
+                    format!("paced {r}: sender CPU per GB vs unpaced GSO"),
+                    1.3,
+                    "x",
+                ),
+                Some(rs),
+                mode(Mode::Gso),
+                &BulkResult::tx_cpu_s_per_gb,
+                "paced / gso sender CPU s/GB sent, per round",
+                "gso",
             ));
-            match gso {
-                Some(g) => {
-                    let ratio = x.tx_cpu_per_gb / g.tx_cpu_per_gb;
-                    c.push(Check::new(
-                        format!("paced {rate}: sender CPU vs unpaced GSO"),
-                        "<= 1.3 x",
-                        format!("{ratio:.2} x ({:.3} vs {:.3} s/GB)", x.tx_cpu_per_gb, g.tx_cpu_per_gb),
-                        ratio <= 1.3,
-                    ));
-                }
-                None => c.push(Check::skipped(
-                    format!("paced {rate}: sender CPU vs unpaced GSO"),
-                    "<= 1.3 x",
-                    missing("gso"),
-                )),
-            }
         }
-        for (ours, kernel, what) in
-            [("netlane udp", "udpgso_bench_tx (udp)", "plain"), ("netlane gso", "udpgso_bench_tx -S (gso)", "GSO")]
-        {
-            let name = format!("{what} sender vs the kernel's udpgso_bench_tx");
-            let target = "netlane's CPU per GB <= the kernel sender's (best of the interleaved runs: interference only adds cost)";
-            match (selftest.get(ours), selftest.get(kernel)) {
-                (Some(a), Some(b)) => {
-                    let ratio = a / b;
-                    c.push(Check::new(name, target, format!("{ratio:.3} x ({a:.3} vs {b:.3} s/GB)"), ratio <= 1.0));
-                }
-                _ => c.push(Check::skipped(name, target, "udpgso_bench_tx not run")),
-            }
+        for (gso, what) in [(false, "plain"), (true, "GSO")] {
+            let spec = Spec::at_most(
+                &format!("udp-bulk.{}-sender-vs-kernel", what.to_lowercase()),
+                format!("{what} sender CPU per GB vs the kernel's udpgso_bench_tx"),
+                1.0,
+                "x",
+            );
+            c.push(match (find(Role::Ours(gso)), find(Role::Kernel(gso))) {
+                (Some(a), Some(b)) => spec.evaluate(
+                    paired(a, b, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)),
+                    "netlane / udpgso_bench_tx sender CPU s/GB, same receiver, per round",
+                ),
+                _ => spec.skipped("udpgso_bench_tx not run"),
+            });
         }
         c
     }
-}
-
-/// A TCP receiver with the placement and checks of `rx`.
-fn tcp_rx(rx: RxSpec) -> RxSpec {
-    RxSpec { transport: crate::engines::bulk::Transport::Tcp, ..rx }
 }

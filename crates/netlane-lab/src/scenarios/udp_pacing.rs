@@ -1,12 +1,11 @@
-//! `netlane bench udp-pacing`: the talk's pacing experiment. A token-bucket bottleneck
-//! (tbf, e.g. 200 Mbit/s with a small queue) sits on the sender's link; a GSO sender
+//! `udp-pacing`: the LPC 2018 talk's pacing experiment. A token-bucket bottleneck (tbf,
+//! 200 Mbit/s with a small queue by default) sits on the sender's link; a GSO sender
 //! offers a fixed share of the bottleneck's rate, released every quantum. Wider quanta
 //! mean fewer wake-ups and fuller GSO sends (less CPU) but bigger bursts (more loss at
 //! the bottleneck). "unpaced" sends the same bytes as one burst.
 
 use std::time::Duration;
 
-use crate::engines::bulk::{BulkRun, Pacing, RxSpec, TxSpec};
 use anyhow::{Result, bail};
 use clap::Args;
 use netlane::metrics::units::{Rate, format_duration};
@@ -14,38 +13,53 @@ use netlane::pace::Quantum;
 use netlane::topology::QdiscStats;
 use netlane::udp::GsoMode;
 use netlane::udp::gso::GsoLimits;
-use serde::Serialize;
 
-use super::{NetArgs, PathKind, Progress, parse_positive_duration, parse_rate, parse_size};
-use crate::report::chart::{self, Series};
-use crate::report::{Cell, Check, ScenarioReport, Table};
+use super::net::{NetArgs, PathKind, run_one, summary_line};
+use super::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
+use super::{Scenario, from_words};
+use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
+use crate::progress::Progress;
+use crate::report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
+use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::verdict::{Measure, Spec, finite, paired, ratio};
 
 /// One point of the sweep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Point {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SweepPoint {
     /// No pacer: the same bytes as fast as the socket takes them.
     Unpaced,
     /// Releases every this many nanoseconds.
     Quantum(u64),
 }
 
-impl Point {
+impl SweepPoint {
+    /// As the command line writes it.
+    pub fn word(&self) -> String {
+        match self {
+            SweepPoint::Unpaced => "unpaced".into(),
+            SweepPoint::Quantum(ns) => format_duration(Duration::from_nanos(*ns)),
+        }
+    }
+
+    /// As people read it.
     fn label(&self) -> String {
         match self {
-            Point::Unpaced => "unpaced".into(),
-            Point::Quantum(ns) => format_duration(Duration::from_nanos(*ns)),
+            SweepPoint::Unpaced => "unpaced".into(),
+            SweepPoint::Quantum(ns) => format::seconds(*ns as f64 / 1e9),
         }
     }
 }
 
-fn parse_point(s: &str) -> Result<Point, String> {
+fn parse_point(s: &str) -> Result<SweepPoint, String> {
     if s.eq_ignore_ascii_case("unpaced") {
-        return Ok(Point::Unpaced);
+        return Ok(SweepPoint::Unpaced);
     }
-    Ok(Point::Quantum(parse_positive_duration(s)?.as_nanos() as u64))
+    Ok(SweepPoint::Quantum(parse_positive_duration(s)?.as_nanos() as u64))
 }
 
-/// Options of `netlane bench udp-pacing`.
+/// Options of the `udp-pacing` scenario.
 #[derive(Debug, Clone, Args)]
 pub struct UdpPacingArgs {
     /// Network placement (the bottleneck needs --path veth).
@@ -65,29 +79,31 @@ pub struct UdpPacingArgs {
     pub offered: u32,
     /// Sweep points: release quanta and "unpaced" (the same bytes in one burst), comma separated.
     #[arg(long, value_delimiter = ',', default_value = "250us,1ms,4ms,8ms,unpaced", value_parser = parse_point)]
-    pub quanta: Vec<Point>,
+    pub quanta: Vec<SweepPoint>,
     /// How long each point sends.
-    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
-    pub duration: Duration,
+    #[arg(short = 't', long, alias = "duration", default_value = "2s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Rounds: every point runs once per round, in a rotating order.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
     /// UDP payload bytes per datagram.
     #[arg(long, default_value_t = 1400)]
     pub gso_size: usize,
-    /// Write all results as JSON to this file.
-    #[arg(long)]
-    pub json: Option<std::path::PathBuf>,
-    /// Write the table as CSV to this file.
-    #[arg(long)]
-    pub csv: Option<std::path::PathBuf>,
 }
 
-#[derive(Debug, Clone, Serialize)]
-struct PointRecord {
-    point: Point,
-    result: crate::engines::bulk::BulkResult,
+/// One run of a point, with what the bottleneck did during it.
+#[derive(Debug, Clone)]
+struct PointRun {
+    result: BulkResult,
     qdisc: QdiscStats,
 }
 
 impl UdpPacingArgs {
+    /// The defaults, as `netlane bench udp-pacing` has them.
+    pub fn defaults() -> UdpPacingArgs {
+        from_words(&[]).expect("the defaults parse")
+    }
+
     /// Payload rate that puts `offered`% of the bottleneck on the wire: each datagram
     /// also carries IP, UDP and Ethernet headers.
     fn offered_rate(&self) -> u64 {
@@ -100,21 +116,21 @@ impl UdpPacingArgs {
         GsoLimits::for_family(self.net.ipv6).segments_per_send(self.gso_size)
     }
 
-    fn run_for(&self, point: Point, run_id: u32) -> BulkRun {
+    fn run_for(&self, point: SweepPoint, run_id: u32) -> BulkRun {
         let rate = self.offered_rate();
         let base = TxSpec {
             gso: GsoMode::Cmsg,
             datagram_size: self.gso_size,
             segments_per_send: self.segments(),
-            duration: self.duration,
+            duration: self.time,
             cpu: Some(self.net.tx_cpu),
             ..TxSpec::udp()
         };
         let tx = match point {
             // The same bytes a paced run moves, as fast as possible (bounded by the
             // duration, which it will not need).
-            Point::Unpaced => TxSpec { limit_bytes: Some((rate as f64 * self.duration.as_secs_f64()) as u64), ..base },
-            Point::Quantum(ns) => TxSpec { pacing: Some(Pacing { rate, quantum: Quantum::Fixed(ns) }), ..base },
+            SweepPoint::Unpaced => TxSpec { limit_bytes: Some((rate as f64 * self.time.as_secs_f64()) as u64), ..base },
+            SweepPoint::Quantum(ns) => TxSpec { pacing: Some(Pacing { rate, quantum: Quantum::Fixed(ns) }), ..base },
         };
         BulkRun {
             tx: self.net.sender(tx),
@@ -124,12 +140,31 @@ impl UdpPacingArgs {
         }
     }
 
-    /// Checks options before anything is built.
-    pub fn validate(&self) -> Result<()> {
-        self.net.validate()?;
+    fn options(&self) -> OptionList {
+        let quanta: Vec<String> = self.quanta.iter().map(SweepPoint::word).collect();
+        self.net
+            .options()
+            .rate("bottleneck", self.bottleneck)
+            .size("burst", self.burst)
+            .size("queue", self.queue)
+            .int("offered", u64::from(self.offered))
+            .words("quanta", &quanta)
+            .duration("time", self.time)
+            .int("repeat", u64::from(self.repeat))
+            .int("gso-size", self.gso_size as u64)
+    }
+}
+
+impl Scenario for UdpPacingArgs {
+    fn name(&self) -> &'static str {
+        "udp-pacing"
+    }
+
+    fn validate(&self) -> Result<()> {
         if self.net.path != PathKind::Veth {
             bail!("the pacing experiment needs a bottleneck qdisc on a veth link: use --path veth (needs root)");
         }
+        self.net.validate()?;
         if self.quanta.is_empty() {
             bail!("no sweep points given (--quanta)");
         }
@@ -140,168 +175,243 @@ impl UdpPacingArgs {
             bail!("--burst and --queue must be below 4 GiB");
         }
         for (i, p) in self.quanta.iter().enumerate() {
-            self.run_for(*p, i as u32).validate(Some(self.net.path_mtu())).map_err(|e| anyhow::anyhow!("{e}"))?;
+            self.run_for(*p, i as u32)
+                .validate(Some(self.net.path_mtu()))
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.word()))?;
         }
         Ok(())
     }
 
-    /// Number of runs.
-    pub fn run_count(&self) -> usize {
-        self.quanta.len()
+    fn runs(&self) -> usize {
+        self.quanta.len() * self.repeat as usize
     }
 
-    /// Runs the sweep.
-    pub fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
         let hosts = self.net.build("udp-pacing")?;
-        progress.plan(self.quanta.len());
-        let h = hosts.as_ref().expect("validated: veth path");
+        let h = hosts.as_ref().ok_or_else(|| anyhow::anyhow!("the pacing experiment needs the veth path"))?;
         h.set_bottleneck(self.bottleneck, self.burst as u32, self.queue as u32)?;
+        let mut runs: Vec<Vec<PointRun>> = vec![Vec::new(); self.quanta.len()];
         let mut records = Vec::new();
-        for (i, p) in self.quanta.iter().enumerate() {
-            let label = p.label();
-            progress.start(&label);
-            let before = h.egress_qdisc()?.1;
-            let result = super::run_one(&hosts, &label, &self.run_for(*p, i as u32 + 1))?;
-            let after = h.egress_qdisc()?.1;
-            let qdisc = QdiscStats {
-                bytes: after.bytes.saturating_sub(before.bytes),
-                packets: after.packets.saturating_sub(before.packets),
-                drops: after.drops.saturating_sub(before.drops),
-                overlimits: after.overlimits.saturating_sub(before.overlimits),
-            };
-            progress.finish(&label, &super::summary_line(&result));
-            records.push(PointRecord { point: *p, result, qdisc });
+        let mut index = 0u32;
+        for round in 0..self.repeat as usize {
+            for i in round_order(self.quanta.len(), round) {
+                index += 1;
+                let p = self.quanta[i];
+                let label = if self.repeat > 1 { format!("{} #{}", p.word(), round + 1) } else { p.word() };
+                progress.start(&label);
+                let before = h.egress_qdisc()?.1;
+                let result = run_one(&hosts, &label, &self.run_for(p, index))?;
+                let after = h.egress_qdisc()?.1;
+                let qdisc = QdiscStats {
+                    bytes: after.bytes.saturating_sub(before.bytes),
+                    packets: after.packets.saturating_sub(before.packets),
+                    drops: after.drops.saturating_sub(before.drops),
+                    overlimits: after.overlimits.saturating_sub(before.overlimits),
+                };
+                progress.finish(&label, &summary_line(&result));
+                let mut rec = RunRecord::new(
+                    index,
+                    round as u32 + 1,
+                    p.word(),
+                    vec![
+                        ("tx_mb_per_s", result.tx_rate().ok().map(|v| v / 1e6)),
+                        ("rx_mb_per_s", result.rx_rate().ok().map(|v| v / 1e6)),
+                        ("loss_pct", result.loss().ok().map(|l| l * 100.0)),
+                        ("bottleneck_drops", Some(qdisc.drops as f64)),
+                        ("tx_cpu_s_per_gb", result.tx_cpu_s_per_gb().ok()),
+                        ("tx_cpu_s_per_gb_delivered", result.tx_cpu_s_per_gb_delivered().ok()),
+                    ],
+                );
+                rec.path = result.tx.path.clone();
+                rec.detail = serde_json::json!({ "result": result, "qdisc": qdisc });
+                records.push(rec);
+                runs[i].push(PointRun { result, qdisc });
+            }
         }
-        Ok(self.report(&records))
+        Ok(self.report(&runs, records))
     }
+}
 
-    fn report(&self, records: &[PointRecord]) -> ScenarioReport {
-        let mut table = Table {
-            name: "udp-pacing".into(),
-            title: format!(
-                "Release quantum vs loss and sender CPU at a {} bottleneck ({}% offered)",
+fn usable(r: &PointRun, f: &dyn Fn(&BulkResult) -> Measure) -> Measure {
+    match r.result.impossible() {
+        Some(why) => Err(why),
+        None => f(&r.result),
+    }
+}
+
+fn values(rs: &[PointRun], f: &dyn Fn(&BulkResult) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| usable(r, f).ok()).collect()
+}
+
+fn med(rs: &[PointRun], f: &dyn Fn(&BulkResult) -> Measure) -> Value {
+    let v = values(rs, f);
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+fn loss_pct(r: &BulkResult) -> Measure {
+    r.loss().map(|l| l * 100.0)
+}
+
+impl UdpPacingArgs {
+    fn report(&self, runs: &[Vec<PointRun>], records: Vec<RunRecord>) -> ScenarioReport {
+        let mut table = Table::new(
+            "udp-pacing",
+            format!(
+                "Release quantum vs loss and sender CPU at a {} bottleneck ({}% offered), medians of {} rounds",
                 Rate(self.bottleneck as f64),
-                self.offered
+                self.offered,
+                self.repeat
             ),
-            columns: [
-                "quantum",
-                "segments/release",
-                "tx MB/s",
-                "rx MB/s",
-                "loss %",
-                "bottleneck drops",
-                "tx CPU s/GB sent",
-                "tx CPU s/GB delivered",
-                "wake-ups/s",
-                "rx per-ms p99 kB",
-            ]
-            .map(String::from)
-            .to_vec(),
-            rows: Vec::new(),
-        };
-        let delivered = |r: &PointRecord| {
-            let gb = r.result.rx.bytes as f64 / 1e9;
-            if gb > 0.0 { r.result.tx.cpu.total_s() / gb } else { f64::NAN }
-        };
-        for r in records {
-            let x = &r.result;
-            let p = x.tx.pacing;
-            table.rows.push(vec![
-                Cell::text(r.point.label()),
-                p.map_or(Cell::text("all"), |p| Cell::num(p.segments_per_release, 1)),
-                Cell::num(x.tx_rate / 1e6, 1),
-                Cell::num(x.rx.bytes as f64 / x.tx.seconds.max(1e-9) / 1e6, 1),
-                Cell::num(x.loss * 100.0, 2),
-                Cell::num(r.qdisc.drops as f64, 0),
-                Cell::num(x.tx_cpu_per_gb, 3),
-                Cell::num(delivered(r), 3),
-                p.map_or(Cell::Empty, |p| Cell::num(p.stats.releases as f64 / x.tx.seconds.max(1e-9), 0)),
-                Cell::num(x.rx.per_ms_bytes.p99 as f64 / 1e3, 1),
-            ]);
+            vec![
+                Column::new("quantum", "quantum", 0),
+                Column::new("segments_per_release", "segments/release", 1),
+                Column::new("tx_mb_per_s", "tx MB/s", 1),
+                Column::new("rx_mb_per_s", "rx MB/s", 1),
+                Column::new("loss_pct", "loss %", 2),
+                Column::new("bottleneck_drops", "bottleneck drops", 0),
+                Column::new("tx_cpu_s_per_gb", "tx CPU s/GB sent", 3),
+                Column::new("tx_cpu_s_per_gb_delivered", "tx CPU s/GB delivered", 3),
+                Column::new("wakeups_per_s", "wake-ups/s", 0),
+                Column::new("rx_per_ms_p99_kb", "rx per-ms p99 kB", 1),
+            ],
+        );
+        let mut flags = Vec::new();
+        for (p, rs) in self.quanta.iter().zip(runs) {
+            flags.extend(repeat_flags(&p.label(), "sender CPU s/GB", &values(rs, &BulkResult::tx_cpu_s_per_gb)));
+            let pace = rs.iter().find_map(|r| r.result.tx.pacing);
+            let drops: Vec<f64> = rs.iter().map(|r| r.qdisc.drops as f64).collect();
+            table.push(Row::new(vec![
+                Value::text(p.label()),
+                pace.map_or(Value::text("all"), |p| Value::num(p.segments_per_release)),
+                med(rs, &|r| r.tx_rate().map(|v| v / 1e6)),
+                med(rs, &|r| r.rx_rate().map(|v| v / 1e6)),
+                med(rs, &loss_pct),
+                Value::num(median(drops)),
+                med(rs, &BulkResult::tx_cpu_s_per_gb),
+                med(rs, &BulkResult::tx_cpu_s_per_gb_delivered),
+                med(rs, &|r| {
+                    r.tx.pacing.map_or(Err("unpaced".into()), |p| ratio(Ok(p.stats.releases as f64), Ok(r.tx.seconds)))
+                }),
+                med(rs, &|r| Ok(r.rx.per_ms_bytes.p99 as f64 / 1e3)),
+            ]));
         }
-        let xs: Vec<String> = records.iter().map(|r| r.point.label()).collect();
-        let charts = vec![
-            chart::lines(
-                "udp-pacing-loss",
-                "Loss at the bottleneck vs release quantum",
-                "release quantum",
-                "loss %",
-                &xs,
-                &[Series::new("loss", records.iter().map(|r| r.result.loss * 100.0).collect())],
-            ),
-            chart::lines(
-                "udp-pacing-cpu",
-                "Sender CPU per GB vs release quantum",
-                "release quantum",
-                "CPU s/GB",
-                &xs,
-                &[
-                    Series::new("per GB sent", records.iter().map(|r| r.result.tx_cpu_per_gb).collect()),
-                    Series::new("per GB delivered", records.iter().map(delivered).collect()),
-                ],
-            ),
-        ];
+
         // The talk's finding: widening the interval cut sender CPU a lot while the loss
-        // rate rose. Compare the narrowest and widest paced points of this run.
-        let paced: Vec<&PointRecord> = records.iter().filter(|r| matches!(r.point, Point::Quantum(_))).collect();
+        // rate rose. Compare the narrowest and widest paced points, round by round.
+        let paced: Vec<(usize, u64)> = self
+            .quanta
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| if let SweepPoint::Quantum(ns) = p { Some((i, *ns)) } else { None })
+            .collect();
+        let narrow = paced.iter().min_by_key(|(_, ns)| *ns).copied();
+        let wide = paced.iter().max_by_key(|(_, ns)| *ns).copied();
         let mut checks = Vec::new();
-        if let (Some(narrow), Some(wide)) = (
-            paced.iter().min_by_key(|r| match r.point {
-                Point::Quantum(ns) => ns,
-                Point::Unpaced => u64::MAX,
-            }),
-            paced.iter().max_by_key(|r| match r.point {
-                Point::Quantum(ns) => ns,
-                Point::Unpaced => 0,
-            }),
-        ) && narrow.point != wide.point
+        let mut headline = format!("{} sweep points, {} rounds.", self.quanta.len(), self.repeat);
+        if let (Some((n, _)), Some((w, _))) = (narrow, wide)
+            && n != w
         {
-            checks.push(Check::new(
-                format!("sender CPU per GB falls from {} to {}", narrow.point.label(), wide.point.label()),
-                "lower at the wider quantum (the talk's trade-off)",
-                format!("{:.3} -> {:.3} s/GB", narrow.result.tx_cpu_per_gb, wide.result.tx_cpu_per_gb),
-                wide.result.tx_cpu_per_gb < narrow.result.tx_cpu_per_gb,
-            ));
-            checks.push(Check::new(
-                format!("loss rises from {} to {}", narrow.point.label(), wide.point.label()),
-                "higher at the wider quantum (the talk's trade-off)",
-                format!("{:.2}% -> {:.2}%", narrow.result.loss * 100.0, wide.result.loss * 100.0),
-                wide.result.loss > narrow.result.loss,
-            ));
+            let (nl, wl) = (self.quanta[n].label(), self.quanta[w].label());
+            let cpu = Spec::below(
+                "udp-pacing.cpu-falls",
+                format!("sender CPU per GB falls from {nl} to {wl} quanta"),
+                1.0,
+                "x",
+            )
+            .evaluate(
+                paired(&runs[w], &runs[n], |r| usable(r, &BulkResult::tx_cpu_s_per_gb)),
+                &format!("{wl} / {nl} sender CPU s/GB sent, per round"),
+            );
+            let loss = Spec::above("udp-pacing.loss-rises", format!("loss rises from {nl} to {wl} quanta"), 0.0, "pp")
+                .evaluate(
+                    runs[w]
+                        .iter()
+                        .zip(&runs[n])
+                        .map(|(a, b)| {
+                            let (a, b) = (usable(a, &loss_pct)?, usable(b, &loss_pct)?);
+                            finite(a, "loss").and_then(|a| finite(b, "loss").map(|b| a - b))
+                        })
+                        .collect(),
+                    &format!("{wl} loss % - {nl} loss %, per round (percentage points)"),
+                );
+            if let (Some(c), Some(_)) = (&cpu.measured, &loss.measured) {
+                let lm = |i: usize| med(&runs[i], &loss_pct).as_f64().map_or("-".into(), |v| format!("{v:.2}%"));
+                headline = format!(
+                    "From {nl} to {wl} release quanta the sender's CPU per GB changed {}x while loss went from {} to {}.",
+                    sig(c.median),
+                    lm(n),
+                    lm(w)
+                );
+            }
+            checks.push(cpu);
+            checks.push(loss);
         }
-        let mut options = vec![("benchmark".to_string(), "udp-pacing".to_string())];
-        self.net.echo(&mut options);
-        options.extend([
-            ("bottleneck".into(), Rate(self.bottleneck as f64).to_string()),
-            ("burst".into(), self.burst.to_string()),
-            ("queue".into(), self.queue.to_string()),
-            ("offered".into(), format!("{}% = {} payload", self.offered, Rate(self.offered_rate() as f64))),
-            ("quanta".into(), records.iter().map(|r| r.point.label()).collect::<Vec<_>>().join(",")),
-            ("duration".into(), format_duration(self.duration)),
-            ("gso_size".into(), self.gso_size.to_string()),
-            ("segments".into(), self.segments().to_string()),
-        ]);
+
+        let xs: Vec<String> = self.quanta.iter().map(SweepPoint::label).collect();
+        let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure| Series {
+            name: name.into(),
+            points: runs
+                .iter()
+                .enumerate()
+                .filter_map(|(x, rs)| {
+                    let s = Spread::of(&values(rs, f))?;
+                    Some(Point {
+                        x: x as f64,
+                        y: s.median,
+                        low: (s.n > 1).then_some(s.min),
+                        high: (s.n > 1).then_some(s.max),
+                    })
+                })
+                .collect(),
+        };
+        let charts = vec![
+            Chart {
+                name: "udp-pacing-loss".into(),
+                title: "Loss at the bottleneck vs release quantum".into(),
+                kind: ChartKind::Lines,
+                x: Axis::categories("release quantum", xs.clone()),
+                y: Axis::numeric("loss", Unit::Percent, Scale::Linear),
+                series: vec![series("loss", &loss_pct)],
+            },
+            Chart {
+                name: "udp-pacing-cpu".into(),
+                title: "Sender CPU per GB vs release quantum".into(),
+                kind: ChartKind::Lines,
+                x: Axis::categories("release quantum", xs),
+                y: Axis::numeric("sender CPU", Unit::Count("s/GB".into()), Scale::Linear),
+                series: vec![
+                    series("per GB sent", &BulkResult::tx_cpu_s_per_gb),
+                    series("per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered),
+                ],
+            },
+        ];
         let notes = vec![format!(
             "Each paced point releases the bytes due in one quantum as full GSO sends; the bottleneck holds {} B of \
-             bucket and {} B of queue, so releases larger than that are dropped at the qdisc. Pacing runs in user \
-             space (no fq/etf for SO_TXTIME here).",
-            self.burst, self.queue
+             bucket and {} B of queue, so releases larger than that are dropped at the qdisc. The offered load is {} \
+             of payload. Pacing runs in user space (no fq/etf for SO_TXTIME here).",
+            self.burst,
+            self.queue,
+            Rate(self.offered_rate() as f64)
         )];
+        let options = self.options();
         ScenarioReport {
             name: "udp-pacing".into(),
             title: "Pacing experiment: release quantum vs loss and CPU".into(),
             description: "The LPC 2018 talk's experiment: a QUIC server paced its sends in user space; widening the \
                 pacing interval cut the sender's CPU a lot while the loss rate rose from a low base. Here a tbf \
                 qdisc on the sender's veth is the bottleneck, and a GSO sender offers a fixed share of its rate with \
-                each release quantum; 'unpaced' sends the same bytes in one burst."
+                each release quantum; 'unpaced' sends the same bytes in one burst. Loss is counted at the receiver."
                 .into(),
-            options,
+            headline,
+            options: options.object(),
+            echo: options.echo(),
             tables: vec![table],
             charts,
             checks,
+            flags,
             notes,
-            raw: serde_json::to_value(records).unwrap_or_default(),
+            runs: records,
         }
     }
 }

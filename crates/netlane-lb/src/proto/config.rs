@@ -225,8 +225,60 @@ impl Config {
     }
 }
 
+/// How one VIP's Maglev ring divides among its reals (what `netlane lb check` shows).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct VipShares {
+    /// `address:port/proto`.
+    pub vip: String,
+    /// Connection tracking is off for this VIP.
+    pub no_lru: bool,
+    /// Each real's part of the ring, in configuration order.
+    pub reals: Vec<RealShare>,
+}
+
+/// One real's part of its VIP's ring.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct RealShare {
+    /// The real.
+    pub address: IpAddr,
+    /// Its weight.
+    pub weight: u32,
+    /// Ring slots it owns.
+    pub slots: usize,
+    /// Its share of the ring, percent.
+    pub share_pct: f64,
+}
+
+impl Config {
+    /// Every VIP's ring shares.
+    pub fn shares(&self) -> Result<Vec<VipShares>, maglev::RingError> {
+        let mut out = Vec::new();
+        for v in &self.vips {
+            let b = v.backends();
+            let ring = maglev::build(&b, self.ring_size)?;
+            let slots = maglev::shares(&ring, b.len());
+            out.push(VipShares {
+                vip: v.name(),
+                no_lru: v.no_lru,
+                reals: v
+                    .reals
+                    .iter()
+                    .zip(slots)
+                    .map(|(r, n)| RealShare {
+                        address: r.address,
+                        weight: r.weight,
+                        slots: n,
+                        share_pct: 100.0 * n as f64 / f64::from(self.ring_size),
+                    })
+                    .collect(),
+            });
+        }
+        Ok(out)
+    }
+}
+
 /// What changing from one configuration to another does to one VIP.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct VipChange {
     /// The VIP.
     pub vip: String,

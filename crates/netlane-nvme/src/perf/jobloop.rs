@@ -283,6 +283,9 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                 s.buf.resize(g.bs as usize, 0);
             }
             let in_window = s.start_ns >= spec.window.0 && end <= spec.window.1;
+            if let Some(n) = shared.completed.get(spec.index) {
+                n.0.fetch_add(1, Ordering::Relaxed);
+            }
             if !c.cqe.status.is_success() {
                 if in_window || c.cqe.status == Status::TRANSIENT_TRANSPORT {
                     res.errors += 1;

@@ -42,10 +42,10 @@ use netlane::cpus::CpuList;
 use netlane::metrics::cpu::{CpuTime, process_cpu};
 use netlane::metrics::hist::Summary;
 use netlane::time::monotonic_ns;
-use queue::{Inner, Queue, SetKind, Shared, worker};
+use queue::{Inner, JobCounter, Queue, SetKind, Shared, worker};
 
 /// The i10 caravan: hold sends until one of these is reached.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
 pub struct Caravan {
     /// Bytes of PDUs.
     pub max_bytes: usize,
@@ -99,14 +99,14 @@ pub struct PerfOptions {
 }
 
 /// Results of one group.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct GroupReport {
     /// Group name.
     pub name: String,
     /// rw mode.
     pub rw: String,
-    /// Block size.
-    pub bs: u32,
+    /// Block size, bytes.
+    pub bs_bytes: u32,
     /// Per-job depth.
     pub qd: u32,
     /// Jobs.
@@ -120,7 +120,7 @@ pub struct GroupReport {
     /// Commands per second.
     pub iops: f64,
     /// MB/s (10^6 bytes).
-    pub mb_s: f64,
+    pub mb_per_s: f64,
     /// Read latency, ns.
     pub read_lat_ns: Summary,
     /// Write latency, ns.
@@ -131,8 +131,19 @@ pub struct GroupReport {
     pub mismatches: u64,
 }
 
+/// One I/O queue of a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct QueueInfo {
+    /// Its map: `default`, `read` or `poll`.
+    pub set: String,
+    /// Queue ID.
+    pub qid: u16,
+    /// The CPU it maps to (and its I/O worker runs on).
+    pub cpu: usize,
+}
+
 /// Results of a run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct PerfReport {
     /// Per group.
     pub groups: Vec<GroupReport>,
@@ -145,9 +156,9 @@ pub struct PerfReport {
     /// Host process CPU over the window.
     pub host_cpu: CpuTime,
     /// Host CPU microseconds per command.
-    pub host_cpu_us_per_io: f64,
+    pub host_cpu_us_per_io: Option<f64>,
     /// Host context switches per command (voluntary + involuntary).
-    pub host_switches_per_io: f64,
+    pub host_switches_per_io: Option<f64>,
     /// Target CPU microseconds per command (when its PID was given).
     pub target_cpu_us_per_io: Option<f64>,
     /// Commands sent by the submitting thread itself.
@@ -157,9 +168,9 @@ pub struct PerfReport {
     /// send() calls made.
     pub send_calls: u64,
     /// Commands per send() call.
-    pub cmds_per_send: f64,
-    /// Queues: (set, qid, cpu).
-    pub queues: Vec<(String, u16, usize)>,
+    pub cmds_per_send: Option<f64>,
+    /// The I/O queues.
+    pub queues: Vec<QueueInfo>,
     /// Whether each queue ended healthy.
     pub queue_failures: u64,
     /// Verify mode was on.
@@ -196,8 +207,29 @@ fn read_proc_cpu_ticks(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
+/// Where a run is, for a live status line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Status {
+    /// Since the jobs started.
+    pub elapsed: Duration,
+    /// Ramp plus measured time.
+    pub total: Duration,
+    /// In the measured window (else ramping up).
+    pub measuring: bool,
+    /// Commands completed so far, ramp included.
+    pub completed: u64,
+}
+
+/// How often [`run_observed`] reports its status.
+pub const STATUS_EVERY: Duration = Duration::from_millis(500);
+
 /// Runs a perf workload against a target and reports.
 pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
+    run_observed(opts, &mut |_| {})
+}
+
+/// [`run`], telling `status` where the run is every [`STATUS_EVERY`].
+pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Result<PerfReport, PerfError> {
     if opts.groups.is_empty() {
         return Err(PerfError::Invalid("no job groups".into()));
     }
@@ -317,6 +349,7 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
         batch: opts.batch,
         caravan: opts.caravan,
         direct_send: opts.direct_send,
+        completed: (0..njobs).map(|_| JobCounter::default()).collect(),
     });
     let mut workers = Vec::new();
     for (qi, rx) in receivers {
@@ -367,12 +400,21 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
             index += 1;
         }
     }
-    // Measure CPU over the window.
-    let sleep_until = |t: u64| {
+    // Measure CPU over the window; tell the caller where the run is meanwhile.
+    let total = opts.ramp + opts.duration;
+    let mut sleep_until = |t: u64| loop {
         let now = monotonic_ns();
-        if t > now {
-            std::thread::sleep(Duration::from_nanos(t - now));
+        if now >= t {
+            return;
         }
+        std::thread::sleep(Duration::from_nanos((t - now).min(STATUS_EVERY.as_nanos() as u64)));
+        let now = monotonic_ns();
+        status(&Status {
+            elapsed: Duration::from_nanos(now.saturating_sub(start)),
+            total,
+            measuring: now >= window.0,
+            completed: shared.completed.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
+        });
     };
     sleep_until(window.0);
     let cpu0 = process_cpu();
@@ -424,14 +466,14 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
         groups.push(GroupReport {
             name: g.name.clone(),
             rw: g.rw_name(),
-            bs: g.bs,
+            bs_bytes: g.bs,
             qd: g.qd,
             jobs: g.jobs,
             ops,
             reads: agg.reads,
             writes: agg.writes,
             iops: ops as f64 / secs,
-            mb_s: agg.bytes as f64 / secs / 1e6,
+            mb_per_s: agg.bytes as f64 / secs / 1e6,
             read_lat_ns: agg.read_lat.summary(),
             write_lat_ns: agg.write_lat.summary(),
             errors: agg.errors,
@@ -439,10 +481,11 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
         });
     }
     let host_cpu = cpu1 - cpu0;
-    let per_io = |x: f64| if all_ops == 0 { 0.0 } else { x / all_ops as f64 };
+    // Undefined (None), not 0, when nothing completed.
+    let per_io = |x: f64| (all_ops > 0).then(|| x / all_ops as f64);
     let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
     let target_cpu_us_per_io = match (t0, t1) {
-        (Some(a), Some(b)) => Some(per_io((b.saturating_sub(a)) as f64 / tick * 1e6)),
+        (Some(a), Some(b)) => per_io((b.saturating_sub(a)) as f64 / tick * 1e6),
         _ => None,
     };
     let sends = sends1 - sends0;
@@ -460,8 +503,12 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
         direct_sends: shared.direct_sends.load(Ordering::Relaxed),
         worker_sends: shared.worker_sends.load(Ordering::Relaxed),
         send_calls: shared.send_calls.load(Ordering::Relaxed),
-        cmds_per_send: if sends == 0 { 0.0 } else { cmds as f64 / sends as f64 },
-        queues: shared.queues.iter().map(|q| (names[q.kind as usize].to_string(), q.qid, q.cpu)).collect(),
+        cmds_per_send: (sends > 0).then(|| cmds as f64 / sends as f64),
+        queues: shared
+            .queues
+            .iter()
+            .map(|q| QueueInfo { set: names[q.kind as usize].to_string(), qid: q.qid, cpu: q.cpu })
+            .collect(),
         queue_failures,
         verified: opts.verify,
     })

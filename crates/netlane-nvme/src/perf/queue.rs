@@ -73,7 +73,14 @@ pub(super) struct Shared {
     pub(super) batch: bool,
     pub(super) caravan: Option<Caravan>,
     pub(super) direct_send: bool,
+    /// Commands each job completed (any time), for live status; one cache line each.
+    pub(super) completed: Vec<JobCounter>,
 }
+
+/// A per-job counter on a cache line of its own (jobs on different CPUs never share one).
+#[derive(Debug, Default)]
+#[repr(align(64))]
+pub(super) struct JobCounter(pub(super) AtomicU64);
 
 impl Queue {
     pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {

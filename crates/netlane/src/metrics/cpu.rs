@@ -8,7 +8,7 @@ use nix::sys::resource::{UsageWho, getrusage};
 use serde::Serialize;
 
 /// User and system CPU time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct CpuTime {
     /// Seconds in user mode.
     pub user_s: f64,
@@ -92,7 +92,7 @@ pub struct SystemCpu {
 }
 
 /// System-wide CPU use between two [`SystemCpu`] readings, in CPU-seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SystemCpuDelta {
     /// Busy time on all CPUs (everything but idle and iowait).
     pub busy_s: f64,

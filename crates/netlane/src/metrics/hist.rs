@@ -17,7 +17,7 @@ impl Default for Hist {
 }
 
 /// Percentiles of a [`Hist`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     /// Number of values.
     pub count: u64,

@@ -105,25 +105,21 @@ pub fn format_size(bytes: u64) -> String {
     bytes.to_string()
 }
 
-/// Parses a duration: `ns`, `us`, `ms`, `s`, `m` suffixes (a bare number is seconds).
+/// Parses a duration with a unit (`250us`, `1.5ms`, `2s`, `1m30s`; humantime's
+/// syntax), or a bare number of seconds (`2`, `0.5`), as fio takes `--runtime`.
 pub fn parse_duration(input: &str) -> Result<Duration, ParseError> {
     let s = input.trim();
-    let (num, unit) = split_number(s);
-    let v = number("duration", input, num)?;
-    let secs = match unit {
-        "ns" => v / 1e9,
-        "us" | "µs" => v / 1e6,
-        "ms" => v / 1e3,
-        "" | "s" => v,
-        "m" | "min" => v * 60.0,
-        _ => {
-            return Err(err("duration", input, "unknown unit (use ns, us, ms, s or m)"));
-        }
-    };
-    if secs > 1e9 {
-        return Err(err("duration", input, "too long"));
+    if s.is_empty() {
+        return Err(err("duration", input, "empty (write e.g. 2s, 500ms or 250us)"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    let d = match s.parse::<f64>() {
+        Ok(secs) if (0.0..=1e9).contains(&secs) => Duration::from_secs_f64(secs),
+        Ok(secs) if secs < 0.0 => return Err(err("duration", input, "must not be negative")),
+        Ok(_) => return Err(err("duration", input, "too long")),
+        Err(_) => humantime::parse_duration(s)
+            .map_err(|e| err("duration", input, format!("{e} (write a number with a unit: ns, us, ms, s, m, h)")))?,
+    };
+    Ok(d)
 }
 
 /// Prints a byte rate with a decimal unit, e.g. `1.23 GB/s`.
@@ -158,22 +154,24 @@ pub fn compact_rate(bytes_per_sec: u64) -> String {
     format!("{s}{u}")
 }
 
-/// Prints a duration compactly (`250us`, `1ms`, `1.5s`).
+/// Prints a duration exactly and compactly, in the largest unit it reaches: `250us`,
+/// `25.76ms`, `1.0304ms`, `2s`. [`parse_duration`] reads it back to the same value.
 pub fn format_duration(d: Duration) -> String {
     let ns = d.as_nanos();
     if ns == 0 {
-        "0".into()
-    } else if ns.is_multiple_of(1_000_000_000) {
-        format!("{}s", ns / 1_000_000_000)
-    } else if ns.is_multiple_of(1_000_000) {
-        format!("{}ms", ns / 1_000_000)
-    } else if ns.is_multiple_of(1_000) {
-        format!("{}us", ns / 1_000)
-    } else if ns >= 1_000_000_000 {
-        format!("{:.3}s", d.as_secs_f64())
-    } else {
-        format!("{ns}ns")
+        return "0s".into();
     }
+    for (unit, scale, digits) in [("s", 1_000_000_000u128, 9), ("ms", 1_000_000, 6), ("us", 1_000, 3)] {
+        if ns >= scale {
+            let (whole, frac) = (ns / scale, ns % scale);
+            if frac == 0 {
+                return format!("{whole}{unit}");
+            }
+            let f = format!("{frac:0digits$}");
+            return format!("{whole}.{}{unit}", f.trim_end_matches('0'));
+        }
+    }
+    format!("{ns}ns")
 }
 
 #[cfg(test)]
@@ -213,10 +211,22 @@ mod tests {
         assert_eq!(parse_duration("0.25ms").unwrap(), Duration::from_micros(250));
         assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("1 fortnight").is_err());
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        for bad in ["1 fortnight", "", "-2s", "-1", "soon"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
         assert_eq!(format_duration(Duration::from_micros(250)), "250us");
         assert_eq!(format_duration(Duration::from_millis(8)), "8ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+        assert_eq!(format_duration(Duration::from_micros(25_760)), "25.76ms");
+        assert_eq!(format_duration(Duration::from_nanos(1_030_400)), "1.0304ms");
+        assert_eq!(format_duration(Duration::from_nanos(1_500)), "1.5us");
+        assert_eq!(format_duration(Duration::from_nanos(17)), "17ns");
+        for d in [250_000u64, 25_760_000, 1_030_400, 1_500, 2_000_000_000, 1_234_567_891, 17] {
+            let d = Duration::from_nanos(d);
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d, "{}", format_duration(d));
+        }
     }
 
     #[test]

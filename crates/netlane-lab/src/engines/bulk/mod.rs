@@ -24,6 +24,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::verdict::{Measure, finite, per_gb, positive, rate, ratio};
+
 use netlane::metrics::{CpuTime, Summary, SystemCpu, SystemCpuDelta};
 use netlane::pace::{PaceStats, Quantum};
 use netlane::topology::{Netns, NsThread, TopologyError, TwoHosts};
@@ -33,9 +35,11 @@ use netlane::zerocopy::ZerocopyStats;
 pub use payload::{Integrity, Verify};
 
 /// Transport protocol.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// UDP datagrams.
+    #[default]
     Udp,
     /// A TCP stream.
     Tcp,
@@ -192,6 +196,22 @@ pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     }
 }
 
+/// The sender-process side of [`TxSource::Process`]: reads a [`SenderJob`] as JSON on
+/// stdin, runs it on this (single) thread, writes the [`TxReport`] as JSON on stdout.
+/// The process dies with the benchmark that started it, whatever killed it.
+pub fn sender_process_main() -> Result<(), BulkError> {
+    use std::io::{Read, Write};
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| io_err("set the parent-death signal")(e.into()))?;
+    let mut input = String::new();
+    std::io::stdin().read_to_string(&mut input).map_err(io_err("read the sender job"))?;
+    let job: SenderJob =
+        serde_json::from_str(&input).map_err(|e| BulkError::Config(format!("decode the sender job: {e}")))?;
+    let report = run_sender_job(&job)?;
+    let out = serde_json::to_string(&report).map_err(|e| BulkError::Config(format!("encode the report: {e}")))?;
+    writeln!(std::io::stdout(), "{out}").map_err(io_err("write the report"))
+}
+
 /// What the receiver does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct RxSpec {
@@ -265,6 +285,9 @@ impl Endpoints<'_> {
         }
     }
 }
+
+/// Fewest pacing releases a paced run must have.
+pub const MIN_RELEASES: u32 = 10;
 
 /// A whole run.
 #[derive(Debug, Clone, Serialize)]
@@ -366,22 +389,91 @@ pub struct BulkResult {
     pub rx: RxReport,
     /// Whole-machine CPU over the sending period.
     pub system: SystemCpuDelta,
-    /// Sender rate, bytes/s.
-    pub tx_rate: f64,
-    /// Receiver rate, bytes/s.
-    pub rx_rate: f64,
+    /// UDP or TCP.
+    pub transport: Transport,
+}
+
+/// Figures derived from a run. Each is a [`Measure`]: undefined figures (CPU per GB of
+/// nothing, a rate over no time) say why instead of turning into 0.
+impl BulkResult {
+    /// Payload bytes per second the sender sent.
+    pub fn tx_rate(&self) -> Measure {
+        rate(self.tx.bytes as f64, self.tx.seconds, "sender bytes")
+    }
+
+    /// Payload bytes per second the receiver got, over its own time: from its first
+    /// arrival to its last, plus one release period for a paced run (n releases of a
+    /// period each span n periods, but their arrivals only n - 1).
+    pub fn rx_rate(&self) -> Measure {
+        let period = self.tx.pacing.map_or(0.0, |p| p.quantum_ns as f64 / 1e9);
+        rate(self.rx.bytes as f64, self.rx.seconds + period, "receiver bytes")
+    }
+
+    /// Datagrams (UDP) or reads (TCP) per second at the receiver.
+    pub fn rx_pps(&self) -> Measure {
+        rate(self.rx.datagrams as f64, self.rx.seconds, "received datagrams")
+    }
+
     /// Sender CPU seconds per GB sent.
-    pub tx_cpu_per_gb: f64,
+    pub fn tx_cpu_s_per_gb(&self) -> Measure {
+        per_gb(self.tx.cpu.total_s(), self.tx.bytes, "the sender")
+    }
+
+    /// Sender CPU seconds per GB that arrived: what sending costs per byte delivered.
+    pub fn tx_cpu_s_per_gb_delivered(&self) -> Measure {
+        per_gb(self.tx.cpu.total_s(), self.rx.bytes, "the receiver")
+    }
+
     /// Receiver CPU seconds per GB received.
-    pub rx_cpu_per_gb: f64,
-    /// Machine busy CPU seconds per GB received.
-    pub system_cpu_per_gb: f64,
-    /// Sender system calls per datagram.
-    pub tx_syscalls_per_datagram: f64,
-    /// Receiver system calls per datagram.
-    pub rx_syscalls_per_datagram: f64,
-    /// Fraction of sent datagrams (UDP) or bytes (TCP) that did not arrive.
-    pub loss: f64,
+    pub fn rx_cpu_s_per_gb(&self) -> Measure {
+        per_gb(self.rx.cpu.total_s(), self.rx.bytes, "the receiver")
+    }
+
+    /// Busy CPU seconds of the whole machine per GB received (softirq work lands on
+    /// whichever CPU raised it).
+    pub fn system_cpu_s_per_gb(&self) -> Measure {
+        per_gb(self.system.busy_s, self.rx.bytes, "the receiver")
+    }
+
+    /// Send calls per datagram, as the sender counted them.
+    pub fn tx_calls_per_datagram(&self) -> Measure {
+        ratio(finite(self.tx.syscalls as f64, "send calls"), positive(self.tx.datagrams as f64, "datagrams sent"))
+    }
+
+    /// Receive calls per datagram, as the receiver counted them.
+    pub fn rx_calls_per_datagram(&self) -> Measure {
+        ratio(
+            finite(self.rx.syscalls as f64, "receive calls"),
+            positive(self.rx.datagrams as f64, "datagrams received"),
+        )
+    }
+
+    /// Fraction of what was sent that did not arrive: datagrams (UDP, each counted
+    /// once) or bytes (TCP).
+    pub fn loss(&self) -> Measure {
+        let (got, sent) = match self.transport {
+            Transport::Tcp => (self.rx.bytes, self.tx.bytes),
+            Transport::Udp => (self.rx.integrity.unique, self.tx.datagrams),
+        };
+        let sent = positive(sent as f64, "sent")?;
+        Ok((1.0 - got as f64 / sent).max(0.0))
+    }
+
+    /// Why the run cannot be true, if it cannot: the receiver counted more than the
+    /// sender sent.
+    pub fn impossible(&self) -> Option<String> {
+        let (got, sent, what) = match self.transport {
+            Transport::Tcp => (self.rx.bytes, self.tx.bytes, "bytes"),
+            Transport::Udp => (self.rx.integrity.unique, self.tx.datagrams, "distinct datagrams"),
+        };
+        (got > sent).then(|| format!("the receiver counted {got} {what}, the sender sent {sent}"))
+    }
+
+    /// Paced runs: the receiver's rate ([`BulkResult::rx_rate`]) over the target rate.
+    pub fn rx_pacing_accuracy(&self) -> Option<Measure> {
+        let p = self.tx.pacing?;
+        Some(ratio(self.rx_rate(), positive(p.target_rate as f64, "target rate")))
+    }
 }
 
 /// Why a run failed.
@@ -479,12 +571,23 @@ impl BulkRun {
             )));
         }
         if let Some(p) = tx.pacing {
-            netlane::pace::PaceConfig {
+            let cfg = netlane::pace::PaceConfig {
                 quantum: p.quantum,
                 ..netlane::pace::PaceConfig::new(p.rate, tx.datagram_size, tx.segments_per_send)
+            };
+            cfg.validate().map_err(|e| BulkError::Config(e.to_string()))?;
+            // With fewer than MIN_RELEASES releases a run is a few bursts: neither the
+            // sender's nor the receiver's rate means anything.
+            let quantum = Duration::from_nanos(cfg.quantum_ns());
+            if quantum * MIN_RELEASES > tx.duration {
+                return Err(BulkError::Config(format!(
+                    "a pacing quantum of {} releases the run of {} in fewer than {MIN_RELEASES} bursts; use a \
+                     quantum of at most {} or a longer run",
+                    netlane::metrics::units::format_duration(quantum),
+                    netlane::metrics::units::format_duration(tx.duration),
+                    netlane::metrics::units::format_duration(tx.duration / MIN_RELEASES)
+                )));
             }
-            .validate()
-            .map_err(|e| BulkError::Config(e.to_string()))?;
         }
         Ok(())
     }
@@ -561,12 +664,11 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
     let sender_done = Arc::new(AtomicBool::new(false));
     let drops_before = read_snmp(endpoints.rx_ns());
 
-    let seq_limit = u64::MAX / 4;
     let done = sender_done.clone();
     let run_id = spec.run_id;
     let receiver = Worker::spawn(endpoints.rx_ns(), "netlane-rx", move || {
         netlane::cpus::pin(rx_spec.cpu);
-        listener.receive(&rx_spec, run_id, datagram_size, seq_limit, &done)
+        listener.receive(&rx_spec, run_id, datagram_size, &done)
     })?;
 
     let txtime = txtime_support(endpoints)?;
@@ -727,30 +829,8 @@ fn read_all_in_background(mut r: impl std::io::Read + Send + 'static) -> JoinHan
     })
 }
 
-fn per_gb(cpu_s: f64, bytes: u64) -> f64 {
-    if bytes == 0 { 0.0 } else { cpu_s / (bytes as f64 / 1e9) }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 { 0.0 } else { a as f64 / b as f64 }
-}
-
 fn summarise(tx: TxReport, rx: RxReport, system: SystemCpuDelta, spec: &BulkRun) -> BulkResult {
-    let is_tcp = spec.netlane_spec().is_some_and(|t| t.transport == Transport::Tcp);
-    let loss = if is_tcp { 1.0 - ratio(rx.bytes, tx.bytes) } else { 1.0 - ratio(rx.integrity.unique, tx.datagrams) };
-    BulkResult {
-        tx_rate: if tx.seconds > 0.0 { tx.bytes as f64 / tx.seconds } else { 0.0 },
-        rx_rate: if rx.seconds > 0.0 { rx.bytes as f64 / rx.seconds } else { 0.0 },
-        tx_cpu_per_gb: per_gb(tx.cpu.total_s(), tx.bytes),
-        rx_cpu_per_gb: per_gb(rx.cpu.total_s(), rx.bytes),
-        system_cpu_per_gb: per_gb(system.busy_s, rx.bytes),
-        tx_syscalls_per_datagram: ratio(tx.syscalls, tx.datagrams),
-        rx_syscalls_per_datagram: ratio(rx.syscalls, rx.datagrams),
-        loss: loss.max(0.0),
-        tx,
-        rx,
-        system,
-    }
+    BulkResult { tx, rx, system, transport: spec.rx.transport }
 }
 
 #[cfg(test)]
@@ -778,6 +858,13 @@ mod tests {
         assert!(e.contains("at most 46"), "{e}");
         let zero_rate = TxSpec { pacing: Some(Pacing { rate: 0, quantum: Quantum::Auto }), ..TxSpec::udp() };
         assert!(run_with(zero_rate).validate(None).unwrap_err().to_string().contains("positive"));
+        let slow = TxSpec {
+            pacing: Some(Pacing { rate: 10_000_000, quantum: Quantum::Fixed(2_000_000_000) }),
+            duration: Duration::from_secs(2),
+            ..TxSpec::udp()
+        };
+        let e = run_with(slow).validate(None).unwrap_err().to_string();
+        assert!(e.contains("fewer than 10 bursts") && e.contains("at most 200ms"), "{e}");
         let tiny = TxSpec { datagram_size: 8, ..TxSpec::udp() };
         assert!(run_with(tiny).validate(None).is_err());
         let zero = TxSpec { duration: Duration::ZERO, ..TxSpec::udp() };

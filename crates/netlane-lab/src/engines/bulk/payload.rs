@@ -90,38 +90,86 @@ pub struct Integrity {
     pub corrupt: u64,
     /// Datagrams of an unexpected length.
     pub bad_length: u64,
+    /// Datagrams below the sequence window (older than 2^24 datagrams before the
+    /// highest one): not counted as unique, since they cannot be told from duplicates.
+    pub too_old: u64,
     /// Highest sequence number seen plus one.
     pub high_water: u64,
 }
 
-/// Tracks which sequence numbers arrived (a growable bitmap).
-#[derive(Debug, Clone, Default)]
-pub struct SeqSet {
-    bits: Vec<u64>,
+/// Sequence numbers tracked at once: 2^24 datagrams (2 MiB of bits), far more than
+/// can be in flight or reordered on any path the lab builds.
+pub const SEQ_WINDOW: u64 = 1 << 24;
+
+/// What [`SeqWindow::insert`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// First time.
+    New,
+    /// Seen before (within the window).
+    Duplicate,
+    /// Below the window: too old to tell.
+    TooOld,
 }
 
-impl SeqSet {
-    /// Marks `seq`; returns false if it was already marked.
-    pub fn insert(&mut self, seq: u64) -> bool {
-        let word = (seq / 64) as usize;
-        if word >= self.bits.len() {
-            // Grow geometrically; sequence numbers come from our own sender and are
-            // dense, but cap the growth a bogus number can cause (checked by caller).
-            let want = (word + 1).max(self.bits.len() * 2).max(1024);
-            self.bits.resize(want, 0);
+/// Which sequence numbers arrived, over a window of [`SEQ_WINDOW`] numbers that slides
+/// forward with the highest one seen. Memory is fixed at construction: a datagram with
+/// a huge sequence number (a forged one, say) only slides the window, it cannot make
+/// the receiver allocate.
+#[derive(Debug, Clone)]
+pub struct SeqWindow {
+    /// Bit `seq % SEQ_WINDOW` says whether `seq` arrived, for `base <= seq < base + SEQ_WINDOW`.
+    bits: Vec<u64>,
+    /// Lowest sequence number tracked (a multiple of 64).
+    base: u64,
+}
+
+impl Default for SeqWindow {
+    fn default() -> Self {
+        SeqWindow { bits: vec![0; (SEQ_WINDOW / 64) as usize], base: 0 }
+    }
+}
+
+impl SeqWindow {
+    fn slot(seq: u64) -> (usize, u64) {
+        let i = seq % SEQ_WINDOW;
+        ((i / 64) as usize, 1u64 << (i % 64))
+    }
+
+    /// Marks `seq`.
+    pub fn insert(&mut self, seq: u64) -> Seen {
+        if seq < self.base {
+            return Seen::TooOld;
         }
-        let mask = 1u64 << (seq % 64);
-        let had = self.bits[word] & mask != 0;
-        self.bits[word] |= mask;
-        !had
+        if seq - self.base >= SEQ_WINDOW {
+            // Slide: the words that fall out of the window are reused for the new top.
+            let new_base = (seq - SEQ_WINDOW + 1).next_multiple_of(64);
+            let dropped = new_base - self.base;
+            if dropped >= SEQ_WINDOW {
+                self.bits.fill(0);
+            } else {
+                for w in (self.base / 64)..(new_base / 64) {
+                    self.bits[(w % (SEQ_WINDOW / 64)) as usize] = 0;
+                }
+            }
+            self.base = new_base;
+        }
+        let (w, m) = Self::slot(seq);
+        let had = self.bits[w] & m != 0;
+        self.bits[w] |= m;
+        if had { Seen::Duplicate } else { Seen::New }
     }
 
-    /// Whether `seq` is marked.
+    /// Whether `seq` is marked (false below the window).
     pub fn contains(&self, seq: u64) -> bool {
-        self.bits.get((seq / 64) as usize).is_some_and(|w| w & (1u64 << (seq % 64)) != 0)
+        if seq < self.base || seq - self.base >= SEQ_WINDOW {
+            return false;
+        }
+        let (w, m) = Self::slot(seq);
+        self.bits[w] & m != 0
     }
 
-    /// Sequence numbers below `n` that are not marked.
+    /// Sequence numbers below `n` that are not marked (for tests: walks the range).
     pub fn missing_below(&self, n: u64) -> u64 {
         (0..n).filter(|s| !self.contains(*s)).count() as u64
     }
@@ -133,19 +181,16 @@ pub struct Checker {
     run: u32,
     verify: Verify,
     datagram_size: usize,
-    seen: SeqSet,
-    /// Largest sequence number accepted (guards the bitmap against bogus values).
-    seq_limit: u64,
+    seen: SeqWindow,
     /// Counters.
     pub integrity: Integrity,
 }
 
 impl Checker {
     /// A checker for `run`, expecting datagrams of `datagram_size` bytes (the last one
-    /// of a transfer may be shorter). Sequence numbers at or above `seq_limit` count as
-    /// foreign.
-    pub fn new(run: u32, verify: Verify, datagram_size: usize, seq_limit: u64) -> Self {
-        Self { run, verify, datagram_size, seen: SeqSet::default(), seq_limit, integrity: Integrity::default() }
+    /// of a transfer may be shorter).
+    pub fn new(run: u32, verify: Verify, datagram_size: usize) -> Self {
+        Self { run, verify, datagram_size, seen: SeqWindow::default(), integrity: Integrity::default() }
     }
 
     /// Checks one datagram.
@@ -154,29 +199,36 @@ impl Checker {
             self.integrity.unique += 1;
             return;
         }
-        let Some(seq) = parse_header(d, self.run).filter(|s| *s < self.seq_limit) else {
+        let Some(seq) = parse_header(d, self.run) else {
             self.integrity.foreign += 1;
             return;
         };
         if d.len() > self.datagram_size {
             self.integrity.bad_length += 1;
         }
-        if !self.seen.insert(seq) {
-            self.integrity.duplicates += 1;
-            return;
+        match self.seen.insert(seq) {
+            Seen::New => {}
+            Seen::Duplicate => {
+                self.integrity.duplicates += 1;
+                return;
+            }
+            Seen::TooOld => {
+                self.integrity.too_old += 1;
+                return;
+            }
         }
         self.integrity.unique += 1;
-        if seq + 1 < self.integrity.high_water {
+        if seq.saturating_add(1) < self.integrity.high_water {
             self.integrity.reordered += 1;
         }
-        self.integrity.high_water = self.integrity.high_water.max(seq + 1);
+        self.integrity.high_water = self.integrity.high_water.max(seq.saturating_add(1));
         if self.verify == Verify::Full && d.iter().enumerate().skip(HEADER_LEN).any(|(i, b)| *b != pattern(i)) {
             self.integrity.corrupt += 1;
         }
     }
 
-    /// The set of sequence numbers seen.
-    pub fn seen(&self) -> &SeqSet {
+    /// The sequence numbers seen.
+    pub fn seen(&self) -> &SeqWindow {
         &self.seen
     }
 }
@@ -195,7 +247,7 @@ mod tests {
     #[test]
     fn stamped_datagrams_pass_full_verification() {
         let b = train(7, 100, 5, 200);
-        let mut c = Checker::new(7, Verify::Full, 200, 1 << 40);
+        let mut c = Checker::new(7, Verify::Full, 200);
         for d in b.chunks(200) {
             c.check(d);
         }
@@ -207,7 +259,7 @@ mod tests {
     fn loss_duplicates_reordering_corruption_are_counted() {
         let b = train(1, 0, 6, 64);
         let d: Vec<&[u8]> = b.chunks(64).collect();
-        let mut c = Checker::new(1, Verify::Full, 64, 1 << 40);
+        let mut c = Checker::new(1, Verify::Full, 64);
         c.check(d[0]);
         c.check(d[2]);
         c.check(d[1]); // reordered
@@ -224,7 +276,7 @@ mod tests {
 
     #[test]
     fn short_last_datagram_is_fine_and_long_ones_are_flagged() {
-        let mut c = Checker::new(1, Verify::Full, 64, 1 << 40);
+        let mut c = Checker::new(1, Verify::Full, 64);
         let b = train(1, 0, 1, 64);
         c.check(&b[..30]);
         assert_eq!(c.integrity.bad_length, 0);
@@ -235,16 +287,37 @@ mod tests {
     }
 
     #[test]
-    fn bogus_sequence_numbers_cannot_grow_the_bitmap() {
-        let mut c = Checker::new(1, Verify::Header, 64, 1000);
-        let b = train(1, u64::MAX / 2, 1, 64);
-        c.check(&b);
-        assert_eq!(c.integrity.foreign, 1);
+    fn a_forged_sequence_number_cannot_make_the_receiver_allocate() {
+        // u64::MAX / 4 was the old guard: one datagram just below it made the bitmap
+        // grow to 2^58 bytes and aborted the process.
+        let mut c = Checker::new(1, Verify::Header, 64);
+        for first in [0, u64::MAX / 4 - 1, u64::MAX - 1, 3] {
+            c.check(&train(1, first, 1, 64));
+        }
+        assert_eq!(c.seen.bits.len() as u64, SEQ_WINDOW / 64, "the window never grows");
+        // The forged jump slid the window: the late, low number is too old to judge.
+        assert_eq!((c.integrity.unique, c.integrity.too_old), (3, 1));
+        assert_eq!(c.integrity.high_water, u64::MAX);
+    }
+
+    #[test]
+    fn the_window_slides_and_still_finds_duplicates() {
+        let mut w = SeqWindow::default();
+        assert_eq!(w.insert(5), Seen::New);
+        assert_eq!(w.insert(5), Seen::Duplicate);
+        let top = SEQ_WINDOW + 1000;
+        assert_eq!(w.insert(top), Seen::New);
+        assert_eq!(w.insert(5), Seen::TooOld, "slid out of the window");
+        assert_eq!(w.insert(top), Seen::Duplicate);
+        assert_eq!(w.insert(top - 10), Seen::New, "below the top, inside the window");
+        assert!(!w.contains(top - 11) && w.contains(top - 10));
+        // A slot reused after sliding starts empty.
+        assert_eq!(w.insert(SEQ_WINDOW + 5), Seen::New);
     }
 
     #[test]
     fn count_mode_accepts_anything() {
-        let mut c = Checker::new(1, Verify::Count, 64, 10);
+        let mut c = Checker::new(1, Verify::Count, 64);
         c.check(b"x");
         assert_eq!(c.integrity.unique, 1);
     }

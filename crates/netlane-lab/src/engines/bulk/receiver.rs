@@ -97,11 +97,10 @@ impl RxSocket {
         spec: &RxSpec,
         run: u32,
         datagram_size: usize,
-        seq_limit: u64,
         sender_done: &AtomicBool,
     ) -> Result<RxReport, BulkError> {
         match self {
-            RxSocket::Udp(s) => receive_udp(s, spec, run, datagram_size, seq_limit, sender_done),
+            RxSocket::Udp(s) => receive_udp(s, spec, run, datagram_size, sender_done),
             RxSocket::Tcp(l) => receive_tcp(l, spec, sender_done),
         }
     }
@@ -149,13 +148,12 @@ fn receive_udp(
     spec: &RxSpec,
     run: u32,
     datagram_size: usize,
-    seq_limit: u64,
     sender_done: &AtomicBool,
 ) -> Result<RxReport, BulkError> {
     let cpu0 = thread_cpu();
     let slot_len = if spec.gro { ReceiverConfig::MAX_SLOT } else { spec.max_datagram.max(datagram_size) };
     let mut rcv = Receiver::new(ReceiverConfig { slot_len, ..ReceiverConfig::new(spec.batching) });
-    let mut checker = Checker::new(run, spec.verify, datagram_size, seq_limit);
+    let mut checker = Checker::new(run, spec.verify, datagram_size);
     let mut activity = Activity::new();
     loop {
         let before = rcv.stats().bytes;

@@ -1,0 +1,164 @@
+//! What the command line writes, and how it ends.
+//!
+//! - stdout carries results: the human report, or with `--json -` the JSON document
+//!   and nothing else; progress, warnings and errors go to stderr;
+//! - `--json FILE` and `--csv DIR` are checked before any work starts;
+//! - a closed stdout (`netlane ... | head`) ends the program quietly;
+//! - exit codes: 0 ok, 1 error, 2 usage, 3 targets missed, invalid or skipped under
+//!   `--strict`, 128+N killed by signal N (141 for a closed pipe).
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use netlane_lab::report::{self, Document, Results};
+use serde::Serialize;
+
+/// Exit status: targets missed, invalid or skipped under `--strict`.
+pub const EXIT_STRICT: u8 = 3;
+/// Exit status when stdout was closed under us (128 + SIGPIPE).
+pub const EXIT_PIPE: i32 = 141;
+
+/// Writes `text` to stdout; a closed pipe ends the program quietly (removing any
+/// namespaces this process made first).
+pub fn print(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let r = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            netlane::topology::registry::cleanup_all();
+            std::process::exit(EXIT_PIPE);
+        }
+        eprintln!("error: write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// `print` with a newline.
+pub fn println(text: &str) {
+    print(&format!("{text}\n"));
+}
+
+/// The error and its causes on one line, each cause once: a cause whose text the
+/// message before it already contains is not repeated.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if s.is_empty() || parts.iter().any(|p| p.contains(&s)) {
+            continue;
+        }
+        parts.push(s);
+    }
+    parts.join(": ")
+}
+
+/// Where machine-readable output goes: `--json [FILE|-]`, `--csv DIR`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct OutputArgs {
+    /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
+    /// is given; nothing else is written to stdout then).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Write every table as CSV into DIR (created if missing), plus runs.csv and checks.csv.
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
+}
+
+/// `--strict`: exit with 3 when a target is missed, invalid or skipped.
+#[derive(Debug, Clone, Default, Args)]
+pub struct StrictArg {
+    /// Exit with status 3 when any target is missed, invalid or skipped.
+    #[arg(long)]
+    pub strict: bool,
+}
+
+fn writable_dir(dir: &Path) -> Result<()> {
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    if !dir.is_dir() {
+        bail!("directory {} does not exist", dir.display());
+    }
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK)
+        .with_context(|| format!("directory {} is not writable", dir.display()))?;
+    Ok(())
+}
+
+impl OutputArgs {
+    /// Whether the JSON goes to stdout (then stdout carries nothing else).
+    pub fn json_to_stdout(&self) -> bool {
+        self.json.as_deref() == Some(Path::new("-"))
+    }
+
+    /// Checks the paths before any work starts; makes the CSV directory.
+    pub fn validate(&self) -> Result<()> {
+        if let Some(p) = self.json.as_deref().filter(|p| *p != Path::new("-")) {
+            if p.is_dir() {
+                bail!("--json {}: is a directory; give a file name", p.display());
+            }
+            writable_dir(p.parent().unwrap_or(Path::new("."))).with_context(|| format!("--json {}", p.display()))?;
+        }
+        if let Some(d) = &self.csv {
+            std::fs::create_dir_all(d).with_context(|| format!("--csv {}: create the directory", d.display()))?;
+            writable_dir(d).with_context(|| format!("--csv {}", d.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Writes a document as JSON where asked.
+    pub fn write_json<T: Serialize>(&self, doc: &Document<T>) -> Result<()> {
+        match self.json.as_deref() {
+            None => Ok(()),
+            Some(p) if p == Path::new("-") => {
+                println(&report::to_json(doc));
+                Ok(())
+            }
+            Some(p) => std::fs::write(p, report::to_json(doc) + "\n").with_context(|| format!("write {}", p.display())),
+        }
+    }
+
+    /// Writes results as JSON and CSV where asked.
+    pub fn write_results(&self, doc: &Document<Results>) -> Result<()> {
+        self.write_json(doc)?;
+        if let Some(d) = &self.csv {
+            report::csv::write_all(d, &doc.provenance.run_id, &doc.body.scenarios)?;
+        }
+        Ok(())
+    }
+
+    /// Writes tables as CSV where asked (for commands whose results are one table).
+    pub fn write_tables(&self, run_id: &str, tables: &[report::Table]) -> Result<()> {
+        if let Some(d) = &self.csv {
+            for t in tables {
+                report::csv::write_table(d, run_id, t)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_not_repeated() {
+        let io = std::io::Error::from_raw_os_error(111);
+        let e = anyhow::Error::new(io).context("connect to 127.0.0.1:1");
+        assert_eq!(error_line(&e), format!("connect to 127.0.0.1:1: {}", std::io::Error::from_raw_os_error(111)));
+        // A wrapper whose message already includes its source's text.
+        let inner = anyhow::anyhow!("Connection refused (os error 111)");
+        let e = inner.context("Connection refused (os error 111)");
+        assert_eq!(error_line(&e), "Connection refused (os error 111)");
+    }
+
+    #[test]
+    fn bad_output_paths_are_refused_before_work() {
+        let o = OutputArgs { json: Some("/nonexistent/x.json".into()), csv: None };
+        let e = format!("{:#}", o.validate().unwrap_err());
+        assert!(e.contains("/nonexistent") && e.contains("does not exist"), "{e}");
+        let o = OutputArgs { json: Some("/".into()), csv: None };
+        assert!(format!("{:#}", o.validate().unwrap_err()).contains("is a directory"));
+        assert!(OutputArgs { json: Some("-".into()), csv: None }.validate().is_ok());
+    }
+}

@@ -1,0 +1,67 @@
+//! SIGINT, SIGTERM and SIGHUP.
+//!
+//! - Servers (`nvme target`, `lb run`, `lb decap`) stop gracefully on the first signal:
+//!   [`STOP`] is set, the server prints its final counters and exits 0. A second signal
+//!   ends the process at once (128 + signal).
+//! - Everything else (benchmarks, the lab) removes the network namespaces this process
+//!   made and exits with 128 + signal: destructors do not run when a signal ends a
+//!   process, and namespaces would otherwise outlive it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// Set when a server should stop.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+/// How the process reacts to a termination signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Stop gracefully, then exit 0; a second signal ends it at once.
+    Server,
+    /// Clean up namespaces and exit with 128 + signal.
+    Job,
+}
+
+fn name(sig: i32) -> &'static str {
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        SIGHUP => "SIGHUP",
+        _ => "a signal",
+    }
+}
+
+fn die(sig: i32) -> ! {
+    let n = netlane::topology::registry::cleanup_all();
+    eprintln!("\ninterrupted by {}; removed {n} network namespaces", name(sig));
+    std::process::exit(128 + sig);
+}
+
+/// Installs the handler thread.
+pub fn install(mode: Mode) {
+    let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "warning: no signal handler ({e}); an interrupted run may leave namespaces behind (netlane topo clean \
+                 removes them)"
+            );
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
+        for sig in signals.forever() {
+            match mode {
+                Mode::Server if !STOP.swap(true, Ordering::Relaxed) => {
+                    eprintln!("\n{}: stopping (again to stop at once)", name(sig));
+                }
+                _ => die(sig),
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        eprintln!("warning: no signal handler thread ({e})");
+    }
+}

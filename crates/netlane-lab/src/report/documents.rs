@@ -1,0 +1,71 @@
+//! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
+//! `lb run`, `nvme perf`, `nvme target`), and the JSON Schema of every document kind.
+//! Each is wrapped in a [`Document`](super::Document): the same header everywhere.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use super::model::{Document, Results};
+
+/// `netlane lb check --json`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LbCheck {
+    /// The configuration file.
+    pub config: String,
+    /// Maglev slots per VIP.
+    pub ring_size: u32,
+    /// Connection-table entries (per CPU).
+    pub conn_entries: u32,
+    /// Every VIP's ring shares.
+    pub vips: Vec<netlane_lb::proto::config::VipShares>,
+}
+
+/// `netlane lb run --json` (and `lb decap`): the balancer's last counters.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LbRun {
+    /// Seconds it served.
+    pub seconds: f64,
+    /// The last statistics (none for `lb decap`).
+    pub stats: Option<netlane_lb::LbStats>,
+    /// The attach mode (native, generic).
+    pub mode: String,
+}
+
+/// `netlane nvme perf --json`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct NvmePerf {
+    /// The resolved options, typed, units in the keys.
+    pub options: serde_json::Map<String, serde_json::Value>,
+    /// The same options as `key=value` the command line reads back.
+    pub echo: Vec<String>,
+    /// What the run measured.
+    pub report: netlane_nvme::perf::PerfReport,
+}
+
+/// `netlane nvme target --json`: the final counters.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct NvmeTarget {
+    /// The address it listened on.
+    pub listen: String,
+    /// The subsystem NQN.
+    pub nqn: String,
+    /// Namespace specifications, NSID 1 first.
+    pub namespaces: Vec<String>,
+    /// Seconds it served.
+    pub seconds: f64,
+    /// The counters.
+    pub stats: netlane_nvme::target::TargetStats,
+}
+
+/// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.
+pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+    let s = |v: schemars::Schema| v.to_value();
+    vec![
+        ("results", s(schemars::schema_for!(Document<Results>))),
+        ("probe", s(schemars::schema_for!(Document<netlane::probe::ProbeReport>))),
+        ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
+        ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
+        ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),
+        ("nvme-target", s(schemars::schema_for!(Document<NvmeTarget>))),
+    ]
+}

@@ -1,0 +1,417 @@
+//! Charts as SVG (plotters), from the report's [`Chart`] data.
+//!
+//! - category charts (bars, dots) are drawn horizontally: one band per category, its
+//!   name on the left, so long mode names never collide; bars only on linear axes
+//!   (a bar's length means nothing on a log axis), dots with error bars otherwise;
+//! - line charts over a numeric (optionally logarithmic) or ordered category x axis;
+//! - percentile plots on a "nines" x axis (50, 90, 99, 99.9, 99.99 evenly spaced), as
+//!   HDR histogram plots do;
+//! - the legend sits in its own panel right of the plot, never over the data; tick
+//!   labels are human (`250 µs`, `1.2M`); error bars show the range of the repeats.
+
+use std::ops::Range;
+
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
+use plotters::prelude::*;
+
+use super::format;
+use super::model::{Chart, ChartKind, Scale, Series, Unit};
+
+const WIDTH: u32 = 960;
+const FONT: &str = "sans-serif";
+/// Okabe-Ito: distinguishable with every common colour-vision deficiency.
+const PALETTE: [RGBColor; 7] = [
+    RGBColor(0, 114, 178),
+    RGBColor(230, 159, 0),
+    RGBColor(0, 158, 115),
+    RGBColor(213, 94, 0),
+    RGBColor(204, 121, 167),
+    RGBColor(86, 180, 233),
+    RGBColor(0, 0, 0),
+];
+
+fn color(i: usize) -> RGBColor {
+    PALETTE[i % PALETTE.len()]
+}
+
+type DrawResult<T> = Result<T, String>;
+
+/// A linear f64 axis whose ticks sit exactly at `keys` (category centres, percentile
+/// ranks), so the label formatter is asked about those values only.
+#[derive(Debug, Clone)]
+struct Keyed {
+    range: Range<f64>,
+    keys: Vec<f64>,
+}
+
+impl Ranged for Keyed {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, v: &f64, limit: (i32, i32)) -> i32 {
+        let span = self.range.end - self.range.start;
+        let t = if span == 0.0 { 0.0 } else { (v - self.range.start) / span };
+        limit.0 + (t * f64::from(limit.1 - limit.0)).round() as i32
+    }
+
+    fn key_points<H: KeyPointHint>(&self, _hint: H) -> Vec<f64> {
+        self.keys.clone()
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.range.clone()
+    }
+}
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("{e:?}")
+}
+
+/// Approximate width of `s` in pixels at `size` (no font metrics in an SVG backend).
+fn text_width(s: &str, size: u32) -> u32 {
+    (s.chars().count() as u32 * size * 55 / 100).max(1)
+}
+
+/// Width of the legend panel for these series.
+fn legend_width(series: &[Series]) -> u32 {
+    let longest = series.iter().map(|s| text_width(&s.name, 13)).max().unwrap_or(0);
+    (longest + 44).clamp(120, 320)
+}
+
+/// Draws the legend (a swatch and a name per series) into its own panel.
+fn legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    series: &[Series],
+    lines: bool,
+) -> DrawResult<()> {
+    for (i, s) in series.iter().enumerate() {
+        let y = 50 + i as i32 * 22;
+        let c = color(i);
+        if lines {
+            area.draw(&PathElement::new(vec![(8, y), (30, y)], c.stroke_width(3))).map_err(err)?;
+            area.draw(&Circle::new((19, y), 4, c.filled())).map_err(err)?;
+        } else {
+            area.draw(&Rectangle::new([(10, y - 6), (28, y + 6)], c.filled())).map_err(err)?;
+        }
+        area.draw(&Text::new(s.name.clone(), (38, y - 7), (FONT, 13).into_font())).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Range of all finite values (lows and highs included), widened for the scale.
+fn value_range(series: &[Series], log: bool, from_zero: bool) -> (f64, f64) {
+    let vals: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().flat_map(|p| [Some(p.y), p.low, p.high]))
+        .flatten()
+        .filter(|v| v.is_finite() && (!log || *v > 0.0))
+        .collect();
+    let lo = vals.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() {
+        return if log { (0.1, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (lo / 1.6, (hi * 1.6).max(lo * 2.0))
+    } else if from_zero || lo >= 0.0 {
+        (0.0, if hi > 0.0 { hi * 1.12 } else { 1.0 })
+    } else {
+        let pad = (hi - lo).abs().max(1e-9) * 0.1;
+        (lo - pad, hi + pad)
+    }
+}
+
+/// Renders `chart` to an SVG document.
+pub fn render(chart: &Chart) -> DrawResult<String> {
+    match chart.kind {
+        ChartKind::Bars => categories(chart, true),
+        ChartKind::Dots => categories(chart, false),
+        ChartKind::Lines | ChartKind::Percentiles => lines(chart),
+    }
+}
+
+/// Horizontal bars (`bars`) or dots with error bars over categories.
+fn categories(chart: &Chart, bars: bool) -> DrawResult<String> {
+    let cats = &chart.x.categories;
+    let n = cats.len().max(1);
+    let k = chart.series.len().max(1);
+    let band = (14 * k as u32 + 12).max(30);
+    let label_w = cats.iter().map(|c| text_width(c, 13)).max().unwrap_or(40).clamp(40, 260) + 16;
+    let lw = legend_width(&chart.series);
+    let height = 90 + n as u32 * band + 50;
+    let log = chart.y.scale == Scale::Log && !bars;
+    let (lo, hi) = value_range(&chart.series, log, bars);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot, side) = root.split_horizontally(WIDTH - lw);
+        let cat_keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let y_fmt = |v: &f64| {
+            let i = n as i64 - 1 - v.floor() as i64;
+            usize::try_from(i).ok().and_then(|i| cats.get(i)).cloned().unwrap_or_default()
+        };
+        let x_fmt = |v: &f64| format::with_unit(&chart.y.unit, *v);
+        let y_range = Keyed { range: 0f64..n as f64, keys: cat_keys };
+        let mut builder = ChartBuilder::on(&plot);
+        builder.caption(&chart.title, (FONT, 18)).margin(12).x_label_area_size(48).y_label_area_size(label_w);
+        macro_rules! draw {
+            ($x:expr) => {{
+                let mut c = builder.build_cartesian_2d($x, y_range.clone()).map_err(err)?;
+                c.configure_mesh()
+                    .disable_y_mesh()
+                    .x_labels(8)
+                    .x_label_formatter(&x_fmt)
+                    .y_label_formatter(&y_fmt)
+                    .x_desc(axis_desc(&chart.y))
+                    .label_style((FONT, 13))
+                    .axis_desc_style((FONT, 13))
+                    .draw()
+                    .map_err(err)?;
+                let h = 0.8 / k as f64;
+                for (si, s) in chart.series.iter().enumerate() {
+                    let col = color(si);
+                    for p in &s.points {
+                        if !p.y.is_finite() || (log && p.y <= 0.0) {
+                            continue;
+                        }
+                        let row = n as f64 - 1.0 - p.x;
+                        let y = row + 0.5 + 0.4 - h * (si as f64 + 0.5);
+                        if bars {
+                            c.draw_series(std::iter::once(Rectangle::new(
+                                [(lo, y - h * 0.42), (p.y, y + h * 0.42)],
+                                col.filled(),
+                            )))
+                            .map_err(err)?;
+                        } else {
+                            c.draw_series(std::iter::once(Circle::new((p.y, y), 5, col.filled()))).map_err(err)?;
+                        }
+                        if let (Some(l), Some(u)) = (p.low, p.high)
+                            && l.is_finite()
+                            && u.is_finite()
+                            && (!log || l > 0.0)
+                            && u > l
+                        {
+                            c.draw_series(std::iter::once(ErrorBar::new_horizontal(
+                                y,
+                                l,
+                                p.y,
+                                u,
+                                BLACK.stroke_width(1),
+                                8,
+                            )))
+                            .map_err(err)?;
+                        }
+                    }
+                }
+            }};
+        }
+        if log {
+            draw!((lo..hi).log_scale());
+        } else {
+            draw!(lo..hi);
+        }
+        legend(&side, &chart.series, false)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+fn axis_desc(a: &super::model::Axis) -> String {
+    let unit = match &a.unit {
+        Unit::Seconds | Unit::BytesPerSecond | Unit::Category | Unit::Nines | Unit::Percent | Unit::Ratio => "",
+        Unit::Count(u) => u.as_str(),
+    };
+    let scale = if a.scale == Scale::Log { " (log scale)" } else { "" };
+    if unit.is_empty() || a.label.contains(unit) {
+        format!("{}{scale}", a.label)
+    } else {
+        format!("{} ({unit}){scale}", a.label)
+    }
+}
+
+/// Lines with markers and vertical error bars; percentile plots too.
+fn lines(chart: &Chart) -> DrawResult<String> {
+    let lw = legend_width(&chart.series);
+    let height = 440;
+    let percentiles = chart.kind == ChartKind::Percentiles;
+    let cats = &chart.x.categories;
+    let xs: Vec<f64> =
+        chart.series.iter().flat_map(|s| s.points.iter().map(|p| p.x)).filter(|v| v.is_finite()).collect();
+    let (x_lo, x_hi) = if !cats.is_empty() {
+        (-0.3, cats.len() as f64 - 0.7)
+    } else if percentiles {
+        let hi = xs.iter().copied().fold(format::nines_x(99.0), f64::max);
+        (format::nines_x(50.0) - 0.15, hi + 0.25)
+    } else {
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if chart.x.scale == Scale::Log { (lo.max(1e-12) / 2.0, hi * 2.0) } else { (lo, hi.max(lo + 1e-9)) }
+    };
+    let y_log = chart.y.scale == Scale::Log;
+    let (y_lo, y_hi) = value_range(&chart.series, y_log, false);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let (plot, side) = root.split_horizontally(WIDTH - lw);
+        let x_fmt = |v: &f64| {
+            if !cats.is_empty() {
+                let i = v.round();
+                if (v - i).abs() < 1e-6 && i >= 0.0 {
+                    cats.get(i as usize).cloned().unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            } else {
+                format::with_unit(&chart.x.unit, *v)
+            }
+        };
+        let y_fmt = |v: &f64| format::with_unit(&chart.y.unit, *v);
+        let mut builder = ChartBuilder::on(&plot);
+        builder.caption(&chart.title, (FONT, 18)).margin(12).x_label_area_size(48).y_label_area_size(80);
+        fn body<X, Y, DB>(
+            c: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+            chart: &Chart,
+            x_fmt: &dyn Fn(&f64) -> String,
+            y_fmt: &dyn Fn(&f64) -> String,
+            x_labels: usize,
+        ) -> DrawResult<()>
+        where
+            X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+            Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+            DB: DrawingBackend,
+        {
+            c.configure_mesh()
+                .x_labels(x_labels)
+                .y_labels(8)
+                .x_label_formatter(x_fmt)
+                .y_label_formatter(y_fmt)
+                .x_desc(axis_desc(&chart.x))
+                .y_desc(axis_desc(&chart.y))
+                .label_style((FONT, 13))
+                .axis_desc_style((FONT, 13))
+                .draw()
+                .map_err(err)?;
+            let y_log = chart.y.scale == Scale::Log;
+            for (si, s) in chart.series.iter().enumerate() {
+                let col = color(si);
+                let pts: Vec<(f64, f64)> =
+                    s.points.iter().filter(|p| p.y.is_finite() && (!y_log || p.y > 0.0)).map(|p| (p.x, p.y)).collect();
+                c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(err)?;
+                c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?;
+                for p in &s.points {
+                    if let (Some(l), Some(u)) = (p.low, p.high)
+                        && l.is_finite()
+                        && u.is_finite()
+                        && (!y_log || l > 0.0)
+                        && u > l
+                    {
+                        c.draw_series(std::iter::once(ErrorBar::new_vertical(p.x, l, p.y, u, col.stroke_width(1), 8)))
+                            .map_err(err)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        let x_labels = if cats.is_empty() { 10 } else { cats.len() };
+        if percentiles {
+            let keys: Vec<f64> = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999]
+                .iter()
+                .map(|p| format::nines_x(*p))
+                .filter(|x| *x <= x_hi)
+                .collect();
+            let x = Keyed { range: x_lo..x_hi, keys };
+            if y_log {
+                let mut c = builder.build_cartesian_2d(x, (y_lo..y_hi).log_scale()).map_err(err)?;
+                body(&mut c, chart, &x_fmt, &y_fmt, 10)?;
+            } else {
+                let mut c = builder.build_cartesian_2d(x, y_lo..y_hi).map_err(err)?;
+                body(&mut c, chart, &x_fmt, &y_fmt, 10)?;
+            }
+        } else {
+            match (chart.x.scale == Scale::Log && cats.is_empty(), y_log) {
+                (true, true) => {
+                    let mut c =
+                        builder.build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale()).map_err(err)?;
+                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                }
+                (true, false) => {
+                    let mut c = builder.build_cartesian_2d((x_lo..x_hi).log_scale(), y_lo..y_hi).map_err(err)?;
+                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                }
+                (false, true) => {
+                    let mut c = builder.build_cartesian_2d(x_lo..x_hi, (y_lo..y_hi).log_scale()).map_err(err)?;
+                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                }
+                (false, false) => {
+                    let mut c = builder.build_cartesian_2d(x_lo..x_hi, y_lo..y_hi).map_err(err)?;
+                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                }
+            }
+        }
+        legend(&side, &chart.series, true)?;
+        root.present().map_err(err)?;
+    }
+    Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::model::{Axis, Point};
+
+    fn pt(x: f64, y: f64) -> Point {
+        Point { x, y, low: Some(y * 0.9), high: Some(y * 1.1) }
+    }
+
+    #[test]
+    fn category_bars_have_names_legend_and_error_bars() {
+        let c = Chart {
+            name: "tp".into(),
+            title: "Throughput".into(),
+            kind: ChartKind::Bars,
+            x: Axis::categories("mode", vec!["udp".into(), "gso-gro".into()]),
+            y: Axis::numeric("receiver", Unit::BytesPerSecond, Scale::Linear),
+            series: vec![Series { name: "receiver".into(), points: vec![pt(0.0, 3e8), pt(1.0, 5.9e9)] }],
+        };
+        let svg = render(&c).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("gso-gro") && svg.contains("receiver"), "{svg}");
+        assert!(svg.contains("GB/s"), "human tick labels");
+        assert!(svg.matches("<rect").count() >= 3, "bars and a legend swatch");
+    }
+
+    #[test]
+    fn percentile_plots_use_a_nines_axis() {
+        let c = Chart {
+            name: "lat".into(),
+            title: "Latency".into(),
+            kind: ChartKind::Percentiles,
+            x: Axis::numeric("percentile", Unit::Nines, Scale::Linear),
+            y: Axis::numeric("latency", Unit::Seconds, Scale::Log),
+            series: vec![Series {
+                name: "direct send".into(),
+                points: [(50.0, 30e-6), (99.0, 80e-6), (99.99, 900e-6)]
+                    .iter()
+                    .map(|(p, v)| Point { x: format::nines_x(*p), y: *v, low: None, high: None })
+                    .collect(),
+            }],
+        };
+        let svg = render(&c).unwrap();
+        assert!(svg.contains("99.99%") && svg.contains("99%") && svg.contains("µs"), "{svg}");
+    }
+
+    #[test]
+    fn log_x_lines() {
+        let c = Chart {
+            name: "pps".into(),
+            title: "Mpps per core".into(),
+            kind: ChartKind::Lines,
+            x: Axis::numeric("flows", Unit::Count("flows".into()), Scale::Log),
+            y: Axis::numeric("Mpps per core", Unit::Count("Mpps".into()), Scale::Linear),
+            series: vec![Series { name: "untagged".into(), points: vec![pt(1.0, 3.2), pt(1e4, 2.0), pt(1e6, 1.3)] }],
+        };
+        let svg = render(&c).unwrap();
+        assert!(svg.contains("1M") && svg.contains("untagged"), "{svg}");
+    }
+}

@@ -1,0 +1,236 @@
+//! Resolved options, written once and shown two ways: an object with typed values and
+//! the unit in each key (`time_s: 2`, `rates_bytes_per_s: [...]`) for machines, and
+//! `key=value` lines that the command line reads back (`time=2s`,
+//! `rates=10MB/s,1GB/s`: prefix `--` to reuse one).
+//!
+//! Also the command-line value parsers every scenario shares.
+
+use std::time::Duration;
+
+use netlane::cpus::CpuList;
+use netlane::metrics::units::{self, compact_rate, format_duration, format_size};
+use serde_json::{Map, Value, json};
+
+/// One resolved option.
+#[derive(Debug, Clone)]
+enum Opt {
+    Duration(Duration),
+    Rate(u64),
+    Rates(Vec<u64>),
+    Size(u64),
+    Int(u64),
+    Ints(Vec<u64>),
+    Bool(bool),
+    Text(String),
+    Words(Vec<String>),
+    Cpus(CpuList),
+}
+
+/// Options in the order a scenario lists them.
+#[derive(Debug, Clone, Default)]
+pub struct OptionList(Vec<(String, Opt)>);
+
+impl OptionList {
+    /// An empty list.
+    pub fn new() -> OptionList {
+        OptionList::default()
+    }
+
+    fn push(mut self, name: &str, o: Opt) -> OptionList {
+        self.0.push((name.to_string(), o));
+        self
+    }
+
+    /// A duration (`--time 2s`).
+    pub fn duration(self, name: &str, d: Duration) -> Self {
+        self.push(name, Opt::Duration(d))
+    }
+    /// A byte rate.
+    pub fn rate(self, name: &str, r: u64) -> Self {
+        self.push(name, Opt::Rate(r))
+    }
+    /// Byte rates.
+    pub fn rates(self, name: &str, r: &[u64]) -> Self {
+        self.push(name, Opt::Rates(r.to_vec()))
+    }
+    /// A size in bytes.
+    pub fn size(self, name: &str, b: u64) -> Self {
+        self.push(name, Opt::Size(b))
+    }
+    /// A count.
+    pub fn int(self, name: &str, v: u64) -> Self {
+        self.push(name, Opt::Int(v))
+    }
+    /// Counts.
+    pub fn ints(self, name: &str, v: &[u64]) -> Self {
+        self.push(name, Opt::Ints(v.to_vec()))
+    }
+    /// A switch.
+    pub fn flag(self, name: &str, on: bool) -> Self {
+        self.push(name, Opt::Bool(on))
+    }
+    /// A word or path.
+    pub fn text(self, name: &str, t: impl Into<String>) -> Self {
+        self.push(name, Opt::Text(t.into()))
+    }
+    /// Words (modes, parts).
+    pub fn words<S: AsRef<str>>(self, name: &str, w: &[S]) -> Self {
+        self.push(name, Opt::Words(w.iter().map(|s| s.as_ref().to_string()).collect()))
+    }
+    /// A CPU list.
+    pub fn cpus(self, name: &str, c: &CpuList) -> Self {
+        self.push(name, Opt::Cpus(c.clone()))
+    }
+    /// Appends another list.
+    pub fn extend(mut self, other: OptionList) -> Self {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// `key=value` lines in command-line syntax.
+    pub fn echo(&self) -> Vec<String> {
+        let join = |v: Vec<String>| v.join(",");
+        self.0
+            .iter()
+            .map(|(k, o)| {
+                let v = match o {
+                    Opt::Duration(d) => format_duration(*d),
+                    Opt::Rate(r) => compact_rate(*r),
+                    Opt::Rates(r) => join(r.iter().map(|r| compact_rate(*r)).collect()),
+                    Opt::Size(b) => format_size(*b),
+                    Opt::Int(v) => v.to_string(),
+                    Opt::Ints(v) => join(v.iter().map(u64::to_string).collect()),
+                    Opt::Bool(b) => b.to_string(),
+                    Opt::Text(t) => t.clone(),
+                    Opt::Words(w) => w.join(","),
+                    Opt::Cpus(c) => c.to_string(),
+                };
+                format!("{k}={v}")
+            })
+            .collect()
+    }
+
+    /// The typed object: snake_case keys with the unit (`time_s`, `burst_bytes`).
+    pub fn object(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        for (k, o) in &self.0 {
+            let key = k.replace('-', "_");
+            let (key, v) = match o {
+                Opt::Duration(d) => (format!("{key}_s"), json!(d.as_secs_f64())),
+                Opt::Rate(r) => (format!("{key}_bytes_per_s"), json!(r)),
+                Opt::Rates(r) => (format!("{key}_bytes_per_s"), json!(r)),
+                Opt::Size(b) => (format!("{key}_bytes"), json!(b)),
+                Opt::Int(v) => (key, json!(v)),
+                Opt::Ints(v) => (key, json!(v)),
+                Opt::Bool(b) => (key, json!(b)),
+                Opt::Text(t) => (key, json!(t)),
+                Opt::Words(w) => (key, json!(w)),
+                Opt::Cpus(c) => (key, json!(c.to_string())),
+            };
+            m.insert(key, v);
+        }
+        m
+    }
+}
+
+/// clap parser: a byte rate (`10MB/s`, `200mbit`), zero and negative refused.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    units::parse_rate(s).map_err(|e| e.to_string())
+}
+
+/// clap parser: a duration above zero (`2s`, `500ms`; a bare number is seconds).
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = units::parse_duration(s).map_err(|e| e.to_string())?;
+    if d.is_zero() {
+        return Err(format!("duration {s:?}: must be positive"));
+    }
+    Ok(d)
+}
+
+/// clap parser: a duration, zero allowed.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    units::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// clap parser: a size (`64k`, `1M`).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// clap parser: a pacing quantum, `auto` or a duration.
+pub fn parse_quantum(s: &str) -> Result<netlane::pace::Quantum, String> {
+    if s.eq_ignore_ascii_case("auto") {
+        return Ok(netlane::pace::Quantum::Auto);
+    }
+    let d = parse_positive_duration(s)?;
+    Ok(netlane::pace::Quantum::Fixed(d.as_nanos() as u64))
+}
+
+/// A quantum as the command line writes it.
+pub fn quantum_word(q: netlane::pace::Quantum) -> String {
+    match q {
+        netlane::pace::Quantum::Auto => "auto".into(),
+        netlane::pace::Quantum::Fixed(ns) => format_duration(Duration::from_nanos(ns)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list() -> OptionList {
+        OptionList::new()
+            .duration("time", Duration::from_millis(2500))
+            .rates("rates", &[10_000_000, 1_000_000_000])
+            .ints("flows", &[1, 100])
+            .size("burst", 32 * 1024)
+            .flag("ipv6", false)
+            .words("modes", &["udp", "gso"])
+            .cpus("cpus", &"0-1,3".parse().unwrap())
+    }
+
+    #[test]
+    fn echo_is_command_line_syntax() {
+        assert_eq!(
+            list().echo(),
+            [
+                "time=2.5s",
+                "rates=10MB/s,1GB/s",
+                "flows=1,100",
+                "burst=32K",
+                "ipv6=false",
+                "modes=udp,gso",
+                "cpus=0-1,3"
+            ]
+        );
+    }
+
+    #[test]
+    fn echoed_values_parse_back() {
+        let e = list().echo();
+        let v = |k: &str| e.iter().find_map(|l| l.strip_prefix(&format!("{k}="))).unwrap().to_string();
+        assert_eq!(parse_positive_duration(&v("time")).unwrap(), Duration::from_millis(2500));
+        let rates: Vec<u64> = v("rates").split(',').map(|r| parse_rate(r).unwrap()).collect();
+        assert_eq!(rates, [10_000_000, 1_000_000_000]);
+        assert_eq!(parse_size(&v("burst")).unwrap(), 32 * 1024);
+    }
+
+    #[test]
+    fn object_has_typed_values_and_units_in_keys() {
+        let o = list().object();
+        assert_eq!(o["time_s"], json!(2.5));
+        assert_eq!(o["rates_bytes_per_s"], json!([10_000_000u64, 1_000_000_000u64]));
+        assert_eq!(o["flows"], json!([1, 100]));
+        assert_eq!(o["burst_bytes"], json!(32768));
+        assert_eq!(o["ipv6"], json!(false));
+        assert_eq!(o["cpus"], json!("0-1,3"));
+    }
+
+    #[test]
+    fn quanta() {
+        assert_eq!(parse_quantum("auto").unwrap(), netlane::pace::Quantum::Auto);
+        assert_eq!(parse_quantum("250us").unwrap(), netlane::pace::Quantum::Fixed(250_000));
+        assert!(parse_quantum("0ms").is_err() && parse_quantum("soon").is_err());
+        assert_eq!(quantum_word(netlane::pace::Quantum::Fixed(25_760_000)), "25.76ms");
+    }
+}

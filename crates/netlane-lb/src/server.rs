@@ -1,0 +1,234 @@
+//! `netlane lb run` and `netlane lb decap` as library calls: load, attach, serve until
+//! told to stop, detach. The caller (the command line) sets the stop flag from its
+//! signal handler and prints the [`Event`]s; nothing here prints.
+//!
+//! While serving, the configuration file is re-read whenever it changes (reals added,
+//! removed and reweighted live; a bad file keeps the running configuration), new-flow
+//! events become classifier tags, and statistics are published every interval: to
+//! files (JSON and Prometheus text, written atomically) and over HTTP on a loopback
+//! address (`/metrics`, `/stats`).
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::proto::config::{Config, VipChange};
+use crate::{Decap, Lb, LbError, LbOptions, LbStats, TcClassifier, XdpLink, XdpMode, if_index, render_prometheus};
+
+/// What serving does.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The TOML configuration file (re-read when it changes).
+    pub config: PathBuf,
+    /// How to load and attach.
+    pub lb: LbOptions,
+    /// Tag modes: the interface whose egress classifies flows, its namespace (a name
+    /// under /run/netns), and the most rules it holds.
+    pub classifier: Option<(String, Option<String>, u32)>,
+    /// Between statistics publications.
+    pub stats_interval: Duration,
+    /// Write statistics as JSON here.
+    pub stats_json: Option<PathBuf>,
+    /// Write statistics in Prometheus text format here.
+    pub prometheus: Option<PathBuf>,
+    /// Serve `/metrics` and `/stats` here (loopback only).
+    pub metrics_addr: Option<SocketAddr>,
+    /// Stop after this long.
+    pub time: Option<Duration>,
+}
+
+/// What happens while serving, for the caller to show.
+#[derive(Debug)]
+pub enum Event<'a> {
+    /// A step of starting up.
+    Starting(&'a str),
+    /// Attached: in which mode, and why native failed if it did.
+    Attached {
+        /// Native, generic or offloaded.
+        mode: XdpMode,
+        /// Why native mode failed (then generic was used).
+        native_error: Option<&'a str>,
+    },
+    /// The configuration in force.
+    Config(&'a Config),
+    /// Metrics are served at this address.
+    Metrics(SocketAddr),
+    /// Periodic statistics, seconds since the start.
+    Stats(&'a LbStats, f64),
+    /// A changed configuration file was applied.
+    Applied(&'a [VipChange]),
+    /// A changed configuration file could not be applied: the running one stays.
+    Kept(String),
+}
+
+fn read_config(path: &Path) -> Result<Config, LbError> {
+    let text = std::fs::read_to_string(path).map_err(LbError::kernel(format!("read {}", path.display())))?;
+    Ok(Config::parse(&text)?)
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn write_atomically(path: &Path, text: &str) -> Result<(), LbError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).map_err(LbError::kernel(format!("write {}", tmp.display())))?;
+    std::fs::rename(&tmp, path).map_err(LbError::kernel(format!("rename to {}", path.display())))
+}
+
+/// Longest request line the metrics endpoint reads, and how long it waits for it.
+const HTTP_REQUEST_MAX: usize = 1024;
+const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Serves the latest rendered statistics on `listener`: `/metrics` and `/stats`. One
+/// request per connection, bounded in size and time.
+fn serve_metrics(listener: TcpListener, latest: Arc<Mutex<(String, String)>>) -> Result<(), LbError> {
+    std::thread::Builder::new()
+        .name("lb-metrics".into())
+        .spawn(move || {
+            for mut conn in listener.incoming().flatten() {
+                let _ = conn.set_read_timeout(Some(HTTP_TIMEOUT));
+                let _ = conn.set_write_timeout(Some(HTTP_TIMEOUT));
+                let mut req = [0u8; HTTP_REQUEST_MAX];
+                let n = conn.read(&mut req).unwrap_or(0);
+                let line = String::from_utf8_lossy(&req[..n]);
+                let path = line.split_whitespace().nth(1).unwrap_or("/");
+                let (prom, json) = latest.lock().map(|g| g.clone()).unwrap_or_default();
+                let (status, ctype, body) = match path {
+                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", prom),
+                    "/stats" => ("200 OK", "application/json", json),
+                    _ => ("404 Not Found", "text/plain", "try /metrics or /stats\n".to_string()),
+                };
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        })
+        .map_err(LbError::kernel("start the metrics thread"))?;
+    Ok(())
+}
+
+/// Checks what can be checked before loading anything: the metrics address is
+/// loopback, the configuration parses, the output files' directories exist.
+pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
+    if let Some(a) = opts.metrics_addr
+        && !a.ip().is_loopback()
+    {
+        return Err(LbError::Invalid(format!("--metrics-addr {a}: serve metrics on a loopback address only")));
+    }
+    if opts.stats_interval < Duration::from_millis(100) {
+        return Err(LbError::Invalid("--stats-interval must be at least 100ms".into()));
+    }
+    for p in [&opts.stats_json, &opts.prometheus].into_iter().flatten() {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        if !dir.is_dir() {
+            return Err(LbError::Invalid(format!("{}: directory {} does not exist", p.display(), dir.display())));
+        }
+    }
+    read_config(&opts.config).map_err(|e| LbError::Invalid(format!("{}: {e}", opts.config.display())))
+}
+
+/// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
+/// detaches. Returns the last statistics.
+pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
+    let mut config = check(opts)?;
+    let mut seen = mtime(&opts.config);
+    let metrics = match opts.metrics_addr {
+        Some(a) => Some(TcpListener::bind(a).map_err(LbError::kernel(format!("bind --metrics-addr {a}")))?),
+        None => None,
+    };
+    on(Event::Starting(&format!("loading the data plane and attaching to {}", opts.lb.iface)));
+    let mut lb = Lb::start(&config, opts.lb.clone())?;
+    on(Event::Attached { mode: lb.mode(), native_error: lb.native_error() });
+    if let Some((iface, netns, max_rules)) = &opts.classifier {
+        on(Event::Starting(&format!("attaching the flow classifier to {iface} egress (TCX)")));
+        lb.set_classifier(Box::new(TcClassifier::attach(netns.as_deref(), iface, *max_rules)?));
+    }
+    on(Event::Config(&config));
+    let latest = Arc::new(Mutex::new((String::new(), String::new())));
+    if let Some(l) = metrics {
+        let addr = l.local_addr().map_err(LbError::kernel("metrics address"))?;
+        serve_metrics(l, latest.clone())?;
+        on(Event::Metrics(addr));
+    }
+    let start = Instant::now();
+    let mut next_stats = start;
+    let publish = |lb: &Lb, on: &mut dyn FnMut(Event<'_>)| -> Result<LbStats, LbError> {
+        let s = lb.stats()?;
+        let json = serde_json::to_string_pretty(&s).map_err(|e| LbError::Invalid(format!("encode statistics: {e}")))?;
+        let prom = render_prometheus(&s);
+        if let Some(p) = &opts.stats_json {
+            write_atomically(p, &json)?;
+        }
+        if let Some(p) = &opts.prometheus {
+            write_atomically(p, &prom)?;
+        }
+        if let Ok(mut l) = latest.lock() {
+            *l = (prom, json);
+        }
+        on(Event::Stats(&s, start.elapsed().as_secs_f64()));
+        Ok(s)
+    };
+    while !stop.load(Ordering::Relaxed) && opts.time.is_none_or(|t| start.elapsed() < t) {
+        lb.service_events(Duration::from_millis(100))?;
+        let now = mtime(&opts.config);
+        if now != seen {
+            seen = now;
+            match read_config(&opts.config) {
+                Ok(new) if new == config => {}
+                Ok(new) => match lb.apply(&new) {
+                    Ok(changes) => {
+                        on(Event::Applied(&changes));
+                        config = new;
+                    }
+                    Err(e) => on(Event::Kept(e.to_string())),
+                },
+                Err(e) => on(Event::Kept(e.to_string())),
+            }
+        }
+        if Instant::now() >= next_stats {
+            publish(&lb, on)?;
+            next_stats += opts.stats_interval;
+        }
+    }
+    let last = publish(&lb, on)?;
+    drop(lb);
+    Ok(last)
+}
+
+/// Attaches the reals' decapsulation program to `iface` (native, falling back to
+/// generic unless `generic`), waits until `stop` is set or the time is up, detaches.
+/// Returns the mode it ran in.
+pub fn decap(
+    iface: &str,
+    generic: bool,
+    stop: &AtomicBool,
+    time: Option<Duration>,
+    on: &mut dyn FnMut(Event<'_>),
+) -> Result<XdpMode, LbError> {
+    let ifindex = if_index(iface)?;
+    on(Event::Starting(&format!("loading the decapsulation program and attaching to {iface}")));
+    let prog = Decap::load().map_err(LbError::kernel("load the decapsulation program (root needed)"))?;
+    let link = if generic {
+        XdpLink::attach(prog.program_fd(), ifindex, XdpMode::Generic)
+            .map_err(LbError::kernel(format!("attach to {iface} (generic)")))?
+    } else {
+        let (l, native) = XdpLink::attach_native_or_generic(prog.program_fd(), ifindex)
+            .map_err(LbError::kernel(format!("attach to {iface} (native, then generic)")))?;
+        let why = native.map(|e| e.to_string());
+        on(Event::Attached { mode: l.mode(), native_error: why.as_deref() });
+        l
+    };
+    let mode = link.mode();
+    let start = Instant::now();
+    while !stop.load(Ordering::Relaxed) && time.is_none_or(|t| start.elapsed() < t) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(link);
+    Ok(mode)
+}
