@@ -1,12 +1,14 @@
 # netlane: the two commands the README starts with.
 #
 #   make lab    install what is missing, build, run the lab, write a report
-#   make test   install what is missing, run every test (root: namespace tests too)
+#   make test   install what is missing, check formatting and lints, run every test
+#               (as root: the namespace, BPF and browser tests too)
 
 CARGO ?= cargo
 NETLANE := target/release/netlane
+BPF_SOURCES := $(shell find crates/netlane-sys/bpf -name '*.c' -o -name '*.h')
 
-.PHONY: lab test check setup setup-lab build selftests clean-netns
+.PHONY: lab test check setup setup-lab build selftests clean-netns install
 
 setup:
 	scripts/setup.sh
@@ -23,15 +25,20 @@ selftests: setup-lab
 lab: setup-lab build selftests
 	$(NETLANE) lab $(LAB_ARGS)
 
-# As root (CI, or sudo), namespace and BPF tests must run: a missing privilege fails
-# them instead of skipping them.
-test: setup
-	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
-	  $(CARGO) test --workspace --locked
-
+# Formatting (Rust and the BPF C) and lints, as CI runs them.
 check: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	clang-format --dry-run --Werror $(BPF_SOURCES)
+
+# As root (CI, or sudo), namespace, BPF and browser tests must run: a missing
+# privilege fails them instead of skipping them.
+test: check
+	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+	  $(CARGO) test --workspace --locked
+
+install: setup
+	$(CARGO) install --path crates/netlane-cli --locked
 
 clean-netns:
 	$(CARGO) run --release -q -p netlane-cli -- topo clean

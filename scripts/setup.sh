@@ -3,7 +3,9 @@
 #
 #   scripts/setup.sh          packages needed to build and test (clang for BPF, libelf,
 #                             zlib, pkg-config, iproute2 and ethtool for inspection,
-#                             tshark whose NVMe/TCP dissector checks our PDUs)
+#                             tshark whose NVMe/TCP dissector checks our PDUs,
+#                             clang-format for the BPF C, chromium in which a test
+#                             renders the lab's report)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -12,7 +14,7 @@
 set -euo pipefail
 
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
-      libbpf-dev procps xz-utils tshark)
+      libbpf-dev procps xz-utils tshark clang-format chromium)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi

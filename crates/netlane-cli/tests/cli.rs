@@ -526,47 +526,177 @@ fn ctrl_c_removes_the_namespaces_and_the_sender() {
     assert!(!sender_running(), "the sender process outlived the benchmark");
 }
 
+/// What a page looks like in headless Chromium at `width` pixels: the page's scroll
+/// width, and each chart's size and element count, measured by a script added to a
+/// copy of the page.
+fn chromium_probe(page: &Path, width: u32) -> serde_json::Value {
+    let probe = r#"<script>
+addEventListener('load', () => {
+  const d = document.documentElement;
+  const charts = [...document.querySelectorAll('figure')].map(f => {
+    const s = f.querySelector('svg');
+    if (!s) return {svg: false};
+    const r = s.getBoundingClientRect();
+    return {svg: true, width: r.width, height: r.height, elements: s.querySelectorAll('*').length};
+  });
+  const wide = [...document.body.querySelectorAll('*')]
+    .filter(e => e.getBoundingClientRect().right > innerWidth + 1 && !e.closest('.scroll'))
+    .slice(0, 5).map(e => e.tagName + '.' + e.className);
+  const p = document.createElement('pre');
+  p.id = 'netlane-probe';
+  p.textContent = JSON.stringify({scrollWidth: d.scrollWidth, innerWidth, charts, wide,
+    chartErrors: document.querySelectorAll('.chart-error').length});
+  document.body.appendChild(p);
+});
+</script>"#;
+    let html = std::fs::read_to_string(page).unwrap();
+    let copy = page.with_file_name(format!("probe-{width}.html"));
+    std::fs::write(&copy, html.replace("</body>", &format!("{probe}</body>"))).unwrap();
+    let profile = page.with_file_name(format!("chromium-{width}"));
+    let o = Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run"])
+        .args(["--disable-background-networking", "--disable-component-update", "--disable-sync"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size={width},1000"))
+        .args(["--virtual-time-budget=10000", "--dump-dom"])
+        .arg(format!("file://{}", copy.display()))
+        .output()
+        .expect("run chromium (scripts/setup.sh installs it)");
+    let dom = String::from_utf8_lossy(&o.stdout);
+    let start = dom.find("<pre id=\"netlane-probe\">").unwrap_or_else(|| panic!("no probe output: {}", stderr(&o)));
+    let rest = &dom[start + "<pre id=\"netlane-probe\">".len()..];
+    let json = rest[..rest.find("</pre>").unwrap()].replace("&quot;", "\"").replace("&amp;", "&");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
 #[test]
-fn lab_writes_a_complete_report() {
-    if !privileged("lab_writes_a_complete_report") {
+fn lab_writes_a_complete_report_that_reads_in_a_browser() {
+    if !privileged("lab_writes_a_complete_report_that_reads_in_a_browser") {
         return;
     }
     let dir = temp_dir("lab");
-    let o = netlane(&["lab", "--quick", "--only", "udp-pacing,nvme", "--out", dir.to_str().unwrap()]);
+    let o = netlane(&["lab", "--quick", "--out", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(out.contains("Verdict:") && out.contains("report:") && out.contains("index.html"), "{out}");
     let html = std::fs::read_to_string(dir.join("index.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("udp-pacing") && html.contains("<table"), "html incomplete");
     for f in [
+        "udp-bulk.csv",
         "udp-pacing.csv",
         "udp-pacing.json",
         "nvme.json",
         "nvme-qd1.csv",
+        "lb-pps.csv",
         "runs.csv",
         "checks.csv",
         "results.json",
+        "charts/udp-bulk-throughput.svg",
         "charts/udp-pacing-loss.svg",
         "charts/nvme-qd1.svg",
         "charts/nvme-mixed.svg",
+        "charts/lb-pps-mpps.svg",
     ] {
         assert!(dir.join(f).is_file(), "missing {f}");
     }
     let doc = valid_document(&std::fs::read_to_string(dir.join("results.json")).unwrap(), "results");
     assert_eq!(doc["kind"], "lab");
-    let pacing = &doc["scenarios"][0];
+    let names: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps"]);
+    let pacing = &doc["scenarios"][1];
     assert_eq!(pacing["tables"][0]["rows"].as_array().unwrap().len(), 5, "five sweep points");
-    let nvme = &doc["scenarios"][1];
-    assert_eq!(nvme["checks"].as_array().unwrap().len(), 5);
-    for c in nvme["checks"].as_array().unwrap() {
-        assert_ne!(c["outcome"], "invalid", "{c}");
+    for s in doc["scenarios"].as_array().unwrap() {
+        for c in s["checks"].as_array().unwrap() {
+            assert_ne!(c["outcome"], "invalid", "a quick lab run on this machine measures every check: {c}");
+        }
     }
     valid_document(&std::fs::read_to_string(dir.join("nvme.json")).unwrap(), "results");
-    // Nothing left behind.
-    let leftover: Vec<String> = netlane::testing::netns_names();
-    assert!(
-        leftover.iter().all(|n| !n.starts_with("nl-") || !(n.contains("udp-pacing") || n.contains("nvme"))),
-        "namespaces left: {leftover:?}"
-    );
+    // In a browser, at a desktop and a narrow width: no horizontal overflow of the page
+    // (wide tables scroll inside their boxes), and every chart drew.
+    for width in [1400, 800] {
+        let p = chromium_probe(&dir.join("index.html"), width);
+        let (scroll, inner) = (p["scrollWidth"].as_f64().unwrap(), p["innerWidth"].as_f64().unwrap());
+        assert!(scroll <= inner, "at {width} px the page overflows: {scroll} > {inner}; too wide: {}", p["wide"]);
+        assert_eq!(p["wide"].as_array().unwrap().len(), 0, "at {width} px: {}", p["wide"]);
+        assert_eq!(p["chartErrors"], 0, "at {width} px a chart could not be drawn");
+        let charts = p["charts"].as_array().unwrap();
+        let want: usize =
+            doc["scenarios"].as_array().unwrap().iter().map(|s| s["charts"].as_array().unwrap().len()).sum();
+        assert_eq!(charts.len(), want, "at {width} px: {charts:?}");
+        for c in charts {
+            assert_eq!(c["svg"], true, "{c}");
+            assert!(c["width"].as_f64().unwrap() > 300.0 && c["height"].as_f64().unwrap() > 100.0, "{c}");
+            assert!(c["elements"].as_u64().unwrap() > 40, "a chart with hardly anything drawn: {c}");
+        }
+    }
+    // Nothing left behind: no lab namespace whose process is gone.
+    let stale: Vec<String> = netlane::testing::netns_names()
+        .into_iter()
+        .filter(|n| ["udp-bulk", "udp-pacing", "nvme", "pps-"].iter().any(|l| n.contains(l)))
+        .filter(|n| {
+            netlane::topology::registry::owner_pid(n)
+                .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())
+        })
+        .collect();
+    assert!(stale.is_empty(), "namespaces left behind: {stale:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
+    if !privileged("lb_run_and_decap_serve_until_sigterm_and_report_their_counters") {
+        return;
+    }
+    use std::net::{IpAddr, Ipv4Addr};
+    let a = netlane::topology::Netns::create("cli-lb-a").unwrap();
+    let b = netlane::topology::Netns::create("cli-lb-b").unwrap();
+    let addr = |o| [(IpAddr::V4(Ipv4Addr::new(10, 231, 0, o)), 24)];
+    let (aa, ba) = (addr(1), addr(2));
+    netlane::topology::veth_link(
+        netlane::topology::End { ns: &a, name: "lb0", addrs: &aa },
+        netlane::topology::End { ns: &b, name: "lb1", addrs: &ba },
+        1500,
+    )
+    .unwrap();
+    let dir = temp_dir("lbrun");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("lb.toml");
+    std::fs::write(
+        &cfg,
+        "ring_size = 1021\nconn_entries = 4096\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n\
+         [[vip.real]]\naddress = \"10.1.0.11\"\n",
+    )
+    .unwrap();
+    let stats = dir.join("stats.json");
+    let mut run = a.command(env!("CARGO_BIN_EXE_netlane"));
+    run.args(["lb", "run", "--config", cfg.to_str().unwrap(), "--iface", "lb0", "--gateway-mac", "02:00:00:00:00:01"])
+        .args(["--stats-interval", "200ms", "--stats-json", stats.to_str().unwrap(), "--json", "-"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = run.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !stats.is_file() {
+        assert!(Instant::now() < deadline, "lb run never published statistics");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("loading the data plane") && err.contains("detached from lb0"), "{err}");
+    let doc = valid_document(&out, "lb-run");
+    assert_eq!(doc["mode"], "native");
+    assert_eq!(doc["stats"]["iface"], "lb0");
+
+    // The reals' decapsulation program: attached, then detached when the time is up.
+    let o = b
+        .command(env!("CARGO_BIN_EXE_netlane"))
+        .args(["lb", "decap", "--iface", "lb1", "-t", "300ms"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("decapsulated on lb1"), "{}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -154,9 +154,9 @@ pub struct PpsResult {
 pub struct WarmUp {
     /// Passes over every flow it took.
     pub passes: u32,
-    /// Whether the last pass met [`WARM_ENOUGH`]; if not, why.
+    /// Whether the last pass met [`WARM_ENOUGH`].
     pub complete: bool,
-    /// What the last pass saw.
+    /// What the last pass saw, or why it fell short.
     pub last: String,
 }
 
@@ -171,6 +171,16 @@ pub struct WarmPass {
     pub fast: u64,
     /// Tags held after the pass (tag modes).
     pub tagged: Option<u64>,
+}
+
+impl std::fmt::Display for WarmPass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} of {} frames reached the balancer, {} took the fast path", self.ran, self.flows, self.fast)?;
+        if let Some(t) = self.tagged {
+            write!(f, ", {t} flows tagged")?;
+        }
+        Ok(())
+    }
 }
 
 impl WarmPass {
@@ -249,15 +259,24 @@ pub struct PpsOptions {
 impl PpsOptions {
     /// Checks the options.
     pub fn validate(&self) -> Result<(), LbError> {
-        if self.flows.is_empty() || self.flows.iter().any(|f| *f == 0 || *f > 4_000_000) {
-            return Err(LbError::Invalid(format!("flow counts must be 1..=4000000, got {:?}", self.flows)));
+        if self.flows.is_empty() {
+            return Err(LbError::Invalid("--flows: no flow counts given".into()));
+        }
+        if let Some(bad) = self.flows.iter().find(|f| **f == 0 || **f > 4_000_000) {
+            return Err(LbError::Invalid(format!("--flows: flow counts must be 1 to 4000000, got {bad}")));
+        }
+        if let Some(dup) = self.flows.iter().enumerate().find(|(i, f)| self.flows[..*i].contains(f)) {
+            return Err(LbError::Invalid(format!("--flows: {} is listed twice", dup.1)));
         }
         if self.time < Duration::from_millis(200) || self.time > Duration::from_secs(60) {
-            return Err(LbError::Invalid(format!("time per run must be 0.2..60 s, got {:?}", self.time)));
+            return Err(LbError::Invalid(format!(
+                "--time: {} per flow count is outside 200ms to 60s",
+                netlane::metrics::units::format_duration(self.time)
+            )));
         }
         if self.modes.iter().enumerate().any(|(i, m)| self.modes[..i].contains(m)) {
             let names: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
-            return Err(LbError::Invalid(format!("a hint mode is listed twice: {}", names.join(","))));
+            return Err(LbError::Invalid(format!("--modes: a hint mode is listed twice: {}", names.join(","))));
         }
         if netlane::cpus::online_count() < 2 {
             return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
@@ -415,11 +434,14 @@ impl Bench {
             program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
         };
         let mut last = String::from("no pass ran");
+        // Fewer senders after a pass that lost frames on the way: the veth ring holds
+        // WARM_BURST frames, and parallel bursts can overrun it when the balancer is slow.
+        let mut threads = WARM_THREADS;
         for pass in 1..=WARM_PASSES as u32 {
             let (fast0, ran0) = (fast(&lb.stats()?), runs(lb)?);
             let left = AtomicI64::new(i64::from(flows));
             std::thread::scope(|s| -> Result<(), LbError> {
-                let senders: Vec<_> = (0..WARM_THREADS)
+                let senders: Vec<_> = (0..threads)
                     .map(|_| {
                         s.spawn(|| -> Result<(), LbError> {
                             netlane::cpus::pin(Some(GEN_CPU));
@@ -458,8 +480,11 @@ impl Bench {
                 tagged: tagging.then_some(st.tags_in_use as u64),
             };
             match p.check() {
-                Ok(()) => return Ok(WarmUp { passes: pass, complete: true, last: format!("{p:?}") }),
-                Err(why) => last = why,
+                Ok(()) => return Ok(WarmUp { passes: pass, complete: true, last: p.to_string() }),
+                Err(why) => last = format!("{why} ({threads} parallel senders)"),
+            }
+            if p.ran < p.flows {
+                threads = (threads / 2).max(1);
             }
         }
         // Not warm (frames lost on the way, or a table too small): the report flags it.

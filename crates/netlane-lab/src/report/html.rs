@@ -6,7 +6,7 @@
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
 use super::format;
-use super::model::{Check, Document, FlagKind, Outcome, Results, ScenarioReport, Table, Tally, Value};
+use super::model::{Check, Document, Outcome, Results, ScenarioReport, Table, Tally, Value};
 use super::svg;
 
 const STYLE: &str = r#"
@@ -114,16 +114,6 @@ fn table(t: &Table) -> Markup {
     }
 }
 
-fn flag_word(k: FlagKind) -> &'static str {
-    match k {
-        FlagKind::Impossible => "impossible",
-        FlagKind::Collapsed => "collapsed repeat",
-        FlagKind::Noisy => "noisy",
-        FlagKind::Lossy => "lossy",
-        FlagKind::Incomplete => "incomplete",
-    }
-}
-
 fn scenario(s: &ScenarioReport) -> Markup {
     html! {
         section id=(s.name) {
@@ -136,13 +126,13 @@ fn scenario(s: &ScenarioReport) -> Markup {
                 (checks(&s.checks))
             }
             @for f in &s.flags {
-                div class="flag" { strong { (flag_word(f.kind)) ": " (f.subject) } " " (f.message) }
+                div class="flag" { strong { (f.kind.word()) ": " (f.subject) } " " (f.message) }
             }
             @for c in &s.charts {
                 figure {
                     @match svg::render(c) {
                         Ok(svg) => { div class="chart" { (PreEscaped(svg)) } }
-                        Err(e) => { div class="warn" { "chart " (c.name) " could not be drawn: " (e) } }
+                        Err(e) => { div class="warn chart-error" { "chart " (c.name) " could not be drawn: " (e) } }
                     }
                     figcaption { (c.title) " (" a href={"charts/" (c.name) ".svg"} { "SVG" } ")" }
                 }

@@ -230,6 +230,19 @@ pub enum Op {
     Within,
 }
 
+impl Op {
+    /// The word JSON and CSV use (`at_most`).
+    pub fn word(self) -> &'static str {
+        match self {
+            Op::Below => "below",
+            Op::AtMost => "at_most",
+            Op::Above => "above",
+            Op::AtLeast => "at_least",
+            Op::Within => "within",
+        }
+    }
+}
+
 /// What a check wants.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Target {
@@ -336,6 +349,19 @@ pub enum FlagKind {
     Lossy,
     /// The run did not reach its intended state (warm-up, a queue that failed).
     Incomplete,
+}
+
+impl FlagKind {
+    /// The word people read.
+    pub fn word(self) -> &'static str {
+        match self {
+            FlagKind::Impossible => "impossible",
+            FlagKind::Collapsed => "collapsed",
+            FlagKind::Noisy => "noisy",
+            FlagKind::Lossy => "lossy",
+            FlagKind::Incomplete => "incomplete",
+        }
+    }
 }
 
 /// A warning about a result.

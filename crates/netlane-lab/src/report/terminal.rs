@@ -75,7 +75,7 @@ pub fn scenario(s: &ScenarioReport) -> String {
     if !s.flags.is_empty() {
         let _ = writeln!(out, "\nFlags:");
         for f in &s.flags {
-            let _ = writeln!(out, "  {:<10} {}: {}", format!("{:?}", f.kind).to_uppercase(), f.subject, f.message);
+            let _ = writeln!(out, "  {:<10} {}: {}", f.kind.word().to_uppercase(), f.subject, f.message);
         }
     }
     if !s.notes.is_empty() {

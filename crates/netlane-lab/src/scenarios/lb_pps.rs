@@ -396,6 +396,52 @@ mod tests {
         assert_eq!(s, vec![Ok(0.5), Ok(0.75), Ok(1.0)]);
     }
 
+    fn at(flows: u32, subject: Subject, mpps: Option<f64>) -> PpsResult {
+        PpsResult { subject, flows, mpps_per_core: mpps, ..result(vec![mpps; 6]) }
+    }
+
+    fn all(untagged_at_10k: Option<f64>) -> Vec<PpsResult> {
+        let mut v = Vec::new();
+        for f in [1u32, 10_000, 1_000_000] {
+            v.push(at(f, Subject::XdpTxCeiling, Some(4.5)));
+            v.push(at(f, Subject::Balancer(HintMode::Off), if f == 10_000 { untagged_at_10k } else { Some(3.0) }));
+            v.push(at(f, Subject::Balancer(HintMode::FlowTag), Some(4.2)));
+            v.push(at(f, Subject::Balancer(HintMode::DestTag), Some(4.3)));
+        }
+        v
+    }
+
+    #[test]
+    fn checks_pair_slices_and_a_program_that_measured_nothing_is_invalid() {
+        let a = LbPpsArgs::defaults();
+        let r = a.report(&all(Some(2.0)));
+        let get = |r: &ScenarioReport, id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
+        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), crate::report::Outcome::Missed, "3.0 / 4.5 < 0.7");
+        assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-10000"), crate::report::Outcome::Met);
+        // The untagged program's NAPI thread got no CPU in any slice at 10 K flows.
+        let r = a.report(&all(None));
+        for id in [
+            "lb-pps.untagged-vs-ceiling-10000",
+            "lb-pps.flow-tag-vs-untagged-10000",
+            "lb-pps.dest-tag-vs-untagged-10000",
+        ] {
+            assert_eq!(get(&r, id), crate::report::Outcome::Invalid, "{id}");
+        }
+        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), crate::report::Outcome::Missed, "3.0 / 4.5 < 0.7");
+    }
+
+    #[test]
+    fn an_incomplete_warm_up_is_flagged() {
+        let mut v = all(Some(2.0));
+        v[1].warm_up = Some(crate::engines::lb_pps::WarmUp {
+            passes: 8,
+            complete: false,
+            last: "only 44.0% of the frames reached the balancer".into(),
+        });
+        let r = LbPpsArgs::defaults().report(&v);
+        assert!(r.flags.iter().any(|f| f.kind == FlagKind::Incomplete && f.message.contains("44.0%")), "{:?}", r.flags);
+    }
+
     #[test]
     fn too_few_measured_slices_make_the_check_invalid() {
         let a = result(vec![Some(2.0), None, None, None]);

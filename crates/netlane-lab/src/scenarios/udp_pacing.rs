@@ -415,3 +415,86 @@ impl UdpPacingArgs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use netlane::metrics::CpuTime;
+
+    use super::*;
+    use crate::engines::bulk::{Integrity, RxReport, TxReport};
+    use crate::report::Outcome;
+
+    /// A run that sent `datagrams` 1400-byte datagrams with `cpu_s` of sender CPU and
+    /// lost `lost` of them.
+    fn point(datagrams: u64, cpu_s: f64, lost: u64) -> PointRun {
+        let cpu = CpuTime { user_s: cpu_s, ..CpuTime::default() };
+        let got = datagrams - lost;
+        PointRun {
+            result: BulkResult {
+                tx: TxReport {
+                    datagrams,
+                    bytes: datagrams * 1400,
+                    syscalls: datagrams / 46,
+                    seconds: 1.0,
+                    cpu,
+                    ..TxReport::default()
+                },
+                rx: RxReport {
+                    datagrams: got,
+                    bytes: got * 1400,
+                    seconds: 1.0,
+                    cpu,
+                    integrity: Integrity { unique: got, ..Integrity::default() },
+                    ..RxReport::default()
+                },
+                ..BulkResult::default()
+            },
+            qdisc: QdiscStats::default(),
+        }
+    }
+
+    fn args() -> UdpPacingArgs {
+        let mut a = UdpPacingArgs::defaults();
+        a.quanta = vec![SweepPoint::Quantum(250_000), SweepPoint::Quantum(8_000_000)];
+        a.repeat = 2;
+        a
+    }
+
+    fn outcome(r: &ScenarioReport, id: &str) -> (Outcome, String) {
+        let c = r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}"));
+        (c.outcome, c.reason.clone())
+    }
+
+    #[test]
+    fn the_trade_off_is_measured_from_paired_rounds() {
+        let a = args();
+        let narrow = vec![point(10_000, 0.4, 0), point(10_000, 0.4, 0)];
+        let wide = vec![point(10_000, 0.1, 500), point(10_000, 0.12, 400)];
+        let r = a.report(&[narrow, wide], Vec::new());
+        assert_eq!(outcome(&r, "udp-pacing.cpu-falls").0, Outcome::Met);
+        assert_eq!(outcome(&r, "udp-pacing.loss-rises").0, Outcome::Met);
+    }
+
+    #[test]
+    fn a_point_that_moved_nothing_or_had_no_cpu_time_makes_both_checks_invalid() {
+        let a = args();
+        let narrow = vec![point(10_000, 0.4, 0), point(10_000, 0.4, 0)];
+        let nothing = PointRun { result: BulkResult::default(), qdisc: QdiscStats::default() };
+        let r = a.report(&[narrow.clone(), vec![point(10_000, 0.1, 500), nothing]], Vec::new());
+        for id in ["udp-pacing.cpu-falls", "udp-pacing.loss-rises"] {
+            let (o, why) = outcome(&r, id);
+            assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+        }
+        let r = a.report(&[narrow, vec![point(10_000, 0.0, 0), point(10_000, 0.1, 0)]], Vec::new());
+        let (o, why) = outcome(&r, "udp-pacing.cpu-falls");
+        assert_eq!(o, Outcome::Invalid);
+        assert!(why.contains("no CPU time"), "{why}");
+    }
+
+    #[test]
+    fn no_loss_at_either_end_is_a_measured_miss_not_a_pass() {
+        let a = args();
+        let r = a.report(&[vec![point(10_000, 0.4, 0); 2], vec![point(10_000, 0.1, 0); 2]], Vec::new());
+        assert_eq!(outcome(&r, "udp-pacing.loss-rises").0, Outcome::Missed);
+    }
+}

@@ -164,7 +164,8 @@ int balancer(struct xdp_md *ctx)
 
 			__builtin_memcpy(va.addr, p.flow.dst, sizeof(va.addr));
 			va.family = p.flow.family;
-			if (bpf_map_lookup_elem(&vip_addrs, &va) && icmp_echo_reply(data, data_end, p.flow.family) == 0) {
+			if (bpf_map_lookup_elem(&vip_addrs, &va) &&
+			    icmp_echo_reply(data, data_end, p.flow.family) == 0) {
 				count(ST_ICMP_ECHO);
 				return XDP_TX;
 			}

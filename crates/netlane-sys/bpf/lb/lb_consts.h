@@ -50,15 +50,15 @@
 #define VIP_NO_LRU 1u /* pure consistent hashing: no connection-table state */
 
 /* Hint sources (the loader's hint_mode). */
-#define HINT_OFF 0	 /* legacy NIC: no metadata used */
-#define HINT_RX_HASH 1	 /* RX hash indexes a per-CPU flow cache */
-#define HINT_FLOW_TAG 2	 /* classifier tags flows with a per-flow tag id */
-#define HINT_DEST_TAG 3	 /* classifier tags flows with their real's index */
+#define HINT_OFF 0	/* legacy NIC: no metadata used */
+#define HINT_RX_HASH 1	/* RX hash indexes a per-CPU flow cache */
+#define HINT_FLOW_TAG 2 /* classifier tags flows with a per-flow tag id */
+#define HINT_DEST_TAG 3 /* classifier tags flows with their real's index */
 
 /* A tag is a 32-bit hint whose top byte says what it is; any other value is an
  * ordinary hash and the packet is treated as untagged. */
 #define TAG_KIND(h) ((h) >> 24)
-#define TAG_VALUE(h) ((h) & 0xffffffu)
+#define TAG_VALUE(h) (0xffffffu & (h))
 #define TAG_KIND_FLOW 0xf1u
 #define TAG_KIND_DEST 0xd5u
 
@@ -74,19 +74,19 @@ enum lb_global_stat {
 	ST_DROP_IP_OPTIONS, /* IPv4 with options */
 	ST_DROP_FRAGMENT,   /* IPv4 or IPv6 fragments */
 	ST_DROP_NO_REAL,    /* VIP whose ring slot has no real */
-	ST_DROP_ENCAP,      /* no headroom for the outer header */
-	ST_TX,              /* encapsulated and sent */
-	ST_CONN_HIT,        /* connection-table hit */
-	ST_CONN_MISS,       /* connection-table miss: ring lookup */
-	ST_ICMP_ECHO,       /* echo requests to a VIP answered */
+	ST_DROP_ENCAP,	    /* no headroom for the outer header */
+	ST_TX,		    /* encapsulated and sent */
+	ST_CONN_HIT,	    /* connection-table hit */
+	ST_CONN_MISS,	    /* connection-table miss: ring lookup */
+	ST_ICMP_ECHO,	    /* echo requests to a VIP answered */
 	ST_ICMP_TOO_BIG,    /* frag-needed / packet-too-big routed to the flow's real */
-	ST_CONN_STALE,      /* connection entry for a removed real, or an idle UDP flow */
+	ST_CONN_STALE,	    /* connection entry for a removed real, or an idle UDP flow */
 	ST_CONN_RATE_LIMIT, /* new flows not recorded: above the per-CPU rate guard */
-	ST_HINT_HIT,        /* hint (cache entry or tag) used: lookups skipped */
-	ST_HINT_MISS,       /* hint present but no usable entry: full path */
-	ST_HINT_STALE,      /* tag or cache entry for a real no longer in the VIP's set */
-	ST_EVENT,           /* new-flow events sent to the control plane */
-	ST_EVENT_LOST,      /* new-flow events lost (ring buffer full) */
+	ST_HINT_HIT,	    /* hint (cache entry or tag) used: lookups skipped */
+	ST_HINT_MISS,	    /* hint present but no usable entry: full path */
+	ST_HINT_STALE,	    /* tag or cache entry for a real no longer in the VIP's set */
+	ST_EVENT,	    /* new-flow events sent to the control plane */
+	ST_EVENT_LOST,	    /* new-flow events lost (ring buffer full) */
 	ST_NUM
 };
 

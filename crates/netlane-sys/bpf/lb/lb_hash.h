@@ -15,13 +15,20 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 
 static __always_inline __u32 jhash_final3(__u32 a, __u32 b, __u32 c)
 {
-	c ^= b; c -= rol32(b, 14);
-	a ^= c; a -= rol32(c, 11);
-	b ^= a; b -= rol32(a, 25);
-	c ^= b; c -= rol32(b, 16);
-	a ^= c; a -= rol32(c, 4);
-	b ^= a; b -= rol32(a, 14);
-	c ^= b; c -= rol32(b, 24);
+	c ^= b;
+	c -= rol32(b, 14);
+	a ^= c;
+	a -= rol32(c, 11);
+	b ^= a;
+	b -= rol32(a, 25);
+	c ^= b;
+	c -= rol32(b, 16);
+	a ^= c;
+	a -= rol32(c, 4);
+	b ^= a;
+	b -= rol32(a, 14);
+	c ^= b;
+	c -= rol32(b, 24);
 	return c;
 }
 

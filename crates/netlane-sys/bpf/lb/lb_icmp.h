@@ -48,8 +48,8 @@ static __always_inline int icmp_echo_reply(void *data, void *data_end, __u8 fami
 		if ((void *)(icmp + 4) > data_end || icmp[0] != ICMP_ECHO_ || icmp[1] != 0)
 			return -1;
 		icmp[0] = ICMP_ECHOREPLY_;
-		*(__u16 *)(icmp + 2) = csum_replace(*(__u16 *)(icmp + 2), bpf_htons(ICMP_ECHO_ << 8),
-						    bpf_htons(ICMP_ECHOREPLY_ << 8));
+		*(__u16 *)(icmp + 2) =
+			csum_replace(*(__u16 *)(icmp + 2), bpf_htons(ICMP_ECHO_ << 8), bpf_htons(ICMP_ECHOREPLY_ << 8));
 		tmp = iph->saddr;
 		iph->saddr = iph->daddr;
 		iph->daddr = tmp;

@@ -17,8 +17,8 @@
 /* What the balancer needs from a packet. */
 struct pkt_desc {
 	struct flow_key flow;
-	__u16 l3_len;	/* IPv4 total length or IPv6 header + payload */
-	__u8 tos;	/* IPv4 TOS or IPv6 traffic class */
+	__u16 l3_len; /* IPv4 total length or IPv6 header + payload */
+	__u8 tos;     /* IPv4 TOS or IPv6 traffic class */
 	__u8 tcp_flags;
 };
 

@@ -90,11 +90,11 @@ struct lb_counter {
 
 /* Addresses the balancer sends from. */
 struct lb_config {
-	__u8 gw_mac[6];	  /* next hop towards the reals */
-	__u8 own_mac[6];  /* this interface */
-	__u32 src4;	  /* outer IPv4 source base; low 16 bits vary by flow */
-	__u32 src6[4];	  /* outer IPv6 source base; last 32 bits vary by flow */
-	__u32 max_new_conns; /* per CPU per second recorded in the table; 0 = no limit */
+	__u8 gw_mac[6];	      /* next hop towards the reals */
+	__u8 own_mac[6];      /* this interface */
+	__u32 src4;	      /* outer IPv4 source base; low 16 bits vary by flow */
+	__u32 src6[4];	      /* outer IPv6 source base; last 32 bits vary by flow */
+	__u32 max_new_conns;  /* per CPU per second recorded in the table; 0 = no limit */
 	__u32 udp_timeout_ms; /* idle UDP connection entries expire; 0 = never */
 };
 

@@ -14,7 +14,10 @@ struct {
 	__type(value, __u64);
 } tx_stats SEC(".maps");
 
-enum { STAT_TX = 0, STAT_DROP = 1 };
+enum {
+	STAT_TX = 0,
+	STAT_DROP = 1
+};
 
 static __always_inline void count(__u32 which)
 {

@@ -306,9 +306,9 @@ pub struct BulkRun {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct PaceReport {
     /// Target rate, bytes/s.
-    pub target_rate: u64,
+    pub target_rate_bytes_per_s: u64,
     /// Achieved sender rate over the schedule, bytes/s.
-    pub achieved_rate: f64,
+    pub achieved_rate_bytes_per_s: f64,
     /// achieved / target.
     pub accuracy: f64,
     /// The release period used, nanoseconds.
@@ -472,7 +472,7 @@ impl BulkResult {
     /// Paced runs: the receiver's rate ([`BulkResult::rx_rate`]) over the target rate.
     pub fn rx_pacing_accuracy(&self) -> Option<Measure> {
         let p = self.tx.pacing?;
-        Some(ratio(self.rx_rate(), positive(p.target_rate as f64, "target rate")))
+        Some(ratio(self.rx_rate(), positive(p.target_rate_bytes_per_s as f64, "target rate")))
     }
 }
 

@@ -212,8 +212,8 @@ pub(super) fn send(
             let achieved = stats.bytes as f64 / seconds;
             let q = pacer.quantum_ns();
             pacing_report = Some(PaceReport {
-                target_rate: p.rate,
-                achieved_rate: achieved,
+                target_rate_bytes_per_s: p.rate,
+                achieved_rate_bytes_per_s: achieved,
                 accuracy: achieved / p.rate as f64,
                 quantum_ns: q,
                 segments_per_release: p.rate as f64 * q as f64 / 1e9 / ds as f64,
