@@ -19,15 +19,18 @@ fn main() {
         .or_else(|| git(&dir, &["rev-parse", "HEAD"]))
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=NETLANE_GIT_COMMIT={commit}");
-    // Build again when HEAD moves: HEAD itself, the branch it names, packed refs.
+    // Build again when HEAD moves: HEAD itself, the branch it names, packed refs. Only
+    // files that exist: cargo reruns a build script on every build for a missing one.
     if let Some(gitdir) = git(&dir, &["rev-parse", "--absolute-git-dir"]) {
         let gitdir = PathBuf::from(gitdir);
-        println!("cargo:rerun-if-changed={}", gitdir.join("HEAD").display());
-        println!("cargo:rerun-if-changed={}", gitdir.join("packed-refs").display());
+        let mut watch = vec![gitdir.join("HEAD"), gitdir.join("packed-refs")];
         if let Ok(head) = std::fs::read_to_string(gitdir.join("HEAD"))
             && let Some(r) = head.trim().strip_prefix("ref: ")
         {
-            println!("cargo:rerun-if-changed={}", gitdir.join(r).display());
+            watch.push(gitdir.join(r));
+        }
+        for w in watch.iter().filter(|w| w.exists()) {
+            println!("cargo:rerun-if-changed={}", w.display());
         }
     }
 }

@@ -184,22 +184,29 @@ impl std::fmt::Display for WarmPass {
 }
 
 impl WarmPass {
-    /// Ok when the balancer saw (nearly) every flow and served (nearly) every one from
-    /// its warm state; else why not. Frames lost before the balancer count against a
-    /// pass: a pass where most frames never arrived proves nothing.
+    /// Ok when most of the pass's frames reached the balancer, (nearly) every one that
+    /// did took the fast path, and in tag modes (nearly) every flow has a tag; else why
+    /// not.
+    ///
+    /// Frames are lost at the veth ring, before the balancer and whatever their flow's
+    /// state, so the frames that arrived are a fair sample of the flows: if 99.9% of a
+    /// majority of the flows were served from warm state, so are about 99.9% of all.
+    /// A pass where most frames never arrived proves nothing and is not accepted.
     pub fn check(&self) -> Result<(), String> {
-        let need = (WARM_ENOUGH * self.flows as f64).ceil() as u64;
-        let pct = |n: u64| 100.0 * n as f64 / self.flows.max(1) as f64;
-        if self.ran < need {
-            return Err(format!("only {:.1}% of the frames reached the balancer", pct(self.ran)));
+        let pct = |n: u64, of: u64| 100.0 * n as f64 / of.max(1) as f64;
+        if self.ran * 2 <= self.flows {
+            return Err(format!("only {:.1}% of the frames reached the balancer", pct(self.ran, self.flows)));
         }
-        if self.fast < need {
-            return Err(format!("only {:.1}% of the flows took the fast path", pct(self.fast)));
+        if (self.fast as f64) < WARM_ENOUGH * self.ran as f64 {
+            return Err(format!(
+                "only {:.1}% of the frames that reached the balancer took the fast path",
+                pct(self.fast, self.ran)
+            ));
         }
         if let Some(t) = self.tagged
-            && t < need
+            && (t as f64) < WARM_ENOUGH * self.flows as f64
         {
-            return Err(format!("only {:.1}% of the flows had a tag", pct(t)));
+            return Err(format!("only {:.1}% of the flows had a tag", pct(t, self.flows)));
         }
         Ok(())
     }
@@ -434,8 +441,9 @@ impl Bench {
             program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
         };
         let mut last = String::from("no pass ran");
-        // Fewer senders after a pass that lost frames on the way: the veth ring holds
-        // WARM_BURST frames, and parallel bursts can overrun it when the balancer is slow.
+        // Fewer senders after a pass that lost most of its frames on the way: the veth
+        // ring holds WARM_BURST frames, and parallel bursts (released together at the
+        // end of an RCU grace period) overrun it when the balancer is slow.
         let mut threads = WARM_THREADS;
         for pass in 1..=WARM_PASSES as u32 {
             let (fast0, ran0) = (fast(&lb.stats()?), runs(lb)?);
@@ -483,7 +491,7 @@ impl Bench {
                 Ok(()) => return Ok(WarmUp { passes: pass, complete: true, last: p.to_string() }),
                 Err(why) => last = format!("{why} ({threads} parallel senders)"),
             }
-            if p.ran < p.flows {
+            if p.ran * 2 <= p.flows {
                 threads = (threads / 2).max(1);
             }
         }
@@ -690,14 +698,18 @@ mod tests {
     #[test]
     fn a_warm_up_pass_whose_frames_never_arrived_is_not_accepted() {
         // The old test (misses <= 0.1% of the flows) passed this: 44% of the frames
-        // reached the balancer, all of them hits.
+        // reached the balancer, none of them missing the table.
         let lost = WarmPass { flows: 1_000_000, ran: 440_000, fast: 440_000, tagged: None };
         assert!(lost.check().unwrap_err().contains("reached the balancer"));
-        let cold = WarmPass { flows: 1000, ran: 1000, fast: 10, tagged: None };
+        // Or this: every frame arrived, 44% found state.
+        let cold = WarmPass { flows: 1_000_000, ran: 1_000_000, fast: 440_000, tagged: None };
         assert!(cold.check().unwrap_err().contains("fast path"));
         let untagged = WarmPass { flows: 1000, ran: 1000, fast: 1000, tagged: Some(500) };
         assert!(untagged.check().unwrap_err().contains("tag"));
         assert!(WarmPass { flows: 1000, ran: 1000, fast: 999, tagged: Some(1000) }.check().is_ok());
+        // A majority arrived and all of them were warm: a fair sample of warm state.
+        assert!(WarmPass { flows: 10_000, ran: 8_180, fast: 8_180, tagged: None }.check().is_ok());
+        assert!(WarmPass { flows: 10_000, ran: 8_180, fast: 8_000, tagged: None }.check().is_err());
     }
 
     #[test]

@@ -58,16 +58,16 @@ impl LbPpsArgs {
         o.validate()?;
         Ok(o)
     }
-
-    fn options(&self) -> OptionList {
-        let flows: Vec<u64> = self.flows.iter().map(|f| u64::from(*f)).collect();
-        OptionList::new().ints("flows", &flows).words("modes", &self.modes).duration("time", self.time)
-    }
 }
 
 impl Scenario for LbPpsArgs {
     fn name(&self) -> &'static str {
         "lb-pps"
+    }
+
+    fn options(&self) -> OptionList {
+        let flows: Vec<u64> = self.flows.iter().map(|f| u64::from(*f)).collect();
+        OptionList::new().ints("flows", &flows).words("modes", &self.modes).duration("time", self.time)
     }
 
     fn validate(&self) -> Result<()> {

@@ -38,6 +38,8 @@ pub use net::{NetArgs, PathKind, RxNapi, SENDER_SUBCOMMAND, SenderPlacement};
 pub trait Scenario {
     /// Its short name (`udp-bulk`).
     fn name(&self) -> &'static str;
+    /// Its resolved options (echoed as `key=value`, and as a typed object).
+    fn options(&self) -> options::OptionList;
     /// Checks the options against this machine before anything is built.
     fn validate(&self) -> Result<()>;
     /// How many runs it will make (for progress and time estimates).
@@ -159,13 +161,28 @@ pub fn from_words<T: clap::Args>(words: &[&str]) -> Result<T, clap::Error> {
 mod tests {
     use super::*;
 
+    /// Echoed options, each as `--key=value`, parse back to the same options.
+    fn echo_reads_back<T: clap::Args + Scenario>(s: &T) {
+        let echo = s.options().echo();
+        let args: Vec<String> = echo.iter().map(|e| format!("--{e}")).collect();
+        let words: Vec<&str> = args.iter().map(String::as_str).collect();
+        let again: T = from_words(&words).unwrap_or_else(|e| panic!("{}: {echo:?} does not parse: {e}", s.name()));
+        assert_eq!(again.options().echo(), echo, "{}", s.name());
+    }
+
     #[test]
-    fn every_lab_plan_is_valid_for_options_parsing() {
-        // Validation needs root for the veth scenarios; parsing and defaults do not.
-        let _ = udp_bulk::UdpBulkArgs::defaults();
-        let _ = udp_pacing::UdpPacingArgs::defaults();
-        let _ = nvme::NvmeBenchArgs::defaults();
-        let _ = lb_pps::LbPpsArgs::defaults();
-        assert_eq!(ScenarioName::ALL.len(), 4);
+    fn every_scenarios_echo_reads_back() {
+        let mut bulk = udp_bulk::UdpBulkArgs::defaults();
+        echo_reads_back(&bulk);
+        bulk.net.ipv6 = true;
+        bulk.quantum = netlane::pace::Quantum::Fixed(25_760_000);
+        bulk.segments = Some(20);
+        echo_reads_back(&bulk);
+        echo_reads_back(&udp_pacing::UdpPacingArgs::defaults());
+        echo_reads_back(&nvme::NvmeBenchArgs::defaults());
+        let mut pps = lb_pps::LbPpsArgs::defaults();
+        echo_reads_back(&pps);
+        pps.flows = vec![1, 10_000];
+        echo_reads_back(&pps);
     }
 }

@@ -224,6 +224,12 @@ impl NvmeBenchArgs {
             .with_context(|| format!("unexpected target output {line:?}"))?;
         Ok((proc_, addr))
     }
+}
+
+impl Scenario for NvmeBenchArgs {
+    fn name(&self) -> &'static str {
+        "nvme"
+    }
 
     fn options(&self) -> OptionList {
         let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
@@ -237,12 +243,6 @@ impl NvmeBenchArgs {
             .int("host-cpu", self.host_cpu as u64)
             .int("target-cpu", self.target_cpu() as u64)
             .size("ns-size", self.ns_size)
-    }
-}
-
-impl Scenario for NvmeBenchArgs {
-    fn name(&self) -> &'static str {
-        "nvme"
     }
 
     fn validate(&self) -> Result<()> {

@@ -269,6 +269,12 @@ impl UdpBulkArgs {
         }
         arms
     }
+}
+
+impl Scenario for UdpBulkArgs {
+    fn name(&self) -> &'static str {
+        "udp-bulk"
+    }
 
     fn options(&self) -> OptionList {
         let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
@@ -288,12 +294,6 @@ impl UdpBulkArgs {
             Some(p) => o.text("selftest", p.display().to_string()),
             None => o,
         }
-    }
-}
-
-impl Scenario for UdpBulkArgs {
-    fn name(&self) -> &'static str {
-        "udp-bulk"
     }
 
     fn validate(&self) -> Result<()> {

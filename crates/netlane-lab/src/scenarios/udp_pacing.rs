@@ -139,6 +139,12 @@ impl UdpPacingArgs {
             run_id,
         }
     }
+}
+
+impl Scenario for UdpPacingArgs {
+    fn name(&self) -> &'static str {
+        "udp-pacing"
+    }
 
     fn options(&self) -> OptionList {
         let quanta: Vec<String> = self.quanta.iter().map(SweepPoint::word).collect();
@@ -152,12 +158,6 @@ impl UdpPacingArgs {
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
             .int("gso-size", self.gso_size as u64)
-    }
-}
-
-impl Scenario for UdpPacingArgs {
-    fn name(&self) -> &'static str {
-        "udp-pacing"
     }
 
     fn validate(&self) -> Result<()> {
