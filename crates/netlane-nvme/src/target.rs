@@ -272,7 +272,7 @@ fn accept_loop(listener: TcpListener, reactors: Vec<(mpsc::Sender<TcpStream>, Ar
 fn reason_name(r: Option<&CloseReason>) -> String {
     match r {
         None => "peer closed".into(),
-        Some(CloseReason::Violation(v)) => format!("violation FES {:?}", v.fes),
+        Some(CloseReason::Violation(v)) => format!("violation: {}", v.fes),
         Some(CloseReason::PeerTerminated { .. }) => "host termination request".into(),
         Some(CloseReason::InvalidTermReq) => "invalid termination request".into(),
         Some(CloseReason::Disconnected) => "disconnect".into(),

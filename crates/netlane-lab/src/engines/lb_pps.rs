@@ -70,16 +70,19 @@ const LEAD_IN: u32 = 2048;
 const WARM_THREADS: usize = 8;
 
 /// What runs on the balancer's interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {
     /// The trivial XDP_TX program (swap MACs, send back): the ceiling.
     XdpTxCeiling,
     /// The balancer with these hints.
-    Balancer(#[serde(serialize_with = "ser_hint")] HintMode),
+    Balancer(HintMode),
 }
 
-fn ser_hint<S: serde::Serializer>(h: &HintMode, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(h.name())
+impl Serialize for Subject {
+    /// As its label: `xdp_tx ceiling`, `lb hints=flow-tag`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.label())
+    }
 }
 
 impl Subject {

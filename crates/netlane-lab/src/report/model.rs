@@ -482,6 +482,16 @@ pub struct Point {
     pub high: Option<f64>,
 }
 
+impl Point {
+    /// The median of `repeats` at `x`, with their range when there are several; None
+    /// when no repeat has a finite value.
+    pub fn of(x: f64, repeats: &[f64]) -> Option<Point> {
+        let s = crate::stats::Spread::of(repeats)?;
+        let several = s.n > 1;
+        Some(Point { x, y: s.median, low: several.then_some(s.min), high: several.then_some(s.max) })
+    }
+}
+
 /// A named series.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Series {

@@ -408,13 +408,7 @@ fn percentile_series(name: &str, rs: &[PerfReport], group: usize) -> Series {
                 .filter(|g| g.read_lat_ns.count > 0)
                 .map(|g| f(&g.read_lat_ns) as f64 / 1e9)
                 .collect();
-            let s = Spread::of(&v)?;
-            Some(Point {
-                x: format::nines_x(*p),
-                y: s.median,
-                low: (s.n > 1).then_some(s.min),
-                high: (s.n > 1).then_some(s.max),
-            })
+            Point::of(format::nines_x(*p), &v)
         })
         .collect();
     Series { name: name.into(), points }
@@ -535,14 +529,7 @@ impl NvmeBenchArgs {
                     med(rs, us_of(|s| s.p9999)),
                     spread(rs, per_core),
                 ]));
-                if let Some(s) = Spread::of(&values(rs, per_core)) {
-                    points.push(Point {
-                        x: x as f64,
-                        y: s.median,
-                        low: (s.n > 1).then_some(s.min),
-                        high: (s.n > 1).then_some(s.max),
-                    });
-                }
+                points.extend(Point::of(x as f64, &values(rs, per_core)));
             }
             tables.push(t);
             charts.push(Chart {
@@ -609,14 +596,7 @@ impl NvmeBenchArgs {
                     spread(rs, p9999),
                 ]));
                 series.push(percentile_series(label, rs, 0));
-                if let Some(s) = Spread::of(&values(rs, iops)) {
-                    iops_points.push(Point {
-                        x: x as f64,
-                        y: s.median,
-                        low: (s.n > 1).then_some(s.min),
-                        high: (s.n > 1).then_some(s.max),
-                    });
-                }
+                iops_points.extend(Point::of(x as f64, &values(rs, iops)));
             }
             tables.push(t);
             charts.push(Chart {

@@ -385,17 +385,6 @@ fn values(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> Vec<f64> {
     rs.iter().filter_map(|r| usable(r, &f).ok()).collect()
 }
 
-/// A chart point: the median of the rounds and their range.
-fn point(x: usize, v: &[f64], scale: f64) -> Option<Point> {
-    let s = Spread::of(v)?;
-    Some(Point {
-        x: x as f64,
-        y: s.median * scale,
-        low: (s.n > 1).then_some(s.min * scale),
-        high: (s.n > 1).then_some(s.max * scale),
-    })
-}
-
 impl UdpBulkArgs {
     fn report(&self, arms: &[Arm], results: &[Vec<BulkResult>], runs: Vec<RunRecord>) -> ScenarioReport {
         let main: Vec<usize> = (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Main(..))).collect();
@@ -593,9 +582,13 @@ impl UdpBulkArgs {
         }
 
         let cats: Vec<String> = main.iter().map(|i| arms[*i].label.clone()).collect();
-        let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure, scale: f64| Series {
+        let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure| Series {
             name: name.into(),
-            points: main.iter().enumerate().filter_map(|(x, i)| point(x, &values(&results[*i], f), scale)).collect(),
+            points: main
+                .iter()
+                .enumerate()
+                .filter_map(|(x, i)| Point::of(x as f64, &values(&results[*i], f)))
+                .collect(),
         };
         let charts = vec![
             Chart {
@@ -604,10 +597,7 @@ impl UdpBulkArgs {
                 kind: ChartKind::Dots,
                 x: Axis::categories("mode", cats.clone()),
                 y: Axis::numeric("payload rate", Unit::BytesPerSecond, Scale::Log),
-                series: vec![
-                    series("sender", &BulkResult::tx_rate, 1.0),
-                    series("receiver", &BulkResult::rx_rate, 1.0),
-                ],
+                series: vec![series("sender", &BulkResult::tx_rate), series("receiver", &BulkResult::rx_rate)],
             },
             Chart {
                 name: "udp-bulk-cpu".into(),
@@ -616,10 +606,10 @@ impl UdpBulkArgs {
                 x: Axis::categories("mode", cats),
                 y: Axis::numeric("CPU", Unit::Count("s/GB".into()), Scale::Log),
                 series: vec![
-                    series("sender, per GB sent", &BulkResult::tx_cpu_s_per_gb, 1.0),
-                    series("sender, per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered, 1.0),
-                    series("receiver", &BulkResult::rx_cpu_s_per_gb, 1.0),
-                    series("whole machine", &BulkResult::system_cpu_s_per_gb, 1.0),
+                    series("sender, per GB sent", &BulkResult::tx_cpu_s_per_gb),
+                    series("sender, per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered),
+                    series("receiver", &BulkResult::rx_cpu_s_per_gb),
+                    series("whole machine", &BulkResult::system_cpu_s_per_gb),
                 ],
             },
         ];

@@ -22,7 +22,7 @@ use crate::progress::Progress;
 use crate::report::{
     Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
 };
-use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::stats::{median, repeat_flags, round_order, sig};
 use crate::verdict::{Measure, Spec, finite, paired, ratio};
 
 /// One point of the sweep.
@@ -351,19 +351,7 @@ impl UdpPacingArgs {
         let xs: Vec<String> = self.quanta.iter().map(SweepPoint::label).collect();
         let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure| Series {
             name: name.into(),
-            points: runs
-                .iter()
-                .enumerate()
-                .filter_map(|(x, rs)| {
-                    let s = Spread::of(&values(rs, f))?;
-                    Some(Point {
-                        x: x as f64,
-                        y: s.median,
-                        low: (s.n > 1).then_some(s.min),
-                        high: (s.n > 1).then_some(s.max),
-                    })
-                })
-                .collect(),
+            points: runs.iter().enumerate().filter_map(|(x, rs)| Point::of(x as f64, &values(rs, f))).collect(),
         };
         let charts = vec![
             Chart {

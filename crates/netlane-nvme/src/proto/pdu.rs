@@ -132,6 +132,21 @@ pub enum Fes {
     UnsupportedParameter = 0x06,
 }
 
+impl std::fmt::Display for Fes {
+    /// The specification's name and the wire value: `PDU sequence error (FES 0x02)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Fes::InvalidHeaderField => "invalid header field",
+            Fes::PduSequenceError => "PDU sequence error",
+            Fes::HeaderDigestError => "header digest error",
+            Fes::DataOutOfRange => "data transfer out of range",
+            Fes::DataLimitExceeded => "data transfer limit exceeded",
+            Fes::UnsupportedParameter => "unsupported parameter",
+        };
+        write!(f, "{name} (FES {:#04x})", *self as u16)
+    }
+}
+
 impl Fes {
     /// The status for a wire value.
     pub fn from_u16(v: u16) -> Option<Self> {
