@@ -8,7 +8,7 @@ CARGO ?= cargo
 NETLANE := target/release/netlane
 BPF_SOURCES := $(shell find crates/netlane-sys/bpf -name '*.c' -o -name '*.h')
 
-.PHONY: lab test check setup setup-lab build selftests clean-netns install
+.PHONY: lab test check setup setup-lab build selftests guest clean-netns install
 
 setup:
 	scripts/setup.sh
@@ -22,6 +22,11 @@ build: setup
 selftests: setup-lab
 	scripts/build-selftests.sh target/kselftest
 
+# Debian's kernel, busybox and nvme-cli in an initramfs, for the tests against the
+# kernel's own NVMe/TCP host and target under QEMU.
+guest: setup
+	scripts/build-guest.sh target/guest
+
 lab: setup-lab build selftests
 	$(NETLANE) lab $(LAB_ARGS)
 
@@ -32,9 +37,9 @@ check: setup
 	clang-format --dry-run --Werror $(BPF_SOURCES)
 
 # As root (CI, or sudo), namespace, BPF and browser tests must run: a missing
-# privilege fails them instead of skipping them.
-test: check
-	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) \
+# privilege fails them instead of skipping them. The guest tests always must.
+test: check guest
+	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) NETLANE_REQUIRE_GUEST=1 \
 	  $(CARGO) test --workspace --locked
 
 install: setup

@@ -81,20 +81,38 @@ pub struct ConnectOptions {
     pub disable_sqflow: bool,
 }
 
+/// The UUID form of a host NQN (NVMe Base 2.0, 4.5: `nqn.2014-08.org.nvmexpress:uuid:`
+/// followed by a UUID in its 36-character text form).
+pub fn uuid_hostnqn(id: &uuid::Uuid) -> String {
+    format!("nqn.2014-08.org.nvmexpress:uuid:{}", id.hyphenated())
+}
+
+/// This host's identity: the machine's `/etc/nvme/hostnqn` and `/etc/nvme/hostid` when
+/// they exist (what nvme-cli and the kernel host present), else a random UUID for both.
+/// The host ID is the UUID of a UUID host NQN when only the NQN is configured.
+pub fn host_identity() -> (String, [u8; 16]) {
+    let read = |p: &str| std::fs::read_to_string(p).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
+    let nqn = read("/etc/nvme/hostnqn");
+    let id = read("/etc/nvme/hostid")
+        .and_then(|s| uuid::Uuid::parse_str(&s).ok())
+        .or_else(|| nqn.as_deref()?.rsplit_once(":uuid:").and_then(|(_, u)| uuid::Uuid::parse_str(u).ok()));
+    match (nqn, id) {
+        (Some(nqn), Some(id)) => (nqn, *id.as_bytes()),
+        (nqn, id) => {
+            let id = id.unwrap_or_else(uuid::Uuid::new_v4);
+            (nqn.unwrap_or_else(|| uuid_hostnqn(&id)), *id.as_bytes())
+        }
+    }
+}
+
 impl ConnectOptions {
-    /// Options with a host NQN derived from this process.
+    /// Options with this host's identity ([`host_identity`]).
     pub fn new(addr: SocketAddr, subnqn: &str) -> ConnectOptions {
-        let pid = std::process::id();
-        let mut hostid = [0u8; 16];
-        hostid[..4].copy_from_slice(&pid.to_be_bytes());
-        hostid[4..12].copy_from_slice(&netlane::time::monotonic_ns().to_be_bytes());
+        let (hostnqn, hostid) = host_identity();
         ConnectOptions {
             addr,
             subnqn: subnqn.to_string(),
-            hostnqn: format!(
-                "nqn.2014-08.org.nvmexpress:uuid:netlane-{pid:08x}-{:08x}",
-                netlane::time::monotonic_ns() as u32
-            ),
+            hostnqn,
             hostid,
             hdgst: false,
             ddgst: false,
@@ -344,13 +362,18 @@ impl Controller {
             "Set Features (number of queues)",
         )?;
         let io_queues = ((nq.cqe.dw0 & 0xffff).min(nq.cqe.dw0 >> 16) + 1) as u16;
-        // Namespace attribute and firmware activation notices, as Linux enables.
-        a.run_ok(
-            cmd(admin::SET_FEATURES, 0, u32::from(identify::fid::ASYNC_EVENT_CONFIG), 0x300),
-            vec![],
-            t,
-            "Set Features (async event config)",
-        )?;
+        // Only the notices the controller advertises in OAES, as the Linux host does
+        // (drivers/nvme/host/core.c, nvme_enable_aen); none advertised, no command. A
+        // controller answers Invalid Field to a request for unadvertised ones (nvmet).
+        let aec = info.oaes & identify::oaes::HOST_WANTS;
+        if aec != 0 {
+            a.run_ok(
+                cmd(admin::SET_FEATURES, 0, u32::from(identify::fid::ASYNC_EVENT_CONFIG), aec),
+                vec![],
+                t,
+                "Set Features (async event config)",
+            )?;
+        }
         let list = a.run_ok(cmd(admin::IDENTIFY, 0, 2, 0), vec![0; 4096], t, "Identify active namespaces")?;
         let mut namespaces = Vec::new();
         for nsid in identify::parse_ns_list(&list.data) {
@@ -438,4 +461,21 @@ fn spawn_keepalive(admin: Arc<Mutex<QueueConn>>, kato_ms: u32, timeout: Duration
         }
     });
     (stop, t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_nqn_is_a_valid_uuid_nqn_matching_the_host_id() {
+        let (nqn, id) = host_identity();
+        if std::path::Path::new("/etc/nvme/hostnqn").exists() {
+            return; // the machine's own identity, whatever its form
+        }
+        let u = nqn.strip_prefix("nqn.2014-08.org.nvmexpress:uuid:").expect(&nqn);
+        assert_eq!(u.len(), 36, "{nqn}");
+        assert_eq!(uuid::Uuid::parse_str(u).unwrap().as_bytes(), &id);
+        assert_eq!(uuid_hostnqn(&uuid::Uuid::from_bytes(id)), nqn);
+    }
 }

@@ -39,6 +39,30 @@ pub mod fid {
     pub const KEEP_ALIVE: u8 = 0x0f;
 }
 
+/// Bits of Identify Controller OAES (NVMe Base 2.0, figure 275) and of Set Features
+/// (Asynchronous Event Configuration) that enable the matching notices.
+pub mod oaes {
+    /// Namespace Attribute Notices (the Changed Namespace List log).
+    pub const NS_ATTR: u32 = 1 << 8;
+    /// Firmware Activation Notices.
+    pub const FW_ACTIVATION: u32 = 1 << 9;
+    /// The notices a host driver like Linux's enables when advertised
+    /// (drivers/nvme/host/core.c, `NVME_AEN_SUPPORTED`, without ANA and discovery).
+    pub const HOST_WANTS: u32 = NS_ATTR | FW_ACTIVATION;
+}
+
+/// Bits of Identify Controller ONCS: optional NVM commands (NVMe Base 2.0, figure 275).
+pub mod oncs {
+    /// Compare.
+    pub const COMPARE: u16 = 1 << 0;
+    /// Dataset Management (deallocate).
+    pub const DSM: u16 = 1 << 2;
+    /// Write Zeroes.
+    pub const WRITE_ZEROES: u16 = 1 << 3;
+    /// Verify.
+    pub const VERIFY: u16 = 1 << 7;
+}
+
 /// Size of every Identify data structure.
 pub const IDENTIFY_LEN: usize = 4096;
 
@@ -65,6 +89,13 @@ pub struct ControllerInfo {
     pub nn: u32,
     /// Asynchronous Event Request limit, 0's based.
     pub aerl: u8,
+    /// Optional Asynchronous Events Supported (OAES): the notices a host may enable
+    /// with Set Features (Asynchronous Event Configuration).
+    pub oaes: u32,
+    /// Optional NVM Command Support (ONCS): which optional I/O commands work.
+    pub oncs: u16,
+    /// Volatile Write Cache (VWC): bit 0 set when Flush matters.
+    pub vwc: u8,
     /// I/O queue command capsule size in 16-byte units (64 B SQE + in-capsule data).
     pub ioccsz: u32,
     /// I/O queue response capsule size in 16-byte units.
@@ -107,6 +138,7 @@ impl ControllerInfo {
         b[77] = self.mdts;
         b[78..80].copy_from_slice(&self.cntlid.to_le_bytes());
         b[80..84].copy_from_slice(&self.version.to_le_bytes());
+        b[92..96].copy_from_slice(&self.oaes.to_le_bytes());
         b[111] = 1; // CNTRLTYPE: I/O controller
         b[258] = 3; // ACL: abort command limit, 0's based
         b[259] = self.aerl;
@@ -118,8 +150,8 @@ impl ControllerInfo {
         b[513] = 0x44; // CQES: 16-byte entries
         b[514..516].copy_from_slice(&self.maxcmd.to_le_bytes());
         b[516..520].copy_from_slice(&self.nn.to_le_bytes());
-        b[520..522].copy_from_slice(&(1u16 << 3).to_le_bytes()); // ONCS: Write Zeroes
-        b[525] = 0x01; // VWC: volatile write cache present, so Flush matters
+        b[520..522].copy_from_slice(&self.oncs.to_le_bytes());
+        b[525] = self.vwc;
         // SGLS: SGLs supported (no alignment requirement), SGL offsets in capsules.
         b[536..540].copy_from_slice(&(1u32 | (1 << 20)).to_le_bytes());
         put_str(&mut b[768..1024], &self.subnqn, 0);
@@ -146,6 +178,9 @@ impl ControllerInfo {
             maxcmd: u16_at(b, 514),
             nn: u32_at(b, 516),
             aerl: b[259],
+            oaes: u32_at(b, 92),
+            oncs: u16_at(b, 520),
+            vwc: b[525],
             ioccsz: u32_at(b, 1792),
             iorcsz: u32_at(b, 1796),
             subnqn: trimmed(&b[768..1024]),
@@ -289,6 +324,9 @@ mod tests {
             maxcmd: 128,
             nn: 2,
             aerl: 3,
+            oaes: oaes::NS_ATTR,
+            oncs: oncs::WRITE_ZEROES,
+            vwc: 1,
             ioccsz: (64 + 8192) / 16,
             iorcsz: 1,
             subnqn: "nqn.x".into(),

@@ -9,6 +9,10 @@ use crate::proto::cmd::{Sqe, Status, admin};
 use crate::proto::fabrics::{self, Connect, InvalidParam, Property, fctype, reg};
 use crate::proto::identify::{self, ControllerInfo, cns, fid, lid};
 
+/// The optional asynchronous event notices this controller raises: none yet, so none
+/// are advertised, and a host enables only what OAES says (Linux: nvme_enable_aen).
+const OAES: u32 = 0;
+
 impl TargetQueue {
     pub(super) fn connect(&mut self, sqe: &Sqe, data: &[u8], now_ns: u64) -> Outcome {
         let Some(c) = Connect::parse(sqe, data) else {
@@ -142,6 +146,9 @@ impl TargetQueue {
             maxcmd: cfg.mqes.saturating_add(1),
             nn: self.subsys.namespaces.len() as u32,
             aerl: 3,
+            oaes: OAES,
+            oncs: identify::oncs::WRITE_ZEROES,
+            vwc: 0x01, // a volatile write cache: Flush matters
             ioccsz: (64 + cfg.in_capsule) / 16,
             iorcsz: 1,
             subnqn: cfg.nqn.clone(),
@@ -219,6 +226,10 @@ impl TargetQueue {
                         let z = u32::from(n - 1);
                         Outcome::Done(Status::SUCCESS, z | (z << 16))
                     }
+                    // The SMART warning bits (7:0) are always accepted; notices above them
+                    // only when OAES advertises them (nvmet answers Invalid Field the same
+                    // way: drivers/nvme/target/admin-cmd.c, nvmet_set_feat_async_event).
+                    fid::ASYNC_EVENT_CONFIG if v & !0xff & !OAES != 0 => Outcome::Done(Status::INVALID_FIELD, 0),
                     fid::ASYNC_EVENT_CONFIG => {
                         ctrl.aen_config.store(v, Ordering::Release);
                         Outcome::Done(Status::SUCCESS, 0)

@@ -3,6 +3,10 @@
 //! Privileged tests run as root in CI. Without root they are skipped with a message,
 //! unless `NETLANE_REQUIRE_PRIVILEGED=1` (set by `make test` as root, and so in CI), in
 //! which case a missing privilege fails the test instead of skipping it.
+//!
+//! [`guest`] boots a stock Linux kernel under QEMU for tests against real kernel peers.
+
+pub mod guest;
 
 /// Whether privileged tests can run (see the module documentation).
 ///
