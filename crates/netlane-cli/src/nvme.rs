@@ -38,9 +38,14 @@ fn parse_size_u32(s: &str) -> Result<u32, String> {
 /// `netlane nvme target`.
 #[derive(Debug, Args)]
 pub struct TargetArgs {
-    /// Address to listen on.
+    /// Address to listen on. Repeat for more ports (a host connecting to two has two
+    /// paths: multipath).
     #[arg(long, default_value = "127.0.0.1:4420")]
-    pub listen: SocketAddr,
+    pub listen: Vec<SocketAddr>,
+    /// An address the discovery log tells hosts to connect to, when it is not what the
+    /// target listens on (NAT, a VM's forwarded port). Repeat for more ports.
+    #[arg(long)]
+    pub advertise: Vec<SocketAddr>,
     /// Subsystem NQN.
     #[arg(long, default_value = DEFAULT_NQN)]
     pub nqn: String,
@@ -74,6 +79,19 @@ pub struct TargetArgs {
     /// MDTS: largest transfer is 4 KiB << MDTS.
     #[arg(long, default_value_t = 9)]
     pub mdts: u8,
+    /// Data one queue may hold for its commands (reads not yet sent, write buffers);
+    /// at least one largest transfer.
+    #[arg(long, default_value = "4M", value_parser = parse_size_u32)]
+    pub queue_budget: u32,
+    /// Most connections at once; more are closed as soon as accepted.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Threads for storage operations that may block (file namespaces).
+    #[arg(long, default_value_t = 4)]
+    pub storage_threads: usize,
+    /// A connection must finish ICReq and Connect within this.
+    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
+    pub setup_timeout: Duration,
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -99,18 +117,24 @@ impl TargetArgs {
             c2h_max: self.c2h_max,
             r2t_max: self.r2t_max,
             c2h_success: !self.no_c2h_success,
+            queue_budget: self.queue_budget,
+            setup_timeout_ms: u32::try_from(self.setup_timeout.as_millis()).unwrap_or(u32::MAX),
+            ports: self.advertise.clone(),
             ..TargetConfig::default()
         };
         let subsys = Subsystem::new(config, namespaces).map_err(anyhow::Error::msg)?;
         let cpus = self.cpus.clone().unwrap_or_else(CpuList::online);
         let opts = TargetOptions {
-            listen: self.listen,
+            listen: self.listen.clone(),
             cpus: cpus.as_slice().to_vec(),
             busy_poll: self.busy_poll,
             spin: self.spin,
+            max_connections: self.max_connections,
+            storage_threads: self.storage_threads,
         };
         let server = TargetServer::start(subsys, &opts).context("start the target")?;
-        let addr = server.local_addr();
+        let addrs: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
+        let addr = addrs.join(",");
         let line =
             format!("listening on {addr} nqn={} reactors={cpus} namespaces={}", self.nqn, self.namespaces.join(","));
         if out.json_to_stdout() {
@@ -123,7 +147,7 @@ impl TargetArgs {
         let doc = report::document(
             "nvme-target",
             NvmeTarget {
-                listen: addr.to_string(),
+                listen: addr.clone(),
                 nqn: self.nqn.clone(),
                 namespaces: self.namespaces.clone(),
                 seconds: start.elapsed().as_secs_f64(),

@@ -6,8 +6,21 @@
 //! takes no locks. A reactor round reads every ready socket and runs the state machines;
 //! a connection whose output passes 256 KiB mid-round sends it with `MSG_MORE` (the
 //! rest of its batch follows), and at the end of the round each connection's remaining
-//! output goes out with `MSG_EOR`, which also uncorks what `MSG_MORE` held. With busy polling the reactor spins on `epoll_wait`
-//! with a zero timeout (and sets `SO_BUSY_POLL` on its sockets) instead of sleeping.
+//! output goes out with `MSG_EOR`, which also uncorks what `MSG_MORE` held. With busy
+//! polling the reactor spins on `epoll_wait` with a zero timeout (and sets
+//! `SO_BUSY_POLL` on its sockets) instead of sleeping.
+//!
+//! Storage never blocks a reactor: the state machines emit storage requests, and the
+//! reactor runs those of namespaces that cannot block (memory) at once, and hands the
+//! others (files, devices: a `fdatasync` can take milliseconds) to a small pool of
+//! storage threads, whose completions come back through the reactor's wake-up eventfd.
+//!
+//! What a host can make the target hold is bounded: connections (over the limit they
+//! are accepted and closed at once, so the host hears no rather than timing out),
+//! connection setup time, commands per queue (SQSIZE + 1), and data per queue (the
+//! queue budget, `proto::target::storage`). Accept errors (such as running out of file
+//! descriptors) back off instead of spinning, and what peers can trigger is logged at
+//! most once a second.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -17,15 +30,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::proto::target::{CloseReason, Subsystem, TargetQueue};
+use crate::proto::target::{CloseReason, QueueStats, StorageOp, StorageRequest, Subsystem, TargetQueue};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use serde::Serialize;
 
 use crate::wire::{Batch, RxBuf, send};
 use netlane::metrics::cpu::{CpuTime, thread_cpu};
+use netlane::ratelimit::RateLimit;
 use netlane::time::monotonic_ns;
 
 /// The subsystem NQN `netlane nvme target` serves unless told otherwise.
@@ -34,14 +48,51 @@ pub const DEFAULT_NQN: &str = "nqn.2026-11.io.netlane:target";
 /// How the target runs.
 #[derive(Debug, Clone)]
 pub struct TargetOptions {
-    /// Address to listen on (default port 4420).
-    pub listen: SocketAddr,
+    /// Addresses to listen on (default port 4420); each is a port of the subsystem (two
+    /// give a host two paths, for multipath).
+    pub listen: Vec<SocketAddr>,
     /// One reactor per CPU in this list.
     pub cpus: Vec<usize>,
     /// Spin on the sockets instead of sleeping; with `Some(us)` also set `SO_BUSY_POLL`.
     pub busy_poll: Option<u32>,
     /// Spin (zero-timeout epoll) even without `SO_BUSY_POLL`.
     pub spin: bool,
+    /// Most connections served at once; more are closed as soon as accepted.
+    pub max_connections: usize,
+    /// Threads that run storage operations which may block (file namespaces).
+    pub storage_threads: usize,
+}
+
+impl TargetOptions {
+    /// Listening on `listen`, one reactor on CPU 0, 1024 connections, 4 storage threads.
+    pub fn new(listen: SocketAddr) -> TargetOptions {
+        TargetOptions {
+            listen: vec![listen],
+            cpus: vec![0],
+            busy_poll: None,
+            spin: false,
+            max_connections: 1024,
+            storage_threads: 4,
+        }
+    }
+
+    /// Checks what a user can get wrong.
+    pub fn validate(&self) -> io::Result<()> {
+        let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
+        if self.listen.is_empty() {
+            return bad("the target needs at least one address to listen on".into());
+        }
+        if self.cpus.is_empty() {
+            return bad("the target needs at least one reactor CPU".into());
+        }
+        if !(1..=1 << 20).contains(&self.max_connections) {
+            return bad(format!("max connections {} must be 1..=1048576", self.max_connections));
+        }
+        if !(1..=256).contains(&self.storage_threads) {
+            return bad(format!("storage threads {} must be 1..=256", self.storage_threads));
+        }
+        Ok(())
+    }
 }
 
 /// Counters of a running or stopped target.
@@ -49,10 +100,20 @@ pub struct TargetOptions {
 pub struct TargetStats {
     /// Connections accepted.
     pub connections: u64,
+    /// Connections closed at once because the limit was reached.
+    pub refused: u64,
+    /// Failed accept() calls (e.g. out of file descriptors).
+    pub accept_errors: u64,
     /// Connections closed, by reason.
     pub closed: BTreeMap<String, u64>,
     /// Commands received.
     pub commands: u64,
+    /// Failed completions by status (`0xSCT_SC`, e.g. `0x0002` for Invalid Field).
+    pub errors: BTreeMap<String, u64>,
+    /// Storage operations run on the reactors (namespaces that do not block).
+    pub storage_inline: u64,
+    /// Storage operations run on the storage threads.
+    pub storage_offloaded: u64,
     /// Reactor rounds.
     pub rounds: u64,
     /// send() calls.
@@ -98,26 +159,81 @@ impl SubsystemCounters {
     }
 }
 
+/// One live queue, as the metrics see it.
+#[derive(Debug, Clone)]
+pub struct QueueMetrics {
+    /// The host's address.
+    pub peer: SocketAddr,
+    /// Controller, once connected.
+    pub cntlid: Option<u16>,
+    /// Queue ID, once connected.
+    pub qid: Option<u16>,
+    /// Its counters.
+    pub stats: QueueStats,
+}
+
+/// Per-queue counters: the live queues (refreshed by the reactors twice a second) and
+/// the sum over the queues that have closed.
+#[derive(Debug, Clone, Default)]
+pub struct QueueMetricsSnapshot {
+    /// Live queues by connection number.
+    pub live: BTreeMap<u64, QueueMetrics>,
+    /// Sum over closed queues.
+    pub closed: QueueStats,
+}
+
 #[derive(Debug, Default)]
 struct Shared {
     stop: AtomicBool,
     connections: AtomicU64,
+    live: AtomicU64,
+    refused: AtomicU64,
+    accept_errors: AtomicU64,
     stats: Mutex<TargetStats>,
+    queues: Mutex<QueueMetricsSnapshot>,
 }
 
 /// A running target; [`TargetServer::stop`] (or drop) ends it.
 #[derive(Debug)]
 pub struct TargetServer {
-    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     subsys: Arc<Subsystem>,
     shared: Arc<Shared>,
     threads: Vec<JoinHandle<()>>,
     wakers: Vec<Arc<EventFd>>,
+    pool: Option<mpsc::Sender<PoolJob>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// A storage request for the pool, and where its result goes.
+struct PoolJob {
+    token: u64,
+    req: StorageRequest,
+    reply: mpsc::Sender<Done>,
+    wake: Arc<EventFd>,
+}
+
+/// A storage request's result, back at its reactor.
+struct Done {
+    token: u64,
+    tag: u32,
+    read: bool,
+    result: io::Result<Option<Vec<u8>>>,
+}
+
+/// A new connection for a reactor.
+struct NewConn {
+    sock: TcpStream,
+    peer: SocketAddr,
+    id: u64,
 }
 
 struct Reactor {
     cpu: usize,
-    rx: mpsc::Receiver<TcpStream>,
+    rx: mpsc::Receiver<NewConn>,
+    done_rx: mpsc::Receiver<Done>,
+    done_tx: mpsc::Sender<Done>,
+    pool: mpsc::Sender<PoolJob>,
     wake: Arc<EventFd>,
     subsys: Arc<Subsystem>,
     shared: Arc<Shared>,
@@ -127,9 +243,12 @@ struct Reactor {
 
 struct Conn {
     sock: TcpStream,
+    peer: SocketAddr,
     rx: RxBuf,
     q: TargetQueue,
     interest: EpollFlags,
+    /// Storage requests out on the pool.
+    offloaded: u32,
 }
 
 /// Output backlog above which a connection stops being read until it drains.
@@ -139,27 +258,48 @@ const FLUSH_AT: usize = 256 << 10;
 const WAKE_TOKEN: u64 = u64::MAX;
 /// Bytes read from one connection per reactor round before moving on to the next.
 const READ_BUDGET: usize = 256 << 10;
+/// How often reactors publish their queues' counters for the metrics.
+const PUBLISH_EVERY_NS: u64 = 500_000_000;
+/// Peer-triggered log lines: at most one per this.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 impl TargetServer {
-    /// Binds, starts the reactors and the acceptor.
+    /// Binds every address, starts the reactors, the storage threads and the acceptor.
     pub fn start(subsys: Arc<Subsystem>, opts: &TargetOptions) -> io::Result<TargetServer> {
-        if opts.cpus.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the target needs at least one reactor CPU"));
+        opts.validate()?;
+        let mut listeners = Vec::new();
+        for a in &opts.listen {
+            let l = TcpListener::bind(a).map_err(|e| io::Error::new(e.kind(), format!("listen on {a}: {e}")))?;
+            l.set_nonblocking(true)?;
+            listeners.push(l);
         }
-        let listener = TcpListener::bind(opts.listen)
-            .map_err(|e| io::Error::new(e.kind(), format!("listen on {}: {e}", opts.listen)))?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
+        let addrs = listeners.iter().map(|l| l.local_addr()).collect::<io::Result<Vec<_>>>()?;
+        subsys.set_listening(&addrs);
         let shared = Arc::new(Shared::default());
+
+        let (pool_tx, pool_rx) = mpsc::channel::<PoolJob>();
+        let pool_rx = Arc::new(Mutex::new(pool_rx));
+        let mut workers = Vec::new();
+        for i in 0..opts.storage_threads {
+            let (rx, subsys) = (pool_rx.clone(), subsys.clone());
+            workers.push(
+                std::thread::Builder::new().name(format!("nvmet-io{i}")).spawn(move || storage_worker(&rx, &subsys))?,
+            );
+        }
+
         let mut threads = Vec::new();
         let mut senders = Vec::new();
         let mut wakers = Vec::new();
         for &cpu in &opts.cpus {
             let (tx, rx) = mpsc::channel();
+            let (done_tx, done_rx) = mpsc::channel();
             let wake = Arc::new(EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)?);
             let r = Reactor {
                 cpu,
                 rx,
+                done_rx,
+                done_tx,
+                pool: pool_tx.clone(),
                 wake: wake.clone(),
                 subsys: subsys.clone(),
                 shared: shared.clone(),
@@ -175,15 +315,21 @@ impl TargetServer {
             wakers.push(wake);
         }
         let acc_shared = shared.clone();
+        let max = opts.max_connections as u64;
         threads.push(std::thread::Builder::new().name("nvmet-accept".into()).spawn(move || {
-            accept_loop(listener, senders, acc_shared);
+            accept_loop(listeners, senders, acc_shared, max);
         })?);
-        Ok(TargetServer { addr, subsys, shared, threads, wakers })
+        Ok(TargetServer { addrs, subsys, shared, threads, wakers, pool: Some(pool_tx), workers })
     }
 
-    /// The address it listens on.
+    /// The (first) address it listens on.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.addrs[0]
+    }
+
+    /// Every address it listens on.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.addrs
     }
 
     /// The subsystem served.
@@ -196,19 +342,39 @@ impl TargetServer {
         self.threads.iter().any(|t| t.is_finished())
     }
 
+    /// Connections open now.
+    pub fn live_connections(&self) -> u64 {
+        self.shared.live.load(Ordering::Relaxed)
+    }
+
     /// Counters so far (reactor CPU is filled in when reactors exit).
     pub fn stats(&self) -> TargetStats {
         let mut s = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
         s.connections = self.shared.connections.load(Ordering::Relaxed);
+        s.refused = self.shared.refused.load(Ordering::Relaxed);
+        s.accept_errors = self.shared.accept_errors.load(Ordering::Relaxed);
         s.subsystem = SubsystemCounters::of(&self.subsys);
+        if let Ok(q) = self.shared.queues.lock() {
+            let mut all = q.closed.clone();
+            for m in q.live.values() {
+                merge_queue_stats(&mut all, &m.stats);
+            }
+            s.commands = all.commands;
+            s.errors = all.errors.iter().map(|(k, v)| (format!("{k:#06x}"), *v)).collect();
+        }
         s
+    }
+
+    /// The per-queue counters, as last published.
+    pub fn queue_metrics(&self) -> QueueMetricsSnapshot {
+        self.shared.queues.lock().map(|q| q.clone()).unwrap_or_default()
     }
 
     /// Serves until `stop` is set (a signal handler sets it), `time` has passed, or a
     /// thread of the target failed; then stops every thread and returns the final
     /// counters. A failed thread is an error.
     pub fn serve(self, stop: &AtomicBool, time: Option<Duration>) -> io::Result<TargetStats> {
-        let start = std::time::Instant::now();
+        let start = Instant::now();
         loop {
             std::thread::sleep(Duration::from_millis(50));
             if self.is_finished() {
@@ -234,6 +400,12 @@ impl TargetServer {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // The reactors held the other senders; with this one gone the workers finish
+        // what they have and exit.
+        self.pool = None;
+        for t in self.workers.drain(..) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -243,27 +415,100 @@ impl Drop for TargetServer {
     }
 }
 
-fn accept_loop(listener: TcpListener, reactors: Vec<(mpsc::Sender<TcpStream>, Arc<EventFd>)>, shared: Arc<Shared>) {
-    let mut next = 0;
+/// Adds one queue's counters to a sum.
+pub fn merge_queue_stats(sum: &mut QueueStats, q: &QueueStats) {
+    sum.commands += q.commands;
+    sum.responses += q.responses;
+    sum.c2h_pdus += q.c2h_pdus;
+    sum.r2ts += q.r2ts;
+    sum.success_flag += q.success_flag;
+    sum.reads += q.reads;
+    sum.read_bytes += q.read_bytes;
+    sum.writes += q.writes;
+    sum.write_bytes += q.write_bytes;
+    for (k, v) in &q.errors {
+        *sum.errors.entry(*k).or_default() += v;
+    }
+    sum.latency.merge(&q.latency);
+}
+
+fn storage_worker(rx: &Mutex<mpsc::Receiver<PoolJob>>, subsys: &Subsystem) {
+    loop {
+        let job = match rx.lock() {
+            Ok(g) => match g.recv() {
+                Ok(j) => j,
+                Err(_) => return,
+            },
+            Err(_) => return,
+        };
+        let read = job.req.is_read();
+        let result = match job.req.op {
+            StorageOp::Read { len, .. } => {
+                let mut buf = vec![0u8; len as usize];
+                subsys.read_part(&job.req, 0, &mut buf).map(|()| Some(buf))
+            }
+            _ => subsys.perform(&job.req).map(|()| None),
+        };
+        if job.reply.send(Done { token: job.token, tag: job.req.tag, read, result }).is_ok() {
+            let _ = job.wake.write(1);
+        }
+    }
+}
+
+fn accept_loop(
+    listeners: Vec<TcpListener>,
+    reactors: Vec<(mpsc::Sender<NewConn>, Arc<EventFd>)>,
+    shared: Arc<Shared>,
+    max: u64,
+) {
+    let mut next = 0usize;
+    let mut backoff = Duration::ZERO;
+    let mut refused_log = RateLimit::new(LOG_EVERY);
+    let mut error_log = RateLimit::new(LOG_EVERY);
     while !shared.stop.load(Ordering::Acquire) {
-        let mut fds = [nix::poll::PollFd::new(listener.as_fd(), nix::poll::PollFlags::POLLIN)];
+        if !backoff.is_zero() {
+            std::thread::sleep(backoff);
+        }
+        let mut fds: Vec<_> =
+            listeners.iter().map(|l| nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
         if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(50u8)).unwrap_or(0) == 0 {
             continue;
         }
-        match listener.accept() {
-            Ok((sock, peer)) => {
-                tracing::debug!(%peer, reactor = next, "connection");
-                shared.connections.fetch_add(1, Ordering::Relaxed);
-                let (tx, wake) = &reactors[next % reactors.len()];
-                next += 1;
-                if tx.send(sock).is_ok() {
-                    let _ = wake.write(1);
+        let ready: Vec<bool> = fds.iter().map(|f| f.any().unwrap_or(false)).collect();
+        for (l, _) in listeners.iter().zip(ready).filter(|(_, r)| *r) {
+            match l.accept() {
+                Ok((sock, peer)) => {
+                    backoff = Duration::ZERO;
+                    let id = shared.connections.fetch_add(1, Ordering::Relaxed);
+                    if shared.live.load(Ordering::Acquire) >= max {
+                        shared.refused.fetch_add(1, Ordering::Relaxed);
+                        if let Some(n) = refused_log.allow(Instant::now()) {
+                            tracing::warn!(%peer, limit = max, also_refused = n, "connection limit reached: closing a new connection");
+                        }
+                        drop(sock);
+                        continue;
+                    }
+                    shared.live.fetch_add(1, Ordering::AcqRel);
+                    tracing::info!(%peer, local = ?sock.local_addr().ok(), conn = id, "connection opened");
+                    let (tx, wake) = &reactors[next % reactors.len()];
+                    next += 1;
+                    if tx.send(NewConn { sock, peer, id }).is_ok() {
+                        let _ = wake.write(1);
+                    } else {
+                        shared.live.fetch_sub(1, Ordering::AcqRel);
+                    }
                 }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                std::thread::sleep(Duration::from_millis(10));
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    // Out of descriptors or memory: wait (10 ms, doubling to 1 s) for
+                    // connections to close rather than spin on a listener that stays
+                    // readable.
+                    shared.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                    if let Some(n) = error_log.allow(Instant::now()) {
+                        tracing::warn!(also_failed = n, retry_in = ?backoff, "accept: {e}");
+                    }
+                }
             }
         }
     }
@@ -278,7 +523,18 @@ fn reason_name(r: Option<&CloseReason>) -> String {
         Some(CloseReason::Disconnected) => "disconnect".into(),
         Some(CloseReason::KeepAliveExpired) => "keep-alive expired".into(),
         Some(CloseReason::ControllerGone) => "controller gone".into(),
+        Some(CloseReason::SetupTimeout) => "setup timeout".into(),
     }
+}
+
+/// What a reactor counts, folded into the shared stats when it exits.
+#[derive(Default)]
+struct Tally {
+    rounds: u64,
+    sends: u64,
+    inline: u64,
+    offloaded: u64,
+    closed: HashMap<String, u64>,
 }
 
 impl Reactor {
@@ -288,12 +544,12 @@ impl Reactor {
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         ep.add(self.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN))?;
         let mut conns: HashMap<u64, Conn> = HashMap::new();
-        let mut next_token = 0u64;
         let mut events = vec![EpollEvent::empty(); 256];
         let mut touched: Vec<u64> = Vec::new();
         let mut last_timer = monotonic_ns();
-        let (mut rounds, mut sends, mut commands) = (0u64, 0u64, 0u64);
-        let mut closed: HashMap<String, u64> = HashMap::new();
+        let mut last_publish = last_timer;
+        let mut t = Tally::default();
+        let mut violation_log = RateLimit::new(LOG_EVERY);
         while !self.shared.stop.load(Ordering::Acquire) {
             let timeout = if self.spin { 0u16 } else { 50 };
             let n = match ep.wait(&mut events, nix::poll::PollTimeout::from(timeout)) {
@@ -301,79 +557,95 @@ impl Reactor {
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(e.into()),
             };
-            rounds += 1;
+            t.rounds += 1;
             let now = monotonic_ns();
             touched.clear();
             for ev in &events[..n] {
                 let token = ev.data();
                 if token == WAKE_TOKEN {
                     let _ = self.wake.read();
-                    while let Ok(sock) = self.rx.try_recv() {
-                        match self.register(&ep, sock, next_token, now) {
+                    while let Ok(nc) = self.rx.try_recv() {
+                        let id = nc.id;
+                        match self.register(&ep, nc, now) {
                             Ok(c) => {
-                                conns.insert(next_token, c);
-                                touched.push(next_token);
+                                conns.insert(id, c);
+                                touched.push(id);
                             }
-                            Err(e) => tracing::warn!("cannot serve a connection: {e}"),
+                            Err(e) => {
+                                self.shared.live.fetch_sub(1, Ordering::AcqRel);
+                                tracing::warn!("cannot serve a connection: {e}");
+                            }
                         }
-                        next_token += 1;
+                    }
+                    while let Ok(d) = self.done_rx.try_recv() {
+                        let token = d.token;
+                        if let Some(c) = conns.get_mut(&token) {
+                            c.offloaded -= 1;
+                            c.finish(d, monotonic_ns());
+                            touched.push(token);
+                        }
                     }
                     continue;
                 }
                 let Some(c) = conns.get_mut(&token) else { continue };
                 touched.push(token);
                 if ev.events().intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP)
-                    && c.pump_input(now, &mut sends).is_err()
+                    && c.pump_input(now, &self, token, &mut t).is_err()
                 {
                     c.q.advance_output(usize::MAX);
                     c.interest = EpollFlags::empty();
                 }
             }
-            // Timers: keep-alive expiry, controllers that went away on other reactors.
+            // Timers: setup deadlines, keep-alive expiry, controllers that went away on
+            // other reactors.
             if now.saturating_sub(last_timer) > 20_000_000 {
                 last_timer = now;
-                for (&t, c) in conns.iter_mut() {
+                for (&id, c) in conns.iter_mut() {
                     if c.q.poll(now) {
-                        touched.push(t);
+                        touched.push(id);
                     }
                 }
             }
-            // Send what the round produced; each connection's last send of the round
-            // goes without MSG_MORE, so nothing stays corked.
+            // Run what can run, send what the round produced; each connection's last
+            // send of the round goes without MSG_MORE, so nothing stays corked.
             touched.sort_unstable();
             touched.dedup();
-            for t in &touched {
-                let Some(c) = conns.get_mut(t) else { continue };
-                let ok = c.flush(Batch::Last, &mut sends).is_ok();
+            for &id in &touched {
+                let Some(c) = conns.get_mut(&id) else { continue };
+                let ok = c.service(&self, id, &mut t).is_ok();
                 let done =
                     !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.pending_output().is_empty());
                 if done {
-                    if let Some(c) = conns.remove(t) {
+                    if let Some(c) = conns.remove(&id) {
                         let _ = ep.delete(c.sock.as_fd());
-                        *closed.entry(reason_name(c.q.close_reason())).or_default() += 1;
-                        commands += c.q.stats.commands;
-                        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+                        self.closed(id, c, &mut t, &mut violation_log);
                     }
                     continue;
                 }
                 let want = c.wanted_interest();
                 if want != c.interest {
-                    let mut ev = EpollEvent::new(want, *t);
+                    let mut ev = EpollEvent::new(want, id);
                     if ep.modify(c.sock.as_fd(), &mut ev).is_ok() {
                         c.interest = want;
                     }
                 }
             }
+            if now.saturating_sub(last_publish) > PUBLISH_EVERY_NS {
+                last_publish = now;
+                self.publish(&conns);
+            }
         }
-        for (_, c) in conns.drain() {
-            commands += c.q.stats.commands;
-            *closed.entry("target stopped".into()).or_default() += 1;
+        for (id, c) in conns.drain() {
+            self.fold(id, &c);
+            self.shared.live.fetch_sub(1, Ordering::AcqRel);
+            *t.closed.entry("target stopped".into()).or_default() += 1;
         }
         if let Ok(mut s) = self.shared.stats.lock() {
-            s.rounds += rounds;
-            s.sends += sends;
-            s.commands += commands;
-            for (k, v) in closed {
+            s.rounds += t.rounds;
+            s.sends += t.sends;
+            s.storage_inline += t.inline;
+            s.storage_offloaded += t.offloaded;
+            for (k, v) in t.closed {
                 *s.closed.entry(k).or_default() += v;
             }
             let used = thread_cpu() - cpu0;
@@ -385,7 +657,52 @@ impl Reactor {
         Ok(())
     }
 
-    fn register(&self, ep: &Epoll, sock: TcpStream, token: u64, now: u64) -> io::Result<Conn> {
+    /// A connection ends: counted, logged (violations rate-limited, at warn), its
+    /// counters folded into the closed-queue sum.
+    fn closed(&self, id: u64, c: Conn, t: &mut Tally, violation_log: &mut RateLimit) {
+        let reason = reason_name(c.q.close_reason());
+        *t.closed.entry(reason.clone()).or_default() += 1;
+        self.shared.live.fetch_sub(1, Ordering::AcqRel);
+        let (peer, cntlid, qid, commands) = (c.peer, c.q.cntlid(), c.q.qid(), c.q.stats.commands);
+        match c.q.close_reason() {
+            Some(CloseReason::Violation(v)) => {
+                if let Some(n) = violation_log.allow(Instant::now()) {
+                    tracing::warn!(%peer, conn = id, ?cntlid, also_terminated = n, "protocol violation: {}", v.reason);
+                }
+            }
+            Some(CloseReason::SetupTimeout) => {
+                if let Some(n) = violation_log.allow(Instant::now()) {
+                    tracing::warn!(%peer, conn = id, also_closed = n, "closed: no ICReq and Connect within the setup timeout");
+                }
+            }
+            _ => tracing::info!(%peer, conn = id, ?cntlid, ?qid, commands, %reason, "connection closed"),
+        }
+        self.fold(id, &c);
+        let _ = c.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Moves a closed queue's counters from the live set to the closed sum.
+    fn fold(&self, id: u64, c: &Conn) {
+        if let Ok(mut q) = self.shared.queues.lock() {
+            q.live.remove(&id);
+            merge_queue_stats(&mut q.closed, &c.q.stats);
+        }
+    }
+
+    /// Publishes this reactor's live queues' counters.
+    fn publish(&self, conns: &HashMap<u64, Conn>) {
+        if let Ok(mut q) = self.shared.queues.lock() {
+            for (&id, c) in conns {
+                q.live.insert(
+                    id,
+                    QueueMetrics { peer: c.peer, cntlid: c.q.cntlid(), qid: c.q.qid(), stats: c.q.stats.clone() },
+                );
+            }
+        }
+    }
+
+    fn register(&self, ep: &Epoll, nc: NewConn, now: u64) -> io::Result<Conn> {
+        let NewConn { sock, peer, id } = nc;
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         if let Some(us) = self.busy_poll
@@ -396,15 +713,20 @@ impl Reactor {
             tracing::warn!("SO_BUSY_POLL {us} us refused ({e}); spinning without it");
         }
         let interest = EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP;
-        ep.add(sock.as_fd(), EpollEvent::new(interest, token))?;
-        Ok(Conn { sock, rx: RxBuf::new(256 << 10), q: TargetQueue::new(self.subsys.clone(), now), interest })
+        ep.add(sock.as_fd(), EpollEvent::new(interest, id))?;
+        let mut q = TargetQueue::new(self.subsys.clone(), now);
+        if let Ok(local) = sock.local_addr() {
+            q.set_local_addr(local);
+        }
+        Ok(Conn { sock, peer, rx: RxBuf::new(16 << 10), q, interest, offloaded: 0 })
     }
 }
 
 impl Conn {
     /// Reads until the socket is drained (or the output backlog is large), running the
-    /// state machine on every read. Err means the connection is finished (EOF or error).
-    fn pump_input(&mut self, now: u64, sends: &mut u64) -> Result<(), ()> {
+    /// state machine and its storage requests on every read. Err means the connection
+    /// is finished (EOF or error).
+    fn pump_input(&mut self, now: u64, r: &Reactor, id: u64, t: &mut Tally) -> Result<(), ()> {
         // A fair share per round: a connection streaming megabytes of writes must not
         // starve the others of this reactor (head-of-line blocking across queues).
         let mut budget = READ_BUDGET;
@@ -425,13 +747,63 @@ impl Conn {
                     budget = budget.saturating_sub(n);
                     let used = self.q.handle_input(self.rx.data(), now);
                     self.rx.consume(used);
+                    self.dispatch(r, id, t);
                     if self.q.pending_output().len() >= FLUSH_AT {
-                        self.flush(Batch::More, sends).map_err(|_| ())?;
+                        self.flush(Batch::More, &mut t.sends).map_err(|_| ())?;
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Err(()),
+            }
+        }
+    }
+
+    /// Starts the storage requests that may start: on the reactor for namespaces that
+    /// do not block, on the pool otherwise.
+    fn dispatch(&mut self, r: &Reactor, id: u64, t: &mut Tally) {
+        let mut now = None;
+        while let Some(req) = self.q.poll_storage() {
+            if r.subsys.blocks(&req) {
+                t.offloaded += 1;
+                let job = PoolJob { token: id, req, reply: r.done_tx.clone(), wake: r.wake.clone() };
+                match r.pool.send(job) {
+                    Ok(()) => self.offloaded += 1,
+                    // The pool is gone (stopping): run it here.
+                    Err(mpsc::SendError(job)) => self.q.run_here(job.req, monotonic_ns()),
+                }
+            } else {
+                t.inline += 1;
+                let at = *now.get_or_insert_with(monotonic_ns);
+                self.q.run_here(req, at);
+            }
+        }
+    }
+
+    /// Applies a storage result from the pool.
+    fn finish(&mut self, d: Done, now: u64) {
+        match d.result {
+            Ok(Some(buf)) => self.q.complete_read(d.tag, now, |off, dst| {
+                dst.copy_from_slice(&buf[off..off + dst.len()]);
+                Ok(())
+            }),
+            Ok(None) => self.q.complete(d.tag, Ok(()), now),
+            Err(e) if d.read => self.q.complete_read(d.tag, now, |_, _| Err(io::Error::new(e.kind(), e.to_string()))),
+            Err(e) => self.q.complete(d.tag, Err(e), now),
+        }
+    }
+
+    /// Sends the output, starting more storage work as sending makes room, until the
+    /// socket is full or nothing is left.
+    fn service(&mut self, r: &Reactor, id: u64, t: &mut Tally) -> io::Result<()> {
+        loop {
+            self.dispatch(r, id, t);
+            let before = self.q.pending_output().len();
+            self.flush(Batch::Last, &mut t.sends)?;
+            let after = self.q.pending_output().len();
+            // Stop when the socket took nothing, or when nothing waits for the room.
+            if after == before || after > 0 || !self.q.storage_pending() {
+                return Ok(());
             }
         }
     }

@@ -73,6 +73,7 @@ fn session(hd: bool, dd: bool) -> (Vec<u8>, Vec<u8>) {
         h.advance_output(k);
         to_target.extend_from_slice(&out);
         t.handle_input(&out, 0);
+        t.run_storage(0);
         let back = t.pending_output().to_vec();
         let k = back.len();
         t.advance_output(k);

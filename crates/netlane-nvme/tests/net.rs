@@ -49,9 +49,7 @@ fn target(listen: SocketAddr, tag: &str) -> Fixture {
         ..TargetConfig::default()
     };
     let subsys = Subsystem::new(cfg, namespaces).unwrap();
-    let server =
-        TargetServer::start(subsys.clone(), &TargetOptions { listen, cpus: vec![0], busy_poll: None, spin: false })
-            .unwrap();
+    let server = TargetServer::start(subsys.clone(), &TargetOptions::new(listen)).unwrap();
     Fixture { server, subsys, file }
 }
 
@@ -184,8 +182,12 @@ fn loopback_round_trip_every_command_and_digest_setting() {
 fn busy_polling_target_serves_verified_io() {
     let namespaces = vec![open_namespace("mem:32M").unwrap()];
     let subsys = Subsystem::new(TargetConfig { nqn: NQN.into(), ..TargetConfig::default() }, namespaces).unwrap();
-    let opts =
-        TargetOptions { listen: "127.0.0.1:0".parse().unwrap(), cpus: vec![0, 0], busy_poll: Some(50), spin: true };
+    let opts = TargetOptions {
+        cpus: vec![0, 0],
+        busy_poll: Some(50),
+        spin: true,
+        ..TargetOptions::new("127.0.0.1:0".parse().unwrap())
+    };
     let server = TargetServer::start(subsys, &opts).unwrap();
     run_perf_verify(server.local_addr());
     let stats = server.stop();
@@ -288,7 +290,13 @@ fn veth_round_trip_decoded_by_tshark_without_errors() {
                 *good += 1;
             }
         }
-        assert!(cols.get(3).is_none_or(|m| m.is_empty()), "malformed PDU: {line}");
+        // A TCP retransmission (the receiver's window filled while the target applied
+        // backpressure, or veth dropped under load) makes Wireshark's reassembly see a
+        // segment overlapping data it already has: marked malformed, but the bytes agree
+        // (differing bytes would say "Conflicting data"). That is TCP, not NVMe/TCP.
+        let retransmitted = line.contains("New fragment overlaps old data (retransmission?)")
+            && !line.contains("Conflicting data");
+        assert!(cols.get(3).is_none_or(|m| m.is_empty()) || retransmitted, "malformed PDU: {line}");
         // Expert notes of warning severity (0x600000) or worse fail the test, except TCP
         // sequence notes (group 0x2000000) about connection set-up and teardown. A lost
         // capture segment also fails: the decode would then prove nothing.
@@ -296,6 +304,9 @@ fn veth_round_trip_decoded_by_tshark_without_errors() {
         let groups: Vec<&str> = cols.get(5).unwrap_or(&"").split(',').filter(|s| !s.is_empty()).collect();
         let msg = cols.get(6).unwrap_or(&"");
         assert!(!msg.contains("not captured"), "the capture lost packets: {line}");
+        if retransmitted {
+            continue;
+        }
         for (sev, group) in sevs.iter().zip(groups.iter()) {
             let sev: u64 = sev.parse().unwrap_or(0);
             let group: u64 = group.parse().unwrap_or(0);

@@ -59,6 +59,7 @@ impl Pair {
                         break;
                     }
                 }
+                self.target.run_storage(self.now);
                 if used == 0 {
                     break;
                 }
@@ -324,6 +325,7 @@ fn keep_alive_expiry_removes_the_controller_and_its_queues() {
 fn violation_after(subsys: &Arc<Subsystem>, cntlid: u16, hd: bool, bytes: &[u8]) -> (u16, u32, bool) {
     let mut q = io_queue(subsys, cntlid, 1, hd, false, 8192);
     let used = q.target.handle_input(bytes, 0);
+    q.target.run_storage(0);
     let out = q.target.pending_output().to_vec();
     let closed = q.target.close_reason().is_some();
     assert!(used <= bytes.len());
@@ -478,6 +480,7 @@ fn malformed_input_gets_the_right_termination_and_writes_nothing() {
     let n = b.len();
     b[n - 100] ^= 1;
     q.target.handle_input(&b, 0);
+    q.target.run_storage(0);
     q.to_host.extend_from_slice(q.target.pending_output());
     assert!(q.target.close_reason().is_none());
     let rsp = pdu::decode(

@@ -28,6 +28,7 @@ pub mod cpus;
 pub mod metrics;
 pub mod pace;
 pub mod probe;
+pub mod ratelimit;
 pub mod sockopt;
 pub mod testing;
 pub mod time;

@@ -25,8 +25,14 @@ pub mod nvm {
     pub const WRITE: u8 = 0x01;
     /// Read.
     pub const READ: u8 = 0x02;
+    /// Compare.
+    pub const COMPARE: u8 = 0x05;
     /// Write Zeroes.
     pub const WRITE_ZEROES: u8 = 0x08;
+    /// Dataset Management.
+    pub const DSM: u8 = 0x09;
+    /// Verify.
+    pub const VERIFY: u8 = 0x0c;
 }
 
 /// The Fabrics command opcode; the command type is in byte 4.
@@ -239,6 +245,8 @@ impl Status {
     pub const WRITE_FAULT: Status = Status::media(0x80);
     /// Unrecovered Read Error.
     pub const READ_ERROR: Status = Status::media(0x81);
+    /// Compare Failure: the data differ.
+    pub const COMPARE_FAILURE: Status = Status::media(0x85);
 
     const fn with(sct: u16, sc: u16) -> Status {
         Status(((sct & 7) << 8) | (sc & 0xff))

@@ -114,10 +114,12 @@ pub fn target_queue(data: &[u8]) {
     let cut = (usize::from(split) * stream.len() / 256).min(stream.len());
     let mut buf = stream[..cut].to_vec();
     let used = q.handle_input(&buf, 1);
+    q.run_storage(1);
     buf.drain(..used);
     buf.extend_from_slice(&stream[cut..]);
     let used = q.handle_input(&buf, 2);
     assert!(used <= buf.len());
+    q.run_storage(2);
     q.poll(u64::MAX / 2);
     let out = q.pending_output().len();
     q.advance_output(out);

@@ -11,6 +11,17 @@ pub mod cns {
     pub const ACTIVE_NS_LIST: u8 = 0x02;
     /// Namespace Identification Descriptor list.
     pub const NS_DESCRIPTORS: u8 = 0x03;
+    /// I/O Command Set specific Identify Controller (with CSI 0: the NVM command set's
+    /// limits for Verify, Write Zeroes and Dataset Management).
+    pub const IO_CONTROLLER: u8 = 0x06;
+}
+
+/// Controller types (Identify Controller CNTRLTYPE).
+pub mod cntrltype {
+    /// An I/O controller: namespaces, I/O queues.
+    pub const IO: u8 = 1;
+    /// A discovery controller: the discovery log page only.
+    pub const DISCOVERY: u8 = 2;
 }
 
 /// Log page identifiers.
@@ -21,6 +32,10 @@ pub mod lid {
     pub const SMART: u8 = 0x02;
     /// Firmware Slot Information.
     pub const FIRMWARE: u8 = 0x03;
+    /// Changed Namespace List.
+    pub const CHANGED_NS: u8 = 0x04;
+    /// Discovery (NVMe-oF: discovery controllers only).
+    pub const DISCOVERY: u8 = 0x70;
 }
 
 /// Feature identifiers.
@@ -96,6 +111,8 @@ pub struct ControllerInfo {
     pub oncs: u16,
     /// Volatile Write Cache (VWC): bit 0 set when Flush matters.
     pub vwc: u8,
+    /// Controller type ([`cntrltype`]).
+    pub cntrltype: u8,
     /// I/O queue command capsule size in 16-byte units (64 B SQE + in-capsule data).
     pub ioccsz: u32,
     /// I/O queue response capsule size in 16-byte units.
@@ -139,7 +156,7 @@ impl ControllerInfo {
         b[78..80].copy_from_slice(&self.cntlid.to_le_bytes());
         b[80..84].copy_from_slice(&self.version.to_le_bytes());
         b[92..96].copy_from_slice(&self.oaes.to_le_bytes());
-        b[111] = 1; // CNTRLTYPE: I/O controller
+        b[111] = self.cntrltype;
         b[258] = 3; // ACL: abort command limit, 0's based
         b[259] = self.aerl;
         b[260] = 0x03; // FRMW: slot 1 read-only, one slot
@@ -181,6 +198,7 @@ impl ControllerInfo {
             oaes: u32_at(b, 92),
             oncs: u16_at(b, 520),
             vwc: b[525],
+            cntrltype: b[111],
             ioccsz: u32_at(b, 1792),
             iorcsz: u32_at(b, 1796),
             subnqn: trimmed(&b[768..1024]),
@@ -207,6 +225,11 @@ pub struct NamespaceInfo {
     pub block_size: u32,
     /// Namespace globally unique identifier.
     pub nguid: [u8; 16],
+    /// Whether the namespace may be attached to more than one controller (NMIC bit 0).
+    /// A subsystem that reports CMIC bit 1 (several controllers) must say so, or a host
+    /// that connects twice (multipath) sees two namespaces with one NGUID: Linux refuses
+    /// the second ("duplicate IDs in subsystem", drivers/nvme/host/core.c).
+    pub shared: bool,
 }
 
 impl NamespaceInfo {
@@ -218,6 +241,10 @@ impl NamespaceInfo {
         }
         b[25] = 0; // NLBAF: one format, 0's based
         b[26] = 0; // FLBAS: format 0
+        // DLFEAT: deallocated blocks read as zeroes (bits 2:0 = 001b); Write Zeroes may
+        // deallocate (bit 3).
+        b[33] = 0x09;
+        b[30] = u8::from(self.shared); // NMIC
         b[104..120].copy_from_slice(&self.nguid);
         // LBAF0 at 128: MS = 0, LBADS = log2(block size), RP = 0.
         b[130] = self.block_size.trailing_zeros() as u8;
@@ -236,7 +263,7 @@ impl NamespaceInfo {
         }
         let mut nguid = [0u8; 16];
         nguid.copy_from_slice(&b[104..120]);
-        Some(NamespaceInfo { blocks: u64_at(b, 0), block_size: 1 << lbads, nguid })
+        Some(NamespaceInfo { blocks: u64_at(b, 0), block_size: 1 << lbads, nguid, shared: b[30] & 1 != 0 })
     }
 
     /// The Namespace Identification Descriptor list: the NGUID (type 2) and a UUID (type
@@ -300,6 +327,126 @@ impl Smart {
     }
 }
 
+/// The NVM command set's Identify Controller (CNS 06h, CSI 0): VSL, the largest Verify,
+/// as a power of two in 4 KiB units like MDTS (0 = no limit); WZSL, the same for Write
+/// Zeroes; DMRL, DMRSL: Dataset Management ranges per command and blocks per range
+/// (0 = no limit).
+pub fn nvm_controller(vsl: u8, wzsl: u8, dmrl: u8, dmrsl: u32) -> Vec<u8> {
+    let mut b = vec![0u8; IDENTIFY_LEN];
+    b[0] = vsl;
+    b[1] = wzsl;
+    b[3] = dmrl;
+    b[4..8].copy_from_slice(&dmrsl.to_le_bytes());
+    b
+}
+
+/// Length of the Changed Namespace List log page: 1024 NSIDs.
+pub const CHANGED_NS_LEN: usize = 4096;
+
+/// One entry of the discovery log page (NVMe-oF 1.1, figure 38): where a subsystem is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiscoveryEntry {
+    /// Transport type: 3 = TCP.
+    pub trtype: u8,
+    /// Address family: 1 = IPv4, 2 = IPv6.
+    pub adrfam: u8,
+    /// Subsystem type: 2 = an NVM subsystem, 3 = this discovery subsystem.
+    pub subtype: u8,
+    /// Transport requirements (bit 2: SQ flow control may be disabled).
+    pub treq: u8,
+    /// Port ID.
+    pub portid: u16,
+    /// Entry flags: bit 0 DUPRETINFO (a discovery controller returning this same log;
+    /// nvme-cli's connect-all does not recurse into it).
+    pub eflags: u16,
+    /// Transport service ID: the TCP port, as text.
+    pub trsvcid: String,
+    /// The subsystem's NQN.
+    pub subnqn: String,
+    /// Transport address: the IP address, as text.
+    pub traddr: String,
+}
+
+/// Discovery entry constants.
+pub mod disc {
+    /// TRTYPE: TCP.
+    pub const TRTYPE_TCP: u8 = 3;
+    /// ADRFAM: IPv4.
+    pub const ADRFAM_IPV4: u8 = 1;
+    /// ADRFAM: IPv6.
+    pub const ADRFAM_IPV6: u8 = 2;
+    /// SUBTYPE: an NVM subsystem.
+    pub const SUBTYPE_NVM: u8 = 2;
+    /// SUBTYPE: the discovery subsystem answering (current discovery subsystem).
+    pub const SUBTYPE_CURRENT: u8 = 3;
+    /// EFLAGS bit 0: duplicate returned information.
+    pub const EFLAGS_DUPRETINFO: u16 = 1;
+    /// TREQ bit 2: SQ flow control disable supported (what nvmet reports for TCP).
+    pub const TREQ_DISABLE_SQFLOW: u8 = 1 << 2;
+    /// The well-known discovery subsystem NQN.
+    pub const NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+    /// Size of the log header and of each entry.
+    pub const RECORD: usize = 1024;
+}
+
+impl DiscoveryEntry {
+    fn encode_into(&self, b: &mut [u8]) {
+        b[0] = self.trtype;
+        b[1] = self.adrfam;
+        b[2] = self.subtype;
+        b[3] = self.treq;
+        b[4..6].copy_from_slice(&self.portid.to_le_bytes());
+        b[6..8].copy_from_slice(&0xffffu16.to_le_bytes()); // CNTLID: dynamic controllers
+        b[8..10].copy_from_slice(&32u16.to_le_bytes()); // ASQSZ: admin queue depth
+        b[10..12].copy_from_slice(&self.eflags.to_le_bytes());
+        put_str(&mut b[32..64], &self.trsvcid, 0);
+        put_str(&mut b[256..512], &self.subnqn, 0);
+        put_str(&mut b[512..768], &self.traddr, 0);
+        // TSAS (768..1024) for TCP: SECTYPE 0, no security.
+    }
+
+    fn parse(b: &[u8]) -> DiscoveryEntry {
+        DiscoveryEntry {
+            trtype: b[0],
+            adrfam: b[1],
+            subtype: b[2],
+            treq: b[3],
+            portid: u16_at(b, 4),
+            eflags: u16_at(b, 10),
+            trsvcid: trimmed(&b[32..64]),
+            subnqn: trimmed(&b[256..512]),
+            traddr: trimmed(&b[512..768]),
+        }
+    }
+}
+
+/// The discovery log page: a 1024-byte header (GENCTR, NUMREC, RECFMT) and the entries.
+pub fn discovery_log(genctr: u64, entries: &[DiscoveryEntry]) -> Vec<u8> {
+    let mut b = vec![0u8; disc::RECORD * (1 + entries.len())];
+    b[0..8].copy_from_slice(&genctr.to_le_bytes());
+    b[8..16].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (i, e) in entries.iter().enumerate() {
+        let at = disc::RECORD * (i + 1);
+        e.encode_into(&mut b[at..at + disc::RECORD]);
+    }
+    b
+}
+
+/// Reads a discovery log page: GENCTR and the entries present in `b` (as many of NUMREC
+/// as it holds).
+pub fn parse_discovery_log(b: &[u8]) -> Option<(u64, Vec<DiscoveryEntry>)> {
+    if b.len() < disc::RECORD {
+        return None;
+    }
+    let numrec = u64_at(b, 8);
+    let entries = b[disc::RECORD..]
+        .chunks_exact(disc::RECORD)
+        .take(usize::try_from(numrec).unwrap_or(usize::MAX))
+        .map(DiscoveryEntry::parse)
+        .collect();
+    Some((u64_at(b, 0), entries))
+}
+
 /// The 512-byte Firmware Slot Information log page, slot 1 active.
 pub fn firmware_log(firmware: &str) -> Vec<u8> {
     let mut b = vec![0u8; 512];
@@ -327,6 +474,7 @@ mod tests {
             oaes: oaes::NS_ATTR,
             oncs: oncs::WRITE_ZEROES,
             vwc: 1,
+            cntrltype: cntrltype::IO,
             ioccsz: (64 + 8192) / 16,
             iorcsz: 1,
             subnqn: "nqn.x".into(),
@@ -351,12 +499,37 @@ mod tests {
 
     #[test]
     fn namespace_and_lists() {
-        let ns = NamespaceInfo { blocks: 1000, block_size: 4096, nguid: [5; 16] };
+        let ns = NamespaceInfo { blocks: 1000, block_size: 4096, nguid: [5; 16], shared: true };
         assert_eq!(NamespaceInfo::parse(&ns.encode()), Some(ns));
         assert_eq!(parse_ns_list(&active_ns_list(3, 0)), vec![1, 2, 3]);
         assert_eq!(parse_ns_list(&active_ns_list(3, 2)), vec![3]);
         assert_eq!(parse_ns_list(&active_ns_list(3, u32::MAX)), Vec::<u32>::new());
         let d = ns.descriptors();
         assert_eq!((d[0], d[1], d[20], d[21]), (2, 16, 3, 16));
+    }
+
+    #[test]
+    fn discovery_log_round_trips_at_the_spec_offsets() {
+        let e = DiscoveryEntry {
+            trtype: disc::TRTYPE_TCP,
+            adrfam: disc::ADRFAM_IPV4,
+            subtype: disc::SUBTYPE_NVM,
+            treq: disc::TREQ_DISABLE_SQFLOW,
+            portid: 2,
+            eflags: 0,
+            trsvcid: "4420".into(),
+            subnqn: "nqn.2026-11.io.netlane:t".into(),
+            traddr: "10.0.2.2".into(),
+        };
+        let b = discovery_log(7, std::slice::from_ref(&e));
+        assert_eq!(b.len(), 2048);
+        assert_eq!((u64_at(&b, 0), u64_at(&b, 8), u16_at(&b, 16)), (7, 1, 0));
+        assert_eq!(&b[1024 + 32..1024 + 36], b"4420");
+        assert_eq!(&b[1024 + 512..1024 + 520], b"10.0.2.2");
+        assert_eq!(u16_at(&b, 1024 + 6), 0xffff);
+        assert_eq!(parse_discovery_log(&b), Some((7, vec![e.clone()])));
+        // A short read (the header first, as nvme-cli does) has no entries.
+        assert_eq!(parse_discovery_log(&b[..1024]), Some((7, vec![])));
+        assert_eq!(parse_discovery_log(&b[..100]), None);
     }
 }

@@ -1,8 +1,9 @@
 //! Storage behind an NVMe namespace.
 //!
-//! The controller state machine reaches storage only through [`Namespace`], so the
-//! protocol core stays free of files and sockets; the server supplies a file-backed
-//! implementation, and [`MemNamespace`] lives here.
+//! The controller state machine never touches storage: it emits storage requests
+//! (`target::StorageRequest`) and the driver runs them against a [`Namespace`], on the
+//! reactor when [`Namespace::blocking`] says it cannot stall, on a worker otherwise. The
+//! server supplies a file-backed implementation; [`MemNamespace`] lives here.
 
 use std::io;
 use std::sync::RwLock;
@@ -21,6 +22,16 @@ pub trait Namespace: Send + Sync + std::fmt::Debug {
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()>;
     /// Makes completed writes durable.
     fn flush(&self) -> io::Result<()>;
+    /// Whether an operation may block the calling thread (a file, a device): the driver
+    /// then runs it off the reactor so one slow Flush does not stall other queues.
+    fn blocking(&self) -> bool {
+        true
+    }
+    /// Deallocates `len` bytes at `offset` (Dataset Management); they read back as
+    /// zeroes afterwards (what Identify Namespace DLFEAT promises).
+    fn deallocate(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.write_zeroes(offset, len)
+    }
     /// Zeroes `len` bytes at `offset`.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let zeros = vec![0u8; len.min(1 << 20) as usize];
@@ -106,6 +117,9 @@ impl Namespace for MemNamespace {
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())
+    }
+    fn blocking(&self) -> bool {
+        false
     }
 }
 

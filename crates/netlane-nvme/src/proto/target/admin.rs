@@ -4,14 +4,21 @@
 use std::sync::atomic::Ordering;
 
 use super::Controller;
-use super::queue::{Outcome, State, TargetQueue};
+use super::queue::{Outcome, State, TargetQueue, next_sqhd};
 use crate::proto::cmd::{Sqe, Status, admin};
 use crate::proto::fabrics::{self, Connect, InvalidParam, Property, fctype, reg};
-use crate::proto::identify::{self, ControllerInfo, cns, fid, lid};
+use crate::proto::identify::{self, ControllerInfo, cns, cntrltype, disc, fid, lid};
 
 /// The optional asynchronous event notices this controller raises: none yet, so none
 /// are advertised, and a host enables only what OAES says (Linux: nvme_enable_aen).
 const OAES: u32 = 0;
+
+/// The optional NVM commands implemented (Identify Controller ONCS).
+const ONCS: u16 = identify::oncs::COMPARE | identify::oncs::DSM | identify::oncs::WRITE_ZEROES | identify::oncs::VERIFY;
+
+/// Keep-alive timeout given to a discovery controller whose host asked for none, so an
+/// abandoned one goes away (nvmet: NVMET_DISC_KATO_MS, drivers/nvme/target/nvmet.h).
+const DISCOVERY_KATO_MS: u32 = 120_000;
 
 impl TargetQueue {
     pub(super) fn connect(&mut self, sqe: &Sqe, data: &[u8], now_ns: u64) -> Outcome {
@@ -24,7 +31,8 @@ impl TargetQueue {
             return Outcome::Done(Status::CONNECT_INCOMPATIBLE, 0);
         }
         let cfg = &self.subsys.config;
-        if c.subnqn != cfg.nqn {
+        let discovery = c.subnqn == disc::NQN;
+        if c.subnqn != cfg.nqn && !discovery {
             return bad(true, 256);
         }
         if c.hostnqn.is_empty() {
@@ -37,7 +45,8 @@ impl TargetQueue {
             if c.cntlid != fabrics::CNTLID_DYNAMIC {
                 return bad(true, 16);
             }
-            match self.subsys.create_controller(&c.hostnqn, c.kato_ms) {
+            let kato_ms = if discovery && c.kato_ms == 0 { DISCOVERY_KATO_MS } else { c.kato_ms };
+            match self.subsys.create_controller(&c.hostnqn, kato_ms, discovery) {
                 Some(ctrl) => ctrl,
                 None => return Outcome::Done(Status::CONNECT_BUSY, 0),
             }
@@ -50,6 +59,9 @@ impl TargetQueue {
             }
             if !ctrl.ready() {
                 return Outcome::Done(Status::CMD_SEQ_ERROR, 0);
+            }
+            if ctrl.discovery != discovery {
+                return bad(true, 256);
             }
             if c.qid > ctrl.io_queues.load(Ordering::Acquire) {
                 return bad(false, 42);
@@ -69,7 +81,7 @@ impl TargetQueue {
         self.ctrl = Some(ctrl);
         self.qid = c.qid;
         self.sqsize = c.sqsize;
-        self.sqhd = 1 % (c.sqsize + 1);
+        self.sqhd = next_sqhd(0, c.sqsize);
         self.sqflow_disabled = c.cattr & fabrics::CATTR_DISABLE_SQFLOW != 0;
         self.last_keepalive_ns = now_ns;
         if c.qid != 0 {
@@ -93,6 +105,14 @@ impl TargetQueue {
                     (reg::VS, false) => Some(0x0001_0400),
                     (reg::CC, false) => Some(u64::from(ctrl.cc.load(Ordering::Acquire))),
                     (reg::CSTS, false) => Some(u64::from(ctrl.csts.load(Ordering::Acquire))),
+                    (reg::CAP | reg::VS | reg::CC | reg::CSTS, _) => None,
+                    // The rest of 00h..3Fh is reserved or optional under Fabrics (NVMe
+                    // Base 2.0, figure 33): it reads as zero, as reserved registers do.
+                    // nvme-cli 2.3 (Debian 12) `show-regs` reads every offset up to CMBSZ
+                    // and gives up on any status but a plain Invalid Field (nvme.c,
+                    // nvme_get_properties: the DNR bit nvmet sets makes its
+                    // nvme_status_equals fail), so answering zero is what lets it work.
+                    (off, _) if off < 0x40 && off.is_multiple_of(4) => Some(0),
                     _ => None,
                 };
                 v.map_or(Outcome::Done(Status::INVALID_FIELD, 0), Outcome::Value)
@@ -126,6 +146,7 @@ impl TargetQueue {
     }
 
     pub(super) fn cap(&self) -> u64 {
+        // MQES, CQR, TO and CSS: the same for I/O and discovery controllers.
         let cfg = &self.subsys.config;
         u64::from(cfg.mqes) // MQES
             | (1 << 16) // CQR: contiguous queues required
@@ -147,8 +168,9 @@ impl TargetQueue {
             nn: self.subsys.namespaces.len() as u32,
             aerl: 3,
             oaes: OAES,
-            oncs: identify::oncs::WRITE_ZEROES,
+            oncs: ONCS,
             vwc: 0x01, // a volatile write cache: Flush matters
+            cntrltype: cntrltype::IO,
             ioccsz: (64 + cfg.in_capsule) / 16,
             iorcsz: 1,
             subnqn: cfg.nqn.clone(),
@@ -183,6 +205,11 @@ impl TargetQueue {
                         }
                         Outcome::Data(identify::active_ns_list(nn, sqe.nsid()))
                     }
+                    // The NVM command set (CSI 0, CDW11 bits 31:24): Verify is bounded
+                    // like a transfer (VSL = MDTS), the rest unlimited.
+                    cns::IO_CONTROLLER if sqe.cdw(11) >> 24 == 0 => {
+                        Outcome::Data(identify::nvm_controller(self.subsys.config.mdts, 0, 0, 0))
+                    }
                     _ => Outcome::Done(Status::INVALID_FIELD, 0),
                 }
             }
@@ -202,15 +229,11 @@ impl TargetQueue {
                         .encode()
                     }
                     lid::FIRMWARE => identify::firmware_log(env!("CARGO_PKG_VERSION")),
+                    // Namespaces never change here: the list is empty.
+                    lid::CHANGED_NS => vec![0u8; identify::CHANGED_NS_LEN],
                     _ => return Outcome::Done(Status::INVALID_LOG_PAGE, 0),
                 };
-                if offset % 4 != 0 || offset > page.len() as u64 {
-                    return Outcome::Done(Status::INVALID_FIELD, 0);
-                }
-                let mut out = page[offset as usize..].to_vec();
-                // Bytes past the end of the page read as zero (NVMe Base 5.16).
-                out.resize((numd * 4).min(1 << 20) as usize, 0);
-                Outcome::Data(out)
+                log_window(&page, offset, numd)
             }
             admin::SET_FEATURES => {
                 let v = sqe.cdw(11);
@@ -268,4 +291,16 @@ impl TargetQueue {
             _ => Outcome::Done(Status::INVALID_OPCODE, 0),
         }
     }
+}
+
+/// The part of a log page a Get Log Page asked for: `numd` dwords from byte `offset`
+/// (dword aligned, inside the page); bytes past the end of the page read as zero (NVMe
+/// Base 2.0, 5.16), up to 1 MiB.
+pub(super) fn log_window(page: &[u8], offset: u64, numd: u64) -> Outcome {
+    if !offset.is_multiple_of(4) || offset > page.len() as u64 {
+        return Outcome::Done(Status::INVALID_FIELD, 0);
+    }
+    let mut out = page[offset as usize..].to_vec();
+    out.resize((numd * 4).min(1 << 20) as usize, 0);
+    Outcome::Data(out)
 }

@@ -16,14 +16,18 @@
 //!   expiry, never on the I/O path.
 //!
 //! This module holds the subsystem and its controller registry; the queue state machine
-//! is in `queue.rs`, the admin and Fabrics commands in `admin.rs`, the NVM I/O commands
-//! in `io.rs`.
+//! is in `queue.rs`, the admin and Fabrics commands in `admin.rs`, the discovery
+//! controller in `discovery.rs`, the NVM I/O commands in `io.rs`, and the storage
+//! requests they emit (and the per-queue data budget) in `storage.rs`.
 
 mod admin;
+mod discovery;
 mod io;
 mod queue;
+mod storage;
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -31,7 +35,8 @@ use crate::proto::fabrics;
 use crate::proto::identify::NamespaceInfo;
 use crate::proto::namespace::Namespace;
 
-pub use queue::{CloseReason, QueueStats, TargetQueue};
+pub use queue::{CloseReason, LATENCY_BUCKETS, LatencyHist, QueueStats, TargetQueue};
+pub use storage::{ALL_NAMESPACES, StorageOp, StorageRequest};
 
 /// Subsystem-wide settings.
 #[derive(Debug, Clone)]
@@ -63,6 +68,15 @@ pub struct TargetConfig {
     pub c2h_success: bool,
     /// Keep-alive granularity reported (KAS), 100 ms units.
     pub kas: u16,
+    /// Data a queue may hold for its commands (read data not yet sent, write buffers),
+    /// bytes; at least one largest transfer is always allowed.
+    pub queue_budget: u32,
+    /// A connection must complete ICReq and Connect within this, ms.
+    pub setup_timeout_ms: u32,
+    /// The addresses the discovery log lists, one port each (the listening addresses,
+    /// or what the hosts must use when they differ). An unspecified IP (0.0.0.0) is
+    /// reported as the address the host reached, as nvmet does.
+    pub ports: Vec<SocketAddr>,
 }
 
 impl Default for TargetConfig {
@@ -81,21 +95,43 @@ impl Default for TargetConfig {
             r2t_max: 4 * 1024 * 1024,
             c2h_success: true,
             kas: 1,
+            queue_budget: 4 << 20,
+            setup_timeout_ms: 10_000,
+            ports: Vec::new(),
         }
     }
 }
 
 impl TargetConfig {
-    /// Checks the settings a user can get wrong.
+    /// Checks the settings a user can get wrong. Everything a host's traffic can make
+    /// the target allocate is bounded here.
     pub fn validate(&self) -> Result<(), String> {
         if self.nqn.is_empty() || self.nqn.len() > 223 {
             return Err(format!("subsystem NQN must be 1..=223 bytes, got {}", self.nqn.len()));
         }
-        if self.maxh2cdata < 4096 || !self.maxh2cdata.is_multiple_of(4) {
-            return Err(format!("maxh2cdata {} must be >= 4096 and a multiple of 4", self.maxh2cdata));
+        if self.nqn == crate::proto::identify::disc::NQN {
+            return Err("the subsystem NQN cannot be the discovery NQN".into());
         }
-        if self.admin_in_capsule < fabrics::CONNECT_DATA_LEN as u32 {
-            return Err("admin in-capsule data must hold the 1024-byte Connect data".into());
+        if !(4096..=MAX_H2C_DATA).contains(&self.maxh2cdata) || !self.maxh2cdata.is_multiple_of(4) {
+            return Err(format!("maxh2cdata {} must be 4096..={MAX_H2C_DATA} and a multiple of 4", self.maxh2cdata));
+        }
+        if self.in_capsule > MAX_IN_CAPSULE || !self.in_capsule.is_multiple_of(16) {
+            return Err(format!(
+                "in-capsule data {} must be 0..={MAX_IN_CAPSULE} and a multiple of 16",
+                self.in_capsule
+            ));
+        }
+        if !(fabrics::CONNECT_DATA_LEN as u32..=MAX_ADMIN_IN_CAPSULE).contains(&self.admin_in_capsule) {
+            return Err(format!(
+                "admin in-capsule data {} must hold the 1024-byte Connect data and be at most {MAX_ADMIN_IN_CAPSULE}",
+                self.admin_in_capsule
+            ));
+        }
+        if self.queue_budget > MAX_QUEUE_BUDGET {
+            return Err(format!("queue budget {} must be at most {MAX_QUEUE_BUDGET}", self.queue_budget));
+        }
+        if !(100..=600_000).contains(&self.setup_timeout_ms) {
+            return Err(format!("setup timeout {} ms must be 100..=600000", self.setup_timeout_ms));
         }
         if self.c2h_max == 0 || self.r2t_max == 0 {
             return Err("c2h_max and r2t_max must be non-zero".into());
@@ -109,10 +145,21 @@ impl TargetConfig {
         Ok(())
     }
 
-    pub(super) fn max_transfer(&self) -> u64 {
+    /// The largest transfer, bytes (4 KiB << MDTS).
+    pub fn max_transfer(&self) -> u64 {
         4096u64 << self.mdts
     }
 }
+
+/// Upper bound of MAXH2CDATA: what nvmet-tcp offers (drivers/nvme/target/tcp.c,
+/// NVMET_TCP_MAXH2CDATA). One H2CData PDU is buffered whole, so this bounds it.
+pub const MAX_H2C_DATA: u32 = 4 << 20;
+/// Upper bound of in-capsule data on I/O queues (one capsule is buffered whole).
+pub const MAX_IN_CAPSULE: u32 = 1 << 20;
+/// Upper bound of in-capsule data on the admin queue (Connect needs 1024).
+pub const MAX_ADMIN_IN_CAPSULE: u32 = 8192;
+/// Upper bound of the per-queue data budget.
+pub const MAX_QUEUE_BUDGET: u32 = 256 << 20;
 
 /// Counters kept per subsystem for the SMART log and reports.
 #[derive(Debug, Default)]
@@ -143,6 +190,8 @@ pub struct Controller {
     pub hostnqn: String,
     /// Keep-alive timeout in ms (0 = none).
     pub kato_ms: u32,
+    /// A discovery controller (the discovery log, no namespaces or I/O queues).
+    pub discovery: bool,
     pub(super) cc: AtomicU32,
     pub(super) csts: AtomicU32,
     pub(super) io_queues: AtomicU16,
@@ -169,6 +218,8 @@ pub struct Subsystem {
     pub config: TargetConfig,
     pub(super) namespaces: Vec<Arc<dyn Namespace>>,
     pub(super) controllers: Mutex<HashMap<u16, Arc<Controller>>>,
+    /// The addresses the server listens on (the discovery log's default ports).
+    pub(super) listening: Mutex<Vec<SocketAddr>>,
     pub(super) next_cntlid: Mutex<u16>,
     /// Counters.
     pub stats: SubsystemStats,
@@ -190,9 +241,26 @@ impl Subsystem {
             config,
             namespaces,
             controllers: Mutex::new(HashMap::new()),
+            listening: Mutex::new(Vec::new()),
             next_cntlid: Mutex::new(1),
             stats: SubsystemStats::default(),
         }))
+    }
+
+    /// Records where the server listens: the discovery log lists these ports unless the
+    /// configuration names others ([`TargetConfig::ports`]).
+    pub fn set_listening(&self, addrs: &[SocketAddr]) {
+        if let Ok(mut l) = self.listening.lock() {
+            *l = addrs.to_vec();
+        }
+    }
+
+    /// The ports the discovery log lists.
+    pub(super) fn discovery_ports(&self) -> Vec<SocketAddr> {
+        if !self.config.ports.is_empty() {
+            return self.config.ports.clone();
+        }
+        self.listening.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
     /// Number of live controllers.
@@ -200,7 +268,8 @@ impl Subsystem {
         self.controllers.lock().map(|c| c.len()).unwrap_or(0)
     }
 
-    pub(super) fn namespace(&self, nsid: u32) -> Option<&Arc<dyn Namespace>> {
+    /// Namespace `nsid` (1-based).
+    pub fn namespace(&self, nsid: u32) -> Option<&Arc<dyn Namespace>> {
         (nsid as usize).checked_sub(1).and_then(|i| self.namespaces.get(i))
     }
 
@@ -209,10 +278,11 @@ impl Subsystem {
         let tag = crate::proto::digest::crc32c(self.config.nqn.as_bytes());
         nguid[..4].copy_from_slice(&tag.to_be_bytes());
         nguid[12..].copy_from_slice(&nsid.to_be_bytes());
-        NamespaceInfo { blocks: ns.blocks(), block_size: ns.block_size(), nguid }
+        // Shared: every controller of the subsystem sees the same namespaces (CMIC 0x3).
+        NamespaceInfo { blocks: ns.blocks(), block_size: ns.block_size(), nguid, shared: true }
     }
 
-    pub(super) fn create_controller(&self, hostnqn: &str, kato_ms: u32) -> Option<Arc<Controller>> {
+    pub(super) fn create_controller(&self, hostnqn: &str, kato_ms: u32, discovery: bool) -> Option<Arc<Controller>> {
         let mut ctrls = self.controllers.lock().ok()?;
         let mut next = self.next_cntlid.lock().ok()?;
         // CNTLIDs 1..=0xffef are valid for dynamic controllers.
@@ -224,9 +294,10 @@ impl Subsystem {
                     cntlid: id,
                     hostnqn: hostnqn.to_string(),
                     kato_ms,
+                    discovery,
                     cc: AtomicU32::new(0),
                     csts: AtomicU32::new(0),
-                    io_queues: AtomicU16::new(self.config.max_io_queues),
+                    io_queues: AtomicU16::new(if discovery { 0 } else { self.config.max_io_queues }),
                     aen_config: AtomicU32::new(0),
                     alive: AtomicBool::new(true),
                     connected: Mutex::new(vec![false; usize::from(self.config.max_io_queues) + 1]),

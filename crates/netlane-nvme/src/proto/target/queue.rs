@@ -2,10 +2,13 @@
 //! ICReq through Connect to live command processing, R2T/H2CData flow and C2HData,
 //! until it closes.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::storage::Storage;
 use super::{Controller, Subsystem};
 use crate::proto::cmd::{self, Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, Sqe, Status, nvm};
 use crate::proto::fabrics::{self, fctype};
@@ -29,6 +32,8 @@ pub enum CloseReason {
     KeepAliveExpired,
     /// The controller went away (its admin queue closed or expired).
     ControllerGone,
+    /// The host did not finish ICReq and Connect within the setup timeout.
+    SetupTimeout,
 }
 
 #[derive(Debug)]
@@ -43,6 +48,9 @@ pub(super) enum State {
 #[derive(Debug)]
 pub(super) struct Inbound {
     pub(super) sqe: Sqe,
+    /// The command's data length.
+    pub(super) total: u32,
+    /// Where the data lands; allocated when the first R2T goes out.
     pub(super) buf: Vec<u8>,
     pub(super) next_r2to: u32,
     pub(super) received: u32,
@@ -60,7 +68,7 @@ pub(super) struct R2tState {
 }
 
 /// Per-queue counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct QueueStats {
     /// Commands received.
     pub commands: u64,
@@ -72,6 +80,63 @@ pub struct QueueStats {
     pub r2ts: u64,
     /// Completions carried by the C2HData SUCCESS flag.
     pub success_flag: u64,
+    /// Reads completed, and their bytes.
+    pub reads: u64,
+    /// Bytes read.
+    pub read_bytes: u64,
+    /// Writes completed.
+    pub writes: u64,
+    /// Bytes written.
+    pub write_bytes: u64,
+    /// Failed completions by status (SCT << 8 | SC).
+    pub errors: std::collections::BTreeMap<u16, u64>,
+    /// Time from a command's arrival to its completion being queued for sending.
+    pub latency: LatencyHist,
+}
+
+/// A histogram of latencies in power-of-two microsecond buckets: bucket 0 counts those
+/// under 1 us, bucket i those under 2^i us, the last one everything longer. Cheap
+/// enough for the sans-IO core, and directly a Prometheus histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LatencyHist {
+    /// Counts per bucket.
+    pub buckets: [u64; LATENCY_BUCKETS],
+    /// Sum of all latencies, ns.
+    pub sum_ns: u64,
+}
+
+/// Buckets of [`LatencyHist`]: up to 2^22 us (4.2 s), then overflow.
+pub const LATENCY_BUCKETS: usize = 24;
+
+impl Default for LatencyHist {
+    fn default() -> Self {
+        LatencyHist { buckets: [0; LATENCY_BUCKETS], sum_ns: 0 }
+    }
+}
+
+impl LatencyHist {
+    /// Counts one latency.
+    pub fn record(&mut self, ns: u64) {
+        let us = ns / 1000;
+        let i = if us == 0 { 0 } else { (us.ilog2() as usize + 1).min(LATENCY_BUCKETS - 1) };
+        self.buckets[i] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(ns);
+    }
+    /// Adds another histogram's counts.
+    pub fn merge(&mut self, o: &LatencyHist) {
+        for (a, b) in self.buckets.iter_mut().zip(o.buckets) {
+            *a += b;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(o.sum_ns);
+    }
+    /// Latencies counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+    /// The upper bound of bucket `i` in seconds (`None` for the overflow bucket).
+    pub fn bound_s(i: usize) -> Option<f64> {
+        (i + 1 < LATENCY_BUCKETS).then(|| (1u64 << i) as f64 * 1e-6)
+    }
 }
 
 /// Outcome of executing a command.
@@ -80,13 +145,14 @@ pub(super) enum Outcome {
     /// Success with a 64-bit value in DW0/DW1 (Property Get).
     Value(u64),
     Data(Vec<u8>),
-    ReadNs {
-        nsid: u32,
-        offset: u64,
-        len: u32,
-    },
+    /// Held: an Asynchronous Event Request, or a storage request whose completion
+    /// answers the command.
     Hold,
 }
+
+/// Commands a queue accepts before Connect has set its size (the admin queue depth
+/// Linux uses, NVME_AQ_DEPTH).
+const SETUP_QUEUE_DEPTH: u32 = 32;
 
 /// One NVMe/TCP connection on the controller side.
 #[derive(Debug)]
@@ -106,6 +172,17 @@ pub struct TargetQueue {
     pub(super) next_ttag: u16,
     pub(super) held_aers: Vec<u16>,
     pub(super) last_keepalive_ns: u64,
+    /// ICReq and Connect must be done by then.
+    pub(super) setup_deadline_ns: u64,
+    /// Commands received and not yet completed.
+    pub(super) outstanding: u32,
+    pub(super) storage: Storage,
+    /// The address the host reached (for the discovery log).
+    pub(super) local: Option<SocketAddr>,
+    /// Arrival time of each outstanding command, for its latency.
+    pub(super) arrivals: HashMap<u16, u64>,
+    /// The latest time the driver gave.
+    pub(super) now_ns: u64,
     pub(super) out: OutBuf,
     /// Counters.
     pub stats: QueueStats,
@@ -114,6 +191,7 @@ pub struct TargetQueue {
 impl TargetQueue {
     /// A new connection to `subsys`, accepted at `now_ns`.
     pub fn new(subsys: Arc<Subsystem>, now_ns: u64) -> TargetQueue {
+        let subsys_setup_ms = subsys.config.setup_timeout_ms;
         TargetQueue {
             subsys,
             rx: RxConfig::initial(Role::Controller),
@@ -130,9 +208,21 @@ impl TargetQueue {
             next_ttag: 0,
             held_aers: Vec::new(),
             last_keepalive_ns: now_ns,
-            out: OutBuf::with_capacity(64 * 1024),
+            setup_deadline_ns: now_ns.saturating_add(u64::from(subsys_setup_ms) * 1_000_000),
+            outstanding: 0,
+            storage: Storage::default(),
+            local: None,
+            arrivals: HashMap::new(),
+            now_ns,
+            out: OutBuf::with_capacity(16 * 1024),
             stats: QueueStats::default(),
         }
+    }
+
+    /// Records the local address the host connected to: the discovery log reports it
+    /// when the subsystem's configured ports leave the address unspecified.
+    pub fn set_local_addr(&mut self, addr: SocketAddr) {
+        self.local = Some(addr);
     }
 
     /// Bytes waiting to be sent.
@@ -168,6 +258,7 @@ impl TargetQueue {
     /// returns how many bytes were consumed (the rest is an incomplete PDU; keep it and
     /// call again with more). Once the queue is closed nothing more is consumed.
     pub fn handle_input(&mut self, buf: &[u8], now_ns: u64) -> usize {
+        self.now_ns = now_ns;
         let mut off = 0;
         while !matches!(self.state, State::Closed(_)) {
             let rest = &buf[off..];
@@ -179,7 +270,14 @@ impl TargetQueue {
                     }
                     off += d.len;
                 }
-                Err(DecodeError::Incomplete(_)) => break,
+                Err(DecodeError::Incomplete(_)) => {
+                    // Refuse H2CData that matches no R2T as soon as its header is in,
+                    // before buffering up to MAXH2CDATA of it.
+                    if let Some(v) = self.early_h2c_check(rest) {
+                        self.terminate(v, pdu::offending_header(rest));
+                    }
+                    break;
+                }
                 Err(DecodeError::Violation(v)) => {
                     self.terminate(v, pdu::offending_header(rest));
                 }
@@ -198,9 +296,31 @@ impl TargetQueue {
         }
     }
 
-    /// Runs timers: keep-alive expiry on the admin queue, controller loss on I/O queues.
-    /// Returns true when the queue has closed.
+    /// Checks the header of an incomplete H2CData PDU against the R2Ts outstanding.
+    fn early_h2c_check(&self, rest: &[u8]) -> Option<Violation> {
+        if rest.len() < pdu::DATA_HLEN || rest[0] != pdu::PduType::H2cData as u8 || !self.rx.established {
+            return None;
+        }
+        let le16 = |o: usize| u16::from_le_bytes([rest[o], rest[o + 1]]);
+        let le32 = |o: usize| u32::from_le_bytes([rest[o], rest[o + 1], rest[o + 2], rest[o + 3]]);
+        let (ttag, datao, datal) = (le16(10), le32(12), le32(16));
+        let Some(r2t) = self.r2ts.get(&ttag) else {
+            return Some(Violation::new(Fes::InvalidHeaderField, 10, "H2CData for an unknown transfer tag"));
+        };
+        let end = u64::from(datao) + u64::from(datal);
+        if datao < r2t.r2to || end > u64::from(r2t.r2to) + u64::from(r2t.r2tl) {
+            return Some(Violation::new(Fes::DataOutOfRange, 0, "H2CData outside the R2T's range"));
+        }
+        None
+    }
+
+    /// Runs timers: the setup deadline, keep-alive expiry on the admin queue, controller
+    /// loss on I/O queues. Returns true when the queue has closed.
     pub fn poll(&mut self, now_ns: u64) -> bool {
+        self.now_ns = self.now_ns.max(now_ns);
+        if matches!(self.state, State::AwaitIcReq | State::AwaitConnect) && now_ns > self.setup_deadline_ns {
+            self.close(CloseReason::SetupTimeout);
+        }
         if let (State::Live, Some(ctrl)) = (&self.state, &self.ctrl) {
             if !ctrl.is_alive() {
                 self.close(CloseReason::ControllerGone);
@@ -218,6 +338,7 @@ impl TargetQueue {
     /// When [`Self::poll`] next needs to run, in ns on the same clock, if ever.
     pub fn next_deadline(&self) -> Option<u64> {
         match (&self.state, &self.ctrl) {
+            (State::AwaitIcReq | State::AwaitConnect, _) => Some(self.setup_deadline_ns + 1),
             (State::Live, Some(c)) if self.qid == 0 && c.kato_ms != 0 => {
                 Some(self.last_keepalive_ns + u64::from(c.kato_ms) * 1_000_000 + 1)
             }
@@ -229,9 +350,11 @@ impl TargetQueue {
         if matches!(self.state, State::Closed(_)) {
             return;
         }
-        self.state = State::Closed(reason);
         self.inbound.clear();
         self.r2ts.clear();
+        self.arrivals.clear();
+        self.drop_storage(&reason);
+        self.state = State::Closed(reason);
         self.release();
     }
 
@@ -265,7 +388,24 @@ impl TargetQueue {
             }
             Pdu::CapsuleCmd { sqe, data, ddgst_ok } => {
                 self.stats.commands += 1;
-                self.sqhd = if self.sqsize == 0 { 0 } else { (self.sqhd + 1) % (self.sqsize.saturating_add(1)) };
+                // A queue holds SQSIZE + 1 commands (0's based); a host with more
+                // outstanding has overrun it. nvmet-tcp fails the connection the same
+                // way when it runs out of command slots (drivers/nvme/target/tcp.c,
+                // "out of commands").
+                let depth = match self.state {
+                    State::Live => u32::from(self.sqsize) + 1,
+                    _ => SETUP_QUEUE_DEPTH,
+                };
+                if self.outstanding >= depth {
+                    return Err(Violation::new(
+                        Fes::PduSequenceError,
+                        0,
+                        "more outstanding commands than the queue holds (SQSIZE + 1)",
+                    ));
+                }
+                self.outstanding += 1;
+                self.arrivals.insert(sqe.cid(), now_ns);
+                self.sqhd = next_sqhd(self.sqhd, self.sqsize);
                 self.on_command(sqe, data, ddgst_ok, now_ns)
             }
             Pdu::H2cData(h) => self.on_h2c_data(h, now_ns),
@@ -307,7 +447,19 @@ impl TargetQueue {
         self.respond_value(cid, status, u64::from(dw0));
     }
 
+    /// Counts a command's completion: latency, and the status when it failed.
+    pub(super) fn completed(&mut self, cid: u16, status: Status) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if let Some(t) = self.arrivals.remove(&cid) {
+            self.stats.latency.record(self.now_ns.saturating_sub(t));
+        }
+        if !status.is_success() {
+            *self.stats.errors.entry(status.0 & 0x7ff).or_default() += 1;
+        }
+    }
+
     pub(super) fn respond_value(&mut self, cid: u16, status: Status, value: u64) {
+        self.completed(cid, status);
         let cqe = Cqe { dw0: value as u32, dw1: (value >> 32) as u32, sqhd: self.sqhd, sqid: self.qid, cid, status };
         self.tx.capsule_resp(self.out.vec(), &cqe);
         self.stats.responses += 1;
@@ -348,7 +500,7 @@ impl TargetQueue {
                 self.respond(cid, Status::TRANSIENT_TRANSPORT, 0);
                 return Ok(());
             }
-            self.execute(sqe, data, now_ns);
+            self.execute(sqe, Cow::Borrowed(data), now_ns);
             return Ok(());
         }
         if dir == DataDir::ToController && sgl.len > 0 {
@@ -361,21 +513,25 @@ impl TargetQueue {
                 self.respond(cid, status, 0);
                 return Ok(());
             }
+            // The buffer is allocated, and the R2Ts sent, when the queue's data budget
+            // has room (storage.rs).
             self.inbound.insert(
                 cid,
                 Inbound {
                     sqe,
-                    buf: vec![0u8; sgl.len as usize],
+                    total: sgl.len,
+                    buf: Vec::new(),
                     next_r2to: 0,
                     received: 0,
                     outstanding: 0,
                     failed: None,
                 },
             );
-            self.issue_r2ts(cid);
+            self.storage.r2t_wait.push_back(cid);
+            self.admit_inbound();
             return Ok(());
         }
-        self.execute(sqe, &[], now_ns);
+        self.execute(sqe, Cow::Borrowed(&[]), now_ns);
         Ok(())
     }
 
@@ -386,7 +542,8 @@ impl TargetQueue {
             (0, cmd::FABRICS) if sqe.fctype() == fctype::CONNECT => {
                 (len != fabrics::CONNECT_DATA_LEN as u64).then_some(Status::SGL_LENGTH_INVALID)
             }
-            (q, nvm::WRITE) if q != 0 => self.check_rw(sqe).err(),
+            (q, nvm::WRITE | nvm::COMPARE) if q != 0 => self.check_rw(sqe).err(),
+            (q, nvm::DSM) if q != 0 => self.check_dsm(sqe).err(),
             _ => Some(Status::INVALID_OPCODE),
         }
     }
@@ -396,7 +553,7 @@ impl TargetQueue {
         let r2t_max = self.subsys.config.r2t_max;
         loop {
             let Some(cmd) = self.inbound.get_mut(&cid) else { return };
-            let total = cmd.buf.len() as u32;
+            let total = cmd.total;
             if cmd.outstanding >= max_out || cmd.next_r2to >= total {
                 return;
             }
@@ -451,30 +608,35 @@ impl TargetQueue {
         }
         self.r2ts.remove(&ttag);
         cmd.outstanding -= 1;
-        if cmd.received as usize == cmd.buf.len() {
+        if cmd.received == cmd.total {
             let Some(cmd) = self.inbound.remove(&cccid) else { return Ok(()) };
+            self.storage.write_bytes -= u64::from(cmd.total);
             match cmd.failed {
                 Some(status) => self.respond(cccid, status, 0),
-                None => self.execute(cmd.sqe, &cmd.buf, now_ns),
+                None => self.execute(cmd.sqe, Cow::Owned(cmd.buf), now_ns),
             }
+            self.admit_inbound();
         } else {
             self.issue_r2ts(cccid);
         }
         Ok(())
     }
 
-    /// Runs a command whose data (if any) is all here, and sends its completion.
-    pub(super) fn execute(&mut self, sqe: Sqe, data: &[u8], now_ns: u64) {
+    /// Runs a command whose data (if any) is all here, and sends its completion (or
+    /// leaves it to a storage request).
+    pub(super) fn execute(&mut self, sqe: Sqe, data: Cow<'_, [u8]>, now_ns: u64) {
         let cid = sqe.cid();
+        let discovery = self.ctrl.as_ref().is_some_and(|c| c.discovery);
         let outcome = match self.state {
             State::AwaitConnect => {
                 if sqe.opcode() == cmd::FABRICS && sqe.fctype() == fctype::CONNECT {
-                    self.connect(&sqe, data, now_ns)
+                    self.connect(&sqe, &data, now_ns)
                 } else {
                     Outcome::Done(Status::CMD_SEQ_ERROR, 0)
                 }
             }
             State::Live if sqe.opcode() == cmd::FABRICS => self.fabrics(&sqe),
+            State::Live if self.qid == 0 && discovery => self.discovery_admin(&sqe, now_ns),
             State::Live if self.qid == 0 => self.admin(&sqe, now_ns),
             State::Live => self.io(&sqe, data),
             _ => return,
@@ -489,17 +651,6 @@ impl TargetQueue {
                     dst.copy_from_slice(&bytes[off..off + dst.len()]);
                     Ok(())
                 });
-            }
-            Outcome::ReadNs { nsid, offset, len } => {
-                let Some(ns) = self.subsys.namespace(nsid).cloned() else {
-                    self.respond(cid, Status::INVALID_NS, 0);
-                    return;
-                };
-                if self.send_c2h(cid, len as usize, |off, dst| ns.read(offset + off as u64, dst)) {
-                    let st = &self.subsys.stats;
-                    st.read_cmds.fetch_add(1, Ordering::Relaxed);
-                    st.sectors_read.fetch_add(u64::from(len) / 512, Ordering::Relaxed);
-                }
             }
         }
         if matches!(sqe.opcode(), cmd::FABRICS) && sqe.fctype() == fctype::DISCONNECT && self.qid != 0 {
@@ -537,11 +688,18 @@ impl TargetQueue {
         self.stats.c2h_pdus += pdus;
         if success_flag && len > 0 {
             self.stats.success_flag += 1;
+            self.completed(cid, Status::SUCCESS);
         } else {
             self.respond(cid, Status::SUCCESS, 0);
         }
         true
     }
+}
+
+/// The submission queue head after one more command, on a queue of `sqsize + 1` slots
+/// (in u32: SQSIZE 65535 means 65536 slots).
+pub(super) fn next_sqhd(sqhd: u16, sqsize: u16) -> u16 {
+    ((u32::from(sqhd) + 1) % (u32::from(sqsize) + 1)) as u16
 }
 
 impl Drop for TargetQueue {
