@@ -71,8 +71,7 @@ impl Lab {
         self.plans.iter().map(|p| scenarios::lab_plan(*p, &self.profile)).collect()
     }
 
-    /// Runs every scenario (after removing namespaces that killed runs left behind),
-    /// writes the report directory, and returns the document. `each` sees each
+    /// Runs every scenario ([`scenarios::run_all`]), writes the report directory, and returns the document. `each` sees each
     /// scenario's report as it finishes.
     pub fn run(
         &self,
@@ -80,13 +79,6 @@ impl Lab {
         each: impl FnMut(&ScenarioReport) -> Result<()>,
     ) -> Result<Document<Results>> {
         let list = self.scenarios()?;
-        match netlane::topology::registry::clean_stale() {
-            Ok(removed) if !removed.is_empty() => {
-                progress.println(&format!("removed {} namespaces left by earlier runs", removed.len()))
-            }
-            Ok(_) => {}
-            Err(e) => progress.println(&format!("warning: could not look for stale namespaces: {e}")),
-        }
         let total: usize = list.iter().map(|s| s.runs()).sum();
         progress.println(&format!(
             "netlane lab: {} scenarios, {total} runs{}; report in {}",

@@ -131,6 +131,8 @@ pub struct SubsystemCounters {
     pub read_cmds: u64,
     /// Write commands completed.
     pub write_cmds: u64,
+    /// Flush commands accepted.
+    pub flush_cmds: u64,
     /// 512-byte units read.
     pub sectors_read: u64,
     /// 512-byte units written.
@@ -150,6 +152,7 @@ impl SubsystemCounters {
         SubsystemCounters {
             read_cmds: g(&st.read_cmds),
             write_cmds: g(&st.write_cmds),
+            flush_cmds: g(&st.flush_cmds),
             sectors_read: g(&st.sectors_read),
             sectors_written: g(&st.sectors_written),
             terminations: g(&st.terminations),

@@ -178,6 +178,39 @@ fn loopback_round_trip_every_command_and_digest_setting() {
     assert_eq!(f.subsys.stats.terminations.load(Ordering::Relaxed), 0);
 }
 
+/// More commands than the queues have slots (4 jobs x qd 16 on two queues of depth 8):
+/// the excess waits in order and the run ends on time; the verify prefill ends with a
+/// Flush per job.
+#[test]
+fn more_commands_than_queue_slots_wait_their_turn() {
+    let f = target("127.0.0.1:0".parse().unwrap(), "overcommit");
+    let o = PerfOptions {
+        connect: opts(f.server.local_addr(), false, false),
+        nsid: 1,
+        groups: vec![JobGroup::parse("name=many,rw=randrw,bs=4k,qd=16,jobs=4").unwrap()],
+        duration: Duration::from_millis(500),
+        ramp: Duration::from_millis(100),
+        queues: 2,
+        read_queues: 0,
+        poll_queues: 0,
+        queue_cpus: netlane::cpus::CpuList::one(0),
+        queue_depth: 8,
+        direct_send: false,
+        batch: true,
+        caravan: None,
+        verify: true,
+        size: Some(4 << 20),
+        target_pid: None,
+    };
+    let started = Instant::now();
+    let r = perf::run(&o).unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20), "the run took {:?}", started.elapsed());
+    let g = &r.groups[0];
+    assert_eq!((g.errors, g.mismatches), (0, 0));
+    assert!(g.reads > 100 && g.writes > 100, "{} reads, {} writes", g.reads, g.writes);
+    assert_eq!(f.subsys.stats.flush_cmds.load(Ordering::Relaxed), 4, "one Flush per job after its prefill");
+}
+
 #[test]
 fn busy_polling_target_serves_verified_io() {
     let namespaces = vec![open_namespace("mem:32M").unwrap()];
@@ -294,8 +327,8 @@ fn veth_round_trip_decoded_by_tshark_without_errors() {
         // backpressure, or veth dropped under load) makes Wireshark's reassembly see a
         // segment overlapping data it already has: marked malformed, but the bytes agree
         // (differing bytes would say "Conflicting data"). That is TCP, not NVMe/TCP.
-        let retransmitted = line.contains("New fragment overlaps old data (retransmission?)")
-            && !line.contains("Conflicting data");
+        let retransmitted =
+            line.contains("New fragment overlaps old data (retransmission?)") && !line.contains("Conflicting data");
         assert!(cols.get(3).is_none_or(|m| m.is_empty()) || retransmitted, "malformed PDU: {line}");
         // Expert notes of warning severity (0x600000) or worse fail the test, except TCP
         // sequence notes (group 0x2000000) about connection set-up and teardown. A lost

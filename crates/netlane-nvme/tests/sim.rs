@@ -288,6 +288,46 @@ fn connect_rules() {
     // Commands before Connect.
     let mut z = Pair::new(&subsys, HostQueueConfig::admin(false, false));
     assert_eq!(z.run(admin_cmd(admin::KEEP_ALIVE, 0, 0), vec![]).cqe.status, Status::CMD_SEQ_ERROR);
+    // SQSIZE 65535 (65536 entries: once an overflow in the SQ head arithmetic) and
+    // anything above CAP.MQES are refused as an invalid SQSIZE (attribute offset 42).
+    for (qid, sqsize) in [(0u16, 65535u16), (0, 128), (1, 65535), (1, 128)] {
+        let mut q = Pair::new(&subsys, HostQueueConfig { qid, ..HostQueueConfig::admin(false, false) });
+        let c = Connect {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr: 0,
+            kato_ms: 0,
+            hostid: [1; 16],
+            cntlid: if qid == 0 { fabrics::CNTLID_DYNAMIC } else { cntlid },
+            subnqn: NQN.into(),
+            hostnqn: HOSTNQN.into(),
+        };
+        let (sqe, data) = c.encode(0);
+        let cqe = q.run(sqe, data).cqe;
+        assert_eq!(cqe.status, Status::CONNECT_INVALID_PARAM, "qid {qid} sqsize {sqsize}");
+    }
+}
+
+#[test]
+fn target_settings_a_peer_could_abuse_are_bounded() {
+    use netlane_nvme::proto::target::{MAX_H2C_DATA, MAX_IN_CAPSULE, MAX_QUEUE_BUDGET};
+    let ok = TargetConfig::default();
+    assert_eq!(ok.validate(), Ok(()));
+    let cases: Vec<(&str, TargetConfig)> = vec![
+        ("in-capsule above the bound", TargetConfig { in_capsule: MAX_IN_CAPSULE + 16, ..ok.clone() }),
+        ("in-capsule not a multiple of 16", TargetConfig { in_capsule: 8200, ..ok.clone() }),
+        ("maxh2cdata above the bound", TargetConfig { maxh2cdata: MAX_H2C_DATA + 4096, ..ok.clone() }),
+        ("maxh2cdata u32::MAX", TargetConfig { maxh2cdata: u32::MAX, ..ok.clone() }),
+        ("queue budget above the bound", TargetConfig { queue_budget: MAX_QUEUE_BUDGET + 1, ..ok.clone() }),
+        ("setup timeout 0", TargetConfig { setup_timeout_ms: 0, ..ok.clone() }),
+        ("mdts 13", TargetConfig { mdts: 13, ..ok.clone() }),
+    ];
+    for (what, cfg) in cases {
+        assert!(cfg.validate().is_err(), "{what} was accepted");
+        let ns = Arc::new(MemNamespace::new(1 << 20, 512).unwrap()) as Arc<dyn Namespace>;
+        assert!(Subsystem::new(TargetConfig { nqn: NQN.into(), ..cfg }, vec![ns]).is_err(), "{what}");
+    }
 }
 
 #[test]
@@ -534,6 +574,45 @@ fn host_refuses_a_mismatched_icresp_and_bad_c2h() {
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].token, 42);
     assert_eq!(failed[0].cqe.status, Status::TRANSIENT_TRANSPORT);
+}
+
+#[test]
+fn host_sends_each_r2t_range_once() {
+    let mut h = HostQueue::new(HostQueueConfig { qid: 1, in_capsule: 0, ..HostQueueConfig::admin(false, false) });
+    let mut b = Vec::new();
+    TxConfig::ic_resp(&mut b, &pdu::IcResp { pfv: 0, cpda: 0, hdgst: false, ddgst: false, maxh2cdata: 65536 });
+    h.handle_input(&b).unwrap();
+    let cid = h.submit(rw(nvm::WRITE, 0, 4), pattern(16384, 3), 7).unwrap();
+    let sent = |h: &mut HostQueue| {
+        let n = h.pending_output().len();
+        h.advance_output(n);
+        n
+    };
+    sent(&mut h);
+    // Two halves, in order: both answered.
+    for off in [0u32, 8192] {
+        let mut r = Vec::new();
+        TxConfig::default().r2t(&mut r, cid, 1, off, 8192);
+        h.handle_input(&r).unwrap();
+        assert_eq!(sent(&mut h), 24 + 8192, "one H2CData PDU for the range at {off}");
+    }
+    // The same range again, or one overlapping what was sent: a violation, nothing resent.
+    for (off, len) in [(8192u32, 8192u32), (4096, 4096)] {
+        let mut h2 = HostQueue::new(HostQueueConfig { qid: 1, in_capsule: 0, ..HostQueueConfig::admin(false, false) });
+        h2.handle_input(&b).unwrap();
+        let cid = h2.submit(rw(nvm::WRITE, 0, 4), pattern(16384, 3), 7).unwrap();
+        sent(&mut h2);
+        let mut r = Vec::new();
+        TxConfig::default().r2t(&mut r, cid, 1, 0, 12288);
+        h2.handle_input(&r).unwrap();
+        sent(&mut h2);
+        let mut r = Vec::new();
+        TxConfig::default().r2t(&mut r, cid, 1, off, len);
+        assert!(h2.handle_input(&r).is_err(), "R2T at {off}+{len} after 0+12288 was accepted");
+        let out = h2.pending_output();
+        assert_eq!(out.first(), Some(&0x02), "an H2C termination request, not data: {:?}", &out[..out.len().min(8)]);
+        assert_eq!(h2.stats.h2c_pdus, 1);
+    }
 }
 
 #[test]

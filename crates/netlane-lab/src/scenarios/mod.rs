@@ -118,7 +118,8 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
     Ok(s)
 }
 
-/// Runs `list` one after another, watching the machine, and counts the checks. `each`
+/// Runs `list` one after another (first removing namespaces killed runs left), watching
+/// the machine, and counts the checks. `each`
 /// sees every report as soon as its scenario finishes.
 pub fn run_all(
     list: &[&dyn Scenario],
@@ -127,6 +128,17 @@ pub fn run_all(
 ) -> Result<Results> {
     for s in list {
         s.validate().with_context(|| format!("scenario {}", s.name()))?;
+    }
+    // A run killed with SIGKILL could not remove its namespaces (its helper processes
+    // die with it; the bind mounts in /run/netns stay): the next run does.
+    match netlane::topology::registry::clean_stale() {
+        Ok(removed) if !removed.is_empty() => progress.println(&format!(
+            "removed {} namespaces left by killed runs: {}",
+            removed.len(),
+            removed.join(" ")
+        )),
+        Ok(_) => {}
+        Err(e) => progress.println(&format!("warning: could not look for stale namespaces: {e}")),
     }
     let monitor = Monitor::start(Duration::from_millis(500));
     for w in monitor.warnings() {

@@ -221,6 +221,12 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                 }
             }
         }
+        // The pattern the reads are checked against is durable before they start: one
+        // Flush for the namespace after the last prefill write completed.
+        if let Err(e) = flush_namespace(&spec, &shared, &done_rx, &mut slots[0].buf) {
+            res.failure = Some(e);
+            return res;
+        }
     }
     // The measured run: keep qd in flight until end_ns.
     let mut inflight = 0usize;
@@ -323,6 +329,41 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         }
     }
     res
+}
+
+/// Sends one Flush for the job's namespace and waits for it; `buf` (a slot's buffer,
+/// idle now) rides along and comes back.
+fn flush_namespace(
+    spec: &JobSpec,
+    shared: &Shared,
+    done_rx: &mpsc::Receiver<Completion>,
+    buf: &mut Vec<u8>,
+) -> Result<(), String> {
+    let hipri = spec.group.hipri;
+    let qi = pick_queue(shared, if hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
+    let mut sqe = Sqe::default();
+    sqe.set_opcode(nvm::FLUSH);
+    sqe.set_nsid(spec.nsid);
+    let token = (spec.index as u64) << 32;
+    let keep = std::mem::take(buf);
+    submit(shared, &shared.queues[qi], Req { sqe, data: Vec::new(), token, last: true });
+    let waited_from = monotonic_ns();
+    let c = loop {
+        if let Some(c) = wait_one(shared, done_rx, hipri) {
+            break c;
+        }
+        if monotonic_ns() - waited_from > 10_000_000_000 {
+            return Err("no completion for the verify prefill's Flush in 10 s".into());
+        }
+        if shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire)) {
+            return Err("a queue failed during the verify prefill's Flush".into());
+        }
+    };
+    *buf = keep;
+    if !c.cqe.status.is_success() {
+        return Err(format!("verify prefill Flush failed: {}", c.cqe.status));
+    }
+    Ok(())
 }
 
 /// Waits for one completion: blocking on the job's channel, or busy-polling its poll

@@ -119,19 +119,40 @@ pub(super) fn flush(inner: &mut Inner, sends: &AtomicU64) -> io::Result<()> {
 /// Submits into the state machine, or keeps the request in the backlog when the queue
 /// is full.
 pub(super) fn submit_locked(inner: &mut Inner, req: Req) {
-    if !inner.backlog.is_empty() || inner.hq.free_slots() == 0 {
+    if !inner.backlog.is_empty() {
+        // Behind those already waiting, in order.
         inner.backlog.push_back(req);
         return;
     }
-    let Req { sqe, data, token, .. } = req;
+    if let Err(req) = submit_now(inner, req) {
+        inner.backlog.push_back(req);
+    }
+}
+
+/// Puts a request into the state machine, or hands it back when every slot is taken.
+fn submit_now(inner: &mut Inner, req: Req) -> Result<(), Req> {
+    if inner.hq.free_slots() == 0 {
+        return Err(req);
+    }
+    let Req { sqe, data, token, last } = req;
     if let Err((_, data)) = inner.hq.submit(sqe, data, token) {
-        inner.backlog.push_back(Req { sqe, data, token, last: true });
-        return;
+        return Err(Req { sqe, data, token, last });
     }
     if inner.unsent_reqs == 0 {
         inner.first_unsent_ns = monotonic_ns();
     }
     inner.unsent_reqs += 1;
+    Ok(())
+}
+
+/// Moves waiting requests into the slots completions freed, oldest first.
+fn drain_backlog(inner: &mut Inner) {
+    while let Some(req) = inner.backlog.pop_front() {
+        if let Err(req) = submit_now(inner, req) {
+            inner.backlog.push_front(req);
+            break;
+        }
+    }
 }
 
 /// Output bytes a round lets build up before sending them.
@@ -189,11 +210,7 @@ pub(super) fn reap_locked(q: &Queue, inner: &mut Inner, shared: &Shared) -> bool
         }
     }
     // Completions freed slots: move the backlog in.
-    while !inner.backlog.is_empty() && inner.hq.free_slots() > 0 {
-        if let Some(r) = inner.backlog.pop_front() {
-            submit_locked(inner, r);
-        }
-    }
+    drain_backlog(inner);
     true
 }
 

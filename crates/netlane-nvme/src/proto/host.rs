@@ -91,6 +91,9 @@ struct Inflight {
     in_capsule: bool,
     received: usize,
     r2ts: u32,
+    /// End of the host data already sent for R2Ts: a later R2T must start at or after
+    /// it, so a controller can never make the host send a byte twice.
+    r2t_sent: u64,
     digest_error: bool,
 }
 
@@ -217,8 +220,16 @@ impl HostQueue {
         let id = if in_capsule { SGL_ICD } else { SGL_TRANSPORT };
         sqe.set_sgl(SglDesc { addr: 0, len, id });
         self.tx.capsule_cmd(self.out.vec(), &sqe, if in_capsule { &data } else { &[] });
-        self.slots[usize::from(cid)] =
-            Some(Inflight { token, dir, buf: data, in_capsule, received: 0, r2ts: 0, digest_error: false });
+        self.slots[usize::from(cid)] = Some(Inflight {
+            token,
+            dir,
+            buf: data,
+            in_capsule,
+            received: 0,
+            r2ts: 0,
+            r2t_sent: 0,
+            digest_error: false,
+        });
         self.stats.submitted += 1;
         Ok(cid)
     }
@@ -408,6 +419,17 @@ impl HostQueue {
                         "R2T outside the command's data",
                     )));
                 }
+                // A controller asks for each part of the data once, in order; Linux's
+                // host refuses an offset below what it already sent the same way
+                // ("Unexpected r2t offset", nvme_tcp_handle_r2t in drivers/nvme/host/tcp.c).
+                if u64::from(r2to) < f.r2t_sent {
+                    return Err(QueueError::Violation(Violation::new(
+                        Fes::DataOutOfRange,
+                        0,
+                        "R2T asks again for data already sent",
+                    )));
+                }
+                f.r2t_sent = end;
                 // Each R2T is answered in full at once, so at most one is ever
                 // outstanding from this host's side, within any MAXR2T.
                 f.r2ts += 1;

@@ -3,6 +3,7 @@
 //! becomes a storage request (`storage.rs`); its completion answers the command.
 
 use std::borrow::Cow;
+use std::sync::atomic::Ordering;
 
 use super::queue::{Outcome, TargetQueue};
 use super::storage::{ALL_NAMESPACES, Job, StorageOp};
@@ -89,6 +90,7 @@ impl TargetQueue {
                 if nsid != ALL_NAMESPACES && self.subsys.namespace(nsid).is_none() {
                     return Outcome::Done(Status::INVALID_NS, 0);
                 }
+                self.subsys.stats.flush_cmds.fetch_add(1, Ordering::Relaxed);
                 self.submit(nsid, StorageOp::Flush, Job::Plain { cid, failure: Status::WRITE_FAULT });
                 Outcome::Hold
             }

@@ -172,6 +172,8 @@ pub struct SubsystemStats {
     pub read_cmds: AtomicU64,
     /// Write commands completed.
     pub write_cmds: AtomicU64,
+    /// Flush commands accepted.
+    pub flush_cmds: AtomicU64,
     /// Connections terminated for a protocol violation.
     pub terminations: AtomicU64,
     /// Data digest errors seen.
