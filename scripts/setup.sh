@@ -6,7 +6,9 @@
 #                             tshark whose NVMe/TCP dissector checks our PDUs,
 #                             clang-format for the BPF C, chromium in which a test
 #                             renders the lab's report, qemu-system-x86 and cpio for
-#                             the tests against the kernel's NVMe/TCP in a guest)
+#                             the tests against the kernel's NVMe/TCP in a guest,
+#                             the Prometheus client library whose parser reads our
+#                             metrics)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -15,7 +17,8 @@
 set -euo pipefail
 
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
-      libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio)
+      libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
+      python3 python3-prometheus-client)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi

@@ -92,6 +92,10 @@ pub struct TargetArgs {
     /// A connection must finish ICReq and Connect within this.
     #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
     pub setup_timeout: Duration,
+    /// Serve Prometheus metrics at http://ADDR/metrics (a loopback address): per-queue
+    /// commands, bytes, errors by status, latency histogram; connections.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -131,16 +135,20 @@ impl TargetArgs {
             spin: self.spin,
             max_connections: self.max_connections,
             storage_threads: self.storage_threads,
+            metrics_addr: self.metrics_addr,
         };
         let server = TargetServer::start(subsys, &opts).context("start the target")?;
         let addrs: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
         let addr = addrs.join(",");
         let line =
             format!("listening on {addr} nqn={} reactors={cpus} namespaces={}", self.nqn, self.namespaces.join(","));
-        if out.json_to_stdout() {
-            eprintln!("{line}");
-        } else {
-            out::println(&line);
+        let metrics = server.metrics_addr().map(|a| format!("metrics at http://{a}/metrics"));
+        for l in std::iter::once(line).chain(metrics) {
+            if out.json_to_stdout() {
+                eprintln!("{l}");
+            } else {
+                out::println(&l);
+            }
         }
         let start = Instant::now();
         let stats = server.serve(&STOP, self.time).context("the target failed")?;
@@ -157,13 +165,17 @@ impl TargetArgs {
         if !out.json_to_stdout() {
             let s = &doc.body.stats;
             out::println(&format!(
-                "stopped after {:.1} s: connections={} commands={} reads={} writes={} rounds={} sends={} \
-                 reactor_cpu_s={:.3} keepalive_expiries={} terminations={} data_digest_errors={}",
+                "stopped after {:.1} s: connections={} refused={} commands={} reads={} writes={} flushes={} \
+                 errors={} rounds={} sends={} reactor_cpu_s={:.3} keepalive_expiries={} terminations={} \
+                 data_digest_errors={}",
                 doc.body.seconds,
                 s.connections,
+                s.refused,
                 s.commands,
                 s.subsystem.read_cmds,
                 s.subsystem.write_cmds,
+                s.subsystem.flush_cmds,
+                s.errors.values().sum::<u64>(),
                 s.rounds,
                 s.sends,
                 s.reactor_cpu.total_s(),

@@ -2,7 +2,7 @@
 //! Every JSON document a command writes is validated against the schema in
 //! `docs/schema/`.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -427,6 +427,7 @@ fn nvme_bad_options_are_explained() {
 fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
         .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:16M", "--json", "-"])
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -436,8 +437,30 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     err.read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on "), "with --json -, the address goes to stderr: {line:?}");
     let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap().to_string();
-    let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "300ms", "--ramp", "0s"]);
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    let metrics = line
+        .trim()
+        .strip_prefix("metrics at http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("no metrics address: {line:?}"))
+        .to_string();
+    let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "300ms", "--ramp", "0s", "--rw", "randrw"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The exposition, read by the Prometheus client library's own parser.
+    let scraped = prometheus_samples(&metrics);
+    let get = |name: &str, labels: &str| {
+        scraped.iter().find(|(n, l, _)| n == name && l == labels).map(|s| s.2).unwrap_or_else(|| {
+            panic!("no sample {name}{{{labels}}} in {scraped:?}");
+        })
+    };
+    let commands = get("netlane_nvme_target_commands_total", "queue=all");
+    let reads = get("netlane_nvme_target_reads_total", "queue=all");
+    assert!(reads > 0.0 && get("netlane_nvme_target_writes_total", "queue=all") > 0.0);
+    // Every command completed except the Asynchronous Event Request the target holds.
+    assert_eq!(get("netlane_nvme_target_command_latency_seconds_count", "queue=all"), commands - 1.0);
+    assert_eq!(get("netlane_nvme_target_connections_total", "outcome=accepted"), 3.0, "admin + 2 I/O queues");
+    assert_eq!(get("netlane_nvme_target_open_connections", ""), 0.0, "perf disconnected");
     let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     let status = child.wait().unwrap();
@@ -445,8 +468,40 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     let mut out = String::new();
     child.stdout.take().unwrap().read_to_string(&mut out).unwrap();
     let doc = valid_document(&out, "nvme-target");
-    assert!(doc["stats"]["commands"].as_u64().unwrap() > 0, "{out}");
-    assert!(doc["stats"]["subsystem"]["read_cmds"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(doc["stats"]["commands"].as_u64(), Some(commands as u64), "final counters as last scraped: {out}");
+    assert_eq!(doc["stats"]["subsystem"]["read_cmds"].as_u64(), Some(reads as u64), "{out}");
+}
+
+/// GET http://`addr`/metrics, parsed by Debian's python3-prometheus-client: (sample
+/// name, labels as `k=v,k=v` sorted, value) for every sample.
+fn prometheus_samples(addr: &str) -> Vec<(String, String, f64)> {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    write!(c, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut resp = String::new();
+    c.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"), "{head}");
+    let parser = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as f\n\
+                  for fam in f(sys.stdin.read()):\n  for s in fam.samples:\n    \
+                  print(s.name, ','.join(k + '=' + v for k, v in sorted(s.labels.items())), s.value, sep='\\t')\n";
+    let mut py = Command::new("/usr/bin/python3")
+        .args(["-c", parser])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("/usr/bin/python3 (scripts/setup.sh installs it with python3-prometheus-client)");
+    py.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
+    let o = py.wait_with_output().unwrap();
+    assert!(o.status.success(), "the Prometheus parser refused the exposition: {}\n{body}", stderr(&o));
+    stdout(&o)
+        .lines()
+        .map(|l| {
+            let mut f = l.split('\t');
+            let (n, labels, v) = (f.next().unwrap(), f.next().unwrap_or(""), f.next().unwrap());
+            (n.to_string(), labels.to_string(), v.parse().unwrap())
+        })
+        .collect()
 }
 
 #[test]

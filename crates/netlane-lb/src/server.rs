@@ -8,12 +8,13 @@
 //! files (JSON and Prometheus text, written atomically) and over HTTP on a loopback
 //! address (`/metrics`, `/stats`).
 
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
+
+use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 
 use crate::proto::config::{Config, VipChange};
 use crate::{Decap, Lb, LbError, LbOptions, LbStats, TcClassifier, XdpLink, XdpMode, if_index, render_prometheus};
@@ -79,47 +80,11 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), LbError> {
     std::fs::rename(&tmp, path).map_err(LbError::kernel(format!("rename to {}", path.display())))
 }
 
-/// Longest request line the metrics endpoint reads, and how long it waits for it.
-const HTTP_REQUEST_MAX: usize = 1024;
-const HTTP_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Serves the latest rendered statistics on `listener`: `/metrics` and `/stats`. One
-/// request per connection, bounded in size and time.
-fn serve_metrics(listener: TcpListener, latest: Arc<Mutex<(String, String)>>) -> Result<(), LbError> {
-    std::thread::Builder::new()
-        .name("lb-metrics".into())
-        .spawn(move || {
-            for mut conn in listener.incoming().flatten() {
-                let _ = conn.set_read_timeout(Some(HTTP_TIMEOUT));
-                let _ = conn.set_write_timeout(Some(HTTP_TIMEOUT));
-                let mut req = [0u8; HTTP_REQUEST_MAX];
-                let n = conn.read(&mut req).unwrap_or(0);
-                let line = String::from_utf8_lossy(&req[..n]);
-                let path = line.split_whitespace().nth(1).unwrap_or("/");
-                let (prom, json) = latest.lock().map(|g| g.clone()).unwrap_or_default();
-                let (status, ctype, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", prom),
-                    "/stats" => ("200 OK", "application/json", json),
-                    _ => ("404 Not Found", "text/plain", "try /metrics or /stats\n".to_string()),
-                };
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            }
-        })
-        .map_err(LbError::kernel("start the metrics thread"))?;
-    Ok(())
-}
-
 /// Checks what can be checked before loading anything: the metrics address is
 /// loopback, the configuration parses, the output files' directories exist.
 pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
-    if let Some(a) = opts.metrics_addr
-        && !a.ip().is_loopback()
-    {
-        return Err(LbError::Invalid(format!("--metrics-addr {a}: serve metrics on a loopback address only")));
+    if let Some(a) = opts.metrics_addr {
+        check_metrics_addr(a).map_err(LbError::Invalid)?;
     }
     if opts.stats_interval < Duration::from_millis(100) {
         return Err(LbError::Invalid("--stats-interval must be at least 100ms".into()));
@@ -138,8 +103,23 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
 pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
     let mut config = check(opts)?;
     let mut seen = mtime(&opts.config);
+    let latest = Arc::new(Mutex::new((String::new(), String::new())));
+    // Bound before loading anything, so a busy port fails fast.
     let metrics = match opts.metrics_addr {
-        Some(a) => Some(TcpListener::bind(a).map_err(LbError::kernel(format!("bind --metrics-addr {a}")))?),
+        Some(a) => {
+            let pages = latest.clone();
+            let handler: Arc<Handler> = Arc::new(move |path: &str| {
+                let (prom, json) = pages.lock().map(|g| g.clone()).unwrap_or_default();
+                match path {
+                    "/metrics" => Some((TEXT_FORMAT, prom)),
+                    "/stats" => Some(("application/json", json)),
+                    _ => None,
+                }
+            });
+            let server = MetricsServer::start(a, "lb-metrics", handler)
+                .map_err(LbError::kernel(format!("bind --metrics-addr {a}")))?;
+            Some(server)
+        }
         None => None,
     };
     on(Event::Starting(&format!("loading the data plane and attaching to {}", opts.lb.iface)));
@@ -150,11 +130,8 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
         lb.set_classifier(Box::new(TcClassifier::attach(netns.as_deref(), iface, *max_rules)?));
     }
     on(Event::Config(&config));
-    let latest = Arc::new(Mutex::new((String::new(), String::new())));
-    if let Some(l) = metrics {
-        let addr = l.local_addr().map_err(LbError::kernel("metrics address"))?;
-        serve_metrics(l, latest.clone())?;
-        on(Event::Metrics(addr));
+    if let Some(m) = &metrics {
+        on(Event::Metrics(m.local_addr()));
     }
     let start = Instant::now();
     let mut next_stats = start;

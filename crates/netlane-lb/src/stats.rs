@@ -6,6 +6,8 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use netlane::metrics::prom::escape_label as label;
+
 use crate::driver::{Lb, LbError, kernel};
 use netlane_sys::bpf::GlobalStat;
 
@@ -99,11 +101,6 @@ pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
         tags: lb.tag_stats,
         tags_in_use: lb.tags.len(),
     })
-}
-
-/// Escapes a Prometheus label value.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// The counters in the Prometheus text exposition format (version 0.0.4).

@@ -1,5 +1,5 @@
-//! Measurement: CPU time (per thread, per process, system-wide), HDR histograms, and
-//! units for rates, sizes and durations.
+//! Measurement: CPU time (per thread, per process, system-wide), HDR histograms,
+//! units for rates, sizes and durations, and the Prometheus text format with its endpoint.
 //!
 //! CPU cost is reported two ways because receive work does not stay put: softirq
 //! processing runs on whichever CPU raised it, and is charged to whatever task was
@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod hist;
+pub mod prom;
 pub mod units;
 
 pub use cpu::{CpuTime, SystemCpu, SystemCpuDelta};

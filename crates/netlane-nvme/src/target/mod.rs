@@ -39,8 +39,11 @@ use serde::Serialize;
 
 use crate::wire::{Batch, RxBuf, send};
 use netlane::metrics::cpu::{CpuTime, thread_cpu};
+use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::ratelimit::RateLimit;
 use netlane::time::monotonic_ns;
+
+pub mod metrics;
 
 /// The subsystem NQN `netlane nvme target` serves unless told otherwise.
 pub const DEFAULT_NQN: &str = "nqn.2026-11.io.netlane:target";
@@ -61,6 +64,8 @@ pub struct TargetOptions {
     pub max_connections: usize,
     /// Threads that run storage operations which may block (file namespaces).
     pub storage_threads: usize,
+    /// Serve Prometheus metrics on this (loopback) address: `GET /metrics`.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl TargetOptions {
@@ -73,6 +78,7 @@ impl TargetOptions {
             spin: false,
             max_connections: 1024,
             storage_threads: 4,
+            metrics_addr: None,
         }
     }
 
@@ -90,6 +96,9 @@ impl TargetOptions {
         }
         if !(1..=256).contains(&self.storage_threads) {
             return bad(format!("storage threads {} must be 1..=256", self.storage_threads));
+        }
+        if let Some(a) = self.metrics_addr {
+            check_metrics_addr(a).or_else(bad)?;
         }
         Ok(())
     }
@@ -206,6 +215,7 @@ pub struct TargetServer {
     wakers: Vec<Arc<EventFd>>,
     pool: Option<mpsc::Sender<PoolJob>>,
     workers: Vec<JoinHandle<()>>,
+    metrics: Option<MetricsServer>,
 }
 
 /// A storage request for the pool, and where its result goes.
@@ -279,6 +289,21 @@ impl TargetServer {
         let addrs = listeners.iter().map(|l| l.local_addr()).collect::<io::Result<Vec<_>>>()?;
         subsys.set_listening(&addrs);
         let shared = Arc::new(Shared::default());
+        let metrics = match opts.metrics_addr {
+            Some(a) => {
+                let (shared, subsys) = (shared.clone(), subsys.clone());
+                let handler: Arc<Handler> = Arc::new(move |path: &str| {
+                    (path == "/metrics").then(|| {
+                        let queues = shared.queues.lock().map(|q| q.clone()).unwrap_or_default();
+                        (TEXT_FORMAT, metrics::render(&collect_stats(&shared, &subsys), &queues))
+                    })
+                });
+                let m = MetricsServer::start(a, "nvmet-metrics", handler)
+                    .map_err(|e| io::Error::new(e.kind(), format!("metrics on {a}: {e}")))?;
+                Some(m)
+            }
+            None => None,
+        };
 
         let (pool_tx, pool_rx) = mpsc::channel::<PoolJob>();
         let pool_rx = Arc::new(Mutex::new(pool_rx));
@@ -322,7 +347,7 @@ impl TargetServer {
         threads.push(std::thread::Builder::new().name("nvmet-accept".into()).spawn(move || {
             accept_loop(listeners, senders, acc_shared, max);
         })?);
-        Ok(TargetServer { addrs, subsys, shared, threads, wakers, pool: Some(pool_tx), workers })
+        Ok(TargetServer { addrs, subsys, shared, threads, wakers, pool: Some(pool_tx), workers, metrics })
     }
 
     /// The (first) address it listens on.
@@ -352,20 +377,12 @@ impl TargetServer {
 
     /// Counters so far (reactor CPU is filled in when reactors exit).
     pub fn stats(&self) -> TargetStats {
-        let mut s = self.shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
-        s.connections = self.shared.connections.load(Ordering::Relaxed);
-        s.refused = self.shared.refused.load(Ordering::Relaxed);
-        s.accept_errors = self.shared.accept_errors.load(Ordering::Relaxed);
-        s.subsystem = SubsystemCounters::of(&self.subsys);
-        if let Ok(q) = self.shared.queues.lock() {
-            let mut all = q.closed.clone();
-            for m in q.live.values() {
-                merge_queue_stats(&mut all, &m.stats);
-            }
-            s.commands = all.commands;
-            s.errors = all.errors.iter().map(|(k, v)| (format!("{k:#06x}"), *v)).collect();
-        }
-        s
+        collect_stats(&self.shared, &self.subsys)
+    }
+
+    /// Where the Prometheus metrics are served, if they are.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::local_addr)
     }
 
     /// The per-queue counters, as last published.
@@ -409,6 +426,7 @@ impl TargetServer {
         for t in self.workers.drain(..) {
             let _ = t.join();
         }
+        self.metrics = None;
     }
 }
 
@@ -416,6 +434,23 @@ impl Drop for TargetServer {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+fn collect_stats(shared: &Shared, subsys: &Subsystem) -> TargetStats {
+    let mut s = shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
+    s.connections = shared.connections.load(Ordering::Relaxed);
+    s.refused = shared.refused.load(Ordering::Relaxed);
+    s.accept_errors = shared.accept_errors.load(Ordering::Relaxed);
+    s.subsystem = SubsystemCounters::of(subsys);
+    if let Ok(q) = shared.queues.lock() {
+        let mut all = q.closed.clone();
+        for m in q.live.values() {
+            merge_queue_stats(&mut all, &m.stats);
+        }
+        s.commands = all.commands;
+        s.errors = all.errors.iter().map(|(k, v)| (format!("{k:#06x}"), *v)).collect();
+    }
+    s
 }
 
 /// Adds one queue's counters to a sum.
