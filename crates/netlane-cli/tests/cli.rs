@@ -309,6 +309,32 @@ fn lb_check_json_validates() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A child process that is killed and reaped when dropped unless it already exited, so
+/// a failing assertion never leaves a server running.
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// A `netlane nvme target` process on loopback; killed (by the PID we started) on drop.
 struct Target {
     child: std::process::Child,
@@ -425,13 +451,15 @@ fn nvme_bad_options_are_explained() {
 
 #[test]
 fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
-        .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:16M", "--json", "-"])
-        .args(["--metrics-addr", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["nvme", "target", "--listen", "127.0.0.1:0", "--cpus", "0", "--ns", "mem:16M", "--json", "-"])
+            .args(["--metrics-addr", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
     let mut err = BufReader::new(child.stderr.take().unwrap());
     err.read_line(&mut line).unwrap();
@@ -728,7 +756,7 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
         .args(["--stats-interval", "200ms", "--stats-json", stats.to_str().unwrap(), "--json", "-"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = run.spawn().unwrap();
+    let mut child = Reaped(run.spawn().unwrap());
     let deadline = Instant::now() + Duration::from_secs(20);
     while !stats.is_file() {
         assert!(Instant::now() < deadline, "lb run never published statistics");
