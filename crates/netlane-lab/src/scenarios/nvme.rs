@@ -509,6 +509,14 @@ impl NvmeBenchArgs {
             Value::opt(Spread::of(&values(rs, f)).and_then(|s| s.relative()).map(|r| r * 100.0))
         };
         let us_of = |f: fn(&Summary) -> u64| move |r: &PerfReport| lat(r, f, "latency").map(|v| v / 1e3);
+        // A check on the per-round ratio f(a) / f(b) of two modes of `part`.
+        let compare = |spec: Spec, part: Part, a: &str, b: &str, f: fn(&PerfReport) -> Measure, what: &str| match (
+            find(part, a),
+            find(part, b),
+        ) {
+            (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
+            _ => spec.skipped(format!("the {} part did not run", part.word())),
+        };
 
         if self.parts.contains(&Part::Qd1) {
             let mut t = Table::new(
@@ -556,11 +564,7 @@ impl NvmeBenchArgs {
                 series,
             });
             let pair = |id: &str, name: &str, a: &str, b: &str| {
-                let spec = Spec::below(id, name, 1.0, "x");
-                match (find(Part::Qd1, a), find(Part::Qd1, b)) {
-                    (Some(x), Some(y)) => spec.evaluate(paired(x, y, p50), &format!("{a} / {b} p50, per round")),
-                    _ => spec.skipped("the qd1 part did not run"),
-                }
+                compare(Spec::below(id, name, 1.0, "x"), Part::Qd1, a, b, p50, &format!("{a} / {b} p50"))
             };
             checks.push(pair(
                 "nvme.qd1-direct-send",
@@ -624,12 +628,14 @@ impl NvmeBenchArgs {
                 1.0,
                 "x",
             );
-            checks.push(match (find(Part::Qd32, "batched"), find(Part::Qd32, "send per command")) {
-                (Some(b), Some(n)) => {
-                    spec.evaluate(paired(b, n, per_core), "batched / send per command IOPS per host core, per round")
-                }
-                _ => spec.skipped("the qd32 part did not run"),
-            });
+            checks.push(compare(
+                spec,
+                Part::Qd32,
+                "batched",
+                "send per command",
+                per_core,
+                "batched / send per command IOPS per host core",
+            ));
             if let (Some(c), Some(b)) = (find(Part::Qd32, "caravans"), find(Part::Qd32, "batched"))
                 && let (Value::Num(cc), Value::Num(bc)) =
                     (med(c, |r| opt(r.cmds_per_send, "sends")), med(b, |r| opt(r.cmds_per_send, "sends")))
@@ -693,29 +699,34 @@ impl NvmeBenchArgs {
                 y: Axis::numeric("readers' IOPS", Unit::Count("IOPS".into()), Scale::Linear),
                 series: vec![Series { name: "readers".into(), points: iops_points }],
             });
-            let (shared, separate) = (find(Part::Mixed, "shared map"), find(Part::Mixed, "separate maps"));
             let spec = Spec::at_least(
                 "nvme.mixed-read-iops",
                 "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
                 2.0,
                 "x",
             );
-            checks.push(match (separate, shared) {
-                (Some(m), Some(s)) => spec.evaluate(paired(m, s, iops), "separate / shared readers' IOPS, per round"),
-                _ => spec.skipped("the mixed part did not run"),
-            });
+            checks.push(compare(
+                spec,
+                Part::Mixed,
+                "separate maps",
+                "shared map",
+                iops,
+                "separate / shared readers' IOPS",
+            ));
             let spec = Spec::at_least(
                 "nvme.mixed-read-p9999",
                 "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
                 5.0,
                 "x lower",
             );
-            checks.push(match (shared, separate) {
-                (Some(s), Some(m)) => {
-                    spec.evaluate(paired(s, m, p9999), "shared / separate readers' p99.99, per round")
-                }
-                _ => spec.skipped("the mixed part did not run"),
-            });
+            checks.push(compare(
+                spec,
+                Part::Mixed,
+                "shared map",
+                "separate maps",
+                p9999,
+                "shared / separate readers' p99.99",
+            ));
         }
 
         if self.parts.contains(&Part::Affinity) {
@@ -757,22 +768,21 @@ impl NvmeBenchArgs {
                 1.0,
                 "x",
             );
-            checks.push(match (find(Part::Affinity, "QD1 aligned"), find(Part::Affinity, "QD1 crossed")) {
-                (Some(a), Some(c)) => spec.evaluate(paired(a, c, p50), "aligned / crossed p50, per round"),
-                _ => spec.skipped("the affinity part did not run"),
-            });
+            checks.push(compare(spec, Part::Affinity, "QD1 aligned", "QD1 crossed", p50, "aligned / crossed p50"));
             let spec = Spec::at_least(
                 "nvme.affinity-qd32",
                 "Affinity: an aligned I/O worker raises QD32 IOPS per host core (talk: 180 K -> 230 K, 1.28x)",
                 1.2,
                 "x",
             );
-            checks.push(match (find(Part::Affinity, "QD32 aligned"), find(Part::Affinity, "QD32 crossed")) {
-                (Some(a), Some(c)) => {
-                    spec.evaluate(paired(a, c, per_core), "aligned / crossed IOPS per host core, per round")
-                }
-                _ => spec.skipped("the affinity part did not run"),
-            });
+            checks.push(compare(
+                spec,
+                Part::Affinity,
+                "QD32 aligned",
+                "QD32 crossed",
+                per_core,
+                "aligned / crossed IOPS per host core",
+            ));
         }
 
         if self.parts.contains(&Part::Caravans) {
