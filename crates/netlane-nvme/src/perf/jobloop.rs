@@ -223,7 +223,7 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         }
         // The pattern the reads are checked against is durable before they start: one
         // Flush for the namespace after the last prefill write completed.
-        if let Err(e) = flush_namespace(&spec, &shared, &done_rx, &mut slots[0].buf) {
+        if let Err(e) = flush_namespace(&spec, &shared, &done_rx) {
             res.failure = Some(e);
             return res;
         }
@@ -331,21 +331,14 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
     res
 }
 
-/// Sends one Flush for the job's namespace and waits for it; `buf` (a slot's buffer,
-/// idle now) rides along and comes back.
-fn flush_namespace(
-    spec: &JobSpec,
-    shared: &Shared,
-    done_rx: &mpsc::Receiver<Completion>,
-    buf: &mut Vec<u8>,
-) -> Result<(), String> {
+/// Sends one Flush for the job's namespace and waits for it.
+fn flush_namespace(spec: &JobSpec, shared: &Shared, done_rx: &mpsc::Receiver<Completion>) -> Result<(), String> {
     let hipri = spec.group.hipri;
     let qi = pick_queue(shared, if hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
     let mut sqe = Sqe::default();
     sqe.set_opcode(nvm::FLUSH);
     sqe.set_nsid(spec.nsid);
     let token = (spec.index as u64) << 32;
-    let keep = std::mem::take(buf);
     submit(shared, &shared.queues[qi], Req { sqe, data: Vec::new(), token, last: true });
     let waited_from = monotonic_ns();
     let c = loop {
@@ -359,7 +352,6 @@ fn flush_namespace(
             return Err("a queue failed during the verify prefill's Flush".into());
         }
     };
-    *buf = keep;
     if !c.cqe.status.is_success() {
         return Err(format!("verify prefill Flush failed: {}", c.cqe.status));
     }
