@@ -153,7 +153,7 @@ impl NvmeBenchArgs {
             let words: Vec<String> = match p {
                 Part::Qd1 => ["I/O worker", "direct send", "poll queue"].map(String::from).to_vec(),
                 Part::Qd32 => ["send per command", "batched", "caravans"].map(String::from).to_vec(),
-                Part::Mixed => ["shared map", "separate maps"].map(String::from).to_vec(),
+                Part::Mixed => ["shared map", "separate maps", "readers alone"].map(String::from).to_vec(),
                 Part::Affinity => {
                     ["QD1 aligned", "QD1 crossed", "QD32 aligned", "QD32 crossed"].map(String::from).to_vec()
                 }
@@ -221,9 +221,15 @@ impl NvmeBenchArgs {
                         JobGroup { cpus: CpuBinding::Unbound, ..g("name=writer,rw=write,bs=1M,qd=32,jobs=1")? };
                     // Direct send is on in both (as in current Linux hosts); only the
                     // queue maps differ.
-                    let both = vec![readers, writer];
+                    let both = vec![readers.clone(), writer];
                     modes.push(m("shared map", PerfOptions { direct_send: true, ..base(both.clone()) }));
                     modes.push(m("separate maps", PerfOptions { read_queues: 1, direct_send: true, ..base(both) }));
+                    // The floor no queue map can go below: the same readers with no
+                    // writer at all.
+                    modes.push(m(
+                        "readers alone",
+                        PerfOptions { read_queues: 1, direct_send: true, ..base(vec![readers]) },
+                    ));
                 }
                 Part::Affinity => {
                     // The blk-mq map sends the host CPU's commands to its queue either way;
@@ -667,7 +673,7 @@ impl NvmeBenchArgs {
             );
             let mut series = Vec::new();
             let mut iops_points = Vec::new();
-            for (x, label) in ["shared map", "separate maps"].iter().enumerate() {
+            for (x, label) in ["shared map", "separate maps", "readers alone"].iter().enumerate() {
                 let Some(rs) = find(Part::Mixed, label) else { continue };
                 t.push(Row::new(vec![
                     Value::text(*label),
@@ -695,7 +701,10 @@ impl NvmeBenchArgs {
                 name: "nvme-mixed-iops".into(),
                 title: "Mixed workload: the 16 readers' IOPS".into(),
                 kind: ChartKind::Bars,
-                x: Axis::categories("queue maps", vec!["shared map".into(), "separate maps".into()]),
+                x: Axis::categories(
+                    "queue maps",
+                    vec!["shared map".into(), "separate maps".into(), "readers alone".into()],
+                ),
                 y: Axis::numeric("readers' IOPS", Unit::Count("IOPS".into()), Scale::Linear),
                 series: vec![Series { name: "readers".into(), points: iops_points }],
             });
@@ -727,6 +736,35 @@ impl NvmeBenchArgs {
                 p9999,
                 "shared / separate readers' p99.99",
             ));
+            // What bounds the ratio here: a perfect queue map would give the readers
+            // their latency without a writer, so shared / alone is the most any map
+            // could reach on this machine.
+            if let (Some(shared), Some(sep), Some(alone)) = (
+                find(Part::Mixed, "shared map"),
+                find(Part::Mixed, "separate maps"),
+                find(Part::Mixed, "readers alone"),
+            ) {
+                let ratios = |a, b| -> Option<Spread> {
+                    Spread::of(&paired(a, b, p9999).into_iter().filter_map(Result::ok).collect::<Vec<_>>())
+                };
+                if let (Some(ceiling), Some(gap), Value::Num(floor)) =
+                    (ratios(shared, alone), ratios(sep, alone), med(alone, p9999))
+                {
+                    notes.push(format!(
+                        "The 16 readers alone, with no writer, have p99.99 {} us (median of {} rounds): the floor \
+                         no queue map can go below on this CPU split. Shared map / readers alone is {}x ({}..{}), \
+                         the most separate maps could reach here; separate maps / readers alone is {}x ({}..{}).",
+                        sig(floor / 1e3),
+                        alone.len(),
+                        sig(ceiling.median),
+                        sig(ceiling.min),
+                        sig(ceiling.max),
+                        sig(gap.median),
+                        sig(gap.min),
+                        sig(gap.max),
+                    ));
+                }
+            }
         }
 
         if self.parts.contains(&Part::Affinity) {
@@ -1027,6 +1065,7 @@ mod tests {
                     "batched" => perf(200_000, 160_000, 2_200_000, 0.8),
                     "caravans" => perf(160_000, 170_000, 2_700_000, 0.8),
                     "shared map" => perf(2_100, 7_400_000, 15_000_000, 1.0),
+                    "readers alone" => perf(40_000, 350_000, 1_500_000, 1.0),
                     "QD1 aligned" => perf(30_000, 30_000, 900_000, 0.5),
                     "QD1 crossed" => perf(27_000, 34_000, 900_000, 0.5),
                     "QD32 aligned" => perf(230_000, 140_000, 900_000, 1.0),
@@ -1053,6 +1092,11 @@ mod tests {
         for c in &r.checks {
             assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
         }
+        // 15 ms shared, 2 ms separate, 1.5 ms without a writer.
+        let floor = r.notes.iter().find(|n| n.contains("readers alone")).expect("a note on the mixed floor");
+        assert!(floor.contains("p99.99 1500 us"), "{floor}");
+        assert!(floor.contains("is 10.0x (10.0..10.0)"), "{floor}");
+        assert!(floor.contains("is 1.33x"), "{floor}");
     }
 
     #[test]
