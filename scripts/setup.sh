@@ -8,7 +8,9 @@
 #                             renders the lab's report, qemu-system-x86 and cpio for
 #                             the tests against the kernel's NVMe/TCP in a guest,
 #                             the Prometheus client library whose parser reads our
-#                             metrics)
+#                             metrics, socat as a standard UDP echo server for the
+#                             request/response clients, tcpdump to show packet paths
+#                             coexist with other capture sockets)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -18,7 +20,7 @@ set -euo pipefail
 
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
       libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
-      python3 python3-prometheus-client)
+      python3 python3-prometheus-client socat tcpdump)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi

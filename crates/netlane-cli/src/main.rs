@@ -11,6 +11,7 @@ mod lab;
 mod lb;
 mod nvme;
 mod out;
+mod rr;
 mod signals;
 
 use std::io::IsTerminal;
@@ -57,6 +58,12 @@ enum Cmd {
     Nvme {
         #[command(subcommand)]
         cmd: nvme::NvmeCmd,
+    },
+    /// Datagram request/response IPC: the server on five receive paths and the client
+    /// population.
+    Rr {
+        #[command(subcommand)]
+        cmd: rr::RrCmd,
     },
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
@@ -180,6 +187,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Lab(a) => lab::run(&a),
         Cmd::Lb { cmd } => lb::run(cmd).map(|()| 0),
         Cmd::Nvme { cmd } => nvme::run(cmd),
+        Cmd::Rr { cmd } => rr::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Topo { cmd } => topo(&cmd).map(|()| 0),
         Cmd::Completions { shell } => {
@@ -212,9 +220,9 @@ fn main() -> ExitCode {
     // The sender process stays single-threaded: no handler thread, no namespaces.
     match &cli.cmd {
         Cmd::BulkTx | Cmd::Completions { .. } | Cmd::Man { .. } => {}
-        Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) } | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) } => {
-            signals::install(signals::Mode::Server)
-        }
+        Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) }
+        | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) }
+        | Cmd::Rr { cmd: rr::RrCmd::Serve(_) } => signals::install(signals::Mode::Server),
         _ => signals::install(signals::Mode::Job),
     }
 

@@ -783,3 +783,70 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
     assert!(stdout(&o).contains("decapsulated on lb1"), "{}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
+    let dir = temp_dir("rr-json");
+    std::fs::create_dir_all(&dir).unwrap();
+    let serve_json = dir.join("serve.json");
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["rr", "serve", "--listen", "127.0.0.1:0", "--path", "recvfrom", "-t", "60s", "--json"])
+            .arg(&serve_json)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start rr serve"),
+    );
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
+    if addr.is_empty() {
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        panic!("unexpected serve output {line:?}, stderr {err:?}");
+    }
+    let o = netlane(&["rr", "clients", "--server", addr, "--clients", "8", "-t", "500ms", "--ramp", "100ms", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "rr-clients");
+    let r = &doc["report"];
+    let responses = r["responses"].as_u64().unwrap();
+    assert!(responses > 100, "{r}");
+    for k in ["corrupt", "mismatched", "lost"] {
+        assert_eq!(r[k].as_u64(), Some(0), "{k}: {r}");
+    }
+    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    assert_eq!(child.wait().unwrap().code(), Some(0), "a server stopped by SIGTERM exits 0");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("stopped after") && rest.contains("responses="), "{rest}");
+    let doc = valid_document(&std::fs::read_to_string(&serve_json).unwrap(), "rr-serve");
+    assert!(doc["stats"]["responses"].as_u64().unwrap() >= responses, "{doc}");
+    assert_eq!(doc["stats"]["path"], "recvfrom");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rr_bad_options_and_an_absent_server_are_clear_errors() {
+    let o = netlane(&["rr", "serve", "--path", "tpacket-v9"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown receive path \"tpacket-v9\""), "{}", stderr(&o));
+    let o = netlane(&["rr", "serve", "--listen", "127.0.0.1:0", "--segment", "20"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("segment size 20"), "{}", stderr(&o));
+    let o = netlane(&["rr", "serve", "--listen", "127.0.0.1:0", "--batch", "0"]);
+    assert!(stderr(&o).contains("batch 0: must be 1..="), "{}", stderr(&o));
+    let o = netlane(&["rr", "clients", "--request", "10"]);
+    assert!(stderr(&o).contains("request size 10"), "{}", stderr(&o));
+    let o = netlane(&["rr", "clients", "--threads", "3", "--clients", "2"]);
+    assert!(stderr(&o).contains("3 threads for 2 clients"), "{}", stderr(&o));
+    // Nobody listens: the run ends on time with an error that says what happened.
+    let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let server = format!("127.0.0.1:{port}");
+    let o = netlane(&["rr", "clients", "--server", &server, "--clients", "2", "-t", "300ms", "--timeout", "20ms"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains(&format!("no response from {server}")), "{}", stderr(&o));
+    assert!(stdout(&o).contains("lost="), "{}", stdout(&o));
+}

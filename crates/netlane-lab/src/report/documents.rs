@@ -1,5 +1,5 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
-//! `lb run`, `nvme perf`, `nvme target`), and the JSON Schema of every document kind.
+//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`), and the JSON Schema of every document kind.
 //! Each is wrapped in a [`Document`](super::Document): the same header everywhere.
 
 use schemars::JsonSchema;
@@ -57,6 +57,20 @@ pub struct NvmeTarget {
     pub stats: netlane_nvme::target::TargetStats,
 }
 
+/// `netlane rr serve --json`: the server's final counters.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RrServe {
+    /// The counters.
+    pub stats: netlane_rr::server::ServerStats,
+}
+
+/// `netlane rr clients --json`: what the client population measured.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct RrClients {
+    /// The measurements.
+    pub report: netlane_rr::clients::ClientsReport,
+}
+
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.
 pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
     let s = |v: schemars::Schema| v.to_value();
@@ -67,5 +81,7 @@ pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),
         ("nvme-target", s(schemars::schema_for!(Document<NvmeTarget>))),
+        ("rr-serve", s(schemars::schema_for!(Document<RrServe>))),
+        ("rr-clients", s(schemars::schema_for!(Document<RrClients>))),
     ]
 }

@@ -1,0 +1,279 @@
+//! `netlane rr serve` and `netlane rr clients`: arguments in, library calls, output.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+use netlane::cpus::CpuList;
+use netlane::metrics::units::parse_size;
+use netlane_lab::report::documents::{RrClients, RrServe};
+use netlane_lab::report::{self};
+use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration};
+use netlane_rr::clients::{ClientsConfig, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::server::ResponderConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{PathKind, ServerConfig};
+
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
+
+/// Datagram request/response service.
+#[derive(Debug, Subcommand)]
+pub enum RrCmd {
+    /// Serve requests on one receive path until SIGINT/SIGTERM (or --time); then print
+    /// the final counters and exit 0.
+    Serve(Box<ServeArgs>),
+    /// Run a client population against a server (ours, or any UDP echo server with
+    /// --echo) and print throughput, latency and what went wrong.
+    Clients(Box<ClientsArgs>),
+}
+
+/// Runs an `rr` command.
+pub fn run(cmd: RrCmd) -> Result<u8> {
+    match cmd {
+        RrCmd::Serve(a) => a.run(),
+        RrCmd::Clients(a) => a.run(),
+    }
+}
+
+fn size(s: &str) -> Result<usize, String> {
+    let v = parse_size(s).map_err(|e| e.to_string())?;
+    usize::try_from(v).map_err(|_| format!("{s} is too large"))
+}
+
+fn cpu(s: &str) -> Result<usize, String> {
+    let l = netlane::cpus::parse_online(s)?;
+    match l.as_slice() {
+        [c] => Ok(*c),
+        _ => Err(format!("{s}: one CPU")),
+    }
+}
+
+/// `netlane rr serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address and port to serve (IPv4 or IPv6; port 0 picks one).
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub listen: SocketAddr,
+    /// Receive path: recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp.
+    #[arg(long, default_value = "recvmmsg")]
+    pub path: PathKind,
+    /// Datagrams per recvmmsg call.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+    /// Split responses into datagrams of this size (header included) sent with GSO;
+    /// clients read them with GRO. Without it a response is one datagram (IP fragments
+    /// it above the MTU).
+    #[arg(long, value_parser = size)]
+    pub segment: Option<usize>,
+    /// Largest response a request may ask for (payload bytes).
+    #[arg(long, default_value = "65467", value_parser = size)]
+    pub max_response: usize,
+    /// Echo every datagram back unchanged (a standard UDP echo server).
+    #[arg(long)]
+    pub echo: bool,
+    /// CPU the server thread is pinned to.
+    #[arg(long, value_parser = cpu)]
+    pub cpu: Option<usize>,
+    /// Stop after this long [default: run until SIGINT/SIGTERM].
+    #[arg(short = 't', long, value_parser = parse_positive_duration)]
+    pub time: Option<Duration>,
+    /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
+    /// `listening on ...`, then goes to stderr).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl ServeArgs {
+    fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let cfg = ServerConfig {
+            listen: self.listen,
+            path: self.path,
+            batch: self.batch,
+            responder: ResponderConfig {
+                max_response: u32::try_from(self.max_response)
+                    .with_context(|| format!("--max-response {}", self.max_response))?,
+                segment: self.segment,
+                echo: self.echo,
+            },
+            cpu: self.cpu,
+            duration: self.time,
+            ..ServerConfig::default()
+        };
+        cfg.validate()?;
+        let to_stdout = out.json_to_stdout();
+        let stats = netlane_rr::server::serve(&cfg, &STOP, |addr| {
+            let l = format!("listening on {addr} path={}{}", self.path, if self.echo { " echo" } else { "" });
+            if to_stdout {
+                eprintln!("{l}");
+            } else {
+                out::println(&l);
+            }
+        })?;
+        if !to_stdout {
+            out::println(&format!(
+                "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} \
+                 send_dropped={} send_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
+                 busy={:.1}%",
+                stats.seconds,
+                stats.frames,
+                stats.responses,
+                stats.datagrams_sent,
+                stats.gso_sends,
+                stats.refused_malformed + stats.refused_not_request + stats.refused_too_large,
+                stats.send_dropped,
+                stats.send_errors,
+                stats.wakeups,
+                stats.frames_per_wakeup,
+                stats.syscalls_per_response,
+                stats.busy * 100.0,
+            ));
+        }
+        out.write_json(&report::document("rr-serve", RrServe { stats }))?;
+        Ok(0)
+    }
+}
+
+/// `netlane rr clients`.
+#[derive(Debug, Args)]
+pub struct ClientsArgs {
+    /// Server address (IPv4 or IPv6).
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    pub server: SocketAddr,
+    /// Clients, each with its own socket.
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Threads the clients are spread over.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// CPUs the threads are pinned to, as a CPU list (thread i on the i-th) [default: unbound].
+    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    pub cpus: Option<CpuList>,
+    /// Request size in bytes (header included; at least 40).
+    #[arg(long, default_value = "512", value_parser = size)]
+    pub request: usize,
+    /// Response size in bytes (header included; at least 40).
+    #[arg(long, default_value = "8K", value_parser = size)]
+    pub response: usize,
+    /// The server echoes (a standard UDP echo server): the response is the request.
+    #[arg(long)]
+    pub echo: bool,
+    /// Closed loop: think time between a response and the next request.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub think: Duration,
+    /// Open loop: Poisson arrivals at this many requests per second in all (instead of
+    /// the closed loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Open loop: most requests in flight per client.
+    #[arg(long, default_value_t = 64)]
+    pub in_flight: usize,
+    /// Send a request again when its response has not come within this.
+    #[arg(long, default_value = "200ms", value_parser = parse_positive_duration)]
+    pub timeout: Duration,
+    /// Retransmissions before a request is given up (counted as lost).
+    #[arg(long, default_value_t = 3)]
+    pub retries: u32,
+    /// Read responses with UDP_GRO (for a server sending segments with --segment).
+    #[arg(long)]
+    pub gro: bool,
+    /// Measured time.
+    #[arg(short = 't', long, default_value = "5s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Time before measuring starts.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
+    pub ramp: Duration,
+    /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
+    /// is given; nothing else is written to stdout then).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl ClientsArgs {
+    fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        if self.response < HEADER_LEN && !self.echo {
+            bail!("--response {}: at least {HEADER_LEN} bytes (the header)", self.response);
+        }
+        let response_len = u32::try_from(self.response.saturating_sub(HEADER_LEN))
+            .with_context(|| format!("--response {}", self.response))?;
+        let (load, max_outstanding) = match self.rate {
+            Some(rate) => (Load::Open { rate }, self.in_flight),
+            None => (Load::Closed { think: self.think }, 1),
+        };
+        let cfg = ClientsConfig {
+            server: self.server,
+            clients: self.clients,
+            threads: self.threads,
+            cpus: self.cpus.clone(),
+            client: ClientConfig {
+                request_len: self.request,
+                response_len,
+                echo: self.echo,
+                timeout_ns: self.timeout.as_nanos() as u64,
+                max_retries: self.retries,
+                max_outstanding,
+            },
+            load,
+            ramp: self.ramp,
+            duration: self.time,
+            gro: self.gro,
+        };
+        cfg.validate()?;
+        let rep = netlane_rr::clients::run(&cfg, &STOP)?;
+        if !out.json_to_stdout() {
+            let l = &rep.latency_ns;
+            out::println(&format!(
+                "{} clients ({} loop) -> {}: {:.0} responses/s over {:.1} s, latency p50 {:.1} us p99 {:.1} us \
+                 p99.99 {:.1} us max {:.1} us",
+                rep.clients,
+                rep.load,
+                rep.server,
+                rep.responses_per_s,
+                rep.seconds,
+                l.p50 as f64 / 1e3,
+                l.p99 as f64 / 1e3,
+                l.p9999 as f64 / 1e3,
+                l.max as f64 / 1e3,
+            ));
+            out::println(&format!(
+                "requests={} responses={} retransmits={} lost={} late={} duplicates={} corrupt={} mismatched={} \
+                 arrivals_dropped={} send_errors={} recv_errors={} in_flight_at_end={} cpu_s={:.3}",
+                rep.requests,
+                rep.responses,
+                rep.retransmits,
+                rep.lost,
+                rep.late,
+                rep.duplicates,
+                rep.corrupt,
+                rep.mismatched,
+                rep.arrivals_dropped,
+                rep.send_errors,
+                rep.recv_errors,
+                rep.in_flight_at_end,
+                rep.cpu_s,
+            ));
+        }
+        let nothing = rep.responses == 0;
+        let doc = report::document("rr-clients", RrClients { report: rep });
+        out.write_json(&doc)?;
+        if nothing {
+            let r = &doc.body.report;
+            bail!(
+                "no response from {} in {:.1} s ({} requests, {} retransmits, {} receive errors such as ICMP port \
+                 unreachable)",
+                r.server,
+                r.seconds,
+                r.requests,
+                r.retransmits,
+                r.recv_errors
+            );
+        }
+        Ok(0)
+    }
+}

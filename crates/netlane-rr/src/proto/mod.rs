@@ -1,0 +1,7 @@
+//! The sans-IO protocol core: no sockets, clocks, files or threads. The drivers feed it
+//! bytes and times; the fuzz targets feed it anything.
+
+pub mod client;
+pub mod fuzzing;
+pub mod server;
+pub mod wire;

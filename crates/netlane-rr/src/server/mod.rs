@@ -1,0 +1,341 @@
+//! The request/response server: one thread, one receive path, responses through the
+//! service's UDP socket.
+//!
+//! The UDP socket stays bound on every path, so the kernel never answers the service's
+//! port with ICMP port unreachable, and other sockets and capture tools keep working. The
+//! thread sleeps in `epoll_wait` on the path's file descriptor when there is nothing to
+//! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
+
+mod path;
+
+use std::io::{self, IoSlice};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use netlane::metrics::cpu::thread_cpu;
+use netlane_sys::cmsg::CmsgBuf;
+use netlane_sys::consts::UDP_MAX_SEGMENTS;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use serde::Serialize;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+pub use path::{PathKind, RxPath};
+
+use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
+
+/// Largest batch for `recvmmsg`.
+pub const MAX_BATCH: usize = netlane_sys::msg::MAX_MMSG;
+
+/// How a server runs.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address and port of the service (port 0 picks one).
+    pub listen: SocketAddr,
+    /// The receive path.
+    pub path: PathKind,
+    /// Datagrams per `recvmmsg` call (the recvmmsg path).
+    pub batch: usize,
+    /// What responses look like.
+    pub responder: ResponderConfig,
+    /// CPU to pin the server thread to.
+    pub cpu: Option<usize>,
+    /// Socket receive buffer to ask for, bytes.
+    pub recv_buffer: usize,
+    /// Socket send buffer to ask for, bytes.
+    pub send_buffer: usize,
+    /// Stop after this long (None: until the stop flag).
+    pub duration: Option<Duration>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:7070".parse().expect("a literal address"),
+            path: PathKind::Recvmmsg,
+            batch: 64,
+            responder: ResponderConfig::default(),
+            cpu: None,
+            recv_buffer: 4 << 20,
+            send_buffer: 4 << 20,
+            duration: None,
+        }
+    }
+}
+
+/// Why a server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// A bad option.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A bad batch size.
+    #[error("batch {0}: must be 1..={MAX_BATCH}")]
+    Batch(usize),
+    /// The receive path is not available in this build.
+    #[error("receive path {0} is not available yet")]
+    Unavailable(PathKind),
+    /// A system call failed while setting up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServerError {
+    let what = what.into();
+    move |source| ServerError::Io { what, source }
+}
+
+impl ServerConfig {
+    /// Checks every option before anything is built.
+    pub fn validate(&self) -> Result<(), ServerError> {
+        self.responder.validate()?;
+        if !(1..=MAX_BATCH).contains(&self.batch) {
+            return Err(ServerError::Batch(self.batch));
+        }
+        if !self.path.available() {
+            return Err(ServerError::Unavailable(self.path));
+        }
+        Ok(())
+    }
+}
+
+/// A server's counters, returned when it stops.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct ServerStats {
+    /// The receive path.
+    pub path: String,
+    /// The address served.
+    pub listen: String,
+    /// Seconds served.
+    pub seconds: f64,
+    /// Datagrams the path delivered.
+    pub frames: u64,
+    /// Requests answered.
+    pub responses: u64,
+    /// Datagrams sent (a segmented response is several).
+    pub datagrams_sent: u64,
+    /// Bytes sent (UDP payload).
+    pub bytes_sent: u64,
+    /// Sends that carried several segments (GSO).
+    pub gso_sends: u64,
+    /// Datagrams that were not valid requests.
+    pub refused_malformed: u64,
+    /// Responses sent to the server.
+    pub refused_not_request: u64,
+    /// Requests asking for more than the server sends.
+    pub refused_too_large: u64,
+    /// Responses the socket would not take within a second (the client will ask again).
+    pub send_dropped: u64,
+    /// Other send errors.
+    pub send_errors: u64,
+    /// `epoll_wait` returns with something to read.
+    pub wakeups: u64,
+    /// `epoll_wait` calls.
+    pub polls: u64,
+    /// Receive system calls (including the one that found nothing).
+    pub recv_syscalls: u64,
+    /// Send system calls.
+    pub send_syscalls: u64,
+    /// CPU seconds of the server thread.
+    pub cpu_s: f64,
+    /// Share of the time the server thread was on a CPU (1 = never idle).
+    pub busy: f64,
+    /// Datagrams per wake-up.
+    pub frames_per_wakeup: f64,
+    /// System calls (receive, send, epoll) per request answered.
+    pub syscalls_per_response: f64,
+}
+
+/// Serves until `stop` is set (or the configured duration passes). `on_ready` gets the
+/// bound address once the path is ready to receive.
+pub fn serve(
+    cfg: &ServerConfig,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
+    cfg.validate()?;
+    netlane::cpus::pin(cfg.cpu);
+    let sock = bind(cfg)?;
+    let local = sock.local_addr().map_err(io_err("local address"))?;
+    let mut path = RxPath::new(cfg.path, &sock, cfg.batch).map_err(io_err(format!("set up the {} path", cfg.path)))?;
+    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
+    ep.add(path.fd(&sock), EpollEvent::new(EpollFlags::EPOLLIN, 0)).map_err(|e| io_err("epoll add")(e.into()))?;
+    let mut tx = Tx::new(&sock);
+    let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
+    let mut st = ServerStats { path: cfg.path.to_string(), listen: local.to_string(), ..ServerStats::default() };
+    on_ready(local);
+
+    let started = Instant::now();
+    let cpu0 = thread_cpu();
+    let mut events = [EpollEvent::empty(); 4];
+    while !stop.load(Ordering::Relaxed) && cfg.duration.is_none_or(|d| started.elapsed() < d) {
+        st.polls += 1;
+        let n = match ep.wait(&mut events, EpollTimeout::from(100u16)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(io_err("epoll_wait")(e.into())),
+        };
+        if n == 0 {
+            continue;
+        }
+        st.wakeups += 1;
+        // Drain: the path returns what it has; stop when it says it is empty.
+        loop {
+            let mut got = 0;
+            let r = path.recv(&sock, &mut |data, from| {
+                got += 1;
+                answer(cfg, &mut tx, &mut out, &mut st, data, from);
+            });
+            st.recv_syscalls += 1;
+            match r {
+                Ok(_) if got > 0 => st.frames += got,
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // ICMP errors queued on the socket (a client went away) surface
+                    // here: counted, never fatal.
+                    tracing::debug!(error = %e, "receive error");
+                    st.send_errors += 1;
+                    break;
+                }
+            }
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    st.seconds = seconds;
+    st.cpu_s = thread_cpu().total_s() - cpu0.total_s();
+    st.busy = if seconds > 0.0 { (st.cpu_s / seconds).min(1.0) } else { 0.0 };
+    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
+    st.send_syscalls = tx.syscalls;
+    st.gso_sends = tx.gso_sends;
+    st.syscalls_per_response = if st.responses > 0 {
+        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
+    } else {
+        0.0
+    };
+    Ok(st)
+}
+
+fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
+    let s = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM.cloexec(), Some(Protocol::UDP))
+        .map_err(io_err("UDP socket"))?;
+    if cfg.listen.is_ipv6() {
+        s.set_only_v6(true).map_err(io_err("IPV6_V6ONLY"))?;
+    }
+    // Buffers are best effort (capped by net.core.*mem_max); the stats show drops.
+    let _ = s.set_recv_buffer_size(cfg.recv_buffer);
+    let _ = s.set_send_buffer_size(cfg.send_buffer);
+    s.bind(&SockAddr::from(cfg.listen)).map_err(io_err(format!("bind {}", cfg.listen)))?;
+    s.set_nonblocking(true).map_err(io_err("O_NONBLOCK"))?;
+    Ok(s.into())
+}
+
+fn answer(cfg: &ServerConfig, tx: &mut Tx<'_>, out: &mut [u8], st: &mut ServerStats, request: &[u8], from: SocketAddr) {
+    match respond(&cfg.responder, request, out) {
+        Ok(reply) => {
+            st.responses += 1;
+            match tx.send(&out[..reply.len], reply.segment_len, from) {
+                Ok(()) => {
+                    st.datagrams_sent += reply.segments as u64;
+                    st.bytes_sent += reply.len as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.send_dropped += 1,
+                Err(e) => {
+                    tracing::debug!(error = %e, %from, "send failed");
+                    st.send_errors += 1;
+                }
+            }
+        }
+        Err(Refusal::Malformed(_)) => st.refused_malformed += 1,
+        Err(Refusal::NotARequest) => st.refused_not_request += 1,
+        Err(Refusal::TooLarge { .. }) => st.refused_too_large += 1,
+    }
+}
+
+/// Sends responses through the service's UDP socket: one datagram with `sendto`,
+/// segments with GSO (`UDP_SEGMENT`, up to 64 per call), falling back to one `sendto`
+/// per segment when the kernel refuses GSO.
+struct Tx<'a> {
+    sock: &'a UdpSocket,
+    gso: bool,
+    syscalls: u64,
+    gso_sends: u64,
+}
+
+impl<'a> Tx<'a> {
+    fn new(sock: &'a UdpSocket) -> Self {
+        Tx { sock, gso: true, syscalls: 0, gso_sends: 0 }
+    }
+
+    fn send(&mut self, data: &[u8], segment_len: usize, to: SocketAddr) -> io::Result<()> {
+        if data.len() <= segment_len {
+            return self.send_one(data, to);
+        }
+        if self.gso {
+            let dst = SockAddr::from(to);
+            let mut sent = 0;
+            for batch in data.chunks(segment_len * UDP_MAX_SEGMENTS) {
+                if batch.len() <= segment_len {
+                    self.send_one(batch, to)?;
+                    sent += batch.len();
+                    continue;
+                }
+                let mut cmsg = CmsgBuf::<32>::new();
+                cmsg.push_udp_segment(segment_len as u16).map_err(|_| io::Error::other("control buffer full"))?;
+                match self.retry(|s| {
+                    netlane_sys::msg::sendmsg(s.as_fd(), Some(&dst), &[IoSlice::new(batch)], cmsg.as_bytes(), 0)
+                }) {
+                    Ok(_) => {
+                        self.gso_sends += 1;
+                        sent += batch.len();
+                    }
+                    // EIO (no checksum offload), EINVAL/EMSGSIZE: send the rest one by one
+                    // from now on.
+                    Err(e)
+                        if sent == 0 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) =>
+                    {
+                        tracing::warn!(error = %e, "GSO refused; sending segments one by one");
+                        self.gso = false;
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            if self.gso {
+                return Ok(());
+            }
+        }
+        for seg in data.chunks(segment_len) {
+            self.send_one(seg, to)?;
+        }
+        Ok(())
+    }
+
+    fn send_one(&mut self, data: &[u8], to: SocketAddr) -> io::Result<()> {
+        self.retry(|s| s.send_to(data, to)).map(|_| ())
+    }
+
+    /// Runs a send; while the socket buffer is full waits for room (up to a second in
+    /// all), so a burst of responses is slowed, not dropped.
+    fn retry(&mut self, mut f: impl FnMut(&UdpSocket) -> io::Result<usize>) -> io::Result<usize> {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            self.syscalls += 1;
+            match f(self.sock) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                    let mut fds = [nix::poll::PollFd::new(self.sock.as_fd(), nix::poll::PollFlags::POLLOUT)];
+                    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(10u8));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The server and the clients over loopback (no privileges needed): every socket path,
+//! IPv4 and IPv6, segmented responses, a standard echo server (socat), and peers that
+//! lose or corrupt datagrams.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::server::{ResponderConfig, respond};
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerError, ServerStats};
+
+fn client(response: usize) -> ClientConfig {
+    ClientConfig {
+        request_len: 512,
+        response_len: (response - HEADER_LEN) as u32,
+        echo: false,
+        timeout_ns: 200_000_000,
+        max_retries: 3,
+        max_outstanding: 1,
+    }
+}
+
+fn population(server: SocketAddr, clients: usize, c: ClientConfig) -> ClientsConfig {
+    ClientsConfig {
+        server,
+        clients,
+        threads: 1,
+        cpus: None,
+        client: c,
+        load: Load::Closed { think: Duration::ZERO },
+        ramp: Duration::from_millis(100),
+        duration: Duration::from_millis(500),
+        gro: false,
+    }
+}
+
+/// Runs a server on `cfg` in a thread, hands its address to `f`, stops it, returns both.
+fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
+        let addr = rx.recv_timeout(Duration::from_secs(5)).expect("the server came up");
+        let out = f(addr);
+        stop.store(true, Ordering::Relaxed);
+        (out, h.join().unwrap().expect("the server ran"))
+    })
+}
+
+fn assert_clean(r: &ClientsReport) {
+    assert!(r.responses > 100, "too few responses: {r:?}");
+    assert_eq!((r.corrupt, r.mismatched, r.lost, r.send_errors, r.recv_errors), (0, 0, 0, 0, 0), "{r:?}");
+    assert!(r.latency_ns.count == r.responses && r.latency_ns.p50 > 0, "{r:?}");
+}
+
+#[test]
+fn every_socket_path_serves_every_client_over_ipv4_and_ipv6() {
+    for path in [PathKind::Recvfrom, PathKind::Recvmmsg] {
+        for listen in ["127.0.0.1:0", "[::1]:0"] {
+            let cfg = ServerConfig { listen: listen.parse().unwrap(), path, ..ServerConfig::default() };
+            let (r, st) = with_server(cfg, |addr| {
+                clients::run(&population(addr, 64, client(8192)), &AtomicBool::new(false)).unwrap()
+            });
+            assert_clean(&r);
+            // Every client was answered (64 4-tuples) and nothing was refused.
+            assert!(st.responses >= r.responses, "{path} {listen}: {st:?} {r:?}");
+            assert_eq!(st.refused_malformed + st.refused_too_large + st.send_errors + st.send_dropped, 0, "{st:?}");
+            assert!(st.wakeups > 0 && st.frames >= st.wakeups, "{st:?}");
+        }
+    }
+}
+
+#[test]
+fn segmented_responses_go_out_with_gso_and_come_back_whole_with_gro() {
+    let cfg = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        responder: ResponderConfig { segment: Some(1440), ..ResponderConfig::default() },
+        ..ServerConfig::default()
+    };
+    let (r, st) = with_server(cfg, |addr| {
+        let p = ClientsConfig { gro: true, ..population(addr, 16, client(8192)) };
+        clients::run(&p, &AtomicBool::new(false)).unwrap()
+    });
+    assert_clean(&r);
+    assert!(st.gso_sends > 0 && st.datagrams_sent >= 6 * st.responses - 6, "{st:?}");
+}
+
+#[test]
+fn an_open_loop_sends_at_its_rate_whatever_the_responses() {
+    let cfg = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() };
+    let (r, _) = with_server(cfg, |addr| {
+        let p = ClientsConfig {
+            load: Load::Open { rate: 2000.0 },
+            client: ClientConfig { max_outstanding: 8, ..client(1024) },
+            ..population(addr, 8, client(1024))
+        };
+        clients::run(&p, &AtomicBool::new(false)).unwrap()
+    });
+    assert_clean(&r);
+    // 2000/s for 0.5 s: about 1000 arrivals (Poisson; the bounds are five sigmas wide).
+    assert!((800..=1200).contains(&r.requests), "{r:?}");
+}
+
+/// A server that answers through `respond` but drops about a quarter of the requests and
+/// flips one payload byte in about a fifth of the responses (picked by a hash of the
+/// datagram count: a plain `n % 4` would keep hitting the same client of a population
+/// whose size it divides).
+fn lossy_server(sock: UdpSocket, stop: &AtomicBool) -> (u64, u64) {
+    sock.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let cfg = ResponderConfig::default();
+    let mut out = vec![0u8; cfg.max_reply_bytes()];
+    let mut buf = vec![0u8; 65_536];
+    let (mut n, mut dropped, mut corrupted) = (0u64, 0, 0);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok((len, from)) = sock.recv_from(&mut buf) else { continue };
+        n += 1;
+        let h = n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59;
+        if h % 4 == 0 {
+            dropped += 1;
+            continue;
+        }
+        let reply = respond(&cfg, &buf[..len], &mut out).unwrap();
+        if h % 5 == 1 {
+            out[HEADER_LEN + 7] ^= 0x40;
+            corrupted += 1;
+        }
+        sock.send_to(&out[..reply.len], from).unwrap();
+    }
+    (dropped, corrupted)
+}
+
+#[test]
+fn lost_requests_are_sent_again_and_corrupted_responses_never_accepted() {
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = sock.local_addr().unwrap();
+    let stop = AtomicBool::new(false);
+    let (r, (dropped, corrupted)) = thread::scope(|s| {
+        let h = s.spawn(|| lossy_server(sock, &stop));
+        let c = ClientConfig { timeout_ns: 5_000_000, max_retries: 20, ..client(2048) };
+        let r = clients::run(&population(addr, 8, c), &AtomicBool::new(false)).unwrap();
+        stop.store(true, Ordering::Relaxed);
+        (r, h.join().unwrap())
+    });
+    assert!(dropped > 10 && corrupted > 10, "the server misbehaved too little: {dropped} {corrupted}");
+    assert!(r.responses > 100, "{r:?}");
+    assert!(r.corrupt > 0 && r.retransmits > 0, "{r:?}");
+    assert_eq!((r.mismatched, r.lost), (0, 0), "{r:?}");
+}
+
+#[test]
+fn a_server_that_is_not_there_gives_errors_and_losses_not_a_hang() {
+    // A port nobody listens on: ICMP port unreachable on every send.
+    let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let c = ClientConfig { timeout_ns: 10_000_000, max_retries: 1, ..client(1024) };
+    let r = clients::run(&population(addr, 4, c), &AtomicBool::new(false)).unwrap();
+    assert_eq!(r.responses, 0);
+    assert!(r.lost > 0 && r.recv_errors > 0, "{r:?}");
+}
+
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn echo_mode_drives_a_standard_udp_echo_server() {
+    // socat (installed by scripts/setup.sh) answers each datagram with its own bytes.
+    let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("socat")
+        .args(["-T", "5", &format!("UDP4-RECVFROM:{port},bind=127.0.0.1,fork"), "PIPE"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("socat runs (scripts/setup.sh installs it)");
+    let _guard = Reaped(child);
+    thread::sleep(Duration::from_millis(300));
+    let c = ClientConfig { echo: true, ..client(512) };
+    let r =
+        clients::run(&population(format!("127.0.0.1:{port}").parse().unwrap(), 4, c), &AtomicBool::new(false)).unwrap();
+    assert!(r.responses > 20, "{r:?}");
+    assert_eq!((r.corrupt, r.mismatched, r.lost), (0, 0, 0), "{r:?}");
+}
+
+#[test]
+fn bad_options_fail_before_anything_is_built() {
+    let base = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() };
+    let run = |cfg: ServerConfig| server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start"));
+    assert!(matches!(run(ServerConfig { batch: 0, ..base.clone() }), Err(ServerError::Batch(0))));
+    assert!(matches!(run(ServerConfig { batch: 1025, ..base.clone() }), Err(ServerError::Batch(1025))));
+    let seg = ResponderConfig { segment: Some(20), ..ResponderConfig::default() };
+    assert!(matches!(run(ServerConfig { responder: seg, ..base.clone() }), Err(ServerError::Config(_))));
+    let e = "tpacket-v9".parse::<PathKind>().unwrap_err();
+    assert!(e.contains("recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp"), "{e}");
+    let bad = |f: fn(&mut ClientsConfig)| {
+        let mut p = population("127.0.0.1:9".parse().unwrap(), 4, client(1024));
+        f(&mut p);
+        clients::run(&p, &AtomicBool::new(false)).unwrap_err().to_string()
+    };
+    assert!(bad(|p| p.clients = 0).contains("0 clients"));
+    assert!(bad(|p| p.threads = 5).contains("5 threads for 4 clients"));
+    assert!(bad(|p| p.load = Load::Open { rate: -1.0 }).contains("rate -1"));
+    assert!(bad(|p| p.client.request_len = 10).contains("request size 10"));
+}
