@@ -14,7 +14,7 @@ use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind, ServerConfig};
+use netlane_rr::server::{PathKind, RingOptions, ServerConfig};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -41,6 +41,10 @@ pub fn run(cmd: RrCmd) -> Result<u8> {
 fn size(s: &str) -> Result<usize, String> {
     let v = parse_size(s).map_err(|e| e.to_string())?;
     usize::try_from(v).map_err(|_| format!("{s} is too large"))
+}
+
+fn parse_size_u32(s: &str) -> Result<u32, String> {
+    u32::try_from(size(s)?).map_err(|_| format!("{s} is too large"))
 }
 
 fn cpu(s: &str) -> Result<usize, String> {
@@ -77,6 +81,26 @@ pub struct ServeArgs {
     /// CPU the server thread is pinned to.
     #[arg(long, value_parser = cpu)]
     pub cpu: Option<usize>,
+    /// Ring paths: interface to read [default: the one with the listen address; every
+    /// interface for 0.0.0.0 or ::].
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// Ring paths: bytes per frame slot.
+    #[arg(long, default_value = "2048", value_parser = parse_size_u32)]
+    pub frame_size: u32,
+    /// TPACKET_V2: frames in the ring.
+    #[arg(long, default_value_t = 4096)]
+    pub frames: u32,
+    /// TPACKET_V3: frames per block (a block is this many frame slots; the reader wakes
+    /// once per block).
+    #[arg(long, default_value_t = 32)]
+    pub frames_per_block: u32,
+    /// TPACKET_V3: blocks in the ring.
+    #[arg(long, default_value_t = 64)]
+    pub blocks: u32,
+    /// TPACKET_V3: a partly filled block is handed over after this many milliseconds.
+    #[arg(long, default_value_t = 8)]
+    pub retire_ms: u32,
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -102,6 +126,14 @@ impl ServeArgs {
             },
             cpu: self.cpu,
             duration: self.time,
+            iface: self.iface.clone(),
+            ring: RingOptions {
+                frame_size: self.frame_size,
+                frames: self.frames,
+                frames_per_block: self.frames_per_block,
+                blocks: self.blocks,
+                retire_ms: self.retire_ms,
+            },
             ..ServerConfig::default()
         };
         cfg.validate()?;
@@ -118,7 +150,7 @@ impl ServeArgs {
             out::println(&format!(
                 "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} \
                  send_dropped={} send_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
-                 busy={:.1}%",
+                 busy={:.1}% ring_drops={} ring_freezes={} ring_fragments={} ring_skipped={}",
                 stats.seconds,
                 stats.frames,
                 stats.responses,
@@ -131,6 +163,10 @@ impl ServeArgs {
                 stats.frames_per_wakeup,
                 stats.syscalls_per_response,
                 stats.busy * 100.0,
+                stats.ring_drops,
+                stats.ring_freezes,
+                stats.ring_fragments,
+                stats.ring_skipped,
             ));
         }
         out.write_json(&report::document("rr-serve", RrServe { stats }))?;

@@ -13,6 +13,8 @@
 //! - [`sockopt`]: socket options the `libc`/`socket2` crates do not wrap (UDP GSO/GRO,
 //!   zerocopy, txtime, busy polling, NAPI id);
 //! - [`epoll`]: per-epoll busy-poll parameters (`EPIOCSPARAMS`, Linux 6.9);
+//! - [`packet`]: PF_PACKET receive rings (TPACKET_V2 and V3) mapped from the kernel,
+//!   with classic BPF socket filters;
 //! - [`process`]: entering a network namespace between fork and exec, and reaping a
 //!   child with its resource usage.
 //!
@@ -32,6 +34,7 @@ pub mod consts;
 pub mod epoll;
 pub mod errqueue;
 pub mod msg;
+pub mod packet;
 pub mod process;
 pub mod sockopt;
 

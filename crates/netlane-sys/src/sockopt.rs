@@ -53,7 +53,7 @@ pub fn get_txtime(fd: BorrowedFd<'_>) -> io::Result<(libc::clockid_t, u32)> {
     Ok((cfg.clockid, cfg.flags))
 }
 
-fn set_raw<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> io::Result<()> {
+pub(crate) fn set_raw<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` is a live, initialised `T` of the size passed; setsockopt(2) only
     // reads it. Callers pick `T` to match the option's kernel type.
     cvt(unsafe {

@@ -3,5 +3,6 @@
 
 pub mod client;
 pub mod fuzzing;
+pub mod packet;
 pub mod server;
 pub mod wire;

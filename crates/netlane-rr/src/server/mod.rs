@@ -21,7 +21,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-pub use path::{PathKind, RxPath};
+pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath};
 
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
 
@@ -47,6 +47,11 @@ pub struct ServerConfig {
     pub send_buffer: usize,
     /// Stop after this long (None: until the stop flag).
     pub duration: Option<Duration>,
+    /// Ring paths: the interface to read (None: the one that has the listen address,
+    /// every interface for an unspecified address).
+    pub iface: Option<String>,
+    /// Ring paths: the ring's geometry.
+    pub ring: RingOptions,
 }
 
 impl Default for ServerConfig {
@@ -60,6 +65,8 @@ impl Default for ServerConfig {
             recv_buffer: 4 << 20,
             send_buffer: 4 << 20,
             duration: None,
+            iface: None,
+            ring: RingOptions::default(),
         }
     }
 }
@@ -76,6 +83,17 @@ pub enum ServerError {
     /// The receive path is not available in this build.
     #[error("receive path {0} is not available yet")]
     Unavailable(PathKind),
+    /// A ring that cannot be built.
+    #[error("{path} ring: {why}")]
+    Ring {
+        /// The path.
+        path: PathKind,
+        /// What is wrong.
+        why: String,
+    },
+    /// No such interface, or none has the listen address.
+    #[error("{0}")]
+    Interface(String),
     /// A system call failed while setting up.
     #[error("{what}: {source}")]
     Io {
@@ -100,6 +118,9 @@ impl ServerConfig {
         }
         if !self.path.available() {
             return Err(ServerError::Unavailable(self.path));
+        }
+        if self.path.is_ring() {
+            self.ring.spec(self.path).map_err(|why| ServerError::Ring { path: self.path, why })?;
         }
         Ok(())
     }
@@ -134,6 +155,16 @@ pub struct ServerStats {
     pub send_dropped: u64,
     /// Other send errors.
     pub send_errors: u64,
+    /// Ring paths: the interface read ("all" for every interface).
+    pub iface: Option<String>,
+    /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
+    pub ring_fragments: u64,
+    /// Ring paths: other frames that were not a whole datagram for the service.
+    pub ring_skipped: u64,
+    /// Ring paths: frames the kernel dropped because the ring was full.
+    pub ring_drops: u64,
+    /// TPACKET_V3: times every block was held by the server (the ring froze).
+    pub ring_freezes: u64,
     /// `epoll_wait` returns with something to read.
     pub wakeups: u64,
     /// `epoll_wait` calls.
@@ -163,12 +194,15 @@ pub fn serve(
     netlane::cpus::pin(cfg.cpu);
     let sock = bind(cfg)?;
     let local = sock.local_addr().map_err(io_err("local address"))?;
-    let mut path = RxPath::new(cfg.path, &sock, cfg.batch).map_err(io_err(format!("set up the {} path", cfg.path)))?;
+    let (ifindex, iface) = if cfg.path.is_ring() { interface(cfg)? } else { (0, None) };
+    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, ifindex)
+        .map_err(io_err(format!("set up the {} path", cfg.path)))?;
+    let _ = path.take_ring_stats();
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
     ep.add(path.fd(&sock), EpollEvent::new(EpollFlags::EPOLLIN, 0)).map_err(|e| io_err("epoll add")(e.into()))?;
     let mut tx = Tx::new(&sock);
     let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
-    let mut st = ServerStats { path: cfg.path.to_string(), listen: local.to_string(), ..ServerStats::default() };
+    let mut st = ServerStats { path: cfg.path.to_string(), listen: local.to_string(), iface, ..ServerStats::default() };
     on_ready(local);
 
     let started = Instant::now();
@@ -192,7 +226,9 @@ pub fn serve(
                 got += 1;
                 answer(cfg, &mut tx, &mut out, &mut st, data, from);
             });
-            st.recv_syscalls += 1;
+            if !cfg.path.is_ring() {
+                st.recv_syscalls += 1;
+            }
             match r {
                 Ok(_) if got > 0 => st.frames += got,
                 Ok(_) => break,
@@ -215,12 +251,49 @@ pub fn serve(
     st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
     st.send_syscalls = tx.syscalls;
     st.gso_sends = tx.gso_sends;
+    let skips = path.skips();
+    let ring = path.take_ring_stats();
+    st.ring_fragments = skips.fragments;
+    st.ring_skipped = skips.other;
+    st.ring_drops = ring.drops;
+    st.ring_freezes = ring.freezes;
     st.syscalls_per_response = if st.responses > 0 {
         (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
     } else {
         0.0
     };
     Ok(st)
+}
+
+/// The interface a ring path reads: the one named, or the one that has the listen
+/// address (every interface when it is unspecified).
+fn interface(cfg: &ServerConfig) -> Result<(u32, Option<String>), ServerError> {
+    let name = match &cfg.iface {
+        Some(n) => n.clone(),
+        None if cfg.listen.ip().is_unspecified() => return Ok((0, Some("all".into()))),
+        None => {
+            let want = cfg.listen.ip();
+            let addrs = nix::ifaddrs::getifaddrs().map_err(|e| io_err("getifaddrs")(e.into()))?;
+            let found = addrs.into_iter().find(|a| {
+                a.address.as_ref().is_some_and(|s| {
+                    s.as_sockaddr_in().map(|v| std::net::IpAddr::V4(v.ip())) == Some(want)
+                        || s.as_sockaddr_in6().map(|v| std::net::IpAddr::V6(v.ip())) == Some(want)
+                })
+            });
+            match found {
+                Some(a) => a.interface_name,
+                None => {
+                    return Err(ServerError::Interface(format!(
+                        "no interface has {want}: name one for the {} path",
+                        cfg.path
+                    )));
+                }
+            }
+        }
+    };
+    let index = nix::net::if_::if_nametoindex(name.as_str())
+        .map_err(|e| ServerError::Interface(format!("interface {name}: {e}")))?;
+    Ok((index, Some(name)))
 }
 
 fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {

@@ -1,0 +1,184 @@
+//! The packet-ring paths (TPACKET_V2, TPACKET_V3) on loopback: they serve every client,
+//! coexist with tcpdump and other sockets, retire a lone request's block by timeout,
+//! and refuse impossible rings before building anything. Need root (CAP_NET_RAW).
+
+use std::io::Read;
+use std::net::{SocketAddr, UdpSocket};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use netlane::testing::privileged;
+use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{self, PathKind, RingOptions, ServerConfig, ServerError, ServerStats};
+
+const RINGS: [PathKind; 2] = [PathKind::TpacketV2, PathKind::TpacketV3];
+
+fn population(server: SocketAddr, clients: usize) -> ClientsConfig {
+    ClientsConfig {
+        server,
+        clients,
+        threads: 1,
+        cpus: None,
+        client: ClientConfig {
+            request_len: 512,
+            response_len: (8192 - HEADER_LEN) as u32,
+            echo: false,
+            timeout_ns: 300_000_000,
+            max_retries: 3,
+            max_outstanding: 1,
+        },
+        load: Load::Closed { think: Duration::ZERO },
+        ramp: Duration::from_millis(100),
+        duration: Duration::from_millis(600),
+        gro: false,
+    }
+}
+
+fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
+        let addr = match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(a) => a,
+            Err(_) => panic!("the server did not come up: {:?}", h.join()),
+        };
+        let out = f(addr);
+        stop.store(true, Ordering::Relaxed);
+        (out, h.join().unwrap().expect("the server ran"))
+    })
+}
+
+fn ring_server(path: PathKind, listen: &str, ring: RingOptions) -> ServerConfig {
+    ServerConfig { listen: listen.parse().unwrap(), path, ring, ..ServerConfig::default() }
+}
+
+fn assert_clean(r: &ClientsReport) {
+    assert!(r.responses > 50, "too few responses: {r:?}");
+    assert_eq!((r.corrupt, r.mismatched, r.lost, r.recv_errors), (0, 0, 0, 0), "{r:?}");
+}
+
+#[test]
+fn ring_paths_serve_every_client_over_ipv4_and_ipv6() {
+    if !privileged("ring_paths_serve_every_client_over_ipv4_and_ipv6") {
+        return;
+    }
+    // A small V3 block (4 frame slots) keeps 64 clients from waiting on the timeout.
+    let ring = RingOptions { frames_per_block: 4, retire_ms: 2, ..RingOptions::default() };
+    for path in RINGS {
+        for listen in ["127.0.0.1:0", "[::1]:0"] {
+            let (r, st) = with_server(ring_server(path, listen, ring), |addr| {
+                clients::run(&population(addr, 64), &AtomicBool::new(false)).unwrap()
+            });
+            assert_clean(&r);
+            assert_eq!(st.iface.as_deref(), Some("lo"), "{st:?}");
+            assert!(st.responses >= r.responses && st.frames == st.responses, "{path} {listen}: {st:?}");
+            assert_eq!((st.ring_drops, st.ring_skipped, st.ring_fragments), (0, 0, 0), "{st:?}");
+            // No socket receive calls: the ring is read from memory.
+            assert_eq!(st.recv_syscalls, 0, "{st:?}");
+        }
+    }
+}
+
+struct Reaped(Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn tcpdump_and_other_sockets_keep_working_while_a_ring_path_runs() {
+    if !privileged("tcpdump_and_other_sockets_keep_working_while_a_ring_path_runs") {
+        return;
+    }
+    for path in RINGS {
+        let other = UdpSocket::bind("127.0.0.1:0").unwrap();
+        other.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+        let other_addr = other.local_addr().unwrap();
+        let ring = RingOptions { frames_per_block: 4, retire_ms: 2, ..RingOptions::default() };
+        let ((r, captured, other_got), st) = with_server(ring_server(path, "127.0.0.1:0", ring), |addr| {
+            let mut dump = Reaped(
+                Command::new("tcpdump")
+                    .args(["-i", "lo", "-n", "-l", "-c", "20", "udp", "and", "dst", "port", &addr.port().to_string()])
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("tcpdump runs (scripts/setup.sh installs it)"),
+            );
+            thread::sleep(Duration::from_millis(500));
+            let r = clients::run(&population(addr, 8), &AtomicBool::new(false)).unwrap();
+            // Another socket on the same host and interface still gets its datagrams.
+            let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let mut other_got = 0;
+            let mut buf = [0u8; 64];
+            for i in 0..10u8 {
+                tx.send_to(&[i; 32], other_addr).unwrap();
+                if other.recv(&mut buf).is_ok_and(|n| n == 32 && buf[0] == i) {
+                    other_got += 1;
+                }
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && matches!(dump.0.try_wait(), Ok(None)) {
+                thread::sleep(Duration::from_millis(20));
+            }
+            let mut out = String::new();
+            if let Some(mut so) = dump.0.stdout.take() {
+                let _ = dump.0.kill();
+                let _ = so.read_to_string(&mut out);
+            }
+            (r, out.lines().filter(|l| l.contains(&format!(".{}:", addr.port()))).count(), other_got)
+        });
+        assert_clean(&r);
+        assert_eq!(captured, 20, "{path}: tcpdump saw the service's requests too");
+        assert_eq!(other_got, 10, "{path}: another UDP socket kept receiving");
+        assert!(st.responses >= r.responses, "{st:?}");
+    }
+}
+
+#[test]
+fn a_lone_request_is_delivered_when_its_v3_block_retires() {
+    if !privileged("a_lone_request_is_delivered_when_its_v3_block_retires") {
+        return;
+    }
+    // One client, a 64-slot block: the block never fills, so every request waits for
+    // the 30 ms retire timer, and still gets its answer.
+    let ring = RingOptions { frames_per_block: 64, retire_ms: 30, ..RingOptions::default() };
+    let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
+        clients::run(&population(addr, 1), &AtomicBool::new(false)).unwrap()
+    });
+    assert!(r.responses >= 5, "{r:?}");
+    assert_eq!((r.corrupt, r.lost, r.retransmits), (0, 0, 0), "{r:?}");
+    assert!(r.latency_ns.p50 >= 15_000_000, "a lone request cannot be handed over before its block retires: {r:?}");
+    assert_eq!(st.frames_per_wakeup, 1.0, "one request per retired block: {st:?}");
+}
+
+#[test]
+fn impossible_rings_are_refused_before_anything_is_built() {
+    let run = |path, ring| {
+        let cfg = ring_server(path, "127.0.0.1:0", ring);
+        server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err()
+    };
+    let d = RingOptions::default();
+    let e = run(PathKind::TpacketV3, RingOptions { frames_per_block: 3, ..d });
+    assert!(matches!(&e, ServerError::Ring { .. }), "{e}");
+    assert!(e.to_string().contains("3 frames per block of 2048 bytes make a 6144-byte block"), "{e}");
+    let e = run(PathKind::TpacketV3, RingOptions { blocks: 100_000, ..d });
+    assert!(e.to_string().contains("at most"), "{e}");
+    let e = run(PathKind::TpacketV2, RingOptions { frame_size: 100, ..d });
+    assert!(e.to_string().contains("frame size 100"), "{e}");
+    let e = run(PathKind::TpacketV2, RingOptions { frames: 0, ..d });
+    assert!(e.to_string().contains("at least one frame"), "{e}");
+    let cfg = ServerConfig { iface: Some("no-such-if0".into()), ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", d) };
+    if privileged("impossible_rings_are_refused_before_anything_is_built") {
+        let e = server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+        assert!(e.to_string().contains("interface no-such-if0"), "{e}");
+    }
+}

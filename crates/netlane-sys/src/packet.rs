@@ -1,0 +1,346 @@
+//! PF_PACKET receive rings (TPACKET_V2 frames, TPACKET_V3 blocks), memory-mapped and
+//! shared with the kernel, with a classic BPF filter so the socket sees only the
+//! traffic it is for.
+//!
+//! The kernel fills a frame (V2) or a block of frames (V3), then sets `TP_STATUS_USER`
+//! in its status word; user space reads it and hands it back by writing
+//! `TP_STATUS_KERNEL`. Both sides touch the status word concurrently, so it is read with
+//! acquire and written with release ordering (packet_mmap.rst; the kernel pairs them
+//! with `smp_wmb`/`smp_rmb` in af_packet.c). A packet socket gets a copy of each
+//! packet: other sockets (the service's own UDP socket, tcpdump) still get theirs.
+
+use std::io;
+use std::mem::{self, offset_of};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::cvt;
+use crate::sockopt::{set_int, set_raw};
+
+/// The ring layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RingSpec {
+    /// TPACKET_V2: `frames` fixed-size frames of `frame_size` bytes, in blocks of
+    /// `block_size` bytes.
+    V2 {
+        /// Bytes per block (a multiple of the page size).
+        block_size: u32,
+        /// Bytes per frame (a multiple of 16, at most a block).
+        frame_size: u32,
+        /// Frames in all.
+        frames: u32,
+    },
+    /// TPACKET_V3: `blocks` blocks of `block_size` bytes holding variable-size frames;
+    /// a block is handed to user space when full or after `retire_ms`.
+    V3 {
+        /// Bytes per block (a multiple of the page size).
+        block_size: u32,
+        /// Blocks.
+        blocks: u32,
+        /// Largest frame the block may hold (the kernel's accounting unit).
+        frame_size: u32,
+        /// Milliseconds after which a partly filled block is retired (0: the kernel
+        /// derives it from the link speed; 8 ms when unknown).
+        retire_ms: u32,
+    },
+}
+
+impl RingSpec {
+    /// Bytes the ring maps.
+    pub fn bytes(&self) -> usize {
+        match *self {
+            RingSpec::V2 { block_size, frame_size, frames } => {
+                let per_block = (block_size / frame_size.max(1)).max(1);
+                frames.div_ceil(per_block) as usize * block_size as usize
+            }
+            RingSpec::V3 { block_size, blocks, .. } => block_size as usize * blocks as usize,
+        }
+    }
+}
+
+/// The system's page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf(3) has no memory effects; _SC_PAGESIZE is always valid.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 { v as usize } else { 4096 }
+}
+
+/// One classic BPF instruction (`struct sock_filter`).
+pub type Insn = libc::sock_filter;
+
+/// The kernel's counters for a packet socket (reading them resets them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PacketStats {
+    /// Packets that passed the filter (including dropped ones).
+    pub packets: u64,
+    /// Packets dropped because the ring was full.
+    pub drops: u64,
+    /// Times the V3 ring was frozen (every block held by user space).
+    pub freezes: u64,
+}
+
+/// A packet socket with a memory-mapped receive ring.
+#[derive(Debug)]
+pub struct PacketRing {
+    fd: OwnedFd,
+    map: NonNull<u8>,
+    len: usize,
+    spec: RingSpec,
+    /// Frame (V2) or block (V3) to look at next.
+    next: usize,
+    count: usize,
+    stride: usize,
+}
+
+// SAFETY: the mapping belongs to this value alone (no aliases are handed out beyond a
+// `&mut self` borrow), so moving it to another thread is as safe as moving the fd.
+unsafe impl Send for PacketRing {}
+
+impl PacketRing {
+    /// Opens a packet socket for `protocol` (an ETH_P_* value, host order) on interface
+    /// `ifindex` (0: every interface), attaches `filter` before any packet can arrive,
+    /// ignores packets this host sends, sets up and maps the ring, then binds.
+    pub fn open(protocol: u16, ifindex: u32, filter: &[Insn], spec: RingSpec) -> io::Result<PacketRing> {
+        // Protocol 0 receives nothing until bind names the real one, so no packet
+        // slips in before the filter.
+        // SAFETY: socket(2) with constant arguments; the result is checked.
+        let raw = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        attach_filter(fd.as_fd(), filter)?;
+        set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)?;
+        let (count, stride) = match spec {
+            RingSpec::V2 { block_size, frame_size, frames } => {
+                let req = libc::tpacket_req {
+                    tp_block_size: block_size,
+                    tp_block_nr: spec.bytes().div_ceil(block_size as usize) as u32,
+                    tp_frame_size: frame_size,
+                    tp_frame_nr: frames,
+                };
+                set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, libc::tpacket_versions::TPACKET_V2 as i32)?;
+                set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                (frames as usize, frame_size as usize)
+            }
+            RingSpec::V3 { block_size, blocks, frame_size, retire_ms } => {
+                let req = libc::tpacket_req3 {
+                    tp_block_size: block_size,
+                    tp_block_nr: blocks,
+                    tp_frame_size: frame_size,
+                    tp_frame_nr: (block_size / frame_size.max(1)) * blocks,
+                    tp_retire_blk_tov: retire_ms,
+                    tp_sizeof_priv: 0,
+                    tp_feature_req_word: 0,
+                };
+                set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, libc::tpacket_versions::TPACKET_V3 as i32)?;
+                set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_RX_RING, &req)?;
+                (blocks as usize, block_size as usize)
+            }
+        };
+        let len = spec.bytes();
+        // SAFETY: a fresh shared mapping of the ring the kernel just allocated for this
+        // socket (packet_mmap.rst); the kernel checks `len` against the ring's size.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let map = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
+        let ring = PacketRing { fd, map, len, spec, next: 0, count, stride };
+        // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
+        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = protocol.to_be();
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a live sockaddr_ll and its size is passed with it.
+        cvt(unsafe {
+            libc::bind(
+                ring.fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(ring)
+    }
+
+    /// The layout.
+    pub fn spec(&self) -> RingSpec {
+        self.spec
+    }
+
+    /// The kernel's counters since the last call (`PACKET_STATISTICS` resets them).
+    pub fn take_stats(&self) -> io::Result<PacketStats> {
+        let mut s = libc::tpacket_stats_v3 { tp_packets: 0, tp_drops: 0, tp_freeze_q_cnt: 0 };
+        let mut len = mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
+        // SAFETY: `s` and `len` are live locals; the kernel writes at most `len` bytes
+        // (a V2 socket writes the first two fields only).
+        cvt(unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                (&mut s as *mut libc::tpacket_stats_v3).cast(),
+                &mut len,
+            )
+        })?;
+        Ok(PacketStats {
+            packets: u64::from(s.tp_packets),
+            drops: u64::from(s.tp_drops),
+            freezes: if matches!(self.spec, RingSpec::V3 { .. }) { u64::from(s.tp_freeze_q_cnt) } else { 0 },
+        })
+    }
+
+    /// A pointer `offset` bytes into the mapping; callers check `offset <= len`.
+    fn at(&self, offset: usize) -> *mut u8 {
+        debug_assert!(offset <= self.len);
+        // SAFETY: `offset` is at most the mapping's length (every caller checks), so the
+        // result stays inside the same allocation or one past its end.
+        unsafe { self.map.as_ptr().add(offset) }
+    }
+
+    /// The status word at `offset` into the mapping.
+    fn status(&self, offset: usize) -> &AtomicU32 {
+        assert!(offset + 4 <= self.len && offset.is_multiple_of(4), "status word outside the ring");
+        let p = self.at(offset).cast::<AtomicU32>();
+        // SAFETY: `p` lies inside the mapping (checked above) and is 4-byte aligned
+        // (frames are 16-aligned, blocks page-aligned); the word is shared with the
+        // kernel, which is what an atomic is for. The mapping lives as long as `self`.
+        unsafe { &*p }
+    }
+
+    /// The bytes `[offset, offset + len)` of the mapping, or an empty slice when that is
+    /// outside it (a corrupt header must not make us read past the ring).
+    fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => {
+                let p = self.at(offset);
+                // SAFETY: in bounds (checked); the kernel does not write this frame
+                // while its status says user space owns it.
+                unsafe { std::slice::from_raw_parts(p, len) }
+            }
+            _ => &[],
+        }
+    }
+
+    fn read<T: Copy>(&self, offset: usize) -> Option<T> {
+        if offset.checked_add(mem::size_of::<T>())? > self.len {
+            return None;
+        }
+        let p = self.at(offset).cast::<T>();
+        // SAFETY: in bounds (checked); read_unaligned makes no alignment assumption and
+        // `T` is a plain C struct for which any bytes are a valid value.
+        Some(unsafe { p.read_unaligned() })
+    }
+
+    /// Hands every frame user space owns to `f`, in ring order, returning each to the
+    /// kernel after `f`; for V3, whole blocks. Returns the frames delivered (0: nothing
+    /// was ready). `f` gets the frame from its link-layer header and whether the
+    /// kernel left its checksum unfinished (`TP_STATUS_CSUMNOTREADY`).
+    pub fn drain(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+        match self.spec {
+            RingSpec::V2 { .. } => self.drain_v2(f),
+            RingSpec::V3 { .. } => self.drain_v3(f),
+        }
+    }
+
+    fn drain_v2(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+        let mut n = 0;
+        // At most one lap: a frame freed here may be refilled before the loop ends.
+        for _ in 0..self.count {
+            let base = self.frame_offset(self.next);
+            let st = self.status(base + offset_of!(libc::tpacket2_hdr, tp_status));
+            let status = st.load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            if let Some(h) = self.read::<libc::tpacket2_hdr>(base) {
+                let snap = (h.tp_snaplen as usize).min(self.stride.saturating_sub(usize::from(h.tp_mac)));
+                f(self.bytes(base + usize::from(h.tp_mac), snap), status & libc::TP_STATUS_CSUMNOTREADY != 0);
+            }
+            st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.next = (self.next + 1) % self.count;
+            n += 1;
+        }
+        n
+    }
+
+    /// Where V2 frame `i` starts: frames fill each block from its start and never cross
+    /// a block boundary.
+    fn frame_offset(&self, i: usize) -> usize {
+        match self.spec {
+            RingSpec::V2 { block_size, frame_size, .. } => {
+                let per_block = (block_size / frame_size.max(1)).max(1) as usize;
+                (i / per_block) * block_size as usize + (i % per_block) * frame_size as usize
+            }
+            RingSpec::V3 { .. } => 0,
+        }
+    }
+
+    fn drain_v3(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+        let mut n = 0;
+        for _ in 0..self.count {
+            let base = self.next * self.stride;
+            let status_at =
+                base + offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
+            let st = self.status(status_at);
+            if st.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+                break;
+            }
+            let hdr_at = base + offset_of!(libc::tpacket_block_desc, hdr);
+            if let Some(bh) = self.read::<libc::tpacket_hdr_v1>(hdr_at) {
+                let end = base + self.stride;
+                let mut at = base + bh.offset_to_first_pkt as usize;
+                for _ in 0..bh.num_pkts {
+                    let Some(ph) = self.read::<libc::tpacket3_hdr>(at) else { break };
+                    let data = at + usize::from(ph.tp_mac);
+                    let snap = (ph.tp_snaplen as usize).min(end.saturating_sub(data));
+                    f(self.bytes(data, snap), ph.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0);
+                    n += 1;
+                    if ph.tp_next_offset == 0 {
+                        break;
+                    }
+                    at += ph.tp_next_offset as usize;
+                    if at >= end {
+                        break;
+                    }
+                }
+            }
+            st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
+            self.next = (self.next + 1) % self.count;
+        }
+        n
+    }
+}
+
+impl AsFd for PacketRing {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for PacketRing {
+    fn drop(&mut self) {
+        // SAFETY: `map`/`len` are exactly what mmap returned; nothing borrows the
+        // mapping any more (borrows are tied to `&self`/`&mut self`).
+        unsafe {
+            libc::munmap(self.map.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// `SO_ATTACH_FILTER` with a classic BPF program.
+pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(prog.len()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
