@@ -14,6 +14,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lb", "decap"),
     ("lb", "flow_tagger"),
     ("lab", "pktgen"),
+    ("rr", "xsk_redirect"),
 ];
 
 fn main() {
@@ -27,6 +28,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("include").display());
     println!("cargo:rerun-if-changed={}", root.join("lb").display());
     println!("cargo:rerun-if-changed={}", root.join("lab").display());
+    println!("cargo:rerun-if-changed={}", root.join("rr").display());
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());

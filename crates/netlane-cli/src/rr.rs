@@ -14,7 +14,7 @@ use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind, RingOptions, ServerConfig};
+use netlane_rr::server::{PathKind, RingOptions, ServerConfig, XdpOptions};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -101,6 +101,19 @@ pub struct ServeArgs {
     /// TPACKET_V3: a partly filled block is handed over after this many milliseconds.
     #[arg(long, default_value_t = 8)]
     pub retire_ms: u32,
+    /// AF_XDP: UMEM frames per receive queue (each queue has its own socket and UMEM;
+    /// all of them must fit RLIMIT_MEMLOCK).
+    #[arg(long, default_value_t = 512)]
+    pub xdp_frames: u32,
+    /// AF_XDP: bytes per UMEM frame (2048 or 4096).
+    #[arg(long, default_value_t = 2048)]
+    pub xdp_frame_size: u32,
+    /// AF_XDP: RX and fill ring entries (a power of two).
+    #[arg(long, default_value_t = 512)]
+    pub xdp_ring: u32,
+    /// AF_XDP: bind in copy mode without trying zero-copy first.
+    #[arg(long)]
+    pub xdp_copy: bool,
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -133,6 +146,12 @@ impl ServeArgs {
                 frames_per_block: self.frames_per_block,
                 blocks: self.blocks,
                 retire_ms: self.retire_ms,
+            },
+            xdp: XdpOptions {
+                frame_size: self.xdp_frame_size,
+                frames: self.xdp_frames,
+                ring_size: self.xdp_ring,
+                zero_copy: !self.xdp_copy,
             },
             ..ServerConfig::default()
         };
@@ -168,6 +187,18 @@ impl ServeArgs {
                 stats.ring_fragments,
                 stats.ring_skipped,
             ));
+            if let Some(x) = &stats.xdp {
+                out::println(&format!(
+                    "af-xdp: {} XDP, {} copy, {} queues: redirected={} passed={} via_stack={} fill_ring_empty={}",
+                    x.mode,
+                    if x.zero_copy { "zero" } else { "kernel" },
+                    x.queues,
+                    x.redirected,
+                    x.passed,
+                    x.via_stack,
+                    x.fill_ring_empty
+                ));
+            }
         }
         out.write_json(&report::document("rr-serve", RrServe { stats }))?;
         Ok(0)

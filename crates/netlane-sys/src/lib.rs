@@ -15,6 +15,7 @@
 //! - [`epoll`]: per-epoll busy-poll parameters (`EPIOCSPARAMS`, Linux 6.9);
 //! - [`packet`]: PF_PACKET receive rings (TPACKET_V2 and V3) mapped from the kernel,
 //!   with classic BPF socket filters;
+//! - [`xsk`]: AF_XDP receive sockets (UMEM, fill/completion/RX rings, need-wakeup);
 //! - [`process`]: entering a network namespace between fork and exec, and reaping a
 //!   child with its resource usage.
 //!
@@ -37,6 +38,7 @@ pub mod msg;
 pub mod packet;
 pub mod process;
 pub mod sockopt;
+pub mod xsk;
 
 use std::io;
 

@@ -21,7 +21,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
-pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath};
+pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues};
 
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
 
@@ -52,6 +52,8 @@ pub struct ServerConfig {
     pub iface: Option<String>,
     /// Ring paths: the ring's geometry.
     pub ring: RingOptions,
+    /// AF_XDP: socket and UMEM sizes.
+    pub xdp: XdpOptions,
 }
 
 impl Default for ServerConfig {
@@ -67,6 +69,7 @@ impl Default for ServerConfig {
             duration: None,
             iface: None,
             ring: RingOptions::default(),
+            xdp: XdpOptions::default(),
         }
     }
 }
@@ -121,6 +124,10 @@ impl ServerConfig {
         }
         if self.path.is_ring() {
             self.ring.spec(self.path).map_err(|why| ServerError::Ring { path: self.path, why })?;
+        }
+        if self.path == PathKind::AfXdp {
+            // One queue at least; the queue count is known once the interface is.
+            self.xdp.check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
         }
         Ok(())
     }
@@ -177,10 +184,33 @@ pub struct ServerStats {
     pub cpu_s: f64,
     /// Share of the time the server thread was on a CPU (1 = never idle).
     pub busy: f64,
+    /// AF_XDP: how it ran.
+    pub xdp: Option<XdpReport>,
     /// Datagrams per wake-up.
     pub frames_per_wakeup: f64,
     /// System calls (receive, send, epoll) per request answered.
     pub syscalls_per_response: f64,
+}
+
+/// How the AF_XDP path ran.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct XdpReport {
+    /// Where the steering program ran: "native" (driver) or "generic" (skb).
+    pub mode: String,
+    /// Whether the sockets were bound zero-copy (copy mode otherwise: the driver refused).
+    pub zero_copy: bool,
+    /// Receive queues, one socket each.
+    pub queues: usize,
+    /// Frames the program redirected to the sockets.
+    pub redirected: u64,
+    /// Frames it passed to the stack (everything not for the service).
+    pub passed: u64,
+    /// Requests that reached the service through the stack (IP fragments, reassembled).
+    pub via_stack: u64,
+    /// Times a frame found no free UMEM frame in the fill ring.
+    pub fill_ring_empty: u64,
+    /// Invalid descriptors.
+    pub invalid_descs: u64,
 }
 
 /// Serves until `stop` is set (or the configured duration passes). `on_ready` gets the
@@ -194,12 +224,15 @@ pub fn serve(
     netlane::cpus::pin(cfg.cpu);
     let sock = bind(cfg)?;
     let local = sock.local_addr().map_err(io_err("local address"))?;
-    let (ifindex, iface) = if cfg.path.is_ring() { interface(cfg)? } else { (0, None) };
-    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, ifindex)
+    let (ifindex, iface) = if cfg.path.is_frames() { interface(cfg)? } else { (0, None) };
+    let name = iface.clone().unwrap_or_default();
+    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &cfg.xdp, (ifindex, &name))
         .map_err(io_err(format!("set up the {} path", cfg.path)))?;
     let _ = path.take_ring_stats();
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
-    ep.add(path.fd(&sock), EpollEvent::new(EpollFlags::EPOLLIN, 0)).map_err(|e| io_err("epoll add")(e.into()))?;
+    for fd in path.fds(&sock) {
+        ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, 0)).map_err(|e| io_err("epoll add")(e.into()))?;
+    }
     let mut tx = Tx::new(&sock);
     let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
     let mut st = ServerStats { path: cfg.path.to_string(), listen: local.to_string(), iface, ..ServerStats::default() };
@@ -226,7 +259,7 @@ pub fn serve(
                 got += 1;
                 answer(cfg, &mut tx, &mut out, &mut st, data, from);
             });
-            if !cfg.path.is_ring() {
+            if !cfg.path.is_frames() {
                 st.recv_syscalls += 1;
             }
             match r {
@@ -257,6 +290,21 @@ pub fn serve(
     st.ring_skipped = skips.other;
     st.ring_drops = ring.drops;
     st.ring_freezes = ring.freezes;
+    if let RxPath::Xdp(x) = &path {
+        let xs = x.stats();
+        let (redirected, passed) = x.counts();
+        st.ring_drops = xs.rx_dropped + xs.rx_ring_full;
+        st.xdp = Some(XdpReport {
+            mode: x.xdp_mode().into(),
+            zero_copy: x.zero_copy(),
+            queues: x.queues(),
+            redirected,
+            passed,
+            via_stack: x.via_stack,
+            fill_ring_empty: xs.rx_fill_ring_empty,
+            invalid_descs: xs.rx_invalid_descs,
+        });
+    }
     st.syscalls_per_response = if st.responses > 0 {
         (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
     } else {

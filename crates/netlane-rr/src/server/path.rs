@@ -6,8 +6,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::str::FromStr;
 
+use netlane_sys::bpf::{XdpLink, XskRedirect};
 use netlane_sys::msg::RecvBatch;
 use netlane_sys::packet::{Insn, PacketRing, PacketStats, RingSpec, attach_filter, page_size};
+use netlane_sys::xsk::{Xsk, XskConfig, XskMode, XskStats};
 
 use crate::proto::packet::{Skip, parse_frame, udp_port_filter};
 
@@ -44,12 +46,17 @@ impl PathKind {
 
     /// Whether this build has the path.
     pub fn available(self) -> bool {
-        !matches!(self, PathKind::AfXdp)
+        true
     }
 
-    /// Whether the path reads frames from a packet ring (and so needs an interface).
+    /// Whether the path reads frames from a packet ring (TPACKET).
     pub fn is_ring(self) -> bool {
         matches!(self, PathKind::TpacketV2 | PathKind::TpacketV3)
+    }
+
+    /// Whether the path reads frames below the stack (and so needs an interface).
+    pub fn is_frames(self) -> bool {
+        self.is_ring() || self == PathKind::AfXdp
     }
 }
 
@@ -137,6 +144,54 @@ impl RingOptions {
     }
 }
 
+/// AF_XDP sizes (per receive queue: each queue has its own socket and UMEM).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct XdpOptions {
+    /// Bytes per UMEM frame (2048 or 4096).
+    pub frame_size: u32,
+    /// UMEM frames per queue.
+    pub frames: u32,
+    /// RX and fill ring entries (a power of two).
+    pub ring_size: u32,
+    /// Try zero-copy first (falls back to copy mode when the driver refuses).
+    pub zero_copy: bool,
+}
+
+impl Default for XdpOptions {
+    fn default() -> Self {
+        // 1 MiB of UMEM per queue: four queues fit an 8 MiB RLIMIT_MEMLOCK.
+        XdpOptions { frame_size: 2048, frames: 512, ring_size: 512, zero_copy: true }
+    }
+}
+
+impl XdpOptions {
+    /// Checks the sizes, and that `queues` UMEMs fit the locked-memory limit `memlock`
+    /// (bytes; None: unlimited).
+    pub fn check(&self, queues: u32, memlock: Option<u64>) -> Result<XskConfig, String> {
+        if !matches!(self.frame_size, 2048 | 4096) {
+            return Err(format!("AF_XDP frame size {}: 2048 or 4096", self.frame_size));
+        }
+        if !self.ring_size.is_power_of_two() || !(64..=16_384).contains(&self.ring_size) {
+            return Err(format!("AF_XDP ring size {}: a power of two, 64..=16384", self.ring_size));
+        }
+        if self.frames < self.ring_size {
+            return Err(format!("{} UMEM frames cannot fill a {}-entry fill ring", self.frames, self.ring_size));
+        }
+        let cfg = XskConfig { frame_size: self.frame_size, frames: self.frames, ring_size: self.ring_size };
+        let total = cfg.umem_bytes() as u64 * u64::from(queues);
+        if let Some(limit) = memlock
+            && total > limit
+        {
+            return Err(format!(
+                "{queues} queues x {} frames x {} bytes = {total} bytes of UMEM, over the {limit}-byte locked-memory \
+                 limit (RLIMIT_MEMLOCK): use fewer frames",
+                self.frames, self.frame_size
+            ));
+        }
+        Ok(cfg)
+    }
+}
+
 /// Frames a ring path skipped, by reason (the filter lets only the service's port in,
 /// so these are fragments and oddities).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -157,6 +212,10 @@ pub enum RxPath {
     },
     /// `recvmmsg` into a batch of slots.
     Recvmmsg(RecvBatch),
+    /// AF_XDP sockets, one per receive queue, behind the steering program; the
+    /// service socket still answers what the program passes to the stack (IP
+    /// fragments, reassembled there).
+    Xdp(Box<XdpPath>),
     /// A packet ring.
     Ring {
         /// The ring.
@@ -168,6 +227,71 @@ pub enum RxPath {
     },
 }
 
+/// The AF_XDP path's parts.
+#[derive(Debug)]
+pub struct XdpPath {
+    socks: Vec<Xsk>,
+    // Declared after the sockets: the program detaches (link dropped) after the sockets
+    // close, and before the program object goes.
+    link: XdpLink,
+    prog: XskRedirect,
+    port: u16,
+    skips: RingSkips,
+    buf: Vec<u8>,
+    /// Datagrams that came through the stack instead (fragments).
+    pub via_stack: u64,
+}
+
+impl XdpPath {
+    /// "native" or "generic".
+    pub fn xdp_mode(&self) -> &'static str {
+        self.link.mode().name()
+    }
+
+    /// Whether the sockets are zero-copy.
+    pub fn zero_copy(&self) -> bool {
+        self.socks.iter().all(|s| s.mode() == XskMode::ZeroCopy)
+    }
+
+    /// Queues with a socket.
+    pub fn queues(&self) -> usize {
+        self.socks.len()
+    }
+
+    /// The program's counts: redirected to a socket, passed to the stack.
+    pub fn counts(&self) -> (u64, u64) {
+        self.prog.counts().unwrap_or_default()
+    }
+
+    /// The sockets' drop counters, summed.
+    pub fn stats(&self) -> XskStats {
+        let mut t = XskStats::default();
+        for s in &self.socks {
+            if let Ok(x) = s.stats() {
+                t.rx_dropped += x.rx_dropped;
+                t.rx_invalid_descs += x.rx_invalid_descs;
+                t.rx_ring_full += x.rx_ring_full;
+                t.rx_fill_ring_empty += x.rx_fill_ring_empty;
+            }
+        }
+        t
+    }
+}
+
+/// Receive queues of interface `name` (from sysfs; 1 when it says nothing).
+pub fn rx_queues(name: &str) -> u32 {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The locked-memory limit in bytes (None: unlimited).
+pub fn memlock_limit() -> Option<u64> {
+    let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK).ok()?;
+    (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft)
+}
+
 /// Room for any UDP datagram.
 const SLOT: usize = 65_536;
 
@@ -177,7 +301,15 @@ const ETH_P_ALL: u16 = 0x0003;
 impl RxPath {
     /// Sets up `kind` for the service socket `sock`; a ring path binds to interface
     /// `ifindex` (0: all).
-    pub fn new(kind: PathKind, sock: &UdpSocket, batch: usize, ring: &RingOptions, ifindex: u32) -> io::Result<RxPath> {
+    pub fn new(
+        kind: PathKind,
+        sock: &UdpSocket,
+        batch: usize,
+        ring: &RingOptions,
+        xdp: &XdpOptions,
+        iface: (u32, &str),
+    ) -> io::Result<RxPath> {
+        let ifindex = iface.0;
         match kind {
             PathKind::Recvfrom => Ok(RxPath::Recvfrom { buf: vec![0; SLOT] }),
             PathKind::Recvmmsg => Ok(RxPath::Recvmmsg(RecvBatch::new(batch, SLOT, 0, true))),
@@ -194,22 +326,80 @@ impl RxPath {
                 attach_filter(sock.as_fd(), &drop_all)?;
                 Ok(RxPath::Ring { ring, port, skips: RingSkips::default() })
             }
-            other => Err(io::Error::new(io::ErrorKind::Unsupported, format!("{other} is not available yet"))),
+            PathKind::AfXdp => {
+                if ifindex == 0 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        "AF_XDP binds to one interface's queues: listen on an interface's address or name one",
+                    ));
+                }
+                let queues = rx_queues(iface.1).min(netlane_sys::bpf::XSK_MAX_QUEUES);
+                let cfg =
+                    xdp.check(queues, memlock_limit()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+                let port = sock.local_addr()?.port();
+                let prog = XskRedirect::load(port)?;
+                let mut socks = Vec::new();
+                for q in 0..queues {
+                    let open = || {
+                        if xdp.zero_copy {
+                            Xsk::open(ifindex, q, cfg, XskMode::ZeroCopy)
+                                .or_else(|_| Xsk::open(ifindex, q, cfg, XskMode::Copy))
+                        } else {
+                            Xsk::open(ifindex, q, cfg, XskMode::Copy)
+                        }
+                    };
+                    // A socket just closed on this queue is released by the kernel a
+                    // moment later (after an RCU grace period): EBUSY for a while.
+                    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+                    let s = loop {
+                        match open() {
+                            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && std::time::Instant::now() < deadline => {
+                                std::thread::sleep(std::time::Duration::from_millis(50));
+                            }
+                            r => break r,
+                        }
+                    };
+                    let s = s.map_err(|e| {
+                        let why = if e.raw_os_error() == Some(libc::EBUSY) {
+                            " (another AF_XDP socket is bound to it)"
+                        } else {
+                            ""
+                        };
+                        io::Error::new(e.kind(), format!("AF_XDP socket on queue {q} of {}{why}: {e}", iface.1))
+                    })?;
+                    prog.register(q, s.as_fd())?;
+                    socks.push(s);
+                }
+                let (link, _) = XdpLink::attach_native_or_generic(prog.prog_fd(), ifindex).map_err(|e| {
+                    io::Error::new(e.kind(), format!("attach the steering program to {}: {e}", iface.1))
+                })?;
+                Ok(RxPath::Xdp(Box::new(XdpPath {
+                    socks,
+                    link,
+                    prog,
+                    port,
+                    skips: RingSkips::default(),
+                    buf: vec![0; SLOT],
+                    via_stack: 0,
+                })))
+            }
         }
     }
 
-    /// The descriptor to wait on.
-    pub fn fd<'a>(&'a self, sock: &'a UdpSocket) -> BorrowedFd<'a> {
+    /// The descriptors to wait on.
+    pub fn fds<'a>(&'a self, sock: &'a UdpSocket) -> Vec<BorrowedFd<'a>> {
         match self {
-            RxPath::Ring { ring, .. } => ring.as_fd(),
-            _ => sock.as_fd(),
+            RxPath::Ring { ring, .. } => vec![ring.as_fd()],
+            RxPath::Xdp(x) => x.socks.iter().map(AsFd::as_fd).chain([sock.as_fd()]).collect(),
+            _ => vec![sock.as_fd()],
         }
     }
 
-    /// What a ring path skipped so far.
+    /// What a ring or AF_XDP path skipped so far.
     pub fn skips(&self) -> RingSkips {
         match self {
             RxPath::Ring { skips, .. } => *skips,
+            RxPath::Xdp(x) => x.skips,
             _ => RingSkips::default(),
         }
     }
@@ -253,6 +443,32 @@ impl RxPath {
                     Err(Skip::Fragment) => skips.fragments += 1,
                     Err(_) => skips.other += 1,
                 });
+                if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
+            }
+            RxPath::Xdp(x) => {
+                let port = x.port;
+                let mut n = 0;
+                let skips = &mut x.skips;
+                for s in &mut x.socks {
+                    n += s.drain(&mut |frame| match parse_frame(frame, port) {
+                        Ok(u) => f(u.payload, u.src),
+                        Err(Skip::Fragment) => skips.fragments += 1,
+                        Err(_) => skips.other += 1,
+                    });
+                    if s.fill_needs_wakeup() {
+                        s.wakeup()?;
+                    }
+                }
+                // What the program passed up: reassembled fragments for the service.
+                match sock.recv_from(&mut x.buf) {
+                    Ok((len, from)) => {
+                        x.via_stack += 1;
+                        f(&x.buf[..len], from);
+                        n += 1;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }
         }

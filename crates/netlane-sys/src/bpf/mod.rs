@@ -6,6 +6,7 @@
 //! - [`Decap`]: the reals' decapsulation program;
 //! - [`FlowTagger`]: the NIC flow classifier emulated with a TCX program;
 //! - [`PktGen`]: the lab's packet generator (live-frames `BPF_PROG_RUN`) and sink;
+//! - [`XskRedirect`]: the datagram service's AF_XDP steering program;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -35,11 +36,13 @@ skeleton!(balancer_bound_skel, "lb", "balancer_bound");
 skeleton!(decap_skel, "lb", "decap");
 skeleton!(flow_tagger_skel, "lb", "flow_tagger");
 skeleton!(pktgen_skel, "lab", "pktgen");
+skeleton!(xsk_redirect_skel, "rr", "xsk_redirect");
 
 mod balancer;
 mod lab;
 mod link;
 mod tagger;
+mod xsk;
 
 pub use balancer::{
     Balancer, BalancerOptions, BalancerSizes, Counter, DataPlaneConfig, FlowEvent, FlowEvents, FlowKey, GlobalStat,
@@ -48,6 +51,7 @@ pub use balancer::{
 pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
 pub use tagger::FlowTagger;
+pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};
 
 /// Storage for libbpf's object that lives as long as the skeleton borrowing it: a
 /// 'static home, one small allocation per load, never freed.

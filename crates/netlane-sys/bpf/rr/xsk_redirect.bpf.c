@@ -1,0 +1,85 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/*
+ * The datagram request/response service's AF_XDP steering program.
+ *
+ * UDP datagrams to `service_port` (IPv4 without fragmentation, or IPv6 with UDP as the
+ * first next header) are redirected to the AF_XDP socket of the queue they arrived on
+ * (`xsks`, indexed by rx_queue_index); when that queue has no socket the redirect falls
+ * back to XDP_PASS. Everything else passes to the stack untouched: other sockets,
+ * tcpdump, ARP and neighbour discovery keep working. `xsk_stats` counts both outcomes.
+ */
+#include "nl_common.h"
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+
+/* Host order; set by the loader. */
+const volatile __u16 service_port = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_XSKMAP);
+	__uint(max_entries, 64);
+	__type(key, __u32);
+	__type(value, __u32);
+} xsks SEC(".maps");
+
+#define STAT_REDIRECTED 0
+#define STAT_PASSED 1
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, __u64);
+} xsk_stats SEC(".maps");
+
+static __always_inline void count(__u32 which)
+{
+	__u64 *v = bpf_map_lookup_elem(&xsk_stats, &which);
+
+	if (v)
+		*v += 1;
+}
+
+static __always_inline int pass(void)
+{
+	count(STAT_PASSED);
+	return XDP_PASS;
+}
+
+SEC("xdp")
+int xsk_redirect(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct udphdr *udp;
+
+	if ((void *)(eth + 1) > end)
+		return pass();
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+
+		if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_UDP || ip->ihl < 5)
+			return pass();
+		/* Fragments go to the stack, which reassembles them. */
+		if (ip->frag_off & bpf_htons(0x3fff))
+			return pass();
+		udp = (void *)ip + ip->ihl * 4;
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+			return pass();
+		udp = (void *)(ip6 + 1);
+	} else {
+		return pass();
+	}
+	if ((void *)(udp + 1) > end || udp->dest != bpf_htons(service_port))
+		return pass();
+	count(STAT_REDIRECTED);
+	return bpf_redirect_map(&xsks, ctx->rx_queue_index, XDP_PASS);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
