@@ -1,0 +1,157 @@
+//! The service between two network namespaces joined by a veth pair, as two hosts: every
+//! path (AF_XDP in native XDP here), 8 KiB responses fragmented by IP at MTU 1500 and
+//! reassembled by the client's kernel, GSO segments at MTU 1500, one jumbo datagram at
+//! MTU 9000, and fragmented requests: the stack reassembles them for AF_XDP, the rings
+//! count them. Need root.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use netlane::testing::privileged;
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::server::ResponderConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats};
+
+fn hosts(label: &str, mtu: u32) -> TwoHosts {
+    TwoHosts::create(label, LinkConfig { mtu, queues: 1, rx: RxTuning::threaded_napi() }).expect("two namespaces")
+}
+
+fn population(server: SocketAddr, clients: usize, request: usize, response: usize, gro: bool) -> ClientsConfig {
+    ClientsConfig {
+        server,
+        clients,
+        threads: 1,
+        cpus: None,
+        client: ClientConfig {
+            request_len: request,
+            response_len: (response - HEADER_LEN) as u32,
+            echo: false,
+            timeout_ns: 100_000_000,
+            max_retries: 3,
+            max_outstanding: 1,
+        },
+        load: Load::Closed { think: Duration::ZERO },
+        ramp: Duration::from_millis(100),
+        duration: Duration::from_millis(600),
+        gro,
+    }
+}
+
+/// Runs the server in the "rx" namespace and `clients` in the "tx" one.
+fn exchange(
+    h: &TwoHosts,
+    cfg: ServerConfig,
+    p: impl FnOnce(SocketAddr) -> ClientsConfig,
+) -> (ClientsReport, ServerStats) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let s = stop.clone();
+    let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| tx.send(a).unwrap())).unwrap();
+    let addr = match rx.recv_timeout(Duration::from_secs(5)) {
+        Ok(a) => a,
+        Err(_) => panic!("the server did not come up: {:?}", server.join()),
+    };
+    let pop = p(addr);
+    let r = h.tx.run(move || clients::run(&pop, &AtomicBool::new(false))).unwrap().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    (r, server.join().unwrap().expect("the server ran"))
+}
+
+/// IP reassemblies completed in the namespace (the `Ip: ReasmOKs` counter).
+fn reassembled(h: &TwoHosts) -> u64 {
+    let snmp = h.tx.read_proc_net("snmp").unwrap();
+    let mut lines = snmp.lines().filter(|l| l.starts_with("Ip:"));
+    let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
+    let i = names.split_whitespace().position(|n| n == "ReasmOKs").unwrap();
+    values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+fn server_cfg(h: &TwoHosts, path: PathKind, ipv6: bool) -> ServerConfig {
+    ServerConfig { listen: SocketAddr::new(h.rx_addr(ipv6), 0), path, ..ServerConfig::default() }
+}
+
+fn assert_clean(what: &str, r: &ClientsReport) {
+    assert!(r.responses > 50, "{what}: too few responses: {r:?}");
+    assert_eq!((r.corrupt, r.mismatched, r.lost), (0, 0, 0), "{what}: {r:?}");
+}
+
+#[test]
+fn every_path_answers_8k_responses_fragmented_at_mtu_1500() {
+    if !privileged("every_path_answers_8k_responses_fragmented_at_mtu_1500") {
+        return;
+    }
+    let h = hosts("rr-frag", 1500);
+    for path in PathKind::ALL {
+        for ipv6 in [false, true] {
+            let before = reassembled(&h);
+            let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 16, 512, 8192, false));
+            assert_clean(&format!("{path} ipv6={ipv6}"), &r);
+            assert!(st.responses >= r.responses, "{st:?}");
+            if path == PathKind::AfXdp {
+                let x = st.xdp.as_ref().unwrap();
+                assert_eq!(x.mode, "native", "veth runs XDP in its driver: {x:?}");
+                assert_eq!(x.redirected, st.frames, "{x:?}");
+            }
+            if !ipv6 {
+                // Every 8 KiB response was six fragments the client's kernel put back
+                // together.
+                assert!(reassembled(&h) - before >= r.responses, "{path}: no reassembly seen");
+            }
+        }
+    }
+}
+
+#[test]
+fn gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000() {
+    if !privileged("gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000") {
+        return;
+    }
+    let h = hosts("rr-gso", 1500);
+    let cfg = ServerConfig {
+        responder: ResponderConfig { segment: Some(1472), ..ResponderConfig::default() },
+        ..server_cfg(&h, PathKind::Recvmmsg, false)
+    };
+    let before = reassembled(&h);
+    let (r, st) = exchange(&h, cfg, |a| population(a, 16, 512, 8192, true));
+    assert_clean("gso", &r);
+    assert!(st.gso_sends > 0, "{st:?}");
+    assert_eq!(reassembled(&h), before, "segments are whole datagrams: nothing to reassemble");
+    drop(h);
+
+    let h = hosts("rr-jumbo", 9000);
+    let before = reassembled(&h);
+    let (r, _) = exchange(&h, server_cfg(&h, PathKind::Recvmmsg, false), |a| population(a, 16, 512, 8192, false));
+    assert_clean("jumbo", &r);
+    assert_eq!(reassembled(&h), before, "an 8 KiB response fits one 9000-byte frame");
+}
+
+#[test]
+fn fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings() {
+    if !privileged("fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings") {
+        return;
+    }
+    let h = hosts("rr-freq", 1500);
+    // 3000-byte requests: two fragments each.
+    let (r, st) = exchange(&h, server_cfg(&h, PathKind::AfXdp, false), |a| population(a, 4, 3000, 1024, false));
+    assert_clean("af-xdp", &r);
+    let x = st.xdp.as_ref().unwrap();
+    assert!(x.via_stack >= r.responses && x.redirected == 0, "{x:?}");
+
+    let cfg = server_cfg(&h, PathKind::TpacketV2, false);
+    let (r, st) = exchange(&h, cfg, |a| {
+        let mut p = population(a, 1, 3000, 1024, false);
+        p.client.timeout_ns = 20_000_000;
+        p.client.max_retries = 1;
+        p
+    });
+    // A ring sees fragments, not datagrams: it counts them and answers nothing, and the
+    // client reports its requests lost.
+    assert_eq!(r.responses, 0, "{r:?}");
+    assert!(r.lost > 0 && st.ring_fragments > 0, "{r:?} {st:?}");
+}
