@@ -6,6 +6,7 @@ use netlane_lab::progress::Reporter;
 use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::lb_pps::LbPpsArgs;
 use netlane_lab::scenarios::nvme::NvmeBenchArgs;
+use netlane_lab::scenarios::rr::RrBenchArgs;
 use netlane_lab::scenarios::udp_bulk::UdpBulkArgs;
 use netlane_lab::scenarios::udp_pacing::UdpPacingArgs;
 use netlane_lab::scenarios::{self, Scenario};
@@ -33,6 +34,8 @@ pub enum BenchCmd {
     Nvme(Box<Bench<NvmeBenchArgs>>),
     /// XDP load balancer packets per second per core: hints off/on, 1 to 1M flows, vs XDP_TX.
     LbPps(Box<Bench<LbPpsArgs>>),
+    /// Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, 8 KiB responses.
+    Rr(Box<Bench<RrBenchArgs>>),
 }
 
 fn bench<T: Args + Scenario>(b: &Bench<T>) -> Result<u8> {
@@ -55,5 +58,6 @@ pub fn run(cmd: BenchCmd) -> Result<u8> {
         BenchCmd::UdpPacing(b) => bench(&b),
         BenchCmd::Nvme(b) => bench(&b),
         BenchCmd::LbPps(b) => bench(&b),
+        BenchCmd::Rr(b) => bench(&b),
     }
 }

@@ -18,6 +18,7 @@ pub mod lb_pps;
 pub mod net;
 pub mod nvme;
 pub mod options;
+pub mod rr;
 pub mod selftest;
 pub mod udp_bulk;
 pub mod udp_pacing;
@@ -59,12 +60,14 @@ pub enum ScenarioName {
     Nvme,
     /// XDP load balancer: Mpps per core, hints off/on, 1 to 1M flows, vs an XDP_TX ceiling.
     LbPps,
+    /// Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, 8 KiB responses.
+    Rr,
 }
 
 impl ScenarioName {
     /// Every scenario, in the lab's order.
-    pub const ALL: [ScenarioName; 4] =
-        [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme, ScenarioName::LbPps];
+    pub const ALL: [ScenarioName; 5] =
+        [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme, ScenarioName::LbPps, ScenarioName::Rr];
 }
 
 /// What the lab runs: the full plan or a short one.
@@ -110,6 +113,15 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.flows = vec![1, 10_000];
                 o.time = Duration::from_millis(600);
+            }
+            Box::new(o)
+        }
+        ScenarioName::Rr => {
+            let mut o = rr::RrBenchArgs::defaults();
+            o.time = secs(2, 500);
+            o.repeat = if p.quick { 1 } else { 3 };
+            if p.quick {
+                o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
             Box::new(o)
         }
@@ -196,5 +208,10 @@ mod tests {
         echo_reads_back(&pps);
         pps.flows = vec![1, 10_000];
         echo_reads_back(&pps);
+        let mut rr = rr::RrBenchArgs::defaults();
+        echo_reads_back(&rr);
+        rr.parts = vec![rr::Part::Blocks];
+        rr.paths = vec![netlane_rr::server::PathKind::AfXdp];
+        echo_reads_back(&rr);
     }
 }

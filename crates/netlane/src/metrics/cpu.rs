@@ -119,22 +119,41 @@ impl SystemCpu {
         Self::parse(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format"))
     }
 
+    /// Reads one CPU's line of `/proc/stat` (`cpuN`).
+    pub fn read_cpu(cpu: usize) -> io::Result<Self> {
+        let text = fs::read_to_string("/proc/stat")?;
+        Self::parse_cpu(&text, cpu)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no cpu{cpu} line in /proc/stat")))
+    }
+
+    /// Parses the line of CPU `cpu` from the text of `/proc/stat` (`cpus` is then 1).
+    pub fn parse_cpu(text: &str, cpu: usize) -> Option<Self> {
+        let name = format!("cpu{cpu}");
+        let line = text.lines().find(|l| l.split_ascii_whitespace().next() == Some(name.as_str()))?;
+        let mut s = Self::parse_line(line, &name)?;
+        s.cpus = 1;
+        Some(s)
+    }
+
     /// Parses the text of `/proc/stat`.
     pub fn parse(text: &str) -> Option<Self> {
-        let mut lines = text.lines();
-        let first = lines.next()?;
+        let mut s = Self::parse_line(text.lines().next()?, "cpu")?;
+        s.cpus = text
+            .lines()
+            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+            .count() as u32;
+        Some(s)
+    }
+
+    fn parse_line(first: &str, name: &str) -> Option<Self> {
         let mut fields = first.split_ascii_whitespace();
-        if fields.next()? != "cpu" {
+        if fields.next()? != name {
             return None;
         }
         let mut v = [0u64; 8];
         for slot in v.iter_mut() {
             *slot = fields.next().and_then(|f| f.parse().ok()).unwrap_or(0);
         }
-        let cpus = text
-            .lines()
-            .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
-            .count() as u32;
         Some(Self {
             user: v[0],
             nice: v[1],
@@ -144,7 +163,7 @@ impl SystemCpu {
             irq: v[5],
             softirq: v[6],
             steal: v[7],
-            cpus,
+            cpus: 0,
         })
     }
 
@@ -199,6 +218,15 @@ mod tests {
         assert!((d.busy_s - 300.0 / hz).abs() < 1e-9);
         assert!((d.softirq_s - 100.0 / hz).abs() < 1e-9);
         assert!((d.total_s - 400.0 / hz).abs() < 1e-9);
+    }
+
+    #[test]
+    fn parses_one_cpu() {
+        let c1 = SystemCpu::parse_cpu(SAMPLE, 1).unwrap();
+        assert_eq!((c1.cpus, c1.user, c1.idle, c1.softirq), (1, 50, 500, 10));
+        assert!(SystemCpu::parse_cpu(SAMPLE, 2).is_none());
+        // "cpu1" must not match "cpu10".
+        assert!(SystemCpu::parse_cpu("cpu10 1 2 3 4 5 6 7 8\n", 1).is_none());
     }
 
     #[test]

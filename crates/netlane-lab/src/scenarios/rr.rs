@@ -1,0 +1,950 @@
+//! `rr`: the datagram request/response talk's experiments. One server thread on its own
+//! CPU in one namespace, a closed-loop client population on the other CPU in another,
+//! joined by a veth pair.
+//!
+//! - paths: throughput, latency and the server's CPU at 64 clients on each receive path
+//!   (`recvfrom`, `recvmmsg`, TPACKET_V2, TPACKET_V3, AF_XDP);
+//! - blocks: TPACKET_V3 requests per block (8..128) at 64 and 128 clients: throughput
+//!   and the server thread's idle time (the talk: about half the burst per block keeps
+//!   a third of the CPU idle for a tenth less throughput);
+//! - wall: clients 1, 2, 4 ... 128 on each path, throughput against latency;
+//! - large: 8 KiB responses IP-fragmented at MTU 1500, whole at MTU 9000, and as GSO
+//!   segments read with GRO (the talk: jumbo frames moved the wall from ~24 K to ~34 K
+//!   responses/s and cut latency from ~2700 to ~1800 us).
+//!
+//! Every mode runs once per round (rotating order); checks pair two modes per round.
+//! Throughput and latency are measured by the clients, at the receiving side.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::{Args, ValueEnum};
+use netlane::cpus::CpuList;
+use netlane::metrics::cpu::{SystemCpu, SystemCpuDelta};
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_rr::clients::{ClientsConfig, ClientsReport, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::server::ResponderConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats};
+use serde::Serialize;
+
+use super::options::{OptionList, parse_duration, parse_positive_duration};
+use super::{Scenario, from_words};
+use crate::progress::Progress;
+use crate::report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
+use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::verdict::{Measure, Spec, paired, positive};
+
+/// A part of the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Part {
+    /// Every receive path at 64 clients.
+    Paths,
+    /// TPACKET_V3 requests per block at 64 and 128 clients.
+    Blocks,
+    /// Clients 1..128 on every path: throughput against latency.
+    Wall,
+    /// 8 KiB responses: IP fragments at MTU 1500, MTU 9000, GSO segments.
+    Large,
+}
+
+impl Part {
+    fn word(self) -> &'static str {
+        match self {
+            Part::Paths => "paths",
+            Part::Blocks => "blocks",
+            Part::Wall => "wall",
+            Part::Large => "large",
+        }
+    }
+}
+
+/// Requests per TPACKET_V3 block in the sweep.
+pub const BLOCK_SWEEP: [u32; 5] = [8, 16, 32, 64, 128];
+/// Client counts of the block sweep.
+pub const BLOCK_CLIENTS: [usize; 2] = [64, 128];
+/// Client counts of the wall.
+pub const WALL_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// Bytes one request takes in a TPACKET_V3 block: the frame header (tpacket3_hdr and
+/// sockaddr_ll, 16-aligned), the MAC offset that puts the IP header 16-aligned, the
+/// frame, rounded to 8 (af_packet.c: tpacket_rcv, TOTAL_PKT_LEN_INCL_ALIGN).
+pub fn v3_request_footprint(request: usize, ipv6: bool) -> usize {
+    let hdr = (48 + 20usize).div_ceil(16) * 16;
+    let mac_off = hdr + 16 - 14;
+    let frame = 14 + if ipv6 { 40 } else { 20 } + 8 + request;
+    (mac_off + frame).div_ceil(8) * 8
+}
+
+/// The V3 block that holds `n` requests (plus the 48-byte block header), in pages, and
+/// how many it then really holds.
+pub fn v3_block_for(n: u32, request: usize, ipv6: bool) -> (u32, u32) {
+    let page = netlane_sys::packet::page_size();
+    let fp = v3_request_footprint(request, ipv6);
+    let bytes = (48 + n as usize * fp).div_ceil(page) * page;
+    (bytes as u32, ((bytes - 48) / fp) as u32)
+}
+
+/// `netlane bench rr`.
+#[derive(Debug, Clone, Args)]
+pub struct RrBenchArgs {
+    /// Parts to run (comma separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large")]
+    pub parts: Vec<Part>,
+    /// Receive paths for the paths and wall parts.
+    #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]
+    pub paths: Vec<RxPathKind>,
+    /// Clients in the paths part (each with its own socket).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Request size in bytes (header included).
+    #[arg(long, default_value_t = 512)]
+    pub request: usize,
+    /// Response size in bytes in the paths, blocks and wall parts (the large part uses 8 KiB).
+    #[arg(long, default_value_t = 1024)]
+    pub response: usize,
+    /// Client think time between a response and the next request.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub think: Duration,
+    /// TPACKET_V3 requests per block in the paths and wall parts.
+    #[arg(long, default_value_t = 16)]
+    pub block: u32,
+    /// TPACKET_V3 block retire timeout, milliseconds.
+    #[arg(long, default_value_t = 8)]
+    pub retire_ms: u32,
+    /// Measured time per run.
+    #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Warm-up before each measurement.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub ramp: Duration,
+    /// Rounds: every mode once per round, in a rotating order.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+    /// CPU of the server thread and its end's NAPI.
+    #[arg(long, default_value_t = 1)]
+    pub server_cpu: usize,
+    /// CPU of the clients and their end's NAPI.
+    #[arg(long, default_value_t = 0)]
+    pub client_cpu: usize,
+    /// MTU of the veth pair for every part but large (which uses 1500 and 9000).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
+}
+
+/// One run's result: what the clients measured, the server's counters, and the server
+/// CPU's time (the server thread, its NAPI and softirqs, all pinned there).
+#[derive(Debug, Clone, Serialize)]
+pub struct RrRun {
+    /// The clients' measurements.
+    pub clients: ClientsReport,
+    /// The server's counters.
+    pub server: ServerStats,
+    /// The server CPU over the clients' run (warm-up included).
+    pub server_cpu: SystemCpuDelta,
+}
+
+#[derive(Debug, Clone)]
+struct Mode {
+    part: Part,
+    label: String,
+    mtu: u32,
+    server: ServerConfig,
+    clients: ClientsConfig,
+}
+
+impl RrBenchArgs {
+    /// The defaults, as `netlane bench rr` has them.
+    pub fn defaults() -> RrBenchArgs {
+        from_words(&[]).expect("the defaults parse")
+    }
+
+    fn modes(&self, addr: SocketAddr) -> Vec<Mode> {
+        let mut modes = Vec::new();
+        let client = |response: usize| ClientConfig {
+            request_len: self.request,
+            response_len: (response.max(HEADER_LEN) - HEADER_LEN) as u32,
+            echo: false,
+            timeout_ns: 500_000_000,
+            max_retries: 5,
+            max_outstanding: 1,
+        };
+        let clients = |n: usize, response: usize, time: Duration| ClientsConfig {
+            server: addr,
+            clients: n,
+            threads: 1,
+            cpus: Some(CpuList::one(self.client_cpu)),
+            client: client(response),
+            load: Load::Closed { think: self.think },
+            ramp: self.ramp,
+            duration: time,
+            gro: false,
+        };
+        let ring = |block: u32| {
+            let (bytes, _) = v3_block_for(block, self.request, false);
+            RingOptions {
+                frame_size: 2048,
+                frames_per_block: bytes / 2048,
+                blocks: 64,
+                retire_ms: self.retire_ms,
+                ..RingOptions::default()
+            }
+        };
+        let server = |path: RxPathKind, block: u32| ServerConfig {
+            listen: addr,
+            path,
+            cpu: Some(self.server_cpu),
+            ring: ring(block),
+            ..ServerConfig::default()
+        };
+        let m = |part, label: String, mtu, server, clients| Mode { part, label, mtu, server, clients };
+        for part in &self.parts {
+            match part {
+                Part::Paths => {
+                    for p in &self.paths {
+                        modes.push(m(
+                            *part,
+                            p.name().into(),
+                            self.mtu,
+                            server(*p, self.block),
+                            clients(self.clients, self.response, self.time),
+                        ));
+                    }
+                }
+                Part::Blocks => {
+                    for c in BLOCK_CLIENTS {
+                        for b in BLOCK_SWEEP {
+                            modes.push(m(
+                                *part,
+                                block_label(b, c),
+                                self.mtu,
+                                server(RxPathKind::TpacketV3, b),
+                                clients(c, self.response, self.time),
+                            ));
+                        }
+                    }
+                }
+                Part::Wall => {
+                    let t = self.time.min(Duration::from_secs(1));
+                    for p in &self.paths {
+                        for c in WALL_CLIENTS {
+                            modes.push(m(
+                                *part,
+                                wall_label(*p, c),
+                                self.mtu,
+                                server(*p, self.block),
+                                clients(c, self.response, t),
+                            ));
+                        }
+                    }
+                }
+                Part::Large => {
+                    let rm = server(RxPathKind::Recvmmsg, self.block);
+                    let gso = ServerConfig {
+                        responder: ResponderConfig { segment: Some(1472), ..ResponderConfig::default() },
+                        ..rm.clone()
+                    };
+                    let c = clients(self.clients, 8192, self.time);
+                    modes.push(m(*part, LARGE[0].into(), 1500, rm.clone(), c.clone()));
+                    modes.push(m(*part, LARGE[1].into(), 9000, rm, c.clone()));
+                    modes.push(m(*part, LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c }));
+                }
+            }
+        }
+        modes
+    }
+
+    fn labels(&self) -> Vec<(Part, String)> {
+        self.modes("127.0.0.1:1".parse().expect("a literal address")).into_iter().map(|m| (m.part, m.label)).collect()
+    }
+}
+
+const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
+
+fn block_label(block: u32, clients: usize) -> String {
+    format!("{block} per block, {clients} clients")
+}
+
+fn wall_label(p: RxPathKind, clients: usize) -> String {
+    format!("{p} x{clients}")
+}
+
+impl Scenario for RrBenchArgs {
+    fn name(&self) -> &'static str {
+        "rr"
+    }
+
+    fn options(&self) -> OptionList {
+        let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
+        let paths: Vec<&str> = self.paths.iter().map(|p| p.name()).collect();
+        OptionList::new()
+            .words("parts", &parts)
+            .words("paths", &paths)
+            .int("clients", self.clients as u64)
+            .int("request", self.request as u64)
+            .int("response", self.response as u64)
+            .duration("think", self.think)
+            .int("block", u64::from(self.block))
+            .int("retire-ms", u64::from(self.retire_ms))
+            .duration("time", self.time)
+            .duration("ramp", self.ramp)
+            .int("repeat", u64::from(self.repeat))
+            .int("server-cpu", self.server_cpu as u64)
+            .int("client-cpu", self.client_cpu as u64)
+            .int("mtu", u64::from(self.mtu))
+    }
+
+    fn validate(&self) -> Result<()> {
+        let n = netlane::cpus::online_count();
+        for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
+            if c >= n {
+                bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+            }
+        }
+        if self.parts.is_empty() {
+            bail!("--parts: no parts to run");
+        }
+        if self.paths.is_empty() && self.parts.iter().any(|p| matches!(p, Part::Paths | Part::Wall)) {
+            bail!("--paths: no receive paths");
+        }
+        if !(HEADER_LEN..=1472).contains(&self.request) {
+            bail!("--request {}: {HEADER_LEN}..=1472 bytes (one unfragmented datagram at MTU 1500)", self.request);
+        }
+        if !(HEADER_LEN..=65_507).contains(&self.response) {
+            bail!("--response {}: {HEADER_LEN}..=65507 bytes", self.response);
+        }
+        if !(1..=4096).contains(&self.clients) {
+            bail!("--clients {}: 1..=4096", self.clients);
+        }
+        if !(1..=4096).contains(&self.block) {
+            bail!("--block {}: 1..=4096 requests per block", self.block);
+        }
+        if !netlane::topology::have_privileges() {
+            bail!("the rr scenario builds two network namespaces and packet rings: run it as root");
+        }
+        // Every server configuration must be buildable before the first run.
+        for m in self.modes("10.0.0.1:7070".parse().expect("a literal address")) {
+            m.server.validate().with_context(|| format!("mode {}", m.label))?;
+            m.clients.validate().with_context(|| format!("mode {}", m.label))?;
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        self.labels().len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let link = |mtu| LinkConfig { mtu, queues: 1, rx: RxTuning::threaded_napi_on(self.server_cpu) };
+        let mut nets: Vec<(u32, TwoHosts)> = Vec::new();
+        let mut mtus: Vec<u32> = Vec::new();
+        let addr0: SocketAddr = SocketAddr::new(TwoHosts::RX_V4.into(), 7070);
+        for m in self.modes(addr0) {
+            if !mtus.contains(&m.mtu) {
+                mtus.push(m.mtu);
+            }
+        }
+        for mtu in mtus {
+            let h = TwoHosts::create("rr", link(mtu))?;
+            RxTuning::threaded_napi_on(self.client_cpu).apply(&h.tx, &h.tx_if, h.tx_index)?;
+            nets.push((mtu, h));
+        }
+        let modes = self.modes(addr0);
+        let mut all: Vec<Vec<RrRun>> = vec![Vec::new(); modes.len()];
+        let mut records = Vec::new();
+        let mut index = 0;
+        for round in 0..self.repeat as usize {
+            for i in round_order(modes.len(), round) {
+                let m = &modes[i];
+                index += 1;
+                let mut label = format!("{} {}", m.part.word(), m.label);
+                if self.repeat > 1 {
+                    label.push_str(&format!(" #{}", round + 1));
+                }
+                progress.start(&label);
+                let h = &nets.iter().find(|(mtu, _)| *mtu == m.mtu).context("a network for the mode's MTU")?.1;
+                let r = exchange(h, m, self.server_cpu).with_context(|| format!("run {label}"))?;
+                let c = &r.clients;
+                if c.corrupt + c.mismatched > 0 {
+                    bail!("{label}: {} corrupted and {} mismatched responses", c.corrupt, c.mismatched);
+                }
+                progress.finish(
+                    &label,
+                    &format!(
+                        "{:.0} responses/s, p50 {}, p99 {}, server CPU idle {}",
+                        c.responses_per_s,
+                        format::seconds(c.latency_ns.p50 as f64 / 1e9),
+                        format::seconds(c.latency_ns.p99 as f64 / 1e9),
+                        idle(&r).map_or("-".into(), |v| format!("{v:.0}%"))
+                    ),
+                );
+                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.word(), m.label), &r));
+                all[i].push(r);
+            }
+        }
+        drop(nets);
+        Ok(self.report(&modes, &all, records))
+    }
+}
+
+/// One run: the server in the "rx" namespace, the clients in the "tx" one.
+fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let s = stop.clone();
+    let cfg = m.server.clone();
+    let server = h.rx.spawn("rr-server", move || {
+        netlane_rr::server::serve(&cfg, &s, |a| {
+            let _ = tx.send(a);
+        })
+    })?;
+    let addr = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(a) => a,
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            return Err(match server.join() {
+                Ok(Err(e)) => anyhow!(e).context("the server did not start"),
+                _ => anyhow!("the server did not start within 10 s"),
+            });
+        }
+    };
+    let pop = ClientsConfig { server: addr, ..m.clients.clone() };
+    let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+    let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
+    let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+    stop.store(true, Ordering::Relaxed);
+    let server = server.join().map_err(|_| anyhow!("the server thread panicked"))?.context("the server failed")?;
+    let clients = clients?.context("the clients failed")?;
+    Ok(RrRun { clients, server, server_cpu: cpu0.delta(&cpu1) })
+}
+
+fn record(index: u32, round: u32, label: &str, r: &RrRun) -> RunRecord {
+    let c = &r.clients;
+    let l = &c.latency_ns;
+    let us = |v: u64| (l.count > 0).then(|| v as f64 / 1e3);
+    let mut rec = RunRecord::new(
+        index,
+        round,
+        label,
+        vec![
+            ("responses_per_s", Some(c.responses_per_s)),
+            ("p50_us", us(l.p50)),
+            ("p99_us", us(l.p99)),
+            ("p9999_us", us(l.p9999)),
+            ("server_thread_busy_pct", Some(r.server.busy * 100.0)),
+            ("server_cpu_idle_pct", idle(r).ok()),
+            ("server_cpu_us_per_response", cost(r).ok()),
+            ("wakeups_per_s", (r.server.seconds > 0.0).then(|| r.server.wakeups as f64 / r.server.seconds)),
+            ("frames_per_wakeup", Some(r.server.frames_per_wakeup)),
+            ("retransmits", Some(c.retransmits as f64)),
+            ("lost", Some(c.lost as f64)),
+        ],
+    );
+    rec.detail = serde_json::to_value(r).unwrap_or_default();
+    rec
+}
+
+fn throughput(r: &RrRun) -> Measure {
+    positive(r.clients.responses_per_s, "responses per second")
+}
+
+fn p50(r: &RrRun) -> Measure {
+    if r.clients.latency_ns.count == 0 {
+        return Err("no response completed: empty latency histogram".into());
+    }
+    positive(r.clients.latency_ns.p50 as f64, "p50 latency")
+}
+
+/// The server CPU's idle share over the run, %; degenerate when it answered nothing.
+fn idle(r: &RrRun) -> Measure {
+    let c = &r.server_cpu;
+    if r.server.responses == 0 || c.total_s <= 0.0 {
+        return Err("the server answered nothing, or no CPU time was counted".into());
+    }
+    Ok((1.0 - c.busy_s / c.total_s).clamp(0.0, 1.0) * 100.0)
+}
+
+/// Server CPU microseconds per response (thread, NAPI and softirq on the server CPU).
+fn cost(r: &RrRun) -> Measure {
+    let c = &r.server_cpu;
+    if c.total_s <= 0.0 {
+        return Err("no CPU time was counted".into());
+    }
+    let per_s = positive(r.clients.responses_per_s, "responses per second")?;
+    positive(c.busy_s / c.total_s * 1e6 / per_s, "server CPU per response")
+}
+
+fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| f(r).ok()).collect()
+}
+
+fn med(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Value {
+    let v = values(rs, f);
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+fn us(f: fn(&netlane::metrics::Summary) -> u64) -> impl Fn(&RrRun) -> Measure {
+    move |r: &RrRun| {
+        if r.clients.latency_ns.count == 0 {
+            Err("no response completed".into())
+        } else {
+            Ok(f(&r.clients.latency_ns) as f64 / 1e3)
+        }
+    }
+}
+
+impl RrBenchArgs {
+    fn report(&self, modes: &[Mode], all: &[Vec<RrRun>], runs: Vec<RunRecord>) -> ScenarioReport {
+        let find = |part: Part, label: &str| {
+            modes.iter().position(|m| m.part == part && m.label == label).map(|i| &all[i][..])
+        };
+        let mut flags = Vec::new();
+        for (m, rs) in modes.iter().zip(all) {
+            flags.extend(repeat_flags(
+                &format!("{} {}", m.part.word(), m.label),
+                "responses/s",
+                &values(rs, throughput),
+            ));
+        }
+        let (mut tables, mut charts, mut checks, mut notes) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let compare = |spec: Spec, part: Part, a: &str, b: &str, f: fn(&RrRun) -> Measure, what: &str| match (
+            find(part, a),
+            find(part, b),
+        ) {
+            (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
+            _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.word())),
+        };
+        let row = |label: &str, rs: &[RrRun]| {
+            Row::new(vec![
+                Value::text(label),
+                med(rs, throughput),
+                med(rs, us(|s| s.p50)),
+                med(rs, us(|s| s.p99)),
+                med(rs, us(|s| s.p9999)),
+                med(rs, idle),
+                med(rs, cost),
+                med(rs, |r| positive(r.server.wakeups as f64 / r.server.seconds.max(1e-9), "wake-ups")),
+                med(rs, |r| positive(r.server.frames_per_wakeup, "frames per wake-up")),
+                med(rs, |r| Ok(r.server.syscalls_per_response)),
+                med(rs, |r| Ok((r.clients.retransmits + r.clients.lost) as f64)),
+            ])
+        };
+        let columns = |first: &str| {
+            vec![
+                Column::new("mode", first, 0),
+                Column::new("responses_per_s", "responses/s", 0),
+                Column::new("p50_us", "p50 us", 1),
+                Column::new("p99_us", "p99 us", 1),
+                Column::new("p9999_us", "p99.99 us", 1),
+                Column::new("server_cpu_idle_pct", "server CPU idle %", 0),
+                Column::new("server_cpu_us_per_response", "server CPU us/response", 2),
+                Column::new("wakeups_per_s", "wake-ups/s", 0),
+                Column::new("frames_per_wakeup", "frames/wake-up", 1),
+                Column::new("syscalls_per_response", "syscalls/response", 2),
+                Column::new("retransmits_and_lost", "retransmits+lost", 0),
+            ]
+        };
+
+        if self.parts.contains(&Part::Paths) {
+            let mut t = Table::new(
+                "rr-paths",
+                format!(
+                    "Receive paths, {} closed-loop clients, {} B requests, {} B responses, medians of {} rounds",
+                    self.clients, self.request, self.response, self.repeat
+                ),
+                columns("path"),
+            );
+            let mut points = Vec::new();
+            for (x, p) in self.paths.iter().enumerate() {
+                let Some(rs) = find(Part::Paths, p.name()) else { continue };
+                t.push(row(p.name(), rs));
+                points.extend(Point::of(x as f64, &values(rs, throughput)));
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "rr-paths".into(),
+                title: format!("Responses per second by receive path, {} clients", self.clients),
+                kind: ChartKind::Bars,
+                x: Axis::categories("receive path", self.paths.iter().map(|p| p.name().to_string()).collect()),
+                y: Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear),
+                series: vec![Series { name: "responses/s".into(), points }],
+            });
+            // With one client core against one server core the clients, not the server,
+            // set the rate here; what a receive path saves shows as server CPU per
+            // response.
+            for (p, talk) in [
+                (RxPathKind::TpacketV2, " (talk: about 2x the rate on Linux 4.9, less on later kernels)"),
+                (RxPathKind::AfXdp, ""),
+            ] {
+                let id = format!("rr.{}-cost", p.name());
+                let spec = Spec::at_most(
+                    &id,
+                    format!("{p} costs the server no more CPU per response than recvfrom{talk}"),
+                    1.0,
+                    "x",
+                );
+                checks.push(compare(
+                    spec,
+                    Part::Paths,
+                    p.name(),
+                    "recvfrom",
+                    cost,
+                    &format!("{p} / recvfrom server CPU per response"),
+                ));
+            }
+            let best_idle = self
+                .paths
+                .iter()
+                .filter_map(|p| find(Part::Paths, p.name()).map(|rs| (p, values(rs, idle))))
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(p, v)| (p, median(v)))
+                .fold(
+                    None,
+                    |m: Option<(&RxPathKind, f64)>, (p, v)| {
+                        if m.is_some_and(|(_, b)| b >= v) { m } else { Some((p, v)) }
+                    },
+                );
+            if let Some((p, v)) = best_idle
+                && v > 20.0
+            {
+                notes.push(format!(
+                    "The server CPU was idle {v:.0}% of the time even on {p}: one client CPU cannot drive one server \
+                     CPU to saturation here, so responses/s measure the clients as much as the server; the paths are \
+                     compared by server CPU per response."
+                ));
+            }
+        }
+
+        if self.parts.contains(&Part::Blocks) {
+            let mut t = Table::new(
+                "rr-blocks",
+                format!(
+                    "TPACKET_V3 requests per block ({} ms retire timeout), medians of {} rounds",
+                    self.retire_ms, self.repeat
+                ),
+                {
+                    let mut c = columns("requests per block, clients");
+                    c.insert(1, Column::new("block_bytes", "block bytes", 0));
+                    c.insert(2, Column::new("block_holds", "holds", 0));
+                    c
+                },
+            );
+            let mut tp_series = Vec::new();
+            let mut idle_series = Vec::new();
+            for c in BLOCK_CLIENTS {
+                let (mut tp, mut id) = (Vec::new(), Vec::new());
+                for (x, b) in BLOCK_SWEEP.iter().enumerate() {
+                    let label = block_label(*b, c);
+                    let Some(rs) = find(Part::Blocks, &label) else { continue };
+                    let (bytes, holds) = v3_block_for(*b, self.request, false);
+                    let mut r = row(&label, rs);
+                    r.cells.insert(1, Value::num(f64::from(bytes)));
+                    r.cells.insert(2, Value::num(f64::from(holds)));
+                    t.push(r);
+                    tp.extend(Point::of(x as f64, &values(rs, throughput)));
+                    id.extend(Point::of(x as f64, &values(rs, idle)));
+                }
+                tp_series.push(Series { name: format!("{c} clients"), points: tp });
+                idle_series.push(Series { name: format!("{c} clients"), points: id });
+            }
+            tables.push(t);
+            let cats: Vec<String> = BLOCK_SWEEP.iter().map(|b| b.to_string()).collect();
+            charts.push(Chart {
+                name: "rr-blocks-throughput".into(),
+                title: "TPACKET_V3: responses per second by requests per block".into(),
+                kind: ChartKind::Lines,
+                x: Axis::categories("requests per block", cats.clone()),
+                y: Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear),
+                series: tp_series,
+            });
+            charts.push(Chart {
+                name: "rr-blocks-idle".into(),
+                title: "TPACKET_V3: the server CPU's idle time by requests per block".into(),
+                kind: ChartKind::Lines,
+                x: Axis::categories("requests per block", cats),
+                y: Axis::numeric("server idle", Unit::Percent, Scale::Linear),
+                series: idle_series,
+            });
+            // The talk's trade-off at 64 clients: a block of half the burst (32) against
+            // the best block, per round.
+            let half = block_label(32, 64);
+            let best_of_round = |round: usize| -> Measure {
+                BLOCK_SWEEP
+                    .iter()
+                    .filter_map(|b| find(Part::Blocks, &block_label(*b, 64)))
+                    .filter_map(|rs| rs.get(round))
+                    .filter_map(|r| throughput(r).ok())
+                    .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
+                    .ok_or_else(|| "no block size answered".to_string())
+            };
+            let spec = Spec::at_least(
+                "rr.block-half-burst-throughput",
+                "TPACKET_V3, 64 clients: 32 requests per block keeps most of the best block's throughput (talk: about 90%)",
+                0.85,
+                "x",
+            );
+            checks.push(match find(Part::Blocks, &half) {
+                Some(rs) => spec.evaluate(
+                    rs.iter()
+                        .enumerate()
+                        .map(|(i, r)| crate::verdict::ratio(throughput(r), best_of_round(i)))
+                        .collect(),
+                    "32 per block / the best block's responses/s, per round",
+                ),
+                None => spec.skipped("the blocks part did not run"),
+            });
+            let spec = Spec::at_least(
+                "rr.block-half-burst-idle",
+                "TPACKET_V3, 64 clients: with 32 requests per block the server CPU is idle part of the time (talk: ~35%)",
+                25.0,
+                "%",
+            );
+            checks.push(match find(Part::Blocks, &half) {
+                Some(rs) => spec.evaluate(rs.iter().map(idle).collect(), "the server CPU's idle share, per round"),
+                None => spec.skipped("the blocks part did not run"),
+            });
+        }
+
+        if self.parts.contains(&Part::Wall) {
+            let mut t = Table::new(
+                "rr-wall",
+                format!("The wall: clients 1..128 per path, medians of {} rounds", self.repeat),
+                columns("path x clients"),
+            );
+            let mut series = Vec::new();
+            for p in &self.paths {
+                let mut points = Vec::new();
+                for c in WALL_CLIENTS {
+                    let label = wall_label(*p, c);
+                    let Some(rs) = find(Part::Wall, &label) else { continue };
+                    t.push(row(&label, rs));
+                    let (tp, lat) = (values(rs, throughput), values(rs, p50));
+                    if let (false, false) = (tp.is_empty(), lat.is_empty()) {
+                        points.push(Point { x: median(tp), y: median(lat) / 1e9, low: None, high: None });
+                    }
+                }
+                series.push(Series { name: p.name().into(), points });
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "rr-wall".into(),
+                title: "The wall: p50 latency against responses per second as clients double (1..128)".into(),
+                kind: ChartKind::Lines,
+                x: Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear),
+                y: Axis::numeric("p50 latency", Unit::Seconds, Scale::Log),
+                series,
+            });
+        }
+
+        if self.parts.contains(&Part::Large) {
+            let mut t = Table::new(
+                "rr-large",
+                format!("8 KiB responses, {} clients, recvmmsg, medians of {} rounds", self.clients, self.repeat),
+                columns("responses"),
+            );
+            let mut points = Vec::new();
+            for (x, label) in LARGE.iter().enumerate() {
+                let Some(rs) = find(Part::Large, label) else { continue };
+                t.push(row(label, rs));
+                points.extend(Point::of(x as f64, &values(rs, throughput)));
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "rr-large".into(),
+                title: "8 KiB responses: responses per second".into(),
+                kind: ChartKind::Bars,
+                x: Axis::categories("responses", LARGE.iter().map(|s| s.to_string()).collect()),
+                y: Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear),
+                series: vec![Series { name: "responses/s".into(), points }],
+            });
+            let spec = Spec::at_least(
+                "rr.jumbo-throughput",
+                "8 KiB responses: MTU 9000 raises throughput over IP fragments at 1500 (talk: ~24 K -> ~34 K, 1.4x)",
+                1.2,
+                "x",
+            );
+            checks.push(compare(spec, Part::Large, LARGE[1], LARGE[0], throughput, "MTU 9000 / MTU 1500 responses/s"));
+            let spec = Spec::at_most(
+                "rr.jumbo-latency",
+                "8 KiB responses: MTU 9000 lowers p50 latency (talk: ~2700 -> ~1800 us, 0.67x)",
+                0.85,
+                "x",
+            );
+            checks.push(compare(spec, Part::Large, LARGE[1], LARGE[0], p50, "MTU 9000 / MTU 1500 p50"));
+            let spec = Spec::at_least(
+                "rr.gso-segments-throughput",
+                "8 KiB responses: GSO segments read with GRO beat IP fragments at MTU 1500",
+                1.0,
+                "x",
+            );
+            checks.push(compare(
+                spec,
+                Part::Large,
+                LARGE[2],
+                LARGE[0],
+                throughput,
+                "GSO segments / fragments responses/s",
+            ));
+            if let Some(rs) = find(Part::Large, LARGE[0]) {
+                let r: Vec<f64> = rs.iter().map(|r| r.clients.retransmits as f64).collect();
+                if let Some(s) = Spread::of(&r).filter(|s| s.max > 0.0) {
+                    notes.push(format!(
+                        "Fragmented responses needed {} retransmissions per run (median; {}..{}): a lost fragment \
+                         loses the whole response.",
+                        sig(s.median),
+                        sig(s.min),
+                        sig(s.max)
+                    ));
+                }
+            }
+        }
+
+        let headline = {
+            let get =
+                |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
+            let mut parts = Vec::new();
+            if let Some(v) = get("rr.tpacket-v2-cost") {
+                parts.push(format!("TPACKET_V2 cost the server {v}x recvfrom's CPU per response"));
+            }
+            if let Some(v) = get("rr.af-xdp-cost") {
+                parts.push(format!("AF_XDP {v}x"));
+            }
+            if let Some(v) = get("rr.jumbo-throughput") {
+                parts.push(format!("jumbo frames gave {v}x the fragmented 8 KiB rate"));
+            }
+            if parts.is_empty() {
+                format!("{} modes, {} rounds.", modes.len(), self.repeat)
+            } else {
+                let mut s = parts.join("; ");
+                s.push('.');
+                s
+            }
+        };
+        let options = self.options();
+        ScenarioReport {
+            name: "rr".into(),
+            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses".into(),
+            description: format!(
+                "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
+                 NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
+                 another, joined by a veth pair (MTU {} but in the large part). Throughput and latency are the \
+                 clients' (the receiving side); the server CPU's idle share and CPU per response count everything on \
+                 that CPU (the server thread, its NAPI, softirqs) over the clients' run. AF_XDP runs in native \
+                 XDP, copy mode (veth has no zero-copy).",
+                self.server_cpu, self.client_cpu, self.mtu
+            ),
+            headline,
+            options: options.object(),
+            echo: options.echo(),
+            tables,
+            charts,
+            checks,
+            flags,
+            notes,
+            runs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Outcome;
+
+    fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
+        let responses = (responses_per_s * 2.0) as u64;
+        RrRun {
+            clients: ClientsReport {
+                responses,
+                responses_per_s,
+                seconds: 2.0,
+                latency_ns: netlane::metrics::Summary {
+                    count: responses,
+                    p50: p50_ns,
+                    p99: p50_ns * 2,
+                    p9999: p50_ns * 4,
+                    ..Default::default()
+                },
+                ..ClientsReport::default()
+            },
+            server: ServerStats { responses, seconds: 2.0, ..ServerStats::default() },
+            server_cpu: SystemCpuDelta { busy_s, total_s: 2.0, cpus: 1, ..SystemCpuDelta::default() },
+        }
+    }
+
+    fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
+        let a = RrBenchArgs::defaults();
+        let modes = a.modes("10.0.0.1:7070".parse().unwrap());
+        let all: Vec<Vec<RrRun>> = modes
+            .iter()
+            .map(|m| {
+                let good = match m.label.as_str() {
+                    "recvfrom" => run(40_000.0, 1_500_000, 1.9),
+                    l if l.starts_with("32 per block, 64") => run(60_000.0, 1_000_000, 1.3),
+                    l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
+                    l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
+                    l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
+                    _ => run(60_000.0, 1_000_000, 1.5),
+                };
+                let second = if m.label == bad { degenerate.clone() } else { good.clone() };
+                vec![good, second]
+            })
+            .collect();
+        a.report(&modes, &all, Vec::new())
+    }
+
+    fn outcome(r: &ScenarioReport, id: &str) -> Outcome {
+        r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}")).outcome
+    }
+
+    #[test]
+    fn good_rounds_meet_the_talks_shape() {
+        let r = report_with("none", run(0.0, 0, 0.0));
+        for c in &r.checks {
+            assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
+        }
+        assert!(r.headline.contains("TPACKET_V2 cost the server"), "{}", r.headline);
+    }
+
+    #[test]
+    fn a_run_that_answered_nothing_is_invalid_never_met() {
+        // recvfrom answered nothing in round 2: the cost ratio against it is invalid.
+        let r = report_with("recvfrom", run(0.0, 0, 0.0));
+        assert_eq!(outcome(&r, "rr.tpacket-v2-cost"), Outcome::Invalid);
+        // The half-burst block answered nothing: its idle share is not "100% idle".
+        let r = report_with("32 per block, 64 clients", run(0.0, 0, 0.0));
+        assert_eq!(outcome(&r, "rr.block-half-burst-idle"), Outcome::Invalid);
+        assert_eq!(outcome(&r, "rr.block-half-burst-throughput"), Outcome::Invalid);
+        // No CPU time counted at all.
+        let mut z = run(30_000.0, 1_000_000, 0.0);
+        z.server_cpu.total_s = 0.0;
+        let r = report_with("8K whole, MTU 9000", z);
+        assert_eq!(outcome(&r, "rr.jumbo-throughput"), Outcome::Met);
+        let r = report_with("recvfrom", {
+            let mut z = run(30_000.0, 1_000_000, 0.0);
+            z.server_cpu.total_s = 0.0;
+            z
+        });
+        assert_eq!(outcome(&r, "rr.af-xdp-cost"), Outcome::Invalid);
+    }
+
+    #[test]
+    fn a_block_holds_about_what_it_is_sized_for() {
+        // 512-byte requests take 640 bytes each in a V3 block.
+        assert_eq!(v3_request_footprint(512, false), 640);
+        let (bytes, holds) = v3_block_for(32, 512, false);
+        assert_eq!((bytes, holds), (24576, 38));
+        for n in BLOCK_SWEEP {
+            let (bytes, holds) = v3_block_for(n, 512, false);
+            assert!(holds >= n && (bytes as usize).is_multiple_of(netlane_sys::packet::page_size()));
+        }
+    }
+}
