@@ -101,6 +101,10 @@ pub struct ServeArgs {
     /// TPACKET_V3: a partly filled block is handed over after this many milliseconds.
     #[arg(long, default_value_t = 8)]
     pub retire_ms: u32,
+    /// TPACKET_V3: rings of 4 to 128 KiB blocks, the traffic moved at run time to the one
+    /// whose block holds about half the burst (instead of --frames-per-block).
+    #[arg(long)]
+    pub adaptive: bool,
     /// AF_XDP: UMEM frames per receive queue (each queue has its own socket and UMEM;
     /// all of them must fit RLIMIT_MEMLOCK).
     #[arg(long, default_value_t = 512)]
@@ -146,6 +150,7 @@ impl ServeArgs {
                 frames_per_block: self.frames_per_block,
                 blocks: self.blocks,
                 retire_ms: self.retire_ms,
+                adaptive: self.adaptive,
             },
             xdp: XdpOptions {
                 frame_size: self.xdp_frame_size,
@@ -187,6 +192,9 @@ impl ServeArgs {
                 stats.ring_fragments,
                 stats.ring_skipped,
             ));
+            if let (Some(sw), Some(b)) = (stats.adaptive_switches, stats.adaptive_block) {
+                out::println(&format!("adaptive: {sw} ring switches, {b}-byte blocks at the end"));
+            }
             if let Some(x) = &stats.xdp {
                 out::println(&format!(
                     "af-xdp: {} XDP, {} copy, {} queues: redirected={} passed={} via_stack={} fill_ring_empty={}",

@@ -213,3 +213,24 @@ fn impossible_rings_are_refused_before_anything_is_built() {
         assert!(e.to_string().contains("interface no-such-if0"), "{e}");
     }
 }
+
+#[test]
+fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
+    if !privileged("the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst") {
+        return;
+    }
+    let ring = RingOptions { adaptive: true, ..RingOptions::default() };
+    let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
+        clients::run(&population(addr, 4), &AtomicBool::new(false)).unwrap()
+    });
+    assert_clean(&r);
+    assert_eq!((st.adaptive_switches, st.adaptive_block), (Some(0), Some(4096)), "4 clients: the smallest block");
+    let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
+        clients::run(&population(addr, 128), &AtomicBool::new(false)).unwrap()
+    });
+    assert!(r.responses > 50 && r.corrupt + r.mismatched + r.lost == 0, "{r:?}");
+    assert!(st.adaptive_switches.unwrap() >= 1 && st.adaptive_block.unwrap() > 4096, "{st:?}");
+    let bad = ServerConfig { ring, ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", RingOptions::default()) };
+    let e = server::serve(&bad, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+    assert!(e.to_string().contains("adaptive block size is a TPACKET_V3 mode"), "{e}");
+}

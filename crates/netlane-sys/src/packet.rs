@@ -91,6 +91,18 @@ pub struct PacketRing {
     next: usize,
     count: usize,
     stride: usize,
+    blocks: BlockCounts,
+}
+
+/// TPACKET_V3 blocks handed over so far, by why the kernel retired them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BlockCounts {
+    /// Blocks retired because they were full (or the next frame did not fit).
+    pub full: u64,
+    /// Blocks retired by the timer (`TP_STATUS_BLK_TMO`), partly filled.
+    pub timed_out: u64,
+    /// Frames in all the blocks.
+    pub frames: u64,
 }
 
 // SAFETY: the mapping belongs to this value alone (no aliases are handed out beyond a
@@ -154,7 +166,7 @@ impl PacketRing {
             return Err(io::Error::last_os_error());
         }
         let map = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        let ring = PacketRing { fd, map, len, spec, next: 0, count, stride };
+        let ring = PacketRing { fd, map, len, spec, next: 0, count, stride, blocks: BlockCounts::default() };
         // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
         let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -174,6 +186,16 @@ impl PacketRing {
     /// The layout.
     pub fn spec(&self) -> RingSpec {
         self.spec
+    }
+
+    /// TPACKET_V3: blocks handed over so far (zero for V2).
+    pub fn block_counts(&self) -> BlockCounts {
+        self.blocks
+    }
+
+    /// Replaces the socket filter (`SO_ATTACH_FILTER` swaps it atomically).
+    pub fn set_filter(&self, prog: &[Insn]) -> io::Result<()> {
+        attach_filter(self.fd.as_fd(), prog)
     }
 
     /// The kernel's counters since the last call (`PACKET_STATISTICS` resets them).
@@ -286,16 +308,24 @@ impl PacketRing {
 
     fn drain_v3(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
         let mut n = 0;
+        let mut counts = self.blocks;
         for _ in 0..self.count {
             let base = self.next * self.stride;
             let status_at =
                 base + offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
             let st = self.status(status_at);
-            if st.load(Ordering::Acquire) & libc::TP_STATUS_USER == 0 {
+            let status = st.load(Ordering::Acquire);
+            if status & libc::TP_STATUS_USER == 0 {
                 break;
+            }
+            if status & libc::TP_STATUS_BLK_TMO != 0 {
+                counts.timed_out += 1;
+            } else {
+                counts.full += 1;
             }
             let hdr_at = base + offset_of!(libc::tpacket_block_desc, hdr);
             if let Some(bh) = self.read::<libc::tpacket_hdr_v1>(hdr_at) {
+                counts.frames += u64::from(bh.num_pkts);
                 let end = base + self.stride;
                 let mut at = base + bh.offset_to_first_pkt as usize;
                 for _ in 0..bh.num_pkts {
@@ -316,6 +346,7 @@ impl PacketRing {
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.count;
         }
+        self.blocks = counts;
         n
     }
 }

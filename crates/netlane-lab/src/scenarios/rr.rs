@@ -69,7 +69,7 @@ impl Part {
 /// Requests per TPACKET_V3 block in the sweep.
 pub const BLOCK_SWEEP: [u32; 5] = [8, 16, 32, 64, 128];
 /// Client counts of the block sweep.
-pub const BLOCK_CLIENTS: [usize; 2] = [64, 128];
+pub const BLOCK_CLIENTS: [usize; 4] = [16, 32, 64, 128];
 /// Client counts of the wall.
 pub const WALL_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
@@ -229,6 +229,15 @@ impl RrBenchArgs {
                                 clients(c, self.response, self.time),
                             ));
                         }
+                        let mut adaptive = server(RxPathKind::TpacketV3, self.block);
+                        adaptive.ring.adaptive = true;
+                        modes.push(m(
+                            *part,
+                            adaptive_label(c),
+                            self.mtu,
+                            adaptive,
+                            clients(c, self.response, self.time),
+                        ));
                     }
                 }
                 Part::Wall => {
@@ -270,6 +279,10 @@ const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K G
 
 fn block_label(block: u32, clients: usize) -> String {
     format!("{block} per block, {clients} clients")
+}
+
+fn adaptive_label(clients: usize) -> String {
+    format!("adaptive, {clients} clients")
 }
 
 fn wall_label(p: RxPathKind, clients: usize) -> String {
@@ -713,6 +726,86 @@ impl RrBenchArgs {
             });
         }
 
+        if self.parts.contains(&Part::Blocks) {
+            let mut t = Table::new(
+                "rr-adaptive",
+                format!(
+                    "TPACKET_V3 with the block size adapted at run time, against the best fixed block, medians of {} rounds",
+                    self.repeat
+                ),
+                vec![
+                    Column::new("clients", "clients", 0),
+                    Column::new("adaptive_responses_per_s", "adaptive responses/s", 0),
+                    Column::new("best_fixed_responses_per_s", "best fixed responses/s", 0),
+                    Column::new("best_fixed_block", "best fixed block", 0),
+                    Column::new("ratio", "adaptive / best", 2),
+                    Column::new("adaptive_idle_pct", "adaptive server CPU idle %", 0),
+                    Column::new("switches", "ring switches", 0),
+                    Column::new("final_block_bytes", "final block bytes", 0),
+                ],
+            );
+            let (mut tp_samples, mut idle_samples) = (Vec::new(), Vec::new());
+            for c in BLOCK_CLIENTS {
+                let Some(ad) = find(Part::Blocks, &adaptive_label(c)) else { continue };
+                // Per round: the best fixed block's throughput at these clients.
+                let best = |round: usize| -> Option<(f64, u32)> {
+                    BLOCK_SWEEP
+                        .iter()
+                        .filter_map(|b| find(Part::Blocks, &block_label(*b, c)).map(|rs| (b, rs)))
+                        .filter_map(|(b, rs)| rs.get(round).and_then(|r| throughput(r).ok()).map(|v| (v, *b)))
+                        .fold(None, |m: Option<(f64, u32)>, x| if m.is_some_and(|m| m.0 >= x.0) { m } else { Some(x) })
+                };
+                let ratios: Vec<Measure> = ad
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        crate::verdict::ratio(
+                            throughput(r),
+                            best(i).map(|b| b.0).ok_or_else(|| "no fixed block".into()),
+                        )
+                    })
+                    .collect();
+                let ok: Vec<f64> = ratios.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+                let bests: Vec<f64> = (0..ad.len()).filter_map(|i| best(i).map(|b| b.0)).collect();
+                let best_block = best(0).map(|b| b.1);
+                t.push(Row::new(vec![
+                    Value::num(c as f64),
+                    med(ad, throughput),
+                    if bests.is_empty() { Value::Missing } else { Value::num(median(bests)) },
+                    Value::opt(best_block.map(f64::from)),
+                    if ok.is_empty() { Value::Missing } else { Value::num(median(ok)) },
+                    med(ad, idle),
+                    med(ad, |r| r.server.adaptive_switches.map(|v| v as f64).ok_or_else(|| "not adaptive".into())),
+                    med(ad, |r| r.server.adaptive_block.map(f64::from).ok_or_else(|| "not adaptive".into())),
+                ]));
+                tp_samples.extend(ratios);
+                idle_samples.extend(ad.iter().map(idle));
+            }
+            tables.push(t);
+            let spec = Spec::at_least(
+                "rr.adaptive-throughput",
+                "TPACKET_V3 adaptive blocks: at least 90% of the best fixed block's throughput at 16..128 clients, untuned",
+                0.9,
+                "x",
+            );
+            checks.push(if tp_samples.is_empty() {
+                spec.skipped("the blocks part did not run")
+            } else {
+                spec.evaluate(tp_samples, "adaptive / best fixed block responses/s, per round and client count")
+            });
+            let spec = Spec::at_least(
+                "rr.adaptive-idle",
+                "TPACKET_V3 adaptive blocks: the server CPU stays at least 30% idle at 16..128 clients",
+                30.0,
+                "%",
+            );
+            checks.push(if idle_samples.is_empty() {
+                spec.skipped("the blocks part did not run")
+            } else {
+                spec.evaluate(idle_samples, "the server CPU's idle share, per round and client count")
+            });
+        }
+
         if self.parts.contains(&Part::Wall) {
             let mut t = Table::new(
                 "rr-wall",
@@ -889,6 +982,7 @@ mod tests {
                 let good = match m.label.as_str() {
                     "recvfrom" => run(40_000.0, 1_500_000, 1.9),
                     l if l.starts_with("32 per block, 64") => run(60_000.0, 1_000_000, 1.3),
+                    l if l.starts_with("adaptive") => run(58_000.0, 1_000_000, 1.2),
                     l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
                     l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
                     l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
@@ -923,6 +1017,10 @@ mod tests {
         let r = report_with("32 per block, 64 clients", run(0.0, 0, 0.0));
         assert_eq!(outcome(&r, "rr.block-half-burst-idle"), Outcome::Invalid);
         assert_eq!(outcome(&r, "rr.block-half-burst-throughput"), Outcome::Invalid);
+        // An adaptive run that answered nothing is neither fast nor idle.
+        let r = report_with("adaptive, 64 clients", run(0.0, 0, 0.0));
+        assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Invalid);
+        assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Invalid);
         // No CPU time counted at all.
         let mut z = run(30_000.0, 1_000_000, 0.0);
         z.server_cpu.total_s = 0.0;

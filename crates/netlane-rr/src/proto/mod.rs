@@ -1,6 +1,7 @@
 //! The sans-IO protocol core: no sockets, clocks, files or threads. The drivers feed it
 //! bytes and times; the fuzz targets feed it anything.
 
+pub mod adapt;
 pub mod client;
 pub mod fuzzing;
 pub mod packet;

@@ -125,6 +125,12 @@ impl ServerConfig {
         if self.path.is_ring() {
             self.ring.spec(self.path).map_err(|why| ServerError::Ring { path: self.path, why })?;
         }
+        if self.ring.adaptive && self.path != PathKind::TpacketV3 {
+            return Err(ServerError::Ring {
+                path: self.path,
+                why: "the adaptive block size is a TPACKET_V3 mode".into(),
+            });
+        }
         if self.path == PathKind::AfXdp {
             // One queue at least; the queue count is known once the interface is.
             self.xdp.check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
@@ -172,6 +178,10 @@ pub struct ServerStats {
     pub ring_drops: u64,
     /// TPACKET_V3: times every block was held by the server (the ring froze).
     pub ring_freezes: u64,
+    /// Adaptive TPACKET_V3: ring switches, and the block size in use at the end.
+    pub adaptive_switches: Option<u64>,
+    /// Adaptive TPACKET_V3: block bytes of the ring in use at the end.
+    pub adaptive_block: Option<u32>,
     /// `epoll_wait` returns with something to read.
     pub wakeups: u64,
     /// `epoll_wait` calls.
@@ -290,6 +300,10 @@ pub fn serve(
     st.ring_skipped = skips.other;
     st.ring_drops = ring.drops;
     st.ring_freezes = ring.freezes;
+    if let RxPath::Adaptive(a) = &path {
+        st.adaptive_switches = Some(a.switches());
+        st.adaptive_block = Some(a.active_block());
+    }
     if let RxPath::Xdp(x) = &path {
         let xs = x.stats();
         let (redirected, passed) = x.counts();

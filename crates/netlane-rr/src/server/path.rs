@@ -8,9 +8,10 @@ use std::str::FromStr;
 
 use netlane_sys::bpf::{XdpLink, XskRedirect};
 use netlane_sys::msg::RecvBatch;
-use netlane_sys::packet::{Insn, PacketRing, PacketStats, RingSpec, attach_filter, page_size};
+use netlane_sys::packet::{BlockCounts, Insn, PacketRing, PacketStats, RingSpec, attach_filter, page_size};
 use netlane_sys::xsk::{Xsk, XskConfig, XskMode, XskStats};
 
+use crate::proto::adapt::{BlockChooser, WindowCounts};
 use crate::proto::packet::{Skip, parse_frame, udp_port_filter};
 
 /// A receive path, selectable at run time.
@@ -90,13 +91,24 @@ pub struct RingOptions {
     pub blocks: u32,
     /// TPACKET_V3: milliseconds after which a partly filled block is handed over.
     pub retire_ms: u32,
+    /// TPACKET_V3: keep rings of 4 to 128 KiB blocks and move the traffic to the one
+    /// whose block holds about half the burst (see `proto::adapt`); `frames_per_block`
+    /// is then unused.
+    pub adaptive: bool,
 }
 
 impl Default for RingOptions {
     fn default() -> Self {
-        RingOptions { frame_size: 2048, frames: 4096, frames_per_block: 32, blocks: 64, retire_ms: 8 }
+        RingOptions { frame_size: 2048, frames: 4096, frames_per_block: 32, blocks: 64, retire_ms: 8, adaptive: false }
     }
 }
+
+/// Block sizes of the adaptive mode's rings.
+pub const ADAPTIVE_BLOCKS: [u32; 6] = [4096, 8192, 16384, 32768, 65536, 131072];
+/// Blocks per ring in the adaptive mode.
+const ADAPTIVE_RING_BLOCKS: u32 = 32;
+/// How often the adaptive mode decides.
+const ADAPTIVE_WINDOW_NS: u64 = 50_000_000;
 
 /// The largest ring the server maps.
 pub const MAX_RING_BYTES: usize = 256 << 20;
@@ -116,6 +128,15 @@ impl RingOptions {
                 }
                 let block = self.frame_size.div_ceil(page) * page;
                 RingSpec::V2 { block_size: block, frame_size: self.frame_size, frames: self.frames }
+            }
+            PathKind::TpacketV3 if self.adaptive => {
+                let largest = *ADAPTIVE_BLOCKS.last().unwrap_or(&131_072);
+                RingSpec::V3 {
+                    block_size: largest,
+                    blocks: ADAPTIVE_RING_BLOCKS * ADAPTIVE_BLOCKS.len() as u32,
+                    frame_size: self.frame_size.min(largest),
+                    retire_ms: self.retire_ms,
+                }
             }
             _ => {
                 let block = u64::from(self.frames_per_block) * u64::from(self.frame_size);
@@ -216,6 +237,8 @@ pub enum RxPath {
     /// service socket still answers what the program passes to the stack (IP
     /// fragments, reassembled there).
     Xdp(Box<XdpPath>),
+    /// TPACKET_V3 rings of several block sizes, one taking the traffic at a time.
+    Adaptive(Box<AdaptivePath>),
     /// A packet ring.
     Ring {
         /// The ring.
@@ -225,6 +248,63 @@ pub enum RxPath {
         /// What it skipped.
         skips: RingSkips,
     },
+}
+
+/// The adaptive TPACKET_V3 path's parts.
+#[derive(Debug)]
+pub struct AdaptivePath {
+    rings: Vec<PacketRing>,
+    chooser: BlockChooser,
+    /// The active ring's block counts when the current window began.
+    base: BlockCounts,
+    port: u16,
+    skips: RingSkips,
+    pass: Vec<Insn>,
+    drop_all: Vec<Insn>,
+    started: std::time::Instant,
+}
+
+impl AdaptivePath {
+    /// Ring switches so far.
+    pub fn switches(&self) -> u64 {
+        self.chooser.switches()
+    }
+
+    /// Block bytes of the ring in use.
+    pub fn active_block(&self) -> u32 {
+        ADAPTIVE_BLOCKS[self.chooser.active()]
+    }
+
+    fn drain(&mut self, f: &mut dyn FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
+        let port = self.port;
+        let mut n = 0;
+        let (chooser, skips) = (&mut self.chooser, &mut self.skips);
+        for ring in &mut self.rings {
+            n += ring.drain(&mut |frame, _| match parse_frame(frame, port) {
+                Ok(u) => {
+                    chooser.on_frame(u.src, frame.len());
+                    f(u.payload, u.src);
+                }
+                Err(Skip::Fragment) => skips.fragments += 1,
+                Err(_) => skips.other += 1,
+            });
+        }
+        let now = self.started.elapsed().as_nanos() as u64;
+        let old = self.chooser.active();
+        let c = self.rings[old].block_counts();
+        let window = WindowCounts { full: c.full - self.base.full, timed_out: c.timed_out - self.base.timed_out };
+        let next = self.chooser.tick(now, window);
+        if let Some(next) = next {
+            // The new ring first, then the old one off: a request in between lands in
+            // both (a duplicate the client counts), never in neither.
+            self.rings[next].set_filter(&self.pass)?;
+            self.rings[old].set_filter(&self.drop_all)?;
+            self.base = self.rings[next].block_counts();
+        } else if self.chooser.window_ended(now) {
+            self.base = c;
+        }
+        Ok(n)
+    }
 }
 
 /// The AF_XDP path's parts.
@@ -313,6 +393,36 @@ impl RxPath {
         match kind {
             PathKind::Recvfrom => Ok(RxPath::Recvfrom { buf: vec![0; SLOT] }),
             PathKind::Recvmmsg => Ok(RxPath::Recvmmsg(RecvBatch::new(batch, SLOT, 0, true))),
+            PathKind::TpacketV3 if ring.adaptive => {
+                let port = sock.local_addr()?.port();
+                let to_insns = |v: &[crate::proto::packet::Insn]| -> Vec<Insn> {
+                    v.iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect()
+                };
+                let pass = to_insns(&udp_port_filter(port));
+                let drop_all = vec![Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
+                let mut rings = Vec::new();
+                for (i, block) in ADAPTIVE_BLOCKS.iter().enumerate() {
+                    let spec = RingSpec::V3 {
+                        block_size: *block,
+                        blocks: ADAPTIVE_RING_BLOCKS,
+                        frame_size: ring.frame_size.min(*block),
+                        retire_ms: ring.retire_ms,
+                    };
+                    // The smallest block takes the traffic first.
+                    rings.push(PacketRing::open(ETH_P_ALL, ifindex, if i == 0 { &pass } else { &drop_all }, spec)?);
+                }
+                attach_filter(sock.as_fd(), &drop_all)?;
+                Ok(RxPath::Adaptive(Box::new(AdaptivePath {
+                    rings,
+                    chooser: BlockChooser::new(ADAPTIVE_BLOCKS.to_vec(), ADAPTIVE_WINDOW_NS),
+                    base: BlockCounts::default(),
+                    port,
+                    skips: RingSkips::default(),
+                    pass,
+                    drop_all,
+                    started: std::time::Instant::now(),
+                })))
+            }
             PathKind::TpacketV2 | PathKind::TpacketV3 => {
                 let spec = ring.spec(kind).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let port = sock.local_addr()?.port();
@@ -390,6 +500,7 @@ impl RxPath {
     pub fn fds<'a>(&'a self, sock: &'a UdpSocket) -> Vec<BorrowedFd<'a>> {
         match self {
             RxPath::Ring { ring, .. } => vec![ring.as_fd()],
+            RxPath::Adaptive(a) => a.rings.iter().map(AsFd::as_fd).collect(),
             RxPath::Xdp(x) => x.socks.iter().map(AsFd::as_fd).chain([sock.as_fd()]).collect(),
             _ => vec![sock.as_fd()],
         }
@@ -399,6 +510,7 @@ impl RxPath {
     pub fn skips(&self) -> RingSkips {
         match self {
             RxPath::Ring { skips, .. } => *skips,
+            RxPath::Adaptive(a) => a.skips,
             RxPath::Xdp(x) => x.skips,
             _ => RingSkips::default(),
         }
@@ -408,6 +520,13 @@ impl RxPath {
     pub fn take_ring_stats(&self) -> PacketStats {
         match self {
             RxPath::Ring { ring, .. } => ring.take_stats().unwrap_or_default(),
+            RxPath::Adaptive(a) => {
+                a.rings.iter().filter_map(|r| r.take_stats().ok()).fold(PacketStats::default(), |t, s| PacketStats {
+                    packets: t.packets + s.packets,
+                    drops: t.drops + s.drops,
+                    freezes: t.freezes + s.freezes,
+                })
+            }
             _ => PacketStats::default(),
         }
     }
@@ -443,6 +562,10 @@ impl RxPath {
                     Err(Skip::Fragment) => skips.fragments += 1,
                     Err(_) => skips.other += 1,
                 });
+                if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
+            }
+            RxPath::Adaptive(a) => {
+                let n = a.drain(f)?;
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }
             RxPath::Xdp(x) => {
