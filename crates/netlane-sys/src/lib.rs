@@ -34,6 +34,7 @@ pub mod cmsg;
 pub mod consts;
 pub mod epoll;
 pub mod errqueue;
+mod mapping;
 pub mod msg;
 pub mod packet;
 pub mod process;

@@ -12,11 +12,11 @@
 use std::io;
 use std::mem::{self, offset_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::cvt;
-use crate::sockopt::{set_int, set_raw};
+use crate::mapping::Mapping;
+use crate::sockopt::{get_raw, set_int, set_raw};
 
 /// The ring layout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,9 +83,9 @@ pub struct PacketStats {
 /// A packet socket with a memory-mapped receive ring.
 #[derive(Debug)]
 pub struct PacketRing {
+    // The mapping goes before the socket that owns the ring.
+    map: Mapping,
     fd: OwnedFd,
-    map: NonNull<u8>,
-    len: usize,
     spec: RingSpec,
     /// Frame (V2) or block (V3) to look at next.
     next: usize,
@@ -149,24 +149,8 @@ impl PacketRing {
                 (blocks as usize, block_size as usize)
             }
         };
-        let len = spec.bytes();
-        // SAFETY: a fresh shared mapping of the ring the kernel just allocated for this
-        // socket (packet_mmap.rst); the kernel checks `len` against the ring's size.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let map = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        let ring = PacketRing { fd, map, len, spec, next: 0, count, stride, blocks: BlockCounts::default() };
+        let map = Mapping::new(spec.bytes(), Some(fd.as_fd()), 0)?;
+        let ring = PacketRing { map, fd, spec, next: 0, count, stride, blocks: BlockCounts::default() };
         // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
         let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -201,65 +185,13 @@ impl PacketRing {
     /// The kernel's counters since the last call (`PACKET_STATISTICS` resets them).
     pub fn take_stats(&self) -> io::Result<PacketStats> {
         let mut s = libc::tpacket_stats_v3 { tp_packets: 0, tp_drops: 0, tp_freeze_q_cnt: 0 };
-        let mut len = mem::size_of::<libc::tpacket_stats_v3>() as libc::socklen_t;
-        // SAFETY: `s` and `len` are live locals; the kernel writes at most `len` bytes
-        // (a V2 socket writes the first two fields only).
-        cvt(unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_PACKET,
-                libc::PACKET_STATISTICS,
-                (&mut s as *mut libc::tpacket_stats_v3).cast(),
-                &mut len,
-            )
-        })?;
+        // A V2 socket writes the first two fields only.
+        get_raw(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_STATISTICS, &mut s)?;
         Ok(PacketStats {
             packets: u64::from(s.tp_packets),
             drops: u64::from(s.tp_drops),
             freezes: if matches!(self.spec, RingSpec::V3 { .. }) { u64::from(s.tp_freeze_q_cnt) } else { 0 },
         })
-    }
-
-    /// A pointer `offset` bytes into the mapping; callers check `offset <= len`.
-    fn at(&self, offset: usize) -> *mut u8 {
-        debug_assert!(offset <= self.len);
-        // SAFETY: `offset` is at most the mapping's length (every caller checks), so the
-        // result stays inside the same allocation or one past its end.
-        unsafe { self.map.as_ptr().add(offset) }
-    }
-
-    /// The status word at `offset` into the mapping.
-    fn status(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset + 4 <= self.len && offset.is_multiple_of(4), "status word outside the ring");
-        let p = self.at(offset).cast::<AtomicU32>();
-        // SAFETY: `p` lies inside the mapping (checked above) and is 4-byte aligned
-        // (frames are 16-aligned, blocks page-aligned); the word is shared with the
-        // kernel, which is what an atomic is for. The mapping lives as long as `self`.
-        unsafe { &*p }
-    }
-
-    /// The bytes `[offset, offset + len)` of the mapping, or an empty slice when that is
-    /// outside it (a corrupt header must not make us read past the ring).
-    fn bytes(&self, offset: usize, len: usize) -> &[u8] {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => {
-                let p = self.at(offset);
-                // SAFETY: in bounds (checked); the kernel does not write this frame
-                // while its status says user space owns it.
-                unsafe { std::slice::from_raw_parts(p, len) }
-            }
-            _ => &[],
-        }
-    }
-
-    fn read<T: Copy>(&self, offset: usize) -> Option<T> {
-        if offset.checked_add(mem::size_of::<T>())? > self.len {
-            return None;
-        }
-        let p = self.at(offset).cast::<T>();
-        // SAFETY: in bounds (checked); read_unaligned makes no alignment assumption and
-        // `T` is a plain C struct for which any bytes are a valid value.
-        Some(unsafe { p.read_unaligned() })
     }
 
     /// Hands every frame user space owns to `f`, in ring order, returning each to the
@@ -278,14 +210,14 @@ impl PacketRing {
         // At most one lap: a frame freed here may be refilled before the loop ends.
         for _ in 0..self.count {
             let base = self.frame_offset(self.next);
-            let st = self.status(base + offset_of!(libc::tpacket2_hdr, tp_status));
+            let st = self.map.word(base + offset_of!(libc::tpacket2_hdr, tp_status));
             let status = st.load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 break;
             }
-            if let Some(h) = self.read::<libc::tpacket2_hdr>(base) {
+            if let Some(h) = self.map.read::<libc::tpacket2_hdr>(base) {
                 let snap = (h.tp_snaplen as usize).min(self.stride.saturating_sub(usize::from(h.tp_mac)));
-                f(self.bytes(base + usize::from(h.tp_mac), snap), status & libc::TP_STATUS_CSUMNOTREADY != 0);
+                f(self.map.bytes(base + usize::from(h.tp_mac), snap), status & libc::TP_STATUS_CSUMNOTREADY != 0);
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.count;
@@ -313,7 +245,7 @@ impl PacketRing {
             let base = self.next * self.stride;
             let status_at =
                 base + offset_of!(libc::tpacket_block_desc, hdr) + offset_of!(libc::tpacket_hdr_v1, block_status);
-            let st = self.status(status_at);
+            let st = self.map.word(status_at);
             let status = st.load(Ordering::Acquire);
             if status & libc::TP_STATUS_USER == 0 {
                 break;
@@ -324,15 +256,15 @@ impl PacketRing {
                 counts.full += 1;
             }
             let hdr_at = base + offset_of!(libc::tpacket_block_desc, hdr);
-            if let Some(bh) = self.read::<libc::tpacket_hdr_v1>(hdr_at) {
+            if let Some(bh) = self.map.read::<libc::tpacket_hdr_v1>(hdr_at) {
                 counts.frames += u64::from(bh.num_pkts);
                 let end = base + self.stride;
                 let mut at = base + bh.offset_to_first_pkt as usize;
                 for _ in 0..bh.num_pkts {
-                    let Some(ph) = self.read::<libc::tpacket3_hdr>(at) else { break };
+                    let Some(ph) = self.map.read::<libc::tpacket3_hdr>(at) else { break };
                     let data = at + usize::from(ph.tp_mac);
                     let snap = (ph.tp_snaplen as usize).min(end.saturating_sub(data));
-                    f(self.bytes(data, snap), ph.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0);
+                    f(self.map.bytes(data, snap), ph.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0);
                     n += 1;
                     if ph.tp_next_offset == 0 {
                         break;
@@ -354,16 +286,6 @@ impl PacketRing {
 impl AsFd for PacketRing {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
-    }
-}
-
-impl Drop for PacketRing {
-    fn drop(&mut self) {
-        // SAFETY: `map`/`len` are exactly what mmap returned; nothing borrows the
-        // mapping any more (borrows are tied to `&self`/`&mut self`).
-        unsafe {
-            libc::munmap(self.map.as_ptr().cast(), self.len);
-        }
     }
 }
 

@@ -53,6 +53,17 @@ pub fn get_txtime(fd: BorrowedFd<'_>) -> io::Result<(libc::clockid_t, u32)> {
     Ok((cfg.clockid, cfg.flags))
 }
 
+/// `getsockopt(2)` of a plain C struct `T`: fills `value` (which starts as a valid
+/// `T`; the kernel may write fewer bytes than its size, e.g. an older layout).
+pub(crate) fn get_raw<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &mut T) -> io::Result<()> {
+    let mut len = mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `value` is a live, initialised `T` and `len` its size; getsockopt(2)
+    // writes at most `len` bytes into it and updates `len`. Callers pick `T` to match
+    // the option's kernel type, for which any bytes are a valid value.
+    cvt(unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (value as *mut T).cast(), &mut len) })?;
+    Ok(())
+}
+
 pub(crate) fn set_raw<T: Copy>(fd: BorrowedFd<'_>, level: i32, name: i32, value: &T) -> io::Result<()> {
     // SAFETY: `value` is a live, initialised `T` of the size passed; setsockopt(2) only
     // reads it. Callers pick `T` to match the option's kernel type.

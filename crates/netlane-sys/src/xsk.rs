@@ -10,11 +10,11 @@
 use std::io;
 use std::mem;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::cvt;
-use crate::sockopt::set_raw;
+use crate::mapping::Mapping;
+use crate::sockopt::{get_raw, set_raw};
 
 /// How to bind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,85 +54,6 @@ pub struct XskStats {
     pub rx_ring_full: u64,
     /// Times a frame found the fill ring empty.
     pub rx_fill_ring_empty: u64,
-}
-
-/// A memory mapping, unmapped on drop.
-#[derive(Debug)]
-struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-impl Mapping {
-    fn new(len: usize, fd: Option<BorrowedFd<'_>>, offset: libc::off_t) -> io::Result<Mapping> {
-        let (flags, raw) = match fd {
-            Some(fd) => (libc::MAP_SHARED | libc::MAP_POPULATE, fd.as_raw_fd()),
-            None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
-        };
-        // SAFETY: a fresh mapping chosen by the kernel (null hint); for a socket it maps
-        // the ring the kernel allocated at `offset` (af_xdp.rst), for none anonymous
-        // zeroed memory. The result is checked.
-        let p =
-            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, raw, offset) };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned NULL"))?;
-        Ok(Mapping { ptr, len })
-    }
-
-    /// A pointer `offset` bytes in; callers keep `offset <= len`.
-    fn at(&self, offset: usize) -> *mut u8 {
-        assert!(offset <= self.len, "offset outside the mapping");
-        // SAFETY: `offset <= len` (asserted), so the pointer stays within the mapping
-        // or one past its end.
-        unsafe { self.ptr.as_ptr().add(offset) }
-    }
-
-    /// The 32-bit word at `offset` (4-aligned, inside), shared with the kernel.
-    fn word(&self, offset: usize) -> &AtomicU32 {
-        assert!(offset + 4 <= self.len && offset.is_multiple_of(4), "ring word outside the mapping");
-        let p = self.at(offset).cast::<AtomicU32>();
-        // SAFETY: inside the mapping and aligned (asserted); the kernel updates it
-        // concurrently, which an atomic allows. Lives as long as `self`.
-        unsafe { &*p }
-    }
-
-    fn read<T: Copy>(&self, offset: usize) -> T {
-        assert!(offset + mem::size_of::<T>() <= self.len, "read outside the mapping");
-        let p = self.at(offset).cast::<T>();
-        // SAFETY: in bounds (asserted); any bytes are a valid `T` (plain integers).
-        unsafe { p.read_unaligned() }
-    }
-
-    fn write<T: Copy>(&self, offset: usize, v: T) {
-        assert!(offset + mem::size_of::<T>() <= self.len, "write outside the mapping");
-        let p = self.at(offset).cast::<T>();
-        // SAFETY: in bounds (asserted); the slot belongs to the producer (us) until the
-        // producer index is published.
-        unsafe { p.write_unaligned(v) }
-    }
-
-    fn bytes(&self, offset: usize, len: usize) -> &[u8] {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len => {
-                let p = self.at(offset);
-                // SAFETY: in bounds (checked); the frame belongs to user space until it
-                // is put back on the fill ring.
-                unsafe { std::slice::from_raw_parts(p, len) }
-            }
-            _ => &[],
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: exactly the region mmap returned; no borrow outlives `self`.
-        unsafe {
-            libc::munmap(self.ptr.as_ptr().cast(), self.len);
-        }
-    }
 }
 
 /// One ring: its mapping and where its indexes and descriptors are.
@@ -214,17 +135,7 @@ impl Xsk {
         set_raw(fd.as_fd(), libc::SOL_XDP, libc::XDP_RX_RING, &cfg.ring_size)?;
         // SAFETY: an all-zero xdp_mmap_offsets is valid; the kernel fills it.
         let mut off: libc::xdp_mmap_offsets = unsafe { mem::zeroed() };
-        let mut len = mem::size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
-        // SAFETY: `off` and `len` are live locals; the kernel writes at most `len` bytes.
-        cvt(unsafe {
-            libc::getsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_MMAP_OFFSETS,
-                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
-                &mut len,
-            )
-        })?;
+        get_raw(fd.as_fd(), libc::SOL_XDP, libc::XDP_MMAP_OFFSETS, &mut off)?;
         let desc = mem::size_of::<libc::xdp_desc>();
         let rx = Ring::map(fd.as_fd(), &off.rx, cfg.ring_size, desc, libc::XDP_PGOFF_RX_RING as u64)?;
         let fill = Ring::map(fd.as_fd(), &off.fr, fill_size, 8, libc::XDP_UMEM_PGOFF_FILL_RING)?;
@@ -281,7 +192,7 @@ impl Xsk {
         let frame_mask = !(u64::from(self.cfg.frame_size) - 1);
         for k in 0..ready {
             let slot = rx.desc + (cons.wrapping_add(k) & rx.mask) as usize * mem::size_of::<libc::xdp_desc>();
-            let d: libc::xdp_desc = rx.map.read(slot);
+            let d: libc::xdp_desc = rx.map.read(slot).unwrap_or(libc::xdp_desc { addr: 0, len: 0, options: 0 });
             f(self.umem.bytes(d.addr as usize, d.len as usize));
             // The frame goes straight back: every frame we were given is either in the
             // fill ring, in the kernel, or in the RX ring, so the fill ring has room.
@@ -325,17 +236,7 @@ impl Xsk {
     pub fn stats(&self) -> io::Result<XskStats> {
         // SAFETY: an all-zero xdp_statistics is valid; the kernel fills it.
         let mut s: libc::xdp_statistics = unsafe { mem::zeroed() };
-        let mut len = mem::size_of::<libc::xdp_statistics>() as libc::socklen_t;
-        // SAFETY: `s` and `len` are live locals; the kernel writes at most `len` bytes.
-        cvt(unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_XDP,
-                libc::XDP_STATISTICS,
-                (&mut s as *mut libc::xdp_statistics).cast(),
-                &mut len,
-            )
-        })?;
+        get_raw(self.fd.as_fd(), libc::SOL_XDP, libc::XDP_STATISTICS, &mut s)?;
         Ok(XskStats {
             rx_dropped: s.rx_dropped,
             rx_invalid_descs: s.rx_invalid_descs,
