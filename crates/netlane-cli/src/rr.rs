@@ -173,7 +173,7 @@ impl ServeArgs {
         if !to_stdout {
             out::println(&format!(
                 "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} \
-                 send_dropped={} send_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
+                 send_dropped={} send_errors={} recv_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
                  busy={:.1}% ring_drops={} ring_freezes={} ring_fragments={} ring_skipped={}",
                 stats.seconds,
                 stats.frames,
@@ -183,6 +183,7 @@ impl ServeArgs {
                 stats.refused_malformed + stats.refused_not_request + stats.refused_too_large,
                 stats.send_dropped,
                 stats.send_errors,
+                stats.recv_errors,
                 stats.wakeups,
                 stats.frames_per_wakeup,
                 stats.syscalls_per_response,

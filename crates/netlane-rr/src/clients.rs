@@ -274,6 +274,7 @@ struct Worker<'a> {
     timers: BinaryHeap<Reverse<(u64, usize)>>,
     rx: Receiver,
     buf: Vec<u8>,
+    done: Vec<u64>,
     hist: Hist,
     measure_from: u64,
     measure_to: u64,
@@ -310,6 +311,7 @@ impl<'a> Worker<'a> {
                 want_source: false,
             }),
             buf: vec![0; cfg.client.request_len],
+            done: Vec::with_capacity(64),
             hist: Hist::new(),
             measure_from,
             measure_to,
@@ -506,8 +508,10 @@ impl<'a> Worker<'a> {
     }
 
     fn drain(&mut self, i: usize) {
+        // Completions of one receive call, kept across calls (no allocation per response).
+        let mut done = std::mem::take(&mut self.done);
         loop {
-            let mut done = Vec::new();
+            done.clear();
             let clients = &mut self.clients;
             let hist = &mut self.hist;
             // Latencies count from the moment the counters' baseline was taken, so the
@@ -522,21 +526,22 @@ impl<'a> Worker<'a> {
                     done.push(now);
                 }
             });
-            for now in done {
+            for &now in &done {
                 self.after_response(i, now);
             }
             match r {
                 Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     // ECONNREFUSED: the server's port is closed (ICMP). The request
                     // times out and is sent again.
                     tracing::debug!(error = %e, "receive error");
                     self.recv_errors += 1;
-                    return;
+                    break;
                 }
             }
         }
+        self.done = done;
     }
 }

@@ -168,6 +168,8 @@ pub struct ServerStats {
     pub send_dropped: u64,
     /// Other send errors.
     pub send_errors: u64,
+    /// Receive errors (ICMP errors queued on the socket, among others).
+    pub recv_errors: u64,
     /// Ring paths: the interface read ("all" for every interface).
     pub iface: Option<String>,
     /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
@@ -241,7 +243,10 @@ pub fn serve(
     let _ = path.take_ring_stats();
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
     for fd in path.fds(&sock) {
-        ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, 0)).map_err(|e| io_err("epoll add")(e.into()))?;
+        ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, FRAMES)).map_err(|e| io_err("epoll add")(e.into()))?;
+    }
+    if path.reads_stack_too() {
+        ep.add(sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STACK)).map_err(|e| io_err("epoll add")(e.into()))?;
     }
     let mut tx = Tx::new(&sock);
     let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
@@ -262,8 +267,10 @@ pub fn serve(
             continue;
         }
         st.wakeups += 1;
+        let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
+        let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
         // Drain: the path returns what it has; stop when it says it is empty.
-        loop {
+        while frames_ready {
             let mut got = 0;
             let r = path.recv(&sock, &mut |data, from| {
                 got += 1;
@@ -275,15 +282,22 @@ pub fn serve(
             match r {
                 Ok(_) if got > 0 => st.frames += got,
                 Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    // ICMP errors queued on the socket (a client went away) surface
-                    // here: counted, never fatal.
-                    tracing::debug!(error = %e, "receive error");
-                    st.send_errors += 1;
-                    break;
-                }
+                Err(e) => match recv_error(e, &mut st) {
+                    Some(()) => continue,
+                    None => break,
+                },
+            }
+        }
+        // AF_XDP: requests the program passed to the stack, read only when the socket
+        // has some (no extra system call per wake-up otherwise).
+        while stack_ready {
+            st.recv_syscalls += 1;
+            match path.recv_stack(&sock, &mut |data, from| answer(cfg, &mut tx, &mut out, &mut st, data, from)) {
+                Ok(got) => st.frames += got as u64,
+                Err(e) => match recv_error(e, &mut st) {
+                    Some(()) => continue,
+                    None => break,
+                },
             }
         }
     }
@@ -370,6 +384,24 @@ fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
     s.bind(&SockAddr::from(cfg.listen)).map_err(io_err(format!("bind {}", cfg.listen)))?;
     s.set_nonblocking(true).map_err(io_err("O_NONBLOCK"))?;
     Ok(s.into())
+}
+
+/// Epoll tokens: a descriptor frames arrive on, and the service socket beside AF_XDP.
+const FRAMES: u64 = 0;
+const STACK: u64 = 1;
+
+/// A receive error: `Some` to try again (EINTR), `None` to stop draining. ICMP errors
+/// queued on the socket (a client went away) surface here: counted, never fatal.
+fn recv_error(e: io::Error, st: &mut ServerStats) -> Option<()> {
+    match e.kind() {
+        io::ErrorKind::WouldBlock => None,
+        io::ErrorKind::Interrupted => Some(()),
+        _ => {
+            tracing::debug!(error = %e, "receive error");
+            st.recv_errors += 1;
+            None
+        }
+    }
 }
 
 fn answer(cfg: &ServerConfig, tx: &mut Tx<'_>, out: &mut [u8], st: &mut ServerStats, request: &[u8], from: SocketAddr) {

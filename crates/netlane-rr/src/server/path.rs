@@ -496,12 +496,12 @@ impl RxPath {
         }
     }
 
-    /// The descriptors to wait on.
+    /// The descriptors the frames arrive on (the service socket for the socket paths).
     pub fn fds<'a>(&'a self, sock: &'a UdpSocket) -> Vec<BorrowedFd<'a>> {
         match self {
             RxPath::Ring { ring, .. } => vec![ring.as_fd()],
             RxPath::Adaptive(a) => a.rings.iter().map(AsFd::as_fd).collect(),
-            RxPath::Xdp(x) => x.socks.iter().map(AsFd::as_fd).chain([sock.as_fd()]).collect(),
+            RxPath::Xdp(x) => x.socks.iter().map(AsFd::as_fd).collect(),
             _ => vec![sock.as_fd()],
         }
     }
@@ -582,18 +582,25 @@ impl RxPath {
                         s.wakeup()?;
                     }
                 }
-                // What the program passed up: reassembled fragments for the service.
-                match sock.recv_from(&mut x.buf) {
-                    Ok((len, from)) => {
-                        x.via_stack += 1;
-                        f(&x.buf[..len], from);
-                        n += 1;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(e),
-                }
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }
         }
+    }
+
+    /// Whether the service socket also carries requests (AF_XDP: what the program
+    /// passes to the stack, IP fragments reassembled there), to be waited on beside
+    /// [`RxPath::fds`].
+    pub fn reads_stack_too(&self) -> bool {
+        matches!(self, RxPath::Xdp(_))
+    }
+
+    /// One `recvfrom` on the service socket for what came through the stack (AF_XDP);
+    /// `WouldBlock` when there was nothing.
+    pub fn recv_stack(&mut self, sock: &UdpSocket, f: &mut dyn FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
+        let RxPath::Xdp(x) = self else { return Err(io::ErrorKind::WouldBlock.into()) };
+        let (len, from) = sock.recv_from(&mut x.buf)?;
+        x.via_stack += 1;
+        f(&x.buf[..len], from);
+        Ok(1)
     }
 }
