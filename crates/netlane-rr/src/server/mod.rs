@@ -270,7 +270,8 @@ pub fn serve(
         let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
         let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
         // Drain: the path returns what it has; stop when it says it is empty.
-        while frames_ready {
+        let mut more = frames_ready;
+        while more {
             let mut got = 0;
             let r = path.recv(&sock, &mut |data, from| {
                 got += 1;
@@ -279,26 +280,27 @@ pub fn serve(
             if !cfg.path.is_frames() {
                 st.recv_syscalls += 1;
             }
-            match r {
-                Ok(_) if got > 0 => st.frames += got,
-                Ok(_) => break,
-                Err(e) => match recv_error(e, &mut st) {
-                    Some(()) => continue,
-                    None => break,
-                },
-            }
+            more = match r {
+                Ok(_) if got > 0 => {
+                    st.frames += got;
+                    true
+                }
+                Ok(_) => false,
+                Err(e) => recv_error(e, &mut st),
+            };
         }
         // AF_XDP: requests the program passed to the stack, read only when the socket
         // has some (no extra system call per wake-up otherwise).
-        while stack_ready {
+        let mut more = stack_ready;
+        while more {
             st.recv_syscalls += 1;
-            match path.recv_stack(&sock, &mut |data, from| answer(cfg, &mut tx, &mut out, &mut st, data, from)) {
-                Ok(got) => st.frames += got as u64,
-                Err(e) => match recv_error(e, &mut st) {
-                    Some(()) => continue,
-                    None => break,
-                },
-            }
+            more = match path.recv_stack(&sock, &mut |data, from| answer(cfg, &mut tx, &mut out, &mut st, data, from)) {
+                Ok(got) => {
+                    st.frames += got as u64;
+                    true
+                }
+                Err(e) => recv_error(e, &mut st),
+            };
         }
     }
     let seconds = started.elapsed().as_secs_f64();
@@ -390,16 +392,16 @@ fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
 const FRAMES: u64 = 0;
 const STACK: u64 = 1;
 
-/// A receive error: `Some` to try again (EINTR), `None` to stop draining. ICMP errors
-/// queued on the socket (a client went away) surface here: counted, never fatal.
-fn recv_error(e: io::Error, st: &mut ServerStats) -> Option<()> {
+/// A receive error: whether to try again (EINTR) or stop draining. ICMP errors queued
+/// on the socket (a client went away) surface here: counted, never fatal.
+fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
     match e.kind() {
-        io::ErrorKind::WouldBlock => None,
-        io::ErrorKind::Interrupted => Some(()),
+        io::ErrorKind::WouldBlock => false,
+        io::ErrorKind::Interrupted => true,
         _ => {
             tracing::debug!(error = %e, "receive error");
             st.recv_errors += 1;
-            None
+            false
         }
     }
 }
