@@ -21,6 +21,20 @@ use crate::stats::median;
 /// A measured quantity, or why there is none.
 pub type Measure = Result<f64, String>;
 
+/// The median a check measured, as its headline prints it (None: not measured).
+pub fn measured_median(checks: &[Check], id: &str) -> Option<String> {
+    checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| crate::stats::sig(m.median))
+}
+
+/// A headline from phrases: joined with "; ", capitalised, ending in a period (None
+/// when there are none).
+pub fn join_headline(parts: Vec<String>) -> Option<String> {
+    let s = parts.join("; ");
+    let mut chars = s.chars();
+    let first = chars.next()?;
+    Some(format!("{}{}.", first.to_uppercase(), chars.as_str()))
+}
+
 /// `v` if it is finite and above zero, else why not (`what` names it).
 pub fn positive(v: f64, what: &str) -> Measure {
     if !v.is_finite() {

@@ -23,7 +23,7 @@ use crate::report::{
     Axis, Chart, ChartKind, Check, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table,
     Unit, Value,
 };
-use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::stats::{Spread, median, repeat_flags};
 use crate::verdict::{Measure, Spec};
 
 /// Options of the `lb-pps` scenario.
@@ -325,8 +325,7 @@ impl LbPpsArgs {
                 .into(),
         );
         let headline = {
-            let get =
-                |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
+            let get = |id: &str| crate::verdict::measured_median(&checks, id);
             let lo = flows.first().copied().unwrap_or(1);
             match (get(&format!("lb-pps.untagged-vs-ceiling-{lo}")), get("lb-pps.dest-tag-vs-untagged-1000000")) {
                 (Some(a), Some(b)) => format!(

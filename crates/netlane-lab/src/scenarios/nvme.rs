@@ -38,7 +38,7 @@ use crate::report::{
     Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
 };
 use crate::stats::{Spread, median, repeat_flags, round_order, sig};
-use crate::verdict::{Measure, Spec, paired, positive, rate};
+use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive, rate};
 
 /// Parts of the NVMe scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -893,25 +893,14 @@ impl NvmeBenchArgs {
         }
 
         let headline = {
-            let get =
-                |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
-            let mut parts = Vec::new();
-            if let Some(v) = get("nvme.qd1-polling") {
-                parts.push(format!("polling took QD1 p50 to {v}x of direct send's"));
-            }
-            if let Some(v) = get("nvme.qd32-batching") {
-                parts.push(format!("batching gave {v}x the IOPS per host core"));
-            }
-            if let Some(v) = get("nvme.mixed-read-p9999") {
-                parts.push(format!("separate queue maps cut the readers' p99.99 {v}x"));
-            }
-            if parts.is_empty() {
-                format!("{} modes, {} rounds.", modes.len(), self.repeat)
-            } else {
-                let mut s = parts.join("; ");
-                s.push('.');
-                s[..1].to_uppercase() + &s[1..]
-            }
+            let get = |id: &str| measured_median(&checks, id);
+            let parts = [
+                get("nvme.qd1-polling").map(|v| format!("polling took QD1 p50 to {v}x of direct send's")),
+                get("nvme.qd32-batching").map(|v| format!("batching gave {v}x the IOPS per host core")),
+                get("nvme.mixed-read-p9999").map(|v| format!("separate queue maps cut the readers' p99.99 {v}x")),
+            ];
+            join_headline(parts.into_iter().flatten().collect())
+                .unwrap_or_else(|| format!("{} modes, {} rounds.", modes.len(), self.repeat))
         };
         let options = self.options();
         ScenarioReport {

@@ -40,7 +40,7 @@ use crate::report::{
     Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
 };
 use crate::stats::{Spread, median, repeat_flags, round_order, sig};
-use crate::verdict::{Measure, Spec, paired, positive};
+use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
 
 /// A part of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
@@ -901,25 +901,15 @@ impl RrBenchArgs {
         }
 
         let headline = {
-            let get =
-                |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
-            let mut parts = Vec::new();
-            if let Some(v) = get("rr.tpacket-v2-cost") {
-                parts.push(format!("TPACKET_V2 cost the server {v}x recvfrom's CPU per response"));
-            }
-            if let Some(v) = get("rr.af-xdp-cost") {
-                parts.push(format!("AF_XDP {v}x"));
-            }
-            if let Some(v) = get("rr.jumbo-throughput") {
-                parts.push(format!("jumbo frames gave {v}x the fragmented 8 KiB rate"));
-            }
-            if parts.is_empty() {
-                format!("{} modes, {} rounds.", modes.len(), self.repeat)
-            } else {
-                let mut s = parts.join("; ");
-                s.push('.');
-                s
-            }
+            let get = |id: &str| measured_median(&checks, id);
+            let parts = [
+                get("rr.tpacket-v2-cost")
+                    .map(|v| format!("TPACKET_V2 cost the server {v}x recvfrom's CPU per response")),
+                get("rr.af-xdp-cost").map(|v| format!("AF_XDP {v}x")),
+                get("rr.jumbo-throughput").map(|v| format!("jumbo frames gave {v}x the fragmented 8 KiB rate")),
+            ];
+            join_headline(parts.into_iter().flatten().collect())
+                .unwrap_or_else(|| format!("{} modes, {} rounds.", modes.len(), self.repeat))
         };
         let options = self.options();
         ScenarioReport {
