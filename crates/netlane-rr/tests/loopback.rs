@@ -2,10 +2,9 @@
 //! IPv4 and IPv6, segmented responses, a standard echo server (socat), and peers that
 //! lose or corrupt datagrams.
 
-use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -13,45 +12,10 @@ use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::{ResponderConfig, respond};
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{self, PathKind, ServerConfig, ServerError, ServerStats};
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerError};
 
-fn client(response: usize) -> ClientConfig {
-    ClientConfig {
-        request_len: 512,
-        response_len: (response - HEADER_LEN) as u32,
-        echo: false,
-        timeout_ns: 200_000_000,
-        max_retries: 3,
-        max_outstanding: 1,
-    }
-}
-
-fn population(server: SocketAddr, clients: usize, c: ClientConfig) -> ClientsConfig {
-    ClientsConfig {
-        server,
-        clients,
-        threads: 1,
-        cpus: None,
-        client: c,
-        load: Load::Closed { think: Duration::ZERO },
-        ramp: Duration::from_millis(100),
-        duration: Duration::from_millis(500),
-        gro: false,
-    }
-}
-
-/// Runs a server on `cfg` in a thread, hands its address to `f`, stops it, returns both.
-fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel();
-    thread::scope(|s| {
-        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
-        let addr = rx.recv_timeout(Duration::from_secs(5)).expect("the server came up");
-        let out = f(addr);
-        stop.store(true, Ordering::Relaxed);
-        (out, h.join().unwrap().expect("the server ran"))
-    })
-}
+mod common;
+use common::{Reaped, client, population, with_server};
 
 fn assert_clean(r: &ClientsReport) {
     assert!(r.responses > 100, "too few responses: {r:?}");
@@ -65,7 +29,7 @@ fn every_socket_path_serves_every_client_over_ipv4_and_ipv6() {
         for listen in ["127.0.0.1:0", "[::1]:0"] {
             let cfg = ServerConfig { listen: listen.parse().unwrap(), path, ..ServerConfig::default() };
             let (r, st) = with_server(cfg, |addr| {
-                clients::run(&population(addr, 64, client(8192)), &AtomicBool::new(false)).unwrap()
+                clients::run(&population(addr, 64, client(512, 8192)), &AtomicBool::new(false)).unwrap()
             });
             assert_clean(&r);
             // Every client was answered (64 4-tuples) and nothing was refused.
@@ -84,7 +48,7 @@ fn segmented_responses_go_out_with_gso_and_come_back_whole_with_gro() {
         ..ServerConfig::default()
     };
     let (r, st) = with_server(cfg, |addr| {
-        let p = ClientsConfig { gro: true, ..population(addr, 16, client(8192)) };
+        let p = ClientsConfig { gro: true, ..population(addr, 16, client(512, 8192)) };
         clients::run(&p, &AtomicBool::new(false)).unwrap()
     });
     assert_clean(&r);
@@ -97,8 +61,8 @@ fn an_open_loop_sends_at_its_rate_whatever_the_responses() {
     let (r, _) = with_server(cfg, |addr| {
         let p = ClientsConfig {
             load: Load::Open { rate: 2000.0 },
-            client: ClientConfig { max_outstanding: 8, ..client(1024) },
-            ..population(addr, 8, client(1024))
+            client: ClientConfig { max_outstanding: 8, ..client(512, 1024) },
+            ..population(addr, 8, client(512, 1024))
         };
         clients::run(&p, &AtomicBool::new(false)).unwrap()
     });
@@ -142,7 +106,7 @@ fn lost_requests_are_sent_again_and_corrupted_responses_never_accepted() {
     let stop = AtomicBool::new(false);
     let (r, (dropped, corrupted)) = thread::scope(|s| {
         let h = s.spawn(|| lossy_server(sock, &stop));
-        let c = ClientConfig { timeout_ns: 5_000_000, max_retries: 20, ..client(2048) };
+        let c = ClientConfig { timeout_ns: 5_000_000, max_retries: 20, ..client(512, 2048) };
         let r = clients::run(&population(addr, 8, c), &AtomicBool::new(false)).unwrap();
         stop.store(true, Ordering::Relaxed);
         (r, h.join().unwrap())
@@ -157,19 +121,10 @@ fn lost_requests_are_sent_again_and_corrupted_responses_never_accepted() {
 fn a_server_that_is_not_there_gives_errors_and_losses_not_a_hang() {
     // A port nobody listens on: ICMP port unreachable on every send.
     let addr = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let c = ClientConfig { timeout_ns: 10_000_000, max_retries: 1, ..client(1024) };
+    let c = ClientConfig { timeout_ns: 10_000_000, max_retries: 1, ..client(512, 1024) };
     let r = clients::run(&population(addr, 4, c), &AtomicBool::new(false)).unwrap();
     assert_eq!(r.responses, 0);
     assert!(r.lost > 0 && r.recv_errors > 0, "{r:?}");
-}
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -183,7 +138,7 @@ fn echo_mode_drives_a_standard_udp_echo_server() {
         .expect("socat runs (scripts/setup.sh installs it)");
     let _guard = Reaped(child);
     thread::sleep(Duration::from_millis(300));
-    let c = ClientConfig { echo: true, ..client(512) };
+    let c = ClientConfig { echo: true, ..client(512, 512) };
     let r =
         clients::run(&population(format!("127.0.0.1:{port}").parse().unwrap(), 4, c), &AtomicBool::new(false)).unwrap();
     assert!(r.responses > 20, "{r:?}");
@@ -201,7 +156,7 @@ fn bad_options_fail_before_anything_is_built() {
     let e = "tpacket-v9".parse::<PathKind>().unwrap_err();
     assert!(e.contains("recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp"), "{e}");
     let bad = |f: fn(&mut ClientsConfig)| {
-        let mut p = population("127.0.0.1:9".parse().unwrap(), 4, client(1024));
+        let mut p = population("127.0.0.1:9".parse().unwrap(), 4, client(512, 1024));
         f(&mut p);
         clients::run(&p, &AtomicBool::new(false)).unwrap_err().to_string()
     };

@@ -4,60 +4,20 @@
 //! building anything. Need root (CAP_NET_RAW, CAP_BPF).
 
 use std::io::Read;
-use std::net::{SocketAddr, UdpSocket};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, mpsc};
+use std::net::UdpSocket;
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use netlane::testing::privileged;
-use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
-use netlane_rr::proto::client::ClientConfig;
-use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{self, PathKind, RingOptions, ServerConfig, ServerError, ServerStats, XdpOptions};
+use netlane_rr::clients::{self, ClientsReport};
+use netlane_rr::server::{self, PathKind, RingOptions, ServerConfig, ServerError, XdpOptions};
+
+mod common;
+use common::{Reaped, client, population, with_server};
 
 const FRAME_PATHS: [PathKind; 3] = [PathKind::TpacketV2, PathKind::TpacketV3, PathKind::AfXdp];
-
-fn population(server: SocketAddr, clients: usize) -> ClientsConfig {
-    ClientsConfig {
-        server,
-        clients,
-        threads: 1,
-        cpus: None,
-        client: ClientConfig {
-            request_len: 512,
-            response_len: (8192 - HEADER_LEN) as u32,
-            echo: false,
-            timeout_ns: 300_000_000,
-            max_retries: 3,
-            max_outstanding: 1,
-        },
-        load: Load::Closed { think: Duration::ZERO },
-        ramp: Duration::from_millis(100),
-        duration: Duration::from_millis(600),
-        gro: false,
-    }
-}
-
-/// Loopback has one queue, which takes one AF_XDP socket: AF_XDP servers take turns.
-static LO_QUEUE: Mutex<()> = Mutex::new(());
-
-fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
-    let _turn = (cfg.path == PathKind::AfXdp).then(|| LO_QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
-    let stop = AtomicBool::new(false);
-    let (tx, rx) = mpsc::channel();
-    thread::scope(|s| {
-        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
-        let addr = match rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(a) => a,
-            Err(_) => panic!("the server did not come up: {:?}", h.join()),
-        };
-        let out = f(addr);
-        stop.store(true, Ordering::Relaxed);
-        (out, h.join().unwrap().expect("the server ran"))
-    })
-}
 
 fn ring_server(path: PathKind, listen: &str, ring: RingOptions) -> ServerConfig {
     ServerConfig { listen: listen.parse().unwrap(), path, ring, ..ServerConfig::default() }
@@ -78,7 +38,7 @@ fn frame_paths_serve_every_client_over_ipv4_and_ipv6() {
     for path in FRAME_PATHS {
         for listen in ["127.0.0.1:0", "[::1]:0"] {
             let (r, st) = with_server(ring_server(path, listen, ring), |addr| {
-                clients::run(&population(addr, 64), &AtomicBool::new(false)).unwrap()
+                clients::run(&population(addr, 64, client(512, 8192)), &AtomicBool::new(false)).unwrap()
             });
             assert_clean(&r);
             assert_eq!(st.iface.as_deref(), Some("lo"), "{st:?}");
@@ -94,15 +54,6 @@ fn frame_paths_serve_every_client_over_ipv4_and_ipv6() {
                 assert!(x.passed >= st.responses, "{x:?}");
             }
         }
-    }
-}
-
-struct Reaped(Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -129,7 +80,7 @@ fn tcpdump_and_other_sockets_keep_working_while_a_frame_path_runs() {
                     .expect("tcpdump runs (scripts/setup.sh installs it)"),
             );
             thread::sleep(Duration::from_millis(500));
-            let r = clients::run(&population(addr, 8), &AtomicBool::new(false)).unwrap();
+            let r = clients::run(&population(addr, 8, client(512, 8192)), &AtomicBool::new(false)).unwrap();
             // Another socket on the same host and interface still gets its datagrams.
             let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
             let mut other_got = 0;
@@ -167,7 +118,7 @@ fn a_lone_request_is_delivered_when_its_v3_block_retires() {
     // the 30 ms retire timer, and still gets its answer.
     let ring = RingOptions { frames_per_block: 64, retire_ms: 30, ..RingOptions::default() };
     let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
-        clients::run(&population(addr, 1), &AtomicBool::new(false)).unwrap()
+        clients::run(&population(addr, 1, client(512, 8192)), &AtomicBool::new(false)).unwrap()
     });
     assert!(r.responses >= 5, "{r:?}");
     assert_eq!((r.corrupt, r.lost, r.retransmits), (0, 0, 0), "{r:?}");
@@ -221,12 +172,12 @@ fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
     }
     let ring = RingOptions { adaptive: true, ..RingOptions::default() };
     let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
-        clients::run(&population(addr, 4), &AtomicBool::new(false)).unwrap()
+        clients::run(&population(addr, 4, client(512, 8192)), &AtomicBool::new(false)).unwrap()
     });
     assert_clean(&r);
     assert_eq!((st.adaptive_switches, st.adaptive_block), (Some(0), Some(4096)), "4 clients: the smallest block");
     let (r, st) = with_server(ring_server(PathKind::TpacketV3, "127.0.0.1:0", ring), |addr| {
-        clients::run(&population(addr, 128), &AtomicBool::new(false)).unwrap()
+        clients::run(&population(addr, 128, client(512, 8192)), &AtomicBool::new(false)).unwrap()
     });
     assert!(r.responses > 50 && r.corrupt + r.mismatched + r.lost == 0, "{r:?}");
     assert!(st.adaptive_switches.unwrap() >= 1 && st.adaptive_block.unwrap() > 4096, "{st:?}");

@@ -12,35 +12,15 @@ use std::time::Duration;
 
 use netlane::testing::privileged;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
-use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
-use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::clients::{self, ClientsConfig, ClientsReport};
 use netlane_rr::proto::server::ResponderConfig;
-use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats};
+
+mod common;
+use common::{client, population};
 
 fn hosts(label: &str, mtu: u32) -> TwoHosts {
     TwoHosts::create(label, LinkConfig { mtu, queues: 1, rx: RxTuning::threaded_napi() }).expect("two namespaces")
-}
-
-fn population(server: SocketAddr, clients: usize, request: usize, response: usize, gro: bool) -> ClientsConfig {
-    ClientsConfig {
-        server,
-        clients,
-        threads: 1,
-        cpus: None,
-        client: ClientConfig {
-            request_len: request,
-            response_len: (response - HEADER_LEN) as u32,
-            echo: false,
-            timeout_ns: 100_000_000,
-            max_retries: 3,
-            max_outstanding: 1,
-        },
-        load: Load::Closed { think: Duration::ZERO },
-        ramp: Duration::from_millis(100),
-        duration: Duration::from_millis(600),
-        gro,
-    }
 }
 
 /// Runs the server in the "rx" namespace and `clients` in the "tx" one.
@@ -90,7 +70,7 @@ fn every_path_answers_8k_responses_fragmented_at_mtu_1500() {
     for path in PathKind::ALL {
         for ipv6 in [false, true] {
             let before = reassembled(&h);
-            let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 16, 512, 8192, false));
+            let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 16, client(512, 8192)));
             assert_clean(&format!("{path} ipv6={ipv6}"), &r);
             assert!(st.responses >= r.responses, "{st:?}");
             if path == PathKind::AfXdp {
@@ -118,7 +98,7 @@ fn gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000() {
         ..server_cfg(&h, PathKind::Recvmmsg, false)
     };
     let before = reassembled(&h);
-    let (r, st) = exchange(&h, cfg, |a| population(a, 16, 512, 8192, true));
+    let (r, st) = exchange(&h, cfg, |a| ClientsConfig { gro: true, ..population(a, 16, client(512, 8192)) });
     assert_clean("gso", &r);
     assert!(st.gso_sends > 0, "{st:?}");
     assert_eq!(reassembled(&h), before, "segments are whole datagrams: nothing to reassemble");
@@ -126,7 +106,7 @@ fn gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000() {
 
     let h = hosts("rr-jumbo", 9000);
     let before = reassembled(&h);
-    let (r, _) = exchange(&h, server_cfg(&h, PathKind::Recvmmsg, false), |a| population(a, 16, 512, 8192, false));
+    let (r, _) = exchange(&h, server_cfg(&h, PathKind::Recvmmsg, false), |a| population(a, 16, client(512, 8192)));
     assert_clean("jumbo", &r);
     assert_eq!(reassembled(&h), before, "an 8 KiB response fits one 9000-byte frame");
 }
@@ -138,14 +118,14 @@ fn fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings()
     }
     let h = hosts("rr-freq", 1500);
     // 3000-byte requests: two fragments each.
-    let (r, st) = exchange(&h, server_cfg(&h, PathKind::AfXdp, false), |a| population(a, 4, 3000, 1024, false));
+    let (r, st) = exchange(&h, server_cfg(&h, PathKind::AfXdp, false), |a| population(a, 4, client(3000, 1024)));
     assert_clean("af-xdp", &r);
     let x = st.xdp.as_ref().unwrap();
     assert!(x.via_stack >= r.responses && x.redirected == 0, "{x:?}");
 
     let cfg = server_cfg(&h, PathKind::TpacketV2, false);
     let (r, st) = exchange(&h, cfg, |a| {
-        let mut p = population(a, 1, 3000, 1024, false);
+        let mut p = population(a, 1, client(3000, 1024));
         p.client.timeout_ns = 20_000_000;
         p.client.max_retries = 1;
         p

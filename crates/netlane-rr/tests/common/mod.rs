@@ -1,0 +1,74 @@
+//! What the integration tests share: the workload, a server run beside a closure, and a
+//! child process that is killed and reaped when the test ends (or fails).
+
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::net::SocketAddr;
+use std::process::Child;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, mpsc};
+use std::thread;
+use std::time::Duration;
+
+use netlane_rr::clients::{ClientsConfig, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats};
+
+/// A closed-loop client sending `request`-byte requests for `response`-byte responses
+/// (headers included), 200 ms timeout, 3 retries.
+pub fn client(request: usize, response: usize) -> ClientConfig {
+    ClientConfig {
+        request_len: request,
+        response_len: (response - HEADER_LEN) as u32,
+        echo: false,
+        timeout_ns: 200_000_000,
+        max_retries: 3,
+        max_outstanding: 1,
+    }
+}
+
+/// `clients` such clients on one thread: 100 ms warm-up, 500 ms measured.
+pub fn population(server: SocketAddr, clients: usize, c: ClientConfig) -> ClientsConfig {
+    ClientsConfig {
+        server,
+        clients,
+        threads: 1,
+        cpus: None,
+        client: c,
+        load: Load::Closed { think: Duration::ZERO },
+        ramp: Duration::from_millis(100),
+        duration: Duration::from_millis(500),
+        gro: false,
+    }
+}
+
+/// Loopback has one queue, which takes one AF_XDP socket: AF_XDP servers take turns.
+static LO_QUEUE: Mutex<()> = Mutex::new(());
+
+/// Runs a server on `cfg` in a thread, hands its address to `f`, stops it, returns both.
+pub fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
+    let _turn = (cfg.path == PathKind::AfXdp).then(|| LO_QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
+        let addr = match rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(a) => a,
+            Err(_) => panic!("the server did not come up: {:?}", h.join()),
+        };
+        let out = f(addr);
+        stop.store(true, Ordering::Relaxed);
+        (out, h.join().unwrap().expect("the server ran"))
+    })
+}
+
+/// A child process, killed and reaped on drop.
+pub struct Reaped(pub Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
