@@ -31,6 +31,10 @@ use crate::proto::wire::MAX_DATAGRAM;
 /// The most clients one run may have.
 pub const MAX_CLIENTS: usize = 65_536;
 
+/// The highest open-loop rate (requests per second): far above what one machine sends,
+/// low enough that an overdue schedule cannot spin through millions of arrivals.
+pub const MAX_RATE: f64 = 10_000_000.0;
+
 /// How requests are issued.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Load {
@@ -106,9 +110,9 @@ impl ClientsConfig {
             return bad(format!("response size {}: too large", self.client.response_len));
         }
         match self.load {
-            Load::Open { rate } if !(rate.is_finite() && rate > 0.0) => {
-                bad(format!("open-loop rate {rate}: must be a positive number of requests per second"))
-            }
+            Load::Open { rate } if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) => bad(format!(
+                "open-loop rate {rate}: must be a positive number of requests per second, at most {MAX_RATE}"
+            )),
             Load::Closed { .. } if self.client.max_outstanding != 1 => {
                 bad("a closed-loop client has one request in flight".into())
             }

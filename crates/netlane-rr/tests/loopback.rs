@@ -163,5 +163,6 @@ fn bad_options_fail_before_anything_is_built() {
     assert!(bad(|p| p.clients = 0).contains("0 clients"));
     assert!(bad(|p| p.threads = 5).contains("5 threads for 4 clients"));
     assert!(bad(|p| p.load = Load::Open { rate: -1.0 }).contains("rate -1"));
+    assert!(bad(|p| p.load = Load::Open { rate: 1e12 }).contains("at most 10000000"));
     assert!(bad(|p| p.client.request_len = 10).contains("request size 10"));
 }
