@@ -14,7 +14,7 @@ use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind, RingOptions, ServerConfig, XdpOptions};
+use netlane_rr::server::{PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -67,6 +67,13 @@ pub struct ServeArgs {
     /// Datagrams per recvmmsg call.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Transmit path: socket (the service's UDP socket), packet (whole frames through a
+    /// PF_PACKET transmit ring) or af-xdp (through the AF_XDP socket; --path af-xdp).
+    /// Frames get their headers, checksums and IP fragments from netlane, their
+    /// addresses from the kernel's routes and neighbours; a peer the kernel has not
+    /// resolved yet is answered through the socket. Needs a specific --listen address.
+    #[arg(long, default_value = "socket")]
+    pub tx: TxKind,
     /// Split responses into datagrams of this size (header included) sent with GSO;
     /// clients read them with GRO. Without it a response is one datagram (IP fragments
     /// it above the MTU).
@@ -157,13 +164,20 @@ impl ServeArgs {
                 frames: self.xdp_frames,
                 ring_size: self.xdp_ring,
                 zero_copy: !self.xdp_copy,
+                transmit: false,
             },
+            tx: self.tx,
             ..ServerConfig::default()
         };
         cfg.validate()?;
         let to_stdout = out.json_to_stdout();
         let stats = netlane_rr::server::serve(&cfg, &STOP, |addr| {
-            let l = format!("listening on {addr} path={}{}", self.path, if self.echo { " echo" } else { "" });
+            let l = format!(
+                "listening on {addr} path={} tx={}{}",
+                self.path,
+                self.tx,
+                if self.echo { " echo" } else { "" }
+            );
             if to_stdout {
                 eprintln!("{l}");
             } else {
@@ -206,6 +220,29 @@ impl ServeArgs {
                     x.passed,
                     x.via_stack,
                     x.fill_ring_empty
+                ));
+            }
+            if let Some(r) = &stats.raw_tx {
+                out::println(&format!(
+                    "tx {}: datagrams={} fragmented={} frames={} kicks={} via_socket: loopback={} unresolved={} \
+                     no_route={} other_interface={}; ring_full_drops={} wrong_format={} route lookups: cached={} \
+                     asked={} notifications={} invalidated={} flushes={}",
+                    stats.tx,
+                    r.datagrams,
+                    r.fragmented,
+                    r.frames,
+                    r.kicks,
+                    r.via_socket_loopback,
+                    r.via_socket_unresolved,
+                    r.via_socket_no_route,
+                    r.via_socket_other_interface,
+                    r.ring_full_drops,
+                    r.wrong_format,
+                    r.nexthops.hits,
+                    r.nexthops.misses,
+                    r.nexthops.events,
+                    r.nexthops.invalidated,
+                    r.nexthops.flushes,
                 ));
             }
         }

@@ -14,7 +14,7 @@ use netlane::testing::privileged;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_rr::clients::{self, ClientsConfig, ClientsReport};
 use netlane_rr::proto::server::ResponderConfig;
-use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats};
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats, TxKind};
 
 mod common;
 use common::{client, population};
@@ -43,13 +43,25 @@ fn exchange(
     (r, server.join().unwrap().expect("the server ran"))
 }
 
-/// IP reassemblies completed in the namespace (the `Ip: ReasmOKs` counter).
-fn reassembled(h: &TwoHosts) -> u64 {
+/// A counter of the client namespace's /proc/net/snmp (`table` "Ip:", "Udp:", ...).
+fn snmp(h: &TwoHosts, table: &str, name: &str) -> u64 {
     let snmp = h.tx.read_proc_net("snmp").unwrap();
-    let mut lines = snmp.lines().filter(|l| l.starts_with("Ip:"));
+    let mut lines = snmp.lines().filter(|l| l.starts_with(table));
     let (names, values) = (lines.next().unwrap(), lines.next().unwrap());
-    let i = names.split_whitespace().position(|n| n == "ReasmOKs").unwrap();
+    let i = names.split_whitespace().position(|n| n == name).unwrap();
     values.split_whitespace().nth(i).unwrap().parse().unwrap()
+}
+
+/// IP reassemblies completed in the client namespace.
+fn reassembled(h: &TwoHosts) -> u64 {
+    snmp(h, "Ip:", "ReasmOKs")
+}
+
+/// UDP datagrams the client namespace dropped for a bad checksum (IPv4 and IPv6).
+fn checksum_errors(h: &TwoHosts) -> u64 {
+    let v6 = h.tx.read_proc_net("snmp6").unwrap();
+    let v6: u64 = v6.lines().find_map(|l| l.strip_prefix("Udp6InCsumErrors")).map_or(0, |v| v.trim().parse().unwrap());
+    snmp(h, "Udp:", "InCsumErrors") + v6
 }
 
 fn server_cfg(h: &TwoHosts, path: PathKind, ipv6: bool) -> ServerConfig {
@@ -134,4 +146,67 @@ fn fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings()
     // client reports its requests lost.
     assert_eq!(r.responses, 0, "{r:?}");
     assert!(r.lost > 0 && st.ring_fragments > 0, "{r:?} {st:?}");
+}
+
+#[test]
+fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() {
+    if !privileged("frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes") {
+        return;
+    }
+    let h = hosts("rr-rawtx", 1500);
+    for (path, tx) in
+        [(PathKind::Recvmmsg, TxKind::Packet), (PathKind::TpacketV2, TxKind::Packet), (PathKind::AfXdp, TxKind::AfXdp)]
+    {
+        for ipv6 in [false, true] {
+            let what = format!("{path} tx={tx} ipv6={ipv6}");
+            let (reasm, bad) = (reassembled(&h), checksum_errors(&h));
+            let cfg = ServerConfig { tx, ..server_cfg(&h, path, ipv6) };
+            let (r, st) = exchange(&h, cfg, |a| population(a, 16, client(512, 8192)));
+            assert_clean(&what, &r);
+            let raw = st.raw_tx.clone().unwrap();
+            // Every response left as frames: six IP fragments of an 8 KiB datagram each,
+            // which the client's kernel checked (checksums) and put back together.
+            assert_eq!(raw.datagrams, st.responses, "{what}: {raw:?}");
+            assert_eq!((raw.fragmented, raw.frames), (raw.datagrams, 6 * raw.datagrams), "{what}: {raw:?}");
+            assert_eq!(checksum_errors(&h), bad, "{what}: the client's kernel saw bad UDP checksums");
+            if !ipv6 {
+                assert!(reassembled(&h) - reasm >= r.responses, "{what}: no reassembly seen");
+            }
+        }
+    }
+
+    // The kernel's neighbour entry for the client goes away mid-run: the notification
+    // empties the cache, the next responses go through the socket (which makes the
+    // kernel resolve the client again), then frames resume. Nothing is lost.
+    let client_ip = h.tx_addr(false);
+    let rx_index = h.rx_index;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (atx, arx) = mpsc::channel();
+    let s = stop.clone();
+    let cfg = ServerConfig { tx: TxKind::Packet, ..server_cfg(&h, PathKind::Recvmmsg, false) };
+    let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| atx.send(a).unwrap())).unwrap();
+    let addr = arx.recv_timeout(Duration::from_secs(5)).expect("the server came up");
+    let mut pop = population(addr, 16, client(512, 8192));
+    pop.duration = Duration::from_millis(1500);
+    let clients = h.tx.spawn("rr-clients", move || clients::run(&pop, &AtomicBool::new(false))).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    h.rx.with_rtnl(|r| r.del_neighbour(rx_index, client_ip)).expect("delete the client's neighbour entry");
+    let r = clients.join().unwrap().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    let st = server.join().unwrap().expect("the server ran");
+    assert_clean("neighbour deleted", &r);
+    let raw = st.raw_tx.clone().unwrap();
+    assert!(raw.nexthops.invalidated >= 1 && raw.nexthops.events >= 1, "{raw:?}");
+    assert!(raw.via_socket_unresolved >= 1, "the unresolved client was answered through the socket: {raw:?}");
+    assert!(raw.nexthops.misses >= 2, "looked up again after the change: {raw:?}");
+    assert_eq!(raw.datagrams + raw.via_socket_unresolved, st.responses, "{raw:?} {st:?}");
+    drop(h);
+
+    // MTU 9000: the packet ring's slots fit the link, so an 8 KiB response is one frame.
+    let h = hosts("rr-rawjumbo", 9000);
+    let cfg = ServerConfig { tx: TxKind::Packet, ..server_cfg(&h, PathKind::Recvmmsg, false) };
+    let (r, st) = exchange(&h, cfg, |a| population(a, 16, client(512, 8192)));
+    assert_clean("jumbo frames", &r);
+    let raw = st.raw_tx.unwrap();
+    assert_eq!((raw.fragmented, raw.frames), (0, raw.datagrams), "{raw:?}");
 }

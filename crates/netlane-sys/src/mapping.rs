@@ -70,6 +70,20 @@ impl Mapping {
         unsafe { p.write_unaligned(v) }
     }
 
+    /// The bytes `[offset, offset + len)` to write (a transmit slot user space owns),
+    /// or `None` when that is outside the mapping.
+    pub(crate) fn bytes_mut(&mut self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        let end = offset.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        let p = self.at(offset);
+        // SAFETY: in bounds (checked); `&mut self` makes this the only slice handed out,
+        // and callers write only slots the kernel has handed back (status AVAILABLE, or
+        // a UMEM frame no ring holds), which the kernel does not read until published.
+        Some(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
     /// The bytes `[offset, offset + len)`, or an empty slice when that is outside the
     /// mapping.
     pub(crate) fn bytes(&self, offset: usize, len: usize) -> &[u8] {

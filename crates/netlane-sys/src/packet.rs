@@ -297,3 +297,179 @@ pub fn attach_filter(fd: BorrowedFd<'_>, prog: &[Insn]) -> io::Result<()> {
     };
     set_raw(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
+
+/// Where a TPACKET_V2 transmit frame's data starts: after the aligned header (the kernel
+/// takes `tp_hdrlen - sizeof(sockaddr_ll)` when PACKET_TX_HAS_OFF is off).
+const TX_DATA_OFFSET: usize = (mem::size_of::<libc::tpacket2_hdr>() + 15) & !15;
+
+/// What the transmit ring did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxCounts {
+    /// Frames handed to the kernel.
+    pub frames: u64,
+    /// `send` calls that asked the kernel to transmit.
+    pub kicks: u64,
+    /// Frames the kernel refused as malformed (`TP_STATUS_WRONG_FORMAT`).
+    pub wrong_format: u64,
+    /// Times the slot at the head was still in flight (the ring was full).
+    pub full: u64,
+}
+
+/// A packet socket with a memory-mapped TPACKET_V2 transmit ring, bound to one
+/// interface: user space writes whole link-layer frames into free slots, marks them
+/// `TP_STATUS_SEND_REQUEST`, and one `send` transmits every marked frame in ring order;
+/// the kernel sets a slot back to `TP_STATUS_AVAILABLE` once its packet is freed.
+#[derive(Debug)]
+pub struct PacketTx {
+    // The mapping goes before the socket that owns the ring.
+    map: Mapping,
+    fd: OwnedFd,
+    block_size: usize,
+    frame_size: usize,
+    frames: usize,
+    next: usize,
+    pending: usize,
+    counts: TxCounts,
+}
+
+// SAFETY: as for `PacketRing`: the mapping belongs to this value alone.
+unsafe impl Send for PacketTx {}
+
+impl PacketTx {
+    /// Opens a packet socket on interface `ifindex` with a ring of `frames` slots of
+    /// `frame_size` bytes (a multiple of 16, at most 64 KiB + header); frames are sent
+    /// through the interface's qdisc, and a malformed frame is marked and skipped
+    /// (PACKET_LOSS) instead of stopping the ring.
+    pub fn open(ifindex: u32, frame_size: u32, frames: u32) -> io::Result<PacketTx> {
+        let page = page_size() as u32;
+        if frame_size < 128 || !frame_size.is_multiple_of(16) || frames == 0 || ifindex == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a transmit ring needs an interface, frames that are a multiple of 16 bytes (128 at least), and one \
+                 frame at least",
+            ));
+        }
+        let block_size = frame_size.div_ceil(page) * page;
+        let per_block = block_size / frame_size;
+        let blocks = frames.div_ceil(per_block);
+        let frames = blocks * per_block;
+        // SAFETY: socket(2) with constant arguments; the result is checked. Protocol 0:
+        // this socket receives nothing.
+        let raw = cvt(unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) })?;
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, libc::tpacket_versions::TPACKET_V2 as i32)?;
+        set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_LOSS, 1)?;
+        let req = libc::tpacket_req {
+            tp_block_size: block_size,
+            tp_block_nr: blocks,
+            tp_frame_size: frame_size,
+            tp_frame_nr: frames,
+        };
+        set_raw(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_TX_RING, &req)?;
+        let map = Mapping::new(block_size as usize * blocks as usize, Some(fd.as_fd()), 0)?;
+        // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
+        let mut sll: libc::sockaddr_ll = unsafe { mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_ifindex = ifindex as i32;
+        // SAFETY: `sll` is a live sockaddr_ll and its size is passed with it.
+        cvt(unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sll as *const libc::sockaddr_ll).cast(),
+                mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        })?;
+        Ok(PacketTx {
+            map,
+            fd,
+            block_size: block_size as usize,
+            frame_size: frame_size as usize,
+            frames: frames as usize,
+            next: 0,
+            pending: 0,
+            counts: TxCounts::default(),
+        })
+    }
+
+    /// The largest frame a slot holds.
+    pub fn max_frame(&self) -> usize {
+        self.frame_size - TX_DATA_OFFSET
+    }
+
+    /// What the ring did so far.
+    pub fn counts(&self) -> TxCounts {
+        self.counts
+    }
+
+    fn slot(&self, i: usize) -> usize {
+        let per_block = self.block_size / self.frame_size;
+        (i / per_block) * self.block_size + (i % per_block) * self.frame_size
+    }
+
+    /// Queues one frame of `len` bytes written by `fill` into the next slot. Returns
+    /// false (and calls nothing) when that slot is still in flight: the ring is full;
+    /// [`PacketTx::flush`] and wait for [`PacketTx::as_fd`] to be writable.
+    pub fn push(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<bool> {
+        if len == 0 || len > self.max_frame() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a {len}-byte frame: a slot holds 1..={}", self.max_frame()),
+            ));
+        }
+        let base = self.slot(self.next);
+        let st = self.map.word(base + offset_of!(libc::tpacket2_hdr, tp_status));
+        let status = st.load(Ordering::Acquire);
+        if status & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING) != 0 {
+            self.counts.full += 1;
+            return Ok(false);
+        }
+        if status & libc::TP_STATUS_WRONG_FORMAT != 0 {
+            self.counts.wrong_format += 1;
+        }
+        let data =
+            self.map.bytes_mut(base + TX_DATA_OFFSET, len).ok_or_else(|| io::Error::other("slot outside the ring"))?;
+        fill(data);
+        self.map.write::<u32>(base + offset_of!(libc::tpacket2_hdr, tp_len), len as u32);
+        self.map
+            .word(base + offset_of!(libc::tpacket2_hdr, tp_status))
+            .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);
+        self.next = (self.next + 1) % self.frames;
+        self.pending += 1;
+        self.counts.frames += 1;
+        Ok(true)
+    }
+
+    /// Frames queued and not yet handed to the kernel.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// Asks the kernel to transmit every queued frame (one `send`, not waiting).
+    pub fn flush(&mut self) -> io::Result<()> {
+        if self.pending == 0 {
+            return Ok(());
+        }
+        self.counts.kicks += 1;
+        // SAFETY: a zero-length send with a null buffer is how a TX ring is kicked
+        // (packet_mmap.rst); the kernel reads the frames from the ring.
+        let rc = unsafe { libc::send(self.fd.as_raw_fd(), std::ptr::null(), 0, libc::MSG_DONTWAIT) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            // ENOBUFS/EAGAIN: the device queue is full; the frames stay marked and go
+            // with the next kick.
+            if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS)) {
+                return Err(e);
+            }
+            return Ok(());
+        }
+        self.pending = 0;
+        Ok(())
+    }
+}
+
+impl AsFd for PacketTx {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

@@ -10,7 +10,10 @@
 //! - wall: clients 1, 2, 4 ... 128 on each path, throughput against latency;
 //! - large: 8 KiB responses IP-fragmented at MTU 1500, whole at MTU 9000, and as GSO
 //!   segments read with GRO (the talk: jumbo frames moved the wall from ~24 K to ~34 K
-//!   responses/s and cut latency from ~2700 to ~1800 us).
+//!   responses/s and cut latency from ~2700 to ~1800 us);
+//! - tx: what writing whole frames costs (headers, checksums and IP fragments built by
+//!   netlane, sent through a PF_PACKET transmit ring or the AF_XDP socket's TX ring)
+//!   against the UDP socket, with the receive path held at AF_XDP.
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 //! Throughput and latency are measured by the clients, at the receiving side.
@@ -30,7 +33,7 @@ use netlane_rr::clients::{ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats};
+use netlane_rr::server::{PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats, TxKind};
 use serde::Serialize;
 
 use super::options::{OptionList, parse_duration, parse_positive_duration};
@@ -53,6 +56,8 @@ pub enum Part {
     Wall,
     /// 8 KiB responses: IP fragments at MTU 1500, MTU 9000, GSO segments.
     Large,
+    /// Transmit paths (UDP socket, packet ring, AF_XDP) with 1 and 8 KiB responses.
+    Tx,
 }
 
 impl Part {
@@ -62,6 +67,7 @@ impl Part {
             Part::Blocks => "blocks",
             Part::Wall => "wall",
             Part::Large => "large",
+            Part::Tx => "tx",
         }
     }
 }
@@ -96,7 +102,7 @@ pub fn v3_block_for(n: u32, request: usize, ipv6: bool) -> (u32, u32) {
 #[derive(Debug, Clone, Args)]
 pub struct RrBenchArgs {
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx")]
     pub parts: Vec<Part>,
     /// Receive paths for the paths and wall parts.
     #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]
@@ -265,6 +271,20 @@ impl RrBenchArgs {
                     modes.push(m(*part, LARGE[1].into(), 9000, rm, c.clone()));
                     modes.push(m(*part, LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c }));
                 }
+                Part::Tx => {
+                    for size in TX_SIZES {
+                        for tx in TxKind::ALL {
+                            let server = ServerConfig { tx, ..server(RxPathKind::AfXdp, self.block) };
+                            modes.push(m(
+                                *part,
+                                tx_label(tx, size),
+                                self.mtu,
+                                server,
+                                clients(self.clients, size, self.time),
+                            ));
+                        }
+                    }
+                }
             }
         }
         modes
@@ -276,6 +296,13 @@ impl RrBenchArgs {
 }
 
 const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
+
+/// Response sizes of the tx part.
+const TX_SIZES: [usize; 2] = [1024, 8192];
+
+fn tx_label(tx: TxKind, size: usize) -> String {
+    format!("{tx}, {} KiB", size / 1024)
+}
 
 fn block_label(block: u32, clients: usize) -> String {
     format!("{block} per block, {clients} clients")
@@ -493,6 +520,16 @@ fn cost(r: &RrRun) -> Measure {
     }
     let per_s = positive(r.clients.responses_per_s, "responses per second")?;
     positive(c.busy_s / c.total_s * 1e6 / per_s, "server CPU per response")
+}
+
+/// The share of responses a frame transmit path wrote as frames (the rest went through
+/// the socket), %.
+fn frames_share(r: &RrRun) -> Measure {
+    let raw = r.server.raw_tx.as_ref().ok_or_else(|| "the socket sent every response".to_string())?;
+    if r.server.responses == 0 {
+        return Err("the server answered nothing".into());
+    }
+    Ok(raw.datagrams as f64 / r.server.responses as f64 * 100.0)
 }
 
 fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
@@ -900,6 +937,63 @@ impl RrBenchArgs {
             }
         }
 
+        if self.parts.contains(&Part::Tx) {
+            let mut cols = columns("transmit path, response");
+            cols.push(Column::new("frames_pct", "responses as frames %", 0));
+            let mut t = Table::new(
+                "rr-tx",
+                format!(
+                    "Transmit paths (receive path AF_XDP), {} clients, MTU {}, medians of {} rounds",
+                    self.clients, self.mtu, self.repeat
+                ),
+                cols,
+            );
+            let mut series = Vec::new();
+            for size in TX_SIZES {
+                let mut points = Vec::new();
+                for (x, tx) in TxKind::ALL.iter().enumerate() {
+                    let Some(rs) = find(Part::Tx, &tx_label(*tx, size)) else { continue };
+                    let mut r = row(&tx_label(*tx, size), rs);
+                    r.cells.push(med(rs, frames_share));
+                    t.push(r);
+                    points.extend(Point::of(x as f64, &values(rs, |r| cost(r).map(|us| us / 1e6))));
+                }
+                series.push(Series { name: format!("{} KiB responses", size / 1024), points });
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "rr-tx".into(),
+                title: "Server CPU per response by transmit path".into(),
+                kind: ChartKind::Bars,
+                x: Axis::categories("transmit path", TxKind::ALL.iter().map(|k| k.name().to_string()).collect()),
+                y: Axis::numeric("server CPU per response", Unit::Seconds, Scale::Linear),
+                series,
+            });
+            for tx in [TxKind::Packet, TxKind::AfXdp] {
+                for size in TX_SIZES {
+                    let spec = Spec::at_most(
+                        &format!("rr.tx-{}-{}k-cost", tx.name(), size / 1024),
+                        format!(
+                            "{} KiB responses written as frames through {} cost the server no more CPU per response \
+                             than the UDP socket",
+                            size / 1024,
+                            if tx == TxKind::Packet { "a PF_PACKET ring" } else { "the AF_XDP socket" }
+                        ),
+                        1.0,
+                        "x",
+                    );
+                    checks.push(compare(
+                        spec,
+                        Part::Tx,
+                        &tx_label(tx, size),
+                        &tx_label(TxKind::Socket, size),
+                        cost,
+                        &format!("{tx} / socket server CPU per response"),
+                    ));
+                }
+            }
+        }
+
         let headline = {
             let get = |id: &str| measured_median(&checks, id);
             let parts = [
@@ -907,6 +1001,8 @@ impl RrBenchArgs {
                     .map(|v| format!("TPACKET_V2 cost the server {v}x recvfrom's CPU per response")),
                 get("rr.af-xdp-cost").map(|v| format!("AF_XDP {v}x")),
                 get("rr.jumbo-throughput").map(|v| format!("jumbo frames gave {v}x the fragmented 8 KiB rate")),
+                get("rr.tx-packet-8k-cost")
+                    .map(|v| format!("8 KiB responses as frames via a packet ring cost {v}x the socket's CPU")),
             ];
             join_headline(parts.into_iter().flatten().collect())
                 .unwrap_or_else(|| format!("{} modes, {} rounds.", modes.len(), self.repeat))

@@ -3,6 +3,7 @@
 
 pub mod adapt;
 pub mod client;
+pub mod frames;
 pub mod fuzzing;
 pub mod packet;
 pub mod server;

@@ -7,6 +7,7 @@
 //! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
 
 mod path;
+mod rawtx;
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
@@ -22,8 +23,10 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues};
+pub use rawtx::{RawTxReport, TxKind};
 
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
+use rawtx::{RawTx, Sent};
 
 /// Largest batch for `recvmmsg`.
 pub const MAX_BATCH: usize = netlane_sys::msg::MAX_MMSG;
@@ -54,6 +57,8 @@ pub struct ServerConfig {
     pub ring: RingOptions,
     /// AF_XDP: socket and UMEM sizes.
     pub xdp: XdpOptions,
+    /// How responses leave.
+    pub tx: TxKind,
 }
 
 impl Default for ServerConfig {
@@ -70,6 +75,7 @@ impl Default for ServerConfig {
             iface: None,
             ring: RingOptions::default(),
             xdp: XdpOptions::default(),
+            tx: TxKind::Socket,
         }
     }
 }
@@ -94,6 +100,9 @@ pub enum ServerError {
         /// What is wrong.
         why: String,
     },
+    /// A transmit path that cannot work with the other options.
+    #[error("{0}")]
+    Tx(String),
     /// No such interface, or none has the listen address.
     #[error("{0}")]
     Interface(String),
@@ -133,7 +142,21 @@ impl ServerConfig {
         }
         if self.path == PathKind::AfXdp {
             // One queue at least; the queue count is known once the interface is.
-            self.xdp.check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
+            let xdp = XdpOptions { transmit: self.tx == TxKind::AfXdp, ..self.xdp };
+            xdp.check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
+        }
+        if self.tx != TxKind::Socket && self.listen.ip().is_unspecified() {
+            return Err(ServerError::Tx(format!(
+                "--tx {}: frames need a source address; listen on a specific address, not {}",
+                self.tx,
+                self.listen.ip()
+            )));
+        }
+        if self.tx == TxKind::AfXdp && self.path != PathKind::AfXdp {
+            return Err(ServerError::Tx(format!(
+                "--tx af-xdp sends through the AF_XDP socket: it needs --path af-xdp, not {}",
+                self.path
+            )));
         }
         Ok(())
     }
@@ -198,6 +221,11 @@ pub struct ServerStats {
     pub busy: f64,
     /// AF_XDP: how it ran.
     pub xdp: Option<XdpReport>,
+    /// How responses left: "socket", "packet" or "af-xdp".
+    pub tx: String,
+    /// Frame transmit paths: what they did (responses they could not take went
+    /// through the socket, counted here by reason).
+    pub raw_tx: Option<RawTxReport>,
     /// Datagrams per wake-up.
     pub frames_per_wakeup: f64,
     /// System calls (receive, send, epoll) per request answered.
@@ -238,8 +266,19 @@ pub fn serve(
     let local = sock.local_addr().map_err(io_err("local address"))?;
     let (ifindex, iface) = if cfg.path.is_frames() { interface(cfg)? } else { (0, None) };
     let name = iface.clone().unwrap_or_default();
-    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &cfg.xdp, (ifindex, &name))
+    let xdp = XdpOptions { transmit: cfg.tx == TxKind::AfXdp, ..cfg.xdp };
+    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &xdp, (ifindex, &name))
         .map_err(io_err(format!("set up the {} path", cfg.path)))?;
+    let mut raw = match cfg.tx {
+        TxKind::Socket => None,
+        TxKind::Packet => Some(RawTx::packet(local).map_err(io_err("set up the packet transmit path"))?),
+        TxKind::AfXdp => {
+            let RxPath::Xdp(x) = &mut path else { unreachable!("validated: --tx af-xdp needs --path af-xdp") };
+            let ifindex = x.ifindex();
+            let tx = x.take_tx().ok_or_else(|| io_err("AF_XDP transmit ring")(io::Error::other("none was set up")))?;
+            Some(RawTx::xdp(local, tx, ifindex).map_err(io_err("set up the AF_XDP transmit path"))?)
+        }
+    };
     let _ = path.take_ring_stats();
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
     for fd in path.fds(&sock) {
@@ -248,9 +287,19 @@ pub fn serve(
     if path.reads_stack_too() {
         ep.add(sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STACK)).map_err(|e| io_err("epoll add")(e.into()))?;
     }
+    if let Some(r) = &raw {
+        ep.add(r.events_fd(), EpollEvent::new(EpollFlags::EPOLLIN, ROUTES))
+            .map_err(|e| io_err("epoll add")(e.into()))?;
+    }
     let mut tx = Tx::new(&sock);
     let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
-    let mut st = ServerStats { path: cfg.path.to_string(), listen: local.to_string(), iface, ..ServerStats::default() };
+    let mut st = ServerStats {
+        path: cfg.path.to_string(),
+        listen: local.to_string(),
+        iface,
+        tx: cfg.tx.to_string(),
+        ..ServerStats::default()
+    };
     on_ready(local);
 
     let started = Instant::now();
@@ -269,14 +318,18 @@ pub fn serve(
         st.wakeups += 1;
         let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
         let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
+        if let Some(r) = raw.as_mut().filter(|_| events[..n].iter().any(|e| e.data() == ROUTES)) {
+            r.process_events();
+        }
         // Drain: the path returns what it has; stop when it says it is empty.
         let mut more = frames_ready;
         while more {
             let mut got = 0;
             let r = path.recv(&sock, &mut |data, from| {
                 got += 1;
-                answer(cfg, &mut tx, &mut out, &mut st, data, from);
+                answer(cfg, (&mut tx, &mut raw), &mut out, &mut st, data, from);
             });
+            flush(&mut raw, &mut st);
             if !cfg.path.is_frames() {
                 st.recv_syscalls += 1;
             }
@@ -294,7 +347,10 @@ pub fn serve(
         let mut more = stack_ready;
         while more {
             st.recv_syscalls += 1;
-            more = match path.recv_stack(&sock, &mut |data, from| answer(cfg, &mut tx, &mut out, &mut st, data, from)) {
+            let r = path
+                .recv_stack(&sock, &mut |data, from| answer(cfg, (&mut tx, &mut raw), &mut out, &mut st, data, from));
+            flush(&mut raw, &mut st);
+            more = match r {
                 Ok(got) => {
                     st.frames += got as u64;
                     true
@@ -334,6 +390,11 @@ pub fn serve(
             fill_ring_empty: xs.rx_fill_ring_empty,
             invalid_descs: xs.rx_invalid_descs,
         });
+    }
+    if let Some(r) = &raw {
+        let report = r.report();
+        st.send_syscalls += report.kicks;
+        st.raw_tx = Some(report);
     }
     st.syscalls_per_response = if st.responses > 0 {
         (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
@@ -388,9 +449,21 @@ fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
     Ok(s.into())
 }
 
-/// Epoll tokens: a descriptor frames arrive on, and the service socket beside AF_XDP.
+/// Epoll tokens: a descriptor frames arrive on, the service socket beside AF_XDP, and
+/// the route and neighbour notifications of a frame transmit path.
 const FRAMES: u64 = 0;
 const STACK: u64 = 1;
+const ROUTES: u64 = 2;
+
+/// Sends the frames queued while answering a batch.
+fn flush(raw: &mut Option<RawTx>, st: &mut ServerStats) {
+    if let Some(r) = raw
+        && let Err(e) = r.flush()
+    {
+        tracing::debug!(error = %e, "transmit ring flush failed");
+        st.send_errors += 1;
+    }
+}
 
 /// A receive error: whether to try again (EINTR) or stop draining. ICMP errors queued
 /// on the socket (a client went away) surface here: counted, never fatal.
@@ -406,10 +479,36 @@ fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
     }
 }
 
-fn answer(cfg: &ServerConfig, tx: &mut Tx<'_>, out: &mut [u8], st: &mut ServerStats, request: &[u8], from: SocketAddr) {
+fn answer(
+    cfg: &ServerConfig,
+    (tx, raw): (&mut Tx<'_>, &mut Option<RawTx>),
+    out: &mut [u8],
+    st: &mut ServerStats,
+    request: &[u8],
+    from: SocketAddr,
+) {
     match respond(&cfg.responder, request, out) {
         Ok(reply) => {
             st.responses += 1;
+            if let Some(r) = raw {
+                match r.send(&out[..reply.len], reply.segment_len, from) {
+                    Ok(Sent::Frames) => {
+                        st.datagrams_sent += reply.segments as u64;
+                        st.bytes_sent += reply.len as u64;
+                        return;
+                    }
+                    Ok(Sent::Dropped) => {
+                        st.send_dropped += 1;
+                        return;
+                    }
+                    Ok(Sent::UseSocket) => {}
+                    Err(e) => {
+                        tracing::debug!(error = %e, %from, "frame transmit failed");
+                        st.send_errors += 1;
+                        return;
+                    }
+                }
+            }
             match tx.send(&out[..reply.len], reply.segment_len, from) {
                 Ok(()) => {
                     st.datagrams_sent += reply.segments as u64;

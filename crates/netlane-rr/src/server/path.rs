@@ -176,12 +176,15 @@ pub struct XdpOptions {
     pub ring_size: u32,
     /// Try zero-copy first (falls back to copy mode when the driver refuses).
     pub zero_copy: bool,
+    /// Keep half the UMEM frames of the first queue's socket for its TX ring (the
+    /// server sets this for `--tx af-xdp`).
+    pub transmit: bool,
 }
 
 impl Default for XdpOptions {
     fn default() -> Self {
         // 1 MiB of UMEM per queue: four queues fit an 8 MiB RLIMIT_MEMLOCK.
-        XdpOptions { frame_size: 2048, frames: 512, ring_size: 512, zero_copy: true }
+        XdpOptions { frame_size: 2048, frames: 512, ring_size: 512, zero_copy: true, transmit: false }
     }
 }
 
@@ -198,7 +201,11 @@ impl XdpOptions {
         if self.frames < self.ring_size {
             return Err(format!("{} UMEM frames cannot fill a {}-entry fill ring", self.frames, self.ring_size));
         }
-        let cfg = XskConfig { frame_size: self.frame_size, frames: self.frames, ring_size: self.ring_size };
+        let cfg =
+            XskConfig { frame_size: self.frame_size, frames: self.frames, ring_size: self.ring_size, tx_frames: 0 };
+        if self.transmit && self.frames < 128 {
+            return Err(format!("{} UMEM frames: transmitting needs 128 at least (half for each way)", self.frames));
+        }
         let total = cfg.umem_bytes() as u64 * u64::from(queues);
         if let Some(limit) = memlock
             && total > limit
@@ -320,6 +327,7 @@ pub struct XdpPath {
     buf: Vec<u8>,
     /// Datagrams that came through the stack instead (fragments).
     pub via_stack: u64,
+    ifindex: u32,
 }
 
 impl XdpPath {
@@ -341,6 +349,16 @@ impl XdpPath {
     /// The program's counts: redirected to a socket, passed to the stack.
     pub fn counts(&self) -> (u64, u64) {
         self.prog.counts().unwrap_or_default()
+    }
+
+    /// The first socket's transmit half (with [`XdpOptions::transmit`]), once.
+    pub fn take_tx(&mut self) -> Option<netlane_sys::xsk::XskTx> {
+        self.socks.first_mut().and_then(Xsk::take_tx)
+    }
+
+    /// The interface the sockets are bound to.
+    pub fn ifindex(&self) -> u32 {
+        self.ifindex
     }
 
     /// The sockets' drop counters, summed.
@@ -450,6 +468,8 @@ impl RxPath {
                 let prog = XskRedirect::load(port)?;
                 let mut socks = Vec::new();
                 for q in 0..queues {
+                    // The first queue's socket also transmits: half its frames for TX.
+                    let cfg = if q == 0 && xdp.transmit { XskConfig { tx_frames: cfg.frames / 2, ..cfg } } else { cfg };
                     let open = || {
                         if xdp.zero_copy {
                             Xsk::open(ifindex, q, cfg, XskMode::ZeroCopy)
@@ -491,6 +511,7 @@ impl RxPath {
                     skips: RingSkips::default(),
                     buf: vec![0; SLOT],
                     via_stack: 0,
+                    ifindex,
                 })))
             }
         }

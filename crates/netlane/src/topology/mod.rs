@@ -20,6 +20,7 @@ mod genl;
 pub mod netdev;
 pub mod netlink;
 mod netns;
+pub mod nexthop;
 pub mod registry;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

@@ -181,7 +181,7 @@ impl Rtnl {
     }
 
     /// Sends one request and collects the replies until ACK or DONE.
-    fn request(
+    pub(crate) fn request(
         &mut self,
         op: &str,
         msg: RouteNetlinkMessage,
@@ -307,6 +307,21 @@ impl Rtnl {
             RouteNetlinkMessage::NewNeighbour(msg),
             NLM_F_CREATE | netlink_packet_core::NLM_F_REPLACE,
         )
+    }
+
+    /// Deletes the neighbour entry for `addr` on interface `index` (`ip neigh del`).
+    pub fn del_neighbour(&mut self, index: u32, addr: IpAddr) -> Result<(), NetlinkError> {
+        let mut msg = NeighbourMessage::default();
+        msg.header.ifindex = index;
+        msg.header.family = match addr {
+            IpAddr::V4(_) => AddressFamily::Inet,
+            IpAddr::V6(_) => AddressFamily::Inet6,
+        };
+        msg.attributes = vec![NeighbourAttribute::Destination(match addr {
+            IpAddr::V4(a) => NeighbourAddress::Inet(a),
+            IpAddr::V6(a) => NeighbourAddress::Inet6(a),
+        })];
+        self.ack(&format!("delete neighbour {addr} on interface {index}"), RouteNetlinkMessage::DelNeighbour(msg), 0)
     }
 
     /// Adds a route to `dst/prefix_len` via `gateway` in the main table (`ip route add

@@ -1,0 +1,337 @@
+//! Responses written as whole frames: a PF_PACKET TPACKET_V2 transmit ring per output
+//! interface, or the AF_XDP socket's own TX ring. The Ethernet, IP and UDP headers come
+//! from `proto::frames` (checksums, IP fragments past the MTU); where they go comes from
+//! the kernel's routes and neighbours (`netlane::topology::nexthop`, kept current by
+//! netlink notifications).
+//!
+//! Whatever cannot go this way goes through the service's UDP socket instead, counted
+//! by reason: a loopback address (which the kernel accepts from its own stack only), a
+//! next hop the kernel has not resolved yet (the socket send makes it resolve), an
+//! output interface the AF_XDP socket is not on, a transmit ring that
+//! stayed full for a second.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use netlane::topology::nexthop::{NextHop, NextHopStats, NextHops, Unresolved};
+use netlane_sys::packet::PacketTx;
+use netlane_sys::xsk::XskTx;
+use serde::Serialize;
+
+use crate::proto::frames::{Datagram, ETH_LEN, Link};
+
+/// How responses leave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TxKind {
+    /// The service's UDP socket (`sendto`, GSO for segments).
+    #[default]
+    Socket,
+    /// Whole frames through a PF_PACKET transmit ring.
+    Packet,
+    /// Whole frames through the AF_XDP socket's TX ring (the af-xdp path only).
+    AfXdp,
+}
+
+impl TxKind {
+    /// Every kind, in report order.
+    pub const ALL: [TxKind; 3] = [TxKind::Socket, TxKind::Packet, TxKind::AfXdp];
+
+    /// The name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxKind::Socket => "socket",
+            TxKind::Packet => "packet",
+            TxKind::AfXdp => "af-xdp",
+        }
+    }
+}
+
+impl fmt::Display for TxKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for TxKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        TxKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<_> = TxKind::ALL.iter().map(|k| k.name()).collect();
+            format!("unknown transmit path {s:?}: expected one of {}", names.join(", "))
+        })
+    }
+}
+
+/// What the frame transmit path did.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct RawTxReport {
+    /// Datagrams written as frames.
+    pub datagrams: u64,
+    /// Of those, sent as IP fragments.
+    pub fragmented: u64,
+    /// Frames written.
+    pub frames: u64,
+    /// Transmit system calls (ring kicks).
+    pub kicks: u64,
+    /// Sent through the socket instead: the kernel had no link-layer address yet.
+    pub via_socket_unresolved: u64,
+    /// Sent through the socket instead: a loopback address (the kernel drops frames from
+    /// 127.0.0.0/8 or ::1 that arrive on a device: `IP_LOCALNET`).
+    pub via_socket_loopback: u64,
+    /// Sent through the socket instead: no unicast route, or not an Ethernet link.
+    pub via_socket_no_route: u64,
+    /// Sent through the socket instead: the route leaves by an interface the AF_XDP
+    /// socket is not bound to.
+    pub via_socket_other_interface: u64,
+    /// Responses dropped because the ring stayed full for a second (the client asks
+    /// again).
+    pub ring_full_drops: u64,
+    /// Frames the kernel refused as malformed.
+    pub wrong_format: u64,
+    /// Transmit rings opened (one per output interface for the packet path).
+    pub rings: usize,
+    /// Route, neighbour and link lookups and notifications.
+    pub nexthops: NextHopStats,
+}
+
+enum Sink {
+    Packet(HashMap<u32, PacketTx>),
+    Xdp { tx: XskTx, ifindex: u32 },
+}
+
+/// The most packet transmit rings (one per output interface) a server opens.
+const MAX_RINGS: usize = 16;
+/// Bytes of frame slots per packet transmit ring.
+const RING_BYTES: usize = 4 << 20;
+/// The largest packet slot: frames bigger than this are IP-fragmented to fit (loopback's
+/// 64 KiB MTU included).
+const MAX_SLOT: usize = 16_384 + 64;
+
+/// The frame transmit path, set up.
+pub struct RawTx {
+    hops: NextHops,
+    src: IpAddr,
+    port: u16,
+    sink: Sink,
+    next_id: u32,
+    report: RawTxReport,
+}
+
+impl fmt::Debug for RawTx {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawTx").field("src", &self.src).field("port", &self.port).finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one response.
+pub enum Sent {
+    /// Written as frames.
+    Frames,
+    /// Not sent: send it through the socket.
+    UseSocket,
+    /// Dropped: the ring stayed full.
+    Dropped,
+}
+
+impl RawTx {
+    /// A packet-ring transmit path answering from `local` (a specific address).
+    pub fn packet(local: SocketAddr) -> io::Result<RawTx> {
+        RawTx::new(local, Sink::Packet(HashMap::new()))
+    }
+
+    /// An AF_XDP transmit path on interface `ifindex`, answering from `local`.
+    pub fn xdp(local: SocketAddr, tx: XskTx, ifindex: u32) -> io::Result<RawTx> {
+        RawTx::new(local, Sink::Xdp { tx, ifindex })
+    }
+
+    fn new(local: SocketAddr, sink: Sink) -> io::Result<RawTx> {
+        if local.ip().is_unspecified() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "frames need a source address: listen on a specific address for --tx packet or af-xdp",
+            ));
+        }
+        // The IP identification starts somewhere different on every run, so fragments of
+        // two runs cannot be confused by a receiver.
+        let seed =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        Ok(RawTx {
+            hops: NextHops::open()?,
+            src: local.ip(),
+            port: local.port(),
+            sink,
+            next_id: seed,
+            report: RawTxReport::default(),
+        })
+    }
+
+    /// The descriptor the kernel's route and neighbour notifications arrive on.
+    pub fn events_fd(&self) -> BorrowedFd<'_> {
+        self.hops.events_fd()
+    }
+
+    /// Reads the notifications (call when [`RawTx::events_fd`] is readable).
+    pub fn process_events(&mut self) {
+        self.hops.process_events();
+    }
+
+    /// What it did so far.
+    pub fn report(&self) -> RawTxReport {
+        let mut r = self.report.clone();
+        r.nexthops = self.hops.stats();
+        match &self.sink {
+            Sink::Packet(rings) => {
+                r.rings = rings.len();
+                for t in rings.values() {
+                    let c = t.counts();
+                    r.kicks += c.kicks;
+                    r.wrong_format += c.wrong_format;
+                }
+            }
+            Sink::Xdp { tx, .. } => {
+                r.rings = 1;
+                r.kicks += tx.counts().kicks;
+            }
+        }
+        r
+    }
+
+    /// Writes `data` to `to` as frames: one datagram, or one per `segment_len` bytes
+    /// (application segments). Queued frames go out at [`RawTx::flush`] (or sooner when
+    /// a ring fills).
+    pub fn send(&mut self, data: &[u8], segment_len: usize, to: SocketAddr) -> io::Result<Sent> {
+        if to.ip().is_loopback() || self.src.is_loopback() {
+            self.report.via_socket_loopback += 1;
+            return Ok(Sent::UseSocket);
+        }
+        let hop = match self.hops.lookup(to.ip(), self.src)? {
+            Ok(h) => h,
+            Err(Unresolved::Neighbour) => {
+                self.report.via_socket_unresolved += 1;
+                return Ok(Sent::UseSocket);
+            }
+            Err(Unresolved::NoRoute | Unresolved::NotEthernet) => {
+                self.report.via_socket_no_route += 1;
+                return Ok(Sent::UseSocket);
+            }
+        };
+        if let Sink::Xdp { ifindex, .. } = self.sink
+            && hop.ifindex != ifindex
+        {
+            self.report.via_socket_other_interface += 1;
+            return Ok(Sent::UseSocket);
+        }
+        let src = SocketAddr::new(self.src, self.port);
+        for seg in data.chunks(segment_len.max(1)) {
+            if !self.send_datagram(&hop, src, to, seg)? {
+                self.report.ring_full_drops += 1;
+                return Ok(Sent::Dropped);
+            }
+        }
+        Ok(Sent::Frames)
+    }
+
+    fn send_datagram(&mut self, hop: &NextHop, src: SocketAddr, to: SocketAddr, payload: &[u8]) -> io::Result<bool> {
+        let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
+        self.next_id = self.next_id.wrapping_add(1);
+        let id = self.next_id;
+        let ring = self.ring(hop)?;
+        let d = Datagram::new(link, src, to, payload, id, ring.max_frame())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        for i in 0..d.frames() {
+            let len = d.frame_len(i);
+            let deadline = Instant::now() + Duration::from_secs(1);
+            // A full ring: send what is queued and wait for slots to come back.
+            while !ring.push(len, &mut |slot: &mut [u8]| {
+                d.write(i, slot);
+            })? {
+                ring.flush()?;
+                if Instant::now() >= deadline {
+                    return Ok(false);
+                }
+                let mut fds = [nix::poll::PollFd::new(ring.fd(), nix::poll::PollFlags::POLLOUT)];
+                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1u8));
+            }
+        }
+        self.report.datagrams += 1;
+        self.report.frames += d.frames() as u64;
+        if d.fragmented() {
+            self.report.fragmented += 1;
+        }
+        Ok(true)
+    }
+
+    /// The ring frames to `hop` go through (a packet ring is opened on first use of an
+    /// interface, with slots that fit its MTU up to [`MAX_SLOT`]).
+    fn ring(&mut self, hop: &NextHop) -> io::Result<&mut dyn Ring> {
+        match &mut self.sink {
+            Sink::Xdp { tx, .. } => Ok(tx),
+            Sink::Packet(rings) => {
+                if !rings.contains_key(&hop.ifindex) {
+                    if rings.len() >= MAX_RINGS {
+                        return Err(io::Error::other(format!("more than {MAX_RINGS} output interfaces")));
+                    }
+                    let slot = (hop.mtu as usize + ETH_LEN + 32).next_multiple_of(16).clamp(2048, MAX_SLOT);
+                    let frames = (RING_BYTES / slot).max(256) as u32;
+                    let t = PacketTx::open(hop.ifindex, slot as u32, frames).map_err(|e| {
+                        io::Error::new(e.kind(), format!("packet transmit ring on interface {}: {e}", hop.ifindex))
+                    })?;
+                    rings.insert(hop.ifindex, t);
+                }
+                Ok(rings.get_mut(&hop.ifindex).expect("inserted above"))
+            }
+        }
+    }
+
+    /// Hands every queued frame to the kernel.
+    pub fn flush(&mut self) -> io::Result<()> {
+        match &mut self.sink {
+            Sink::Packet(rings) => rings.values_mut().try_for_each(PacketTx::flush),
+            Sink::Xdp { tx, .. } => tx.flush(),
+        }
+    }
+}
+
+/// A transmit ring of either kind.
+trait Ring {
+    fn max_frame(&self) -> usize;
+    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool>;
+    fn flush(&mut self) -> io::Result<()>;
+    fn fd(&self) -> BorrowedFd<'_>;
+}
+
+impl Ring for PacketTx {
+    fn max_frame(&self) -> usize {
+        PacketTx::max_frame(self)
+    }
+    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
+        PacketTx::push(self, len, fill)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        PacketTx::flush(self)
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+
+impl Ring for XskTx {
+    fn max_frame(&self) -> usize {
+        XskTx::max_frame(self)
+    }
+    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
+        XskTx::push(self, len, fill)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        XskTx::flush(self)
+    }
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
