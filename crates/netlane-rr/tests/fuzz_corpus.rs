@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use netlane_rr::proto::fuzzing::exchange;
+use netlane_rr::proto::fuzzing::{exchange, frames};
 use netlane_rr::proto::server::{ResponderConfig, respond};
 use netlane_rr::proto::wire::{self, Header};
 use proptest::prelude::*;
@@ -73,5 +73,22 @@ proptest! {
     #[test]
     fn random_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..3000)) {
         exchange(&data);
+    }
+
+    #[test]
+    fn any_sizes_build_frames_that_parse_back(
+        mtu in 0u16..10_000,
+        slot in 0u16..17_000,
+        v6 in any::<bool>(),
+        id in any::<u32>(),
+        len in 0usize..70_000,
+    ) {
+        let mut data = Vec::with_capacity(9 + len);
+        data.extend_from_slice(&mtu.to_be_bytes());
+        data.extend_from_slice(&slot.to_be_bytes());
+        data.push(u8::from(v6));
+        data.extend_from_slice(&id.to_be_bytes());
+        data.extend((0..len).map(|i| i as u8));
+        frames(&data);
     }
 }

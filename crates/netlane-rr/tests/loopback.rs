@@ -12,7 +12,7 @@ use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::{ResponderConfig, respond};
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{self, PathKind, ServerConfig, ServerError};
+use netlane_rr::server::{self, PathKind, ServerConfig, ServerError, TxKind};
 
 mod common;
 use common::{Reaped, client, population, with_server};
@@ -153,6 +153,13 @@ fn bad_options_fail_before_anything_is_built() {
     assert!(matches!(run(ServerConfig { batch: 1025, ..base.clone() }), Err(ServerError::Batch(1025))));
     let seg = ResponderConfig { segment: Some(20), ..ResponderConfig::default() };
     assert!(matches!(run(ServerConfig { responder: seg, ..base.clone() }), Err(ServerError::Config(_))));
+    let e = run(ServerConfig { tx: TxKind::AfXdp, ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("needs --path af-xdp, not recvmmsg"), "{e}");
+    let any = ServerConfig { tx: TxKind::Packet, listen: "0.0.0.0:0".parse().unwrap(), ..base.clone() };
+    let e = run(any).unwrap_err().to_string();
+    assert!(e.contains("listen on a specific address"), "{e}");
+    let e = "udp".parse::<TxKind>().unwrap_err();
+    assert!(e.contains("socket, packet, af-xdp"), "{e}");
     let e = "tpacket-v9".parse::<PathKind>().unwrap_err();
     assert!(e.contains("recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp"), "{e}");
     let bad = |f: fn(&mut ClientsConfig)| {
@@ -165,4 +172,17 @@ fn bad_options_fail_before_anything_is_built() {
     assert!(bad(|p| p.load = Load::Open { rate: -1.0 }).contains("rate -1"));
     assert!(bad(|p| p.load = Load::Open { rate: 1e12 }).contains("at most 10000000"));
     assert!(bad(|p| p.client.request_len = 10).contains("request size 10"));
+}
+
+#[test]
+fn frames_for_loopback_addresses_go_through_the_socket_and_are_counted() {
+    // The kernel drops frames from 127.0.0.0/8 that arrive on a device (IP_LOCALNET), so
+    // the frame path hands loopback peers to the socket; nothing is lost.
+    let cfg = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), tx: TxKind::Packet, ..ServerConfig::default() };
+    let (r, st) =
+        with_server(cfg, |a| clients::run(&population(a, 4, client(512, 1024)), &AtomicBool::new(false)).unwrap());
+    assert_clean(&r);
+    let raw = st.raw_tx.as_ref().unwrap();
+    assert_eq!((raw.datagrams, raw.via_socket_loopback), (0, st.responses), "{raw:?}");
+    assert_eq!(st.tx, "packet");
 }

@@ -53,3 +53,44 @@ pub fn exchange(data: &[u8]) {
         }
     }
 }
+
+/// Input layout for the frame builder: MTU (`u16`), slot size (`u16`), a flags byte
+/// (bit 0: IPv6), the IP id (`u32`), then the payload. Every frame must fit its slot,
+/// a whole datagram must parse back to itself, fragments must be recognised as such,
+/// and the fragments' bytes must add up to the datagram.
+pub fn frames(data: &[u8]) {
+    use super::frames::{Datagram, ETH_LEN, Link};
+    use super::packet::{Skip, parse_frame};
+    use std::net::SocketAddr;
+    let [m0, m1, s0, s1, flags, i0, i1, i2, i3, payload @ ..] = data else { return };
+    let link = Link {
+        src_mac: [2, 0, 0, 0, 0, 1],
+        dst_mac: [2, 0, 0, 0, 0, 2],
+        mtu: usize::from(u16::from_be_bytes([*m0, *m1])),
+    };
+    let slot = usize::from(u16::from_be_bytes([*s0, *s1]));
+    let (src, dst): (SocketAddr, SocketAddr) = if flags & 1 == 0 {
+        (SocketAddr::from(([10, 0, 0, 1], 7070)), SocketAddr::from(([10, 0, 0, 2], 40_000)))
+    } else {
+        (
+            SocketAddr::from(([0xfd00, 0, 0, 0, 0, 0, 0, 1], 7070)),
+            SocketAddr::from(([0xfd00, 0, 0, 0, 0, 0, 0, 2], 40_000)),
+        )
+    };
+    let Ok(d) = Datagram::new(link, src, dst, payload, u32::from_be_bytes([*i0, *i1, *i2, *i3]), slot) else { return };
+    let mut buf = vec![0u8; slot.max(64)];
+    let mut carried = 0;
+    for i in 0..d.frames() {
+        let n = d.write(i, &mut buf);
+        assert!(n > ETH_LEN && n <= slot && n == d.frame_len(i), "frame {i}: {n} bytes, slot {slot}");
+        let header = ETH_LEN + if src.is_ipv6() { 40 + if d.fragmented() { 8 } else { 0 } } else { 20 };
+        carried += n - header;
+        match parse_frame(&buf[..n], 40_000) {
+            Ok(u) => assert!(!d.fragmented() && u.payload == payload && u.src == src),
+            Err(Skip::Fragment) => assert!(d.fragmented()),
+            Err(e) => panic!("frame {i} did not parse: {e:?}"),
+        }
+    }
+    assert_eq!(carried, 8 + payload.len(), "the frames carry the datagram");
+    assert_eq!(d.write(d.frames(), &mut buf), 0);
+}
