@@ -14,7 +14,7 @@ use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
+use netlane_rr::server::{PaceOptions, PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -74,6 +74,18 @@ pub struct ServeArgs {
     /// resolved yet is answered through the socket. Needs a specific --listen address.
     #[arg(long, default_value = "socket")]
     pub tx: TxKind,
+    /// Pace responses: at most this many per second leave, a few per release, each
+    /// release one sendmmsg, so a batch of answers does not wake every client at once
+    /// (socket transmit, one datagram per response) [default: send at once].
+    #[arg(long, value_name = "RESPONSES/S")]
+    pub pace: Option<u64>,
+    /// Time between paced releases.
+    #[arg(long, default_value = "100us", value_parser = parse_positive_duration)]
+    pub pace_quantum: Duration,
+    /// Most responses waiting for their release; past it a response is dropped and
+    /// counted (the client asks again).
+    #[arg(long, default_value_t = 4096)]
+    pub pace_queue: usize,
     /// Split responses into datagrams of this size (header included) sent with GSO;
     /// clients read them with GRO. Without it a response is one datagram (IP fragments
     /// it above the MTU).
@@ -167,6 +179,7 @@ impl ServeArgs {
                 transmit: false,
             },
             tx: self.tx,
+            pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
             ..ServerConfig::default()
         };
         cfg.validate()?;
@@ -220,6 +233,21 @@ impl ServeArgs {
                     x.passed,
                     x.via_stack,
                     x.fill_ring_empty
+                ));
+            }
+            if let Some(p) = &stats.paced {
+                out::println(&format!(
+                    "paced at {}/s every {:.0} us: sent={} releases={} sendmmsg_calls={} queue_max={} \
+                     queue_full_drops={} wait mean {:.1} us max {:.1} us",
+                    p.rate,
+                    p.quantum_us,
+                    p.sent,
+                    p.releases,
+                    p.sendmmsg_calls,
+                    p.queue_max,
+                    p.queue_full_drops,
+                    p.mean_wait_us,
+                    p.max_wait_us
                 ));
             }
             if let Some(r) = &stats.raw_tx {

@@ -12,7 +12,7 @@ use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::{ResponderConfig, respond};
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{self, PathKind, ServerConfig, ServerError, TxKind};
+use netlane_rr::server::{self, PaceOptions, PathKind, ServerConfig, ServerError, TxKind};
 
 mod common;
 use common::{Reaped, client, population, with_server};
@@ -158,6 +158,17 @@ fn bad_options_fail_before_anything_is_built() {
     let any = ServerConfig { tx: TxKind::Packet, listen: "0.0.0.0:0".parse().unwrap(), ..base.clone() };
     let e = run(any).unwrap_err().to_string();
     assert!(e.contains("listen on a specific address"), "{e}");
+    let pace = PaceOptions { rate: 1000, quantum: Duration::from_millis(1), queue: 64 };
+    let e = run(ServerConfig {
+        pace: Some(pace),
+        responder: ResponderConfig { segment: Some(1472), ..ResponderConfig::default() },
+        ..base.clone()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("pacing sends each response as one datagram"), "{e}");
+    let e = run(ServerConfig { pace: Some(PaceOptions { rate: 0, ..pace }), ..base.clone() }).unwrap_err().to_string();
+    assert!(e.contains("pacing rate 0"), "{e}");
     let e = "udp".parse::<TxKind>().unwrap_err();
     assert!(e.contains("socket, packet, af-xdp"), "{e}");
     let e = "tpacket-v9".parse::<PathKind>().unwrap_err();
@@ -185,4 +196,20 @@ fn frames_for_loopback_addresses_go_through_the_socket_and_are_counted() {
     let raw = st.raw_tx.as_ref().unwrap();
     assert_eq!((raw.datagrams, raw.via_socket_loopback), (0, st.responses), "{raw:?}");
     assert_eq!(st.tx, "packet");
+}
+
+#[test]
+fn paced_responses_leave_no_faster_than_the_schedule_and_none_is_lost() {
+    // 16 clients could take tens of thousands of responses per second here; the
+    // schedule lets 2000 per second out, two per 1 ms release.
+    let pace = PaceOptions { rate: 2000, quantum: Duration::from_millis(1), queue: 64 };
+    let cfg = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), pace: Some(pace), ..ServerConfig::default() };
+    let (r, st) =
+        with_server(cfg, |a| clients::run(&population(a, 16, client(512, 1024)), &AtomicBool::new(false)).unwrap());
+    assert_clean(&r);
+    assert!(r.responses_per_s <= 2000.0 * 1.1, "the schedule is a ceiling: {r:?}");
+    let p = st.paced.as_ref().unwrap();
+    assert_eq!(p.sent, st.responses, "every response sent, none dropped: {p:?}");
+    assert!(p.queue_max > 2 && p.mean_wait_us > 0.0, "responses waited for their turn: {p:?}");
+    assert!(p.sent as f64 <= 3.0 * p.releases as f64, "a release is two responses, one more with the carry: {p:?}");
 }

@@ -75,6 +75,31 @@ fn name_parts(dst: Option<&SockAddr>) -> (*mut libc::c_void, libc::socklen_t) {
     }
 }
 
+/// `sendmmsg(2)` with a destination per datagram: sends up to [`MAX_MMSG`] of
+/// `datagrams` (each to its own address) in one call; returns how many were sent.
+pub fn sendmmsg_each(fd: BorrowedFd<'_>, datagrams: &[(SockAddr, IoSlice<'_>)], flags: i32) -> io::Result<usize> {
+    let n = datagrams.len().min(MAX_MMSG);
+    if n == 0 {
+        return Ok(0);
+    }
+    let mut hdrs = [const { MaybeUninit::<libc::mmsghdr>::uninit() }; MAX_MMSG];
+    for (slot, (dst, dgram)) in hdrs.iter_mut().zip(&datagrams[..n]) {
+        let (name, namelen) = name_parts(Some(dst));
+        slot.write(libc::mmsghdr {
+            // A single IoSlice is one struct iovec (ABI-compatible, std docs).
+            msg_hdr: msghdr(name, namelen, dgram as *const IoSlice<'_> as *mut libc::iovec, 1, ptr::null_mut(), 0),
+            msg_len: 0,
+        });
+    }
+    // SAFETY: the first `n` headers were initialised above and point at addresses and
+    // buffers borrowed for the whole call; sendmmsg(2) reads them and writes only
+    // `msg_len` of the first `n` headers.
+    let sent = cvt(unsafe {
+        libc::sendmmsg(fd.as_raw_fd(), hdrs.as_mut_ptr().cast::<libc::mmsghdr>(), n as libc::c_uint, flags)
+    })?;
+    Ok(sent as usize)
+}
+
 /// `sendmsg(2)`: sends one datagram (or stream chunk) gathered from `iov`, to `dst` (or
 /// the connected peer), with encoded control messages (see [`crate::cmsg`]).
 #[inline]

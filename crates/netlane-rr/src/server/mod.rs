@@ -6,6 +6,7 @@
 //! thread sleeps in `epoll_wait` on the path's file descriptor when there is nothing to
 //! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
 
+mod paced;
 mod path;
 mod rawtx;
 
@@ -22,10 +23,12 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+pub use paced::{MAX_PACE_QUEUE, MAX_PACE_RATE, PaceOptions, PaceReport};
 pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues};
 pub use rawtx::{RawTxReport, TxKind};
 
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
+use paced::Paced;
 use rawtx::{RawTx, Sent};
 
 /// Largest batch for `recvmmsg`.
@@ -59,6 +62,9 @@ pub struct ServerConfig {
     pub xdp: XdpOptions,
     /// How responses leave.
     pub tx: TxKind,
+    /// Pace responses (socket transmit, one datagram per response) instead of sending
+    /// each as soon as it is ready.
+    pub pace: Option<PaceOptions>,
 }
 
 impl Default for ServerConfig {
@@ -76,6 +82,7 @@ impl Default for ServerConfig {
             ring: RingOptions::default(),
             xdp: XdpOptions::default(),
             tx: TxKind::Socket,
+            pace: None,
         }
     }
 }
@@ -152,6 +159,16 @@ impl ServerConfig {
                 self.listen.ip()
             )));
         }
+        if let Some(p) = &self.pace {
+            p.check().map_err(ServerError::Tx)?;
+            if self.tx != TxKind::Socket || self.responder.segment.is_some() {
+                return Err(ServerError::Tx(
+                    "pacing sends each response as one datagram through the socket: it cannot be combined with \
+                     --tx packet/af-xdp or --segment"
+                        .into(),
+                ));
+            }
+        }
         if self.tx == TxKind::AfXdp && self.path != PathKind::AfXdp {
             return Err(ServerError::Tx(format!(
                 "--tx af-xdp sends through the AF_XDP socket: it needs --path af-xdp, not {}",
@@ -223,6 +240,8 @@ pub struct ServerStats {
     pub xdp: Option<XdpReport>,
     /// How responses left: "socket", "packet" or "af-xdp".
     pub tx: String,
+    /// Paced responses: what the schedule did.
+    pub paced: Option<PaceReport>,
     /// Frame transmit paths: what they did (responses they could not take went
     /// through the socket, counted here by reason).
     pub raw_tx: Option<RawTxReport>,
@@ -291,6 +310,10 @@ pub fn serve(
         ep.add(r.events_fd(), EpollEvent::new(EpollFlags::EPOLLIN, ROUTES))
             .map_err(|e| io_err("epoll add")(e.into()))?;
     }
+    let mut paced = cfg.pace.map(Paced::new).transpose().map_err(io_err("set up pacing"))?;
+    if let Some(p) = &paced {
+        ep.add(p.timer_fd(), EpollEvent::new(EpollFlags::EPOLLIN, PACE)).map_err(|e| io_err("epoll add")(e.into()))?;
+    }
     let mut tx = Tx::new(&sock);
     let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
     let mut st = ServerStats {
@@ -315,7 +338,10 @@ pub fn serve(
         if n == 0 {
             continue;
         }
-        st.wakeups += 1;
+        let only_timer = events[..n].iter().all(|e| e.data() == PACE);
+        if !only_timer {
+            st.wakeups += 1;
+        }
         let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
         let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
         if let Some(r) = raw.as_mut().filter(|_| events[..n].iter().any(|e| e.data() == ROUTES)) {
@@ -327,7 +353,7 @@ pub fn serve(
             let mut got = 0;
             let r = path.recv(&sock, &mut |data, from| {
                 got += 1;
-                answer(cfg, (&mut tx, &mut raw), &mut out, &mut st, data, from);
+                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut out, &mut st, data, from);
             });
             flush(&mut raw, &mut st);
             if !cfg.path.is_frames() {
@@ -347,8 +373,9 @@ pub fn serve(
         let mut more = stack_ready;
         while more {
             st.recv_syscalls += 1;
-            let r = path
-                .recv_stack(&sock, &mut |data, from| answer(cfg, (&mut tx, &mut raw), &mut out, &mut st, data, from));
+            let r = path.recv_stack(&sock, &mut |data, from| {
+                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut out, &mut st, data, from)
+            });
             flush(&mut raw, &mut st);
             more = match r {
                 Ok(got) => {
@@ -358,6 +385,17 @@ pub fn serve(
                 Err(e) => recv_error(e, &mut st),
             };
         }
+        // Paced responses: what the schedule allows now; the timer wakes us for the rest.
+        if let Some(p) = &mut paced
+            && let Err(e) = p.release(&sock)
+        {
+            tracing::debug!(error = %e, "paced send failed");
+            st.send_errors += 1;
+        }
+    }
+    if let Some(p) = &mut paced {
+        let unsent = p.finish(&sock);
+        st.send_dropped += unsent as u64;
     }
     let seconds = started.elapsed().as_secs_f64();
     st.seconds = seconds;
@@ -390,6 +428,13 @@ pub fn serve(
             fill_ring_empty: xs.rx_fill_ring_empty,
             invalid_descs: xs.rx_invalid_descs,
         });
+    }
+    if let Some(p) = &paced {
+        let report = p.report();
+        st.datagrams_sent += report.sent;
+        st.bytes_sent += p.bytes_sent();
+        st.send_syscalls += report.sendmmsg_calls;
+        st.paced = Some(report);
     }
     if let Some(r) = &raw {
         let report = r.report();
@@ -454,6 +499,7 @@ fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
 const FRAMES: u64 = 0;
 const STACK: u64 = 1;
 const ROUTES: u64 = 2;
+const PACE: u64 = 3;
 
 /// Sends the frames queued while answering a batch.
 fn flush(raw: &mut Option<RawTx>, st: &mut ServerStats) {
@@ -481,7 +527,7 @@ fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
 
 fn answer(
     cfg: &ServerConfig,
-    (tx, raw): (&mut Tx<'_>, &mut Option<RawTx>),
+    (tx, raw, paced): (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
     out: &mut [u8],
     st: &mut ServerStats,
     request: &[u8],
@@ -490,6 +536,12 @@ fn answer(
     match respond(&cfg.responder, request, out) {
         Ok(reply) => {
             st.responses += 1;
+            if let Some(p) = paced {
+                if !p.push(&out[..reply.len], from) {
+                    st.send_dropped += 1;
+                }
+                return;
+            }
             if let Some(r) = raw {
                 match r.send(&out[..reply.len], reply.segment_len, from) {
                     Ok(Sent::Frames) => {
