@@ -210,3 +210,59 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     let raw = st.raw_tx.unwrap();
     assert_eq!((raw.fragmented, raw.frames), (0, raw.datagrams), "{raw:?}");
 }
+
+#[test]
+fn socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path() {
+    if !privileged("socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path") {
+        return;
+    }
+    // socat (scripts/setup.sh installs it) is the client here: the server echoes its
+    // datagram on each packet/XDP receive path, and through each transmit path (the
+    // frames netlane writes are received by socat's kernel socket).
+    let h = hosts("rr-socat", 1500);
+    let cases = [
+        (PathKind::TpacketV2, TxKind::Socket),
+        (PathKind::TpacketV3, TxKind::Socket),
+        (PathKind::AfXdp, TxKind::AfXdp),
+        (PathKind::Recvmmsg, TxKind::Packet),
+    ];
+    for (path, tx) in cases {
+        for ipv6 in [false, true] {
+            let what = format!("{path} tx={tx} ipv6={ipv6}");
+            let cfg = ServerConfig {
+                tx,
+                responder: ResponderConfig { echo: true, ..ResponderConfig::default() },
+                ..server_cfg(&h, path, ipv6)
+            };
+            let stop = Arc::new(AtomicBool::new(false));
+            let (atx, arx) = mpsc::channel();
+            let s = stop.clone();
+            let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| atx.send(a).unwrap())).unwrap();
+            let addr = arx.recv_timeout(Duration::from_secs(5)).expect("the server came up");
+            let target = match addr {
+                SocketAddr::V4(a) => format!("UDP4:{}:{}", a.ip(), a.port()),
+                SocketAddr::V6(a) => format!("UDP6:[{}]:{}", a.ip(), a.port()),
+            };
+            let line = format!("netlane echo over {what}");
+            let out =
+                h.tx.run(|| {
+                    use std::io::Write;
+                    let mut child = std::process::Command::new("socat")
+                        .args(["-t", "0.5", "-T", "3", "-", &target])
+                        .stdin(std::process::Stdio::piped())
+                        .stdout(std::process::Stdio::piped())
+                        .spawn()
+                        .expect("socat runs (scripts/setup.sh installs it)");
+                    child.stdin.take().unwrap().write_all(line.as_bytes()).unwrap();
+                    child.wait_with_output().unwrap()
+                })
+                .unwrap();
+            stop.store(true, Ordering::Relaxed);
+            let st = server.join().unwrap().expect("the server ran");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), line, "{what}: {st:?}");
+            if tx != TxKind::Socket {
+                assert_eq!(st.raw_tx.as_ref().unwrap().datagrams, 1, "{what}: sent as frames: {st:?}");
+            }
+        }
+    }
+}
