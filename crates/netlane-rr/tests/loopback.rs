@@ -106,7 +106,9 @@ fn lost_requests_are_sent_again_and_corrupted_responses_never_accepted() {
     let stop = AtomicBool::new(false);
     let (r, (dropped, corrupted)) = thread::scope(|s| {
         let h = s.spawn(|| lossy_server(sock, &stop));
-        let c = ClientConfig { timeout_ns: 5_000_000, max_retries: 20, ..client(512, 2048) };
+        // A 10 ms timeout retransmits often; 100 retries give a request a second in all,
+        // so a server thread descheduled on a loaded machine does not make it lost.
+        let c = ClientConfig { timeout_ns: 10_000_000, max_retries: 100, ..client(512, 2048) };
         let r = clients::run(&population(addr, 8, c), &AtomicBool::new(false)).unwrap();
         stop.store(true, Ordering::Relaxed);
         (r, h.join().unwrap())
