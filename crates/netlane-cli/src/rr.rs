@@ -253,7 +253,7 @@ impl ServeArgs {
             if let Some(r) = &stats.raw_tx {
                 out::println(&format!(
                     "tx {}: datagrams={} fragmented={} frames={} kicks={} via_socket: loopback={} unresolved={} \
-                     no_route={} other_interface={}; ring_full_drops={} wrong_format={} route lookups: cached={} \
+                     no_route={} other_interface={}; ring_full_drops={} via_socket_error={} route lookups: cached={} \
                      asked={} notifications={} invalidated={} flushes={}",
                     stats.tx,
                     r.datagrams,
@@ -265,7 +265,7 @@ impl ServeArgs {
                     r.via_socket_no_route,
                     r.via_socket_other_interface,
                     r.ring_full_drops,
-                    r.wrong_format,
+                    r.via_socket_error,
                     r.nexthops.hits,
                     r.nexthops.misses,
                     r.nexthops.events,

@@ -266,3 +266,61 @@ fn socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path() {
         }
     }
 }
+
+#[test]
+fn a_packet_transmit_ring_stopped_by_a_full_send_buffer_sends_every_frame_in_the_end() {
+    if !privileged("a_packet_transmit_ring_stopped_by_a_full_send_buffer_sends_every_frame_in_the_end") {
+        return;
+    }
+    use netlane::topology::nexthop::NextHops;
+    use netlane_rr::proto::frames::{Datagram, Link};
+    use netlane_sys::packet::PacketTx;
+    use std::os::fd::AsFd;
+
+    let h = hosts("rr-txfull", 1500);
+    // A slow qdisc holds the frames (and their send-buffer charge) for a while, so a
+    // kick with a small send buffer stops early: what it left must go with later kicks.
+    let rx_index = h.rx_index;
+    h.rx.with_rtnl(|r| r.add_tbf(rx_index, 1_000_000, 10_000, 1_000_000)).expect("a tbf qdisc");
+    let client = h.tx.run(|| std::net::UdpSocket::bind(SocketAddr::new(TwoHosts::TX_V4.into(), 0))).unwrap().unwrap();
+    client.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let to = client.local_addr().unwrap();
+    const N: usize = 100;
+    let left_after_first_kick =
+        h.rx.run(move || {
+            let src = SocketAddr::new(TwoHosts::RX_V4.into(), 7070);
+            let hop = NextHops::open().unwrap().lookup(to.ip(), src.ip()).unwrap().unwrap();
+            let mut ring = PacketTx::open(hop.ifindex, 2048, 256).unwrap();
+            nix::sys::socket::setsockopt(&ring.as_fd(), nix::sys::socket::sockopt::SndBuf, &4096).unwrap();
+            let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
+            for i in 0..N {
+                let payload = [i as u8; 200];
+                let d = Datagram::new(link, src, to, &payload, i as u32, ring.max_frame()).unwrap();
+                let pushed = ring
+                    .push(d.frame_len(0), |slot| {
+                        d.write(0, slot);
+                    })
+                    .unwrap();
+                assert!(pushed, "room for {N} frames");
+            }
+            ring.flush().unwrap();
+            let left = ring.pending();
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while ring.pending() > 0 && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+                ring.flush().unwrap();
+            }
+            assert_eq!(ring.pending(), 0, "every frame handed to the kernel");
+            left
+        })
+        .unwrap();
+    assert!(left_after_first_kick > 0, "the first kick was not stopped early: nothing tested");
+    let mut seen = [false; N];
+    let mut buf = [0u8; 512];
+    for _ in 0..N {
+        let n = client.recv(&mut buf).expect("every datagram arrives");
+        assert_eq!(n, 200);
+        seen[usize::from(buf[0])] = true;
+    }
+    assert!(seen.iter().all(|s| *s), "each datagram once");
+}

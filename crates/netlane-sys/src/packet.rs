@@ -309,8 +309,6 @@ pub struct TxCounts {
     pub frames: u64,
     /// `send` calls that asked the kernel to transmit.
     pub kicks: u64,
-    /// Frames the kernel refused as malformed (`TP_STATUS_WRONG_FORMAT`).
-    pub wrong_format: u64,
     /// Times the slot at the head was still in flight (the ring was full).
     pub full: u64,
 }
@@ -338,8 +336,8 @@ unsafe impl Send for PacketTx {}
 impl PacketTx {
     /// Opens a packet socket on interface `ifindex` with a ring of `frames` slots of
     /// `frame_size` bytes (a multiple of 16, at most 64 KiB + header); frames are sent
-    /// through the interface's qdisc, and a malformed frame is marked and skipped
-    /// (PACKET_LOSS) instead of stopping the ring.
+    /// through the interface's qdisc, and a malformed frame is skipped (PACKET_LOSS: the
+    /// kernel hands its slot back) instead of stopping the ring.
     pub fn open(ifindex: u32, frame_size: u32, frames: u32) -> io::Result<PacketTx> {
         let page = page_size() as u32;
         if frame_size < 128 || !frame_size.is_multiple_of(16) || frames == 0 || ifindex == 0 {
@@ -424,9 +422,6 @@ impl PacketTx {
             self.counts.full += 1;
             return Ok(false);
         }
-        if status & libc::TP_STATUS_WRONG_FORMAT != 0 {
-            self.counts.wrong_format += 1;
-        }
         let data =
             self.map.bytes_mut(base + TX_DATA_OFFSET, len).ok_or_else(|| io::Error::other("slot outside the ring"))?;
         fill(data);
@@ -463,8 +458,39 @@ impl PacketTx {
             }
             return Ok(());
         }
-        self.pending = 0;
+        // With MSG_DONTWAIT the kernel stops early when the socket's send buffer is full
+        // (and still returns what it sent): the frames it did not take keep their
+        // send-request status and stay pending for the next kick.
+        self.pending = self.still_requested();
         Ok(())
+    }
+
+    fn status(&self, i: usize) -> u32 {
+        self.map.word(self.slot(i) + offset_of!(libc::tpacket2_hdr, tp_status)).load(Ordering::Acquire)
+    }
+
+    /// How many of the pending frames (the `pending` slots before `next`) the kernel has
+    /// not taken yet.
+    fn still_requested(&self) -> usize {
+        let first = (self.next + self.frames - self.pending.min(self.frames)) % self.frames;
+        (0..self.pending.min(self.frames))
+            .filter(|k| self.status((first + k) % self.frames) & libc::TP_STATUS_SEND_REQUEST != 0)
+            .count()
+    }
+
+    /// Slots in the ring.
+    pub fn capacity(&self) -> usize {
+        self.frames
+    }
+
+    /// Whether the next `n` slots are free, so a datagram's `n` frames go out whole or
+    /// not at all.
+    pub fn room(&self, n: usize) -> bool {
+        n <= self.frames
+            && (0..n).all(|k| {
+                self.status((self.next + k) % self.frames) & (libc::TP_STATUS_SEND_REQUEST | libc::TP_STATUS_SENDING)
+                    == 0
+            })
     }
 }
 

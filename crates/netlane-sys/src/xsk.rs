@@ -141,10 +141,15 @@ impl Xsk {
     /// Creates the socket and its UMEM, fills the fill ring, and binds to `queue` of
     /// interface `ifindex` in `mode`, with need-wakeup.
     pub fn open(ifindex: u32, queue: u32, cfg: XskConfig, mode: XskMode) -> io::Result<Xsk> {
-        if !cfg.ring_size.is_power_of_two() || !cfg.frame_size.is_power_of_two() || cfg.tx_frames >= cfg.frames {
+        if !cfg.ring_size.is_power_of_two()
+            || !cfg.frame_size.is_power_of_two()
+            || cfg.tx_frames >= cfg.frames
+            || cfg.tx_frames > cfg.ring_size
+        {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "AF_XDP ring size and frame size must be powers of two, with a receive frame at least",
+                "AF_XDP ring size and frame size must be powers of two, with a receive frame at least and no more \
+                 transmit frames than the completion ring holds",
             ));
         }
         // SAFETY: socket(2) with constant arguments; the result is checked.
@@ -186,6 +191,7 @@ impl Xsk {
                 lo: rx_end,
                 frames: cfg.tx_frames as usize,
                 frame_size: cfg.frame_size as usize,
+                copy: mode == XskMode::Copy,
                 produced: 0,
                 pending: 0,
                 counts: XskTxCounts::default(),
@@ -349,6 +355,8 @@ pub struct XskTx {
     lo: u64,
     frames: usize,
     frame_size: usize,
+    /// Bound in copy mode (the kernel transmits in the wake-up call).
+    copy: bool,
     /// Descriptors written and not yet published.
     produced: u32,
     /// Published descriptors not yet completed.
@@ -436,15 +444,20 @@ impl XskTx {
             self.pending += self.produced;
             self.produced = 0;
         }
-        // A few rounds at most: each sends up to the kernel's batch (32 in copy mode).
-        for _ in 0..64 {
+        // Zero-copy: the driver sends; one wake-up, and only when it asks for one.
+        // Copy mode: each sendto transmits up to the kernel's batch (32), so repeat
+        // (bounded) while descriptors wait, taking completions back in between (the
+        // kernel answers EAGAIN when the completion ring has no room).
+        let rounds = if self.copy { 64 } else { 1 };
+        for _ in 0..rounds {
             let r = &self.ring;
             let left = r
                 .map
                 .word(r.producer)
                 .load(Ordering::Relaxed)
                 .wrapping_sub(r.map.word(r.consumer).load(Ordering::Acquire));
-            if left == 0 {
+            let asks = r.map.word(r.flags).load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0;
+            if left == 0 || (!self.copy && !asks) {
                 break;
             }
             self.counts.kicks += 1;
@@ -456,7 +469,7 @@ impl XskTx {
             if rc < 0 {
                 let e = io::Error::last_os_error();
                 match e.raw_os_error() {
-                    Some(libc::EAGAIN | libc::EBUSY) => continue,
+                    Some(libc::EAGAIN | libc::EBUSY) => self.reap(),
                     Some(libc::ENOBUFS) => break,
                     _ => return Err(e),
                 }
@@ -464,6 +477,23 @@ impl XskTx {
         }
         self.reap();
         Ok(())
+    }
+
+    /// The most frames that can be queued at once.
+    pub fn capacity(&self) -> usize {
+        self.frames.min(self.ring.size as usize)
+    }
+
+    /// Whether `n` frames can be queued now (free transmit frames and ring slots), so a
+    /// datagram's frames go out whole or not at all.
+    pub fn room(&mut self, n: usize) -> bool {
+        if self.free.len() < n {
+            self.reap();
+        }
+        let r = &self.ring;
+        let prod = r.map.word(r.producer).load(Ordering::Relaxed).wrapping_add(self.produced);
+        let used = prod.wrapping_sub(r.map.word(r.consumer).load(Ordering::Acquire)) as usize;
+        self.free.len() >= n && used + n <= r.size as usize
     }
 
     /// Descriptors published and not yet completed.

@@ -330,12 +330,16 @@ pub fn serve(
     let mut events = [EpollEvent::empty(); 4];
     while !stop.load(Ordering::Relaxed) && cfg.duration.is_none_or(|d| started.elapsed() < d) {
         st.polls += 1;
-        let n = match ep.wait(&mut events, EpollTimeout::from(100u16)) {
+        // Frames a full device queue or send buffer left behind are kicked again soon,
+        // whether or not a request comes.
+        let wait_ms: u16 = if raw.as_ref().is_some_and(RawTx::pending) { 1 } else { 100 };
+        let n = match ep.wait(&mut events, EpollTimeout::from(wait_ms)) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(e) => return Err(io_err("epoll_wait")(e.into())),
         };
         if n == 0 {
+            flush(&mut raw, &mut st);
             continue;
         }
         let only_timer = events[..n].iter().all(|e| e.data() == PACE);
@@ -434,6 +438,7 @@ pub fn serve(
         st.datagrams_sent += report.sent;
         st.bytes_sent += p.bytes_sent();
         st.send_syscalls += report.sendmmsg_calls;
+        st.send_errors += report.send_errors;
         st.paced = Some(report);
     }
     if let Some(r) = &raw {

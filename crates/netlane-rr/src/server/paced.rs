@@ -72,6 +72,8 @@ pub struct PaceReport {
     pub queue_max: usize,
     /// Responses dropped because the queue was full.
     pub queue_full_drops: u64,
+    /// Responses the kernel refused to send (dropped).
+    pub send_errors: u64,
     /// Mean microseconds a response waited in the queue.
     pub mean_wait_us: f64,
     /// Longest wait, microseconds.
@@ -105,9 +107,13 @@ fn now_ns() -> u64 {
 impl Paced {
     pub(crate) fn new(opts: PaceOptions) -> io::Result<Paced> {
         opts.check().map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // A release carries one response at least: below that rate the quantum
+        // stretches (the timer would otherwise fire every quantum with nothing to send).
+        let quantum_ns = (opts.quantum.as_nanos() as u64).max(1_000_000_000u64.div_ceil(opts.rate));
+        let opts = PaceOptions { quantum: Duration::from_nanos(quantum_ns), ..opts };
         let cfg = PaceConfig {
             rate: opts.rate,
-            quantum: Quantum::Fixed(opts.quantum.as_nanos() as u64),
+            quantum: Quantum::Fixed(quantum_ns),
             segment_size: 1,
             segments_per_send: netlane_sys::msg::MAX_MMSG,
             // After an idle spell, at most one quantum's worth leaves at once.
@@ -125,11 +131,7 @@ impl Paced {
             armed_for: None,
             waited_ns: 0,
             bytes_sent: 0,
-            report: PaceReport {
-                rate: opts.rate,
-                quantum_us: opts.quantum.as_secs_f64() * 1e6,
-                ..PaceReport::default()
-            },
+            report: PaceReport { rate: opts.rate, quantum_us: quantum_ns as f64 / 1e3, ..PaceReport::default() },
         })
     }
 
@@ -178,13 +180,16 @@ impl Paced {
                     Ok(s) => s,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
                     Err(e) => {
-                        // The first response is the one the kernel refused: drop it so
-                        // one bad destination cannot hold the queue.
+                        // The first response is the one the kernel refused: drop it
+                        // (counted) and go on with the rest of the release, so one bad
+                        // destination cannot hold up the others.
+                        tracing::debug!(error = %e, "paced send refused");
                         if let Some(p) = self.queue.pop_front() {
                             self.free.push(p.buf);
                         }
-                        self.arm()?;
-                        return Err(e);
+                        self.report.send_errors += 1;
+                        left -= 1;
+                        continue;
                     }
                 };
                 let t = now_ns();

@@ -469,7 +469,10 @@ impl RxPath {
                 let mut socks = Vec::new();
                 for q in 0..queues {
                     // The first queue's socket also transmits: half its frames for TX.
-                    let cfg = if q == 0 && xdp.transmit { XskConfig { tx_frames: cfg.frames / 2, ..cfg } } else { cfg };
+                    // (At most the completion ring's size: the kernel needs a completion slot
+                    // per frame in flight.)
+                    let tx_frames = (cfg.frames / 2).min(cfg.ring_size);
+                    let cfg = if q == 0 && xdp.transmit { XskConfig { tx_frames, ..cfg } } else { cfg };
                     let open = || {
                         if xdp.zero_copy {
                             Xsk::open(ifindex, q, cfg, XskMode::ZeroCopy)

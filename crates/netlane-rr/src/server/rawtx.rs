@@ -92,8 +92,9 @@ pub struct RawTxReport {
     /// Responses dropped because the ring stayed full for a second (the client asks
     /// again).
     pub ring_full_drops: u64,
-    /// Frames the kernel refused as malformed.
-    pub wrong_format: u64,
+    /// Sent through the socket instead: a route lookup, a ring that could not be
+    /// opened (remembered per interface), or a datagram the link cannot frame.
+    pub via_socket_error: u64,
     /// Transmit rings opened (one per output interface for the packet path).
     pub rings: usize,
     /// Route, neighbour and link lookups and notifications.
@@ -101,8 +102,13 @@ pub struct RawTxReport {
 }
 
 enum Sink {
-    Packet(HashMap<u32, PacketTx>),
-    Xdp { tx: XskTx, ifindex: u32 },
+    /// Rings by output interface; `None` for an interface whose ring could not be
+    /// opened (not tried again).
+    Packet(HashMap<u32, Option<PacketTx>>),
+    Xdp {
+        tx: XskTx,
+        ifindex: u32,
+    },
 }
 
 /// The most packet transmit rings (one per output interface) a server opens.
@@ -187,11 +193,10 @@ impl RawTx {
         r.nexthops = self.hops.stats();
         match &self.sink {
             Sink::Packet(rings) => {
-                r.rings = rings.len();
-                for t in rings.values() {
+                r.rings = rings.values().flatten().count();
+                for t in rings.values().flatten() {
                     let c = t.counts();
                     r.kicks += c.kicks;
-                    r.wrong_format += c.wrong_format;
                 }
             }
             Sink::Xdp { tx, .. } => {
@@ -210,16 +215,14 @@ impl RawTx {
             self.report.via_socket_loopback += 1;
             return Ok(Sent::UseSocket);
         }
-        let hop = match self.hops.lookup(to.ip(), self.src)? {
-            Ok(h) => h,
-            Err(Unresolved::Neighbour) => {
-                self.report.via_socket_unresolved += 1;
+        let hop = match self.hops.lookup(to.ip(), self.src) {
+            Ok(Ok(h)) => h,
+            Err(e) => {
+                tracing::debug!(error = %e, "next-hop lookup failed");
+                self.report.via_socket_error += 1;
                 return Ok(Sent::UseSocket);
             }
-            Err(Unresolved::NoRoute | Unresolved::NotEthernet) => {
-                self.report.via_socket_no_route += 1;
-                return Ok(Sent::UseSocket);
-            }
+            Ok(Err(why)) => return Ok(self.unresolved(why)),
         };
         if let Sink::Xdp { ifindex, .. } = self.sink
             && hop.ifindex != ifindex
@@ -228,35 +231,69 @@ impl RawTx {
             return Ok(Sent::UseSocket);
         }
         let src = SocketAddr::new(self.src, self.port);
-        for seg in data.chunks(segment_len.max(1)) {
-            if !self.send_datagram(&hop, src, to, seg)? {
-                self.report.ring_full_drops += 1;
-                return Ok(Sent::Dropped);
+        for (k, seg) in data.chunks(segment_len.max(1)).enumerate() {
+            match self.send_datagram(&hop, src, to, seg)? {
+                Queued::Yes => {}
+                // Nothing of the response went as frames yet: the socket takes it.
+                Queued::CannotFrame if k == 0 => {
+                    self.report.via_socket_error += 1;
+                    return Ok(Sent::UseSocket);
+                }
+                Queued::CannotFrame | Queued::Full => {
+                    self.report.ring_full_drops += 1;
+                    return Ok(Sent::Dropped);
+                }
             }
         }
         Ok(Sent::Frames)
     }
 
-    fn send_datagram(&mut self, hop: &NextHop, src: SocketAddr, to: SocketAddr, payload: &[u8]) -> io::Result<bool> {
+    fn unresolved(&mut self, why: Unresolved) -> Sent {
+        match why {
+            Unresolved::Neighbour => self.report.via_socket_unresolved += 1,
+            Unresolved::NoRoute | Unresolved::NotEthernet => self.report.via_socket_no_route += 1,
+        }
+        Sent::UseSocket
+    }
+
+    /// Whether frames wait for a kick (the server then wakes soon to send them even
+    /// when no request comes).
+    pub fn pending(&self) -> bool {
+        match &self.sink {
+            Sink::Packet(rings) => rings.values().flatten().any(|t| t.pending() > 0),
+            Sink::Xdp { tx, .. } => tx.in_flight() > 0,
+        }
+    }
+
+    fn send_datagram(&mut self, hop: &NextHop, src: SocketAddr, to: SocketAddr, payload: &[u8]) -> io::Result<Queued> {
         let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
         self.next_id = self.next_id.wrapping_add(1);
         let id = self.next_id;
-        let ring = self.ring(hop)?;
-        let d = Datagram::new(link, src, to, payload, id, ring.max_frame())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let Some(ring) = self.ring(hop) else { return Ok(Queued::CannotFrame) };
+        let d = match Datagram::new(link, src, to, payload, id, ring.max_frame()) {
+            Ok(d) if d.frames() <= ring.capacity() => d,
+            _ => return Ok(Queued::CannotFrame),
+        };
+        // Room for every frame first, so a datagram goes out whole or not at all; a full
+        // ring is kicked and waited on (up to a second, as the socket path waits for its
+        // buffer), never half-filled with orphan fragments.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !ring.room(d.frames()) {
+            ring.flush()?;
+            if ring.room(d.frames()) {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Ok(Queued::Full);
+            }
+            ring.wait();
+        }
         for i in 0..d.frames() {
             let len = d.frame_len(i);
-            let deadline = Instant::now() + Duration::from_secs(1);
-            // A full ring: send what is queued and wait for slots to come back.
-            while !ring.push(len, &mut |slot: &mut [u8]| {
+            if !ring.push(len, &mut |slot: &mut [u8]| {
                 d.write(i, slot);
             })? {
-                ring.flush()?;
-                if Instant::now() >= deadline {
-                    return Ok(false);
-                }
-                let mut fds = [nix::poll::PollFd::new(ring.fd(), nix::poll::PollFlags::POLLOUT)];
-                let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1u8));
+                return Ok(Queued::Full);
             }
         }
         self.report.datagrams += 1;
@@ -264,27 +301,30 @@ impl RawTx {
         if d.fragmented() {
             self.report.fragmented += 1;
         }
-        Ok(true)
+        Ok(Queued::Yes)
     }
 
     /// The ring frames to `hop` go through (a packet ring is opened on first use of an
-    /// interface, with slots that fit its MTU up to [`MAX_SLOT`]).
-    fn ring(&mut self, hop: &NextHop) -> io::Result<&mut dyn Ring> {
+    /// interface, with slots that fit its MTU up to [`MAX_SLOT`]); None when there is
+    /// none (too many interfaces, or it could not be opened: logged once).
+    fn ring(&mut self, hop: &NextHop) -> Option<&mut dyn Ring> {
         match &mut self.sink {
-            Sink::Xdp { tx, .. } => Ok(tx),
+            Sink::Xdp { tx, .. } => Some(tx),
             Sink::Packet(rings) => {
                 if !rings.contains_key(&hop.ifindex) {
                     if rings.len() >= MAX_RINGS {
-                        return Err(io::Error::other(format!("more than {MAX_RINGS} output interfaces")));
+                        return None;
                     }
                     let slot = (hop.mtu as usize + ETH_LEN + 32).next_multiple_of(16).clamp(2048, MAX_SLOT);
                     let frames = (RING_BYTES / slot).max(256) as u32;
-                    let t = PacketTx::open(hop.ifindex, slot as u32, frames).map_err(|e| {
-                        io::Error::new(e.kind(), format!("packet transmit ring on interface {}: {e}", hop.ifindex))
-                    })?;
+                    let t = PacketTx::open(hop.ifindex, slot as u32, frames)
+                        .inspect_err(|e| {
+                            tracing::warn!(error = %e, ifindex = hop.ifindex, "no packet transmit ring: using the socket")
+                        })
+                        .ok();
                     rings.insert(hop.ifindex, t);
                 }
-                Ok(rings.get_mut(&hop.ifindex).expect("inserted above"))
+                rings.get_mut(&hop.ifindex).and_then(Option::as_mut).map(|t| t as &mut dyn Ring)
             }
         }
     }
@@ -292,18 +332,31 @@ impl RawTx {
     /// Hands every queued frame to the kernel.
     pub fn flush(&mut self) -> io::Result<()> {
         match &mut self.sink {
-            Sink::Packet(rings) => rings.values_mut().try_for_each(PacketTx::flush),
+            // Every ring is kicked; the first error is reported.
+            Sink::Packet(rings) => rings.values_mut().flatten().map(PacketTx::flush).fold(Ok(()), Result::and),
             Sink::Xdp { tx, .. } => tx.flush(),
         }
     }
 }
 
+/// Whether a datagram was queued.
+enum Queued {
+    Yes,
+    /// No ring, or the link cannot carry it as frames: nothing was queued.
+    CannotFrame,
+    /// The ring stayed full.
+    Full,
+}
+
 /// A transmit ring of either kind.
 trait Ring {
     fn max_frame(&self) -> usize;
+    fn capacity(&self) -> usize;
+    fn room(&mut self, frames: usize) -> bool;
     fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool>;
     fn flush(&mut self) -> io::Result<()>;
-    fn fd(&self) -> BorrowedFd<'_>;
+    /// Waits a little for slots to come back.
+    fn wait(&self);
 }
 
 impl Ring for PacketTx {
@@ -316,8 +369,16 @@ impl Ring for PacketTx {
     fn flush(&mut self) -> io::Result<()> {
         PacketTx::flush(self)
     }
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.as_fd()
+    fn room(&mut self, frames: usize) -> bool {
+        PacketTx::room(self, frames)
+    }
+    fn capacity(&self) -> usize {
+        PacketTx::capacity(self)
+    }
+    fn wait(&self) {
+        // Writable when the slot at the head is free again.
+        let mut fds = [nix::poll::PollFd::new(self.as_fd(), nix::poll::PollFlags::POLLOUT)];
+        let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(1u8));
     }
 }
 
@@ -331,7 +392,15 @@ impl Ring for XskTx {
     fn flush(&mut self) -> io::Result<()> {
         XskTx::flush(self)
     }
-    fn fd(&self) -> BorrowedFd<'_> {
-        self.as_fd()
+    fn room(&mut self, frames: usize) -> bool {
+        XskTx::room(self, frames)
+    }
+    fn capacity(&self) -> usize {
+        XskTx::capacity(self)
+    }
+    fn wait(&self) {
+        // An AF_XDP socket polls writable while its TX ring has room, even with every
+        // frame in flight: poll would not wait. Completions come back within microseconds.
+        std::thread::sleep(Duration::from_micros(50));
     }
 }

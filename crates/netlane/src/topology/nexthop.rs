@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
 
 use netlink_packet_core::{NLM_F_ACK, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::RouteNetlinkMessage;
@@ -73,7 +74,13 @@ struct Entry {
     /// The neighbour this answer depends on (the gateway, or the destination).
     via: IpAddr,
     answer: Result<NextHop, Unresolved>,
+    /// When it was asked (answers are asked again after [`MAX_AGE`]).
+    at: Instant,
 }
+
+/// How long an answer is trusted without a notification: path MTU changes (route
+/// exceptions learned from ICMP) come with none.
+pub const MAX_AGE: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy)]
 struct LinkInfo {
@@ -143,7 +150,9 @@ impl NextHops {
     /// Where frames from `src` (one of our addresses) to `dst` go. `Err(Unresolved)`
     /// is an answer (send that packet another way); a failed query is an `io::Error`.
     pub fn lookup(&mut self, dst: IpAddr, src: IpAddr) -> io::Result<Result<NextHop, Unresolved>> {
-        if let Some(e) = self.cache.get(&dst) {
+        if let Some(e) = self.cache.get(&dst)
+            && e.at.elapsed() < MAX_AGE
+        {
             self.stats.hits += 1;
             return Ok(e.answer);
         }
@@ -172,7 +181,7 @@ impl NextHops {
             Ok(r) => r,
             // No route at all (ENETUNREACH, EHOSTUNREACH, ...): an answer, not a failure.
             Err(e) if matches!(e.errno(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EINVAL)) => {
-                return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute) });
+                return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
             }
             Err(e) => return Err(io_err(&op, e)),
         };
@@ -180,10 +189,10 @@ impl NextHops {
             RouteNetlinkMessage::NewRoute(r) => Some(r),
             _ => None,
         }) else {
-            return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute) });
+            return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
         };
         if !matches!(route.header.kind, RouteType::Unicast | RouteType::Local) {
-            return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute) });
+            return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
         }
         let mut oif = None;
         let mut via = dst;
@@ -205,21 +214,21 @@ impl NextHops {
                 _ => {}
             }
         }
-        let Some(ifindex) = oif else { return Ok(Entry { via, answer: Err(Unresolved::NoRoute) }) };
+        let Some(ifindex) = oif else { return Ok(Entry { via, answer: Err(Unresolved::NoRoute), at: Instant::now() }) };
         let link = match self.link(ifindex)? {
             Some(l) => l,
-            None => return Ok(Entry { via, answer: Err(Unresolved::NotEthernet) }),
+            None => return Ok(Entry { via, answer: Err(Unresolved::NotEthernet), at: Instant::now() }),
         };
         let dst_mac = if link.own_address {
             link.mac
         } else {
             match self.neighbour(ifindex, via)? {
                 Some(m) => m,
-                None => return Ok(Entry { via, answer: Err(Unresolved::Neighbour) }),
+                None => return Ok(Entry { via, answer: Err(Unresolved::Neighbour), at: Instant::now() }),
             }
         };
         let mtu = mtu.unwrap_or(link.mtu).min(link.mtu);
-        Ok(Entry { via, answer: Ok(NextHop { ifindex, src_mac: link.mac, dst_mac, mtu }) })
+        Ok(Entry { via, answer: Ok(NextHop { ifindex, src_mac: link.mac, dst_mac, mtu }), at: Instant::now() })
     }
 
     /// The interface's address and MTU; None when it is not Ethernet or loopback.
