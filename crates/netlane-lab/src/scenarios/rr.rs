@@ -536,6 +536,19 @@ fn frames_share(r: &RrRun) -> Measure {
     Ok(raw.datagrams as f64 / r.server.responses as f64 * 100.0)
 }
 
+/// Server CPU per response of a transmit-path run, invalid when a frame path sent a
+/// response any other way (a fallback to the socket must not pass as the frame path's
+/// cost).
+fn frames_cost(r: &RrRun) -> Measure {
+    if r.server.raw_tx.is_some() {
+        let share = frames_share(r)?;
+        if share < 100.0 {
+            return Err(format!("only {share:.1}% of the responses went out as frames"));
+        }
+    }
+    cost(r)
+}
+
 fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
     rs.iter().filter_map(|r| f(r).ok()).collect()
 }
@@ -991,7 +1004,7 @@ impl RrBenchArgs {
                         Part::Tx,
                         &tx_label(tx, size),
                         &tx_label(TxKind::Socket, size),
-                        cost,
+                        frames_cost,
                         &format!("{tx} / socket server CPU per response"),
                     ));
                 }
@@ -1123,6 +1136,13 @@ mod tests {
             z
         });
         assert_eq!(outcome(&r, "rr.af-xdp-cost"), Outcome::Invalid);
+        // A frame transmit run that sent half its responses through the socket does not
+        // measure the frame path, however cheap it looks.
+        let mut half = run(60_000.0, 1_000_000, 0.5);
+        half.server.raw_tx =
+            Some(netlane_rr::server::RawTxReport { datagrams: half.server.responses / 2, ..Default::default() });
+        let r = report_with("packet, 8 KiB", half);
+        assert_eq!(outcome(&r, "rr.tx-packet-8k-cost"), Outcome::Invalid);
     }
 
     #[test]
