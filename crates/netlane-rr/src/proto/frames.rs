@@ -9,13 +9,12 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-/// Ethernet header bytes (no VLAN tag).
-pub const ETH_LEN: usize = 14;
+use super::packet::{ETH_LEN, ETH_P_IP, ETH_P_IPV6, IPPROTO_UDP};
+
 const IPV4_LEN: usize = 20;
 const IPV6_LEN: usize = 40;
 const FRAG6_LEN: usize = 8;
 const UDP_LEN: usize = 8;
-const IPPROTO_UDP: u8 = 17;
 const IPPROTO_FRAGMENT: u8 = 44;
 const HOP_LIMIT: u8 = 64;
 
@@ -217,7 +216,7 @@ impl<'a> Datagram<'a> {
         let (d, _) = ip_bytes(self.dst.ip());
         let mut at = ETH_LEN;
         if self.v6() {
-            out[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+            out[12..14].copy_from_slice(&ETH_P_IPV6.to_be_bytes());
             let ip = &mut out[at..at + IPV6_LEN];
             ip[0..4].copy_from_slice(&0x6000_0000u32.to_be_bytes());
             let extra = if self.fragmented() { FRAG6_LEN } else { 0 };
@@ -238,7 +237,7 @@ impl<'a> Datagram<'a> {
                 at += FRAG6_LEN;
             }
         } else {
-            out[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            out[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
             let ip = &mut out[at..at + IPV4_LEN];
             ip[0] = 0x45;
             ip[1] = 0;

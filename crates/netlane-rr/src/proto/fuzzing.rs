@@ -59,8 +59,8 @@ pub fn exchange(data: &[u8]) {
 /// a whole datagram must parse back to itself, fragments must be recognised as such,
 /// and the fragments' bytes must add up to the datagram.
 pub fn frames(data: &[u8]) {
-    use super::frames::{Datagram, ETH_LEN, Link};
-    use super::packet::{Skip, parse_frame};
+    use super::frames::{Datagram, Link};
+    use super::packet::{ETH_LEN, Skip, parse_frame};
     use std::net::SocketAddr;
     let [m0, m1, s0, s1, flags, i0, i1, i2, i3, payload @ ..] = data else { return };
     let link = Link {

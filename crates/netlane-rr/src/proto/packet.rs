@@ -6,11 +6,12 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-const ETH_LEN: usize = 14;
-const ETH_P_IP: u16 = 0x0800;
-const ETH_P_IPV6: u16 = 0x86dd;
+/// Ethernet header bytes (no VLAN tag).
+pub const ETH_LEN: usize = 14;
+pub(crate) const ETH_P_IP: u16 = 0x0800;
+pub(crate) const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
-const IPPROTO_UDP: u8 = 17;
+pub(crate) const IPPROTO_UDP: u8 = 17;
 
 /// A UDP datagram found in a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -129,6 +129,12 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServerError {
 }
 
 impl ServerConfig {
+    /// The AF_XDP options as the path uses them: the first queue's socket keeps
+    /// transmit frames when responses leave through it.
+    fn xdp_options(&self) -> XdpOptions {
+        XdpOptions { transmit: self.tx == TxKind::AfXdp, ..self.xdp }
+    }
+
     /// Checks every option before anything is built.
     pub fn validate(&self) -> Result<(), ServerError> {
         self.responder.validate()?;
@@ -149,8 +155,7 @@ impl ServerConfig {
         }
         if self.path == PathKind::AfXdp {
             // One queue at least; the queue count is known once the interface is.
-            let xdp = XdpOptions { transmit: self.tx == TxKind::AfXdp, ..self.xdp };
-            xdp.check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
+            self.xdp_options().check(1, memlock_limit()).map_err(|why| ServerError::Ring { path: self.path, why })?;
         }
         if self.tx != TxKind::Socket && self.listen.ip().is_unspecified() {
             return Err(ServerError::Tx(format!(
@@ -285,8 +290,7 @@ pub fn serve(
     let local = sock.local_addr().map_err(io_err("local address"))?;
     let (ifindex, iface) = if cfg.path.is_frames() { interface(cfg)? } else { (0, None) };
     let name = iface.clone().unwrap_or_default();
-    let xdp = XdpOptions { transmit: cfg.tx == TxKind::AfXdp, ..cfg.xdp };
-    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &xdp, (ifindex, &name))
+    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &cfg.xdp_options(), (ifindex, &name))
         .map_err(io_err(format!("set up the {} path", cfg.path)))?;
     let mut raw = match cfg.tx {
         TxKind::Socket => None,

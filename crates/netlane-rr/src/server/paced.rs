@@ -154,9 +154,8 @@ impl Paced {
         true
     }
 
-    /// Sends what the schedule allows now, and arms the timer for the next release while
-    /// responses wait. Returns send errors other than a full socket buffer (those
-    /// responses stay queued).
+    /// Sends what the schedule allows now (what a full socket buffer refuses stays
+    /// queued), and arms the timer for the next release while responses wait.
     pub(crate) fn release(&mut self, sock: &UdpSocket) -> io::Result<()> {
         // Consume a timer expiry, if any (non-blocking).
         let _ = self.timer.wait();
@@ -167,49 +166,57 @@ impl Paced {
         let now = now_ns();
         if now >= self.pacer.next_deadline() {
             let allowed = self.pacer.release(now).segments as usize;
-            let mut left = allowed.min(self.queue.len());
-            if left > 0 {
+            if allowed > 0 {
                 self.report.releases += 1;
-            }
-            while left > 0 {
-                let n = left.min(netlane_sys::msg::MAX_MMSG);
-                let batch: Vec<(SockAddr, IoSlice<'_>)> =
-                    self.queue.iter().take(n).map(|p| (p.to.clone(), IoSlice::new(&p.buf[..p.len]))).collect();
-                self.report.sendmmsg_calls += 1;
-                let sent = match netlane_sys::msg::sendmmsg_each(sock.as_fd(), &batch, libc::MSG_DONTWAIT) {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
-                    Err(e) => {
-                        // The first response is the one the kernel refused: drop it
-                        // (counted) and go on with the rest of the release, so one bad
-                        // destination cannot hold up the others.
-                        tracing::debug!(error = %e, "paced send refused");
-                        if let Some(p) = self.queue.pop_front() {
-                            self.free.push(p.buf);
-                        }
-                        self.report.send_errors += 1;
-                        left -= 1;
-                        continue;
-                    }
-                };
-                let t = now_ns();
-                for _ in 0..sent {
-                    if let Some(p) = self.queue.pop_front() {
-                        let w = t.saturating_sub(p.queued_ns);
-                        self.waited_ns += u128::from(w);
-                        self.report.max_wait_us = self.report.max_wait_us.max(w as f64 / 1e3);
-                        self.bytes_sent += p.len as u64;
-                        self.free.push(p.buf);
-                    }
-                }
-                self.report.sent += sent as u64;
-                if sent < n {
-                    break;
-                }
-                left -= n;
+                self.send_front(sock, allowed);
             }
         }
         self.arm()
+    }
+
+    /// Sends up to `count` responses from the front of the queue, a `sendmmsg` per 64,
+    /// until the socket buffer is full; a response the kernel refuses is dropped
+    /// (counted) so one bad destination cannot hold up the others. Returns how many
+    /// left the queue.
+    fn send_front(&mut self, sock: &UdpSocket, count: usize) -> usize {
+        let mut left = count.min(self.queue.len());
+        let mut done = 0;
+        while left > 0 {
+            let n = left.min(netlane_sys::msg::MAX_MMSG);
+            let batch: Vec<(SockAddr, IoSlice<'_>)> =
+                self.queue.iter().take(n).map(|p| (p.to.clone(), IoSlice::new(&p.buf[..p.len]))).collect();
+            self.report.sendmmsg_calls += 1;
+            let sent = match netlane_sys::msg::sendmmsg_each(sock.as_fd(), &batch, libc::MSG_DONTWAIT) {
+                Ok(s) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    // The first response is the one the kernel refused.
+                    tracing::debug!(error = %e, "paced send refused");
+                    if let Some(p) = self.queue.pop_front() {
+                        self.free.push(p.buf);
+                    }
+                    self.report.send_errors += 1;
+                    left -= 1;
+                    done += 1;
+                    continue;
+                }
+            };
+            let t = now_ns();
+            for p in self.queue.drain(..sent.min(n)) {
+                let w = t.saturating_sub(p.queued_ns);
+                self.waited_ns += u128::from(w);
+                self.report.max_wait_us = self.report.max_wait_us.max(w as f64 / 1e3);
+                self.bytes_sent += p.len as u64;
+                self.free.push(p.buf);
+            }
+            self.report.sent += sent as u64;
+            done += sent;
+            if sent < n {
+                break;
+            }
+            left -= n;
+        }
+        done
     }
 
     fn arm(&mut self) -> io::Result<()> {
@@ -236,15 +243,7 @@ impl Paced {
     pub(crate) fn finish(&mut self, sock: &UdpSocket) -> usize {
         let deadline = std::time::Instant::now() + Duration::from_secs(1);
         while !self.queue.is_empty() && std::time::Instant::now() < deadline {
-            let before = self.queue.len();
-            // A release as large as the queue: reset the schedule to allow it.
-            if let Ok(p) = Pacer::new(
-                PaceConfig { rate: MAX_PACE_RATE * 100, max_catchup_ns: 1_000_000_000, ..*self.pacer.config() },
-                now_ns().saturating_sub(1_000_000_000),
-            ) {
-                self.pacer = p;
-            }
-            if self.release(sock).is_err() || self.queue.len() == before {
+            if self.send_front(sock, self.queue.len()) == 0 {
                 std::thread::sleep(Duration::from_millis(1));
             }
         }

@@ -23,7 +23,8 @@ use netlane_sys::packet::PacketTx;
 use netlane_sys::xsk::XskTx;
 use serde::Serialize;
 
-use crate::proto::frames::{Datagram, ETH_LEN, Link};
+use crate::proto::frames::{Datagram, Link};
+use crate::proto::packet::ETH_LEN;
 
 /// How responses leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -162,6 +163,13 @@ impl RawTx {
                 io::ErrorKind::InvalidInput,
                 "frames need a source address: listen on a specific address for --tx packet or af-xdp",
             ));
+        }
+        if local.ip().is_loopback() {
+            tracing::warn!(
+                %local,
+                "frames from a loopback address are dropped by the kernel (IP_LOCALNET): every response will go \
+                 through the socket"
+            );
         }
         // The IP identification starts somewhere different on every run, so fragments of
         // two runs cannot be confused by a receiver.
