@@ -120,8 +120,9 @@ pub struct ServeArgs {
     /// TPACKET_V3: a partly filled block is handed over after this many milliseconds.
     #[arg(long, default_value_t = 8)]
     pub retire_ms: u32,
-    /// TPACKET_V3: rings of 4 to 128 KiB blocks, the traffic moved at run time to the one
-    /// whose block holds about half the burst (instead of --frames-per-block).
+    /// TPACKET_V3: rings of 4 to 128 KiB blocks, the traffic moved at run time to the
+    /// largest block that keeps the request rate (at most half the burst; instead of
+    /// --frames-per-block).
     #[arg(long)]
     pub adaptive: bool,
     /// AF_XDP: UMEM frames per receive queue (each queue has its own socket and UMEM;

@@ -22,7 +22,7 @@ use netlane::metrics::cpu::thread_cpu;
 use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 use netlane::udp::{Receiver, ReceiverConfig, RxBatching, UdpSocket};
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use serde::Serialize;
 
 use crate::proto::client::{Client, ClientConfig, ClientConfigError, ClientStats, Expired, MAX_OUTSTANDING, Received};
@@ -358,8 +358,9 @@ impl<'a> Worker<'a> {
             }
             self.fire_timers(now);
             let wake = self.next_wake().min(self.measure_to).min(now + 100_000_000);
-            let timeout_ms = wake.saturating_sub(monotonic_ns()).div_ceil(1_000_000).min(100) as u16;
-            let n = match ep.wait(&mut events, EpollTimeout::from(timeout_ms)) {
+            // Nanosecond deadlines: think times and arrivals below a millisecond are kept.
+            let timeout = Duration::from_nanos(wake.saturating_sub(monotonic_ns()));
+            let n = match netlane_sys::epoll::wait(&ep, &mut events, Some(timeout)) {
                 Ok(n) => n,
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(e.into()),

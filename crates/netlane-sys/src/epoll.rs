@@ -3,9 +3,16 @@
 //!
 //! These replace the global `net.core.busy_poll` sysctl for one epoll instance: the
 //! kernel's NAPI documentation recommends them, and they are what a "lane" worker uses.
+//!
+//! Also [`wait`]: `epoll_pwait2` (Linux 5.11), whose timeout is a `timespec`, for loops
+//! whose deadlines are finer than `epoll_wait`'s milliseconds (a client thinking for
+//! 200 us must not think for 1 ms).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollEvent};
 
 use crate::cvt;
 
@@ -51,6 +58,30 @@ pub fn get_params(epfd: BorrowedFd<'_>) -> io::Result<EpollParams> {
     Ok(params)
 }
 
+/// Waits on `ep` for at most `timeout` (None: without limit), with nanosecond
+/// precision; returns how many of `events` were filled.
+pub fn wait(ep: &Epoll, events: &mut [EpollEvent], timeout: Option<Duration>) -> nix::Result<usize> {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let max = events.len().min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: nix declares `EpollEvent` `#[repr(transparent)]` over `libc::epoll_event`,
+    // so the slice is `max` valid, exclusively borrowed `epoll_event`s for the kernel to
+    // fill; the timespec (when given) lives on this frame for the call; a null sigmask
+    // leaves the signal mask alone.
+    let n = unsafe {
+        libc::epoll_pwait2(
+            ep.0.as_raw_fd(),
+            events.as_mut_ptr().cast::<libc::epoll_event>(),
+            max,
+            ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec),
+            std::ptr::null(),
+        )
+    };
+    nix::errno::Errno::result(n).map(|n| n as usize)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +91,19 @@ mod tests {
         assert_eq!(EPIOCSPARAMS, 0x4008_8a01);
         assert_eq!(EPIOCGPARAMS, 0x8008_8a02);
         assert_eq!(std::mem::size_of::<EpollParams>(), 8);
+    }
+
+    #[test]
+    fn wait_honours_a_sub_millisecond_timeout_and_reports_ready_events() {
+        use nix::sys::epoll::{EpollCreateFlags, EpollFlags};
+        use std::os::fd::AsFd;
+        let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).unwrap();
+        let mut events = [EpollEvent::empty(); 4];
+        assert_eq!(wait(&ep, &mut events, Some(Duration::from_micros(200))).unwrap(), 0);
+        let (a, b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        ep.add(b.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, 7)).unwrap();
+        a.send(b"x").unwrap();
+        assert_eq!(wait(&ep, &mut events, None).unwrap(), 1);
+        assert_eq!(events[0].data(), 7);
     }
 }

@@ -91,9 +91,9 @@ pub struct RingOptions {
     pub blocks: u32,
     /// TPACKET_V3: milliseconds after which a partly filled block is handed over.
     pub retire_ms: u32,
-    /// TPACKET_V3: keep rings of 4 to 128 KiB blocks and move the traffic to the one
-    /// whose block holds about half the burst (see `proto::adapt`); `frames_per_block`
-    /// is then unused.
+    /// TPACKET_V3: keep rings of 4 to 128 KiB blocks and move the traffic to the
+    /// largest block that keeps the request rate, at most half the burst (see
+    /// `proto::adapt`); `frames_per_block` is then unused.
     pub adaptive: bool,
 }
 
@@ -104,7 +104,7 @@ impl Default for RingOptions {
 }
 
 /// Block sizes of the adaptive mode's rings.
-pub const ADAPTIVE_BLOCKS: [u32; 6] = [4096, 8192, 16384, 32768, 65536, 131072];
+pub const ADAPTIVE_BLOCKS: [u32; 10] = [4096, 8192, 12288, 16384, 24576, 32768, 49152, 65536, 98304, 131072];
 /// Blocks per ring in the adaptive mode.
 const ADAPTIVE_RING_BLOCKS: u32 = 32;
 /// How often the adaptive mode decides.
@@ -302,6 +302,7 @@ impl AdaptivePath {
         let window = WindowCounts { full: c.full - self.base.full, timed_out: c.timed_out - self.base.timed_out };
         let next = self.chooser.tick(now, window);
         if let Some(next) = next {
+            tracing::debug!(from = ADAPTIVE_BLOCKS[old], to = ADAPTIVE_BLOCKS[next], rates = ?self.chooser.rates(), "adaptive ring switch");
             // The new ring first, then the old one off: a request in between lands in
             // both (a duplicate the client counts), never in neither.
             self.rings[next].set_filter(&self.pass)?;
