@@ -385,7 +385,8 @@ impl ClientsArgs {
             ));
             out::println(&format!(
                 "requests={} responses={} retransmits={} lost={} late={} duplicates={} corrupt={} mismatched={} \
-                 arrivals_dropped={} send_errors={} recv_errors={} in_flight_at_end={} cpu_s={:.3}",
+                 arrivals_dropped={} send_errors={} recv_errors={} in_flight_at_end={} cpu_s={:.3} wakeups={} \
+                 woken_per_wakeup={:.2} max_woken={} woken_in_herds={} (wake-ups of {}+ sockets)",
                 rep.requests,
                 rep.responses,
                 rep.retransmits,
@@ -399,6 +400,11 @@ impl ClientsArgs {
                 rep.recv_errors,
                 rep.in_flight_at_end,
                 rep.cpu_s,
+                rep.wakeups,
+                if rep.wakeups > 0 { rep.woken_sockets as f64 / rep.wakeups as f64 } else { 0.0 },
+                rep.max_woken_sockets,
+                rep.herd_woken_sockets,
+                netlane_rr::clients::HERD,
             ));
         }
         let nothing = rep.responses == 0;

@@ -167,7 +167,19 @@ pub struct ClientsReport {
     pub in_flight_at_end: u64,
     /// CPU seconds of the client threads in the measured time.
     pub cpu_s: f64,
+    /// Returns of the client threads' epoll waits with sockets ready, in the measured
+    /// time: how often responses woke the clients.
+    pub wakeups: u64,
+    /// Ready sockets over those wake-ups (clients woken together: a herd when many).
+    pub woken_sockets: u64,
+    /// Most sockets ready in one wake-up.
+    pub max_woken_sockets: u64,
+    /// Sockets woken in wake-ups of at least [`HERD`] ready sockets.
+    pub herd_woken_sockets: u64,
 }
+
+/// Ready sockets in one wake-up from which the clients count it as a herd.
+pub const HERD: u64 = 8;
 
 /// Runs the population until the measured time has passed or `stop` is set.
 pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, ClientsError> {
@@ -235,6 +247,10 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
         rep.recv_errors += p.recv_errors;
         rep.in_flight_at_end += p.in_flight;
         rep.cpu_s += p.cpu_s;
+        rep.wakeups += p.wakeups;
+        rep.woken_sockets += p.woken_sockets;
+        rep.max_woken_sockets = rep.max_woken_sockets.max(p.max_woken_sockets);
+        rep.herd_woken_sockets += p.herd_woken_sockets;
         end_ns = end_ns.max(p.end_ns);
     }
     rep.seconds = end_ns.saturating_sub(measure_from) as f64 / 1e9;
@@ -265,6 +281,10 @@ struct Part {
     in_flight: u64,
     cpu_s: f64,
     end_ns: u64,
+    wakeups: u64,
+    woken_sockets: u64,
+    max_woken_sockets: u64,
+    herd_woken_sockets: u64,
 }
 
 struct Worker<'a> {
@@ -346,6 +366,7 @@ impl<'a> Worker<'a> {
         }
         let mut events = vec![EpollEvent::empty(); self.socks.len().min(256)];
         let mut end_ns = now;
+        let (mut wakeups, mut woken, mut max_woken, mut herd) = (0u64, 0u64, 0u64, 0u64);
         loop {
             let now = monotonic_ns();
             if self.at_start.is_none() && now >= self.measure_from {
@@ -365,6 +386,14 @@ impl<'a> Worker<'a> {
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(e.into()),
             };
+            if n > 0 && self.at_start.is_some() {
+                wakeups += 1;
+                woken += n as u64;
+                max_woken = max_woken.max(n as u64);
+                if n as u64 >= HERD {
+                    herd += n as u64;
+                }
+            }
             for ev in &events[..n] {
                 self.drain(ev.data() as usize);
             }
@@ -392,6 +421,10 @@ impl<'a> Worker<'a> {
             in_flight: self.clients.iter().map(|c| c.in_flight() as u64).sum(),
             cpu_s: thread_cpu().total_s() - cpu0.total_s(),
             end_ns: end_ns.min(self.measure_to),
+            wakeups,
+            woken_sockets: woken,
+            max_woken_sockets: max_woken,
+            herd_woken_sockets: herd,
         })
     }
 

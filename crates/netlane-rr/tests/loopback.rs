@@ -21,6 +21,9 @@ fn assert_clean(r: &ClientsReport) {
     assert!(r.responses > 100, "too few responses: {r:?}");
     assert_eq!((r.corrupt, r.mismatched, r.lost, r.send_errors, r.recv_errors), (0, 0, 0, 0, 0), "{r:?}");
     assert!(r.latency_ns.count == r.responses && r.latency_ns.p50 > 0, "{r:?}");
+    // Every response was read after a wake-up that found its socket ready.
+    assert!(r.wakeups >= 1 && r.woken_sockets >= r.wakeups, "{r:?}");
+    assert!(r.max_woken_sockets <= r.clients as u64 && r.herd_woken_sockets <= r.woken_sockets, "{r:?}");
 }
 
 #[test]

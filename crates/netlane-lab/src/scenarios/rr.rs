@@ -14,7 +14,10 @@
 //!   responses/s and cut latency from ~2700 to ~1800 us);
 //! - tx: what writing whole frames costs (headers, checksums and IP fragments built by
 //!   netlane, sent through a PF_PACKET transmit ring or the AF_XDP socket's TX ring)
-//!   against the UDP socket, with the receive path held at AF_XDP.
+//!   against the UDP socket, with the receive path held at AF_XDP;
+//! - pace: TPACKET_V3 hands the server a block of requests and it answers them in one
+//!   burst; open-loop clients count how many of them one response wake-up finds ready
+//!   (a herd), unpaced against responses paced by `netlane::pace` (the talk's Q&A).
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 //! Throughput and latency are measured by the clients, at the receiving side.
@@ -34,7 +37,7 @@ use netlane_rr::clients::{ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
-use netlane_rr::server::{PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats, TxKind};
+use netlane_rr::server::{PaceOptions, PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats, TxKind};
 use serde::Serialize;
 
 use super::options::{OptionList, parse_duration, parse_positive_duration};
@@ -59,6 +62,8 @@ pub enum Part {
     Large,
     /// Transmit paths (UDP socket, packet ring, AF_XDP) with 1 and 8 KiB responses.
     Tx,
+    /// Responses released in blocks, unpaced and paced: the clients woken together.
+    Pace,
 }
 
 impl Part {
@@ -69,6 +74,7 @@ impl Part {
             Part::Wall => "wall",
             Part::Large => "large",
             Part::Tx => "tx",
+            Part::Pace => "pace",
         }
     }
 }
@@ -107,7 +113,7 @@ pub fn v3_block_for(n: u32, request: usize, ipv6: bool) -> (u32, u32) {
 #[derive(Debug, Clone, Args)]
 pub struct RrBenchArgs {
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace")]
     pub parts: Vec<Part>,
     /// Receive paths for the paths and wall parts.
     #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]
@@ -135,6 +141,13 @@ pub struct RrBenchArgs {
     /// TPACKET_V3 block retire timeout, milliseconds.
     #[arg(long, default_value_t = 8)]
     pub retire_ms: u32,
+    /// Open-loop request rate of the pace part (Poisson arrivals over the clients).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub pace_load: u64,
+    /// Paced rate of the pace part, as a multiple of --pace-load (above 1: the schedule
+    /// spreads bursts without throttling the load).
+    #[arg(long, default_value_t = 1.25)]
+    pub pace_headroom: f64,
     /// Measured time per run.
     #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
     pub time: Duration,
@@ -282,6 +295,17 @@ impl RrBenchArgs {
                     modes.push(m(*part, LARGE[1].into(), 9000, rm, c.clone()));
                     modes.push(m(*part, LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c }));
                 }
+                Part::Pace => {
+                    let open = ClientsConfig {
+                        load: Load::Open { rate: self.pace_load as f64 },
+                        client: ClientConfig { max_outstanding: 8, ..client(self.response) },
+                        ..clients(self.clients, self.response, self.time)
+                    };
+                    let unpaced = server(RxPathKind::TpacketV3, self.block);
+                    let paced = ServerConfig { pace: Some(self.pace_options()), ..unpaced.clone() };
+                    modes.push(m(*part, PACE[0].into(), self.mtu, unpaced, open.clone()));
+                    modes.push(m(*part, PACE[1].into(), self.mtu, paced, open));
+                }
                 Part::Tx => {
                     for size in TX_SIZES {
                         for tx in TxKind::ALL {
@@ -301,10 +325,20 @@ impl RrBenchArgs {
         modes
     }
 
+    fn pace_options(&self) -> PaceOptions {
+        PaceOptions {
+            rate: (self.pace_load as f64 * self.pace_headroom).round() as u64,
+            quantum: Duration::from_micros(100),
+            ..PaceOptions::default()
+        }
+    }
+
     fn labels(&self) -> Vec<(Part, String)> {
         self.modes("127.0.0.1:1".parse().expect("a literal address")).into_iter().map(|m| (m.part, m.label)).collect()
     }
 }
+
+const PACE: [&str; 2] = ["unpaced", "paced"];
 
 const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
 
@@ -345,6 +379,8 @@ impl Scenario for RrBenchArgs {
             .duration("block-think", self.block_think)
             .int("block", u64::from(self.block))
             .int("retire-ms", u64::from(self.retire_ms))
+            .int("pace-load", self.pace_load)
+            .text("pace-headroom", self.pace_headroom.to_string())
             .duration("time", self.time)
             .duration("ramp", self.ramp)
             .int("repeat", u64::from(self.repeat))
@@ -374,6 +410,9 @@ impl Scenario for RrBenchArgs {
         }
         if !(1..=4096).contains(&self.clients) {
             bail!("--clients {}: 1..=4096", self.clients);
+        }
+        if !(self.pace_headroom.is_finite() && (1.0..=10.0).contains(&self.pace_headroom)) {
+            bail!("--pace-headroom {}: 1 to 10 (the paced rate over the offered load)", self.pace_headroom);
         }
         if !(1..=4096).contains(&self.block) {
             bail!("--block {}: 1..=4096 requests per block", self.block);
@@ -559,6 +598,18 @@ fn frames_cost(r: &RrRun) -> Measure {
         }
     }
     cost(r)
+}
+
+/// The share of responses that woke their client together with at least
+/// [`netlane_rr::clients::HERD`] - 1 others, %; invalid unless the run answered 90% of the
+/// offered `load` (a run that throttled or dropped would look calm).
+fn herd_share(r: &RrRun, load: u64) -> Measure {
+    let c = &r.clients;
+    let rate = positive(c.responses_per_s, "responses per second")?;
+    if rate < 0.9 * load as f64 {
+        return Err(format!("answered {rate:.0} of {load} requests/s offered"));
+    }
+    Ok(c.herd_woken_sockets as f64 / c.responses as f64 * 100.0)
 }
 
 fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
@@ -1084,6 +1135,77 @@ impl RrBenchArgs {
             }
         }
 
+        if self.parts.contains(&Part::Pace) {
+            let mut cols = columns("responses");
+            cols.push(Column::new("woken_per_wakeup", "clients woken per wake-up", 2));
+            cols.push(Column::new("herd_pct", &format!("woken {}+ at once %", netlane_rr::clients::HERD), 2));
+            cols.push(Column::new("max_woken", "most woken at once", 0));
+            let mut t = Table::new(
+                "rr-pace",
+                format!(
+                    "Responses released per TPACKET_V3 block ({} requests per block) or paced at {} responses/s \
+                     (100 us releases), {} clients, open loop at {} requests/s, medians of {} rounds",
+                    self.block,
+                    self.pace_options().rate,
+                    self.clients,
+                    self.pace_load,
+                    self.repeat
+                ),
+                cols,
+            );
+            for label in PACE {
+                let Some(rs) = find(Part::Pace, label) else { continue };
+                let mut r = row(label, rs);
+                r.cells.push(med(rs, |r| {
+                    let c = &r.clients;
+                    positive(c.woken_sockets as f64, "woken clients").map(|w| w / c.wakeups as f64)
+                }));
+                r.cells.push(med(rs, |r| herd_share(r, self.pace_load)));
+                r.cells.push(med(rs, |r| Ok(r.clients.max_woken_sockets as f64)));
+                t.push(r);
+            }
+            tables.push(t);
+            let spec = Spec::at_most(
+                "rr.pace-herd",
+                format!(
+                    "Paced responses wake clients in herds ({}+ at once) at most a quarter as often as responses \
+                     released a block at a time (the talk's Q&A)",
+                    netlane_rr::clients::HERD
+                ),
+                0.25,
+                "x",
+            );
+            let load = self.pace_load;
+            checks.push(match (find(Part::Pace, PACE[1]), find(Part::Pace, PACE[0])) {
+                (Some(p), Some(u)) => spec.evaluate(
+                    p.iter()
+                        .zip(u)
+                        .map(|(p, u)| crate::verdict::ratio(herd_share(p, load), herd_share(u, load)))
+                        .collect(),
+                    "paced / unpaced share of responses woken in herds, per round",
+                ),
+                _ => spec.skipped("the pace part did not run"),
+            });
+            let paired_ratios = |f: fn(&RrRun) -> Measure| -> Vec<f64> {
+                match (find(Part::Pace, PACE[1]), find(Part::Pace, PACE[0])) {
+                    (Some(p), Some(u)) => {
+                        p.iter().zip(u).filter_map(|(p, u)| crate::verdict::ratio(f(p), f(u)).ok()).collect()
+                    }
+                    _ => Vec::new(),
+                }
+            };
+            let (lat, cpu) = (paired_ratios(p50), paired_ratios(cost));
+            if !lat.is_empty() && !cpu.is_empty() {
+                notes.push(format!(
+                    "Pacing's price: the paced p50 latency was {:.2}x the unpaced one and the server CPU per response \
+                     {:.2}x (medians of the rounds' ratios): responses wait for their release instead of leaving with \
+                     their block, and every release is a timer wake-up.",
+                    median(lat),
+                    median(cpu)
+                ));
+            }
+        }
+
         let headline = {
             let get = |id: &str| measured_median(&checks, id);
             let parts = [
@@ -1100,7 +1222,8 @@ impl RrBenchArgs {
         let options = self.options();
         ScenarioReport {
             name: "rr".into(),
-            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses".into(),
+            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing"
+                .into(),
             description: format!(
                 "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
                  NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
@@ -1150,6 +1273,13 @@ mod tests {
         }
     }
 
+    fn herd(mut r: RrRun, woken_in_herds: u64) -> RrRun {
+        r.clients.wakeups = r.clients.responses / 2;
+        r.clients.woken_sockets = r.clients.responses;
+        r.clients.herd_woken_sockets = woken_in_herds;
+        r
+    }
+
     fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
         let a = RrBenchArgs::defaults();
         let modes = a.modes("10.0.0.1:7070".parse().unwrap());
@@ -1163,6 +1293,8 @@ mod tests {
                     l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
                     l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
                     l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
+                    "unpaced" => herd(run(20_000.0, 1_000_000, 0.5), 8_000),
+                    "paced" => herd(run(20_000.0, 1_800_000, 0.5), 100),
                     _ => run(60_000.0, 1_000_000, 1.5),
                 };
                 let second = if m.label == bad { degenerate.clone() } else { good.clone() };
@@ -1193,6 +1325,8 @@ mod tests {
         assert!(note.contains("128 clients (0.00)") && !note.contains("64 clients"), "{note}");
         let shape = r.notes.iter().find(|n| n.contains("32 requests per block against")).expect("a note");
         assert!(shape.contains("64 clients 1.00x at 35% idle"), "{shape}");
+        let price = r.notes.iter().find(|n| n.contains("Pacing's price")).expect("a note");
+        assert!(price.contains("1.80x"), "{price}");
     }
 
     #[test]
@@ -1208,6 +1342,12 @@ mod tests {
         let r = report_with("adaptive, 64 clients", run(0.0, 0, 0.0));
         assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Invalid);
         assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Invalid);
+        // A paced run that answered a fraction of the load is not a calm one; no herd to
+        // spread without pacing is no evidence either.
+        let r = report_with("paced", run(5_000.0, 1_000_000, 0.5));
+        assert_eq!(outcome(&r, "rr.pace-herd"), Outcome::Invalid);
+        let r = report_with("unpaced", run(20_000.0, 1_000_000, 0.5));
+        assert_eq!(outcome(&r, "rr.pace-herd"), Outcome::Invalid);
         // No CPU time counted at all.
         let mut z = run(30_000.0, 1_000_000, 0.0);
         z.server_cpu.total_s = 0.0;
