@@ -600,9 +600,10 @@ fn frames_cost(r: &RrRun) -> Measure {
     cost(r)
 }
 
-/// The share of responses that woke their client together with at least
-/// [`netlane_rr::clients::HERD`] - 1 others, %; invalid unless the run answered 90% of the
-/// offered `load` (a run that throttled or dropped would look calm).
+/// Client sockets found ready in wake-ups of at least [`netlane_rr::clients::HERD`]
+/// sockets, per 100 responses (a ready socket may hold more than one response); invalid
+/// unless the run answered 90% of the offered `load` (a run that throttled or dropped
+/// would look calm).
 fn herd_share(r: &RrRun, load: u64) -> Measure {
     let c = &r.clients;
     let rate = positive(c.responses_per_s, "responses per second")?;
