@@ -15,6 +15,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lb", "flow_tagger"),
     ("lab", "pktgen"),
     ("rr", "xsk_redirect"),
+    ("rr", "ring_select"),
 ];
 
 fn main() {

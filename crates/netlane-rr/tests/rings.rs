@@ -181,6 +181,12 @@ fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
     });
     assert!(r.responses > 50 && r.corrupt + r.mismatched + r.lost == 0, "{r:?}");
     assert!(st.adaptive_switches.unwrap() >= 1 && st.adaptive_block.unwrap() > 4096, "{st:?}");
+    // The fanout group hands each request to one ring: no duplicates, every frame
+    // counted once, and the traffic really moved to the bigger ring.
+    let per_ring = st.adaptive_ring_frames.clone().expect("frames per ring");
+    assert_eq!((r.duplicates, per_ring.iter().sum::<u64>()), (0, st.frames), "{r:?} {st:?}");
+    let active = netlane_rr::server::ADAPTIVE_BLOCKS.iter().position(|b| Some(*b) == st.adaptive_block).unwrap();
+    assert!(per_ring[active] > 0 && per_ring[0] > 0, "{per_ring:?}");
     let bad = ServerConfig { ring, ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", RingOptions::default()) };
     let e = server::serve(&bad, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
     assert!(e.to_string().contains("adaptive block size is a TPACKET_V3 mode"), "{e}");

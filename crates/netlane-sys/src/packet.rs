@@ -177,6 +177,41 @@ impl PacketRing {
         self.blocks
     }
 
+    /// Joins this socket to a fanout group whose eBPF program (see
+    /// [`PacketRing::set_fanout_program`]) picks, per frame, the one member that gets
+    /// it: `group` None creates a new group with an id the kernel chooses, Some joins
+    /// that group. Returns the group's id. Frames this host sends are left out
+    /// (`PACKET_FANOUT_FLAG_IGNORE_OUTGOING`: the group's own hook replaces the
+    /// members', so their `PACKET_IGNORE_OUTGOING` no longer applies).
+    ///
+    /// Every member must be bound to the same protocol and interface. The group
+    /// registers one hook for all its members: a frame costs one delivery, not one
+    /// per socket (af_packet.c: fanout_add, packet_rcv_fanout).
+    ///
+    /// # Minimum kernel version
+    /// `PACKET_FANOUT_EBPF` is 4.3; the ignore-outgoing flag is recent (6.18 here has
+    /// it). A kernel without it answers EINVAL, returned as is.
+    pub fn join_fanout(&self, group: Option<u16>) -> io::Result<u16> {
+        let flags = libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING
+            | if group.is_none() { libc::PACKET_FANOUT_FLAG_UNIQUEID } else { 0 };
+        let type_flags: u32 = libc::PACKET_FANOUT_EBPF | flags;
+        // The option's int: the group id in the low 16 bits, type and flags above.
+        let arg = (u32::from(group.unwrap_or(0)) | (type_flags << 16)) as i32;
+        set_int(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, arg)?;
+        let mut got: u32 = 0;
+        get_raw(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT, &mut got)?;
+        Ok(got as u16)
+    }
+
+    /// Sets the fanout group's program (a `BPF_PROG_TYPE_SOCKET_FILTER` returning the
+    /// index of the member, in joining order, that takes the frame; modulo the
+    /// members). Replacing a program waits for an RCU grace period in the kernel, so
+    /// set it once and steer through the program's maps.
+    pub fn set_fanout_program(&self, prog: BorrowedFd<'_>) -> io::Result<()> {
+        let fd = prog.as_raw_fd() as u32;
+        set_raw(self.fd.as_fd(), libc::SOL_PACKET, libc::PACKET_FANOUT_DATA, &fd)
+    }
+
     /// Replaces the socket filter (`SO_ATTACH_FILTER` swaps it atomically).
     pub fn set_filter(&self, prog: &[Insn]) -> io::Result<()> {
         attach_filter(self.fd.as_fd(), prog)

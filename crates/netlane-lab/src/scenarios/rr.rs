@@ -81,7 +81,7 @@ impl Part {
 
 /// Requests per TPACKET_V3 block in the sweep.
 pub const BLOCK_SWEEP: [u32; 5] = [8, 16, 32, 64, 128];
-/// Client counts of the block sweep.
+/// Client counts of the block sweep (the default of `--block-clients`).
 pub const BLOCK_CLIENTS: [usize; 4] = [16, 32, 64, 128];
 /// The adaptive mode's targets: this share of the best fixed block's rate, with the
 /// server CPU this many percent idle.
@@ -132,9 +132,15 @@ pub struct RrBenchArgs {
     pub think: Duration,
     /// Client think time in the blocks part. Without a pause every block size keeps the
     /// server CPU 0 to 1% idle here (measured): the talk's trade-off between idle CPU and
-    /// throughput needs a server that can be idle.
-    #[arg(long, default_value = "1ms", value_parser = parse_duration)]
+    /// throughput needs a server that can be idle. With 1 ms, 128 clients ask more than
+    /// one server CPU answers on the 2-CPU VM this was measured on (12-15 us per
+    /// response at every block size), so no block can leave 30% idle at 90% of the best
+    /// rate there; 3 ms spans a nearly idle to a half-loaded server over 16..128 clients.
+    #[arg(long, default_value = "3ms", value_parser = parse_duration)]
     pub block_think: Duration,
+    /// Client counts of the blocks part (the adaptive targets hold across them).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
+    pub block_clients: Vec<usize>,
     /// TPACKET_V3 requests per block in the paths and wall parts.
     #[arg(long, default_value_t = 16)]
     pub block: u32,
@@ -249,7 +255,7 @@ impl RrBenchArgs {
                     }
                 }
                 Part::Blocks => {
-                    for c in BLOCK_CLIENTS {
+                    for &c in &self.block_clients {
                         for b in BLOCK_SWEEP {
                             modes.push(m(
                                 *part,
@@ -377,6 +383,7 @@ impl Scenario for RrBenchArgs {
             .int("response", self.response as u64)
             .duration("think", self.think)
             .duration("block-think", self.block_think)
+            .words("block-clients", &self.block_clients.iter().map(|c| c.to_string()).collect::<Vec<_>>())
             .int("block", u64::from(self.block))
             .int("retire-ms", u64::from(self.retire_ms))
             .int("pace-load", self.pace_load)
@@ -413,6 +420,12 @@ impl Scenario for RrBenchArgs {
         }
         if !(self.pace_headroom.is_finite() && (1.0..=10.0).contains(&self.pace_headroom)) {
             bail!("--pace-headroom {}: 1 to 10 (the paced rate over the offered load)", self.pace_headroom);
+        }
+        if self.parts.contains(&Part::Blocks) && self.block_clients.is_empty() {
+            bail!("--block-clients: no client counts for the blocks part");
+        }
+        if let Some(c) = self.block_clients.iter().find(|c| !(1..=4096).contains(*c)) {
+            bail!("--block-clients {c}: 1..=4096");
         }
         if !(1..=4096).contains(&self.block) {
             bail!("--block {}: 1..=4096 requests per block", self.block);
@@ -556,6 +569,15 @@ fn p50(r: &RrRun) -> Measure {
         return Err("no response completed: empty latency histogram".into());
     }
     positive(r.clients.latency_ns.p50 as f64, "p50 latency")
+}
+
+/// The lower of two samples; a failed sample wins (a population that measured nothing
+/// must not hide behind one that did).
+fn worst(a: Measure, b: Measure) -> Measure {
+    match (a, b) {
+        (Ok(x), Ok(y)) => Ok(x.min(y)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
 }
 
 /// The server CPU's idle share over the run, %; degenerate when it answered nothing.
@@ -772,7 +794,7 @@ impl RrBenchArgs {
             );
             let mut tp_series = Vec::new();
             let mut idle_series = Vec::new();
-            for c in BLOCK_CLIENTS {
+            for &c in &self.block_clients {
                 let (mut tp, mut id) = (Vec::new(), Vec::new());
                 for (x, b) in BLOCK_SWEEP.iter().enumerate() {
                     let label = block_label(*b, c);
@@ -846,7 +868,8 @@ impl RrBenchArgs {
             });
             // The same trade-off at every client count: how the burst a block should hold
             // moves with the population when clients pause.
-            let shape: Vec<String> = BLOCK_CLIENTS
+            let shape: Vec<String> = self
+                .block_clients
                 .iter()
                 .filter_map(|&c| {
                     let rs = find(Part::Blocks, &block_label(32, c))?;
@@ -875,6 +898,21 @@ impl RrBenchArgs {
                     shape.join("; ")
                 ));
             }
+            // Why a bigger block buys idle time or not: what it saves per request. At the
+            // largest population (the busiest server), smallest against half-burst block.
+            if let Some(&c) = self.block_clients.iter().max() {
+                let cost_of = |b: u32| find(Part::Blocks, &block_label(b, c)).map(|rs| values(rs, cost));
+                if let (Some(small), Some(half)) = (cost_of(8), cost_of(32))
+                    && !small.is_empty()
+                    && !half.is_empty()
+                {
+                    let (small, half) = (median(small), median(half));
+                    notes.push(format!(
+                        "Server CPU per response at {c} clients: {small:.1} us with 8 requests per block, {half:.1} us                          with 32 ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per request                          only as far as this ratio is below 1; the rest is requests not yet answered (clients waiting                          for the block to fill), which costs throughput.",
+                        half / small
+                    ));
+                }
+            }
         }
 
         if self.parts.contains(&Part::Blocks) {
@@ -898,7 +936,7 @@ impl RrBenchArgs {
             );
             let mut infeasible = Vec::new();
             let (mut tp_samples, mut idle_samples) = (Vec::new(), Vec::new());
-            for c in BLOCK_CLIENTS {
+            for &c in &self.block_clients {
                 let Some(ad) = find(Part::Blocks, &adaptive_label(c)) else { continue };
                 // Per round: the best fixed block's throughput at these clients.
                 let best = |round: usize| -> Option<(f64, u32)> {
@@ -949,8 +987,17 @@ impl RrBenchArgs {
                     med(ad, |r| r.server.adaptive_block.map(f64::from).ok_or_else(|| "not adaptive".into())),
                     Value::opt(bound),
                 ]));
-                tp_samples.extend(ratios);
-                idle_samples.extend(ad.iter().map(idle));
+                // Per round, the worst population so far: the targets hold across
+                // the populations, not on their median.
+                for (i, (r, id)) in ratios.into_iter().zip(ad.iter().map(idle)).enumerate() {
+                    if tp_samples.len() <= i {
+                        tp_samples.push(r);
+                        idle_samples.push(id);
+                    } else {
+                        tp_samples[i] = worst(std::mem::replace(&mut tp_samples[i], Ok(0.0)), r);
+                        idle_samples[i] = worst(std::mem::replace(&mut idle_samples[i], Ok(0.0)), id);
+                    }
+                }
             }
             tables.push(t);
             if !infeasible.is_empty() {
@@ -963,25 +1010,28 @@ impl RrBenchArgs {
             }
             let spec = Spec::at_least(
                 "rr.adaptive-throughput",
-                "TPACKET_V3 adaptive blocks: at least 90% of the best fixed block's throughput at 16..128 clients, untuned",
+                "TPACKET_V3 adaptive blocks: at least 90% of the best fixed block's throughput at every client count, untuned",
                 ADAPTIVE_RATE,
                 "x",
             );
             checks.push(if tp_samples.is_empty() {
                 spec.skipped("the blocks part did not run")
             } else {
-                spec.evaluate(tp_samples, "adaptive / best fixed block responses/s, per round and client count")
+                spec.evaluate(
+                    tp_samples,
+                    "adaptive / best fixed block responses/s at the worst client count, per round",
+                )
             });
             let spec = Spec::at_least(
                 "rr.adaptive-idle",
-                "TPACKET_V3 adaptive blocks: the server CPU stays at least 30% idle at 16..128 clients",
+                "TPACKET_V3 adaptive blocks: the server CPU stays at least 30% idle at every client count",
                 ADAPTIVE_IDLE,
                 "%",
             );
             checks.push(if idle_samples.is_empty() {
                 spec.skipped("the blocks part did not run")
             } else {
-                spec.evaluate(idle_samples, "the server CPU's idle share, per round and client count")
+                spec.evaluate(idle_samples, "the server CPU's idle share at the worst client count, per round")
             });
         }
 
@@ -1282,6 +1332,11 @@ mod tests {
     }
 
     fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
+        report_rounds(bad, degenerate, false)
+    }
+
+    /// `bad` (a mode's label) measured `degenerate` in the second round, or in both.
+    fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
         let a = RrBenchArgs::defaults();
         let modes = a.modes("10.0.0.1:7070".parse().unwrap());
         let all: Vec<Vec<RrRun>> = modes
@@ -1299,7 +1354,8 @@ mod tests {
                     _ => run(60_000.0, 1_000_000, 1.5),
                 };
                 let second = if m.label == bad { degenerate.clone() } else { good.clone() };
-                vec![good, second]
+                let first = if both && m.label == bad { degenerate.clone() } else { good };
+                vec![first, second]
             })
             .collect();
         a.report(&modes, &all, Vec::new())
@@ -1367,6 +1423,20 @@ mod tests {
             Some(netlane_rr::server::RawTxReport { datagrams: half.server.responses / 2, ..Default::default() });
         let r = report_with("packet, 8 KiB", half);
         assert_eq!(outcome(&r, "rr.tx-packet-8k-cost"), Outcome::Invalid);
+    }
+
+    #[test]
+    fn the_adaptive_targets_hold_at_every_client_count_not_on_their_median() {
+        // Three populations fine, 128 clients nearly saturated (10% idle) in both rounds:
+        // a median over populations would read 40% idle; the worst reads 10%.
+        let r = report_rounds("adaptive, 128 clients", run(58_000.0, 1_000_000, 1.8), true);
+        assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Missed);
+        assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Met);
+        let m = r.checks.iter().find(|c| c.id == "rr.adaptive-idle").and_then(|c| c.measured.clone()).unwrap();
+        assert!((m.median - 10.0).abs() < 1e-6, "{m:?}");
+        // Slow at one population: the throughput target is missed.
+        let r = report_rounds("adaptive, 16 clients", run(30_000.0, 1_000_000, 1.2), true);
+        assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Missed);
     }
 
     #[test]

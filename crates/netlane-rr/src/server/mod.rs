@@ -24,7 +24,9 @@ use serde::Serialize;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 pub use paced::{MAX_PACE_QUEUE, MAX_PACE_RATE, PaceOptions, PaceReport};
-pub use path::{MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues};
+pub use path::{
+    ADAPTIVE_BLOCKS, MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues,
+};
 pub use rawtx::{RawTxReport, TxKind};
 
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
@@ -229,6 +231,9 @@ pub struct ServerStats {
     pub adaptive_switches: Option<u64>,
     /// Adaptive TPACKET_V3: block bytes of the ring in use at the end.
     pub adaptive_block: Option<u32>,
+    /// Adaptive TPACKET_V3: frames each ring delivered, by ascending block size (4 KiB
+    /// first); they add up to `frames`, each frame reaching one ring.
+    pub adaptive_ring_frames: Option<Vec<u64>>,
     /// `epoll_wait` returns with something to read.
     pub wakeups: u64,
     /// `epoll_wait` calls.
@@ -421,6 +426,7 @@ pub fn serve(
     if let RxPath::Adaptive(a) = &path {
         st.adaptive_switches = Some(a.switches());
         st.adaptive_block = Some(a.active_block());
+        st.adaptive_ring_frames = Some(a.ring_frames());
     }
     if let RxPath::Xdp(x) = &path {
         let xs = x.stats();

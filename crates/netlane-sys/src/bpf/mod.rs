@@ -7,6 +7,7 @@
 //! - [`FlowTagger`]: the NIC flow classifier emulated with a TCX program;
 //! - [`PktGen`]: the lab's packet generator (live-frames `BPF_PROG_RUN`) and sink;
 //! - [`XskRedirect`]: the datagram service's AF_XDP steering program;
+//! - [`RingSelect`]: the packet fanout program that picks the adaptive path's ring;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -37,10 +38,12 @@ skeleton!(decap_skel, "lb", "decap");
 skeleton!(flow_tagger_skel, "lb", "flow_tagger");
 skeleton!(pktgen_skel, "lab", "pktgen");
 skeleton!(xsk_redirect_skel, "rr", "xsk_redirect");
+skeleton!(ring_select_skel, "rr", "ring_select");
 
 mod balancer;
 mod lab;
 mod link;
+mod ring_select;
 mod tagger;
 mod xsk;
 
@@ -50,6 +53,7 @@ pub use balancer::{
 };
 pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
+pub use ring_select::RingSelect;
 pub use tagger::FlowTagger;
 pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};
 

@@ -78,6 +78,16 @@ pub fn process_cpu() -> CpuTime {
 /// Aggregate CPU counters of the machine from the first line of `/proc/stat`, in
 /// clock ticks (USER_HZ). `/proc/stat` is not namespaced: inside a network namespace
 /// it still describes the whole machine, which is what we want.
+///
+/// The columns are not measured alike. On a tickless kernel (`NO_HZ`, Debian's) the
+/// idle and iowait columns are measured at every idle entry and exit (fs/proc/stat.c:
+/// get_idle_time uses the tick-sched idle clock), but user, system, irq and softirq
+/// are sampled at the tick (without `VIRT_CPU_ACCOUNTING_GEN`): the tick charges its
+/// whole period to whatever it interrupts. Work that runs in step with the tick, such
+/// as a wake-up by a jiffies timer (a TPACKET_V3 block retired by its timeout) that is
+/// done before the next tick, is charged to no one. A reading therefore carries the
+/// monotonic time it was taken at, and [`SystemCpu::delta`] counts busy time as wall
+/// time less the measured idle and steal; the sampled columns only split it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SystemCpu {
     user: u64,
@@ -89,20 +99,27 @@ pub struct SystemCpu {
     softirq: u64,
     steal: u64,
     cpus: u32,
+    /// CLOCK_MONOTONIC nanoseconds right after the read (0: parsed from text).
+    at_ns: u64,
 }
 
 /// System-wide CPU use between two [`SystemCpu`] readings, in CPU-seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct SystemCpuDelta {
-    /// Busy time on all CPUs (everything but idle and iowait).
+    /// Busy time on all CPUs: wall time less idle, iowait and steal (see
+    /// [`SystemCpu`]; from the sampled columns when a reading has no time).
     pub busy_s: f64,
-    /// Of which in user mode (user + nice).
+    /// Busy time as the tick sampled it (user + system + irq + softirq): short of
+    /// `busy_s` when work runs in step with the tick.
+    pub busy_sampled_s: f64,
+    /// Of which in user mode (user + nice; sampled at the tick).
     pub user_s: f64,
-    /// Of which in the kernel outside interrupts.
+    /// Of which in the kernel outside interrupts (sampled at the tick).
     pub system_s: f64,
-    /// Of which in softirq context (network receive and transmit completion).
+    /// Of which in softirq context (network receive and transmit completion; sampled
+    /// at the tick).
     pub softirq_s: f64,
-    /// Of which in hard interrupts.
+    /// Of which in hard interrupts (sampled at the tick).
     pub irq_s: f64,
     /// Time stolen by the hypervisor.
     pub steal_s: f64,
@@ -116,14 +133,24 @@ impl SystemCpu {
     /// Reads `/proc/stat`.
     pub fn read() -> io::Result<Self> {
         let text = fs::read_to_string("/proc/stat")?;
-        Self::parse(&text).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format"))
+        let at_ns = monotonic_ns();
+        let s = Self::parse(&text)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/stat format"))?;
+        Ok(Self { at_ns, ..s })
     }
 
     /// Reads one CPU's line of `/proc/stat` (`cpuN`).
     pub fn read_cpu(cpu: usize) -> io::Result<Self> {
         let text = fs::read_to_string("/proc/stat")?;
-        Self::parse_cpu(&text, cpu)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no cpu{cpu} line in /proc/stat")))
+        let at_ns = monotonic_ns();
+        let s = Self::parse_cpu(&text, cpu)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no cpu{cpu} line in /proc/stat")))?;
+        Ok(Self { at_ns, ..s })
+    }
+
+    /// The same counters taken at `at_ns` monotonic nanoseconds (for tests).
+    pub fn at(self, at_ns: u64) -> Self {
+        Self { at_ns, ..self }
     }
 
     /// Parses the line of CPU `cpu` from the text of `/proc/stat` (`cpus` is then 1).
@@ -164,6 +191,7 @@ impl SystemCpu {
             softirq: v[6],
             steal: v[7],
             cpus: 0,
+            at_ns: 0,
         })
     }
 
@@ -177,18 +205,34 @@ impl SystemCpu {
         let softirq = d(self.softirq, later.softirq);
         let idle = d(self.idle, later.idle) + d(self.iowait, later.iowait);
         let steal = d(self.steal, later.steal);
-        let busy = user + system + irq + softirq;
+        let sampled = user + system + irq + softirq;
+        // Wall time on every CPU, when both readings carry their time.
+        let wall = (self.at_ns > 0 && later.at_ns > self.at_ns)
+            .then(|| (later.at_ns - self.at_ns) as f64 / 1e9 * f64::from(later.cpus.max(1)));
+        let (busy, total) = match wall {
+            // Idle and steal are counted in USER_HZ units: a few ticks of rounding.
+            Some(w) => ((w - idle - steal).max(0.0), w.max(idle + steal)),
+            None => (sampled, sampled + idle + steal),
+        };
         SystemCpuDelta {
             busy_s: busy,
+            busy_sampled_s: sampled,
             user_s: user,
             system_s: system,
             softirq_s: softirq,
             irq_s: irq,
             steal_s: steal,
-            total_s: busy + idle + steal,
+            total_s: total,
             cpus: later.cpus,
         }
     }
+}
+
+/// CLOCK_MONOTONIC, nanoseconds (the clock the tick-sched idle time is kept in).
+fn monotonic_ns() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
+        .unwrap_or(0)
 }
 
 fn clock_ticks_per_sec() -> f64 {
@@ -218,6 +262,25 @@ mod tests {
         assert!((d.busy_s - 300.0 / hz).abs() < 1e-9);
         assert!((d.softirq_s - 100.0 / hz).abs() < 1e-9);
         assert!((d.total_s - 400.0 / hz).abs() < 1e-9);
+    }
+
+    #[test]
+    fn busy_time_is_wall_time_less_measured_idle() {
+        let hz = clock_ticks_per_sec();
+        // One CPU, 2 s apart: idle grew by 1.5 s, but the tick sampled only 0.1 s of
+        // work (it ran in step with the tick): busy is the 0.5 s that was not idle.
+        let a = SystemCpu::parse_cpu("cpu0 0 0 0 0 0 0 0 0\n", 0).unwrap().at(1_000_000_000);
+        let ticks = |s: f64| (s * hz).round() as u64;
+        let text = format!("cpu0 {} 0 0 {} 0 0 0 0\n", ticks(0.1), ticks(1.5));
+        let b = SystemCpu::parse_cpu(&text, 0).unwrap().at(3_000_000_000);
+        let d = a.delta(&b);
+        assert!((d.total_s - 2.0).abs() < 1e-9, "{d:?}");
+        assert!((d.busy_s - 0.5).abs() < 0.02, "{d:?}");
+        assert!((d.busy_sampled_s - 0.1).abs() < 0.02, "{d:?}");
+        // Without times (parsed text) it falls back to the sampled columns.
+        let d =
+            SystemCpu::parse_cpu("cpu0 0 0 0 0 0 0 0 0\n", 0).unwrap().delta(&SystemCpu::parse_cpu(&text, 0).unwrap());
+        assert!((d.busy_s - d.busy_sampled_s).abs() < 1e-12, "{d:?}");
     }
 
     #[test]
