@@ -189,8 +189,9 @@ impl PacketRing {
     /// per socket (af_packet.c: fanout_add, packet_rcv_fanout).
     ///
     /// # Minimum kernel version
-    /// `PACKET_FANOUT_EBPF` is 4.3; the ignore-outgoing flag is recent (6.18 here has
-    /// it). A kernel without it answers EINVAL, returned as is.
+    /// 6.2 (the ignore-outgoing flag, commit 58ba4263; `PACKET_FANOUT_EBPF` is 4.3).
+    /// Older kernels accept the flag and ignore it, so frames the host sends reach the
+    /// group (on loopback every request twice): callers check the kernel first.
     pub fn join_fanout(&self, group: Option<u16>) -> io::Result<u16> {
         let flags = libc::PACKET_FANOUT_FLAG_IGNORE_OUTGOING
             | if group.is_none() { libc::PACKET_FANOUT_FLAG_UNIQUEID } else { 0 };

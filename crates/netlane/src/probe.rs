@@ -63,6 +63,18 @@ fn from_io(what: &str, r: io::Result<Support>) -> Support {
     r.unwrap_or_else(|e| Support::Unsupported(format!("{what}: {e}")))
 }
 
+/// The running kernel's (major, minor) version, from its release
+/// (`/proc/sys/kernel/osrelease`, uname -r: "6.18.44-..."); None when unreadable.
+pub fn kernel_version() -> Option<(u32, u32)> {
+    parse_release(&std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?)
+}
+
+/// (major, minor) of a kernel release string such as "6.1.0-26-amd64".
+pub fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// UDP GSO: a 3-segment send over loopback must arrive as 3 datagrams; also finds
 /// the kernel's segment limit (64, or 128 on newer kernels).
 pub fn udp_gso() -> Support {
@@ -293,4 +305,19 @@ pub struct ProbeReport {
     pub features: Vec<Feature>,
     /// Qdiscs, each created in a scratch namespace (root only).
     pub qdiscs: Vec<QdiscSupport>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_releases_parse() {
+        assert_eq!(parse_release("6.18.44-fc-v782"), Some((6, 18)));
+        assert_eq!(parse_release("6.1.0-26-amd64"), Some((6, 1)));
+        assert_eq!(parse_release("5.4"), Some((5, 4)));
+        assert_eq!(parse_release("linux"), None);
+        assert_eq!(parse_release("6"), None);
+        assert!(kernel_version().is_some());
+    }
 }

@@ -427,6 +427,11 @@ impl Scenario for RrBenchArgs {
         if let Some(c) = self.block_clients.iter().find(|c| !(1..=4096).contains(*c)) {
             bail!("--block-clients {c}: 1..=4096");
         }
+        if let Some(c) =
+            self.block_clients.iter().enumerate().find_map(|(i, c)| self.block_clients[..i].contains(c).then_some(c))
+        {
+            bail!("--block-clients: {c} appears twice");
+        }
         if !(1..=4096).contains(&self.block) {
             bail!("--block {}: 1..=4096 requests per block", self.block);
         }
@@ -908,7 +913,10 @@ impl RrBenchArgs {
                 {
                     let (small, half) = (median(small), median(half));
                     notes.push(format!(
-                        "Server CPU per response at {c} clients: {small:.1} us with 8 requests per block, {half:.1} us                          with 32 ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per request                          only as far as this ratio is below 1; the rest is requests not yet answered (clients waiting                          for the block to fill), which costs throughput.",
+                        "Server CPU per response at {c} clients: {small:.1} us with 8 requests per block, {half:.1} us \
+                         with 32 ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per \
+                         request only as far as this ratio is below 1; the rest is requests not yet answered \
+                         (clients waiting for the block to fill), which costs throughput.",
                         half / small
                     ));
                 }

@@ -3,7 +3,8 @@
 //!
 //! A ring's geometry is fixed when it is created, so the server keeps several V3 rings
 //! of different block sizes on the same interface and lets exactly one of them take the
-//! service's traffic (the others carry a drop-everything filter). Every window this
+//! service's traffic (they share a packet fanout group whose program hands each frame
+//! to the ring chosen here). Every window this
 //! chooser looks at what the active ring saw and picks the ring to use next. A bigger
 //! block means fewer wake-ups per request (idle CPU) but requests wait for the block to
 //! fill; whether that wait costs throughput depends on the load, so the chooser measures

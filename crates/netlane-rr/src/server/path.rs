@@ -427,6 +427,14 @@ impl RxPath {
                 };
                 let pass = to_insns(&udp_port_filter(port));
                 let drop_all = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
+                // The group must leave out what this host sends (6.2's fanout flag; older
+                // kernels ignore it and each request on loopback would come twice).
+                if netlane::probe::kernel_version().is_none_or(|v| v < (6, 2)) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "the adaptive TPACKET_V3 mode needs Linux 6.2 or later (PACKET_FANOUT_FLAG_IGNORE_OUTGOING)",
+                    ));
+                }
                 // The smallest block takes the traffic first (member 0).
                 let select =
                     RingSelect::load().map_err(|e| io::Error::new(e.kind(), format!("load the ring selector: {e}")))?;

@@ -20,10 +20,18 @@ impl std::fmt::Debug for RingSelect {
 }
 
 impl RingSelect {
-    /// Loads the program, selecting member 0.
+    /// Loads the program, selecting member 0. Fails when the kernel cannot map the
+    /// program's global data (before 5.5): a selection would then change nothing.
     pub fn load() -> io::Result<RingSelect> {
         let open = ring_select_skel::RingSelectSkelBuilder::default().open(object_storage()).map_err(to_io)?;
-        Ok(RingSelect { skel: open.load().map_err(to_io)? })
+        let skel = open.load().map_err(to_io)?;
+        if skel.maps.bss_data.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the ring selector's global data is not memory-mapped (a kernel before 5.5)",
+            ));
+        }
+        Ok(RingSelect { skel })
     }
 
     /// The program, for [`crate::packet::PacketRing::set_fanout_program`].
@@ -37,7 +45,12 @@ impl RingSelect {
     /// previous member.
     pub fn select(&mut self, index: u32) {
         if let Some(bss) = self.skel.maps.bss_data.as_deref_mut() {
-            bss.active_ring = index;
+            // A volatile store: the kernel reads this word concurrently, so the write
+            // must happen now and exactly once, not be merged or deferred.
+            let slot: *mut u32 = &mut bss.active_ring;
+            // SAFETY: `slot` comes from a live `&mut` into the mapped .bss (aligned,
+            // valid for writes for as long as the skeleton lives, which `self` holds).
+            unsafe { std::ptr::write_volatile(slot, index) };
         }
     }
 

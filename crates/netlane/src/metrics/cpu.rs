@@ -79,11 +79,12 @@ pub fn process_cpu() -> CpuTime {
 /// clock ticks (USER_HZ). `/proc/stat` is not namespaced: inside a network namespace
 /// it still describes the whole machine, which is what we want.
 ///
-/// The columns are not measured alike. On a tickless kernel (`NO_HZ`, Debian's) the
-/// idle and iowait columns are measured at every idle entry and exit (fs/proc/stat.c:
-/// get_idle_time uses the tick-sched idle clock), but user, system, irq and softirq
-/// are sampled at the tick (without `VIRT_CPU_ACCOUNTING_GEN`): the tick charges its
-/// whole period to whatever it interrupts. Work that runs in step with the tick, such
+/// The columns are not measured alike. On a tickless kernel (`NO_HZ`, Debian's, unless
+/// booted with `nohz=off`) the idle and iowait columns are measured at every idle entry
+/// and exit (fs/proc/stat.c: get_idle_time uses the tick-sched idle clock), but user
+/// and system (and irq and softirq, without `IRQ_TIME_ACCOUNTING`) are sampled at the
+/// tick (without `VIRT_CPU_ACCOUNTING_GEN`): the tick charges its whole period to
+/// whatever it interrupts. Work that runs in step with the tick, such
 /// as a wake-up by a jiffies timer (a TPACKET_V3 block retired by its timeout) that is
 /// done before the next tick, is charged to no one. A reading therefore carries the
 /// monotonic time it was taken at, and [`SystemCpu::delta`] counts busy time as wall
@@ -203,7 +204,9 @@ impl SystemCpu {
         let system = d(self.system, later.system);
         let irq = d(self.irq, later.irq);
         let softirq = d(self.softirq, later.softirq);
-        let idle = d(self.idle, later.idle) + d(self.iowait, later.iowait);
+        // Together: iowait can fall while idle rises by more (an idle period in progress
+        // is credited to one or the other by whether tasks wait for I/O at read time).
+        let idle = d(self.idle + self.iowait, later.idle + later.iowait);
         let steal = d(self.steal, later.steal);
         let sampled = user + system + irq + softirq;
         // Wall time on every CPU, when both readings carry their time.
