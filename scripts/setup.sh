@@ -10,7 +10,9 @@
 #                             the Prometheus client library whose parser reads our
 #                             metrics, socat as a standard UDP echo server for the
 #                             request/response clients, tcpdump to show packet paths
-#                             coexist with other capture sockets)
+#                             coexist with other capture sockets, and the cache's
+#                             real peers: memcached 1.6 to compare against,
+#                             libmemcached-tools and python3-pymemcache as clients)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -20,7 +22,8 @@ set -euo pipefail
 
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
       libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
-      python3 python3-prometheus-client socat tcpdump)
+      python3 python3-prometheus-client socat tcpdump memcached libmemcached-tools
+      python3-pymemcache)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi
@@ -41,6 +44,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # Only memcached's binary is wanted (the lab and tests start their own instances on
+  # ports of their own); the Debian service would hold port 11211.
+  if [[ " ${missing[*]} " == *" memcached "* ]] && [[ -d /run/systemd/system ]]; then
+    echo "setup: stopping and disabling the memcached service the package started"
+    systemctl disable --now memcached >/dev/null 2>&1 || true
+  fi
 fi
 
 if ! command -v cargo >/dev/null 2>&1; then

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod kv;
 mod lab;
 mod lb;
 mod nvme;
@@ -49,6 +50,11 @@ enum Cmd {
     },
     /// Build the lab network, run every scenario, and write a report.
     Lab(Box<lab::LabCmd>),
+    /// The memcached-protocol cache server.
+    Kv {
+        #[command(subcommand)]
+        cmd: kv::KvCmd,
+    },
     /// The XDP L4 load balancer: run it on an interface, check a configuration, decapsulate on a real.
     Lb {
         #[command(subcommand)]
@@ -185,6 +191,7 @@ fn run(cli: Cli) -> Result<u8> {
     match cli.cmd {
         Cmd::Bench { bench } => bench::run(bench),
         Cmd::Lab(a) => lab::run(&a),
+        Cmd::Kv { cmd } => kv::run(cmd),
         Cmd::Lb { cmd } => lb::run(cmd).map(|()| 0),
         Cmd::Nvme { cmd } => nvme::run(cmd),
         Cmd::Rr { cmd } => rr::run(cmd),
@@ -222,7 +229,8 @@ fn main() -> ExitCode {
         Cmd::BulkTx | Cmd::Completions { .. } | Cmd::Man { .. } => {}
         Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) }
         | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) }
-        | Cmd::Rr { cmd: rr::RrCmd::Serve(_) } => signals::install(signals::Mode::Server),
+        | Cmd::Rr { cmd: rr::RrCmd::Serve(_) }
+        | Cmd::Kv { cmd: kv::KvCmd::Serve(_) } => signals::install(signals::Mode::Server),
         _ => signals::install(signals::Mode::Job),
     }
 

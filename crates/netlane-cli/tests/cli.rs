@@ -854,3 +854,63 @@ fn rr_bad_options_and_an_absent_server_are_clear_errors() {
     assert!(stderr(&o).contains(&format!("no response from {server}")), "{}", stderr(&o));
     assert!(stdout(&o).contains("lost="), "{}", stdout(&o));
 }
+
+#[test]
+fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["kv", "serve", "-l", "127.0.0.1", "-p", "0", "-U", "0", "-t", "2", "-m", "16"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--time", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kv serve");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let field = |name: &str| {
+        first
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix(name))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("{first}"))
+    };
+    let addr = first.split_whitespace().nth(2).unwrap().to_string();
+    let metrics = field("metrics=http://").trim_end_matches("/metrics").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    c.write_all(b"set k 0 0 2\r\nhi\r\nget k nope\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while !got.ends_with(b"END\r\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+    let samples = prometheus_samples(&metrics);
+    let value = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2).unwrap_or_else(|| panic!("no {n}"));
+    assert_eq!(value("netlane_kv_get_hits_total"), 1.0);
+    assert_eq!(value("netlane_kv_get_misses_total"), 1.0);
+    assert_eq!(value("netlane_kv_curr_items"), 1.0);
+    assert_eq!(value("netlane_kv_limit_maxbytes"), 16.0 * 1024.0 * 1024.0);
+    let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "a server stopped by SIGTERM exits 0");
+    let last: Vec<String> = lines.map_while(Result::ok).collect();
+    let last = last.join("\n");
+    assert!(last.contains("get_hits=1") && last.contains("cmd_set=1") && last.contains("curr_items=1"), "{last}");
+}
+
+#[test]
+fn kv_serve_bad_options_are_explained() {
+    let o = netlane(&["kv", "serve", "-t", "0", "-p", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--threads 0"), "{}", stderr(&o));
+    let o = netlane(&["kv", "serve", "-m", "1", "-p", "0"]);
+    assert!(stderr(&o).contains("too small"), "{}", stderr(&o));
+    let o = netlane(&["kv", "serve", "-l", "nonsense"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("expected ADDR:PORT"), "{}", stderr(&o));
+    let o = netlane(&["kv", "serve", "--metrics-addr", "10.0.0.1:9000"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+}

@@ -1,0 +1,787 @@
+//! What is asked: the key space, which keys, what sizes, gets or sets.
+//!
+//! Invariants:
+//! - Key `i` is `key:` and `i` in decimal, zero-padded to the key's length: the same
+//!   bytes in every run and every process. Keys are at least as long as the
+//!   largest index needs (`key:` and its digits) and at most [`KEY_MAX`] bytes; a
+//!   sampled length below that floor is raised to it (as mutilate does), a fixed or
+//!   uniform size whose lower bound is below it is refused.
+//! - A key's length and its value's length are functions of the key's index alone (a hash
+//!   of the index through the size distribution's inverse CDF), not of the seed or the
+//!   run: the warm-up's set and every later set of a key write the same size, and two
+//!   load generators agree. Values are clamped to `1..=item_max`.
+//! - Popularity rank `r` (1 the most popular) is key index `r - 1`.
+//!
+//! The ETC sizes are Facebook's memcached "ETC" pool as measured by Atikoglu et al.,
+//! "Workload analysis of a large-scale key-value store" (SIGMETRICS 2012), in the form
+//! mutilate's `fb_key` and `fb_value` generators give them:
+//! - keys: generalized extreme value, location 30.7984, scale 8.20449, shape 0.078688;
+//! - values: mutilate's table of the measured probabilities of 0..=14 bytes (together
+//!   0.44154), then the paper's generalized Pareto fit (scale 214.476, shape 0.348238)
+//!   as the tail, located at 15 bytes where the table ends.
+//!
+//! mutilate's source builds its Pareto generators with two arguments where the
+//! constructor takes (location, scale, shape), so the tail it actually draws has location
+//! 214.476, scale 0.348238 and shape 1 (an infinite mean); we follow the paper's fit,
+//! which is what `fb_value` was meant to be.
+
+use std::fmt;
+use std::str::FromStr;
+
+use thiserror::Error;
+
+use super::codec::Request;
+use super::rng::{Rng, mix64, open_unit_from};
+
+/// The longest key memcached accepts (`KEY_MAX_LENGTH`).
+pub const KEY_MAX: usize = 250;
+/// The most keys in a key space: ranks stay exact in an `f64`, and indexes fit 13 digits.
+pub const MAX_KEYS: u64 = 1 << 40;
+/// The most keys in one multi-get.
+pub const MAX_MULTIGET: u32 = 1024;
+/// The largest item limit accepted (memcached's own bound for `-I`).
+pub const MAX_ITEM: u32 = 1 << 30;
+/// The largest Zipf exponent accepted (at 10 the top key already takes 99.9% of
+/// requests).
+pub const MAX_ZIPF: f64 = 10.0;
+
+const KEY_PREFIX: &[u8] = b"key:";
+/// Salts that make a key's length and its value's length independent draws.
+const KEY_SALT: u64 = 0x6b65_795f_6c65_6e00;
+const VALUE_SALT: u64 = 0x7661_6c75_655f_6c00;
+
+/// fb_key: generalized extreme value (location, scale, shape).
+const ETC_KEY: (f64, f64, f64) = (30.7984, 8.20449, 0.078688);
+/// fb_value's head: P(value is `i` bytes) for `i` in 0..=14.
+const ETC_VALUE_HEAD: [f64; 15] = [
+    0.00536, 0.00047, 0.17820, 0.09239, 0.00018, 0.02740, 0.00065, 0.00606, 0.00023, 0.00837, 0.00837, 0.08989,
+    0.00092, 0.00326, 0.01980,
+];
+/// fb_value's tail: generalized Pareto (location, scale, shape).
+const ETC_VALUE_TAIL: (f64, f64, f64) = (15.0, 214.476, 0.348238);
+
+/// Which keys are asked for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum KeyDist {
+    /// Every key equally often.
+    Uniform,
+    /// Zipf: rank `r` asked for in proportion to `r^-s` (`s` around 0.99 for web caches).
+    Zipf {
+        /// The exponent, in `(0, MAX_ZIPF]`.
+        s: f64,
+    },
+}
+
+/// How long keys or values are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeDist {
+    /// Always this many bytes.
+    Fixed(u32),
+    /// Uniform over `min..=max` bytes.
+    Uniform {
+        /// Shortest.
+        min: u32,
+        /// Longest.
+        max: u32,
+    },
+    /// Facebook's ETC pool: fb_key for keys, fb_value for values (see the module docs).
+    Etc,
+}
+
+/// A workload as given on the command line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkloadSpec {
+    /// Keys in the key space.
+    pub keys: u64,
+    /// Which keys are asked for.
+    pub key_dist: KeyDist,
+    /// Key lengths.
+    pub key_size: SizeDist,
+    /// Value lengths.
+    pub value_size: SizeDist,
+    /// Fraction of requests that are gets; the rest are sets.
+    pub get_ratio: f64,
+    /// Keys per get.
+    pub multiget: u32,
+    /// The server's item size limit (memcached's `-I`): values are clamped to it.
+    pub item_max: u32,
+}
+
+impl Default for WorkloadSpec {
+    /// mutilate's sizes (30-byte keys, 200-byte values) over 100,000 keys, 90% gets.
+    fn default() -> Self {
+        WorkloadSpec {
+            keys: 100_000,
+            key_dist: KeyDist::Uniform,
+            key_size: SizeDist::Fixed(30),
+            value_size: SizeDist::Fixed(200),
+            get_ratio: 0.9,
+            multiget: 1,
+            item_max: 1 << 20,
+        }
+    }
+}
+
+/// A command-line value that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{what} {input:?}: {problem}")]
+pub struct ParseError {
+    /// What was being parsed.
+    pub what: &'static str,
+    /// The whole input.
+    pub input: String,
+    /// What is wrong with it, naming the bad part.
+    pub problem: String,
+}
+
+/// A workload that cannot be generated.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum WorkloadError {
+    /// No keys, or more than [`MAX_KEYS`].
+    #[error("{0} keys: must be 1..={MAX_KEYS}")]
+    Keys(u64),
+    /// Not a fraction.
+    #[error("get ratio {0}: must be within 0..=1")]
+    GetRatio(f64),
+    /// No keys per get, or more than [`MAX_MULTIGET`].
+    #[error("multi-get of {0} keys: must be 1..={MAX_MULTIGET}")]
+    Multiget(u32),
+    /// An item limit outside `1..=MAX_ITEM`.
+    #[error("item size limit {0} bytes: must be 1..={MAX_ITEM}")]
+    ItemMax(u32),
+    /// Key sizes that cannot name every key, or longer than memcached allows.
+    #[error("key size {dist}: {keys} keys need keys of {shortest}..={KEY_MAX} bytes")]
+    KeySize {
+        /// The sizes asked for.
+        dist: SizeDist,
+        /// Keys in the key space.
+        keys: u64,
+        /// The shortest key that names them all.
+        shortest: u32,
+    },
+    /// Value sizes outside `1..=item_max`.
+    #[error("value size {dist}: must be within 1..={item_max} bytes")]
+    ValueSize {
+        /// The sizes asked for.
+        dist: SizeDist,
+        /// The item size limit.
+        item_max: u32,
+    },
+    /// A Zipf exponent outside `(0, MAX_ZIPF]`.
+    #[error("Zipf exponent {0}: must be above 0 and at most {MAX_ZIPF}")]
+    Zipf(f64),
+}
+
+fn valid_zipf(s: f64) -> bool {
+    s > 0.0 && s <= MAX_ZIPF
+}
+
+impl FromStr for KeyDist {
+    type Err = ParseError;
+
+    /// `uniform` or `zipf:S`.
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let err = |problem: String| ParseError { what: "key distribution", input: input.to_owned(), problem };
+        match input.split_once(':') {
+            None if input == "uniform" => Ok(KeyDist::Uniform),
+            Some(("zipf", s)) => {
+                let s: f64 = s.parse().map_err(|_| err(format!("exponent {s:?} is not a number")))?;
+                if valid_zipf(s) {
+                    Ok(KeyDist::Zipf { s })
+                } else {
+                    Err(err(format!("exponent {s} must be above 0 and at most {MAX_ZIPF}")))
+                }
+            }
+            _ => Err(err("expected uniform or zipf:EXPONENT (zipf:0.99, say)".into())),
+        }
+    }
+}
+
+impl fmt::Display for KeyDist {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyDist::Uniform => f.write_str("uniform"),
+            KeyDist::Zipf { s } => write!(f, "zipf:{s}"),
+        }
+    }
+}
+
+impl FromStr for SizeDist {
+    type Err = ParseError;
+
+    /// `N`, `uniform:MIN,MAX` or `etc` (bytes).
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let err = |problem: String| ParseError { what: "size", input: input.to_owned(), problem };
+        let bytes = |s: &str| s.parse::<u32>().map_err(|_| err(format!("{s:?} is not a size in bytes")));
+        if input == "etc" {
+            return Ok(SizeDist::Etc);
+        }
+        if let Some(range) = input.strip_prefix("uniform:") {
+            let Some((min, max)) = range.split_once(',') else {
+                return Err(err("expected uniform:MIN,MAX".into()));
+            };
+            let (min, max) = (bytes(min)?, bytes(max)?);
+            if min > max {
+                return Err(err(format!("minimum {min} is above maximum {max}")));
+            }
+            return Ok(SizeDist::Uniform { min, max });
+        }
+        if input.bytes().all(|b| b.is_ascii_digit()) && !input.is_empty() {
+            return bytes(input).map(SizeDist::Fixed);
+        }
+        Err(err("expected a size in bytes, uniform:MIN,MAX or etc".into()))
+    }
+}
+
+impl fmt::Display for SizeDist {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SizeDist::Fixed(n) => write!(f, "{n}"),
+            SizeDist::Uniform { min, max } => write!(f, "uniform:{min},{max}"),
+            SizeDist::Etc => f.write_str("etc"),
+        }
+    }
+}
+
+/// One key: its index and its length; its bytes are written on demand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    index: u64,
+    len: u8,
+}
+
+impl Key {
+    /// The key's index in the key space.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    /// The key's length in bytes.
+    pub fn byte_len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Appends the key's bytes.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(KEY_PREFIX);
+        push_decimal(out, self.index, self.byte_len() - KEY_PREFIX.len());
+    }
+}
+
+/// Appends `v` in decimal, left-padded with zeros to `width` digits.
+pub(super) fn push_decimal(out: &mut Vec<u8>, mut v: u64, width: usize) {
+    let mut buf = [0u8; 20];
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let digits = buf.len() - i;
+    out.resize(out.len() + width.saturating_sub(digits), b'0');
+    out.extend_from_slice(&buf[i..]);
+}
+
+fn digits(v: u64) -> u32 {
+    v.checked_ilog10().unwrap_or(0) + 1
+}
+
+/// A size distribution resolved for keys or values, with its clamp.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    dist: Shape,
+    lo: u32,
+    hi: u32,
+    salt: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Shape {
+    Fixed(u32),
+    Uniform { min: u32, max: u32 },
+    EtcKey,
+    EtcValue,
+}
+
+impl Sizes {
+    /// The size for key `index`: a function of the index alone.
+    fn of(&self, index: u64) -> u32 {
+        let hash = mix64(index ^ self.salt);
+        let x = match self.dist {
+            Shape::Fixed(n) => return n,
+            // The high half of hash * span: below span, without the rounding a float
+            // product could add.
+            Shape::Uniform { min, max } => {
+                let span = u128::from(max - min) + 1;
+                return min + ((u128::from(hash) * span) >> 64) as u32;
+            }
+            Shape::EtcKey => gev_quantile(ETC_KEY, open_unit_from(hash)),
+            Shape::EtcValue => etc_value_quantile(open_unit_from(hash)),
+        };
+        // Infinite draws (the tails' far ends) clamp to the top; NaN cannot come from a
+        // unit strictly inside (0, 1), but would clamp to the bottom.
+        if x.is_nan() { self.lo } else { x.round().clamp(f64::from(self.lo), f64::from(self.hi)) as u32 }
+    }
+}
+
+/// The generalized extreme value distribution's inverse CDF (mutilate's `GEV`).
+fn gev_quantile((loc, scale, shape): (f64, f64, f64), u: f64) -> f64 {
+    loc + scale * ((-u.ln()).powf(-shape) - 1.0) / shape
+}
+
+/// The generalized Pareto distribution's inverse CDF (mutilate's `GPareto`).
+fn gpareto_quantile((loc, scale, shape): (f64, f64, f64), u: f64) -> f64 {
+    loc + scale * ((1.0 - u).powf(-shape) - 1.0) / shape
+}
+
+/// fb_value's inverse CDF: the measured head, then the Pareto tail.
+fn etc_value_quantile(u: f64) -> f64 {
+    let mut cum = 0.0;
+    for (bytes, p) in ETC_VALUE_HEAD.iter().enumerate() {
+        cum += p;
+        if u < cum {
+            return bytes as f64;
+        }
+    }
+    // Rescale the rest of the unit interval onto the tail.
+    gpareto_quantile(ETC_VALUE_TAIL, (u - cum) / (1.0 - cum))
+}
+
+/// Zipf ranks by rejection-inversion (Hörmann and Derflinger, "Rejection-inversion to
+/// generate variates from monotone discrete distributions", 1996), as in Apache Commons
+/// RNG's `RejectionInversionZipfSampler`: constant time and memory per draw for any
+/// number of keys, exact for every exponent above 0.
+#[derive(Debug, Clone, Copy)]
+struct Zipf {
+    n: f64,
+    s: f64,
+    h_integral_x1: f64,
+    h_integral_n: f64,
+    threshold: f64,
+}
+
+impl Zipf {
+    fn new(n: u64, s: f64) -> Self {
+        let h_integral_x1 = h_integral(1.5, s) - 1.0;
+        let h_integral_n = h_integral(n as f64 + 0.5, s);
+        let threshold = 2.0 - h_integral_inverse(h_integral(2.5, s) - h(2.0, s), s);
+        Zipf { n: n as f64, s, h_integral_x1, h_integral_n, threshold }
+    }
+
+    /// A rank in `1..=n`, rank `k` with probability proportional to `k^-s`.
+    fn rank(&self, rng: &mut Rng) -> u64 {
+        loop {
+            // Uniform on (h_integral_x1, h_integral_n]: the area under the hat function.
+            let u = self.h_integral_n + rng.unit() * (self.h_integral_x1 - self.h_integral_n);
+            let x = h_integral_inverse(u, self.s);
+            let k = (x + 0.5).floor().clamp(1.0, self.n);
+            // Accept at once when the hat and the histogram agree around k (almost
+            // always), otherwise when u falls under k's bar.
+            if k - x <= self.threshold || u >= h_integral(k + 0.5, self.s) - h(k, self.s) {
+                return k as u64;
+            }
+        }
+    }
+}
+
+/// The hat function `x^-s`.
+fn h(x: f64, s: f64) -> f64 {
+    (-s * x.ln()).exp()
+}
+
+/// `∫ x^-s dx`, written to stay accurate near `s = 1`.
+fn h_integral(x: f64, s: f64) -> f64 {
+    let log_x = x.ln();
+    helper2((1.0 - s) * log_x) * log_x
+}
+
+fn h_integral_inverse(x: f64, s: f64) -> f64 {
+    // Rounding can push t below -1, where ln(1 + t) is undefined.
+    let t = (x * (1.0 - s)).max(-1.0);
+    (helper1(t) * x).exp()
+}
+
+/// `ln(1 + x) / x`, continuous at 0.
+fn helper1(x: f64) -> f64 {
+    if x.abs() > 1e-8 { x.ln_1p() / x } else { 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x)) }
+}
+
+/// `(e^x - 1) / x`, continuous at 0.
+fn helper2(x: f64) -> f64 {
+    if x.abs() > 1e-8 { x.exp_m1() / x } else { 1.0 + x * 0.5 * (1.0 + x / 3.0 * (1.0 + 0.25 * x)) }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Popularity {
+    Uniform,
+    Zipf(Zipf),
+}
+
+/// A validated workload: names keys and draws requests.
+#[derive(Debug, Clone)]
+pub struct Workload {
+    spec: WorkloadSpec,
+    key_sizes: Sizes,
+    value_sizes: Sizes,
+    popularity: Popularity,
+}
+
+impl Workload {
+    /// Checks `spec` and prepares its samplers.
+    pub fn new(spec: WorkloadSpec) -> Result<Self, WorkloadError> {
+        if !(1..=MAX_KEYS).contains(&spec.keys) {
+            return Err(WorkloadError::Keys(spec.keys));
+        }
+        if !(0.0..=1.0).contains(&spec.get_ratio) {
+            return Err(WorkloadError::GetRatio(spec.get_ratio));
+        }
+        if !(1..=MAX_MULTIGET).contains(&spec.multiget) {
+            return Err(WorkloadError::Multiget(spec.multiget));
+        }
+        if !(1..=MAX_ITEM).contains(&spec.item_max) {
+            return Err(WorkloadError::ItemMax(spec.item_max));
+        }
+        let shortest = KEY_PREFIX.len() as u32 + digits(spec.keys - 1);
+        let key_max = KEY_MAX as u32;
+        let key_sizes = resolve(spec.key_size, shortest, key_max, Shape::EtcKey, KEY_SALT)
+            .ok_or(WorkloadError::KeySize { dist: spec.key_size, keys: spec.keys, shortest })?;
+        let value_sizes = resolve(spec.value_size, 1, spec.item_max, Shape::EtcValue, VALUE_SALT)
+            .ok_or(WorkloadError::ValueSize { dist: spec.value_size, item_max: spec.item_max })?;
+        let popularity = match spec.key_dist {
+            KeyDist::Uniform => Popularity::Uniform,
+            KeyDist::Zipf { s } if valid_zipf(s) => Popularity::Zipf(Zipf::new(spec.keys, s)),
+            KeyDist::Zipf { s } => return Err(WorkloadError::Zipf(s)),
+        };
+        Ok(Workload { spec, key_sizes, value_sizes, popularity })
+    }
+
+    /// The workload as given.
+    pub fn spec(&self) -> &WorkloadSpec {
+        &self.spec
+    }
+
+    /// Key `index` (below `spec().keys`).
+    pub fn key(&self, index: u64) -> Key {
+        // At most KEY_MAX (250): fits a byte.
+        Key { index, len: self.key_sizes.of(index) as u8 }
+    }
+
+    /// The length of key `index`'s value: the same for every set of that key.
+    pub fn value_len(&self, index: u64) -> u32 {
+        self.value_sizes.of(index)
+    }
+
+    /// Draws the next request; a get's keys go into `keys` (cleared first, reused so the
+    /// steady state allocates nothing).
+    pub fn sample<'k>(&self, rng: &mut Rng, keys: &'k mut Vec<Key>) -> Request<'k> {
+        keys.clear();
+        if rng.unit() < self.spec.get_ratio {
+            for _ in 0..self.spec.multiget {
+                let index = self.pick(rng);
+                keys.push(self.key(index));
+            }
+            Request::Get { keys }
+        } else {
+            let index = self.pick(rng);
+            Request::Set { key: self.key(index), value_len: self.value_len(index) }
+        }
+    }
+
+    /// Every key once, in index order, as the set that loads it.
+    pub fn warmup(&self) -> impl Iterator<Item = Request<'static>> + '_ {
+        (0..self.spec.keys).map(|index| Request::Set { key: self.key(index), value_len: self.value_len(index) })
+    }
+
+    fn pick(&self, rng: &mut Rng) -> u64 {
+        match &self.popularity {
+            Popularity::Uniform => rng.below(self.spec.keys),
+            Popularity::Zipf(z) => z.rank(rng) - 1,
+        }
+    }
+}
+
+/// A size distribution clamped to `lo..=hi`, or `None` when its lower bound is below `lo`
+/// or its upper bound above `hi` (ETC is clamped instead: it has no bounds).
+fn resolve(dist: SizeDist, lo: u32, hi: u32, etc: Shape, salt: u64) -> Option<Sizes> {
+    let in_bounds = |min: u32, max: u32| lo <= min && min <= max && max <= hi;
+    let dist = match dist {
+        SizeDist::Fixed(n) if in_bounds(n, n) => Shape::Fixed(n),
+        SizeDist::Uniform { min, max } if in_bounds(min, max) => Shape::Uniform { min, max },
+        SizeDist::Etc => etc,
+        _ => return None,
+    };
+    Some(Sizes { dist, lo, hi, salt })
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::load::rng::Rng;
+
+    fn workload(f: impl FnOnce(&mut WorkloadSpec)) -> Workload {
+        let mut spec = WorkloadSpec::default();
+        f(&mut spec);
+        Workload::new(spec).unwrap()
+    }
+
+    fn key_bytes(k: Key) -> Vec<u8> {
+        let mut v = Vec::new();
+        k.write_to(&mut v);
+        v
+    }
+
+    /// Composite Simpson's rule over `[a, b]` with `n` (even) intervals.
+    fn simpson(f: impl Fn(f64) -> f64, a: f64, b: f64, n: usize) -> f64 {
+        let h = (b - a) / n as f64;
+        let inner: f64 = (1..n).map(|i| f(a + i as f64 * h) * if i % 2 == 1 { 4.0 } else { 2.0 }).sum();
+        (f(a) + inner + f(b)) * h / 3.0
+    }
+
+    #[test]
+    fn keys_are_named_deterministically_and_padded() {
+        let w = workload(|s| s.key_size = SizeDist::Fixed(12));
+        assert_eq!(key_bytes(w.key(0)), b"key:00000000");
+        assert_eq!(key_bytes(w.key(99_999)), b"key:00099999");
+        // The shortest that names 100,000 keys: "key:" and 5 digits.
+        let w = workload(|s| s.key_size = SizeDist::Fixed(9));
+        assert_eq!(key_bytes(w.key(12_345)), b"key:12345");
+        let err = Workload::new(WorkloadSpec { key_size: SizeDist::Fixed(8), ..WorkloadSpec::default() });
+        assert_eq!(err.unwrap_err().to_string(), "key size 8: 100000 keys need keys of 9..=250 bytes");
+        // Uniform key sizes stay in range and each key keeps its size.
+        let w = workload(|s| s.key_size = SizeDist::Uniform { min: 10, max: 60 });
+        let lens: Vec<usize> = (0..10_000).map(|i| w.key(i).byte_len()).collect();
+        assert!(lens.iter().all(|l| (10..=60).contains(l)));
+        assert!(lens.contains(&10) && lens.contains(&60));
+        assert_eq!(lens[77], w.key(77).byte_len());
+        assert_eq!(key_bytes(w.key(77)).len(), lens[77]);
+    }
+
+    #[test]
+    fn value_sizes_are_a_function_of_the_key() {
+        let w = workload(|s| s.value_size = SizeDist::Uniform { min: 10, max: 1000 });
+        let again = workload(|s| s.value_size = SizeDist::Uniform { min: 10, max: 1000 });
+        let warm: Vec<(u64, u32)> = w
+            .warmup()
+            .map(|r| match r {
+                Request::Set { key, value_len } => (key.index(), value_len),
+                Request::Get { .. } => unreachable!("the warm-up only sets"),
+            })
+            .collect();
+        assert_eq!(warm.len(), 100_000);
+        assert!(warm.iter().enumerate().all(|(i, &(k, _))| k == i as u64));
+        assert!(warm.iter().all(|&(k, v)| v == again.value_len(k) && (10..=1000).contains(&v)));
+        // Sampled sets of a key write what the warm-up wrote.
+        let w = workload(|s| {
+            s.get_ratio = 0.0;
+            s.value_size = SizeDist::Etc;
+        });
+        let mut rng = Rng::new(1);
+        let mut keys = Vec::new();
+        for _ in 0..1000 {
+            let Request::Set { key, value_len } = w.sample(&mut rng, &mut keys) else { panic!("get at ratio 0") };
+            assert_eq!(value_len, w.value_len(key.index()));
+        }
+    }
+
+    #[test]
+    fn the_mix_and_multigets_follow_the_spec() {
+        let w = workload(|s| {
+            s.get_ratio = 0.75;
+            s.multiget = 4;
+        });
+        let mut rng = Rng::new(2);
+        let mut keys = Vec::new();
+        let mut gets = 0;
+        for _ in 0..100_000 {
+            match w.sample(&mut rng, &mut keys) {
+                Request::Get { keys } => {
+                    assert_eq!(keys.len(), 4);
+                    assert!(keys.iter().all(|k| k.index() < 100_000));
+                    gets += 1;
+                }
+                Request::Set { key, .. } => assert!(key.index() < 100_000),
+            }
+        }
+        assert!((gets as f64 / 100_000.0 - 0.75).abs() < 0.01, "{gets}");
+        let all_gets = workload(|s| s.get_ratio = 1.0);
+        assert!((0..1000).all(|_| matches!(all_gets.sample(&mut rng, &mut keys), Request::Get { .. })));
+    }
+
+    #[test]
+    fn etc_values_have_the_clamped_distributions_mean() {
+        let item_max = 1u32 << 20;
+        let w = workload(|s| {
+            s.keys = 200_000;
+            s.value_size = SizeDist::Etc;
+            s.item_max = item_max;
+        });
+        let sizes: Vec<u32> = (0..200_000).map(|i| w.value_len(i)).collect();
+        assert!(sizes.iter().all(|&v| (1..=item_max).contains(&v)));
+        // The head: 2-byte values are 17.8% of them.
+        let twos = sizes.iter().filter(|&&v| v == 2).count() as f64 / 200_000.0;
+        assert!((twos - 0.1782).abs() < 0.005, "{twos}");
+        // Theory, from the CDF (not the inverse the sampler uses): the head's sizes
+        // (0 raised to 1), plus the tail's weight times E[min(X, item_max)] = 15 + the
+        // integral of the survival function from 15 to item_max, integrated over
+        // ln(x - 14) where it is smooth.
+        let head: f64 = ETC_VALUE_HEAD.iter().enumerate().map(|(b, p)| p * (b.max(1) as f64)).sum();
+        let weight = 1.0 - ETC_VALUE_HEAD.iter().sum::<f64>();
+        let (loc, scale, shape) = ETC_VALUE_TAIL;
+        let survival = |x: f64| (1.0 + shape * (x - loc) / scale).powf(-1.0 / shape);
+        let integral = simpson(|y| survival(14.0 + y.exp()) * y.exp(), 0.0, (f64::from(item_max) - 14.0).ln(), 20_000);
+        let theory = head + weight * (loc + integral);
+        let mean = sizes.iter().map(|&v| f64::from(v)).sum::<f64>() / sizes.len() as f64;
+        // The tail is heavy (sd ~ 600 bytes): 200k keys put the mean within ~0.5%.
+        assert!((mean / theory - 1.0).abs() < 0.02, "mean {mean}, theory {theory}");
+        assert!((150.0..250.0).contains(&theory), "{theory}");
+    }
+
+    #[test]
+    fn etc_keys_have_the_clamped_distributions_mean() {
+        let w = workload(|s| {
+            s.keys = 200_000;
+            s.key_size = SizeDist::Etc;
+        });
+        let lens: Vec<usize> = (0..200_000).map(|i| w.key(i).byte_len()).collect();
+        let shortest = 4 + 6;
+        assert!(lens.iter().all(|l| (shortest..=KEY_MAX).contains(l)));
+        // E[clamp(X, a, b)] = a + the integral of the survival function over [a, b].
+        let (loc, scale, shape) = ETC_KEY;
+        let survival = |x: f64| 1.0 - (-(1.0 + shape * (x - loc) / scale).powf(-1.0 / shape)).exp();
+        let theory = shortest as f64 + simpson(survival, shortest as f64, KEY_MAX as f64, 20_000);
+        let mean = lens.iter().sum::<usize>() as f64 / lens.len() as f64;
+        assert!((mean / theory - 1.0).abs() < 0.01, "mean {mean}, theory {theory}");
+        assert!((30.0..40.0).contains(&theory), "{theory}");
+    }
+
+    fn zipf_matches_theory(n: u64, s: f64, seed: u64) -> Result<(), String> {
+        const SAMPLES: usize = 100_000;
+        let z = Zipf::new(n, s);
+        let mut rng = Rng::new(seed);
+        let mut top = [0u64; 5];
+        for _ in 0..SAMPLES {
+            let k = z.rank(&mut rng);
+            if !(1..=n).contains(&k) {
+                return Err(format!("rank {k} outside 1..={n}"));
+            }
+            if k <= 5 {
+                top[k as usize - 1] += 1;
+            }
+        }
+        let norm: f64 = (1..=n).map(|k| (k as f64).powf(-s)).sum();
+        for (i, &count) in top.iter().enumerate().take(n.min(5) as usize) {
+            let p = ((i + 1) as f64).powf(-s) / norm;
+            let got = count as f64 / SAMPLES as f64;
+            // Five standard deviations of a binomial proportion.
+            let tolerance = 5.0 * (p * (1.0 - p) / SAMPLES as f64).sqrt() + 1e-4;
+            if (got - p).abs() > tolerance {
+                return Err(format!("n {n} s {s}: rank {} drawn {got}, theory {p}", i + 1));
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn zipf_top_ranks_match_theory(n in 1u64..50_000, s in 0.05f64..3.0, seed: u64) {
+            zipf_matches_theory(n, s, seed).map_err(TestCaseError::fail)?;
+        }
+    }
+
+    #[test]
+    fn zipf_is_right_at_the_usual_and_the_extreme_exponents() {
+        for (n, s) in [(100_000, 0.99), (100_000, 1.0), (1000, 1.01), (1000, MAX_ZIPF), (1, 0.99), (2, 0.5)] {
+            zipf_matches_theory(n, s, 11).unwrap();
+        }
+    }
+
+    #[test]
+    fn zipf_workloads_ask_for_low_indexes_most() {
+        let w = workload(|s| {
+            s.keys = 1000;
+            s.key_dist = KeyDist::Zipf { s: 0.99 };
+        });
+        let mut rng = Rng::new(5);
+        let mut keys = Vec::new();
+        let mut zero = 0;
+        for _ in 0..10_000 {
+            if let Request::Get { keys } = w.sample(&mut rng, &mut keys) {
+                zero += keys.iter().filter(|k| k.index() == 0).count();
+            }
+        }
+        // Rank 1 of 1000 at s = 0.99 takes about 13%; of 90% gets, about 1,200.
+        assert!((900..1500).contains(&zero), "{zero}");
+    }
+
+    #[test]
+    fn specs_parse_and_print_back() {
+        for s in ["uniform", "zipf:0.99", "zipf:1.5"] {
+            assert_eq!(s.parse::<KeyDist>().unwrap().to_string(), s);
+        }
+        for s in ["30", "uniform:10,60", "etc"] {
+            assert_eq!(s.parse::<SizeDist>().unwrap().to_string(), s);
+        }
+        assert_eq!("uniform:5,5".parse::<SizeDist>().unwrap(), SizeDist::Uniform { min: 5, max: 5 });
+    }
+
+    #[test]
+    fn bad_specs_name_the_bad_part() {
+        let key = |s: &str| s.parse::<KeyDist>().unwrap_err().to_string();
+        let size = |s: &str| s.parse::<SizeDist>().unwrap_err().to_string();
+        assert_eq!(key("zipf:abc"), "key distribution \"zipf:abc\": exponent \"abc\" is not a number");
+        assert_eq!(key("zipf:-1"), "key distribution \"zipf:-1\": exponent -1 must be above 0 and at most 10");
+        assert_eq!(key("zipf:NaN"), "key distribution \"zipf:NaN\": exponent NaN must be above 0 and at most 10");
+        assert!(key("zipf").contains("expected uniform or zipf:EXPONENT"));
+        assert!(key("pareto:1").contains("expected uniform or zipf:EXPONENT"));
+        assert_eq!(size("uniform:10"), "size \"uniform:10\": expected uniform:MIN,MAX");
+        assert_eq!(size("uniform:10,x"), "size \"uniform:10,x\": \"x\" is not a size in bytes");
+        assert_eq!(size("uniform:60,10"), "size \"uniform:60,10\": minimum 60 is above maximum 10");
+        assert_eq!(size("99999999999"), "size \"99999999999\": \"99999999999\" is not a size in bytes");
+        assert!(size("-3").contains("expected a size in bytes, uniform:MIN,MAX or etc"));
+        assert!(size("").contains("expected a size in bytes"));
+    }
+
+    #[test]
+    fn bad_workloads_are_refused() {
+        let bad = |f: fn(&mut WorkloadSpec)| {
+            let mut spec = WorkloadSpec::default();
+            f(&mut spec);
+            Workload::new(spec).unwrap_err()
+        };
+        assert_eq!(bad(|s| s.keys = 0), WorkloadError::Keys(0));
+        assert_eq!(bad(|s| s.keys = MAX_KEYS + 1), WorkloadError::Keys(MAX_KEYS + 1));
+        assert_eq!(bad(|s| s.get_ratio = 1.5), WorkloadError::GetRatio(1.5));
+        assert!(matches!(bad(|s| s.get_ratio = f64::NAN), WorkloadError::GetRatio(_)));
+        assert_eq!(bad(|s| s.multiget = 0), WorkloadError::Multiget(0));
+        assert_eq!(bad(|s| s.item_max = 0), WorkloadError::ItemMax(0));
+        assert!(matches!(bad(|s| s.key_size = SizeDist::Fixed(251)), WorkloadError::KeySize { .. }));
+        assert!(matches!(bad(|s| s.key_size = SizeDist::Uniform { min: 3, max: 40 }), WorkloadError::KeySize { .. }));
+        assert!(matches!(bad(|s| s.value_size = SizeDist::Fixed(0)), WorkloadError::ValueSize { .. }));
+        assert_eq!(
+            bad(|s| s.value_size = SizeDist::Uniform { min: 1, max: 2 << 20 }).to_string(),
+            "value size uniform:1,2097152: must be within 1..=1048576 bytes"
+        );
+        assert_eq!(bad(|s| s.key_dist = KeyDist::Zipf { s: 0.0 }), WorkloadError::Zipf(0.0));
+        // The largest key space still has room for its keys.
+        let w = workload(|s| {
+            s.keys = MAX_KEYS;
+            s.key_size = SizeDist::Etc;
+        });
+        assert_eq!(key_bytes(w.key(MAX_KEYS - 1)).len(), w.key(MAX_KEYS - 1).byte_len());
+    }
+
+    #[test]
+    fn decimals_pad() {
+        let mut v = Vec::new();
+        push_decimal(&mut v, 0, 0);
+        push_decimal(&mut v, 42, 5);
+        push_decimal(&mut v, u64::MAX, 3);
+        assert_eq!(v, b"00004218446744073709551615");
+    }
+}

@@ -1,0 +1,88 @@
+//! The fuzz target's body, here so the stable test suite runs it over the seed corpus
+//! too (`fuzz/fuzz_targets/kv_conn.rs` is the cargo-fuzz wrapper).
+
+use super::parse::StatsKind;
+use super::reply::StatsWriter;
+use super::{Clock, Conn, Counters, Ctx, Host, Limits, Turn};
+use crate::store::{Store, StoreConfig};
+
+/// A host with fixed answers (tests and fuzzing).
+#[derive(Debug, Default)]
+pub struct FixedHost;
+
+impl Host for FixedHost {
+    fn version(&self) -> &str {
+        "1.6.18-netlane-test"
+    }
+
+    fn stats(&self, kind: StatsKind, store: &Store, own: &Counters, _clock: Clock, out: &mut Vec<u8>) {
+        let mut w = StatsWriter::new(out);
+        match kind {
+            StatsKind::General => {
+                own.each(|name, _, v| {
+                    w.num(name, v);
+                });
+                w.num("curr_items", store.stats().curr_items);
+            }
+            StatsKind::Items | StatsKind::Slabs => super::exec::store_class_stats(kind, store, &mut w),
+            StatsKind::Reset => {
+                out.extend_from_slice(b"RESET\r\n");
+                return;
+            }
+            StatsKind::Settings | StatsKind::Conns => {}
+        }
+        w.end();
+    }
+
+    fn verbosity(&self, _level: u32) {}
+}
+
+/// Input layout: byte 0 picks small limits (bit 0) and a tiny item limit (bit 1); then
+/// chunks, each behind a one-byte length (`len % 64`, 0 meaning "drain the output"),
+/// fed to one connection whose commands run against a small store. The clock advances
+/// 700 ms per chunk. Invariants checked: the connection never buffers more than its
+/// bounds allow and never panics.
+pub fn conn(data: &[u8]) {
+    let Some((&mode, mut rest)) = data.split_first() else { return };
+    let limits = if mode & 1 != 0 {
+        Limits { max_line: 40, max_get_line: 300, output_pause: 200, commands_per_turn: 3, read_chunk: 16 }
+    } else {
+        Limits::default()
+    };
+    let item_max = if mode & 2 != 0 { 1024 } else { 4096 };
+    let Ok(store) = Store::new(StoreConfig { memory: 64 << 10, item_max, shards: 2 }) else { return };
+    let host = FixedHost;
+    let mut counters = Counters::default();
+    let mut conn = Conn::new(limits, item_max);
+    let bound = limits.max_get_line.max(limits.max_line + item_max + 4) + limits.read_chunk;
+    let mut now = 0;
+    while let Some((&len, tail)) = rest.split_first() {
+        let n = usize::from(len % 64).min(tail.len());
+        let (chunk, after) = tail.split_at(n);
+        rest = after;
+        now += 700;
+        let mut ctx = Ctx {
+            store: &store,
+            clock: Clock { now_ms: now, epoch_ms: 1_700_000_000_000 },
+            host: &host,
+            counters: &mut counters,
+        };
+        if n == 0 {
+            let all = conn.output().len();
+            conn.written(all);
+        } else {
+            conn.feed(chunk);
+        }
+        for _ in 0..4 {
+            match conn.process(&mut ctx) {
+                Turn::Yield => continue,
+                Turn::Close => return,
+                Turn::NeedRead | Turn::Blocked => break,
+            }
+        }
+        assert!(
+            conn.memory() <= 2 * bound + 4 * limits.output_pause + 2 * item_max + (64 << 10),
+            "buffers grew unbounded"
+        );
+    }
+}

@@ -1,0 +1,228 @@
+//! The protocol core's tests: the conformance table (`conformance.rs`) and the bounds.
+
+use super::conformance::conformance_table;
+use super::fuzzing::FixedHost;
+use super::*;
+use crate::store::StoreConfig;
+
+struct Harness {
+    store: Store,
+    host: FixedHost,
+    counters: Counters,
+    conn: Conn,
+    now: u64,
+}
+
+impl Harness {
+    fn new(limits: Limits) -> Self {
+        let store = Store::new(StoreConfig { memory: 1 << 20, item_max: 1024, shards: 4 }).unwrap();
+        Harness { store, host: FixedHost, counters: Counters::default(), conn: Conn::new(limits, 1024), now: 0 }
+    }
+
+    /// Feeds `bytes` in chunks of `chunk`, runs, and returns all output.
+    fn exchange(&mut self, bytes: &[u8], chunk: usize) -> (Vec<u8>, bool) {
+        let mut out = Vec::new();
+        let mut closed = false;
+        for part in bytes.chunks(chunk.max(1)) {
+            let mut fed = 0;
+            while fed < part.len() && !closed {
+                fed += self.conn.feed(&part[fed..]);
+                closed |= self.run(&mut out);
+            }
+        }
+        if bytes.is_empty() {
+            closed |= self.run(&mut out);
+        }
+        (out, closed)
+    }
+
+    fn run(&mut self, out: &mut Vec<u8>) -> bool {
+        loop {
+            let mut ctx = Ctx {
+                store: &self.store,
+                clock: Clock { now_ms: self.now, epoch_ms: 1_700_000_000_000 },
+                host: &self.host,
+                counters: &mut self.counters,
+            };
+            let turn = self.conn.process(&mut ctx);
+            out.extend_from_slice(self.conn.output());
+            let n = self.conn.output().len();
+            self.conn.written(n);
+            match turn {
+                Turn::NeedRead => return false,
+                Turn::Close => return true,
+                Turn::Blocked | Turn::Yield => {}
+            }
+        }
+    }
+}
+
+fn show(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn conformance_table_in_one_piece_and_byte_by_byte() {
+    for chunk in [usize::MAX, 1, 7] {
+        for (name, steps) in conformance_table() {
+            let mut h = Harness::new(Limits::default());
+            for (i, st) in steps.iter().enumerate() {
+                h.now += st.advance_ms;
+                let (out, _) = h.exchange(&st.send, chunk);
+                assert_eq!(show(&out), show(&st.expect), "{name}, step {i} ({}), chunks of {chunk}", show(&st.send));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_line_over_the_limit_is_refused_and_closes() {
+    let mut h = Harness::new(Limits::default());
+    let (out, closed) = h.exchange(&[b'x'; 3000], 512);
+    assert_eq!(show(&out), "CLIENT_ERROR line too long\r\n");
+    assert!(closed);
+    // A long get line is allowed up to the multi-get limit.
+    let mut h = Harness::new(Limits::default());
+    let mut line = b"get".to_vec();
+    for i in 0..2000 {
+        line.extend_from_slice(format!(" k{i}").as_bytes());
+    }
+    line.extend_from_slice(b"\r\n");
+    let (out, closed) = h.exchange(&line, 4096);
+    assert_eq!(show(&out), "END\r\n");
+    assert!(!closed);
+    assert_eq!(h.counters.cmd_get, 2000);
+}
+
+#[test]
+fn quit_closes_after_earlier_replies() {
+    let mut h = Harness::new(Limits::default());
+    let (out, closed) = h.exchange(b"mn\r\nquit\r\nmn\r\n", usize::MAX);
+    assert_eq!(show(&out), "MN\r\n");
+    assert!(closed);
+}
+
+#[test]
+fn a_huge_multiget_pauses_instead_of_buffering() {
+    let limits = Limits { output_pause: 4096, ..Limits::default() };
+    let mut h = Harness::new(limits);
+    h.exchange(b"set v 0 0 1000\r\n", usize::MAX);
+    let (out, _) = h.exchange(&[[b'a'; 1000].as_slice(), b"\r\n"].concat(), usize::MAX);
+    assert_eq!(show(&out), "STORED\r\n");
+    let mut line = b"get".to_vec();
+    for _ in 0..100 {
+        line.extend_from_slice(b" v");
+    }
+    line.extend_from_slice(b"\r\n");
+    h.conn.feed(&line);
+    let mut total = Vec::new();
+    let mut blocked = 0;
+    loop {
+        let mut ctx =
+            Ctx { store: &h.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &h.host, counters: &mut h.counters };
+        let turn = h.conn.process(&mut ctx);
+        assert!(h.conn.output().len() <= 4096 + 1100, "output {} over the pause limit", h.conn.output().len());
+        assert!(h.conn.read_space().is_empty() || turn == Turn::NeedRead);
+        total.extend_from_slice(h.conn.output());
+        let n = h.conn.output().len();
+        h.conn.written(n);
+        match turn {
+            Turn::Blocked => blocked += 1,
+            Turn::NeedRead => break,
+            t => panic!("{t:?}"),
+        }
+    }
+    assert!(blocked >= 20, "paused {blocked} times");
+    assert_eq!(total.len(), 100 * (b"VALUE v 0 1000\r\n".len() + 1002) + 5);
+    assert!(total.ends_with(b"END\r\n"));
+}
+
+#[test]
+fn one_connection_cannot_run_more_than_its_turn() {
+    let limits = Limits { commands_per_turn: 4, ..Limits::default() };
+    let mut h = Harness::new(limits);
+    h.conn.feed(&b"mn\r\n".repeat(10));
+    let mut ctx =
+        Ctx { store: &h.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &h.host, counters: &mut h.counters };
+    assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
+    assert_eq!(h.conn.output(), b"MN\r\n".repeat(4));
+    assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
+    assert_eq!(h.conn.process(&mut ctx), Turn::NeedRead);
+    assert_eq!(h.conn.output(), b"MN\r\n".repeat(10));
+}
+
+#[test]
+fn a_refused_value_is_skipped_as_it_arrives_not_buffered() {
+    let mut h = Harness::new(Limits::default());
+    let (out, _) = h.exchange(b"set k 0 0 100000000\r\n", usize::MAX);
+    assert_eq!(show(&out), "SERVER_ERROR object too large for cache\r\n");
+    for _ in 0..1000 {
+        let (out, _) = h.exchange(&[b'z'; 100_000], 16 << 10);
+        assert!(out.is_empty());
+        assert!(h.conn.memory() < 64 << 10, "buffers grew to {}", h.conn.memory());
+    }
+    let (out, _) = h.exchange(b"\r\nmn\r\n", usize::MAX);
+    assert_eq!(show(&out), "MN\r\n");
+}
+
+#[test]
+fn cas_race_between_two_connections() {
+    let mut a = Harness::new(Limits::default());
+    a.exchange(b"set k 0 0 1\r\n0\r\n", usize::MAX);
+    let mut b = Conn::new(Limits::default(), 1024);
+    // Both read CAS 1; a wins, b loses.
+    let (out, _) = a.exchange(b"gets k\r\n", usize::MAX);
+    assert_eq!(show(&out), "VALUE k 0 1 1\r\n0\r\nEND\r\n");
+    let (out, _) = a.exchange(b"cas k 0 0 1 1\r\na\r\n", usize::MAX);
+    assert_eq!(show(&out), "STORED\r\n");
+    b.feed(b"cas k 0 0 1 1\r\nb\r\n");
+    let mut ctx =
+        Ctx { store: &a.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &a.host, counters: &mut a.counters };
+    b.process(&mut ctx);
+    assert_eq!(show(b.output()), "EXISTS\r\n");
+    assert_eq!((a.counters.cas_hits, a.counters.cas_badval), (1, 1));
+}
+
+#[test]
+fn eviction_under_the_memory_limit_through_the_protocol() {
+    let mut h = Harness::new(Limits::default());
+    // 1 MiB over 4 shards; 4000 values of 900 bytes (~4 MB) must evict.
+    for i in 0..4000 {
+        let mut req = format!("set k{i} 0 0 900\r\n").into_bytes();
+        req.extend_from_slice(&[b'v'; 900]);
+        req.extend_from_slice(b"\r\n");
+        let (out, _) = h.exchange(&req, usize::MAX);
+        assert_eq!(show(&out), "STORED\r\n");
+    }
+    let st = h.store.stats();
+    assert!(st.bytes <= 1 << 20, "{st:?}");
+    assert!(st.evictions > 2500, "{st:?}");
+    let (out, _) = h.exchange(b"get k3999\r\n", usize::MAX);
+    assert!(out.starts_with(b"VALUE k3999 0 900\r\n"));
+    let (out, _) = h.exchange(b"get k0\r\n", usize::MAX);
+    assert_eq!(show(&out), "END\r\n");
+}
+
+#[test]
+fn counters_follow_memcached_names() {
+    let mut h = Harness::new(Limits::default());
+    h.exchange(b"set a 0 0 1\r\n1\r\nget a b\r\nget a\r\ndelete b\r\n", usize::MAX);
+    let c = &h.counters;
+    assert_eq!((c.cmd_set, c.cmd_get, c.get_hits, c.get_misses, c.delete_misses), (1, 3, 2, 1, 1));
+    let (out, _) = h.exchange(b"stats\r\n", usize::MAX);
+    let text = show(&out);
+    assert!(text.contains("STAT get_hits 2\r\n") && text.ends_with("END\r\n"), "{text}");
+}
+
+#[test]
+fn clock_deadlines_follow_memcached() {
+    let c = Clock { now_ms: 5_000, epoch_ms: 1_700_000_000_000 };
+    assert_eq!(c.deadline(0), NEVER);
+    assert_eq!(c.deadline(-5), 0);
+    assert_eq!(c.deadline(10), 15_000);
+    // Absolute Unix times beyond 30 days: 1_700_000_100 is 100 s after the epoch.
+    assert_eq!(c.deadline(1_700_000_100), 100_000);
+    assert_eq!(c.deadline(REALTIME_MAXDELTA + 1), 0, "an absolute time before the server started");
+    assert_eq!(c.ttl_secs(NEVER), -1);
+    assert_eq!(c.ttl_secs(6_001), 2);
+}

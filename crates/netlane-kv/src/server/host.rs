@@ -1,0 +1,296 @@
+//! The server's shared state, what `stats` reports, and the Prometheus rendering.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use netlane::metrics::prom::{Exposition, Kind};
+use serde::Serialize;
+
+use crate::proto::parse::StatsKind;
+use crate::proto::reply::StatsWriter;
+use crate::proto::{Clock, Counters, Host, Limits, SharedCounters, exec};
+use crate::store::{Store, StoreStats};
+
+/// The settings `stats settings` reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    /// TCP port.
+    pub tcp_port: u16,
+    /// UDP port (0: off).
+    pub udp_port: u16,
+    /// Worker threads.
+    pub threads: usize,
+    /// Connection limit.
+    pub max_conns: usize,
+    /// Largest value.
+    pub item_size_max: usize,
+    /// Memory limit.
+    pub maxbytes: u64,
+    /// Idle timeout, s (0: none).
+    pub idle_timeout_s: u64,
+    /// Per-connection bounds.
+    #[serde(skip)]
+    pub limits: Limits,
+    /// Store shards.
+    pub shards: usize,
+}
+
+/// Connection-level counters (the acceptor's and workers').
+#[derive(Debug, Default)]
+pub(crate) struct ConnCounters {
+    pub curr: AtomicU64,
+    pub total: AtomicU64,
+    pub rejected: AtomicU64,
+    pub idle_kicks: AtomicU64,
+    pub accept_errors: AtomicU64,
+    pub udp_requests: AtomicU64,
+}
+
+/// Everything the threads share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub store: Store,
+    pub settings: Settings,
+    pub workers: Vec<SharedCounters>,
+    pub conns: ConnCounters,
+    started: Instant,
+    epoch_ms: u64,
+    verbosity: AtomicU32,
+    /// `stats reset` subtracts this from what workers published.
+    baseline: Mutex<Counters>,
+}
+
+/// A snapshot of every counter.
+#[derive(Debug, Clone, Serialize)]
+pub struct ServerStats {
+    /// Seconds since start.
+    pub uptime_s: f64,
+    /// Connections open now.
+    pub curr_connections: u64,
+    /// Connections accepted.
+    pub total_connections: u64,
+    /// Connections refused at the limit.
+    pub rejected_connections: u64,
+    /// Connections closed for idleness.
+    pub idle_kicks: u64,
+    /// UDP requests answered.
+    pub udp_requests: u64,
+    /// Protocol counters summed over workers.
+    #[serde(flatten)]
+    pub protocol: CountersView,
+    /// The store's counters.
+    #[serde(flatten)]
+    pub store: StoreView,
+}
+
+/// [`Counters`] for serialization.
+#[derive(Debug, Clone, Serialize)]
+pub struct CountersView(pub std::collections::BTreeMap<&'static str, u64>);
+
+/// [`StoreStats`] for serialization.
+#[derive(Debug, Clone, Serialize)]
+pub struct StoreView {
+    /// Items now.
+    pub curr_items: u64,
+    /// Bytes now.
+    pub bytes: u64,
+    /// Items stored.
+    pub total_items: u64,
+    /// Live items evicted.
+    pub evictions: u64,
+    /// Expired/flushed items removed.
+    pub reclaimed: u64,
+}
+
+impl Shared {
+    pub fn new(store: Store, settings: Settings, threads: usize) -> Shared {
+        let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        Shared {
+            store,
+            settings,
+            workers: (0..threads).map(|_| SharedCounters::default()).collect(),
+            conns: ConnCounters::default(),
+            started: Instant::now(),
+            epoch_ms,
+            verbosity: AtomicU32::new(0),
+            baseline: Mutex::new(Counters::default()),
+        }
+    }
+
+    /// The protocol clock now.
+    pub fn clock(&self) -> Clock {
+        Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: self.epoch_ms }
+    }
+
+    /// Sum of the published counters, with `own` in place of worker `me`'s.
+    fn counters(&self, own: Option<(usize, &Counters)>) -> Counters {
+        let mut t = Counters::default();
+        for (i, w) in self.workers.iter().enumerate() {
+            match own {
+                Some((me, c)) if me == i => t.add(c),
+                _ => t.add(&w.load()),
+            }
+        }
+        let base = self.baseline.lock().map(|b| b.clone()).unwrap_or_default();
+        t.minus(&base)
+    }
+
+    pub fn snapshot(&self) -> ServerStats {
+        let c = self.counters(None);
+        let mut m = std::collections::BTreeMap::new();
+        c.each(|name, _, v| {
+            m.insert(name, v);
+        });
+        let s = self.store.stats();
+        ServerStats {
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            curr_connections: self.conns.curr.load(Ordering::Relaxed),
+            total_connections: self.conns.total.load(Ordering::Relaxed),
+            rejected_connections: self.conns.rejected.load(Ordering::Relaxed),
+            idle_kicks: self.conns.idle_kicks.load(Ordering::Relaxed),
+            udp_requests: self.conns.udp_requests.load(Ordering::Relaxed),
+            protocol: CountersView(m),
+            store: StoreView {
+                curr_items: s.curr_items,
+                bytes: s.bytes,
+                total_items: s.total_items,
+                evictions: s.evictions,
+                reclaimed: s.reclaimed,
+            },
+        }
+    }
+
+    fn general(&self, w: &mut StatsWriter<'_>, c: &Counters, s: &StoreStats, clock: Clock) {
+        let ru = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok();
+        let tv = |t: nix::sys::time::TimeVal| format!("{}.{:06}", t.tv_sec(), t.tv_usec());
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        w.num("pid", u64::from(std::process::id()))
+            .num("uptime", clock.now_ms / 1000)
+            .num("time", clock.unix_secs())
+            .text("version", self.version())
+            .num("pointer_size", usize::BITS.into())
+            .text("rusage_user", &ru.map_or("0.0".into(), |r| tv(r.user_time())))
+            .text("rusage_system", &ru.map_or("0.0".into(), |r| tv(r.system_time())))
+            .num("max_connections", self.settings.max_conns as u64)
+            .num("curr_connections", n(&self.conns.curr))
+            .num("total_connections", n(&self.conns.total))
+            .num("rejected_connections", n(&self.conns.rejected))
+            .num("connection_structures", n(&self.conns.curr));
+        c.each(|name, _, v| {
+            w.num(name, v);
+        });
+        w.num("limit_maxbytes", self.settings.maxbytes)
+            .num("accepting_conns", 1)
+            .num("threads", self.settings.threads as u64)
+            .num("idle_kicks", n(&self.conns.idle_kicks))
+            .num("bytes", s.bytes)
+            .num("curr_items", s.curr_items)
+            .num("total_items", s.total_items)
+            .num("expired_unfetched", s.expired_unfetched)
+            .num("evicted_unfetched", s.evicted_unfetched)
+            .num("evictions", s.evictions)
+            .num("reclaimed", s.reclaimed)
+            .num("crawler_reclaimed", s.reaped);
+    }
+
+    fn settings_stats(&self, w: &mut StatsWriter<'_>) {
+        let st = &self.settings;
+        w.num("maxbytes", st.maxbytes)
+            .num("maxconns", st.max_conns as u64)
+            .num("tcpport", st.tcp_port.into())
+            .num("udpport", st.udp_port.into())
+            .num("verbosity", self.verbosity.load(Ordering::Relaxed).into())
+            .text("evictions", "on")
+            .num("num_threads", st.threads as u64)
+            .text("cas_enabled", "yes")
+            .num("item_size_max", st.item_size_max as u64)
+            .num("idle_timeout", st.idle_timeout_s)
+            .num("reqs_per_event", st.limits.commands_per_turn as u64)
+            .num("read_buf_size", st.limits.read_chunk as u64)
+            .num("max_line", st.limits.max_line as u64)
+            .num("max_get_line", st.limits.max_get_line as u64)
+            .num("output_pause", st.limits.output_pause as u64)
+            .num("store_shards", st.shards as u64)
+            .text("eviction_policy", "clock");
+    }
+
+    pub fn prometheus(&self) -> String {
+        let c = self.counters(None);
+        let s = self.store.stats();
+        let mut e = Exposition::new();
+        c.each(|name, help, v| {
+            let n = format!("netlane_kv_{name}_total");
+            e.family(&n, help, Kind::Counter).sample(&n, &[], v);
+        });
+        let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let gauges: [(&str, &str, u64); 4] = [
+            ("netlane_kv_curr_connections", "Connections open now.", n(&self.conns.curr)),
+            ("netlane_kv_curr_items", "Items held now.", s.curr_items),
+            ("netlane_kv_bytes", "Bytes held now (key + value + overhead).", s.bytes),
+            ("netlane_kv_limit_maxbytes", "The memory limit.", self.settings.maxbytes),
+        ];
+        for (name, help, v) in gauges {
+            e.family(name, help, Kind::Gauge).sample(name, &[], v);
+        }
+        let counters: [(&str, &str, u64); 7] = [
+            ("netlane_kv_total_connections_total", "Connections accepted.", n(&self.conns.total)),
+            ("netlane_kv_rejected_connections_total", "Connections refused at the limit.", n(&self.conns.rejected)),
+            ("netlane_kv_idle_kicks_total", "Connections closed for idleness.", n(&self.conns.idle_kicks)),
+            ("netlane_kv_total_items_total", "Items ever stored.", s.total_items),
+            ("netlane_kv_evictions_total", "Live items evicted for room.", s.evictions),
+            ("netlane_kv_reclaimed_total", "Expired or flushed items removed.", s.reclaimed),
+            ("netlane_kv_udp_requests_total", "UDP requests answered.", n(&self.conns.udp_requests)),
+        ];
+        for (name, help, v) in counters {
+            e.family(name, help, Kind::Counter).sample(name, &[], v);
+        }
+        e.finish()
+    }
+}
+
+/// The [`Host`] one worker runs commands with.
+#[derive(Debug)]
+pub(crate) struct WorkerHost<'a> {
+    pub shared: &'a Shared,
+    pub worker: usize,
+}
+
+impl Shared {
+    fn version(&self) -> &str {
+        concat!("1.6.18-netlane-", env!("CARGO_PKG_VERSION"))
+    }
+}
+
+impl Host for WorkerHost<'_> {
+    fn version(&self) -> &str {
+        self.shared.version()
+    }
+
+    fn stats(&self, kind: StatsKind, store: &Store, own: &Counters, clock: Clock, out: &mut Vec<u8>) {
+        let sh = self.shared;
+        if kind == StatsKind::Reset {
+            let total = sh.counters(Some((self.worker, own)));
+            if let Ok(mut b) = sh.baseline.lock() {
+                b.add(&total);
+            }
+            out.extend_from_slice(b"RESET\r\n");
+            return;
+        }
+        let mut w = StatsWriter::new(out);
+        match kind {
+            StatsKind::General => {
+                let c = sh.counters(Some((self.worker, own)));
+                sh.general(&mut w, &c, &store.stats(), clock);
+            }
+            StatsKind::Settings => sh.settings_stats(&mut w),
+            StatsKind::Items | StatsKind::Slabs => exec::store_class_stats(kind, store, &mut w),
+            StatsKind::Conns | StatsKind::Reset => {}
+        }
+        w.end();
+    }
+
+    fn verbosity(&self, level: u32) {
+        self.shared.verbosity.store(level, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,425 @@
+//! One worker: an epoll instance, the connections handed to it, its UDP socket.
+//!
+//! Sockets are registered once, edge-triggered, for input and output. The worker
+//! remembers per connection whether the socket may have more to read (set by an
+//! `EPOLLIN` edge, cleared by a short read or `EAGAIN`) and whether it can take more
+//! output (cleared by a short write, set by an `EPOLLOUT` edge).
+
+use std::collections::VecDeque;
+use std::io::{ErrorKind, Read as _, Write as _};
+use std::net::{TcpStream, UdpSocket};
+use std::os::fd::AsFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
+
+use super::Mailbox;
+use super::host::{Shared, WorkerHost};
+use crate::proto::{Conn, Counters, Ctx, Limits, Turn, udp};
+
+const WAKE: u64 = u64::MAX;
+const UDP: u64 = u64::MAX - 1;
+/// UDP datagrams handled per turn before the connections get theirs.
+const UDP_BATCH: usize = 64;
+/// Largest reply a UDP request may produce (a command boundary past it ends the reply).
+const UDP_REPLY_MAX: usize = 1 << 20;
+
+#[derive(Debug)]
+struct Entry {
+    stream: TcpStream,
+    conn: Conn,
+    /// The socket may hold unread bytes.
+    can_read: bool,
+    /// The socket can take output.
+    can_write: bool,
+    /// The peer shut its side: close once the output is out.
+    peer_done: bool,
+    /// In the ready queue (a yielded turn).
+    queued: bool,
+    /// Closing: since when (ms). The output goes out, then the sending side is shut and
+    /// input is read and dropped until the peer closes (or a second passes), so that a
+    /// final error line is not destroyed by the reset that closing a socket with unread
+    /// input sends.
+    lingering_since: Option<u64>,
+    /// The sending side was shut.
+    shut: bool,
+    last_active_ms: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Worker {
+    id: usize,
+    shared: Arc<Shared>,
+    mailbox: Arc<Mailbox>,
+    stop: Arc<AtomicBool>,
+    limits: Limits,
+    idle_timeout: Option<Duration>,
+    udp: Option<UdpSocket>,
+    udp_pending: bool,
+    epoll: Epoll,
+    conns: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    ready: VecDeque<usize>,
+    counters: Counters,
+    udp_conn: Conn,
+    udp_in: Vec<u8>,
+    udp_out: Vec<u8>,
+}
+
+impl Worker {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        mailbox: Arc<Mailbox>,
+        stop: Arc<AtomicBool>,
+        limits: Limits,
+        idle_timeout: Option<Duration>,
+        udp: Option<UdpSocket>,
+    ) -> std::io::Result<Worker> {
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
+        epoll.add(mailbox.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+        if let Some(u) = &udp {
+            epoll.add(u.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, UDP))?;
+        }
+        let item_max = shared.store.item_max();
+        // A UDP request is one datagram: its connection never needs more than that.
+        let udp_limits = Limits { output_pause: UDP_REPLY_MAX, ..limits };
+        Ok(Worker {
+            id,
+            shared,
+            mailbox,
+            stop,
+            limits,
+            idle_timeout,
+            udp_pending: udp.is_some(),
+            udp,
+            epoll,
+            conns: Vec::new(),
+            free: Vec::new(),
+            ready: VecDeque::new(),
+            counters: Counters::default(),
+            udp_conn: Conn::new(udp_limits, item_max),
+            udp_in: vec![0; 65536],
+            udp_out: Vec::with_capacity(udp::UDP_MAX_PAYLOAD),
+        })
+    }
+
+    pub fn run(mut self) {
+        let mut events = vec![EpollEvent::empty(); 256];
+        let mut last_idle_check = 0;
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let busy = !self.ready.is_empty() || self.udp_pending;
+            let timeout = if busy { EpollTimeout::ZERO } else { EpollTimeout::from(200u16) };
+            let n = match self.epoll.wait(&mut events, timeout) {
+                Ok(n) => n,
+                Err(nix::Error::EINTR) => 0,
+                Err(e) => {
+                    tracing::error!(worker = self.id, error = %e, "epoll_wait failed; worker stops");
+                    break;
+                }
+            };
+            for ev in &events[..n] {
+                match ev.data() {
+                    WAKE => self.take_mail(),
+                    UDP => self.udp_pending = true,
+                    t => {
+                        let f = ev.events();
+                        if let Some(Some(e)) = self.conns.get_mut(t as usize) {
+                            if f.intersects(
+                                EpollFlags::EPOLLIN
+                                    | EpollFlags::EPOLLRDHUP
+                                    | EpollFlags::EPOLLHUP
+                                    | EpollFlags::EPOLLERR,
+                            ) {
+                                e.can_read = true;
+                            }
+                            if f.intersects(EpollFlags::EPOLLOUT | EpollFlags::EPOLLHUP | EpollFlags::EPOLLERR) {
+                                e.can_write = true;
+                            }
+                        }
+                        self.drive(t as usize);
+                    }
+                }
+            }
+            if self.udp_pending {
+                self.serve_udp();
+            }
+            for _ in 0..self.ready.len() {
+                let Some(i) = self.ready.pop_front() else { break };
+                if let Some(Some(e)) = self.conns.get_mut(i) {
+                    e.queued = false;
+                }
+                self.drive(i);
+            }
+            let now = self.shared.clock().now_ms;
+            if now >= last_idle_check + 1000 {
+                last_idle_check = now;
+                self.kick_idle(now);
+            }
+            self.shared.workers[self.id].publish(&self.counters);
+        }
+        self.shutdown();
+    }
+
+    fn take_mail(&mut self) {
+        let _ = self.mailbox.wake.read();
+        let streams = match self.mailbox.inbox.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        let now = self.shared.clock().now_ms;
+        for stream in streams {
+            let idx = self.free.pop().unwrap_or_else(|| {
+                self.conns.push(None);
+                self.conns.len() - 1
+            });
+            let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+            if let Err(e) = self.epoll.add(stream.as_fd(), EpollEvent::new(flags, idx as u64)) {
+                tracing::warn!(error = %e, "epoll add failed; connection dropped");
+                self.free.push(idx);
+                self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
+                continue;
+            }
+            self.conns[idx] = Some(Entry {
+                stream,
+                conn: Conn::new(self.limits, self.shared.store.item_max()),
+                can_read: true,
+                can_write: true,
+                peer_done: false,
+                queued: false,
+                lingering_since: None,
+                shut: false,
+                last_active_ms: now,
+            });
+            self.drive(idx);
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        if let Some(slot) = self.conns.get_mut(idx)
+            && slot.take().is_some()
+        {
+            self.free.push(idx);
+            self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads, runs and writes for connection `idx` until it would block or yields.
+    fn drive(&mut self, idx: usize) {
+        let clock = self.shared.clock();
+        let host = WorkerHost { shared: &self.shared, worker: self.id };
+        let Some(Some(e)) = self.conns.get_mut(idx) else { return };
+        if e.lingering_since.is_some() {
+            if linger(e, &mut self.counters) {
+                self.close(idx);
+            }
+            return;
+        }
+        let mut ctx = Ctx { store: &self.shared.store, clock, host: &host, counters: &mut self.counters };
+        let close = loop {
+            if e.can_read && !e.peer_done {
+                let space = e.conn.read_space();
+                let len = space.len();
+                if len > 0 {
+                    match (&e.stream).read(space) {
+                        Ok(0) => {
+                            e.peer_done = true;
+                            e.can_read = false;
+                        }
+                        Ok(n) => {
+                            e.conn.filled(n);
+                            ctx.counters.bytes_read += n as u64;
+                            e.last_active_ms = clock.now_ms;
+                            // A short read drained the socket: the next bytes bring an edge.
+                            e.can_read = n == len;
+                        }
+                        Err(err) if err.kind() == ErrorKind::WouldBlock => e.can_read = false,
+                        Err(err) if err.kind() == ErrorKind::Interrupted => continue,
+                        Err(_) => break true,
+                    }
+                }
+            }
+            let turn = e.conn.process(&mut ctx);
+            if !flush(e, ctx.counters) {
+                break true;
+            }
+            let drained = e.conn.output().is_empty();
+            match turn {
+                Turn::Close => {
+                    if e.peer_done {
+                        break true;
+                    }
+                    e.lingering_since = Some(clock.now_ms);
+                    break linger(e, ctx.counters);
+                }
+                Turn::NeedRead if e.peer_done => {
+                    if drained {
+                        break true;
+                    }
+                    break false;
+                }
+                Turn::NeedRead => {
+                    if !e.can_read {
+                        break false;
+                    }
+                }
+                Turn::Blocked => {
+                    if !drained {
+                        break false;
+                    }
+                }
+                Turn::Yield => {
+                    if !e.queued {
+                        e.queued = true;
+                        self.ready.push_back(idx);
+                    }
+                    break false;
+                }
+            }
+        };
+        if close {
+            self.close(idx);
+        }
+    }
+
+    fn kick_idle(&mut self, now: u64) {
+        let limit = self.idle_timeout.map(|d| d.as_millis() as u64);
+        let mut idle = Vec::new();
+        let mut done_lingering = Vec::new();
+        for (i, e) in self.conns.iter().enumerate() {
+            let Some(e) = e else { continue };
+            if e.lingering_since.is_some_and(|t| now.saturating_sub(t) > LINGER_MS) {
+                done_lingering.push(i);
+            } else if limit.is_some_and(|l| now.saturating_sub(e.last_active_ms) > l) {
+                idle.push(i);
+            }
+        }
+        for i in idle {
+            self.shared.conns.idle_kicks.fetch_add(1, Ordering::Relaxed);
+            self.close(i);
+        }
+        for i in done_lingering {
+            self.close(i);
+        }
+    }
+
+    fn serve_udp(&mut self) {
+        self.udp_pending = false;
+        let Some(sock) = &self.udp else { return };
+        let host = WorkerHost { shared: &self.shared, worker: self.id };
+        for _ in 0..UDP_BATCH {
+            let (n, peer) = match sock.recv_from(&mut self.udp_in) {
+                Ok(r) => r,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    tracing::debug!(error = %e, "UDP receive");
+                    return;
+                }
+            };
+            self.counters.bytes_read += n as u64;
+            let (frame, body) = match udp::parse_request(&self.udp_in[..n]) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.counters.udp_dropped += 1;
+                    continue;
+                }
+            };
+            self.udp_conn.reset();
+            self.udp_conn.feed(body);
+            let mut ctx = Ctx {
+                store: &self.shared.store,
+                clock: self.shared.clock(),
+                host: &host,
+                counters: &mut self.counters,
+            };
+            // One pass: a reply that reaches the limit ends at that command boundary.
+            self.udp_conn.process(&mut ctx);
+            self.shared.conns.udp_requests.fetch_add(1, Ordering::Relaxed);
+            let reply = self.udp_conn.output();
+            for (h, chunk) in udp::datagrams(frame.request_id, reply) {
+                self.udp_out.clear();
+                self.udp_out.extend_from_slice(&h);
+                self.udp_out.extend_from_slice(chunk);
+                match sock.send_to(&self.udp_out, peer) {
+                    Ok(m) => self.counters.bytes_written += m as u64,
+                    // A full send buffer loses the rest of this reply (UDP's contract);
+                    // the client treats the missing datagrams as a miss.
+                    Err(_) => break,
+                }
+            }
+        }
+        self.udp_pending = true;
+    }
+
+    fn shutdown(&mut self) {
+        for i in 0..self.conns.len() {
+            if let Some(e) = &mut self.conns[i] {
+                let _ = flush(e, &mut self.counters);
+            }
+            self.close(i);
+        }
+        let left = match self.mailbox.inbox.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        self.shared.conns.curr.fetch_sub(left.len() as u64, Ordering::Relaxed);
+        self.shared.workers[self.id].publish(&self.counters);
+    }
+}
+
+/// How long a closing connection waits for its peer to close.
+const LINGER_MS: u64 = 1000;
+
+/// A closing connection's step: write the rest, shut the sending side, drop input.
+/// Returns true when it can be closed now.
+fn linger(e: &mut Entry, c: &mut Counters) -> bool {
+    if !flush(e, c) {
+        return true;
+    }
+    if !e.conn.output().is_empty() {
+        return false;
+    }
+    if !e.shut {
+        e.shut = true;
+        if e.stream.shutdown(std::net::Shutdown::Write).is_err() {
+            return true;
+        }
+    }
+    let mut sink = [0u8; 16384];
+    loop {
+        match (&e.stream).read(&mut sink) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(err) if err.kind() == ErrorKind::WouldBlock => return false,
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Writes what the connection has pending; false on a broken connection.
+fn flush(e: &mut Entry, c: &mut Counters) -> bool {
+    while e.can_write && !e.conn.output().is_empty() {
+        let out = e.conn.output();
+        let len = out.len();
+        match (&e.stream).write(out) {
+            Ok(n) => {
+                e.conn.written(n);
+                c.bytes_written += n as u64;
+                if n < len {
+                    e.can_write = false;
+                }
+            }
+            Err(err) if err.kind() == ErrorKind::WouldBlock => e.can_write = false,
+            Err(err) if err.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}

@@ -1,0 +1,125 @@
+//! One cached item.
+
+/// An expiry time that never comes.
+pub const NEVER: u64 = u64::MAX;
+
+/// Bytes charged per item beyond its key and value: the item header, the table slot,
+/// and the allocator's rounding of two allocations (measured order of magnitude, the
+/// role memcached's item header and slab rounding play there).
+pub const ITEM_OVERHEAD: usize = 96;
+
+/// Bytes an item with this key and value length is charged.
+pub(crate) fn accounted(key_len: usize, value_len: usize) -> u64 {
+    (key_len + value_len + ITEM_OVERHEAD) as u64
+}
+
+/// A key, its value and what memcached keeps beside them.
+///
+/// The key, value and size are fixed once stored (a new value is a new store through
+/// [`super::Slot::store`]); the metadata can change in place.
+#[derive(Debug)]
+pub struct Item {
+    pub(crate) key: Box<[u8]>,
+    pub(crate) value: Box<[u8]>,
+    pub(crate) hash: u64,
+    pub(crate) flags: u32,
+    /// Expiry deadline (ms on the caller's clock), [`NEVER`] for none.
+    pub(crate) exp: u64,
+    /// The client-visible CAS value.
+    pub(crate) cas: u64,
+    /// Internal store order (flush_all compares it); never set by a client.
+    pub(crate) seq: u64,
+    /// Last access (ms).
+    pub(crate) last_access: u64,
+    /// Touched since the CLOCK hand last passed.
+    pub(crate) referenced: bool,
+    /// Fetched at least once.
+    pub(crate) fetched: bool,
+    /// Marked stale by a meta delete with `I`.
+    pub(crate) stale: bool,
+    /// A client was told it won the right to recache it (meta `W`).
+    pub(crate) win_sent: bool,
+}
+
+impl Item {
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The value.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The client flags.
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// Expiry deadline in ms, [`NEVER`] for none.
+    pub fn exp(&self) -> u64 {
+        self.exp
+    }
+
+    /// The CAS value.
+    pub fn cas(&self) -> u64 {
+        self.cas
+    }
+
+    /// Last access time, ms.
+    pub fn last_access(&self) -> u64 {
+        self.last_access
+    }
+
+    /// Fetched before.
+    pub fn fetched(&self) -> bool {
+        self.fetched
+    }
+
+    /// Marked stale (meta delete `I`).
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+
+    /// A recache win was handed out (meta `W` was sent).
+    pub fn win_sent(&self) -> bool {
+        self.win_sent
+    }
+
+    /// Bytes charged for it.
+    pub fn accounted(&self) -> u64 {
+        accounted(self.key.len(), self.value.len())
+    }
+
+    /// Sets the client flags.
+    pub fn set_flags(&mut self, flags: u32) {
+        self.flags = flags;
+    }
+
+    /// Sets the expiry deadline (ms, [`NEVER`] for none).
+    pub fn set_exp(&mut self, exp: u64) {
+        self.exp = exp;
+    }
+
+    /// Marks it stale or fresh.
+    pub fn set_stale(&mut self, stale: bool) {
+        self.stale = stale;
+    }
+
+    /// Records that a recache win was (or was not) handed out.
+    pub fn set_win_sent(&mut self, sent: bool) {
+        self.win_sent = sent;
+    }
+
+    /// Whether it is gone at `now` given the flush mark.
+    pub(crate) fn dead(&self, now: u64, flushed_through: u64) -> Option<super::Gone> {
+        if self.seq <= flushed_through {
+            Some(super::Gone::Flushed)
+        } else if self.exp <= now {
+            Some(super::Gone::Expired)
+        } else {
+            None
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! The cache: a sharded hash table of items under a memory limit.
+//!
+//! # Design, and why
+//! - **Shards, each behind its own mutex.** A key's 64-bit hash picks the shard (high
+//!   bits) and its bucket (the table uses all bits); a command locks one shard for the
+//!   few hundred nanoseconds it needs. With several times more shards than workers two
+//!   workers rarely meet on one lock, and there is no global lock on the hot path: the
+//!   CAS counter is the only shared write (one atomic add per mutation).
+//! - **CLOCK eviction per shard** (second chance), not a linked LRU list: a hit only sets
+//!   the item's `referenced` bit (no list surgery under the lock, no cache-line writes to
+//!   neighbours); when a shard needs room its hand sweeps the slots, clearing bits and
+//!   evicting the first item that was not referenced since the last sweep. CLOCK
+//!   approximates LRU closely for cache workloads, and it is what memcached's segmented
+//!   LRU also approximates (bump at most once per interval) with more machinery.
+//! - **Memory** is accounted per shard (the limit divided evenly; keys hash uniformly):
+//!   key + value + [`ITEM_OVERHEAD`]. An item never exceeds a shard's share (checked at
+//!   construction), so a store can always make room by evicting.
+//! - **Expiry** is lazy (an expired item found by a lookup is removed and counted) and
+//!   active ([`Store::reap`], which the server calls on a timer, walks a bounded number
+//!   of slots per shard).
+//! - **flush_all** never walks the table: it records the internal sequence number at the
+//!   moment it takes effect, and every item stored before it (lower sequence) is dead.
+//!   A delayed flush takes effect at the first access at or after its time.
+//!
+//! Time is an argument (milliseconds on the caller's monotonic clock): the store reads no
+//! clock and starts no thread.
+
+mod item;
+mod shard;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use item::{ITEM_OVERHEAD, Item, NEVER};
+use shard::Shard;
+pub use shard::Slot;
+
+/// Longest key, in bytes (memcached's `KEY_MAX_LENGTH`).
+pub const KEY_MAX: usize = 250;
+
+/// What a store is built with.
+#[derive(Debug, Clone, Copy)]
+pub struct StoreConfig {
+    /// Memory for items, bytes (keys, values and per-item overhead).
+    pub memory: u64,
+    /// Largest value, bytes (memcached's `-I`, 1 MiB by default).
+    pub item_max: usize,
+    /// Shards wanted (rounded down to a power of two and reduced until every shard's
+    /// share holds at least four of the largest items).
+    pub shards: usize,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 64 }
+    }
+}
+
+/// A configuration that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// The memory limit cannot hold even a few of the largest items.
+    #[error("--memory {memory} bytes is too small for items of up to {item_max} bytes (needs at least {need})")]
+    MemoryTooSmall {
+        /// The limit asked for.
+        memory: u64,
+        /// The largest item.
+        item_max: usize,
+        /// The smallest limit that works.
+        need: u64,
+    },
+    /// The largest item is outside 1 KiB ..= 1 GiB (memcached's bounds for `-I`).
+    #[error("item size limit {0} bytes is outside 1 KiB ..= 1 GiB")]
+    ItemMax(usize),
+}
+
+/// Why a key's item was found gone by a lookup (memcached's `get_expired` and
+/// `get_flushed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    /// Its time ran out.
+    Expired,
+    /// A flush_all came after it was stored.
+    Flushed,
+}
+
+/// Why a value was not stored (the protocol turns these into memcached's error lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// Bigger than the item size limit: `SERVER_ERROR object too large for cache`.
+    #[error("object too large for cache")]
+    TooLarge,
+    /// The shard could not make room: `SERVER_ERROR out of memory storing object`.
+    #[error("out of memory storing object")]
+    OutOfMemory,
+}
+
+/// Counters kept by the store (the rest are the protocol's, per worker).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Items held now.
+    pub curr_items: u64,
+    /// Bytes held now (as accounted: key + value + overhead).
+    pub bytes: u64,
+    /// Items ever stored.
+    pub total_items: u64,
+    /// Items evicted to make room while still live.
+    pub evictions: u64,
+    /// Evicted items that had never been fetched.
+    pub evicted_unfetched: u64,
+    /// Expired or flushed items removed (by a lookup, by the sweep or by the reaper).
+    pub reclaimed: u64,
+    /// Expired items that had never been fetched.
+    pub expired_unfetched: u64,
+    /// Items the reaper (active expiry) removed.
+    pub reaped: u64,
+}
+
+impl StoreStats {
+    fn add(&mut self, o: &StoreStats) {
+        self.curr_items += o.curr_items;
+        self.bytes += o.bytes;
+        self.total_items += o.total_items;
+        self.evictions += o.evictions;
+        self.evicted_unfetched += o.evicted_unfetched;
+        self.reclaimed += o.reclaimed;
+        self.expired_unfetched += o.expired_unfetched;
+        self.reaped += o.reaped;
+    }
+}
+
+/// One shard on a cache line of its own.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Padded(Mutex<Shard>);
+
+/// The cache. Share it between workers behind an `Arc`.
+#[derive(Debug)]
+pub struct Store {
+    shards: Box<[Padded]>,
+    shift: u32,
+    item_max: usize,
+    memory: u64,
+    /// Next sequence number (also the default CAS value); starts at 1.
+    seq: AtomicU64,
+    /// Items with a lower or equal sequence number were flushed.
+    flushed_through: AtomicU64,
+    /// Time (ms) a delayed flush takes effect, [`NEVER`] when none is pending.
+    flush_at: AtomicU64,
+}
+
+/// The 64-bit hash a key is stored under (xxh3: fast on short keys, well mixed).
+pub fn hash_key(key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(key)
+}
+
+impl Store {
+    /// A store with `cfg`'s limits.
+    pub fn new(cfg: StoreConfig) -> Result<Store, ConfigError> {
+        if !(1024..=1 << 30).contains(&cfg.item_max) {
+            return Err(ConfigError::ItemMax(cfg.item_max));
+        }
+        let biggest = item::accounted(KEY_MAX, cfg.item_max);
+        let need = 4 * biggest;
+        if cfg.memory < need {
+            return Err(ConfigError::MemoryTooSmall { memory: cfg.memory, item_max: cfg.item_max, need });
+        }
+        // The largest power of two not above the shards asked for, then halved until
+        // every shard's share holds four of the largest items.
+        let wanted = cfg.shards.clamp(1, 1 << 16);
+        let mut n = 1usize << (usize::BITS - 1 - wanted.leading_zeros());
+        while n > 1 && cfg.memory / (n as u64) < need {
+            n /= 2;
+        }
+        let share = cfg.memory / n as u64;
+        let shards = (0..n).map(|_| Padded(Mutex::new(Shard::new(share)))).collect();
+        Ok(Store {
+            shards,
+            shift: 64 - n.trailing_zeros(),
+            item_max: cfg.item_max,
+            memory: cfg.memory,
+            seq: AtomicU64::new(1),
+            flushed_through: AtomicU64::new(0),
+            flush_at: AtomicU64::new(NEVER),
+        })
+    }
+
+    /// Largest value accepted, bytes.
+    pub fn item_max(&self) -> usize {
+        self.item_max
+    }
+
+    /// The memory limit, bytes.
+    pub fn memory(&self) -> u64 {
+        self.memory
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn shard_of(&self, hash: u64) -> &Mutex<Shard> {
+        // n == 1 gives shift 64, which `checked_shr` maps to shard 0.
+        let i = hash.checked_shr(self.shift).unwrap_or(0) as usize;
+        &self.shards[i].0
+    }
+
+    /// A new sequence number.
+    fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Applies a delayed flush whose time has come; returns the flushed-through mark.
+    fn flush_mark(&self, now: u64) -> u64 {
+        let at = self.flush_at.load(Ordering::Relaxed);
+        if now >= at && self.flush_at.compare_exchange(at, NEVER, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            let s = self.seq.load(Ordering::Relaxed).saturating_sub(1);
+            self.flushed_through.fetch_max(s, Ordering::AcqRel);
+        }
+        self.flushed_through.load(Ordering::Acquire)
+    }
+
+    /// Runs `f` on the slot for `key` with its shard locked; expired or flushed items
+    /// are gone before `f` sees the slot. Keep `f` short: it holds the shard's lock.
+    pub fn with_slot<R>(&self, key: &[u8], now: u64, f: impl FnOnce(&mut Slot<'_>) -> R) -> R {
+        let hash = hash_key(key);
+        let mark = self.flush_mark(now);
+        let mut guard = match self.shard_of(hash).lock() {
+            Ok(g) => g,
+            // A panic inside `f` on another thread: the shard's invariants hold between
+            // statements that can panic, so keep serving.
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut slot = guard.slot(key, hash, now, mark, &self.seq, self.item_max);
+        f(&mut slot)
+    }
+
+    /// Invalidates every item now (`delay_ms` 0) or at `now + delay_ms`. A later call
+    /// replaces a pending delayed flush.
+    pub fn flush_all(&self, now: u64, delay_ms: u64) {
+        if delay_ms == 0 {
+            self.flush_at.store(NEVER, Ordering::Relaxed);
+            let s = self.next_seq();
+            self.flushed_through.fetch_max(s, Ordering::AcqRel);
+        } else {
+            self.flush_at.store(now.saturating_add(delay_ms), Ordering::Relaxed);
+        }
+    }
+
+    /// Active expiry: visits up to `budget` slots in each shard (continuing where the
+    /// last call stopped) and removes expired or flushed items. Returns how many.
+    pub fn reap(&self, now: u64, budget: usize) -> u64 {
+        let mark = self.flush_mark(now);
+        let mut n = 0;
+        for s in self.shards.iter() {
+            let mut g = match s.0.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            n += g.reap(now, mark, budget);
+        }
+        n
+    }
+
+    /// The store's counters, summed over shards (locks each shard briefly).
+    pub fn stats(&self) -> StoreStats {
+        let mut t = StoreStats::default();
+        for s in self.shards.iter() {
+            let g = match s.0.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            t.add(&g.stats());
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests;
