@@ -9,6 +9,11 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane::metrics::units::parse_size;
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::search::SearchConfig;
+use netlane_kv::load::stats::Sla;
+use netlane_kv::load::workload::{KeyDist, SizeDist, WorkloadSpec};
+use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
 use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
@@ -23,12 +28,17 @@ pub enum KvCmd {
     /// Serve the memcached text and meta protocols (TCP, and UDP with -U) until
     /// SIGINT/SIGTERM (or --time); then print the final counters and exit 0.
     Serve(Box<ServeArgs>),
+    /// Load any memcached-protocol server: open loop (Poisson, constant or ETC arrivals
+    /// from a precomputed schedule, latency from the scheduled send time) or closed
+    /// loop; with --search, the highest rate that holds an SLA.
+    Load(Box<LoadArgs>),
 }
 
 /// Runs a `kv` command.
 pub fn run(cmd: KvCmd) -> Result<u8> {
     match cmd {
         KvCmd::Serve(a) => a.run(),
+        KvCmd::Load(a) => a.run(),
     }
 }
 
@@ -191,4 +201,211 @@ impl ServeArgs {
         ));
         Ok(0)
     }
+}
+
+/// `netlane kv load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The server (any memcached-protocol server).
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    pub server: SocketAddr,
+    /// TCP connections.
+    #[arg(short = 'c', long, default_value_t = 64)]
+    pub connections: u32,
+    /// Threads the connections are spread over.
+    #[arg(short = 't', long, default_value_t = 1)]
+    pub threads: usize,
+    /// CPUs the threads are pinned to (a CPU list) [default: not pinned].
+    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    pub cpus: Option<netlane::cpus::CpuList>,
+    /// Open loop: total requests per second over all connections.
+    #[arg(long, conflicts_with = "closed", default_value_t = 10_000.0)]
+    pub rate: f64,
+    /// Arrival process of the open loop: poisson, constant or etc (Facebook's ETC gaps).
+    #[arg(long, default_value = "poisson")]
+    pub arrival: Process,
+    /// Closed loop instead (memtier-style): this many requests in flight per connection,
+    /// the next sent when one is answered; latency from the actual send.
+    #[arg(long, value_name = "DEPTH")]
+    pub closed: Option<u32>,
+    /// Keys in the key space.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Key popularity: uniform or zipf:S.
+    #[arg(long, default_value = "uniform")]
+    pub key_dist: KeyDist,
+    /// Key sizes: N, uniform:A,B or etc.
+    #[arg(long, default_value = "30")]
+    pub key_size: SizeDist,
+    /// Value sizes: N, uniform:A,B or etc.
+    #[arg(long, default_value = "200")]
+    pub value_size: SizeDist,
+    /// Fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    pub get_ratio: f64,
+    /// Keys per get.
+    #[arg(long, default_value_t = 1)]
+    pub multiget: u32,
+    /// The server's item size limit (values are clamped to it).
+    #[arg(long, default_value = "1m", value_parser = size)]
+    pub item_max: usize,
+    /// How long requests are scheduled (per run with --search).
+    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// After the window, how long the last replies are awaited (then they count as
+    /// unanswered).
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
+    pub drain: Duration,
+    /// Most requests in flight per connection.
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: u32,
+    /// A send later than this after its scheduled time is counted as late.
+    #[arg(long, default_value = "100us", value_parser = parse_positive_duration)]
+    pub late_after: Duration,
+    /// Seed of every random draw.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not store every key before the run.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// A tail-latency objective, like p99.9=1ms: the run says whether it held.
+    #[arg(long)]
+    pub sla: Option<Sla>,
+    /// Find the highest offered rate that holds --sla (bisection over runs of
+    /// --duration, the best re-run to confirm it).
+    #[arg(long, requires = "sla")]
+    pub search: bool,
+    /// Search: the lowest rate tried.
+    #[arg(long, default_value_t = 1000.0)]
+    pub search_lo: f64,
+    /// Search: the highest rate tried.
+    #[arg(long, default_value_t = 1_000_000.0)]
+    pub search_hi: f64,
+    /// Search: stop when the bracket is narrower than this ratio.
+    #[arg(long, default_value_t = 1.05)]
+    pub resolution: f64,
+    /// Search: most bisection runs.
+    #[arg(long, default_value_t = 12)]
+    pub max_bisections: u32,
+}
+
+impl LoadArgs {
+    fn config(&self) -> Result<LoadConfig> {
+        let item_max = u32::try_from(self.item_max).context("--item-max is too large")?;
+        Ok(LoadConfig {
+            server: self.server,
+            connections: self.connections,
+            threads: self.threads,
+            cpus: self.cpus.as_ref().map(|c| c.as_slice().to_vec()),
+            pacing: match self.closed {
+                Some(depth) => Pacing::Closed { depth },
+                None => Pacing::Open(Arrivals { process: self.arrival, rate_per_s: self.rate }),
+            },
+            workload: WorkloadSpec {
+                keys: self.keys,
+                key_dist: self.key_dist,
+                key_size: self.key_size,
+                value_size: self.value_size,
+                get_ratio: self.get_ratio,
+                multiget: self.multiget,
+                item_max,
+            },
+            duration: self.duration,
+            max_in_flight: self.max_in_flight,
+            late_after: self.late_after,
+            drain: self.drain,
+            seed: self.seed,
+        })
+    }
+
+    fn run(&self) -> Result<u8> {
+        let cfg = self.config()?;
+        cfg.validate()?;
+        if !self.no_warmup {
+            let t = Instant::now();
+            let n = loadgen::warm_up(&cfg)?;
+            eprintln!("warm-up: stored {n} keys in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        if self.search {
+            let sla = self.sla.context("--search needs --sla")?;
+            let range = SearchConfig {
+                lo_per_s: self.search_lo,
+                hi_per_s: self.search_hi,
+                resolution: self.resolution,
+                max_bisections: self.max_bisections,
+            };
+            let r = loadgen::search(&cfg, sla, range, &STOP, |p| {
+                eprintln!(
+                    "  rate {:>10.0}/s: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
+                    p.rate_per_s,
+                    p.offered_per_s,
+                    p.achieved_per_s,
+                    sla,
+                    p.sla_latency_us.map_or("beyond every answer".to_string(), |u| format!("{u:.0} us")),
+                    if p.confirmation { format!("{} (confirmation)", p.verdict) } else { p.verdict.to_string() }
+                );
+            })?;
+            match r.best_per_s {
+                Some(b) => out::println(&format!(
+                    "highest rate within {}: {b:.0} requests/s{} ({} runs)",
+                    r.sla,
+                    if r.capped { " (the upper bound: the server may hold more)" } else { "" },
+                    r.curve.len()
+                )),
+                None => out::println(&format!("no rate from {} requests/s held {}", self.search_lo, r.sla)),
+            }
+            return Ok(0);
+        }
+        let r = loadgen::run(&cfg, &STOP)?;
+        print_report(&r.report);
+        if let Some(sla) = self.sla {
+            let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
+            out::println(&format!(
+                "SLA {sla}: {} ({})",
+                if m.sla_met { "met" } else { "missed" },
+                m.sla_latency_ns.map_or("the percentile falls among failed requests".into(), |n| format!(
+                    "{:.1} us",
+                    n as f64 / 1e3
+                ))
+            ));
+        }
+        Ok(0)
+    }
+}
+
+fn print_report(r: &LoadReport) {
+    let c = &r.counts;
+    out::println(&format!(
+        "{} loop: offered {:.0}/s achieved {:.0}/s over {:.1} s{}",
+        r.mode,
+        r.offered_per_s,
+        r.achieved_per_s,
+        r.seconds,
+        r.target_per_s.map_or(String::new(), |t| format!(" (asked {t:.0}/s)"))
+    ));
+    out::println(&format!(
+        "completed={} hits={} misses={} stored={} errors={} lost={} unanswered={} not_sent={} late={:.2}% connection_failures={}",
+        c.completed,
+        c.hits,
+        c.misses,
+        c.stored,
+        c.errors,
+        c.lost,
+        c.unanswered,
+        c.not_sent,
+        r.late_share * 100.0,
+        r.connection_failures
+    ));
+    let lat: Vec<String> = r
+        .latency_us
+        .iter()
+        .map(|(p, v)| format!("{p}={}", v.map_or("failed".to_string(), |u| format!("{u:.1}"))))
+        .collect();
+    out::println(&format!("latency us: {}", lat.join(" ")));
+    out::println(&format!(
+        "client CPU: {:.2} s, {:.0}% of its threads' time{}",
+        r.client_cpu_s,
+        r.client_cpu_busy * 100.0,
+        if r.client_cpu_busy > 0.9 { " (the generator may be the bottleneck)" } else { "" }
+    ));
 }

@@ -50,7 +50,7 @@ enum Cmd {
     },
     /// Build the lab network, run every scenario, and write a report.
     Lab(Box<lab::LabCmd>),
-    /// The memcached-protocol cache server.
+    /// The memcached-protocol cache server and its load generator.
     Kv {
         #[command(subcommand)]
         cmd: kv::KvCmd,

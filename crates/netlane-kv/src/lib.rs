@@ -18,3 +18,6 @@ pub mod store;
 
 #[cfg(feature = "drivers")]
 pub mod server;
+
+#[cfg(feature = "drivers")]
+pub mod loadgen;
