@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 use netlane_lab::progress::Reporter;
 use netlane_lab::report::{self, terminal};
+use netlane_lab::scenarios::kv::KvBenchArgs;
 use netlane_lab::scenarios::lb_pps::LbPpsArgs;
 use netlane_lab::scenarios::nvme::NvmeBenchArgs;
 use netlane_lab::scenarios::rr::RrBenchArgs;
@@ -36,6 +37,8 @@ pub enum BenchCmd {
     LbPps(Box<Bench<LbPpsArgs>>),
     /// Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, 8 KiB responses.
     Rr(Box<Bench<RrBenchArgs>>),
+    /// Memcached-protocol cache against memcached: throughput within a tail-latency SLA.
+    Kv(Box<Bench<KvBenchArgs>>),
 }
 
 fn bench<T: Args + Scenario>(b: &Bench<T>) -> Result<u8> {
@@ -59,5 +62,6 @@ pub fn run(cmd: BenchCmd) -> Result<u8> {
         BenchCmd::Nvme(b) => bench(&b),
         BenchCmd::LbPps(b) => bench(&b),
         BenchCmd::Rr(b) => bench(&b),
+        BenchCmd::Kv(b) => bench(&b),
     }
 }

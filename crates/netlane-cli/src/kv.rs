@@ -17,7 +17,7 @@ use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
 use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
-use netlane_lab::scenarios::options::parse_positive_duration;
+use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration};
 
 use crate::out;
 use crate::signals::STOP;
@@ -252,6 +252,10 @@ pub struct LoadArgs {
     /// How long requests are scheduled (per run with --search).
     #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
     pub duration: Duration,
+    /// Before the measured --duration, how long requests are sent but not measured
+    /// (connections and caches settle).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub ramp: Duration,
     /// After the window, how long the last replies are awaited (then they count as
     /// unanswered).
     #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
@@ -311,6 +315,7 @@ impl LoadArgs {
                 item_max,
             },
             duration: self.duration,
+            ramp: self.ramp,
             max_in_flight: self.max_in_flight,
             late_after: self.late_after,
             drain: self.drain,
@@ -335,14 +340,16 @@ impl LoadArgs {
                 max_bisections: self.max_bisections,
             };
             let r = loadgen::search(&cfg, sla, range, &STOP, |p| {
+                let m = &p.measured;
                 eprintln!(
-                    "  rate {:>10.0}/s: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
+                    "  rate {:>10.0}/s run {}: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
                     p.rate_per_s,
-                    p.offered_per_s,
-                    p.achieved_per_s,
+                    p.vote,
+                    m.offered_per_s,
+                    m.achieved_per_s,
                     sla,
-                    p.sla_latency_us.map_or("beyond every answer".to_string(), |u| format!("{u:.0} us")),
-                    if p.confirmation { format!("{} (confirmation)", p.verdict) } else { p.verdict.to_string() }
+                    m.sla_latency_ns.map_or("beyond every answer".to_string(), |n| format!("{:.0} us", n as f64 / 1e3)),
+                    if p.met { "held" } else { "missed" }
                 );
             })?;
             match r.best_per_s {
@@ -350,7 +357,7 @@ impl LoadArgs {
                     "highest rate within {}: {b:.0} requests/s{} ({} runs)",
                     r.sla,
                     if r.capped { " (the upper bound: the server may hold more)" } else { "" },
-                    r.curve.len()
+                    r.runs
                 )),
                 None => out::println(&format!("no rate from {} requests/s held {}", self.search_lo, r.sla)),
             }

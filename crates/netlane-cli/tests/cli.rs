@@ -689,7 +689,7 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
     let doc = valid_document(&std::fs::read_to_string(dir.join("results.json")).unwrap(), "results");
     assert_eq!(doc["kind"], "lab");
     let names: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps", "rr"]);
+    assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps", "rr", "kv"]);
     let pacing = &doc["scenarios"][1];
     assert_eq!(pacing["tables"][0]["rows"].as_array().unwrap().len(), 5, "five sweep points");
     for s in doc["scenarios"].as_array().unwrap() {
@@ -719,7 +719,7 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
     // Nothing left behind: no lab namespace whose process is gone.
     let stale: Vec<String> = netlane::testing::netns_names()
         .into_iter()
-        .filter(|n| ["udp-bulk", "udp-pacing", "nvme", "pps-", "rr"].iter().any(|l| n.contains(l)))
+        .filter(|n| ["udp-bulk", "udp-pacing", "nvme", "pps-", "rr", "kv"].iter().any(|l| n.contains(l)))
         .filter(|n| {
             netlane::topology::registry::owner_pid(n)
                 .is_some_and(|pid| !Path::new("/proc").join(pid.to_string()).exists())

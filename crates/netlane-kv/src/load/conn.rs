@@ -37,6 +37,10 @@ pub struct ConnConfig {
     pub max_in_flight: u32,
     /// A request sent more than this after its scheduled time counts as late.
     pub late_after_ns: u64,
+    /// Requests scheduled before this time (ns) are sent and answered but not counted:
+    /// the ramp that lets connections and caches settle. A ramp request still in flight
+    /// at the end or lost with its connection counts as failed like any other.
+    pub measure_from_ns: u64,
     /// The largest value a reply may carry (the server's item limit).
     pub max_value_len: u32,
 }
@@ -52,6 +56,7 @@ pub struct Connection {
     keys: Vec<Key>,
     max_in_flight: usize,
     late_after_ns: u64,
+    measure_from_ns: u64,
 }
 
 impl Connection {
@@ -71,6 +76,7 @@ impl Connection {
             keys: Vec::new(),
             max_in_flight: cfg.max_in_flight as usize,
             late_after_ns: cfg.late_after_ns,
+            measure_from_ns: cfg.measure_from_ns,
         })
     }
 
@@ -97,7 +103,9 @@ impl Connection {
             let origin = if self.schedule.is_open_loop() { due } else { now_ns };
             let request = self.workload.sample(&mut self.rng, &mut self.keys);
             self.codec.encode(origin, &request, out);
-            stats.sent(now_ns - due > self.late_after_ns);
+            if due >= self.measure_from_ns {
+                stats.sent(now_ns - due > self.late_after_ns);
+            }
             n += 1;
         }
         n
@@ -109,8 +117,11 @@ impl Connection {
     pub fn receive(&mut self, now_ns: u64, bytes: &[u8], stats: &mut Stats) -> Result<u32, ProtocolError> {
         let mut n = 0;
         let schedule = &mut self.schedule;
+        let from = self.measure_from_ns;
         self.codec.decode(bytes, |c| {
-            stats.replied(c.reply, now_ns.saturating_sub(c.token));
+            if c.token >= from {
+                stats.replied(c.reply, now_ns.saturating_sub(c.token));
+            }
             schedule.settled(now_ns);
             n += 1;
         })?;
@@ -242,6 +253,7 @@ mod tests {
             end_ns: window_ns,
             max_in_flight: 100_000,
             late_after_ns: 10 * US,
+            measure_from_ns: 0,
             max_value_len: 1 << 20,
         }
     }

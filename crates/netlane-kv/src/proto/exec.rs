@@ -151,14 +151,15 @@ pub fn store(
     let item_max = ctx.store.item_max();
     ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
         let present = slot.item().map(|it| (it.cas(), it.flags(), it.exp(), it.value().len()));
-        let value: Box<[u8]> = match (mode, present) {
-            (StoreMode::Set, _) => data.into(),
+        // Only the refusals return early; every other case stores `data`.
+        match (mode, present) {
+            (StoreMode::Set, _) => {}
             (StoreMode::Add, Some(_)) => {
                 slot.hit();
                 return NOT_STORED;
             }
             (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => return NOT_STORED,
-            (StoreMode::Add | StoreMode::Replace, _) => data.into(),
+            (StoreMode::Add | StoreMode::Replace, _) => {}
             (StoreMode::Cas, None) => {
                 c.cas_misses += 1;
                 return NOT_FOUND;
@@ -169,7 +170,6 @@ pub fn store(
             }
             (StoreMode::Cas, Some(_)) => {
                 c.cas_hits += 1;
-                data.into()
             }
             (StoreMode::Append | StoreMode::Prepend, Some((_, old_flags, old_exp, old_len))) => {
                 if old_len + data.len() > item_max {
@@ -179,13 +179,13 @@ pub fn store(
                 let old = slot.item().map_or(&[][..], Item::value);
                 let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
                 // Append and prepend keep the item's flags and expiry.
-                return match slot.store(joined.into(), old_flags, old_exp, None) {
+                return match slot.store(&joined, old_flags, old_exp, None) {
                     Ok(_) => STORED,
                     Err(e) => store_error(c, e),
                 };
             }
         };
-        match slot.store(value, flags, exp, None) {
+        match slot.store(data, flags, exp, None) {
             Ok(_) => STORED,
             Err(e) => store_error(c, e),
         }
@@ -221,7 +221,7 @@ fn arith_slot(slot: &mut Slot<'_>, incr: bool, delta: u64, new_cas: Option<u64>)
     let n = apply_delta(v, delta, incr);
     let mut text = Vec::with_capacity(20);
     push_u64(&mut text, n);
-    match slot.store(text.into(), flags, exp, new_cas) {
+    match slot.store(&text, flags, exp, new_cas) {
         Ok(_) => Arith::Done(n),
         Err(e) => Arith::Failed(e),
     }
@@ -439,7 +439,7 @@ fn meta_get(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut V
         if slot.item().is_none()
             && let Some(ttl) = f.vivify
         {
-            match slot.store(Box::default(), 0, clock.deadline(ttl), f.new_cas) {
+            match slot.store(&[], 0, clock.deadline(ttl), f.new_cas) {
                 Ok(_) => created = true,
                 Err(e) => {
                     line(out, store_error(c, e));
@@ -561,7 +561,7 @@ pub fn meta_set(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, data: &
             }
             (StoreMode::Replace, None) => return not_stored(out),
             (StoreMode::Append | StoreMode::Prepend, None) => match f.vivify {
-                Some(ttl) => slot.store(data.into(), flags, clock.deadline(ttl), f.new_cas),
+                Some(ttl) => slot.store(data, flags, clock.deadline(ttl), f.new_cas),
                 None => return not_stored(out),
             },
             (StoreMode::Append | StoreMode::Prepend, Some(s)) => {
@@ -572,9 +572,9 @@ pub fn meta_set(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, data: &
                 }
                 let old = slot.item().map_or(&[][..], Item::value);
                 let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
-                slot.store(joined.into(), s.flags, s.exp, f.new_cas)
+                slot.store(&joined, s.flags, s.exp, f.new_cas)
             }
-            _ => slot.store(data.into(), flags, exp, f.new_cas),
+            _ => slot.store(data, flags, exp, f.new_cas),
         };
         match result {
             Ok(_) => {
@@ -626,7 +626,7 @@ fn meta_delete(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mu
                 }
             }
         } else if f.remove_value {
-            if let Err(e) = slot.store(Box::default(), s.flags, s.exp, f.new_cas) {
+            if let Err(e) = slot.store(&[], s.flags, s.exp, f.new_cas) {
                 line(out, store_error(c, e));
                 return true;
             }
@@ -665,7 +665,7 @@ fn meta_arith(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut
                 Some(ttl) => {
                     let mut text = Vec::with_capacity(20);
                     push_u64(&mut text, f.initial.unwrap_or(0));
-                    match slot.store(text.into(), 0, clock.deadline(ttl), f.new_cas) {
+                    match slot.store(&text, 0, clock.deadline(ttl), f.new_cas) {
                         Ok(_) => b"HD",
                         Err(e) => {
                             line(out, store_error(c, e));

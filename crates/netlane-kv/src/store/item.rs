@@ -19,8 +19,10 @@ pub(crate) fn accounted(key_len: usize, value_len: usize) -> u64 {
 /// [`super::Slot::store`]); the metadata can change in place.
 #[derive(Debug)]
 pub struct Item {
-    pub(crate) key: Box<[u8]>,
-    pub(crate) value: Box<[u8]>,
+    /// The key and then the value, in one allocation: a lookup that compares the key
+    /// has the value's first bytes in cache too.
+    pub(crate) data: Box<[u8]>,
+    pub(crate) key_len: u8,
     pub(crate) hash: u64,
     pub(crate) flags: u32,
     /// Expiry deadline (ms on the caller's clock), [`NEVER`] for none.
@@ -44,12 +46,12 @@ pub struct Item {
 impl Item {
     /// The key.
     pub fn key(&self) -> &[u8] {
-        &self.key
+        &self.data[..usize::from(self.key_len)]
     }
 
     /// The value.
     pub fn value(&self) -> &[u8] {
-        &self.value
+        &self.data[usize::from(self.key_len)..]
     }
 
     /// The client flags.
@@ -89,7 +91,7 @@ impl Item {
 
     /// Bytes charged for it.
     pub fn accounted(&self) -> u64 {
-        accounted(self.key.len(), self.value.len())
+        accounted(usize::from(self.key_len), self.data.len() - usize::from(self.key_len))
     }
 
     /// Sets the client flags.

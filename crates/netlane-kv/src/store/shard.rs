@@ -40,7 +40,7 @@ impl Shard {
 
     fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
         let slots = &self.slots;
-        self.table.find(hash, |&i| slots[i as usize].as_ref().is_some_and(|it| *it.key == *key)).copied()
+        self.table.find(hash, |&i| slots[i as usize].as_ref().is_some_and(|it| it.key() == key)).copied()
     }
 
     /// Takes item `idx` out of the table and the slots; returns it.
@@ -213,7 +213,7 @@ impl Slot<'_> {
     /// so eviction never has to skip it). `cas` overrides the new CAS value. Returns the
     /// CAS value stored. On error the old item is gone too (as in memcached: a failed
     /// set must not leave stale data behind).
-    pub fn store(&mut self, value: Box<[u8]>, flags: u32, exp: u64, cas: Option<u64>) -> Result<u64, StoreError> {
+    pub fn store(&mut self, value: &[u8], flags: u32, exp: u64, cas: Option<u64>) -> Result<u64, StoreError> {
         self.remove();
         if value.len() > self.item_max || self.key.len() > super::KEY_MAX {
             return Err(StoreError::TooLarge);
@@ -228,9 +228,12 @@ impl Slot<'_> {
             }
         }
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut data = Vec::with_capacity(self.key.len() + value.len());
+        data.extend_from_slice(self.key);
+        data.extend_from_slice(value);
         let item = Item {
-            key: self.key.into(),
-            value,
+            data: data.into_boxed_slice(),
+            key_len: self.key.len() as u8,
             hash: self.hash,
             flags,
             exp,

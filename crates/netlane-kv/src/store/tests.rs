@@ -5,7 +5,7 @@ fn small(memory: u64, shards: usize) -> Store {
 }
 
 fn set(s: &Store, key: &[u8], value: &[u8], exp: u64, now: u64) -> Result<u64, StoreError> {
-    s.with_slot(key, now, |slot| slot.store(value.into(), 0, exp, None))
+    s.with_slot(key, now, |slot| slot.store(value, 0, exp, None))
 }
 
 fn get(s: &Store, key: &[u8], now: u64) -> Option<Vec<u8>> {

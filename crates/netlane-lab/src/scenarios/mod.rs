@@ -14,6 +14,7 @@
 //! A new scenario is a module here with an options struct (clap `Args`), a type
 //! implementing [`Scenario`], an entry in [`ScenarioName`] and a plan in [`lab_plan`].
 
+pub mod kv;
 pub mod lb_pps;
 pub mod net;
 pub mod nvme;
@@ -62,12 +63,20 @@ pub enum ScenarioName {
     LbPps,
     /// Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, 8 KiB responses.
     Rr,
+    /// Memcached-protocol cache: throughput within a tail-latency SLA, against memcached.
+    Kv,
 }
 
 impl ScenarioName {
     /// Every scenario, in the lab's order.
-    pub const ALL: [ScenarioName; 5] =
-        [ScenarioName::UdpBulk, ScenarioName::UdpPacing, ScenarioName::Nvme, ScenarioName::LbPps, ScenarioName::Rr];
+    pub const ALL: [ScenarioName; 6] = [
+        ScenarioName::UdpBulk,
+        ScenarioName::UdpPacing,
+        ScenarioName::Nvme,
+        ScenarioName::LbPps,
+        ScenarioName::Rr,
+        ScenarioName::Kv,
+    ];
 }
 
 /// What the lab runs: the full plan or a short one.
@@ -122,6 +131,17 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.repeat = if p.quick { 1 } else { 3 };
             if p.quick {
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
+            }
+            Box::new(o)
+        }
+        ScenarioName::Kv => {
+            let mut o = kv::KvBenchArgs::defaults();
+            o.repeat = if p.quick { 1 } else { 3 };
+            if p.quick {
+                o.parts = vec![kv::Part::Rates];
+                o.rates = vec![10_000, 20_000];
+                o.keys = 20_000;
+                o.time = Duration::from_millis(500);
             }
             Box::new(o)
         }
