@@ -150,7 +150,6 @@ fn libmemcached_tools_against_the_server() {
     assert!(tool("memcexist", &[&servers, "payload.bin"]).status.success());
     assert!(tool("memcrm", &[&servers, "payload.bin"]).status.success());
     assert!(!tool("memcexist", &[&servers, "payload.bin"]).status.success());
-    std::fs::remove_dir_all(&dir).ok();
 
     // memcslap: concurrent sets and gets, no errors.
     let out = tool("memcslap", &[&servers, "--concurrency=8", "--execute-number=2000"]);
@@ -159,10 +158,20 @@ fn libmemcached_tools_against_the_server() {
     let out = tool("memcslap", &[&servers, "--concurrency=8", "--execute-number=2000", "--test=get"]);
     assert!(out.status.success(), "memcslap get:\n{}", show(&out.stderr));
 
+    // memcdump: the keys, through stats items and stats cachedump.
+    assert!(tool("memccp", &[&servers, file.to_str().unwrap()]).status.success());
+    let out = tool("memcdump", &[&servers]);
+    assert!(
+        out.status.success() && show(&out.stdout).lines().any(|l| l == "payload.bin"),
+        "memcdump: {}",
+        show(&out.stdout)
+    );
+
     let out = tool("memcstat", &[&servers]);
     let text = show(&out.stdout);
     assert!(out.status.success() && text.contains("curr_connections"), "memcstat:\n{text}");
 
+    std::fs::remove_dir_all(&dir).ok();
     let stats = server.stop();
     assert!(stats.protocol.0["cmd_set"] >= 16_000, "{:?}", stats.protocol);
 }
@@ -373,6 +382,9 @@ fn deviates(name: &str, send: &[u8]) -> bool {
         // mg's C flag leaves the value out when the CAS matches (protocol.txt, and
         // memcached after 1.6.18); 1.6.18 sends it anyway.
         || text.starts_with("mg k v C1")
+        // memcached's cachedump walks only a class's cold LRU segment, where a new item
+        // is not yet; netlane's lists every live item.
+        || text.starts_with("set dump")
 }
 
 #[test]

@@ -161,6 +161,8 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"\r\n", b"ERROR\r\n"),
                 s(b"get\r\n", b"ERROR\r\n"),
                 s(b"stats nonsense\r\n", b"ERROR\r\n"),
+                s(b"set dump 0 0 3\r\nabc\r\nstats cachedump 1 1\r\n", b"STORED\r\nITEM dump [3 b; 0 s]\r\nEND\r\n"),
+                s(b"stats cachedump 7 0\r\n", b"END\r\n"),
                 s(b"set k 0 0\r\n", b"ERROR\r\n"),
             ],
         ),

@@ -730,6 +730,34 @@ fn meta_arith(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut
     })
 }
 
+/// memcached's cap on a `stats cachedump` reply.
+const CACHEDUMP_MAX: usize = 2 << 20;
+
+/// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <expiry> s]` per key
+/// (expiry as a Unix time, 0 for none), then `END`; class 1 is the whole store, any
+/// other is empty. At most `limit` keys (0: no limit) and 2 MB, as memcached.
+pub fn cachedump(class: u32, limit: u32, store: &Store, clock: Clock, out: &mut Vec<u8>) {
+    let start = out.len();
+    if class == 1 {
+        let mut shown = 0u32;
+        store.visit(clock.now_ms, |it| {
+            if (limit != 0 && shown >= limit) || out.len() - start + it.key().len() + 64 > CACHEDUMP_MAX {
+                return false;
+            }
+            out.extend_from_slice(b"ITEM ");
+            out.extend_from_slice(it.key());
+            out.extend_from_slice(b" [");
+            push_u64(out, it.value().len() as u64);
+            out.extend_from_slice(b" b; ");
+            push_u64(out, if it.exp() == NEVER { 0 } else { (clock.epoch_ms + it.exp()) / 1000 });
+            out.extend_from_slice(b" s]\r\n");
+            shown += 1;
+            true
+        });
+    }
+    out.extend_from_slice(b"END\r\n");
+}
+
 /// `stats items` and `stats slabs` for a store without slab classes: one class, 1,
 /// holding every item (so tools that read them see the totals).
 pub fn store_class_stats(kind: StatsKind, store: &Store, w: &mut super::reply::StatsWriter<'_>) {

@@ -15,7 +15,7 @@ impl Host for FixedHost {
         "1.6.18-netlane-test"
     }
 
-    fn stats(&self, kind: StatsKind, store: &Store, own: &Counters, _clock: Clock, out: &mut Vec<u8>) {
+    fn stats(&self, kind: StatsKind, store: &Store, own: &Counters, clock: Clock, out: &mut Vec<u8>) {
         let mut w = StatsWriter::new(out);
         match kind {
             StatsKind::General => {
@@ -27,6 +27,10 @@ impl Host for FixedHost {
             StatsKind::Items | StatsKind::Slabs => super::exec::store_class_stats(kind, store, &mut w),
             StatsKind::Reset => {
                 out.extend_from_slice(b"RESET\r\n");
+                return;
+            }
+            StatsKind::CacheDump { class, limit } => {
+                super::exec::cachedump(class, limit, store, clock, out);
                 return;
             }
             StatsKind::Settings | StatsKind::Conns => {}

@@ -39,6 +39,14 @@ pub enum StatsKind {
     Conns,
     /// `stats reset`.
     Reset,
+    /// `stats cachedump <class> <limit>`: keys of a class (this store has one: 1), at
+    /// most `limit` (0: as many as fit in 2 MB).
+    CacheDump {
+        /// The class asked for.
+        class: u32,
+        /// Most keys.
+        limit: u32,
+    },
 }
 
 /// The space-separated tokens left on a line.
@@ -357,7 +365,7 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
             Ok(Command::FlushAll { delay, noreply: nr })
         }
         b"stats" => {
-            let (a, n) = take::<2>(&mut t).ok_or(UNKNOWN)?;
+            let (a, n) = take::<4>(&mut t).ok_or(UNKNOWN)?;
             let kind = match &a[..n] {
                 [] => StatsKind::General,
                 [b"settings"] => StatsKind::Settings,
@@ -365,6 +373,11 @@ pub fn parse(line: &[u8]) -> Result<Command<'_>, ParseError> {
                 [b"slabs"] => StatsKind::Slabs,
                 [b"conns"] => StatsKind::Conns,
                 [b"reset"] => StatsKind::Reset,
+                [b"cachedump", class, limit] => StatsKind::CacheDump {
+                    class: num::<u32>(class).ok_or(BAD_FORMAT)?,
+                    limit: num::<u32>(limit).ok_or(BAD_FORMAT)?,
+                },
+                [b"cachedump", ..] => return Err(BAD_FORMAT),
                 _ => return Err(UNKNOWN),
             };
             Ok(Command::Stats(kind))

@@ -285,6 +285,10 @@ impl Host for WorkerHost<'_> {
             }
             StatsKind::Settings => sh.settings_stats(&mut w),
             StatsKind::Items | StatsKind::Slabs => exec::store_class_stats(kind, store, &mut w),
+            StatsKind::CacheDump { class, limit } => {
+                exec::cachedump(class, limit, store, clock, out);
+                return;
+            }
             StatsKind::Conns | StatsKind::Reset => {}
         }
         w.end();

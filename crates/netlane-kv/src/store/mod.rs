@@ -267,6 +267,21 @@ impl Store {
         n
     }
 
+    /// Calls `f` on live items, shard by shard (each locked while it is walked), until
+    /// `f` returns false. For `stats cachedump`; not for the hot path.
+    pub fn visit(&self, now: u64, mut f: impl FnMut(&Item) -> bool) {
+        let mark = self.flush_mark(now);
+        for s in self.shards.iter() {
+            let g = match s.0.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            if !g.visit(now, mark, &mut f) {
+                return;
+            }
+        }
+    }
+
     /// The store's counters, summed over shards (locks each shard briefly).
     pub fn stats(&self) -> StoreStats {
         let mut t = StoreStats::default();

@@ -121,6 +121,11 @@ impl Shard {
         false
     }
 
+    /// Calls `f` on each live item; false when `f` asked to stop.
+    pub(crate) fn visit(&self, now: u64, flushed_through: u64, f: &mut impl FnMut(&Item) -> bool) -> bool {
+        self.slots.iter().flatten().filter(|it| it.dead(now, flushed_through).is_none()).all(f)
+    }
+
     pub(crate) fn reap(&mut self, now: u64, flushed_through: u64, budget: usize) -> u64 {
         let mut n = 0;
         for _ in 0..budget.min(self.slots.len()) {

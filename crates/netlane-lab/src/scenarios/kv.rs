@@ -542,8 +542,10 @@ fn record(index: u32, round: usize, label: &str, r: &KvRun) -> RunRecord {
 }
 
 /// Most sends a run may make late (more than 100 us after their scheduled time) and
-/// still measure the server: beyond it the generator measured itself.
-const LATE_MAX: f64 = 0.01;
+/// still measure the server: beyond it the generator measured itself. (A generator
+/// that kept up sends 0.01..0.5% late here, 1..2% when the machine is busy with
+/// something else; one at its limit, 10..40%.)
+const LATE_MAX: f64 = 0.05;
 
 /// A run that answered what was offered: all of it, without errors, sent on time.
 /// Anything else cannot stand for the server's cost or latency.
@@ -990,8 +992,8 @@ mod tests {
             outcome(&args().report(&[vec![capped.clone(), capped], m], Vec::new()), "kv.sla-throughput"),
             Outcome::Invalid
         );
-        // A generator that sent 5% late measured itself: no CPU comparison from it.
-        let n = vec![round(ServerKind::Netlane, Some(140_000.0), 1.0, 0.05); 2];
+        // A generator that sent 10% late measured itself: no CPU comparison from it.
+        let n = vec![round(ServerKind::Netlane, Some(140_000.0), 1.0, 0.10); 2];
         let m = vec![round(ServerKind::Memcached, Some(100_000.0), 1.2, 0.0); 2];
         assert_eq!(outcome(&args().report(&[n, m], Vec::new()), "kv.cpu-per-request"), Outcome::Invalid);
     }
