@@ -5,7 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane::metrics::units::parse_size;
@@ -17,9 +17,11 @@ use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
 use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
-use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration};
+use netlane_lab::report::documents::{KvLoad, KvServe};
+use netlane_lab::report::{self};
+use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration};
 
-use crate::out;
+use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
 
 /// The memcached-protocol cache.
@@ -120,6 +122,10 @@ pub struct ServeArgs {
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
+    /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
+    /// `listening on ...`, then goes to stderr).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 impl ServeArgs {
@@ -145,6 +151,9 @@ impl ServeArgs {
     }
 
     fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let to_stdout = out.json_to_stdout();
         let cfg = self.config();
         cfg.validate()?;
         let server = Server::start(cfg.clone()).context("starting the cache server")?;
@@ -168,7 +177,11 @@ impl ServeArgs {
         if let Some(m) = &metrics {
             line.push_str(&format!(" metrics=http://{}/metrics", m.local_addr()));
         }
-        out::println(&line);
+        if to_stdout {
+            eprintln!("{line}");
+        } else {
+            out::println(&line);
+        }
         let started = Instant::now();
         while !STOP.load(Ordering::Relaxed) && self.time.is_none_or(|t| started.elapsed() < t) {
             if server.failed() {
@@ -180,25 +193,28 @@ impl ServeArgs {
         let s = server.stop();
         let p = &s.protocol.0;
         let g = |k: &str| p.get(k).copied().unwrap_or(0);
-        out::println(&format!(
-            "stopped after {:.1} s: connections={} rejected={} idle_kicks={} cmd_get={} get_hits={} get_misses={} \
-             cmd_set={} evictions={} curr_items={} bytes={} client_errors={} bytes_read={} bytes_written={} udp_requests={}",
-            s.uptime_s,
-            s.total_connections,
-            s.rejected_connections,
-            s.idle_kicks,
-            g("cmd_get"),
-            g("get_hits"),
-            g("get_misses"),
-            g("cmd_set"),
-            s.store.evictions,
-            s.store.curr_items,
-            s.store.bytes,
-            g("client_errors"),
-            g("bytes_read"),
-            g("bytes_written"),
-            s.udp_requests,
-        ));
+        if !to_stdout {
+            out::println(&format!(
+                "stopped after {:.1} s: connections={} rejected={} idle_kicks={} cmd_get={} get_hits={} get_misses={} \
+                 cmd_set={} evictions={} curr_items={} bytes={} client_errors={} bytes_read={} bytes_written={} udp_requests={}",
+                s.uptime_s,
+                s.total_connections,
+                s.rejected_connections,
+                s.idle_kicks,
+                g("cmd_get"),
+                g("get_hits"),
+                g("get_misses"),
+                g("cmd_set"),
+                s.store.evictions,
+                s.store.curr_items,
+                s.store.bytes,
+                g("client_errors"),
+                g("bytes_read"),
+                g("bytes_written"),
+                s.udp_requests,
+            ));
+        }
+        out.write_json(&report::document("kv-serve", KvServe { stats: s }))?;
         Ok(0)
     }
 }
@@ -291,6 +307,10 @@ pub struct LoadArgs {
     /// Search: most bisection runs.
     #[arg(long, default_value_t = 12)]
     pub max_bisections: u32,
+    /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
+    /// is given; nothing else is written to stdout then).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
 }
 
 impl LoadArgs {
@@ -323,7 +343,46 @@ impl LoadArgs {
         })
     }
 
+    fn options(&self) -> OptionList {
+        OptionList::new()
+            .text("server", self.server.to_string())
+            .int("connections", u64::from(self.connections))
+            .int("threads", self.threads as u64)
+            .text("rate", self.rate.to_string())
+            .text("arrival", self.arrival.to_string())
+            .text("closed", self.closed.map_or("off".into(), |d| d.to_string()))
+            .int("keys", self.keys)
+            .text("key-dist", self.key_dist.to_string())
+            .text("key-size", self.key_size.to_string())
+            .text("value-size", self.value_size.to_string())
+            .text("get-ratio", self.get_ratio.to_string())
+            .int("multiget", u64::from(self.multiget))
+            .int("item-max", self.item_max as u64)
+            .duration("duration", self.duration)
+            .duration("ramp", self.ramp)
+            .duration("drain", self.drain)
+            .int("max-in-flight", u64::from(self.max_in_flight))
+            .duration("late-after", self.late_after)
+            .int("seed", self.seed)
+            .flag("no-warmup", self.no_warmup)
+            .text("sla", self.sla.map_or("none".into(), |s| s.to_string()))
+            .flag("search", self.search)
+    }
+
     fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let quiet = out.json_to_stdout();
+        let opts = self.options();
+        let mut doc = KvLoad {
+            options: opts.object(),
+            echo: opts.echo(),
+            report: None,
+            sla: self.sla.map(|s| s.to_string()),
+            sla_met: None,
+            sla_latency_us: None,
+            search: None,
+        };
         let cfg = self.config()?;
         cfg.validate()?;
         if !self.no_warmup {
@@ -352,29 +411,46 @@ impl LoadArgs {
                     if p.met { "held" } else { "missed" }
                 );
             })?;
-            match r.best_per_s {
-                Some(b) => out::println(&format!(
+            let line = match r.best_per_s {
+                Some(b) => format!(
                     "highest rate within {}: {b:.0} requests/s{} ({} runs)",
                     r.sla,
                     if r.capped { " (the upper bound: the server may hold more)" } else { "" },
                     r.runs
-                )),
-                None => out::println(&format!("no rate from {} requests/s held {}", self.search_lo, r.sla)),
+                ),
+                None => format!("no rate from {} requests/s held {}", self.search_lo, r.sla),
+            };
+            if !quiet {
+                out::println(&line);
             }
+            doc.search = Some(r);
+            out.write_json(&report::document("kv-load", doc))?;
             return Ok(0);
         }
         let r = loadgen::run(&cfg, &STOP)?;
-        print_report(&r.report);
+        if !quiet {
+            print_report(&r.report);
+        }
         if let Some(sla) = self.sla {
             let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
-            out::println(&format!(
-                "SLA {sla}: {} ({})",
-                if m.sla_met { "met" } else { "missed" },
-                m.sla_latency_ns.map_or("the percentile falls among failed requests".into(), |n| format!(
-                    "{:.1} us",
-                    n as f64 / 1e3
-                ))
-            ));
+            doc.sla_met = Some(m.sla_met);
+            doc.sla_latency_us = m.sla_latency_ns.map(|n| n as f64 / 1e3);
+            if !quiet {
+                out::println(&format!(
+                    "SLA {sla}: {} ({})",
+                    if m.sla_met { "met" } else { "missed" },
+                    m.sla_latency_ns.map_or("the percentile falls among failed requests".into(), |n| format!(
+                        "{:.1} us",
+                        n as f64 / 1e3
+                    ))
+                ));
+            }
+        }
+        let nothing = r.report.counts.completed == 0;
+        doc.report = Some(r.report);
+        out.write_json(&report::document("kv-load", doc))?;
+        if nothing {
+            bail!("no request was answered: is a memcached-protocol server listening on {}?", self.server);
         }
         Ok(0)
     }

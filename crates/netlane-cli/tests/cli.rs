@@ -857,9 +857,12 @@ fn rr_bad_options_and_an_absent_server_are_clear_errors() {
 
 #[test]
 fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
+    let dir = temp_dir("kv-serve");
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("serve.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
         .args(["kv", "serve", "-l", "127.0.0.1", "-p", "0", "-U", "0", "-t", "2", "-m", "16"])
-        .args(["--metrics-addr", "127.0.0.1:0", "--time", "60s"])
+        .args(["--metrics-addr", "127.0.0.1:0", "--time", "60s", "--json", json.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -891,13 +894,42 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
     assert_eq!(value("netlane_kv_get_misses_total"), 1.0);
     assert_eq!(value("netlane_kv_curr_items"), 1.0);
     assert_eq!(value("netlane_kv_limit_maxbytes"), 16.0 * 1024.0 * 1024.0);
+    // The load generator against it: JSON on stdout, validated, every request answered.
+    let o = netlane(&[
+        "kv",
+        "load",
+        "--server",
+        &addr,
+        "-c",
+        "8",
+        "--rate",
+        "2000",
+        "--duration",
+        "500ms",
+        "--keys",
+        "1000",
+        "--sla",
+        "p99=50ms",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "kv-load");
+    let r = &doc["report"];
+    assert!(r["counts"]["completed"].as_u64().unwrap() > 500, "{r}");
+    assert_eq!(r["counts"]["completed"], r["counts"]["offered"], "{r}");
+    assert_eq!(r["counts"]["misses"], 0, "the warm-up stored every key: {r}");
+    assert!(doc["sla_met"].is_boolean() && doc["echo"].as_array().unwrap().iter().any(|e| e == "sla=p99=50ms"));
     let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0), "a server stopped by SIGTERM exits 0");
     let last: Vec<String> = lines.map_while(Result::ok).collect();
     let last = last.join("\n");
-    assert!(last.contains("get_hits=1") && last.contains("cmd_set=1") && last.contains("curr_items=1"), "{last}");
+    assert!(last.contains("get_hits=") && last.contains("curr_items=1001"), "{last}");
+    let doc = valid_document(&std::fs::read_to_string(&json).unwrap(), "kv-serve");
+    assert_eq!(doc["stats"]["curr_items"], 1001, "{doc}");
+    assert!(doc["stats"]["get_hits"].as_u64().unwrap() > 400, "{doc}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -913,4 +945,15 @@ fn kv_serve_bad_options_are_explained() {
     let o = netlane(&["kv", "serve", "--metrics-addr", "10.0.0.1:9000"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+    let o = netlane(&["kv", "load", "--rate", "0", "--no-warmup"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("rate"), "{}", stderr(&o));
+    let o = netlane(&["kv", "load", "--sla", "p99.9", "--search"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("p99.9=1ms"), "{}", stderr(&o));
+    // Nobody listening: a clear error, not a report of zeros.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let o = netlane(&["kv", "load", "--server", &format!("127.0.0.1:{port}"), "--duration", "100ms"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("connect"), "{}", stderr(&o));
 }

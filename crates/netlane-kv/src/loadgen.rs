@@ -147,7 +147,7 @@ impl LoadConfig {
 }
 
 /// What one run measured.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct LoadReport {
     /// Open or closed loop.
     pub mode: &'static str,
@@ -176,7 +176,7 @@ pub struct LoadReport {
 }
 
 /// [`Counts`] for serialization.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CountsView {
     /// Scheduled.
     pub offered: u64,
@@ -559,7 +559,7 @@ fn fail(p: &mut Peer, now: u64, stats: &mut Stats, failures: &mut u64) {
 }
 
 /// A rate search's result.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct SearchReport {
     /// The SLA, as given.
     pub sla: String,
@@ -576,7 +576,7 @@ pub struct SearchReport {
 }
 
 /// One run of a search.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CurvePoint {
     /// Rate asked for.
     pub rate_per_s: f64,

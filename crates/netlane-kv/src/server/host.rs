@@ -62,7 +62,7 @@ pub(crate) struct Shared {
 }
 
 /// A snapshot of every counter.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct ServerStats {
     /// Seconds since start.
     pub uptime_s: f64,
@@ -84,12 +84,12 @@ pub struct ServerStats {
     pub store: StoreView,
 }
 
-/// [`Counters`] for serialization.
-#[derive(Debug, Clone, Serialize)]
-pub struct CountersView(pub std::collections::BTreeMap<&'static str, u64>);
+/// [`Counters`] for serialization, by memcached's names.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CountersView(pub std::collections::BTreeMap<String, u64>);
 
 /// [`StoreStats`] for serialization.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct StoreView {
     /// Items now.
     pub curr_items: u64,
@@ -140,7 +140,7 @@ impl Shared {
         let c = self.counters(None);
         let mut m = std::collections::BTreeMap::new();
         c.each(|name, _, v| {
-            m.insert(name, v);
+            m.insert(name.to_string(), v);
         });
         let s = self.store.stats();
         ServerStats {

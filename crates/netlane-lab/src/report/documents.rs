@@ -1,5 +1,6 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
-//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`), and the JSON Schema of every document kind.
+//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`), and the JSON Schema of every
+//! document kind.
 //! Each is wrapped in a [`Document`](super::Document): the same header everywhere.
 
 use schemars::JsonSchema;
@@ -71,6 +72,32 @@ pub struct RrClients {
     pub report: netlane_rr::clients::ClientsReport,
 }
 
+/// `netlane kv serve --json`: the server's final counters.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KvServe {
+    /// The counters.
+    pub stats: netlane_kv::server::ServerStats,
+}
+
+/// `netlane kv load --json`: one run, or a rate search.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct KvLoad {
+    /// The resolved options, typed.
+    pub options: serde_json::Map<String, serde_json::Value>,
+    /// The same options as `key=value` the command line reads back.
+    pub echo: Vec<String>,
+    /// The run (without --search).
+    pub report: Option<netlane_kv::loadgen::LoadReport>,
+    /// The SLA, when one was given.
+    pub sla: Option<String>,
+    /// Whether the run held the SLA (without --search).
+    pub sla_met: Option<bool>,
+    /// The latency at the SLA's percentile, µs (`None`: among failed requests).
+    pub sla_latency_us: Option<f64>,
+    /// The search (with --search).
+    pub search: Option<netlane_kv::loadgen::SearchReport>,
+}
+
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.
 pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
     let s = |v: schemars::Schema| v.to_value();
@@ -83,5 +110,7 @@ pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("nvme-target", s(schemars::schema_for!(Document<NvmeTarget>))),
         ("rr-serve", s(schemars::schema_for!(Document<RrServe>))),
         ("rr-clients", s(schemars::schema_for!(Document<RrClients>))),
+        ("kv-serve", s(schemars::schema_for!(Document<KvServe>))),
+        ("kv-load", s(schemars::schema_for!(Document<KvLoad>))),
     ]
 }
