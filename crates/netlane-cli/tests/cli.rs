@@ -888,7 +888,17 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
         got.extend_from_slice(&buf[..n]);
     }
     assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
-    let samples = prometheus_samples(&metrics);
+    // Workers publish their counters after each turn of their loop, which may end just
+    // after the reply left: scrape until the get shows.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let samples = loop {
+        let samples = prometheus_samples(&metrics);
+        let hits = samples.iter().find(|s| s.0 == "netlane_kv_get_hits_total").map(|s| s.2);
+        if hits == Some(1.0) || Instant::now() > deadline {
+            break samples;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let value = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2).unwrap_or_else(|| panic!("no {n}"));
     assert_eq!(value("netlane_kv_get_hits_total"), 1.0);
     assert_eq!(value("netlane_kv_get_misses_total"), 1.0);

@@ -230,19 +230,26 @@ fn udp_requests_with_memcacheds_frame_header() {
 
 #[test]
 fn connections_over_the_limit_are_refused_and_idle_ones_closed() {
+    // Thousands of idle connections: both ends live in this process, so make room for
+    // twice as many descriptors.
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).unwrap();
+    const N: usize = 2000;
+    assert!(hard >= 2 * N as u64 + 256, "RLIMIT_NOFILE hard limit {hard} is too low for {N} connections");
     let mut cfg = config();
-    cfg.max_conns = 200;
+    cfg.max_conns = N;
     cfg.idle_timeout = Some(Duration::from_secs(1));
     let server = Server::start(cfg).unwrap();
     let addr = server.local_addr();
-    let mut held: Vec<TcpStream> = (0..200).map(|_| connect(addr)).collect();
-    // Each connection answers, so all 200 are registered before the next ones.
-    for s in held.iter_mut().step_by(50) {
+    let mut held: Vec<TcpStream> = (0..N).map(|_| connect(addr)).collect();
+    // Each connection answers, so all of them are registered before the next ones.
+    for s in held.iter_mut().step_by(250) {
         s.write_all(b"mn\r\n").unwrap();
         assert_eq!(show(&read_exact_or_timeout(s, 4)), "MN\r\n");
     }
     let deadline = Instant::now() + Duration::from_secs(5);
-    while server.stats().curr_connections < 200 && Instant::now() < deadline {
+    while server.stats().curr_connections < N as u64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
     let mut extra = connect(addr);
@@ -255,7 +262,7 @@ fn connections_over_the_limit_are_refused_and_idle_ones_closed() {
     assert_eq!(s.read(&mut buf).unwrap_or(0), 0, "an idle connection was closed");
     let stats = server.stop();
     assert_eq!(stats.rejected_connections, 1);
-    assert!(stats.idle_kicks >= 200, "idle kicks {}", stats.idle_kicks);
+    assert!(stats.idle_kicks >= N as u64, "idle kicks {}", stats.idle_kicks);
     assert_eq!(stats.curr_connections, 0);
 }
 
