@@ -180,13 +180,16 @@ fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
         clients::run(&population(addr, 128, client(512, 8192)), &AtomicBool::new(false)).unwrap()
     });
     assert!(r.responses > 50 && r.corrupt + r.mismatched + r.lost == 0, "{r:?}");
-    assert!(st.adaptive_switches.unwrap() >= 1 && st.adaptive_block.unwrap() > 4096, "{st:?}");
+    assert!(st.adaptive_switches.unwrap() >= 1, "{st:?}");
     // The fanout group hands each request to one ring: no duplicates, every frame
-    // counted once, and the traffic really moved to the bigger ring.
+    // counted once, and the traffic really moved to a bigger ring. (Where it ends can
+    // be the smallest block again: on a loaded machine a block that starts retiring by
+    // its timer steps down at once, as it should; seen in a full `make test`.)
     let per_ring = st.adaptive_ring_frames.clone().expect("frames per ring");
     assert_eq!((r.duplicates, per_ring.iter().sum::<u64>()), (0, st.frames), "{r:?} {st:?}");
     let active = netlane_rr::server::ADAPTIVE_BLOCKS.iter().position(|b| Some(*b) == st.adaptive_block).unwrap();
     assert!(per_ring[active] > 0 && per_ring[0] > 0, "{per_ring:?}");
+    assert!(per_ring[1..].iter().sum::<u64>() > 0, "no request reached a bigger block: {per_ring:?}");
     let bad = ServerConfig { ring, ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", RingOptions::default()) };
     let e = server::serve(&bad, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
     assert!(e.to_string().contains("adaptive block size is a TPACKET_V3 mode"), "{e}");
