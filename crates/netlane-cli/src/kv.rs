@@ -12,13 +12,13 @@ use netlane::metrics::units::parse_size;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
-use netlane_kv::load::workload::{KeyDist, SizeDist, WorkloadSpec};
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
 use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
 use netlane_lab::report::documents::{KvLoad, KvServe};
 use netlane_lab::report::{self};
+use netlane_lab::scenarios::kv::WorkloadArgs;
 use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration};
 
 use crate::out::{self, OutputArgs};
@@ -195,12 +195,13 @@ impl ServeArgs {
         let g = |k: &str| p.get(k).copied().unwrap_or(0);
         if !to_stdout {
             out::println(&format!(
-                "stopped after {:.1} s: connections={} rejected={} idle_kicks={} cmd_get={} get_hits={} get_misses={} \
+                "stopped after {:.1} s: connections={} rejected={} idle_kicks={} accept_errors={} cmd_get={} get_hits={} get_misses={} \
                  cmd_set={} evictions={} curr_items={} bytes={} client_errors={} bytes_read={} bytes_written={} udp_requests={}",
                 s.uptime_s,
                 s.total_connections,
                 s.rejected_connections,
                 s.idle_kicks,
+                s.accept_errors,
                 g("cmd_get"),
                 g("get_hits"),
                 g("get_misses"),
@@ -244,24 +245,9 @@ pub struct LoadArgs {
     /// the next sent when one is answered; latency from the actual send.
     #[arg(long, value_name = "DEPTH")]
     pub closed: Option<u32>,
-    /// Keys in the key space.
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Key popularity: uniform or zipf:S.
-    #[arg(long, default_value = "uniform")]
-    pub key_dist: KeyDist,
-    /// Key sizes: N, uniform:A,B or etc.
-    #[arg(long, default_value = "30")]
-    pub key_size: SizeDist,
-    /// Value sizes: N, uniform:A,B or etc.
-    #[arg(long, default_value = "200")]
-    pub value_size: SizeDist,
-    /// Fraction of requests that are gets (the rest are sets).
-    #[arg(long, default_value_t = 0.9)]
-    pub get_ratio: f64,
-    /// Keys per get.
-    #[arg(long, default_value_t = 1)]
-    pub multiget: u32,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// The server's item size limit (values are clamped to it).
     #[arg(long, default_value = "1m", value_parser = size)]
     pub item_max: usize,
@@ -325,15 +311,7 @@ impl LoadArgs {
                 Some(depth) => Pacing::Closed { depth },
                 None => Pacing::Open(Arrivals { process: self.arrival, rate_per_s: self.rate }),
             },
-            workload: WorkloadSpec {
-                keys: self.keys,
-                key_dist: self.key_dist,
-                key_size: self.key_size,
-                value_size: self.value_size,
-                get_ratio: self.get_ratio,
-                multiget: self.multiget,
-                item_max,
-            },
+            workload: self.workload.spec(item_max),
             duration: self.duration,
             ramp: self.ramp,
             max_in_flight: self.max_in_flight,
@@ -344,19 +322,15 @@ impl LoadArgs {
     }
 
     fn options(&self) -> OptionList {
-        OptionList::new()
+        let list = OptionList::new()
             .text("server", self.server.to_string())
             .int("connections", u64::from(self.connections))
             .int("threads", self.threads as u64)
             .text("rate", self.rate.to_string())
             .text("arrival", self.arrival.to_string())
-            .text("closed", self.closed.map_or("off".into(), |d| d.to_string()))
-            .int("keys", self.keys)
-            .text("key-dist", self.key_dist.to_string())
-            .text("key-size", self.key_size.to_string())
-            .text("value-size", self.value_size.to_string())
-            .text("get-ratio", self.get_ratio.to_string())
-            .int("multiget", u64::from(self.multiget))
+            .text("closed", self.closed.map_or("off".into(), |d| d.to_string()));
+        self.workload
+            .echo(list)
             .int("item-max", self.item_max as u64)
             .duration("duration", self.duration)
             .duration("ramp", self.ramp)

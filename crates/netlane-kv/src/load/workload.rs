@@ -269,20 +269,10 @@ impl Key {
 }
 
 /// Appends `v` in decimal, left-padded with zeros to `width` digits.
-pub(super) fn push_decimal(out: &mut Vec<u8>, mut v: u64, width: usize) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    let digits = buf.len() - i;
+pub(super) fn push_decimal(out: &mut Vec<u8>, v: u64, width: usize) {
+    let digits = v.checked_ilog10().map_or(1, |d| d as usize + 1);
     out.resize(out.len() + width.saturating_sub(digits), b'0');
-    out.extend_from_slice(&buf[i..]);
+    crate::proto::reply::push_u64(out, v);
 }
 
 fn digits(v: u64) -> u32 {

@@ -193,11 +193,6 @@ impl Conn {
         self.output.len() - self.sent
     }
 
-    /// Bytes buffered in both directions now (for the server's accounting).
-    pub fn buffered(&self) -> usize {
-        (self.end - self.start) + self.unsent()
-    }
-
     /// Buffer memory held (capacities).
     pub fn memory(&self) -> usize {
         self.input.capacity() + self.output.capacity()

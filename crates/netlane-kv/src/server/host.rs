@@ -74,6 +74,8 @@ pub struct ServerStats {
     pub rejected_connections: u64,
     /// Connections closed for idleness.
     pub idle_kicks: u64,
+    /// Connections the acceptor could not take (descriptor limits, socket options).
+    pub accept_errors: u64,
     /// UDP requests answered.
     pub udp_requests: u64,
     /// Protocol counters summed over workers.
@@ -149,6 +151,7 @@ impl Shared {
             total_connections: self.conns.total.load(Ordering::Relaxed),
             rejected_connections: self.conns.rejected.load(Ordering::Relaxed),
             idle_kicks: self.conns.idle_kicks.load(Ordering::Relaxed),
+            accept_errors: self.conns.accept_errors.load(Ordering::Relaxed),
             udp_requests: self.conns.udp_requests.load(Ordering::Relaxed),
             protocol: CountersView(m),
             store: StoreView {
@@ -184,6 +187,7 @@ impl Shared {
             .num("accepting_conns", 1)
             .num("threads", self.settings.threads as u64)
             .num("idle_kicks", n(&self.conns.idle_kicks))
+            .num("accept_errors", n(&self.conns.accept_errors))
             .num("bytes", s.bytes)
             .num("curr_items", s.curr_items)
             .num("total_items", s.total_items)
@@ -233,10 +237,15 @@ impl Shared {
         for (name, help, v) in gauges {
             e.family(name, help, Kind::Gauge).sample(name, &[], v);
         }
-        let counters: [(&str, &str, u64); 7] = [
+        let counters: [(&str, &str, u64); 8] = [
             ("netlane_kv_total_connections_total", "Connections accepted.", n(&self.conns.total)),
             ("netlane_kv_rejected_connections_total", "Connections refused at the limit.", n(&self.conns.rejected)),
             ("netlane_kv_idle_kicks_total", "Connections closed for idleness.", n(&self.conns.idle_kicks)),
+            (
+                "netlane_kv_accept_errors_total",
+                "Connections the acceptor could not take.",
+                n(&self.conns.accept_errors),
+            ),
             ("netlane_kv_total_items_total", "Items ever stored.", s.total_items),
             ("netlane_kv_evictions_total", "Live items evicted for room.", s.evictions),
             ("netlane_kv_reclaimed_total", "Expired or flushed items removed.", s.reclaimed),

@@ -239,11 +239,6 @@ impl Server {
         self.shared.snapshot()
     }
 
-    /// The counters as Prometheus text.
-    pub fn prometheus(&self) -> String {
-        self.shared.prometheus()
-    }
-
     /// A handle the metrics endpoint can render from.
     pub fn metrics_handler(&self) -> Arc<netlane::metrics::prom::Handler> {
         let shared = self.shared.clone();

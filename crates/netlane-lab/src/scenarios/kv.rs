@@ -80,6 +80,54 @@ impl ServerKind {
     }
 }
 
+/// The workload's options, shared by `netlane bench kv` and `netlane kv load`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// Keys in the key space (stored before the runs).
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Key popularity: uniform or zipf:S.
+    #[arg(long, default_value = "uniform")]
+    pub key_dist: KeyDist,
+    /// Key sizes: N, uniform:A,B or etc.
+    #[arg(long, default_value = "30")]
+    pub key_size: SizeDist,
+    /// Value sizes: N, uniform:A,B or etc.
+    #[arg(long, default_value = "200")]
+    pub value_size: SizeDist,
+    /// Fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    pub get_ratio: f64,
+    /// Keys per get.
+    #[arg(long, default_value_t = 1)]
+    pub multiget: u32,
+}
+
+impl WorkloadArgs {
+    /// The workload, for a server whose largest value is `item_max` bytes.
+    pub fn spec(&self, item_max: u32) -> WorkloadSpec {
+        WorkloadSpec {
+            keys: self.keys,
+            key_dist: self.key_dist,
+            key_size: self.key_size,
+            value_size: self.value_size,
+            get_ratio: self.get_ratio,
+            multiget: self.multiget,
+            item_max,
+        }
+    }
+
+    /// `list` with these options echoed.
+    pub fn echo(&self, list: OptionList) -> OptionList {
+        list.int("keys", self.keys)
+            .text("key-dist", self.key_dist.to_string())
+            .text("key-size", self.key_size.to_string())
+            .text("value-size", self.value_size.to_string())
+            .text("get-ratio", self.get_ratio.to_string())
+            .int("multiget", u64::from(self.multiget))
+    }
+}
+
 /// `netlane bench kv`.
 #[derive(Debug, Clone, Args)]
 pub struct KvBenchArgs {
@@ -95,21 +143,9 @@ pub struct KvBenchArgs {
     /// Server worker threads (memcached's -t), all on --server-cpu.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Keys in the key space (loaded before each round's runs).
-    #[arg(long, default_value_t = 100_000)]
-    pub keys: u64,
-    /// Key popularity: uniform or zipf:S.
-    #[arg(long, default_value = "uniform")]
-    pub key_dist: KeyDist,
-    /// Key sizes: N, uniform:A,B or etc.
-    #[arg(long, default_value = "30")]
-    pub key_size: SizeDist,
-    /// Value sizes: N, uniform:A,B or etc.
-    #[arg(long, default_value = "200")]
-    pub value_size: SizeDist,
-    /// Fraction of requests that are gets.
-    #[arg(long, default_value_t = 0.9)]
-    pub get_ratio: f64,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// The SLA of the sla part.
     #[arg(long, default_value = "p99.9=1ms")]
     pub sla: Sla,
@@ -186,15 +222,7 @@ impl KvBenchArgs {
     }
 
     fn workload(&self) -> WorkloadSpec {
-        WorkloadSpec {
-            keys: self.keys,
-            key_dist: self.key_dist,
-            key_size: self.key_size,
-            value_size: self.value_size,
-            get_ratio: self.get_ratio,
-            multiget: 1,
-            item_max: 1 << 20,
-        }
+        self.workload.spec(1 << 20)
     }
 
     fn load(&self, server: SocketAddr, pacing: Pacing, duration: Duration) -> LoadConfig {
@@ -227,16 +255,13 @@ impl Scenario for KvBenchArgs {
     fn options(&self) -> OptionList {
         let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
         let servers: Vec<&str> = self.servers.iter().map(|s| s.word()).collect();
-        OptionList::new()
+        let list = OptionList::new()
             .words("parts", &parts)
             .words("servers", &servers)
             .int("connections", u64::from(self.connections))
-            .int("threads", self.threads as u64)
-            .int("keys", self.keys)
-            .text("key-dist", self.key_dist.to_string())
-            .text("key-size", self.key_size.to_string())
-            .text("value-size", self.value_size.to_string())
-            .text("get-ratio", self.get_ratio.to_string())
+            .int("threads", self.threads as u64);
+        self.workload
+            .echo(list)
             .text("sla", self.sla.to_string())
             .text("tight-sla", self.tight_sla.to_string())
             .text("search-lo", self.search_lo.to_string())
@@ -869,7 +894,7 @@ impl KvBenchArgs {
                 "Each server ({} worker thread(s), pinned with its end's threaded NAPI to CPU {}) in one network \
                  namespace, netlane's open-loop load generator (one thread on CPU {}, {} connections, Poisson arrivals \
                  from a precomputed schedule, latency from the scheduled send time) in another, joined by a veth pair. \
-                 The key space ({} keys, {} B keys, {} B values) is stored before each round; {:.0}% gets. The search \
+                 The key space ({} keys, key sizes {} B, value sizes {} B) is stored before each round; {:.0}% gets. The search \
                  finds the highest offered rate whose percentile holds the SLA (bisection over {} runs, each rate \
                  decided by the majority of two or three runs, the best decided again); a run that fell behind (under 90% of the offered rate completed) misses. \
                  memcached runs with the same thread count and memory, without -N (no busy polling for either).",
@@ -877,10 +902,10 @@ impl KvBenchArgs {
                 self.server_cpu,
                 self.client_cpu,
                 self.connections,
-                self.keys,
-                self.key_size,
-                self.value_size,
-                self.get_ratio * 100.0,
+                self.workload.keys,
+                self.workload.key_size,
+                self.workload.value_size,
+                self.workload.get_ratio * 100.0,
                 crate::report::format::seconds(self.step.as_secs_f64())
             ),
             headline,

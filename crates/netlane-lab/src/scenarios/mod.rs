@@ -140,7 +140,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.parts = vec![kv::Part::Rates];
                 o.rates = vec![10_000, 20_000];
-                o.keys = 20_000;
+                o.workload.keys = 20_000;
                 o.time = Duration::from_millis(500);
             }
             Box::new(o)
@@ -224,6 +224,7 @@ mod tests {
         echo_reads_back(&bulk);
         echo_reads_back(&udp_pacing::UdpPacingArgs::defaults());
         echo_reads_back(&nvme::NvmeBenchArgs::defaults());
+        echo_reads_back(&kv::KvBenchArgs::defaults());
         let mut pps = lb_pps::LbPpsArgs::defaults();
         echo_reads_back(&pps);
         pps.flows = vec![1, 10_000];
