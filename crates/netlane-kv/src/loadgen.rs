@@ -28,7 +28,7 @@ use crate::load::codec::{Codec, Reply, SetReply};
 use crate::load::conn::{ConnConfig, Connection};
 use crate::load::rng::Rng;
 use crate::load::schedule::{Arrivals, Pacing};
-use crate::load::search::{KEEP_UP, Outcome, Point, RateSearch, SearchConfig, Verdict};
+use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, judge};
 use crate::load::stats::{Counts, Measurement, REPORTED_QUANTILES, Sla, Stats};
 use crate::load::workload::{Workload, WorkloadSpec};
 use netlane::time::monotonic_ns;
@@ -677,8 +677,7 @@ pub struct RunPoint {
     pub measured: Measurement,
 }
 
-/// Whether a run kept up with the rate (or what it offered, if more) and held the SLA:
-/// the rule the search applies.
+/// Whether a run kept up with the rate and held the SLA: the search's own rule.
 fn holds(m: &Measurement, rate: f64) -> bool {
-    m.sla_met && m.achieved_per_s >= KEEP_UP * m.offered_per_s.max(rate)
+    judge(rate, m) == Verdict::Met
 }

@@ -218,7 +218,7 @@ impl RateSearch {
 /// Whether a run at `rate` kept up and met the SLA. The run is judged against the higher
 /// of the rate asked for and the rate it actually offered, so neither a run cut short nor
 /// arrival noise makes it look better.
-fn judge(rate: f64, m: &Measurement) -> Verdict {
+pub fn judge(rate: f64, m: &Measurement) -> Verdict {
     // f64::max ignores a NaN offered rate; a NaN achieved rate counts as nothing done.
     let offered = rate.max(m.offered_per_s);
     let achieved = if m.achieved_per_s.is_nan() { 0.0 } else { m.achieved_per_s };
