@@ -12,7 +12,10 @@
 #                             request/response clients, tcpdump to show packet paths
 #                             coexist with other capture sockets, and the cache's
 #                             real peers: memcached 1.6 to compare against,
-#                             libmemcached-tools and python3-pymemcache as clients)
+#                             libmemcached-tools and python3-pymemcache as clients;
+#                             rt-tests, whose cyclictest measures how long this
+#                             machine stalls a ready thread: the floor under the kv
+#                             scenario's tail latencies)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -23,7 +26,7 @@ set -euo pipefail
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
       libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
       python3 python3-prometheus-client socat tcpdump memcached libmemcached-tools
-      python3-pymemcache)
+      python3-pymemcache rt-tests)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi

@@ -10,7 +10,7 @@ use clap::{Args, Subcommand};
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane::metrics::units::parse_size;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
-use netlane_kv::load::search::SearchConfig;
+use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
@@ -382,14 +382,26 @@ impl LoadArgs {
                     m.achieved_per_s,
                     sla,
                     m.sla_latency_ns.map_or("beyond every answer".to_string(), |n| format!("{:.0} us", n as f64 / 1e3)),
-                    if p.met { "held" } else { "missed" }
+                    if p.met {
+                        "held"
+                    } else if m.lag_share > GENERATOR_LAG_MAX {
+                        "missed (the generator lagged: it measured itself)"
+                    } else {
+                        "missed"
+                    }
                 );
             })?;
             let line = match r.best_per_s {
                 Some(b) => format!(
                     "highest rate within {}: {b:.0} requests/s{} ({} runs)",
                     r.sla,
-                    if r.capped { " (the upper bound: the server may hold more)" } else { "" },
+                    if r.capped {
+                        " (the upper bound: the server may hold more)"
+                    } else if r.generator_limited {
+                        " (the generator's limit: above it, it could not keep its schedule)"
+                    } else {
+                        ""
+                    },
                     r.runs
                 ),
                 None => format!("no rate from {} requests/s held {}", self.search_lo, r.sla),
@@ -441,7 +453,7 @@ fn print_report(r: &LoadReport) {
         r.target_per_s.map_or(String::new(), |t| format!(" (asked {t:.0}/s)"))
     ));
     out::println(&format!(
-        "completed={} hits={} misses={} stored={} errors={} lost={} unanswered={} not_sent={} late={:.2}% connection_failures={}",
+        "completed={} hits={} misses={} stored={} errors={} lost={} unanswered={} not_sent={} late={:.2}% lagged={:.2}% connection_failures={}",
         c.completed,
         c.hits,
         c.misses,
@@ -451,6 +463,7 @@ fn print_report(r: &LoadReport) {
         c.unanswered,
         c.not_sent,
         r.late_share * 100.0,
+        r.lag_share * 100.0,
         r.connection_failures
     ));
     let lat: Vec<String> = r
@@ -463,6 +476,12 @@ fn print_report(r: &LoadReport) {
         "client CPU: {:.2} s, {:.0}% of its threads' time{}",
         r.client_cpu_s,
         r.client_cpu_busy * 100.0,
-        if r.client_cpu_busy > 0.9 { " (the generator may be the bottleneck)" } else { "" }
+        if r.lag_share > GENERATOR_LAG_MAX {
+            " (it delayed its own sends: the generator was the bottleneck)"
+        } else if r.client_cpu_busy > 0.9 {
+            " (the generator may be the bottleneck)"
+        } else {
+            ""
+        }
     ));
 }

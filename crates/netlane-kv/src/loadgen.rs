@@ -164,8 +164,12 @@ pub struct LoadReport {
     /// Latency at p50, p90, p99, p99.9, p99.99, µs; `None` where the percentile falls
     /// among requests without a good answer.
     pub latency_us: Vec<(String, Option<f64>)>,
-    /// Share of sends later than the lateness tolerance.
+    /// Share of sends later than the lateness tolerance after their scheduled time (the
+    /// server's delay included: a connection with every slot in flight waits).
     pub late_share: f64,
+    /// Share of sends the generator itself delayed past the tolerance, after they could
+    /// go: above a few percent the run measured the generator.
+    pub lag_share: f64,
     /// Connections that failed during the run.
     pub connection_failures: u64,
     /// CPU time of the generator's threads (user + system), s.
@@ -184,6 +188,8 @@ pub struct CountsView {
     pub sent: u64,
     /// Written out late.
     pub sent_late: u64,
+    /// Written out late by the generator's own delay.
+    pub sent_lagged: u64,
     /// Answered without an error.
     pub completed: u64,
     /// Keys found.
@@ -208,6 +214,7 @@ impl From<&Counts> for CountsView {
             offered: c.offered,
             sent: c.sent,
             sent_late: c.sent_late,
+            sent_lagged: c.sent_lagged,
             completed: c.completed,
             hits: c.hits,
             misses: c.misses,
@@ -404,6 +411,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
         counts: CountsView::from(&c),
         latency_us,
         late_share: if c.sent == 0 { 0.0 } else { c.sent_late as f64 / c.sent as f64 },
+        lag_share: c.lag_share(),
         connection_failures: failures,
         client_cpu_s: cpu,
         client_cpu_busy: if wall > 0.0 { cpu / wall } else { 0.0 },
@@ -436,8 +444,11 @@ fn drive(
         peers.push(Peer { stream: Some(s), conn: Some(conn), pending: Vec::new(), queued: None });
     }
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
+    // A connection is queued under its next due time while it can send: never after its
+    // socket failed (what it would have sent counts as not sent at the end), or the loop
+    // below would pop and push it again for ever.
     let requeue = |p: &mut Peer, i: usize, heap: &mut BinaryHeap<Reverse<(u64, usize)>>| {
-        let due = p.conn.as_ref().and_then(Connection::next_due);
+        let due = p.stream.as_ref().and(p.conn.as_ref()).and_then(Connection::next_due);
         if due != p.queued {
             p.queued = due;
             if let Some(d) = due {
@@ -568,6 +579,9 @@ pub struct SearchReport {
     pub best_per_s: Option<f64>,
     /// The best rate is the upper bound: the server may hold more.
     pub capped: bool,
+    /// Above the best rate the generator could not keep its schedule: the server may
+    /// hold more than the generator can offer.
+    pub generator_limited: bool,
     /// The rates decided, in order: rate asked, offered, achieved, the SLA percentile
     /// (µs), verdict (each from the majority of its runs).
     pub curve: Vec<CurvePoint>,
@@ -586,7 +600,7 @@ pub struct CurvePoint {
     pub achieved_per_s: f64,
     /// Latency at the SLA percentile, µs (`None`: among failed requests).
     pub sla_latency_us: Option<f64>,
-    /// met, missed, fell-behind or idle.
+    /// met, missed, fell-behind, idle or generator-bound.
     pub verdict: &'static str,
     /// A confirmation of an earlier rate.
     pub confirmation: bool,
@@ -603,6 +617,7 @@ fn curve_point(p: &Point) -> CurvePoint {
             Verdict::SlaMissed => "missed",
             Verdict::FellBehind => "fell-behind",
             Verdict::Idle => "idle",
+            Verdict::GeneratorBound => "generator-bound",
         },
         confirmation: p.confirmation,
     }
@@ -651,14 +666,17 @@ pub fn search(
         let chosen = votes.iter().rev().find(|v| holds(v, rate) == held).copied().unwrap_or(votes[0]);
         s.record(chosen).map_err(|e| LoadError::Config(e.to_string()))?;
     }
-    let (best, capped) = match s.outcome() {
-        Some(Outcome::Found { point, capped }) => (Some(point.rate_per_s), capped),
-        _ => (None, false),
+    let (best, capped, generator_limited) = match s.outcome() {
+        Some(Outcome::Found { point, capped, generator_limited }) => {
+            (Some(point.rate_per_s), capped, generator_limited)
+        }
+        _ => (None, false, false),
     };
     Ok(SearchReport {
         sla: sla.to_string(),
         best_per_s: best,
         capped,
+        generator_limited,
         curve: s.curve().iter().map(curve_point).collect(),
         runs,
     })

@@ -61,14 +61,16 @@ fn open_loop_against_netlanes_server() {
 
 #[test]
 fn open_loop_against_memcached() {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    // An address no other test listens on, so the wait below cannot reach another
+    // process that took the same port meanwhile.
+    let port = TcpListener::bind("127.78.0.1:0").unwrap().local_addr().unwrap().port();
     let mut cmd = Command::new("memcached");
-    cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0", "-t", "2"]);
+    cmd.args(["-l", "127.78.0.1", "-p", &port.to_string(), "-U", "0", "-t", "2"]);
     if nix::unistd::geteuid().is_root() {
         cmd.args(["-u", "root"]);
     }
     let mut child = cmd.spawn().expect("memcached (scripts/setup.sh installs it)");
-    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let addr = SocketAddr::from(([127, 78, 0, 1], port));
     let deadline = Instant::now() + Duration::from_secs(5);
     while TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < deadline, "memcached did not start");
@@ -129,4 +131,48 @@ fn a_stall_shows_in_open_loop_latency_and_hides_in_closed_loop() {
     // p90 stays at the server's usual latency.
     assert!(p90(&closed_run) < 5_000_000, "closed loop p90 {} ns: {:?}", p90(&closed_run), closed_run.report);
     assert_eq!(open_run.report.counts.completed, open_run.report.counts.offered);
+}
+
+/// A server that answers `get`s with `END` and closes every other connection after its
+/// tenth request.
+fn closing_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (n, s) in l.incoming().enumerate() {
+            let Ok(s) = s else { return };
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().unwrap();
+                for (i, line) in BufReader::new(s).lines().enumerate() {
+                    if n % 2 == 1 && i == 10 {
+                        return;
+                    }
+                    let Ok(line) = line else { return };
+                    if line.starts_with("get") && w.write_all(b"END\r\n").is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn connections_the_server_closes_are_counted_and_the_run_ends_on_time() {
+    // Before the fix a closed connection stayed queued for sending and the loop spun on
+    // it for ever.
+    let mut cfg = load(closing_server(), open(4000.0));
+    cfg.workload = WorkloadSpec { keys: 100, get_ratio: 1.0, ..WorkloadSpec::default() };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(loadgen::run(&cfg, &AtomicBool::new(false)).map(|r| r.report));
+    });
+    let r = rx.recv_timeout(Duration::from_secs(10)).expect("a 1.5 s run did not end within 10 s").unwrap();
+    let c = &r.counts;
+    assert_eq!(r.connection_failures, 4, "{r:?}");
+    assert!(c.not_sent > 1000 && c.completed > 1000, "{r:?}");
+    // Every request offered in the window has an outcome (the lost may include requests
+    // of the ramp, which are not offered in the window).
+    assert!(c.completed + c.lost + c.not_sent >= c.offered, "{r:?}");
 }

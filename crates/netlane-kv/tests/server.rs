@@ -337,11 +337,17 @@ fn a_client_that_does_not_read_cannot_grow_the_servers_memory() {
 }
 
 /// A free TCP port on loopback (bound, read, released).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+/// A loopback address of its own for each memcached of this process (127.77.x.y), with a
+/// port free on it: two instances started at once cannot pick the same address, and a
+/// wait for one cannot be answered by another.
+fn own_address() -> SocketAddr {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let ip = std::net::Ipv4Addr::new(127, 77, (n / 250) as u8, (n % 250 + 1) as u8);
+    std::net::TcpListener::bind((ip, 0)).unwrap().local_addr().unwrap()
 }
 
-/// memcached 1.6.18 (Debian's) on a free port, killed on drop.
+/// memcached 1.6.18 (Debian's) on an address of its own, killed on drop.
 struct Memcached {
     child: std::process::Child,
     addr: SocketAddr,
@@ -350,21 +356,22 @@ struct Memcached {
 impl Memcached {
     fn start(args: &[&str]) -> Memcached {
         require("memcached");
-        let port = free_port();
+        let addr = own_address();
         let mut cmd = Command::new("memcached");
-        cmd.args(["-l", "127.0.0.1", "-p", &port.to_string(), "-U", "0"]).args(args);
+        cmd.args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"]).args(args);
         // memcached refuses to run as root without -u.
         if nix::unistd::geteuid().is_root() {
             cmd.args(["-u", "root"]);
         }
         let child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut mc = Memcached { child, addr };
         let deadline = Instant::now() + Duration::from_secs(5);
         while TcpStream::connect(addr).is_err() {
+            assert!(mc.child.try_wait().unwrap().is_none(), "memcached exited at start on {addr}");
             assert!(Instant::now() < deadline, "memcached did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Memcached { child, addr }
+        mc
     }
 }
 

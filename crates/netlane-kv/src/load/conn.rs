@@ -57,6 +57,9 @@ pub struct Connection {
     max_in_flight: usize,
     late_after_ns: u64,
     measure_from_ns: u64,
+    /// When a slot last came free on a full connection: a request due before it could
+    /// not go earlier, so its wait until then is the server's, not the generator's.
+    slot_free_at: u64,
 }
 
 impl Connection {
@@ -77,6 +80,7 @@ impl Connection {
             max_in_flight: cfg.max_in_flight as usize,
             late_after_ns: cfg.late_after_ns,
             measure_from_ns: cfg.measure_from_ns,
+            slot_free_at: 0,
         })
     }
 
@@ -104,7 +108,11 @@ impl Connection {
             let request = self.workload.sample(&mut self.rng, &mut self.keys);
             self.codec.encode(origin, &request, out);
             if due >= self.measure_from_ns {
-                stats.sent(now_ns - due > self.late_after_ns);
+                let could_go = due.max(self.slot_free_at);
+                stats.sent(
+                    now_ns.saturating_sub(due) > self.late_after_ns,
+                    now_ns.saturating_sub(could_go) > self.late_after_ns,
+                );
             }
             n += 1;
         }
@@ -116,15 +124,20 @@ impl Connection {
     /// [`Connection::disconnected`] (the completions before it are recorded).
     pub fn receive(&mut self, now_ns: u64, bytes: &[u8], stats: &mut Stats) -> Result<u32, ProtocolError> {
         let mut n = 0;
+        let was_full = self.codec.outstanding() >= self.max_in_flight;
         let schedule = &mut self.schedule;
         let from = self.measure_from_ns;
-        self.codec.decode(bytes, |c| {
+        let decoded = self.codec.decode(bytes, |c| {
             if c.token >= from {
                 stats.replied(c.reply, now_ns.saturating_sub(c.token));
             }
             schedule.settled(now_ns);
             n += 1;
-        })?;
+        });
+        if was_full && n > 0 {
+            self.slot_free_at = now_ns;
+        }
+        decoded?;
         Ok(n)
     }
 
@@ -132,6 +145,9 @@ impl Connection {
     /// The connection is ready for a new socket; returns how many were lost.
     pub fn disconnected(&mut self, now_ns: u64, stats: &mut Stats) -> usize {
         let n = self.codec.abandon();
+        if n >= self.max_in_flight {
+            self.slot_free_at = now_ns;
+        }
         stats.lost(n as u64);
         for _ in 0..n {
             self.schedule.settled(now_ns);
@@ -314,8 +330,41 @@ mod tests {
         let counts = stats.counts();
         assert_eq!((counts.offered, counts.sent, counts.completed), (1000, 1000, 1000));
         assert!(counts.sent_late > 900, "{counts:?}");
+        // Every one went out as soon as a slot was free: the server's delay, not the
+        // generator's.
+        assert_eq!(counts.sent_lagged, 0, "{counts:?}");
         // The last request was due at 10 ms and answered at 20 ms.
         assert!(stats.latency_at(1.0).unwrap() > 9 * MS);
+    }
+
+    #[test]
+    fn a_generator_that_wakes_late_lags_and_a_full_connection_does_not() {
+        // One request a millisecond, one slot, a server that takes 5 ms each.
+        let mut c = cfg(Pacing::Open(Arrivals { process: Process::Constant, rate_per_s: 1000.0 }), 20 * MS);
+        c.max_in_flight = 1;
+        let mut conn = conn(c);
+        let (mut stats, mut out) = (Stats::new(), Vec::new());
+        let mut server = FifoServer::new(5 * MS, None);
+        // The first request goes out on time (the tolerance is 10 us).
+        let first = conn.next_due().unwrap();
+        assert_eq!(conn.send(first, &mut out, &mut stats), 1);
+        server.arrive(first, &out);
+        // The second, due 1 ms after it, waits for the slot until the answer 5 ms later
+        // and goes out at once: late, not lagged.
+        let (t, reply) = server.replies.pop_front().unwrap();
+        conn.receive(t, reply, &mut stats).unwrap();
+        out.clear();
+        assert_eq!(conn.send(t, &mut out, &mut stats), 1);
+        assert_eq!((stats.counts().sent_late, stats.counts().sent_lagged), (1, 0));
+        server.arrive(t, &out);
+        // The third could go when the next answer came, but the generator sends it
+        // 200 us after that: lagged.
+        let (t, reply) = server.replies.pop_front().unwrap();
+        conn.receive(t, reply, &mut stats).unwrap();
+        out.clear();
+        assert_eq!(conn.send(t + 200 * US, &mut out, &mut stats), 1);
+        assert_eq!((stats.counts().sent_late, stats.counts().sent_lagged), (2, 1));
+        assert!((stats.counts().lag_share() - 1.0 / 3.0).abs() < 1e-9);
     }
 
     #[test]

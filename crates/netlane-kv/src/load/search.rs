@@ -18,6 +18,11 @@
 //!   [`KEEP_UP`] of what it offered (the generator fell behind, or the server refused
 //!   work) misses whatever its percentile says, and one that completed almost nothing
 //!   ([`IDLE`]) is reported as idle. Either is a miss.
+//! - A run in which the generator itself delayed more than [`GENERATOR_LAG_MAX`] of its
+//!   sends (its CPU could not keep the schedule: [`Measurement::lag_share`]) measured the
+//!   generator. It is a miss too, since nothing above it can be judged, and when such a
+//!   run tops the final bracket the answer says so: the server may hold more than the
+//!   generator can offer.
 
 use thiserror::Error;
 
@@ -27,6 +32,9 @@ use super::stats::Measurement;
 pub const KEEP_UP: f64 = 0.9;
 /// A run that completed less than this share of its offered rate did nothing.
 pub const IDLE: f64 = 0.01;
+/// A run in which the generator delayed more than this share of its sends measured the
+/// generator. (One that keeps up delays 0..1% here; one at its limit, 10..40%.)
+pub const GENERATOR_LAG_MAX: f64 = 0.05;
 
 /// The search's range and precision.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,6 +79,8 @@ pub enum Verdict {
     FellBehind,
     /// Completed under [`IDLE`] of the offered rate: nothing happened.
     Idle,
+    /// The generator delayed more than [`GENERATOR_LAG_MAX`] of its sends.
+    GeneratorBound,
 }
 
 /// One run on the curve.
@@ -95,6 +105,9 @@ pub enum Outcome {
         point: Point,
         /// No rate missed: the capacity may lie above the upper bound.
         capped: bool,
+        /// The lowest rate that missed did so because the generator could not keep its
+        /// schedule: the server may hold more than this.
+        generator_limited: bool,
     },
     /// Not even the lowest rate met the SLA (twice).
     NoneMet,
@@ -122,6 +135,8 @@ pub struct RateSearch {
     /// The bracket's top: the lowest rate that missed, or the upper bound.
     hi: f64,
     missed: bool,
+    /// The bracket's top came from a run the generator could not keep up with.
+    hi_by_generator: bool,
     bisections: u32,
     curve: Vec<Point>,
 }
@@ -142,6 +157,7 @@ impl RateSearch {
             met: Vec::new(),
             hi,
             missed: false,
+            hi_by_generator: false,
             bisections: 0,
             curve: Vec::new(),
         })
@@ -174,14 +190,18 @@ impl RateSearch {
                 if met {
                     self.met.push(rate);
                 } else {
-                    self.missed_at(rate);
+                    self.missed_at(rate, verdict);
                 }
             }
             Phase::Confirm if met => {
-                self.phase = Phase::Done(Outcome::Found { point, capped: !self.missed });
+                self.phase = Phase::Done(Outcome::Found {
+                    point,
+                    capped: !self.missed,
+                    generator_limited: self.hi_by_generator,
+                });
                 return Ok(point);
             }
-            Phase::Confirm => self.missed_at(rate),
+            Phase::Confirm => self.missed_at(rate, verdict),
             Phase::Done(_) => return Err(SearchError::Finished),
         }
         self.phase = match self.met.last() {
@@ -208,9 +228,12 @@ impl RateSearch {
     }
 
     /// `rate` missed: it tops the bracket, and no rate at or above it is a candidate.
-    fn missed_at(&mut self, rate: f64) {
+    fn missed_at(&mut self, rate: f64, verdict: Verdict) {
+        if !self.missed || rate < self.hi {
+            self.hi = rate;
+            self.hi_by_generator = verdict == Verdict::GeneratorBound;
+        }
         self.missed = true;
-        self.hi = self.hi.min(rate);
         self.met.retain(|&r| r < rate);
     }
 }
@@ -224,6 +247,8 @@ pub fn judge(rate: f64, m: &Measurement) -> Verdict {
     let achieved = if m.achieved_per_s.is_nan() { 0.0 } else { m.achieved_per_s };
     if achieved < IDLE * offered {
         Verdict::Idle
+    } else if m.lag_share > GENERATOR_LAG_MAX {
+        Verdict::GeneratorBound
     } else if achieved < KEEP_UP * offered {
         Verdict::FellBehind
     } else if m.sla_met {
@@ -252,6 +277,7 @@ mod tests {
                 achieved_per_s: achieved,
                 sla_latency_ns: p999,
                 sla_met: p999.is_some_and(|ns| ns <= SLA_NS),
+                lag_share: 0.0,
             }
         }
     }
@@ -273,7 +299,7 @@ mod tests {
         // Capacity 100k/s, 50 us unloaded: p99.9 reaches 1 ms at 95,000/s.
         let crossing = 95_000.0;
         let mut s = RateSearch::new(cfg()).unwrap();
-        let Outcome::Found { point, capped } = run(&mut s, server(100_000.0, 50_000.0)) else { panic!("none met") };
+        let Outcome::Found { point, capped, .. } = run(&mut s, server(100_000.0, 50_000.0)) else { panic!("none met") };
         assert!(!capped);
         assert!(point.confirmation && point.verdict == Verdict::Met);
         assert!(point.rate_per_s <= crossing && point.rate_per_s >= crossing / 1.02, "{}", point.rate_per_s);
@@ -314,8 +340,13 @@ mod tests {
     #[test]
     fn a_run_that_did_nothing_is_refused() {
         // A server that refused every connection: nothing completed, no latency.
-        let dead =
-            |rate: f64| Measurement { offered_per_s: rate, achieved_per_s: 0.0, sla_latency_ns: None, sla_met: false };
+        let dead = |rate: f64| Measurement {
+            offered_per_s: rate,
+            achieved_per_s: 0.0,
+            sla_latency_ns: None,
+            sla_met: false,
+            lag_share: 0.0,
+        };
         let mut s = RateSearch::new(cfg()).unwrap();
         assert_eq!(run(&mut s, dead), Outcome::NoneMet);
         assert_eq!(s.curve().len(), 1);
@@ -327,6 +358,7 @@ mod tests {
             achieved_per_s: achieved,
             sla_latency_ns: Some(1),
             sla_met: true,
+            lag_share: 0.0,
         };
         assert_eq!(judge(1000.0, &m(1000.0, 0.0)), Verdict::Idle);
         assert_eq!(judge(1000.0, &m(1000.0, 5.0)), Verdict::Idle);
@@ -343,9 +375,39 @@ mod tests {
     }
 
     #[test]
+    fn a_generator_that_cannot_keep_its_schedule_bounds_the_answer_and_says_so() {
+        // The server holds 95k/s; the generator lags on 20% of its sends above 60k/s.
+        let generator = |rate: f64| {
+            let mut m = server(100_000.0, 50_000.0)(rate);
+            if rate > 60_000.0 {
+                m.lag_share = 0.2;
+            }
+            m
+        };
+        let mut s = RateSearch::new(cfg()).unwrap();
+        let Outcome::Found { point, capped, generator_limited } = run(&mut s, generator) else { panic!("none met") };
+        assert!(generator_limited && !capped);
+        assert!(point.rate_per_s <= 60_000.0 && point.rate_per_s >= 60_000.0 / 1.02, "{}", point.rate_per_s);
+        assert!(s.curve().iter().any(|p| p.verdict == Verdict::GeneratorBound));
+        // Lagging sends decide before the percentile: a run that met its SLA while the
+        // generator lagged measured nothing about the server.
+        let mut m = server(100_000.0, 50_000.0)(1000.0);
+        m.lag_share = 0.06;
+        assert_eq!(judge(1000.0, &m), Verdict::GeneratorBound);
+        m.lag_share = 0.04;
+        assert_eq!(judge(1000.0, &m), Verdict::Met);
+        // When the server's own miss sets the top, the answer is the server's.
+        let mut s = RateSearch::new(cfg()).unwrap();
+        let Outcome::Found { generator_limited, .. } = run(&mut s, server(100_000.0, 50_000.0)) else {
+            panic!("none met")
+        };
+        assert!(!generator_limited);
+    }
+
+    #[test]
     fn a_range_the_server_beats_says_so() {
         let mut s = RateSearch::new(SearchConfig { hi_per_s: 50_000.0, ..cfg() }).unwrap();
-        let Outcome::Found { point, capped } = run(&mut s, server(100_000.0, 50_000.0)) else { panic!("none met") };
+        let Outcome::Found { point, capped, .. } = run(&mut s, server(100_000.0, 50_000.0)) else { panic!("none met") };
         assert!(capped);
         assert!(point.rate_per_s >= 50_000.0 / 1.02);
     }

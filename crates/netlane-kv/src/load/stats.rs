@@ -41,6 +41,11 @@ pub struct Counts {
     pub sent: u64,
     /// Requests written out more than the lateness tolerance after their scheduled time.
     pub sent_late: u64,
+    /// Requests written out more than the lateness tolerance after they could have gone:
+    /// after their scheduled time and after their connection had a free slot. This is
+    /// the generator's own delay (its CPU, its timer), not the server's: a request that
+    /// waited for a slot because the server was slow is late, not lagged.
+    pub sent_lagged: u64,
     /// Requests answered without an error line: the ones with a latency.
     pub completed: u64,
     /// Keys found by gets.
@@ -80,11 +85,17 @@ impl Counts {
         self.completed + self.failed()
     }
 
+    /// The share of sends the generator itself delayed ([`Counts::sent_lagged`]).
+    pub fn lag_share(&self) -> f64 {
+        if self.sent == 0 { 0.0 } else { self.sent_lagged as f64 / self.sent as f64 }
+    }
+
     fn add(&mut self, o: &Counts) {
         let Counts {
             offered,
             sent,
             sent_late,
+            sent_lagged,
             completed,
             hits,
             misses,
@@ -102,6 +113,7 @@ impl Counts {
         self.offered += offered;
         self.sent += sent;
         self.sent_late += sent_late;
+        self.sent_lagged += sent_lagged;
         self.completed += completed;
         self.hits += hits;
         self.misses += misses;
@@ -181,13 +193,17 @@ impl Stats {
             achieved_per_s: per_s(self.counts.completed),
             sla_latency_ns: at,
             sla_met: at.is_some_and(|ns| ns <= sla.latency_ns),
+            lag_share: self.counts.lag_share(),
         }
     }
 
-    pub(super) fn sent(&mut self, late: bool) {
+    /// A request went out; `late`: after the tolerance past its scheduled time; `lagged`:
+    /// after the tolerance past the time it could have gone.
+    pub(super) fn sent(&mut self, late: bool, lagged: bool) {
         self.counts.offered += 1;
         self.counts.sent += 1;
         self.counts.sent_late += u64::from(late);
+        self.counts.sent_lagged += u64::from(lagged);
     }
 
     pub(super) fn replied(&mut self, reply: Reply, latency_ns: u64) {
@@ -239,6 +255,9 @@ pub struct Measurement {
     pub sla_latency_ns: Option<u64>,
     /// Whether it is within the SLA's bound.
     pub sla_met: bool,
+    /// The share of sends the generator itself delayed: above a few percent the run
+    /// measured the generator, not the server.
+    pub lag_share: f64,
 }
 
 /// A tail-latency objective: `percentile` of requests within `latency`.
@@ -321,7 +340,7 @@ mod tests {
 
     fn ok(stats: &mut Stats, latencies: impl IntoIterator<Item = u64>) {
         for ns in latencies {
-            stats.sent(false);
+            stats.sent(false, false);
             stats.replied(Reply::Get { hits: 1, misses: 0 }, ns);
         }
     }
@@ -374,7 +393,7 @@ mod tests {
         let mut s = Stats::new();
         for kind in [ReplyError::Error, ReplyError::Client, ReplyError::Server] {
             for _ in 0..100 {
-                s.sent(false);
+                s.sent(false, false);
                 s.replied(Reply::Error(kind), 1);
             }
         }
@@ -395,7 +414,7 @@ mod tests {
             Reply::Set(SetReply::Exists),
             Reply::Set(SetReply::NotFound),
         ] {
-            s.sent(true);
+            s.sent(true, false);
             s.replied(r, 10);
         }
         let c = *s.counts();

@@ -2,3 +2,4 @@
 
 pub mod bulk;
 pub mod lb_pps;
+pub mod stalls;
