@@ -16,6 +16,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lab", "pktgen"),
     ("rr", "xsk_redirect"),
     ("rr", "ring_select"),
+    ("lanes", "reuseport_napi"),
 ];
 
 fn main() {
@@ -30,6 +31,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("lb").display());
     println!("cargo:rerun-if-changed={}", root.join("lab").display());
     println!("cargo:rerun-if-changed={}", root.join("rr").display());
+    println!("cargo:rerun-if-changed={}", root.join("lanes").display());
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());

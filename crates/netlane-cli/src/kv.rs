@@ -7,14 +7,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use netlane::lanes::BusyPoll;
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane::metrics::units::parse_size;
+use netlane::topology::netdev::NapiSettings;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_kv::proto::Limits;
-use netlane_kv::server::{Server, ServerConfig};
+use netlane_kv::server::{Server, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
 use netlane_lab::report::documents::{KvLoad, KvServe};
 use netlane_lab::report::{self};
@@ -69,6 +71,39 @@ fn listen_addr(s: &str) -> Result<(IpAddr, Option<u16>), String> {
         .map_err(|_| format!("{s}: expected ADDR:PORT, [V6ADDR]:PORT or an address"))
 }
 
+/// `--lanes`: `auto` or a count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LanesCount {
+    /// One lane per receive queue of the lane device.
+    Auto,
+    /// This many.
+    Count(usize),
+}
+
+fn lanes_count(s: &str) -> Result<LanesCount, String> {
+    if s == "auto" {
+        return Ok(LanesCount::Auto);
+    }
+    match s.parse::<usize>() {
+        Ok(n) if (1..=netlane_kv::server::MAX_LANES).contains(&n) => Ok(LanesCount::Count(n)),
+        _ => Err(format!("--lanes {s}: auto, or a count 1..={}", netlane_kv::server::MAX_LANES)),
+    }
+}
+
+/// The interface that holds address `ip` (in this namespace).
+fn device_holding(ip: IpAddr) -> Result<String> {
+    for ifa in nix::ifaddrs::getifaddrs().context("list interfaces")? {
+        let has = ifa.address.as_ref().is_some_and(|a| {
+            a.as_sockaddr_in().is_some_and(|v| IpAddr::V4(v.ip()) == ip)
+                || a.as_sockaddr_in6().is_some_and(|v| IpAddr::V6(v.ip()) == ip)
+        });
+        if has {
+            return Ok(ifa.interface_name);
+        }
+    }
+    bail!("no interface holds {ip}")
+}
+
 /// `netlane kv serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -90,6 +125,37 @@ pub struct ServeArgs {
     /// Worker threads (memcached's -t).
     #[arg(short = 't', long, default_value_t = 4)]
     pub threads: usize,
+    /// Lanes instead of plain workers: `auto` (one per receive queue of --lane-device)
+    /// or a count. A lane is a worker that owns receive queues (NAPI instances).
+    #[arg(long, value_parser = lanes_count, conflicts_with = "threads")]
+    pub lanes: Option<LanesCount>,
+    /// How a connection finds its lane: round-robin (no alignment), acceptor (the
+    /// acceptor hands it to the owner of its SO_INCOMING_NAPI_ID, like memcached -N) or
+    /// reuseport (one listener per lane, a BPF selector picks by NAPI id; needs root).
+    #[arg(long, default_value = "round-robin")]
+    pub steer: Steer,
+    /// Busy polling per lane: USECS[,BUDGET[,prefer]] (per-epoll EPIOCSPARAMS, and
+    /// SO_PREFER_BUSY_POLL with prefer); every knob is reported applied or refused.
+    #[arg(long)]
+    pub busy_poll: Option<BusyPoll>,
+    /// The interface whose receive queues the lanes own [default with --lanes auto:
+    /// the one holding the listen address].
+    #[arg(long)]
+    pub lane_device: Option<String>,
+    /// Per-NAPI: empty polls before interrupts are re-enabled (napi-set, else sysfs).
+    #[arg(long)]
+    pub napi_defer_hard_irqs: Option<u32>,
+    /// Per-NAPI: GRO flush / watchdog timeout (napi-set, else sysfs).
+    #[arg(long, value_parser = parse_duration)]
+    pub gro_flush_timeout: Option<Duration>,
+    /// Per-NAPI: IRQ suspension timeout while the lane keeps finding events (napi-set,
+    /// Linux 6.13+).
+    #[arg(long, value_parser = parse_duration)]
+    pub irq_suspend_timeout: Option<Duration>,
+    /// Most lanes over the server's life (room for lanes added live) [default: the
+    /// lanes at start].
+    #[arg(long)]
+    pub max_lanes: Option<usize>,
     /// Most simultaneous connections; more are answered
     /// "ERROR Too many open connections" and closed (memcached's -c).
     #[arg(short = 'c', long, default_value_t = 1024)]
@@ -147,14 +213,56 @@ impl ServeArgs {
             idle_timeout: self.idle_timeout,
             cpus: self.cpus.as_ref().map(|c| c.as_slice().to_vec()),
             backlog: 1024,
+            steer: self.steer,
+            busy_poll: self.busy_poll,
+            lane_device: None,
+            napi: NapiSettings {
+                defer_hard_irqs: self.napi_defer_hard_irqs,
+                gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
+                irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
+            },
+            max_lanes: self.max_lanes,
         }
+    }
+
+    /// The config with the lanes resolved: `--lanes auto` counts the device's receive
+    /// queues (the device holding the listen address unless --lane-device names one).
+    fn resolved(&self) -> Result<ServerConfig> {
+        let mut cfg = self.config();
+        let device = match (&self.lane_device, self.lanes) {
+            (Some(d), _) => Some(d.clone()),
+            (None, Some(LanesCount::Auto)) => Some(device_holding(cfg.listen.ip()).with_context(|| {
+                format!(
+                    "--lanes auto: which device's queues? {} is on none (name one with --lane-device)",
+                    cfg.listen.ip()
+                )
+            })?),
+            (None, _) => None,
+        };
+        if let Some(dev) = &device {
+            let ifindex =
+                nix::net::if_::if_nametoindex(dev.as_str()).with_context(|| format!("--lane-device {dev}"))?;
+            let q =
+                netlane::lanes::queues::discover(ifindex).with_context(|| format!("reading {dev}'s receive queues"))?;
+            if self.lanes == Some(LanesCount::Auto) {
+                if q.rx.is_empty() {
+                    bail!("--lanes auto: {dev} has no receive queue with a NAPI instance (is it up, with NAPI on?)");
+                }
+                cfg.threads = q.napi_ids().len();
+            }
+        }
+        if let Some(LanesCount::Count(n)) = self.lanes {
+            cfg.threads = n;
+        }
+        cfg.lane_device = device;
+        Ok(cfg)
     }
 
     fn run(&self) -> Result<u8> {
         let out = OutputArgs { json: self.json.clone(), csv: None };
         out.validate()?;
         let to_stdout = out.json_to_stdout();
-        let cfg = self.config();
+        let cfg = self.resolved()?;
         cfg.validate()?;
         let server = Server::start(cfg.clone()).context("starting the cache server")?;
         let metrics = self
@@ -176,6 +284,29 @@ impl ServeArgs {
         }
         if let Some(m) = &metrics {
             line.push_str(&format!(" metrics=http://{}/metrics", m.local_addr()));
+        }
+        let lanes = server.lanes();
+        line.push_str(&format!(" steer={}", lanes.steer));
+        if let Some(bp) = cfg.busy_poll {
+            line.push_str(&format!(" busy_poll={bp}"));
+        }
+        for l in &lanes.lanes {
+            line.push_str(&format!(
+                "\nlane {}: cpu={} napi_ids={:?}",
+                l.lane,
+                l.cpu.map_or("-".to_string(), |c| c.to_string()),
+                l.napi_ids
+            ));
+        }
+        for k in &lanes.knobs {
+            line.push_str(&format!(
+                "\nknob {}{} = {}: {} ({})",
+                k.lane.map_or(String::new(), |l| format!("lane {l} ")),
+                k.name,
+                k.wanted,
+                if k.applied { "applied" } else { "refused" },
+                k.detail
+            ));
         }
         if to_stdout {
             eprintln!("{line}");
@@ -214,6 +345,27 @@ impl ServeArgs {
                 g("bytes_written"),
                 s.udp_requests,
             ));
+            for l in &s.lanes.lanes {
+                out::println(&format!(
+                    "lane {}: connections={} by_owner={} new_id={} no_napi={} round_robin={} handed_over={} moved_in={} moved_out={} busy_poll_refused={}",
+                    l.lane,
+                    l.connections,
+                    l.by_owner,
+                    l.new_id,
+                    l.no_napi,
+                    l.round_robin,
+                    l.handed_over,
+                    l.moved_in,
+                    l.moved_out,
+                    l.busy_poll_refused
+                ));
+            }
+            if s.lanes.steer == Steer::Reuseport {
+                out::println(&format!(
+                    "reuseport selector: by_napi={} by_hash={}",
+                    s.lanes.steered_by_napi, s.lanes.steered_by_hash
+                ));
+            }
         }
         out.write_json(&report::document("kv-serve", KvServe { stats: s }))?;
         Ok(0)

@@ -955,6 +955,25 @@ fn kv_serve_bad_options_are_explained() {
     let o = netlane(&["kv", "serve", "--metrics-addr", "10.0.0.1:9000"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+    // Lanes: bad counts, policies and steering are refused by the parser; asking for a
+    // lane per queue of loopback, which has no NAPI, says so.
+    for (args, want) in [
+        (&["--lanes", "0"][..], "--lanes 0"),
+        (&["--busy-poll", "0"], "microseconds"),
+        (&["--busy-poll", "50,8,fast"], "prefer"),
+        (&["--steer", "napi-magic"], "round-robin, acceptor or reuseport"),
+        (&["--lanes", "2", "-t", "2"], "cannot be used with"),
+    ] {
+        let o = netlane(&[&["kv", "serve", "-p", "0"][..], args].concat());
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    let o = netlane(&["kv", "serve", "-p", "0", "--lanes", "auto"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("lo has no receive queue with a NAPI instance"), "{}", stderr(&o));
+    let o = netlane(&["kv", "serve", "-p", "0", "--gro-flush-timeout", "20us"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--lane-device"), "{}", stderr(&o));
     let o = netlane(&["kv", "load", "--rate", "0", "--no-warmup"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("rate"), "{}", stderr(&o));

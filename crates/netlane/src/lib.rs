@@ -12,6 +12,8 @@
 //!   zerocopy fallbacks, the [`udp::Receiver`] with recvmmsg and GRO), [`probe`] (which
 //!   kernel features work here, and why not);
 //! - [`cpus`]: one CPU-list syntax (`0-3,5`), pinning, CPU counts;
+//! - [`lanes`]: application device queues in software: which worker owns which
+//!   receive queue, the kernel's queue and NAPI map, busy-poll policies;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
 //!   system-wide from `/proc/stat`), rates;
 //! - [`topology`]: network namespaces, veth pairs, addresses, device knobs and qdiscs,
@@ -25,6 +27,7 @@
 #![deny(missing_docs)]
 
 pub mod cpus;
+pub mod lanes;
 pub mod metrics;
 pub mod pace;
 pub mod probe;

@@ -1,8 +1,11 @@
 //! The acceptor: takes connections, refuses those over the limit, hands the rest to a
-//! worker, and runs the store's active expiry between accepts.
+//! lane ([`Steer::RoundRobin`]: the next; [`Steer::Acceptor`]: the owner of the NAPI id
+//! the connection's packets arrive through), and runs the store's active expiry between
+//! accepts. With [`Steer::Reuseport`] the lanes accept for themselves and this thread
+//! only runs the expiry.
 
 use std::io::{ErrorKind, Write as _};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::Mail;
 use super::host::Shared;
-use super::{Mailbox, Placement};
+use super::lanes::Steer;
 
 /// How often the active expiry runs, and how many slots it visits per shard each time:
 /// 64 shards x 32 slots every 100 ms is about 20 K slot visits a second. (At 2048 per
@@ -24,42 +28,31 @@ const REAP_BUDGET: usize = 32;
 
 #[derive(Debug)]
 pub(crate) struct Acceptor {
-    listener: TcpListener,
+    listener: Option<TcpListener>,
     shared: Arc<Shared>,
-    mailboxes: Vec<Arc<Mailbox>>,
     stop: Arc<AtomicBool>,
-    placement: Placement,
     next: usize,
 }
 
 impl Acceptor {
-    pub fn new(
-        listener: TcpListener,
-        shared: Arc<Shared>,
-        mailboxes: Vec<Arc<Mailbox>>,
-        stop: Arc<AtomicBool>,
-        placement: Placement,
-    ) -> std::io::Result<Acceptor> {
-        listener.set_nonblocking(true)?;
-        Ok(Acceptor { listener, shared, mailboxes, stop, placement, next: 0 })
-    }
-
-    fn pick(&mut self) -> usize {
-        match self.placement {
-            Placement::RoundRobin => {
-                let w = self.next % self.mailboxes.len();
-                self.next = self.next.wrapping_add(1);
-                w
-            }
+    pub fn new(listener: Option<TcpListener>, shared: Arc<Shared>, stop: Arc<AtomicBool>) -> std::io::Result<Acceptor> {
+        if let Some(l) = &listener {
+            l.set_nonblocking(true)?;
         }
+        Ok(Acceptor { listener, shared, stop, next: 0 })
     }
 
     pub fn run(mut self) {
         let mut last_reap = Instant::now();
         while !self.stop.load(Ordering::Acquire) {
-            let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(&mut fds, PollTimeout::from(100u8));
-            self.accept_all();
+            match &self.listener {
+                Some(l) => {
+                    let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
+                    let _ = poll(&mut fds, PollTimeout::from(100u8));
+                    self.accept_all();
+                }
+                None => std::thread::sleep(REAP_EVERY),
+            }
             if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();
                 self.shared.store.reap(self.shared.clock().now_ms, REAP_BUDGET);
@@ -68,30 +61,31 @@ impl Acceptor {
     }
 
     fn accept_all(&mut self) {
+        let Some(listener) = &self.listener else { return };
         // Bounded per wake-up so the stop flag and the reaper are never starved.
         for _ in 0..1024 {
-            match self.listener.accept() {
-                Ok((mut s, _)) => {
-                    let conns = &self.shared.conns;
-                    if conns.curr.load(Ordering::Relaxed) >= self.shared.settings.max_conns as u64 {
-                        conns.rejected.fetch_add(1, Ordering::Relaxed);
-                        let _ = s.set_nonblocking(true);
-                        let _ = s.write(b"ERROR Too many open connections\r\n");
-                        continue;
-                    }
-                    if s.set_nonblocking(true).is_err() || s.set_nodelay(true).is_err() {
-                        conns.accept_errors.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    conns.curr.fetch_add(1, Ordering::Relaxed);
-                    conns.total.fetch_add(1, Ordering::Relaxed);
-                    let w = self.pick();
-                    let mb = &self.mailboxes[w];
-                    match mb.inbox.lock() {
-                        Ok(mut q) => q.push(s),
-                        Err(p) => p.into_inner().push(s),
-                    }
-                    let _ = mb.wake.write(1);
+            match listener.accept() {
+                Ok((s, _)) => {
+                    let Some(s) = admit(&self.shared, s) else { continue };
+                    let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
+                    let lanes = &self.shared.lanes;
+                    let (lane, why) = {
+                        let mut map = lanes.map();
+                        match lanes.steer {
+                            Steer::Acceptor => {
+                                let p = map.place(napi_id);
+                                (p.lane, Some(p.why))
+                            }
+                            Steer::RoundRobin | Steer::Reuseport => {
+                                let lane = map.nth_lane(self.next);
+                                self.next = self.next.wrapping_add(1);
+                                let _ = map.place_on(lane);
+                                (lane, None)
+                            }
+                        }
+                    };
+                    lanes.counters[lane].placed(why);
+                    self.shared.mailbox(lane).post(Mail::Conn { stream: s, napi_id });
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -106,4 +100,24 @@ impl Acceptor {
             }
         }
     }
+}
+
+/// The connection limit and the socket options every accepted connection gets: `None`
+/// when it was refused (over the limit: memcached's error line, then closed) or could
+/// not be set up. Counts it as open otherwise.
+pub(crate) fn admit(shared: &Shared, mut s: TcpStream) -> Option<TcpStream> {
+    let conns = &shared.conns;
+    if conns.curr.load(Ordering::Relaxed) >= shared.settings.max_conns as u64 {
+        conns.rejected.fetch_add(1, Ordering::Relaxed);
+        let _ = s.set_nonblocking(true);
+        let _ = s.write(b"ERROR Too many open connections\r\n");
+        return None;
+    }
+    if s.set_nonblocking(true).is_err() || s.set_nodelay(true).is_err() {
+        conns.accept_errors.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    conns.curr.fetch_add(1, Ordering::Relaxed);
+    conns.total.fetch_add(1, Ordering::Relaxed);
+    Some(s)
 }

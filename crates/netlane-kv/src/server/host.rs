@@ -1,7 +1,7 @@
 //! The server's shared state, what `stats` reports, and the Prometheus rendering.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use netlane::metrics::prom::{Exposition, Kind};
@@ -11,6 +11,9 @@ use crate::proto::parse::StatsKind;
 use crate::proto::reply::StatsWriter;
 use crate::proto::{Clock, Counters, Host, Limits, SharedCounters, exec};
 use crate::store::{Store, StoreStats};
+
+use super::Mailbox;
+use super::lanes::{Lanes, LanesView};
 
 /// The settings `stats settings` reports.
 #[derive(Debug, Clone, Serialize)]
@@ -52,8 +55,12 @@ pub(crate) struct ConnCounters {
 pub(crate) struct Shared {
     pub store: Store,
     pub settings: Settings,
+    /// Protocol counters by lane (a lane that left keeps its slot: its counts stay).
     pub workers: Vec<SharedCounters>,
     pub conns: ConnCounters,
+    pub lanes: Lanes,
+    /// Mailboxes by lane.
+    mailboxes: Vec<Arc<Mailbox>>,
     started: Instant,
     epoch_ms: u64,
     verbosity: AtomicU32,
@@ -81,6 +88,8 @@ pub struct ServerStats {
     /// Protocol counters summed over workers.
     #[serde(flatten)]
     pub protocol: CountersView,
+    /// The lanes: placement, NAPI ids, knobs.
+    pub lanes: LanesView,
     /// The store's counters.
     #[serde(flatten)]
     pub store: StoreView,
@@ -106,18 +115,36 @@ pub struct StoreView {
 }
 
 impl Shared {
-    pub fn new(store: Store, settings: Settings, threads: usize) -> Shared {
+    pub fn new(
+        store: Store,
+        settings: Settings,
+        lane_slots: usize,
+        lanes: Lanes,
+        mailboxes: Vec<Arc<Mailbox>>,
+    ) -> Shared {
         let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         Shared {
             store,
             settings,
-            workers: (0..threads).map(|_| SharedCounters::default()).collect(),
+            workers: (0..lane_slots).map(|_| SharedCounters::default()).collect(),
             conns: ConnCounters::default(),
+            lanes,
+            mailboxes,
             started: Instant::now(),
             epoch_ms,
             verbosity: AtomicU32::new(0),
             baseline: Mutex::new(Counters::default()),
         }
+    }
+
+    /// How many lanes the server can have over its life.
+    pub fn lane_slots(&self) -> usize {
+        self.mailboxes.len()
+    }
+
+    /// Lane `lane`'s mailbox.
+    pub fn mailbox(&self, lane: usize) -> &Mailbox {
+        &self.mailboxes[lane]
     }
 
     /// The protocol clock now.
@@ -154,6 +181,7 @@ impl Shared {
             accept_errors: self.conns.accept_errors.load(Ordering::Relaxed),
             udp_requests: self.conns.udp_requests.load(Ordering::Relaxed),
             protocol: CountersView(m),
+            lanes: self.lanes.view(),
             store: StoreView {
                 curr_items: s.curr_items,
                 bytes: s.bytes,
@@ -253,6 +281,24 @@ impl Shared {
         ];
         for (name, help, v) in counters {
             e.family(name, help, Kind::Counter).sample(name, &[], v);
+        }
+        let view = self.lanes.view();
+        e.family("netlane_kv_lane_connections", "Connections on each lane now.", Kind::Gauge);
+        for l in &view.lanes {
+            e.sample("netlane_kv_lane_connections", &[("lane", &l.lane.to_string())], l.connections);
+        }
+        e.family(
+            "netlane_kv_lane_placed_total",
+            "Connections placed on each lane, by why: owner (their NAPI id's), new-id, no-napi, round-robin.",
+            Kind::Counter,
+        );
+        for l in &view.lanes {
+            let lane = l.lane.to_string();
+            for (why, v) in
+                [("owner", l.by_owner), ("new-id", l.new_id), ("no-napi", l.no_napi), ("round-robin", l.round_robin)]
+            {
+                e.sample("netlane_kv_lane_placed_total", &[("lane", &lane), ("why", why)], v);
+            }
         }
         e.finish()
     }

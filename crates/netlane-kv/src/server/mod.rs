@@ -1,14 +1,20 @@
-//! The cache server: an acceptor thread and one epoll worker per thread over the
-//! sans-IO [`proto`](crate::proto) core and one shared [`Store`].
+//! The cache server: one epoll worker per lane over the sans-IO [`proto`](crate::proto)
+//! core and one shared [`Store`], and an acceptor thread (which also runs the store's
+//! active expiry).
 //!
-//! - **Connections belong to one worker** for their whole life: the acceptor takes a
-//!   connection and hands it to a worker chosen by [`Placement`] (round robin today;
-//!   the lanes work places by receive queue / NAPI id instead). A worker registers it
-//!   edge-triggered once and never re-arms it.
+//! - **Lanes**: a worker is a lane ([`netlane::lanes`]): it serves the connections whose
+//!   packets arrive on the receive queues it owns. [`Steer`] says how a connection gets
+//!   there: round robin (no alignment), the acceptor handing it over by
+//!   `SO_INCOMING_NAPI_ID`, or an `SO_REUSEPORT` group of per-lane listeners whose BPF
+//!   selector picks by NAPI id. Lanes can be added and removed while traffic flows
+//!   ([`Server::add_lane`], [`Server::remove_lane`]): the connections whose queues change
+//!   owner move to their new lane with everything they had buffered, and nothing is
+//!   lost. With a busy-poll policy each lane's epoll polls its queues before it sleeps.
 //! - **Per request**, a worker does one `read`, runs every complete command, and one
 //!   `write` of all the replies (a read shorter than the buffer means the socket is
 //!   drained, so no extra read to find `EAGAIN`).
-//! - **UDP** (memcached's `-U`): one `SO_REUSEPORT` socket per worker on the same port.
+//! - **UDP** (memcached's `-U`): one `SO_REUSEPORT` socket per lane on the same port
+//!   (with [`Steer::Reuseport`], the same selector picks by NAPI id).
 //! - **Bounds**: a connection limit (over it a client gets memcached's
 //!   `ERROR Too many open connections` and is closed), an idle timeout, and the
 //!   per-connection buffer bounds of [`Limits`].
@@ -17,14 +23,19 @@
 
 mod accept;
 mod host;
+mod lanes;
 mod worker;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use netlane::lanes::{BusyPoll, LaneId, LaneMap, ReuseportSteering};
+use netlane::topology::NetnsHandle;
+use netlane::topology::netdev::NapiSettings;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use crate::proto::Limits;
@@ -32,6 +43,7 @@ use crate::store::{ConfigError, Store, StoreConfig};
 
 use host::Shared;
 pub use host::{ServerStats, Settings};
+pub use lanes::{KnobView, LaneView, LanesView, Steer};
 
 /// What a server is started with.
 #[derive(Debug, Clone)]
@@ -40,7 +52,7 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// Also serve UDP on this port of the listen address (0 picks one).
     pub udp_port: Option<u16>,
-    /// Worker threads.
+    /// Worker threads: the lanes at start.
     pub threads: usize,
     /// The store's limits.
     pub store: StoreConfig,
@@ -50,10 +62,24 @@ pub struct ServerConfig {
     pub max_conns: usize,
     /// Close connections idle this long (memcached's `idle_timeout`; `None`: never).
     pub idle_timeout: Option<Duration>,
-    /// CPUs to pin workers to, in order (wrapping); `None`: not pinned.
+    /// CPUs to pin workers to, in order (wrapping); `None`: not pinned (or pinned to
+    /// their queues' CPUs, see `lane_device`).
     pub cpus: Option<Vec<usize>>,
     /// The listen backlog.
     pub backlog: i32,
+    /// How a new connection finds its lane.
+    pub steer: Steer,
+    /// Busy polling on each lane's epoll instance and sockets.
+    pub busy_poll: Option<BusyPoll>,
+    /// The interface whose receive queues the lanes own: its NAPI ids are dealt out in
+    /// queue order at start, and without `cpus` each lane is pinned to the CPU of the
+    /// first queue it owns. `None`: ids are learned from connections as they come.
+    pub lane_device: Option<String>,
+    /// Per-NAPI settings written to that interface's queues at start.
+    pub napi: NapiSettings,
+    /// Most lanes the server may ever start, live additions included (`None`: the
+    /// starting count, so lanes can be removed but not added).
+    pub max_lanes: Option<usize>,
 }
 
 impl Default for ServerConfig {
@@ -68,11 +94,16 @@ impl Default for ServerConfig {
             idle_timeout: None,
             cpus: None,
             backlog: 1024,
+            steer: Steer::RoundRobin,
+            busy_poll: None,
+            lane_device: None,
+            napi: NapiSettings::default(),
+            max_lanes: None,
         }
     }
 }
 
-/// Why a server did not start.
+/// Why a server did not start, or a lane could not change.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// A bad configuration value.
@@ -97,20 +128,23 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError
     move |source| ServerError::Io { what, source }
 }
 
-/// How the acceptor picks a worker for a new connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Placement {
-    /// Each new connection to the next worker.
-    #[default]
-    RoundRobin,
-}
+/// The most lanes a server may start over its life.
+pub const MAX_LANES: usize = 256;
 
 impl ServerConfig {
     /// Checks the values before anything is bound.
     pub fn validate(&self) -> Result<(), ServerError> {
         let bad = |m: String| Err(ServerError::Config(m));
-        if !(1..=256).contains(&self.threads) {
-            return bad(format!("--threads {}: must be 1..=256", self.threads));
+        if !(1..=MAX_LANES).contains(&self.threads) {
+            return bad(format!("--threads {}: must be 1..={MAX_LANES}", self.threads));
+        }
+        if let Some(m) = self.max_lanes
+            && !(self.threads..=MAX_LANES).contains(&m)
+        {
+            return bad(format!(
+                "--max-lanes {m}: must be at least the lanes at start ({}) and at most {MAX_LANES}",
+                self.threads
+            ));
         }
         if !(1..=1_000_000).contains(&self.max_conns) {
             return bad(format!("--max-conns {}: must be 1..=1000000", self.max_conns));
@@ -131,15 +165,53 @@ impl ServerConfig {
         if let Some(c) = &self.cpus {
             netlane::cpus::CpuList::new(c.clone()).check_online().map_err(|e| ServerError::Config(e.to_string()))?;
         }
+        if !self.napi.is_empty() && self.lane_device.is_none() {
+            return bad("NAPI settings need the device whose queues they are for (--lane-device)".into());
+        }
         Ok(())
+    }
+
+    fn max_lanes(&self) -> usize {
+        self.max_lanes.unwrap_or(self.threads)
     }
 }
 
-/// A worker's mailbox: connections handed over by the acceptor, and its wake-up.
+/// What a lane's mailbox carries.
 #[derive(Debug)]
-struct Mailbox {
-    inbox: Mutex<Vec<std::net::TcpStream>>,
+pub(crate) enum Mail {
+    /// A new connection placed on this lane; `napi_id` is where its packets arrive.
+    Conn { stream: std::net::TcpStream, napi_id: u32 },
+    /// A connection another lane gave up, with everything it had buffered.
+    Moved(Box<worker::Moving>),
+    /// Give every connection whose NAPI id another lane now owns to that lane.
+    Rehome,
+    /// Give every connection away, close the listener, and stop.
+    Retire,
+}
+
+/// A lane's mailbox: connections and orders for it, and its wake-up.
+#[derive(Debug)]
+pub(crate) struct Mailbox {
+    inbox: Mutex<Vec<Mail>>,
     wake: EventFd,
+}
+
+impl Mailbox {
+    fn new() -> Result<Mailbox, ServerError> {
+        let wake = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
+            .map_err(|e| ServerError::Io { what: "eventfd".into(), source: e.into() })?;
+        Ok(Mailbox { inbox: Mutex::new(Vec::new()), wake })
+    }
+
+    pub(crate) fn post(&self, m: Mail) {
+        self.inbox.lock().unwrap_or_else(|p| p.into_inner()).push(m);
+        let _ = self.wake.write(1);
+    }
+
+    pub(crate) fn take(&self) -> Vec<Mail> {
+        let _ = self.wake.read();
+        std::mem::take(&mut *self.inbox.lock().unwrap_or_else(|p| p.into_inner()))
+    }
 }
 
 /// A running server.
@@ -147,8 +219,13 @@ struct Mailbox {
 pub struct Server {
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
-    mailboxes: Vec<Arc<Mailbox>>,
-    threads: Vec<JoinHandle<()>>,
+    /// Worker threads by lane; the acceptor's under `None`.
+    threads: Mutex<Vec<(Option<LaneId>, JoinHandle<()>)>>,
+    /// Lane changes, one at a time.
+    changing: Mutex<()>,
+    cfg: ServerConfig,
+    /// The network namespace it was started in: lanes added later bind and run there.
+    netns: NetnsHandle,
     tcp_addr: SocketAddr,
     udp_addr: Option<SocketAddr>,
 }
@@ -158,13 +235,68 @@ impl Server {
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
         cfg.validate()?;
         let store = Store::new(cfg.store)?;
-        let listener = bind_tcp(cfg.listen, cfg.backlog)?;
-        let tcp_addr = listener.local_addr().map_err(io_err("local address"))?;
+        let max_lanes = cfg.max_lanes();
+        // The lane map: the device's queues dealt out in order, if there is a device.
+        let mut map = LaneMap::new(cfg.threads).map_err(|e| ServerError::Config(e.to_string()))?;
+        let mut queue_cpus = std::collections::BTreeMap::new();
+        let mut start_knobs = Vec::new();
+        if let Some(dev) = &cfg.lane_device {
+            let ifindex = nix::net::if_::if_nametoindex(dev.as_str())
+                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
+            let q = netlane::lanes::queues::discover(ifindex)
+                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: reading its queues: {e}")))?;
+            if q.rx.is_empty() {
+                return Err(ServerError::Config(format!(
+                    "--lane-device {dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)"
+                )));
+            }
+            map.learn(&q.napi_ids());
+            for rq in &q.rx {
+                if let (Some(lane), Some(cpu)) = (map.owner(rq.napi_id), rq.cpu) {
+                    queue_cpus.entry(lane).or_insert(cpu);
+                }
+            }
+            start_knobs = netlane::lanes::queues::apply_napi_settings(dev, ifindex, &q.napi_ids(), &cfg.napi);
+        }
+        let reuseport = cfg.steer == Steer::Reuseport;
+        // TCP: one listener, or one per lane in a reuseport group (in lane order).
+        let mut listeners: Vec<TcpListener> = Vec::new();
+        let first = bind_tcp(cfg.listen, cfg.backlog, reuseport)?;
+        let tcp_addr = first.local_addr().map_err(io_err("local address"))?;
+        listeners.push(first);
+        if reuseport {
+            for _ in 1..cfg.threads {
+                listeners.push(bind_tcp(tcp_addr, cfg.backlog, true)?);
+            }
+        }
         let udp = match cfg.udp_port {
             None => Vec::new(),
             Some(port) => bind_udp_group(SocketAddr::new(tcp_addr.ip(), port), cfg.threads)?,
         };
         let udp_addr = udp.first().map(|s| s.local_addr()).transpose().map_err(io_err("UDP local address"))?;
+        let steering = if reuseport {
+            let mut st = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
+            st.attach(listeners[0].as_fd()).map_err(io_err("attach the reuseport selector"))?;
+            for lane in 0..cfg.threads {
+                st.joined(lane);
+            }
+            st.sync(&map).map_err(io_err("write the reuseport selector's map"))?;
+            Some(st)
+        } else {
+            None
+        };
+        // The UDP group gets a selector of its own (its sockets joined in lane order too).
+        let udp_steering = if reuseport && !udp.is_empty() {
+            let mut st = ReuseportSteering::load().map_err(io_err("load the UDP reuseport selector"))?;
+            st.attach(udp[0].as_fd()).map_err(io_err("attach the UDP reuseport selector"))?;
+            for lane in 0..cfg.threads {
+                st.joined(lane);
+            }
+            st.sync(&map).map_err(io_err("write the UDP reuseport selector's map"))?;
+            Some(st)
+        } else {
+            None
+        };
         let settings = Settings {
             tcp_port: tcp_addr.port(),
             udp_port: udp_addr.map_or(0, |a| a.port()),
@@ -176,47 +308,175 @@ impl Server {
             limits: cfg.limits,
             shards: store.shard_count(),
         };
-        let shared = Arc::new(Shared::new(store, settings, cfg.threads));
+        let mut mailboxes = Vec::with_capacity(max_lanes);
+        for _ in 0..max_lanes {
+            mailboxes.push(Arc::new(Mailbox::new()?));
+        }
+        let lanes = lanes::Lanes::new(cfg.steer, map, max_lanes, steering, udp_steering);
+        for k in start_knobs {
+            lanes.knob(None, k);
+        }
+        let shared = Arc::new(Shared::new(store, settings, max_lanes, lanes, mailboxes));
         let stop = Arc::new(AtomicBool::new(false));
-        let mut mailboxes = Vec::new();
-        for _ in 0..cfg.threads {
-            let wake = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-                .map_err(|e| ServerError::Io { what: "eventfd".into(), source: e.into() })?;
-            mailboxes.push(Arc::new(Mailbox { inbox: Mutex::new(Vec::new()), wake }));
-        }
-        let mut threads = Vec::new();
+        let server = Server {
+            shared: shared.clone(),
+            stop: stop.clone(),
+            threads: Mutex::new(Vec::new()),
+            changing: Mutex::new(()),
+            cfg: cfg.clone(),
+            netns: NetnsHandle::current().map_err(|e| ServerError::Config(e.to_string()))?,
+            tcp_addr,
+            udp_addr,
+        };
         let mut udp = udp.into_iter();
-        for (i, mb) in mailboxes.iter().enumerate() {
-            let w = worker::Worker::new(
-                i,
-                shared.clone(),
-                mb.clone(),
-                stop.clone(),
-                cfg.limits,
-                cfg.idle_timeout,
-                udp.next(),
-            )
-            .map_err(io_err(format!("worker {i}")))?;
-            let cpu = cfg.cpus.as_ref().and_then(|c| (!c.is_empty()).then(|| c[i % c.len()]));
-            let t = std::thread::Builder::new()
-                .name(format!("kv-worker-{i}"))
-                .spawn(move || {
-                    netlane::cpus::pin(cpu);
-                    w.run();
-                })
-                .map_err(io_err("spawn worker"))?;
-            threads.push(t);
+        let mut listeners = listeners.into_iter();
+        let first_listener = if reuseport { None } else { listeners.next() };
+        for lane in 0..cfg.threads {
+            let cpu = match &cfg.cpus {
+                Some(c) if !c.is_empty() => Some(c[lane % c.len()]),
+                _ => queue_cpus.get(&lane).copied(),
+            };
+            server.spawn_lane(lane, cpu, udp.next(), listeners.next())?;
         }
-        let acc =
-            accept::Acceptor::new(listener, shared.clone(), mailboxes.clone(), stop.clone(), Placement::RoundRobin)
-                .map_err(io_err("acceptor"))?;
-        threads.push(
+        let acc = accept::Acceptor::new(first_listener, shared.clone(), stop.clone()).map_err(io_err("acceptor"))?;
+        server.threads.lock().unwrap_or_else(|p| p.into_inner()).push((
+            None,
             std::thread::Builder::new()
                 .name("kv-accept".into())
                 .spawn(move || acc.run())
                 .map_err(io_err("spawn acceptor"))?,
-        );
-        Ok(Server { shared, stop, mailboxes, threads, tcp_addr, udp_addr })
+        ));
+        Ok(server)
+    }
+
+    fn spawn_lane(
+        &self,
+        lane: LaneId,
+        cpu: Option<usize>,
+        udp: Option<UdpSocket>,
+        listener: Option<TcpListener>,
+    ) -> Result<(), ServerError> {
+        let w = worker::Worker::new(
+            lane,
+            self.shared.clone(),
+            self.stop.clone(),
+            self.cfg.limits,
+            self.cfg.idle_timeout,
+            udp,
+            listener,
+            self.cfg.busy_poll,
+        )
+        .map_err(io_err(format!("lane {lane}")))?;
+        if let Some(c) = cpu {
+            self.shared.lanes.cpus.lock().unwrap_or_else(|p| p.into_inner()).insert(lane, c);
+        }
+        // Started from a thread in the server's namespace, whichever thread asks.
+        let t = self
+            .netns
+            .run(move || {
+                std::thread::Builder::new().name(format!("kv-worker-{lane}")).spawn(move || {
+                    netlane::cpus::pin(cpu);
+                    w.run();
+                })
+            })
+            .map_err(|e| ServerError::Config(e.to_string()))?
+            .map_err(io_err("spawn worker"))?;
+        self.threads.lock().unwrap_or_else(|p| p.into_inner()).push((Some(lane), t));
+        Ok(())
+    }
+
+    /// Adds a lane while the server runs: it takes NAPI ids from the lanes owning the
+    /// most (their connections move to it, with their buffered input and output) and,
+    /// with [`Steer::Reuseport`], a listener of its own in the group. Returns its id.
+    pub fn add_lane(&self, cpu: Option<usize>) -> Result<LaneId, ServerError> {
+        let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stop.load(Ordering::Acquire) {
+            return Err(ServerError::Config("the server is stopping".into()));
+        }
+        let lanes = &self.shared.lanes;
+        let (lane, moves) = {
+            let mut map = lanes.map();
+            // Lane numbers are never reused; each has its slot (mailbox, counters).
+            if map.next_lane_id() >= self.shared.lane_slots() {
+                return Err(ServerError::Config(format!(
+                    "no room for another lane: the server was started for {} lanes over its life (--max-lanes)",
+                    self.shared.lane_slots()
+                )));
+            }
+            map.add_lane().map_err(|e| ServerError::Config(e.to_string()))?
+        };
+        let listener = if lanes.steer == Steer::Reuseport {
+            let (addr, backlog) = (self.tcp_addr, self.cfg.backlog);
+            Some(
+                self.netns
+                    .run(move || bind_tcp(addr, backlog, true))
+                    .map_err(|e| ServerError::Config(e.to_string()))??,
+            )
+        } else {
+            None
+        };
+        if let Err(e) = self.spawn_lane(lane, cpu, None, listener) {
+            // No worker: the lane must not own ids or get connections.
+            let _ = lanes.map().remove_lane(lane);
+            return Err(e);
+        }
+        // Its listener joined the TCP group last (a lane added live has no UDP socket).
+        lanes.joined_tcp(lane);
+        // The lanes that gave up ids hand their connections over.
+        let mut from: Vec<LaneId> = moves.iter().map(|m| m.from).collect();
+        from.dedup();
+        for l in from {
+            self.shared.mailbox(l).post(Mail::Rehome);
+        }
+        Ok(lane)
+    }
+
+    /// Removes a lane while the server runs: its NAPI ids go to the other lanes, and
+    /// its connections move to their ids' new owners (connections without a NAPI id to
+    /// the least loaded), with their buffered input and output; then its worker stops.
+    /// The last lane cannot be removed.
+    pub fn remove_lane(&self, lane: LaneId) -> Result<(), ServerError> {
+        let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
+        let lanes = &self.shared.lanes;
+        lanes.map().remove_lane(lane).map_err(|e| ServerError::Config(e.to_string()))?;
+        // New flows stop coming to its listener before it closes.
+        lanes.resync();
+        self.shared.mailbox(lane).post(Mail::Retire);
+        let handle = {
+            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.iter().position(|(l, _)| *l == Some(lane)).map(|i| threads.remove(i).1)
+        };
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
+        // Connections posted to it after it retired go where the map puts them now.
+        for m in self.shared.mailbox(lane).take() {
+            let to = |napi_id: u32| {
+                let map = lanes.map();
+                map.owner(napi_id).or_else(|| map.least_loaded(None)).unwrap_or(0)
+            };
+            match m {
+                Mail::Conn { stream, napi_id } => {
+                    let t = to(napi_id);
+                    let _ = lanes.map().moved(lane, t);
+                    self.shared.mailbox(t).post(Mail::Conn { stream, napi_id });
+                }
+                Mail::Moved(mv) => {
+                    let t = to(mv.napi_id());
+                    let _ = lanes.map().moved(lane, t);
+                    self.shared.mailbox(t).post(Mail::Moved(mv));
+                }
+                Mail::Rehome | Mail::Retire => {}
+            }
+        }
+        // Its sockets are closed: in each group the last socket took its index.
+        lanes.left(lane);
+        Ok(())
+    }
+
+    /// The lanes now: what each owns and has done, and every knob applied or refused.
+    pub fn lanes(&self) -> LanesView {
+        self.shared.lanes.view()
     }
 
     /// The TCP address served.
@@ -247,9 +507,9 @@ impl Server {
         })
     }
 
-    /// Whether a thread has ended (it only does on a fatal error).
+    /// Whether a thread has ended without being asked to (it only does on a fatal error).
     pub fn failed(&self) -> bool {
-        self.threads.iter().any(JoinHandle::is_finished)
+        self.threads.lock().unwrap_or_else(|p| p.into_inner()).iter().any(|(_, t)| t.is_finished())
     }
 
     /// Stops every thread, closes every connection, and returns the final counters.
@@ -260,10 +520,11 @@ impl Server {
 
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::Release);
-        for mb in &self.mailboxes {
-            let _ = mb.wake.write(1);
+        for i in 0..self.shared.lane_slots() {
+            let _ = self.shared.mailbox(i).wake.write(1);
         }
-        for t in self.threads.drain(..) {
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for (_, t) in threads {
             let _ = t.join();
         }
     }
@@ -275,10 +536,13 @@ impl Drop for Server {
     }
 }
 
-fn bind_tcp(addr: SocketAddr, backlog: i32) -> Result<TcpListener, ServerError> {
+fn bind_tcp(addr: SocketAddr, backlog: i32, reuseport: bool) -> Result<TcpListener, ServerError> {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(io_err("TCP socket"))?;
     s.set_reuse_address(true).map_err(io_err("SO_REUSEADDR"))?;
+    if reuseport {
+        s.set_reuse_port(true).map_err(io_err("SO_REUSEPORT"))?;
+    }
     s.bind(&addr.into()).map_err(io_err(format!("bind TCP {addr}")))?;
     s.listen(backlog).map_err(io_err(format!("listen on {addr}")))?;
     s.set_nonblocking(true).map_err(io_err("non-blocking listener"))?;

@@ -1,26 +1,37 @@
-//! One worker: an epoll instance, the connections handed to it, its UDP socket.
+//! One worker, one lane: an epoll instance, the connections placed on it, its UDP
+//! socket, and (with [`Steer::Reuseport`]) its own listener in the group.
 //!
 //! Sockets are registered once, edge-triggered, for input and output. The worker
 //! remembers per connection whether the socket may have more to read (set by an
 //! `EPOLLIN` edge, cleared by a short read or `EAGAIN`) and whether it can take more
 //! output (cleared by a short write, set by an `EPOLLOUT` edge).
+//!
+//! A connection leaves a lane only whole: its socket is taken out of this epoll and
+//! posted, with its protocol state (unparsed input, unsent output), to the lane that
+//! takes it, which registers it and drives it at once. Nothing buffered is lost, and
+//! the bytes that arrive meanwhile wait in the socket.
 
 use std::collections::VecDeque;
 use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{TcpStream, UdpSocket};
+use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use netlane::lanes::{BusyPoll, LaneId, Why};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
-use super::Mailbox;
+use super::Mail;
+use super::accept::admit;
 use super::host::{Shared, WorkerHost};
 use crate::proto::{Conn, Counters, Ctx, Limits, Turn, udp};
 
 const WAKE: u64 = u64::MAX;
 const UDP: u64 = u64::MAX - 1;
+const LISTEN: u64 = u64::MAX - 2;
+/// Connections a lane's listener accepts per turn.
+const ACCEPT_BATCH: usize = 64;
 /// UDP datagrams handled per turn before the connections get theirs.
 const UDP_BATCH: usize = 64;
 /// Largest reply a UDP request may produce (a command boundary past it ends the reply).
@@ -46,14 +57,33 @@ struct Entry {
     /// The sending side was shut.
     shut: bool,
     last_active_ms: u64,
+    /// The NAPI instance its packets arrive through (0: none known).
+    napi_id: u32,
+}
+
+/// A connection on its way to another lane.
+#[derive(Debug)]
+pub(crate) struct Moving {
+    entry: Entry,
+}
+
+impl Moving {
+    /// The NAPI instance its packets arrive through.
+    pub(crate) fn napi_id(&self) -> u32 {
+        self.entry.napi_id
+    }
 }
 
 #[derive(Debug)]
 pub(crate) struct Worker {
-    id: usize,
+    id: LaneId,
     shared: Arc<Shared>,
-    mailbox: Arc<Mailbox>,
     stop: Arc<AtomicBool>,
+    /// This lane's listener in the reuseport group.
+    listener: Option<TcpListener>,
+    busy: Option<BusyPoll>,
+    /// Retired: every connection given away; the loop ends.
+    retired: bool,
     limits: Limits,
     idle_timeout: Option<Duration>,
     udp: Option<UdpSocket>,
@@ -69,19 +99,32 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
-        id: usize,
+        id: LaneId,
         shared: Arc<Shared>,
-        mailbox: Arc<Mailbox>,
         stop: Arc<AtomicBool>,
         limits: Limits,
         idle_timeout: Option<Duration>,
         udp: Option<UdpSocket>,
+        listener: Option<TcpListener>,
+        busy: Option<BusyPoll>,
     ) -> std::io::Result<Worker> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
-        epoll.add(mailbox.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+        epoll.add(shared.mailbox(id).wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
         if let Some(u) = &udp {
             epoll.add(u.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, UDP))?;
+        }
+        if let Some(l) = &listener {
+            l.set_nonblocking(true)?;
+            epoll.add(l.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTEN))?;
+        }
+        if let Some(bp) = &busy {
+            let k = netlane::lanes::busy::apply_epoll(epoll.0.as_fd(), bp);
+            if !k.applied() {
+                tracing::warn!(lane = id, knob = %k, "busy polling refused");
+            }
+            shared.lanes.knob(Some(id), k);
         }
         let item_max = shared.store.item_max();
         // A UDP request is one datagram: its connection never needs more than that.
@@ -89,8 +132,10 @@ impl Worker {
         Ok(Worker {
             id,
             shared,
-            mailbox,
             stop,
+            listener,
+            busy,
+            retired: false,
             limits,
             idle_timeout,
             udp_pending: udp.is_some(),
@@ -127,6 +172,7 @@ impl Worker {
                 match ev.data() {
                     WAKE => self.take_mail(),
                     UDP => self.udp_pending = true,
+                    LISTEN => self.accept_own(),
                     t => {
                         let f = ev.events();
                         if let Some(Some(e)) = self.conns.get_mut(t as usize) {
@@ -145,6 +191,13 @@ impl Worker {
                         self.drive(t as usize);
                     }
                 }
+                if self.retired {
+                    break;
+                }
+            }
+            if self.retired {
+                self.shared.workers[self.id].publish(&self.counters);
+                return;
             }
             if self.udp_pending {
                 self.serve_udp();
@@ -167,37 +220,169 @@ impl Worker {
     }
 
     fn take_mail(&mut self) {
-        let _ = self.mailbox.wake.read();
-        let streams = match self.mailbox.inbox.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        let now = self.shared.clock().now_ms;
-        for stream in streams {
-            let idx = self.free.pop().unwrap_or_else(|| {
-                self.conns.push(None);
-                self.conns.len() - 1
-            });
-            let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
-            if let Err(e) = self.epoll.add(stream.as_fd(), EpollEvent::new(flags, idx as u64)) {
-                tracing::warn!(error = %e, "epoll add failed; connection dropped");
-                self.free.push(idx);
-                self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
-                continue;
+        for mail in self.shared.mailbox(self.id).take() {
+            match mail {
+                Mail::Conn { stream, napi_id } => {
+                    let now = self.shared.clock().now_ms;
+                    let conn = Conn::new(self.limits, self.shared.store.item_max());
+                    let e = Entry {
+                        stream,
+                        conn,
+                        can_read: true,
+                        can_write: true,
+                        peer_done: false,
+                        queued: false,
+                        lingering_since: None,
+                        shut: false,
+                        last_active_ms: now,
+                        napi_id,
+                    };
+                    self.register(e);
+                }
+                Mail::Moved(m) => {
+                    let mut e = m.entry;
+                    // It may have become readable or writable while it moved: look.
+                    e.can_read = true;
+                    e.can_write = true;
+                    e.queued = false;
+                    self.shared.lanes.counters[self.id].moved_in.fetch_add(1, Ordering::Relaxed);
+                    self.register(e);
+                }
+                Mail::Rehome => self.rehome(false),
+                Mail::Retire => {
+                    self.rehome(true);
+                    self.retired = true;
+                }
             }
-            self.conns[idx] = Some(Entry {
-                stream,
-                conn: Conn::new(self.limits, self.shared.store.item_max()),
-                can_read: true,
-                can_write: true,
-                peer_done: false,
-                queued: false,
-                lingering_since: None,
-                shut: false,
-                last_active_ms: now,
-            });
-            self.drive(idx);
         }
+    }
+
+    /// Registers a connection with this lane's epoll and drives it once.
+    fn register(&mut self, e: Entry) {
+        let idx = self.free.pop().unwrap_or_else(|| {
+            self.conns.push(None);
+            self.conns.len() - 1
+        });
+        let flags = EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLET;
+        if let Err(err) = self.epoll.add(e.stream.as_fd(), EpollEvent::new(flags, idx as u64)) {
+            tracing::warn!(error = %err, "epoll add failed; connection dropped");
+            self.free.push(idx);
+            self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
+            self.shared.lanes.map().closed(self.id);
+            return;
+        }
+        if let Some(bp) = &self.busy
+            && netlane::lanes::busy::apply_socket(e.stream.as_fd(), bp).is_err()
+        {
+            self.shared.lanes.counters[self.id].busy_poll_refused.fetch_add(1, Ordering::Relaxed);
+        }
+        self.conns[idx] = Some(e);
+        self.drive(idx);
+    }
+
+    /// This lane's listener (reuseport steering) has connections: take them. The
+    /// selector put them here by their NAPI id; one it could not place (an id it did
+    /// not know yet, or id 0) goes to the lane the map picks, and a new id is taught to
+    /// the selector so that the next connection on it comes straight to its owner.
+    fn accept_own(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
+            let Some(l) = &self.listener else { return };
+            match l.accept() {
+                Ok((s, _)) => self.take_accepted(s),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(lane = self.id, error = %e, "accept failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn take_accepted(&mut self, s: TcpStream) {
+        let Some(s) = admit(&self.shared, s) else { return };
+        let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
+        let lanes = &self.shared.lanes;
+        let p = {
+            let mut map = lanes.map();
+            match map.owner(napi_id) {
+                // The selector's choice, or the owner another lane's listener missed.
+                Some(lane) => {
+                    let _ = map.place_on(lane);
+                    netlane::lanes::Placement { lane, why: Why::Owner }
+                }
+                None if napi_id == 0 || self.retired => {
+                    // No NAPI id: the kernel's hash already spread these; keep it here
+                    // unless this lane is leaving.
+                    let lane = if self.retired { map.least_loaded(Some(self.id)).unwrap_or(self.id) } else { self.id };
+                    let _ = map.place_on(lane);
+                    netlane::lanes::Placement { lane, why: Why::NoNapi }
+                }
+                None => map.place(napi_id),
+            }
+        };
+        if p.why == Why::NewId {
+            lanes.resync();
+        }
+        lanes.counters[p.lane].placed(Some(p.why));
+        if p.lane == self.id {
+            self.shared.mailbox(self.id).post(Mail::Conn { stream: s, napi_id });
+        } else {
+            lanes.counters[self.id].handed_over.fetch_add(1, Ordering::Relaxed);
+            self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id });
+        }
+    }
+
+    /// Gives away the connections another lane should have: those whose NAPI id another
+    /// lane now owns, or (`all`: this lane is leaving) every one, those without an owner
+    /// to the least-loaded lane. A leaving lane first takes what its listener and UDP
+    /// socket still hold.
+    fn rehome(&mut self, all: bool) {
+        if all {
+            if self.listener.is_some() {
+                // The selector no longer sends new flows here; what already arrived is
+                // served by the lanes that own it now.
+                self.accept_own();
+                if let Some(l) = self.listener.take() {
+                    let _ = self.epoll.delete(l.as_fd());
+                }
+            }
+            if self.udp.is_some() {
+                while self.udp_pending {
+                    self.serve_udp();
+                }
+                self.udp = None;
+            }
+        }
+        for idx in 0..self.conns.len() {
+            let Some(e) = &self.conns[idx] else { continue };
+            let target = {
+                let map = self.shared.lanes.map();
+                match map.owner(e.napi_id) {
+                    Some(o) if o != self.id => Some(o),
+                    _ if all => map.least_loaded(Some(self.id)),
+                    _ => None,
+                }
+            };
+            if let Some(to) = target.filter(|&t| t != self.id) {
+                self.ship(idx, to);
+            }
+        }
+    }
+
+    /// Moves connection `idx`, whole, to lane `to`.
+    fn ship(&mut self, idx: usize, to: LaneId) {
+        let Some(e) = self.conns.get_mut(idx).and_then(Option::take) else { return };
+        let _ = self.epoll.delete(e.stream.as_fd());
+        self.free.push(idx);
+        if self.shared.lanes.map().moved(self.id, to).is_err() {
+            // The lane went away meanwhile: keep the connection here.
+            self.register(e);
+            return;
+        }
+        self.shared.lanes.counters[self.id].moved_out.fetch_add(1, Ordering::Relaxed);
+        self.shared.mailbox(to).post(Mail::Moved(Box::new(Moving { entry: e })));
     }
 
     fn close(&mut self, idx: usize) {
@@ -206,6 +391,7 @@ impl Worker {
         {
             self.free.push(idx);
             self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
+            self.shared.lanes.map().closed(self.id);
         }
     }
 
@@ -364,11 +550,12 @@ impl Worker {
             }
             self.close(i);
         }
-        let left = match self.mailbox.inbox.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
-        self.shared.conns.curr.fetch_sub(left.len() as u64, Ordering::Relaxed);
+        // Connections still in the mailbox were counted as open: they close unserved.
+        for m in self.shared.mailbox(self.id).take() {
+            if matches!(m, Mail::Conn { .. } | Mail::Moved(_)) {
+                self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         self.shared.workers[self.id].publish(&self.counters);
     }
 }

@@ -213,6 +213,9 @@ mod tests {
         // Overflows count at least the histogram's top, the largest as the maximum.
         let s = parse(&output(&[(12, 9990)], 45_000, 2), 0, 10.0).unwrap();
         assert_eq!((s.samples, s.over_1ms, s.long_us.clone()), (9992, 2, vec![45_000, 20_000]));
+        assert_eq!(s.p999_us, 12, "2 of 9992 are under 0.1%");
+        // When they are more than 0.1%, p99.9 reads the histogram's top.
+        let s = parse(&output(&[(12, 990)], 45_000, 2), 0, 1.0).unwrap();
         assert_eq!(s.p999_us, BUCKETS_US);
     }
 

@@ -8,6 +8,8 @@
 //! - [`PktGen`]: the lab's packet generator (live-frames `BPF_PROG_RUN`) and sink;
 //! - [`XskRedirect`]: the datagram service's AF_XDP steering program;
 //! - [`RingSelect`]: the packet fanout program that picks the adaptive path's ring;
+//! - [`ReuseportNapi`]: the SO_REUSEPORT selector that puts a connection on the lane
+//!   owning its NAPI id;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -39,10 +41,12 @@ skeleton!(flow_tagger_skel, "lb", "flow_tagger");
 skeleton!(pktgen_skel, "lab", "pktgen");
 skeleton!(xsk_redirect_skel, "rr", "xsk_redirect");
 skeleton!(ring_select_skel, "rr", "ring_select");
+skeleton!(reuseport_napi_skel, "lanes", "reuseport_napi");
 
 mod balancer;
 mod lab;
 mod link;
+mod reuseport;
 mod ring_select;
 mod tagger;
 mod xsk;
@@ -53,6 +57,7 @@ pub use balancer::{
 };
 pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
+pub use reuseport::{REUSEPORT_MAX_NAPI_IDS, ReuseportNapi};
 pub use ring_select::RingSelect;
 pub use tagger::FlowTagger;
 pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};

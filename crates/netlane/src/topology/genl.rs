@@ -21,6 +21,7 @@ use super::netlink::{NetlinkError, open_socket, transact};
 pub(crate) enum Attr {
     Str(u16, String),
     U32(u16, u32),
+    U64(u16, u64),
     Flag(u16),
     Nest(u16, Vec<Attr>),
 }
@@ -30,6 +31,7 @@ impl Nla for Attr {
         match self {
             Attr::Str(_, s) => s.len() + 1,
             Attr::U32(..) => 4,
+            Attr::U64(..) => 8,
             Attr::Flag(_) => 0,
             Attr::Nest(_, children) => children.as_slice().buffer_len(),
         }
@@ -37,7 +39,7 @@ impl Nla for Attr {
 
     fn kind(&self) -> u16 {
         match self {
-            Attr::Str(k, _) | Attr::U32(k, _) | Attr::Flag(k) => *k,
+            Attr::Str(k, _) | Attr::U32(k, _) | Attr::U64(k, _) | Attr::Flag(k) => *k,
             Attr::Nest(k, _) => *k | NLA_F_NESTED,
         }
     }
@@ -49,6 +51,7 @@ impl Nla for Attr {
                 buffer[s.len()] = 0;
             }
             Attr::U32(_, v) => buffer[..4].copy_from_slice(&v.to_ne_bytes()),
+            Attr::U64(_, v) => buffer[..8].copy_from_slice(&v.to_ne_bytes()),
             Attr::Flag(_) => {}
             Attr::Nest(_, children) => children.as_slice().emit(buffer),
         }
@@ -78,6 +81,15 @@ pub(crate) fn attr_str(v: &[u8]) -> String {
 /// A u32 attribute value.
 pub(crate) fn attr_u32(v: &[u8]) -> Option<u32> {
     Some(u32::from_ne_bytes(v.get(..4)?.try_into().ok()?))
+}
+
+/// A variable-width unsigned attribute value (the kernel's `NLA_UINT`: 4 or 8 bytes).
+pub(crate) fn attr_uint(v: &[u8]) -> Option<u64> {
+    match v.len() {
+        4 => attr_u32(v).map(u64::from),
+        8 => Some(u64::from_ne_bytes(v.try_into().ok()?)),
+        _ => None,
+    }
 }
 
 /// A generic-netlink family, by name and version.

@@ -28,7 +28,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 
 pub use netlink::{NetlinkError, QdiscStats, Rtnl};
-pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NsThread, run_in_named};
+pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, run_in_named};
 
 /// Why the topology could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +178,44 @@ fn pin_napi_threads(ns: &Netns, dev: &str, ifindex: u32, cpu: usize) -> Result<(
     Ok(())
 }
 
+/// Pins the threaded-NAPI kernel thread serving each receive queue of interface
+/// `ifindex` in `ns` to `cpus[queue % cpus.len()]`, like a NIC whose queue interrupts
+/// are spread one per CPU. Returns (queue, NAPI id, CPU) for each queue.
+pub fn pin_napi_by_queue(ns: &Netns, ifindex: u32, cpus: &[usize]) -> Result<Vec<(u32, u32, usize)>, TopologyError> {
+    if cpus.is_empty() {
+        return Err(TopologyError::Invalid("no CPU to pin NAPI threads to".into()));
+    }
+    let (queues, napis) = ns.run(move || -> Result<_, TopologyError> {
+        let mut nd = netdev::Netdev::open()?;
+        Ok((nd.queues(ifindex)?, nd.napis(ifindex)?))
+    })??;
+    let rx: Vec<&netdev::Queue> = queues.iter().filter(|q| q.kind == netdev::QueueKind::Rx).collect();
+    // A driver that does not link queues to NAPI instances (veth) added one per queue,
+    // in queue order: ids in order then (as `lanes::queues::discover` reads them).
+    let mut ids: Vec<u32> = napis.iter().map(|n| n.id).collect();
+    ids.sort_unstable();
+    let by_order = rx.iter().all(|q| q.napi_id.is_none()) && ids.len() == rx.len();
+    let mut out = Vec::new();
+    for (k, q) in rx.iter().enumerate() {
+        let Some(napi_id) = (if by_order { Some(ids[k]) } else { q.napi_id }) else { continue };
+        let pid = napis.iter().find(|n| n.id == napi_id).and_then(|n| n.pid).ok_or_else(|| {
+            TopologyError::Unsupported(format!("queue {} (NAPI {napi_id}) has no NAPI thread: is NAPI threaded?", q.id))
+        })?;
+        let cpu = cpus[q.id as usize % cpus.len()];
+        let mut set = nix::sched::CpuSet::new();
+        set.set(cpu).map_err(|_| TopologyError::Invalid(format!("CPU {cpu} does not exist")))?;
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| TopologyError::Io {
+            what: format!("pin NAPI thread {pid} (queue {}) to CPU {cpu}", q.id),
+            source: e.into(),
+        })?;
+        out.push((q.id, napi_id, cpu));
+    }
+    if out.is_empty() {
+        return Err(TopologyError::Unsupported(format!("interface {ifindex} has no receive queue with NAPI")));
+    }
+    Ok(out)
+}
+
 /// A veth link between two namespaces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct LinkConfig {
@@ -316,6 +354,24 @@ impl TwoHosts {
     /// The rx host's address.
     pub fn rx_addr(&self, ipv6: bool) -> IpAddr {
         if ipv6 { Self::RX_V6.into() } else { Self::RX_V4.into() }
+    }
+
+    /// Turns TCP segmentation offload on or off at both ends. veth hands a locally
+    /// sent packet to the peer's NAPI instance (so it gets a NAPI id and a receive queue,
+    /// as from a NIC) only when the sending end has no TSO, or for UDP with GRO
+    /// forwarding at the receiver (drivers/net/veth.c, `veth_skb_is_eligible_for_gro`):
+    /// with TSO on, TCP bypasses NAPI, is processed on the sender's CPU, and every TCP
+    /// socket reads SO_INCOMING_NAPI_ID 0. Off, segmentation happens in software first
+    /// (GSO), which small request/response messages never need.
+    pub fn set_tso(&self, on: bool) -> Result<(), TopologyError> {
+        let features = [
+            ("tx-tcp-segmentation", on),
+            ("tx-tcp6-segmentation", on),
+            ("tx-tcp-ecn-segmentation", on),
+            ("tx-tcp-mangleid-segmentation", on),
+        ];
+        self.tx.with_ethtool(|e| e.set_features(&self.tx_if, &features))?;
+        self.rx.with_ethtool(|e| e.set_features(&self.rx_if, &features))
     }
 
     /// Puts a token bucket on the tx end: `rate` bytes/s, `burst` bytes of bucket,

@@ -327,6 +327,26 @@ impl<R> NsThread<R> {
     }
 }
 
+/// The network namespace the calling thread is in, held open (not owned: nothing is
+/// removed on drop), so that work started later from any thread can run inside it:
+/// a server started in a namespace that opens sockets or threads afterwards.
+#[derive(Debug)]
+pub struct NetnsHandle(File);
+
+impl NetnsHandle {
+    /// The calling thread's namespace.
+    pub fn current() -> Result<NetnsHandle, TopologyError> {
+        let f = File::open("/proc/thread-self/ns/net").map_err(io_err("open /proc/thread-self/ns/net"))?;
+        Ok(NetnsHandle(f))
+    }
+
+    /// Runs `f` on a thread inside the namespace and returns its result; threads `f`
+    /// starts are inside it too.
+    pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R, TopologyError> {
+        run_in(self.0.as_fd(), f)
+    }
+}
+
 /// Runs `f` on a scoped thread that has entered the namespace `fd`.
 /// Runs `f` on a thread inside the existing named namespace `name` (as `ip netns`
 /// names them, under [`NETNS_RUN_DIR`]) and returns its result. The namespace is not

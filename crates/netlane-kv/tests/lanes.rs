@@ -1,0 +1,201 @@
+//! Lanes over a two-queue veth between two namespaces (root): connections land on the
+//! lane that owns the NAPI id (receive queue) their packets arrive through, by the
+//! acceptor's hand-off and by the reuseport BPF selector; busy polling is applied and
+//! read back; lanes added and removed while traffic flows lose no request.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use netlane::lanes::queues;
+use netlane::testing::privileged;
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::workload::WorkloadSpec;
+use netlane_kv::loadgen::{self, LoadConfig};
+use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
+use netlane_kv::store::StoreConfig;
+
+/// Two hosts joined by a veth with two queues, each with its NAPI instance (GRO on,
+/// threaded, TSO off so that TCP takes the NAPI path): flows spread over the queues by
+/// their hash, as RSS spreads them.
+fn hosts(label: &str) -> TwoHosts {
+    let h = TwoHosts::create(label, LinkConfig { mtu: 1500, queues: 2, rx: RxTuning::threaded_napi() })
+        .expect("two namespaces");
+    h.set_tso(false).expect("TSO off");
+    h
+}
+
+fn config(h: &TwoHosts, steer: Steer, lanes: usize) -> ServerConfig {
+    ServerConfig {
+        listen: SocketAddr::new(h.rx_addr(false), 0),
+        threads: lanes,
+        store: StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 },
+        steer,
+        lane_device: Some(h.rx_if.clone()),
+        ..ServerConfig::default()
+    }
+}
+
+fn start(h: &TwoHosts, cfg: ServerConfig) -> Server {
+    h.rx.run(move || Server::start(cfg)).unwrap().expect("the server starts")
+}
+
+/// Opens `n` connections from the tx host, each answered once, and keeps them open.
+fn connect(h: &TwoHosts, addr: SocketAddr, n: usize) -> Vec<TcpStream> {
+    h.tx.run(move || {
+        (0..n)
+            .map(|_| {
+                let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                s.write_all(b"version\r\n").unwrap();
+                let mut line = String::new();
+                BufReader::new(&s).read_line(&mut line).unwrap();
+                assert!(line.starts_with("VERSION "), "{line:?}");
+                s
+            })
+            .collect()
+    })
+    .unwrap()
+}
+
+/// Every connection sits on the lane owning its NAPI id, the device's ids are split
+/// between the lanes, and both lanes got connections (the flows spread).
+fn assert_on_their_owners(v: &LanesView, device_ids: &[u32], n: u64) {
+    let mut owned: Vec<u32> = v.lanes.iter().flat_map(|l| l.napi_ids.clone()).collect();
+    owned.sort_unstable();
+    let mut want = device_ids.to_vec();
+    want.sort_unstable();
+    assert_eq!(owned, want, "each of the device's NAPI ids has one owner: {v:?}");
+    let by_owner: u64 = v.lanes.iter().map(|l| l.by_owner).sum();
+    let others: u64 = v.lanes.iter().map(|l| l.new_id + l.no_napi + l.round_robin).sum();
+    assert_eq!((by_owner, others), (n, 0), "{v:?}");
+    assert_eq!(v.lanes.iter().map(|l| l.connections).sum::<u64>(), n, "{v:?}");
+    assert!(v.lanes.iter().all(|l| l.connections > 0), "64 flows over two queues reach both: {v:?}");
+}
+
+#[test]
+fn the_acceptor_hands_each_connection_to_the_lane_owning_its_napi_id() {
+    if !privileged("the_acceptor_hands_each_connection_to_the_lane_owning_its_napi_id") {
+        return;
+    }
+    let h = hosts("kv-lanes-acc");
+    let rx_index = h.rx_index;
+    let q = h.rx.run(move || queues::discover(rx_index)).unwrap().unwrap();
+    assert_eq!(q.rx.len(), 2, "two receive queues with NAPI: {q:?}");
+    let server = start(&h, config(&h, Steer::Acceptor, 2));
+    let conns = connect(&h, server.local_addr(), 64);
+    let v = server.lanes();
+    assert_on_their_owners(&v, &q.napi_ids(), 64);
+    assert_eq!(v.lanes.iter().map(|l| l.handed_over).sum::<u64>(), 0);
+    drop(conns);
+    server.stop();
+}
+
+#[test]
+fn the_reuseport_selector_puts_each_connection_on_its_lanes_listener() {
+    if !privileged("the_reuseport_selector_puts_each_connection_on_its_lanes_listener") {
+        return;
+    }
+    let h = hosts("kv-lanes-rp");
+    let rx_index = h.rx_index;
+    let q = h.rx.run(move || queues::discover(rx_index)).unwrap().unwrap();
+    let server = start(&h, config(&h, Steer::Reuseport, 2));
+    let conns = connect(&h, server.local_addr(), 64);
+    let v = server.lanes();
+    assert_on_their_owners(&v, &q.napi_ids(), 64);
+    // The kernel gave every SYN to the right listener: no lane handed one over.
+    assert_eq!(v.lanes.iter().map(|l| l.handed_over).sum::<u64>(), 0, "{v:?}");
+    assert!(v.steered_by_napi >= 64, "{v:?}");
+    drop(conns);
+    server.stop();
+}
+
+#[test]
+fn busy_polling_is_applied_to_every_lane_and_read_back() {
+    if !privileged("busy_polling_is_applied_to_every_lane_and_read_back") {
+        return;
+    }
+    let h = hosts("kv-lanes-bp");
+    let mut cfg = config(&h, Steer::Acceptor, 2);
+    cfg.busy_poll = Some("20,16,prefer".parse().unwrap());
+    let server = start(&h, cfg);
+    let conns = connect(&h, server.local_addr(), 8);
+    let v = server.lanes();
+    let epoll: Vec<_> = v.knobs.iter().filter(|k| k.name == "EPIOCSPARAMS").collect();
+    assert_eq!(epoll.len(), 2, "one per lane: {v:?}");
+    assert!(epoll.iter().all(|k| k.applied && k.detail == "20,16,prefer"), "{v:?}");
+    assert_eq!(v.lanes.iter().map(|l| l.busy_poll_refused).sum::<u64>(), 0, "{v:?}");
+    drop(conns);
+    server.stop();
+}
+
+/// Runs the generator in the tx namespace for `secs` at `rate`, changing lanes with
+/// `change` meanwhile; every request offered must be answered.
+fn load_through_lane_changes(steer: Steer, change: impl FnOnce(&Server)) {
+    let h = hosts(&format!("kv-live-{}", if steer == Steer::Reuseport { "rp" } else { "acc" }));
+    let mut cfg = config(&h, steer, 2);
+    cfg.max_lanes = Some(6);
+    let server = start(&h, cfg);
+    let addr = server.local_addr();
+    let load = LoadConfig {
+        server: addr,
+        connections: 48,
+        threads: 1,
+        pacing: Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: 3000.0 }),
+        workload: WorkloadSpec { keys: 2000, ..WorkloadSpec::default() },
+        duration: Duration::from_secs(3),
+        drain: Duration::from_secs(2),
+        ..LoadConfig::default()
+    };
+    let warm = load.clone();
+    assert_eq!(h.tx.run(move || loadgen::warm_up(&warm)).unwrap().unwrap(), 2000);
+    let generator = h.tx.spawn("kv-load", move || loadgen::run(&load, &AtomicBool::new(false))).unwrap();
+    change(&server);
+    let r = generator.join().unwrap().expect("the load ran").report;
+    let c = &r.counts;
+    assert!(c.offered > 8000, "{r:?}");
+    assert_eq!(c.completed, c.offered, "every request answered: {r:?}");
+    assert_eq!((c.errors, c.lost, c.unanswered, c.not_sent, c.misses), (0, 0, 0, 0, 0), "{r:?}");
+    assert_eq!(r.connection_failures, 0, "{r:?}");
+    let v = server.lanes();
+    let moved_in: u64 = v.lanes.iter().map(|l| l.moved_in).sum();
+    assert!(moved_in > 0, "connections moved: {v:?}");
+    server.stop();
+}
+
+#[test]
+fn lanes_added_and_removed_under_load_lose_no_request() {
+    if !privileged("lanes_added_and_removed_under_load_lose_no_request") {
+        return;
+    }
+    load_through_lane_changes(Steer::Acceptor, |s| {
+        std::thread::sleep(Duration::from_millis(900));
+        let added = s.add_lane(None).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        s.remove_lane(0).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        s.remove_lane(added).unwrap();
+        let v = s.lanes();
+        assert_eq!(v.lanes.len(), 1, "{v:?}");
+        assert!(s.remove_lane(v.lanes[0].lane).is_err(), "the last lane stays");
+    });
+}
+
+#[test]
+fn reuseport_lanes_added_and_removed_under_load_lose_no_request() {
+    if !privileged("reuseport_lanes_added_and_removed_under_load_lose_no_request") {
+        return;
+    }
+    load_through_lane_changes(Steer::Reuseport, |s| {
+        std::thread::sleep(Duration::from_millis(900));
+        s.add_lane(None).unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        s.remove_lane(1).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        s.remove_lane(0).unwrap();
+        let v = s.lanes();
+        assert_eq!(v.lanes.len(), 1, "{v:?}");
+    });
+}

@@ -1,0 +1,182 @@
+//! What the kernel says about a device's receive queues: which NAPI instance serves
+//! each (netdev netlink `queue-get`), which CPU runs each NAPI instance (its kernel
+//! thread's affinity when NAPI is threaded, its interrupt's otherwise), and the per-NAPI
+//! settings a lane may change (`napi-set`, with the per-device sysfs knobs as the
+//! fallback on kernels or devices without it).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::busy::Knob;
+use crate::topology::TopologyError;
+use crate::topology::netdev::{Napi, NapiSettings, Netdev, QueueKind};
+
+/// One receive queue and what serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RxQueue {
+    /// Queue index.
+    pub queue: u32,
+    /// The NAPI instance serving it.
+    pub napi_id: u32,
+    /// The CPU that instance runs on, when it is pinned to one.
+    pub cpu: Option<usize>,
+    /// Its kernel thread, when NAPI is threaded.
+    pub thread: Option<u32>,
+}
+
+/// A device's receive queues.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceQueues {
+    /// Interface index.
+    pub ifindex: u32,
+    /// Receive queues with a NAPI instance, by index.
+    pub rx: Vec<RxQueue>,
+    /// Receive queues without one (the device is down, or has no NAPI on them).
+    pub rx_without_napi: Vec<u32>,
+    /// Every NAPI instance, with its settings.
+    pub napis: Vec<Napi>,
+    /// The device does not say which NAPI instance serves which queue (veth does not):
+    /// its instances were matched to its queues in id order.
+    pub napi_by_order: bool,
+}
+
+impl DeviceQueues {
+    /// The NAPI ids in queue order (each once), as [`super::LaneMap::learn`] takes them.
+    pub fn napi_ids(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = Vec::new();
+        for q in &self.rx {
+            if !out.contains(&q.napi_id) {
+                out.push(q.napi_id);
+            }
+        }
+        out
+    }
+}
+
+/// Reads interface `ifindex`'s queues in the calling thread's namespace.
+pub fn discover(ifindex: u32) -> Result<DeviceQueues, TopologyError> {
+    let mut nd = Netdev::open()?;
+    let queues = nd.queues(ifindex)?;
+    let napis = nd.napis(ifindex)?;
+    let by_id: BTreeMap<u32, &Napi> = napis.iter().map(|n| (n.id, n)).collect();
+    let rx_queues: Vec<u32> = queues.iter().filter(|q| q.kind == QueueKind::Rx).map(|q| q.id).collect();
+    let linked: BTreeMap<u32, u32> = queues
+        .iter()
+        .filter(|q| q.kind == QueueKind::Rx)
+        .filter_map(|q| q.napi_id.filter(|&id| id != 0).map(|id| (q.id, id)))
+        .collect();
+    // Drivers that do not link their queues to NAPI instances (veth is one) report
+    // queues without ids; a driver adds one NAPI instance per receive queue, in queue
+    // order, and ids grow as they are added: take them in id order then.
+    let by_order = linked.is_empty() && !napis.is_empty() && napis.len() == rx_queues.len();
+    let mut ids_in_order: Vec<u32> = napis.iter().map(|n| n.id).collect();
+    ids_in_order.sort_unstable();
+    let (mut rx, mut rx_without_napi) = (Vec::new(), Vec::new());
+    for (k, &queue) in rx_queues.iter().enumerate() {
+        let napi_id = if by_order { Some(ids_in_order[k]) } else { linked.get(&queue).copied() };
+        match napi_id {
+            Some(napi_id) => {
+                let n = by_id.get(&napi_id);
+                let thread = n.and_then(|n| n.pid);
+                let cpu = thread.and_then(thread_cpu).or_else(|| n.and_then(|n| n.irq).and_then(irq_cpu));
+                rx.push(RxQueue { queue, napi_id, cpu, thread });
+            }
+            None => rx_without_napi.push(queue),
+        }
+    }
+    Ok(DeviceQueues { ifindex, rx, rx_without_napi, napis, napi_by_order: by_order })
+}
+
+/// The one CPU a thread may run on, if it is pinned to one.
+fn thread_cpu(pid: u32) -> Option<usize> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(pid as i32)).ok()?;
+    let cpus: Vec<usize> = (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).collect();
+    (cpus.len() == 1).then(|| cpus[0])
+}
+
+/// The one CPU an interrupt is delivered to, if it is pinned to one.
+fn irq_cpu(irq: u32) -> Option<usize> {
+    let text = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list")).ok()?;
+    let list: crate::cpus::CpuList = text.trim().parse().ok()?;
+    (list.len() == 1).then(|| list.as_slice()[0])
+}
+
+/// Writes `settings` to each NAPI instance in `napi_ids` with `napi-set`; where the
+/// kernel refuses, falls back to the device's sysfs knobs (`napi_defer_hard_irqs`,
+/// `gro_flush_timeout`: every NAPI instance of the device at once; there is no sysfs
+/// knob for IRQ suspension). Every knob comes back as applied or refused.
+pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: &NapiSettings) -> Vec<Knob> {
+    let mut out = Vec::new();
+    if settings.is_empty() {
+        return out;
+    }
+    let describe = |s: &NapiSettings| {
+        let mut v = Vec::new();
+        if let Some(d) = s.defer_hard_irqs {
+            v.push(format!("defer-hard-irqs={d}"));
+        }
+        if let Some(t) = s.gro_flush_timeout_ns {
+            v.push(format!("gro-flush-timeout={t}ns"));
+        }
+        if let Some(t) = s.irq_suspend_timeout_ns {
+            v.push(format!("irq-suspend-timeout={t}ns"));
+        }
+        v.join(",")
+    };
+    let mut nd = match Netdev::open() {
+        Ok(nd) => Some(nd),
+        Err(e) => {
+            out.push(Knob::refused("netdev netlink", "napi-set", e));
+            None
+        }
+    };
+    let mut refused = false;
+    for &id in napi_ids {
+        let name = format!("napi {id}");
+        let Some(n) = nd.as_mut() else {
+            refused = true;
+            break;
+        };
+        match n.napi_set(id, settings) {
+            Ok(()) => {
+                // Read back what the kernel now reports for it.
+                let now = n
+                    .napis(ifindex)
+                    .ok()
+                    .and_then(|all| all.into_iter().find(|x| x.id == id))
+                    .map(|x| {
+                        describe(&NapiSettings {
+                            defer_hard_irqs: settings.defer_hard_irqs.and(x.defer_hard_irqs),
+                            gro_flush_timeout_ns: settings.gro_flush_timeout_ns.and(x.gro_flush_timeout_ns),
+                            irq_suspend_timeout_ns: settings.irq_suspend_timeout_ns.and(x.irq_suspend_timeout_ns),
+                        })
+                    })
+                    .unwrap_or_else(|| "not listed".into());
+                out.push(Knob::applied_as(name, describe(settings), now));
+            }
+            Err(e) => {
+                refused = true;
+                out.push(Knob::refused(name, describe(settings), e));
+            }
+        }
+    }
+    if refused {
+        for (knob, value) in [
+            ("napi_defer_hard_irqs", settings.defer_hard_irqs.map(u64::from)),
+            ("gro_flush_timeout", settings.gro_flush_timeout_ns),
+        ] {
+            let Some(v) = value else { continue };
+            let path = format!("/sys/class/net/{dev}/{knob}");
+            let name = format!("{dev} {knob} (sysfs, every NAPI instance of the device)");
+            match std::fs::write(&path, v.to_string()) {
+                Ok(()) => {
+                    let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
+                    out.push(Knob::applied_as(name, v.to_string(), now));
+                }
+                Err(e) => out.push(Knob::refused(name, v.to_string(), e)),
+            }
+        }
+    }
+    out
+}
