@@ -5,6 +5,7 @@ use clap::{Args, Subcommand};
 use netlane_lab::progress::Reporter;
 use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::kv::KvBenchArgs;
+use netlane_lab::scenarios::lanes::LanesBenchArgs;
 use netlane_lab::scenarios::lb_pps::LbPpsArgs;
 use netlane_lab::scenarios::nvme::NvmeBenchArgs;
 use netlane_lab::scenarios::rr::RrBenchArgs;
@@ -39,6 +40,8 @@ pub enum BenchCmd {
     Rr(Box<Bench<RrBenchArgs>>),
     /// Memcached-protocol cache against memcached: throughput within a tail-latency SLA.
     Kv(Box<Bench<KvBenchArgs>>),
+    /// Lanes: connections on the thread that owns their receive queue (NAPI-id hand-off, reuseport BPF, busy polling) vs plain workers and memcached -N.
+    Lanes(Box<Bench<LanesBenchArgs>>),
 }
 
 fn bench<T: Args + Scenario>(b: &Bench<T>) -> Result<u8> {
@@ -63,5 +66,6 @@ pub fn run(cmd: BenchCmd) -> Result<u8> {
         BenchCmd::LbPps(b) => bench(&b),
         BenchCmd::Rr(b) => bench(&b),
         BenchCmd::Kv(b) => bench(&b),
+        BenchCmd::Lanes(b) => bench(&b),
     }
 }

@@ -156,6 +156,10 @@ pub struct ServeArgs {
     /// lanes at start].
     #[arg(long)]
     pub max_lanes: Option<usize>,
+    /// Transmit alignment on the lane device: transmit queue i sends for sockets whose
+    /// packets arrive on receive queue i (xps_rxqs).
+    #[arg(long)]
+    pub xps_rxqs: bool,
     /// Most simultaneous connections; more are answered
     /// "ERROR Too many open connections" and closed (memcached's -c).
     #[arg(short = 'c', long, default_value_t = 1024)]
@@ -222,6 +226,7 @@ impl ServeArgs {
                 irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
             },
             max_lanes: self.max_lanes,
+            xps_rxqs: self.xps_rxqs,
         }
     }
 

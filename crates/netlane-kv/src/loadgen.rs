@@ -28,7 +28,7 @@ use crate::load::codec::{Codec, Reply, SetReply};
 use crate::load::conn::{ConnConfig, Connection};
 use crate::load::rng::Rng;
 use crate::load::schedule::{Arrivals, Pacing};
-use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, judge};
+use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, decided, judge};
 use crate::load::stats::{Counts, Measurement, REPORTED_QUANTILES, Sla, Stats};
 use crate::load::workload::{Workload, WorkloadSpec};
 use netlane::time::monotonic_ns;
@@ -164,6 +164,8 @@ pub struct LoadReport {
     /// Latency at p50, p90, p99, p99.9, p99.99, µs; `None` where the percentile falls
     /// among requests without a good answer.
     pub latency_us: Vec<(String, Option<f64>)>,
+    /// Mean latency of the completed requests, µs.
+    pub mean_us: Option<f64>,
     /// Share of sends later than the lateness tolerance after their scheduled time (the
     /// server's delay included: a connection with every slot in flight waits).
     pub late_share: f64,
@@ -410,6 +412,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
         achieved_per_s: c.completed as f64 / seconds,
         counts: CountsView::from(&c),
         latency_us,
+        mean_us: stats.mean_latency().map(|ns| ns / 1e3),
         late_share: if c.sent == 0 { 0.0 } else { c.sent_late as f64 / c.sent as f64 },
         lag_share: c.lag_share(),
         connection_failures: failures,
@@ -583,9 +586,9 @@ pub struct SearchReport {
     /// hold more than the generator can offer.
     pub generator_limited: bool,
     /// The rates decided, in order: rate asked, offered, achieved, the SLA percentile
-    /// (µs), verdict (each from the majority of its runs).
+    /// (µs), verdict (each decided by two runs that held it or three that missed).
     pub curve: Vec<CurvePoint>,
-    /// Runs made (two or three per rate).
+    /// Runs made (two to four per rate).
     pub runs: usize,
 }
 
@@ -624,8 +627,9 @@ fn curve_point(p: &Point) -> CurvePoint {
 }
 
 /// Finds the highest open-loop rate whose `sla` percentile holds: bisection over short
-/// runs of `cfg.duration` at `cfg.pacing`'s arrival process, each rate decided by the
-/// majority of two or three runs, the best rate decided again to confirm it.
+/// runs of `cfg.duration` at `cfg.pacing`'s arrival process, each rate held when two
+/// runs hold it and missed when three miss it ([`decided`]), the best rate decided again
+/// to confirm it.
 /// `progress` sees every run as it ends.
 pub fn search(
     cfg: &LoadConfig,
@@ -645,12 +649,11 @@ pub fn search(
             break;
         }
         run_cfg.pacing = Pacing::Open(Arrivals { rate_per_s: rate, ..arrivals });
-        // Each rate is verified: two runs, and a third when they disagree; the majority
-        // decides (a virtual machine's occasional millisecond stall must neither sink a
-        // rate the server holds nor pass one it does not). The search records a run of
-        // the majority.
+        // Each rate is verified: run until two runs hold it or three miss it
+        // (search::decided: a stall of the machine only ever slows a run, so a miss needs
+        // more evidence). The search records a run on the winning side.
         let mut votes: Vec<Measurement> = Vec::new();
-        while votes.len() < 3 {
+        let held = loop {
             run_cfg.seed = run_cfg.seed.wrapping_add(1);
             let r = run(&run_cfg, stop)?;
             let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
@@ -658,11 +661,13 @@ pub fn search(
             progress(&RunPoint { rate_per_s: rate, vote: votes.len() + 1, met: holds(&m, rate), measured: m });
             votes.push(m);
             let held = votes.iter().filter(|v| holds(v, rate)).count();
-            if votes.len() >= 2 && (held == votes.len() || held == 0 || votes.len() == 3) {
-                break;
+            if let Some(d) = decided(held, votes.len() - held) {
+                break d;
             }
-        }
-        let held = votes.iter().filter(|v| holds(v, rate)).count() * 2 > votes.len();
+            if stop.load(Ordering::Relaxed) {
+                break false;
+            }
+        };
         let chosen = votes.iter().rev().find(|v| holds(v, rate) == held).copied().unwrap_or(votes[0]);
         s.record(chosen).map_err(|e| LoadError::Config(e.to_string()))?;
     }

@@ -120,6 +120,8 @@ fn busy_polling_is_applied_to_every_lane_and_read_back() {
     let h = hosts("kv-lanes-bp");
     let mut cfg = config(&h, Steer::Acceptor, 2);
     cfg.busy_poll = Some("20,16,prefer".parse().unwrap());
+    cfg.xps_rxqs = true;
+    cfg.napi.gro_flush_timeout_ns = Some(20_000);
     let server = start(&h, cfg);
     let conns = connect(&h, server.local_addr(), 8);
     let v = server.lanes();
@@ -127,6 +129,16 @@ fn busy_polling_is_applied_to_every_lane_and_read_back() {
     assert_eq!(epoll.len(), 2, "one per lane: {v:?}");
     assert!(epoll.iter().all(|k| k.applied && k.detail == "20,16,prefer"), "{v:?}");
     assert_eq!(v.lanes.iter().map(|l| l.busy_poll_refused).sum::<u64>(), 0, "{v:?}");
+    // Transmit queue i paired with receive queue i, read back from the namespace's sysfs.
+    let xps: Vec<_> = v.knobs.iter().filter(|k| k.name.contains("xps_rxqs")).collect();
+    assert_eq!(xps.len(), 2, "{v:?}");
+    assert!(xps.iter().all(|k| k.applied), "{v:?}");
+    assert!(xps.iter().any(|k| k.name.contains("tx-1") && k.detail.trim_start_matches('0') == "2"), "{v:?}");
+    // The GRO flush timeout, per NAPI instance (napi-set) or per device (sysfs).
+    assert!(
+        v.knobs.iter().any(|k| k.applied && (k.name.starts_with("napi ") || k.name.contains("gro_flush_timeout"))),
+        "{v:?}"
+    );
     drop(conns);
     server.stop();
 }

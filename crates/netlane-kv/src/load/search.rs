@@ -32,6 +32,27 @@ use super::stats::Measurement;
 pub const KEEP_UP: f64 = 0.9;
 /// A run that completed less than this share of its offered rate did nothing.
 pub const IDLE: f64 = 0.01;
+/// Runs that must hold a rate for it to count as held.
+pub const HOLDS_NEEDED: usize = 2;
+/// Runs that must miss a rate for it to count as missed.
+pub const MISSES_NEEDED: usize = 3;
+
+/// A rate's decision from its runs so far: `Some(true)` held, `Some(false)` missed,
+/// `None` run again. A machine's stalls only ever make a run slower, never faster, so a
+/// hold is the stronger evidence: two holds decide, a miss needs three. At most four
+/// runs decide any rate. A rate a server holds except when the machine stalls (one run
+/// in five, say) is decided missed once in 37 times (q^3 + 3 q^3 (1 - q), q = 0.2),
+/// where a majority of three missed it once in ten (3 q^2 - 2 q^3).
+pub fn decided(held: usize, missed: usize) -> Option<bool> {
+    if held >= HOLDS_NEEDED {
+        Some(true)
+    } else if missed >= MISSES_NEEDED {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 /// A run in which the generator delayed more than this share of its sends measured the
 /// generator. (One that keeps up delays 0..1% here; one at its limit, 10..40%.)
 pub const GENERATOR_LAG_MAX: f64 = 0.05;
@@ -402,6 +423,33 @@ mod tests {
             panic!("none met")
         };
         assert!(!generator_limited);
+    }
+
+    #[test]
+    fn two_holds_or_three_misses_decide_a_rate() {
+        assert_eq!(decided(0, 0), None);
+        assert_eq!(decided(1, 0), None);
+        assert_eq!(decided(2, 0), Some(true));
+        assert_eq!(decided(1, 1), None);
+        assert_eq!(decided(0, 2), None, "two misses may be two stalls");
+        assert_eq!(decided(2, 2), Some(true));
+        assert_eq!(decided(1, 3), Some(false));
+        // No sequence needs more than four runs.
+        for seq in 0u32..16 {
+            let (mut h, mut m, mut n) = (0, 0, 0);
+            for i in 0..4 {
+                if decided(h, m).is_some() {
+                    break;
+                }
+                if seq >> i & 1 == 1 {
+                    h += 1
+                } else {
+                    m += 1
+                }
+                n += 1;
+            }
+            assert!(decided(h, m).is_some() && n <= 4, "{seq:04b}");
+        }
     }
 
     #[test]

@@ -184,6 +184,12 @@ impl Stats {
         })
     }
 
+    /// The mean latency of the completed requests, ns (`None`: none completed). Unlike
+    /// a percentile it ignores the failed ones, so read it beside [`Counts::failed`].
+    pub fn mean_latency(&self) -> Option<f64> {
+        (!self.latency.is_empty()).then(|| self.latency.mean())
+    }
+
     /// The run judged against `sla`, over a run of `duration_ns`.
     pub fn measure(&self, sla: &Sla, duration_ns: u64) -> Measurement {
         let per_s = |n: u64| if duration_ns == 0 { 0.0 } else { n as f64 * 1e9 / duration_ns as f64 };

@@ -69,23 +69,24 @@ impl Acceptor {
                     let Some(s) = admit(&self.shared, s) else { continue };
                     let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
                     let lanes = &self.shared.lanes;
-                    let (lane, why) = {
-                        let mut map = lanes.map();
-                        match lanes.steer {
-                            Steer::Acceptor => {
-                                let p = map.place(napi_id);
-                                (p.lane, Some(p.why))
-                            }
-                            Steer::RoundRobin | Steer::Reuseport => {
-                                let lane = map.nth_lane(self.next);
-                                self.next = self.next.wrapping_add(1);
-                                let _ = map.place_on(lane);
-                                (lane, None)
-                            }
+                    let mut map = lanes.map();
+                    let (lane, why) = match lanes.steer {
+                        Steer::Acceptor => {
+                            let p = map.place(napi_id);
+                            (p.lane, Some(p.why))
+                        }
+                        Steer::RoundRobin | Steer::Reuseport => {
+                            let lane = map.nth_lane(self.next);
+                            self.next = self.next.wrapping_add(1);
+                            let _ = map.place_on(lane);
+                            (lane, None)
                         }
                     };
                     lanes.counters[lane].placed(why);
+                    // Posted with the map held: a lane being removed is either still in
+                    // the map (and drains its mailbox) or was not chosen.
                     self.shared.mailbox(lane).post(Mail::Conn { stream: s, napi_id });
+                    drop(map);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}

@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub lane_device: Option<String>,
     /// Per-NAPI settings written to that interface's queues at start.
     pub napi: NapiSettings,
+    /// Transmit alignment on that interface: transmit queue i paired with receive
+    /// queue i (`xps_rxqs`).
+    pub xps_rxqs: bool,
     /// Most lanes the server may ever start, live additions included (`None`: the
     /// starting count, so lanes can be removed but not added).
     pub max_lanes: Option<usize>,
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             busy_poll: None,
             lane_device: None,
             napi: NapiSettings::default(),
+            xps_rxqs: false,
             max_lanes: None,
         }
     }
@@ -165,8 +169,8 @@ impl ServerConfig {
         if let Some(c) = &self.cpus {
             netlane::cpus::CpuList::new(c.clone()).check_online().map_err(|e| ServerError::Config(e.to_string()))?;
         }
-        if !self.napi.is_empty() && self.lane_device.is_none() {
-            return bad("NAPI settings need the device whose queues they are for (--lane-device)".into());
+        if (!self.napi.is_empty() || self.xps_rxqs) && self.lane_device.is_none() {
+            return bad("NAPI settings and --xps-rxqs need the device whose queues they are for (--lane-device)".into());
         }
         Ok(())
     }
@@ -256,7 +260,24 @@ impl Server {
                     queue_cpus.entry(lane).or_insert(cpu);
                 }
             }
-            start_knobs = netlane::lanes::queues::apply_napi_settings(dev, ifindex, &q.napi_ids(), &cfg.napi);
+            // The sysfs fallbacks and XPS need the namespace's own /sys (and root).
+            let here = NetnsHandle::current().map_err(|e| ServerError::Config(e.to_string()))?;
+            let wanted = !cfg.napi.is_empty() || cfg.xps_rxqs;
+            let (napi, xps, rx_count) = (cfg.napi, cfg.xps_rxqs, q.rx.len() + q.rx_without_napi.len());
+            let ids = q.napi_ids();
+            let dev2 = dev.clone();
+            start_knobs = if !wanted {
+                Vec::new()
+            } else {
+                here.with_sysfs(move || {
+                    let mut k = netlane::lanes::queues::apply_napi_settings(&dev2, ifindex, &ids, &napi);
+                    if xps {
+                        k.extend(netlane::lanes::queues::apply_xps_rxqs(&dev2, rx_count));
+                    }
+                    k
+                })
+                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?
+            };
         }
         let reuseport = cfg.steer == Steer::Reuseport;
         // TCP: one listener, or one per lane in a reuseport group (in lane order).
@@ -451,23 +472,15 @@ impl Server {
         }
         // Connections posted to it after it retired go where the map puts them now.
         for m in self.shared.mailbox(lane).take() {
-            let to = |napi_id: u32| {
-                let map = lanes.map();
-                map.owner(napi_id).or_else(|| map.least_loaded(None)).unwrap_or(0)
+            let napi_id = match &m {
+                Mail::Conn { napi_id, .. } => *napi_id,
+                Mail::Moved(mv) => mv.napi_id(),
+                Mail::Rehome | Mail::Retire => continue,
             };
-            match m {
-                Mail::Conn { stream, napi_id } => {
-                    let t = to(napi_id);
-                    let _ = lanes.map().moved(lane, t);
-                    self.shared.mailbox(t).post(Mail::Conn { stream, napi_id });
-                }
-                Mail::Moved(mv) => {
-                    let t = to(mv.napi_id());
-                    let _ = lanes.map().moved(lane, t);
-                    self.shared.mailbox(t).post(Mail::Moved(mv));
-                }
-                Mail::Rehome | Mail::Retire => {}
-            }
+            let mut map = lanes.map();
+            let Some(t) = map.owner(napi_id).or_else(|| map.least_loaded(None)) else { continue };
+            let _ = map.moved(lane, t);
+            self.shared.mailbox(t).post(m);
         }
         // Its sockets are closed: in each group the last socket took its index.
         lanes.left(lane);

@@ -304,8 +304,8 @@ impl Worker {
         let Some(s) = admit(&self.shared, s) else { return };
         let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
         let lanes = &self.shared.lanes;
+        let mut map = lanes.map();
         let p = {
-            let mut map = lanes.map();
             match map.owner(napi_id) {
                 // The selector's choice, or the owner another lane's listener missed.
                 Some(lane) => {
@@ -322,15 +322,15 @@ impl Worker {
                 None => map.place(napi_id),
             }
         };
+        lanes.counters[p.lane].placed(Some(p.why));
+        if p.lane != self.id {
+            lanes.counters[self.id].handed_over.fetch_add(1, Ordering::Relaxed);
+        }
+        // Posted with the map held (see the acceptor).
+        self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id });
+        drop(map);
         if p.why == Why::NewId {
             lanes.resync();
-        }
-        lanes.counters[p.lane].placed(Some(p.why));
-        if p.lane == self.id {
-            self.shared.mailbox(self.id).post(Mail::Conn { stream: s, napi_id });
-        } else {
-            lanes.counters[self.id].handed_over.fetch_add(1, Ordering::Relaxed);
-            self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id });
         }
     }
 
@@ -376,13 +376,18 @@ impl Worker {
         let Some(e) = self.conns.get_mut(idx).and_then(Option::take) else { return };
         let _ = self.epoll.delete(e.stream.as_fd());
         self.free.push(idx);
-        if self.shared.lanes.map().moved(self.id, to).is_err() {
+        let shared = self.shared.clone();
+        let mut map = shared.lanes.map();
+        if map.moved(self.id, to).is_err() {
             // The lane went away meanwhile: keep the connection here.
+            drop(map);
             self.register(e);
             return;
         }
-        self.shared.lanes.counters[self.id].moved_out.fetch_add(1, Ordering::Relaxed);
-        self.shared.mailbox(to).post(Mail::Moved(Box::new(Moving { entry: e })));
+        shared.lanes.counters[self.id].moved_out.fetch_add(1, Ordering::Relaxed);
+        // Posted with the map held (see the acceptor).
+        shared.mailbox(to).post(Mail::Moved(Box::new(Moving { entry: e })));
+        drop(map);
     }
 
     fn close(&mut self, idx: usize) {

@@ -15,6 +15,7 @@
 //! implementing [`Scenario`], an entry in [`ScenarioName`] and a plan in [`lab_plan`].
 
 pub mod kv;
+pub mod lanes;
 pub mod lb_pps;
 pub mod net;
 pub mod nvme;
@@ -65,17 +66,20 @@ pub enum ScenarioName {
     Rr,
     /// Memcached-protocol cache: throughput within a tail-latency SLA, against memcached.
     Kv,
+    /// Lanes: connections on the thread owning their receive queue, busy polling, vs plain workers and memcached -N.
+    Lanes,
 }
 
 impl ScenarioName {
     /// Every scenario, in the lab's order.
-    pub const ALL: [ScenarioName; 6] = [
+    pub const ALL: [ScenarioName; 7] = [
         ScenarioName::UdpBulk,
         ScenarioName::UdpPacing,
         ScenarioName::Nvme,
         ScenarioName::LbPps,
         ScenarioName::Rr,
         ScenarioName::Kv,
+        ScenarioName::Lanes,
     ];
 }
 
@@ -141,6 +145,20 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.parts = vec![kv::Part::Rates];
                 o.rates = vec![10_000, 20_000];
                 o.workload.keys = 20_000;
+                o.time = Duration::from_millis(500);
+            }
+            Box::new(o)
+        }
+        ScenarioName::Lanes => {
+            let mut o = lanes::LanesBenchArgs::defaults();
+            // Six modes with a search each: two rounds keep it near 12 minutes.
+            o.repeat = if p.quick { 1 } else { 2 };
+            if p.quick {
+                o.modes = vec![lanes::Mode::Plain, lanes::Mode::Napi];
+                o.no_search = true;
+                o.connections = vec![32];
+                o.rates = vec![5_000];
+                o.workload.keys = 10_000;
                 o.time = Duration::from_millis(500);
             }
             Box::new(o)

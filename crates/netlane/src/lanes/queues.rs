@@ -180,3 +180,64 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
     }
     out
 }
+
+/// Transmit alignment: maps transmit queue `i` of `dev` to receive queue `i` (`xps_rxqs`),
+/// so that a socket whose packets arrive on receive queue `i` transmits on queue `i` and
+/// its transmit completions come back on the queue pair its lane already serves. One knob
+/// per transmit queue, applied (read back) or refused (a device without XPS, or fewer
+/// receive than transmit queues).
+pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Vec<Knob> {
+    let mut out = Vec::new();
+    let dir = format!("/sys/class/net/{dev}/queues");
+    let mut tx: Vec<usize> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("tx-")).and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    tx.sort_unstable();
+    if tx.is_empty() {
+        out.push(Knob::refused(format!("{dev} xps_rxqs"), "tx-i -> rx-i", format!("no transmit queues under {dir}")));
+    }
+    for i in tx {
+        let name = format!("{dev} tx-{i} xps_rxqs");
+        if i >= rx_queues {
+            out.push(Knob::refused(name, "-", format!("no receive queue {i} to pair with")));
+            continue;
+        }
+        // A hexadecimal bitmap of receive queues, in 32-bit words separated by commas.
+        let mask = xps_mask(i);
+        let path = format!("{dir}/tx-{i}/xps_rxqs");
+        match std::fs::write(&path, &mask) {
+            Ok(()) => {
+                let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
+                out.push(Knob::applied_as(name, mask, now));
+            }
+            Err(e) => out.push(Knob::refused(name, mask, e)),
+        }
+    }
+    out
+}
+
+/// The `xps_rxqs` bitmap with only receive queue `i` set.
+fn xps_mask(i: usize) -> String {
+    let words = i / 32 + 1;
+    (0..words)
+        .rev()
+        .map(|w| format!("{:08x}", if w == i / 32 { 1u32 << (i % 32) } else { 0 }))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xps_masks_are_the_kernels_bitmap_format() {
+        assert_eq!(xps_mask(0), "00000001");
+        assert_eq!(xps_mask(5), "00000020");
+        assert_eq!(xps_mask(33), "00000002,00000000");
+    }
+}

@@ -5,9 +5,12 @@
 //! processing runs on whichever CPU raised it, and is charged to whatever task was
 //! running there. [`cpu::thread_cpu`] says what one thread paid; [`cpu::SystemCpu`]
 //! (from `/proc/stat`) says what the whole machine paid over the same interval.
+//! [`kstat`] counts the kernel's events over an interval: context switches, interrupts
+//! (inter-processor ones apart), softirqs.
 
 pub mod cpu;
 pub mod hist;
+pub mod kstat;
 pub mod prom;
 pub mod units;
 

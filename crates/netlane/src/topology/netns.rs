@@ -273,12 +273,7 @@ impl Netns {
     fn with_private_sysfs<R: Send>(&self, f: impl FnOnce() -> io::Result<R> + Send) -> Result<R, TopologyError> {
         let name = self.name.clone();
         self.run(move || -> Result<R, TopologyError> {
-            unshare(CloneFlags::CLONE_NEWNS).map_err(errno_err("unshare a private mount namespace"))?;
-            mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
-                .map_err(errno_err("make / a slave mount"))?;
-            umount2("/sys", MntFlags::MNT_DETACH).map_err(errno_err("detach /sys"))?;
-            mount(Some("sysfs"), "/sys", Some("sysfs"), MsFlags::empty(), None::<&str>)
-                .map_err(errno_err(format!("mount sysfs for {name}")))?;
+            mount_own_sysfs(&name)?;
             f().map_err(io_err("sysfs access"))
         })?
     }
@@ -345,6 +340,27 @@ impl NetnsHandle {
     pub fn run<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R, TopologyError> {
         run_in(self.0.as_fd(), f)
     }
+
+    /// Runs `f` on a thread inside the namespace whose `/sys` shows the namespace's own
+    /// network devices (a private mount namespace with its own sysfs, as `ip netns
+    /// exec` gives): sysfs shows the devices of the namespace that mounted it.
+    pub fn with_sysfs<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R, TopologyError> {
+        self.run(move || -> Result<R, TopologyError> {
+            mount_own_sysfs("this namespace")?;
+            Ok(f())
+        })?
+    }
+}
+
+/// On the calling thread: a private mount namespace with a sysfs of the thread's
+/// network namespace on /sys.
+fn mount_own_sysfs(name: &str) -> Result<(), TopologyError> {
+    unshare(CloneFlags::CLONE_NEWNS).map_err(errno_err("unshare a private mount namespace"))?;
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
+        .map_err(errno_err("make / a slave mount"))?;
+    umount2("/sys", MntFlags::MNT_DETACH).map_err(errno_err("detach /sys"))?;
+    mount(Some("sysfs"), "/sys", Some("sysfs"), MsFlags::empty(), None::<&str>)
+        .map_err(errno_err(format!("mount sysfs for {name}")))
 }
 
 /// Runs `f` on a scoped thread that has entered the namespace `fd`.

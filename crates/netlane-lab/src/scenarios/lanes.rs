@@ -1,0 +1,916 @@
+//! `lanes`: application device queues in software, measured on the cache server the way
+//! the ADQ talk measured memcached: throughput within a tail-latency SLA, and latency
+//! and the kernel's events per request at fixed loads, for each way of placing
+//! connections on worker threads.
+//!
+//! The network: two namespaces joined by a veth with one queue per CPU, each queue's
+//! threaded NAPI pinned to its CPU on both ends (a NIC with one interrupt per CPU), TSO
+//! off so that TCP takes the NAPI path and every socket has a NAPI id. The generator
+//! has a thread on each CPU, as the server has a worker on each.
+//!
+//! Modes, every one in every round, in rotating order:
+//! - `plain`: netlane's server, one worker per CPU, connections dealt round robin: half
+//!   of them on a worker whose CPU does not run their queue;
+//! - `napi`: lanes, the acceptor hands each connection to the lane owning its
+//!   SO_INCOMING_NAPI_ID, the lane pinned to that queue's CPU;
+//! - `napi-busy`: the same, each lane's epoll busy polling (`--busy-poll`);
+//! - `reuseport`: lanes without an acceptor: the reuseport BPF selector;
+//! - `memcached`, `memcached-n`: memcached 1.6.18 with two threads, without and with
+//!   `-N` (its NAPI-id mode, with the global `net.core.busy_poll` it relies on, set for
+//!   the run and restored after).
+
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use netlane::lanes::BusyPoll;
+use netlane::metrics::cpu::SystemCpu;
+use netlane::metrics::kstat::KernelCounters;
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::search::SearchConfig;
+use netlane_kv::load::stats::Sla;
+use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
+use netlane_kv::store::StoreConfig;
+use serde::Serialize;
+
+use super::Scenario;
+use super::kv::{WorkloadArgs, program_exists};
+use super::options::{OptionList, parse_positive_duration};
+use crate::progress::Progress;
+use crate::report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
+};
+use crate::stats::{median, repeat_flags, round_order};
+use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
+
+/// How connections are placed on threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// netlane, workers dealt connections round robin (no alignment).
+    Plain,
+    /// netlane lanes, NAPI-id hand-off by the acceptor.
+    Napi,
+    /// netlane lanes, hand-off and per-epoll busy polling.
+    NapiBusy,
+    /// netlane lanes, the reuseport BPF selector.
+    Reuseport,
+    /// memcached 1.6.18.
+    Memcached,
+    /// memcached 1.6.18 with -N (NAPI ids) and the busy_poll sysctl.
+    MemcachedN,
+}
+
+impl Mode {
+    fn word(self) -> &'static str {
+        match self {
+            Mode::Plain => "plain",
+            Mode::Napi => "napi",
+            Mode::NapiBusy => "napi-busy",
+            Mode::Reuseport => "reuseport",
+            Mode::Memcached => "memcached",
+            Mode::MemcachedN => "memcached-n",
+        }
+    }
+
+    fn is_memcached(self) -> bool {
+        matches!(self, Mode::Memcached | Mode::MemcachedN)
+    }
+}
+
+/// `netlane bench lanes`.
+#[derive(Debug, Clone, Args)]
+pub struct LanesBenchArgs {
+    /// Modes to run (comma separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "plain,napi,napi-busy,reuseport,memcached,memcached-n"
+    )]
+    pub modes: Vec<Mode>,
+    /// Connection counts of the fixed-rate runs (the talk: 300..4400, scaled to two CPUs);
+    /// the search uses the first.
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    pub connections: Vec<u32>,
+    /// Offered rates of the fixed-rate runs, requests/s (server and generator share the
+    /// two CPUs here: the machine holds about 30,000/s in all).
+    #[arg(long, value_delimiter = ',', default_value = "10000,20000")]
+    pub rates: Vec<u64>,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// The SLA of the search (this machine's p99.9 sits near 1 ms at any load: see the
+    /// kv scenario's floor; p99 is what it can hold).
+    #[arg(long, default_value = "p99=500us")]
+    pub sla: Sla,
+    /// Lowest rate the search tries, requests/s.
+    #[arg(long, default_value_t = 10_000.0)]
+    pub search_lo: f64,
+    /// Highest rate the search tries, requests/s.
+    #[arg(long, default_value_t = 60_000.0)]
+    pub search_hi: f64,
+    /// The search stops when its bracket is narrower than this ratio.
+    #[arg(long, default_value_t = 1.15)]
+    pub resolution: f64,
+    /// Length of each search run.
+    #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
+    pub step: Duration,
+    /// Busy polling of the napi-busy mode: USECS[,BUDGET[,prefer]].
+    #[arg(long, default_value = "50,8")]
+    pub busy_poll: BusyPoll,
+    /// net.core.busy_poll for memcached -N, us (it polls only through the global knob).
+    #[arg(long, default_value_t = 50)]
+    pub memcached_busy_poll: u32,
+    /// Length of each fixed-rate run.
+    #[arg(short = 't', long, default_value = "3s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Rounds: each mode once per round, in rotating order.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+    /// Skip the search (fixed rates only).
+    #[arg(long)]
+    pub no_search: bool,
+    /// The memcached binary.
+    #[arg(long, default_value = "memcached")]
+    pub memcached: String,
+}
+
+/// The CPUs: one queue, one lane, one generator thread on each.
+const CPUS: [usize; 2] = [0, 1];
+
+/// One fixed-rate run.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneRun {
+    /// Connections.
+    pub connections: u32,
+    /// Offered rate asked for.
+    pub rate: u64,
+    /// The generator's report.
+    pub load: LoadReport,
+    /// Busy CPU seconds over both CPUs.
+    pub busy_s: f64,
+    /// What the kernel counted meanwhile.
+    pub kernel: KernelCounters,
+}
+
+/// One mode's round.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneRound {
+    /// Which mode.
+    pub mode: Mode,
+    /// The search at the first connection count.
+    pub search: Option<SearchReport>,
+    /// The fixed-rate runs, connections-major.
+    pub runs: Vec<LaneRun>,
+    /// netlane's lanes at the end of the round.
+    pub lanes: Option<LanesView>,
+}
+
+impl LanesBenchArgs {
+    /// The defaults, as `netlane bench lanes` has them.
+    pub fn defaults() -> LanesBenchArgs {
+        super::from_words(&[]).expect("the defaults parse")
+    }
+
+    fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
+        LoadConfig {
+            server,
+            connections,
+            threads: CPUS.len(),
+            cpus: Some(CPUS.to_vec()),
+            pacing,
+            workload: self.workload.spec(1 << 20),
+            duration,
+            ramp: Duration::from_millis(200),
+            max_in_flight: 64,
+            late_after: Duration::from_micros(100),
+            drain: Duration::from_millis(500),
+            seed: 1,
+        }
+    }
+}
+
+fn open(rate: f64) -> Pacing {
+    Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
+}
+
+impl Scenario for LanesBenchArgs {
+    fn name(&self) -> &'static str {
+        "lanes"
+    }
+
+    fn options(&self) -> OptionList {
+        let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
+        let conns: Vec<u64> = self.connections.iter().map(|&c| u64::from(c)).collect();
+        let list = OptionList::new().words("modes", &modes).ints("connections", &conns).ints("rates", &self.rates);
+        self.workload
+            .echo(list)
+            .text("sla", self.sla.to_string())
+            .text("search-lo", self.search_lo.to_string())
+            .text("search-hi", self.search_hi.to_string())
+            .text("resolution", self.resolution.to_string())
+            .duration("step", self.step)
+            .text("busy-poll", self.busy_poll.to_string())
+            .int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
+            .duration("time", self.time)
+            .int("repeat", u64::from(self.repeat))
+            .flag("no-search", self.no_search)
+            .text("memcached", self.memcached.clone())
+    }
+
+    fn validate(&self) -> Result<()> {
+        if netlane::cpus::online_count() < CPUS.len() {
+            bail!("the lanes scenario needs CPUs {CPUS:?} (one queue, lane and generator thread on each)");
+        }
+        if self.modes.is_empty() {
+            bail!("--modes: nothing to run");
+        }
+        if self.connections.is_empty() || self.connections.iter().any(|&c| !(2..=4096).contains(&c)) {
+            bail!("--connections: at least one count, each 2..=4096");
+        }
+        if self.rates.is_empty() || self.rates.contains(&0) {
+            bail!("--rates: at least one rate, none zero");
+        }
+        if !(self.search_lo > 0.0 && self.search_lo < self.search_hi && self.search_hi.is_finite()) {
+            bail!("--search-lo {} / --search-hi {}: 0 < lo < hi", self.search_lo, self.search_hi);
+        }
+        if !(self.resolution > 1.0 && self.resolution.is_finite()) {
+            bail!("--resolution {}: a ratio above 1", self.resolution);
+        }
+        let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
+        for &c in &self.connections {
+            for &r in &self.rates {
+                self.load(addr, c, open(r as f64), self.time).validate()?;
+            }
+        }
+        if self.modes.iter().any(|m| m.is_memcached()) && !program_exists(&self.memcached) {
+            bail!("{}: not found (scripts/setup.sh installs memcached)", self.memcached);
+        }
+        if !netlane::topology::have_privileges() {
+            bail!("the lanes scenario builds network namespaces and loads BPF: run it as root");
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        let per = 1 + usize::from(!self.no_search) + self.connections.len() * self.rates.len();
+        per * self.modes.len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let h = TwoHosts::create(
+            "lanes",
+            LinkConfig { mtu: 1500, queues: CPUS.len() as u32, rx: RxTuning::threaded_napi() },
+        )?;
+        RxTuning::threaded_napi().apply(&h.tx, &h.tx_if, h.tx_index)?;
+        h.set_tso(false)?;
+        let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, &CPUS)?;
+        netlane::topology::pin_napi_by_queue(&h.tx, h.tx_index, &CPUS)?;
+        let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        let mut all: Vec<Vec<LaneRound>> = vec![Vec::new(); self.modes.len()];
+        let mut records = Vec::new();
+        for round in 0..self.repeat as usize {
+            for i in round_order(self.modes.len(), round) {
+                let mode = self.modes[i];
+                let r = self
+                    .round(&h, addr, mode, round, progress, &mut records)
+                    .with_context(|| format!("{} round {}", mode.word(), round + 1))?;
+                all[i].push(r);
+            }
+        }
+        drop(h);
+        Ok(self.report(&all, &placed_rx, records))
+    }
+}
+
+/// A server running in the rx namespace; stopped (or killed) on drop.
+enum Running {
+    Netlane(Option<Box<Server>>),
+    /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
+    Memcached {
+        child: Child,
+        _busy_poll: Option<SysctlGuard>,
+    },
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        match self {
+            Running::Netlane(s) => {
+                if let Some(s) = s.take() {
+                    s.stop();
+                }
+            }
+            Running::Memcached { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// `net.core.busy_poll` (global: the knob does not exist inside a namespace) set for a
+/// while and put back as it was on drop.
+struct SysctlGuard {
+    path: &'static str,
+    before: String,
+}
+
+impl SysctlGuard {
+    fn set(path: &'static str, value: &str) -> Result<SysctlGuard> {
+        let before = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?.trim().to_string();
+        std::fs::write(path, value).with_context(|| format!("write {value} to {path}"))?;
+        Ok(SysctlGuard { path, before })
+    }
+}
+
+impl Drop for SysctlGuard {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::write(self.path, &self.before) {
+            tracing::warn!(path = self.path, error = %e, "could not restore a sysctl");
+        }
+    }
+}
+
+impl LanesBenchArgs {
+    fn server_config(&self, h: &TwoHosts, addr: SocketAddr, mode: Mode, max_conns: usize) -> ServerConfig {
+        let base = ServerConfig {
+            listen: addr,
+            threads: CPUS.len(),
+            store: StoreConfig { memory: 1 << 30, item_max: 1 << 20, shards: 64 },
+            max_conns,
+            ..ServerConfig::default()
+        };
+        match mode {
+            Mode::Plain => ServerConfig { steer: Steer::RoundRobin, cpus: Some(CPUS.to_vec()), ..base },
+            Mode::Napi | Mode::NapiBusy | Mode::Reuseport => ServerConfig {
+                steer: if mode == Mode::Reuseport { Steer::Reuseport } else { Steer::Acceptor },
+                lane_device: Some(h.rx_if.clone()),
+                xps_rxqs: true,
+                busy_poll: (mode == Mode::NapiBusy).then_some(self.busy_poll),
+                ..base
+            },
+            Mode::Memcached | Mode::MemcachedN => unreachable!("memcached is not configured here"),
+        }
+    }
+
+    fn start(&self, h: &TwoHosts, addr: SocketAddr, mode: Mode) -> Result<Running> {
+        let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
+        let running = if mode.is_memcached() {
+            let guard = (mode == Mode::MemcachedN)
+                .then(|| SysctlGuard::set("/proc/sys/net/core/busy_poll", &self.memcached_busy_poll.to_string()))
+                .transpose()?;
+            let cpus = CPUS.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+            let mut cmd = h.rx.command("taskset");
+            cmd.args(["-c", &cpus, &self.memcached])
+                .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
+                .args(["-t", &CPUS.len().to_string(), "-m", "1024", "-c", &max_conns.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            if mode == Mode::MemcachedN {
+                cmd.args(["-N", &CPUS.len().to_string()]);
+            }
+            if nix::unistd::geteuid().is_root() {
+                cmd.args(["-u", "root"]);
+            }
+            Running::Memcached {
+                child: cmd.spawn().with_context(|| format!("start {}", self.memcached))?,
+                _busy_poll: guard,
+            }
+        } else {
+            let cfg = self.server_config(h, addr, mode, max_conns);
+            let s = h.rx.run(move || Server::start(cfg))??;
+            Running::Netlane(Some(Box::new(s)))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ok = h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
+            if ok {
+                return Ok(running);
+            }
+            if Instant::now() > deadline {
+                bail!("{} did not accept connections on {addr} within 10 s", mode.word());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn measured(&self, h: &TwoHosts, cfg: LoadConfig, connections: u32, rate: u64) -> Result<LaneRun> {
+        let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+        let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+        let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+        Ok(LaneRun { connections, rate, load: r.report, busy_s: cpu0.delta(&cpu1).busy_s, kernel: k0.delta(&k1) })
+    }
+
+    fn round(
+        &self,
+        h: &TwoHosts,
+        addr: SocketAddr,
+        mode: Mode,
+        round: usize,
+        progress: &dyn Progress,
+        records: &mut Vec<RunRecord>,
+    ) -> Result<LaneRound> {
+        let tag = |what: &str| {
+            let mut l = format!("{} {what}", mode.word());
+            if self.repeat > 1 {
+                l.push_str(&format!(" #{}", round + 1));
+            }
+            l
+        };
+        let server = self.start(h, addr, mode)?;
+        let label = tag("warm-up");
+        progress.start(&label);
+        let warm = self.load(addr, 8, open(self.search_lo), self.step);
+        let n = h.tx.run(move || loadgen::warm_up(&warm))??;
+        progress.finish(&label, &format!("{n} keys stored"));
+        let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
+        if !self.no_search {
+            let label = tag(&format!("search {}", self.sla));
+            progress.start(&label);
+            let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
+            let range = SearchConfig {
+                lo_per_s: self.search_lo,
+                hi_per_s: self.search_hi,
+                resolution: self.resolution,
+                max_bisections: 10,
+            };
+            let sla = self.sla;
+            let r = h.tx.run(move || loadgen::search(&cfg, sla, range, &AtomicBool::new(false), |_| {}))??;
+            progress.finish(
+                &label,
+                &match r.best_per_s {
+                    Some(b) => format!(
+                        "{b:.0} requests/s{} ({} runs)",
+                        if r.capped {
+                            " (capped)"
+                        } else if r.generator_limited {
+                            " (the generator's limit)"
+                        } else {
+                            ""
+                        },
+                        r.runs
+                    ),
+                    None => format!("no rate held it ({} runs)", r.runs),
+                },
+            );
+            let mut rec = RunRecord::new(
+                records.len() as u32 + 1,
+                round as u32 + 1,
+                format!("{} search {}", mode.word(), self.sla),
+                vec![("best_per_s", r.best_per_s)],
+            );
+            rec.detail = serde_json::to_value(&r).unwrap_or_default();
+            records.push(rec);
+            out.search = Some(r);
+        }
+        for &c in &self.connections {
+            for &rate in &self.rates {
+                let label = tag(&format!("{c} connections, {rate}/s"));
+                progress.start(&label);
+                let run = self.measured(h, self.load(addr, c, open(rate as f64), self.time), c, rate)?;
+                progress.finish(&label, &summary(&run));
+                let mut rec = RunRecord::new(
+                    records.len() as u32 + 1,
+                    round as u32 + 1,
+                    format!("{} {c} connections {rate}/s", mode.word()),
+                    vec![
+                        ("achieved_per_s", Some(run.load.achieved_per_s)),
+                        ("mean_us", run.load.mean_us),
+                        ("p999_us", pct(&run.load, "p99.9")),
+                        ("cpu_us_per_request", cpu_per_request(&run).ok()),
+                    ],
+                );
+                rec.detail = serde_json::to_value(&run).unwrap_or_default();
+                records.push(rec);
+                out.runs.push(run);
+            }
+        }
+        if let Running::Netlane(Some(s)) = &server {
+            out.lanes = Some(s.lanes());
+        }
+        drop(server);
+        Ok(out)
+    }
+}
+
+fn pct(l: &LoadReport, p: &str) -> Option<f64> {
+    l.latency_us.iter().find(|(k, _)| k == p).and_then(|(_, v)| *v)
+}
+
+/// A run that answered everything offered, sent on time: anything else cannot stand for
+/// the server.
+fn sound(r: &LaneRun) -> Result<(), String> {
+    let l = &r.load;
+    let c = &l.counts;
+    if l.lag_share > netlane_kv::load::search::GENERATOR_LAG_MAX {
+        return Err(format!("the generator delayed {:.1}% of its sends itself", l.lag_share * 100.0));
+    }
+    if c.completed == 0 {
+        return Err("nothing was answered".into());
+    }
+    if c.errors + c.lost + c.unanswered + c.not_sent > 0 {
+        return Err(format!(
+            "{} errors, {} lost, {} unanswered, {} never sent of {} offered",
+            c.errors, c.lost, c.unanswered, c.not_sent, c.offered
+        ));
+    }
+    Ok(())
+}
+
+/// CPU µs per request over both CPUs, the generator's threads excluded (the NAPI work
+/// of both ends and the server's remain).
+fn cpu_per_request(r: &LaneRun) -> Measure {
+    sound(r)?;
+    let per = positive(r.load.counts.completed as f64, "completed requests")?;
+    positive((r.busy_s - r.load.client_cpu_s) * 1e6 / per, "CPU per request")
+}
+
+fn per_request(r: &LaneRun, n: u64) -> Measure {
+    sound(r)?;
+    Ok(n as f64 / positive(r.load.counts.completed as f64, "completed requests")?)
+}
+
+fn latency(p: &'static str) -> impl Fn(&LaneRun) -> Measure {
+    move |r| {
+        sound(r)?;
+        pct(&r.load, p).ok_or_else(|| format!("{p} fell among failed requests"))
+    }
+}
+
+fn mean(r: &LaneRun) -> Measure {
+    sound(r)?;
+    r.load.mean_us.ok_or_else(|| "nothing completed".into())
+}
+
+fn summary(r: &LaneRun) -> String {
+    let l = &r.load;
+    let f = |p| pct(l, p).map_or("failed".to_string(), |v| format!("{v:.0} us"));
+    format!(
+        "{:.0}/s of {:.0}/s, mean {}, p99 {}, p99.9 {}, CPU {:.2} us/request, {:.2} context switches and {:.2} IPIs per request (lagged {:.1}%)",
+        l.achieved_per_s,
+        l.offered_per_s,
+        l.mean_us.map_or("-".into(), |m| format!("{m:.0} us")),
+        f("p99"),
+        f("p99.9"),
+        cpu_per_request(r).unwrap_or(f64::NAN),
+        per_request(r, r.kernel.ctxt).unwrap_or(f64::NAN),
+        per_request(r, r.kernel.ipis()).unwrap_or(f64::NAN),
+        l.lag_share * 100.0
+    )
+}
+
+/// The best rate of a round's search; invalid when none held, every one did, or the
+/// generator's limit bounded it.
+fn best(r: &LaneRound) -> Measure {
+    let s = r.search.as_ref().ok_or("the search did not run")?;
+    match s.best_per_s {
+        None => Err(format!("{}: no rate held {}", r.mode.word(), s.sla)),
+        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", r.mode.word(), s.sla)),
+        Some(_) if s.generator_limited => {
+            Err(format!("{}: the search stopped where the generator could not keep its schedule", r.mode.word()))
+        }
+        Some(b) => positive(b, "best rate"),
+    }
+}
+
+fn med<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Value {
+    let v: Vec<f64> = rs.iter().filter_map(|r| f(r).ok()).collect();
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+impl LanesBenchArgs {
+    fn report(&self, all: &[Vec<LaneRound>], placed: &[(u32, u32, usize)], runs: Vec<RunRecord>) -> ScenarioReport {
+        let (mut tables, mut charts, mut checks, mut notes, mut flags) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let find = |m: Mode| self.modes.iter().position(|x| *x == m).map(|i| &all[i][..]);
+
+        if !self.no_search {
+            let mut t = Table::new(
+                "lanes-sla",
+                format!(
+                    "Highest offered rate within {}, {} connections over two CPUs, medians of {} rounds",
+                    self.sla, self.connections[0], self.repeat
+                ),
+                vec![
+                    Column::new("mode", "mode", 0),
+                    Column::new("sla_per_s", &format!("requests/s within {}", self.sla), 0),
+                ],
+            );
+            let mut points = Vec::new();
+            for (i, m) in self.modes.iter().enumerate() {
+                t.push(Row::new(vec![Value::text(m.word()), med(&all[i], best)]));
+                let v: Vec<f64> = all[i].iter().filter_map(|r| best(r).ok()).collect();
+                flags.extend(repeat_flags(&format!("{} within {}", m.word(), self.sla), "requests/s", &v));
+                points.extend(Point::of(i as f64, &v));
+            }
+            tables.push(t);
+            charts.push(Chart {
+                name: "lanes-sla".into(),
+                title: format!("Requests/s within {} by placement", self.sla),
+                kind: ChartKind::Bars,
+                x: Axis::categories("mode", self.modes.iter().map(|m| m.word().to_string()).collect()),
+                y: Axis::numeric("requests/s", Unit::Count("requests/s".into()), Scale::Linear),
+                series: vec![Series { name: "requests/s".into(), points }],
+            });
+            let pairs: [(&str, String, f64, Mode, Mode); 3] = [
+                (
+                    "lanes.aligned-throughput",
+                    format!("NAPI-id lanes hold more requests/s within {} than plain workers (talk: +70%)", self.sla),
+                    1.7,
+                    Mode::Napi,
+                    Mode::Plain,
+                ),
+                (
+                    "lanes.busy-poll-throughput",
+                    format!("busy polling adds requests/s within {} to NAPI-id lanes", self.sla),
+                    1.0,
+                    Mode::NapiBusy,
+                    Mode::Napi,
+                ),
+                (
+                    "lanes.handoff-over-reuseport",
+                    format!(
+                        "the acceptor's NAPI-id hand-off holds more within {} than the no-change reuseport path (talk: 10-15%)",
+                        self.sla
+                    ),
+                    1.1,
+                    Mode::Napi,
+                    Mode::Reuseport,
+                ),
+            ];
+            for (id, name, target, a, b) in pairs {
+                let spec = Spec::at_least(id, name, target, "x");
+                checks.push(match find(a).zip(find(b)) {
+                    Some((x, y)) => spec.evaluate(
+                        paired(x, y, best),
+                        &format!("{} / {} requests/s within {}, per round", a.word(), b.word(), self.sla),
+                    ),
+                    None => spec.skipped(format!("needs the {} and {} modes", a.word(), b.word())),
+                });
+            }
+        }
+
+        let mut t = Table::new(
+            "lanes-rates",
+            format!(
+                "Fixed offered rates (Poisson) over two CPUs, medians of {} rounds; per request: over both CPUs",
+                self.repeat
+            ),
+            vec![
+                Column::new("mode", "mode, connections, offered", 0),
+                Column::new("achieved_per_s", "achieved/s", 0),
+                Column::new("mean_us", "mean us", 1),
+                Column::new("p99_us", "p99 us", 1),
+                Column::new("p999_us", "p99.9 us", 1),
+                Column::new("cpu_us", "CPU us/request", 2),
+                Column::new("ctxt", "context switches/request", 2),
+                Column::new("irq", "interrupts/request", 2),
+                Column::new("ipi", "IPIs/request", 2),
+                Column::new("net_rx", "NET_RX softirqs/request", 2),
+            ],
+        );
+        for (i, m) in self.modes.iter().enumerate() {
+            for (j, (c, r)) in
+                self.connections.iter().flat_map(|c| self.rates.iter().map(move |r| (*c, *r))).enumerate()
+            {
+                let rs: Vec<LaneRun> = all[i].iter().filter_map(|x| x.runs.get(j).cloned()).collect();
+                t.push(Row::new(vec![
+                    Value::text(format!("{} {c} {r}/s", m.word())),
+                    med(&rs, |x| Ok(x.load.achieved_per_s)),
+                    med(&rs, mean),
+                    med(&rs, latency("p99")),
+                    med(&rs, latency("p99.9")),
+                    med(&rs, cpu_per_request),
+                    med(&rs, |x| per_request(x, x.kernel.ctxt)),
+                    med(&rs, |x| per_request(x, x.kernel.interrupts_total())),
+                    med(&rs, |x| per_request(x, x.kernel.ipis())),
+                    med(&rs, |x| per_request(x, x.kernel.softirq("NET_RX"))),
+                ]));
+            }
+        }
+        tables.push(t);
+        // The tail at the highest load of the first connection count, aligned vs plain.
+        let j = self.rates.len() - 1;
+        fn p999(r: &LaneRun) -> Measure {
+            latency("p99.9")(r)
+        }
+        type Of = fn(&LaneRun) -> Measure;
+        let tails: [(&str, &str, f64, Of); 2] = [
+            (
+                "lanes.aligned-p999",
+                "NAPI-id lanes' p99.9 against plain workers' at the highest fixed rate (talk: -60%)",
+                0.4,
+                p999,
+            ),
+            ("lanes.aligned-mean", "NAPI-id lanes' mean latency against plain workers' (talk: -60%)", 0.4, mean),
+        ];
+        for (id, name, target, f) in tails {
+            let spec = Spec::at_most(id, name, target, "x");
+            checks.push(match find(Mode::Napi).zip(find(Mode::Plain)) {
+                Some((x, y)) => spec.evaluate(
+                    paired(x, y, |r| r.runs.get(j).ok_or_else(|| "no run".to_string()).and_then(f)),
+                    &format!("napi / plain at {} connections, {}/s, per round", self.connections[0], self.rates[j]),
+                ),
+                None => spec.skipped("needs the napi and plain modes"),
+            });
+        }
+
+        // Where connections went, from the lanes' own counters (last round).
+        let mut t = Table::new(
+            "lanes-placement",
+            "netlane's lanes: NAPI ids owned and connections placed (last round)".to_string(),
+            vec![
+                Column::new("lane", "mode, lane", 0),
+                Column::new("cpu", "CPU", 0),
+                Column::new("napi", "NAPI ids", 0),
+                Column::new("by_owner", "by NAPI id owner", 0),
+                Column::new("other", "by load or round robin", 0),
+                Column::new("handed_over", "handed over", 0),
+            ],
+        );
+        for (i, m) in self.modes.iter().enumerate() {
+            let Some(v) = all[i].last().and_then(|r| r.lanes.as_ref()) else { continue };
+            for l in &v.lanes {
+                t.push(Row::new(vec![
+                    Value::text(format!("{} lane {}", m.word(), l.lane)),
+                    l.cpu.map_or(Value::Missing, |c| Value::num(c as f64)),
+                    Value::text(l.napi_ids.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")),
+                    Value::num(l.by_owner as f64),
+                    Value::num((l.new_id + l.no_napi + l.round_robin) as f64),
+                    Value::num(l.handed_over as f64),
+                ]));
+            }
+            for k in v.knobs.iter().filter(|k| !k.applied) {
+                notes.push(format!("{}: {} = {} was refused: {}", m.word(), k.name, k.wanted, k.detail));
+            }
+        }
+        tables.push(t);
+        notes.push(format!(
+            "The receive queues: {}. Both ends run threaded NAPI, each queue's thread pinned to its CPU, and TSO is off so \
+             that TCP takes the NAPI path (veth gives TCP no NAPI id otherwise).",
+            placed.iter().map(|(q, n, c)| format!("queue {q} = NAPI {n} on CPU {c}")).collect::<Vec<_>>().join(", ")
+        ));
+
+        let headline = {
+            let get = |id: &str| measured_median(&checks, id);
+            let parts = [
+                get("lanes.aligned-throughput")
+                    .map(|v| format!("NAPI-id lanes held {v}x plain workers' rate within {}", self.sla)),
+                get("lanes.busy-poll-throughput").map(|v| format!("busy polling {v}x on top")),
+                get("lanes.aligned-p999").map(|v| format!("{v}x their p99.9")),
+            ];
+            join_headline(parts.into_iter().flatten().collect())
+                .unwrap_or_else(|| format!("{} modes, {} rounds.", self.modes.len(), self.repeat))
+        };
+        let options = self.options();
+        ScenarioReport {
+            name: "lanes".into(),
+            title:
+                "Lanes: connections on the thread that owns their receive queue, against plain workers and memcached"
+                    .into(),
+            description: format!(
+                "netlane's cache server in one namespace with a worker (lane) on each of CPUs {CPUS:?}, netlane's open-loop \
+                 generator in another with a thread on each, joined by a veth with a queue per CPU. Modes: {}. \
+                 Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
+                 stored before each mode's round. A rate of the search is held by two runs of {} and missed by three.",
+                self.modes.iter().map(|m| m.word()).collect::<Vec<_>>().join(", "),
+                self.busy_poll,
+                self.memcached_busy_poll,
+                self.workload.keys,
+                crate::report::format::seconds(self.step.as_secs_f64())
+            ),
+            headline,
+            options: options.object(),
+            echo: options.echo(),
+            tables,
+            charts,
+            checks,
+            flags,
+            notes,
+            runs,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::report::Outcome;
+    use netlane_kv::loadgen::CountsView;
+
+    fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
+        let n = (rate * 3.0) as u64;
+        LoadReport {
+            mode: "open",
+            target_per_s: Some(rate),
+            seconds: 3.0,
+            offered_per_s: rate,
+            achieved_per_s: rate,
+            counts: CountsView {
+                offered: n,
+                sent: n,
+                sent_late: 0,
+                sent_lagged: (n as f64 * lag) as u64,
+                completed: n,
+                hits: n,
+                misses: 0,
+                stored: 0,
+                errors: 0,
+                lost: 0,
+                unanswered: 0,
+                not_sent: 0,
+            },
+            mean_us: Some(p999_us / 20.0),
+            latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
+                .iter()
+                .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
+                .collect(),
+            late_share: lag,
+            lag_share: lag,
+            connection_failures: 0,
+            client_cpu_s: 1.0,
+            client_cpu_busy: 0.5,
+        }
+    }
+
+    fn round(mode: Mode, best: Option<f64>, p999_us: f64, lag: f64) -> LaneRound {
+        LaneRound {
+            mode,
+            search: Some(SearchReport {
+                sla: "p99=500us".into(),
+                best_per_s: best,
+                capped: false,
+                generator_limited: false,
+                curve: Vec::new(),
+                runs: 4,
+            }),
+            runs: vec![LaneRun {
+                connections: 64,
+                rate: 20_000,
+                load: load(20_000.0, p999_us, lag),
+                busy_s: 2.0,
+                kernel: KernelCounters::default(),
+            }],
+            lanes: None,
+        }
+    }
+
+    fn args() -> LanesBenchArgs {
+        let mut a = LanesBenchArgs::defaults();
+        a.modes = vec![Mode::Plain, Mode::Napi];
+        a.connections = vec![64];
+        a.rates = vec![20_000];
+        a.repeat = 2;
+        a
+    }
+
+    fn outcome(r: &ScenarioReport, id: &str) -> Outcome {
+        r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}")).outcome
+    }
+
+    #[test]
+    fn paired_rounds_decide_the_alignment_targets() {
+        let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
+        let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.0); 2];
+        let r = args().report(&[plain.clone(), napi], &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Met);
+        assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Met);
+        assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Skipped);
+        let napi = vec![round(Mode::Napi, Some(55_000.0), 2900.0, 0.0); 2];
+        let r = args().report(&[plain, napi], &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Missed);
+        assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Missed);
+    }
+
+    #[test]
+    fn degenerate_rounds_are_invalid_never_met() {
+        // No rate held, or the generator lagged: nothing is proven about the server.
+        let plain = vec![round(Mode::Plain, None, 3000.0, 0.0); 2];
+        let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.2); 2];
+        let r = args().report(&[plain, napi], &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
+        assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Invalid);
+        let mut limited = round(Mode::Napi, Some(90_000.0), 1000.0, 0.0);
+        limited.search.as_mut().unwrap().generator_limited = true;
+        let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
+        let r = args().report(&[plain, vec![limited.clone(), limited]], &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
+    }
+
+    #[test]
+    fn defaults_parse_and_count_their_runs() {
+        let d = LanesBenchArgs::defaults();
+        assert_eq!(d.modes.len(), 6);
+        assert_eq!(d.runs(), (1 + 1 + 4) * 6 * 3);
+        assert_eq!(d.busy_poll.to_string(), "50,8");
+    }
+}
