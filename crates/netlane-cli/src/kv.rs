@@ -131,7 +131,8 @@ pub struct ServeArgs {
     pub lanes: Option<LanesCount>,
     /// How a connection finds its lane: round-robin (no alignment), acceptor (the
     /// acceptor hands it to the owner of its SO_INCOMING_NAPI_ID, like memcached -N) or
-    /// reuseport (one listener per lane, a BPF selector picks by NAPI id; needs root).
+    /// reuseport (one listener per lane, a BPF selector picks by NAPI id; needs root, and
+    /// sets net.ipv4.tcp_migrate_req=1 in the server's namespace).
     #[arg(long, default_value = "round-robin")]
     pub steer: Steer,
     /// Busy polling per lane: USECS[,BUDGET[,prefer]] (per-epoll EPIOCSPARAMS, and

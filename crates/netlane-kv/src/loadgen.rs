@@ -28,7 +28,7 @@ use crate::load::codec::{Codec, Reply, SetReply};
 use crate::load::conn::{ConnConfig, Connection};
 use crate::load::rng::Rng;
 use crate::load::schedule::{Arrivals, Pacing};
-use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, decided, judge};
+use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, Vote, decided, judge};
 use crate::load::stats::{Counts, Measurement, REPORTED_QUANTILES, Sla, Stats};
 use crate::load::workload::{Workload, WorkloadSpec};
 use netlane::time::monotonic_ns;
@@ -586,9 +586,9 @@ pub struct SearchReport {
     /// hold more than the generator can offer.
     pub generator_limited: bool,
     /// The rates decided, in order: rate asked, offered, achieved, the SLA percentile
-    /// (µs), verdict (each decided by two runs that held it or three that missed).
+    /// (µs), verdict (each decided by three runs of five, or two clear ones).
     pub curve: Vec<CurvePoint>,
-    /// Runs made (two to four per rate).
+    /// Runs made (two to five per rate).
     pub runs: usize,
 }
 
@@ -627,9 +627,9 @@ fn curve_point(p: &Point) -> CurvePoint {
 }
 
 /// Finds the highest open-loop rate whose `sla` percentile holds: bisection over short
-/// runs of `cfg.duration` at `cfg.pacing`'s arrival process, each rate held when two
-/// runs hold it and missed when three miss it ([`decided`]), the best rate decided again
-/// to confirm it.
+/// runs of `cfg.duration` at `cfg.pacing`'s arrival process, each rate decided by three
+/// runs of five, or by two that agree far from the bound ([`decided`]), the best rate
+/// decided again to confirm it.
 /// `progress` sees every run as it ends.
 pub fn search(
     cfg: &LoadConfig,
@@ -649,19 +649,22 @@ pub fn search(
             break;
         }
         run_cfg.pacing = Pacing::Open(Arrivals { rate_per_s: rate, ..arrivals });
-        // Each rate is verified: run until two runs hold it or three miss it
-        // (search::decided: a stall of the machine only ever slows a run, so a miss needs
-        // more evidence). The search records a run on the winning side.
+        // Each rate is verified (search::decided): three runs of five on one side, or
+        // two that agree far from the bound. The search records a run of the winning side.
         let mut votes: Vec<Measurement> = Vec::new();
+        let mut ballots: Vec<Vote> = Vec::new();
+        let bound = sla.latency_ns() as f64;
         let held = loop {
             run_cfg.seed = run_cfg.seed.wrapping_add(1);
             let r = run(&run_cfg, stop)?;
             let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
             runs += 1;
-            progress(&RunPoint { rate_per_s: rate, vote: votes.len() + 1, met: holds(&m, rate), measured: m });
+            let held = holds(&m, rate);
+            progress(&RunPoint { rate_per_s: rate, vote: votes.len() + 1, met: held, measured: m });
+            let kept_up = matches!(judge(rate, &m), Verdict::Met | Verdict::SlaMissed);
+            ballots.push(Vote { held, ratio: m.sla_latency_ns.filter(|_| kept_up).map(|ns| ns as f64 / bound) });
             votes.push(m);
-            let held = votes.iter().filter(|v| holds(v, rate)).count();
-            if let Some(d) = decided(held, votes.len() - held) {
+            if let Some(d) = decided(&ballots) {
                 break d;
             }
             if stop.load(Ordering::Relaxed) {

@@ -18,12 +18,12 @@ use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
 
 /// Two hosts joined by a veth with two queues, each with its NAPI instance (GRO on,
-/// threaded, TSO off so that TCP takes the NAPI path): flows spread over the queues by
-/// their hash, as RSS spreads them.
+/// threaded; the client end's TSO off so that its TCP takes the NAPI path): flows
+/// spread over the queues by their hash, as RSS spreads them.
 fn hosts(label: &str) -> TwoHosts {
     let h = TwoHosts::create(label, LinkConfig { mtu: 1500, queues: 2, rx: RxTuning::threaded_napi() })
         .expect("two namespaces");
-    h.set_tso(false).expect("TSO off");
+    h.set_tx_tso(false).expect("TSO off");
     h
 }
 
@@ -164,8 +164,14 @@ fn load_through_lane_changes(steer: Steer, change: impl FnOnce(&Server)) {
     let warm = load.clone();
     assert_eq!(h.tx.run(move || loadgen::warm_up(&warm)).unwrap().unwrap(), 2000);
     let generator = h.tx.spawn("kv-load", move || loadgen::run(&load, &AtomicBool::new(false))).unwrap();
+    // Meanwhile new connections keep coming: each must be answered, none reset, while
+    // the lanes (and, with reuseport, their listeners) come and go.
+    let churn = h.tx.spawn("kv-churn", move || churn(addr, Duration::from_millis(2600))).unwrap();
     change(&server);
     let r = generator.join().unwrap().expect("the load ran").report;
+    let (opened, failed) = churn.join().unwrap();
+    assert!(opened > 50, "{opened} connections opened");
+    assert!(failed.is_empty(), "{} of {opened} new connections failed: {failed:?}", failed.len());
     let c = &r.counts;
     assert!(c.offered > 8000, "{r:?}");
     assert_eq!(c.completed, c.offered, "every request answered: {r:?}");
@@ -175,6 +181,32 @@ fn load_through_lane_changes(steer: Steer, change: impl FnOnce(&Server)) {
     let moved_in: u64 = v.lanes.iter().map(|l| l.moved_in).sum();
     assert!(moved_in > 0, "connections moved: {v:?}");
     server.stop();
+}
+
+/// Opens, uses and closes connections one after another for `how_long`; returns how
+/// many it opened and the errors of those that failed.
+fn churn(addr: SocketAddr, how_long: Duration) -> (usize, Vec<String>) {
+    let t0 = std::time::Instant::now();
+    let (mut opened, mut failed) = (0, Vec::new());
+    while t0.elapsed() < how_long {
+        opened += 1;
+        let r = (|| -> std::io::Result<()> {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+            s.set_read_timeout(Some(Duration::from_secs(2)))?;
+            s.write_all(b"version\r\n")?;
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line)?;
+            if !line.starts_with("VERSION ") {
+                return Err(std::io::Error::other(format!("answered {line:?}")));
+            }
+            Ok(())
+        })();
+        if let Err(e) = r {
+            failed.push(e.to_string());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (opened, failed)
 }
 
 #[test]
@@ -210,4 +242,52 @@ fn reuseport_lanes_added_and_removed_under_load_lose_no_request() {
         let v = s.lanes();
         assert_eq!(v.lanes.len(), 1, "{v:?}");
     });
+}
+
+/// Loopback has no NAPI: every connection has NAPI id 0 and is placed by load. Removing
+/// lanes under load still moves every connection and answers every request.
+#[test]
+fn connections_without_a_napi_id_move_when_their_lane_leaves() {
+    let server = Server::start(ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        threads: 3,
+        store: StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 },
+        steer: Steer::Acceptor,
+        ..ServerConfig::default()
+    })
+    .unwrap();
+    let load = LoadConfig {
+        server: server.local_addr(),
+        connections: 30,
+        threads: 1,
+        pacing: Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: 2000.0 }),
+        workload: WorkloadSpec { keys: 1000, ..WorkloadSpec::default() },
+        duration: Duration::from_secs(2),
+        drain: Duration::from_secs(2),
+        ..LoadConfig::default()
+    };
+    assert_eq!(loadgen::warm_up(&load).unwrap(), 1000);
+    let addr = server.local_addr();
+    let generator = std::thread::spawn(move || loadgen::run(&load, &AtomicBool::new(false)));
+    let churner = std::thread::spawn(move || churn(addr, Duration::from_millis(1800)));
+    std::thread::sleep(Duration::from_millis(700));
+    server.remove_lane(0).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    server.remove_lane(2).unwrap();
+    let r = generator.join().unwrap().unwrap().report;
+    let (opened, failed) = churner.join().unwrap();
+    let c = &r.counts;
+    assert_eq!(c.completed, c.offered, "{r:?}");
+    assert_eq!((c.errors, c.lost, c.unanswered, c.not_sent), (0, 0, 0, 0), "{r:?}");
+    assert!(failed.is_empty(), "{} of {opened} new connections failed: {failed:?}", failed.len());
+    let v = server.lanes();
+    assert_eq!(v.lanes.len(), 1, "{v:?}");
+    assert!(v.lanes.iter().all(|l| l.no_napi + l.moved_in > 0), "{v:?}");
+    // Every connection is closed by now, and the server counted every one of them.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while server.stats().curr_connections > 0 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", server.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.stop();
 }

@@ -32,25 +32,55 @@ use super::stats::Measurement;
 pub const KEEP_UP: f64 = 0.9;
 /// A run that completed less than this share of its offered rate did nothing.
 pub const IDLE: f64 = 0.01;
-/// Runs that must hold a rate for it to count as held.
-pub const HOLDS_NEEDED: usize = 2;
-/// Runs that must miss a rate for it to count as missed.
-pub const MISSES_NEEDED: usize = 3;
+/// Runs on one side that decide a rate (of at most five).
+pub const MAJORITY: usize = 3;
+
+/// How clearly a run went: its verdict and its percentile against the SLA's bound.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Vote {
+    /// Whether it held the SLA (and kept up).
+    pub held: bool,
+    /// Its percentile over the SLA's bound (`None`: among failed requests, or it fell
+    /// behind: as clear a miss as there is).
+    pub ratio: Option<f64>,
+}
+
+impl Vote {
+    /// Far from the bound: a hold at half of it or less, a miss at twice or more.
+    fn clear(&self) -> bool {
+        match (self.held, self.ratio) {
+            (true, Some(r)) => r <= 0.5,
+            (false, Some(r)) => r >= 2.0,
+            (false, None) => true,
+            (true, None) => false,
+        }
+    }
+}
 
 /// A rate's decision from its runs so far: `Some(true)` held, `Some(false)` missed,
-/// `None` run again. A machine's stalls only ever make a run slower, never faster, so a
-/// hold is the stronger evidence: two holds decide, a miss needs three. At most four
-/// runs decide any rate. A rate a server holds except when the machine stalls (one run
-/// in five, say) is decided missed once in 37 times (q^3 + 3 q^3 (1 - q), q = 0.2),
-/// where a majority of three missed it once in ten (3 q^2 - 2 q^3).
-pub fn decided(held: usize, missed: usize) -> Option<bool> {
-    if held >= HOLDS_NEEDED {
-        Some(true)
-    } else if missed >= MISSES_NEEDED {
-        Some(false)
-    } else {
-        None
+/// `None` run again. Symmetric, since a server's own intermittent stalls must count
+/// against it as much as the machine's may: the first side to three runs of five
+/// decides, or two runs that agree and are both far from the bound (a hold at half of
+/// it, a miss at twice it). A rate a server holds except when a stall hits the run (one
+/// run in five, say) is decided missed once in 17 times (3 of 5), against once in 10
+/// for a majority of three.
+pub fn decided(votes: &[Vote]) -> Option<bool> {
+    let held = votes.iter().filter(|v| v.held).count();
+    let missed = votes.len() - held;
+    if held >= MAJORITY {
+        return Some(true);
     }
+    if missed >= MAJORITY {
+        return Some(false);
+    }
+    if let [a, b] = votes
+        && a.held == b.held
+        && a.clear()
+        && b.clear()
+    {
+        return Some(a.held);
+    }
+    None
 }
 
 /// A run in which the generator delayed more than this share of its sends measured the
@@ -426,29 +456,31 @@ mod tests {
     }
 
     #[test]
-    fn two_holds_or_three_misses_decide_a_rate() {
-        assert_eq!(decided(0, 0), None);
-        assert_eq!(decided(1, 0), None);
-        assert_eq!(decided(2, 0), Some(true));
-        assert_eq!(decided(1, 1), None);
-        assert_eq!(decided(0, 2), None, "two misses may be two stalls");
-        assert_eq!(decided(2, 2), Some(true));
-        assert_eq!(decided(1, 3), Some(false));
-        // No sequence needs more than four runs.
-        for seq in 0u32..16 {
-            let (mut h, mut m, mut n) = (0, 0, 0);
-            for i in 0..4 {
-                if decided(h, m).is_some() {
+    fn three_of_five_or_two_clear_agreeing_runs_decide_a_rate() {
+        let v = |held, ratio| Vote { held, ratio };
+        assert_eq!(decided(&[]), None);
+        assert_eq!(decided(&[v(true, Some(0.2))]), None);
+        assert_eq!(decided(&[v(true, Some(0.2)), v(true, Some(0.4))]), Some(true), "two clear holds");
+        assert_eq!(decided(&[v(true, Some(0.2)), v(true, Some(0.9))]), None, "one close to the bound");
+        assert_eq!(decided(&[v(false, Some(3.0)), v(false, None)]), Some(false), "two clear misses");
+        assert_eq!(decided(&[v(false, Some(1.2)), v(false, Some(1.1))]), None, "two close misses may be two stalls");
+        let three = [v(true, Some(0.9)), v(false, Some(1.1)), v(true, Some(0.9)), v(true, Some(0.8))];
+        assert_eq!(decided(&three), Some(true));
+        let three = [v(false, Some(1.1)), v(true, Some(0.9)), v(false, Some(1.2)), v(false, Some(1.3))];
+        assert_eq!(decided(&three), Some(false));
+        // Symmetric: swapping every vote swaps the decision.
+        let swap = |vs: &[Vote]| vs.iter().map(|x| Vote { held: !x.held, ..*x }).collect::<Vec<_>>();
+        assert_eq!(decided(&swap(&three)), Some(true));
+        // No sequence needs more than five runs.
+        for seq in 0u32..32 {
+            let mut votes = Vec::new();
+            for i in 0..5 {
+                if decided(&votes).is_some() {
                     break;
                 }
-                if seq >> i & 1 == 1 {
-                    h += 1
-                } else {
-                    m += 1
-                }
-                n += 1;
+                votes.push(v(seq >> i & 1 == 1, Some(1.0)));
             }
-            assert!(decided(h, m).is_some() && n <= 4, "{seq:04b}");
+            assert!(decided(&votes).is_some() && votes.len() <= 5, "{seq:05b}");
         }
     }
 

@@ -295,6 +295,11 @@ impl Server {
             Some(port) => bind_udp_group(SocketAddr::new(tcp_addr.ip(), port), cfg.threads)?,
         };
         let udp_addr = udp.first().map(|s| s.local_addr()).transpose().map_err(io_err("UDP local address"))?;
+        if reuseport {
+            // A listener that closes (a lane leaving) hands the handshakes queued on it to
+            // another listener of the group instead of resetting them (Linux 5.14).
+            start_knobs.push(set_sysctl("/proc/sys/net/ipv4/tcp_migrate_req", "1"));
+        }
         let steering = if reuseport {
             let mut st = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
             st.attach(listeners[0].as_fd()).map_err(io_err("attach the reuseport selector"))?;
@@ -415,17 +420,16 @@ impl Server {
             return Err(ServerError::Config("the server is stopping".into()));
         }
         let lanes = &self.shared.lanes;
-        let (lane, moves) = {
-            let mut map = lanes.map();
-            // Lane numbers are never reused; each has its slot (mailbox, counters).
-            if map.next_lane_id() >= self.shared.lane_slots() {
-                return Err(ServerError::Config(format!(
-                    "no room for another lane: the server was started for {} lanes over its life (--max-lanes)",
-                    self.shared.lane_slots()
-                )));
-            }
-            map.add_lane().map_err(|e| ServerError::Config(e.to_string()))?
-        };
+        // The worker first, then the lane in the map: no connection can be placed on
+        // a lane whose worker does not run. (Lane changes are serialized: the number is
+        // the one the map gives next.)
+        let lane = lanes.map().next_lane_id();
+        if lane >= self.shared.lane_slots() {
+            return Err(ServerError::Config(format!(
+                "no room for another lane: the server was started for {} lanes over its life (--max-lanes)",
+                self.shared.lane_slots()
+            )));
+        }
         let listener = if lanes.steer == Steer::Reuseport {
             let (addr, backlog) = (self.tcp_addr, self.cfg.backlog);
             Some(
@@ -436,15 +440,22 @@ impl Server {
         } else {
             None
         };
-        if let Err(e) = self.spawn_lane(lane, cpu, None, listener) {
-            // No worker: the lane must not own ids or get connections.
-            let _ = lanes.map().remove_lane(lane);
-            return Err(e);
-        }
+        self.spawn_lane(lane, cpu, None, listener)?;
+        let (added, moves) = match lanes.map().add_lane() {
+            Ok(r) => r,
+            Err(e) => {
+                // Not in the map: it gives away whatever its listener took, and stops.
+                self.shared.mailbox(lane).post(Mail::Retire);
+                self.join_lane(lane);
+                return Err(ServerError::Config(e.to_string()));
+            }
+        };
+        debug_assert_eq!(added, lane);
         // Its listener joined the TCP group last (a lane added live has no UDP socket).
         lanes.joined_tcp(lane);
         // The lanes that gave up ids hand their connections over.
         let mut from: Vec<LaneId> = moves.iter().map(|m| m.from).collect();
+        from.sort_unstable();
         from.dedup();
         for l in from {
             self.shared.mailbox(l).post(Mail::Rehome);
@@ -463,13 +474,7 @@ impl Server {
         // New flows stop coming to its listener before it closes.
         lanes.resync();
         self.shared.mailbox(lane).post(Mail::Retire);
-        let handle = {
-            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
-            threads.iter().position(|(l, _)| *l == Some(lane)).map(|i| threads.remove(i).1)
-        };
-        if let Some(h) = handle {
-            let _ = h.join();
-        }
+        self.join_lane(lane);
         // Connections posted to it after it retired go where the map puts them now.
         for m in self.shared.mailbox(lane).take() {
             let napi_id = match &m {
@@ -485,6 +490,17 @@ impl Server {
         // Its sockets are closed: in each group the last socket took its index.
         lanes.left(lane);
         Ok(())
+    }
+
+    /// Waits for lane `lane`'s worker to end.
+    fn join_lane(&self, lane: LaneId) {
+        let handle = {
+            let mut threads = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.iter().position(|(l, _)| *l == Some(lane)).map(|i| threads.remove(i).1)
+        };
+        if let Some(h) = handle {
+            let _ = h.join();
+        }
     }
 
     /// The lanes now: what each owns and has done, and every knob applied or refused.
@@ -546,6 +562,19 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Writes a sysctl of the calling thread's network namespace (under /proc/sys/net) and
+/// reads it back.
+fn set_sysctl(path: &str, value: &str) -> netlane::lanes::Knob {
+    let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
+    match std::fs::write(path, value) {
+        Ok(()) => {
+            let now = std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default();
+            netlane::lanes::Knob::new_applied(name, value, now)
+        }
+        Err(e) => netlane::lanes::Knob::new_refused(name, value, e),
     }
 }
 

@@ -32,6 +32,8 @@ const UDP: u64 = u64::MAX - 1;
 const LISTEN: u64 = u64::MAX - 2;
 /// Connections a lane's listener accepts per turn.
 const ACCEPT_BATCH: usize = 64;
+/// UDP batches a leaving lane serves before its socket closes.
+const UDP_RETIRE_BATCHES: usize = 16;
 /// UDP datagrams handled per turn before the connections get theirs.
 const UDP_BATCH: usize = 64;
 /// Largest reply a UDP request may produce (a command boundary past it ends the reply).
@@ -172,7 +174,10 @@ impl Worker {
                 match ev.data() {
                     WAKE => self.take_mail(),
                     UDP => self.udp_pending = true,
-                    LISTEN => self.accept_own(),
+                    LISTEN => {
+                        // Level-triggered: what a batch leaves wakes the next wait.
+                        self.accept_own();
+                    }
                     t => {
                         let f = ev.events();
                         if let Some(Some(e)) = self.conns.get_mut(t as usize) {
@@ -220,6 +225,7 @@ impl Worker {
     }
 
     fn take_mail(&mut self) {
+        let mut retire = false;
         for mail in self.shared.mailbox(self.id).take() {
             match mail {
                 Mail::Conn { stream, napi_id } => {
@@ -249,11 +255,14 @@ impl Worker {
                     self.register(e);
                 }
                 Mail::Rehome => self.rehome(false),
-                Mail::Retire => {
-                    self.rehome(true);
-                    self.retired = true;
-                }
+                // After the rest of the batch: connections posted before the lane left
+                // the map are registered first, then given away with the others.
+                Mail::Retire => retire = true,
             }
+        }
+        if retire {
+            self.rehome(true);
+            self.retired = true;
         }
     }
 
@@ -284,20 +293,22 @@ impl Worker {
     /// selector put them here by their NAPI id; one it could not place (an id it did
     /// not know yet, or id 0) goes to the lane the map picks, and a new id is taught to
     /// the selector so that the next connection on it comes straight to its owner.
-    fn accept_own(&mut self) {
+    /// Accepts up to a batch; true when the batch ran out before the queue did.
+    fn accept_own(&mut self) -> bool {
         for _ in 0..ACCEPT_BATCH {
-            let Some(l) = &self.listener else { return };
+            let Some(l) = &self.listener else { return false };
             match l.accept() {
                 Ok((s, _)) => self.take_accepted(s),
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(lane = self.id, error = %e, "accept failed");
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
     fn take_accepted(&mut self, s: TcpStream) {
@@ -312,10 +323,14 @@ impl Worker {
                     let _ = map.place_on(lane);
                     netlane::lanes::Placement { lane, why: Why::Owner }
                 }
-                None if napi_id == 0 || self.retired => {
+                None if napi_id == 0 || !map.has_lane(self.id) => {
                     // No NAPI id: the kernel's hash already spread these; keep it here
-                    // unless this lane is leaving.
-                    let lane = if self.retired { map.least_loaded(Some(self.id)).unwrap_or(self.id) } else { self.id };
+                    // unless this lane is leaving (no longer in the map).
+                    let lane = if map.has_lane(self.id) {
+                        self.id
+                    } else {
+                        map.least_loaded(Some(self.id)).unwrap_or(self.id)
+                    };
                     let _ = map.place_on(lane);
                     netlane::lanes::Placement { lane, why: Why::NoNapi }
                 }
@@ -342,15 +357,23 @@ impl Worker {
         if all {
             if self.listener.is_some() {
                 // The selector no longer sends new flows here; what already arrived is
-                // served by the lanes that own it now.
-                self.accept_own();
+                // served by the lanes that own it now. (Handshakes still in flight when
+                // the listener closes move to another listener of the group only with
+                // net.ipv4.tcp_migrate_req, which the server sets for reuseport lanes.)
+                while self.accept_own() {}
                 if let Some(l) = self.listener.take() {
                     let _ = self.epoll.delete(l.as_fd());
                 }
             }
             if self.udp.is_some() {
-                while self.udp_pending {
+                // Serve what waits, bounded: the kernel's hash may still send datagrams
+                // here until the socket closes, and a flood must not keep it open.
+                for _ in 0..UDP_RETIRE_BATCHES {
+                    self.udp_pending = true;
                     self.serve_udp();
+                    if !self.udp_pending {
+                        break;
+                    }
                 }
                 self.udp = None;
             }

@@ -165,7 +165,7 @@ pub struct KvBenchArgs {
     /// The search stops when its bracket is narrower than this ratio.
     #[arg(long, default_value_t = 1.1)]
     pub resolution: f64,
-    /// Length of each search run (a rate is held by two of them, missed by three). Two
+    /// Length of each search run (a rate is decided by three of five, or two clear ones). Two
     /// seconds keep one of this machine's ~10 ms stalls under 1% of a run's requests, so
     /// a single stall cannot decide a p99 alone.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
@@ -1102,7 +1102,7 @@ impl KvBenchArgs {
                  from a precomputed schedule, latency from the scheduled send time) in another, joined by a veth pair. \
                  The key space ({} keys, key sizes {} B, value sizes {} B) is stored before each round; {:.0}% gets. The search \
                  finds the highest offered rate whose percentile holds the SLA (bisection over {} runs, each rate \
-                 held when two runs hold it and missed when three miss it, since a stall only slows a run; the best decided again); a run that fell behind (under 90% of the offered rate completed) misses, \
+                 decided by three runs of five, or by two that agree far from the bound; the best decided again); a run that fell behind (under 90% of the offered rate completed) misses, \
                  and one in which the generator delayed more than 5% of its sends itself measured the generator (the search then says \
                  that it stopped at the generator's limit). \
                  memcached runs with the same thread count and memory, without -N (no busy polling for either). \

@@ -104,6 +104,16 @@ impl Knob {
         matches!(self.status, KnobStatus::Applied { .. })
     }
 
+    /// A knob that took, reading back `now`.
+    pub fn new_applied(name: impl Into<String>, wanted: impl Into<String>, now: impl Into<String>) -> Knob {
+        Knob::applied_as(name, wanted, now)
+    }
+
+    /// A knob the kernel refused, and why.
+    pub fn new_refused(name: impl Into<String>, wanted: impl Into<String>, reason: impl fmt::Display) -> Knob {
+        Knob::refused(name, wanted, reason)
+    }
+
     pub(crate) fn applied_as(name: impl Into<String>, wanted: impl Into<String>, now: impl Into<String>) -> Knob {
         Knob { name: name.into(), wanted: wanted.into(), status: KnobStatus::Applied { now: now.into() } }
     }

@@ -69,15 +69,20 @@ impl ReuseportSteering {
                 }
             }
         }
+        // Stale entries go first (room in a full map, and no id left pointing at an
+        // index that now belongs to another socket); `written` follows each change, so a
+        // failure leaves it true and the next sync repairs the rest.
+        let stale: Vec<u32> = self.written.keys().filter(|id| !want.contains_key(id)).copied().collect();
+        for id in stale {
+            self.prog.forget(id)?;
+            self.written.remove(&id);
+        }
         for (&id, &index) in &want {
             if self.written.get(&id) != Some(&index) {
                 self.prog.steer(id, index)?;
+                self.written.insert(id, index);
             }
         }
-        for id in self.written.keys().filter(|id| !want.contains_key(id)) {
-            self.prog.forget(*id)?;
-        }
-        self.written = want;
         Ok(())
     }
 

@@ -178,6 +178,16 @@ fn pin_napi_threads(ns: &Netns, dev: &str, ifindex: u32, cpu: usize) -> Result<(
     Ok(())
 }
 
+/// Every TCP segmentation offload feature (the kernel's `NETIF_F_ALL_TSO`).
+fn tso_features(on: bool) -> [(&'static str, bool); 4] {
+    [
+        ("tx-tcp-segmentation", on),
+        ("tx-tcp6-segmentation", on),
+        ("tx-tcp-ecn-segmentation", on),
+        ("tx-tcp-mangleid-segmentation", on),
+    ]
+}
+
 /// Pins the threaded-NAPI kernel thread serving each receive queue of interface
 /// `ifindex` in `ns` to `cpus[queue % cpus.len()]`, like a NIC whose queue interrupts
 /// are spread one per CPU. Returns (queue, NAPI id, CPU) for each queue.
@@ -356,22 +366,21 @@ impl TwoHosts {
         if ipv6 { Self::RX_V6.into() } else { Self::RX_V4.into() }
     }
 
-    /// Turns TCP segmentation offload on or off at both ends. veth hands a locally
-    /// sent packet to the peer's NAPI instance (so it gets a NAPI id and a receive queue,
-    /// as from a NIC) only when the sending end has no TSO, or for UDP with GRO
-    /// forwarding at the receiver (drivers/net/veth.c, `veth_skb_is_eligible_for_gro`):
-    /// with TSO on, TCP bypasses NAPI, is processed on the sender's CPU, and every TCP
-    /// socket reads SO_INCOMING_NAPI_ID 0. Off, segmentation happens in software first
-    /// (GSO), which small request/response messages never need.
-    pub fn set_tso(&self, on: bool) -> Result<(), TopologyError> {
-        let features = [
-            ("tx-tcp-segmentation", on),
-            ("tx-tcp6-segmentation", on),
-            ("tx-tcp-ecn-segmentation", on),
-            ("tx-tcp-mangleid-segmentation", on),
-        ];
-        self.tx.with_ethtool(|e| e.set_features(&self.tx_if, &features))?;
-        self.rx.with_ethtool(|e| e.set_features(&self.rx_if, &features))
+    /// Turns TCP segmentation offload on or off at the tx end (what the tx host sends).
+    /// veth hands a locally sent packet to the peer's NAPI instance (so it gets a NAPI
+    /// id and a receive queue, as from a NIC) only when the sending end has no TSO, or
+    /// for UDP with GRO forwarding at the receiver (drivers/net/veth.c,
+    /// `veth_skb_is_eligible_for_gro`): with TSO on, TCP bypasses NAPI, its receive work
+    /// runs on the sender's CPU right after the send, and every TCP socket reads
+    /// SO_INCOMING_NAPI_ID 0. Off, segmentation happens in software first (GSO), which
+    /// small request/response messages never need.
+    pub fn set_tx_tso(&self, on: bool) -> Result<(), TopologyError> {
+        self.tx.with_ethtool(|e| e.set_features(&self.tx_if, &tso_features(on)))
+    }
+
+    /// The same at the rx end (what the rx host sends back).
+    pub fn set_rx_tso(&self, on: bool) -> Result<(), TopologyError> {
+        self.rx.with_ethtool(|e| e.set_features(&self.rx_if, &tso_features(on)))
     }
 
     /// Puts a token bucket on the tx end: `rate` bytes/s, `burst` bytes of bucket,
