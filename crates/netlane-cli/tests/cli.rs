@@ -689,7 +689,7 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
     let doc = valid_document(&std::fs::read_to_string(dir.join("results.json")).unwrap(), "results");
     assert_eq!(doc["kind"], "lab");
     let names: Vec<&str> = doc["scenarios"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps", "rr", "kv"]);
+    assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps", "rr", "kv", "lanes"]);
     let pacing = &doc["scenarios"][1];
     assert_eq!(pacing["tables"][0]["rows"].as_array().unwrap().len(), 5, "five sweep points");
     for s in doc["scenarios"].as_array().unwrap() {
