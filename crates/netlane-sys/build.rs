@@ -17,6 +17,8 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("rr", "xsk_redirect"),
     ("rr", "ring_select"),
     ("lanes", "reuseport_napi"),
+    ("lanes", "app_sock"),
+    ("lanes", "app_class"),
 ];
 
 fn main() {

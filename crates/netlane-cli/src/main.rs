@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod app;
 mod bench;
 mod kv;
 mod lab;
@@ -70,6 +71,12 @@ enum Cmd {
     Rr {
         #[command(subcommand)]
         cmd: rr::RrCmd,
+    },
+    /// Per-application policies for any program: socket priority and mark from a
+    /// cgroup, egress classes by application.
+    App {
+        #[command(subcommand)]
+        cmd: app::AppCmd,
     },
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
@@ -195,6 +202,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Lb { cmd } => lb::run(cmd).map(|()| 0),
         Cmd::Nvme { cmd } => nvme::run(cmd),
         Cmd::Rr { cmd } => rr::run(cmd),
+        Cmd::App { cmd } => app::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Topo { cmd } => topo(&cmd).map(|()| 0),
         Cmd::Completions { shell } => {
@@ -230,7 +238,8 @@ fn main() -> ExitCode {
         Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) }
         | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) }
         | Cmd::Rr { cmd: rr::RrCmd::Serve(_) }
-        | Cmd::Kv { cmd: kv::KvCmd::Serve(_) } => signals::install(signals::Mode::Server),
+        | Cmd::Kv { cmd: kv::KvCmd::Serve(_) }
+        | Cmd::App { .. } => signals::install(signals::Mode::Server),
         _ => signals::install(signals::Mode::Job),
     }
 

@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// CPU the server thread is pinned to.
     #[arg(long, value_parser = cpu)]
     pub cpu: Option<usize>,
+    /// Lanes: a thread per receive queue of this device, each pinned to its queue's CPU
+    /// with its own socket in an SO_REUSEPORT group; a BPF selector gives each datagram
+    /// to the lane owning the NAPI id it arrived through (needs root; socket paths only)
+    #[arg(long, value_name = "DEV")]
+    pub lane_device: Option<String>,
     /// Ring paths: interface to read [default: the one with the listen address; every
     /// interface for 0.0.0.0 or ::].
     #[arg(long)]
@@ -181,6 +186,7 @@ impl ServeArgs {
             },
             tx: self.tx,
             pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
+            lane_device: self.lane_device.clone(),
             ..ServerConfig::default()
         };
         cfg.validate()?;

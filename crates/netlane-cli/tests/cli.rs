@@ -74,6 +74,11 @@ fn usage_errors_exit_2_and_bad_values_are_explained() {
         (&["nvme", "perf", "--cpus", "1-0"], "backwards"),
         (&["lb", "run", "--config", "x", "--iface", "y", "--hints", "fast"], "use off, rx-hash"),
         (&["lab", "--only", "nothing"], "udp-bulk"),
+        (&["app", "run", "--name", "a", "--mark", "0", "--", "true"], "mark 0"),
+        (&["app", "run", "--name", "a", "--mark", "1", "--priority", "16", "--", "true"], "16"),
+        (&["app", "run", "--name", "a", "--mark", "1"], "PROGRAM"),
+        (&["app", "shape", "--dev", "lo", "--link", "1gbit", "--app", "x:1:2mbit"], "NAME:MARK:MIN:MAX"),
+        (&["app", "shape", "--dev", "lo", "--link", "fast", "--app", "x:1:1mbit:2mbit"], "expected a number"),
     ];
     for (args, want) in cases {
         let o = netlane(args);
@@ -985,4 +990,50 @@ fn kv_serve_bad_options_are_explained() {
     let o = netlane(&["kv", "load", "--server", &format!("127.0.0.1:{port}"), "--duration", "100ms"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("connect"), "{}", stderr(&o));
+}
+
+#[test]
+fn app_run_gives_every_socket_of_a_program_its_priority_and_mark() {
+    if !privileged("app_run_gives_every_socket_of_a_program_its_priority_and_mark") {
+        return;
+    }
+    let script = "import socket; s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM); \
+                  print(s.getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY), s.getsockopt(socket.SOL_SOCKET, socket.SO_MARK))";
+    let o = netlane(&[
+        "app",
+        "run",
+        "--name",
+        "cli-test",
+        "--priority",
+        "3",
+        "--mark",
+        "0x22",
+        "--",
+        "python3",
+        "-c",
+        script,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "3 34");
+    assert!(stderr(&o).contains("sockets given priority 3 and mark 0x22"), "{}", stderr(&o));
+    // The program's exit status is the command's.
+    let o = netlane(&["app", "run", "--name", "cli-test", "--mark", "1", "--", "sh", "-c", "exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    // Shaping a device that does not exist, or more guarantees than the link: clear errors.
+    let o = netlane(&["app", "shape", "--dev", "no-such-if0", "--link", "1gbit", "--app", "a:1:1mbit:2mbit"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--dev no-such-if0"), "{}", stderr(&o));
+    let o = netlane(&[
+        "app",
+        "shape",
+        "--dev",
+        "lo",
+        "--link",
+        "1mbit",
+        "--app",
+        "a:1:1mbit:1mbit",
+        "--app",
+        "b:2:1mbit:1mbit",
+    ]);
+    assert!(stderr(&o).contains("add up to"), "{}", stderr(&o));
 }

@@ -324,3 +324,36 @@ fn a_packet_transmit_ring_stopped_by_a_full_send_buffer_sends_every_frame_in_the
     }
     assert!(seen.iter().all(|s| *s), "each datagram once");
 }
+
+#[test]
+fn reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id() {
+    if !privileged("reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id") {
+        return;
+    }
+    // Two queues, each with its NAPI instance; the client end's TSO off so that its
+    // datagrams take that NAPI path (and carry its id); flows spread over the queues by
+    // their hash, as RSS spreads them.
+    let h = TwoHosts::create("rr-lanes", LinkConfig { mtu: 1500, queues: 2, rx: RxTuning::threaded_napi() })
+        .expect("two namespaces");
+    h.set_tx_tso(false).expect("TSO off");
+    let cfg = ServerConfig { lane_device: Some(h.rx_if.clone()), ..server_cfg(&h, PathKind::Recvmmsg, false) };
+    let (r, st) = exchange(&h, cfg, |a| population(a, 32, client(64, 256)));
+    assert_clean("lanes", &r);
+    let lanes = st.lanes.as_ref().expect("a lanes report");
+    assert_eq!(lanes.lanes.len(), 2, "{lanes:?}");
+    assert!(lanes.lanes.iter().all(|l| l.napi_ids.len() == 1), "each lane owns one queue's NAPI id: {lanes:?}");
+    assert_eq!(lanes.by_hash, 0, "every datagram had a NAPI id a lane owns: {lanes:?}");
+    assert!(lanes.by_napi_id >= st.frames, "{lanes:?} {st:?}");
+    assert_eq!(lanes.lanes.iter().map(|l| l.frames).sum::<u64>(), st.frames);
+    assert!(lanes.lanes.iter().all(|l| l.frames > 0), "32 flows over two queues reach both lanes: {lanes:?}");
+    assert!(st.responses >= r.responses, "{st:?}");
+
+    // Not a socket path, or a CPU of its own: refused before anything is built.
+    for bad in [
+        ServerConfig { lane_device: Some("rx0".into()), ..server_cfg(&h, PathKind::TpacketV3, false) },
+        ServerConfig { lane_device: Some("rx0".into()), cpu: Some(0), ..server_cfg(&h, PathKind::Recvmmsg, false) },
+    ] {
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("lanes read and answer through their sockets"), "{e}");
+    }
+}

@@ -1,4 +1,4 @@
-//! Child processes: entering a network namespace between fork and exec, and reaping a
+//! Child processes: entering a network namespace or a cgroup between fork and exec, and reaping a
 //! child together with its CPU usage.
 
 use std::io;
@@ -21,6 +21,30 @@ pub fn enter_netns_before_exec(cmd: &mut Command, netns_fd: RawFd) {
     };
     // SAFETY: the hook only makes a system call: no allocation, no locks, nothing that
     // could deadlock in the forked child (the pre_exec contract).
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+/// Makes `cmd`'s child move itself into the cgroup whose `cgroup.procs` file is open
+/// (for writing) as `procs_fd`, before it executes: everything the program does, its
+/// first socket included, happens inside the cgroup.
+///
+/// The descriptor must stay open in the parent until the child is spawned.
+pub fn enter_cgroup_before_exec(cmd: &mut Command, procs_fd: RawFd) {
+    let hook = move || {
+        // "0" names the writing process itself (cgroup-v2(7), cgroup.procs).
+        let pid = b"0";
+        // SAFETY: write(2) is a single async-signal-safe system call; `pid` is a live
+        // static buffer of the length passed.
+        let n = cvt(unsafe { libc::write(procs_fd, pid.as_ptr().cast(), pid.len()) as i32 })?;
+        if n as usize != pid.len() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
+        Ok(())
+    };
+    // SAFETY: the hook only makes a system call: no allocation, no locks (the pre_exec
+    // contract).
     unsafe {
         cmd.pre_exec(hook);
     }

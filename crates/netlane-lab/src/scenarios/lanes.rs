@@ -41,6 +41,7 @@ use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
 use super::Scenario;
+use super::isolation::IsoRun;
 use super::kv::{WorkloadArgs, program_exists};
 use super::options::{OptionList, parse_positive_duration};
 use crate::progress::Progress;
@@ -141,6 +142,23 @@ pub struct LanesBenchArgs {
     /// The memcached binary.
     #[arg(long, default_value = "memcached")]
     pub memcached: String,
+    /// Skip the isolation part (the cache beside a bulk sender, with and without
+    /// per-application classes).
+    #[arg(long)]
+    pub no_isolation: bool,
+    /// The isolation part's link rate (an htb root class on the server's egress).
+    #[arg(long, default_value = "1gbit", value_parser = parse_link_rate)]
+    pub isolation_link: u64,
+    /// The cache's offered rate in the isolation part, requests/s.
+    #[arg(long, default_value_t = 5000)]
+    pub isolation_rate: u64,
+    /// The cache's connections in the isolation part.
+    #[arg(long, default_value_t = 32)]
+    pub isolation_connections: u32,
+}
+
+fn parse_link_rate(s: &str) -> Result<u64, String> {
+    netlane::metrics::units::parse_rate(s).map_err(|e| e.to_string())
 }
 
 /// The CPUs: one queue, one lane, one generator thread on each.
@@ -180,7 +198,7 @@ impl LanesBenchArgs {
         super::from_words(&[]).expect("the defaults parse")
     }
 
-    fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
+    pub(super) fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
         LoadConfig {
             server,
             connections,
@@ -198,7 +216,7 @@ impl LanesBenchArgs {
     }
 }
 
-fn open(rate: f64) -> Pacing {
+pub(super) fn open(rate: f64) -> Pacing {
     Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
 }
 
@@ -224,6 +242,10 @@ impl Scenario for LanesBenchArgs {
             .int("repeat", u64::from(self.repeat))
             .flag("no-search", self.no_search)
             .text("memcached", self.memcached.clone())
+            .flag("no-isolation", self.no_isolation)
+            .int("isolation-link", self.isolation_link)
+            .int("isolation-rate", self.isolation_rate)
+            .int("isolation-connections", u64::from(self.isolation_connections))
     }
 
     fn validate(&self) -> Result<()> {
@@ -254,6 +276,19 @@ impl Scenario for LanesBenchArgs {
         if self.modes.iter().any(|m| m.is_memcached()) && !program_exists(&self.memcached) {
             bail!("{}: not found (scripts/setup.sh installs memcached)", self.memcached);
         }
+        if !self.no_isolation {
+            if self.isolation_link < 1_000_000 {
+                bail!("--isolation-link {} B/s: at least 1 MB/s (8 Mbit/s)", self.isolation_link);
+            }
+            if !(2..=4096).contains(&self.isolation_connections) {
+                bail!("--isolation-connections {}: 2..=4096", self.isolation_connections);
+            }
+            let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
+            self.load(addr, self.isolation_connections, open(self.isolation_rate as f64), self.time).validate()?;
+            if !program_exists("socat") {
+                bail!("socat: not found (scripts/setup.sh installs it; the isolation part's bulk sender)");
+            }
+        }
         if !netlane::topology::have_privileges() {
             bail!("the lanes scenario builds network namespaces and loads BPF: run it as root");
         }
@@ -262,7 +297,8 @@ impl Scenario for LanesBenchArgs {
 
     fn runs(&self) -> usize {
         let per = 1 + usize::from(!self.no_search) + self.connections.len() * self.rates.len();
-        per * self.modes.len() * self.repeat as usize
+        let isolation = if self.no_isolation { 0 } else { 1 + 3 };
+        (per * self.modes.len() + isolation) * self.repeat as usize
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
@@ -280,6 +316,7 @@ impl Scenario for LanesBenchArgs {
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
         let mut all: Vec<Vec<LaneRound>> = vec![Vec::new(); self.modes.len()];
         let mut records = Vec::new();
+        let mut iso = Vec::new();
         for round in 0..self.repeat as usize {
             for i in round_order(self.modes.len(), round) {
                 let mode = self.modes[i];
@@ -288,9 +325,12 @@ impl Scenario for LanesBenchArgs {
                     .with_context(|| format!("{} round {}", mode.word(), round + 1))?;
                 all[i].push(r);
             }
+            if !self.no_isolation {
+                iso.push(self.isolation_round(&h, round, progress, &mut records).context("isolation")?);
+            }
         }
         drop(h);
-        Ok(self.report(&all, &placed_rx, records))
+        Ok(self.report(&all, &iso, &placed_rx, records))
     }
 }
 
@@ -512,7 +552,11 @@ fn pct(l: &LoadReport, p: &str) -> Option<f64> {
 /// A run that answered everything offered, sent on time: anything else cannot stand for
 /// the server.
 fn sound(r: &LaneRun) -> Result<(), String> {
-    let l = &r.load;
+    sound_load(&r.load)
+}
+
+/// [`sound`] for a bare load report.
+pub(super) fn sound_load(l: &LoadReport) -> Result<(), String> {
     let c = &l.counts;
     if l.lag_share > netlane_kv::load::search::GENERATOR_LAG_MAX {
         return Err(format!("the generator delayed {:.1}% of its sends itself", l.lag_share * 100.0));
@@ -550,8 +594,19 @@ fn latency(p: &'static str) -> impl Fn(&LaneRun) -> Measure {
 }
 
 fn mean(r: &LaneRun) -> Measure {
-    sound(r)?;
-    r.load.mean_us.ok_or_else(|| "nothing completed".into())
+    mean_of(&r.load)
+}
+
+/// The mean latency of a sound run.
+pub(super) fn mean_of(l: &LoadReport) -> Measure {
+    sound_load(l)?;
+    l.mean_us.ok_or_else(|| "nothing completed".into())
+}
+
+/// A percentile of a sound run.
+pub(super) fn latency_of(l: &LoadReport, p: &str) -> Measure {
+    sound_load(l)?;
+    pct(l, p).ok_or_else(|| format!("{p} fell among failed requests"))
 }
 
 fn summary(r: &LaneRun) -> String {
@@ -591,7 +646,13 @@ fn med<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Value {
 }
 
 impl LanesBenchArgs {
-    fn report(&self, all: &[Vec<LaneRound>], placed: &[(u32, u32, usize)], runs: Vec<RunRecord>) -> ScenarioReport {
+    fn report(
+        &self,
+        all: &[Vec<LaneRound>],
+        iso: &[Vec<IsoRun>],
+        placed: &[(u32, u32, usize)],
+        runs: Vec<RunRecord>,
+    ) -> ScenarioReport {
         let (mut tables, mut charts, mut checks, mut notes, mut flags) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
         let find = |m: Mode| self.modes.iter().position(|x| *x == m).map(|i| &all[i][..]);
@@ -763,6 +824,12 @@ impl LanesBenchArgs {
             }
         }
         tables.push(t);
+        if !iso.is_empty() {
+            let (t, c, n) = super::isolation::report(self, iso);
+            tables.push(t);
+            checks.extend(c);
+            notes.extend(n);
+        }
         notes.push(
             "The generator shares the two CPUs with the server: a mode that keeps a CPU busy (busy polling) leaves it \
              less, and a search that reaches a rate where the generator lags stops there (its checks are invalid, \
@@ -783,6 +850,8 @@ impl LanesBenchArgs {
                     .map(|v| format!("NAPI-id lanes held {v}x plain workers' rate within {}", self.sla)),
                 get("lanes.busy-poll-throughput").map(|v| format!("busy polling {v}x on top")),
                 get("lanes.aligned-p999").map(|v| format!("{v}x their p99.9")),
+                get("lanes.isolation-p999")
+                    .map(|v| format!("per-application classes {v}x the cache's p99.9 beside a bulk neighbour")),
             ];
             join_headline(parts.into_iter().flatten().collect())
                 .unwrap_or_else(|| format!("{} modes, {} rounds.", self.modes.len(), self.repeat))
@@ -818,13 +887,13 @@ impl LanesBenchArgs {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     use crate::report::Outcome;
     use netlane_kv::loadgen::CountsView;
 
-    fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
+    pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
         let n = (rate * 3.0) as u64;
         LoadReport {
             mode: "open",
@@ -898,12 +967,12 @@ mod tests {
     fn paired_rounds_decide_the_alignment_targets() {
         let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
         let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.0); 2];
-        let r = args().report(&[plain.clone(), napi], &[], Vec::new());
+        let r = args().report(&[plain.clone(), napi], &[], &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Met);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Met);
         assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Skipped);
         let napi = vec![round(Mode::Napi, Some(55_000.0), 2900.0, 0.0); 2];
-        let r = args().report(&[plain, napi], &[], Vec::new());
+        let r = args().report(&[plain, napi], &[], &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Missed);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Missed);
     }
@@ -913,13 +982,13 @@ mod tests {
         // No rate held, or the generator lagged: nothing is proven about the server.
         let plain = vec![round(Mode::Plain, None, 3000.0, 0.0); 2];
         let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.2); 2];
-        let r = args().report(&[plain, napi], &[], Vec::new());
+        let r = args().report(&[plain, napi], &[], &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Invalid);
         let mut limited = round(Mode::Napi, Some(90_000.0), 1000.0, 0.0);
         limited.search.as_mut().unwrap().generator_limited = true;
         let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
-        let r = args().report(&[plain, vec![limited.clone(), limited]], &[], Vec::new());
+        let r = args().report(&[plain, vec![limited.clone(), limited]], &[], &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
     }
 
@@ -927,7 +996,9 @@ mod tests {
     fn defaults_parse_and_count_their_runs() {
         let d = LanesBenchArgs::defaults();
         assert_eq!(d.modes.len(), 6);
-        assert_eq!(d.runs(), (1 + 1 + 4) * 6 * 3);
+        // Per round: warm-up, search and four fixed rates per mode; the isolation part's
+        // warm-up and three cases.
+        assert_eq!(d.runs(), ((1 + 1 + 4) * 6 + 1 + 3) * 3);
         assert_eq!(d.busy_poll.to_string(), "50,8");
     }
 }

@@ -16,6 +16,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use netlane::lanes::{LaneId, LaneMap, ReuseportSteering};
 use netlane::metrics::cpu::thread_cpu;
 use netlane_sys::cmsg::CmsgBuf;
 use netlane_sys::consts::UDP_MAX_SEGMENTS;
@@ -67,6 +68,10 @@ pub struct ServerConfig {
     /// Pace responses (socket transmit, one datagram per response) instead of sending
     /// each as soon as it is ready.
     pub pace: Option<PaceOptions>,
+    /// Lanes: a thread per receive queue (NAPI instance) of this device, each pinned
+    /// to its queue's CPU with a socket of its own in an `SO_REUSEPORT` group whose BPF
+    /// selector gives each datagram to the lane owning the NAPI id it arrived through.
+    pub lane_device: Option<String>,
 }
 
 impl Default for ServerConfig {
@@ -85,6 +90,7 @@ impl Default for ServerConfig {
             xdp: XdpOptions::default(),
             tx: TxKind::Socket,
             pace: None,
+            lane_device: None,
         }
     }
 }
@@ -115,6 +121,9 @@ pub enum ServerError {
     /// No such interface, or none has the listen address.
     #[error("{0}")]
     Interface(String),
+    /// Lanes that cannot be built.
+    #[error("lanes: {0}")]
+    Lanes(String),
     /// A system call failed while setting up.
     #[error("{what}: {source}")]
     Io {
@@ -175,6 +184,14 @@ impl ServerConfig {
                         .into(),
                 ));
             }
+        }
+        if let Some(dev) = &self.lane_device
+            && (self.path.is_frames() || self.tx != TxKind::Socket || self.pace.is_some() || self.cpu.is_some())
+        {
+            return Err(ServerError::Lanes(format!(
+                "--lane-device {dev}: lanes read and answer through their sockets (--path recvmmsg or \
+                 recvmsg, --tx socket, no pacing) and pin themselves to their queues' CPUs (no --cpu)"
+            )));
         }
         if self.tx == TxKind::AfXdp && self.path != PathKind::AfXdp {
             return Err(ServerError::Tx(format!(
@@ -259,6 +276,38 @@ pub struct ServerStats {
     pub frames_per_wakeup: f64,
     /// System calls (receive, send, epoll) per request answered.
     pub syscalls_per_response: f64,
+    /// Lanes: each lane's share, and how the selector placed datagrams.
+    pub lanes: Option<LanesReport>,
+}
+
+/// How a server with lanes ran.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct LanesReport {
+    /// The device whose queues the lanes own.
+    pub device: String,
+    /// Each lane.
+    pub lanes: Vec<RrLane>,
+    /// Datagrams the selector gave to the lane owning their NAPI id.
+    pub by_napi_id: u64,
+    /// Datagrams it left to the kernel's hash (NAPI id 0 or one no lane owns).
+    pub by_hash: u64,
+}
+
+/// One lane of a server.
+#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+pub struct RrLane {
+    /// Lane number (its socket's index in the group).
+    pub lane: usize,
+    /// The CPU it ran on (its queue's NAPI CPU), if known.
+    pub cpu: Option<usize>,
+    /// The NAPI ids it owns.
+    pub napi_ids: Vec<u32>,
+    /// Datagrams it read.
+    pub frames: u64,
+    /// Requests it answered.
+    pub responses: u64,
+    /// CPU seconds of its thread.
+    pub cpu_s: f64,
 }
 
 /// How the AF_XDP path ran.
@@ -290,8 +339,21 @@ pub fn serve(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
+    if let Some(dev) = &cfg.lane_device {
+        return serve_lanes(cfg, dev, stop, on_ready);
+    }
+    let sock = bind(cfg, cfg.listen, false)?;
+    serve_on(cfg, sock, stop, on_ready)
+}
+
+/// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
+fn serve_on(
+    cfg: &ServerConfig,
+    sock: UdpSocket,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
     netlane::cpus::pin(cfg.cpu);
-    let sock = bind(cfg)?;
     let local = sock.local_addr().map_err(io_err("local address"))?;
     let (ifindex, iface) = if cfg.path.is_frames() { interface(cfg)? } else { (0, None) };
     let name = iface.clone().unwrap_or_default();
@@ -464,6 +526,117 @@ pub fn serve(
     Ok(st)
 }
 
+/// Lanes: one socket per receive queue in an `SO_REUSEPORT` group, the selector
+/// steering by NAPI id, a thread per lane pinned to its queue's CPU. A lane that fails
+/// stops the others (it sets `stop`).
+fn serve_lanes(
+    cfg: &ServerConfig,
+    dev: &str,
+    stop: &AtomicBool,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
+    let ifindex =
+        nix::net::if_::if_nametoindex(dev).map_err(|e| ServerError::Interface(format!("--lane-device {dev}: {e}")))?;
+    let q = netlane::lanes::queues::discover(ifindex)
+        .map_err(|e| ServerError::Lanes(format!("--lane-device {dev}: reading its queues: {e}")))?;
+    let ids = q.napi_ids();
+    if ids.is_empty() {
+        return Err(ServerError::Lanes(format!(
+            "--lane-device {dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)"
+        )));
+    }
+    let mut map = LaneMap::new(ids.len()).map_err(|e| ServerError::Lanes(e.to_string()))?;
+    map.learn(&ids);
+    let lanes: Vec<LaneId> = (0..ids.len()).map(|i| map.nth_lane(i)).collect();
+    let cpu_of = |lane: LaneId| q.rx.iter().find(|r| map.owner(r.napi_id) == Some(lane)).and_then(|r| r.cpu);
+    let cpus: Vec<Option<usize>> = lanes.iter().map(|&l| cpu_of(l)).collect();
+    let owned: Vec<Vec<u32>> =
+        lanes.iter().map(|&l| ids.iter().copied().filter(|&id| map.owner(id) == Some(l)).collect()).collect();
+    // The group: sockets join in lane order, so socket i is lane i.
+    let first = bind(cfg, cfg.listen, true)?;
+    let local = first.local_addr().map_err(io_err("local address"))?;
+    let mut steering = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
+    steering.attach(first.as_fd()).map_err(io_err("attach the reuseport selector"))?;
+    let mut socks = vec![first];
+    for _ in 1..lanes.len() {
+        socks.push(bind(cfg, local, true)?);
+    }
+    for &l in &lanes {
+        steering.joined(l);
+    }
+    steering.sync(&map).map_err(io_err("write the reuseport selector's map"))?;
+    on_ready(local);
+    let results: Vec<Result<ServerStats, ServerError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = socks
+            .into_iter()
+            .zip(&cpus)
+            .map(|(sock, &cpu)| {
+                let lane_cfg = ServerConfig { cpu, lane_device: None, ..cfg.clone() };
+                s.spawn(move || {
+                    let r = serve_on(&lane_cfg, sock, stop, |_| {});
+                    if r.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ServerError::Lanes("a lane's thread panicked".into()))))
+            .collect()
+    });
+    let mut per = Vec::with_capacity(results.len());
+    for r in results {
+        per.push(r?);
+    }
+    let (by_napi_id, by_hash) = steering.counts().map_err(io_err("read the reuseport selector's counters"))?;
+    let mut st = ServerStats {
+        path: cfg.path.to_string(),
+        listen: local.to_string(),
+        tx: cfg.tx.to_string(),
+        ..ServerStats::default()
+    };
+    let mut report = LanesReport { device: dev.to_string(), lanes: Vec::new(), by_napi_id, by_hash };
+    for (i, l) in per.iter().enumerate() {
+        st.seconds = st.seconds.max(l.seconds);
+        st.frames += l.frames;
+        st.responses += l.responses;
+        st.datagrams_sent += l.datagrams_sent;
+        st.bytes_sent += l.bytes_sent;
+        st.gso_sends += l.gso_sends;
+        st.refused_malformed += l.refused_malformed;
+        st.refused_not_request += l.refused_not_request;
+        st.refused_too_large += l.refused_too_large;
+        st.send_dropped += l.send_dropped;
+        st.send_errors += l.send_errors;
+        st.recv_errors += l.recv_errors;
+        st.wakeups += l.wakeups;
+        st.polls += l.polls;
+        st.recv_syscalls += l.recv_syscalls;
+        st.send_syscalls += l.send_syscalls;
+        st.cpu_s += l.cpu_s;
+        report.lanes.push(RrLane {
+            lane: i,
+            cpu: cpus[i],
+            napi_ids: owned[i].clone(),
+            frames: l.frames,
+            responses: l.responses,
+            cpu_s: l.cpu_s,
+        });
+    }
+    let n = per.len().max(1) as f64;
+    st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };
+    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
+    st.syscalls_per_response = if st.responses > 0 {
+        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
+    } else {
+        0.0
+    };
+    st.lanes = Some(report);
+    Ok(st)
+}
+
 /// The interface a ring path reads: the one named, or the one that has the listen
 /// address (every interface when it is unspecified).
 fn interface(cfg: &ServerConfig) -> Result<(u32, Option<String>), ServerError> {
@@ -495,16 +668,19 @@ fn interface(cfg: &ServerConfig) -> Result<(u32, Option<String>), ServerError> {
     Ok((index, Some(name)))
 }
 
-fn bind(cfg: &ServerConfig) -> Result<UdpSocket, ServerError> {
-    let s = Socket::new(Domain::for_address(cfg.listen), Type::DGRAM.cloexec(), Some(Protocol::UDP))
+fn bind(cfg: &ServerConfig, addr: SocketAddr, reuseport: bool) -> Result<UdpSocket, ServerError> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM.cloexec(), Some(Protocol::UDP))
         .map_err(io_err("UDP socket"))?;
-    if cfg.listen.is_ipv6() {
+    if addr.is_ipv6() {
         s.set_only_v6(true).map_err(io_err("IPV6_V6ONLY"))?;
+    }
+    if reuseport {
+        s.set_reuse_port(true).map_err(io_err("SO_REUSEPORT"))?;
     }
     // Buffers are best effort (capped by net.core.*mem_max); the stats show drops.
     let _ = s.set_recv_buffer_size(cfg.recv_buffer);
     let _ = s.set_send_buffer_size(cfg.send_buffer);
-    s.bind(&SockAddr::from(cfg.listen)).map_err(io_err(format!("bind {}", cfg.listen)))?;
+    s.bind(&SockAddr::from(addr)).map_err(io_err(format!("bind {addr}")))?;
     s.set_nonblocking(true).map_err(io_err("O_NONBLOCK"))?;
     Ok(s.into())
 }

@@ -10,6 +10,8 @@
 //! - [`RingSelect`]: the packet fanout program that picks the adaptive path's ring;
 //! - [`ReuseportNapi`]: the SO_REUSEPORT selector that puts a connection on the lane
 //!   owning its NAPI id;
+//! - [`AppSockPolicy`]/[`AppClassifier`]: per-application socket priority and mark
+//!   (cgroup), and the egress classifier that maps a mark to an htb class;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -42,7 +44,10 @@ skeleton!(pktgen_skel, "lab", "pktgen");
 skeleton!(xsk_redirect_skel, "rr", "xsk_redirect");
 skeleton!(ring_select_skel, "rr", "ring_select");
 skeleton!(reuseport_napi_skel, "lanes", "reuseport_napi");
+skeleton!(app_sock_skel, "lanes", "app_sock");
+skeleton!(app_class_skel, "lanes", "app_class");
 
+mod apps;
 mod balancer;
 mod lab;
 mod link;
@@ -51,6 +56,7 @@ mod ring_select;
 mod tagger;
 mod xsk;
 
+pub use apps::{APP_CLASS_MAX, AppClassifier, AppSockPolicy, CgroupLink};
 pub use balancer::{
     Balancer, BalancerOptions, BalancerSizes, Counter, DataPlaneConfig, FlowEvent, FlowEvents, FlowKey, GlobalStat,
     HintMode, TAG_KIND_DEST, TAG_KIND_FLOW, dest_tag, flow_tag,

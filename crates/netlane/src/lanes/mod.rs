@@ -14,18 +14,23 @@
 //! - [`reuseport`]: lanes without an acceptor: an `SO_REUSEPORT` group whose BPF
 //!   selector gives each new flow to the socket of the lane owning its NAPI id;
 //! - [`busy`]: a lane's busy-poll policy (`EPIOCSPARAMS` per epoll,
-//!   `SO_PREFER_BUSY_POLL` per socket), each knob reported as applied or refused.
+//!   `SO_PREFER_BUSY_POLL` per socket), each knob reported as applied or refused;
+//! - [`apps`]: per-application priority and egress shaping: a cgroup whose socket
+//!   program gives every socket of an application its priority and mark, and htb
+//!   classes per application fed by a TCX classifier (the stand-in for mqprio).
 //!
 //! # Minimum kernel version
 //! NAPI ids 4.12; per-epoll busy polling 6.9; `queue-get`/`napi-get` 6.8; `napi-set`
 //! 6.13 (IRQ suspension). Older kernels get every knob reported as refused, with the
 //! kernel's reason, and lanes still work as plain workers.
 
+pub mod apps;
 pub mod busy;
 pub mod map;
 pub mod queues;
 pub mod reuseport;
 
+pub use apps::{AppCgroup, AppError, AppSpec, Shaper, ShapingPlan};
 pub use busy::{BusyPoll, Knob, KnobStatus};
 pub use map::{LaneId, LaneMap, MapCounts, MapError, Move, Placement, Why};
 pub use queues::{DeviceQueues, RxQueue};

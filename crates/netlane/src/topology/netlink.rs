@@ -444,6 +444,85 @@ impl Rtnl {
         self.ack(&format!("delete root qdisc of interface {index}"), RouteNetlinkMessage::DelQueueDiscipline(msg), 0)
     }
 
+    /// Replaces the root qdisc of `index` with htb (handle 1:), unclassified packets
+    /// going to class 1:`default_minor`.
+    pub fn add_htb_root(&mut self, index: u32, default_minor: u16) -> Result<(), NetlinkError> {
+        // struct tc_htb_glob: version (3), rate2quantum (10, the kernel's default),
+        // defcls, debug, direct_pkts.
+        const TCA_HTB_INIT: u16 = 2;
+        let mut glob = [0u8; 20];
+        glob[0..4].copy_from_slice(&3u32.to_ne_bytes());
+        glob[4..8].copy_from_slice(&10u32.to_ne_bytes());
+        glob[8..12].copy_from_slice(&u32::from(default_minor).to_ne_bytes());
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        msg.header.handle = TcHandle { major: HTB_MAJOR, minor: 0 };
+        msg.header.parent = TcHandle::ROOT;
+        msg.attributes = vec![
+            TcAttribute::Kind("htb".into()),
+            TcAttribute::Options(vec![TcOption::Other(DefaultNla::new(TCA_HTB_INIT, glob.to_vec()))]),
+        ];
+        self.ack(
+            &format!("add htb qdisc (default class 1:{default_minor}) on interface {index}"),
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Adds (or changes) an htb class on `index`, whose root qdisc is htb 1:.
+    pub fn set_htb_class(&mut self, index: u32, class: HtbClass) -> Result<(), NetlinkError> {
+        // struct tc_htb_opt: rate, ceil (tc_ratespec), buffer, cbuffer (bursts in
+        // ticks), quantum (0: the kernel derives it from the rate), level, prio.
+        const TCA_HTB_PARMS: u16 = 1;
+        const TCA_HTB_RATE64: u16 = 6;
+        const TCA_HTB_CEIL64: u16 = 7;
+        // A burst of a millisecond at the rate, and at least two 64 KiB GSO packets.
+        let burst = |rate: u64| burst_ticks((rate / 1000).max(2 * 65536), rate);
+        let mut opt = [0u8; 44];
+        opt[0..12].copy_from_slice(&ratespec(class.rate));
+        opt[12..24].copy_from_slice(&ratespec(class.ceil));
+        opt[24..28].copy_from_slice(&burst(class.rate).to_ne_bytes());
+        opt[28..32].copy_from_slice(&burst(class.ceil).to_ne_bytes());
+        opt[40..44].copy_from_slice(&class.prio.to_ne_bytes());
+        let mut options = vec![TcOption::Other(DefaultNla::new(TCA_HTB_PARMS, opt.to_vec()))];
+        if class.rate >= u64::from(u32::MAX) {
+            options.push(TcOption::Other(DefaultNla::new(TCA_HTB_RATE64, class.rate.to_ne_bytes().to_vec())));
+        }
+        if class.ceil >= u64::from(u32::MAX) {
+            options.push(TcOption::Other(DefaultNla::new(TCA_HTB_CEIL64, class.ceil.to_ne_bytes().to_vec())));
+        }
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        msg.header.handle = TcHandle { major: HTB_MAJOR, minor: class.minor };
+        msg.header.parent = TcHandle { major: HTB_MAJOR, minor: class.parent };
+        msg.attributes = vec![TcAttribute::Kind("htb".into()), TcAttribute::Options(options)];
+        self.ack(
+            &format!(
+                "set htb class 1:{} (parent 1:{}, rate {} B/s, ceil {} B/s) on interface {index}",
+                class.minor, class.parent, class.rate, class.ceil
+            ),
+            RouteNetlinkMessage::NewTrafficClass(msg),
+            NLM_F_CREATE,
+        )
+    }
+
+    /// Counters of every class of `index`'s qdiscs, by class id (major, minor).
+    pub fn class_stats(&mut self, index: u32) -> Result<Vec<ClassStats>, NetlinkError> {
+        let mut req = TcMessage::default();
+        req.header.index = index as i32;
+        let op = format!("read classes of interface {index}");
+        let replies = self.dump(&op, RouteNetlinkMessage::GetTrafficClass(req))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewTrafficClass(c) if c.header.index == index as i32 => {
+                    Some(((c.header.handle.major, c.header.handle.minor), kind_and_stats(&c.attributes).1))
+                }
+                _ => None,
+            })
+            .collect())
+    }
+
     /// Kind and counters of the root qdisc of `index` ("noqueue" for a veth without
     /// one).
     pub fn root_qdisc(&mut self, index: u32) -> Result<Option<(String, QdiscStats)>, NetlinkError> {
@@ -456,39 +535,84 @@ impl Rtnl {
             if q.header.index != index as i32 || q.header.parent != TcHandle::ROOT {
                 continue;
             }
-            let mut kind = String::new();
-            let mut stats = QdiscStats::default();
-            for a in &q.attributes {
-                match a {
-                    TcAttribute::Kind(k) => kind = k.clone(),
-                    TcAttribute::Stats(s) => {
-                        stats.bytes = s.bytes;
-                        stats.packets = u64::from(s.packets);
-                        stats.drops = u64::from(s.drops);
-                        stats.overlimits = u64::from(s.overlimits);
-                    }
-                    TcAttribute::Stats2(list) => {
-                        for s in list {
-                            match s {
-                                TcStats2::Basic(b) => {
-                                    stats.bytes = b.bytes;
-                                    stats.packets = u64::from(b.packets);
-                                }
-                                TcStats2::Queue(qs) => {
-                                    stats.drops = u64::from(qs.drops);
-                                    stats.overlimits = u64::from(qs.overlimits);
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            let (kind, stats) = kind_and_stats(&q.attributes);
             return Ok(Some((kind, stats)));
         }
         Ok(None)
     }
+}
+
+/// A qdisc's or class's kind and counters, from its attributes.
+fn kind_and_stats(attributes: &[TcAttribute]) -> (String, QdiscStats) {
+    let mut kind = String::new();
+    let mut stats = QdiscStats::default();
+    for a in attributes {
+        match a {
+            TcAttribute::Kind(k) => kind = k.clone(),
+            TcAttribute::Stats(s) => {
+                stats.bytes = s.bytes;
+                stats.packets = u64::from(s.packets);
+                stats.drops = u64::from(s.drops);
+                stats.overlimits = u64::from(s.overlimits);
+            }
+            TcAttribute::Stats2(list) => {
+                for s in list {
+                    match s {
+                        TcStats2::Basic(b) => {
+                            stats.bytes = b.bytes;
+                            stats.packets = u64::from(b.packets);
+                        }
+                        TcStats2::Queue(qs) => {
+                            stats.drops = u64::from(qs.drops);
+                            stats.overlimits = u64::from(qs.overlimits);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    (kind, stats)
+}
+
+/// A class's id (major, minor) and its counters.
+pub type ClassStats = ((u16, u16), QdiscStats);
+
+/// One htb class: its id's minor number under qdisc 1:, its parent (0: the qdisc
+/// itself), its guaranteed and its highest rate, and its priority for spare bandwidth
+/// (0 first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HtbClass {
+    /// The class is 1:`minor`.
+    pub minor: u16,
+    /// The parent class 1:`parent`, or 0 for the qdisc.
+    pub parent: u16,
+    /// Guaranteed rate, bytes per second.
+    pub rate: u64,
+    /// Most the class may send, bytes per second (borrowing from its parent).
+    pub ceil: u64,
+    /// Which classes get spare bandwidth first (0..=7, lower first).
+    pub prio: u32,
+}
+
+/// The htb qdisc's handle major number (classes are 1:minor).
+pub const HTB_MAJOR: u16 = 1;
+
+/// struct tc_ratespec (12 bytes) with linklayer ethernet, which lets the kernel do
+/// without a rate table.
+fn ratespec(rate: u64) -> [u8; 12] {
+    const TC_LINKLAYER_ETHERNET: u8 = 1;
+    let mut r = [0u8; 12];
+    r[1] = TC_LINKLAYER_ETHERNET;
+    r[8..12].copy_from_slice(&(rate.min(u64::from(u32::MAX)) as u32).to_ne_bytes());
+    r
+}
+
+/// A burst, in the packet scheduler's 64 ns ticks, of `bytes` at `rate` B/s.
+fn burst_ticks(bytes: u64, rate: u64) -> u32 {
+    let ns = u128::from(bytes) * 1_000_000_000 / u128::from(rate.max(1));
+    u32::try_from(ns >> 6).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -1,0 +1,205 @@
+//! Per-application priority and shaping in real cgroups and namespaces (needs root):
+//! every socket of a process in an application's cgroup gets its priority and mark;
+//! htb classes fed by the mark classifier hold each application between its guaranteed
+//! and its highest rate, measured at the receiver.
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use netlane::lanes::apps::{self, AppCgroup, AppSpec, Shaper};
+use netlane::topology::{LinkConfig, TwoHosts};
+
+/// Creates sockets every way a program does and prints (how, priority, mark) for each.
+const SOCKETS: &str = r#"
+import json, os, socket, threading
+S = socket.SOL_SOCKET
+def pm(s):
+    return [s.getsockopt(S, socket.SO_PRIORITY), s.getsockopt(S, socket.SO_MARK)]
+out = []
+for name, fam, typ in [("tcp4", socket.AF_INET, socket.SOCK_STREAM), ("udp4", socket.AF_INET, socket.SOCK_DGRAM),
+                       ("tcp6", socket.AF_INET6, socket.SOCK_STREAM), ("udp6", socket.AF_INET6, socket.SOCK_DGRAM)]:
+    with socket.socket(fam, typ) as s:
+        out.append([name] + pm(s))
+box = []
+t = threading.Thread(target=lambda: box.append(pm(socket.socket())))
+t.start(); t.join()
+out.append(["thread"] + box[0])
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname())
+a, _ = l.accept()
+out.append(["connected"] + pm(c)); out.append(["accepted"] + pm(a))
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    os.write(w, json.dumps(pm(socket.socket(socket.AF_INET, socket.SOCK_DGRAM))).encode()); os._exit(0)
+os.waitpid(pid, 0)
+out.append(["forked"] + json.loads(os.read(r, 100)))
+print(json.dumps(out))
+"#;
+
+fn sockets_of(cmd: &mut Command) -> Vec<(String, u32, u32)> {
+    let o = cmd.args(["-c", SOCKETS]).output().expect("run python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Vec<(String, u32, u32)> = serde_json::from_slice(&o.stdout).expect("the script's JSON");
+    assert_eq!(v.len(), 8, "{v:?}");
+    v
+}
+
+#[test]
+fn every_socket_of_an_application_gets_its_priority_and_mark() {
+    if !netlane::testing::privileged("every_socket_of_an_application_gets_its_priority_and_mark") {
+        return;
+    }
+    let spec = AppSpec { name: "prio-test".into(), priority: 5, mark: 0x4e4c, min_rate: 1, max_rate: 1, htb_prio: 0 };
+    let cg = AppCgroup::create(&spec).unwrap();
+    let path = cg.path().to_path_buf();
+    assert!(path.is_dir());
+    let mut inside = Command::new("python3");
+    cg.command(&mut inside);
+    for (how, priority, mark) in sockets_of(&mut inside) {
+        assert_eq!((priority, mark), (5, 0x4e4c), "a {how} socket in the application's cgroup");
+    }
+    assert!(cg.sockets().unwrap() >= 7, "the program counted {} sockets", cg.sockets().unwrap());
+    // A process outside keeps the defaults.
+    for (how, priority, mark) in sockets_of(&mut Command::new("python3")) {
+        assert_eq!((priority, mark), (0, 0), "a {how} socket outside");
+    }
+    // A running process moved in: its new sockets get the policy.
+    let mut sleeper = Command::new("python3")
+        .args(["-c", "import socket,sys; sys.stdin.readline(); s=socket.socket(); print(s.getsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY), s.getsockopt(socket.SOL_SOCKET, socket.SO_MARK))"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    cg.add_pid(sleeper.id()).unwrap();
+    drop(sleeper.stdin.take());
+    let mut line = String::new();
+    sleeper.stdout.take().unwrap().read_to_string(&mut line).unwrap();
+    assert!(sleeper.wait().unwrap().success());
+    assert_eq!(line.trim(), format!("5 {}", 0x4e4c));
+    drop(cg);
+    assert!(!path.exists(), "the cgroup is removed on drop");
+}
+
+/// A sink in the receiver's namespace counting the bytes of every connection to `port`.
+fn sink(hosts: &TwoHosts, port: u16, stop: Arc<AtomicBool>) -> Arc<AtomicU64> {
+    let addr = SocketAddr::new(hosts.rx_addr(false), port);
+    let listener = hosts.rx.run(move || TcpListener::bind(addr).unwrap()).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let bytes = Arc::new(AtomicU64::new(0));
+    let b = bytes.clone();
+    std::thread::spawn(move || {
+        let mut readers = Vec::new();
+        while !stop.load(Ordering::Relaxed) {
+            match listener.accept() {
+                Ok((mut c, _)) => {
+                    c.set_nonblocking(false).unwrap();
+                    c.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+                    let (b, stop) = (b.clone(), stop.clone());
+                    readers.push(std::thread::spawn(move || {
+                        let mut buf = vec![0u8; 1 << 16];
+                        while !stop.load(Ordering::Relaxed) {
+                            match c.read(&mut buf) {
+                                Ok(0) => return,
+                                Ok(n) => {
+                                    b.fetch_add(n as u64, Ordering::Relaxed);
+                                }
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => return,
+                            }
+                        }
+                    }));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        for r in readers {
+            let _ = r.join();
+        }
+    });
+    bytes
+}
+
+/// Kills the child (by its PID, which this test started) when dropped.
+struct Sender(std::process::Child);
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A bulk TCP sender (socat from /dev/zero) in `cg`, in the sender's namespace.
+fn bulk_sender(hosts: &TwoHosts, cg: &AppCgroup, port: u16) -> Sender {
+    let mut cmd = hosts.tx.command("socat");
+    cg.command(&mut cmd);
+    cmd.args(["-u", "/dev/zero", &format!("TCP:{}:{port}", hosts.rx_addr(false))]).stdout(Stdio::null());
+    Sender(cmd.spawn().expect("start socat (scripts/setup.sh installs it)"))
+}
+
+/// Bytes per second each counter grows by over `window`.
+fn rates(counters: &[&AtomicU64], window: Duration) -> Vec<f64> {
+    let before: Vec<u64> = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    let t = Instant::now();
+    std::thread::sleep(window);
+    let secs = t.elapsed().as_secs_f64();
+    counters.iter().zip(before).map(|(c, b)| (c.load(Ordering::Relaxed) - b) as f64 / secs).collect()
+}
+
+#[test]
+fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
+    if !netlane::testing::privileged("htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate") {
+        return;
+    }
+    const MB: u64 = 1_000_000;
+    let hosts = TwoHosts::create("apps-htb", LinkConfig::default()).unwrap();
+    let a = AppSpec { name: "htb-a".into(), priority: 1, mark: 0xa, min_rate: 4 * MB, max_rate: 7 * MB, htb_prio: 0 };
+    let b = AppSpec { name: "htb-b".into(), priority: 2, mark: 0xb, min_rate: 12 * MB, max_rate: 25 * MB, htb_prio: 0 };
+    let plan = apps::plan(25 * MB, &[a.clone(), b.clone()]).unwrap();
+    let ifindex = hosts.tx_index;
+    let mut shaper = hosts.tx.run(move || Shaper::install(ifindex, plan)).unwrap().unwrap();
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "htb");
+    let (cg_a, cg_b) = (AppCgroup::create(&a).unwrap(), AppCgroup::create(&b).unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (got_a, got_b) = (sink(&hosts, 9301, stop.clone()), sink(&hosts, 9302, stop.clone()));
+    let check = |what: &str, rate: f64, lo: f64, hi: f64| {
+        assert!(rate >= lo && rate <= hi, "{what}: {:.2} MB/s, expected {:.2}..{:.2}", rate / 1e6, lo / 1e6, hi / 1e6);
+    };
+
+    // Both busy: each gets at least its guarantee; A no more than its ceiling; together
+    // no more than the link.
+    let send_a = bulk_sender(&hosts, &cg_a, 9301);
+    let send_b = bulk_sender(&hosts, &cg_b, 9302);
+    std::thread::sleep(Duration::from_millis(800));
+    let r = rates(&[&got_a, &got_b], Duration::from_secs(2));
+    check("A beside B", r[0], 0.8 * a.min_rate as f64, 1.1 * a.max_rate as f64);
+    check("B beside A", r[1], 0.8 * b.min_rate as f64, 1.1 * b.max_rate as f64);
+    check("A and B together", r[0] + r[1], 0.7 * 25e6, 1.1 * 25e6);
+
+    // A alone: the link is free, but A stays under its ceiling.
+    drop(send_b);
+    std::thread::sleep(Duration::from_millis(500));
+    let r = rates(&[&got_a], Duration::from_secs(2));
+    check("A alone", r[0], 0.7 * a.max_rate as f64, 1.1 * a.max_rate as f64);
+    drop(send_a);
+
+    let (classified, _) = shaper.classified().unwrap();
+    assert!(classified > 100, "the classifier put only {classified} packets in a class");
+    let classes = shaper.classes().unwrap();
+    for app in ["htb-a", "htb-b"] {
+        let c = classes.iter().find(|c| c.app == app).unwrap();
+        assert!(c.stats.bytes > 5 * MB, "{app}'s class sent only {} bytes: {classes:?}", c.stats.bytes);
+    }
+    stop.store(true, Ordering::Relaxed);
+    drop(shaper);
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue", "the shaper's qdisc is removed on drop");
+}
