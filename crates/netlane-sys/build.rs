@@ -19,6 +19,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lanes", "reuseport_napi"),
     ("lanes", "app_sock"),
     ("lanes", "app_class"),
+    ("lanes", "queue_steer"),
 ];
 
 fn main() {

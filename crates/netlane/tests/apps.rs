@@ -203,3 +203,59 @@ fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
     drop(shaper);
     assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue", "the shaper's qdisc is removed on drop");
 }
+
+#[test]
+fn each_application_s_flows_land_on_its_queue_group() {
+    if !netlane::testing::privileged("each_application_s_flows_land_on_its_queue_group") {
+        return;
+    }
+    use netlane::lanes::groups::{GroupRule, QueueGroups, SteerProto};
+    use netlane::topology::RxTuning;
+    // Four queues with a NAPI instance each; the client end's TSO off so that TCP takes
+    // the NAPI path and every server socket learns the id of the queue it came through.
+    let hosts = TwoHosts::create("apps-groups", LinkConfig { mtu: 1500, queues: 4, rx: RxTuning::threaded_napi() })
+        .expect("two namespaces");
+    hosts.set_tx_tso(false).unwrap();
+    let rx_index = hosts.rx_index;
+    let dev = hosts.rx.run(move || netlane::lanes::queues::discover(rx_index)).unwrap().unwrap();
+    let napi_of = |q: u32| dev.rx.iter().find(|r| r.queue == q).map(|r| r.napi_id).unwrap();
+    let (a, b) = (SocketAddr::new(hosts.rx_addr(false), 9501), SocketAddr::new(hosts.rx_addr(false), 9502));
+    let tx_index = hosts.tx_index;
+    let mut groups = hosts.tx.run(move || QueueGroups::install(tx_index, 4)).unwrap().unwrap();
+    groups.add(GroupRule { dst: a, proto: SteerProto::Tcp, first: 0, count: 2 }).unwrap();
+    groups.add(GroupRule { dst: b, proto: SteerProto::Tcp, first: 2, count: 2 }).unwrap();
+    let e = groups.add(GroupRule { dst: b, proto: SteerProto::Tcp, first: 3, count: 2 }).unwrap_err().to_string();
+    assert!(e.contains("queues 0..4"), "{e}");
+
+    for (dst, want) in [(a, [napi_of(0), napi_of(1)]), (b, [napi_of(2), napi_of(3)])] {
+        let listener = hosts.rx.run(move || TcpListener::bind(dst).unwrap()).unwrap();
+        let clients: Vec<std::net::TcpStream> = hosts
+            .tx
+            .run(move || {
+                (0..32)
+                    .map(|_| {
+                        let mut s = std::net::TcpStream::connect_timeout(&dst, Duration::from_secs(5)).unwrap();
+                        std::io::Write::write_all(&mut s, b"x").unwrap();
+                        s
+                    })
+                    .collect()
+            })
+            .unwrap();
+        let mut seen = std::collections::BTreeMap::new();
+        for _ in 0..clients.len() {
+            let (mut c, _) = listener.accept().unwrap();
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut byte = [0u8; 1];
+            c.read_exact(&mut byte).unwrap();
+            let id = netlane::sockopt::incoming_napi_id(std::os::fd::AsFd::as_fd(&c)).unwrap();
+            *seen.entry(id).or_insert(0) += 1;
+        }
+        assert!(
+            seen.keys().all(|id| want.contains(id)),
+            "{dst}: flows arrived through NAPI ids {seen:?}, its group is {want:?}"
+        );
+        assert_eq!(seen.len(), 2, "{dst}: 32 flows spread over both queues of the group: {seen:?}");
+    }
+    let (steered, _) = groups.counts().unwrap();
+    assert!(steered >= 128, "every packet of the 64 flows was steered, counted {steered}");
+}

@@ -12,6 +12,8 @@
 //!   owning its NAPI id;
 //! - [`AppSockPolicy`]/[`AppClassifier`]: per-application socket priority and mark
 //!   (cgroup), and the egress classifier that maps a mark to an htb class;
+//! - [`QueueSteer`]: ingress steering of a destination's flows into a queue group, the
+//!   NIC's classifier emulated on the wire side of a veth;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -46,6 +48,7 @@ skeleton!(ring_select_skel, "rr", "ring_select");
 skeleton!(reuseport_napi_skel, "lanes", "reuseport_napi");
 skeleton!(app_sock_skel, "lanes", "app_sock");
 skeleton!(app_class_skel, "lanes", "app_class");
+skeleton!(queue_steer_skel, "lanes", "queue_steer");
 
 mod apps;
 mod balancer;
@@ -53,6 +56,7 @@ mod lab;
 mod link;
 mod reuseport;
 mod ring_select;
+mod steer;
 mod tagger;
 mod xsk;
 
@@ -65,6 +69,7 @@ pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
 pub use reuseport::{REUSEPORT_MAX_NAPI_IDS, ReuseportNapi};
 pub use ring_select::RingSelect;
+pub use steer::{QueueSteer, STEER_MAX_RULES, SteerProto};
 pub use tagger::FlowTagger;
 pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};
 

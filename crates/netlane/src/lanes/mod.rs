@@ -17,7 +17,9 @@
 //!   `SO_PREFER_BUSY_POLL` per socket), each knob reported as applied or refused;
 //! - [`apps`]: per-application priority and egress shaping: a cgroup whose socket
 //!   program gives every socket of an application its priority and mark, and htb
-//!   classes per application fed by a TCX classifier (the stand-in for mqprio).
+//!   classes per application fed by a TCX classifier (the stand-in for mqprio);
+//! - [`groups`]: an application's flows steered into its queue group (the stand-in for
+//!   flower `hw_tc`: on a veth, a TCX program on the wire side picks the queue).
 //!
 //! # Minimum kernel version
 //! NAPI ids 4.12; per-epoll busy polling 6.9; `queue-get`/`napi-get` 6.8; `napi-set`
@@ -26,12 +28,14 @@
 
 pub mod apps;
 pub mod busy;
+pub mod groups;
 pub mod map;
 pub mod queues;
 pub mod reuseport;
 
 pub use apps::{AppCgroup, AppError, AppSpec, Shaper, ShapingPlan};
 pub use busy::{BusyPoll, Knob, KnobStatus};
+pub use groups::{GroupRule, QueueGroups};
 pub use map::{LaneId, LaneMap, MapCounts, MapError, Move, Placement, Why};
 pub use queues::{DeviceQueues, RxQueue};
 pub use reuseport::ReuseportSteering;
