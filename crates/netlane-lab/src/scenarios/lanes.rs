@@ -31,6 +31,7 @@ use clap::{Args, ValueEnum};
 use netlane::lanes::BusyPoll;
 use netlane::metrics::cpu::SystemCpu;
 use netlane::metrics::kstat::KernelCounters;
+use netlane::topology::netdev::NapiSettings;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::SearchConfig;
@@ -127,6 +128,17 @@ pub struct LanesBenchArgs {
     /// Busy polling of the napi-busy mode: USECS[,BUDGET[,prefer]].
     #[arg(long, default_value = "50,8")]
     pub busy_poll: BusyPoll,
+    /// napi-busy: per-NAPI empty polls before interrupts are re-enabled (with
+    /// --gro-flush-timeout, the lane's polling keeps the NAPI thread asleep).
+    #[arg(long)]
+    pub napi_defer_hard_irqs: Option<u32>,
+    /// napi-busy: per-NAPI GRO flush / watchdog timeout.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub gro_flush_timeout: Option<Duration>,
+    /// napi-busy: per-NAPI IRQ suspension timeout (Linux 6.13+; needs prefer in
+    /// --busy-poll).
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub irq_suspend_timeout: Option<Duration>,
     /// net.core.busy_poll for memcached -N, us (it polls only through the global knob).
     #[arg(long, default_value_t = 50)]
     pub memcached_busy_poll: u32,
@@ -237,6 +249,9 @@ impl Scenario for LanesBenchArgs {
             .text("resolution", self.resolution.to_string())
             .duration("step", self.step)
             .text("busy-poll", self.busy_poll.to_string())
+            .text("napi-defer-hard-irqs", self.napi_defer_hard_irqs.map_or("-".into(), |v| v.to_string()))
+            .text("gro-flush-timeout", self.gro_flush_timeout.map_or("-".into(), |d| format!("{d:?}")))
+            .text("irq-suspend-timeout", self.irq_suspend_timeout.map_or("-".into(), |d| format!("{d:?}")))
             .int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
@@ -399,6 +414,15 @@ impl LanesBenchArgs {
                 lane_device: Some(h.rx_if.clone()),
                 xps_rxqs: true,
                 busy_poll: (mode == Mode::NapiBusy).then_some(self.busy_poll),
+                napi: if mode == Mode::NapiBusy {
+                    NapiSettings {
+                        defer_hard_irqs: self.napi_defer_hard_irqs,
+                        gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
+                        irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
+                    }
+                } else {
+                    NapiSettings::default()
+                },
                 ..base
             },
             Mode::Memcached | Mode::MemcachedN => unreachable!("memcached is not configured here"),
@@ -444,6 +468,30 @@ impl LanesBenchArgs {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Puts the per-NAPI knobs napi-busy changed back to the kernel's defaults, so that
+    /// the modes after it run as they would alone.
+    fn reset_napi(&self, h: &TwoHosts) -> Result<()> {
+        if self.napi_defer_hard_irqs.is_none() && self.gro_flush_timeout.is_none() && self.irq_suspend_timeout.is_none()
+        {
+            return Ok(());
+        }
+        let (dev, ifindex) = (h.rx_if.clone(), h.rx_index);
+        let here = h.rx.run(netlane::topology::NetnsHandle::current)??;
+        let knobs = here.with_sysfs(move || -> Result<Vec<netlane::lanes::Knob>> {
+            let ids = netlane::lanes::queues::discover(ifindex)?.napi_ids();
+            let zero = NapiSettings {
+                defer_hard_irqs: Some(0),
+                gro_flush_timeout_ns: Some(0),
+                irq_suspend_timeout_ns: Some(0),
+            };
+            Ok(netlane::lanes::queues::apply_napi_settings(&dev, ifindex, &ids, &zero))
+        })??;
+        for k in knobs.iter().filter(|k| !k.applied()) {
+            tracing::warn!(knob = %k.name, status = ?k.status, "could not reset a per-NAPI knob");
+        }
+        Ok(())
     }
 
     fn measured(&self, h: &TwoHosts, cfg: LoadConfig, connections: u32, rate: u64) -> Result<LaneRun> {
@@ -541,6 +589,9 @@ impl LanesBenchArgs {
             out.lanes = Some(s.lanes());
         }
         drop(server);
+        if mode == Mode::NapiBusy {
+            self.reset_napi(h)?;
+        }
         Ok(out)
     }
 }
