@@ -393,6 +393,94 @@ fn balancer_fixtures() {
     let mut short = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(1, 80, 0x02)));
     short.truncate(14 + 20 + 10);
     fixtures.push(Fixture { name: "truncated TCP header: drop", frame: short, verdict: XDP_DROP, expect: None });
+    // Length fields the frame does not back: the outer length would be computed from them.
+    let mut long4 = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(1, 80, 0x02));
+    long4[2..4].copy_from_slice(&65535u16.to_be_bytes());
+    fixtures.push(Fixture {
+        name: "IPv4 total length 65535 in a short frame (outer length would wrap to 19): drop",
+        frame: eth(OWN, CLIENT_MAC, 0x0800, &long4),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let mut tiny4 = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(1, 80, 0x02));
+    tiny4[2..4].copy_from_slice(&12u16.to_be_bytes());
+    fixtures.push(Fixture {
+        name: "IPv4 total length shorter than its header: drop",
+        frame: eth(OWN, CLIENT_MAC, 0x0800, &tiny4),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let mut long6 = ipv6(client6, "fd00:100::1".parse().unwrap(), 6, &tcp(50001, 443, 0x02));
+    long6[4..6].copy_from_slice(&65535u16.to_be_bytes());
+    fixtures.push(Fixture {
+        name: "IPv6 payload length 65535 in a short frame: drop",
+        frame: eth(OWN, CLIENT_MAC, 0x86dd, &long6),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let mut v6in4 = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(1, 80, 0x02));
+    v6in4[0] = 0x65;
+    fixtures.push(Fixture {
+        name: "IPv4 ethertype with IP version 6: drop",
+        frame: eth(OWN, CLIENT_MAC, 0x0800, &v6in4),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let mut v4in6 = ipv6(client6, "fd00:100::1".parse().unwrap(), 6, &tcp(50002, 443, 0x02));
+    v4in6[0] = 0x40;
+    fixtures.push(Fixture {
+        name: "IPv6 ethertype with IP version 4: drop",
+        frame: eth(OWN, CLIENT_MAC, 0x86dd, &v4in6),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let mut ihl15 = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(1, 80, 0x02));
+    ihl15[0] = 0x4f;
+    fixtures.push(Fixture {
+        name: "IHL 15 (60-byte header) on a 40-byte packet: drop as malformed",
+        frame: eth(OWN, CLIENT_MAC, 0x0800, &ihl15),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    // A frag-needed error to the VIP that quotes too little to name a flow.
+    let cut = ipv4(&v4([198, 51, 100, 1], [10, 100, 0, 1], 1), &icmp4(3, &[0, 4, 0x05, 0xdc, 0x45, 0, 0, 40]));
+    let mut cut_frame = eth(OWN, CLIENT_MAC, 0x0800, &cut);
+    cut_frame[14 + 21] = 4; // code 4: fragmentation needed (icmp4 writes code 0)
+    fixtures.push(Fixture {
+        name: "ICMP frag-needed to a VIP with a truncated quote: drop",
+        frame: cut_frame,
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    // IPv6 with a hop-by-hop header (next header 0) to the VIP address, and to another.
+    let hbh = [6u8, 0, 1, 4, 0, 0, 0, 0];
+    let mut hbh_tcp = hbh.to_vec();
+    hbh_tcp.extend_from_slice(&tcp(50003, 443, 0x02));
+    fixtures.push(Fixture {
+        name: "IPv6 extension-header chain to a VIP: drop (unsupported)",
+        frame: eth(OWN, CLIENT_MAC, 0x86dd, &ipv6(client6, "fd00:100::1".parse().unwrap(), 0, &hbh_tcp)),
+        verdict: XDP_DROP,
+        expect: None,
+    });
+    let ext_other = eth(OWN, CLIENT_MAC, 0x86dd, &ipv6(client6, "fd00:100::99".parse().unwrap(), 0, &hbh_tcp));
+    fixtures.push(Fixture {
+        name: "IPv6 extension-header chain to another address: pass",
+        frame: ext_other.clone(),
+        verdict: XDP_PASS,
+        expect: Some(ext_other),
+    });
+    // Ethernet padding after a short packet: encapsulated with the IP length, padding kept.
+    let short_udp = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 2], 17), &udp(5001, 7));
+    let mut padded = eth(OWN, CLIENT_MAC, 0x0800, &short_udp);
+    padded.extend_from_slice(&[0u8; 6]);
+    let mut want = expect_ipip(&short_udp, 0x10, flow_hash(client, 5001, 7, 17), Ipv4Addr::new(10, 200, 0, 5));
+    want.extend_from_slice(&[0u8; 6]);
+    fixtures.push(Fixture {
+        name: "IPv4 UDP with Ethernet padding: the outer length counts the IP packet only",
+        frame: padded,
+        verdict: XDP_TX,
+        expect: Some(want),
+    });
     fixtures.push(Fixture {
         name: "VIP with an empty ring: drop",
         frame: eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 4], 6), &tcp(1, 80, 0x02))),
@@ -407,12 +495,14 @@ fn balancer_fixtures() {
             assert_eq!(&r.packet, want, "{}: output frame", f.name);
         }
     }
-    // Counters: 5 encapsulated, 2 echoes answered, 5 passed (one non-IP), 5 dropped.
+    // Counters: 6 encapsulated, 2 echoes answered, 6 passed (one non-IP), 14 dropped.
     let s = b.global_stats().unwrap();
+    assert_eq!(s.len(), GlobalStat::ALL.len(), "the map and GlobalStat::ALL list the same counters");
     let (pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, _encap, tx) =
         (s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]);
-    assert_eq!((pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, tx), (1, 4, 1, 1, 2, 1, 5));
+    assert_eq!((pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, tx), (1, 5, 8, 1, 2, 1, 6));
     assert_eq!(s[10], 2, "echo requests answered");
+    assert_eq!(s[GlobalStat::DropUnsupported.index()], 1, "extension-header chain to a VIP");
     // The established second packet of the first flow hits the connection table.
     let ack = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(40000, 80, 0x10)));
     let before = b.global_stats().unwrap()[8];

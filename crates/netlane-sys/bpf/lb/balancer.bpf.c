@@ -152,30 +152,42 @@ int balancer(struct xdp_md *ctx)
 	if (hint_mode != HINT_OFF)
 		have_hint = read_hint(ctx, &hint);
 
-	switch (parse_packet(data, data_end, &p)) {
+	switch (parse_packet(data, data_end, bytes, &p)) {
 	case PARSE_OK:
 		break;
 	case PARSE_NOT_IP:
 		count(ST_PASS_NON_IP);
 		return XDP_PASS;
-	case PARSE_NOT_L4:
-		if (p.flow.proto == IPPROTO_ICMP_ || p.flow.proto == IPPROTO_ICMPV6_) {
-			struct vip_addr va = {};
+	case PARSE_NOT_L4: {
+		struct vip_addr va = {};
+		int to_vip, r;
 
-			__builtin_memcpy(va.addr, p.flow.dst, sizeof(va.addr));
-			va.family = p.flow.family;
-			if (bpf_map_lookup_elem(&vip_addrs, &va) &&
-			    icmp_echo_reply(data, data_end, p.flow.family) == 0) {
+		__builtin_memcpy(va.addr, p.flow.dst, sizeof(va.addr));
+		va.family = p.flow.family;
+		to_vip = bpf_map_lookup_elem(&vip_addrs, &va) != 0;
+		if (p.flow.proto == IPPROTO_ICMP_ || p.flow.proto == IPPROTO_ICMPV6_) {
+			if (to_vip && icmp_echo_reply(data, data_end, p.flow.family) == 0) {
 				count(ST_ICMP_ECHO);
 				return XDP_TX;
 			}
-			if (icmp_too_big_flow(data, data_end, p.flow.family, &p.flow) == 0) {
+			r = icmp_too_big_flow(data, data_end, p.flow.family, &p.flow);
+			if (r == 0) {
 				icmp_error = 1;
 				break;
 			}
+			if (r == ICMP_TRUNCATED && to_vip) {
+				count(ST_DROP_MALFORMED);
+				return XDP_DROP;
+			}
+		} else if (to_vip) {
+			/* IPv6 extension headers, other protocols: nothing a real could be
+			 * chosen for, and nothing the host behind the VIP should get. */
+			count(ST_DROP_UNSUPPORTED);
+			return XDP_DROP;
 		}
 		count(ST_PASS_NON_VIP);
 		return XDP_PASS;
+	}
 	case PARSE_OPTIONS:
 		count(ST_DROP_IP_OPTIONS);
 		return XDP_DROP;

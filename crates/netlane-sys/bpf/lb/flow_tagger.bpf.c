@@ -46,7 +46,7 @@ int flow_tagger(struct __sk_buff *skb)
 	__u32 *tag;
 
 	bump(1);
-	if (parse_packet(data, data_end, &p) != PARSE_OK)
+	if (parse_packet(data, data_end, skb->len, &p) != PARSE_OK)
 		return TCX_NEXT;
 	tag = bpf_map_lookup_elem(&tag_rules, &p.flow);
 	if (tag) {

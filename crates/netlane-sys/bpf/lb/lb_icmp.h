@@ -74,6 +74,13 @@ static __always_inline int icmp_echo_reply(void *data, void *data_end, __u8 fami
 /* If the packet is an ICMP frag-needed (IPv4) or ICMPv6 packet-too-big quoting a TCP
  * or UDP packet, fills `f` with the flow it belongs to as the balancer sees that flow
  * (client -> VIP: the quoted packet went VIP -> client) and returns 0; else -1. */
+/* icmp_too_big_flow: a too-big message whose quoted headers are cut short. */
+#define ICMP_TRUNCATED -2
+
+/* A frag-needed / packet-too-big error: the flow it quotes (turned around: the flow
+ * from the client, whose real must get the error) in `f`. 0 for such an error about a
+ * TCP or UDP flow; ICMP_TRUNCATED when the message is one but its quoted headers are
+ * cut short; -1 for any other message. */
 static __always_inline int icmp_too_big_flow(void *data, void *data_end, __u8 family, struct flow_key *f)
 {
 	struct ethhdr *eth = data;
@@ -84,13 +91,17 @@ static __always_inline int icmp_too_big_flow(void *data, void *data_end, __u8 fa
 		__u8 *icmp = (void *)(iph + 1);
 		struct iphdr *in = (void *)(icmp + 8);
 
-		if ((void *)(in + 1) > data_end || icmp[0] != ICMP_DEST_UNREACH_ || icmp[1] != ICMP_FRAG_NEEDED_)
+		if ((void *)(icmp + 8) > data_end)
+			return ICMP_TRUNCATED;
+		if (icmp[0] != ICMP_DEST_UNREACH_ || icmp[1] != ICMP_FRAG_NEEDED_)
 			return -1;
+		if ((void *)(in + 1) > data_end)
+			return ICMP_TRUNCATED;
 		if (in->ihl != 5 || (in->protocol != IPPROTO_TCP_ && in->protocol != IPPROTO_UDP_))
 			return -1;
 		ports = (void *)(in + 1);
 		if ((void *)(ports + 2) > data_end)
-			return -1;
+			return ICMP_TRUNCATED;
 		f->src[0] = in->daddr;
 		f->dst[0] = in->saddr;
 		f->proto = in->protocol;
@@ -99,13 +110,17 @@ static __always_inline int icmp_too_big_flow(void *data, void *data_end, __u8 fa
 		__u8 *icmp = (void *)(ip6 + 1);
 		struct ipv6hdr *in = (void *)(icmp + 8);
 
-		if ((void *)(in + 1) > data_end || icmp[0] != ICMPV6_PKT_TOOBIG_ || icmp[1] != 0)
+		if ((void *)(icmp + 8) > data_end)
+			return ICMP_TRUNCATED;
+		if (icmp[0] != ICMPV6_PKT_TOOBIG_ || icmp[1] != 0)
 			return -1;
+		if ((void *)(in + 1) > data_end)
+			return ICMP_TRUNCATED;
 		if (in->nexthdr != IPPROTO_TCP_ && in->nexthdr != IPPROTO_UDP_)
 			return -1;
 		ports = (void *)(in + 1);
 		if ((void *)(ports + 2) > data_end)
-			return -1;
+			return ICMP_TRUNCATED;
 		__builtin_memcpy(f->src, &in->daddr, 16);
 		__builtin_memcpy(f->dst, &in->saddr, 16);
 		f->proto = in->nexthdr;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /* Packet parsing: Ethernet, IPv4 (no options, no fragments), IPv6 (no extension
  * headers, no fragments), TCP/UDP ports. Every access is bounds-checked against
- * data_end. */
+ * data_end, and the IP header's length fields are checked against the frame: a packet
+ * whose header claims more than the frame carries is malformed (the length the
+ * encapsulation writes is then never larger than the frame, so it cannot wrap). */
 #ifndef LB_PARSE_H
 #define LB_PARSE_H
 
@@ -17,7 +19,7 @@
 /* What the balancer needs from a packet. */
 struct pkt_desc {
 	struct flow_key flow;
-	__u16 l3_len; /* IPv4 total length or IPv6 header + payload */
+	__u16 l3_len; /* IPv4 total length or IPv6 header + payload, <= the frame */
 	__u8 tos;     /* IPv4 TOS or IPv6 traffic class */
 	__u8 tcp_flags;
 };
@@ -55,33 +57,49 @@ static __always_inline int parse_l4(void *l4, void *data_end, struct pkt_desc *p
 	return PARSE_NOT_L4;
 }
 
-static __always_inline int parse_packet(void *data, void *data_end, struct pkt_desc *p)
+/* `frame_len` is the whole frame's length: data_end - data in XDP (one buffer), the
+ * skb's length in tc, where data_end ends the linear part only. */
+static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_len, struct pkt_desc *p)
 {
 	struct ethhdr *eth = data;
+	__u32 frame = frame_len > sizeof(*eth) ? frame_len - sizeof(*eth) : 0;
 
 	if ((void *)(eth + 1) > data_end)
 		return PARSE_MALFORMED;
 	if (eth->h_proto == ETH_P_IP_BE) {
 		struct iphdr *iph = (void *)(eth + 1);
 
+		__u32 tot_len, hdr_len;
+
 		if ((void *)(iph + 1) > data_end)
 			return PARSE_MALFORMED;
+		hdr_len = iph->ihl * 4;
+		tot_len = bpf_ntohs(iph->tot_len);
+		/* A bad version, a header longer than the frame or than the packet, a total
+		 * length beyond the frame (a shorter one is Ethernet padding). */
+		if (iph->version != 4 || iph->ihl < 5 || hdr_len > frame || tot_len < hdr_len || tot_len > frame)
+			return PARSE_MALFORMED;
 		if (iph->ihl != 5)
-			return iph->ihl < 5 ? PARSE_MALFORMED : PARSE_OPTIONS;
+			return PARSE_OPTIONS;
 		if (iph->frag_off & bpf_htons(IP_MF_ | IP_OFFSET_))
 			return PARSE_FRAGMENT;
 		p->flow.family = FAM_V4;
 		p->flow.proto = iph->protocol;
 		p->flow.src[0] = iph->saddr;
 		p->flow.dst[0] = iph->daddr;
-		p->l3_len = bpf_ntohs(iph->tot_len);
+		p->l3_len = tot_len;
 		p->tos = iph->tos;
 		return parse_l4(iph + 1, data_end, p);
 	}
 	if (eth->h_proto == ETH_P_IPV6_BE) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 
+		__u32 l3_len;
+
 		if ((void *)(ip6 + 1) > data_end)
+			return PARSE_MALFORMED;
+		l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		if (ip6->version != 6 || l3_len > frame)
 			return PARSE_MALFORMED;
 		if (ip6->nexthdr == IPV6_FRAG_HDR_)
 			return PARSE_FRAGMENT;
@@ -89,7 +107,7 @@ static __always_inline int parse_packet(void *data, void *data_end, struct pkt_d
 		p->flow.proto = ip6->nexthdr;
 		__builtin_memcpy(p->flow.src, &ip6->saddr, 16);
 		__builtin_memcpy(p->flow.dst, &ip6->daddr, 16);
-		p->l3_len = bpf_ntohs(ip6->payload_len) + sizeof(*ip6);
+		p->l3_len = l3_len;
 		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
 		return parse_l4(ip6 + 1, data_end, p);
 	}

@@ -343,11 +343,14 @@ pub enum GlobalStat {
     Events,
     /// New-flow events lost (ring full).
     EventsLost,
+    /// To a VIP address but not a protocol the balancer handles (IPv6 extension
+    /// headers, protocols other than TCP, UDP and ICMP): dropped.
+    DropUnsupported,
 }
 
 impl GlobalStat {
     /// All, in map order.
-    pub const ALL: [GlobalStat; 19] = [
+    pub const ALL: [GlobalStat; 20] = [
         GlobalStat::PassNonIp,
         GlobalStat::PassNonVip,
         GlobalStat::DropMalformed,
@@ -367,6 +370,7 @@ impl GlobalStat {
         GlobalStat::HintStale,
         GlobalStat::Events,
         GlobalStat::EventsLost,
+        GlobalStat::DropUnsupported,
     ];
 
     /// A snake_case name for reports and metrics.
@@ -391,6 +395,7 @@ impl GlobalStat {
             GlobalStat::HintStale => "hint_stale",
             GlobalStat::Events => "events",
             GlobalStat::EventsLost => "events_lost",
+            GlobalStat::DropUnsupported => "drop_unsupported",
         }
     }
 
