@@ -111,7 +111,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1024)]
     max_reals: u32,
     /// Between statistics lines (and file updates).
-    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    #[arg(long, default_value = "5s", value_parser = stats_interval)]
     stats_interval: Duration,
     /// Write the statistics as JSON here (every interval and at exit).
     #[arg(long)]
@@ -129,6 +129,15 @@ pub struct RunArgs {
     /// else goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     json: Option<PathBuf>,
+}
+
+/// A statistics interval: positive, at most a day.
+fn stats_interval(s: &str) -> Result<Duration, String> {
+    let d = parse_positive_duration(s)?;
+    if d > Duration::from_secs(86_400) {
+        return Err(format!("{s}: at most a day"));
+    }
+    Ok(d)
 }
 
 fn parse_mac(s: &str) -> Result<[u8; 6]> {
@@ -314,6 +323,15 @@ fn check(a: &CheckArgs) -> Result<()> {
     );
     if !a.out.json_to_stdout() {
         out::print(&terminal::table(&t));
+    }
+    // A real with weight but no slot gets no new flows: say so.
+    for v in &doc.body.vips {
+        for r in v.reals.iter().filter(|r| r.slots == 0 && r.weight > 0) {
+            eprintln!(
+                "warning: VIP {}: real {} (weight {}) gets no ring slot and so no new flows; raise its weight or ring_size",
+                v.vip, r.address, r.weight
+            );
+        }
     }
     a.out.write_json(&doc)?;
     a.out.write_tables(&doc.provenance.run_id, &[t])

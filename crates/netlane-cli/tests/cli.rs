@@ -311,6 +311,39 @@ fn lb_check_json_validates() {
     assert!((share(0) / share(1) - 2.0).abs() < 0.05, "weights 2:1 -> {} / {}", share(0), share(1));
     let o = netlane(&["lb", "check", cfg.to_str().unwrap()]);
     assert!(stdout(&o).contains("10.1.0.11") && stdout(&o).contains("valid"), "{}", stdout(&o));
+
+    // Bounds a configuration cannot pass, and options that cannot be right: clear
+    // errors before anything is built (no root needed to see them).
+    let vip = "[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.1.0.11\"\n";
+    for (text, want) in [
+        (format!("ring_size = 4294967291\n{vip}"), "largest ring"),
+        (format!("conn_entries = 4294967295\n{vip}"), "conn_entries"),
+    ] {
+        std::fs::write(&cfg, text).unwrap();
+        let o = netlane(&["lb", "check", cfg.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{want}: {}", stderr(&o));
+    }
+    std::fs::write(&cfg, vip).unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["lb", "run", "--config", cfg.to_str().unwrap(), "--iface", "no-such-if0"];
+        args.extend_from_slice(extra);
+        netlane(&args)
+    };
+    for (extra, want) in [
+        (&["--gateway-mac", "ff:ff:ff:ff:ff:ff"][..], "unicast station"),
+        (&["--gateway-mac", "00:00:00:00:00:00"][..], "unicast station"),
+        (&["--gateway-mac", "02:00:00:00:00:01", "--src4", "0.0.0.0"][..], "outer IPv4 source"),
+        (&["--gateway-mac", "02:00:00:00:00:01", "--src6", "::1"][..], "outer IPv6 source"),
+        (&["--gateway-mac", "02:00:00:00:00:01", "--max-vips", "0"][..], "--max-vips"),
+    ] {
+        let o = run(extra);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{extra:?}: {}", stderr(&o));
+    }
+    let o = run(&["--gateway-mac", "02:00:00:00:00:01", "--stats-interval", "1000000years"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("at most a day") || stderr(&o).contains("too long"), "{}", stderr(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -213,6 +213,30 @@ impl std::fmt::Debug for Lb {
     }
 }
 
+/// The next hop's MAC and the outer source addresses must be ones a packet can carry.
+fn check_addresses(opts: &LbOptions) -> Result<(), LbError> {
+    let m = opts.gw_mac;
+    if m == [0; 6] || m[0] & 1 == 1 {
+        return Err(LbError::Invalid(format!(
+            "gateway MAC {}: a next hop is one unicast station (not zero, broadcast or multicast)",
+            m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+        )));
+    }
+    let s4 = opts.src4;
+    if s4.is_unspecified() || s4.is_loopback() || s4.is_multicast() || s4.is_broadcast() {
+        return Err(LbError::Invalid(format!(
+            "outer IPv4 source {s4}: must be a unicast address the reals can answer"
+        )));
+    }
+    let s6 = opts.src6;
+    if s6.is_unspecified() || s6.is_loopback() || s6.is_multicast() {
+        return Err(LbError::Invalid(format!(
+            "outer IPv6 source {s6}: must be a unicast address the reals can answer"
+        )));
+    }
+    Ok(())
+}
+
 impl Lb {
     /// Loads the data plane sized for `config`, applies it and attaches to the
     /// interface: native mode, else generic (see [`Lb::native_error`]).
@@ -221,6 +245,16 @@ impl Lb {
         if opts.max_tags == 0 || opts.max_tags > 1 << 24 {
             return Err(LbError::Invalid(format!("max tags must be 1..=2^24, not {}", opts.max_tags)));
         }
+        check_addresses(&opts)?;
+        let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
+        if (opts.max_vips as usize) < config.vips.len() || (opts.max_reals as usize) < reals {
+            return Err(LbError::Invalid(format!(
+                "the configuration has {} VIPs and {reals} reals; room for {} and {} (--max-vips, --max-reals) is too little",
+                config.vips.len(),
+                opts.max_vips,
+                opts.max_reals
+            )));
+        }
         let (ifindex, own_mac) = (if_index(&opts.iface)?, if_mac(&opts.iface)?);
         let bound = opts.hint != HintMode::Off && opts.hint_source == HintSource::Kfunc;
         if bound && opts.force_generic {
@@ -228,8 +262,8 @@ impl Lb {
                 "RX-hash hints from the NIC need a device-bound program, which only attaches in native mode".into(),
             ));
         }
-        let max_vips = opts.max_vips.max(config.vips.len() as u32);
-        let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
+        let max_vips = opts.max_vips;
+        // Room for a reload's new reals beside the old ones.
         let max_reals = opts.max_reals.max(reals as u32 * 2);
         let mut sizes = BalancerSizes::new(max_vips, max_reals, config.ring_size, config.conn_entries);
         sizes.flow_tags = opts.max_tags;

@@ -30,6 +30,10 @@ pub const DEFAULT_RING: u32 = 65537;
 /// Largest weight accepted.
 pub const MAX_WEIGHT: u32 = 1000;
 
+/// Most connection-table entries (an LRU hash over all CPUs; 2^24 entries take about
+/// 1.5 GiB of kernel memory).
+pub const MAX_CONN_ENTRIES: u32 = 1 << 24;
+
 /// Transport protocol of a VIP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -168,14 +172,17 @@ impl Config {
     /// Checks everything a data plane relies on.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.ring_size > maglev::MAX_RING {
+            return bad(format!("ring_size {} is above the largest ring, {}", self.ring_size, maglev::MAX_RING));
+        }
         if self.ring_size < maglev::MIN_RING || !maglev::is_prime(self.ring_size) {
             return bad(format!("ring_size {} must be a prime of at least 7 (e.g. 65537)", self.ring_size));
         }
+        if !(64..=MAX_CONN_ENTRIES).contains(&self.conn_entries) {
+            return bad(format!("conn_entries {} must be 64..={MAX_CONN_ENTRIES}", self.conn_entries));
+        }
         if self.vips.is_empty() {
             return bad("no [[vip]] configured".into());
-        }
-        if self.conn_entries < 64 {
-            return bad(format!("conn_entries {} is too small (at least 64)", self.conn_entries));
         }
         if self.udp_timeout_s > 86_400 {
             return bad(format!("udp_timeout_s {} is above a day", self.udp_timeout_s));
@@ -379,6 +386,8 @@ mod tests {
     fn bad_configs_say_what_and_where() {
         let cases = [
             ("ring_size = 65536\n", "prime"),
+            ("ring_size = 4294967291\n", "largest ring"),
+            ("conn_entries = 4294967295\n", "conn_entries"),
             ("", "no [[vip]]"),
             ("[[vip]]\naddress = \"10.0.0.1\"\nproto = \"sctp\"\n", "sctp"),
             ("[[vip]]\naddress = \"10.0.0.1\"\nproto = \"tcp\"\n", "has no [[vip.real]]"),

@@ -25,6 +25,10 @@ pub const EMPTY: Slot = u32::MAX;
 /// Smallest ring size accepted.
 pub const MIN_RING: u32 = 7;
 
+/// Largest ring (a prime, four times Katran's 65,537): building a ring costs time in
+/// proportion to its size, and every VIP's ring is a map of this many slots.
+pub const MAX_RING: u32 = 262_139;
+
 /// A backend as the ring sees it: a stable identity and a weight.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backend {
