@@ -345,7 +345,8 @@ fn template(dst_mac: [u8; 6], src_mac: [u8; 6]) -> Vec<u8> {
 /// with room to spare (at 1.25 x the flows, the kernel's LRU evicted live entries:
 /// half the lookups missed).
 pub fn conn_entries(flows: u32, possible_cpus: usize) -> u32 {
-    (u64::from(flows) * 2 * possible_cpus as u64).clamp(4096, u64::from(u32::MAX)) as u32
+    (u64::from(flows) * 2 * possible_cpus as u64).clamp(4096, u64::from(netlane_lb::proto::config::MAX_CONN_ENTRIES))
+        as u32
 }
 
 /// The balancer's configuration for `flows` flows. The CPU count is the kernel's
@@ -696,6 +697,7 @@ mod tests {
         assert_eq!(cfg.conn_entries, conn_entries(10_000, possible));
         assert_eq!(conn_entries(10_000, 2), 40_000);
         assert_eq!(conn_entries(1, 2), 4096, "a floor for tiny flow counts");
+        assert_eq!(conn_entries(1_000_000, 64), 1 << 24, "at most what a configuration may ask for");
     }
 
     #[test]
