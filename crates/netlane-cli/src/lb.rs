@@ -253,6 +253,10 @@ fn show(e: Event<'_>, quiet: bool, iface: &str) {
             }
         }
         Event::Kept(why) => eprintln!("netlane lb: kept the running configuration: {why}"),
+        Event::Trouble { what, held_back } => eprintln!(
+            "netlane lb: {what} (still forwarding{})",
+            if held_back > 0 { format!("; {held_back} more failures since the last shown") } else { String::new() }
+        ),
     }
 }
 

@@ -804,6 +804,12 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
         assert!(Instant::now() < deadline, "lb run never published statistics");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // The statistics file can no longer be written (a directory now stands where it
+    // goes): the balancer keeps forwarding, says so, and still stops cleanly.
+    std::fs::remove_file(&stats).unwrap();
+    std::fs::create_dir_all(stats.join("in-the-way")).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(child.0.try_wait().unwrap().is_none(), "lb run exited when it could not write its statistics");
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     let status = child.wait().unwrap();
     let (mut out, mut err) = (String::new(), String::new());
@@ -811,6 +817,7 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
     child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("loading the data plane") && err.contains("detached from lb0"), "{err}");
+    assert!(err.contains("still forwarding"), "the failed writes are reported: {err}");
     let doc = valid_document(&out, "lb-run");
     assert_eq!(doc["mode"], "native");
     assert_eq!(doc["stats"]["iface"], "lb0");

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
+use netlane::ratelimit::RateLimit;
 
 use crate::proto::config::{Config, VipChange};
 use crate::{Decap, Lb, LbError, LbOptions, LbStats, TcClassifier, XdpLink, XdpMode, if_index, render_prometheus};
@@ -63,6 +64,15 @@ pub enum Event<'a> {
     Applied(&'a [VipChange]),
     /// A changed configuration file could not be applied: the running one stays.
     Kept(String),
+    /// Servicing events or publishing statistics failed; the balancer keeps forwarding
+    /// and tries again. Shown at most once per 10 s: `held_back` failures since the last
+    /// one shown were not.
+    Trouble {
+        /// What failed.
+        what: String,
+        /// Failures not shown since the last one that was.
+        held_back: u64,
+    },
 }
 
 fn read_config(path: &Path) -> Result<Config, LbError> {
@@ -135,15 +145,21 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
     }
     let start = Instant::now();
     let mut next_stats = start;
-    let publish = |lb: &Lb, on: &mut dyn FnMut(Event<'_>)| -> Result<LbStats, LbError> {
+    // Statistics are read first (the data plane's maps), then written out; a failed
+    // write (a full disk, a removed directory) loses that interval's file, nothing else.
+    let publish = |lb: &Lb, on: &mut dyn FnMut(Event<'_>), failed: &mut Vec<String>| -> Result<LbStats, LbError> {
         let s = lb.stats()?;
         let json = serde_json::to_string_pretty(&s).map_err(|e| LbError::Invalid(format!("encode statistics: {e}")))?;
         let prom = render_prometheus(&s);
-        if let Some(p) = &opts.stats_json {
-            write_atomically(p, &json)?;
+        if let Some(p) = &opts.stats_json
+            && let Err(e) = write_atomically(p, &json)
+        {
+            failed.push(e.to_string());
         }
-        if let Some(p) = &opts.prometheus {
-            write_atomically(p, &prom)?;
+        if let Some(p) = &opts.prometheus
+            && let Err(e) = write_atomically(p, &prom)
+        {
+            failed.push(e.to_string());
         }
         if let Ok(mut l) = latest.lock() {
             *l = (prom, json);
@@ -151,8 +167,20 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
         on(Event::Stats(&s, start.elapsed().as_secs_f64()));
         Ok(s)
     };
+    let mut limit = RateLimit::new(Duration::from_secs(10));
+    let mut trouble = |what: String, on: &mut dyn FnMut(Event<'_>)| {
+        if let Some(held_back) = limit.allow(Instant::now()) {
+            on(Event::Trouble { what, held_back });
+        }
+    };
+    let mut failed = Vec::new();
     while !stop.load(Ordering::Relaxed) && opts.time.is_none_or(|t| start.elapsed() < t) {
-        lb.service_events(Duration::from_millis(100))?;
+        // The data plane forwards whatever happens here: a failure is counted, shown
+        // (rate-limited) and tried again, never a reason to detach.
+        if let Err(e) = lb.service_events(Duration::from_millis(100)) {
+            trouble(format!("servicing new-flow events: {e}"), on);
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let now = mtime(&opts.config);
         if now != seen {
             seen = now;
@@ -169,11 +197,20 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
             }
         }
         if Instant::now() >= next_stats {
-            publish(&lb, on)?;
+            if let Err(e) = publish(&lb, on, &mut failed) {
+                failed.push(format!("reading statistics: {e}"));
+            }
+            for f in failed.drain(..) {
+                trouble(f, on);
+            }
             next_stats += opts.stats_interval;
         }
     }
-    let last = publish(&lb, on)?;
+    let last = publish(&lb, on, &mut failed)?;
+    for f in failed.drain(..) {
+        // The last word: shown whatever the rate limit says.
+        on(Event::Trouble { what: f, held_back: 0 });
+    }
     drop(lb);
     Ok(last)
 }
