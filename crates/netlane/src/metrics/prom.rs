@@ -3,17 +3,19 @@
 //!
 //! Servers keep their own counters (atomics, per-thread structs published by their
 //! threads); at scrape time they render a snapshot with [`Exposition`]. The endpoint is
-//! for a loopback address only: one request per connection, bounded in size and time,
-//! served by one thread that stops when the [`MetricsServer`] is dropped.
+//! for a loopback address only: HTTP/1.1 (hyper), connections served concurrently and
+//! bounded in number and time, on one thread that stops when the [`MetricsServer`] is
+//! dropped.
 
 use std::fmt::{Display, Write as _};
-use std::io::{self, Read as _, Write as _};
-use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsFd;
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use http_body_util::Full;
+use hyper::body::Bytes;
 
 /// Escapes a label value (backslash, double quote, newline).
 pub fn escape_label(v: &str) -> String {
@@ -124,16 +126,21 @@ pub type Handler = dyn Fn(&str) -> Option<(&'static str, String)> + Send + Sync;
 /// The content type of the text exposition format.
 pub const TEXT_FORMAT: &str = "text/plain; version=0.0.4";
 
-/// Longest request head the endpoint reads, and how long it waits for it or for the
-/// client to take the answer.
-const REQUEST_MAX: usize = 1024;
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the endpoint waits for a request head, and for a whole exchange.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(2);
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// An HTTP endpoint on a loopback address; stops (and joins its thread) when dropped.
+/// Connections served at once; more are closed at once (a scraper retries).
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// An HTTP/1.1 endpoint (hyper) on a loopback address, serving connections concurrently
+/// on a thread of its own: each connection gets [`HEAD_TIMEOUT`] to send its request
+/// head and [`EXCHANGE_TIMEOUT`] in all, at most [`MAX_CONNECTIONS`] at once, so idle or
+/// slow clients cannot hold a scrape up. Stops (and joins its thread) when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<AtomicBool>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -151,12 +158,20 @@ impl MetricsServer {
     /// Binds `addr` (loopback only) and serves `handler` on a thread named `name`.
     pub fn start(addr: SocketAddr, name: &str, handler: Arc<Handler>) -> io::Result<MetricsServer> {
         check_metrics_addr(addr).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let listener = TcpListener::bind(addr)?;
+        let listener = std::net::TcpListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new().name(name.into()).spawn(move || serve(&listener, &flag, &*handler))?;
-        Ok(MetricsServer { addr, stop, thread: Some(thread) })
+        let rt = tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build()?;
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            rt.block_on(async move {
+                match tokio::net::TcpListener::from_std(listener) {
+                    Ok(l) => serve(l, stopped, handler).await,
+                    Err(e) => tracing::warn!(error = %e, "metrics endpoint: cannot use its socket"),
+                }
+            })
+        })?;
+        Ok(MetricsServer { addr, stop: Some(stop), thread: Some(thread) })
     }
 
     /// The bound address (with the port the kernel chose for port 0).
@@ -167,59 +182,71 @@ impl MetricsServer {
 
 impl Drop for MetricsServer {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
 }
 
-fn serve(listener: &TcpListener, stop: &AtomicBool, handler: &Handler) {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    while !stop.load(Ordering::Relaxed) {
-        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
-        if !matches!(poll(&mut fds, PollTimeout::from(100u16)), Ok(n) if n > 0) {
-            continue;
-        }
-        let Ok((mut conn, _)) = listener.accept() else {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    mut stopped: tokio::sync::oneshot::Receiver<()>,
+    handler: Arc<Handler>,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let conn = tokio::select! {
+            _ = &mut stopped => return,
+            c = listener.accept() => c,
+        };
+        let Ok((stream, _)) = conn else {
             // Out of descriptors or the like: do not spin on it.
-            std::thread::sleep(Duration::from_millis(100));
+            tokio::time::sleep(Duration::from_millis(100)).await;
             continue;
         };
-        let _ = conn.set_read_timeout(Some(CLIENT_TIMEOUT));
-        let _ = conn.set_write_timeout(Some(CLIENT_TIMEOUT));
-        // The request head, up to its blank line (a client may write it in pieces);
-        // answering before it all arrived would make the client's later writes fail.
-        let mut req = [0u8; REQUEST_MAX];
-        let mut n = 0;
-        while n < req.len() && !req[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-            match conn.read(&mut req[n..]) {
-                Ok(0) | Err(_) => break,
-                Ok(m) => n += m,
-            }
-        }
-        let line = String::from_utf8_lossy(&req[..n]);
-        let mut words = line.split_whitespace();
-        let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or("/"));
-        let (status, ctype, body) = if method != "GET" {
-            ("405 Method Not Allowed", "text/plain", "GET only\n".to_string())
-        } else {
-            match handler(path) {
-                Some((ctype, body)) => ("200 OK", ctype, body),
-                None => ("404 Not Found", "text/plain", "try /metrics\n".to_string()),
-            }
-        };
-        let _ = write!(
-            conn,
-            "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
+        // Over the limit: closed at once, the others are not held up.
+        let Ok(slot) = slots.clone().try_acquire_owned() else { continue };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                let answer = respond(&*handler, req.method(), req.uri().path());
+                async move { Ok::<_, std::convert::Infallible>(answer) }
+            });
+            let exchange = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEAD_TIMEOUT)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(EXCHANGE_TIMEOUT, exchange).await;
+            drop(slot);
+        });
     }
+}
+
+fn respond(handler: &Handler, method: &hyper::Method, path: &str) -> hyper::Response<Full<Bytes>> {
+    let (status, ctype, body) = if method != hyper::Method::GET {
+        (hyper::StatusCode::METHOD_NOT_ALLOWED, "text/plain", "GET only\n".to_string())
+    } else {
+        match handler(path) {
+            Some((ctype, body)) => (hyper::StatusCode::OK, ctype, body),
+            None => (hyper::StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".to_string()),
+        }
+    };
+    let mut r = hyper::Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    if let Ok(v) = hyper::header::HeaderValue::from_str(ctype) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Read as _, Write as _};
 
     #[test]
     fn text_has_help_type_escaped_labels_and_cumulative_buckets() {
@@ -239,6 +266,30 @@ mod tests {
         assert!(t.contains("lat_seconds_bucket{q=\"1\",le=\"+Inf\"} 5\n"), "{t}");
         assert!(t.contains("lat_seconds_count{q=\"1\"} 5\n"), "{t}");
         assert!(t.contains("lat_seconds_sum{q=\"1\"} 0.01\n"), "{t}");
+    }
+
+    #[test]
+    fn idle_connections_do_not_hold_up_a_scrape() {
+        let h: Arc<Handler> = Arc::new(|p: &str| (p == "/metrics").then(|| (TEXT_FORMAT, "up 1\n".to_string())));
+        let s = MetricsServer::start("127.0.0.1:0".parse().unwrap(), "test-metrics", h).unwrap();
+        // Fifteen clients that connect and say nothing, one that sends half a head.
+        let mut idle: Vec<std::net::TcpStream> =
+            (0..15).map(|_| std::net::TcpStream::connect(s.local_addr()).unwrap()).collect();
+        let mut half = std::net::TcpStream::connect(s.local_addr()).unwrap();
+        write!(half, "GET /metrics HTTP/1.1\r\n").unwrap();
+        idle.push(half);
+        let t = std::time::Instant::now();
+        let mut c = std::net::TcpStream::connect(s.local_addr()).unwrap();
+        write!(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut r = String::new();
+        c.read_to_string(&mut r).unwrap();
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.ends_with("\r\n\r\nup 1\n"), "{r}");
+        assert!(t.elapsed() < HEAD_TIMEOUT, "the scrape waited {:?} behind idle clients", t.elapsed());
+        // The half-sent head times out and its connection is closed.
+        let mut rest = Vec::new();
+        let waited = std::time::Instant::now();
+        let _ = idle[15].read_to_end(&mut rest);
+        assert!(waited.elapsed() < HEAD_TIMEOUT + Duration::from_secs(2), "a slow client kept its connection");
     }
 
     #[test]
