@@ -157,10 +157,14 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.modes = vec![lanes::Mode::Plain, lanes::Mode::Napi];
                 o.no_search = true;
-                o.connections = vec![32];
-                o.rates = vec![5_000];
+                // Light enough that the generator, on the same two CPUs, keeps its
+                // schedule while other work runs beside the lab.
+                o.connections = vec![16];
+                o.rates = vec![2_000];
+                o.isolation_rate = 2_000;
+                o.isolation_connections = 16;
                 o.workload.keys = 10_000;
-                o.time = Duration::from_millis(500);
+                o.time = Duration::from_secs(1);
             }
             Box::new(o)
         }
