@@ -280,9 +280,10 @@ int balancer(struct xdp_md *ctx)
 			__u32 slot = vip_index * size + hash % size;
 			__u32 *r = bpf_map_lookup_elem(&ring_map, &slot);
 
-			if (r)
-				real_index = *r;
-			real = r ? live_real(real_index, 0, 0) : 0;
+			/* A slot holds its real's index + 1; 0 (as the map starts) is empty. */
+			if (r && *r)
+				real_index = *r - 1;
+			real = r && *r ? live_real(real_index, 0, 0) : 0;
 			if (!real) {
 				count(ST_DROP_NO_REAL);
 				return XDP_DROP;

@@ -23,7 +23,8 @@ struct {
 	__type(value, __u32);
 } vip_addrs SEC(".maps");
 
-/* All VIPs' Maglev rings back to back: slot -> real index. */
+/* All VIPs' Maglev rings back to back: slot -> real index + 1 (0: empty, as the map
+ * starts, so no ring needs writing before its VIP exists). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, MAX_VIPS * 65537);

@@ -128,12 +128,9 @@ impl Balancer {
                 (Skel::Bound(s), m)
             }
         };
-        let b = Balancer { skel, maps, opts: *opts };
-        let empty = vec![u32::MAX; opts.sizes.ring_size as usize];
-        for v in 0..opts.sizes.max_vips {
-            b.set_ring(v, &empty)?;
-        }
-        Ok(b)
+        // The ring map starts zeroed, which is empty (slots hold index + 1): no VIP's
+        // ring needs writing before it is used.
+        Ok(Balancer { skel, maps, opts: *opts })
     }
 
     /// The program, for test runs (the plain build only: the kernel refuses to
@@ -215,9 +212,14 @@ impl Balancer {
                 self.opts.sizes.max_vips
             )));
         }
+        if let Some(bad) = ring.iter().find(|&&r| r != u32::MAX && r >= self.opts.sizes.max_reals) {
+            return Err(invalid(format!("ring slot names real {bad}, >= {}", self.opts.sizes.max_reals)));
+        }
         let base = index * size;
         let keys: Vec<u8> = (0..size).flat_map(|i| (base + i).to_ne_bytes()).collect();
-        let values: Vec<u8> = ring.iter().flat_map(|r| r.to_ne_bytes()).collect();
+        // In the map a slot holds the real's index + 1, and 0 is empty (as the map starts).
+        let values: Vec<u8> =
+            ring.iter().flat_map(|&r| if r == u32::MAX { 0u32 } else { r + 1 }.to_ne_bytes()).collect();
         self.maps.ring_map.update_batch(&keys, &values, size, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
     }
 
