@@ -2,7 +2,8 @@
 //! them) with clang and generates their libbpf-rs skeletons (Rust types come from the
 //! object's BTF, never hand-copied).
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use libbpf_cargo::SkeletonBuilder;
 
@@ -35,6 +36,7 @@ fn main() {
     println!("cargo:rerun-if-changed={}", root.join("lab").display());
     println!("cargo:rerun-if-changed={}", root.join("rr").display());
     println!("cargo:rerun-if-changed={}", root.join("lanes").display());
+    global_stats(&root.join("lb").join("lb_consts.h"), &out.join("global_stats.rs"));
     for (dir, name) in PROGRAMS {
         let src = root.join(dir).join(format!("{name}.bpf.c"));
         println!("cargo:rerun-if-changed={}", src.display());
@@ -50,4 +52,50 @@ fn main() {
             .build_and_generate(out.join(format!("{name}.skel.rs")))
             .unwrap_or_else(|e| panic!("building {}: {e:#}", src.display()));
     }
+}
+
+/// Generates the Rust `GlobalStat` (variants, order, names, docs) from
+/// `enum lb_global_stat` in `lb_consts.h`: one `ST_<NAME>,  /* doc */` per line, up to
+/// `ST_NUM`. The C enum is the one source of truth for the counters' order.
+fn global_stats(header: &Path, out: &Path) {
+    println!("cargo:rerun-if-changed={}", header.display());
+    let text = std::fs::read_to_string(header).unwrap_or_else(|e| panic!("read {}: {e}", header.display()));
+    let body = text
+        .split_once("enum lb_global_stat {")
+        .and_then(|(_, rest)| rest.split_once("ST_NUM"))
+        .map(|(body, _)| body)
+        .unwrap_or_else(|| panic!("{}: no enum lb_global_stat ending in ST_NUM", header.display()));
+    let mut stats: Vec<(String, String)> = Vec::new();
+    for line in body.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        let name = line
+            .strip_prefix("ST_")
+            .and_then(|l| l.split([',', ' ', '\t', '=']).next())
+            .unwrap_or_else(|| panic!("{}: {line:?} is not an ST_ entry", header.display()));
+        let doc = line
+            .split_once("/*")
+            .and_then(|(_, c)| c.split_once("*/"))
+            .map(|(c, _)| c.trim().to_string())
+            .unwrap_or_else(|| panic!("{}: ST_{name} needs its doc comment on its line", header.display()));
+        stats.push((name.to_ascii_lowercase(), doc));
+    }
+    let camel = |n: &str| n.split('_').map(|w| w[..1].to_ascii_uppercase() + &w[1..]).collect::<String>();
+    let mut rs = String::from(
+        "/// The data plane's global counters, in the order of `enum lb_global_stat`\n\
+         /// (`bpf/lb/lb_consts.h`, from which the build script generates this).\n\
+         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum GlobalStat {\n",
+    );
+    for (name, doc) in &stats {
+        let _ = writeln!(rs, "    #[doc = {doc:?}]\n    {},", camel(name));
+    }
+    rs.push_str("}\n\nimpl GlobalStat {\n    /// All, in map order.\n");
+    let _ = writeln!(rs, "    pub const ALL: [GlobalStat; {}] = [", stats.len());
+    for (name, _) in &stats {
+        let _ = writeln!(rs, "        GlobalStat::{},", camel(name));
+    }
+    rs.push_str("    ];\n\n    /// Its snake_case name for reports and metrics.\n    pub fn name(self) -> &'static str {\n        match self {\n");
+    for (name, _) in &stats {
+        let _ = writeln!(rs, "            GlobalStat::{} => {name:?},", camel(name));
+    }
+    rs.push_str("        }\n    }\n}\n");
+    std::fs::write(out, rs).unwrap_or_else(|e| panic!("write {}: {e}", out.display()));
 }

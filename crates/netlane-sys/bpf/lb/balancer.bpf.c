@@ -134,9 +134,9 @@ static __always_inline void emit_new_flow(const struct flow_key *f, __u32 real, 
 	struct flow_event ev = { .flow = *f, .real = real, .generation = generation, .hash = hash, .vip = vip };
 
 	if (bpf_ringbuf_output(&flow_events, &ev, sizeof(ev), 0) == 0)
-		count(ST_EVENT);
+		count(ST_EVENTS);
 	else
-		count(ST_EVENT_LOST);
+		count(ST_EVENTS_LOST);
 }
 
 SEC("xdp")
@@ -297,7 +297,7 @@ int balancer(struct xdp_md *ctx)
 						nv.atime = now ? now : bpf_ktime_get_ns();
 					bpf_map_update_elem(&conn_table, &p.flow, &nv, BPF_ANY);
 				} else {
-					count(ST_CONN_RATE_LIMIT);
+					count(ST_CONN_RATE_LIMITED);
 				}
 			}
 			if (hint_mode >= HINT_FLOW_TAG && !icmp_error)

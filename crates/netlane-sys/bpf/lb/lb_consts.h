@@ -66,29 +66,30 @@
 #define FAM_V4 4
 #define FAM_V6 6
 
-/* Global counters (index into global_stats). */
+/* Global counters (index into global_stats). The Rust side's GlobalStat is generated
+ * from this enum by the build script: one entry per line, `ST_<NAME>`, its doc comment
+ * on the same line; the counter's reported name is <name> in lower case. */
 enum lb_global_stat {
-	ST_PASS_NON_IP = 0,  /* not IPv4/IPv6: to the stack */
-	ST_PASS_NON_VIP,     /* IP but no VIP: to the stack */
-	ST_DROP_MALFORMED,   /* truncated or inconsistent headers */
-	ST_DROP_IP_OPTIONS,  /* IPv4 with options */
-	ST_DROP_FRAGMENT,    /* IPv4 or IPv6 fragments */
-	ST_DROP_NO_REAL,     /* VIP whose ring slot has no real */
-	ST_DROP_ENCAP,	     /* no headroom for the outer header */
-	ST_TX,		     /* encapsulated and sent */
-	ST_CONN_HIT,	     /* connection-table hit */
-	ST_CONN_MISS,	     /* connection-table miss: ring lookup */
-	ST_ICMP_ECHO,	     /* echo requests to a VIP answered */
-	ST_ICMP_TOO_BIG,     /* frag-needed / packet-too-big routed to the flow's real */
-	ST_CONN_STALE,	     /* connection entry for a removed real, or an idle UDP flow */
-	ST_CONN_RATE_LIMIT,  /* new flows not recorded: above the per-CPU rate guard */
-	ST_HINT_HIT,	     /* hint (cache entry or tag) used: lookups skipped */
-	ST_HINT_MISS,	     /* hint present but no usable entry: full path */
-	ST_HINT_STALE,	     /* tag or cache entry for a real no longer in the VIP's set */
-	ST_EVENT,	     /* new-flow events sent to the control plane */
-	ST_EVENT_LOST,	     /* new-flow events lost (ring buffer full) */
-	ST_DROP_UNSUPPORTED, /* to a VIP but neither TCP, UDP nor ICMP it handles
-			      * (IPv6 extension headers, other protocols) */
+	ST_PASS_NON_IP = 0,   /* Not IPv4/IPv6: to the stack. */
+	ST_PASS_NON_VIP,      /* IP but no VIP: to the stack. */
+	ST_DROP_MALFORMED,    /* Truncated or inconsistent headers: dropped. */
+	ST_DROP_IP_OPTIONS,   /* IPv4 with options: dropped. */
+	ST_DROP_FRAGMENT,     /* IPv4 or IPv6 fragments: dropped. */
+	ST_DROP_NO_REAL,      /* A VIP whose ring slot has no real: dropped. */
+	ST_DROP_ENCAP,	      /* No headroom for the outer header: dropped. */
+	ST_TX,		      /* Encapsulated and sent. */
+	ST_CONN_HIT,	      /* Connection-table hits. */
+	ST_CONN_MISS,	      /* Connection-table misses (ring lookups). */
+	ST_ICMP_ECHO,	      /* Echo requests to a VIP answered. */
+	ST_ICMP_TOO_BIG,      /* Frag-needed / packet-too-big errors routed to the flow's real. */
+	ST_CONN_STALE,	      /* Connection entries for removed reals or idle UDP flows. */
+	ST_CONN_RATE_LIMITED, /* New flows not recorded: above the per-CPU rate guard. */
+	ST_HINT_HIT,	      /* Hints (cache entry or tag) used: lookups skipped. */
+	ST_HINT_MISS,	      /* Hints without a usable entry: full path. */
+	ST_HINT_STALE,	      /* Hints whose entry or tag was stale (real gone, wrong VIP, other flow). */
+	ST_EVENTS,	      /* New-flow events sent to the control plane. */
+	ST_EVENTS_LOST,	      /* New-flow events lost (ring buffer full). */
+	ST_DROP_UNSUPPORTED, /* To a VIP address but not a protocol it handles (IPv6 extension headers, others): dropped. */
 	ST_NUM
 };
 
