@@ -503,11 +503,14 @@ fn balancer_fixtures() {
     assert_eq!((pass_non_ip, pass_non_vip, malformed, options, fragment, no_real, tx), (1, 5, 8, 1, 2, 1, 6));
     assert_eq!(s[10], 2, "echo requests answered");
     assert_eq!(s[GlobalStat::DropUnsupported.index()], 1, "extension-header chain to a VIP");
-    // The established second packet of the first flow hits the connection table.
+    // The first flow's SYN was forwarded by the ring alone; its first packet past the
+    // SYN is recorded, and the one after hits the connection table.
     let ack = eth(OWN, CLIENT_MAC, 0x0800, &ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(40000, 80, 0x10)));
-    let before = b.global_stats().unwrap()[8];
+    let before = stat(&b, GlobalStat::ConnHit);
     assert_eq!(test_run_xdp(b.program().unwrap(), &ack).unwrap().verdict, XDP_TX);
-    assert_eq!(b.global_stats().unwrap()[8], before + 1, "connection-table hit");
+    assert_eq!(stat(&b, GlobalStat::ConnHit), before, "a SYN leaves no entry");
+    assert_eq!(test_run_xdp(b.program().unwrap(), &ack).unwrap().verdict, XDP_TX);
+    assert_eq!(stat(&b, GlobalStat::ConnHit), before + 1, "connection-table hit");
 }
 
 #[test]
@@ -770,4 +773,51 @@ fn destination_tags_stay_inside_the_vips_set() {
     // Hash values without a tag's top byte are plain hashes: untagged.
     test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
     assert_eq!(stat(&b, GlobalStat::HintMiss), 1);
+}
+
+#[test]
+fn a_syn_flood_announces_nothing_and_leaves_established_flows_tagged() {
+    if !may_load_bpf("a_syn_flood_announces_nothing_and_leaves_established_flows_tagged") {
+        return;
+    }
+    let b = setup(HintMode::FlowTag, config());
+    let prog = b.program().unwrap();
+    let mut events = b.events().unwrap();
+    // Ten established flows: each announced once, by its first packet past the SYN,
+    // however many packets follow; the control plane tags each.
+    let flows: Vec<(Vec<u8>, Vec<u8>)> = (0..10).map(|i| vip0_frame(48000 + i, 0x10)).collect();
+    for (frame, _) in &flows {
+        for _ in 0..3 {
+            assert_eq!(test_run_xdp(prog, frame).unwrap().verdict, XDP_TX);
+        }
+    }
+    let announced = events.drain().unwrap();
+    assert_eq!(announced.len(), 10, "one event per flow");
+    for (i, e) in announced.iter().enumerate() {
+        b.set_flow_tag(i as u32, e).unwrap();
+    }
+    // A flood of SYNs from spoofed sources: forwarded, but no event and no entry.
+    let conn_miss = stat(&b, GlobalStat::ConnMiss);
+    for i in 0..5000u32 {
+        let src = [198, 18, (i >> 8) as u8, i as u8];
+        let syn = eth(
+            OWN,
+            CLIENT_MAC,
+            0x0800,
+            &ipv4(&v4(src, [10, 100, 0, 1], 6), &tcp(1024 + (i % 60000) as u16, 80, 0x02)),
+        );
+        assert_eq!(test_run_xdp(prog, &syn).unwrap().verdict, XDP_TX);
+    }
+    assert_eq!(stat(&b, GlobalStat::ConnMiss), conn_miss + 5000);
+    assert_eq!(events.drain().unwrap().len(), 0, "a SYN announces nothing");
+    assert_eq!(stat(&b, GlobalStat::Events), 10);
+    // The established flows' tags still resolve: every tagged packet skips the lookups.
+    let hits = stat(&b, GlobalStat::HintHit);
+    for (i, (frame, ip)) in flows.iter().enumerate() {
+        let r = test_run_xdp_with_meta(prog, &hint(flow_tag(i as u32)), frame).unwrap();
+        let e = &announced[i];
+        let real = if e.real == 0 { Ipv4Addr::new(10, 200, 0, 2) } else { Ipv4Addr::new(10, 200, 0, 3) };
+        assert_eq!(r.packet, expect_ipip(ip, 0x10, e.hash, real));
+    }
+    assert_eq!(stat(&b, GlobalStat::HintHit), hits + 10, "every established flow's tag was used");
 }

@@ -129,10 +129,31 @@ static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct 
 	return 0;
 }
 
+/* At most MAX_EVENTS_PER_CPU_PER_SEC events per second per CPU. */
+static __always_inline int event_allowed(void)
+{
+	__u32 zero = 0;
+	struct rate_window *w = bpf_map_lookup_elem(&event_rate, &zero);
+	__u64 now;
+
+	if (!w)
+		return 1;
+	now = bpf_ktime_get_ns();
+	if (now - w->start > NSEC_PER_SEC) {
+		w->start = now;
+		w->count = 0;
+	}
+	return ++w->count <= MAX_EVENTS_PER_CPU_PER_SEC;
+}
+
 static __always_inline void emit_new_flow(const struct flow_key *f, __u32 real, __u32 generation, __u32 hash, __u32 vip)
 {
 	struct flow_event ev = { .flow = *f, .real = real, .generation = generation, .hash = hash, .vip = vip };
 
+	if (!event_allowed()) {
+		count(ST_EVENTS_LIMITED);
+		return;
+	}
 	if (bpf_ringbuf_output(&flow_events, &ev, sizeof(ev), 0) == 0)
 		count(ST_EVENTS);
 	else
@@ -289,19 +310,25 @@ int balancer(struct xdp_md *ctx)
 				return XDP_DROP;
 			}
 			count(ST_CONN_MISS);
-			if (use_table && !icmp_error && cfg) {
+			/* A flow is recorded, and announced to the control plane, once it is past
+			 * its first packet: a SYN is forwarded by the ring alone (a SYN flood
+			 * neither churns the table nor announces flows that never completed a
+			 * handshake). A flow is announced when its entry is created (or replaces
+			 * a stale one): once, and never when the rate guard refused it. */
+			if (use_table && !icmp_error && !is_syn && cfg) {
 				if (new_conn_allowed(cfg)) {
 					struct conn_val nv = { .real = real_index, .generation = real->generation };
 
 					if (is_udp && cfg->udp_timeout_ms)
 						nv.atime = now ? now : bpf_ktime_get_ns();
-					bpf_map_update_elem(&conn_table, &p.flow, &nv, BPF_ANY);
+					if (bpf_map_update_elem(&conn_table, &p.flow, &nv,
+								cv ? BPF_ANY : BPF_NOEXIST) == 0 &&
+					    hint_mode >= HINT_FLOW_TAG)
+						emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index);
 				} else {
 					count(ST_CONN_RATE_LIMITED);
 				}
 			}
-			if (hint_mode >= HINT_FLOW_TAG && !icmp_error)
-				emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index);
 		}
 		/* Remember the flow in the rx-hash cache slot its hint names. */
 		if (hint_mode == HINT_RX_HASH && have_hint && !icmp_error) {

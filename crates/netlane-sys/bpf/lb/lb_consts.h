@@ -46,6 +46,11 @@
 
 #define NSEC_PER_SEC 1000000000ull
 
+/* New-flow events a CPU sends per second at most (the control plane's budget). */
+#ifndef MAX_EVENTS_PER_CPU_PER_SEC
+#define MAX_EVENTS_PER_CPU_PER_SEC 65536
+#endif
+
 /* VIP flags (vip_meta.flags). */
 #define VIP_NO_LRU 1u /* pure consistent hashing: no connection-table state */
 
@@ -90,6 +95,7 @@ enum lb_global_stat {
 	ST_EVENTS,	      /* New-flow events sent to the control plane. */
 	ST_EVENTS_LOST,	      /* New-flow events lost (ring buffer full). */
 	ST_DROP_UNSUPPORTED, /* To a VIP address but not a protocol it handles (IPv6 extension headers, others): dropped. */
+	ST_EVENTS_LIMITED, /* New-flow events not sent: above the per-CPU event rate. */
 	ST_NUM
 };
 

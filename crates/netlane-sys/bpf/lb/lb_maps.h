@@ -87,6 +87,14 @@ struct {
 	__type(value, struct rate_window);
 } conn_rate SEC(".maps");
 
+/* Per-CPU new-flow event rate window (one entry). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rate_window);
+} event_rate SEC(".maps");
+
 /* rx-hash hint: one flow cache per CPU, indexed by hash & (HINT_CACHE - 1), laid out
  * CPU after CPU in one array (one lookup, contiguous memory; a PERCPU_ARRAY would add
  * a pointer load, usually a cache miss, per packet). The loader sizes it. */
