@@ -24,12 +24,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
 use serde::Serialize;
 
+use super::kv::wait_until_accepting;
 use super::lanes::{LanesBenchArgs, latency_of, mean_of, open, sound_load};
 use crate::progress::Progress;
 use crate::report::Check;
@@ -275,16 +276,8 @@ fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<Started
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = Started(cmd.spawn().with_context(|| format!("start {} kv serve", exe.display()))?);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())? {
-            return Ok(child);
-        }
-        if Instant::now() > deadline {
-            bail!("the cache server ({} kv serve) did not accept connections on {addr} within 10 s", exe.display());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_accepting(h, addr, &format!("the cache server ({} kv serve)", exe.display()))?;
+    Ok(child)
 }
 
 fn summary(r: &IsoRun, link: u64) -> String {

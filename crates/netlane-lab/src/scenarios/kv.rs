@@ -521,6 +521,44 @@ impl Drop for Running {
     }
 }
 
+/// memcached in the server's namespace on `cpus` (a CPU list for taskset), serving
+/// `addr` over TCP only with `threads` threads, 1 GiB and `max_conns` connections. Its
+/// output is discarded: a server that cannot start shows as one that never accepts.
+pub(super) fn memcached_command(
+    h: &TwoHosts,
+    program: &str,
+    addr: SocketAddr,
+    cpus: &str,
+    threads: usize,
+    max_conns: u32,
+) -> std::process::Command {
+    let mut cmd = h.rx.command("taskset");
+    cmd.args(["-c", cpus, program])
+        .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
+        .args(["-t", &threads.to_string(), "-m", "1024", "-c", &max_conns.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if nix::unistd::geteuid().is_root() {
+        cmd.args(["-u", "root"]);
+    }
+    cmd
+}
+
+/// Waits (10 s at most) until a server accepts connections on `addr` from the
+/// generator's side; `what` names it in the error.
+pub(super) fn wait_until_accepting(h: &TwoHosts, addr: SocketAddr, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not accept connections on {addr} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 impl KvBenchArgs {
     fn start(&self, h: &TwoHosts, addr: SocketAddr, kind: ServerKind) -> Result<Running> {
         let running = match kind {
@@ -542,31 +580,13 @@ impl KvBenchArgs {
                 Running::Netlane(Some(Box::new(s)))
             }
             ServerKind::Memcached => {
-                let mut cmd = h.rx.command("taskset");
-                cmd.args(["-c", &self.server_cpu.to_string(), &self.memcached])
-                    .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
-                    .args(["-t", &self.threads.to_string(), "-m", "1024"])
-                    .args(["-c", &(self.connections + 64).to_string()])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::piped());
-                if nix::unistd::geteuid().is_root() {
-                    cmd.args(["-u", "root"]);
-                }
+                let cpus = self.server_cpu.to_string();
+                let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, self.threads, self.connections + 64);
                 Running::Memcached(cmd.spawn().with_context(|| format!("start {}", self.memcached))?)
             }
         };
-        // Ready when it accepts from the generator's side.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
-            if ok {
-                return Ok(running);
-            }
-            if Instant::now() > deadline {
-                bail!("{} did not accept connections on {addr} within 10 s", kind.word());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_accepting(h, addr, kind.word())?;
+        Ok(running)
     }
 
     /// One load run with the server CPU's busy time around it.

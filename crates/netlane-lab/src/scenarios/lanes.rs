@@ -21,10 +21,10 @@
 //!   `-N` (its NAPI-id mode, with the global `net.core.busy_poll` it relies on, set for
 //!   the run and restored after).
 
-use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
+use std::net::{IpAddr, SocketAddr};
+use std::process::Child;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
@@ -43,7 +43,7 @@ use serde::Serialize;
 
 use super::Scenario;
 use super::isolation::IsoRun;
-use super::kv::{WorkloadArgs, program_exists};
+use super::kv::{WorkloadArgs, memcached_command, program_exists, wait_until_accepting};
 use super::options::{OptionList, parse_positive_duration};
 use crate::progress::Progress;
 use crate::report::{
@@ -436,17 +436,9 @@ impl LanesBenchArgs {
                 .then(|| SysctlGuard::set("/proc/sys/net/core/busy_poll", &self.memcached_busy_poll.to_string()))
                 .transpose()?;
             let cpus = CPUS.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-            let mut cmd = h.rx.command("taskset");
-            cmd.args(["-c", &cpus, &self.memcached])
-                .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
-                .args(["-t", &CPUS.len().to_string(), "-m", "1024", "-c", &max_conns.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped());
+            let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, CPUS.len(), max_conns as u32);
             if mode == Mode::MemcachedN {
                 cmd.args(["-N", &CPUS.len().to_string()]);
-            }
-            if nix::unistd::geteuid().is_root() {
-                cmd.args(["-u", "root"]);
             }
             Running::Memcached {
                 child: cmd.spawn().with_context(|| format!("start {}", self.memcached))?,
@@ -457,17 +449,8 @@ impl LanesBenchArgs {
             let s = h.rx.run(move || Server::start(cfg))??;
             Running::Netlane(Some(Box::new(s)))
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let ok = h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())?;
-            if ok {
-                return Ok(running);
-            }
-            if Instant::now() > deadline {
-                bail!("{} did not accept connections on {addr} within 10 s", mode.word());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until_accepting(h, addr, mode.word())?;
+        Ok(running)
     }
 
     /// Puts the per-NAPI knobs napi-busy changed back to the kernel's defaults, so that
