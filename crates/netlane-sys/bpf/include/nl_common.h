@@ -8,4 +8,13 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+/* Adds one to entry `i` of a per-CPU array of __u64 counters. */
+static __always_inline void nl_count(void *map, __u32 i)
+{
+	__u64 *v = bpf_map_lookup_elem(map, &i);
+
+	if (v)
+		*v += 1;
+}
+
 #endif /* NL_COMMON_H */

@@ -39,14 +39,6 @@ struct {
 	__type(value, __u64);
 } app_class_stats SEC(".maps");
 
-static __always_inline void count(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&app_class_stats, &which);
-
-	if (v)
-		*v += 1;
-}
-
 SEC("tc")
 int app_class(struct __sk_buff *skb)
 {
@@ -54,16 +46,16 @@ int app_class(struct __sk_buff *skb)
 	__u32 *classid;
 
 	if (!mark) {
-		count(STAT_OTHER);
+		nl_count(&app_class_stats, STAT_OTHER);
 		return TCX_NEXT;
 	}
 	classid = bpf_map_lookup_elem(&app_classes, &mark);
 	if (!classid) {
-		count(STAT_OTHER);
+		nl_count(&app_class_stats, STAT_OTHER);
 		return TCX_NEXT;
 	}
 	skb->priority = *classid;
-	count(STAT_CLASSIFIED);
+	nl_count(&app_class_stats, STAT_CLASSIFIED);
 	return TCX_NEXT;
 }
 

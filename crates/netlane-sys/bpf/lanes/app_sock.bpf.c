@@ -33,14 +33,6 @@ struct {
 	__type(value, __u64);
 } app_sock_stats SEC(".maps");
 
-static __always_inline void count(__u32 which)
-{
-	__u64 *n = bpf_map_lookup_elem(&app_sock_stats, &which);
-
-	if (n)
-		*n += 1;
-}
-
 SEC("cgroup/sock_create")
 int app_sock(struct bpf_sock *sk)
 {
@@ -48,7 +40,7 @@ int app_sock(struct bpf_sock *sk)
 		return 1;
 	sk->priority = app_priority;
 	sk->mark = app_mark;
-	count(STAT_CREATED);
+	nl_count(&app_sock_stats, STAT_CREATED);
 	/* 1: the socket may be created. */
 	return 1;
 }
@@ -63,7 +55,7 @@ int app_sockops(struct bpf_sock_ops *skops)
 		return 1;
 	bpf_setsockopt(skops, SOL_SOCKET, SO_PRIORITY, &priority, sizeof(priority));
 	bpf_setsockopt(skops, SOL_SOCKET, SO_MARK, &mark, sizeof(mark));
-	count(STAT_ACCEPTED);
+	nl_count(&app_sock_stats, STAT_ACCEPTED);
 	return 1;
 }
 

@@ -56,10 +56,7 @@ struct {
 
 static __always_inline int count(__u32 which)
 {
-	__u64 *v = bpf_map_lookup_elem(&steer_stats, &which);
-
-	if (v)
-		*v += 1;
+	nl_count(&steer_stats, which);
 	return TCX_NEXT;
 }
 

@@ -37,14 +37,6 @@ struct {
 	__type(value, __u64);
 } napi_stats SEC(".maps");
 
-static __always_inline void count(__u32 which)
-{
-	__u64 *v = bpf_map_lookup_elem(&napi_stats, &which);
-
-	if (v)
-		*v += 1;
-}
-
 SEC("socket")
 int reuseport_napi(struct __sk_buff *skb)
 {
@@ -52,11 +44,11 @@ int reuseport_napi(struct __sk_buff *skb)
 	__u32 *index = bpf_map_lookup_elem(&napi_lane, &napi_id);
 
 	if (!index) {
-		count(STAT_FALLBACK);
+		nl_count(&napi_stats, STAT_FALLBACK);
 		/* Past any group's end: the kernel picks by its hash. */
 		return 0xffffffff;
 	}
-	count(STAT_BY_NAPI);
+	nl_count(&napi_stats, STAT_BY_NAPI);
 	return *index;
 }
 

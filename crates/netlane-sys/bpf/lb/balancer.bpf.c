@@ -52,15 +52,14 @@ static __always_inline void add_counter(void *map, __u32 index, __u64 bytes)
 }
 
 /* The per-CPU rate guard: may this CPU record one more new connection now? */
-static __always_inline int new_conn_allowed(const struct lb_config *cfg)
+/* Whether one more event fits in this CPU's one-second window of `map` (a per-CPU
+ * array holding one struct rate_window) with at most `limit` per window. */
+static __always_inline int within_rate(void *map, __u64 limit)
 {
 	__u32 zero = 0;
-	struct rate_window *w;
+	struct rate_window *w = bpf_map_lookup_elem(map, &zero);
 	__u64 now;
 
-	if (!cfg->max_new_conns)
-		return 1;
-	w = bpf_map_lookup_elem(&conn_rate, &zero);
 	if (!w)
 		return 1;
 	now = bpf_ktime_get_ns();
@@ -68,7 +67,12 @@ static __always_inline int new_conn_allowed(const struct lb_config *cfg)
 		w->start = now;
 		w->count = 0;
 	}
-	return ++w->count <= cfg->max_new_conns;
+	return ++w->count <= limit;
+}
+
+static __always_inline int new_conn_allowed(const struct lb_config *cfg)
+{
+	return !cfg->max_new_conns || within_rate(&conn_rate, cfg->max_new_conns);
 }
 
 /* The real behind index `index` if it is live and (gen_check) still generation `generation`. */
@@ -129,28 +133,11 @@ static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct 
 	return 0;
 }
 
-/* At most MAX_EVENTS_PER_CPU_PER_SEC events per second per CPU. */
-static __always_inline int event_allowed(void)
-{
-	__u32 zero = 0;
-	struct rate_window *w = bpf_map_lookup_elem(&event_rate, &zero);
-	__u64 now;
-
-	if (!w)
-		return 1;
-	now = bpf_ktime_get_ns();
-	if (now - w->start > NSEC_PER_SEC) {
-		w->start = now;
-		w->count = 0;
-	}
-	return ++w->count <= MAX_EVENTS_PER_CPU_PER_SEC;
-}
-
 static __always_inline void emit_new_flow(const struct flow_key *f, __u32 real, __u32 generation, __u32 hash, __u32 vip)
 {
 	struct flow_event ev = { .flow = *f, .real = real, .generation = generation, .hash = hash, .vip = vip };
 
-	if (!event_allowed()) {
+	if (!within_rate(&event_rate, MAX_EVENTS_PER_CPU_PER_SEC)) {
 		count(ST_EVENTS_LIMITED);
 		return;
 	}

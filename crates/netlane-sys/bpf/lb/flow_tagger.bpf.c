@@ -29,14 +29,6 @@ struct {
 	__type(value, __u64);
 } tagger_stats SEC(".maps");
 
-static __always_inline void bump(__u32 i)
-{
-	__u64 *v = bpf_map_lookup_elem(&tagger_stats, &i);
-
-	if (v)
-		*v += 1;
-}
-
 SEC("tc")
 int flow_tagger(struct __sk_buff *skb)
 {
@@ -45,13 +37,13 @@ int flow_tagger(struct __sk_buff *skb)
 	struct pkt_desc p = {};
 	__u32 *tag;
 
-	bump(1);
+	nl_count(&tagger_stats, 1);
 	if (parse_packet(data, data_end, skb->len, &p) != PARSE_OK)
 		return TCX_NEXT;
 	tag = bpf_map_lookup_elem(&tag_rules, &p.flow);
 	if (tag) {
 		bpf_set_hash(skb, *tag);
-		bump(0);
+		nl_count(&tagger_stats, 0);
 	}
 	return TCX_NEXT;
 }
