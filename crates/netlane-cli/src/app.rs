@@ -106,8 +106,20 @@ impl RunArgs {
         cmd.args(args);
         cg.command(&mut cmd);
         let mut child = cmd.spawn().with_context(|| format!("start {program}"))?;
-        // A signal reaches the program too (same process group); wait for it to end.
-        let status = child.wait().with_context(|| format!("wait for {program}"))?;
+        // Wait for it; a SIGINT/SIGTERM/SIGHUP sent to us is passed on as SIGTERM (one
+        // from a terminal reaches it anyway), so the program ends before its cgroup goes.
+        let mut passed_on = false;
+        let status = loop {
+            if let Some(s) = child.try_wait().with_context(|| format!("wait for {program}"))? {
+                break s;
+            }
+            if STOP.load(Ordering::Relaxed) && !passed_on {
+                passed_on = true;
+                let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
         eprintln!(
             "app {}: {} sockets given priority {} and mark {:#x}",
             self.name,

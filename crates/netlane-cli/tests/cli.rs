@@ -1059,6 +1059,28 @@ fn app_run_gives_every_socket_of_a_program_its_priority_and_mark() {
     // The program's exit status is the command's.
     let o = netlane(&["app", "run", "--name", "cli-test", "--mark", "1", "--", "sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7), "{}", stderr(&o));
+    // SIGTERM to netlane reaches the program; both end, and the cgroup goes with them.
+    let mut run = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["app", "run", "--name", "cli-term", "--mark", "1", "--", "sleep", "30"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(Command::new("kill").args(["-TERM", &run.id().to_string()]).status().unwrap().success());
+    let t = Instant::now();
+    let status = run.wait().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(5), "the program outlived the signal");
+    assert_eq!(status.code(), Some(128 + 15), "the program ended by SIGTERM");
+    let root = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cg2 = root.lines().find(|l| l.contains(" - cgroup2 ")).and_then(|l| l.split_whitespace().nth(4)).unwrap();
+    let left: Vec<_> = std::fs::read_dir(cg2)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with("-cli-term"))
+        .collect();
+    assert!(left.is_empty(), "cgroups left behind: {left:?}");
     // Shaping a device that does not exist, or more guarantees than the link: clear errors.
     let o = netlane(&["app", "shape", "--dev", "no-such-if0", "--link", "1gbit", "--app", "a:1:1mbit:2mbit"]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
