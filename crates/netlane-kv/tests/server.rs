@@ -406,7 +406,7 @@ fn the_conformance_table_holds_for_memcached_too() {
     let handles: Vec<_> = conformance_table()
         .into_iter()
         .map(|(name, steps)| {
-            std::thread::spawn(move || {
+            let h = std::thread::spawn(move || {
                 let mc = Memcached::start(&["-I", "1k", "-o", "slab_chunk_max=512", "-m", "64", "-t", "1"]);
                 let mut s = connect(mc.addr);
                 let mut differ = Vec::new();
@@ -434,9 +434,13 @@ fn the_conformance_table_holds_for_memcached_too() {
                     }
                 }
                 differ
-            })
+            });
+            (name, h)
         })
         .collect();
-    let differ: Vec<String> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    let differ: Vec<String> = handles
+        .into_iter()
+        .flat_map(|(name, h)| h.join().unwrap_or_else(|_| panic!("row {name:?} failed against memcached (above)")))
+        .collect();
     assert!(differ.is_empty(), "memcached answers differently:\n{}", differ.join("\n"));
 }
