@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use netlane::lanes::apps::{self, AppCgroup, AppSpec, Shaper};
+use netlane::lanes::apps::{self, AppCgroup, AppSpec, BackendChoice, Shaper};
 use netlane::metrics::units::parse_rate;
 use netlane_lab::report::format::bytes_per_second;
 use netlane_lab::scenarios::options::parse_positive_duration;
@@ -21,9 +21,10 @@ pub enum AppCmd {
     /// starts) creates gets the application's priority and mark, from a cgroup socket
     /// program; no change to the program. Exits with the program's status.
     Run(RunArgs),
-    /// Shape an interface's egress by application until SIGINT/SIGTERM (or --time): an
-    /// htb class per application (found by its sockets' mark) with a guaranteed and a
-    /// highest rate under the link's rate; then print what each class sent.
+    /// Shape an interface's egress by application until SIGINT/SIGTERM (or --time): a
+    /// class per application with a guaranteed and a highest rate under the link's
+    /// rate (mqprio channel mode offloaded to the device when it can, found by socket
+    /// priority; else htb, found by socket mark); then print what each class sent.
     Shape(ShapeArgs),
 }
 
@@ -51,15 +52,18 @@ fn rate(s: &str) -> Result<u64, String> {
     parse_rate(s).map_err(|e| e.to_string())
 }
 
-/// NAME:MARK:MIN:MAX[:PRIO].
+/// NAME:MARK:MIN:MAX[:PRIO[:SOCKPRIO]].
 fn class(s: &str) -> Result<AppSpec, String> {
     let parts: Vec<&str> = s.split(':').collect();
-    if !(4..=5).contains(&parts.len()) {
-        return Err(format!("{s:?}: expected NAME:MARK:MIN:MAX[:PRIO], e.g. cache:0x10:100mbit:1gbit:0"));
+    if !(4..=6).contains(&parts.len()) {
+        return Err(format!("{s:?}: expected NAME:MARK:MIN:MAX[:PRIO[:SOCKPRIO]], e.g. cache:0x10:100mbit:1gbit:0:3"));
     }
     let spec = AppSpec {
         name: parts[0].to_string(),
-        priority: 0,
+        priority: match parts.get(5) {
+            Some(p) => p.parse().map_err(|_| format!("{s:?}: SOCKPRIO is 0..={}", apps::PRIORITY_MAX))?,
+            None => 0,
+        },
         mark: mark(parts[1])?,
         min_rate: rate(parts[2])?,
         max_rate: rate(parts[3])?,
@@ -138,6 +142,27 @@ impl RunArgs {
     }
 }
 
+/// `--backend`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// mqprio channel mode when it can be had, htb otherwise.
+    Auto,
+    /// htb classes and a TCX classifier.
+    Htb,
+    /// mqprio channel mode offloaded to the device, or an error.
+    Mqprio,
+}
+
+impl From<Backend> for BackendChoice {
+    fn from(b: Backend) -> BackendChoice {
+        match b {
+            Backend::Auto => BackendChoice::Auto,
+            Backend::Htb => BackendChoice::Htb,
+            Backend::Mqprio => BackendChoice::Mqprio,
+        }
+    }
+}
+
 /// `netlane app shape`.
 #[derive(Debug, Args)]
 pub struct ShapeArgs {
@@ -147,11 +172,17 @@ pub struct ShapeArgs {
     /// The link's rate, shared by every class (e.g. 10gbit, 1GB/s).
     #[arg(long, value_parser = rate)]
     pub link: u64,
-    /// An application's class: NAME:MARK:MIN:MAX[:PRIO], the guaranteed and highest rate
-    /// (e.g. 100mbit, 12MB/s) and its turn for spare bandwidth (0 first). Repeat for
-    /// each application; other traffic shares what the guarantees leave.
+    /// An application's class: NAME:MARK:MIN:MAX[:PRIO[:SOCKPRIO]], the socket mark
+    /// given to `netlane app run`, the guaranteed and highest rate (e.g. 100mbit,
+    /// 12MB/s), its turn for spare bandwidth under htb (0 first) and the socket priority
+    /// given to `netlane app run` (1..=15, distinct: what mqprio finds the class by).
+    /// Repeat for each application; other traffic shares what the guarantees leave.
     #[arg(long = "app", required = true, value_parser = class)]
     pub apps: Vec<AppSpec>,
+    /// What shapes: mqprio channel mode when the kernel and the device offload it
+    /// (auto; htb otherwise, and the reason is printed), htb, or mqprio only.
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
+    pub backend: Backend,
     /// Stop after this long [default: until SIGINT/SIGTERM].
     #[arg(long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -162,19 +193,24 @@ impl ShapeArgs {
         let plan = apps::plan(self.link, &self.apps)?;
         let ifindex =
             nix::net::if_::if_nametoindex(self.dev.as_str()).with_context(|| format!("--dev {}", self.dev))?;
-        let mut shaper = Shaper::install(ifindex, plan).with_context(|| format!("shape {}", self.dev))?;
+        let mut shaper =
+            Shaper::install_with(ifindex, plan, self.backend.into()).with_context(|| format!("shape {}", self.dev))?;
+        if let (Backend::Auto, Some(why)) = (self.backend, shaper.why_not_mqprio()) {
+            eprintln!("mqprio channel mode not used: {why}");
+        }
         eprintln!(
-            "shaping {}'s egress at {} for {} applications{}",
+            "shaping {}'s egress at {} for {} applications with {}{}",
             self.dev,
             bytes_per_second(self.link as f64),
             self.apps.len(),
+            shaper.backend(),
             if self.time.is_some() { "" } else { " (SIGINT/SIGTERM to stop)" }
         );
         let started = Instant::now();
         while !STOP.load(Ordering::Relaxed) && self.time.is_none_or(|t| started.elapsed() < t) {
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (classified, other) = shaper.classified()?;
+        let classified = shaper.classified()?;
         for c in shaper.classes()? {
             println!(
                 "{:<16} class {:<6} rate {:>14} ceil {:>14}  sent {} bytes, {} packets, {} dropped",
@@ -187,7 +223,11 @@ impl ShapeArgs {
                 c.stats.drops
             );
         }
-        println!("classifier: {classified} packets put in an application's class, {other} left to the default class");
+        if let Some((classified, other)) = classified {
+            println!(
+                "classifier: {classified} packets put in an application's class, {other} left to the default class"
+            );
+        }
         Ok(0)
     }
 }
@@ -204,12 +244,16 @@ mod tests {
             ("cache", 16, 12_500_000, 125_000_000, 1)
         );
         assert_eq!(class("bulk:32:1MB/s:2MB/s").unwrap().htb_prio, 0);
+        assert_eq!(class("bulk:32:1MB/s:2MB/s:0:7").unwrap().priority, 7);
         for (bad, why) in [
             ("cache:16:1mbit", "expected NAME:MARK"),
             ("cache:0:1mbit:2mbit", "mark 0"),
             ("cache:zz:1mbit:2mbit", "a mark is a number"),
             ("cache:1:2mbit:1mbit", "guaranteed rate"),
             ("cache:1:1mbit:2mbit:9", "htb priority"),
+            ("cache:1:1mbit:2mbit:0:16", "priority 16 is above"),
+            ("cache:1:1mbit:2mbit:0:x", "SOCKPRIO is"),
+            ("cache:1:1mbit:2mbit:0:1:2", "expected NAME:MARK"),
             ("../x:1:1mbit:2mbit", "a name is"),
         ] {
             let e = class(bad).unwrap_err();

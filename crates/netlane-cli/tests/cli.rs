@@ -1098,4 +1098,23 @@ fn app_run_gives_every_socket_of_a_program_its_priority_and_mark() {
         "b:2:1mbit:1mbit",
     ]);
     assert!(stderr(&o).contains("add up to"), "{}", stderr(&o));
+    // mqprio asked for where it cannot be had (loopback has one transmit queue): says why.
+    let o = netlane(&[
+        "app",
+        "shape",
+        "--dev",
+        "lo",
+        "--link",
+        "1gbit",
+        "--app",
+        "a:1:1mbit:2mbit:0:3",
+        "--backend",
+        "mqprio",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("mqprio channel mode on interface 1: the device has 1 transmit queue; mqprio needs one per traffic class (2)"),
+        "{}",
+        stderr(&o)
+    );
 }

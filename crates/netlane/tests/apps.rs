@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use netlane::lanes::apps::{self, AppCgroup, AppSpec, Shaper};
+use netlane::lanes::apps::{self, AppCgroup, AppSpec, BackendChoice, Shaper, ShapingBackend};
 use netlane::topology::{LinkConfig, TwoHosts};
 
 /// Creates sockets every way a program does and prints (how, priority, mark) for each.
@@ -192,7 +192,8 @@ fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
     check("A alone", r[0], 0.7 * a.max_rate as f64, 1.1 * a.max_rate as f64);
     drop(send_a);
 
-    let (classified, _) = shaper.classified().unwrap();
+    assert_eq!(shaper.backend(), ShapingBackend::Htb);
+    let (classified, _) = shaper.classified().unwrap().expect("htb counts what it classifies");
     assert!(classified > 100, "the classifier put only {classified} packets in a class");
     let classes = shaper.classes().unwrap();
     for app in ["htb-a", "htb-b"] {
@@ -202,6 +203,55 @@ fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
     stop.store(true, Ordering::Relaxed);
     drop(shaper);
     assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue", "the shaper's qdisc is removed on drop");
+}
+
+#[test]
+fn mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason() {
+    if !netlane::testing::privileged("mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason") {
+        return;
+    }
+    const MB: u64 = 1_000_000;
+    let hosts = TwoHosts::create("apps-mqprio", LinkConfig { mtu: 1500, queues: 4, ..LinkConfig::default() }).unwrap();
+    let a = AppSpec { name: "mq-a".into(), priority: 3, mark: 0xa, min_rate: 4 * MB, max_rate: 7 * MB, htb_prio: 0 };
+    let b = AppSpec { name: "mq-b".into(), priority: 5, mark: 0xb, min_rate: 2 * MB, max_rate: 9 * MB, htb_prio: 0 };
+    let plan = apps::plan(25 * MB, &[a.clone(), b.clone()]).unwrap();
+    let layout = plan.mqprio_layout(4).unwrap();
+    assert_eq!(layout.queues, [(0, 2), (2, 1), (3, 1)]);
+    assert_eq!((layout.prio_tc_map[3], layout.prio_tc_map[5], layout.prio_tc_map[0]), (1, 2, 0));
+    let ifindex = hosts.tx_index;
+
+    // No device here offloads mqprio's channel mode (veth has no ndo_setup_tc, and this
+    // kernel may have no mqprio at all): asking for it fails, says why, changes nothing.
+    let p = plan.clone();
+    let e = hosts.tx.run(move || Shaper::install_with(ifindex, p, BackendChoice::Mqprio)).unwrap().unwrap_err();
+    let e = e.to_string();
+    eprintln!("mqprio refused: {e}");
+    assert!(
+        e.contains("this kernel has no mqprio qdisc") || e.contains("refused") || e.contains("does not offload"),
+        "{e}"
+    );
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue", "a refused mqprio leaves the qdisc as it was");
+
+    // Auto: htb, with the kernel's reason.
+    let p = plan.clone();
+    let shaper = hosts.tx.run(move || Shaper::install_with(ifindex, p, BackendChoice::Auto)).unwrap().unwrap();
+    assert_eq!(shaper.backend(), ShapingBackend::Htb);
+    let why = shaper.why_not_mqprio().unwrap().to_string();
+    assert!(e.ends_with(&why), "auto gives the same reason as the refusal: {why:?} vs {e:?}");
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "htb");
+    drop(shaper);
+
+    // Plans mqprio cannot express are refused before the kernel is asked.
+    let zero = AppSpec { priority: 0, ..a.clone() };
+    let p = apps::plan(25 * MB, &[zero, b.clone()]).unwrap();
+    let e = hosts.tx.run(move || Shaper::install_with(ifindex, p, BackendChoice::Mqprio)).unwrap().unwrap_err();
+    assert!(e.to_string().contains("priority 0, every other socket's"), "{e}");
+    let twice = AppSpec { priority: 5, ..a.clone() };
+    assert!(
+        apps::plan(25 * MB, &[twice, b.clone()]).unwrap().mqprio_layout(4).unwrap_err().contains("share priority 5")
+    );
+    assert!(plan.mqprio_layout(2).unwrap_err().contains("2 transmit queues; mqprio needs one per traffic class (3)"));
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue");
 }
 
 #[test]

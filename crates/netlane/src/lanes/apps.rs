@@ -1,8 +1,12 @@
 //! Per-application priority and egress shaping.
 //!
 //! The talk gives each application a queue group with mqprio's channel mode and steers
-//! its traffic there with flower; this kernel has neither (and mqprio stops at 16
-//! traffic classes). The software stand-in, built from what stock kernels have:
+//! its traffic there with flower. [`Shaper`] uses mqprio's channel mode when the kernel
+//! has mqprio, the device's driver offloads it and the plan fits (at most 15
+//! applications, each with its own socket priority, and a transmit queue per class):
+//! it asks the kernel and keeps the reason when the answer is no. Veth offloads
+//! nothing and the lab's kernel has no mqprio, so there, and beyond 16 classes, the
+//! software stand-in built from what stock kernels have is used:
 //!
 //! - [`AppCgroup`]: a cgroup (v2) per application with a socket program attached
 //!   (`bpf/lanes/app_sock.bpf.c`): every IPv4/IPv6 socket any process of the
@@ -29,7 +33,9 @@ use std::process::Command;
 
 use netlane_sys::bpf::{APP_CLASS_MAX, AppClassifier, AppSockPolicy, CgroupLink, TcxLink};
 
-use crate::topology::{HTB_MAJOR, HtbClass, QdiscStats, Rtnl};
+use crate::topology::{
+    HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscStats, Rtnl,
+};
 
 /// Highest socket priority an application may get (`TC_PRIO_MAX`: mqprio maps 0..=15
 /// to traffic classes).
@@ -64,6 +70,9 @@ pub enum AppError {
     /// Netlink (qdisc, classes) refused.
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
+    /// The backend asked for cannot be used on this kernel, device or policy.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> AppError {
@@ -128,6 +137,68 @@ pub struct ShapingPlan {
     pub classes: Vec<HtbClass>,
     /// (application name, mark, class id major << 16 | minor).
     pub apps: Vec<(String, u32, u32)>,
+    /// The applications, as given.
+    pub specs: Vec<AppSpec>,
+}
+
+impl ShapingPlan {
+    /// The same classes as mqprio traffic classes in channel mode on a device with
+    /// `tx_queues` transmit queues: class 0 for every socket priority no application
+    /// has (with the default class's rates), then one class per application, found by
+    /// its socket priority. The device's queues are split among the classes (the
+    /// remainder to class 0). Says why not when mqprio cannot express the plan.
+    pub fn mqprio_layout(&self, tx_queues: u32) -> Result<MqprioChannel, String> {
+        let classes = self.specs.len() + 1;
+        if classes > MQPRIO_MAX_TC {
+            return Err(format!(
+                "{} applications need {classes} traffic classes; mqprio has at most {MQPRIO_MAX_TC}",
+                self.specs.len()
+            ));
+        }
+        let mut prio_tc_map = [0u8; MQPRIO_MAX_TC];
+        for (i, a) in self.specs.iter().enumerate() {
+            if a.priority == 0 {
+                return Err(format!(
+                    "mqprio finds an application's class by socket priority, and application {:?} has \
+                     priority 0, every other socket's",
+                    a.name
+                ));
+            }
+            if let Some(b) = self.specs[..i].iter().find(|b| b.priority == a.priority) {
+                return Err(format!(
+                    "mqprio finds an application's class by socket priority, and applications {:?} and {:?} \
+                     share priority {}",
+                    b.name, a.name, a.priority
+                ));
+            }
+            // Fits: priority <= PRIORITY_MAX (validated) and i + 1 < MQPRIO_MAX_TC.
+            prio_tc_map[a.priority as usize] = (i + 1) as u8;
+        }
+        let n = classes as u32;
+        if tx_queues < n {
+            return Err(format!(
+                "the device has {tx_queues} transmit queue{}; mqprio needs one per traffic class ({n})",
+                if tx_queues == 1 { "" } else { "s" }
+            ));
+        }
+        let (per, rest) = (tx_queues / n, tx_queues % n);
+        let mut queues = Vec::with_capacity(classes);
+        let mut next = 0u32;
+        for tc in 0..n {
+            let count = per + if tc == 0 { rest } else { 0 };
+            // Fits: the kernel has fewer than 0xffe0 transmit queues per device.
+            queues.push((next.min(u32::from(u16::MAX)) as u16, count.min(u32::from(u16::MAX)) as u16));
+            next += count;
+        }
+        let default = self.classes.iter().find(|c| c.minor == DEFAULT_MINOR).map_or(1, |c| c.rate);
+        let mut min_rate = vec![default];
+        let mut max_rate = vec![self.link_rate];
+        for a in &self.specs {
+            min_rate.push(a.min_rate);
+            max_rate.push(a.max_rate);
+        }
+        Ok(MqprioChannel { prio_tc_map, queues, min_rate, max_rate })
+    }
 }
 
 /// Lays out the classes for `apps` on a link of `link_rate` B/s: a root class at the
@@ -183,7 +254,7 @@ pub fn plan(link_rate: u64, apps: &[AppSpec]) -> Result<ShapingPlan, AppError> {
         classes.push(HtbClass { minor, parent: ROOT_MINOR, rate: a.min_rate, ceil: a.max_rate, prio: a.htb_prio });
         out.push((a.name.clone(), a.mark, (u32::from(HTB_MAJOR) << 16) | u32::from(minor)));
     }
-    Ok(ShapingPlan { link_rate, classes, apps: out })
+    Ok(ShapingPlan { link_rate, classes, apps: out, specs: apps.to_vec() })
 }
 
 /// The mounted cgroup v2 hierarchy (from `/proc/self/mountinfo`).
@@ -342,20 +413,63 @@ pub struct ClassReport {
     pub stats: QdiscStats,
 }
 
-/// The egress side: htb with a class per application on one interface, and the
-/// classifier that puts packets in them by mark. Installed in the calling thread's
+/// How a [`Shaper`] enforces the classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ShapingBackend {
+    /// htb classes in software, fed by the TCX classifier (by socket mark).
+    Htb,
+    /// mqprio traffic classes in channel mode, shaped by the device (by socket
+    /// priority): the talk's queue groups.
+    MqprioChannel,
+}
+
+impl std::fmt::Display for ShapingBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ShapingBackend::Htb => "htb",
+            ShapingBackend::MqprioChannel => "mqprio channel mode",
+        })
+    }
+}
+
+/// Which backend a [`Shaper`] may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// mqprio channel mode when the kernel, the device and the plan allow it (detected
+    /// by asking the kernel), htb otherwise.
+    #[default]
+    Auto,
+    /// htb only.
+    Htb,
+    /// mqprio channel mode only; an error says why when it cannot be had.
+    Mqprio,
+}
+
+/// What enforces the classes, and the state it needs.
+enum Installed {
+    Htb { classifier: AppClassifier, tcx: Option<TcxLink> },
+    Mqprio { layout: MqprioChannel },
+}
+
+/// The egress side: a class per application on one interface, either htb with the
+/// classifier that puts packets in classes by mark, or mqprio's channel mode offloaded
+/// to the device (classes by socket priority). Installed in the calling thread's
 /// network namespace; removed on drop.
 pub struct Shaper {
     rtnl: Rtnl,
     ifindex: u32,
     plan: ShapingPlan,
-    classifier: AppClassifier,
-    tcx: Option<TcxLink>,
+    installed: Installed,
+    why_not_mqprio: Option<String>,
 }
 
 impl std::fmt::Debug for Shaper {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shaper").field("ifindex", &self.ifindex).field("plan", &self.plan).finish_non_exhaustive()
+        f.debug_struct("Shaper")
+            .field("ifindex", &self.ifindex)
+            .field("backend", &self.backend())
+            .field("plan", &self.plan)
+            .finish_non_exhaustive()
     }
 }
 
@@ -363,7 +477,52 @@ impl Shaper {
     /// Replaces `ifindex`'s root qdisc (in the calling thread's namespace) with the
     /// plan's htb and attaches the classifier to its egress.
     pub fn install(ifindex: u32, plan: ShapingPlan) -> Result<Shaper, AppError> {
+        Shaper::install_with(ifindex, plan, BackendChoice::Htb)
+    }
+
+    /// Installs the plan with the backend `choice` allows. With
+    /// [`BackendChoice::Auto`], mqprio channel mode is tried first; when the plan does
+    /// not fit it, the kernel has no mqprio or the device does not offload it, htb is
+    /// installed and [`Shaper::why_not_mqprio`] says why.
+    pub fn install_with(ifindex: u32, plan: ShapingPlan, choice: BackendChoice) -> Result<Shaper, AppError> {
         let mut rtnl = Rtnl::open().map_err(io_err("open rtnetlink"))?;
+        let why_not = match choice {
+            BackendChoice::Htb => Some("htb was asked for".to_string()),
+            BackendChoice::Auto | BackendChoice::Mqprio => match Shaper::try_mqprio(&mut rtnl, ifindex, &plan) {
+                Ok(layout) => {
+                    return Ok(Shaper {
+                        rtnl,
+                        ifindex,
+                        plan,
+                        installed: Installed::Mqprio { layout },
+                        why_not_mqprio: None,
+                    });
+                }
+                Err(why) if choice == BackendChoice::Mqprio => {
+                    return Err(AppError::Unsupported(format!("mqprio channel mode on interface {ifindex}: {why}")));
+                }
+                Err(why) => Some(why),
+            },
+        };
+        Shaper::install_htb(rtnl, ifindex, plan, why_not)
+    }
+
+    /// Lays the plan out for mqprio and asks the kernel for it; says why not.
+    fn try_mqprio(rtnl: &mut Rtnl, ifindex: u32, plan: &ShapingPlan) -> Result<MqprioChannel, String> {
+        let tx_queues = rtnl.link_tx_queues(ifindex).map_err(|e| e.to_string())?;
+        let layout = plan.mqprio_layout(tx_queues)?;
+        match rtnl.add_mqprio_channel(ifindex, &layout) {
+            Ok(()) => Ok(layout),
+            Err(e) => Err(mqprio_refusal(&e)),
+        }
+    }
+
+    fn install_htb(
+        mut rtnl: Rtnl,
+        ifindex: u32,
+        plan: ShapingPlan,
+        why_not_mqprio: Option<String>,
+    ) -> Result<Shaper, AppError> {
         rtnl.add_htb_root(ifindex, DEFAULT_MINOR).map_err(crate::topology::TopologyError::from)?;
         // From here on, dropping the shaper removes the qdisc again.
         let classifier = match AppClassifier::load() {
@@ -373,15 +532,16 @@ impl Shaper {
                 return Err(io_err("load the egress classifier")(e));
             }
         };
-        let mut s = Shaper { rtnl, ifindex, plan, classifier, tcx: None };
+        let mut s = Shaper { rtnl, ifindex, plan, installed: Installed::Htb { classifier, tcx: None }, why_not_mqprio };
         for c in s.plan.classes.clone() {
             s.rtnl.set_htb_class(ifindex, c).map_err(crate::topology::TopologyError::from)?;
         }
+        let Installed::Htb { classifier, tcx } = &mut s.installed else { unreachable!("installed as htb just above") };
         for (name, mark, classid) in &s.plan.apps {
-            s.classifier.set(*mark, *classid).map_err(io_err(format!("add application {name:?} to the classifier")))?;
+            classifier.set(*mark, *classid).map_err(io_err(format!("add application {name:?} to the classifier")))?;
         }
-        s.tcx = Some(
-            s.classifier
+        *tcx = Some(
+            classifier
                 .attach_egress(ifindex)
                 .map_err(io_err(format!("attach the classifier to egress of interface {ifindex}")))?,
         );
@@ -393,53 +553,114 @@ impl Shaper {
         &self.plan
     }
 
+    /// What enforces the classes.
+    pub fn backend(&self) -> ShapingBackend {
+        match self.installed {
+            Installed::Htb { .. } => ShapingBackend::Htb,
+            Installed::Mqprio { .. } => ShapingBackend::MqprioChannel,
+        }
+    }
+
+    /// Why mqprio channel mode is not used (None when it is).
+    pub fn why_not_mqprio(&self) -> Option<&str> {
+        self.why_not_mqprio.as_deref()
+    }
+
     /// Puts packets in their applications' classes (`true`, as installed), or leaves
     /// every packet to the default class (`false`: one FIFO at the link's rate, the
-    /// baseline without per-application classes).
+    /// baseline without per-application classes). htb only: mqprio's classes follow
+    /// socket priorities inside the device.
     pub fn classify(&self, on: bool) -> Result<(), AppError> {
+        let Installed::Htb { classifier, .. } = &self.installed else {
+            return Err(AppError::Unsupported(
+                "mqprio puts packets in classes by socket priority; only htb classes can be turned off".into(),
+            ));
+        };
         for (name, mark, classid) in &self.plan.apps {
-            let r = if on { self.classifier.set(*mark, *classid) } else { self.classifier.remove(*mark) };
+            let r = if on { classifier.set(*mark, *classid) } else { classifier.remove(*mark) };
             r.map_err(io_err(format!("update application {name:?} in the classifier")))?;
         }
         Ok(())
     }
 
-    /// (packets put in an application's class, packets left to the default class).
-    pub fn classified(&self) -> Result<(u64, u64), AppError> {
-        self.classifier.counts().map_err(io_err("read the classifier's counters"))
+    /// (packets put in an application's class, packets left to the default class), as
+    /// the htb classifier counted them; None with mqprio (the device classifies).
+    pub fn classified(&self) -> Result<Option<(u64, u64)>, AppError> {
+        match &self.installed {
+            Installed::Htb { classifier, .. } => {
+                classifier.counts().map(Some).map_err(io_err("read the classifier's counters"))
+            }
+            Installed::Mqprio { .. } => Ok(None),
+        }
     }
 
     /// Every application's class (and the default class) with its counters.
     pub fn classes(&mut self) -> Result<Vec<ClassReport>, AppError> {
         let stats = self.rtnl.class_stats(self.ifindex).map_err(crate::topology::TopologyError::from)?;
-        let of = |minor: u16| {
-            stats.iter().find(|((maj, min), _)| *maj == HTB_MAJOR && *min == minor).map(|(_, s)| *s).unwrap_or_default()
+        let of = |major: u16, minor: u16| {
+            stats.iter().find(|((maj, min), _)| *maj == major && *min == minor).map(|(_, s)| *s).unwrap_or_default()
         };
         let mut out = Vec::new();
-        for c in self.plan.classes.iter().filter(|c| c.minor != ROOT_MINOR) {
-            let app = if c.minor == DEFAULT_MINOR {
-                "(other)".to_string()
-            } else {
-                let id = (u32::from(HTB_MAJOR) << 16) | u32::from(c.minor);
-                self.plan.apps.iter().find(|a| a.2 == id).map_or_else(String::new, |a| a.0.clone())
-            };
-            out.push(ClassReport {
-                app,
-                class: format!("{HTB_MAJOR}:{:x}", c.minor),
-                rate: c.rate,
-                ceil: c.ceil,
-                stats: of(c.minor),
-            });
+        match &self.installed {
+            Installed::Htb { .. } => {
+                for c in self.plan.classes.iter().filter(|c| c.minor != ROOT_MINOR) {
+                    let app = if c.minor == DEFAULT_MINOR {
+                        "(other)".to_string()
+                    } else {
+                        let id = (u32::from(HTB_MAJOR) << 16) | u32::from(c.minor);
+                        self.plan.apps.iter().find(|a| a.2 == id).map_or_else(String::new, |a| a.0.clone())
+                    };
+                    out.push(ClassReport {
+                        app,
+                        class: format!("{HTB_MAJOR}:{:x}", c.minor),
+                        rate: c.rate,
+                        ceil: c.ceil,
+                        stats: of(HTB_MAJOR, c.minor),
+                    });
+                }
+            }
+            Installed::Mqprio { layout } => {
+                for tc in 0..layout.queues.len() {
+                    let app = match tc {
+                        0 => "(other)".to_string(),
+                        _ => self.plan.specs.get(tc - 1).map_or_else(String::new, |a| a.name.clone()),
+                    };
+                    // Fits: tc < MQPRIO_MAX_TC.
+                    let minor = MQPRIO_TC_MINOR + tc as u16;
+                    out.push(ClassReport {
+                        app,
+                        class: format!("{MQPRIO_MAJOR}:{minor:x}"),
+                        rate: layout.min_rate[tc],
+                        ceil: layout.max_rate[tc],
+                        stats: of(MQPRIO_MAJOR, minor),
+                    });
+                }
+            }
         }
         Ok(out)
     }
 }
 
+/// Why the kernel refused mqprio channel mode, in words.
+fn mqprio_refusal(e: &NetlinkError) -> String {
+    match e.errno() {
+        Some(libc::ENOENT) => format!("this kernel has no mqprio qdisc ({e})"),
+        Some(libc::EOPNOTSUPP) => format!("the device's driver does not offload mqprio channel mode ({e})"),
+        Some(libc::EINVAL) => format!(
+            "refused: a device without traffic-class offload (no ndo_setup_tc) or a layout its driver \
+             cannot take answers this ({e})"
+        ),
+        _ => e.to_string(),
+    }
+}
+
 impl Drop for Shaper {
     fn drop(&mut self) {
-        drop(self.tcx.take());
+        if let Installed::Htb { tcx, .. } = &mut self.installed {
+            drop(tcx.take());
+        }
         if let Err(e) = self.rtnl.del_root_qdisc(self.ifindex) {
-            tracing::warn!(ifindex = self.ifindex, error = %e, "could not remove the htb qdisc");
+            tracing::warn!(ifindex = self.ifindex, backend = %self.backend(), error = %e, "could not remove the root qdisc");
         }
     }
 }
@@ -461,6 +682,30 @@ mod tests {
         assert_eq!(p.classes[1].rate, 700, "the default class gets what the guarantees leave");
         assert_eq!((p.classes[3].rate, p.classes[3].ceil, p.classes[3].parent), (200, 500, ROOT_MINOR));
         assert_eq!(p.apps, vec![("cache".into(), 1, 0x10010), ("bulk".into(), 2, 0x10011)]);
+    }
+
+    #[test]
+    fn mqprio_gets_a_class_per_priority_and_a_share_of_the_queues() {
+        let mut a = app("cache", 1, 100, 1000);
+        a.priority = 6;
+        let mut b = app("bulk", 2, 200, 500);
+        b.priority = 2;
+        let m = plan(1000, &[a, b]).unwrap().mqprio_layout(8).unwrap();
+        assert_eq!(m.queues, [(0, 4), (4, 2), (6, 2)], "class 0 takes the remainder");
+        let mut want = [0u8; MQPRIO_MAX_TC];
+        want[6] = 1;
+        want[2] = 2;
+        assert_eq!(m.prio_tc_map, want);
+        assert_eq!((m.min_rate, m.max_rate), (vec![700, 100, 200], vec![1000, 1000, 500]));
+        let many: Vec<AppSpec> = (1..=16)
+            .map(|i| {
+                let mut x = app(&format!("a{i}"), i, 1, 10);
+                x.priority = i.min(PRIORITY_MAX);
+                x
+            })
+            .collect();
+        let e = plan(1000, &many).unwrap().mqprio_layout(64).unwrap_err();
+        assert!(e.contains("16 applications need 17 traffic classes"), "{e}");
     }
 
     #[test]

@@ -16,8 +16,9 @@
 //! - [`busy`]: a lane's busy-poll policy (`EPIOCSPARAMS` per epoll,
 //!   `SO_PREFER_BUSY_POLL` per socket), each knob reported as applied or refused;
 //! - [`apps`]: per-application priority and egress shaping: a cgroup whose socket
-//!   program gives every socket of an application its priority and mark, and htb
-//!   classes per application fed by a TCX classifier (the stand-in for mqprio);
+//!   program gives every socket of an application its priority and mark, and a class
+//!   per application: mqprio channel mode offloaded to the device when it can be had,
+//!   else htb classes fed by a TCX classifier;
 //! - [`groups`]: an application's flows steered into its queue group (the stand-in for
 //!   flower `hw_tc`: on a veth, a TCX program on the wire side picks the queue).
 //!

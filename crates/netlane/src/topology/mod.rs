@@ -27,7 +27,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use serde::Serialize;
 
-pub use netlink::{HTB_MAJOR, HtbClass, NetlinkError, QdiscStats, Rtnl};
+pub use netlink::{
+    HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscStats, Rtnl,
+};
 pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, run_in_named};
 
 /// Why the topology could not be built.

@@ -285,6 +285,14 @@ impl Rtnl {
         })
     }
 
+    /// How many transmit queues interface `index` has.
+    pub fn link_tx_queues(&mut self, index: u32) -> Result<u32, NetlinkError> {
+        self.link_attribute(index, "transmit queue count", |a| match a {
+            LinkAttribute::NumTxQueues(n) => Some(*n),
+            _ => None,
+        })
+    }
+
     /// Adds a permanent neighbour entry (`ip neigh add ... lladdr ... nud permanent`):
     /// `addr` on interface `index` is at `mac`, with no ARP or neighbour discovery.
     pub fn add_neighbour(&mut self, index: u32, addr: IpAddr, mac: &[u8]) -> Result<(), NetlinkError> {
@@ -416,6 +424,26 @@ impl Rtnl {
         msg.attributes = vec![TcAttribute::Kind("tbf".into()), TcAttribute::Options(options)];
         self.ack(
             &format!("add tbf qdisc (rate {rate} B/s, burst {burst} B, limit {limit} B) on interface {index}"),
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
+    /// Replaces the root qdisc of `index` with mqprio in channel mode, offloaded to the
+    /// device (`tc qdisc add dev D root mqprio num_tc N map ... queues ... hw 1 mode
+    /// channel shaper bw_rlimit min_rate ... max_rate ...`). Only devices whose driver
+    /// offloads it accept this (ice, i40e, mlx5 among them); a kernel without mqprio
+    /// answers ENOENT, a device without offload EINVAL or EOPNOTSUPP.
+    pub fn add_mqprio_channel(&mut self, index: u32, layout: &MqprioChannel) -> Result<(), NetlinkError> {
+        const TCA_OPTIONS: u16 = 2;
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        msg.header.handle = TcHandle { major: MQPRIO_MAJOR, minor: 0 };
+        msg.header.parent = TcHandle::ROOT;
+        msg.attributes =
+            vec![TcAttribute::Kind("mqprio".into()), TcAttribute::Other(DefaultNla::new(TCA_OPTIONS, layout.encode()))];
+        self.ack(
+            &format!("add mqprio qdisc in channel mode ({} traffic classes) on interface {index}", layout.queues.len()),
             RouteNetlinkMessage::NewQueueDiscipline(msg),
             NLM_F_CREATE | NLM_F_EXCL,
         )
@@ -615,6 +643,80 @@ fn burst_ticks(bytes: u64, rate: u64) -> u32 {
     u32::try_from(ns >> 6).unwrap_or(u32::MAX)
 }
 
+/// The mqprio qdisc's handle major number (traffic class `tc` is class
+/// `MQPRIO_MAJOR:(MQPRIO_TC_MINOR + tc)`).
+pub const MQPRIO_MAJOR: u16 = 1;
+
+/// The class minor number of mqprio's first traffic class (`TC_H_MIN_PRIORITY`).
+pub const MQPRIO_TC_MINOR: u16 = 0xffe0;
+
+/// Most traffic classes mqprio has (`TC_QOPT_MAX_QUEUE`), and socket priorities it maps
+/// (`TC_QOPT_BITMASK + 1`).
+pub const MQPRIO_MAX_TC: usize = 16;
+
+/// An mqprio layout in channel mode: which socket priority goes to which traffic class,
+/// each class's transmit queues and its guaranteed and highest rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MqprioChannel {
+    /// Socket priority (0..=15) -> traffic class.
+    pub prio_tc_map: [u8; MQPRIO_MAX_TC],
+    /// Per traffic class: (first transmit queue, number of queues).
+    pub queues: Vec<(u16, u16)>,
+    /// Per traffic class: guaranteed rate, bytes per second.
+    pub min_rate: Vec<u64>,
+    /// Per traffic class: highest rate, bytes per second.
+    pub max_rate: Vec<u64>,
+}
+
+impl MqprioChannel {
+    /// The `TCA_OPTIONS` payload: `struct tc_mqprio_qopt` (include/uapi/linux/pkt_sched.h:
+    /// num_tc u8, prio_tc_map [u8; 16], hw u8, count [u16; 16], offset [u16; 16]; 82
+    /// bytes, padded to 84), then the channel-mode attributes: `TCA_MQPRIO_MODE` (u16,
+    /// channel), `TCA_MQPRIO_SHAPER` (u16, bw_rlimit), and `TCA_MQPRIO_MIN_RATE64` /
+    /// `TCA_MQPRIO_MAX_RATE64`, each a nest of one u64 per class (bytes per second, the
+    /// unit `tc` converts to).
+    pub fn encode(&self) -> Vec<u8> {
+        const QOPT_LEN: usize = 1 + MQPRIO_MAX_TC + 1 + 2 * MQPRIO_MAX_TC + 2 * MQPRIO_MAX_TC;
+        const _: () = assert!(QOPT_LEN == 82);
+        const TCA_MQPRIO_MODE: u16 = 1;
+        const TCA_MQPRIO_SHAPER: u16 = 2;
+        const TCA_MQPRIO_MIN_RATE64: u16 = 3;
+        const TCA_MQPRIO_MAX_RATE64: u16 = 4;
+        const TC_MQPRIO_MODE_CHANNEL: u16 = 1;
+        const TC_MQPRIO_SHAPER_BW_RATE: u16 = 1;
+        const TC_MQPRIO_HW_OFFLOAD_TCS: u8 = 1;
+        fn attr(out: &mut Vec<u8>, kind: u16, value: &[u8]) {
+            let len = 4 + value.len();
+            out.extend_from_slice(&(len as u16).to_ne_bytes());
+            out.extend_from_slice(&kind.to_ne_bytes());
+            out.extend_from_slice(value);
+            out.resize(out.len().next_multiple_of(4), 0);
+        }
+        let n = self.queues.len().min(MQPRIO_MAX_TC);
+        let mut out = vec![0u8; QOPT_LEN];
+        out[0] = n as u8;
+        out[1..1 + MQPRIO_MAX_TC].copy_from_slice(&self.prio_tc_map);
+        out[1 + MQPRIO_MAX_TC] = TC_MQPRIO_HW_OFFLOAD_TCS;
+        for (tc, &(first, count)) in self.queues.iter().take(n).enumerate() {
+            let at = 18 + 2 * tc;
+            out[at..at + 2].copy_from_slice(&count.to_ne_bytes());
+            let at = 18 + 2 * MQPRIO_MAX_TC + 2 * tc;
+            out[at..at + 2].copy_from_slice(&first.to_ne_bytes());
+        }
+        out.resize(QOPT_LEN.next_multiple_of(4), 0);
+        attr(&mut out, TCA_MQPRIO_MODE, &TC_MQPRIO_MODE_CHANNEL.to_ne_bytes());
+        attr(&mut out, TCA_MQPRIO_SHAPER, &TC_MQPRIO_SHAPER_BW_RATE.to_ne_bytes());
+        for (kind, rates) in [(TCA_MQPRIO_MIN_RATE64, &self.min_rate), (TCA_MQPRIO_MAX_RATE64, &self.max_rate)] {
+            let mut nest = Vec::new();
+            for r in rates.iter().take(n) {
+                attr(&mut nest, kind, &r.to_ne_bytes());
+            }
+            attr(&mut out, kind, &nest);
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -633,6 +735,46 @@ mod tests {
         assert_eq!(ext_ack_message(&payload).as_deref(), Some("Specified qdisc kind is unknown."));
         assert_eq!(ext_ack_message(&payload[..10]), None);
         assert_eq!(ext_ack_message(&payload[..NLMSGHDR_LEN]), None);
+    }
+
+    #[test]
+    fn mqprio_channel_options_follow_the_uapi_layout() {
+        let mut prio_tc_map = [0u8; MQPRIO_MAX_TC];
+        prio_tc_map[3] = 1;
+        prio_tc_map[5] = 2;
+        let layout = MqprioChannel {
+            prio_tc_map,
+            queues: vec![(0, 2), (2, 1), (3, 1)],
+            min_rate: vec![10, 20, 30],
+            max_rate: vec![100, 200, 300],
+        };
+        let b = layout.encode();
+        let u16_at = |at: usize| u16::from_ne_bytes([b[at], b[at + 1]]);
+        assert_eq!(b[0], 3, "num_tc");
+        assert_eq!(&b[1..17], &prio_tc_map);
+        assert_eq!(b[17], 1, "hw: offload the traffic classes");
+        assert_eq!((0..4).map(|tc| u16_at(18 + 2 * tc)).collect::<Vec<_>>(), [2, 1, 1, 0], "count[]");
+        assert_eq!((0..4).map(|tc| u16_at(50 + 2 * tc)).collect::<Vec<_>>(), [0, 2, 3, 0], "offset[]");
+        // The attributes start at NLA_ALIGN(82) = 84: mode, shaper, then the two nests.
+        fn nlas(mut buf: &[u8]) -> Vec<(u16, &[u8])> {
+            let mut out = Vec::new();
+            while buf.len() >= 4 {
+                let len = usize::from(u16::from_ne_bytes([buf[0], buf[1]]));
+                out.push((u16::from_ne_bytes([buf[2], buf[3]]), &buf[4..len]));
+                buf = &buf[len.next_multiple_of(4).min(buf.len())..];
+            }
+            out
+        }
+        let attrs = nlas(&b[84..]);
+        assert_eq!(attrs.len(), 4);
+        assert_eq!((attrs[0].0, attrs[0].1), (1, &1u16.to_ne_bytes()[..]), "mode channel");
+        assert_eq!((attrs[1].0, attrs[1].1), (2, &1u16.to_ne_bytes()[..]), "shaper bw_rlimit");
+        for (i, (kind, want)) in [(3u16, [10u64, 20, 30]), (4, [100, 200, 300])].into_iter().enumerate() {
+            assert_eq!(attrs[2 + i].0, kind);
+            let rates: Vec<(u16, u64)> =
+                nlas(attrs[2 + i].1).into_iter().map(|(k, v)| (k, u64::from_ne_bytes(v.try_into().unwrap()))).collect();
+            assert_eq!(rates, want.iter().map(|&r| (kind, r)).collect::<Vec<_>>());
+        }
     }
 
     #[test]
