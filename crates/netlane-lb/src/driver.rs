@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::proto::config::{Config, ConfigError, VipChange};
 use crate::proto::plane::{ControlPlane, Op, PlanError, TagTable};
 use netlane_sys::bpf::{
-    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowTagger, TcxLink, dest_tag, flow_tag,
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowEvents, FlowTagger, TcxLink, dest_tag, flow_tag,
 };
 pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode};
 
@@ -194,6 +194,8 @@ pub struct Lb {
     link: Option<XdpLink>,
     mode: XdpMode,
     classifier: Option<Box<dyn Classifier>>,
+    // The new-flow event reader (tag modes), built once; before the balancer.
+    events: Option<FlowEvents>,
     pub(crate) balancer: Balancer,
     pub(crate) plane: ControlPlane,
     pub(crate) tags: TagTable<FlowKey>,
@@ -289,6 +291,12 @@ impl Lb {
         let mut plane = ControlPlane::new(max_vips, max_reals);
         let update = plane.apply(config)?;
         execute(&balancer, &update.ops)?;
+        let events = match opts.hint {
+            HintMode::FlowTag | HintMode::DestTag => {
+                Some(balancer.events().map_err(kernel("open the new-flow event ring"))?)
+            }
+            _ => None,
+        };
         let prog = balancer.program_fd();
         let iface = &opts.iface;
         let (link, native_error) = if opts.force_generic {
@@ -306,6 +314,7 @@ impl Lb {
             mode: link.mode(),
             link: Some(link),
             classifier: None,
+            events,
             balancer,
             plane,
             tags: TagTable::new(opts.max_tags),
@@ -378,14 +387,11 @@ impl Lb {
     /// Waits up to `timeout` for new-flow events and tags those flows (tag modes);
     /// returns how many events it handled.
     pub fn service_events(&mut self, timeout: Duration) -> Result<usize, LbError> {
-        if !matches!(self.opts.hint, HintMode::FlowTag | HintMode::DestTag) {
+        let Some(reader) = self.events.as_mut() else {
             std::thread::sleep(timeout);
             return Ok(0);
-        }
-        let events = {
-            let mut reader = self.balancer.events().map_err(kernel("open the new-flow event ring"))?;
-            reader.poll(timeout).map_err(kernel("read new-flow events"))?
         };
+        let events = reader.poll(timeout).map_err(kernel("read new-flow events"))?;
         for e in &events {
             self.tag_flow(e)?;
         }

@@ -6,12 +6,12 @@
 //! metadata kfunc and must be bound to its interface at load time. Both have the same
 //! maps, which this module reaches through map handles so one `Balancer` serves both.
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
@@ -294,17 +294,22 @@ impl Balancer {
         Self::counter(&self.maps.real_stats, index)
     }
 
-    /// A reader of the new-flow events (tag modes).
-    pub fn events(&self) -> io::Result<FlowEvents<'_>> {
-        let queue: Rc<RefCell<VecDeque<FlowEvent>>> = Rc::default();
-        let bad: Rc<RefCell<u64>> = Rc::default();
+    /// A reader of the new-flow events (tag modes). Build it once and keep it: it maps
+    /// the ring and registers it with an epoll instance. It owns what it needs (the
+    /// mapping keeps the map alive), so it may outlive this handle and move between
+    /// threads.
+    pub fn events(&self) -> io::Result<FlowEvents> {
+        let queue: Arc<Mutex<VecDeque<FlowEvent>>> = Arc::default();
+        let bad: Arc<AtomicU64> = Arc::default();
         let (q, b) = (queue.clone(), bad.clone());
         let mut builder = libbpf_rs::RingBufferBuilder::new();
         builder
             .add(&self.maps.flow_events, move |rec: &[u8]| {
                 match FlowEvent::from_bytes(rec) {
-                    Some(e) => q.borrow_mut().push_back(e),
-                    None => *b.borrow_mut() += 1,
+                    Some(e) => q.lock().unwrap_or_else(PoisonError::into_inner).push_back(e),
+                    None => {
+                        b.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 0
             })
@@ -321,33 +326,37 @@ fn delete_if_present(map: &MapHandle, key: &[u8]) -> io::Result<()> {
 }
 
 /// New-flow events from the data plane's ring buffer.
-pub struct FlowEvents<'a> {
-    ring: libbpf_rs::RingBuffer<'a>,
-    queue: Rc<RefCell<VecDeque<FlowEvent>>>,
-    malformed: Rc<RefCell<u64>>,
+pub struct FlowEvents {
+    ring: libbpf_rs::RingBuffer<'static>,
+    queue: Arc<Mutex<VecDeque<FlowEvent>>>,
+    malformed: Arc<AtomicU64>,
 }
 
-impl std::fmt::Debug for FlowEvents<'_> {
+impl std::fmt::Debug for FlowEvents {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FlowEvents").field("queued", &self.queue.borrow().len()).finish_non_exhaustive()
+        f.debug_struct("FlowEvents").field("queued", &self.queued().len()).finish_non_exhaustive()
     }
 }
 
-impl FlowEvents<'_> {
+impl FlowEvents {
+    fn queued(&self) -> std::sync::MutexGuard<'_, VecDeque<FlowEvent>> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Waits up to `timeout` for events and returns all that are ready.
     pub fn poll(&mut self, timeout: Duration) -> io::Result<Vec<FlowEvent>> {
         self.ring.poll(timeout).map_err(to_io)?;
-        Ok(self.queue.borrow_mut().drain(..).collect())
+        Ok(self.queued().drain(..).collect())
     }
 
     /// Returns the events that are ready without waiting.
     pub fn drain(&mut self) -> io::Result<Vec<FlowEvent>> {
         self.ring.consume().map_err(to_io)?;
-        Ok(self.queue.borrow_mut().drain(..).collect())
+        Ok(self.queued().drain(..).collect())
     }
 
     /// Records too short to be events (never expected; counted, not fatal).
     pub fn malformed(&self) -> u64 {
-        *self.malformed.borrow()
+        self.malformed.load(Ordering::Relaxed)
     }
 }
