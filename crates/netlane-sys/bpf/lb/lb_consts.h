@@ -54,7 +54,8 @@
 /* VIP flags (vip_meta.flags). */
 #define VIP_NO_LRU 1u /* pure consistent hashing: no connection-table state */
 
-/* Hint sources (the loader's hint_mode). */
+/* Hint sources (the loader's hint_mode). The Rust side's constants for the codes, tag
+ * kinds and families are generated from these lines by the build script. */
 #define HINT_OFF 0	/* legacy NIC: no metadata used */
 #define HINT_RX_HASH 1	/* RX hash indexes a per-CPU flow cache */
 #define HINT_FLOW_TAG 2 /* classifier tags flows with a per-flow tag id */
@@ -64,12 +65,12 @@
  * ordinary hash and the packet is treated as untagged. */
 #define TAG_KIND(h) ((h) >> 24)
 #define TAG_VALUE(h) (0xffffffu & (h))
-#define TAG_KIND_FLOW 0xf1u
-#define TAG_KIND_DEST 0xd5u
+#define TAG_KIND_FLOW 0xf1u /* Top byte of a per-flow tag (the rest is the tag id). */
+#define TAG_KIND_DEST 0xd5u /* Top byte of a per-destination tag (the rest is the real's index). */
 
 /* Families in keys and reals. */
-#define FAM_V4 4
-#define FAM_V6 6
+#define FAM_V4 4 /* IPv4 in keys and reals. */
+#define FAM_V6 6 /* IPv6 in keys and reals. */
 
 /* Global counters (index into global_stats). The Rust side's GlobalStat is generated
  * from this enum by the build script: one entry per line, `ST_<NAME>`, its doc comment

@@ -76,6 +76,15 @@ struct flow_event {
 	__u32 vip;
 };
 
+/* Rust decodes events with the generated flow_entry (flow_event is only a local, so it
+ * has no skeleton type): the two must stay the same. */
+_Static_assert(sizeof(struct flow_event) == sizeof(struct flow_entry), "flow_event is flow_entry's size");
+_Static_assert(__builtin_offsetof(struct flow_event, real) == __builtin_offsetof(struct flow_entry, real), "real");
+_Static_assert(__builtin_offsetof(struct flow_event, generation) == __builtin_offsetof(struct flow_entry, generation),
+	       "generation");
+_Static_assert(__builtin_offsetof(struct flow_event, hash) == __builtin_offsetof(struct flow_entry, hash), "hash");
+_Static_assert(__builtin_offsetof(struct flow_event, vip) == __builtin_offsetof(struct flow_entry, vip), "vip");
+
 /* Per-CPU new-connection rate window. */
 struct rate_window {
 	__u64 start;

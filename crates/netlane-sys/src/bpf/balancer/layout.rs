@@ -16,6 +16,8 @@ impl Pod for balancer_skel::types::vip_meta {}
 impl Pod for balancer_skel::types::real_def {}
 impl Pod for balancer_skel::types::lb_config {}
 impl Pod for balancer_skel::types::vip_addr {}
+impl Pod for balancer_skel::types::flow_key {}
+impl Pod for balancer_skel::types::flow_entry {}
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_key>() == 20);
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::vip_meta>() == 8);
 const _: () = assert!(std::mem::size_of::<balancer_skel::types::real_def>() == 28);
@@ -30,17 +32,28 @@ pub(super) fn pod_bytes<T: Pod>(v: &T) -> &[u8] {
     unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
 }
 
+/// A `T` read from the start of `b` (any alignment); `None` when `b` is too short.
+pub(super) fn pod_read<T: Pod>(b: &[u8]) -> Option<T> {
+    let bytes = b.get(..std::mem::size_of::<T>())?;
+    // SAFETY: `bytes` holds size_of::<T>() initialised bytes, and every bit pattern is a
+    // valid `T` (`T: Pod`); read_unaligned copies without an alignment requirement.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
 /// `BPF_F_XDP_DEV_BOUND_ONLY` (Linux 6.3; not in the 6.1 headers this builds with).
 pub(super) const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 
-/// Family tags used in keys and reals.
-pub(super) const FAM_V4: u8 = 4;
-pub(super) const FAM_V6: u8 = 6;
+/// Codes shared with the data plane (hint modes, tag kinds, families), generated from
+/// `lb_consts.h`.
+mod defines {
+    include!(concat!(env!("OUT_DIR"), "/lb_defines.rs"));
+}
+pub use defines::{TAG_KIND_DEST, TAG_KIND_FLOW};
 
-/// Top byte of a per-flow tag (the rest is the tag id).
-pub const TAG_KIND_FLOW: u32 = 0xf1;
-/// Top byte of a per-destination tag (the rest is the real's index).
-pub const TAG_KIND_DEST: u32 = 0xd5;
+/// Family tags used in keys and reals.
+pub(super) const FAM_V4: u8 = defines::FAM_V4 as u8;
+pub(super) const FAM_V6: u8 = defines::FAM_V6 as u8;
+const _: () = assert!(defines::FAM_V4 == FAM_V4 as u32 && defines::FAM_V6 == FAM_V6 as u32);
 
 /// The hint value that names per-flow tag `id` (< 2^24).
 pub fn flow_tag(id: u32) -> u32 {
@@ -71,10 +84,10 @@ impl HintMode {
     /// The value the program's `hint_mode` takes.
     pub(super) fn code(self) -> u32 {
         match self {
-            HintMode::Off => 0,
-            HintMode::RxHash => 1,
-            HintMode::FlowTag => 2,
-            HintMode::DestTag => 3,
+            HintMode::Off => defines::HINT_OFF,
+            HintMode::RxHash => defines::HINT_RX_HASH,
+            HintMode::FlowTag => defines::HINT_FLOW_TAG,
+            HintMode::DestTag => defines::HINT_DEST_TAG,
         }
     }
 
@@ -201,52 +214,59 @@ impl FlowKey {
     /// Bytes of `struct flow_key`.
     pub const LEN: usize = 40;
 
+    /// The key as the data plane stores it (the generated `struct flow_key`).
+    pub(super) fn to_raw(self) -> balancer_skel::types::flow_key {
+        let (src, dst, family) = match (self.src, self.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => (addr_words(s.into()).0, addr_words(d.into()).0, FAM_V4),
+            (s, d) => (addr_words(IpAddr::V6(v6_addr(s))).0, addr_words(IpAddr::V6(v6_addr(d))).0, FAM_V6),
+        };
+        balancer_skel::types::flow_key {
+            src,
+            dst,
+            sport: self.sport.to_be(),
+            dport: self.dport.to_be(),
+            proto: self.proto,
+            family,
+            pad: [0; 2],
+        }
+    }
+
+    /// Reads a key back; `None` for an unknown family.
+    pub(super) fn from_raw(k: &balancer_skel::types::flow_key) -> Option<FlowKey> {
+        let addr = |w: &[u32; 4]| -> Option<IpAddr> {
+            let b: Vec<u8> = w.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            match k.family {
+                FAM_V4 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
+                FAM_V6 => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[..16]).ok()?))),
+                _ => None,
+            }
+        };
+        Some(FlowKey {
+            src: addr(&k.src)?,
+            dst: addr(&k.dst)?,
+            sport: u16::from_be(k.sport),
+            dport: u16::from_be(k.dport),
+            proto: k.proto,
+        })
+    }
+
     /// The key's bytes as the data plane stores them.
     pub fn to_bytes(&self) -> [u8; FlowKey::LEN] {
         let mut b = [0u8; FlowKey::LEN];
-        let family = match (self.src, self.dst) {
-            (IpAddr::V4(s), IpAddr::V4(d)) => {
-                b[0..4].copy_from_slice(&s.octets());
-                b[16..20].copy_from_slice(&d.octets());
-                FAM_V4
-            }
-            (s, d) => {
-                b[0..16].copy_from_slice(&v6_octets(s));
-                b[16..32].copy_from_slice(&v6_octets(d));
-                FAM_V6
-            }
-        };
-        b[32..34].copy_from_slice(&self.sport.to_be_bytes());
-        b[34..36].copy_from_slice(&self.dport.to_be_bytes());
-        b[36] = self.proto;
-        b[37] = family;
+        b.copy_from_slice(pod_bytes(&self.to_raw()));
         b
     }
 
     /// Reads a key back; `None` for an unknown family or a short buffer.
     pub fn from_bytes(b: &[u8]) -> Option<FlowKey> {
-        let b: &[u8; FlowKey::LEN] = b.get(..FlowKey::LEN)?.try_into().ok()?;
-        let addr = |s: &[u8]| -> Option<IpAddr> {
-            match b[37] {
-                FAM_V4 => Some(IpAddr::V4(Ipv4Addr::new(s[0], s[1], s[2], s[3]))),
-                FAM_V6 => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&s[..16]).ok()?))),
-                _ => None,
-            }
-        };
-        Some(FlowKey {
-            src: addr(&b[0..16])?,
-            dst: addr(&b[16..32])?,
-            sport: u16::from_be_bytes([b[32], b[33]]),
-            dport: u16::from_be_bytes([b[34], b[35]]),
-            proto: b[36],
-        })
+        FlowKey::from_raw(&pod_read::<balancer_skel::types::flow_key>(b)?)
     }
 }
 
-fn v6_octets(a: IpAddr) -> [u8; 16] {
+fn v6_addr(a: IpAddr) -> Ipv6Addr {
     match a {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
+        IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        IpAddr::V6(v6) => v6,
     }
 }
 
@@ -269,26 +289,31 @@ impl FlowEvent {
     /// Bytes of `struct flow_event`.
     pub const LEN: usize = FlowKey::LEN + 16;
 
-    /// Decodes an event record; `None` if it is malformed.
+    /// Decodes an event record; `None` if it is malformed. `struct flow_event` has
+    /// `struct flow_entry`'s layout (lb_structs.h asserts it at compile time), and the
+    /// generated `flow_entry` is what is read.
     pub fn from_bytes(b: &[u8]) -> Option<FlowEvent> {
-        let word = |i: usize| -> Option<u32> { Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?)) };
-        let n = FlowKey::LEN;
+        let e = pod_read::<balancer_skel::types::flow_entry>(b)?;
         Some(FlowEvent {
-            flow: FlowKey::from_bytes(b)?,
-            real: word(n)?,
-            generation: word(n + 4)?,
-            hash: word(n + 8)?,
-            vip: word(n + 12)?,
+            flow: FlowKey::from_raw(&e.flow)?,
+            real: e.real,
+            generation: e.generation,
+            hash: e.hash,
+            vip: e.vip,
         })
     }
 
-    /// The `struct flow_entry` a per-flow tag for this flow points at (same layout).
+    /// The `struct flow_entry` a per-flow tag for this flow points at.
     pub(super) fn entry_bytes(&self) -> [u8; FlowEvent::LEN] {
+        let e = balancer_skel::types::flow_entry {
+            flow: self.flow.to_raw(),
+            real: self.real,
+            generation: self.generation,
+            hash: self.hash,
+            vip: self.vip,
+        };
         let mut b = [0u8; FlowEvent::LEN];
-        b[..FlowKey::LEN].copy_from_slice(&self.flow.to_bytes());
-        for (i, w) in [self.real, self.generation, self.hash, self.vip].iter().enumerate() {
-            b[FlowKey::LEN + 4 * i..FlowKey::LEN + 4 * i + 4].copy_from_slice(&w.to_ne_bytes());
-        }
+        b.copy_from_slice(pod_bytes(&e));
         b
     }
 }
@@ -326,5 +351,43 @@ pub(super) fn addr_words(a: IpAddr) -> ([u32; 4], u8) {
             }
             (w, FAM_V6)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flow_keys_and_events_have_the_data_plane_s_bytes_and_come_back() {
+        let k = FlowKey {
+            src: "10.1.2.3".parse().unwrap(),
+            dst: "192.0.2.9".parse().unwrap(),
+            sport: 0x1234,
+            dport: 80,
+            proto: 6,
+        };
+        let b = k.to_bytes();
+        // struct flow_key: src[4] at 0, dst[4] at 16 (packet byte order), ports in
+        // network order at 32 and 34, proto at 36, family at 37, padding.
+        assert_eq!(&b[0..4], &[10, 1, 2, 3]);
+        assert_eq!(&b[16..20], &[192, 0, 2, 9]);
+        assert_eq!(&b[32..38], &[0x12, 0x34, 0, 80, 6, 4]);
+        assert!(b[4..16].iter().chain(&b[20..32]).chain(&b[38..]).all(|&x| x == 0));
+        assert_eq!(FlowKey::from_bytes(&b), Some(k));
+        let k6 = FlowKey { src: "2001:db8::1".parse().unwrap(), dst: "2001:db8::2".parse().unwrap(), ..k };
+        let b6 = k6.to_bytes();
+        assert_eq!(&b6[0..4], &[0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!((b6[31], b6[37]), (2, 6));
+        assert_eq!(FlowKey::from_bytes(&b6), Some(k6));
+        let e = FlowEvent { flow: k6, real: 7, generation: 3, hash: 0xdead_beef, vip: 2 };
+        let eb = e.entry_bytes();
+        assert_eq!(&eb[40..44], &7u32.to_ne_bytes());
+        assert_eq!(&eb[52..56], &2u32.to_ne_bytes());
+        assert_eq!(FlowEvent::from_bytes(&eb), Some(e));
+        assert_eq!(FlowEvent::from_bytes(&eb[..FlowEvent::LEN - 1]), None, "short");
+        let mut bad = b;
+        bad[37] = 5;
+        assert_eq!(FlowKey::from_bytes(&bad), None, "unknown family");
     }
 }
