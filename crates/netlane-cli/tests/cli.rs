@@ -792,6 +792,17 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
          [[vip.real]]\naddress = \"10.1.0.11\"\n",
     )
     .unwrap();
+    // The device-bound build on a device without RX metadata (loopback): says so, and
+    // libbpf's own lines stay out of the output.
+    let o = a
+        .command(env!("CARGO_BIN_EXE_netlane"))
+        .args(["lb", "run", "--config", cfg.to_str().unwrap(), "--iface", "lo", "--gateway-mac", "02:00:00:00:00:01"])
+        .args(["--hints", "rx-hash", "--hint-source", "kfunc", "-t", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("gives XDP programs no RX metadata"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("libbpf:"), "{}", stderr(&o));
     let stats = dir.join("stats.json");
     let mut run = a.command(env!("CARGO_BIN_EXE_netlane"));
     run.args(["lb", "run", "--config", cfg.to_str().unwrap(), "--iface", "lb0", "--gateway-mac", "02:00:00:00:00:01"])

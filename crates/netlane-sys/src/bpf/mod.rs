@@ -76,7 +76,26 @@ pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};
 /// Storage for libbpf's object that lives as long as the skeleton borrowing it: a
 /// 'static home, one small allocation per load, never freed.
 pub(crate) fn object_storage() -> &'static mut MaybeUninit<libbpf_rs::OpenObject> {
+    route_libbpf_messages();
     Box::leak(Box::new(MaybeUninit::uninit()))
+}
+
+/// Sends libbpf's own messages to `tracing` (target `libbpf`: its warnings and the
+/// verifier's log at debug, its debug output at trace) instead of stderr: a failure
+/// comes back as an error that says what was being done, and `RUST_LOG=libbpf=debug`
+/// shows libbpf's side of it.
+fn route_libbpf_messages() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        fn print(level: libbpf_rs::PrintLevel, msg: String) {
+            let msg = msg.trim_end();
+            match level {
+                libbpf_rs::PrintLevel::Debug => tracing::trace!(target: "libbpf", "{msg}"),
+                _ => tracing::debug!(target: "libbpf", "{msg}"),
+            }
+        }
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
+    });
 }
 
 /// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.
@@ -91,7 +110,21 @@ pub(crate) fn percpu_sum(map: &dyn MapCore, index: u32) -> io::Result<u64> {
 }
 
 pub(crate) fn to_io(e: libbpf_rs::Error) -> io::Error {
-    io::Error::other(e.to_string())
+    use libbpf_rs::ErrorKind as K;
+    let kind = match e.kind() {
+        K::NotFound => io::ErrorKind::NotFound,
+        K::PermissionDenied => io::ErrorKind::PermissionDenied,
+        K::AlreadyExists => io::ErrorKind::AlreadyExists,
+        K::WouldBlock => io::ErrorKind::WouldBlock,
+        K::InvalidInput => io::ErrorKind::InvalidInput,
+        K::InvalidData => io::ErrorKind::InvalidData,
+        K::TimedOut => io::ErrorKind::TimedOut,
+        K::Interrupted => io::ErrorKind::Interrupted,
+        K::Unsupported => io::ErrorKind::Unsupported,
+        K::OutOfMemory => io::ErrorKind::OutOfMemory,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, e.to_string())
 }
 
 /// The result of one `BPF_PROG_RUN`.

@@ -118,6 +118,10 @@ impl Balancer {
     /// it; every ring slot starts empty.
     pub fn load(opts: &BalancerOptions) -> io::Result<Balancer> {
         opts.sizes.check()?;
+        Self::load_build(opts).map_err(|e| explain_load_error(e, opts))
+    }
+
+    fn load_build(opts: &BalancerOptions) -> io::Result<Balancer> {
         let (skel, maps) = match opts.bind_ifindex {
             None => {
                 let (s, m) = load_build!(balancer_skel::BalancerSkelBuilder::default(), opts);
@@ -316,6 +320,35 @@ impl Balancer {
             .map_err(to_io)?;
         Ok(FlowEvents { ring: builder.build().map_err(to_io)?, queue, malformed: bad })
     }
+}
+
+/// A load failure in the words of what the user controls: the map sizes (memory) or
+/// the device (RX metadata for the device-bound build). libbpf's own lines go to
+/// `tracing` (target `libbpf`).
+fn explain_load_error(e: io::Error, opts: &BalancerOptions) -> io::Error {
+    let s = &opts.sizes;
+    let why = match e.kind() {
+        io::ErrorKind::OutOfMemory => format!(
+            "the kernel could not allocate the data plane's maps ({e}): the connection table alone is \
+             conn_entries {} x about 100 bytes = {} MiB, the rings {} x {} slots x 4 bytes = {} MiB; \
+             lower conn_entries, ring_size or --max-vips",
+            s.conn_entries,
+            u64::from(s.conn_entries) * 100 >> 20,
+            s.max_vips,
+            s.ring_size,
+            u64::from(s.max_vips) * u64::from(s.ring_size) * 4 >> 20
+        ),
+        io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput if opts.bind_ifindex.is_some() => format!(
+            "the device-bound build did not load ({e}): the interface's driver gives XDP programs no RX \
+             metadata (the rx-hash kfunc; veth, virtio_net, mlx5, ice and others do); take hints from the \
+             metadata area instead (--hint-source metadata)"
+        ),
+        io::ErrorKind::PermissionDenied => {
+            format!("{e}: loading BPF programs needs root (CAP_BPF and CAP_NET_ADMIN)")
+        }
+        _ => return e,
+    };
+    io::Error::new(e.kind(), why)
 }
 
 fn delete_if_present(map: &MapHandle, key: &[u8]) -> io::Result<()> {
