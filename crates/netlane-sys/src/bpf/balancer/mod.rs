@@ -333,10 +333,10 @@ fn explain_load_error(e: io::Error, opts: &BalancerOptions) -> io::Error {
              conn_entries {} x about 100 bytes = {} MiB, the rings {} x {} slots x 4 bytes = {} MiB; \
              lower conn_entries, ring_size or --max-vips",
             s.conn_entries,
-            u64::from(s.conn_entries) * 100 >> 20,
+            (u64::from(s.conn_entries) * 100) >> 20,
             s.max_vips,
             s.ring_size,
-            u64::from(s.max_vips) * u64::from(s.ring_size) * 4 >> 20
+            (u64::from(s.max_vips) * u64::from(s.ring_size) * 4) >> 20
         ),
         io::ErrorKind::Unsupported | io::ErrorKind::InvalidInput if opts.bind_ifindex.is_some() => format!(
             "the device-bound build did not load ({e}): the interface's driver gives XDP programs no RX \
