@@ -44,6 +44,8 @@ fn main() {
             "HINT_RX_HASH",
             "HINT_FLOW_TAG",
             "HINT_DEST_TAG",
+            "TAG_VALUE_BITS",
+            "TAG_VALUES",
             "TAG_KIND_FLOW",
             "TAG_KIND_DEST",
             "FAM_V4",

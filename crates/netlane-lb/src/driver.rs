@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::proto::config::{Config, ConfigError, VipChange};
 use crate::proto::plane::{ControlPlane, Op, PlanError, TagTable};
 use netlane_sys::bpf::{
-    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowEvents, FlowTagger, TcxLink, dest_tag, flow_tag,
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowEvents, FlowTagger, TAG_VALUES, TcxLink,
 };
 pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode};
 
@@ -244,8 +244,8 @@ impl Lb {
     /// interface: native mode, else generic (see [`Lb::native_error`]).
     pub fn start(config: &Config, opts: LbOptions) -> Result<Lb, LbError> {
         config.validate()?;
-        if opts.max_tags == 0 || opts.max_tags > 1 << 24 {
-            return Err(LbError::Invalid(format!("max tags must be 1..=2^24, not {}", opts.max_tags)));
+        if opts.max_tags == 0 || opts.max_tags > TAG_VALUES {
+            return Err(LbError::Invalid(format!("max tags must be 1..={TAG_VALUES}, not {}", opts.max_tags)));
         }
         check_addresses(&opts)?;
         let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
@@ -409,10 +409,10 @@ impl Lb {
             }
         }
         let hint = match self.opts.hint {
-            HintMode::DestTag => dest_tag(e.real),
+            HintMode::DestTag => self.balancer.tag_key().dest_tag(e.real),
             _ => {
                 self.balancer.set_flow_tag(id, e).map_err(kernel("install a flow tag"))?;
-                flow_tag(id)
+                self.balancer.tag_key().flow_tag(id)
             }
         };
         self.tagged_real.insert(e.flow, e.real);

@@ -5,8 +5,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use netlane_sys::bpf::{
-    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, Decap, GlobalStat, HintMode, dest_tag, flow_tag,
-    test_run_xdp, test_run_xdp_with_meta,
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, Decap, GlobalStat, HintMode, TagKey, test_run_xdp,
+    test_run_xdp_with_meta,
 };
 
 const XDP_DROP: u32 = 1;
@@ -719,27 +719,27 @@ fn flow_tags_events_and_stale_tags() {
     );
     // The control plane gives it tag 5; tagged packets skip the lookups.
     b.set_flow_tag(5, &e).unwrap();
-    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &frame).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().flow_tag(5)), &frame).unwrap();
     assert_eq!((r.verdict, &r.packet), (XDP_TX, &want));
     assert_eq!(stat(&b, GlobalStat::HintHit), 1);
     let conn = stat(&b, GlobalStat::ConnHit) + stat(&b, GlobalStat::ConnMiss);
     // A wrong tag (another flow's) is stale: that flow still goes where the ring says.
     let other_port = (port + 1..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
     let (other, other_ip) = vip0_frame(other_port, 0x10);
-    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &other).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().flow_tag(5)), &other).unwrap();
     let h2 = flow_hash(client(), other_port, 80, 6);
     assert_eq!(r.packet, expect_ipip(&other_ip, 0x10, h2, Ipv4Addr::new(10, 200, 0, 2)), "not the tag's real");
     assert_eq!(stat(&b, GlobalStat::HintStale), 1);
     assert_eq!(stat(&b, GlobalStat::ConnHit) + stat(&b, GlobalStat::ConnMiss), conn + 1);
     // Tag ids out of range and unset ones are stale too.
-    for t in [flow_tag(0xff_ffff), flow_tag(6)] {
+    for t in [b.tag_key().flow_tag(0xff_ffff), b.tag_key().flow_tag(6)] {
         assert_eq!(test_run_xdp_with_meta(prog, &hint(t), &other).unwrap().verdict, XDP_TX);
     }
     assert_eq!(stat(&b, GlobalStat::HintStale), 3);
     // The tagged flow's real is removed: the tag is stale, the flow goes to a live real.
     b.set_ring(0, &[0; RING as usize]).unwrap();
     b.clear_real(1, 2).unwrap();
-    let r = test_run_xdp_with_meta(prog, &hint(flow_tag(5)), &frame).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().flow_tag(5)), &frame).unwrap();
     assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
     assert_eq!(stat(&b, GlobalStat::HintStale), 4);
 }
@@ -755,11 +755,11 @@ fn destination_tags_stay_inside_the_vips_set() {
     let (frame, ip) = vip0_frame(port, 0x10);
     let h = flow_hash(client(), port, 80, 6);
     // Tagged with real 1 (one of VIP 0's): it goes there, no table lookups.
-    let r = test_run_xdp_with_meta(prog, &hint(dest_tag(1)), &frame).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(1)), &frame).unwrap();
     assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 3)));
     assert_eq!((stat(&b, GlobalStat::HintHit), stat(&b, GlobalStat::ConnMiss)), (1, 0));
     // Tagged with real 3 (VIP 1's) or a real index out of range: stale; the ring decides.
-    for t in [dest_tag(3), dest_tag(15), dest_tag(0xff_ffff)] {
+    for t in [b.tag_key().dest_tag(3), b.tag_key().dest_tag(15), b.tag_key().dest_tag(0xff_ffff)] {
         let r = test_run_xdp_with_meta(prog, &hint(t), &frame).unwrap();
         assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)), "tag {t:#x}");
     }
@@ -767,12 +767,44 @@ fn destination_tags_stay_inside_the_vips_set() {
     // Real 1 removed: its tag is stale.
     b.clear_real(1, 2).unwrap();
     b.set_ring(0, &[0; RING as usize]).unwrap();
-    let r = test_run_xdp_with_meta(prog, &hint(dest_tag(1)), &frame).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(1)), &frame).unwrap();
     assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
     assert_eq!(stat(&b, GlobalStat::HintStale), 4);
-    // Hash values without a tag's top byte are plain hashes: untagged.
-    test_run_xdp_with_meta(prog, &hint(0x1234_5678), &frame).unwrap();
+    // Hash values that are not tags are plain hashes: untagged.
+    let key = b.tag_key();
+    let plain = (0u32..).map(|i| i.wrapping_mul(0x9e37_79b9)).find(|&h| h != key.dest_tag(h & 0xf_ffff)).unwrap();
+    test_run_xdp_with_meta(prog, &hint(plain), &frame).unwrap();
     assert_eq!(stat(&b, GlobalStat::HintMiss), 1);
+    // A real's index with any other check bits (what an RSS hash whose low bits name a
+    // real looks like) is not a tag either, and a tag under another key is not one.
+    let forged = [key.dest_tag(0) ^ (1 << 31), key.dest_tag(0) ^ (1 << 20), TagKey::from_raw(!0).dest_tag(0)];
+    for t in forged.into_iter().filter(|&t| t != key.dest_tag(0)) {
+        test_run_xdp_with_meta(prog, &hint(t), &frame).unwrap();
+    }
+    assert_eq!(stat(&b, GlobalStat::HintStale), 4, "no forged tag was taken as one");
+    assert!(stat(&b, GlobalStat::HintMiss) >= 3);
+}
+
+#[test]
+fn rss_hashes_are_not_read_as_tags() {
+    if !may_load_bpf("rss_hashes_are_not_read_as_tags") {
+        return;
+    }
+    // 20,000 hash values (a multiplicative sequence, as varied as an RSS hash) on a
+    // tagged flow of a destination-tag balancer: without the key, a value passes a
+    // tag's check with probability 2^-12 (about 5 expected); each that passes still
+    // has to name one of the VIP's live reals. With the old top-byte marker, 2 in 256
+    // (156) were tags.
+    let b = setup(HintMode::DestTag, config());
+    let prog = b.program().unwrap();
+    let (frame, _) = vip0_frame(47500, 0x10);
+    for i in 0..20_000u32 {
+        test_run_xdp_with_meta(prog, &hint(i.wrapping_mul(0x9e37_79b9) ^ 0x5bd1_e995), &frame).unwrap();
+    }
+    let (miss, stale, hit) =
+        (stat(&b, GlobalStat::HintMiss), stat(&b, GlobalStat::HintStale), stat(&b, GlobalStat::HintHit));
+    assert_eq!(miss + stale + hit, 20_000);
+    assert!(stale + hit <= 25, "{} of 20,000 hashes read as tags", stale + hit);
 }
 
 #[test]
@@ -814,7 +846,7 @@ fn a_syn_flood_announces_nothing_and_leaves_established_flows_tagged() {
     // The established flows' tags still resolve: every tagged packet skips the lookups.
     let hits = stat(&b, GlobalStat::HintHit);
     for (i, (frame, ip)) in flows.iter().enumerate() {
-        let r = test_run_xdp_with_meta(prog, &hint(flow_tag(i as u32)), frame).unwrap();
+        let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().flow_tag(i as u32)), frame).unwrap();
         let e = &announced[i];
         let real = if e.real == 0 { Ipv4Addr::new(10, 200, 0, 2) } else { Ipv4Addr::new(10, 200, 0, 3) };
         assert_eq!(r.packet, expect_ipip(ip, 0x10, e.hash, real));

@@ -115,18 +115,15 @@ static __always_inline struct flow_entry *hint_cache_slot(__u32 hint)
 }
 
 /* The flow entry a hint names, if it is this packet's flow: a slot of the rx-hash
- * cache or a per-flow tag. */
-static __always_inline struct flow_entry *hinted_entry(__u32 hint, const struct flow_key *f)
+ * cache or the per-flow tag `id` (when the hint is a valid flow tag). */
+static __always_inline struct flow_entry *hinted_entry(__u32 hint, int tagged, __u32 id, const struct flow_key *f)
 {
 	struct flow_entry *e = 0;
 
 	if (hint_mode == HINT_RX_HASH) {
 		e = hint_cache_slot(hint);
-	} else if (TAG_KIND(hint) == TAG_KIND_FLOW) {
-		__u32 id = TAG_VALUE(hint);
-
-		if (id < flow_tag_count)
-			e = bpf_map_lookup_elem(&flow_tags, &id);
+	} else if (hint_mode == HINT_FLOW_TAG && tagged && id < flow_tag_count) {
+		e = bpf_map_lookup_elem(&flow_tags, &id);
 	}
 	if (e && flow_eq(&e->flow, f))
 		return e;
@@ -214,7 +211,11 @@ int balancer(struct xdp_md *ctx)
 
 	/* Hint fast path: an entry for exactly this flow, or a destination tag. */
 	if (have_hint && !icmp_error) {
-		struct flow_entry *e = hinted_entry(hint, &p.flow);
+		/* A tag's value: a per-flow tag id, or the real a destination tag names. */
+		__u32 value = 0;
+		int tagged = (hint_mode == HINT_FLOW_TAG && tag_value(hint, TAG_KIND_FLOW, &value)) ||
+			     (hint_mode == HINT_DEST_TAG && tag_value(hint, TAG_KIND_DEST, &value));
+		struct flow_entry *e = hinted_entry(hint, tagged, value, &p.flow);
 
 		if (e) {
 			real = live_real(e->real, e->generation, 1);
@@ -223,22 +224,20 @@ int balancer(struct xdp_md *ctx)
 				hash = e->hash;
 				vip_index = e->vip;
 			}
-		} else if (hint_mode >= HINT_FLOW_TAG && TAG_KIND(hint) == TAG_KIND_DEST) {
+		} else if (hint_mode == HINT_DEST_TAG && tagged) {
 			/* The tag names the real; it must be one of this packet's VIP's. */
 			vip = find_vip(&p.flow);
 			if (vip) {
-				real = live_real(TAG_VALUE(hint), 0, 0);
+				real = live_real(value, 0, 0);
 				if (real && real->vip != vip->index)
 					real = 0;
 				if (real) {
-					real_index = TAG_VALUE(hint);
+					real_index = value;
 					vip_index = vip->index;
 					hash = flow_hash(&p.flow);
 				}
 			}
 		}
-		int tagged = hint_mode >= HINT_FLOW_TAG &&
-			     (TAG_KIND(hint) == TAG_KIND_FLOW || TAG_KIND(hint) == TAG_KIND_DEST);
 
 		if (real) {
 			count(ST_HINT_HIT);

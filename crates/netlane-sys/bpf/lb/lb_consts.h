@@ -61,12 +61,16 @@
 #define HINT_FLOW_TAG 2 /* classifier tags flows with a per-flow tag id */
 #define HINT_DEST_TAG 3 /* classifier tags flows with their real's index */
 
-/* A tag is a 32-bit hint whose top byte says what it is; any other value is an
- * ordinary hash and the packet is treated as untagged. */
-#define TAG_KIND(h) ((h) >> 24)
-#define TAG_VALUE(h) (0xffffffu & (h))
-#define TAG_KIND_FLOW 0xf1u /* Top byte of a per-flow tag (the rest is the tag id). */
-#define TAG_KIND_DEST 0xd5u /* Top byte of a per-destination tag (the rest is the real's index). */
+/* A tag is a 32-bit hint: the low TAG_VALUE_BITS name a per-flow tag id or a real's
+ * index, the top bits are a check keyed by a secret the loader picks at random (see
+ * tag_check in lb_hint.h). A NIC's RSS hash has the same width; without the key a hash
+ * passes the check with probability 2^-(32 - TAG_VALUE_BITS), and nobody can choose
+ * tuples whose hash passes, so hashes are read as "untagged", not as tags. */
+#define TAG_VALUE_BITS 20
+#define TAG_VALUE_MASK ((1u << TAG_VALUE_BITS) - 1)
+#define TAG_VALUES 0x100000 /* Tag ids and real indexes a tag can name (2^TAG_VALUE_BITS). */
+#define TAG_KIND_FLOW 1u /* Mixed into a per-flow tag's check (the value is a tag id). */
+#define TAG_KIND_DEST 2u /* Mixed into a per-destination tag's check (the value is a real's index). */
 
 /* Families in keys and reals. */
 #define FAM_V4 4 /* IPv4 in keys and reals. */

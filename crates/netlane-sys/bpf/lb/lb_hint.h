@@ -42,6 +42,30 @@ static __always_inline int read_hint(struct xdp_md *ctx, __u32 *hint)
 }
 #endif
 
+/* The tag key (set by the loader from a random source before load). */
+const volatile __u32 tag_key = 0;
+
+/* The check bits of a tag of `kind` for `value`: murmur3's 32-bit finaliser over the
+ * value, the kind and the key (the Rust side computes the same in layout.rs). */
+static __always_inline __u32 tag_check(__u32 value, __u32 kind)
+{
+	__u32 h = (value | (kind << TAG_VALUE_BITS)) ^ tag_key;
+
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h >> TAG_VALUE_BITS;
+}
+
+/* Whether `hint` is a tag of `kind`; its value in *value. */
+static __always_inline int tag_value(__u32 hint, __u32 kind, __u32 *value)
+{
+	*value = hint & TAG_VALUE_MASK;
+	return (hint >> TAG_VALUE_BITS) == tag_check(*value, kind);
+}
+
 static __always_inline int flow_eq(const struct flow_key *a, const struct flow_key *b)
 {
 	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;

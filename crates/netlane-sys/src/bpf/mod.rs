@@ -63,7 +63,7 @@ mod xsk;
 pub use apps::{APP_CLASS_MAX, AppClassifier, AppSockPolicy, CgroupLink};
 pub use balancer::{
     Balancer, BalancerOptions, BalancerSizes, Counter, DataPlaneConfig, FlowEvent, FlowEvents, FlowKey, GlobalStat,
-    HintMode, TAG_KIND_DEST, TAG_KIND_FLOW, dest_tag, flow_tag,
+    HintMode, TAG_VALUES, TagKey,
 };
 pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};

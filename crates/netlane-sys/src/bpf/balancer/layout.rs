@@ -48,22 +48,71 @@ pub(super) const BPF_F_XDP_DEV_BOUND_ONLY: u32 = 1 << 6;
 mod defines {
     include!(concat!(env!("OUT_DIR"), "/lb_defines.rs"));
 }
-pub use defines::{TAG_KIND_DEST, TAG_KIND_FLOW};
+pub use defines::TAG_VALUES;
+const _: () = assert!(TAG_VALUES == 1 << defines::TAG_VALUE_BITS);
+
+/// The secret a balancer's tags are keyed with: a tag is its value (a per-flow tag id
+/// or a real's index, below [`TAG_VALUES`]) with check bits above it that only the
+/// holder of the key can compute, so a NIC's RSS hash (which has the same width and
+/// whose tuples an attacker may choose) is not read as a tag.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct TagKey(u32);
+
+impl std::fmt::Debug for TagKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TagKey(..)")
+    }
+}
+
+impl TagKey {
+    /// A key from the kernel's random source.
+    pub fn random() -> io::Result<TagKey> {
+        let mut b = [0u8; 4];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut b)?;
+        Ok(TagKey(u32::from_ne_bytes(b)))
+    }
+
+    /// A fixed key (tests).
+    pub fn from_raw(key: u32) -> TagKey {
+        TagKey(key)
+    }
+
+    pub(super) fn raw(self) -> u32 {
+        self.0
+    }
+
+    /// `tag_check` in lb_hint.h: murmur3's finaliser over value, kind and key; the top
+    /// 32 - TAG_VALUE_BITS bits.
+    fn check(self, value: u32, kind: u32) -> u32 {
+        let mut h = (value | (kind << defines::TAG_VALUE_BITS)) ^ self.0;
+        h ^= h >> 16;
+        h = h.wrapping_mul(0x85eb_ca6b);
+        h ^= h >> 13;
+        h = h.wrapping_mul(0xc2b2_ae35);
+        h ^= h >> 16;
+        h >> defines::TAG_VALUE_BITS
+    }
+
+    fn tag(self, value: u32, kind: u32) -> u32 {
+        let value = value & (TAG_VALUES - 1);
+        (self.check(value, kind) << defines::TAG_VALUE_BITS) | value
+    }
+
+    /// The hint value that names per-flow tag `id` (< [`TAG_VALUES`]).
+    pub fn flow_tag(self, id: u32) -> u32 {
+        self.tag(id, defines::TAG_KIND_FLOW)
+    }
+
+    /// The hint value that names real `index` (< [`TAG_VALUES`]) as the destination.
+    pub fn dest_tag(self, index: u32) -> u32 {
+        self.tag(index, defines::TAG_KIND_DEST)
+    }
+}
 
 /// Family tags used in keys and reals.
 pub(super) const FAM_V4: u8 = defines::FAM_V4 as u8;
 pub(super) const FAM_V6: u8 = defines::FAM_V6 as u8;
 const _: () = assert!(defines::FAM_V4 == FAM_V4 as u32 && defines::FAM_V6 == FAM_V6 as u32);
-
-/// The hint value that names per-flow tag `id` (< 2^24).
-pub fn flow_tag(id: u32) -> u32 {
-    (TAG_KIND_FLOW << 24) | (id & 0xff_ffff)
-}
-
-/// The hint value that names real `index` (< 2^24) as the destination.
-pub fn dest_tag(index: u32) -> u32 {
-    (TAG_KIND_DEST << 24) | (index & 0xff_ffff)
-}
 
 /// What the data plane does with per-packet hints (chosen at load time).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,7 +167,7 @@ pub struct BalancerSizes {
     pub ring_size: u32,
     /// Connection-table entries (split between the CPUs' LRU lists).
     pub conn_entries: u32,
-    /// Per-flow tag ids (0..flow_tags, at most 2^24).
+    /// Per-flow tag ids (0..flow_tags, at most [`TAG_VALUES`]).
     pub flow_tags: u32,
     /// Slots of the per-CPU rx-hash flow cache (a power of two).
     pub hint_cache: u32,
@@ -146,11 +195,14 @@ impl BalancerSizes {
         if self.max_vips == 0 || self.max_reals == 0 || self.ring_size == 0 || self.conn_entries == 0 {
             return bad(format!("balancer sizes must be positive: {self:?}"));
         }
-        if self.max_reals > 1 << 24 {
-            return bad(format!("at most 2^24 reals (tags carry 24 bits), not {}", self.max_reals));
+        if self.max_reals > TAG_VALUES {
+            return bad(format!(
+                "at most {TAG_VALUES} reals (what a destination tag can name), not {}",
+                self.max_reals
+            ));
         }
-        if self.flow_tags == 0 || self.flow_tags > 1 << 24 {
-            return bad(format!("flow tags must be 1..=2^24, not {}", self.flow_tags));
+        if self.flow_tags == 0 || self.flow_tags > TAG_VALUES {
+            return bad(format!("flow tags must be 1..={TAG_VALUES}, not {}", self.flow_tags));
         }
         if !self.hint_cache.is_power_of_two() {
             return bad(format!("the hint cache size must be a power of two, not {}", self.hint_cache));

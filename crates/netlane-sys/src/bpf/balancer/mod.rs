@@ -47,8 +47,9 @@ struct Maps {
 /// Opens one build's skeleton, sizes its maps, sets its constants, loads it and takes
 /// handles on its maps.
 macro_rules! load_build {
-    ($builder:expr, $opts:expr) => {{
+    ($builder:expr, $opts:expr, $key:expr) => {{
         let opts: &BalancerOptions = $opts;
+        let key: TagKey = $key;
         let s = &opts.sizes;
         let mut open = $builder.open(object_storage()).map_err(to_io)?;
         let m = &mut open.maps;
@@ -75,6 +76,7 @@ macro_rules! load_build {
         ro.hint_cache_mask = s.hint_cache - 1;
         ro.hint_cache_cpus = cpus;
         ro.flow_tag_count = s.flow_tags;
+        ro.tag_key = key.raw();
         if let Some(ifindex) = opts.bind_ifindex {
             open.progs.balancer.set_ifindex(ifindex);
             open.progs.balancer.set_flags(BPF_F_XDP_DEV_BOUND_ONLY);
@@ -101,6 +103,7 @@ pub struct Balancer {
     skel: Skel,
     maps: Maps,
     opts: BalancerOptions,
+    tag_key: TagKey,
 }
 
 impl std::fmt::Debug for Balancer {
@@ -122,19 +125,26 @@ impl Balancer {
     }
 
     fn load_build(opts: &BalancerOptions) -> io::Result<Balancer> {
+        let tag_key = TagKey::random()?;
         let (skel, maps) = match opts.bind_ifindex {
             None => {
-                let (s, m) = load_build!(balancer_skel::BalancerSkelBuilder::default(), opts);
+                let (s, m) = load_build!(balancer_skel::BalancerSkelBuilder::default(), opts, tag_key);
                 (Skel::Plain(s), m)
             }
             Some(_) => {
-                let (s, m) = load_build!(balancer_bound_skel::BalancerBoundSkelBuilder::default(), opts);
+                let (s, m) = load_build!(balancer_bound_skel::BalancerBoundSkelBuilder::default(), opts, tag_key);
                 (Skel::Bound(s), m)
             }
         };
         // The ring map starts zeroed, which is empty (slots hold index + 1): no VIP's
         // ring needs writing before it is used.
-        Ok(Balancer { skel, maps, opts: *opts })
+        Ok(Balancer { skel, maps, opts: *opts, tag_key })
+    }
+
+    /// The key this balancer's tags are checked with (random at each load): what the
+    /// classifier's tag values are computed from.
+    pub fn tag_key(&self) -> TagKey {
+        self.tag_key
     }
 
     /// The program, for test runs (the plain build only: the kernel refuses to
