@@ -165,14 +165,22 @@ impl ControlPlane {
         let mut clears = Vec::new();
         let key = |v: &Vip| (v.address, v.port, v.proto);
 
-        // VIPs that go away: unreachable first, then their reals.
+        // VIPs that go away: unreachable first, then their reals, at once: before this
+        // update can give the VIP's index to a new VIP, whose packets would otherwise
+        // accept a destination tag naming one of the old VIP's reals (a real belongs
+        // to the VIP whose index it carries).
         let gone: Vec<VipKey> = next.vips.keys().filter(|k| !new.vips.iter().any(|v| key(v) == **k)).copied().collect();
         for k in gone {
             let Some(st) = next.vips.remove(&k) else { continue };
             ops.push(Op::RemoveVip { address: k.0, port: k.1, proto: k.2.number() });
             ops.push(Op::SetRing { vip: st.index, ring: vec![maglev::EMPTY; new.ring_size as usize] });
-            for (_, idx) in st.reals {
-                clears.push(idx);
+            let mut reals: Vec<u32> = st.reals.into_values().collect();
+            reals.sort_unstable();
+            for idx in reals {
+                let g = &mut next.generations[idx as usize];
+                *g = g.wrapping_add(1);
+                ops.push(Op::ClearReal { index: idx, generation: *g });
+                next.free_reals.push_back(idx);
             }
             next.free_vips.push_back(st.index);
         }
@@ -422,6 +430,23 @@ mod tests {
         assert!(matches!(u.ops[0], Op::RemoveVip { .. }), "{:?}", u.ops);
         assert!(u.ops.iter().any(|o| matches!(o, Op::ClearReal { .. })));
         assert!(u.ops.contains(&Op::VipAddress { address: "10.100.0.2".parse().unwrap(), present: false }));
+    }
+
+    #[test]
+    fn a_vip_index_given_to_a_new_vip_has_lost_its_old_reals_first() {
+        // One VIP slot: replacing the VIP reuses index 0 in the same update. The old
+        // VIP's reals (which carry index 0) must be gone before the new VIP is
+        // published, or a destination tag naming one would pass the new VIP's check.
+        let mut cp = ControlPlane::new(1, 8);
+        cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1)])).unwrap();
+        let mut other = cfg(&[("10.0.0.3", 1)]);
+        other.vips[0].address = "10.100.0.9".parse().unwrap();
+        let u = cp.apply(&other).unwrap();
+        let pos = |f: &dyn Fn(&Op) -> bool| u.ops.iter().position(f).unwrap();
+        let last_clear = u.ops.iter().rposition(|o| matches!(o, Op::ClearReal { .. })).unwrap();
+        assert_eq!(u.ops.iter().filter(|o| matches!(o, Op::ClearReal { .. })).count(), 2, "{:?}", u.ops);
+        assert!(last_clear < pos(&|o| matches!(o, Op::SetVip { index: 0, .. })), "{:?}", u.ops);
+        assert!(last_clear < pos(&|o| matches!(o, Op::SetReal { vip: 0, .. })), "{:?}", u.ops);
     }
 
     #[test]
