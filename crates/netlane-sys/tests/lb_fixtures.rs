@@ -770,6 +770,36 @@ fn destination_tags_stay_inside_the_vips_set() {
     let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(1)), &frame).unwrap();
     assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)));
     assert_eq!(stat(&b, GlobalStat::HintStale), 4);
+    // A port-0 VIP's real (VIP 1: 10.100.0.2, any UDP port): the tag holds, through
+    // the lookup (a wildcard VIP's key cannot vouch for the packet's port).
+    let udp_from = |sport: u16, dport: u16| {
+        let ip = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 2], 17), &udp(sport, dport));
+        eth(OWN, CLIENT_MAC, 0x0800, &ip)
+    };
+    let udp_to = |dport: u16| udp_from(5353, dport);
+    let outer_dst = |p: &[u8]| Ipv4Addr::new(p[30], p[31], p[32], p[33]);
+    let hits = stat(&b, GlobalStat::HintHit);
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(3)), &udp_to(7777)).unwrap();
+    assert_eq!((r.verdict, outer_dst(&r.packet)), (XDP_TX, Ipv4Addr::new(10, 200, 0, 5)));
+    assert_eq!(stat(&b, GlobalStat::HintHit), hits + 1);
+    // A port-specific VIP on the same address (index 6, real 6) takes port 7777: now
+    // the port-0 VIP's real is outside the packet's VIP, and the new real's tag holds.
+    b.set_real(6, "10.200.0.7".parse().unwrap(), 6, 1).unwrap();
+    b.set_vip("10.100.0.2".parse().unwrap(), 7777, 17, 6, false).unwrap();
+    b.set_ring(6, &[6; RING as usize]).unwrap();
+    let stale = stat(&b, GlobalStat::HintStale);
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(3)), &udp_to(7777)).unwrap();
+    assert_eq!(outer_dst(&r.packet), Ipv4Addr::new(10, 200, 0, 7), "the ring of the packet's VIP decides");
+    assert_eq!(stat(&b, GlobalStat::HintStale), stale + 1);
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(6)), &udp_to(7777)).unwrap();
+    assert_eq!(outer_dst(&r.packet), Ipv4Addr::new(10, 200, 0, 7));
+    assert_eq!(stat(&b, GlobalStat::HintHit), hits + 2);
+    // That VIP removed (its real still live): port 7777 is VIP 1's again, real 6 is not
+    // (a new flow: the one above has a connection entry for real 6).
+    b.remove_vip("10.100.0.2".parse().unwrap(), 7777, 17).unwrap();
+    let r = test_run_xdp_with_meta(prog, &hint(b.tag_key().dest_tag(6)), &udp_from(5354, 7777)).unwrap();
+    assert_eq!(outer_dst(&r.packet), Ipv4Addr::new(10, 200, 0, 5));
+    assert_eq!(stat(&b, GlobalStat::HintStale), stale + 2);
     // Hash values that are not tags are plain hashes: untagged.
     let key = b.tag_key();
     let plain = (0u32..).map(|i| i.wrapping_mul(0x9e37_79b9)).find(|&h| h != key.dest_tag(h & 0xf_ffff)).unwrap();
@@ -781,7 +811,7 @@ fn destination_tags_stay_inside_the_vips_set() {
     for t in forged.into_iter().filter(|&t| t != key.dest_tag(0)) {
         test_run_xdp_with_meta(prog, &hint(t), &frame).unwrap();
     }
-    assert_eq!(stat(&b, GlobalStat::HintStale), 4, "no forged tag was taken as one");
+    assert_eq!(stat(&b, GlobalStat::HintStale), 6, "no forged tag was taken as one");
     assert!(stat(&b, GlobalStat::HintMiss) >= 3);
 }
 

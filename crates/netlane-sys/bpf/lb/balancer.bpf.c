@@ -225,17 +225,30 @@ int balancer(struct xdp_md *ctx)
 				vip_index = e->vip;
 			}
 		} else if (hint_mode == HINT_DEST_TAG && tagged) {
-			/* The tag names the real; it must be one of this packet's VIP's. */
-			vip = find_vip(&p.flow);
-			if (vip) {
-				real = live_real(value, 0, 0);
-				if (real && real->vip != vip->index)
-					real = 0;
-				if (real) {
-					real_index = value;
-					vip_index = vip->index;
-					hash = flow_hash(&p.flow);
+			/* The tag names the real; it must be one of this packet's VIP's. When
+			 * the real's VIP has exactly the packet's address, port and protocol,
+			 * that VIP is the one a lookup would find (exact ports first): one
+			 * array read. A real of a port-0 VIP takes the lookup. */
+			real = live_real(value, 0, 0);
+			if (real) {
+				__u32 rv = real->vip;
+				struct vip_key *k = bpf_map_lookup_elem(&vip_keys, &rv);
+
+				if (k && k->family == p.flow.family && k->proto == p.flow.proto && k->port == p.flow.dport &&
+				    k->port != 0 && k->addr[0] == p.flow.dst[0] && k->addr[1] == p.flow.dst[1] &&
+				    k->addr[2] == p.flow.dst[2] && k->addr[3] == p.flow.dst[3]) {
+					vip_index = rv;
+				} else {
+					vip = find_vip(&p.flow);
+					if (vip && vip->index == rv)
+						vip_index = rv;
+					else
+						real = 0;
 				}
+			}
+			if (real) {
+				real_index = value;
+				hash = flow_hash(&p.flow);
 			}
 		}
 

@@ -15,6 +15,15 @@ struct {
 	__type(value, struct vip_meta);
 } vip_map SEC(".maps");
 
+/* VIP index -> its key (family 0: no VIP), so that a destination tag's real can be
+ * checked against the packet's VIP with an array read instead of a hash lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct vip_key);
+} vip_keys SEC(".maps");
+
 /* Addresses that have at least one VIP (answered to ICMP echo). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -22,7 +22,7 @@ use super::{balancer_bound_skel, balancer_skel, object_storage, percpu_sum, to_i
 mod layout;
 
 pub use layout::*;
-use layout::{BPF_F_XDP_DEV_BOUND_ONLY, addr_words, pod_bytes};
+use layout::{BPF_F_XDP_DEV_BOUND_ONLY, addr_words, pod_bytes, pod_read};
 
 /// The loaded object: plain or device-bound build (same maps, same program name).
 enum Skel {
@@ -33,6 +33,7 @@ enum Skel {
 /// Handles on the object's maps (shared by both builds).
 struct Maps {
     vip_map: MapHandle,
+    vip_keys: MapHandle,
     vip_addrs: MapHandle,
     ring_map: MapHandle,
     reals: MapHandle,
@@ -54,6 +55,7 @@ macro_rules! load_build {
         let mut open = $builder.open(object_storage()).map_err(to_io)?;
         let m = &mut open.maps;
         m.vip_map.set_max_entries(s.max_vips).map_err(to_io)?;
+        m.vip_keys.set_max_entries(s.max_vips).map_err(to_io)?;
         m.vip_addrs.set_max_entries(s.max_vips).map_err(to_io)?;
         m.vip_stats.set_max_entries(s.max_vips).map_err(to_io)?;
         m.ring_map.set_max_entries(s.max_vips * s.ring_size).map_err(to_io)?;
@@ -84,6 +86,7 @@ macro_rules! load_build {
         let skel = open.load().map_err(to_io)?;
         let maps = Maps {
             vip_map: MapHandle::try_from(&skel.maps.vip_map).map_err(to_io)?,
+            vip_keys: MapHandle::try_from(&skel.maps.vip_keys).map_err(to_io)?,
             vip_addrs: MapHandle::try_from(&skel.maps.vip_addrs).map_err(to_io)?,
             ring_map: MapHandle::try_from(&skel.maps.ring_map).map_err(to_io)?,
             reals: MapHandle::try_from(&skel.maps.reals).map_err(to_io)?,
@@ -195,6 +198,7 @@ impl Balancer {
         }
         let key = Self::vip_key(addr, port, proto);
         let meta = balancer_skel::types::vip_meta { index, flags: u32::from(no_lru) };
+        self.maps.vip_keys.update(&index.to_ne_bytes(), pod_bytes(&key), MapFlags::ANY).map_err(to_io)?;
         self.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), MapFlags::ANY).map_err(to_io)
     }
 
@@ -212,7 +216,14 @@ impl Balancer {
 
     /// Removes a VIP.
     pub fn remove_vip(&self, addr: IpAddr, port: u16, proto: u8) -> io::Result<()> {
-        delete_if_present(&self.maps.vip_map, pod_bytes(&Self::vip_key(addr, port, proto)))
+        let key = Self::vip_key(addr, port, proto);
+        let found = self.maps.vip_map.lookup(pod_bytes(&key), MapFlags::ANY).map_err(to_io)?;
+        if let Some(meta) = found.as_deref().and_then(pod_read::<balancer_skel::types::vip_meta>) {
+            let index = meta.index;
+            let none = balancer_skel::types::vip_key::default();
+            self.maps.vip_keys.update(&index.to_ne_bytes(), pod_bytes(&none), MapFlags::ANY).map_err(to_io)?;
+        }
+        delete_if_present(&self.maps.vip_map, pod_bytes(&key))
     }
 
     /// Writes VIP `index`'s ring (`ring_size` real indexes, `u32::MAX` = none) in one
