@@ -816,6 +816,46 @@ fn destination_tags_stay_inside_the_vips_set() {
 }
 
 #[test]
+fn a_flow_whose_event_was_lost_is_announced_by_its_next_packet() {
+    if !may_load_bpf("a_flow_whose_event_was_lost_is_announced_by_its_next_packet") {
+        return;
+    }
+    // An event ring of one page holds 64 events: 100 new flows, nobody reading.
+    let mut sizes = BalancerSizes::new(8, 16, RING, 1024);
+    sizes.event_ring_bytes = 4096;
+    let b = Balancer::load(&BalancerOptions { sizes, hint: HintMode::FlowTag, bind_ifindex: None }).unwrap();
+    b.set_config(&config()).unwrap();
+    b.set_real(0, "10.200.0.2".parse().unwrap(), 0, 1).unwrap();
+    b.set_vip("10.100.0.1".parse().unwrap(), 80, 6, 0, false).unwrap();
+    b.set_ring(0, &[0; RING as usize]).unwrap();
+    let prog = b.program().unwrap();
+    let mut events = b.events().unwrap();
+    let flows: Vec<Vec<u8>> = (0..100).map(|i| vip0_frame(49000 + i, 0x10).0).collect();
+    for f in &flows {
+        assert_eq!(test_run_xdp(prog, f).unwrap().verdict, XDP_TX);
+    }
+    let first = events.drain().unwrap();
+    let lost = stat(&b, GlobalStat::EventsLost);
+    assert!(first.len() >= 32 && first.len() < 100 && lost > 0, "{} sent, {lost} lost", first.len());
+    assert_eq!(first.len() as u64 + lost, 100);
+    // Every flow's next packet: the announced ones hit their entry; the others are
+    // announced now, each once.
+    for f in &flows {
+        assert_eq!(test_run_xdp(prog, f).unwrap().verdict, XDP_TX);
+    }
+    let second = events.drain().unwrap();
+    assert_eq!(second.len() as u64, lost, "exactly the flows whose events were lost");
+    let mut all: Vec<u16> = first.iter().chain(&second).map(|e| e.flow.sport).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 100, "every flow announced once");
+    for f in &flows {
+        test_run_xdp(prog, f).unwrap();
+    }
+    assert_eq!(events.drain().unwrap().len(), 0, "and not again");
+}
+
+#[test]
 fn rss_hashes_are_not_read_as_tags() {
     if !may_load_bpf("rss_hashes_are_not_read_as_tags") {
         return;

@@ -130,18 +130,21 @@ static __always_inline struct flow_entry *hinted_entry(__u32 hint, int tagged, _
 	return 0;
 }
 
-static __always_inline void emit_new_flow(const struct flow_key *f, __u32 real, __u32 generation, __u32 hash, __u32 vip)
+/* Announces a new flow to the control plane; 1 if the event was sent. */
+static __always_inline int emit_new_flow(const struct flow_key *f, __u32 real, __u32 generation, __u32 hash, __u32 vip)
 {
 	struct flow_event ev = { .flow = *f, .real = real, .generation = generation, .hash = hash, .vip = vip };
 
 	if (!within_rate(&event_rate, MAX_EVENTS_PER_CPU_PER_SEC)) {
 		count(ST_EVENTS_LIMITED);
-		return;
+		return 0;
 	}
-	if (bpf_ringbuf_output(&flow_events, &ev, sizeof(ev), 0) == 0)
+	if (bpf_ringbuf_output(&flow_events, &ev, sizeof(ev), 0) == 0) {
 		count(ST_EVENTS);
-	else
-		count(ST_EVENTS_LOST);
+		return 1;
+	}
+	count(ST_EVENTS_LOST);
+	return 0;
 }
 
 SEC("xdp")
@@ -320,10 +323,15 @@ int balancer(struct xdp_md *ctx)
 
 					if (is_udp && cfg->udp_timeout_ms)
 						nv.atime = now ? now : bpf_ktime_get_ns();
+					/* An entry whose flow could not be announced (events above
+					 * the rate, or the ring full) is taken back, so that a later
+					 * packet of the flow tries again: a flow is announced once,
+					 * and every flow is, at the rate the control plane takes. */
 					if (bpf_map_update_elem(&conn_table, &p.flow, &nv,
 								cv ? BPF_ANY : BPF_NOEXIST) == 0 &&
-					    hint_mode >= HINT_FLOW_TAG)
-						emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index);
+					    hint_mode >= HINT_FLOW_TAG &&
+					    !emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index))
+						bpf_map_delete_elem(&conn_table, &p.flow);
 				} else {
 					count(ST_CONN_RATE_LIMITED);
 				}

@@ -46,9 +46,10 @@
 
 #define NSEC_PER_SEC 1000000000ull
 
-/* New-flow events a CPU sends per second at most (the control plane's budget). */
+/* New-flow events a CPU sends per second at most (the control plane's budget). A flow
+ * whose event is refused, by this or by a full ring, is announced by a later packet. */
 #ifndef MAX_EVENTS_PER_CPU_PER_SEC
-#define MAX_EVENTS_PER_CPU_PER_SEC 65536
+#define MAX_EVENTS_PER_CPU_PER_SEC 262144
 #endif
 
 /* VIP flags (vip_meta.flags). */
