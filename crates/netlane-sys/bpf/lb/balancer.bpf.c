@@ -237,9 +237,10 @@ int balancer(struct xdp_md *ctx)
 				__u32 rv = real->vip;
 				struct vip_key *k = bpf_map_lookup_elem(&vip_keys, &rv);
 
-				if (k && k->family == p.flow.family && k->proto == p.flow.proto && k->port == p.flow.dport &&
-				    k->port != 0 && k->addr[0] == p.flow.dst[0] && k->addr[1] == p.flow.dst[1] &&
-				    k->addr[2] == p.flow.dst[2] && k->addr[3] == p.flow.dst[3]) {
+				if (k && k->family == p.flow.family && k->proto == p.flow.proto &&
+				    k->port == p.flow.dport && k->port != 0 && k->addr[0] == p.flow.dst[0] &&
+				    k->addr[1] == p.flow.dst[1] && k->addr[2] == p.flow.dst[2] &&
+				    k->addr[3] == p.flow.dst[3]) {
 					vip_index = rv;
 				} else {
 					vip = find_vip(&p.flow);

@@ -70,8 +70,8 @@
 #define TAG_VALUE_BITS 20
 #define TAG_VALUE_MASK ((1u << TAG_VALUE_BITS) - 1)
 #define TAG_VALUES 0x100000 /* Tag ids and real indexes a tag can name (2^TAG_VALUE_BITS). */
-#define TAG_KIND_FLOW 1u /* Mixed into a per-flow tag's check (the value is a tag id). */
-#define TAG_KIND_DEST 2u /* Mixed into a per-destination tag's check (the value is a real's index). */
+#define TAG_KIND_FLOW 1u    /* Mixed into a per-flow tag's check (the value is a tag id). */
+#define TAG_KIND_DEST 2u    /* Mixed into a per-destination tag's check (the value is a real's index). */
 
 /* Families in keys and reals. */
 #define FAM_V4 4 /* IPv4 in keys and reals. */
