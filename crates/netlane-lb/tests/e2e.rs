@@ -403,3 +403,59 @@ fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
     let e = Lb::start(&config(&[1], &[1]), opts).unwrap_err().to_string();
     assert!(e.contains("native mode"), "{e}");
 }
+
+#[test]
+fn the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part() {
+    if !netlane::testing::privileged("the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part") {
+        return;
+    }
+    // A packet socket's TX ring hands a frame to the stack with only the link-layer
+    // header in the skb's linear part: the classifier must pull the rest in to see the
+    // flow (it tagged nothing before, so no tag reached the balancer on that path).
+    let a = Netns::create("tag-pull-a").unwrap();
+    let b = Netns::create("tag-pull-b").unwrap();
+    let (a0, _) = veth_link(
+        End { ns: &a, name: "tp0", addrs: &[(IpAddr::V4(Ipv4Addr::new(10, 213, 0, 1)), 24)] },
+        End { ns: &b, name: "tp1", addrs: &[(IpAddr::V4(Ipv4Addr::new(10, 213, 0, 2)), 24)] },
+        1500,
+    )
+    .unwrap();
+    let (tagged, seen) = a
+        .run(move || {
+            let tagger = netlane_sys::bpf::FlowTagger::load(16).unwrap();
+            let _link = tagger.attach_egress(a0).unwrap();
+            let flow = netlane_sys::bpf::FlowKey {
+                src: IpAddr::V4(Ipv4Addr::new(10, 213, 0, 1)),
+                dst: IpAddr::V4(VIP),
+                sport: 40000,
+                dport: 80,
+                proto: 6,
+            };
+            tagger.set_rule(&flow, 0x1234_5678).unwrap();
+            let mut f = vec![0u8; 64];
+            f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 9]);
+            f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+            f[14] = 0x45;
+            f[16..18].copy_from_slice(&50u16.to_be_bytes());
+            f[22] = 64;
+            f[23] = 6;
+            f[26..30].copy_from_slice(&[10, 213, 0, 1]);
+            f[30..34].copy_from_slice(&VIP.octets());
+            f[34..36].copy_from_slice(&40000u16.to_be_bytes());
+            f[36..38].copy_from_slice(&80u16.to_be_bytes());
+            f[46] = 5 << 4;
+            f[47] = 0x10;
+            let mut tx = netlane_sys::packet::PacketTx::open(a0, 128, 64).unwrap();
+            for _ in 0..5 {
+                assert!(tx.push(f.len(), |d| d.copy_from_slice(&f)).unwrap());
+            }
+            tx.flush().unwrap();
+            let start = std::time::Instant::now();
+            while tagger.stats().unwrap().1 < 5 && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            tagger.stats().unwrap()
+        })
+        .unwrap();
+    assert_eq!((tagged, seen), (5, 5), "every frame seen and tagged");
+}

@@ -69,13 +69,19 @@ const LEAD_IN: u32 = 2048;
 /// a quiet machine; enough callers overlap those waits.
 const WARM_THREADS: usize = 8;
 
-/// What runs on the balancer's interface.
+/// What runs on the balancer's interface, and how frames reach it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {
     /// The trivial XDP_TX program (swap MACs, send back): the ceiling.
     XdpTxCeiling,
-    /// The balancer with these hints.
+    /// The balancer with these hints (plain build, hints from the metadata area).
     Balancer(HintMode),
+    /// The XDP_TX ceiling on frames that arrive as skbs (a packet socket's).
+    SkbCeiling,
+    /// The balancer on frames that arrive as skbs: off is the plain build; with hints,
+    /// the device-bound build reads them with the RX-hash kfunc (rx-hash: the kernel's
+    /// flow hash; tags: set by the TCX classifier on the sending end).
+    SkbBalancer(HintMode),
 }
 
 impl Serialize for Subject {
@@ -91,7 +97,23 @@ impl Subject {
         match self {
             Subject::XdpTxCeiling => "xdp_tx ceiling".into(),
             Subject::Balancer(h) => format!("lb hints={}", h.name()),
+            Subject::SkbCeiling => "xdp_tx ceiling (skb)".into(),
+            Subject::SkbBalancer(HintMode::Off) => "lb hints=off (skb)".into(),
+            Subject::SkbBalancer(h) => format!("lb hints={} (skb, kfunc)", h.name()),
         }
+    }
+
+    /// The XDP_TX program on the same path.
+    pub fn ceiling(&self) -> Subject {
+        match self {
+            Subject::XdpTxCeiling | Subject::Balancer(_) => Subject::XdpTxCeiling,
+            Subject::SkbCeiling | Subject::SkbBalancer(_) => Subject::SkbCeiling,
+        }
+    }
+
+    /// Whether this is an XDP_TX ceiling.
+    pub fn is_ceiling(&self) -> bool {
+        matches!(self, Subject::XdpTxCeiling | Subject::SkbCeiling)
     }
 }
 
@@ -255,6 +277,9 @@ impl PpsResult {
     }
 }
 
+/// Flow counts up to this are measured on the skb path too.
+pub const SKB_MAX_FLOWS: u32 = 10_000;
+
 /// How to run the benchmark.
 #[derive(Debug, Clone)]
 pub struct PpsOptions {
@@ -264,6 +289,9 @@ pub struct PpsOptions {
     pub modes: Vec<HintMode>,
     /// Measured time per run.
     pub time: Duration,
+    /// Also measure frames that arrive as skbs (flow counts up to [`SKB_MAX_FLOWS`]):
+    /// the path where veth has an RX hash, so the device-bound build is measured.
+    pub skb: bool,
 }
 
 impl PpsOptions {
@@ -516,6 +544,9 @@ impl Bench {
                 .map_err(kernel("load the generator"))?,
         );
         let program = match subject {
+            Subject::SkbCeiling | Subject::SkbBalancer(_) => {
+                return Err(LbError::Invalid(format!("{} runs on the skb path", subject.label())));
+            }
             Subject::XdpTxCeiling => Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?),
             Subject::Balancer(hint) => {
                 let mut opts = LbOptions::new("l0", self.g0_mac);
@@ -598,12 +629,231 @@ impl Bench {
     }
 }
 
+/// Frames for every flow, sent through the generator end's stack by a packet socket
+/// (TPACKET_V2 ring, through the qdisc layer, so the TCX classifier sees them): they
+/// reach the balancer's end as skbs.
+struct SkbFeed {
+    tx: netlane_sys::packet::PacketTx,
+    frames: Vec<Vec<u8>>,
+    next: usize,
+}
+
+impl SkbFeed {
+    /// Opens the socket on `g0` (the calling thread must be in the generator's
+    /// namespace) with one frame per flow: source port and address vary by flow, in a
+    /// scattered order.
+    fn open(g0: u32, flows: u32, template: &[u8]) -> std::io::Result<SkbFeed> {
+        let tx = netlane_sys::packet::PacketTx::open(g0, 128, 4096)?;
+        let stride = PktGen::scatter_stride(flows);
+        let mut frames = Vec::with_capacity(flows as usize);
+        for k in 0..flows {
+            let f = (u64::from(k) * u64::from(stride) % u64::from(flows)) as u32;
+            let mut fr = template.to_vec();
+            let src = u32::from(GEN_SRC) + f / 50_000;
+            fr[26..30].copy_from_slice(&src.to_be_bytes());
+            fr[34..36].copy_from_slice(&(10_000 + (f % 50_000) as u16).to_be_bytes());
+            fr[24..26].copy_from_slice(&[0, 0]);
+            let sum = fr[14..34].chunks(2).fold(0u32, |a, w| a + u32::from(u16::from_be_bytes([w[0], w[1]])));
+            let sum = (sum & 0xffff) + (sum >> 16);
+            let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+            fr[24..26].copy_from_slice(&sum.to_be_bytes());
+            frames.push(fr);
+        }
+        Ok(SkbFeed { tx, frames, next: 0 })
+    }
+
+    /// Sends `n` frames (the next flows in turn), waiting while the ring is full.
+    fn send(&mut self, n: usize) -> std::io::Result<()> {
+        let mut left = n;
+        while left > 0 {
+            let fr = &self.frames[self.next];
+            if self.tx.push(fr.len(), |d| d.copy_from_slice(fr))? {
+                self.next = (self.next + 1) % self.frames.len();
+                left -= 1;
+            } else {
+                self.tx.flush()?;
+                std::thread::yield_now();
+            }
+        }
+        self.tx.flush()
+    }
+}
+
+/// A flow classifier whose program is attached only during its balancer's turns (two
+/// taggers on one egress would overwrite each other's tags).
+struct SkbClassifier(Rc<netlane_sys::bpf::FlowTagger>);
+
+impl Classifier for SkbClassifier {
+    fn install(&mut self, flow: &FlowKey, hint: u32) -> std::io::Result<()> {
+        self.0.set_rule(flow, hint)
+    }
+
+    fn remove(&mut self, flow: &FlowKey) -> std::io::Result<()> {
+        self.0.remove_rule(flow)
+    }
+}
+
+/// One subject of the skb path.
+struct SkbContender {
+    subject: Subject,
+    flows: u32,
+    feed: SkbFeed,
+    program: Program,
+    tagger: Option<Rc<netlane_sys::bpf::FlowTagger>>,
+    slices: Vec<Slice>,
+}
+
+impl SkbContender {
+    fn program_fd(&self) -> BorrowedFd<'_> {
+        self.program.fd()
+    }
+}
+
+impl Bench {
+    /// Loads `subject` on the skb path, attaches it, and warms it up: every flow sent
+    /// until its connection entry (and in tag modes its tag, installed in the TCX
+    /// classifier on g0) is in place.
+    fn contender_skb(&self, subject: Subject, flows: u32) -> Result<SkbContender, LbError> {
+        let frame = template(self.l0_mac, self.g0_mac);
+        let mut feed = SkbFeed::open(self.g0, flows, &frame).map_err(kernel("open the packet socket on g0"))?;
+        let (program, tagger) = match subject {
+            Subject::SkbBalancer(hint) => {
+                let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
+                let mut opts = LbOptions::new("l0", self.g0_mac);
+                opts.hint = hint;
+                opts.hint_source = HintSource::Kfunc;
+                opts.max_vips = 1;
+                opts.max_reals = 8;
+                opts.max_tags = flows.max(1024);
+                self.lb_ns.enter_on_this_thread()?;
+                let lb = Lb::start(&lb_config(flows), opts);
+                self.gen_ns.enter_on_this_thread()?;
+                let mut lb = lb?;
+                let tagger = if tagging {
+                    let t = Rc::new(
+                        netlane_sys::bpf::FlowTagger::load(flows.max(1024))
+                            .map_err(kernel("load the flow classifier"))?,
+                    );
+                    lb.set_classifier(Box::new(SkbClassifier(t.clone())));
+                    Some(t)
+                } else {
+                    None
+                };
+                let link = match &tagger {
+                    Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
+                    None => None,
+                };
+                let runs = |lb: &Lb| {
+                    program_run_stats(lb.balancer().program_fd())
+                        .map(|r| r.0)
+                        .map_err(kernel("read program statistics"))
+                };
+                let fast = |st: &LbStats| {
+                    st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
+                };
+                let mut warm = WarmUp { passes: 0, complete: false, last: "no pass ran".into() };
+                for pass in 1..=WARM_PASSES as u32 {
+                    let (fast0, ran0) = (fast(&lb.stats()?), runs(&lb)?);
+                    for chunk in 0..flows.div_ceil(WARM_BURST) {
+                        let n = (flows - chunk * WARM_BURST).min(WARM_BURST);
+                        feed.send(n as usize).map_err(kernel("send on g0"))?;
+                        lb.service_events(Duration::from_millis(if tagging { 1 } else { 0 }))?;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    if tagging {
+                        lb.service_events(Duration::from_millis(5))?;
+                    }
+                    let st = lb.stats()?;
+                    let p = WarmPass {
+                        flows: u64::from(flows),
+                        ran: runs(&lb)?.saturating_sub(ran0),
+                        fast: fast(&st).saturating_sub(fast0),
+                        tagged: tagging.then_some(st.tags_in_use as u64),
+                    };
+                    warm = WarmUp { passes: pass, complete: p.check().is_ok(), last: p.to_string() };
+                    if let Err(why) = p.check() {
+                        warm.last = why;
+                    } else {
+                        break;
+                    }
+                }
+                drop(link);
+                lb.detach();
+                let before = lb.stats()?;
+                let runs = runs(&lb)?;
+                (Program::Balancer(Box::new(lb), before, runs, warm), tagger)
+            }
+            _ => (Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?), None),
+        };
+        Ok(SkbContender { subject, flows, feed, program, tagger, slices: Vec::new() })
+    }
+
+    /// [`Bench::compare`] for the skb path: the same turns, the packet socket as the
+    /// generator, and each tag mode's classifier attached to g0 only in its turns.
+    fn compare_skb(
+        &self,
+        subjects: &[Subject],
+        flows: u32,
+        time: Duration,
+        progress: &dyn Fn(&str),
+    ) -> Result<Vec<PpsResult>, LbError> {
+        let mut contenders = Vec::with_capacity(subjects.len());
+        for s in subjects {
+            progress(&format!("{flows} flows: load and warm up {}", s.label()));
+            contenders.push(self.contender_skb(*s, flows)?);
+        }
+        progress(&format!("{flows} flows: measure {} programs in turns (skb path)", contenders.len()));
+        let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
+        self.lb_ns.enter_on_this_thread()?;
+        let link = XdpLink::attach(contenders[0].program_fd(), self.l0, XdpMode::Native);
+        self.gen_ns.enter_on_this_thread()?;
+        let link = link.map_err(kernel("attach to l0"))?;
+        let slice = time / SLICES as u32;
+        for round in 0..SLICES {
+            let n = contenders.len();
+            for i in 0..n {
+                let c = &mut contenders[(round + i) % n];
+                link.replace_program(c.program_fd()).map_err(kernel("switch the program on l0"))?;
+                let tagger = match &c.tagger {
+                    Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
+                    None => None,
+                };
+                c.feed.send(LEAD_IN as usize).map_err(kernel("send on g0"))?;
+                let (feed, prog) = (&mut c.feed, c.program.fd());
+                let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+                let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
+                let start = Instant::now();
+                while start.elapsed() < slice {
+                    feed.send(1024).map_err(kernel("send on g0"))?;
+                }
+                let secs = start.elapsed().as_secs_f64();
+                let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+                let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
+                c.slices.push(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, secs });
+                drop(tagger);
+            }
+        }
+        drop(link);
+        let returned = self.sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
+        contenders.iter().map(|c| Contender::result_of(c.subject, c.flows, &c.program, &c.slices, returned)).collect()
+    }
+}
+
 /// What a contender runs.
 enum Program {
     XdpTx(XdpTx),
     /// The balancer (detached between turns), its counters and its run count before
     /// the turns, and how its warm-up went.
     Balancer(Box<Lb>, LbStats, u64, WarmUp),
+}
+
+impl Program {
+    fn fd(&self) -> BorrowedFd<'_> {
+        match self {
+            Program::XdpTx(p) => p.program_fd(),
+            Program::Balancer(lb, ..) => lb.balancer().program_fd(),
+        }
+    }
 }
 
 /// One subject of a comparison, ready to take its turns.
@@ -626,7 +876,17 @@ impl Contender {
 
     /// The result; `returned` frames came back during all contenders' turns.
     fn result(&self, returned: u64) -> Result<PpsResult, LbError> {
-        let (hint, conn) = match &self.program {
+        Contender::result_of(self.subject, self.flows, &self.program, &self.slices, returned)
+    }
+
+    fn result_of(
+        subject: Subject,
+        flows: u32,
+        program: &Program,
+        slices: &[Slice],
+        returned: u64,
+    ) -> Result<PpsResult, LbError> {
+        let (hint, conn) = match program {
             Program::XdpTx(_) => (0.0, 0.0),
             Program::Balancer(lb, before, runs_before, _) => {
                 let after = lb.stats()?;
@@ -639,11 +899,11 @@ impl Contender {
                 (d("hint_hit") as f64 / total, d("conn_hit") as f64 / total)
             }
         };
-        let warm = match &self.program {
+        let warm = match program {
             Program::Balancer(.., w) => Some(w.clone()),
             Program::XdpTx(_) => None,
         };
-        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm))
+        Ok(PpsResult::from_slices(subject, flows, slices, hint, conn, returned, warm))
     }
 }
 
@@ -664,9 +924,14 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
             };
             let mut subjects = vec![Subject::XdpTxCeiling];
             subjects.extend(opts.modes.iter().map(|m| Subject::Balancer(*m)));
+            let mut skb_subjects = vec![Subject::SkbCeiling];
+            skb_subjects.extend(opts.modes.iter().map(|m| Subject::SkbBalancer(*m)));
             let mut out = Vec::new();
             for &flows in &opts.flows {
                 out.extend(bench.compare(&subjects, flows, opts.time, &tell)?);
+                if opts.skb && flows <= SKB_MAX_FLOWS {
+                    out.extend(bench.compare_skb(&skb_subjects, flows, opts.time, &tell)?);
+                }
             }
             Ok(out)
         });

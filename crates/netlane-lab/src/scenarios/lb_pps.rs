@@ -38,6 +38,11 @@ pub struct LbPpsArgs {
     /// Measured time per program and flow count (taken in six turns).
     #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
     pub time: Duration,
+    /// Skip the skb path (frames from a packet socket, flow counts up to 10,000: where
+    /// veth has an RX hash, so the device-bound build and the TCX classifier's tags are
+    /// measured).
+    #[arg(long)]
+    pub no_skb: bool,
 }
 
 impl LbPpsArgs {
@@ -54,7 +59,7 @@ impl LbPpsArgs {
                 None => bail!("--modes: {m:?} is not one of off, rx-hash, flow-tag, dest-tag"),
             }
         }
-        let o = PpsOptions { flows: self.flows.clone(), modes, time: self.time };
+        let o = PpsOptions { flows: self.flows.clone(), modes, time: self.time, skb: !self.no_skb };
         o.validate()?;
         Ok(o)
     }
@@ -67,7 +72,11 @@ impl Scenario for LbPpsArgs {
 
     fn options(&self) -> OptionList {
         let flows: Vec<u64> = self.flows.iter().map(|f| u64::from(*f)).collect();
-        OptionList::new().ints("flows", &flows).words("modes", &self.modes).duration("time", self.time)
+        OptionList::new()
+            .ints("flows", &flows)
+            .words("modes", &self.modes)
+            .duration("time", self.time)
+            .flag("no-skb", self.no_skb)
     }
 
     fn validate(&self) -> Result<()> {
@@ -162,7 +171,7 @@ impl LbPpsArgs {
         let mut flags = Vec::new();
         let mut records = Vec::new();
         for (i, r) in results.iter().enumerate() {
-            let ceiling = find(r.flows, Subject::XdpTxCeiling);
+            let ceiling = find(r.flows, r.subject.ceiling());
             let x_ceiling: Vec<f64> =
                 ceiling.map(|c| paired_slices(r, c).0.into_iter().filter_map(Result::ok).collect()).unwrap_or_default();
             let measured = r.measured_slices();
@@ -179,14 +188,14 @@ impl LbPpsArgs {
                 });
             }
             let hits = |v: f64| {
-                if matches!(r.subject, Subject::XdpTxCeiling) { Value::Missing } else { Value::num(100.0 * v) }
+                if r.subject.is_ceiling() { Value::Missing } else { Value::num(100.0 * v) }
             };
             t.push(Row::new(vec![
                 Value::Int(u64::from(r.flows)),
                 Value::text(r.subject.label()),
                 Value::opt(r.mpps_per_core),
                 Value::opt(spread.map(|s| s * 100.0)),
-                if matches!(r.subject, Subject::XdpTxCeiling) || x_ceiling.is_empty() {
+                if r.subject.is_ceiling() || x_ceiling.is_empty() {
                     Value::Missing
                 } else {
                     Value::num(median(x_ceiling))
@@ -344,12 +353,23 @@ impl LbPpsArgs {
              generator sends while the balancer end's ring is full are dropped before any program runs and do \
              not count."
         ));
-        notes.push(
-            "The device-bound build (hints from the bpf_xdp_metadata_rx_hash kfunc) cannot be measured this way: veth \
-             only has an RX hash for packets that arrive as skbs, and the generator sends XDP frames. It is exercised \
-             end to end (tags via a TCX classifier on the sending side) by the namespace tests."
-                .into(),
-        );
+        if results.iter().any(|r| matches!(r.subject, Subject::SkbCeiling | Subject::SkbBalancer(_))) {
+            notes.push(
+                "Rows marked skb: the same programs on frames that a packet socket sends through the generator \
+                 end's stack, so they reach the balancer as skbs; veth then has an RX hash, and the device-bound \
+                 build (kfunc) reads it: the kernel's flow hash (rx-hash), or the tag the TCX classifier on the \
+                 sending end set (flow-tag, dest-tag; each mode's classifier is attached only in its turns). veth \
+                 copies each skb into an XDP buffer first, so every skb row costs more per packet than the XDP-frame \
+                 rows; compare skb rows with each other."
+                    .into(),
+            );
+        } else {
+            notes.push(
+                "The device-bound build (hints from the bpf_xdp_metadata_rx_hash kfunc) was not measured (--no-skb, \
+                 or no flow count up to 10,000): veth only has an RX hash for packets that arrive as skbs."
+                    .into(),
+            );
+        }
         let headline = {
             let get = |id: &str| crate::verdict::measured_median(&checks, id);
             let lo = flows.first().copied().unwrap_or(1);

@@ -34,10 +34,19 @@ int flow_tagger(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
+	__u32 want = skb->len < 128 ? skb->len : 128;
 	struct pkt_desc p = {};
 	__u32 *tag;
 
 	nl_count(&tagger_stats, 1);
+	/* The headers may not be in the linear part (a packet socket's TX ring hands the
+	 * frame over as page fragments after the link-layer header): pull them in. */
+	if (data + want > data_end) {
+		if (bpf_skb_pull_data(skb, want))
+			return TCX_NEXT;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
 	if (parse_packet(data, data_end, skb->len, &p) != PARSE_OK)
 		return TCX_NEXT;
 	tag = bpf_map_lookup_elem(&tag_rules, &p.flow);
