@@ -87,9 +87,11 @@ impl Scenario for LbPpsArgs {
         Ok(())
     }
 
-    /// Per flow count: one load-and-warm-up per program, then the turns.
+    /// Per flow count: one load-and-warm-up per program, then the turns; the same again
+    /// on the skb path for flow counts up to its limit.
     fn runs(&self) -> usize {
-        self.flows.len() * (self.modes.len() + 2)
+        let skb = if self.no_skb { 0 } else { self.flows.iter().filter(|f| **f <= pps::SKB_MAX_FLOWS).count() };
+        (self.flows.len() + skb) * (self.modes.len() + 2)
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
@@ -358,9 +360,10 @@ impl LbPpsArgs {
                 "Rows marked skb: the same programs on frames that a packet socket sends through the generator \
                  end's stack, so they reach the balancer as skbs; veth then has an RX hash, and the device-bound \
                  build (kfunc) reads it: the kernel's flow hash (rx-hash), or the tag the TCX classifier on the \
-                 sending end set (flow-tag, dest-tag; each mode's classifier is attached only in its turns). veth \
-                 copies each skb into an XDP buffer first, so every skb row costs more per packet than the XDP-frame \
-                 rows; compare skb rows with each other."
+                 sending end set (flow-tag, dest-tag; each mode's classifier is attached only in its turns). An skb \
+                 costs the veth path far more than an XDP frame (compare the two ceilings' core ns per packet), so \
+                 compare skb rows with each other. On veth the RX hash is not free: the kfunc makes the kernel \
+                 compute the flow hash (rx-hash program time) unless the classifier has set one."
                     .into(),
             );
         } else {
