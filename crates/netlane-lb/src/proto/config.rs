@@ -34,6 +34,10 @@ pub const MAX_WEIGHT: u32 = 1000;
 /// 1.5 GiB of kernel memory).
 pub const MAX_CONN_ENTRIES: u32 = 1 << 24;
 
+/// Most reals over all VIPs: half of what a tag can name (`TAG_VALUES`, 2^20), since a
+/// reload keeps the old reals beside the new ones until it is done.
+pub const MAX_REALS_TOTAL: u32 = 1 << 19;
+
 /// Transport protocol of a VIP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -186,6 +190,13 @@ impl Config {
         }
         if self.udp_timeout_s > 86_400 {
             return bad(format!("udp_timeout_s {} is above a day", self.udp_timeout_s));
+        }
+        let total: usize = self.vips.iter().map(|v| v.reals.len()).sum();
+        if total > MAX_REALS_TOTAL as usize {
+            return bad(format!(
+                "{total} reals in all; at most {MAX_REALS_TOTAL} (a destination tag names one of 2^20, and a \
+                 reload needs room for the new reals beside the old)"
+            ));
         }
         let mut seen = HashSet::new();
         for v in &self.vips {
@@ -422,6 +433,23 @@ mod tests {
             "{GOOD}\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n[[vip.real]]\naddress = \"10.0.0.9\"\n"
         );
         assert!(Config::parse(&twice).unwrap_err().to_string().contains("10.100.0.1:80/tcp is configured twice"));
+        // More reals than tags can name (built, not parsed: 2^19 + 1 reals).
+        let mut big = Config::parse(GOOD).unwrap();
+        big.ring_size = maglev::MAX_RING;
+        let real = big.vips[0].reals[0].clone();
+        for v in 0..9u32 {
+            let mut vip = big.vips[0].clone();
+            vip.port = 1000 + v as u16;
+            vip.reals = (0..(MAX_REALS_TOTAL / 8).min(maglev::MAX_RING))
+                .map(|i| Real {
+                    address: IpAddr::from((0x0a00_0000 + v * 0x10_0000 + i).to_be_bytes()),
+                    ..real.clone()
+                })
+                .collect();
+            big.vips.push(vip);
+        }
+        let e = big.validate().unwrap_err().to_string();
+        assert!(e.contains("reals in all; at most 524288"), "{e}");
     }
 
     #[test]
