@@ -149,14 +149,14 @@ pub struct LanesBenchArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
     /// Skip the search (fixed rates only).
-    #[arg(long)]
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_search: bool,
     /// The memcached binary.
     #[arg(long, default_value = "memcached")]
     pub memcached: String,
     /// Skip the isolation part (the cache beside a bulk sender, with and without
     /// per-application classes).
-    #[arg(long)]
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_isolation: bool,
     /// The isolation part's link rate (an htb root class on the server's egress).
     #[arg(long, default_value = "1gbit", value_parser = parse_link_rate)]
@@ -241,18 +241,26 @@ impl Scenario for LanesBenchArgs {
         let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
         let conns: Vec<u64> = self.connections.iter().map(|&c| u64::from(c)).collect();
         let list = OptionList::new().words("modes", &modes).ints("connections", &conns).ints("rates", &self.rates);
-        self.workload
+        let mut list = self
+            .workload
             .echo(list)
             .text("sla", self.sla.to_string())
             .text("search-lo", self.search_lo.to_string())
             .text("search-hi", self.search_hi.to_string())
             .text("resolution", self.resolution.to_string())
             .duration("step", self.step)
-            .text("busy-poll", self.busy_poll.to_string())
-            .text("napi-defer-hard-irqs", self.napi_defer_hard_irqs.map_or("-".into(), |v| v.to_string()))
-            .text("gro-flush-timeout", self.gro_flush_timeout.map_or("-".into(), |d| format!("{d:?}")))
-            .text("irq-suspend-timeout", self.irq_suspend_timeout.map_or("-".into(), |d| format!("{d:?}")))
-            .int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
+            .text("busy-poll", self.busy_poll.to_string());
+        // The per-NAPI knobs are echoed only when set (unset: the device's own).
+        if let Some(v) = self.napi_defer_hard_irqs {
+            list = list.int("napi-defer-hard-irqs", u64::from(v));
+        }
+        if let Some(d) = self.gro_flush_timeout {
+            list = list.duration("gro-flush-timeout", d);
+        }
+        if let Some(d) = self.irq_suspend_timeout {
+            list = list.duration("irq-suspend-timeout", d);
+        }
+        list.int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
             .flag("no-search", self.no_search)

@@ -41,7 +41,7 @@ pub struct LbPpsArgs {
     /// Skip the skb path (frames from a packet socket, flow counts up to 10,000: where
     /// veth has an RX hash, so the device-bound build and the TCX classifier's tags are
     /// measured).
-    #[arg(long)]
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_skb: bool,
 }
 

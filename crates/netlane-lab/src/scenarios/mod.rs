@@ -251,7 +251,16 @@ mod tests {
         let mut pps = lb_pps::LbPpsArgs::defaults();
         echo_reads_back(&pps);
         pps.flows = vec![1, 10_000];
+        pps.no_skb = true;
         echo_reads_back(&pps);
+        let mut lanes = lanes::LanesBenchArgs::defaults();
+        echo_reads_back(&lanes);
+        lanes.no_search = true;
+        lanes.no_isolation = true;
+        lanes.napi_defer_hard_irqs = Some(2);
+        lanes.gro_flush_timeout = Some(Duration::from_micros(200));
+        lanes.irq_suspend_timeout = Some(Duration::from_millis(20));
+        echo_reads_back(&lanes);
         let mut rr = rr::RrBenchArgs::defaults();
         echo_reads_back(&rr);
         rr.parts = vec![rr::Part::Blocks];
