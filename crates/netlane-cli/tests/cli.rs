@@ -336,6 +336,7 @@ fn lb_check_json_validates() {
         (&["--gateway-mac", "02:00:00:00:00:01", "--src4", "0.0.0.0"][..], "outer IPv4 source"),
         (&["--gateway-mac", "02:00:00:00:00:01", "--src6", "::1"][..], "outer IPv6 source"),
         (&["--gateway-mac", "02:00:00:00:00:01", "--max-vips", "0"][..], "--max-vips"),
+        (&["--gateway-mac", "02:00:00:00:00:01", "--max-vips", "10000"][..], "ring slots (2500 MiB)"),
     ] {
         let o = run(extra);
         assert_eq!(o.status.code(), Some(1), "{extra:?}: {}", stderr(&o));

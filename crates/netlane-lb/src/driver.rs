@@ -257,6 +257,16 @@ impl Lb {
                 opts.max_reals
             )));
         }
+        let slots = u64::from(opts.max_vips) * u64::from(config.ring_size);
+        if slots > crate::proto::config::MAX_RING_SLOTS {
+            return Err(LbError::Invalid(format!(
+                "--max-vips {} x ring_size {} = {slots} ring slots ({} MiB); at most {}: lower --max-vips or ring_size",
+                opts.max_vips,
+                config.ring_size,
+                (slots * 4) >> 20,
+                crate::proto::config::MAX_RING_SLOTS
+            )));
+        }
         let (ifindex, own_mac) = (if_index(&opts.iface)?, if_mac(&opts.iface)?);
         let bound = opts.hint != HintMode::Off && opts.hint_source == HintSource::Kfunc;
         if bound && opts.force_generic {

@@ -34,6 +34,12 @@ pub const MAX_WEIGHT: u32 = 1000;
 /// 1.5 GiB of kernel memory).
 pub const MAX_CONN_ENTRIES: u32 = 1 << 24;
 
+/// Most VIPs in a configuration.
+pub const MAX_VIPS_TOTAL: u32 = 65_536;
+
+/// Most ring slots over all VIPs (4 bytes each: 1 GiB).
+pub const MAX_RING_SLOTS: u64 = 1 << 28;
+
 /// Most reals over all VIPs: half of what a tag can name (`TAG_VALUES`, 2^20), since a
 /// reload keeps the old reals beside the new ones until it is done.
 pub const MAX_REALS_TOTAL: u32 = 1 << 19;
@@ -190,6 +196,18 @@ impl Config {
         }
         if self.udp_timeout_s > 86_400 {
             return bad(format!("udp_timeout_s {} is above a day", self.udp_timeout_s));
+        }
+        if self.vips.len() > MAX_VIPS_TOTAL as usize {
+            return bad(format!("{} VIPs; at most {MAX_VIPS_TOTAL}", self.vips.len()));
+        }
+        let slots = self.vips.len() as u64 * u64::from(self.ring_size);
+        if slots > MAX_RING_SLOTS {
+            return bad(format!(
+                "{} VIPs x ring_size {} = {slots} ring slots ({} MiB); at most {MAX_RING_SLOTS}: lower ring_size",
+                self.vips.len(),
+                self.ring_size,
+                (slots * 4) >> 20
+            ));
         }
         let total: usize = self.vips.iter().map(|v| v.reals.len()).sum();
         if total > MAX_REALS_TOTAL as usize {
@@ -450,6 +468,12 @@ mod tests {
         }
         let e = big.validate().unwrap_err().to_string();
         assert!(e.contains("reals in all; at most 524288"), "{e}");
+        // Rings that would not fit in memory: 5,000 VIPs of 65,537 slots.
+        let mut many = Config::parse(GOOD).unwrap();
+        let one = many.vips[0].clone();
+        many.vips = (0..5000u16).map(|p| Vip { port: p + 1, ..one.clone() }).collect();
+        let e = many.validate().unwrap_err().to_string();
+        assert!(e.contains("327685000 ring slots (1250 MiB)"), "{e}");
     }
 
     #[test]
