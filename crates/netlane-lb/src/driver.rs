@@ -410,6 +410,12 @@ impl Lb {
 
     /// Tags one new flow: a tag id (per-flow) or its real (per-destination).
     pub fn tag_flow(&mut self, e: &FlowEvent) -> Result<(), LbError> {
+        // An event read after its real was removed (or its index reused): tagging it
+        // would move the flow, or pin it to a real that is gone.
+        if self.plane.real_generation(e.real) != Some(e.generation) {
+            self.tag_stats.stale_events += 1;
+            return Ok(());
+        }
         let Some((id, evicted)) = self.tags.assign(e.flow) else { return Ok(()) };
         if let Some(old) = evicted {
             self.tagged_real.remove(&old);

@@ -20,6 +20,9 @@ pub struct TagStats {
     pub evicted: u64,
     /// Tags taken back because their real was removed.
     pub released: u64,
+    /// New-flow events not tagged: their real was removed or reused since (the event
+    /// names a generation the real no longer has).
+    pub stale_events: u64,
 }
 
 /// One real's counters.
@@ -154,7 +157,12 @@ pub fn render_prometheus(s: &LbStats) -> String {
         }
     }
     let _ = writeln!(o, "# HELP netlane_lb_tags_total Per-flow tags by event.\n# TYPE netlane_lb_tags_total counter");
-    for (k, v) in [("installed", s.tags.installed), ("evicted", s.tags.evicted), ("released", s.tags.released)] {
+    for (k, v) in [
+        ("installed", s.tags.installed),
+        ("evicted", s.tags.evicted),
+        ("released", s.tags.released),
+        ("stale_events", s.tags.stale_events),
+    ] {
         let _ = writeln!(o, "netlane_lb_tags_total{{iface=\"{iface}\",event=\"{k}\"}} {v}");
     }
     let _ = writeln!(o, "# HELP netlane_lb_tags_in_use Tags held now.\n# TYPE netlane_lb_tags_in_use gauge");

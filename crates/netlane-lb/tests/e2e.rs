@@ -394,6 +394,25 @@ fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
         if hint != HintMode::RxHash {
             assert!(handled >= 20, "{hint:?}: one event per new connection at least, got {handled}");
             assert!(st.tags.installed >= 20, "{hint:?}: {:?}", st.tags);
+            // An event that names a generation its real no longer has (read after the
+            // real was removed or its index reused) is not tagged.
+            let stale = netlane_lb::FlowEvent {
+                flow: netlane_lb::FlowKey {
+                    src: "10.210.0.77".parse().unwrap(),
+                    dst: IpAddr::V4(VIP),
+                    sport: 4242,
+                    dport: TCP_PORT,
+                    proto: 6,
+                },
+                real: 0,
+                generation: 1000,
+                hash: 1,
+                vip: 0,
+            };
+            lb.tag_flow(&stale).unwrap();
+            let after = lb.stats().unwrap();
+            assert_eq!(after.tags.stale_events, st.tags.stale_events + 1, "{hint:?}");
+            assert_eq!(after.tags.installed, st.tags.installed, "{hint:?}: nothing installed");
         }
     }
     // A device-bound program cannot run in generic mode: a clear error.

@@ -838,11 +838,14 @@ fn a_flow_whose_event_was_lost_is_announced_by_its_next_packet() {
     let lost = stat(&b, GlobalStat::EventsLost);
     assert!(first.len() >= 32 && first.len() < 100 && lost > 0, "{} sent, {lost} lost", first.len());
     assert_eq!(first.len() as u64 + lost, 100);
-    // Every flow's next packet: the announced ones hit their entry; the others are
-    // announced now, each once.
+    // Every flow's next packet: every one hits its entry (the unannounced kept theirs,
+    // so their real does not move if the ring changes meanwhile), and the unannounced
+    // are announced now, each once.
+    let hits = stat(&b, GlobalStat::ConnHit);
     for f in &flows {
         assert_eq!(test_run_xdp(prog, f).unwrap().verdict, XDP_TX);
     }
+    assert_eq!(stat(&b, GlobalStat::ConnHit), hits + 100, "every flow kept its connection entry");
     let second = events.drain().unwrap();
     assert_eq!(second.len() as u64, lost, "exactly the flows whose events were lost");
     let mut all: Vec<u16> = first.iter().chain(&second).map(|e| e.flow.sport).collect();

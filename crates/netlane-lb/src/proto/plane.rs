@@ -136,6 +136,12 @@ impl ControlPlane {
         }
     }
 
+    /// Real `index`'s current generation (bumped whenever the index is assigned or
+    /// cleared): state that names another generation is stale.
+    pub fn real_generation(&self, index: u32) -> Option<u32> {
+        self.generations.get(index as usize).copied()
+    }
+
     /// The configuration applied last.
     pub fn current(&self) -> Option<&Config> {
         self.current.as_ref()

@@ -295,6 +295,10 @@ int balancer(struct xdp_md *ctx)
 			if (real) {
 				real_index = cv->real;
 				count(ST_CONN_HIT);
+				/* Recorded while events could not be sent: announce it now. */
+				if (hint_mode >= HINT_FLOW_TAG && (cv->flags & CONN_UNANNOUNCED) && !icmp_error &&
+				    emit_new_flow(&p.flow, real_index, cv->generation, hash, vip_index))
+					cv->flags &= ~CONN_UNANNOUNCED;
 			} else {
 				count(ST_CONN_STALE);
 			}
@@ -317,22 +321,20 @@ int balancer(struct xdp_md *ctx)
 			 * its first packet: a SYN is forwarded by the ring alone (a SYN flood
 			 * neither churns the table nor announces flows that never completed a
 			 * handshake). A flow is announced when its entry is created (or replaces
-			 * a stale one): once, and never when the rate guard refused it. */
+			 * a stale one), and never when the rate guard refused it. When its event
+			 * cannot be sent (above the event rate, or the ring full), the entry is
+			 * recorded as unannounced and keeps the flow on its real; a later packet
+			 * announces it (above). */
 			if (use_table && !icmp_error && !is_syn && cfg) {
 				if (new_conn_allowed(cfg)) {
 					struct conn_val nv = { .real = real_index, .generation = real->generation };
 
 					if (is_udp && cfg->udp_timeout_ms)
 						nv.atime = now ? now : bpf_ktime_get_ns();
-					/* An entry whose flow could not be announced (events above
-					 * the rate, or the ring full) is taken back, so that a later
-					 * packet of the flow tries again: a flow is announced once,
-					 * and every flow is, at the rate the control plane takes. */
-					if (bpf_map_update_elem(&conn_table, &p.flow, &nv,
-								cv ? BPF_ANY : BPF_NOEXIST) == 0 &&
-					    hint_mode >= HINT_FLOW_TAG &&
+					if (hint_mode >= HINT_FLOW_TAG &&
 					    !emit_new_flow(&p.flow, real_index, real->generation, hash, vip_index))
-						bpf_map_delete_elem(&conn_table, &p.flow);
+						nv.flags = CONN_UNANNOUNCED;
+					bpf_map_update_elem(&conn_table, &p.flow, &nv, cv ? BPF_ANY : BPF_NOEXIST);
 				} else {
 					count(ST_CONN_RATE_LIMITED);
 				}

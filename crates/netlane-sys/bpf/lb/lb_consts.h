@@ -52,6 +52,9 @@
 #define MAX_EVENTS_PER_CPU_PER_SEC 262144
 #endif
 
+/* Connection flags (conn_val.flags). */
+#define CONN_UNANNOUNCED 1u /* recorded while its new-flow event could not be sent */
+
 /* VIP flags (vip_meta.flags). */
 #define VIP_NO_LRU 1u /* pure consistent hashing: no connection-table state */
 

@@ -55,6 +55,8 @@ struct conn_val {
 	__u32 real;
 	__u32 generation;
 	__u64 atime;
+	__u32 flags; /* CONN_UNANNOUNCED */
+	__u32 pad;
 };
 
 /* A flow pinned to a real: an rx-hash cache slot or a per-flow tag's entry. The

@@ -198,8 +198,11 @@ impl Balancer {
         }
         let key = Self::vip_key(addr, port, proto);
         let meta = balancer_skel::types::vip_meta { index, flags: u32::from(no_lru) };
-        self.maps.vip_keys.update(&index.to_ne_bytes(), pod_bytes(&key), MapFlags::ANY).map_err(to_io)?;
-        self.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), MapFlags::ANY).map_err(to_io)
+        // Published first, then its key by index: the fast destination-tag check must
+        // never know a VIP that a lookup does not find yet (its reals are written
+        // before it).
+        self.maps.vip_map.update(pod_bytes(&key), pod_bytes(&meta), MapFlags::ANY).map_err(to_io)?;
+        self.maps.vip_keys.update(&index.to_ne_bytes(), pod_bytes(&key), MapFlags::ANY).map_err(to_io)
     }
 
     /// Marks `addr` as a VIP address (answered to ICMP echo) or not. The control plane
