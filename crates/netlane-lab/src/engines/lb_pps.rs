@@ -390,6 +390,16 @@ fn lb_config(flows: u32) -> Config {
     Config::parse(&text).expect("the benchmark's own configuration is valid")
 }
 
+/// Runs of the balancer's program so far.
+fn lb_runs(lb: &Lb) -> Result<u64, LbError> {
+    program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
+}
+
+/// Packets that took the fast path so far (connection-table or hint hits).
+fn fast_path(st: &LbStats) -> u64 {
+    st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
+}
+
 /// The network and the pieces that live across runs.
 struct Bench {
     gen_ns: Netns,
@@ -443,15 +453,21 @@ impl Bench {
 
     /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
     /// so frames queued for the previous program are done), measuring `c`'s program
-    /// runs and the NAPI thread's CPU time.
-    fn measure(&self, c: &Contender, time: Duration) -> Result<Slice, LbError> {
-        c.generator.send(self.g0, &c.frame, LEAD_IN).map_err(kernel("run the generator"))?;
-        let prog = c.program_fd();
+    /// runs and the NAPI thread's CPU time. A tag mode on the skb path has its
+    /// classifier attached to g0 for the slice only (two on one egress would overwrite
+    /// each other's tags).
+    fn measure(&self, c: &mut Contender, time: Duration) -> Result<Slice, LbError> {
+        let _classifier = match &c.tagger {
+            Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
+            None => None,
+        };
+        c.feed.send(self.g0, LEAD_IN).map_err(kernel("run the generator"))?;
+        let prog = c.program.fd();
         let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
         let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
         let start = Instant::now();
         while start.elapsed() < time {
-            c.generator.send(self.g0, &c.frame, SEND_BATCH).map_err(kernel("run the generator"))?;
+            c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
         }
         let secs = start.elapsed().as_secs_f64();
         let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
@@ -466,19 +482,13 @@ impl Bench {
     fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<WarmUp, LbError> {
         let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
         let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, self.g0);
-        let fast = |st: &LbStats| {
-            st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
-        };
-        let runs = |lb: &Lb| {
-            program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
-        };
         let mut last = String::from("no pass ran");
         // Fewer senders after a pass that lost most of its frames on the way: the veth
         // ring holds WARM_BURST frames, and parallel bursts (released together at the
         // end of an RCU grace period) overrun it when the balancer is slow.
         let mut threads = WARM_THREADS;
         for pass in 1..=WARM_PASSES as u32 {
-            let (fast0, ran0) = (fast(&lb.stats()?), runs(lb)?);
+            let (fast0, ran0) = (fast_path(&lb.stats()?), lb_runs(lb)?);
             let left = AtomicI64::new(i64::from(flows));
             std::thread::scope(|s| -> Result<(), LbError> {
                 let senders: Vec<_> = (0..threads)
@@ -515,8 +525,8 @@ impl Bench {
             let st = lb.stats()?;
             let p = WarmPass {
                 flows: u64::from(flows),
-                ran: runs(lb)?.saturating_sub(ran0),
-                fast: fast(&st).saturating_sub(fast0),
+                ran: lb_runs(lb)?.saturating_sub(ran0),
+                fast: fast_path(&st).saturating_sub(fast0),
                 tagged: tagging.then_some(st.tags_in_use as u64),
             };
             match p.check() {
@@ -544,9 +554,7 @@ impl Bench {
                 .map_err(kernel("load the generator"))?,
         );
         let program = match subject {
-            Subject::SkbCeiling | Subject::SkbBalancer(_) => {
-                return Err(LbError::Invalid(format!("{} runs on the skb path", subject.label())));
-            }
+            Subject::SkbCeiling | Subject::SkbBalancer(_) => return self.contender_skb(subject, flows),
             Subject::XdpTxCeiling => Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?),
             Subject::Balancer(hint) => {
                 let mut opts = LbOptions::new("l0", self.g0_mac);
@@ -581,14 +589,21 @@ impl Bench {
                 let warm = self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
                 lb.detach();
                 let before = lb.stats()?;
-                let runs = program_run_stats(lb.balancer().program_fd()).map_err(kernel("read program statistics"))?.0;
+                let runs = lb_runs(&lb)?;
                 Program::Balancer(Box::new(lb), before, runs, warm)
             }
         };
         // Measured frames visit the flows in a scattered order, not the order in which
         // they were first seen (and their state allocated).
         generator.set_stride(PktGen::scatter_stride(flows)).map_err(kernel("set the generator's flow order"))?;
-        Ok(Contender { subject, flows, generator, frame, program, slices: Vec::new() })
+        Ok(Contender {
+            subject,
+            flows,
+            feed: Feed::Frames(generator, frame),
+            program,
+            tagger: None,
+            slices: Vec::new(),
+        })
     }
 
     /// Measures `subjects` at `flows` flows: all are loaded (and warmed up) first, then
@@ -606,10 +621,11 @@ impl Bench {
             progress(&format!("{flows} flows: load and warm up {}", s.label()));
             contenders.push(self.contender(*s, flows)?);
         }
-        progress(&format!("{flows} flows: measure {} programs in turns", contenders.len()));
+        let path = if subjects.iter().any(|s| s.ceiling() == Subject::SkbCeiling) { " (skb path)" } else { "" };
+        progress(&format!("{flows} flows: measure {} programs in turns{path}", contenders.len()));
         let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
         self.lb_ns.enter_on_this_thread()?;
-        let link = XdpLink::attach(contenders[0].program_fd(), self.l0, XdpMode::Native);
+        let link = XdpLink::attach(contenders[0].program.fd(), self.l0, XdpMode::Native);
         self.gen_ns.enter_on_this_thread()?;
         let link = link.map_err(kernel("attach to l0"))?;
         let slice = time / SLICES as u32;
@@ -618,7 +634,7 @@ impl Bench {
             let n = contenders.len();
             for i in 0..n {
                 let c = &mut contenders[(round + i) % n];
-                link.replace_program(c.program_fd()).map_err(kernel("switch the program on l0"))?;
+                link.replace_program(c.program.fd()).map_err(kernel("switch the program on l0"))?;
                 let m = self.measure(c, slice)?;
                 c.slices.push(m);
             }
@@ -693,27 +709,11 @@ impl Classifier for SkbClassifier {
     }
 }
 
-/// One subject of the skb path.
-struct SkbContender {
-    subject: Subject,
-    flows: u32,
-    feed: SkbFeed,
-    program: Program,
-    tagger: Option<Rc<netlane_sys::bpf::FlowTagger>>,
-    slices: Vec<Slice>,
-}
-
-impl SkbContender {
-    fn program_fd(&self) -> BorrowedFd<'_> {
-        self.program.fd()
-    }
-}
-
 impl Bench {
     /// Loads `subject` on the skb path, attaches it, and warms it up: every flow sent
     /// until its connection entry (and in tag modes its tag, installed in the TCX
     /// classifier on g0) is in place.
-    fn contender_skb(&self, subject: Subject, flows: u32) -> Result<SkbContender, LbError> {
+    fn contender_skb(&self, subject: Subject, flows: u32) -> Result<Contender, LbError> {
         let frame = template(self.l0_mac, self.g0_mac);
         let mut feed = SkbFeed::open(self.g0, flows, &frame).map_err(kernel("open the packet socket on g0"))?;
         let (program, tagger) = match subject {
@@ -743,17 +743,9 @@ impl Bench {
                     Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
                     None => None,
                 };
-                let runs = |lb: &Lb| {
-                    program_run_stats(lb.balancer().program_fd())
-                        .map(|r| r.0)
-                        .map_err(kernel("read program statistics"))
-                };
-                let fast = |st: &LbStats| {
-                    st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
-                };
                 let mut warm = WarmUp { passes: 0, complete: false, last: "no pass ran".into() };
                 for pass in 1..=WARM_PASSES as u32 {
-                    let (fast0, ran0) = (fast(&lb.stats()?), runs(&lb)?);
+                    let (fast0, ran0) = (fast_path(&lb.stats()?), lb_runs(&lb)?);
                     for chunk in 0..flows.div_ceil(WARM_BURST) {
                         let n = (flows - chunk * WARM_BURST).min(WARM_BURST);
                         feed.send(n as usize).map_err(kernel("send on g0"))?;
@@ -766,76 +758,31 @@ impl Bench {
                     let st = lb.stats()?;
                     let p = WarmPass {
                         flows: u64::from(flows),
-                        ran: runs(&lb)?.saturating_sub(ran0),
-                        fast: fast(&st).saturating_sub(fast0),
+                        ran: lb_runs(&lb)?.saturating_sub(ran0),
+                        fast: fast_path(&st).saturating_sub(fast0),
                         tagged: tagging.then_some(st.tags_in_use as u64),
                     };
-                    warm = WarmUp { passes: pass, complete: p.check().is_ok(), last: p.to_string() };
-                    if let Err(why) = p.check() {
-                        warm.last = why;
-                    } else {
-                        break;
+                    match p.check() {
+                        Ok(()) => {
+                            warm = WarmUp { passes: pass, complete: true, last: p.to_string() };
+                            break;
+                        }
+                        Err(why) => warm = WarmUp { passes: pass, complete: false, last: why },
                     }
+                }
+                if !warm.complete {
+                    tracing::warn!(flows, hint = hint.name(), "warm-up incomplete (skb path): {}", warm.last);
                 }
                 drop(link);
                 lb.detach();
                 let before = lb.stats()?;
-                let runs = runs(&lb)?;
+                let runs = lb_runs(&lb)?;
                 (Program::Balancer(Box::new(lb), before, runs, warm), tagger)
             }
-            _ => (Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?), None),
+            Subject::SkbCeiling => (Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?), None),
+            _ => return Err(LbError::Invalid(format!("{} is not on the skb path", subject.label()))),
         };
-        Ok(SkbContender { subject, flows, feed, program, tagger, slices: Vec::new() })
-    }
-
-    /// [`Bench::compare`] for the skb path: the same turns, the packet socket as the
-    /// generator, and each tag mode's classifier attached to g0 only in its turns.
-    fn compare_skb(
-        &self,
-        subjects: &[Subject],
-        flows: u32,
-        time: Duration,
-        progress: &dyn Fn(&str),
-    ) -> Result<Vec<PpsResult>, LbError> {
-        let mut contenders = Vec::with_capacity(subjects.len());
-        for s in subjects {
-            progress(&format!("{flows} flows: load and warm up {}", s.label()));
-            contenders.push(self.contender_skb(*s, flows)?);
-        }
-        progress(&format!("{flows} flows: measure {} programs in turns (skb path)", contenders.len()));
-        let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
-        self.lb_ns.enter_on_this_thread()?;
-        let link = XdpLink::attach(contenders[0].program_fd(), self.l0, XdpMode::Native);
-        self.gen_ns.enter_on_this_thread()?;
-        let link = link.map_err(kernel("attach to l0"))?;
-        let slice = time / SLICES as u32;
-        for round in 0..SLICES {
-            let n = contenders.len();
-            for i in 0..n {
-                let c = &mut contenders[(round + i) % n];
-                link.replace_program(c.program_fd()).map_err(kernel("switch the program on l0"))?;
-                let tagger = match &c.tagger {
-                    Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
-                    None => None,
-                };
-                c.feed.send(LEAD_IN as usize).map_err(kernel("send on g0"))?;
-                let (feed, prog) = (&mut c.feed, c.program.fd());
-                let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-                let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
-                let start = Instant::now();
-                while start.elapsed() < slice {
-                    feed.send(1024).map_err(kernel("send on g0"))?;
-                }
-                let secs = start.elapsed().as_secs_f64();
-                let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-                let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
-                c.slices.push(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, secs });
-                drop(tagger);
-            }
-        }
-        drop(link);
-        let returned = self.sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
-        contenders.iter().map(|c| Contender::result_of(c.subject, c.flows, &c.program, &c.slices, returned)).collect()
+        Ok(Contender { subject, flows, feed: Feed::Skb(feed), program, tagger, slices: Vec::new() })
     }
 }
 
@@ -856,37 +803,38 @@ impl Program {
     }
 }
 
+/// How a contender's frames are sent.
+enum Feed {
+    /// `BPF_PROG_RUN` live frames (its own generator and frame template).
+    Frames(Rc<PktGen>, Vec<u8>),
+    /// A packet socket's frames through the stack: skbs at the balancer.
+    Skb(SkbFeed),
+}
+
+impl Feed {
+    fn send(&mut self, g0: u32, n: u32) -> std::io::Result<()> {
+        match self {
+            Feed::Frames(g, frame) => g.send(g0, frame, n),
+            Feed::Skb(f) => f.send(n as usize),
+        }
+    }
+}
+
 /// One subject of a comparison, ready to take its turns.
 struct Contender {
     subject: Subject,
     flows: u32,
-    generator: Rc<PktGen>,
-    frame: Vec<u8>,
+    feed: Feed,
     program: Program,
+    /// The classifier of a tag mode on the skb path (attached in its turns only).
+    tagger: Option<Rc<netlane_sys::bpf::FlowTagger>>,
     slices: Vec<Slice>,
 }
 
 impl Contender {
-    fn program_fd(&self) -> BorrowedFd<'_> {
-        match &self.program {
-            Program::XdpTx(p) => p.program_fd(),
-            Program::Balancer(lb, ..) => lb.balancer().program_fd(),
-        }
-    }
-
     /// The result; `returned` frames came back during all contenders' turns.
     fn result(&self, returned: u64) -> Result<PpsResult, LbError> {
-        Contender::result_of(self.subject, self.flows, &self.program, &self.slices, returned)
-    }
-
-    fn result_of(
-        subject: Subject,
-        flows: u32,
-        program: &Program,
-        slices: &[Slice],
-        returned: u64,
-    ) -> Result<PpsResult, LbError> {
-        let (hint, conn) = match program {
+        let (hint, conn) = match &self.program {
             Program::XdpTx(_) => (0.0, 0.0),
             Program::Balancer(lb, before, runs_before, _) => {
                 let after = lb.stats()?;
@@ -894,16 +842,16 @@ impl Contender {
                     after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
                 };
                 // Every run during the turns, lead-ins included.
-                let runs = program_run_stats(lb.balancer().program_fd()).map_err(kernel("read program statistics"))?.0;
+                let runs = lb_runs(lb)?;
                 let total = runs.saturating_sub(*runs_before).max(1) as f64;
                 (d("hint_hit") as f64 / total, d("conn_hit") as f64 / total)
             }
         };
-        let warm = match program {
+        let warm = match &self.program {
             Program::Balancer(.., w) => Some(w.clone()),
             Program::XdpTx(_) => None,
         };
-        Ok(PpsResult::from_slices(subject, flows, slices, hint, conn, returned, warm))
+        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm))
     }
 }
 
@@ -930,7 +878,7 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
             for &flows in &opts.flows {
                 out.extend(bench.compare(&subjects, flows, opts.time, &tell)?);
                 if opts.skb && flows <= SKB_MAX_FLOWS {
-                    out.extend(bench.compare_skb(&skb_subjects, flows, opts.time, &tell)?);
+                    out.extend(bench.compare(&skb_subjects, flows, opts.time, &tell)?);
                 }
             }
             Ok(out)
