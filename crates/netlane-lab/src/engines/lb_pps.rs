@@ -669,9 +669,7 @@ impl SkbFeed {
             fr[26..30].copy_from_slice(&src.to_be_bytes());
             fr[34..36].copy_from_slice(&(10_000 + (f % 50_000) as u16).to_be_bytes());
             fr[24..26].copy_from_slice(&[0, 0]);
-            let sum = fr[14..34].chunks(2).fold(0u32, |a, w| a + u32::from(u16::from_be_bytes([w[0], w[1]])));
-            let sum = (sum & 0xffff) + (sum >> 16);
-            let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+            let sum = netlane_rr::proto::frames::checksum(&fr[14..34]);
             fr[24..26].copy_from_slice(&sum.to_be_bytes());
             frames.push(fr);
         }

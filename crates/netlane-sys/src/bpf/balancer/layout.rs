@@ -286,10 +286,13 @@ impl FlowKey {
     /// Reads a key back; `None` for an unknown family.
     pub(super) fn from_raw(k: &balancer_skel::types::flow_key) -> Option<FlowKey> {
         let addr = |w: &[u32; 4]| -> Option<IpAddr> {
-            let b: Vec<u8> = w.iter().flat_map(|x| x.to_ne_bytes()).collect();
+            let mut b = [0u8; 16];
+            for (chunk, word) in b.chunks_exact_mut(4).zip(w) {
+                chunk.copy_from_slice(&word.to_ne_bytes());
+            }
             match k.family {
                 FAM_V4 => Some(IpAddr::V4(Ipv4Addr::new(b[0], b[1], b[2], b[3]))),
-                FAM_V6 => Some(IpAddr::V6(Ipv6Addr::from(<[u8; 16]>::try_from(&b[..16]).ok()?))),
+                FAM_V6 => Some(IpAddr::V6(Ipv6Addr::from(b))),
                 _ => None,
             }
         };
