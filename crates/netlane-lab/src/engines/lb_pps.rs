@@ -21,6 +21,15 @@
 //! six short slices each; per-core figures are the median of a program's slices, so
 //! the machine's drift (a VM's neighbours) touches every program alike.
 //!
+//! Two cores (the talk's multi-core result on this machine's two): a second veth pair
+//! with two queues on each end. Each turn of a frames-path program has a one-core
+//! slice (above) and a two-core slice on that pair: the program's generator runs on
+//! both CPUs at once, each sending its half of the flows (as RSS keeps a flow on one
+//! queue), and veth puts a CPU's frames on the receive queue of that number; the two
+//! queues' NAPI threads run on the other CPU each. Per-core rate = packets / CPU time
+//! of both threads. With two CPUs every NAPI thread shares its CPU with a generator,
+//! so the two-core ceiling is the reference, not the one-core rate.
+//!
 //! Warm-up sends the flows in order; measured frames visit them in a scattered order
 //! (a stride coprime with the flow count), so state allocated in first-seen order
 //! (connection entries, tag ids) is not walked sequentially, which real traffic never
@@ -45,7 +54,7 @@ fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
     LbError::kernel(what)
 }
 use netlane::metrics::{cpu::task_cpu_ns, median};
-use netlane::topology::{End, Netns, RxTuning, TopologyError, netdev, veth_link};
+use netlane::topology::{End, Netns, RxTuning, TopologyError, netdev, pin_napi_by_queue, veth_link, veth_link_queues};
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
 const GEN_SRC: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 0);
@@ -82,6 +91,10 @@ pub enum Subject {
     /// the device-bound build reads them with the RX-hash kfunc (rx-hash: the kernel's
     /// flow hash; tags: set by the TCX classifier on the sending end).
     SkbBalancer(HintMode),
+    /// The XDP_TX ceiling on two cores: two receive queues, two NAPI threads.
+    TwoCoreCeiling,
+    /// The balancer (as [`Subject::Balancer`]) on two cores.
+    TwoCoreBalancer(HintMode),
 }
 
 impl Serialize for Subject {
@@ -100,6 +113,34 @@ impl Subject {
             Subject::SkbCeiling => "xdp_tx ceiling (skb)".into(),
             Subject::SkbBalancer(HintMode::Off) => "lb hints=off (skb)".into(),
             Subject::SkbBalancer(h) => format!("lb hints={} (skb, kfunc)", h.name()),
+            Subject::TwoCoreCeiling => "xdp_tx ceiling (2 cores)".into(),
+            Subject::TwoCoreBalancer(h) => format!("lb hints={} (2 cores)", h.name()),
+        }
+    }
+
+    /// Cores the subject runs on.
+    pub fn cores(&self) -> u32 {
+        match self {
+            Subject::TwoCoreCeiling | Subject::TwoCoreBalancer(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The same program on one core, for a two-core subject.
+    pub fn on_one_core(&self) -> Option<Subject> {
+        match self {
+            Subject::TwoCoreCeiling => Some(Subject::XdpTxCeiling),
+            Subject::TwoCoreBalancer(h) => Some(Subject::Balancer(*h)),
+            _ => None,
+        }
+    }
+
+    /// The same program on two cores (frames path only).
+    fn on_two_cores(&self) -> Option<Subject> {
+        match self {
+            Subject::XdpTxCeiling => Some(Subject::TwoCoreCeiling),
+            Subject::Balancer(h) => Some(Subject::TwoCoreBalancer(*h)),
+            _ => None,
         }
     }
 
@@ -108,12 +149,13 @@ impl Subject {
         match self {
             Subject::XdpTxCeiling | Subject::Balancer(_) => Subject::XdpTxCeiling,
             Subject::SkbCeiling | Subject::SkbBalancer(_) => Subject::SkbCeiling,
+            Subject::TwoCoreCeiling | Subject::TwoCoreBalancer(_) => Subject::TwoCoreCeiling,
         }
     }
 
     /// Whether this is an XDP_TX ceiling.
     pub fn is_ceiling(&self) -> bool {
-        matches!(self, Subject::XdpTxCeiling | Subject::SkbCeiling)
+        matches!(self, Subject::XdpTxCeiling | Subject::SkbCeiling | Subject::TwoCoreCeiling)
     }
 }
 
@@ -122,16 +164,22 @@ impl Subject {
 struct Slice {
     runs: u64,
     prog_ns: u64,
+    /// CPU time of the NAPI threads (both, on two cores).
     cpu_ns: u64,
+    /// The smaller of the two threads' CPU times on two cores (= `cpu_ns` on one).
+    cpu_ns_min: u64,
     secs: f64,
 }
 
 impl Slice {
-    /// Packets per microsecond of the NAPI thread; None when the slice measured nothing
-    /// (the thread got no CPU, or the program never ran): such a slice is left out,
-    /// never counted as 0 Mpps.
+    /// Packets per microsecond of NAPI-thread CPU time; None when the slice measured
+    /// nothing (a thread got no CPU, or the program never ran), or on two cores when one
+    /// thread did less than a quarter of the other's work (then it measured one core,
+    /// not two): such a slice is left out, never counted as 0 Mpps.
     fn mpps_per_core(&self) -> Option<f64> {
-        (self.cpu_ns > 0 && self.runs > 0).then(|| self.runs as f64 * 1e3 / self.cpu_ns as f64)
+        let other = self.cpu_ns.saturating_sub(self.cpu_ns_min);
+        let balanced = self.cpu_ns_min == self.cpu_ns || self.cpu_ns_min.saturating_mul(4) >= other;
+        (self.cpu_ns > 0 && self.runs > 0 && balanced).then(|| self.runs as f64 * 1e3 / self.cpu_ns as f64)
     }
 
     fn prog_ns_per_packet(&self) -> Option<f64> {
@@ -152,10 +200,12 @@ pub struct PpsResult {
     pub packets: u64,
     /// Million packets per second (wall clock; bounded by the generator's core).
     pub mpps: f64,
-    /// CPU seconds of the balancer's NAPI thread.
+    /// CPU seconds of the balancer's NAPI threads.
     pub napi_cpu_s: f64,
-    /// Million packets per second per core of that thread (median of the measured
-    /// slices; None when no slice measured anything).
+    /// Cores (NAPI threads) the balancer ran on.
+    pub cores: u32,
+    /// Million packets per second per core: packets / CPU time of the NAPI threads
+    /// (median of the measured slices; None when no slice measured anything).
     pub mpps_per_core: Option<f64>,
     /// Every slice's Mpps per core, in order (None: the slice measured nothing).
     pub slices_mpps_per_core: Vec<Option<f64>>,
@@ -260,6 +310,7 @@ impl PpsResult {
             packets,
             mpps: if seconds > 0.0 { packets as f64 / seconds / 1e6 } else { 0.0 },
             napi_cpu_s: cpu_ns as f64 / 1e9,
+            cores: subject.cores(),
             mpps_per_core,
             slices_mpps_per_core: slices.iter().map(Slice::mpps_per_core).collect(),
             prog_ns_per_packet: (!prog.is_empty()).then(|| median(prog)),
@@ -292,6 +343,15 @@ pub struct PpsOptions {
     /// Also measure frames that arrive as skbs (flow counts up to [`SKB_MAX_FLOWS`]):
     /// the path where veth has an RX hash, so the device-bound build is measured.
     pub skb: bool,
+    /// Also measure every frames-path program on two cores (flow counts that split
+    /// evenly between two queues, see [`splits_in_two`]).
+    pub two_cores: bool,
+}
+
+/// Whether `flows` flows can be measured on two cores: RSS keeps a flow on one queue,
+/// so each of the two generators sends half of them (a single flow uses one core).
+pub fn splits_in_two(flows: u32) -> bool {
+    flows >= 2 && flows.is_multiple_of(2)
 }
 
 impl PpsOptions {
@@ -410,10 +470,24 @@ struct Bench {
     l0_mac: [u8; 6],
     napi_pid: u32,
     sink: (Rc<PktGen>, XdpLink),
+    /// The two-core link, when asked for.
+    two: Option<TwoCores>,
+}
+
+/// A second veth pair with two queues each end for the two-core runs: a generator on
+/// CPU c reaches receive queue c of `l1` (veth picks the peer's queue by the sending
+/// CPU), whose NAPI thread runs on the other CPU; the sink takes both queues' XDP_TX
+/// output on the generator's end.
+struct TwoCores {
+    g1: u32,
+    l1: u32,
+    /// The NAPI threads of l1's two receive queues.
+    napi_pids: [u32; 2],
+    _sink: XdpLink,
 }
 
 impl Bench {
-    fn build() -> Result<Bench, LbError> {
+    fn build(two_cores: bool) -> Result<Bench, LbError> {
         let gen_ns = Netns::create("pps-gen")?;
         let lb_ns = Netns::create("pps-lb")?;
         let g_addr = [(IpAddr::V4(Ipv4Addr::new(10, 211, 0, 1)), 24)];
@@ -448,7 +522,114 @@ impl Bench {
         );
         gen_ns.enter_on_this_thread()?;
         let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
-        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink) })
+        let two = if two_cores { Some(Self::two_cores(&gen_ns, &lb_ns, helpers.sink_fd())?) } else { None };
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two })
+    }
+
+    /// Builds the two-core link (the calling thread is in the generator's namespace).
+    fn two_cores(gen_ns: &Netns, lb_ns: &Netns, sink: BorrowedFd<'_>) -> Result<TwoCores, LbError> {
+        let g_addr = [(IpAddr::V4(Ipv4Addr::new(10, 211, 2, 1)), 24)];
+        let l_addr = [(IpAddr::V4(Ipv4Addr::new(10, 211, 2, 2)), 24)];
+        let (g1, l1) = veth_link_queues(
+            End { ns: gen_ns, name: "g1", addrs: &g_addr },
+            End { ns: lb_ns, name: "l1", addrs: &l_addr },
+            1500,
+            2,
+        )?;
+        RxTuning::threaded_napi_on(GEN_CPU).apply(gen_ns, "g1", g1)?;
+        RxTuning::threaded_napi().apply(lb_ns, "l1", l1)?;
+        // Queue 0 (fed from CPU 0) is served on CPU 1 and queue 1 on CPU 0, so each
+        // NAPI thread shares its CPU with the other queue's generator alike.
+        let pinned = pin_napi_by_queue(lb_ns, l1, &[LB_CPU, GEN_CPU])?;
+        let napis =
+            lb_ns.run(move || netdev::Netdev::open().and_then(|mut n| n.napis(l1)))?.map_err(TopologyError::from)?;
+        let pid_of = |queue: u32| -> Result<u32, LbError> {
+            pinned
+                .iter()
+                .find(|(q, ..)| *q == queue)
+                .and_then(|(_, id, _)| napis.iter().find(|n| n.id == *id))
+                .and_then(|n| n.pid)
+                .ok_or_else(|| TopologyError::Unsupported(format!("l1 queue {queue} has no NAPI thread")).into())
+        };
+        let napi_pids = [pid_of(0)?, pid_of(1)?];
+        let _sink = XdpLink::attach(sink, g1, XdpMode::Native).map_err(kernel("attach the sink to g1"))?;
+        Ok(TwoCores { g1, l1, napi_pids, _sink })
+    }
+
+    /// Like [`Bench::measure`] on two cores: `c`'s generator runs on both CPUs at once,
+    /// each sending its half of the flows into l1's queue of that CPU.
+    fn measure_two(&self, c: &mut Contender, time: Duration) -> Result<Slice, LbError> {
+        let two = self.two.as_ref().ok_or_else(|| LbError::Invalid("no two-core link was built".into()))?;
+        let Feed::Frames(g, frame) = &c.feed else {
+            return Err(LbError::Invalid(format!("{} has no two-core run", c.subject.label())));
+        };
+        g.set_split(2).map_err(kernel("split the flows between the generators"))?;
+        let slice = self.measure_split(two, g, frame, c.program.fd(), time);
+        // The one-core turns send every flow from CPU 0 again.
+        g.set_split(1).map_err(kernel("undo the generator's split"))?;
+        slice
+    }
+
+    fn measure_split(
+        &self,
+        two: &TwoCores,
+        g: &PktGen,
+        frame: &[u8],
+        prog: BorrowedFd<'_>,
+        time: Duration,
+    ) -> Result<Slice, LbError> {
+        let sender = g.sender();
+        let (gen_ns, g1) = (&self.gen_ns, two.g1);
+        let cpu = |pid: u32| task_cpu_ns(pid).map_err(kernel("read a NAPI thread's CPU time"));
+        let ready = std::sync::Barrier::new(2);
+        let deadline = std::sync::OnceLock::<Instant>::new();
+        std::thread::scope(|s| -> Result<Slice, LbError> {
+            let helper = s.spawn(|| -> Result<(), LbError> {
+                netlane::cpus::pin(Some(LB_CPU));
+                let sent = gen_ns
+                    .enter_on_this_thread()
+                    .map_err(LbError::from)
+                    .and_then(|()| sender.send(g1, frame, LEAD_IN).map_err(kernel("run the generator on CPU 1")));
+                // Both waits happen whatever went wrong, so the caller is never left waiting.
+                ready.wait();
+                ready.wait();
+                sent?;
+                let end = *deadline.get().ok_or_else(|| LbError::Invalid("no deadline set".into()))?;
+                while Instant::now() < end {
+                    sender.send(g1, frame, SEND_BATCH).map_err(kernel("run the generator on CPU 1"))?;
+                }
+                Ok(())
+            });
+            let lead = sender.send(g1, frame, LEAD_IN).map_err(kernel("run the generator"));
+            ready.wait();
+            let before = lead.and_then(|()| {
+                let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+                Ok((c0, t0, cpu(two.napi_pids[0])?, cpu(two.napi_pids[1])?))
+            });
+            let start = Instant::now();
+            // Set even when the lead-in failed, so the helper is not left waiting.
+            let _ = deadline.set(start + time);
+            ready.wait();
+            let mine = before.and_then(|b| {
+                while start.elapsed() < time {
+                    sender.send(g1, frame, SEND_BATCH).map_err(kernel("run the generator"))?;
+                }
+                Ok(b)
+            });
+            let theirs = helper.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let secs = start.elapsed().as_secs_f64();
+            let (c0, t0, a0, b0) = mine?;
+            theirs?;
+            let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+            let (a, b) = (cpu(two.napi_pids[0])?.saturating_sub(a0), cpu(two.napi_pids[1])?.saturating_sub(b0));
+            Ok(Slice {
+                runs: c1.saturating_sub(c0),
+                prog_ns: t1.saturating_sub(t0),
+                cpu_ns: a + b,
+                cpu_ns_min: a.min(b),
+                secs,
+            })
+        })
     }
 
     /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
@@ -472,7 +653,7 @@ impl Bench {
         let secs = start.elapsed().as_secs_f64();
         let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
         let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
-        Ok(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, secs })
+        Ok(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, cpu_ns_min: cpu1 - cpu0, secs })
     }
 
     /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where
@@ -555,6 +736,12 @@ impl Bench {
         );
         let program = match subject {
             Subject::SkbCeiling | Subject::SkbBalancer(_) => return self.contender_skb(subject, flows),
+            Subject::TwoCoreCeiling | Subject::TwoCoreBalancer(_) => {
+                return Err(LbError::Invalid(format!(
+                    "{} is measured with its one-core program, in the same turns",
+                    subject.label()
+                )));
+            }
             Subject::XdpTxCeiling => Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?),
             Subject::Balancer(hint) => {
                 let mut opts = LbOptions::new("l0", self.g0_mac);
@@ -603,6 +790,7 @@ impl Bench {
             program,
             tagger: None,
             slices: Vec::new(),
+            two_core_slices: Vec::new(),
         })
     }
 
@@ -621,13 +809,24 @@ impl Bench {
             progress(&format!("{flows} flows: load and warm up {}", s.label()));
             contenders.push(self.contender(*s, flows)?);
         }
-        let path = if subjects.iter().any(|s| s.ceiling() == Subject::SkbCeiling) { " (skb path)" } else { "" };
+        // Two cores too: frames-path programs at flow counts that split in two.
+        let two =
+            self.two.as_ref().filter(|_| splits_in_two(flows) && subjects.iter().all(|s| s.on_two_cores().is_some()));
+        let path = if subjects.iter().any(|s| s.ceiling() == Subject::SkbCeiling) {
+            " (skb path)"
+        } else if two.is_some() {
+            ", on one and two cores"
+        } else {
+            ""
+        };
         progress(&format!("{flows} flows: measure {} programs in turns{path}", contenders.len()));
         let sunk0 = self.sink.0.sunk().map_err(kernel("read the sink"))?;
         self.lb_ns.enter_on_this_thread()?;
         let link = XdpLink::attach(contenders[0].program.fd(), self.l0, XdpMode::Native);
+        let link2 = two.map(|t| XdpLink::attach(contenders[0].program.fd(), t.l1, XdpMode::Native));
         self.gen_ns.enter_on_this_thread()?;
         let link = link.map_err(kernel("attach to l0"))?;
+        let link2 = link2.transpose().map_err(kernel("attach to l1"))?;
         let slice = time / SLICES as u32;
         for round in 0..SLICES {
             // Each round starts with another program, so none is always first.
@@ -637,11 +836,21 @@ impl Bench {
                 link.replace_program(c.program.fd()).map_err(kernel("switch the program on l0"))?;
                 let m = self.measure(c, slice)?;
                 c.slices.push(m);
+                if let Some(l) = &link2 {
+                    l.replace_program(c.program.fd()).map_err(kernel("switch the program on l1"))?;
+                    let m = self.measure_two(c, slice)?;
+                    c.two_core_slices.push(m);
+                }
             }
         }
         drop(link);
+        drop(link2);
         let returned = self.sink.0.sunk().map_err(kernel("read the sink"))?.saturating_sub(sunk0);
-        contenders.iter().map(|c| c.result(returned)).collect()
+        let mut out = Vec::new();
+        for c in &contenders {
+            out.extend(c.results(returned)?);
+        }
+        Ok(out)
     }
 }
 
@@ -780,7 +989,15 @@ impl Bench {
             Subject::SkbCeiling => (Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?), None),
             _ => return Err(LbError::Invalid(format!("{} is not on the skb path", subject.label()))),
         };
-        Ok(Contender { subject, flows, feed: Feed::Skb(feed), program, tagger, slices: Vec::new() })
+        Ok(Contender {
+            subject,
+            flows,
+            feed: Feed::Skb(feed),
+            program,
+            tagger,
+            slices: Vec::new(),
+            two_core_slices: Vec::new(),
+        })
     }
 }
 
@@ -827,11 +1044,14 @@ struct Contender {
     /// The classifier of a tag mode on the skb path (attached in its turns only).
     tagger: Option<Rc<netlane_sys::bpf::FlowTagger>>,
     slices: Vec<Slice>,
+    /// Slices on two cores (frames path, when measured).
+    two_core_slices: Vec<Slice>,
 }
 
 impl Contender {
-    /// The result; `returned` frames came back during all contenders' turns.
-    fn result(&self, returned: u64) -> Result<PpsResult, LbError> {
+    /// The results (one core, and two when measured); `returned` frames came back
+    /// during all contenders' turns.
+    fn results(&self, returned: u64) -> Result<Vec<PpsResult>, LbError> {
         let (hint, conn) = match &self.program {
             Program::XdpTx(_) => (0.0, 0.0),
             Program::Balancer(lb, before, runs_before, _) => {
@@ -849,7 +1069,12 @@ impl Contender {
             Program::Balancer(.., w) => Some(w.clone()),
             Program::XdpTx(_) => None,
         };
-        Ok(PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm))
+        let mut out =
+            vec![PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm.clone())];
+        if let (false, Some(two)) = (self.two_core_slices.is_empty(), self.subject.on_two_cores()) {
+            out.push(PpsResult::from_slices(two, self.flows, &self.two_core_slices, hint, conn, returned, warm));
+        }
+        Ok(out)
     }
 }
 
@@ -864,7 +1089,7 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
         let worker = s.spawn(move || -> Result<Vec<PpsResult>, LbError> {
             netlane::cpus::pin(Some(GEN_CPU));
             let _stats = enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?;
-            let bench = Bench::build()?;
+            let bench = Bench::build(opts.two_cores)?;
             let tell = |m: &str| {
                 let _ = tx.send(m.to_string());
             };
@@ -930,9 +1155,15 @@ mod tests {
 
     #[test]
     fn a_slice_where_the_napi_thread_got_no_cpu_is_left_out_not_zero() {
-        let ok = Slice { runs: 3_000_000, prog_ns: 300_000_000, cpu_ns: 1_000_000_000, secs: 1.0 };
-        let starved = Slice { runs: 0, prog_ns: 0, cpu_ns: 0, secs: 1.0 };
-        let no_cpu = Slice { runs: 10, prog_ns: 100, cpu_ns: 0, secs: 1.0 };
+        let ok = Slice {
+            runs: 3_000_000,
+            prog_ns: 300_000_000,
+            cpu_ns: 1_000_000_000,
+            cpu_ns_min: 1_000_000_000,
+            secs: 1.0,
+        };
+        let starved = Slice { runs: 0, prog_ns: 0, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
+        let no_cpu = Slice { runs: 10, prog_ns: 100, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
         assert_eq!(starved.mpps_per_core(), None);
         assert_eq!(no_cpu.mpps_per_core(), None);
         let r = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[ok, starved, ok, no_cpu], 0.0, 0.0, 0, None);
@@ -940,5 +1171,24 @@ mod tests {
         assert_eq!(r.measured_slices().len(), 2);
         let none = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[starved], 0.0, 0.0, 0, None);
         assert_eq!((none.mpps_per_core, none.core_ns_per_packet), (None, None));
+    }
+
+    #[test]
+    fn a_two_core_slice_where_one_thread_did_the_work_is_left_out() {
+        // Both NAPI threads: 0.6 s and 0.4 s of CPU for 3 M packets: 3 Mpps per core.
+        let two = Slice { runs: 3_000_000, prog_ns: 0, cpu_ns: 1_000_000_000, cpu_ns_min: 400_000_000, secs: 1.0 };
+        assert_eq!(two.mpps_per_core(), Some(3.0));
+        // One thread did 0.9 s, the other 0.1 s: that measured one core, not two.
+        let lopsided = Slice { cpu_ns_min: 100_000_000, ..two };
+        assert_eq!(lopsided.mpps_per_core(), None);
+        let r =
+            PpsResult::from_slices(Subject::TwoCoreBalancer(HintMode::Off), 100, &[two, lopsided], 0.0, 0.0, 0, None);
+        assert_eq!((r.cores, r.measured_slices().len()), (2, 1));
+        assert_eq!(
+            Subject::TwoCoreBalancer(HintMode::DestTag).on_one_core(),
+            Some(Subject::Balancer(HintMode::DestTag))
+        );
+        assert_eq!(Subject::TwoCoreBalancer(HintMode::Off).ceiling(), Subject::TwoCoreCeiling);
+        assert!(!splits_in_two(1) && !splits_in_two(101) && splits_in_two(100) && splits_in_two(1_000_000));
     }
 }

@@ -43,6 +43,10 @@ pub struct LbPpsArgs {
     /// measured).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_skb: bool,
+    /// Skip the two-core runs (a second veth pair with two queues, a generator on each
+    /// CPU sending half of the flows, two NAPI threads; flow counts that split in two).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub no_two_cores: bool,
 }
 
 impl LbPpsArgs {
@@ -59,7 +63,13 @@ impl LbPpsArgs {
                 None => bail!("--modes: {m:?} is not one of off, rx-hash, flow-tag, dest-tag"),
             }
         }
-        let o = PpsOptions { flows: self.flows.clone(), modes, time: self.time, skb: !self.no_skb };
+        let o = PpsOptions {
+            flows: self.flows.clone(),
+            modes,
+            time: self.time,
+            skb: !self.no_skb,
+            two_cores: !self.no_two_cores,
+        };
         o.validate()?;
         Ok(o)
     }
@@ -77,6 +87,7 @@ impl Scenario for LbPpsArgs {
             .words("modes", &self.modes)
             .duration("time", self.time)
             .flag("no-skb", self.no_skb)
+            .flag("no-two-cores", self.no_two_cores)
     }
 
     fn validate(&self) -> Result<()> {
@@ -136,7 +147,10 @@ fn slice_note(how: &str, dropped: usize) -> String {
     if dropped == 0 {
         how.to_string()
     } else {
-        format!("{how}; {dropped} slice(s) left out: the NAPI thread got no CPU in them")
+        format!(
+            "{how}; {dropped} slice(s) left out: a NAPI thread got no CPU in them (or, on two cores, less than a \
+             quarter of the other's)"
+        )
     }
 }
 
@@ -162,6 +176,8 @@ impl LbPpsArgs {
                 Column::new("mpps_per_core", "Mpps per core", 3),
                 Column::new("spread_pct", "spread %", 0),
                 Column::new("x_ceiling", "x ceiling", 2),
+                Column::new("x_one_core", "per core x 1 core", 2),
+                Column::new("mpps_all_cores", "Mpps, all cores", 2),
                 Column::new("core_ns_per_packet", "core ns/pkt", 0),
                 Column::new("prog_ns_per_packet", "prog ns/pkt", 1),
                 Column::new("mpps_wall", "Mpps (wall)", 3),
@@ -202,6 +218,14 @@ impl LbPpsArgs {
                 } else {
                     Value::num(median(x_ceiling))
                 },
+                match r.subject.on_one_core().and_then(|o| find(r.flows, o)) {
+                    Some(one) => {
+                        let x: Vec<f64> = paired_slices(r, one).0.into_iter().filter_map(Result::ok).collect();
+                        if x.is_empty() { Value::Missing } else { Value::num(median(x)) }
+                    }
+                    None => Value::Missing,
+                },
+                Value::opt(r.mpps_per_core.map(|m| m * f64::from(r.cores))),
                 Value::opt(r.core_ns_per_packet),
                 Value::opt(r.prog_ns_per_packet),
                 Value::num(r.mpps),
@@ -263,6 +287,33 @@ impl LbPpsArgs {
                         )
                     }
                     _ => spec.skipped(format!("needs the off and {} modes", tag.name())),
+                });
+            }
+        }
+
+        // The talk's multi-core result (12 cores: 26 -> ~40 Mpps at small flow counts),
+        // on this machine's two. (One flow cannot use two queues.)
+        if flows.contains(&100) && results.iter().any(|r| r.cores == 2) {
+            for tag in [HintMode::FlowTag, HintMode::DestTag] {
+                let spec = Spec::at_least(
+                    &format!("lb-pps.two-cores-{}-vs-untagged-100", tag.name()),
+                    format!("two cores, 100 flows: {} vs untagged (Mpps per core)", tag.name()),
+                    1.4,
+                    "x",
+                );
+                let (tg, un) = (Subject::TwoCoreBalancer(tag), Subject::TwoCoreBalancer(HintMode::Off));
+                checks.push(match (find(100, tg), find(100, un)) {
+                    (Some(tg), Some(l)) => {
+                        let (s, dropped) = paired_slices(tg, l);
+                        spec.evaluate(
+                            s,
+                            &slice_note(
+                                &format!("{} / untagged Mpps per core on two cores, per slice", tag.name()),
+                                dropped,
+                            ),
+                        )
+                    }
+                    _ => spec.skipped(format!("needs the off and {} modes on two cores", tag.name())),
                 });
             }
         }
@@ -373,6 +424,35 @@ impl LbPpsArgs {
                     .into(),
             );
         }
+        if let Some(f) = flows.iter().copied().find(|f| find(*f, Subject::TwoCoreBalancer(HintMode::Off)).is_some()) {
+            let part = |s: Subject| -> Option<String> {
+                let two = find(f, s)?;
+                let per_core = two.mpps_per_core?;
+                let vs_one = s
+                    .on_one_core()
+                    .and_then(|o| find(f, o))
+                    .map(|one| paired_slices(two, one).0.into_iter().filter_map(Result::ok).collect::<Vec<f64>>())
+                    .filter(|x| !x.is_empty())
+                    .map(|x| format!(" ({:.2}x its one-core rate)", median(x)))
+                    .unwrap_or_default();
+                Some(format!("{} {per_core:.2} Mpps per core, {:.2} on both{vs_one}", s.label(), per_core * 2.0))
+            };
+            let parts: Vec<String> = [
+                Subject::TwoCoreCeiling,
+                Subject::TwoCoreBalancer(HintMode::Off),
+                Subject::TwoCoreBalancer(HintMode::FlowTag),
+                Subject::TwoCoreBalancer(HintMode::DestTag),
+            ]
+            .into_iter()
+            .filter_map(part)
+            .collect();
+            notes.push(format!(
+                "Two cores at {f} flows: {}. Each NAPI thread shares its CPU with a generator here (the machine has \
+                 two), which costs every program alike: compare a program's two-core rate with the two-core ceiling \
+                 rather than with its one-core rate.",
+                parts.join("; ")
+            ));
+        }
         let headline = {
             let get = |id: &str| crate::verdict::measured_median(&checks, id);
             let lo = flows.first().copied().unwrap_or(1);
@@ -397,7 +477,11 @@ impl LbPpsArgs {
                 (veth + XDP + XDP_TX); program ns/packet from the kernel's BPF run-time statistics. Hints arrive as \
                 XDP metadata written by the generator (the emulated NIC); tags are installed by the control plane \
                 from the balancer's new-flow events, as in `netlane lb`. Measured frames visit the flows in a \
-                scattered order."
+                scattered order. Two cores: the same programs, in the same turns, on a second veth pair with two \
+                queues; a generator on each CPU sends its half of the flows (as RSS keeps a flow on one queue) into \
+                the queue of its CPU, whose NAPI thread runs on the other CPU; Mpps per core = packets / CPU time of \
+                both NAPI threads, and Mpps on all cores = that x 2 (each NAPI thread shares its CPU with a \
+                generator here, so it is a capacity, not a rate seen on the wire)."
                 .into(),
             headline,
             options: options.object(),
@@ -424,6 +508,7 @@ mod tests {
             packets: 1,
             mpps: 1.0,
             napi_cpu_s: 1.0,
+            cores: 1,
             mpps_per_core: Some(1.0),
             slices_mpps_per_core: slices,
             prog_ns_per_packet: None,
@@ -445,7 +530,7 @@ mod tests {
     }
 
     fn at(flows: u32, subject: Subject, mpps: Option<f64>) -> PpsResult {
-        PpsResult { subject, flows, mpps_per_core: mpps, ..result(vec![mpps; 6]) }
+        PpsResult { subject, flows, cores: subject.cores(), mpps_per_core: mpps, ..result(vec![mpps; 6]) }
     }
 
     fn all(untagged_at_10k: Option<f64>) -> Vec<PpsResult> {
@@ -479,6 +564,30 @@ mod tests {
             assert_eq!(get(&r, id), crate::report::Outcome::Invalid, "{id}");
         }
         assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), crate::report::Outcome::Missed, "3.0 / 4.5 < 0.7");
+        assert!(r.checks.iter().all(|c| !c.id.contains("two-cores")), "no two-core check without two-core runs");
+    }
+
+    #[test]
+    fn two_core_rows_pair_with_their_one_core_program_and_have_checks_of_their_own() {
+        let mut v = all(Some(2.0));
+        v.push(at(100, Subject::TwoCoreCeiling, Some(4.4)));
+        v.push(at(100, Subject::TwoCoreBalancer(HintMode::Off), Some(2.7)));
+        v.push(at(100, Subject::TwoCoreBalancer(HintMode::FlowTag), Some(3.0)));
+        v.push(at(100, Subject::TwoCoreBalancer(HintMode::DestTag), Some(3.9)));
+        let r = LbPpsArgs::defaults().report(&v);
+        let get = |id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
+        assert_eq!(get("lb-pps.two-cores-dest-tag-vs-untagged-100"), crate::report::Outcome::Met, "3.9 / 2.7");
+        assert_eq!(get("lb-pps.two-cores-flow-tag-vs-untagged-100"), crate::report::Outcome::Missed, "3.0 / 2.7");
+        let t = &r.tables[0];
+        let col = |name: &str| t.columns.iter().position(|c| c.key == name).unwrap();
+        let row = t
+            .rows
+            .iter()
+            .find(|row| row.cells[col("program")] == Value::text("lb hints=off (2 cores)"))
+            .expect("a two-core row");
+        assert_eq!(row.cells[col("x_one_core")], Value::num(0.9), "2.7 / 3.0 per core");
+        assert_eq!(row.cells[col("mpps_all_cores")], Value::num(5.4), "2 x 2.7");
+        assert!(r.notes.iter().any(|n| n.starts_with("Two cores at 100 flows")), "{:?}", r.notes);
     }
 
     #[test]

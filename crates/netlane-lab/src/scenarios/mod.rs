@@ -252,6 +252,7 @@ mod tests {
         echo_reads_back(&pps);
         pps.flows = vec![1, 10_000];
         pps.no_skb = true;
+        pps.no_two_cores = true;
         echo_reads_back(&pps);
         let mut lanes = lanes::LanesBenchArgs::defaults();
         echo_reads_back(&lanes);

@@ -19,6 +19,11 @@
  * flows, so that state allocated in the order flows were first seen (connection
  * entries, tag ids) is not also walked in that order.
  *
+ * Two generators at once (one per CPU, as RSS keeps a flow on one queue): `gen_split`
+ * gives each CPU its part of the flows. With `parts` > 1 (dividing `flows`), run k on
+ * a CPU whose part is p sends position k * parts + p, so each CPU walks its own
+ * residue class of positions and no flow is sent from two CPUs.
+ *
  * `sink` drops and counts what comes back (the balancer's XDP_TX output).
  *
  * `pass` passes everything to the stack. veth only delivers XDP_TX/redirected frames
@@ -55,6 +60,18 @@ struct {
 	__type(value, __u32);
 } gen_stride SEC(".maps");
 
+struct gen_split {
+	__u32 part;
+	__u32 parts; /* 0 or 1: every flow */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct gen_split);
+} gen_split SEC(".maps");
+
 /* Flow id -> hint written into the metadata (0 = none). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -84,11 +101,16 @@ int pktgen(struct xdp_md *ctx)
 	__u32 zero = 0;
 	__u64 *seq = bpf_map_lookup_elem(&gen_seq, &zero);
 	__u32 *stride = bpf_map_lookup_elem(&gen_stride, &zero);
+	struct gen_split *split = bpf_map_lookup_elem(&gen_split, &zero);
 	__u32 f, n = flows ? flows : 1;
+	__u64 pos;
 
-	if (!seq || !stride)
+	if (!seq || !stride || !split)
 		return XDP_ABORTED;
-	f = (__u32)(*seq % n);
+	pos = *seq;
+	if (split->parts > 1)
+		pos = pos * split->parts + split->part;
+	f = (__u32)(pos % n);
 	if (*stride > 1)
 		f = (__u32)((__u64)f * *stride % n);
 	*seq += 1;

@@ -109,6 +109,29 @@ impl PktGen {
         s
     }
 
+    /// Splits the flows between CPUs, as RSS keeps a flow on one queue: with `parts` > 1
+    /// a generator running on CPU c sends only the positions of a pass congruent to
+    /// c % `parts`, so generators on `parts` CPUs at once never send the same flow.
+    /// `parts` must divide the flow count; 1 sends every flow from every CPU (the default).
+    pub fn set_split(&self, parts: u32) -> io::Result<()> {
+        if parts == 0 || !self.opts.flows.is_multiple_of(parts) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{} flows cannot be split into {parts} equal parts", self.opts.flows),
+            ));
+        }
+        let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)?;
+        // struct gen_split { u32 part; u32 parts; } for each possible CPU.
+        let values: Vec<Vec<u8>> = (0..cpus as u32)
+            .map(|c| {
+                let mut v = (c % parts).to_ne_bytes().to_vec();
+                v.extend_from_slice(&parts.to_ne_bytes());
+                v
+            })
+            .collect();
+        self.skel.maps.gen_split.update_percpu(&0u32.to_ne_bytes(), &values, MapFlags::ANY).map_err(to_io)
+    }
+
     /// Sets the hints of flows `first..first + hints.len()` (0 = none).
     pub fn set_hints(&self, first: u32, hints: &[u32]) -> io::Result<()> {
         if hints.is_empty() {
@@ -138,6 +161,31 @@ impl PktGen {
     /// from several threads at once share the flow sequence.
     pub fn sender(&self) -> LiveSender<'_> {
         LiveSender { prog: self.skel.progs.pktgen.as_fd() }
+    }
+
+    /// Runs the generator once on the calling thread's CPU without sending anything and
+    /// returns the frame it built from `template` (metadata, if any, first).
+    pub fn build_one(&self, template: &[u8]) -> io::Result<Vec<u8>> {
+        let len = u32::try_from(template.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "template longer than 4 GiB"))?;
+        let mut out = vec![0u8; template.len() + 64];
+        // SAFETY: as in `LiveSender::send`: a zeroed options struct with its size set.
+        let mut opts: libbpf_sys::bpf_test_run_opts = unsafe { std::mem::zeroed() };
+        opts.sz = std::mem::size_of::<libbpf_sys::bpf_test_run_opts>() as _;
+        opts.data_in = template.as_ptr().cast();
+        opts.data_size_in = len;
+        opts.data_out = out.as_mut_ptr().cast();
+        opts.data_size_out = out.len() as u32;
+        opts.repeat = 1;
+        // SAFETY: the program fd lives as long as `self`; data_in is read for `len`
+        // bytes and data_out written for at most `data_size_out` bytes, both buffers
+        // outlive the call.
+        let rc = unsafe { libbpf_sys::bpf_prog_test_run_opts(self.pktgen_fd().as_raw_fd(), &mut opts) };
+        if rc < 0 {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        out.truncate((opts.data_size_out as usize).min(out.len()));
+        Ok(out)
     }
 
     /// The sink program (attach it where the balancer's output arrives).
@@ -212,6 +260,59 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The flow of a frame the generator built (source address and port).
+    fn flow_in(g: &PktGen, frame: &[u8]) -> u32 {
+        let src = Ipv4Addr::new(frame[26], frame[27], frame[28], frame[29]);
+        let sport = u16::from_be_bytes([frame[34], frame[35]]);
+        g.flow_of(src, sport).expect("one of the generator's flows")
+    }
+
+    #[test]
+    fn generators_on_two_cpus_split_the_flows_between_them() {
+        if !nix::unistd::geteuid().is_root() || libbpf_rs::num_possible_cpus().unwrap_or(1) < 2 {
+            panic!("this test loads BPF programs and needs root and 2 CPUs");
+        }
+        let mut template = vec![0u8; 64];
+        template[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+        template[14] = 0x45;
+        let mut header = [0u8; HEADER_LEN];
+        header.copy_from_slice(&template[..HEADER_LEN]);
+        let flows = 10u32;
+        let g = PktGen::load(PktGenOptions { flows, with_hints: false, src_base: Ipv4Addr::new(10, 9, 0, 0), header })
+            .unwrap();
+        g.set_stride(3).unwrap();
+        let on_cpu = |cpu: usize, runs: u32| -> Vec<u32> {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    let mut set = nix::sched::CpuSet::new();
+                    set.set(cpu).unwrap();
+                    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).unwrap();
+                    (0..runs).map(|_| flow_in(&g, &g.build_one(&template).unwrap())).collect()
+                })
+                .join()
+                .unwrap()
+            })
+        };
+        // Unsplit: a CPU sends every flow, in the stride's order.
+        let all = on_cpu(0, flows);
+        assert_eq!(all, (0..flows).map(|k| k * 3 % flows).collect::<Vec<_>>());
+        g.set_split(2).unwrap();
+        let (a, b) = (on_cpu(0, flows), on_cpu(1, flows));
+        let (mut sa, mut sb) = (a.clone(), b.clone());
+        sa.sort_unstable();
+        sa.dedup();
+        sb.sort_unstable();
+        sb.dedup();
+        assert_eq!((sa.len(), sb.len()), (5, 5), "each CPU sends its half, twice over: {a:?} {b:?}");
+        assert!(sa.iter().all(|f| !sb.contains(f)), "no flow from both CPUs: {a:?} {b:?}");
+        assert!(g.set_split(3).is_err(), "10 flows do not split in 3");
+        assert!(g.set_split(0).is_err());
+        g.set_split(1).unwrap();
+        let mut again = on_cpu(1, flows);
+        again.sort_unstable();
+        assert_eq!(again, (0..flows).collect::<Vec<_>>(), "split undone: every flow");
+    }
 
     #[test]
     fn scatter_stride_is_a_permutation() {

@@ -415,11 +415,19 @@ pub struct End<'a> {
 /// and static neighbour entries for each other's addresses, both ends up. Returns the
 /// two interface indexes. The pair goes away with either namespace.
 pub fn veth_link(a: End<'_>, b: End<'_>, mtu: u32) -> Result<(u32, u32), TopologyError> {
+    veth_link_queues(a, b, mtu, 1)
+}
+
+/// [`veth_link`] with `queues` transmit and receive queues on each end.
+pub fn veth_link_queues(a: End<'_>, b: End<'_>, mtu: u32, queues: u32) -> Result<(u32, u32), TopologyError> {
     if !(68..=65535).contains(&mtu) {
         return Err(TopologyError::Invalid(format!("MTU {mtu} is outside 68..=65535")));
     }
+    if !(1..=64).contains(&queues) {
+        return Err(TopologyError::Invalid(format!("queue count {queues} is outside 1..=64")));
+    }
     let (a_fd, b_fd) = (std::os::fd::AsRawFd::as_raw_fd(&a.ns.fd()), std::os::fd::AsRawFd::as_raw_fd(&b.ns.fd()));
-    a.ns.with_rtnl(|r| r.add_veth(a.name, a_fd, b.name, b_fd, mtu, 1))?;
+    a.ns.with_rtnl(|r| r.add_veth(a.name, a_fd, b.name, b_fd, mtu, queues))?;
     let mut idx = [0u32; 2];
     let mut macs: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     for (k, end) in [a, b].iter().enumerate() {
