@@ -661,8 +661,43 @@ impl Bench {
     /// modes, that share of the flows has a tag; new-flow events are serviced (and so
     /// tags installed) as they come. Frames lost on the way only cost another pass.
     fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<WarmUp, LbError> {
+        self.warm_passes(g, frame, lb, hint, WarmFrom { cpu: GEN_CPU, ifindex: self.g0, per_pass: flows })
+    }
+
+    /// For the two-core turns: the odd half of the flows, sent from CPU 1 into l1
+    /// (whose queue-1 NAPI thread runs on CPU 0), as in those turns, until CPU 0's
+    /// per-CPU state (the rx-hash flow cache) is warm too. The balancer is attached to
+    /// l1 meanwhile.
+    fn warm_up_second_cpu(
+        &self,
+        g: &PktGen,
+        frame: &[u8],
+        lb: &mut Lb,
+        hint: HintMode,
+        flows: u32,
+    ) -> Result<WarmUp, LbError> {
+        let two = self.two.as_ref().ok_or_else(|| LbError::Invalid("no two-core link was built".into()))?;
+        self.lb_ns.enter_on_this_thread()?;
+        let link = XdpLink::attach(lb.balancer().program_fd(), two.l1, XdpMode::Native);
+        self.gen_ns.enter_on_this_thread()?;
+        let _link = link.map_err(kernel("attach to l1"))?;
+        g.set_split(2).map_err(kernel("split the flows between the generators"))?;
+        let warm = self.warm_passes(g, frame, lb, hint, WarmFrom { cpu: LB_CPU, ifindex: two.g1, per_pass: flows / 2 });
+        g.set_split(1).map_err(kernel("undo the generator's split"))?;
+        warm
+    }
+
+    fn warm_passes(
+        &self,
+        g: &PktGen,
+        frame: &[u8],
+        lb: &mut Lb,
+        hint: HintMode,
+        from: WarmFrom,
+    ) -> Result<WarmUp, LbError> {
         let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
-        let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, self.g0);
+        let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, from.ifindex);
+        let flows = from.per_pass;
         let mut last = String::from("no pass ran");
         // Fewer senders after a pass that lost most of its frames on the way: the veth
         // ring holds WARM_BURST frames, and parallel bursts (released together at the
@@ -675,7 +710,7 @@ impl Bench {
                 let senders: Vec<_> = (0..threads)
                     .map(|_| {
                         s.spawn(|| -> Result<(), LbError> {
-                            netlane::cpus::pin(Some(GEN_CPU));
+                            netlane::cpus::pin(Some(from.cpu));
                             gen_ns.enter_on_this_thread()?;
                             loop {
                                 let was = left.fetch_sub(i64::from(WARM_BURST), Ordering::Relaxed);
@@ -773,7 +808,17 @@ impl Bench {
                         generator.set_hints(i as u32 * (1 << 16), c).map_err(kernel("write generator hints"))?;
                     }
                 }
-                let warm = self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
+                let mut warm = self.warm_up(&generator, &frame, &mut lb, hint, flows)?;
+                if self.two.is_some() && splits_in_two(flows) {
+                    let second = self.warm_up_second_cpu(&generator, &frame, &mut lb, hint, flows)?;
+                    if !second.complete {
+                        warm = WarmUp {
+                            passes: warm.passes + second.passes,
+                            complete: false,
+                            last: format!("on the second CPU (two-core turns): {}", second.last),
+                        };
+                    }
+                }
                 lb.detach();
                 let before = lb.stats()?;
                 let runs = lb_runs(&lb)?;
@@ -999,6 +1044,17 @@ impl Bench {
             two_core_slices: Vec::new(),
         })
     }
+}
+
+/// Where warm-up frames come from.
+#[derive(Debug, Clone, Copy)]
+struct WarmFrom {
+    /// The senders' CPU.
+    cpu: usize,
+    /// The generator end they send out of.
+    ifindex: u32,
+    /// Frames per pass (the flows the generator sends from that CPU).
+    per_pass: u32,
 }
 
 /// What a contender runs.
