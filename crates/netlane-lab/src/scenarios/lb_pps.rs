@@ -1,6 +1,7 @@
 //! `lb-pps`: packets per second per core through the XDP load balancer, 1 to 1 M
 //! flows, hints off / rx-hash / per-flow tags / per-destination tags, with a trivial
-//! XDP_TX program as the ceiling in the same run.
+//! XDP_TX program as the ceiling in the same run, on one core and on two (two receive
+//! queues, two NAPI threads, a generator per CPU with half of the flows each).
 //!
 //! The engine ([`crate::engines::lb_pps`]) loads and warms up every program of a flow
 //! count, then gives them turns on the interface: six slices each, rotating order. A
