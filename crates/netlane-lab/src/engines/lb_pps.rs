@@ -26,9 +26,10 @@
 //! slice (above) and a two-core slice on that pair: the program's generator runs on
 //! both CPUs at once, each sending its half of the flows (as RSS keeps a flow on one
 //! queue), and veth puts a CPU's frames on the receive queue of that number; the two
-//! queues' NAPI threads run on the other CPU each. Per-core rate = packets / CPU time
-//! of both threads. With two CPUs every NAPI thread shares its CPU with a generator,
-//! so the two-core ceiling is the reference, not the one-core rate.
+//! queues' NAPI threads run on the other CPU each, and the sink's thread for what a
+//! balancer thread sends back on the balancer thread's CPU. Per-core rate = packets /
+//! CPU time of both threads. With two CPUs every NAPI thread shares its CPU with a
+//! generator, so the two-core ceiling is the reference, not the one-core rate.
 //!
 //! Warm-up sends the flows in order; measured frames visit them in a scattered order
 //! (a stride coprime with the flow count), so state allocated in first-seen order
@@ -450,6 +451,16 @@ fn lb_config(flows: u32) -> Config {
     Config::parse(&text).expect("the benchmark's own configuration is valid")
 }
 
+/// Pins the calling thread to `cpu`, and fails if it does not run there: a generator
+/// on the wrong CPU feeds another receive queue than the one measured.
+fn pin_to(cpu: usize) -> Result<(), LbError> {
+    netlane::cpus::pin(Some(cpu));
+    match netlane::cpus::current() {
+        c if c == cpu => Ok(()),
+        c => Err(LbError::Invalid(format!("a generator thread pinned to CPU {cpu} runs on CPU {c}"))),
+    }
+}
+
 /// Runs of the balancer's program so far.
 fn lb_runs(lb: &Lb) -> Result<u64, LbError> {
     program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
@@ -477,7 +488,7 @@ struct Bench {
 /// A second veth pair with two queues each end for the two-core runs: a generator on
 /// CPU c reaches receive queue c of `l1` (veth picks the peer's queue by the sending
 /// CPU), whose NAPI thread runs on the other CPU; the sink takes both queues' XDP_TX
-/// output on the generator's end.
+/// output on the generator's end, on the CPU that sent it.
 struct TwoCores {
     g1: u32,
     l1: u32,
@@ -536,11 +547,13 @@ impl Bench {
             1500,
             2,
         )?;
-        RxTuning::threaded_napi_on(GEN_CPU).apply(gen_ns, "g1", g1)?;
+        RxTuning::threaded_napi().apply(gen_ns, "g1", g1)?;
         RxTuning::threaded_napi().apply(lb_ns, "l1", l1)?;
-        // Queue 0 (fed from CPU 0) is served on CPU 1 and queue 1 on CPU 0, so each
-        // NAPI thread shares its CPU with the other queue's generator alike.
+        // l1's queue 0 (fed from CPU 0) is served on CPU 1 and queue 1 on CPU 0. A
+        // balancer thread's XDP_TX lands on g1's queue of its CPU, whose sink thread
+        // runs there too: each CPU runs one generator, one balancer thread and one sink.
         let pinned = pin_napi_by_queue(lb_ns, l1, &[LB_CPU, GEN_CPU])?;
+        pin_napi_by_queue(gen_ns, g1, &[GEN_CPU, LB_CPU])?;
         let napis =
             lb_ns.run(move || netdev::Netdev::open().and_then(|mut n| n.napis(l1)))?.map_err(TopologyError::from)?;
         let pid_of = |queue: u32| -> Result<u32, LbError> {
@@ -566,8 +579,10 @@ impl Bench {
         g.set_split(2).map_err(kernel("split the flows between the generators"))?;
         let slice = self.measure_split(two, g, frame, c.program.fd(), time);
         // The one-core turns send every flow from CPU 0 again.
-        g.set_split(1).map_err(kernel("undo the generator's split"))?;
-        slice
+        let undone = g.set_split(1).map_err(kernel("undo the generator's split"));
+        let slice = slice?;
+        undone?;
+        Ok(slice)
     }
 
     fn measure_split(
@@ -585,10 +600,8 @@ impl Bench {
         let deadline = std::sync::OnceLock::<Instant>::new();
         std::thread::scope(|s| -> Result<Slice, LbError> {
             let helper = s.spawn(|| -> Result<(), LbError> {
-                netlane::cpus::pin(Some(LB_CPU));
-                let sent = gen_ns
-                    .enter_on_this_thread()
-                    .map_err(LbError::from)
+                let sent = pin_to(LB_CPU)
+                    .and_then(|()| gen_ns.enter_on_this_thread().map_err(LbError::from))
                     .and_then(|()| sender.send(g1, frame, LEAD_IN).map_err(kernel("run the generator on CPU 1")));
                 // Both waits happen whatever went wrong, so the caller is never left waiting.
                 ready.wait();
@@ -661,7 +674,13 @@ impl Bench {
     /// modes, that share of the flows has a tag; new-flow events are serviced (and so
     /// tags installed) as they come. Frames lost on the way only cost another pass.
     fn warm_up(&self, g: &PktGen, frame: &[u8], lb: &mut Lb, hint: HintMode, flows: u32) -> Result<WarmUp, LbError> {
-        self.warm_passes(g, frame, lb, hint, WarmFrom { cpu: GEN_CPU, ifindex: self.g0, per_pass: flows })
+        self.warm_passes(
+            g,
+            frame,
+            lb,
+            hint,
+            WarmFrom { cpu: GEN_CPU, ifindex: self.g0, per_pass: flows, second_cpu: false },
+        )
     }
 
     /// For the two-core turns: the odd half of the flows, sent from CPU 1 into l1
@@ -682,7 +701,13 @@ impl Bench {
         self.gen_ns.enter_on_this_thread()?;
         let _link = link.map_err(kernel("attach to l1"))?;
         g.set_split(2).map_err(kernel("split the flows between the generators"))?;
-        let warm = self.warm_passes(g, frame, lb, hint, WarmFrom { cpu: LB_CPU, ifindex: two.g1, per_pass: flows / 2 });
+        let warm = self.warm_passes(
+            g,
+            frame,
+            lb,
+            hint,
+            WarmFrom { cpu: LB_CPU, ifindex: two.g1, per_pass: flows / 2, second_cpu: true },
+        );
         g.set_split(1).map_err(kernel("undo the generator's split"))?;
         warm
     }
@@ -704,13 +729,20 @@ impl Bench {
         // end of an RCU grace period) overrun it when the balancer is slow.
         let mut threads = WARM_THREADS;
         for pass in 1..=WARM_PASSES as u32 {
-            let (fast0, ran0) = (fast_path(&lb.stats()?), lb_runs(lb)?);
+            let warm_count = |st: &LbStats| {
+                if from.second_cpu && hint == HintMode::RxHash {
+                    st.global.get("hint_hit").copied().unwrap_or(0)
+                } else {
+                    fast_path(st)
+                }
+            };
+            let (fast0, ran0) = (warm_count(&lb.stats()?), lb_runs(lb)?);
             let left = AtomicI64::new(i64::from(flows));
             std::thread::scope(|s| -> Result<(), LbError> {
                 let senders: Vec<_> = (0..threads)
                     .map(|_| {
                         s.spawn(|| -> Result<(), LbError> {
-                            netlane::cpus::pin(Some(from.cpu));
+                            pin_to(from.cpu)?;
                             gen_ns.enter_on_this_thread()?;
                             loop {
                                 let was = left.fetch_sub(i64::from(WARM_BURST), Ordering::Relaxed);
@@ -742,8 +774,8 @@ impl Bench {
             let p = WarmPass {
                 flows: u64::from(flows),
                 ran: lb_runs(lb)?.saturating_sub(ran0),
-                fast: fast_path(&st).saturating_sub(fast0),
-                tagged: tagging.then_some(st.tags_in_use as u64),
+                fast: warm_count(&st).saturating_sub(fast0),
+                tagged: (tagging && !from.second_cpu).then_some(st.tags_in_use as u64),
             };
             match p.check() {
                 Ok(()) => return Ok(WarmUp { passes: pass, complete: true, last: p.to_string() }),
@@ -836,6 +868,7 @@ impl Bench {
             tagger: None,
             slices: Vec::new(),
             two_core_slices: Vec::new(),
+            two_core_counts: [0; 3],
         })
     }
 
@@ -883,7 +916,13 @@ impl Bench {
                 c.slices.push(m);
                 if let Some(l) = &link2 {
                     l.replace_program(c.program.fd()).map_err(kernel("switch the program on l1"))?;
+                    let before = c.program.counts()?;
                     let m = self.measure_two(c, slice)?;
+                    if let (Some(b), Some(a)) = (before, c.program.counts()?) {
+                        for k in 0..3 {
+                            c.two_core_counts[k] += a[k].saturating_sub(b[k]);
+                        }
+                    }
                     c.two_core_slices.push(m);
                 }
             }
@@ -1042,6 +1081,7 @@ impl Bench {
             tagger,
             slices: Vec::new(),
             two_core_slices: Vec::new(),
+            two_core_counts: [0; 3],
         })
     }
 }
@@ -1055,6 +1095,10 @@ struct WarmFrom {
     ifindex: u32,
     /// Frames per pass (the flows the generator sends from that CPU).
     per_pass: u32,
+    /// The second CPU's pass: tags were counted in the first (they are not per CPU),
+    /// and in rx-hash mode only hint hits count as warm (the flow cache is per CPU; a
+    /// miss there still finds the connection table).
+    second_cpu: bool,
 }
 
 /// What a contender runs.
@@ -1066,6 +1110,18 @@ enum Program {
 }
 
 impl Program {
+    /// A balancer's hint hits, connection-table hits and runs so far.
+    fn counts(&self) -> Result<Option<[u64; 3]>, LbError> {
+        match self {
+            Program::XdpTx(_) => Ok(None),
+            Program::Balancer(lb, ..) => {
+                let st = lb.stats()?;
+                let get = |k: &str| st.global.get(k).copied().unwrap_or(0);
+                Ok(Some([get("hint_hit"), get("conn_hit"), lb_runs(lb)?]))
+            }
+        }
+    }
+
     fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Program::XdpTx(p) => p.program_fd(),
@@ -1102,23 +1158,28 @@ struct Contender {
     slices: Vec<Slice>,
     /// Slices on two cores (frames path, when measured).
     two_core_slices: Vec<Slice>,
+    /// A balancer's hint hits, connection-table hits and runs in the two-core turns.
+    two_core_counts: [u64; 3],
 }
 
 impl Contender {
     /// The results (one core, and two when measured); `returned` frames came back
     /// during all contenders' turns.
     fn results(&self, returned: u64) -> Result<Vec<PpsResult>, LbError> {
-        let (hint, conn) = match &self.program {
-            Program::XdpTx(_) => (0.0, 0.0),
+        // Hint and connection-table hits over every run during the turns, lead-ins
+        // included: the one-core turns', and the two-core turns' on their own.
+        let ratio = |c: [u64; 3]| (c[0] as f64 / c[2].max(1) as f64, c[1] as f64 / c[2].max(1) as f64);
+        let ((hint, conn), (hint2, conn2)) = match &self.program {
+            Program::XdpTx(_) => ((0.0, 0.0), (0.0, 0.0)),
             Program::Balancer(lb, before, runs_before, _) => {
                 let after = lb.stats()?;
                 let d = |k: &str| {
                     after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
                 };
-                // Every run during the turns, lead-ins included.
-                let runs = lb_runs(lb)?;
-                let total = runs.saturating_sub(*runs_before).max(1) as f64;
-                (d("hint_hit") as f64 / total, d("conn_hit") as f64 / total)
+                let total = [d("hint_hit"), d("conn_hit"), lb_runs(lb)?.saturating_sub(*runs_before)];
+                let two = self.two_core_counts;
+                let one = [0, 1, 2].map(|k| total[k].saturating_sub(two[k]));
+                (ratio(one), ratio(two))
             }
         };
         let warm = match &self.program {
@@ -1128,7 +1189,7 @@ impl Contender {
         let mut out =
             vec![PpsResult::from_slices(self.subject, self.flows, &self.slices, hint, conn, returned, warm.clone())];
         if let (false, Some(two)) = (self.two_core_slices.is_empty(), self.subject.on_two_cores()) {
-            out.push(PpsResult::from_slices(two, self.flows, &self.two_core_slices, hint, conn, returned, warm));
+            out.push(PpsResult::from_slices(two, self.flows, &self.two_core_slices, hint2, conn2, returned, warm));
         }
         Ok(out)
     }

@@ -244,7 +244,7 @@ impl Decap {
 mod tests {
     use super::*;
 
-    fn may_load_bpf(test: &str) -> bool {
+    pub(crate) fn may_load_bpf(test: &str) -> bool {
         // SAFETY: geteuid(2) has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             return true;
