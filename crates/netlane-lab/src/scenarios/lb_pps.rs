@@ -429,6 +429,13 @@ impl LbPpsArgs {
              generator sends while the balancer end's ring is full are dropped before any program runs and do \
              not count."
         ));
+        notes.push(
+            "The kernel's BPF run-time statistics are on for the whole run (they count the packets and give the \
+             program time), and they add two clock reads to every program run alike: every rate here is lower, \
+             and every ratio between two programs closer to 1, than a balancer without them would show; on a VM \
+             where reading the clock is slow, by much (docs/results.md has a measurement)."
+                .into(),
+        );
         if results.iter().any(|r| matches!(r.subject, Subject::SkbCeiling | Subject::SkbBalancer(_))) {
             notes.push(
                 "Rows marked skb: the same programs on frames that a packet socket sends through the generator \
