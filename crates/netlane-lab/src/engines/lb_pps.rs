@@ -8,8 +8,10 @@
 //! the frame), and transmits it. The balancer (plain build, hints from metadata) runs in
 //! the threaded NAPI of the balancer's end, pinned to CPU 1, and sends everything back
 //! with XDP_TX into a sink. Per-core rate = packets the program ran on / CPU time of
-//! that NAPI thread (everything that core did for them: veth, XDP, XDP_TX); ns per
-//! packet = the kernel's BPF run-time statistics for the program alone.
+//! that NAPI thread (everything that core did for them: veth, XDP, XDP_TX), with the
+//! kernel's BPF run-time statistics off (they cost every run two clock reads; packets
+//! come from the programs' own per-CPU counters); ns per packet = those statistics for
+//! the program alone, switched on for the last quarter of each one-core slice.
 //!
 //! For each flow count, every program (the ceiling and each hint mode, each with a
 //! generator of its own) is loaded first. A balancer is attached once to warm up: every
@@ -163,8 +165,11 @@ impl Subject {
 /// One slice of a measured run.
 #[derive(Debug, Clone, Copy)]
 struct Slice {
+    /// Packets the program handled (its own counters; run-time statistics off).
     runs: u64,
+    /// Run time and runs in the part of the slice with run-time statistics on.
     prog_ns: u64,
+    prog_runs: u64,
     /// CPU time of the NAPI threads (both, on two cores).
     cpu_ns: u64,
     /// The smaller of the two threads' CPU times on two cores (= `cpu_ns` on one).
@@ -184,7 +189,7 @@ impl Slice {
     }
 
     fn prog_ns_per_packet(&self) -> Option<f64> {
-        (self.runs > 0).then(|| self.prog_ns as f64 / self.runs as f64)
+        (self.prog_runs > 0).then(|| self.prog_ns as f64 / self.prog_runs as f64)
     }
 }
 
@@ -466,6 +471,26 @@ fn lb_runs(lb: &Lb) -> Result<u64, LbError> {
     program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
 }
 
+/// Packets the balancer has handled: every packet ends in exactly one of these outcomes.
+fn packets_of(st: &LbStats) -> u64 {
+    use netlane_sys::bpf::GlobalStat as G;
+    [
+        G::Tx,
+        G::PassNonIp,
+        G::PassNonVip,
+        G::DropMalformed,
+        G::DropIpOptions,
+        G::DropFragment,
+        G::DropNoReal,
+        G::DropEncap,
+        G::IcmpEcho,
+        G::DropUnsupported,
+    ]
+    .iter()
+    .map(|g| st.global.get(g.name()).copied().unwrap_or(0))
+    .sum()
+}
+
 /// Packets that took the fast path so far (connection-table or hint hits).
 fn fast_path(st: &LbStats) -> u64 {
     st.global.get("conn_hit").copied().unwrap_or(0) + st.global.get("hint_hit").copied().unwrap_or(0)
@@ -483,6 +508,8 @@ struct Bench {
     sink: (Rc<PktGen>, XdpLink),
     /// The two-core link, when asked for.
     two: Option<TwoCores>,
+    /// The run-time statistics while they are on (see [`Bench::run_time_stats`]).
+    stats: std::cell::RefCell<Option<std::os::fd::OwnedFd>>,
 }
 
 /// A second veth pair with two queues each end for the two-core runs: a generator on
@@ -534,7 +561,9 @@ impl Bench {
         gen_ns.enter_on_this_thread()?;
         let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
         let two = if two_cores { Some(Self::two_cores(&gen_ns, &lb_ns, helpers.sink_fd())?) } else { None };
-        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two })
+        let stats =
+            std::cell::RefCell::new(Some(enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?));
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two, stats })
     }
 
     /// Builds the two-core link (the calling thread is in the generator's namespace).
@@ -577,10 +606,13 @@ impl Bench {
             return Err(LbError::Invalid(format!("{} has no two-core run", c.subject.label())));
         };
         g.set_split(2).map_err(kernel("split the flows between the generators"))?;
-        let slice = self.measure_split(two, g, frame, c.program.fd(), time);
+        // Rates with run-time statistics off; program time comes from the one-core slices.
+        let slice = self.run_time_stats(false).and_then(|()| self.measure_split(two, g, frame, &c.program, time));
+        let on = self.run_time_stats(true);
         // The one-core turns send every flow from CPU 0 again.
         let undone = g.set_split(1).map_err(kernel("undo the generator's split"));
         let slice = slice?;
+        on?;
         undone?;
         Ok(slice)
     }
@@ -590,7 +622,7 @@ impl Bench {
         two: &TwoCores,
         g: &PktGen,
         frame: &[u8],
-        prog: BorrowedFd<'_>,
+        program: &Program,
         time: Duration,
     ) -> Result<Slice, LbError> {
         let sender = g.sender();
@@ -615,10 +647,7 @@ impl Bench {
             });
             let lead = sender.send(g1, frame, LEAD_IN).map_err(kernel("run the generator"));
             ready.wait();
-            let before = lead.and_then(|()| {
-                let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-                Ok((c0, t0, cpu(two.napi_pids[0])?, cpu(two.napi_pids[1])?))
-            });
+            let before = lead.and_then(|()| Ok((program.packets()?, cpu(two.napi_pids[0])?, cpu(two.napi_pids[1])?)));
             let start = Instant::now();
             // Set even when the lead-in failed, so the helper is not left waiting.
             let _ = deadline.set(start + time);
@@ -631,13 +660,14 @@ impl Bench {
             });
             let theirs = helper.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             let secs = start.elapsed().as_secs_f64();
-            let (c0, t0, a0, b0) = mine?;
+            let (p0, a0, b0) = mine?;
             theirs?;
-            let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+            let p1 = program.packets()?;
             let (a, b) = (cpu(two.napi_pids[0])?.saturating_sub(a0), cpu(two.napi_pids[1])?.saturating_sub(b0));
             Ok(Slice {
-                runs: c1.saturating_sub(c0),
-                prog_ns: t1.saturating_sub(t0),
+                runs: p1.saturating_sub(p0),
+                prog_ns: 0,
+                prog_runs: 0,
                 cpu_ns: a + b,
                 cpu_ns_min: a.min(b),
                 secs,
@@ -656,17 +686,52 @@ impl Bench {
             None => None,
         };
         c.feed.send(self.g0, LEAD_IN).map_err(kernel("run the generator"))?;
-        let prog = c.program.fd();
-        let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+        // Packets per core with run-time statistics off (they cost every run two clock
+        // reads); program time in a last quarter with them on.
+        let (rate_time, prog_time) = (time * 3 / 4, time / 4);
+        self.run_time_stats(false)?;
+        let p0 = c.program.packets()?;
         let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
         let start = Instant::now();
-        while start.elapsed() < time {
+        let sent = (|| {
+            while start.elapsed() < rate_time {
+                c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
+            }
+            Ok::<(), LbError>(())
+        })();
+        let secs = start.elapsed().as_secs_f64();
+        let p1 = c.program.packets();
+        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"));
+        self.run_time_stats(true)?;
+        sent?;
+        let (p1, cpu1) = (p1?, cpu1?);
+        let prog = c.program.fd();
+        let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+        let start = Instant::now();
+        while start.elapsed() < prog_time {
             c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
         }
-        let secs = start.elapsed().as_secs_f64();
         let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
-        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
-        Ok(Slice { runs: c1 - c0, prog_ns: t1 - t0, cpu_ns: cpu1 - cpu0, cpu_ns_min: cpu1 - cpu0, secs })
+        Ok(Slice {
+            runs: p1.saturating_sub(p0),
+            prog_ns: t1.saturating_sub(t0),
+            prog_runs: c1.saturating_sub(c0),
+            cpu_ns: cpu1.saturating_sub(cpu0),
+            cpu_ns_min: cpu1.saturating_sub(cpu0),
+            secs,
+        })
+    }
+
+    /// Turns the kernel's BPF run-time statistics on or off (on outside the measured
+    /// rates: the warm-up counts runs with them).
+    fn run_time_stats(&self, on: bool) -> Result<(), LbError> {
+        let mut s = self.stats.borrow_mut();
+        match (on, s.is_some()) {
+            (true, false) => *s = Some(enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?),
+            (false, true) => *s = None,
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where
@@ -853,8 +918,7 @@ impl Bench {
                 }
                 lb.detach();
                 let before = lb.stats()?;
-                let runs = lb_runs(&lb)?;
-                Program::Balancer(Box::new(lb), before, runs, warm)
+                Program::Balancer(Box::new(lb), before, warm)
             }
         };
         // Measured frames visit the flows in a scattered order, not the order in which
@@ -1067,8 +1131,7 @@ impl Bench {
                 drop(link);
                 lb.detach();
                 let before = lb.stats()?;
-                let runs = lb_runs(&lb)?;
-                (Program::Balancer(Box::new(lb), before, runs, warm), tagger)
+                (Program::Balancer(Box::new(lb), before, warm), tagger)
             }
             Subject::SkbCeiling => (Program::XdpTx(XdpTx::load().map_err(kernel("load xdp_tx"))?), None),
             _ => return Err(LbError::Invalid(format!("{} is not on the skb path", subject.label()))),
@@ -1104,21 +1167,30 @@ struct WarmFrom {
 /// What a contender runs.
 enum Program {
     XdpTx(XdpTx),
-    /// The balancer (detached between turns), its counters and its run count before
-    /// the turns, and how its warm-up went.
-    Balancer(Box<Lb>, LbStats, u64, WarmUp),
+    /// The balancer (detached between turns), its counters before the turns, and how
+    /// its warm-up went.
+    Balancer(Box<Lb>, LbStats, WarmUp),
 }
 
 impl Program {
-    /// A balancer's hint hits, connection-table hits and runs so far.
+    /// A balancer's hint hits, connection-table hits and packets so far.
     fn counts(&self) -> Result<Option<[u64; 3]>, LbError> {
         match self {
             Program::XdpTx(_) => Ok(None),
             Program::Balancer(lb, ..) => {
                 let st = lb.stats()?;
                 let get = |k: &str| st.global.get(k).copied().unwrap_or(0);
-                Ok(Some([get("hint_hit"), get("conn_hit"), lb_runs(lb)?]))
+                Ok(Some([get("hint_hit"), get("conn_hit"), packets_of(&st)]))
             }
+        }
+    }
+
+    /// Packets the program has handled so far, from its own per-CPU counters (they
+    /// count with run-time statistics off).
+    fn packets(&self) -> Result<u64, LbError> {
+        match self {
+            Program::XdpTx(p) => p.stats().map(|(tx, drop)| tx + drop).map_err(kernel("read xdp_tx's counters")),
+            Program::Balancer(lb, ..) => Ok(packets_of(&lb.stats()?)),
         }
     }
 
@@ -1171,12 +1243,12 @@ impl Contender {
         let ratio = |c: [u64; 3]| (c[0] as f64 / c[2].max(1) as f64, c[1] as f64 / c[2].max(1) as f64);
         let ((hint, conn), (hint2, conn2)) = match &self.program {
             Program::XdpTx(_) => ((0.0, 0.0), (0.0, 0.0)),
-            Program::Balancer(lb, before, runs_before, _) => {
+            Program::Balancer(lb, before, _) => {
                 let after = lb.stats()?;
                 let d = |k: &str| {
                     after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
                 };
-                let total = [d("hint_hit"), d("conn_hit"), lb_runs(lb)?.saturating_sub(*runs_before)];
+                let total = [d("hint_hit"), d("conn_hit"), packets_of(&after).saturating_sub(packets_of(before))];
                 let two = self.two_core_counts;
                 let one = [0, 1, 2].map(|k| total[k].saturating_sub(two[k]));
                 (ratio(one), ratio(two))
@@ -1205,7 +1277,12 @@ pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>,
     std::thread::scope(|s| {
         let worker = s.spawn(move || -> Result<Vec<PpsResult>, LbError> {
             netlane::cpus::pin(Some(GEN_CPU));
-            let _stats = enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?;
+            if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1") {
+                tracing::warn!(
+                    "kernel.bpf_stats_enabled is 1: run-time statistics stay on while rates are measured, and cost \
+                     every program run two clock reads"
+                );
+            }
             let bench = Bench::build(opts.two_cores)?;
             let tell = |m: &str| {
                 let _ = tx.send(m.to_string());
@@ -1275,12 +1352,13 @@ mod tests {
         let ok = Slice {
             runs: 3_000_000,
             prog_ns: 300_000_000,
+            prog_runs: 3_000_000,
             cpu_ns: 1_000_000_000,
             cpu_ns_min: 1_000_000_000,
             secs: 1.0,
         };
-        let starved = Slice { runs: 0, prog_ns: 0, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
-        let no_cpu = Slice { runs: 10, prog_ns: 100, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
+        let starved = Slice { runs: 0, prog_ns: 0, prog_runs: 0, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
+        let no_cpu = Slice { runs: 10, prog_ns: 100, prog_runs: 10, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
         assert_eq!(starved.mpps_per_core(), None);
         assert_eq!(no_cpu.mpps_per_core(), None);
         let r = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[ok, starved, ok, no_cpu], 0.0, 0.0, 0, None);
@@ -1293,7 +1371,14 @@ mod tests {
     #[test]
     fn a_two_core_slice_where_one_thread_did_the_work_is_left_out() {
         // Both NAPI threads: 0.6 s and 0.4 s of CPU for 3 M packets: 3 Mpps per core.
-        let two = Slice { runs: 3_000_000, prog_ns: 0, cpu_ns: 1_000_000_000, cpu_ns_min: 400_000_000, secs: 1.0 };
+        let two = Slice {
+            runs: 3_000_000,
+            prog_ns: 0,
+            prog_runs: 0,
+            cpu_ns: 1_000_000_000,
+            cpu_ns_min: 400_000_000,
+            secs: 1.0,
+        };
         assert_eq!(two.mpps_per_core(), Some(3.0));
         // One thread did 0.9 s, the other 0.1 s: that measured one core, not two.
         let lopsided = Slice { cpu_ns_min: 100_000_000, ..two };

@@ -430,10 +430,10 @@ impl LbPpsArgs {
              not count."
         ));
         notes.push(
-            "The kernel's BPF run-time statistics are on for the whole run (they count the packets and give the \
-             program time), and they add two clock reads to every program run alike: every rate here is lower, \
-             and every ratio between two programs closer to 1, than a balancer without them would show; on a VM \
-             where reading the clock is slow, by much (docs/results.md has a measurement)."
+            "Mpps per core is measured with the kernel's BPF run-time statistics off (they add two clock reads to \
+             every program run; packets come from the programs' own per-CPU counters); program time per packet \
+             comes from the last quarter of each one-core slice, with them on, and includes part of their clock \
+             reads (two-core rows have none)."
                 .into(),
         );
         if results.iter().any(|r| matches!(r.subject, Subject::SkbCeiling | Subject::SkbBalancer(_))) {
@@ -506,7 +506,8 @@ impl LbPpsArgs {
                 XDP_TXes them back into a sink. All programs of a flow count are loaded and warmed up first, then \
                 take turns on the interface (six slices each, rotating order); figures are medians of a program's \
                 slices, ratios are paired slice by slice. Mpps per core = packets / CPU time of that NAPI thread \
-                (veth + XDP + XDP_TX); program ns/packet from the kernel's BPF run-time statistics. Hints arrive as \
+                (veth + XDP + XDP_TX), with BPF run-time statistics off; program ns/packet from those statistics, \
+                on for the last quarter of each slice. Hints arrive as \
                 XDP metadata written by the generator (the emulated NIC); tags are installed by the control plane \
                 from the balancer's new-flow events, as in `netlane lb`. Measured frames visit the flows in a \
                 scattered order. Two cores: the same programs, in the same turns, on a second veth pair with two \
