@@ -466,11 +466,6 @@ fn pin_to(cpu: usize) -> Result<(), LbError> {
     }
 }
 
-/// Runs of the balancer's program so far.
-fn lb_runs(lb: &Lb) -> Result<u64, LbError> {
-    program_run_stats(lb.balancer().program_fd()).map(|r| r.0).map_err(kernel("read program statistics"))
-}
-
 /// Packets the balancer has handled: every packet ends in exactly one of these outcomes.
 fn packets_of(st: &LbStats) -> u64 {
     use netlane_sys::bpf::GlobalStat as G;
@@ -508,8 +503,6 @@ struct Bench {
     sink: (Rc<PktGen>, XdpLink),
     /// The two-core link, when asked for.
     two: Option<TwoCores>,
-    /// The run-time statistics while they are on (see [`Bench::run_time_stats`]).
-    stats: std::cell::RefCell<Option<std::os::fd::OwnedFd>>,
 }
 
 /// A second veth pair with two queues each end for the two-core runs: a generator on
@@ -561,9 +554,7 @@ impl Bench {
         gen_ns.enter_on_this_thread()?;
         let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
         let two = if two_cores { Some(Self::two_cores(&gen_ns, &lb_ns, helpers.sink_fd())?) } else { None };
-        let stats =
-            std::cell::RefCell::new(Some(enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?));
-        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two, stats })
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two })
     }
 
     /// Builds the two-core link (the calling thread is in the generator's namespace).
@@ -606,13 +597,11 @@ impl Bench {
             return Err(LbError::Invalid(format!("{} has no two-core run", c.subject.label())));
         };
         g.set_split(2).map_err(kernel("split the flows between the generators"))?;
-        // Rates with run-time statistics off; program time comes from the one-core slices.
-        let slice = self.run_time_stats(false).and_then(|()| self.measure_split(two, g, frame, &c.program, time));
-        let on = self.run_time_stats(true);
+        // Program time comes from the one-core slices.
+        let slice = self.measure_split(two, g, frame, &c.program, time);
         // The one-core turns send every flow from CPU 0 again.
         let undone = g.set_split(1).map_err(kernel("undo the generator's split"));
         let slice = slice?;
-        on?;
         undone?;
         Ok(slice)
     }
@@ -676,8 +665,8 @@ impl Bench {
     }
 
     /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
-    /// so frames queued for the previous program are done), measuring `c`'s program
-    /// runs and the NAPI thread's CPU time. A tag mode on the skb path has its
+    /// so frames queued for the previous program are done), measuring the packets `c`'s program
+    /// handled and the NAPI thread's CPU time. A tag mode on the skb path has its
     /// classifier attached to g0 for the slice only (two on one egress would overwrite
     /// each other's tags).
     fn measure(&self, c: &mut Contender, time: Duration) -> Result<Slice, LbError> {
@@ -689,22 +678,16 @@ impl Bench {
         // Packets per core with run-time statistics off (they cost every run two clock
         // reads); program time in a last quarter with them on.
         let (rate_time, prog_time) = (time * 3 / 4, time / 4);
-        self.run_time_stats(false)?;
         let p0 = c.program.packets()?;
         let cpu0 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
         let start = Instant::now();
-        let sent = (|| {
-            while start.elapsed() < rate_time {
-                c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
-            }
-            Ok::<(), LbError>(())
-        })();
+        while start.elapsed() < rate_time {
+            c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
+        }
         let secs = start.elapsed().as_secs_f64();
-        let p1 = c.program.packets();
-        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"));
-        self.run_time_stats(true)?;
-        sent?;
-        let (p1, cpu1) = (p1?, cpu1?);
+        let p1 = c.program.packets()?;
+        let cpu1 = task_cpu_ns(self.napi_pid).map_err(kernel("read the NAPI thread's CPU time"))?;
+        let _stats = enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?;
         let prog = c.program.fd();
         let (c0, t0) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
         let start = Instant::now();
@@ -720,18 +703,6 @@ impl Bench {
             cpu_ns_min: cpu1.saturating_sub(cpu0),
             secs,
         })
-    }
-
-    /// Turns the kernel's BPF run-time statistics on or off (on outside the measured
-    /// rates: the warm-up counts runs with them).
-    fn run_time_stats(&self, on: bool) -> Result<(), LbError> {
-        let mut s = self.stats.borrow_mut();
-        match (on, s.is_some()) {
-            (true, false) => *s = Some(enable_run_time_stats().map_err(kernel("enable BPF run-time statistics"))?),
-            (false, true) => *s = None,
-            _ => {}
-        }
-        Ok(())
     }
 
     /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where
@@ -801,7 +772,8 @@ impl Bench {
                     fast_path(st)
                 }
             };
-            let (fast0, ran0) = (warm_count(&lb.stats()?), lb_runs(lb)?);
+            let st0 = lb.stats()?;
+            let (fast0, ran0) = (warm_count(&st0), packets_of(&st0));
             let left = AtomicI64::new(i64::from(flows));
             std::thread::scope(|s| -> Result<(), LbError> {
                 let senders: Vec<_> = (0..threads)
@@ -838,7 +810,7 @@ impl Bench {
             let st = lb.stats()?;
             let p = WarmPass {
                 flows: u64::from(flows),
-                ran: lb_runs(lb)?.saturating_sub(ran0),
+                ran: packets_of(&st).saturating_sub(ran0),
                 fast: warm_count(&st).saturating_sub(fast0),
                 tagged: (tagging && !from.second_cpu).then_some(st.tags_in_use as u64),
             };
@@ -1100,7 +1072,8 @@ impl Bench {
                 };
                 let mut warm = WarmUp { passes: 0, complete: false, last: "no pass ran".into() };
                 for pass in 1..=WARM_PASSES as u32 {
-                    let (fast0, ran0) = (fast_path(&lb.stats()?), lb_runs(&lb)?);
+                    let st0 = lb.stats()?;
+                    let (fast0, ran0) = (fast_path(&st0), packets_of(&st0));
                     for chunk in 0..flows.div_ceil(WARM_BURST) {
                         let n = (flows - chunk * WARM_BURST).min(WARM_BURST);
                         feed.send(n as usize).map_err(kernel("send on g0"))?;
@@ -1113,7 +1086,7 @@ impl Bench {
                     let st = lb.stats()?;
                     let p = WarmPass {
                         flows: u64::from(flows),
-                        ran: lb_runs(&lb)?.saturating_sub(ran0),
+                        ran: packets_of(&st).saturating_sub(ran0),
                         fast: fast_path(&st).saturating_sub(fast0),
                         tagged: tagging.then_some(st.tags_in_use as u64),
                     };
