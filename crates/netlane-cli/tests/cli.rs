@@ -731,6 +731,19 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
     assert_eq!(names, ["udp-bulk", "udp-pacing", "nvme", "lb-pps", "rr", "kv", "lanes"]);
     let pacing = &doc["scenarios"][1];
     assert_eq!(pacing["tables"][0]["rows"].as_array().unwrap().len(), 5, "five sweep points");
+    // lb-pps timed every frames-path program with no device too, in every slice.
+    let lb = &doc["scenarios"][3];
+    let bare =
+        lb["tables"].as_array().unwrap().iter().find(|t| t["name"] == "lb-pps-no-device").expect("no-device table");
+    let rows = bare["rows"].as_array().unwrap();
+    assert!(rows.iter().any(|r| r["program"] == "xdp_tx ceiling") && rows.len() >= 2, "{rows:?}");
+    for r in rows {
+        assert!(r["ns_per_packet"].as_f64().is_some_and(|ns| ns > 0.0), "{r}");
+        assert!(r["over_xdp_tx_ns"].as_f64().is_some() && r["room_ns"].as_f64().is_some(), "{r}");
+        let slices = r["slices_timed"].as_str().unwrap();
+        let (timed, all) = slices.split_once('/').unwrap();
+        assert_eq!(timed, all, "every slice timed with no device: {r}");
+    }
     for s in doc["scenarios"].as_array().unwrap() {
         for c in s["checks"].as_array().unwrap() {
             assert_ne!(c["outcome"], "invalid", "a quick lab run on this machine measures every check: {c}");

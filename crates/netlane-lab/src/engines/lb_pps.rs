@@ -33,6 +33,14 @@
 //! CPU time of both threads. With two CPUs every NAPI thread shares its CPU with a
 //! generator, so the two-core ceiling is the reference, not the one-core rate.
 //!
+//! No device: after its rate, each one-core slice times its program once more with no
+//! device in the path. The generator's frames go on to the program by a tail call
+//! (`PktGen::chain`) instead of out of the veth, on the balancer's CPU (where its
+//! per-CPU state is warm), and what the program XDP_TXes is dropped at the loopback
+//! device; then the same frames into `xdp_tx` and `xdp_tx_room` (XDP_TX after making
+//! room for an outer header). The kernel's live-frames runner times each; differences
+//! on the same frames are the program's own cost, with the generator's cancelled.
+//!
 //! Warm-up sends the flows in order; measured frames visit them in a scattered order
 //! (a stride coprime with the flow count), so state allocated in first-seen order
 //! (connection entries, tag ids) is not walked sequentially, which real traffic never
@@ -56,6 +64,7 @@ use netlane_lb::{Classifier, HintSource, Lb, LbError, LbOptions, LbStats};
 fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
     LbError::kernel(what)
 }
+use crate::stats::Spread;
 use netlane::metrics::{cpu::task_cpu_ns, median};
 use netlane::topology::{End, Netns, RxTuning, TopologyError, netdev, pin_napi_by_queue, veth_link, veth_link_queues};
 
@@ -76,6 +85,8 @@ const SLICES: usize = 6;
 const SEND_BATCH: u32 = 1 << 14;
 /// Unmeasured frames after a program switch.
 const LEAD_IN: u32 = 2048;
+/// Frames per timing with no device (a slice times its program and `xdp_tx_room`).
+const BARE_FRAMES: u32 = 1 << 18;
 /// Threads sending warm-up bursts at once. Each BPF_PROG_RUN call waits for RCU grace
 /// periods (the kernel's XDP dispatcher takes the program in and out), milliseconds on
 /// a quiet machine; enough callers overlap those waits.
@@ -175,6 +186,19 @@ struct Slice {
     /// The smaller of the two threads' CPU times on two cores (= `cpu_ns` on one).
     cpu_ns_min: u64,
     secs: f64,
+    /// With no device (the generator chained into the program, on the balancer's CPU):
+    /// ns per frame for the program, and for the same frames through `xdp_tx` and
+    /// `xdp_tx_room`.
+    bare: Option<Bare>,
+}
+
+/// Times per frame with no device, generator included, for one program and its two
+/// references on the same frames (see [`Bench::time_without_device`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bare {
+    program_ns: f64,
+    xdp_tx_ns: f64,
+    room_ns: f64,
 }
 
 impl Slice {
@@ -190,6 +214,10 @@ impl Slice {
 
     fn prog_ns_per_packet(&self) -> Option<f64> {
         (self.prog_runs > 0).then(|| self.prog_ns as f64 / self.prog_runs as f64)
+    }
+
+    fn bare_part(&self, f: impl Fn(&Bare) -> f64) -> Option<f64> {
+        self.bare.as_ref().map(f)
     }
 }
 
@@ -219,6 +247,22 @@ pub struct PpsResult {
     pub prog_ns_per_packet: Option<f64>,
     /// Nanoseconds of the NAPI thread per packet (1000 / Mpps per core).
     pub core_ns_per_packet: Option<f64>,
+    /// With no device: ns per frame of the generator chained into the program by a
+    /// tail call, as the kernel's live-frames runner times it (no veth, no run-time
+    /// statistics; median of the slices). Frames path, one core only.
+    pub bare_ns_per_packet: Option<f64>,
+    /// With no device, the same frames: the program's ns per frame over `xdp_tx`'s
+    /// (median of the slices' differences; the generator's work cancels out).
+    pub over_xdp_tx_ns: Option<f64>,
+    /// Of that, what `xdp_tx_room` costs over `xdp_tx`: making room for an outer
+    /// header (bpf_xdp_adjust_head), the least an encapsulating balancer does.
+    pub room_ns: Option<f64>,
+    /// The rest: the program's ns per frame over `xdp_tx_room`'s.
+    pub beyond_room_ns: Option<f64>,
+    /// The spread (max - min) of the slices' `over_xdp_tx_ns`.
+    pub over_xdp_tx_spread_ns: Option<f64>,
+    /// Slices timed with no device.
+    pub bare_slices: usize,
     /// Fraction of packets that took the hint path.
     pub hint_hit_ratio: f64,
     /// Fraction of packets that found their connection-table entry.
@@ -309,6 +353,12 @@ impl PpsResult {
         let measured: Vec<f64> = slices.iter().filter_map(Slice::mpps_per_core).collect();
         let mpps_per_core = (!measured.is_empty()).then(|| median(measured));
         let prog: Vec<f64> = slices.iter().filter_map(Slice::prog_ns_per_packet).collect();
+        let part = |f: &dyn Fn(&Bare) -> f64| -> Option<f64> {
+            let v: Vec<f64> = slices.iter().filter_map(|s| s.bare_part(f)).collect();
+            (!v.is_empty()).then(|| median(v))
+        };
+        let over: Vec<f64> = slices.iter().filter_map(|s| s.bare_part(|b| b.program_ns - b.xdp_tx_ns)).collect();
+        let over_spread = Spread::of(&over).filter(|s| s.n > 1).map(|s| s.max - s.min);
         PpsResult {
             subject,
             flows,
@@ -321,6 +371,12 @@ impl PpsResult {
             slices_mpps_per_core: slices.iter().map(Slice::mpps_per_core).collect(),
             prog_ns_per_packet: (!prog.is_empty()).then(|| median(prog)),
             core_ns_per_packet: mpps_per_core.filter(|m| *m > 0.0).map(|m| 1e3 / m),
+            bare_ns_per_packet: part(&|b| b.program_ns),
+            over_xdp_tx_ns: part(&|b| b.program_ns - b.xdp_tx_ns),
+            room_ns: part(&|b| b.room_ns - b.xdp_tx_ns),
+            beyond_room_ns: part(&|b| b.program_ns - b.room_ns),
+            over_xdp_tx_spread_ns: over_spread,
+            bare_slices: over.len(),
             hint_hit_ratio,
             conn_hit_ratio,
             sink_frames_all_turns,
@@ -501,6 +557,11 @@ struct Bench {
     l0_mac: [u8; 6],
     napi_pid: u32,
     sink: (Rc<PktGen>, XdpLink),
+    /// The generator namespace's loopback device (drops XDP frames sent to it).
+    lo: u32,
+    /// `xdp_tx` and `xdp_tx_room`, the references programs are timed against with no
+    /// device.
+    reference: XdpTx,
     /// The two-core link, when asked for.
     two: Option<TwoCores>,
 }
@@ -554,7 +615,10 @@ impl Bench {
         gen_ns.enter_on_this_thread()?;
         let sink = XdpLink::attach(helpers.sink_fd(), g0, XdpMode::Native).map_err(kernel("attach the sink to g0"))?;
         let two = if two_cores { Some(Self::two_cores(&gen_ns, &lb_ns, helpers.sink_fd())?) } else { None };
-        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), two })
+        let lo = nix::net::if_::if_nametoindex("lo")
+            .map_err(|e| kernel("find the generator namespace's loopback device")(e.into()))?;
+        let reference = XdpTx::load().map_err(kernel("load the references xdp_tx and xdp_tx_room"))?;
+        Ok(Bench { gen_ns, lb_ns, g0, l0, g0_mac, l0_mac, napi_pid, sink: (helpers, sink), lo, reference, two })
     }
 
     /// Builds the two-core link (the calling thread is in the generator's namespace).
@@ -660,6 +724,7 @@ impl Bench {
                 cpu_ns: a + b,
                 cpu_ns_min: a.min(b),
                 secs,
+                bare: None,
             })
         })
     }
@@ -695,6 +760,20 @@ impl Bench {
             c.feed.send(self.g0, SEND_BATCH).map_err(kernel("run the generator"))?;
         }
         let (c1, t1) = program_run_stats(prog).map_err(kernel("read program statistics"))?;
+        drop(_stats);
+        let bare = match &c.feed {
+            Feed::Frames(g, frame) => {
+                let before = c.program.counts()?;
+                let bare = self.time_without_device(g, frame, c.program.fd())?;
+                if let (Some(b), Some(a)) = (before, c.program.counts()?) {
+                    for k in 0..3 {
+                        c.bare_counts[k] += a[k].saturating_sub(b[k]);
+                    }
+                }
+                Some(bare)
+            }
+            Feed::Skb(_) => None,
+        };
         Ok(Slice {
             runs: p1.saturating_sub(p0),
             prog_ns: t1.saturating_sub(t0),
@@ -702,7 +781,33 @@ impl Bench {
             cpu_ns: cpu1.saturating_sub(cpu0),
             cpu_ns_min: cpu1.saturating_sub(cpu0),
             secs,
+            bare,
         })
+    }
+
+    /// Times `prog` with no device in the path: `g` runs [`BARE_FRAMES`] frames chained
+    /// into it (a tail call in place of the transmit) on the balancer's CPU, where its
+    /// per-CPU state is warm, and the program's XDP_TX output is dropped at the
+    /// namespace's loopback device; then the same frames into `xdp_tx` and
+    /// `xdp_tx_room`, so that differences cancel the generator's work (which differs:
+    /// with hints it writes the metadata). Kernel's ns per frame, runner included.
+    fn time_without_device(&self, g: &PktGen, frame: &[u8], prog: BorrowedFd<'_>) -> Result<Bare, LbError> {
+        pin_to(LB_CPU)?;
+        let time = |p: BorrowedFd<'_>, what: &str| -> Result<f64, LbError> {
+            g.chain(p)
+                .and_then(|c| c.send_timed(self.lo, frame, BARE_FRAMES))
+                .map(f64::from)
+                .map_err(kernel(format!("run the generator chained into {what}")))
+        };
+        let timed = (|| {
+            Ok(Bare {
+                program_ns: time(prog, "the program")?,
+                xdp_tx_ns: time(self.reference.program_fd(), "xdp_tx")?,
+                room_ns: time(self.reference.room_program_fd(), "xdp_tx_room")?,
+            })
+        })();
+        pin_to(GEN_CPU)?;
+        timed
     }
 
     /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where
@@ -905,6 +1010,7 @@ impl Bench {
             slices: Vec::new(),
             two_core_slices: Vec::new(),
             two_core_counts: [0; 3],
+            bare_counts: [0; 3],
         })
     }
 
@@ -1118,6 +1224,7 @@ impl Bench {
             slices: Vec::new(),
             two_core_slices: Vec::new(),
             two_core_counts: [0; 3],
+            bare_counts: [0; 3],
         })
     }
 }
@@ -1205,6 +1312,8 @@ struct Contender {
     two_core_slices: Vec<Slice>,
     /// A balancer's hint hits, connection-table hits and runs in the two-core turns.
     two_core_counts: [u64; 3],
+    /// The same in its runs with no device.
+    bare_counts: [u64; 3],
 }
 
 impl Contender {
@@ -1223,7 +1332,7 @@ impl Contender {
                 };
                 let total = [d("hint_hit"), d("conn_hit"), packets_of(&after).saturating_sub(packets_of(before))];
                 let two = self.two_core_counts;
-                let one = [0, 1, 2].map(|k| total[k].saturating_sub(two[k]));
+                let one = [0, 1, 2].map(|k| total[k].saturating_sub(two[k]).saturating_sub(self.bare_counts[k]));
                 (ratio(one), ratio(two))
             }
         };
@@ -1329,9 +1438,10 @@ mod tests {
             cpu_ns: 1_000_000_000,
             cpu_ns_min: 1_000_000_000,
             secs: 1.0,
+            bare: Some(Bare { program_ns: 150.0, xdp_tx_ns: 90.0, room_ns: 120.0 }),
         };
-        let starved = Slice { runs: 0, prog_ns: 0, prog_runs: 0, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
-        let no_cpu = Slice { runs: 10, prog_ns: 100, prog_runs: 10, cpu_ns: 0, cpu_ns_min: 0, secs: 1.0 };
+        let starved = Slice { runs: 0, prog_runs: 0, prog_ns: 0, cpu_ns: 0, cpu_ns_min: 0, ..ok };
+        let no_cpu = Slice { runs: 10, prog_ns: 100, prog_runs: 10, cpu_ns: 0, cpu_ns_min: 0, bare: None, ..ok };
         assert_eq!(starved.mpps_per_core(), None);
         assert_eq!(no_cpu.mpps_per_core(), None);
         let r = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[ok, starved, ok, no_cpu], 0.0, 0.0, 0, None);
@@ -1339,6 +1449,11 @@ mod tests {
         assert_eq!(r.measured_slices().len(), 2);
         let none = PpsResult::from_slices(Subject::XdpTxCeiling, 1, &[starved], 0.0, 0.0, 0, None);
         assert_eq!((none.mpps_per_core, none.core_ns_per_packet), (None, None));
+        // Times with no device: differences on the same frames; a slice without them
+        // is left out of the medians too.
+        assert_eq!((r.bare_ns_per_packet, r.over_xdp_tx_ns), (Some(150.0), Some(60.0)));
+        assert_eq!((r.room_ns, r.beyond_room_ns, r.bare_slices), (Some(30.0), Some(30.0), 3));
+        assert_eq!(r.over_xdp_tx_spread_ns, Some(0.0));
     }
 
     #[test]
@@ -1351,6 +1466,7 @@ mod tests {
             cpu_ns: 1_000_000_000,
             cpu_ns_min: 400_000_000,
             secs: 1.0,
+            bare: None,
         };
         assert_eq!(two.mpps_per_core(), Some(3.0));
         // One thread did 0.9 s, the other 0.1 s: that measured one core, not two.

@@ -130,6 +130,37 @@ impl Scenario for LbPpsArgs {
     }
 }
 
+/// What the times with no device say about the tagged path, at the smallest flow count.
+fn bare_note(results: &[PpsResult]) -> Option<String> {
+    let f = results.iter().map(|r| r.flows).min()?;
+    let find = |h: HintMode| results.iter().find(|r| r.flows == f && r.subject == Subject::Balancer(h));
+    let parts = |h: HintMode| -> Option<(f64, f64, f64)> {
+        let r = find(h)?;
+        Some((r.over_xdp_tx_ns?, r.room_ns?, r.beyond_room_ns?))
+    };
+    let (off, off_room, off_rest) = parts(HintMode::Off)?;
+    let tagged: Vec<String> = [HintMode::FlowTag, HintMode::DestTag]
+        .into_iter()
+        .filter_map(|h| {
+            let (o, room, rest) = parts(h)?;
+            Some(format!("{} {o:.0} ns ({room:.0} making room, {rest:.0} the rest)", h.name()))
+        })
+        .collect();
+    if tagged.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "With no device in the path (second table) at {f} flow(s), the untagged program costs {off:.0} ns per packet \
+         over XDP_TX on the same frames ({off_room:.0} making room for the outer header, {off_rest:.0} the rest), \
+         the tagged ones {}. Making room is one helper call (bpf_xdp_adjust_head); on tagged frames it also moves \
+         the XDP metadata the hint came in. What a helper call costs depends on the CPU and the kernel's \
+         return-thunk mitigation (docs/results.md has this machine's). The per-core rates in the first table add \
+         veth's fixed cost per packet (the ceiling's core ns) to every program alike, so their ratios are smaller \
+         than the programs' own.",
+        tagged.join(", ")
+    ))
+}
+
 /// Paired samples of `a / b`, slice by slice; slices where either side measured nothing
 /// are left out, and a check with fewer than half its slices measured is invalid.
 fn paired_slices(a: &PpsResult, b: &PpsResult) -> (Vec<Measure>, usize) {
@@ -169,6 +200,39 @@ fn slice_note(how: &str, dropped: usize) -> String {
 }
 
 impl LbPpsArgs {
+    /// The programs timed with no device (frames path, one core).
+    fn bare_table(&self, results: &[PpsResult]) -> Table {
+        let mut t = Table::new(
+            "lb-pps-no-device",
+            "Time per packet with no device: the generator chained into each program (a tail call in place of the \
+             transmit), timed by the kernel's live-frames runner on the balancer's CPU, and the same frames through \
+             xdp_tx and xdp_tx_room (XDP_TX after making room for an outer header); medians of the slices",
+            vec![
+                Column::new("flows", "flows", 0),
+                Column::new("program", "program", 0),
+                Column::new("ns_per_packet", "ns/pkt (generator + program)", 1),
+                Column::new("over_xdp_tx_ns", "ns over xdp_tx", 1),
+                Column::new("spread_ns", "spread ns", 1),
+                Column::new("room_ns", "making room ns", 1),
+                Column::new("beyond_room_ns", "the rest ns", 1),
+                Column::new("slices_timed", "slices", 0),
+            ],
+        );
+        for r in results.iter().filter(|r| r.bare_ns_per_packet.is_some()) {
+            t.push(Row::new(vec![
+                Value::Int(u64::from(r.flows)),
+                Value::text(r.subject.label()),
+                Value::opt(r.bare_ns_per_packet),
+                Value::opt(r.over_xdp_tx_ns),
+                Value::opt(r.over_xdp_tx_spread_ns),
+                Value::opt(r.room_ns),
+                Value::opt(r.beyond_room_ns),
+                Value::text(format!("{}/{}", r.bare_slices, r.slices_mpps_per_core.len())),
+            ]));
+        }
+        t
+    }
+
     fn report(&self, results: &[PpsResult]) -> ScenarioReport {
         let find = |flows: u32, s: Subject| results.iter().find(|r| r.flows == flows && r.subject == s);
         let mut flows: Vec<u32> = results.iter().map(|r| r.flows).collect();
@@ -263,11 +327,14 @@ impl LbPpsArgs {
                     ("prog_ns_per_packet", r.prog_ns_per_packet),
                     ("core_ns_per_packet", r.core_ns_per_packet),
                     ("mpps_wall", Some(r.mpps)),
+                    ("no_device_over_xdp_tx_ns", r.over_xdp_tx_ns),
                 ],
             );
             rec.detail = serde_json::to_value(r).unwrap_or_default();
             records.push(rec);
         }
+
+        let bare = self.bare_table(results);
 
         let mut checks: Vec<Check> = Vec::new();
         for &f in &flows {
@@ -485,6 +552,9 @@ impl LbPpsArgs {
                 parts.join("; ")
             ));
         }
+        if let Some(n) = bare_note(results) {
+            notes.push(n);
+        }
         let headline = {
             let get = |id: &str| crate::verdict::measured_median(&checks, id);
             let lo = flows.first().copied().unwrap_or(1);
@@ -514,12 +584,15 @@ impl LbPpsArgs {
                 queues; a generator on each CPU sends its half of the flows (as RSS keeps a flow on one queue) into \
                 the queue of its CPU, whose NAPI thread runs on the other CPU; Mpps per core = packets / CPU time of \
                 both NAPI threads, and Mpps on all cores = that x 2 (each NAPI thread shares its CPU with a \
-                generator here, so it is a capacity, not a rate seen on the wire)."
+                generator here, so it is a capacity, not a rate seen on the wire). No device (second table): each \
+                one-core slice also runs the generator chained into its program by a tail call on the balancer's \
+                CPU, and the same frames into xdp_tx and xdp_tx_room, timed by the kernel's live-frames runner: \
+                the programs' own cost per packet, without veth and without run-time statistics."
                 .into(),
             headline,
             options: options.object(),
             echo: options.echo(),
-            tables: vec![t],
+            tables: vec![t, bare],
             charts,
             checks,
             flags,
@@ -546,6 +619,12 @@ mod tests {
             slices_mpps_per_core: slices,
             prog_ns_per_packet: None,
             core_ns_per_packet: None,
+            bare_ns_per_packet: None,
+            over_xdp_tx_ns: None,
+            room_ns: None,
+            beyond_room_ns: None,
+            over_xdp_tx_spread_ns: None,
+            bare_slices: 0,
             hint_hit_ratio: 0.0,
             conn_hit_ratio: 0.0,
             sink_frames_all_turns: 0,

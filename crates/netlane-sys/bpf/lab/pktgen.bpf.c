@@ -24,6 +24,12 @@
  * a CPU whose part is p sends position k * parts + p, so each CPU walks its own
  * residue class of positions and no flow is sent from two CPUs.
  *
+ * Chained (`gen_next` set): instead of transmitting, each frame goes on to the program
+ * in `gen_next` (a tail call), as if it had arrived on a device: the lab times a
+ * program per frame this way with no device in the path (the runner drops the
+ * program's XDP_TX output on the loopback device, which cannot transmit XDP frames).
+ * With `gen_next` empty the tail call falls through to XDP_TX.
+ *
  * `sink` drops and counts what comes back (the balancer's XDP_TX output).
  *
  * `pass` passes everything to the stack. veth only delivers XDP_TX/redirected frames
@@ -79,6 +85,14 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } gen_hints SEC(".maps");
+
+/* [0]: the program a generated frame goes to instead of the device (empty: XDP_TX). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} gen_next SEC(".maps");
 
 /* [0] frames sunk. */
 struct {
@@ -151,6 +165,7 @@ int pktgen(struct xdp_md *ctx)
 		sum += w[i];
 	iph->check = csum_fold(sum);
 	th->source = bpf_htons(PORT_BASE + f % PORTS_PER_ADDR);
+	bpf_tail_call(ctx, &gen_next, 0);
 	return XDP_TX;
 }
 

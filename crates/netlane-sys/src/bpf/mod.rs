@@ -204,6 +204,12 @@ impl XdpTx {
         std::os::fd::AsFd::as_fd(&self.skel.progs.xdp_tx)
     }
 
+    /// `xdp_tx_room`: the same after making room for an outer IPv4 header (what an
+    /// encapsulating balancer does at least); it counts in the same counters.
+    pub fn room_program_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.skel.progs.xdp_tx_room)
+    }
+
     /// Frames bounced and dropped so far, summed over CPUs.
     pub fn stats(&self) -> io::Result<(u64, u64)> {
         let map = &self.skel.maps.tx_stats;
