@@ -33,8 +33,8 @@
 //! CPU time of both threads. With two CPUs every NAPI thread shares its CPU with a
 //! generator, so the two-core ceiling is the reference, not the one-core rate.
 //!
-//! No device: after its rate, each one-core slice times its program once more with no
-//! device in the path. The generator's frames go on to the program by a tail call
+//! No device: after its rate, each one-core slice of a frames-path program times it
+//! once more with no device in the path. The generator's frames go on to the program by a tail call
 //! (`PktGen::chain`) instead of out of the veth, on the balancer's CPU (where its
 //! per-CPU state is warm), and what the program XDP_TXes is dropped at the loopback
 //! device; then the same frames into `xdp_tx` and `xdp_tx_room` (XDP_TX after making
@@ -85,7 +85,8 @@ const SLICES: usize = 6;
 const SEND_BATCH: u32 = 1 << 14;
 /// Unmeasured frames after a program switch.
 const LEAD_IN: u32 = 2048;
-/// Frames per timing with no device (a slice times its program and `xdp_tx_room`).
+/// Frames per timing with no device (a frames-path slice times its program, `xdp_tx`
+/// and `xdp_tx_room` with this many each).
 const BARE_FRAMES: u32 = 1 << 18;
 /// Threads sending warm-up bursts at once. Each BPF_PROG_RUN call waits for RCU grace
 /// periods (the kernel's XDP dispatcher takes the program in and out), milliseconds on
@@ -257,7 +258,8 @@ pub struct PpsResult {
     /// Of that, what `xdp_tx_room` costs over `xdp_tx`: making room for an outer
     /// header (bpf_xdp_adjust_head), the least an encapsulating balancer does.
     pub room_ns: Option<f64>,
-    /// The rest: the program's ns per frame over `xdp_tx_room`'s.
+    /// The rest: `over_xdp_tx_ns` - `room_ns` (the program's ns per frame over
+    /// `xdp_tx_room`'s, from the two medians).
     pub beyond_room_ns: Option<f64>,
     /// The spread (max - min) of the slices' `over_xdp_tx_ns`.
     pub over_xdp_tx_spread_ns: Option<f64>,
@@ -374,7 +376,10 @@ impl PpsResult {
             bare_ns_per_packet: part(&|b| b.program_ns),
             over_xdp_tx_ns: part(&|b| b.program_ns - b.xdp_tx_ns),
             room_ns: part(&|b| b.room_ns - b.xdp_tx_ns),
-            beyond_room_ns: part(&|b| b.program_ns - b.room_ns),
+            // The medians of the parts do not add up; the rest is the difference of theirs.
+            beyond_room_ns: part(&|b| b.program_ns - b.xdp_tx_ns)
+                .zip(part(&|b| b.room_ns - b.xdp_tx_ns))
+                .map(|(o, r)| o - r),
             over_xdp_tx_spread_ns: over_spread,
             bare_slices: over.len(),
             hint_hit_ratio,
@@ -731,9 +736,11 @@ impl Bench {
 
     /// Runs `c`'s generator flat out for `time` (after a short unmeasured lead-in,
     /// so frames queued for the previous program are done), measuring the packets `c`'s program
-    /// handled and the NAPI thread's CPU time. A tag mode on the skb path has its
-    /// classifier attached to g0 for the slice only (two on one egress would overwrite
-    /// each other's tags).
+    /// handled and the NAPI thread's CPU time; then, on the frames path, times the
+    /// program with no device ([`Bench::time_without_device`]; a failure there is
+    /// logged and leaves the slice untimed, not the run lost). A tag mode on the skb
+    /// path has its classifier attached to g0 for the slice only (two on one egress
+    /// would overwrite each other's tags).
     fn measure(&self, c: &mut Contender, time: Duration) -> Result<Slice, LbError> {
         let _classifier = match &c.tagger {
             Some(t) => Some(t.attach_egress(self.g0).map_err(kernel("attach the flow classifier to g0"))?),
@@ -764,13 +771,13 @@ impl Bench {
         let bare = match &c.feed {
             Feed::Frames(g, frame) => {
                 let before = c.program.counts()?;
-                let bare = self.time_without_device(g, frame, c.program.fd())?;
+                let bare = self.time_without_device(g, frame, c.program.fd());
                 if let (Some(b), Some(a)) = (before, c.program.counts()?) {
                     for k in 0..3 {
                         c.bare_counts[k] += a[k].saturating_sub(b[k]);
                     }
                 }
-                Some(bare)
+                bare.inspect_err(|e| tracing::warn!("{}: timing with no device failed: {e}", c.subject.label())).ok()
             }
             Feed::Skb(_) => None,
         };
@@ -788,9 +795,11 @@ impl Bench {
     /// Times `prog` with no device in the path: `g` runs [`BARE_FRAMES`] frames chained
     /// into it (a tail call in place of the transmit) on the balancer's CPU, where its
     /// per-CPU state is warm, and the program's XDP_TX output is dropped at the
-    /// namespace's loopback device; then the same frames into `xdp_tx` and
-    /// `xdp_tx_room`, so that differences cancel the generator's work (which differs:
-    /// with hints it writes the metadata). Kernel's ns per frame, runner included.
+    /// namespace's loopback device; then the generator's next frames into `xdp_tx`
+    /// and `xdp_tx_room` (the same flows and hints; at many flows each timing walks
+    /// its own part of them), so that differences cancel the generator's work (which
+    /// differs: with hints it writes the metadata). Kernel's ns per frame (whole ns),
+    /// runner included.
     fn time_without_device(&self, g: &PktGen, frame: &[u8], prog: BorrowedFd<'_>) -> Result<Bare, LbError> {
         pin_to(LB_CPU)?;
         let time = |p: BorrowedFd<'_>, what: &str| -> Result<f64, LbError> {
@@ -1454,6 +1463,21 @@ mod tests {
         assert_eq!((r.bare_ns_per_packet, r.over_xdp_tx_ns), (Some(150.0), Some(60.0)));
         assert_eq!((r.room_ns, r.beyond_room_ns, r.bare_slices), (Some(30.0), Some(30.0), 3));
         assert_eq!(r.over_xdp_tx_spread_ns, Some(0.0));
+        // Medians of the parts: over 60, room 20, so the rest is 40 (the median of the
+        // slices' own rests would be 30, and the parts would not add up).
+        let timed =
+            |p, r| Slice { bare: Some(Bare { program_ns: 90.0 + p, xdp_tx_ns: 90.0, room_ns: 90.0 + r }), ..ok };
+        let r = PpsResult::from_slices(
+            Subject::XdpTxCeiling,
+            1,
+            &[timed(60.0, 30.0), timed(70.0, 10.0), timed(50.0, 20.0)],
+            0.0,
+            0.0,
+            0,
+            None,
+        );
+        assert_eq!((r.over_xdp_tx_ns, r.room_ns, r.beyond_room_ns), (Some(60.0), Some(20.0), Some(40.0)));
+        assert_eq!(r.over_xdp_tx_spread_ns, Some(20.0));
     }
 
     #[test]

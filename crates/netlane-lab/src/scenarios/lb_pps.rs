@@ -152,8 +152,9 @@ fn bare_note(results: &[PpsResult]) -> Option<String> {
     Some(format!(
         "With no device in the path (second table) at {f} flow(s), the untagged program costs {off:.0} ns per packet \
          over XDP_TX on the same frames ({off_room:.0} making room for the outer header, {off_rest:.0} the rest), \
-         the tagged ones {}. Making room is one helper call (bpf_xdp_adjust_head); on tagged frames it also moves \
-         the XDP metadata the hint came in. What a helper call costs depends on the CPU and the kernel's \
+         the tagged ones {}. Making room is one helper call (bpf_xdp_adjust_head); on frames with a hint it also \
+         moves the XDP metadata the hint came in (and on frames without, the kernel's runner resets frames whose \
+         pointers moved and not the others, so there xdp_tx skips a few ns that the others pay). What a helper call costs depends on the CPU and the kernel's \
          return-thunk mitigation (docs/results.md has this machine's). The per-core rates in the first table add \
          veth's fixed cost per packet (the ceiling's core ns) to every program alike, so their ratios are smaller \
          than the programs' own.",
@@ -205,8 +206,9 @@ impl LbPpsArgs {
         let mut t = Table::new(
             "lb-pps-no-device",
             "Time per packet with no device: the generator chained into each program (a tail call in place of the \
-             transmit), timed by the kernel's live-frames runner on the balancer's CPU, and the same frames through \
-             xdp_tx and xdp_tx_room (XDP_TX after making room for an outer header); medians of the slices",
+             transmit), timed by the kernel's live-frames runner on the balancer's CPU, and the generator's next frames \
+             through xdp_tx and xdp_tx_room (XDP_TX after making room for an outer header); medians of the slices, \
+             whole ns per frame",
             vec![
                 Column::new("flows", "flows", 0),
                 Column::new("program", "program", 0),
@@ -586,8 +588,9 @@ impl LbPpsArgs {
                 both NAPI threads, and Mpps on all cores = that x 2 (each NAPI thread shares its CPU with a \
                 generator here, so it is a capacity, not a rate seen on the wire). No device (second table): each \
                 one-core slice also runs the generator chained into its program by a tail call on the balancer's \
-                CPU, and the same frames into xdp_tx and xdp_tx_room, timed by the kernel's live-frames runner: \
-                the programs' own cost per packet, without veth and without run-time statistics."
+                CPU, and the generator's next frames into xdp_tx and xdp_tx_room, timed by the kernel's live-frames \
+                runner: the differences are the programs' own cost per packet, without veth and without run-time \
+                statistics (whole ns; skb-path programs are not timed this way)."
                 .into(),
             headline,
             options: options.object(),

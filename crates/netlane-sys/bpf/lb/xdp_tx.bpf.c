@@ -5,8 +5,11 @@
  * than an Ethernet header is dropped.
  *
  * `xdp_tx_room` is the same with room made for an outer IPv4 header first
- * (bpf_xdp_adjust_head by 20 bytes, the Ethernet header written again in front): the
- * least an encapsulating balancer does per packet, for comparing programs with.
+ * (bpf_xdp_adjust_head by 20 bytes, the Ethernet header written again in front, the
+ * room zeroed): the least an encapsulating balancer does per packet, for timing
+ * programs against. It is a reference, not a forwarder: the room is not a valid
+ * header, so it is never attached where frames leave the machine (the lab runs it
+ * chained behind its generator, into the loopback device).
  */
 #include "nl_common.h"
 
@@ -69,10 +72,11 @@ int xdp_tx_room(struct xdp_md *ctx)
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
 	eth = data;
-	if ((void *)(eth + 1) > data_end) {
+	if ((void *)(eth + 1) + 20 > data_end) {
 		count(STAT_DROP);
 		return XDP_DROP;
 	}
+	__builtin_memset((void *)(eth + 1), 0, 20);
 	__builtin_memcpy(eth->h_dest, old.h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, old.h_dest, ETH_ALEN);
 	eth->h_proto = old.h_proto;
