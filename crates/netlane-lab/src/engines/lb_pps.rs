@@ -61,12 +61,13 @@ use serde::Serialize;
 
 use netlane_lb::{Classifier, HintSource, Lb, LbError, LbOptions, LbStats};
 
-fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
-    LbError::kernel(what)
-}
 use crate::stats::Spread;
 use netlane::metrics::{cpu::task_cpu_ns, median};
 use netlane::topology::{End, Netns, RxTuning, TopologyError, netdev, pin_napi_by_queue, veth_link, veth_link_queues};
+
+fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
+    LbError::kernel(what)
+}
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
 const GEN_SRC: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 0);
@@ -216,10 +217,6 @@ impl Slice {
     fn prog_ns_per_packet(&self) -> Option<f64> {
         (self.prog_runs > 0).then(|| self.prog_ns as f64 / self.prog_runs as f64)
     }
-
-    fn bare_part(&self, f: impl Fn(&Bare) -> f64) -> Option<f64> {
-        self.bare.as_ref().map(f)
-    }
 }
 
 /// One measured run: per-core figures are the median of its slices.
@@ -355,12 +352,12 @@ impl PpsResult {
         let measured: Vec<f64> = slices.iter().filter_map(Slice::mpps_per_core).collect();
         let mpps_per_core = (!measured.is_empty()).then(|| median(measured));
         let prog: Vec<f64> = slices.iter().filter_map(Slice::prog_ns_per_packet).collect();
-        let part = |f: &dyn Fn(&Bare) -> f64| -> Option<f64> {
-            let v: Vec<f64> = slices.iter().filter_map(|s| s.bare_part(f)).collect();
-            (!v.is_empty()).then(|| median(v))
-        };
-        let over: Vec<f64> = slices.iter().filter_map(|s| s.bare_part(|b| b.program_ns - b.xdp_tx_ns)).collect();
+        let bare = |f: fn(&Bare) -> f64| -> Vec<f64> { slices.iter().filter_map(|s| s.bare.as_ref().map(f)).collect() };
+        let med = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
+        let over = bare(|b| b.program_ns - b.xdp_tx_ns);
         let over_spread = Spread::of(&over).filter(|s| s.n > 1).map(|s| s.max - s.min);
+        let bare_slices = over.len();
+        let (over, room) = (med(over), med(bare(|b| b.room_ns - b.xdp_tx_ns)));
         PpsResult {
             subject,
             flows,
@@ -373,15 +370,13 @@ impl PpsResult {
             slices_mpps_per_core: slices.iter().map(Slice::mpps_per_core).collect(),
             prog_ns_per_packet: (!prog.is_empty()).then(|| median(prog)),
             core_ns_per_packet: mpps_per_core.filter(|m| *m > 0.0).map(|m| 1e3 / m),
-            bare_ns_per_packet: part(&|b| b.program_ns),
-            over_xdp_tx_ns: part(&|b| b.program_ns - b.xdp_tx_ns),
-            room_ns: part(&|b| b.room_ns - b.xdp_tx_ns),
-            // The medians of the parts do not add up; the rest is the difference of theirs.
-            beyond_room_ns: part(&|b| b.program_ns - b.xdp_tx_ns)
-                .zip(part(&|b| b.room_ns - b.xdp_tx_ns))
-                .map(|(o, r)| o - r),
+            bare_ns_per_packet: med(bare(|b| b.program_ns)),
+            over_xdp_tx_ns: over,
+            room_ns: room,
+            // The medians of the slices' own rests would not add up with the other two.
+            beyond_room_ns: over.zip(room).map(|(o, r)| o - r),
             over_xdp_tx_spread_ns: over_spread,
-            bare_slices: over.len(),
+            bare_slices,
             hint_hit_ratio,
             conn_hit_ratio,
             sink_frames_all_turns,
@@ -771,7 +766,9 @@ impl Bench {
         let bare = match &c.feed {
             Feed::Frames(g, frame) => {
                 let before = c.program.counts()?;
-                let bare = self.time_without_device(g, frame, c.program.fd());
+                let bare = pin_to(LB_CPU).and_then(|()| self.time_without_device(g, frame, c.program.fd()));
+                // Back on the generator's CPU whatever happened: every later send is from there.
+                pin_to(GEN_CPU)?;
                 if let (Some(b), Some(a)) = (before, c.program.counts()?) {
                     for k in 0..3 {
                         c.bare_counts[k] += a[k].saturating_sub(b[k]);
@@ -800,23 +797,19 @@ impl Bench {
     /// its own part of them), so that differences cancel the generator's work (which
     /// differs: with hints it writes the metadata). Kernel's ns per frame (whole ns),
     /// runner included.
+    /// The caller pins the thread to the balancer's CPU and back.
     fn time_without_device(&self, g: &PktGen, frame: &[u8], prog: BorrowedFd<'_>) -> Result<Bare, LbError> {
-        pin_to(LB_CPU)?;
         let time = |p: BorrowedFd<'_>, what: &str| -> Result<f64, LbError> {
             g.chain(p)
                 .and_then(|c| c.send_timed(self.lo, frame, BARE_FRAMES))
                 .map(f64::from)
                 .map_err(kernel(format!("run the generator chained into {what}")))
         };
-        let timed = (|| {
-            Ok(Bare {
-                program_ns: time(prog, "the program")?,
-                xdp_tx_ns: time(self.reference.program_fd(), "xdp_tx")?,
-                room_ns: time(self.reference.room_program_fd(), "xdp_tx_room")?,
-            })
-        })();
-        pin_to(GEN_CPU)?;
-        timed
+        Ok(Bare {
+            program_ns: time(prog, "the program")?,
+            xdp_tx_ns: time(self.reference.program_fd(), "xdp_tx")?,
+            room_ns: time(self.reference.room_program_fd(), "xdp_tx_room")?,
+        })
     }
 
     /// Sends every flow once per pass (from [`WARM_THREADS`] threads) until a pass where

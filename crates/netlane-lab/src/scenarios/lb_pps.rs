@@ -154,8 +154,9 @@ fn bare_note(results: &[PpsResult]) -> Option<String> {
          over XDP_TX on the same frames ({off_room:.0} making room for the outer header, {off_rest:.0} the rest), \
          the tagged ones {}. Making room is one helper call (bpf_xdp_adjust_head); on frames with a hint it also \
          moves the XDP metadata the hint came in (and on frames without, the kernel's runner resets frames whose \
-         pointers moved and not the others, so there xdp_tx skips a few ns that the others pay). What a helper call costs depends on the CPU and the kernel's \
-         return-thunk mitigation (docs/results.md has this machine's). The per-core rates in the first table add \
+         pointers moved and not the others, so there xdp_tx skips a few ns that the others pay). What a helper \
+         call costs depends on the CPU and the kernel's return-thunk mitigation (docs/results.md has this \
+         machine's). The per-core rates in the first table add \
          veth's fixed cost per packet (the ceiling's core ns) to every program alike, so their ratios are smaller \
          than the programs' own.",
         tagged.join(", ")
