@@ -470,11 +470,16 @@ fn the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part() {
             }
             tx.flush().unwrap();
             let start = std::time::Instant::now();
-            while tagger.stats().unwrap().1 < 5 && start.elapsed() < Duration::from_secs(5) {
+            while tagger.stats().unwrap().0 < 5 && start.elapsed() < Duration::from_secs(5) {
                 std::thread::sleep(Duration::from_millis(10));
             }
+            // Long enough for a sixth tag, if the classifier wrongly made one, to show.
+            std::thread::sleep(Duration::from_millis(50));
             tagger.stats().unwrap()
         })
         .unwrap();
-    assert_eq!((tagged, seen), (5, 5), "every frame seen and tagged");
+    // The kernel's own frames on a link just brought up (IPv6 neighbour discovery and
+    // MLD reports) pass the classifier too: they are seen but match no rule.
+    assert_eq!(tagged, 5, "every frame of the flow tagged, and only those (seen {seen})");
+    assert!(seen >= 5, "the classifier saw every frame (seen {seen})");
 }

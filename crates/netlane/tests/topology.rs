@@ -182,3 +182,42 @@ fn napi_knobs_are_set_and_read_back() {
     assert!(status.lines().any(|l| l.starts_with("Cpus_allowed_list:") && l.ends_with("\t0")), "{status}");
     assert_eq!(rx.label(), "threaded-napi+gro+udp-gro-fwd+gro-flush=20000ns+defer-irqs=2+napi-cpu=0");
 }
+
+#[test]
+fn a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own() {
+    if !netlane::testing::privileged("a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own") {
+        return;
+    }
+    use netlane::topology::{End, veth_link};
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    let a = Netns::create("v6off-a").unwrap();
+    let b = Netns::create("v6off-b").unwrap();
+    let (a_ip, b_ip) = (Ipv4Addr::new(10, 214, 0, 1), Ipv4Addr::new(10, 214, 0, 2));
+    veth_link(
+        End { ns: &a, name: "va", addrs: &[(IpAddr::V4(a_ip), 24)] },
+        End {
+            ns: &b,
+            name: "vb",
+            addrs: &[(IpAddr::V4(b_ip), 24), (IpAddr::V6(Ipv6Addr::new(0xfd14, 0, 0, 0, 0, 0, 0, 2)), 64)],
+        },
+        1500,
+    )
+    .unwrap();
+    let sysctl = |ns: &Netns, link: &'static str| {
+        ns.run(move || std::fs::read_to_string(format!("/proc/sys/net/ipv6/conf/{link}/disable_ipv6")).unwrap())
+            .unwrap()
+    };
+    assert_eq!(sysctl(&a, "va").trim(), "1", "IPv4 only: IPv6 off");
+    assert_eq!(sysctl(&b, "vb").trim(), "0", "given an IPv6 address: IPv6 on");
+    // IPv4 works; after the time a fresh link takes to send its router solicitation,
+    // DAD probe and MLD report, the IPv4-only end has sent exactly the one datagram
+    // (static neighbours: no ARP either).
+    let server = b.run(move || std::net::UdpSocket::bind((b_ip, 9000)).unwrap()).unwrap();
+    server.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let client = a.run(move || std::net::UdpSocket::bind((a_ip, 0)).unwrap()).unwrap();
+    client.send_to(b"hello", (b_ip, 9000)).unwrap();
+    let mut buf = [0u8; 8];
+    assert_eq!(server.recv(&mut buf).unwrap(), 5);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(a.read_sysfs("class/net/va/statistics/tx_packets").unwrap(), "1");
+}

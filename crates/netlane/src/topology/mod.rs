@@ -412,8 +412,10 @@ pub struct End<'a> {
 }
 
 /// Creates a veth pair between two namespaces with `mtu`, one queue each, addresses
-/// and static neighbour entries for each other's addresses, both ends up. Returns the
-/// two interface indexes. The pair goes away with either namespace.
+/// and static neighbour entries for each other's addresses, both ends up. An end given
+/// no IPv6 address has IPv6 turned off, so the kernel sends no frames of its own on the
+/// link (neighbour discovery, MLD reports) to disturb what runs over it. Returns the two
+/// interface indexes. The pair goes away with either namespace.
 pub fn veth_link(a: End<'_>, b: End<'_>, mtu: u32) -> Result<(u32, u32), TopologyError> {
     veth_link_queues(a, b, mtu, 1)
 }
@@ -431,6 +433,9 @@ pub fn veth_link_queues(a: End<'_>, b: End<'_>, mtu: u32, queues: u32) -> Result
     let mut idx = [0u32; 2];
     let mut macs: [Vec<u8>; 2] = [Vec::new(), Vec::new()];
     for (k, end) in [a, b].iter().enumerate() {
+        if !end.addrs.iter().any(|(addr, _)| addr.is_ipv6()) {
+            ipv6_off(end.ns, end.name)?;
+        }
         let (i, mac) = end.ns.with_rtnl(|r| {
             let i = r.link_index(end.name)?;
             for (addr, len) in end.addrs {
@@ -444,9 +449,27 @@ pub fn veth_link_queues(a: End<'_>, b: End<'_>, mtu: u32, queues: u32) -> Result
     }
     for (k, end) in [a, b].iter().enumerate() {
         let (other, mac) = if k == 0 { (b, &macs[1]) } else { (a, &macs[0]) };
-        end.ns.with_rtnl(|r| other.addrs.iter().try_for_each(|(addr, _)| r.add_neighbour(idx[k], *addr, mac)))?;
+        // An end with IPv6 off keeps no IPv6 neighbours.
+        let has_v6 = end.addrs.iter().any(|(addr, _)| addr.is_ipv6());
+        end.ns.with_rtnl(|r| {
+            other
+                .addrs
+                .iter()
+                .filter(|(addr, _)| has_v6 || addr.is_ipv4())
+                .try_for_each(|(addr, _)| r.add_neighbour(idx[k], *addr, mac))
+        })?;
     }
     Ok((idx[0], idx[1]))
+}
+
+/// Turns IPv6 off on `link` in `ns` (before it comes up, so no link-local address, DAD,
+/// router solicitation or MLD report ever leaves it). A kernel without IPv6 has nothing
+/// to turn off.
+fn ipv6_off(ns: &Netns, link: &str) -> Result<(), TopologyError> {
+    match set_net_sysctl(ns, &format!("ipv6/conf/{link}/disable_ipv6"), "1") {
+        Err(TopologyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
 }
 
 /// Sets a `/proc/sys/net/...` knob (`rel` below /proc/sys/net) inside `ns`.
