@@ -514,8 +514,17 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
         .to_string();
     let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "300ms", "--ramp", "0s", "--rw", "randrw"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    // The exposition, read by the Prometheus client library's own parser.
-    let scraped = prometheus_samples(&metrics);
+    // The exposition, read by the Prometheus client library's own parser. The target
+    // may see perf's disconnects just after perf exits: scrape until it has.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let scraped = loop {
+        let scraped = prometheus_samples(&metrics);
+        let open = scraped.iter().find(|s| s.0 == "netlane_nvme_target_open_connections").map(|s| s.2);
+        if open == Some(0.0) || Instant::now() > deadline {
+            break scraped;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     let get = |name: &str, labels: &str| {
         scraped.iter().find(|(n, l, _)| n == name && l == labels).map(|s| s.2).unwrap_or_else(|| {
             panic!("no sample {name}{{{labels}}} in {scraped:?}");

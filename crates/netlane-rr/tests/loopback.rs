@@ -142,7 +142,18 @@ fn echo_mode_drives_a_standard_udp_echo_server() {
         .spawn()
         .expect("socat runs (scripts/setup.sh installs it)");
     let _guard = Reaped(child);
-    thread::sleep(Duration::from_millis(300));
+    // Ready when it echoes.
+    let probe = UdpSocket::bind("127.0.0.1:0").unwrap();
+    probe.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 8];
+    loop {
+        probe.send_to(b"ready?", ("127.0.0.1", port)).unwrap();
+        if probe.recv(&mut buf).is_ok_and(|n| &buf[..n] == b"ready?") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "socat did not echo within 10 s");
+    }
     let c = ClientConfig { echo: true, ..client(512, 512) };
     let r =
         clients::run(&population(format!("127.0.0.1:{port}").parse().unwrap(), 4, c), &AtomicBool::new(false)).unwrap();

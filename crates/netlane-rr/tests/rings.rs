@@ -75,11 +75,20 @@ fn tcpdump_and_other_sockets_keep_working_while_a_frame_path_runs() {
                 Command::new("tcpdump")
                     .args(["-i", "lo", "-n", "-l", "-c", "10", "udp", "and", "dst", "port", &watched.to_string()])
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::null())
+                    .stderr(Stdio::piped())
                     .spawn()
                     .expect("tcpdump runs (scripts/setup.sh installs it)"),
             );
-            thread::sleep(Duration::from_millis(500));
+            // tcpdump says "listening on lo" once it captures.
+            let stderr = dump.0.stderr.take().unwrap();
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            thread::spawn(move || {
+                use std::io::BufRead;
+                let ready =
+                    std::io::BufReader::new(stderr).lines().any(|l| l.is_ok_and(|l| l.contains("listening on")));
+                let _ = ready_tx.send(ready);
+            });
+            assert_eq!(ready_rx.recv_timeout(Duration::from_secs(10)), Ok(true), "tcpdump started capturing");
             let r = clients::run(&population(addr, 8, client(512, 8192)), &AtomicBool::new(false)).unwrap();
             // Another socket on the same host and interface still gets its datagrams.
             let tx = UdpSocket::bind("127.0.0.1:0").unwrap();

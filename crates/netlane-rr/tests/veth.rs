@@ -248,7 +248,7 @@ fn socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path() {
                 h.tx.run(|| {
                     use std::io::Write;
                     let mut child = std::process::Command::new("socat")
-                        .args(["-t", "0.5", "-T", "3", "-", &target])
+                        .args(["-t", "1.5", "-T", "3", "-", &target])
                         .stdin(std::process::Stdio::piped())
                         .stdout(std::process::Stdio::piped())
                         .spawn()

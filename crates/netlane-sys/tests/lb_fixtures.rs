@@ -211,7 +211,19 @@ fn config() -> DataPlaneConfig {
 /// - 3: 10.100.0.3:53/udp -> real 4 (fd00:200::4 again: IPv4 VIP to an IPv6 real);
 /// - 4: 10.100.0.4:80/tcp with an empty ring;
 /// - 5: 10.100.0.5:80/tcp, "no LRU", -> real 5 (10.200.0.6).
+/// Keeps the calling test's thread on one CPU: the program runs on the caller's CPU,
+/// and its hint cache and new-connection rate are per CPU, so a thread the scheduler
+/// moved between two runs would see another CPU's state.
+fn stay_on_one_cpu() {
+    let allowed = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+    let cpu = (0..nix::sched::CpuSet::count()).find(|&c| allowed.is_set(c).unwrap_or(false)).unwrap();
+    let mut one = nix::sched::CpuSet::new();
+    one.set(cpu).unwrap();
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).unwrap();
+}
+
 fn setup(hint: HintMode, cfg: DataPlaneConfig) -> Balancer {
+    stay_on_one_cpu();
     let opts = BalancerOptions { sizes: BalancerSizes::new(8, 16, RING, 1024), hint, bind_ifindex: None };
     let b = Balancer::load(&opts).unwrap();
     b.set_config(&cfg).unwrap();
