@@ -204,13 +204,6 @@ fn config() -> DataPlaneConfig {
     DataPlaneConfig { gw_mac: GW, own_mac: OWN, src4: SRC4, src6: SRC6, max_new_conns_per_cpu: 0, udp_timeout_ms: 0 }
 }
 
-/// A balancer with five VIPs:
-/// - 0: 10.100.0.1:80/tcp, ring alternating reals 0 (10.200.0.2) and 1 (10.200.0.3);
-/// - 1: 10.100.0.2:any/udp -> real 3 (10.200.0.5);
-/// - 2: [fd00:100::1]:443/tcp -> real 2 (fd00:200::4);
-/// - 3: 10.100.0.3:53/udp -> real 4 (fd00:200::4 again: IPv4 VIP to an IPv6 real);
-/// - 4: 10.100.0.4:80/tcp with an empty ring;
-/// - 5: 10.100.0.5:80/tcp, "no LRU", -> real 5 (10.200.0.6).
 /// Keeps the calling test's thread on one CPU: the program runs on the caller's CPU,
 /// and its hint cache and new-connection rate are per CPU, so a thread the scheduler
 /// moved between two runs would see another CPU's state.
@@ -222,6 +215,13 @@ fn stay_on_one_cpu() {
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &one).unwrap();
 }
 
+/// A balancer with five VIPs:
+/// - 0: 10.100.0.1:80/tcp, ring alternating reals 0 (10.200.0.2) and 1 (10.200.0.3);
+/// - 1: 10.100.0.2:any/udp -> real 3 (10.200.0.5);
+/// - 2: [fd00:100::1]:443/tcp -> real 2 (fd00:200::4);
+/// - 3: 10.100.0.3:53/udp -> real 4 (fd00:200::4 again: IPv4 VIP to an IPv6 real);
+/// - 4: 10.100.0.4:80/tcp with an empty ring;
+/// - 5: 10.100.0.5:80/tcp, "no LRU", -> real 5 (10.200.0.6).
 fn setup(hint: HintMode, cfg: DataPlaneConfig) -> Balancer {
     stay_on_one_cpu();
     let opts = BalancerOptions { sizes: BalancerSizes::new(8, 16, RING, 1024), hint, bind_ifindex: None };
