@@ -119,6 +119,55 @@ fn tcpdump_and_other_sockets_keep_working_while_a_frame_path_runs() {
 }
 
 #[test]
+fn frame_paths_take_only_what_their_own_socket_would_receive() {
+    if !privileged("frame_paths_take_only_what_their_own_socket_would_receive") {
+        return;
+    }
+    // Another socket with the service's port on another address (IPv4 beside an IPv6
+    // service, 127.0.0.2 beside 127.0.0.1) keeps its datagrams: a path below the stack
+    // takes only its own socket's (AF_XDP used to steal them, the rings to read them).
+    let ring = RingOptions { frames_per_block: 4, retire_ms: 2, ..RingOptions::default() };
+    let adaptive = RingOptions { adaptive: true, ..ring };
+    let paths = [
+        (PathKind::TpacketV2, ring),
+        (PathKind::TpacketV3, ring),
+        (PathKind::TpacketV3, adaptive),
+        (PathKind::AfXdp, ring),
+    ];
+    for (path, ring) in paths {
+        for (listen, other_ip) in [("[::1]:0", "127.0.0.1"), ("127.0.0.1:0", "127.0.0.2")] {
+            let what = format!("{path} adaptive={} on {listen}, another socket on {other_ip}", ring.adaptive);
+            let ((r, other_got), st) = with_server(ring_server(path, listen, ring), |addr| {
+                let other = UdpSocket::bind((other_ip, addr.port())).unwrap();
+                other.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+                let to = other.local_addr().unwrap();
+                let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+                let mut got = 0;
+                let mut buf = [0u8; 64];
+                for i in 0..20u8 {
+                    tx.send_to(&[i; 32], to).unwrap();
+                    if other.recv(&mut buf).is_ok_and(|n| n == 32 && buf[0] == i) {
+                        got += 1;
+                    }
+                }
+                let r = clients::run(&population(addr, 8, client(512, 8192)), &AtomicBool::new(false)).unwrap();
+                (r, got)
+            });
+            assert_clean(&r);
+            assert_eq!(other_got, 20, "{what}: the other socket got every datagram");
+            assert_eq!(
+                (st.frames, st.ring_skipped, st.refused_malformed),
+                (st.responses, 0, 0),
+                "{what}: the path saw only the service's datagrams: {st:?}"
+            );
+            if let Some(x) = &st.xdp {
+                assert_eq!(x.redirected, st.frames, "{what}: {x:?}");
+            }
+        }
+    }
+}
+
+#[test]
 fn a_lone_request_is_delivered_when_its_v3_block_retires() {
     if !privileged("a_lone_request_is_delivered_when_its_v3_block_retires") {
         return;

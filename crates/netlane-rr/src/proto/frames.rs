@@ -272,7 +272,7 @@ impl<'a> Datagram<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::packet::{Skip, parse_frame};
+    use crate::proto::packet::{ServiceAddr, Skip, parse_frame};
 
     const LINK: Link = Link { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], mtu: 1500 };
 
@@ -355,7 +355,7 @@ mod tests {
         assert_eq!(f.len(), 14 + 20 + 8 + 1000);
         assert_eq!(&f[0..6], &LINK.dst_mac);
         assert_eq!(&f[6..12], &LINK.src_mac);
-        let u = parse_frame(f, 40000).unwrap();
+        let u = parse_frame(f, ServiceAddr::port(40000)).unwrap();
         assert_eq!((u.src, u.dst, u.payload), (src, dst, &p[..]));
         assert!(udp_checksum_ok(src, dst, &f[34..]));
         assert_eq!(checksum(&f[14..34]), 0);
@@ -372,7 +372,7 @@ mod tests {
             assert!(fs.len() == 6, "{} frames", fs.len());
             for f in &fs {
                 assert!(f.len() <= 1514);
-                assert_eq!(parse_frame(f, 0), Err(Skip::Fragment));
+                assert_eq!(parse_frame(f, ServiceAddr::port(0)), Err(Skip::Fragment));
             }
             let udp = reassemble(&fs);
             assert_eq!(udp.len(), 8 + 8192);

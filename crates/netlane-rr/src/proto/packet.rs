@@ -40,6 +40,79 @@ pub enum Skip {
     BadLength,
     /// A datagram for another port.
     OtherPort,
+    /// A datagram for our port on an address (or of a family) the service's socket
+    /// is not bound to: another socket's.
+    OtherAddress,
+}
+
+/// Which destination addresses of one family a service takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AddrMatch<A> {
+    /// None of this family.
+    No,
+    /// Any address of this family (a socket bound to the wildcard).
+    Any,
+    /// Only this one.
+    Only(A),
+}
+
+impl<A: PartialEq> AddrMatch<A> {
+    fn takes(&self, dst: &A) -> bool {
+        match self {
+            AddrMatch::No => false,
+            AddrMatch::Any => true,
+            AddrMatch::Only(a) => a == dst,
+        }
+    }
+}
+
+/// The datagrams a service's UDP socket receives, which are the ones a path below the
+/// stack (a packet ring, AF_XDP) may take for it: its port, and for each family, which
+/// destination addresses. Taking more would take other sockets' datagrams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServiceAddr {
+    /// The destination port (0: any; for tests and tools, never a server).
+    pub port: u16,
+    /// IPv4 destinations.
+    pub v4: AddrMatch<Ipv4Addr>,
+    /// IPv6 destinations.
+    pub v6: AddrMatch<Ipv6Addr>,
+}
+
+impl ServiceAddr {
+    /// What a UDP socket bound to `local` receives; `v6only` is its `IPV6_V6ONLY`
+    /// (an IPv6 socket on the wildcard without it takes IPv4 datagrams too).
+    pub fn of_socket(local: SocketAddr, v6only: bool) -> ServiceAddr {
+        let port = local.port();
+        match local.ip() {
+            IpAddr::V4(a) => ServiceAddr { port, v4: Self::one(a, a.is_unspecified()), v6: AddrMatch::No },
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => ServiceAddr { port, v4: Self::one(v4, v4.is_unspecified()), v6: AddrMatch::No },
+                None if a.is_unspecified() => {
+                    ServiceAddr { port, v4: if v6only { AddrMatch::No } else { AddrMatch::Any }, v6: AddrMatch::Any }
+                }
+                None => ServiceAddr { port, v4: AddrMatch::No, v6: AddrMatch::Only(a) },
+            },
+        }
+    }
+
+    /// Every datagram to `port`, any address of either family.
+    pub fn port(port: u16) -> ServiceAddr {
+        ServiceAddr { port, v4: AddrMatch::Any, v6: AddrMatch::Any }
+    }
+
+    fn one<A>(a: A, wildcard: bool) -> AddrMatch<A> {
+        if wildcard { AddrMatch::Any } else { AddrMatch::Only(a) }
+    }
+
+    /// Whether a datagram to `dst` is the service's.
+    pub fn takes(&self, dst: SocketAddr) -> bool {
+        (self.port == 0 || dst.port() == self.port)
+            && match dst.ip() {
+                IpAddr::V4(a) => self.v4.takes(&a),
+                IpAddr::V6(a) => self.v6.takes(&a),
+            }
+    }
 }
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
@@ -47,8 +120,8 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 /// Finds the UDP datagram in an Ethernet frame (one 802.1Q tag allowed) addressed to
-/// `port` (0: any).
-pub fn parse_frame(frame: &[u8], port: u16) -> Result<UdpFrame<'_>, Skip> {
+/// the service `want`.
+pub fn parse_frame(frame: &[u8], want: ServiceAddr) -> Result<UdpFrame<'_>, Skip> {
     let mut ethertype = be16(frame, 12).ok_or(Skip::Truncated)?;
     let mut l3 = ETH_LEN;
     if ethertype == ETH_P_8021Q {
@@ -111,10 +184,14 @@ pub fn parse_frame(frame: &[u8], port: u16) -> Result<UdpFrame<'_>, Skip> {
     if ulen < 8 || ulen > udp.len() {
         return Err(Skip::BadLength);
     }
-    if port != 0 && dport != port {
+    if want.port != 0 && dport != want.port {
         return Err(Skip::OtherPort);
     }
-    Ok(UdpFrame { src: SocketAddr::new(src_ip, sport), dst: SocketAddr::new(dst_ip, dport), payload: &udp[8..ulen] })
+    let dst = SocketAddr::new(dst_ip, dport);
+    if !want.takes(dst) {
+        return Err(Skip::OtherAddress);
+    }
+    Ok(UdpFrame { src: SocketAddr::new(src_ip, sport), dst, payload: &udp[8..ulen] })
 }
 
 /// One classic BPF instruction, as `struct sock_filter` has it.
@@ -135,6 +212,7 @@ const fn insn(code: u16, jt: u8, jf: u8, k: u32) -> Insn {
 }
 
 // Opcodes (linux/bpf_common.h, linux/filter.h).
+const LD_ABS: u16 = 0x20;
 const LDH_ABS: u16 = 0x28;
 const LDB_ABS: u16 = 0x30;
 const LDH_IND: u16 = 0x48;
@@ -143,32 +221,76 @@ const JEQ_K: u16 = 0x15;
 const JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
 
-/// A socket filter passing only untagged Ethernet frames that carry UDP to `port`
-/// over IPv4 (whole datagrams or first fragments) or IPv6 (no extension headers);
-/// everything else is dropped in the kernel before it reaches the ring.
-pub fn udp_port_filter(port: u16) -> [Insn; 16] {
-    let p = u32::from(port);
-    [
-        insn(LDH_ABS, 0, 0, 12),                   // 0: ethertype
-        insn(JEQ_K, 1, 0, u32::from(ETH_P_IP)),    // 1: IPv4 -> 3
-        insn(JEQ_K, 7, 12, u32::from(ETH_P_IPV6)), // 2: IPv6 -> 10, else drop
-        insn(LDB_ABS, 0, 0, 23),                   // 3: IPv4 protocol
-        insn(JEQ_K, 0, 10, 17),                    // 4: UDP, else drop
-        insn(LDH_ABS, 0, 0, 20),                   // 5: flags + fragment offset
-        insn(JSET_K, 8, 0, 0x1fff),                // 6: a later fragment has no ports: drop
-        insn(LDXB_MSH, 0, 0, 14),                  // 7: x = IPv4 header length
-        insn(LDH_IND, 0, 0, 16),                   // 8: UDP destination port
-        insn(JEQ_K, 4, 5, p),                      // 9: ours -> accept, else drop
-        insn(LDB_ABS, 0, 0, 20),                   // 10: IPv6 next header
-        insn(JEQ_K, 0, 3, 17),                     // 11: UDP, else drop
-        insn(LDH_ABS, 0, 0, 56),                   // 12: UDP destination port
-        insn(JEQ_K, 0, 1, p),                      // 13: ours -> accept, else drop
-        insn(RET_K, 0, 0, 0x0004_0000),            // 14: accept (whole frame)
-        insn(RET_K, 0, 0, 0),                      // 15: drop
-    ]
+/// Where a filter instruction's branch goes, before offsets are known.
+#[derive(Clone, Copy)]
+enum To {
+    Next,
+    V4,
+    V6,
+    Accept,
+    Drop,
 }
 
-/// Runs a classic BPF filter over `frame` (the subset [`udp_port_filter`] uses), for
+/// A socket filter passing only untagged Ethernet frames that carry UDP to the service
+/// `want` (its port and, per family, its address) over IPv4 (whole datagrams or first
+/// fragments) or IPv6 (no extension headers); everything else is dropped in the kernel
+/// before it reaches the ring. `want.port` is a bound socket's, never 0.
+pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
+    // (code, if true, if false, k) with symbolic targets, resolved below.
+    let mut p: Vec<(u16, To, To, u32)> = Vec::new();
+    let port = u32::from(want.port);
+    p.push((LDH_ABS, To::Next, To::Next, 12)); // ethertype
+    p.push((JEQ_K, To::V4, To::Next, u32::from(ETH_P_IP)));
+    p.push((JEQ_K, To::V6, To::Drop, u32::from(ETH_P_IPV6)));
+    let v4 = p.len();
+    if want.v4 != AddrMatch::No {
+        p.push((LDB_ABS, To::Next, To::Next, 23)); // IPv4 protocol
+        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
+        p.push((LDH_ABS, To::Next, To::Next, 20)); // flags + fragment offset
+        p.push((JSET_K, To::Drop, To::Next, 0x1fff)); // a later fragment has no ports
+        if let AddrMatch::Only(a) = want.v4 {
+            p.push((LD_ABS, To::Next, To::Next, 30)); // destination address
+            p.push((JEQ_K, To::Next, To::Drop, u32::from(a)));
+        }
+        p.push((LDXB_MSH, To::Next, To::Next, 14)); // x = IPv4 header length
+        p.push((LDH_IND, To::Next, To::Next, 16)); // UDP destination port
+        p.push((JEQ_K, To::Accept, To::Drop, port));
+    }
+    let v6 = p.len();
+    if want.v6 != AddrMatch::No {
+        p.push((LDB_ABS, To::Next, To::Next, 20)); // IPv6 next header
+        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
+        if let AddrMatch::Only(a) = want.v6 {
+            for (i, word) in a.octets().chunks_exact(4).enumerate() {
+                p.push((LD_ABS, To::Next, To::Next, 38 + 4 * i as u32)); // destination address
+                p.push((JEQ_K, To::Next, To::Drop, u32::from_be_bytes([word[0], word[1], word[2], word[3]])));
+            }
+        }
+        p.push((LDH_ABS, To::Next, To::Next, 56)); // UDP destination port
+        p.push((JEQ_K, To::Accept, To::Drop, port));
+    }
+    let accept = p.len();
+    let drop = accept + 1;
+    let (v4, v6) = (if want.v4 == AddrMatch::No { drop } else { v4 }, if want.v6 == AddrMatch::No { drop } else { v6 });
+    let at = |i: usize, to: To| -> u8 {
+        let target = match to {
+            To::Next => i + 1,
+            To::V4 => v4,
+            To::V6 => v6,
+            To::Accept => accept,
+            To::Drop => drop,
+        };
+        // At most 29 instructions: every jump is forward and short.
+        (target - i - 1) as u8
+    };
+    let mut out: Vec<Insn> =
+        p.iter().enumerate().map(|(i, &(code, t, f, k))| insn(code, at(i, t), at(i, f), k)).collect();
+    out.push(insn(RET_K, 0, 0, 0x0004_0000)); // accept (whole frame)
+    out.push(insn(RET_K, 0, 0, 0)); // drop
+    out
+}
+
+/// Runs a classic BPF filter over `frame` (the subset [`udp_service_filter`] uses), for
 /// tests: returns the number of bytes the kernel would accept (0: dropped).
 pub fn run_filter(prog: &[Insn], frame: &[u8]) -> u32 {
     let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
@@ -181,6 +303,10 @@ pub fn run_filter(prog: &[Insn], frame: &[u8]) -> u32 {
         pc += 1;
         let jump = |cond: bool| usize::from(if cond { i.jt } else { i.jf });
         match i.code {
+            LD_ABS => match ld(i.k as usize, 4) {
+                Some(v) => a = v,
+                None => return 0,
+            },
             LDH_ABS => match ld(i.k as usize, 2) {
                 Some(v) => a = v,
                 None => return 0,
@@ -248,40 +374,40 @@ pub(crate) mod tests {
     #[test]
     fn udp_over_ipv4_and_ipv6_is_found() {
         let f = v4_frame(5000, 7070, b"hello", 0);
-        let u = parse_frame(&f, 7070).unwrap();
+        let u = parse_frame(&f, ServiceAddr::port(7070)).unwrap();
         assert_eq!(u.src, "10.0.0.1:5000".parse().unwrap());
         assert_eq!(u.dst, "10.0.0.2:7070".parse().unwrap());
         assert_eq!(u.payload, b"hello");
         let f = v6_frame(17, 7070, b"hi");
-        let u = parse_frame(&f, 7070).unwrap();
+        let u = parse_frame(&f, ServiceAddr::port(7070)).unwrap();
         assert_eq!(u.src, "[::1]:4000".parse().unwrap());
         assert_eq!(u.payload, b"hi");
     }
 
     #[test]
     fn everything_else_is_skipped_with_its_reason() {
-        assert_eq!(parse_frame(&v4_frame(1, 9, b"x", 0), 7070), Err(Skip::OtherPort));
-        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x2000), 7070), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x0010), 7070), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v6_frame(44, 7070, b"x"), 7070), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v6_frame(6, 7070, b"x"), 7070), Err(Skip::NotUdp));
+        assert_eq!(parse_frame(&v4_frame(1, 9, b"x", 0), ServiceAddr::port(7070)), Err(Skip::OtherPort));
+        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x2000), ServiceAddr::port(7070)), Err(Skip::Fragment));
+        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x0010), ServiceAddr::port(7070)), Err(Skip::Fragment));
+        assert_eq!(parse_frame(&v6_frame(44, 7070, b"x"), ServiceAddr::port(7070)), Err(Skip::Fragment));
+        assert_eq!(parse_frame(&v6_frame(6, 7070, b"x"), ServiceAddr::port(7070)), Err(Skip::NotUdp));
         let f = v4_frame(1, 7070, b"abc", 0);
-        assert_eq!(parse_frame(&f[..f.len() - 1], 7070), Err(Skip::Truncated));
+        assert_eq!(parse_frame(&f[..f.len() - 1], ServiceAddr::port(7070)), Err(Skip::Truncated));
         let mut bad = f.clone();
         bad[14 + 20 + 5] = 200; // UDP length past the packet
-        assert_eq!(parse_frame(&bad, 7070), Err(Skip::BadLength));
+        assert_eq!(parse_frame(&bad, ServiceAddr::port(7070)), Err(Skip::BadLength));
         let mut arp = f.clone();
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        assert_eq!(parse_frame(&arp, 7070), Err(Skip::NotIp));
+        assert_eq!(parse_frame(&arp, ServiceAddr::port(7070)), Err(Skip::NotIp));
         // Ethernet padding after a short packet is ignored (the IP length rules).
         let mut padded = v4_frame(1, 7070, b"a", 0);
         padded.extend_from_slice(&[0xee; 17]);
-        assert_eq!(parse_frame(&padded, 7070).unwrap().payload, b"a");
+        assert_eq!(parse_frame(&padded, ServiceAddr::port(7070)).unwrap().payload, b"a");
     }
 
     #[test]
     fn the_filter_passes_exactly_the_service_datagrams() {
-        let prog = udp_port_filter(7070);
+        let prog = udp_service_filter(ServiceAddr::port(7070));
         assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0)) > 0);
         assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x2000)) > 0, "a first fragment has the port");
         assert_eq!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x0010)), 0, "a later fragment has no port");
@@ -296,18 +422,89 @@ pub(crate) mod tests {
         assert!(run_filter(&prog, &opts) > 0);
     }
 
+    fn with_v4_dst(mut f: Vec<u8>, a: Ipv4Addr) -> Vec<u8> {
+        f[30..34].copy_from_slice(&a.octets());
+        f
+    }
+
+    fn with_v6_dst(mut f: Vec<u8>, a: Ipv6Addr) -> Vec<u8> {
+        f[38..54].copy_from_slice(&a.octets());
+        f
+    }
+
+    #[test]
+    fn a_service_takes_only_what_its_socket_would_receive() {
+        let s = ServiceAddr::of_socket("10.0.0.2:7070".parse().unwrap(), true);
+        assert_eq!(s, ServiceAddr { port: 7070, v4: AddrMatch::Only(Ipv4Addr::new(10, 0, 0, 2)), v6: AddrMatch::No });
+        assert_eq!(ServiceAddr::of_socket("0.0.0.0:7070".parse().unwrap(), true).v4, AddrMatch::Any);
+        let any6 = ServiceAddr::of_socket("[::]:7070".parse().unwrap(), true);
+        assert_eq!((any6.v4, any6.v6), (AddrMatch::No, AddrMatch::Any));
+        let dual = ServiceAddr::of_socket("[::]:7070".parse().unwrap(), false);
+        assert_eq!((dual.v4, dual.v6), (AddrMatch::Any, AddrMatch::Any));
+        assert_eq!(ServiceAddr::of_socket("[::ffff:10.0.0.2]:7070".parse().unwrap(), false), s);
+        let lo6 = ServiceAddr::of_socket("[::1]:7070".parse().unwrap(), true);
+        assert_eq!((lo6.v4, lo6.v6), (AddrMatch::No, AddrMatch::Only(Ipv6Addr::LOCALHOST)));
+        // The parser and the kernel's filter take the same frames.
+        let v4 = v4_frame(1, 7070, b"x", 0);
+        let v6 = v6_frame(17, 7070, b"x");
+        let cases = [
+            (v4.clone(), s, true),
+            (with_v4_dst(v4.clone(), Ipv4Addr::new(10, 0, 0, 3)), s, false),
+            (v4_frame(1, 7071, b"x", 0), s, false),
+            (v6.clone(), s, false),
+            (v6.clone(), lo6, true),
+            (with_v6_dst(v6.clone(), Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 2)), lo6, false),
+            (with_v6_dst(v6.clone(), Ipv6Addr::new(1, 0, 0, 0, 0, 0, 0, 1)), lo6, false),
+            (v4.clone(), lo6, false),
+            (v4.clone(), dual, true),
+            (v6.clone(), dual, true),
+            (v4.clone(), any6, false),
+        ];
+        for (i, (f, want, takes)) in cases.iter().enumerate() {
+            assert_eq!(parse_frame(f, *want).is_ok(), *takes, "case {i}: parser");
+            assert_eq!(run_filter(&udp_service_filter(*want), f) > 0, *takes, "case {i}: filter");
+        }
+        assert_eq!(parse_frame(&v6, s), Err(Skip::OtherAddress));
+        assert_eq!(parse_frame(&with_v4_dst(v4, Ipv4Addr::new(10, 0, 0, 3)), s), Err(Skip::OtherAddress));
+    }
+
+    fn service_strategy() -> impl Strategy<Value = ServiceAddr> {
+        let v4 = prop_oneof![
+            Just(AddrMatch::No),
+            Just(AddrMatch::Any),
+            (1u8..4).prop_map(|b| AddrMatch::Only(Ipv4Addr::new(10, 0, 0, b)))
+        ];
+        let v6 = prop_oneof![
+            Just(AddrMatch::No),
+            Just(AddrMatch::Any),
+            (0u16..3, 1u16..4).prop_map(|(w, b)| AddrMatch::Only(Ipv6Addr::new(w, 0, 0, 0, 0, 0, 0, b)))
+        ];
+        (7069u16..7072, v4, v6).prop_map(|(port, v4, v6)| ServiceAddr { port, v4, v6 })
+    }
+
     proptest! {
         #[test]
-        fn the_parser_and_filter_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), port: u16) {
-            let _ = parse_frame(&bytes, port);
-            let _ = run_filter(&udp_port_filter(port), &bytes);
+        fn the_filter_and_the_parser_agree_on_addresses(want in service_strategy(), v6: bool, w in 0u16..3, b in 1u8..4, dport in 7069u16..7072) {
+            let f = if v6 {
+                with_v6_dst(v6_frame(17, dport, b"x"), Ipv6Addr::new(w, 0, 0, 0, 0, 0, 0, u16::from(b)))
+            } else {
+                with_v4_dst(v4_frame(1, dport, b"x", 0), Ipv4Addr::new(10, 0, 0, b))
+            };
+            prop_assert_eq!(parse_frame(&f, want).is_ok(), run_filter(&udp_service_filter(want), &f) > 0);
+        }
+
+        #[test]
+        fn the_parser_and_filter_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), port: u16, want in service_strategy()) {
+            let _ = parse_frame(&bytes, ServiceAddr::port(port));
+            let _ = parse_frame(&bytes, want);
+            let _ = run_filter(&udp_service_filter(want), &bytes);
         }
 
         #[test]
         fn the_filter_and_the_parser_agree(sport: u16, dport in 7068u16..7073, frag in prop_oneof![Just(0u16), Just(0x2000), Just(0x0008)], n in 0usize..64) {
             let f = v4_frame(sport, dport, &vec![7u8; n], frag);
-            let parsed = parse_frame(&f, 7070).is_ok();
-            let passed = run_filter(&udp_port_filter(7070), &f) > 0;
+            let parsed = parse_frame(&f, ServiceAddr::port(7070)).is_ok();
+            let passed = run_filter(&udp_service_filter(ServiceAddr::port(7070)), &f) > 0;
             // The filter may pass a first fragment the parser then counts; never the
             // other way round.
             prop_assert!(!parsed || passed);

@@ -6,13 +6,13 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::str::FromStr;
 
-use netlane_sys::bpf::{RingSelect, XdpLink, XskRedirect};
+use netlane_sys::bpf::{RingSelect, XdpLink, XskDst, XskRedirect};
 use netlane_sys::msg::RecvBatch;
 use netlane_sys::packet::{BlockCounts, Insn, PacketRing, PacketStats, RingSpec, attach_filter, page_size};
 use netlane_sys::xsk::{Xsk, XskConfig, XskMode, XskStats};
 
 use crate::proto::adapt::{BlockChooser, WindowCounts};
-use crate::proto::packet::{Skip, parse_frame, udp_port_filter};
+use crate::proto::packet::{AddrMatch, ServiceAddr, Skip, parse_frame, udp_service_filter};
 
 /// A receive path, selectable at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -220,8 +220,8 @@ impl XdpOptions {
     }
 }
 
-/// Frames a ring path skipped, by reason (the filter lets only the service's port in,
-/// so these are fragments and oddities).
+/// Frames a ring path skipped, by reason (the filter lets only the service's datagrams
+/// in, so these are fragments and oddities).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingSkips {
     /// IP fragments (a ring sees them unassembled).
@@ -250,8 +250,8 @@ pub enum RxPath {
     Ring {
         /// The ring.
         ring: PacketRing,
-        /// The service's port.
-        port: u16,
+        /// The datagrams that are the service's.
+        want: ServiceAddr,
         /// What it skipped.
         skips: RingSkips,
     },
@@ -269,7 +269,7 @@ pub struct AdaptivePath {
     chooser: BlockChooser,
     /// The active ring's block counts when the current window began.
     base: BlockCounts,
-    port: u16,
+    want: ServiceAddr,
     skips: RingSkips,
     started: std::time::Instant,
 }
@@ -291,11 +291,11 @@ impl AdaptivePath {
     }
 
     fn drain(&mut self, f: &mut dyn FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
-        let port = self.port;
+        let want = self.want;
         let mut n = 0;
         let (chooser, skips) = (&mut self.chooser, &mut self.skips);
         for ring in &mut self.rings {
-            n += ring.drain(&mut |frame, _| match parse_frame(frame, port) {
+            n += ring.drain(&mut |frame, _| match parse_frame(frame, want) {
                 Ok(u) => {
                     chooser.on_frame(u.src, frame.len());
                     f(u.payload, u.src);
@@ -331,7 +331,7 @@ pub struct XdpPath {
     // close, and before the program object goes.
     link: XdpLink,
     prog: XskRedirect,
-    port: u16,
+    want: ServiceAddr,
     skips: RingSkips,
     buf: Vec<u8>,
     /// Datagrams that came through the stack instead (fragments).
@@ -399,6 +399,22 @@ pub fn memlock_limit() -> Option<u64> {
     (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft)
 }
 
+/// The datagrams the service socket `sock` receives: all a path below the stack may
+/// take (more would take other sockets' datagrams on the same port).
+fn service_of(sock: &UdpSocket) -> io::Result<ServiceAddr> {
+    let local = sock.local_addr()?;
+    let v6only = local.is_ipv6() && socket2::SockRef::from(sock).only_v6()?;
+    Ok(ServiceAddr::of_socket(local, v6only))
+}
+
+fn xsk_dst<A>(m: AddrMatch<A>) -> XskDst<A> {
+    match m {
+        AddrMatch::No => XskDst::No,
+        AddrMatch::Any => XskDst::Any,
+        AddrMatch::Only(a) => XskDst::Only(a),
+    }
+}
+
 /// Room for any UDP datagram.
 const SLOT: usize = 65_536;
 
@@ -421,11 +437,11 @@ impl RxPath {
             PathKind::Recvfrom => Ok(RxPath::Recvfrom { buf: vec![0; SLOT] }),
             PathKind::Recvmmsg => Ok(RxPath::Recvmmsg(RecvBatch::new(batch, SLOT, 0, true))),
             PathKind::TpacketV3 if ring.adaptive => {
-                let port = sock.local_addr()?.port();
+                let want = service_of(sock)?;
                 let to_insns = |v: &[crate::proto::packet::Insn]| -> Vec<Insn> {
                     v.iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect()
                 };
-                let pass = to_insns(&udp_port_filter(port));
+                let pass = to_insns(&udp_service_filter(want));
                 let drop_all = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
                 // The group must leave out what this host sends (6.2's fanout flag; older
                 // kernels ignore it and each request on loopback would come twice).
@@ -469,23 +485,25 @@ impl RxPath {
                     select,
                     chooser: BlockChooser::new(ADAPTIVE_BLOCKS.to_vec(), ADAPTIVE_WINDOW_NS),
                     base: BlockCounts::default(),
-                    port,
+                    want,
                     skips: RingSkips::default(),
                     started: std::time::Instant::now(),
                 })))
             }
             PathKind::TpacketV2 | PathKind::TpacketV3 => {
                 let spec = ring.spec(kind).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let port = sock.local_addr()?.port();
-                let filter: Vec<Insn> =
-                    udp_port_filter(port).iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+                let want = service_of(sock)?;
+                let filter: Vec<Insn> = udp_service_filter(want)
+                    .iter()
+                    .map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+                    .collect();
                 let ring = PacketRing::open(ETH_P_ALL, ifindex, &filter, spec)?;
                 // The service socket stays bound (so the port never answers with ICMP
                 // unreachable) but reads nothing: a filter that drops every datagram
                 // keeps it from queueing a second copy of each request.
                 let drop_all = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
                 attach_filter(sock.as_fd(), &drop_all)?;
-                Ok(RxPath::Ring { ring, port, skips: RingSkips::default() })
+                Ok(RxPath::Ring { ring, want, skips: RingSkips::default() })
             }
             PathKind::AfXdp => {
                 if ifindex == 0 {
@@ -497,8 +515,8 @@ impl RxPath {
                 let queues = rx_queues(iface.1).min(netlane_sys::bpf::XSK_MAX_QUEUES);
                 let cfg =
                     xdp.check(queues, memlock_limit()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-                let port = sock.local_addr()?.port();
-                let prog = XskRedirect::load(port)?;
+                let want = service_of(sock)?;
+                let prog = XskRedirect::load(want.port, xsk_dst(want.v4), xsk_dst(want.v6))?;
                 let mut socks = Vec::new();
                 for q in 0..queues {
                     // The first queue's socket also transmits: half its frames for TX.
@@ -543,7 +561,7 @@ impl RxPath {
                     socks,
                     link,
                     prog,
-                    port,
+                    want,
                     skips: RingSkips::default(),
                     buf: vec![0; SLOT],
                     via_stack: 0,
@@ -609,12 +627,12 @@ impl RxPath {
                 }
                 Ok(n)
             }
-            RxPath::Ring { ring, port, skips } => {
-                let port = *port;
+            RxPath::Ring { ring, want, skips } => {
+                let want = *want;
                 // The UDP checksum is not checked here (on veth and loopback the kernel
                 // often leaves it unfinished: TP_STATUS_CSUMNOTREADY); every request
                 // carries its own CRC32C, which the protocol core checks.
-                let n = ring.drain(&mut |frame, _csum_not_ready| match parse_frame(frame, port) {
+                let n = ring.drain(&mut |frame, _csum_not_ready| match parse_frame(frame, want) {
                     Ok(u) => f(u.payload, u.src),
                     Err(Skip::Fragment) => skips.fragments += 1,
                     Err(_) => skips.other += 1,
@@ -626,11 +644,11 @@ impl RxPath {
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }
             RxPath::Xdp(x) => {
-                let port = x.port;
+                let want = x.want;
                 let mut n = 0;
                 let skips = &mut x.skips;
                 for s in &mut x.socks {
-                    n += s.drain(&mut |frame| match parse_frame(frame, port) {
+                    n += s.drain(&mut |frame| match parse_frame(frame, want) {
                         Ok(u) => f(u.payload, u.src),
                         Err(Skip::Fragment) => skips.fragments += 1,
                         Err(_) => skips.other += 1,

@@ -2,10 +2,11 @@
 /*
  * The datagram request/response service's AF_XDP steering program.
  *
- * UDP datagrams to `service_port` (IPv4 without fragmentation, or IPv6 with UDP as the
- * first next header) are redirected to the AF_XDP socket of the queue they arrived on
- * (`xsks`, indexed by rx_queue_index); when that queue has no socket the redirect falls
- * back to XDP_PASS. Everything else passes to the stack untouched: other sockets,
+ * UDP datagrams for the service, exactly those its own socket would receive
+ * (`service_port` on the destinations below; IPv4 without fragmentation, or IPv6 with
+ * UDP as the first next header), are redirected to the AF_XDP socket of the queue they
+ * arrived on (`xsks`, indexed by rx_queue_index); when that queue has no socket the
+ * redirect falls back to XDP_PASS. Everything else passes to the stack untouched: other sockets,
  * tcpdump, ARP and neighbour discovery keep working. `xsk_stats` counts both outcomes.
  */
 #include "nl_common.h"
@@ -16,6 +17,14 @@
 
 /* Host order; set by the loader. */
 const volatile __u16 service_port = 0;
+/* Which destinations are the service's, set by the loader: a family is taken when its
+ * take_* is set, and then only the address in *_dst (network order) when *_exact is. */
+const volatile __u8 take_v4 = 0;
+const volatile __u8 v4_exact = 0;
+const volatile __u32 v4_dst = 0;
+const volatile __u8 take_v6 = 0;
+const volatile __u8 v6_exact = 0;
+const volatile __u32 v6_dst[4] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -48,6 +57,13 @@ static __always_inline int pass(void)
 	return XDP_PASS;
 }
 
+static __always_inline int is_v6_dst(const struct ipv6hdr *ip6)
+{
+	const __u32 *a = ip6->daddr.in6_u.u6_addr32;
+
+	return a[0] == v6_dst[0] && a[1] == v6_dst[1] && a[2] == v6_dst[2] && a[3] == v6_dst[3];
+}
+
 SEC("xdp")
 int xsk_redirect(struct xdp_md *ctx)
 {
@@ -61,7 +77,9 @@ int xsk_redirect(struct xdp_md *ctx)
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);
 
-		if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_UDP || ip->ihl < 5)
+		if (!take_v4 || (void *)(ip + 1) > end || ip->protocol != IPPROTO_UDP || ip->ihl < 5)
+			return pass();
+		if (v4_exact && ip->daddr != v4_dst)
 			return pass();
 		/* Fragments go to the stack, which reassembles them. */
 		if (ip->frag_off & bpf_htons(0x3fff))
@@ -70,7 +88,9 @@ int xsk_redirect(struct xdp_md *ctx)
 	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
 
-		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+		if (!take_v6 || (void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_UDP)
+			return pass();
+		if (v6_exact && !is_v6_dst(ip6))
 			return pass();
 		udp = (void *)(ip6 + 1);
 	} else {

@@ -71,7 +71,7 @@ pub use reuseport::{REUSEPORT_MAX_NAPI_IDS, ReuseportNapi};
 pub use ring_select::RingSelect;
 pub use steer::{QueueSteer, STEER_MAX_RULES, SteerProto};
 pub use tagger::FlowTagger;
-pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskRedirect};
+pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskDst, XskRedirect};
 
 /// Storage for libbpf's object that lives as long as the skeleton borrowing it: a
 /// 'static home, one small allocation per load, never freed.

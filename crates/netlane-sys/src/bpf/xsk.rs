@@ -1,7 +1,9 @@
-//! The AF_XDP steering program (`bpf/rr/xsk_redirect.bpf.c`): the service's UDP port to
-//! the queue's AF_XDP socket, everything else to the stack.
+//! The AF_XDP steering program (`bpf/rr/xsk_redirect.bpf.c`): the service's UDP
+//! datagrams (its port, on the addresses its socket takes) to the queue's AF_XDP
+//! socket, everything else to the stack.
 
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use libbpf_rs::MapCore;
@@ -13,7 +15,18 @@ use super::{object_storage, percpu_sum, to_io, xsk_redirect_skel};
 /// Most queues the program can steer (the XSKMAP's size).
 pub const MAX_QUEUES: u32 = 64;
 
-/// The steering program, loaded for one port.
+/// Which destination addresses of one family the program steers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XskDst<A> {
+    /// None of the family.
+    No,
+    /// Any address.
+    Any,
+    /// Only this address.
+    Only(A),
+}
+
+/// The steering program, loaded for one service.
 pub struct XskRedirect {
     skel: xsk_redirect_skel::XskRedirectSkel<'static>,
 }
@@ -25,11 +38,23 @@ impl std::fmt::Debug for XskRedirect {
 }
 
 impl XskRedirect {
-    /// Loads the program for UDP port `port`.
-    pub fn load(port: u16) -> io::Result<XskRedirect> {
+    /// Loads the program for UDP port `port` on the destinations `v4` and `v6`.
+    pub fn load(port: u16, v4: XskDst<Ipv4Addr>, v6: XskDst<Ipv6Addr>) -> io::Result<XskRedirect> {
         let mut open = xsk_redirect_skel::XskRedirectSkelBuilder::default().open(object_storage()).map_err(to_io)?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("xsk_redirect has no .rodata"))?;
         ro.service_port = port;
+        ro.take_v4 = u8::from(v4 != XskDst::No);
+        if let XskDst::Only(a) = v4 {
+            ro.v4_exact = 1;
+            ro.v4_dst = u32::from_ne_bytes(a.octets());
+        }
+        ro.take_v6 = u8::from(v6 != XskDst::No);
+        if let XskDst::Only(a) = v6 {
+            ro.v6_exact = 1;
+            for (word, bytes) in ro.v6_dst.iter_mut().zip(a.octets().chunks_exact(4)) {
+                *word = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+            }
+        }
         Ok(XskRedirect { skel: open.load().map_err(to_io)? })
     }
 
