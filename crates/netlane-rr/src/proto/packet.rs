@@ -280,7 +280,7 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
             To::Accept => accept,
             To::Drop => drop,
         };
-        // At most 29 instructions: every jump is forward and short.
+        // At most 26 instructions: every jump is forward and short.
         (target - i - 1) as u8
     };
     let mut out: Vec<Insn> =
