@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use netlane_kv::proto::Limits;
-use netlane_kv::proto::conformance::conformance_table;
+use netlane_kv::proto::conformance::{Step, conformance_table};
 use netlane_kv::proto::udp;
 use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
@@ -30,6 +30,11 @@ fn connect(addr: SocketAddr) -> TcpStream {
 
 /// Reads until `want` bytes arrived (or the timeout: then what came).
 fn read_exact_or_timeout(s: &mut TcpStream, want: usize) -> Vec<u8> {
+    try_read_exact_or_timeout(s, want).unwrap_or_else(|e| panic!("read: {e}"))
+}
+
+/// [`read_exact_or_timeout`] that returns a read error instead of panicking.
+fn try_read_exact_or_timeout(s: &mut TcpStream, want: usize) -> std::io::Result<Vec<u8>> {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
     while got.len() < want {
@@ -37,10 +42,10 @@ fn read_exact_or_timeout(s: &mut TcpStream, want: usize) -> Vec<u8> {
             Ok(0) => break,
             Ok(n) => got.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::TimedOut => break,
-            Err(e) => panic!("read: {e}"),
+            Err(e) => return Err(e),
         }
     }
-    got
+    Ok(got)
 }
 
 fn show(b: &[u8]) -> String {
@@ -401,46 +406,78 @@ fn deviates(name: &str, send: &[u8]) -> bool {
         || text.starts_with("set dump")
 }
 
+/// One row of the conformance table against a fresh memcached: the steps where it
+/// answers differently, or the I/O error that cut the row short (with memcached's exit
+/// status: whether it was still running).
+fn memcached_row(name: &str, steps: &[Step]) -> Result<Vec<String>, String> {
+    let mut mc = Memcached::start(&["-I", "1k", "-o", "slab_chunk_max=512", "-m", "64", "-t", "1"]);
+    let mut s = connect(mc.addr);
+    let mut differ = Vec::new();
+    for (i, st) in steps.iter().enumerate() {
+        std::thread::sleep(Duration::from_millis(st.advance_ms));
+        let mut want = st.expect.clone();
+        want.extend_from_slice(b"MN\r\n");
+        let mut exchange = || -> std::io::Result<Vec<u8>> {
+            s.write_all(&st.send)?;
+            s.write_all(b"mn\r\n")?;
+            let mut got = try_read_exact_or_timeout(&mut s, want.len())?;
+            while !got.ends_with(b"MN\r\n") {
+                let more = try_read_exact_or_timeout(&mut s, 1)?;
+                if more.is_empty() {
+                    break;
+                }
+                got.extend_from_slice(&more);
+            }
+            Ok(got)
+        };
+        let got = exchange().map_err(|e| {
+            let status = mc.child.try_wait().map(|st| st.map_or("still running".to_string(), |st| st.to_string()));
+            format!(
+                "{name}, step {i} ({:?}): {e} (memcached {} on {}: {status:?})",
+                show(&st.send),
+                mc.child.id(),
+                mc.addr
+            )
+        })?;
+        if got != want && !deviates(name, &st.send) {
+            differ.push(format!(
+                "{name}, step {i} ({}): memcached {:?}, table {:?}",
+                show(&st.send).trim_end(),
+                show(&got),
+                show(&want)
+            ));
+        }
+    }
+    Ok(differ)
+}
+
 #[test]
 fn the_conformance_table_holds_for_memcached_too() {
+    // Every row at once, each on a memcached of its own (the expiry rows wait in real
+    // time). A row whose connection failed is run once more on a fresh memcached (and
+    // the failure printed): a connection reset seen once in many runs of the whole
+    // suite, cause not found, is not a difference in the protocol; a second one is.
     let handles: Vec<_> = conformance_table()
         .into_iter()
         .map(|(name, steps)| {
             let h = std::thread::spawn(move || {
-                let mc = Memcached::start(&["-I", "1k", "-o", "slab_chunk_max=512", "-m", "64", "-t", "1"]);
-                let mut s = connect(mc.addr);
-                let mut differ = Vec::new();
-                for (i, st) in steps.iter().enumerate() {
-                    std::thread::sleep(Duration::from_millis(st.advance_ms));
-                    s.write_all(&st.send).unwrap();
-                    s.write_all(b"mn\r\n").unwrap();
-                    let mut want = st.expect.clone();
-                    want.extend_from_slice(b"MN\r\n");
-                    let mut got = read_exact_or_timeout(&mut s, want.len());
-                    while !got.ends_with(b"MN\r\n") {
-                        let more = read_exact_or_timeout(&mut s, 1);
-                        if more.is_empty() {
-                            break;
-                        }
-                        got.extend_from_slice(&more);
-                    }
-                    if got != want && !deviates(name, &st.send) {
-                        differ.push(format!(
-                            "{name}, step {i} ({}): memcached {:?}, table {:?}",
-                            show(&st.send).trim_end(),
-                            show(&got),
-                            show(&want)
-                        ));
-                    }
-                }
-                differ
+                memcached_row(name, &steps).or_else(|first| {
+                    eprintln!("{first}; running the row again on a fresh memcached");
+                    memcached_row(name, &steps)
+                })
             });
             (name, h)
         })
         .collect();
-    let differ: Vec<String> = handles
-        .into_iter()
-        .flat_map(|(name, h)| h.join().unwrap_or_else(|_| panic!("row {name:?} failed against memcached (above)")))
-        .collect();
+    // Every thread joined (and its memcached stopped) before anything is asserted.
+    let results: Vec<_> = handles.into_iter().map(|(name, h)| (name, h.join())).collect();
+    let mut differ = Vec::new();
+    for (name, r) in results {
+        match r {
+            Ok(Ok(d)) => differ.extend(d),
+            Ok(Err(e)) => differ.push(format!("{e} (twice)")),
+            Err(_) => differ.push(format!("row {name:?} panicked against memcached (above)")),
+        }
+    }
     assert!(differ.is_empty(), "memcached answers differently:\n{}", differ.join("\n"));
 }
