@@ -357,3 +357,64 @@ fn reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id() {
         assert!(e.contains("lanes read and answer through their sockets"), "{e}");
     }
 }
+
+/// An Ethernet + IPv4 + UDP frame to `dst_mac` (header checksum filled in).
+fn udp4_frame(dst_mac: [u8; 6], src: SocketAddr, dst: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    let (SocketAddr::V4(src), SocketAddr::V4(dst)) = (src, dst) else { panic!("IPv4 only") };
+    let mut f = dst_mac.to_vec();
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x42, 0x08, 0x00]);
+    let mut ip = vec![0x45, 0, 0, 0, 0, 1, 0, 0, 64, 17, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + 8 + payload.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&src.ip().octets());
+    ip.extend_from_slice(&dst.ip().octets());
+    let mut sum: u32 = ip.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    ip[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    f.extend_from_slice(&ip);
+    f.extend_from_slice(&src.port().to_be_bytes());
+    f.extend_from_slice(&dst.port().to_be_bytes());
+    f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    f.extend_from_slice(&[0, 0]);
+    f.extend_from_slice(payload);
+    f
+}
+
+#[test]
+fn frame_paths_leave_frames_for_another_hosts_mac_alone() {
+    if !privileged("frame_paths_leave_frames_for_another_hosts_mac_alone") {
+        return;
+    }
+    // With the server's interface in promiscuous mode (tcpdump puts it there) a ring or
+    // an XDP program sees frames for other hosts' MACs; the stack drops them whatever
+    // addresses they carry, and so must the ring's filter and the steering program.
+    let h = hosts("rr-promisc", 1500);
+    let st = h.rx.command("ip").args(["link", "set", &h.rx_if, "promisc", "on"]).status().unwrap();
+    assert!(st.success(), "ip link set promisc on");
+    for path in [PathKind::TpacketV2, PathKind::TpacketV3, PathKind::AfXdp] {
+        let (r, st) = exchange(&h, server_cfg(&h, path, false), |addr| {
+            let f = udp4_frame([0x02, 0, 0, 0, 0, 0x99], SocketAddr::new(h.tx_addr(false), 4000), addr, &[0xee; 32]);
+            let tx_index = h.tx_index;
+            h.tx.run(move || {
+                let mut tx = netlane_sys::packet::PacketTx::open(tx_index, 128, 64).unwrap();
+                for _ in 0..10 {
+                    assert!(tx.push(f.len(), |d| d.copy_from_slice(&f)).unwrap());
+                }
+                tx.flush().unwrap();
+            })
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            population(addr, 4, client(512, 512))
+        });
+        assert_clean(&format!("{path}"), &r);
+        if let Some(x) = &st.xdp {
+            assert_eq!(x.redirected, st.frames, "{path}: {x:?}");
+        }
+        assert_eq!(
+            (st.frames, st.refused_malformed, st.ring_skipped),
+            (st.responses, 0, 0),
+            "{path}: the other host's frames stayed out of the ring: {st:?}"
+        );
+    }
+}

@@ -220,6 +220,11 @@ const LDXB_MSH: u16 = 0xb1;
 const JEQ_K: u16 = 0x15;
 const JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
+/// Loads at or above this offset read the packet's metadata (linux/filter.h).
+const SKF_AD_OFF: u32 = 0xffff_f000;
+const SKF_AD_PKTTYPE: u32 = 4;
+/// `sll_pkttype` of a frame addressed to another host (linux/if_packet.h).
+pub const PACKET_OTHERHOST: u32 = 3;
 
 /// Where a filter instruction's branch goes, before offsets are known.
 #[derive(Clone, Copy)]
@@ -231,7 +236,8 @@ enum To {
     Drop,
 }
 
-/// A socket filter passing only untagged Ethernet frames that carry UDP to the service
+/// A socket filter passing only untagged Ethernet frames not addressed to another
+/// host's MAC (the stack would drop those) that carry UDP to the service
 /// `want` (its port and, per family, its address) over IPv4 (whole datagrams or first
 /// fragments) or IPv6 (no extension headers); everything else is dropped in the kernel
 /// before it reaches the ring. `want.port` is a bound socket's, never 0.
@@ -239,6 +245,10 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
     // (code, if true, if false, k) with symbolic targets, resolved below.
     let mut p: Vec<(u16, To, To, u32)> = Vec::new();
     let port = u32::from(want.port);
+    // Frames for another host's MAC (an interface in promiscuous mode, for tcpdump
+    // say) are not the socket's whatever their addresses: the stack drops them.
+    p.push((LD_ABS, To::Next, To::Next, SKF_AD_OFF + SKF_AD_PKTTYPE)); // packet type
+    p.push((JEQ_K, To::Drop, To::Next, PACKET_OTHERHOST));
     p.push((LDH_ABS, To::Next, To::Next, 12)); // ethertype
     p.push((JEQ_K, To::V4, To::Next, u32::from(ETH_P_IP)));
     p.push((JEQ_K, To::V6, To::Drop, u32::from(ETH_P_IPV6)));
@@ -280,7 +290,7 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
             To::Accept => accept,
             To::Drop => drop,
         };
-        // At most 26 instructions: every jump is forward and short.
+        // At most 28 instructions: every jump is forward and short.
         (target - i - 1) as u8
     };
     let mut out: Vec<Insn> =
@@ -293,8 +303,16 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
 /// Runs a classic BPF filter over `frame` (the subset [`udp_service_filter`] uses), for
 /// tests: returns the number of bytes the kernel would accept (0: dropped).
 pub fn run_filter(prog: &[Insn], frame: &[u8]) -> u32 {
+    run_filter_as(prog, frame, 0)
+}
+
+/// [`run_filter`] for a frame of packet type `pkttype` (0: to this host).
+pub fn run_filter_as(prog: &[Insn], frame: &[u8], pkttype: u32) -> u32 {
     let (mut a, mut x, mut pc) = (0u32, 0u32, 0usize);
     let ld = |at: usize, n: usize| -> Option<u32> {
+        if at == (SKF_AD_OFF + SKF_AD_PKTTYPE) as usize {
+            return Some(pkttype);
+        }
         let b = frame.get(at..at.checked_add(n)?)?;
         Some(b.iter().fold(0u32, |v, byte| (v << 8) | u32::from(*byte)))
     };
@@ -409,6 +427,9 @@ pub(crate) mod tests {
     fn the_filter_passes_exactly_the_service_datagrams() {
         let prog = udp_service_filter(ServiceAddr::port(7070));
         assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0)) > 0);
+        assert_eq!(run_filter_as(&prog, &v4_frame(1, 7070, b"x", 0), PACKET_OTHERHOST), 0, "another host's frame");
+        assert_eq!(run_filter_as(&prog, &v6_frame(17, 7070, b"x"), PACKET_OTHERHOST), 0, "another host's frame");
+        assert!(run_filter_as(&prog, &v6_frame(17, 7070, b"x"), 1) > 0, "a broadcast frame");
         assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x2000)) > 0, "a first fragment has the port");
         assert_eq!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x0010)), 0, "a later fragment has no port");
         assert_eq!(run_filter(&prog, &v4_frame(1, 7071, b"x", 0)), 0);

@@ -516,7 +516,12 @@ impl RxPath {
                 let cfg =
                     xdp.check(queues, memlock_limit()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let want = service_of(sock)?;
-                let prog = XskRedirect::load(want.port, xsk_dst(want.v4), xsk_dst(want.v6))?;
+                // Unicast frames for another MAC (promiscuous mode) are not the service's.
+                let mac = netlane::topology::Rtnl::open()
+                    .and_then(|mut r| r.link_mac(ifindex).map_err(io::Error::other))
+                    .map_err(|e| io::Error::new(e.kind(), format!("the MAC of {}: {e}", iface.1)))?;
+                let own_mac = <[u8; 6]>::try_from(mac.as_slice()).ok();
+                let prog = XskRedirect::load(want.port, xsk_dst(want.v4), xsk_dst(want.v6), own_mac)?;
                 let mut socks = Vec::new();
                 for q in 0..queues {
                     // The first queue's socket also transmits: half its frames for TX.

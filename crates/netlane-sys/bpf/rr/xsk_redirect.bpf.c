@@ -25,6 +25,9 @@ const volatile __u32 v4_dst = 0;
 const volatile __u8 take_v6 = 0;
 const volatile __u8 v6_exact = 0;
 const volatile __u32 v6_dst[4] = {};
+/* The interface's MAC: a unicast frame for another (promiscuous mode) is not the
+ * service's, whatever its addresses; the stack drops it. Unset (all zero): no check. */
+const volatile __u8 own_mac[6] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_XSKMAP);
@@ -57,6 +60,19 @@ static __always_inline int pass(void)
 	return XDP_PASS;
 }
 
+static __always_inline int for_another_host(const struct ethhdr *eth)
+{
+	const __u8 *d = eth->h_dest;
+
+	if (!(own_mac[0] | own_mac[1] | own_mac[2] | own_mac[3] | own_mac[4] | own_mac[5]))
+		return 0;
+	/* Group addresses (broadcast, multicast) are for every host. */
+	if (d[0] & 1)
+		return 0;
+	return d[0] != own_mac[0] || d[1] != own_mac[1] || d[2] != own_mac[2] || d[3] != own_mac[3] ||
+	       d[4] != own_mac[4] || d[5] != own_mac[5];
+}
+
 static __always_inline int is_v6_dst(const struct ipv6hdr *ip6)
 {
 	const __u32 *a = ip6->daddr.in6_u.u6_addr32;
@@ -72,7 +88,7 @@ int xsk_redirect(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	struct udphdr *udp;
 
-	if ((void *)(eth + 1) > end)
+	if ((void *)(eth + 1) > end || for_another_host(eth))
 		return pass();
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *ip = (void *)(eth + 1);

@@ -38,11 +38,21 @@ impl std::fmt::Debug for XskRedirect {
 }
 
 impl XskRedirect {
-    /// Loads the program for UDP port `port` on the destinations `v4` and `v6`.
-    pub fn load(port: u16, v4: XskDst<Ipv4Addr>, v6: XskDst<Ipv6Addr>) -> io::Result<XskRedirect> {
+    /// Loads the program for UDP port `port` on the destinations `v4` and `v6`, on an
+    /// interface whose MAC is `own_mac` (unicast frames for another MAC pass to the
+    /// stack; `None`: no check).
+    pub fn load(
+        port: u16,
+        v4: XskDst<Ipv4Addr>,
+        v6: XskDst<Ipv6Addr>,
+        own_mac: Option<[u8; 6]>,
+    ) -> io::Result<XskRedirect> {
         let mut open = xsk_redirect_skel::XskRedirectSkelBuilder::default().open(object_storage()).map_err(to_io)?;
         let ro = open.maps.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("xsk_redirect has no .rodata"))?;
         ro.service_port = port;
+        if let Some(mac) = own_mac {
+            ro.own_mac = mac;
+        }
         ro.take_v4 = u8::from(v4 != XskDst::No);
         if let XskDst::Only(a) = v4 {
             ro.v4_exact = 1;
