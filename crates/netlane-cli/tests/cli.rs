@@ -516,15 +516,7 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     assert!(o.status.success(), "{}", stderr(&o));
     // The exposition, read by the Prometheus client library's own parser. The target
     // may see perf's disconnects just after perf exits: scrape until it has.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let scraped = loop {
-        let scraped = prometheus_samples(&metrics);
-        let open = scraped.iter().find(|s| s.0 == "netlane_nvme_target_open_connections").map(|s| s.2);
-        if open == Some(0.0) || Instant::now() > deadline {
-            break scraped;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let scraped = prometheus_samples_once(&metrics, "netlane_nvme_target_open_connections", 0.0);
     let get = |name: &str, labels: &str| {
         scraped.iter().find(|(n, l, _)| n == name && l == labels).map(|s| s.2).unwrap_or_else(|| {
             panic!("no sample {name}{{{labels}}} in {scraped:?}");
@@ -546,6 +538,19 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     let doc = valid_document(&out, "nvme-target");
     assert_eq!(doc["stats"]["commands"].as_u64(), Some(commands as u64), "final counters as last scraped: {out}");
     assert_eq!(doc["stats"]["subsystem"]["read_cmds"].as_u64(), Some(reads as u64), "{out}");
+}
+
+/// [`prometheus_samples`] once the sample `name` reads `value` (the counters a server
+/// publishes may trail what a client already saw), or as they are after 5 s.
+fn prometheus_samples_once(addr: &str, name: &str, value: f64) -> Vec<(String, String, f64)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let samples = prometheus_samples(addr);
+        if samples.iter().any(|s| s.0 == name && s.2 == value) || Instant::now() > deadline {
+            return samples;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// GET http://`addr`/metrics, parsed by Debian's python3-prometheus-client: (sample
@@ -969,15 +974,7 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
     assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
     // Workers publish their counters after each turn of their loop, which may end just
     // after the reply left: scrape until the get shows.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let samples = loop {
-        let samples = prometheus_samples(&metrics);
-        let hits = samples.iter().find(|s| s.0 == "netlane_kv_get_hits_total").map(|s| s.2);
-        if hits == Some(1.0) || Instant::now() > deadline {
-            break samples;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let samples = prometheus_samples_once(&metrics, "netlane_kv_get_hits_total", 1.0);
     let value = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2).unwrap_or_else(|| panic!("no {n}"));
     assert_eq!(value("netlane_kv_get_hits_total"), 1.0);
     assert_eq!(value("netlane_kv_get_misses_total"), 1.0);

@@ -23,6 +23,19 @@ fn ring_server(path: PathKind, listen: &str, ring: RingOptions) -> ServerConfig 
     ServerConfig { listen: listen.parse().unwrap(), path, ring, ..ServerConfig::default() }
 }
 
+/// Sends `n` datagrams from loopback to `to` (a socket with a read timeout), one at a
+/// time; returns how many it received intact.
+fn datagrams_received(to: &UdpSocket, n: u8) -> usize {
+    let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut buf = [0u8; 64];
+    (0..n)
+        .filter(|&i| {
+            tx.send_to(&[i; 32], to.local_addr().unwrap()).unwrap();
+            to.recv(&mut buf).is_ok_and(|len| len == 32 && buf[0] == i)
+        })
+        .count()
+}
+
 fn assert_clean(r: &ClientsReport) {
     assert!(r.responses > 50, "too few responses: {r:?}");
     assert_eq!((r.corrupt, r.mismatched, r.lost, r.recv_errors), (0, 0, 0, 0), "{r:?}");
@@ -91,15 +104,7 @@ fn tcpdump_and_other_sockets_keep_working_while_a_frame_path_runs() {
             assert_eq!(ready_rx.recv_timeout(Duration::from_secs(10)), Ok(true), "tcpdump started capturing");
             let r = clients::run(&population(addr, 8, client(512, 8192)), &AtomicBool::new(false)).unwrap();
             // Another socket on the same host and interface still gets its datagrams.
-            let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let mut other_got = 0;
-            let mut buf = [0u8; 64];
-            for i in 0..10u8 {
-                tx.send_to(&[i; 32], other_addr).unwrap();
-                if other.recv(&mut buf).is_ok_and(|n| n == 32 && buf[0] == i) {
-                    other_got += 1;
-                }
-            }
+            let other_got = datagrams_received(&other, 10);
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline && matches!(dump.0.try_wait(), Ok(None)) {
                 thread::sleep(Duration::from_millis(20));
@@ -140,16 +145,7 @@ fn frame_paths_take_only_what_their_own_socket_would_receive() {
             let ((r, other_got), st) = with_server(ring_server(path, listen, ring), |addr| {
                 let other = UdpSocket::bind((other_ip, addr.port())).unwrap();
                 other.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-                let to = other.local_addr().unwrap();
-                let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-                let mut got = 0;
-                let mut buf = [0u8; 64];
-                for i in 0..20u8 {
-                    tx.send_to(&[i; 32], to).unwrap();
-                    if other.recv(&mut buf).is_ok_and(|n| n == 32 && buf[0] == i) {
-                        got += 1;
-                    }
-                }
+                let got = datagrams_received(&other, 20);
                 let r = clients::run(&population(addr, 8, client(512, 8192)), &AtomicBool::new(false)).unwrap();
                 (r, got)
             });

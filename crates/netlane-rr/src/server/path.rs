@@ -407,6 +407,13 @@ fn service_of(sock: &UdpSocket) -> io::Result<ServiceAddr> {
     Ok(ServiceAddr::of_socket(local, v6only))
 }
 
+/// The kernel's form of [`udp_service_filter`] for `want`.
+fn ring_filter(want: ServiceAddr) -> Vec<Insn> {
+    udp_service_filter(want).iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect()
+}
+
+/// The steering program's form of an [`AddrMatch`] (the sans-IO core does not know the
+/// BPF crate's types).
 fn xsk_dst<A>(m: AddrMatch<A>) -> XskDst<A> {
     match m {
         AddrMatch::No => XskDst::No,
@@ -438,10 +445,7 @@ impl RxPath {
             PathKind::Recvmmsg => Ok(RxPath::Recvmmsg(RecvBatch::new(batch, SLOT, 0, true))),
             PathKind::TpacketV3 if ring.adaptive => {
                 let want = service_of(sock)?;
-                let to_insns = |v: &[crate::proto::packet::Insn]| -> Vec<Insn> {
-                    v.iter().map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect()
-                };
-                let pass = to_insns(&udp_service_filter(want));
+                let pass = ring_filter(want);
                 let drop_all = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
                 // The group must leave out what this host sends (6.2's fanout flag; older
                 // kernels ignore it and each request on loopback would come twice).
@@ -493,11 +497,7 @@ impl RxPath {
             PathKind::TpacketV2 | PathKind::TpacketV3 => {
                 let spec = ring.spec(kind).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
                 let want = service_of(sock)?;
-                let filter: Vec<Insn> = udp_service_filter(want)
-                    .iter()
-                    .map(|i| Insn { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
-                    .collect();
-                let ring = PacketRing::open(ETH_P_ALL, ifindex, &filter, spec)?;
+                let ring = PacketRing::open(ETH_P_ALL, ifindex, &ring_filter(want), spec)?;
                 // The service socket stays bound (so the port never answers with ICMP
                 // unreachable) but reads nothing: a filter that drops every datagram
                 // keeps it from queueing a second copy of each request.

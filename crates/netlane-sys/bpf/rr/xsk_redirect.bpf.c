@@ -6,8 +6,9 @@
  * (`service_port` on the destinations below; IPv4 without fragmentation, or IPv6 with
  * UDP as the first next header), are redirected to the AF_XDP socket of the queue they
  * arrived on (`xsks`, indexed by rx_queue_index); when that queue has no socket the
- * redirect falls back to XDP_PASS. Everything else passes to the stack untouched: other sockets,
- * tcpdump, ARP and neighbour discovery keep working. `xsk_stats` counts both outcomes.
+ * redirect falls back to XDP_PASS. Everything else passes to the stack untouched:
+ * other sockets, tcpdump, ARP and neighbour discovery keep working. `xsk_stats` counts
+ * both outcomes.
  */
 #include "nl_common.h"
 #include <linux/in.h>
