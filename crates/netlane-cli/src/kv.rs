@@ -15,9 +15,10 @@ use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
-use netlane_kv::proto::Limits;
-use netlane_kv::server::{Server, ServerConfig, Steer};
-use netlane_kv::store::StoreConfig;
+use netlane_kv::proto::parse::Allowed;
+use netlane_kv::proto::{Limits, Settings as ProtoSettings};
+use netlane_kv::server::{Server, ServerConfig, Steer, UnixListen};
+use netlane_kv::store::{ClassConfig, StoreConfig};
 use netlane_lab::report::documents::{KvLoad, KvServe};
 use netlane_lab::report::{self};
 use netlane_lab::scenarios::kv::WorkloadArgs;
@@ -104,27 +105,84 @@ fn device_holding(ip: IpAddr) -> Result<String> {
     bail!("no interface holds {ip}")
 }
 
-/// `netlane kv serve`.
+/// `netlane kv serve`. The short options are memcached's, with memcached's meaning,
+/// so a memcached command line runs as it is (what netlane does not do is refused by
+/// name; memcached's tuning of its own slabs and LRU is accepted and has no effect).
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to serve, with or without a port (memcached's -l).
+    /// Address to serve, with or without a port (memcached's -l; memcached's default is
+    /// every address).
     #[arg(short = 'l', long, default_value = "127.0.0.1", value_parser = listen_addr)]
     pub listen: (IpAddr, Option<u16>),
-    /// TCP port when --listen has none (0 picks one).
-    #[arg(short = 'p', long, default_value_t = 11211)]
-    pub port: u16,
-    /// Also serve UDP on this port (0: off, as memcached's -U 0).
-    #[arg(short = 'U', long, default_value_t = 0)]
-    pub udp_port: u16,
+    /// TCP port when --listen has none: 0 turns TCP off, -1 picks a free port
+    /// [default: 11211].
+    #[arg(short = 'p', long, allow_negative_numbers = true, value_parser = port_arg)]
+    pub port: Option<i32>,
+    /// UDP port: 0 off, -1 picks a free port; given alone, TCP serves the same port.
+    #[arg(short = 'U', long, allow_negative_numbers = true, value_parser = port_arg)]
+    pub udp_port: Option<i32>,
+    /// Serve this Unix socket, instead of TCP and UDP.
+    #[arg(short = 's', long = "unix-socket", value_name = "FILE")]
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// The Unix socket's access mask, in octal.
+    #[arg(short = 'a', long = "unix-mask", default_value = "700", value_parser = octal_mask)]
+    pub unix_mask: u32,
+    /// Allow the `shutdown` command.
+    #[arg(short = 'A', long)]
+    pub enable_shutdown: bool,
+    /// When started as root, run as this user once the sockets are open.
+    #[arg(short = 'u', long)]
+    pub user: Option<String>,
     /// Memory for items (keys, values, per-item overhead); a bare number is MiB.
-    #[arg(short = 'm', long, default_value = "64", value_parser = megabytes)]
+    #[arg(short = 'm', long = "memory-limit", visible_alias = "memory", default_value = "64", value_parser = megabytes)]
     pub memory: u64,
+    /// Refuse new items when memory is full instead of evicting
+    /// ("SERVER_ERROR out of memory storing object").
+    #[arg(short = 'M', long)]
+    pub disable_evictions: bool,
     /// Largest value (memcached's -I).
-    #[arg(short = 'I', long, default_value = "1m", value_parser = size)]
+    #[arg(short = 'I', long = "max-item-size", visible_alias = "item-max", default_value = "1m", value_parser = size)]
     pub item_max: usize,
     /// Worker threads (memcached's -t).
     #[arg(short = 't', long, default_value_t = 4)]
     pub threads: usize,
+    /// Verbosity: the level `stats settings` reports (repeat for more).
+    #[arg(short = 'v', long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// Keep no CAS values: gets returns 0 and cas never stores.
+    #[arg(short = 'C', long)]
+    pub disable_cas: bool,
+    /// Refuse `flush_all`.
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// Refuse `stats cachedump`.
+    #[arg(short = 'X', long)]
+    pub disable_dumping: bool,
+    /// Accepted for memcached's command lines: there are no watch commands to turn off.
+    #[arg(short = 'W', long)]
+    pub disable_watch: bool,
+    /// The protocols a connection may speak: auto (told apart by the first byte),
+    /// ascii or binary.
+    #[arg(short = 'B', long, default_value = "auto", value_parser = protocol_arg)]
+    pub protocol: netlane_kv::proto::Protocol,
+    /// The listen backlog.
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    pub backlog: i32,
+    /// Size classes' growth factor, for the per-class stats (memcached's -f).
+    #[arg(short = 'f', long = "slab-growth-factor", default_value_t = 1.25)]
+    pub growth_factor: f64,
+    /// The smallest size class's space for key, value and flags (memcached's -n).
+    #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
+    pub slab_min_size: u64,
+    /// memcached's extended options, comma separated: idle_timeout=SECS,
+    /// slab_chunk_max=KB; and memcached's own slab and LRU tuning, accepted with no
+    /// effect.
+    #[arg(short = 'o', long, value_delimiter = ',')]
+    pub extended: Vec<String>,
+    /// Accept memcached-debug's `debugtime <seconds>` command, which moves the server's
+    /// clock forward (for test suites, such as memcached's own).
+    #[arg(long)]
+    pub debug_time: bool,
     /// Lanes instead of plain workers: `auto` (one per receive queue of --lane-device)
     /// or a count. A lane is a worker that owns receive queues (NAPI instances).
     #[arg(long, value_parser = lanes_count, conflicts_with = "threads")]
@@ -163,21 +221,18 @@ pub struct ServeArgs {
     pub xps_rxqs: bool,
     /// Most simultaneous connections; more are answered
     /// "ERROR Too many open connections" and closed (memcached's -c).
-    #[arg(short = 'c', long, default_value_t = 1024)]
+    #[arg(short = 'c', long = "conn-limit", visible_alias = "max-conns", default_value_t = 1024)]
     pub max_conns: usize,
-    /// Close connections idle this long [default: never].
+    /// Close connections idle this long [default: never] (memcached's -o idle_timeout).
     #[arg(long, value_parser = parse_positive_duration)]
     pub idle_timeout: Option<Duration>,
     /// Commands one connection runs before the others get a turn (memcached's -R).
-    #[arg(short = 'R', long, default_value_t = 64)]
+    #[arg(short = 'R', long = "max-reqs-per-event", visible_alias = "reqs-per-event", default_value_t = 64)]
     pub reqs_per_event: usize,
     /// Longest command line other than get (longer: CLIENT_ERROR and the connection
-    /// closes).
+    /// closes; get lines may be any length).
     #[arg(long, default_value = "2048", value_parser = size)]
     pub max_line: usize,
-    /// Longest get line (many keys).
-    #[arg(long, default_value = "64k", value_parser = size)]
-    pub max_get_line: usize,
     /// Stop reading a connection's commands while this much of its output is unsent.
     #[arg(long, default_value = "256k", value_parser = size)]
     pub output_pause: usize,
@@ -197,27 +252,207 @@ pub struct ServeArgs {
     /// `listening on ...`, then goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+    /// memcached options netlane does not have, refused by name.
+    #[command(flatten)]
+    pub unsupported: Unsupported,
+}
+
+/// memcached's options that netlane refuses, each with the reason.
+#[derive(Debug, Args)]
+pub struct Unsupported {
+    #[arg(short = 'd', hide = true)]
+    daemon: bool,
+    #[arg(short = 'P', hide = true)]
+    pidfile: Option<String>,
+    #[arg(short = 'r', hide = true)]
+    coredumps: bool,
+    #[arg(short = 'k', hide = true)]
+    lock_memory: bool,
+    #[arg(short = 'L', hide = true)]
+    large_pages: bool,
+    #[arg(short = 'D', hide = true)]
+    delimiter: Option<String>,
+    #[arg(short = 'S', hide = true)]
+    auth: bool,
+    #[arg(short = 'Y', hide = true)]
+    auth_file: Option<String>,
+    #[arg(short = 'e', hide = true)]
+    memory_file: Option<String>,
+    #[arg(short = 'Z', hide = true)]
+    tls: bool,
+    #[arg(short = 'N', hide = true)]
+    napi_ids: Option<String>,
+}
+
+impl Unsupported {
+    /// The first option given that netlane does not have, with why.
+    fn check(&self) -> Result<()> {
+        let why = [
+            (self.daemon, "-d: netlane does not daemonize; run it under a service manager"),
+            (self.pidfile.is_some(), "-P: there is no daemon mode to write a PID file for"),
+            (self.coredumps, "-r: set the core file limit with ulimit -c"),
+            (self.lock_memory, "-k: locking memory is not supported"),
+            (self.large_pages, "-L: large pages are not supported"),
+            (self.delimiter.is_some(), "-D: per-prefix stats are not supported"),
+            (self.auth, "-S: authentication is not supported"),
+            (self.auth_file.is_some(), "-Y: authentication is not supported"),
+            (self.memory_file.is_some(), "-e: a restartable memory file is not supported"),
+            (self.tls, "-Z: TLS is not supported"),
+            (self.napi_ids.is_some(), "-N: use --lanes and --steer acceptor (NAPI-id placement)"),
+        ];
+        match why.iter().find(|(given, _)| *given) {
+            Some((_, why)) => bail!("{why}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// memcached's `-p`/`-U`: -1 (a free port) up to 65535.
+fn port_arg(s: &str) -> Result<i32, String> {
+    match s.parse::<i32>() {
+        Ok(p) if (-1..=65535).contains(&p) => Ok(p),
+        _ => Err(format!("{s}: a port 0..=65535, or -1 for a free one")),
+    }
+}
+
+fn octal_mask(s: &str) -> Result<u32, String> {
+    u32::from_str_radix(s, 8).ok().filter(|m| *m <= 0o777).ok_or_else(|| format!("{s}: an octal mode, 0..=777"))
+}
+
+fn protocol_arg(s: &str) -> Result<netlane_kv::proto::Protocol, String> {
+    use netlane_kv::proto::Protocol;
+    match s {
+        "auto" => Ok(Protocol::Auto),
+        "ascii" => Ok(Protocol::Ascii),
+        "binary" => Ok(Protocol::Binary),
+        _ => Err(format!("{s}: ascii, binary or auto")),
+    }
+}
+
+/// What memcached's `-o` options ask of netlane.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Extended {
+    idle_timeout: Option<Duration>,
+    slab_chunk_max: Option<u64>,
+    /// memcached tuning with no counterpart here.
+    no_effect: Vec<String>,
+}
+
+/// memcached's extended options that tune its own slab allocator, LRU, hashing and
+/// privileges: none has a counterpart in netlane's store, so they are accepted (a
+/// memcached command line runs as it is) and reported as having no effect.
+const NO_EFFECT: &[&str] = &[
+    "maxconns_fast",
+    "hashpower",
+    "tail_repair_time",
+    "hash_algorithm",
+    "lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "lru_maintainer",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "track_sizes",
+    "hashexpand",
+    "modern",
+    "slab_reassign",
+    "slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_automove_freeratio",
+    "inline_ascii_response",
+    "lru_segmented",
+    "expirezero_does_not_evict",
+    "relaxed_privileges",
+    "drop_privileges",
+    "read_buf_mem_limit",
+    "sock_cookie_id",
+];
+
+fn extended(list: &[String]) -> Result<Extended> {
+    let mut e = Extended::default();
+    for opt in list.iter().filter(|o| !o.is_empty()) {
+        let (name, value) = opt.split_once('=').map_or((opt.as_str(), None), |(n, v)| (n, Some(v)));
+        let number = || -> Result<u64> {
+            value.and_then(|v| v.parse::<u64>().ok()).with_context(|| format!("-o {opt}: {name} takes a number"))
+        };
+        match name {
+            "idle_timeout" => {
+                let secs = number()?;
+                e.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
+            }
+            "slab_chunk_max" => e.slab_chunk_max = Some(number()? << 10),
+            n if n.starts_with("ext_") || n.starts_with("ssl_") || n.starts_with("proxy") => {
+                bail!("-o {opt}: not supported (netlane has no external storage, TLS or proxy)")
+            }
+            n if NO_EFFECT.contains(&n.strip_prefix("no_").unwrap_or(n)) => e.no_effect.push(opt.clone()),
+            _ => bail!("-o {opt}: illegal suboption"),
+        }
+    }
+    Ok(e)
 }
 
 impl ServeArgs {
-    fn config(&self) -> ServerConfig {
-        let (ip, port) = self.listen;
-        ServerConfig {
-            listen: SocketAddr::new(ip, port.unwrap_or(self.port)),
-            udp_port: (self.udp_port != 0).then_some(self.udp_port),
+    /// The ports as memcached resolves -p and -U: TCP (None: off) and UDP (None: off),
+    /// 0 standing for a free port.
+    fn ports(&self) -> (Option<u16>, Option<u16>) {
+        let given_tcp = self.listen.1.map(i32::from).or(self.port);
+        let udp = self.udp_port.unwrap_or(0);
+        // -U alone sets the TCP port too (memcached).
+        let tcp = match given_tcp {
+            Some(p) => p,
+            None if udp != 0 => udp,
+            None => 11211,
+        };
+        let port = |p: i32| match p {
+            0 => None,
+            -1 => Some(0),
+            p => Some(p as u16),
+        };
+        if self.unix_socket.is_some() {
+            return (None, None);
+        }
+        (port(tcp), port(udp))
+    }
+
+    fn config(&self) -> Result<ServerConfig> {
+        let (ip, _) = self.listen;
+        let ext = extended(&self.extended)?;
+        let (tcp, udp) = self.ports();
+        let classes = ClassConfig {
+            factor: self.growth_factor,
+            min_size: self.slab_min_size,
+            chunk_max: ext.slab_chunk_max.unwrap_or(ClassConfig::for_item_max(self.item_max).chunk_max),
+        };
+        Ok(ServerConfig {
+            listen: SocketAddr::new(ip, tcp.unwrap_or(0)),
+            tcp: tcp.is_some(),
+            udp_port: udp,
+            unix: self.unix_socket.as_ref().map(|p| UnixListen { path: p.clone(), mask: self.unix_mask }),
             threads: self.threads,
-            store: StoreConfig { memory: self.memory, item_max: self.item_max, shards: self.shards },
+            store: StoreConfig {
+                memory: self.memory,
+                item_max: self.item_max,
+                shards: self.shards,
+                cas: !self.disable_cas,
+                evictions: !self.disable_evictions,
+                classes: Some(classes),
+            },
             limits: Limits {
                 max_line: self.max_line,
-                max_get_line: self.max_get_line,
                 output_pause: self.output_pause,
                 commands_per_turn: self.reqs_per_event,
                 ..Limits::default()
             },
             max_conns: self.max_conns,
-            idle_timeout: self.idle_timeout,
+            idle_timeout: self.idle_timeout.or(ext.idle_timeout),
             cpus: self.cpus.as_ref().map(|c| c.as_slice().to_vec()),
-            backlog: 1024,
+            backlog: self.backlog,
             steer: self.steer,
             busy_poll: self.busy_poll,
             lane_device: None,
@@ -228,13 +463,19 @@ impl ServeArgs {
             },
             max_lanes: self.max_lanes,
             xps_rxqs: self.xps_rxqs,
-        }
+            proto: ProtoSettings {
+                allowed: Allowed { shutdown: self.enable_shutdown, debug_time: self.debug_time },
+                flush: !self.disable_flush_all,
+                dump: !self.disable_dumping,
+                protocol: self.protocol,
+            },
+        })
     }
 
     /// The config with the lanes resolved: `--lanes auto` counts the device's receive
     /// queues (the device holding the listen address unless --lane-device names one).
     fn resolved(&self) -> Result<ServerConfig> {
-        let mut cfg = self.config();
+        let mut cfg = self.config()?;
         let device = match (&self.lane_device, self.lanes) {
             (Some(d), _) => Some(d.clone()),
             (None, Some(LanesCount::Auto)) => Some(device_holding(cfg.listen.ip()).with_context(|| {
@@ -265,20 +506,38 @@ impl ServeArgs {
     }
 
     fn run(&self) -> Result<u8> {
+        self.unsupported.check()?;
         let out = OutputArgs { json: self.json.clone(), csv: None };
         out.validate()?;
         let to_stdout = out.json_to_stdout();
+        let ext = extended(&self.extended)?;
+        for o in &ext.no_effect {
+            eprintln!("note: -o {o} has no effect here (memcached's own slab, LRU or privilege tuning)");
+        }
         let cfg = self.resolved()?;
         cfg.validate()?;
+        if !cfg.tcp && cfg.udp_port.is_none() && cfg.unix.is_none() {
+            eprintln!("warning: serving nothing: TCP (-p 0), UDP and the Unix socket are all off");
+        }
         let server = Server::start(cfg.clone()).context("starting the cache server")?;
+        if let Some(user) = &self.user {
+            drop_privileges(user)?;
+        }
+        if let Some(file) = std::env::var_os("MEMCACHED_PORT_FILENAME") {
+            write_port_file(std::path::Path::new(&file), server.tcp_addr(), server.udp_addr())?;
+        }
         let metrics = self
             .metrics_addr
             .map(|a| MetricsServer::start(a, "kv-metrics", server.metrics_handler()))
             .transpose()
             .context("starting the metrics endpoint")?;
+        let serving = match (server.tcp_addr(), &cfg.unix) {
+            (_, Some(u)) => format!("{} (unix)", u.path.display()),
+            (Some(a), None) => format!("{a} (tcp)"),
+            (None, None) => "no TCP".to_string(),
+        };
         let mut line = format!(
-            "listening on {} (tcp) threads={} memory={} item_max={} max_conns={} shards={}",
-            server.local_addr(),
+            "listening on {serving} threads={} memory={} item_max={} max_conns={} shards={}",
             cfg.threads,
             cfg.store.memory,
             cfg.store.item_max,
@@ -321,6 +580,10 @@ impl ServeArgs {
         }
         let started = Instant::now();
         while !STOP.load(Ordering::Relaxed) && self.time.is_none_or(|t| started.elapsed() < t) {
+            if server.shutdown_requested().is_some() {
+                eprintln!("shutdown: asked for by a client");
+                break;
+            }
             if server.failed() {
                 anyhow::bail!("a server thread stopped unexpectedly (see the log above)");
             }
@@ -376,6 +639,39 @@ impl ServeArgs {
         out.write_json(&report::document("kv-serve", KvServe { stats: s }))?;
         Ok(0)
     }
+}
+
+/// memcached's `-u`: when running as root, become `user` (its group, and only that
+/// group) once the sockets are open. As anyone else, nothing changes.
+fn drop_privileges(user: &str) -> Result<()> {
+    use nix::unistd::{Uid, User, setgid, setgroups, setuid};
+    if !Uid::effective().is_root() {
+        return Ok(());
+    }
+    let u = User::from_name(user).with_context(|| format!("-u {user}: reading the user database"))?;
+    let u = u.with_context(|| format!("-u {user}: no such user"))?;
+    if u.uid.is_root() {
+        return Ok(());
+    }
+    setgroups(&[u.gid]).with_context(|| format!("-u {user}: setgroups"))?;
+    setgid(u.gid).with_context(|| format!("-u {user}: setgid"))?;
+    setuid(u.uid).with_context(|| format!("-u {user}: setuid"))?;
+    Ok(())
+}
+
+/// memcached's `MEMCACHED_PORT_FILENAME`: the ports served, as `TCP INET: <port>` lines,
+/// written to `<file>.lck` and then renamed to `file` (so a reader never sees half).
+fn write_port_file(file: &std::path::Path, tcp: Option<SocketAddr>, udp: Option<SocketAddr>) -> Result<()> {
+    let mut text = String::new();
+    for (kind, addr) in [("TCP", tcp), ("UDP", udp)] {
+        if let Some(a) = addr {
+            text.push_str(&format!("{kind} {}: {}\n", if a.is_ipv4() { "INET" } else { "INET6" }, a.port()));
+        }
+    }
+    let mut lck = file.as_os_str().to_owned();
+    lck.push(".lck");
+    std::fs::write(&lck, text).with_context(|| format!("writing {}", std::path::Path::new(&lck).display()))?;
+    std::fs::rename(&lck, file).with_context(|| format!("renaming to {}", file.display()))
 }
 
 /// `netlane kv load`.

@@ -945,7 +945,7 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("serve.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
-        .args(["kv", "serve", "-l", "127.0.0.1", "-p", "0", "-U", "0", "-t", "2", "-m", "16"])
+        .args(["kv", "serve", "-l", "127.0.0.1", "-p", "-1", "-U", "0", "-t", "2", "-m", "16"])
         .args(["--metrics-addr", "127.0.0.1:0", "--time", "60s", "--json", json.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

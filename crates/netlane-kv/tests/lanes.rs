@@ -31,7 +31,7 @@ fn config(h: &TwoHosts, steer: Steer, lanes: usize) -> ServerConfig {
     ServerConfig {
         listen: SocketAddr::new(h.rx_addr(false), 0),
         threads: lanes,
-        store: StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 },
+        store: StoreConfig::new(64 << 20, 1 << 20, 8),
         steer,
         lane_device: Some(h.rx_if.clone()),
         ..ServerConfig::default()
@@ -251,7 +251,7 @@ fn connections_without_a_napi_id_move_when_their_lane_leaves() {
     let server = Server::start(ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: 3,
-        store: StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 },
+        store: StoreConfig::new(64 << 20, 1 << 20, 8),
         steer: Steer::Acceptor,
         ..ServerConfig::default()
     })

@@ -50,7 +50,7 @@ fn open_loop_against_netlanes_server() {
     let server = Server::start(ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: 2,
-        store: StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 },
+        store: StoreConfig::new(64 << 20, 1 << 20, 8),
         ..ServerConfig::default()
     })
     .unwrap();

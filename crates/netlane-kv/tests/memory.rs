@@ -24,7 +24,7 @@ fn a_client_that_does_not_read_cannot_grow_the_servers_memory() {
     let cfg = ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: 2,
-        store: StoreConfig { memory: 16 << 20, item_max: 128 << 10, shards: 4 },
+        store: StoreConfig::new(16 << 20, 128 << 10, 4),
         limits: Limits { output_pause: 64 << 10, ..Limits::default() },
         ..ServerConfig::default()
     };

@@ -15,7 +15,7 @@ fn config() -> ServerConfig {
     ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         threads: 2,
-        store: StoreConfig { memory: 1 << 20, item_max: 1024, shards: 4 },
+        store: StoreConfig::new(1 << 20, 1024, 4),
         ..ServerConfig::default()
     }
 }
@@ -102,7 +102,7 @@ fn require(tool: &str) {
 fn pymemcache_against_the_server() {
     require("python3");
     let mut cfg = config();
-    cfg.store = StoreConfig { memory: 16 << 20, item_max: 64 << 10, shards: 4 };
+    cfg.store = StoreConfig::new(16 << 20, 64 << 10, 4);
     let server = Server::start(cfg).unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/pymemcache_client.py");
     let out = Command::new("/usr/bin/python3")
@@ -125,7 +125,7 @@ fn tool(name: &str, args: &[&str]) -> std::process::Output {
 #[test]
 fn libmemcached_tools_against_the_server() {
     let mut cfg = config();
-    cfg.store = StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 8 };
+    cfg.store = StoreConfig::new(64 << 20, 1 << 20, 8);
     let server = Server::start(cfg).unwrap();
     let servers = format!("--servers=127.0.0.1:{}", server.local_addr().port());
 
@@ -204,7 +204,7 @@ fn udp_call(sock: &UdpSocket, id: u16, body: &[u8]) -> Vec<u8> {
 fn udp_requests_with_memcacheds_frame_header() {
     let mut cfg = config();
     cfg.udp_port = Some(0);
-    cfg.store = StoreConfig { memory: 16 << 20, item_max: 64 << 10, shards: 4 };
+    cfg.store = StoreConfig::new(16 << 20, 64 << 10, 4);
     let server = Server::start(cfg).unwrap();
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

@@ -4,11 +4,12 @@
 //! [`Conn::process`], and writes [`Conn::output`] (reporting with [`Conn::written`]).
 //!
 //! # Bounds (a client controls none of them)
-//! - The input buffer holds at most one command line ([`Limits::max_line`], or
-//!   [`Limits::max_get_line`] for get lines) plus one data block (the item size limit +
-//!   2). A longer line is answered `CLIENT_ERROR line too long` and the connection
-//!   closes; a data block over the item limit is answered and skipped as it arrives,
-//!   never buffered.
+//! - The input buffer holds at most one command line ([`Limits::max_line`]) plus one
+//!   data block (the item size limit + 2). A longer line is answered
+//!   `CLIENT_ERROR line too long` and the connection closes; a data block over the item
+//!   limit is answered and skipped as it arrives, never buffered.
+//! - A get line may be any length, as in memcached: its keys are answered as they
+//!   arrive, and only the key being read is buffered.
 //! - Commands stop being read while the unsent output is over
 //!   [`Limits::output_pause`]; a multi-get pauses between keys at that point and resumes
 //!   once the client has read. So the output never holds more than the limit plus one
@@ -19,17 +20,16 @@
 
 use memchr::memchr;
 
-use super::exec::{self, Ctx, GetProgress};
-use super::parse::{self, Command, ParseError};
+use super::exec::{self, After, Ctx};
+use super::parse::{self, Command, GetHead, ParseError};
 use super::reply::line;
+use crate::store::{KEY_MAX, StoreError};
 
 /// Per-connection bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest command line other than get (memcached: 2048).
+    /// Longest command line other than get, CRLF not counted (memcached: 2048).
     pub max_line: usize,
-    /// Longest get/gets/gat/gats line (many keys).
-    pub max_get_line: usize,
     /// Stop running commands while this much output is unsent.
     pub output_pause: usize,
     /// Commands run per [`Conn::process`] call.
@@ -40,13 +40,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_line: 2048,
-            max_get_line: 64 << 10,
-            output_pause: 256 << 10,
-            commands_per_turn: 64,
-            read_chunk: 16 << 10,
-        }
+        Limits { max_line: 2048, output_pause: 256 << 10, commands_per_turn: 64, read_chunk: 16 << 10 }
     }
 }
 
@@ -68,6 +62,17 @@ pub enum Turn {
 /// The smallest buffers a connection keeps.
 const BASE_CAPACITY: usize = 16 << 10;
 
+/// A get command being answered, its keys read from the input as they come.
+#[derive(Debug, Clone, Copy)]
+struct GetRun {
+    cas: bool,
+    /// gat's new deadline.
+    touch: Option<u64>,
+    /// The line had not all arrived when the get began: keys are checked one by one
+    /// (a complete line is checked whole first, as memcached does).
+    streaming: bool,
+}
+
 /// One connection's protocol state.
 #[derive(Debug)]
 pub struct Conn {
@@ -75,17 +80,29 @@ pub struct Conn {
     /// Unconsumed input is `input[start..end]`.
     start: usize,
     end: usize,
-    /// Bytes of the current command still to arrive before it can run.
+    /// Bytes of input (from `start`) needed before the current command can go on.
     need: usize,
     /// Bytes of a refused data block still to skip.
     swallow: usize,
-    /// A paused multi-get: the key index to continue with.
-    resume_get: Option<usize>,
+    /// The rest of the current line is dropped (up to its newline).
+    skip_line: bool,
+    /// A get being answered.
+    get: Option<GetRun>,
     output: Vec<u8>,
     sent: usize,
     closing: bool,
     limits: Limits,
     item_max: usize,
+}
+
+/// How far a get got.
+enum GetStep {
+    /// The line ended: END written.
+    Done,
+    /// The output reached the pause limit.
+    Paused,
+    /// The next key has not all arrived.
+    NeedInput,
 }
 
 impl Conn {
@@ -97,7 +114,8 @@ impl Conn {
             end: 0,
             need: 0,
             swallow: 0,
-            resume_get: None,
+            skip_line: false,
+            get: None,
             output: Vec::new(),
             sent: 0,
             closing: false,
@@ -106,15 +124,15 @@ impl Conn {
         }
     }
 
-    /// Most input ever buffered: a get line, or a line and a whole data block.
+    /// Most input ever buffered: a line and a whole data block.
     fn input_bound(&self) -> usize {
-        self.limits.max_get_line.max(self.limits.max_line + self.item_max + 2)
+        self.limits.max_line + 2 + self.item_max + 2
     }
 
     /// Free space to read into (empty when nothing should be read now: the output is
     /// paused or the connection is closing).
     pub fn read_space(&mut self) -> &mut [u8] {
-        if self.closing || self.resume_get.is_some() || self.unsent() > self.limits.output_pause {
+        if self.closing || self.unsent() > self.limits.output_pause {
             return &mut [];
         }
         if self.start == self.end {
@@ -166,7 +184,8 @@ impl Conn {
         self.end = 0;
         self.need = 0;
         self.swallow = 0;
-        self.resume_get = None;
+        self.skip_line = false;
+        self.get = None;
         self.output.clear();
         self.sent = 0;
         self.closing = false;
@@ -203,14 +222,22 @@ impl Conn {
         self.closing
     }
 
-    /// Whether input is waiting to be run (a yielded or paused turn).
-    pub fn has_work(&self) -> bool {
-        self.resume_get.is_some() || (self.start < self.end && self.need <= self.end - self.start)
+    /// Whether a get was cut short (its output reached the pause limit) and is waiting
+    /// for the output to drain.
+    pub fn get_paused(&self) -> bool {
+        self.get.is_some() && self.unsent() > self.limits.output_pause
     }
 
-    fn error(&mut self, ctx: &mut Ctx<'_>, e: ParseError) {
+    /// Whether input is waiting to be run (a yielded or paused turn).
+    pub fn has_work(&self) -> bool {
+        self.start < self.end && self.need <= self.end - self.start
+    }
+
+    fn reply_error(&mut self, ctx: &mut Ctx<'_>, e: ParseError) {
         ctx.counters.client_errors += 1;
-        line(&mut self.output, e.reply.as_bytes());
+        if !e.silent {
+            line(&mut self.output, e.reply.as_bytes());
+        }
     }
 
     /// Runs the buffered commands.
@@ -228,8 +255,28 @@ impl Conn {
                     return Turn::NeedRead;
                 }
             }
+            if self.skip_line {
+                match memchr(b'\n', &self.input[self.start..self.end]) {
+                    Some(nl) => {
+                        self.start += nl + 1;
+                        self.skip_line = false;
+                    }
+                    None => {
+                        self.start = self.end;
+                        return Turn::NeedRead;
+                    }
+                }
+            }
             if self.unsent() > self.limits.output_pause {
                 return Turn::Blocked;
+            }
+            if let Some(run) = self.get {
+                match self.run_get(ctx, run) {
+                    GetStep::Done => self.get = None,
+                    GetStep::Paused => return Turn::Blocked,
+                    GetStep::NeedInput => return Turn::NeedRead,
+                }
+                continue;
             }
             if ran == self.limits.commands_per_turn {
                 if self.has_work() {
@@ -239,30 +286,66 @@ impl Conn {
                 return Turn::NeedRead;
             }
             let avail = &self.input[self.start..self.end];
+            if avail.is_empty() {
+                self.need = 0;
+                return Turn::NeedRead;
+            }
             let Some(nl) = memchr(b'\n', avail) else {
-                let limit =
-                    if parse::is_long_line_command(avail) { self.limits.max_get_line } else { self.limits.max_line };
-                if avail.len() > limit {
+                if avail.len() > self.limits.max_line && parse::is_get_line(avail) {
+                    // A get line longer than any line limit: answer its keys as they come.
+                    match parse::get_head(avail, false) {
+                        Ok(Some(head)) => {
+                            ran += 1;
+                            self.begin_get(ctx, head, true);
+                            continue;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            self.reply_error(ctx, e);
+                            self.skip_line = true;
+                            continue;
+                        }
+                    }
+                }
+                // The line and its CR may be up to max_line + 1 bytes before the LF.
+                if avail.len() > self.limits.max_line + 1 {
                     return self.line_too_long(ctx);
                 }
                 self.need = avail.len() + 1;
                 return Turn::NeedRead;
             };
             let line_end = if nl > 0 && avail[nl - 1] == b'\r' { nl - 1 } else { nl };
-            let limit =
-                if parse::is_long_line_command(avail) { self.limits.max_get_line } else { self.limits.max_line };
-            if nl > limit {
-                return self.line_too_long(ctx);
-            }
             self.need = 0;
             ran += 1;
+            match parse::get_head(&avail[..line_end], true) {
+                Ok(Some(head)) => {
+                    // The whole line is here: refuse it whole if a key is too long.
+                    let keys = &avail[head.keys_at..line_end];
+                    let keys = &keys[..memchr(0, keys).unwrap_or(keys.len())];
+                    if keys.split(|&b| b == b' ').any(|k| k.len() > KEY_MAX) {
+                        self.start += nl + 1;
+                        self.reply_error(ctx, parse::BAD_FORMAT);
+                        continue;
+                    }
+                    self.begin_get(ctx, head, false);
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.start += nl + 1;
+                    self.reply_error(ctx, e);
+                    continue;
+                }
+            }
+            if line_end > self.limits.max_line {
+                return self.line_too_long(ctx);
+            }
             // The line is re-borrowed from the buffer each time; parsing is cheap and
             // borrows nothing that outlives this iteration.
             let (start, end) = (self.start, self.end);
             let input = std::mem::take(&mut self.input);
-            let line_bytes = &input[start..start + line_end];
             let consumed = nl + 1;
-            let step = self.step(ctx, line_bytes, &input[start + consumed..end]);
+            let step = self.step(ctx, &input[start..start + line_end], &input[start + consumed..end]);
             self.input = input;
             match step {
                 Step::Done(extra) => self.start += consumed + extra,
@@ -270,11 +353,8 @@ impl Conn {
                     self.need = consumed + total;
                     return Turn::NeedRead;
                 }
-                Step::Paused(i) => {
-                    self.resume_get = Some(i);
-                    return Turn::Blocked;
-                }
-                Step::Quit => {
+                Step::Close => {
+                    self.start += consumed;
                     self.closing = true;
                     return Turn::Close;
                 }
@@ -290,46 +370,107 @@ impl Conn {
         Turn::Close
     }
 
+    /// Starts answering a get whose head is at `start`.
+    fn begin_get(&mut self, ctx: &Ctx<'_>, head: GetHead, streaming: bool) {
+        self.start += head.keys_at;
+        let touch = head.touch.map(|t| ctx.clock.deadline(i64::from(t)));
+        self.get = Some(GetRun { cas: head.cas, touch, streaming });
+    }
+
+    /// Answers the keys of a get that have arrived, up to the end of its line or the
+    /// output pause.
+    fn run_get(&mut self, ctx: &mut Ctx<'_>, run: GetRun) -> GetStep {
+        loop {
+            if self.unsent() > self.limits.output_pause {
+                return GetStep::Paused;
+            }
+            let avail = &self.input[self.start..self.end];
+            let spaces = avail.iter().take_while(|&&b| b == b' ').count();
+            self.start += spaces;
+            let avail = &avail[spaces..];
+            match avail {
+                [] | [b'\r'] => {
+                    self.need = avail.len() + 1;
+                    return GetStep::NeedInput;
+                }
+                [b'\n', ..] | [b'\r', b'\n', ..] => {
+                    self.start += if avail[0] == b'\n' { 1 } else { 2 };
+                    self.output.extend_from_slice(b"END\r\n");
+                    return GetStep::Done;
+                }
+                // memcached reads a line as a C string: a NUL byte ends its keys.
+                [0, ..] => {
+                    self.output.extend_from_slice(b"END\r\n");
+                    self.skip_line = true;
+                    return GetStep::Done;
+                }
+                _ => {}
+            }
+            // The key ends at a space, a NUL, a LF, or a CR that a LF follows.
+            let mut end = None;
+            for (i, &b) in avail.iter().enumerate() {
+                match b {
+                    b' ' | b'\n' | 0 => {
+                        end = Some(i);
+                        break;
+                    }
+                    b'\r' if avail.get(i + 1) == Some(&b'\n') => {
+                        end = Some(i);
+                        break;
+                    }
+                    b'\r' if i + 1 == avail.len() => break,
+                    _ => {}
+                }
+            }
+            let Some(end) = end.filter(|&e| e <= KEY_MAX) else {
+                if avail.len() > KEY_MAX {
+                    // Only a streamed line gets here (a whole line was checked first):
+                    // what was answered stays answered; the rest of the line is dropped.
+                    debug_assert!(run.streaming);
+                    self.reply_error(ctx, parse::BAD_FORMAT);
+                    self.skip_line = true;
+                    return GetStep::Done;
+                }
+                self.need = avail.len() + 1;
+                return GetStep::NeedInput;
+            };
+            let (start, stop) = (self.start, self.start + end);
+            let input = std::mem::take(&mut self.input);
+            exec::get_key(ctx, &input[start..stop], run.cas, run.touch, &mut self.output);
+            self.input = input;
+            self.start = stop;
+        }
+    }
+
     /// Runs one command whose line is `line`; `rest` is the input after its newline.
     fn step(&mut self, ctx: &mut Ctx<'_>, line_bytes: &[u8], rest: &[u8]) -> Step {
-        let cmd = match parse::parse(line_bytes) {
+        let allowed = ctx.settings.allowed;
+        let cmd = match parse::parse(line_bytes, allowed) {
             Ok(c) => c,
+            Err(e) if e.close => return Step::Close,
             Err(e) => {
-                self.error(ctx, e);
+                self.reply_error(ctx, e);
                 return self.skip(e.swallow, rest);
             }
         };
         match cmd {
-            Command::Get { keys, cas, touch } => {
-                let skip = self.resume_get.take().unwrap_or(0);
-                let pause_at = self.sent + self.limits.output_pause;
-                let mark = self.output.len();
-                match exec::get(ctx, keys, cas, touch, skip, &mut self.output, pause_at) {
-                    Ok(GetProgress::Done) => Step::Done(0),
-                    Ok(GetProgress::Paused(i)) => Step::Paused(i),
-                    Err(e) => {
-                        self.output.truncate(mark);
-                        self.error(ctx, e);
-                        Step::Done(0)
-                    }
-                }
-            }
             Command::Store { len, noreply, mode, key, flags, exptime, cas } => {
                 if len > self.item_max {
-                    ctx.counters.cmd_set += 1;
-                    ctx.counters.store_too_large += 1;
+                    // Refused before its data arrives: a set also drops the key's value.
+                    let reply = exec::refuse_store(ctx, key, mode == parse::StoreMode::Set, StoreError::TooLarge);
                     if !noreply {
-                        line(&mut self.output, b"SERVER_ERROR object too large for cache");
+                        line(&mut self.output, reply);
                     }
                     return self.skip(len.checked_add(2), rest);
                 }
                 let Some(data) = data_block(rest, len) else { return Step::Wait(len + 2) };
-                let Ok(data) = data else {
-                    ctx.counters.client_errors += 1;
-                    line(&mut self.output, b"CLIENT_ERROR bad data chunk");
-                    return Step::Done(len + 2);
+                let reply = match data {
+                    Ok(data) => exec::store(ctx, mode, key, flags, exptime, cas, data),
+                    Err(()) => {
+                        ctx.counters.client_errors += 1;
+                        b"CLIENT_ERROR bad data chunk"
+                    }
                 };
-                let reply = exec::store(ctx, mode, key, flags, exptime, cas, data);
                 if !noreply {
                     line(&mut self.output, reply);
                 }
@@ -338,27 +479,30 @@ impl Conn {
             Command::MetaSet(key, len, flags) => {
                 if len > self.item_max {
                     ctx.counters.cmd_meta += 1;
-                    ctx.counters.store_too_large += 1;
-                    line(&mut self.output, b"SERVER_ERROR object too large for cache");
+                    let reply = exec::refuse_store(ctx, key.bytes(), true, StoreError::TooLarge);
+                    line(&mut self.output, reply);
                     return self.skip(len.checked_add(2), rest);
                 }
                 let Some(data) = data_block(rest, len) else { return Step::Wait(len + 2) };
-                let Ok(data) = data else {
-                    ctx.counters.client_errors += 1;
-                    line(&mut self.output, b"CLIENT_ERROR bad data chunk");
-                    return Step::Done(len + 2);
-                };
-                exec::meta_set(ctx, &key, &flags, data, &mut self.output);
+                match data {
+                    Ok(data) => {
+                        let mark = self.output.len();
+                        if super::meta::set(ctx, &key, &flags, data, &mut self.output) {
+                            self.output.truncate(mark);
+                        }
+                    }
+                    // ms always reports a bad data block, q or not.
+                    Err(()) => {
+                        ctx.counters.client_errors += 1;
+                        line(&mut self.output, b"CLIENT_ERROR bad data chunk");
+                    }
+                }
                 Step::Done(len + 2)
             }
-            Command::Quit => Step::Quit,
-            other => {
-                let mark = self.output.len();
-                if !exec::simple(ctx, other, &mut self.output) {
-                    self.output.truncate(mark);
-                }
-                Step::Done(0)
-            }
+            other => match exec::simple(ctx, other, &mut self.output) {
+                After::Continue => Step::Done(0),
+                After::Close => Step::Close,
+            },
         }
     }
 
@@ -389,8 +533,6 @@ enum Step {
     Done(usize),
     /// Needs this many bytes after the line before it can run.
     Wait(usize),
-    /// A multi-get paused at this key.
-    Paused(usize),
-    /// quit.
-    Quit,
+    /// Close once the replies so far are out (quit, shutdown, an HTTP request line).
+    Close,
 }

@@ -1,14 +1,50 @@
-//! Commands carried out against the store, answered as memcached answers them.
+//! Text commands carried out against the store, answered as memcached 1.6.18 answers
+//! them (`proto_text.c`, and `do_store_item`/`do_add_delta` in `memcached.c`).
 //!
 //! Each function here takes a parsed command, runs it with the key's shard locked (one
 //! lock per key, held only while the item is read or changed and its reply written),
-//! counts it, and appends the reply.
+//! counts it, and appends the reply. The meta commands are in [`super::meta`].
 
-use super::parse::{Command, MetaFlags, MetaKey, ParseError, StatsKind, StoreMode, Tokens};
-use super::reply::{line, push_i64, push_u64};
+use super::parse::{Command, StatsKind, StoreMode};
+use super::reply::{line, push_u64};
 use super::stats::Counters;
 use super::{Clock, Host};
-use crate::store::{Gone, Item, KEY_MAX, NEVER, Slot, Store, StoreError};
+use crate::store::{Gone, Item, NEVER, Slot, Store, StoreError};
+
+/// What the server lets clients do (memcached's options), as the protocol sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Settings {
+    /// Commands beyond the common ones.
+    pub allowed: super::parse::Allowed,
+    /// `flush_all` (memcached's `-F` turns it off).
+    pub flush: bool,
+    /// `stats cachedump` (memcached's `-X` turns it off).
+    pub dump: bool,
+    /// Which protocols a connection may speak.
+    pub protocol: Protocol,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            allowed: super::parse::Allowed { shutdown: false, debug_time: false },
+            flush: true,
+            dump: true,
+            protocol: Protocol::Auto,
+        }
+    }
+}
+
+/// memcached's `-B`: the protocols a connection may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Either, told apart by the first byte (0x80: binary).
+    Auto,
+    /// The text (and meta) protocol only.
+    Ascii,
+    /// The binary protocol only.
+    Binary,
+}
 
 /// What a command needs besides itself.
 #[derive(Debug)]
@@ -21,17 +57,22 @@ pub struct Ctx<'a> {
     pub host: &'a dyn Host,
     /// This worker's counters.
     pub counters: &'a mut Counters,
+    /// What the server allows.
+    pub settings: &'a Settings,
 }
 
-const STORED: &[u8] = b"STORED";
-const NOT_STORED: &[u8] = b"NOT_STORED";
-const EXISTS: &[u8] = b"EXISTS";
-const NOT_FOUND: &[u8] = b"NOT_FOUND";
-const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache";
-const NO_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object";
-const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value";
+pub(crate) const STORED: &[u8] = b"STORED";
+pub(crate) const NOT_STORED: &[u8] = b"NOT_STORED";
+pub(crate) const EXISTS: &[u8] = b"EXISTS";
+pub(crate) const NOT_FOUND: &[u8] = b"NOT_FOUND";
+/// A value over the item size limit.
+pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache";
+/// No memory for a value.
+pub const NO_MEMORY: &[u8] = b"SERVER_ERROR out of memory storing object";
+pub(crate) const NON_NUMERIC: &[u8] = b"CLIENT_ERROR cannot increment or decrement non-numeric value";
 
-fn store_error(c: &mut Counters, e: StoreError) -> &'static [u8] {
+/// Counts a refused store and gives its reply.
+pub(crate) fn store_error(c: &mut Counters, e: StoreError) -> &'static [u8] {
     match e {
         StoreError::TooLarge => {
             c.store_too_large += 1;
@@ -44,73 +85,47 @@ fn store_error(c: &mut Counters, e: StoreError) -> &'static [u8] {
     }
 }
 
-/// Where a multi-key get stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GetProgress {
-    /// All keys answered and `END` written.
-    Done,
-    /// The output reached the limit; continue with this key index.
-    Paused(usize),
+/// Counts what a lookup found gone (memcached counts it on every lookup).
+pub(crate) fn count_gone(c: &mut Counters, gone: Option<Gone>) {
+    match gone {
+        Some(Gone::Expired) => c.get_expired += 1,
+        Some(Gone::Flushed) => c.get_flushed += 1,
+        None => {}
+    }
 }
 
-/// get/gets/gat/gats from key index `skip`, pausing when `out` reaches `pause_at` bytes.
-pub fn get(
-    ctx: &mut Ctx<'_>,
-    keys: Tokens<'_>,
-    cas: bool,
-    touch: Option<i64>,
-    skip: usize,
-    out: &mut Vec<u8>,
-    pause_at: usize,
-) -> Result<GetProgress, ParseError> {
-    if skip == 0 && keys.clone().any(|k| k.len() > KEY_MAX) {
-        return Err(super::parse::BAD_FORMAT);
-    }
-    let exp = touch.map(|t| ctx.clock.deadline(t));
-    for (i, key) in keys.enumerate().skip(skip) {
-        if out.len() >= pause_at && i > skip {
-            return Ok(GetProgress::Paused(i));
+/// One key of get/gets/gat/gats: its `VALUE` block if present. `touch` is gat's new
+/// deadline. Counted as memcached counts it: a gat key counts as a touch only.
+pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out: &mut Vec<u8>) {
+    let c = &mut *ctx.counters;
+    ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        if let (Some(e), Some(it)) = (touch, slot.item_mut()) {
+            it.set_exp(e);
         }
-        let c = &mut *ctx.counters;
-        ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
-            if let (Some(e), Some(it)) = (exp, slot.item_mut()) {
-                it.set_exp(e);
+        let hit = slot.hit().is_some();
+        match (touch.is_some(), hit) {
+            (true, true) => {
+                c.cmd_touch += 1;
+                c.touch_hits += 1;
             }
-            let gone = slot.gone();
-            if slot.hit().is_none() {
-                count_get(c, touch.is_some(), false, gone);
-                return;
+            (true, false) => {
+                c.cmd_touch += 1;
+                c.touch_misses += 1;
             }
-            count_get(c, touch.is_some(), true, None);
-            if let Some(it) = slot.item() {
-                value_block(out, it, cas);
+            (false, true) => {
+                c.cmd_get += 1;
+                c.get_hits += 1;
             }
-        });
-    }
-    out.extend_from_slice(b"END\r\n");
-    Ok(GetProgress::Done)
-}
-
-fn count_get(c: &mut Counters, touch: bool, hit: bool, gone: Option<Gone>) {
-    if touch {
-        c.cmd_touch += 1;
-        if hit {
-            c.touch_hits += 1;
-        } else {
-            c.touch_misses += 1;
+            (false, false) => {
+                c.cmd_get += 1;
+                c.get_misses += 1;
+            }
         }
-    }
-    c.cmd_get += 1;
-    if hit {
-        c.get_hits += 1;
-    } else {
-        c.get_misses += 1;
-        match gone {
-            Some(Gone::Expired) => c.get_expired += 1,
-            Some(Gone::Flushed) => c.get_flushed += 1,
-            None => {}
+        if let Some(it) = slot.item() {
+            value_block(out, it, cas);
         }
-    }
+    });
 }
 
 /// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`.
@@ -131,106 +146,205 @@ fn value_block(out: &mut Vec<u8>, it: &Item, cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// A storage command with its data block (CRLF already checked and removed).
+/// How a store's CAS value compares with the present item's (memcached's
+/// `do_store_item`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CasCheck {
+    /// No CAS value given (0).
+    None,
+    /// Equal.
+    Match,
+    /// Lower, and the command may store a stale value (meta `I`).
+    Stale,
+    /// Different.
+    BadVal,
+}
+
+pub(crate) fn cas_check(given: u64, present: u64, may_stale: bool) -> CasCheck {
+    if given == 0 {
+        CasCheck::None
+    } else if given == present {
+        CasCheck::Match
+    } else if may_stale && given < present {
+        CasCheck::Stale
+    } else {
+        CasCheck::BadVal
+    }
+}
+
+/// The outcome of a store, before it is turned into a reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    Failed(StoreError),
+}
+
+/// A store into `slot` as memcached's `do_store_item` does it: `mode` with its CAS
+/// value (`given`, 0 for none), `stale` allowing a lower CAS to store a stale value.
+/// Counts cas_hits, cas_badval and cas_misses.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_in(
+    c: &mut Counters,
+    slot: &mut Slot<'_>,
+    mode: StoreMode,
+    data: &[u8],
+    flags: u32,
+    exp: u64,
+    given: u64,
+    stale: bool,
+) -> Outcome {
+    let Some((old_cas, old_flags, old_exp, old_win)) =
+        slot.item().map(|it| (it.cas(), it.flags(), it.exp(), it.win_sent()))
+    else {
+        return match mode {
+            StoreMode::Set | StoreMode::Add => match slot.store(data, flags, exp, None) {
+                Ok(_) => Outcome::Stored,
+                Err(e) => Outcome::Failed(e),
+            },
+            StoreMode::Cas => {
+                c.cas_misses += 1;
+                Outcome::NotFound
+            }
+            StoreMode::Replace | StoreMode::Append | StoreMode::Prepend => Outcome::NotStored,
+        };
+    };
+    let check = cas_check(given, old_cas, stale);
+    let done = |r: Result<u64, StoreError>| match r {
+        Ok(_) => Outcome::Stored,
+        Err(e) => Outcome::Failed(e),
+    };
+    match mode {
+        StoreMode::Add => {
+            // Not stored, but promoted as a hit would be.
+            slot.touch_lru();
+            Outcome::NotStored
+        }
+        StoreMode::Cas => match check {
+            CasCheck::Match => {
+                c.cas_hits += 1;
+                done(slot.store(data, flags, exp, None))
+            }
+            CasCheck::Stale => {
+                // A stale value keeps the present TTL and recache state.
+                c.cas_hits += 1;
+                let r = slot.store(data, flags, old_exp, None);
+                if let Some(it) = slot.item_mut() {
+                    it.set_stale(true);
+                    it.set_win_sent(old_win);
+                }
+                done(r)
+            }
+            CasCheck::None | CasCheck::BadVal => {
+                c.cas_badval += 1;
+                Outcome::Exists
+            }
+        },
+        StoreMode::Append | StoreMode::Prepend => {
+            if !matches!(check, CasCheck::None | CasCheck::Match) {
+                return Outcome::Exists;
+            }
+            let old = slot.item().map_or(&[][..], Item::value);
+            if old.len() + data.len() > slot.item_max() {
+                return Outcome::NotStored;
+            }
+            let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
+            // Append and prepend keep the item's flags and expiry.
+            done(slot.store(&joined, old_flags, old_exp, None))
+        }
+        StoreMode::Set | StoreMode::Replace => done(slot.store(data, flags, exp, None)),
+    }
+}
+
+/// A text storage command with its data block (CRLF already checked and removed).
+#[allow(clippy::too_many_arguments)]
 pub fn store(
     ctx: &mut Ctx<'_>,
     mode: StoreMode,
     key: &[u8],
     flags: u32,
-    exptime: i64,
+    exptime: i32,
     cas_in: u64,
     data: &[u8],
 ) -> &'static [u8] {
     let c = &mut *ctx.counters;
     c.cmd_set += 1;
-    if data.len() > ctx.store.item_max() {
-        c.store_too_large += 1;
-        return TOO_LARGE;
+    let exp = ctx.clock.deadline(i64::from(exptime));
+    let r = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        store_in(c, slot, mode, data, flags, exp, cas_in, false)
+    });
+    match r {
+        Outcome::Stored => STORED,
+        Outcome::NotStored => NOT_STORED,
+        Outcome::Exists => EXISTS,
+        Outcome::NotFound => NOT_FOUND,
+        Outcome::Failed(e) => store_error(c, e),
     }
-    let exp = ctx.clock.deadline(exptime);
-    let item_max = ctx.store.item_max();
-    ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
-        let present = slot.item().map(|it| (it.cas(), it.flags(), it.exp(), it.value().len()));
-        // Only the refusals return early; every other case stores `data`.
-        match (mode, present) {
-            (StoreMode::Set, _) => {}
-            (StoreMode::Add, Some(_)) => {
-                slot.hit();
-                return NOT_STORED;
-            }
-            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => return NOT_STORED,
-            (StoreMode::Add | StoreMode::Replace, _) => {}
-            (StoreMode::Cas, None) => {
-                c.cas_misses += 1;
-                return NOT_FOUND;
-            }
-            (StoreMode::Cas, Some((cas, ..))) if cas != cas_in => {
-                c.cas_badval += 1;
-                return EXISTS;
-            }
-            (StoreMode::Cas, Some(_)) => {
-                c.cas_hits += 1;
-            }
-            (StoreMode::Append | StoreMode::Prepend, Some((_, old_flags, old_exp, old_len))) => {
-                if old_len + data.len() > item_max {
-                    c.store_too_large += 1;
-                    return TOO_LARGE;
-                }
-                let old = slot.item().map_or(&[][..], Item::value);
-                let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
-                // Append and prepend keep the item's flags and expiry.
-                return match slot.store(&joined, old_flags, old_exp, None) {
-                    Ok(_) => STORED,
-                    Err(e) => store_error(c, e),
-                };
-            }
-        };
-        match slot.store(data, flags, exp, None) {
-            Ok(_) => STORED,
-            Err(e) => store_error(c, e),
-        }
-    })
 }
 
-/// The number an incr/decr works on: decimal digits, optionally space-padded (as
-/// memcached pads a value a decr shortened).
-fn numeric(v: &[u8]) -> Option<u64> {
-    let digits = v.iter().rposition(|&b| b != b' ').map_or(&[][..], |end| &v[..=end]);
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+/// A store refused before its data arrived (too large, no memory): counted, and for a
+/// set the key's present value is removed, as memcached does, so that a failed update
+/// is never followed by a read of the old value.
+pub fn refuse_store(ctx: &mut Ctx<'_>, key: &[u8], unlink: bool, e: StoreError) -> &'static [u8] {
+    if unlink {
+        ctx.store.with_slot(key, ctx.clock.now_ms, |slot| slot.remove());
+    }
+    store_error(ctx.counters, e)
+}
+
+/// The number an incr/decr works on, read as memcached's `safe_strtoull` reads the
+/// item's data: the value ends at a NUL byte, and may have white space around the
+/// digits (a decr pads a shorter number with spaces).
+pub(crate) fn numeric(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
         return None;
     }
-    std::str::from_utf8(digits).ok()?.parse().ok()
+    let v = &v[..memchr::memchr(0, v).unwrap_or(v.len())];
+    super::parse::Num::parse(v)?.u64()
 }
 
-fn apply_delta(v: u64, delta: u64, incr: bool) -> u64 {
-    if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) }
-}
-
-enum Arith {
+pub(crate) enum Arith {
     Done(u64),
     Missing,
     NonNumeric,
-    Failed(StoreError),
+    CasMismatch,
+    Failed,
 }
 
-/// Applies a delta to the slot's live item, keeping its flags and expiry.
-fn arith_slot(slot: &mut Slot<'_>, incr: bool, delta: u64, new_cas: Option<u64>) -> Arith {
+/// Applies a delta to the slot's live item as memcached's `do_add_delta` does: incr
+/// wraps at 2^64, decr stops at 0; a shorter result is padded with spaces to the
+/// value's length (memcached rewrites the value in place); a longer one is a new
+/// value. Flags and expiry stay; the CAS value is new. `given` is a CAS value to
+/// compare (0: none).
+pub(crate) fn arith_slot(slot: &mut Slot<'_>, incr: bool, delta: u64, given: u64) -> Arith {
     let Some(it) = slot.item() else { return Arith::Missing };
+    if given != 0 && it.cas() != given {
+        return Arith::CasMismatch;
+    }
     let Some(v) = numeric(it.value()) else { return Arith::NonNumeric };
-    let (flags, exp) = (it.flags(), it.exp());
-    let n = apply_delta(v, delta, incr);
-    let mut text = Vec::with_capacity(20);
+    let (flags, exp, old_len) = (it.flags(), it.exp(), it.value().len());
+    let n = if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) };
+    let mut text = Vec::with_capacity(old_len.max(20));
     push_u64(&mut text, n);
-    match slot.store(&text, flags, exp, new_cas) {
+    if text.len() < old_len {
+        text.resize(old_len, b' ');
+    }
+    match slot.store(&text, flags, exp, None) {
         Ok(_) => Arith::Done(n),
-        Err(e) => Arith::Failed(e),
+        Err(_) => Arith::Failed,
     }
 }
 
 /// incr/decr.
-pub fn arith(ctx: &mut Ctx<'_>, incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>) {
+fn arith(ctx: &mut Ctx<'_>, incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>) {
     let c = &mut *ctx.counters;
-    let r = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| arith_slot(slot, incr, delta, None));
+    let r = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        arith_slot(slot, incr, delta, 0)
+    });
     match r {
         Arith::Done(n) => {
             if incr {
@@ -241,7 +355,7 @@ pub fn arith(ctx: &mut Ctx<'_>, incr: bool, key: &[u8], delta: u64, out: &mut Ve
             push_u64(out, n);
             out.extend_from_slice(b"\r\n");
         }
-        Arith::Missing => {
+        Arith::Missing | Arith::CasMismatch => {
             if incr {
                 c.incr_misses += 1
             } else {
@@ -253,531 +367,228 @@ pub fn arith(ctx: &mut Ctx<'_>, incr: bool, key: &[u8], delta: u64, out: &mut Ve
             c.client_errors += 1;
             line(out, NON_NUMERIC);
         }
-        Arith::Failed(e) => line(out, store_error(c, e)),
+        Arith::Failed => {
+            c.store_no_memory += 1;
+            line(out, b"SERVER_ERROR out of memory");
+        }
     }
 }
 
-/// Runs a command that has no data block and is not a get. Returns whether the reply
-/// may be written (false under noreply).
-pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> bool {
+/// What a command asks of the connection beyond its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// Nothing.
+    Continue,
+    /// Close once the replies are out (`quit`, `shutdown`).
+    Close,
+}
+
+/// Runs a command that has no data block. The reply is appended to `out` unless the
+/// command asked for none (`noreply`, or a meta command's `q` on its nominal reply).
+pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
+    let mark = out.len();
+    let (after, silent) = run(ctx, cmd, out);
+    if silent {
+        out.truncate(mark);
+    }
+    after
+}
+
+fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> (After, bool) {
     let now = ctx.clock.now_ms;
+    let go = |silent: bool| (After::Continue, silent);
     match cmd {
         Command::Delete { key, noreply } => {
-            let hit = ctx.store.with_slot(key, now, |slot| slot.remove());
+            let c = &mut *ctx.counters;
+            let hit = ctx.store.with_slot(key, now, |slot| {
+                count_gone(c, slot.gone());
+                slot.remove()
+            });
             if hit {
-                ctx.counters.delete_hits += 1;
+                c.delete_hits += 1;
                 line(out, b"DELETED");
             } else {
-                ctx.counters.delete_misses += 1;
+                c.delete_misses += 1;
                 line(out, NOT_FOUND);
             }
-            !noreply
+            go(noreply)
         }
         Command::Arith { incr, key, delta, noreply } => {
             arith(ctx, incr, key, delta, out);
-            !noreply
+            go(noreply)
         }
         Command::Touch { key, exptime, noreply } => {
-            let exp = ctx.clock.deadline(exptime);
-            ctx.counters.cmd_touch += 1;
+            let exp = ctx.clock.deadline(i64::from(exptime));
+            let c = &mut *ctx.counters;
+            c.cmd_touch += 1;
             let hit = ctx.store.with_slot(key, now, |slot| {
+                count_gone(c, slot.gone());
                 slot.item_mut().map(|it| it.set_exp(exp)).is_some() && slot.hit().is_some()
             });
             if hit {
-                ctx.counters.touch_hits += 1;
+                c.touch_hits += 1;
                 line(out, b"TOUCHED");
             } else {
-                ctx.counters.touch_misses += 1;
+                c.touch_misses += 1;
                 line(out, NOT_FOUND);
             }
-            !noreply
+            go(noreply)
         }
-        Command::FlushAll { delay, noreply } => {
+        Command::FlushAll { exptime, noreply } => {
             ctx.counters.cmd_flush += 1;
-            let at = if delay == 0 { now } else { ctx.clock.deadline(delay) };
-            ctx.store.flush_all(now, at.saturating_sub(now));
+            if !ctx.settings.flush {
+                line(out, b"CLIENT_ERROR flush_all not allowed");
+                return go(noreply);
+            }
+            flush_all(ctx.store, ctx.clock, exptime);
             line(out, b"OK");
-            !noreply
+            go(noreply)
         }
         Command::Stats(kind) => {
-            ctx.host.stats(kind, ctx.store, ctx.counters, ctx.clock, out);
-            true
+            if matches!(kind, StatsKind::CacheDump { .. }) && !ctx.settings.dump {
+                line(out, b"CLIENT_ERROR stats cachedump not allowed");
+            } else {
+                ctx.host.stats(kind, ctx.store, ctx.counters, ctx.clock, out);
+            }
+            go(false)
         }
         Command::Version => {
             out.extend_from_slice(b"VERSION ");
             line(out, ctx.host.version().as_bytes());
-            true
+            go(false)
         }
         Command::Verbosity { level, noreply } => {
-            match level {
-                Some(l) => {
-                    ctx.host.verbosity(l);
-                    line(out, b"OK");
-                }
-                None => {
-                    ctx.counters.client_errors += 1;
-                    line(out, super::parse::BAD_FORMAT.reply.as_bytes());
-                }
-            }
-            !noreply
+            ctx.host.verbosity(level.min(2));
+            line(out, b"OK");
+            go(noreply)
+        }
+        Command::Quit => (After::Close, false),
+        Command::Shutdown { graceful } => {
+            ctx.host.shutdown(graceful);
+            (After::Close, false)
+        }
+        Command::SlabsAutomove { noreply } => {
+            line(out, b"OK");
+            go(noreply)
+        }
+        Command::CacheMemlimit { megabytes, noreply } => {
+            let reply: &[u8] = if megabytes < 8 {
+                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+            } else if megabytes > 1_000_000_000 {
+                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+            } else if ctx.store.set_memory(u64::from(megabytes) << 20, now) {
+                b"OK"
+            } else {
+                b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+            };
+            line(out, reply);
+            go(noreply)
+        }
+        Command::DebugTime(secs) => {
+            ctx.host.advance_clock(secs);
+            ctx.clock = ctx.clock.advanced(secs);
+            line(out, b"OK");
+            go(false)
         }
         Command::MetaNoop => {
             ctx.counters.cmd_meta += 1;
             line(out, b"MN");
-            true
+            go(false)
         }
-        Command::MetaGet(key, flags) => meta_get(ctx, &key, &flags, out),
-        Command::MetaDelete(key, flags) => meta_delete(ctx, &key, &flags, out),
-        Command::MetaArith(key, flags) => meta_arith(ctx, &key, &flags, out),
+        Command::MetaGet(key, flags) => go(super::meta::get(ctx, &key, &flags, out)),
+        Command::MetaDelete(key, flags) => go(super::meta::delete(ctx, &key, &flags, out)),
+        Command::MetaArith(key, flags) => go(super::meta::arith(ctx, &key, &flags, out)),
         Command::MetaDebug(key) => {
-            ctx.counters.cmd_meta += 1;
-            let clock = ctx.clock;
-            ctx.store.with_slot(key.bytes(), now, |slot| match slot.item() {
-                None => line(out, b"EN"),
-                Some(it) => {
-                    out.extend_from_slice(b"ME ");
-                    out.extend_from_slice(key.token);
-                    out.extend_from_slice(b" exp=");
-                    push_i64(out, clock.ttl_secs(it.exp()));
-                    out.extend_from_slice(b" la=");
-                    push_u64(out, clock.now_ms.saturating_sub(it.last_access()) / 1000);
-                    out.extend_from_slice(b" cas=");
-                    push_u64(out, it.cas());
-                    out.extend_from_slice(if it.fetched() { b" fetch=yes" } else { b" fetch=no" });
-                    out.extend_from_slice(b" cls=1 size=");
-                    push_u64(out, it.accounted());
-                    out.extend_from_slice(b"\r\n");
-                }
-            });
-            true
+            super::meta::debug(ctx, &key, out);
+            go(false)
         }
-        // Gets, storage commands and quit are the connection's to run.
-        Command::Get { .. } | Command::Store { .. } | Command::MetaSet(..) | Command::Quit => {
+        // Storage commands are the connection's to run (they wait for their data).
+        Command::Store { .. } | Command::MetaSet(..) => {
             debug_assert!(false, "not a simple command");
-            false
+            go(true)
         }
     }
 }
 
-/// What meta flags may report about an item, taken before the command changed it.
-#[derive(Debug, Default, Clone, Copy)]
-struct Seen {
-    cas: u64,
-    flags: u32,
-    fetched: bool,
-    last_access: u64,
-    size: usize,
-    exp: u64,
-}
-
-impl Seen {
-    fn of(it: &Item) -> Seen {
-        Seen {
-            cas: it.cas(),
-            flags: it.flags(),
-            fetched: it.fetched(),
-            last_access: it.last_access(),
-            size: it.value().len(),
-            exp: it.exp(),
-        }
+/// `flush_all [exptime]` as memcached 1.6.18 times it: now for 0 or a negative time;
+/// else at the time given (relative up to 30 days, else a Unix time). A Unix time at or
+/// before the server started flushes now (memcached answers OK and flushes nothing).
+fn flush_all(store: &Store, clock: Clock, exptime: i32) {
+    let now = clock.now_ms;
+    if exptime <= 0 {
+        store.flush_all(now, 0);
+        return;
     }
+    let at = clock.deadline(i64::from(exptime));
+    store.flush_all(now, if at == NEVER { 0 } else { at.saturating_sub(now) });
 }
 
-/// The return flags, in the order the client sent them, then W, X and Z.
-fn meta_flags_out(out: &mut Vec<u8>, key: &MetaKey<'_>, f: &MetaFlags<'_>, seen: Option<Seen>, clock: Clock) {
-    for &c in f.order() {
-        match (c, seen) {
-            // As memcached: a key sent in base64 is returned as sent, followed by `b`.
-            (b'k', _) => {
-                out.extend_from_slice(b" k");
-                out.extend_from_slice(key.token);
-                if key.binary() {
-                    out.extend_from_slice(b" b");
-                }
-            }
-            (b'O', _) => {
-                out.extend_from_slice(b" O");
-                out.extend_from_slice(f.opaque.unwrap_or_default());
-            }
-            (b'c', Some(s)) => {
-                out.extend_from_slice(b" c");
-                push_u64(out, s.cas);
-            }
-            (b'f', Some(s)) => {
-                out.extend_from_slice(b" f");
-                push_u64(out, u64::from(s.flags));
-            }
-            (b'h', Some(s)) => out.extend_from_slice(if s.fetched { b" h1" } else { b" h0" }),
-            (b'l', Some(s)) => {
-                out.extend_from_slice(b" l");
-                push_u64(out, clock.now_ms.saturating_sub(s.last_access) / 1000);
-            }
-            (b's', Some(s)) => {
-                out.extend_from_slice(b" s");
-                push_u64(out, s.size as u64);
-            }
-            (b't', Some(s)) => {
-                out.extend_from_slice(b" t");
-                push_i64(out, clock.ttl_secs(s.exp));
-            }
-            _ => {}
-        }
-    }
-}
-
-fn meta_head(out: &mut Vec<u8>, code: &[u8]) {
-    out.extend_from_slice(code);
-}
-
-fn meta_get(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Vec<u8>) -> bool {
-    let clock = ctx.clock;
-    let c = &mut *ctx.counters;
-    c.cmd_meta += 1;
-    ctx.store.with_slot(key.bytes(), clock.now_ms, |slot| {
-        let gone = slot.gone();
-        let mut created = false;
-        if slot.item().is_none()
-            && let Some(ttl) = f.vivify
-        {
-            match slot.store(&[], 0, clock.deadline(ttl), f.new_cas) {
-                Ok(_) => created = true,
-                Err(e) => {
-                    line(out, store_error(c, e));
-                    return true;
-                }
-            }
-        }
-        let Some(it) = slot.item_mut() else {
-            count_get(c, f.ttl.is_some(), false, gone);
-            line(out, b"EN");
-            return !f.quiet;
-        };
-        let mut seen = Seen::of(it);
-        if let Some(t) = f.ttl {
-            let e = clock.deadline(t);
-            it.set_exp(e);
-            seen.exp = e;
-        }
-        // Recache arbitration, as memcached: one client wins (W) the right to refill a
-        // new (vivified), stale or nearly expired (R) item; once a win was handed out,
-        // every reader sees Z until the item is replaced.
-        let lost = it.win_sent();
-        let stale = it.stale();
-        let soon = f.recache.is_some_and(|r| it.exp() != NEVER && clock.ttl_secs(it.exp()) < r.max(0));
-        let win = created || (!lost && (stale || soon));
-        if win {
-            it.set_win_sent(true);
-        }
-        if !f.no_bump {
-            slot.hit();
-        }
-        count_get(c, f.ttl.is_some(), true, None);
-        let send_value = f.value && f.compare_cas.is_none_or(|cas| cas != seen.cas);
-        if send_value {
-            out.extend_from_slice(b"VA ");
-            push_u64(out, seen.size as u64);
-        } else {
-            meta_head(out, b"HD");
-        }
-        meta_flags_out(out, key, f, Some(seen), clock);
-        if lost {
-            out.extend_from_slice(b" Z");
-        }
-        if stale {
-            out.extend_from_slice(b" X");
-        }
-        if win {
-            out.extend_from_slice(b" W");
-        }
-        out.extend_from_slice(b"\r\n");
-        if send_value {
-            out.extend_from_slice(slot.item().map_or(&[][..], Item::value));
-            out.extend_from_slice(b"\r\n");
-        }
-        true
-    })
-}
-
-/// ms with its data block.
-pub fn meta_set(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, data: &[u8], out: &mut Vec<u8>) -> bool {
-    let clock = ctx.clock;
-    let c = &mut *ctx.counters;
-    c.cmd_meta += 1;
-    c.cmd_set += 1;
-    let mode = match f.mode.unwrap_or(b'S') {
-        b'S' | b's' => StoreMode::Set,
-        b'E' | b'e' => StoreMode::Add,
-        b'A' | b'a' => StoreMode::Append,
-        b'P' | b'p' => StoreMode::Prepend,
-        b'R' | b'r' => StoreMode::Replace,
-        _ => {
-            c.client_errors += 1;
-            line(out, b"CLIENT_ERROR invalid mode for ms M token");
-            return true;
-        }
-    };
-    if data.len() > ctx.store.item_max() {
-        c.store_too_large += 1;
-        line(out, TOO_LARGE);
-        return true;
-    }
-    let item_max = ctx.store.item_max();
-    let exp = f.ttl.map_or(NEVER, |t| clock.deadline(t));
-    let flags = f.client_flags.unwrap_or(0);
-    ctx.store.with_slot(key.bytes(), clock.now_ms, |slot| {
-        let present = slot.item().map(Seen::of);
-        let mut stale = false;
-        if let Some(want) = f.compare_cas {
-            match present {
-                None => {
-                    c.cas_misses += 1;
-                    meta_head(out, b"NF");
-                    meta_flags_out(out, key, f, None, clock);
-                    out.extend_from_slice(b"\r\n");
-                    return true;
-                }
-                // With I, an older CAS still stores, but the item is marked stale.
-                Some(s) if f.invalidate && want < s.cas => stale = true,
-                Some(s) if want != s.cas => {
-                    c.cas_badval += 1;
-                    meta_head(out, b"EX");
-                    meta_flags_out(out, key, f, None, clock);
-                    out.extend_from_slice(b"\r\n");
-                    return true;
-                }
-                Some(_) => c.cas_hits += 1,
-            }
-        }
-        let not_stored = |out: &mut Vec<u8>| {
-            meta_head(out, b"NS");
-            meta_flags_out(out, key, f, None, clock);
-            out.extend_from_slice(b"\r\n");
-            true
-        };
-        let result = match (mode, present) {
-            (StoreMode::Add, Some(_)) => {
-                slot.hit();
-                return not_stored(out);
-            }
-            (StoreMode::Replace, None) => return not_stored(out),
-            (StoreMode::Append | StoreMode::Prepend, None) => match f.vivify {
-                Some(ttl) => slot.store(data, flags, clock.deadline(ttl), f.new_cas),
-                None => return not_stored(out),
-            },
-            (StoreMode::Append | StoreMode::Prepend, Some(s)) => {
-                if s.size + data.len() > item_max {
-                    c.store_too_large += 1;
-                    line(out, TOO_LARGE);
-                    return true;
-                }
-                let old = slot.item().map_or(&[][..], Item::value);
-                let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
-                slot.store(&joined, s.flags, s.exp, f.new_cas)
-            }
-            _ => slot.store(data, flags, exp, f.new_cas),
-        };
-        match result {
-            Ok(_) => {
-                if let Some(it) = slot.item_mut() {
-                    it.set_stale(stale);
-                }
-                if f.quiet {
-                    return false;
-                }
-                meta_head(out, b"HD");
-                meta_flags_out(out, key, f, slot.item().map(Seen::of), clock);
-                out.extend_from_slice(b"\r\n");
-                true
-            }
-            Err(e) => {
-                line(out, store_error(c, e));
-                true
-            }
-        }
-    })
-}
-
-fn meta_delete(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Vec<u8>) -> bool {
-    let clock = ctx.clock;
-    let c = &mut *ctx.counters;
-    c.cmd_meta += 1;
-    ctx.store.with_slot(key.bytes(), clock.now_ms, |slot| {
-        let Some(s) = slot.item().map(Seen::of) else {
-            c.delete_misses += 1;
-            meta_head(out, b"NF");
-            meta_flags_out(out, key, f, None, clock);
-            out.extend_from_slice(b"\r\n");
-            return true;
-        };
-        if f.compare_cas.is_some_and(|want| want != s.cas) {
-            meta_head(out, b"EX");
-            meta_flags_out(out, key, f, None, clock);
-            out.extend_from_slice(b"\r\n");
-            return true;
-        }
-        if f.invalidate {
-            // Stale, not removed: the next reader wins the recache.
-            slot.bump_cas(f.new_cas);
-            if let Some(it) = slot.item_mut() {
-                it.set_stale(true);
-                it.set_win_sent(false);
-                if let Some(t) = f.ttl {
-                    it.set_exp(clock.deadline(t));
-                }
-            }
-        } else if f.remove_value {
-            if let Err(e) = slot.store(&[], s.flags, s.exp, f.new_cas) {
-                line(out, store_error(c, e));
-                return true;
-            }
-            c.delete_hits += 1;
-        } else {
-            slot.remove();
-            c.delete_hits += 1;
-        }
-        if f.quiet {
-            return false;
-        }
-        meta_head(out, b"HD");
-        meta_flags_out(out, key, f, None, clock);
-        out.extend_from_slice(b"\r\n");
-        true
-    })
-}
-
-fn meta_arith(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Vec<u8>) -> bool {
-    let clock = ctx.clock;
-    let c = &mut *ctx.counters;
-    c.cmd_meta += 1;
-    let incr = match f.mode.unwrap_or(b'I') {
-        b'I' | b'i' | b'+' => true,
-        b'D' | b'd' | b'-' => false,
-        _ => {
-            c.client_errors += 1;
-            line(out, b"CLIENT_ERROR invalid mode for ma M token");
-            return true;
-        }
-    };
-    let delta = f.delta.unwrap_or(1);
-    ctx.store.with_slot(key.bytes(), clock.now_ms, |slot| {
-        let code: &[u8] = match slot.item().map(Seen::of) {
-            None => match f.vivify {
-                Some(ttl) => {
-                    let mut text = Vec::with_capacity(20);
-                    push_u64(&mut text, f.initial.unwrap_or(0));
-                    match slot.store(&text, 0, clock.deadline(ttl), f.new_cas) {
-                        Ok(_) => b"HD",
-                        Err(e) => {
-                            line(out, store_error(c, e));
-                            return true;
-                        }
-                    }
-                }
-                None => {
-                    if incr {
-                        c.incr_misses += 1
-                    } else {
-                        c.decr_misses += 1
-                    }
-                    b"NF"
-                }
-            },
-            Some(s) if f.compare_cas.is_some_and(|want| want != s.cas) => b"EX",
-            Some(_) => match arith_slot(slot, incr, delta, f.new_cas) {
-                Arith::Done(..) => {
-                    if incr {
-                        c.incr_hits += 1
-                    } else {
-                        c.decr_hits += 1
-                    }
-                    if let (Some(t), Some(it)) = (f.ttl, slot.item_mut()) {
-                        it.set_exp(clock.deadline(t));
-                    }
-                    b"HD"
-                }
-                Arith::NonNumeric => {
-                    c.client_errors += 1;
-                    line(out, NON_NUMERIC);
-                    return true;
-                }
-                Arith::Failed(e) => {
-                    line(out, store_error(c, e));
-                    return true;
-                }
-                Arith::Missing => b"NF",
-            },
-        };
-        let ok = code == b"HD";
-        if ok && f.quiet {
-            return false;
-        }
-        let seen = if ok { slot.item().map(Seen::of) } else { None };
-        let value = if ok && f.value { slot.item().map(|it| it.value().to_vec()) } else { None };
-        match &value {
-            Some(v) => {
-                out.extend_from_slice(b"VA ");
-                push_u64(out, v.len() as u64);
-            }
-            None => meta_head(out, code),
-        }
-        meta_flags_out(out, key, f, seen, clock);
-        out.extend_from_slice(b"\r\n");
-        if let Some(v) = value {
-            out.extend_from_slice(&v);
-            out.extend_from_slice(b"\r\n");
-        }
-        true
-    })
-}
-
-/// memcached's cap on a `stats cachedump` reply.
+/// memcached's largest `stats cachedump` reply.
 const CACHEDUMP_MAX: usize = 2 << 20;
 
 /// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <expiry> s]` per key
-/// (expiry as a Unix time, 0 for none), then `END`; class 1 is the whole store, any
-/// other is empty. At most `limit` keys (0: no limit) and 2 MB, as memcached.
+/// of size class `class` (expiry as a Unix time, 0 for none), then `END`. At most
+/// `limit` keys (0: no limit) and 2 MB, as memcached.
 pub fn cachedump(class: u32, limit: u32, store: &Store, clock: Clock, out: &mut Vec<u8>) {
     let start = out.len();
-    if class == 1 {
-        let mut shown = 0u32;
-        store.visit(clock.now_ms, |it| {
-            if (limit != 0 && shown >= limit) || out.len() - start + it.key().len() + 64 > CACHEDUMP_MAX {
-                return false;
-            }
-            out.extend_from_slice(b"ITEM ");
-            out.extend_from_slice(it.key());
-            out.extend_from_slice(b" [");
-            push_u64(out, it.value().len() as u64);
-            out.extend_from_slice(b" b; ");
-            push_u64(out, if it.exp() == NEVER { 0 } else { (clock.epoch_ms + it.exp()) / 1000 });
-            out.extend_from_slice(b" s]\r\n");
-            shown += 1;
-            true
-        });
-    }
+    let mut shown = 0u32;
+    store.visit(clock.now_ms, |it| {
+        if (limit != 0 && shown >= limit) || out.len() - start + it.key().len() + 64 > CACHEDUMP_MAX {
+            return false;
+        }
+        if it.class() != class {
+            return true;
+        }
+        out.extend_from_slice(b"ITEM ");
+        out.extend_from_slice(it.key());
+        out.extend_from_slice(b" [");
+        push_u64(out, it.value().len() as u64);
+        out.extend_from_slice(b" b; ");
+        push_u64(out, if it.exp() == NEVER { 0 } else { (clock.epoch_ms + it.exp()) / 1000 });
+        out.extend_from_slice(b" s]\r\n");
+        shown += 1;
+        true
+    });
     out.extend_from_slice(b"END\r\n");
 }
 
-/// `stats items` and `stats slabs` for a store without slab classes: one class, 1,
-/// holding every item (so tools that read them see the totals).
-pub fn store_class_stats(kind: StatsKind, store: &Store, w: &mut super::reply::StatsWriter<'_>) {
+/// `stats items`, `stats slabs` and `stats sizes`: the store has no slabs, but its
+/// items are reported by the size class memcached would keep them in
+/// ([`crate::store::Classes`]), so tools that walk the classes (memcdump, memcached-tool)
+/// find every item.
+pub fn store_class_stats(kind: StatsKind, store: &Store, clock: Clock, w: &mut super::reply::StatsWriter<'_>) {
     let s = store.stats();
+    let classes = store.class_stats(clock.now_ms);
     match kind {
         StatsKind::Items => {
-            w.num("items:1:number", s.curr_items)
-                .num("items:1:evicted", s.evictions)
-                .num("items:1:evicted_unfetched", s.evicted_unfetched)
-                .num("items:1:expired_unfetched", s.expired_unfetched)
-                .num("items:1:reclaimed", s.reclaimed)
-                .num("items:1:crawler_reclaimed", s.reaped)
-                .num("items:1:mem_requested", s.bytes);
+            for c in &classes {
+                let p = |name: &str| format!("items:{}:{name}", c.class);
+                w.num(&p("number"), c.items)
+                    .num(&p("number_hot"), 0)
+                    .num(&p("number_warm"), 0)
+                    .num(&p("number_cold"), c.items)
+                    .num(&p("age"), c.oldest_age_s)
+                    .num(&p("mem_requested"), c.requested)
+                    .num(&p("evicted"), c.evicted)
+                    .num(&p("evicted_nonzero"), c.evicted)
+                    .num(&p("evicted_unfetched"), c.evicted_unfetched)
+                    .num(&p("expired_unfetched"), c.expired_unfetched)
+                    .num(&p("outofmemory"), c.outofmemory)
+                    .num(&p("reclaimed"), c.reclaimed)
+                    .num(&p("crawler_reclaimed"), c.reaped);
+            }
         }
         StatsKind::Slabs => {
-            w.num("1:chunk_size", store.item_max() as u64)
-                .num("1:used_chunks", s.curr_items)
-                .num("1:mem_requested", s.bytes)
-                .num("active_slabs", u64::from(s.curr_items > 0))
-                .num("total_malloced", s.bytes);
+            for c in &classes {
+                let p = |name: &str| format!("{}:{name}", c.class);
+                w.num(&p("chunk_size"), c.chunk_size)
+                    .num(&p("used_chunks"), c.items)
+                    .num(&p("mem_requested"), c.requested);
+            }
+            w.num("active_slabs", classes.len() as u64).num("total_malloced", s.bytes);
+        }
+        StatsKind::Sizes => {
+            w.text("sizes_status", "disabled");
         }
         _ => {}
     }

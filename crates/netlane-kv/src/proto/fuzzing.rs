@@ -3,7 +3,7 @@
 
 use super::parse::StatsKind;
 use super::reply::StatsWriter;
-use super::{Clock, Conn, Counters, Ctx, Host, Limits, Turn};
+use super::{Clock, Conn, Counters, Ctx, Host, Limits, Settings, Turn};
 use crate::store::{Store, StoreConfig};
 
 /// A host with fixed answers (tests and fuzzing).
@@ -24,7 +24,9 @@ impl Host for FixedHost {
                 });
                 w.num("curr_items", store.stats().curr_items);
             }
-            StatsKind::Items | StatsKind::Slabs => super::exec::store_class_stats(kind, store, &mut w),
+            StatsKind::Items | StatsKind::Slabs | StatsKind::Sizes => {
+                super::exec::store_class_stats(kind, store, clock, &mut w)
+            }
             StatsKind::Reset => {
                 out.extend_from_slice(b"RESET\r\n");
                 return;
@@ -39,7 +41,19 @@ impl Host for FixedHost {
     }
 
     fn verbosity(&self, _level: u32) {}
+
+    fn shutdown(&self, _graceful: bool) {}
+
+    fn advance_clock(&self, _secs: i64) {}
 }
+
+/// What the tests and the fuzz target allow: everything memcached-debug does.
+pub const TEST_SETTINGS: Settings = Settings {
+    allowed: super::parse::Allowed { shutdown: true, debug_time: true },
+    flush: true,
+    dump: true,
+    protocol: super::Protocol::Auto,
+};
 
 /// Input layout: byte 0 picks small limits (bit 0) and a tiny item limit (bit 1); then
 /// chunks, each behind a one-byte length (`len % 64`, 0 meaning "drain the output"),
@@ -49,16 +63,16 @@ impl Host for FixedHost {
 pub fn conn(data: &[u8]) {
     let Some((&mode, mut rest)) = data.split_first() else { return };
     let limits = if mode & 1 != 0 {
-        Limits { max_line: 40, max_get_line: 300, output_pause: 200, commands_per_turn: 3, read_chunk: 16 }
+        Limits { max_line: 40, output_pause: 200, commands_per_turn: 3, read_chunk: 16 }
     } else {
         Limits::default()
     };
     let item_max = if mode & 2 != 0 { 1024 } else { 4096 };
-    let Ok(store) = Store::new(StoreConfig { memory: 64 << 10, item_max, shards: 2 }) else { return };
+    let Ok(store) = Store::new(StoreConfig::new(64 << 10, item_max, 2)) else { return };
     let host = FixedHost;
     let mut counters = Counters::default();
     let mut conn = Conn::new(limits, item_max);
-    let bound = limits.max_get_line.max(limits.max_line + item_max + 4) + limits.read_chunk;
+    let bound = limits.max_line + item_max + 4 + limits.read_chunk;
     let mut now = 0;
     while let Some((&len, tail)) = rest.split_first() {
         let n = usize::from(len % 64).min(tail.len());
@@ -70,6 +84,7 @@ pub fn conn(data: &[u8]) {
             clock: Clock { now_ms: now, epoch_ms: 1_700_000_000_000 },
             host: &host,
             counters: &mut counters,
+            settings: &TEST_SETTINGS,
         };
         if n == 0 {
             let all = conn.output().len();

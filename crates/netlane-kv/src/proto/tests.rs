@@ -1,7 +1,7 @@
 //! The protocol core's tests: the conformance table (`conformance.rs`) and the bounds.
 
 use super::conformance::conformance_table;
-use super::fuzzing::FixedHost;
+use super::fuzzing::{FixedHost, TEST_SETTINGS};
 use super::*;
 use crate::store::StoreConfig;
 
@@ -15,7 +15,7 @@ struct Harness {
 
 impl Harness {
     fn new(limits: Limits) -> Self {
-        let store = Store::new(StoreConfig { memory: 1 << 20, item_max: 1024, shards: 4 }).unwrap();
+        let store = Store::new(StoreConfig::new(1 << 20, 1024, 4)).unwrap();
         Harness { store, host: FixedHost, counters: Counters::default(), conn: Conn::new(limits, 1024), now: 0 }
     }
 
@@ -43,6 +43,7 @@ impl Harness {
                 clock: Clock { now_ms: self.now, epoch_ms: 1_700_000_000_000 },
                 host: &self.host,
                 counters: &mut self.counters,
+                settings: &TEST_SETTINGS,
             };
             let turn = self.conn.process(&mut ctx);
             out.extend_from_slice(self.conn.output());
@@ -118,8 +119,13 @@ fn a_huge_multiget_pauses_instead_of_buffering() {
     let mut total = Vec::new();
     let mut blocked = 0;
     loop {
-        let mut ctx =
-            Ctx { store: &h.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &h.host, counters: &mut h.counters };
+        let mut ctx = Ctx {
+            store: &h.store,
+            clock: Clock { now_ms: 0, epoch_ms: 0 },
+            host: &h.host,
+            counters: &mut h.counters,
+            settings: &TEST_SETTINGS,
+        };
         let turn = h.conn.process(&mut ctx);
         assert!(h.conn.output().len() <= 4096 + 1100, "output {} over the pause limit", h.conn.output().len());
         assert!(h.conn.read_space().is_empty() || turn == Turn::NeedRead);
@@ -142,8 +148,13 @@ fn one_connection_cannot_run_more_than_its_turn() {
     let limits = Limits { commands_per_turn: 4, ..Limits::default() };
     let mut h = Harness::new(limits);
     h.conn.feed(&b"mn\r\n".repeat(10));
-    let mut ctx =
-        Ctx { store: &h.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &h.host, counters: &mut h.counters };
+    let mut ctx = Ctx {
+        store: &h.store,
+        clock: Clock { now_ms: 0, epoch_ms: 0 },
+        host: &h.host,
+        counters: &mut h.counters,
+        settings: &TEST_SETTINGS,
+    };
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
     assert_eq!(h.conn.output(), b"MN\r\n".repeat(4));
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
@@ -176,8 +187,13 @@ fn cas_race_between_two_connections() {
     let (out, _) = a.exchange(b"cas k 0 0 1 1\r\na\r\n", usize::MAX);
     assert_eq!(show(&out), "STORED\r\n");
     b.feed(b"cas k 0 0 1 1\r\nb\r\n");
-    let mut ctx =
-        Ctx { store: &a.store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host: &a.host, counters: &mut a.counters };
+    let mut ctx = Ctx {
+        store: &a.store,
+        clock: Clock { now_ms: 0, epoch_ms: 0 },
+        host: &a.host,
+        counters: &mut a.counters,
+        settings: &TEST_SETTINGS,
+    };
     b.process(&mut ctx);
     assert_eq!(show(b.output()), "EXISTS\r\n");
     assert_eq!((a.counters.cas_hits, a.counters.cas_badval), (1, 1));

@@ -4,8 +4,7 @@
 //! accepts. With [`Steer::Reuseport`] the lanes accept for themselves and this thread
 //! only runs the expiry.
 
-use std::io::{ErrorKind, Write as _};
-use std::net::{TcpListener, TcpStream};
+use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,6 +15,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use super::Mail;
 use super::host::Shared;
 use super::lanes::Steer;
+use super::stream::{Listener, Stream};
 
 /// How often the active expiry runs, and how many slots it visits per shard each time:
 /// 64 shards x 32 slots every 100 ms is about 20 K slot visits a second. (At 2048 per
@@ -28,15 +28,15 @@ const REAP_BUDGET: usize = 32;
 
 #[derive(Debug)]
 pub(crate) struct Acceptor {
-    listener: Option<TcpListener>,
+    listener: Option<Listener>,
     shared: Arc<Shared>,
     stop: Arc<AtomicBool>,
     next: usize,
 }
 
 impl Acceptor {
-    pub fn new(listener: Option<TcpListener>, shared: Arc<Shared>, stop: Arc<AtomicBool>) -> std::io::Result<Acceptor> {
-        if let Some(l) = &listener {
+    pub fn new(listener: Option<Listener>, shared: Arc<Shared>, stop: Arc<AtomicBool>) -> std::io::Result<Acceptor> {
+        if let Some(Listener::Tcp(l)) = &listener {
             l.set_nonblocking(true)?;
         }
         Ok(Acceptor { listener, shared, stop, next: 0 })
@@ -65,7 +65,7 @@ impl Acceptor {
         // Bounded per wake-up so the stop flag and the reaper are never starved.
         for _ in 0..1024 {
             match listener.accept() {
-                Ok((s, _)) => {
+                Ok(s) => {
                     let Some(s) = admit(&self.shared, s) else { continue };
                     let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
                     let lanes = &self.shared.lanes;
@@ -106,15 +106,15 @@ impl Acceptor {
 /// The connection limit and the socket options every accepted connection gets: `None`
 /// when it was refused (over the limit: memcached's error line, then closed) or could
 /// not be set up. Counts it as open otherwise.
-pub(crate) fn admit(shared: &Shared, mut s: TcpStream) -> Option<TcpStream> {
+pub(crate) fn admit(shared: &Shared, s: Stream) -> Option<Stream> {
     let conns = &shared.conns;
     if conns.curr.load(Ordering::Relaxed) >= shared.settings.max_conns as u64 {
         conns.rejected.fetch_add(1, Ordering::Relaxed);
-        let _ = s.set_nonblocking(true);
+        let _ = s.prepare();
         let _ = s.write(b"ERROR Too many open connections\r\n");
         return None;
     }
-    if s.set_nonblocking(true).is_err() || s.set_nodelay(true).is_err() {
+    if s.prepare().is_err() {
         conns.accept_errors.fetch_add(1, Ordering::Relaxed);
         return None;
     }

@@ -1,6 +1,6 @@
 //! The server's shared state, what `stats` reports, and the Prometheus rendering.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::proto::parse::StatsKind;
 use crate::proto::reply::StatsWriter;
-use crate::proto::{Clock, Counters, Host, Limits, SharedCounters, exec};
+use crate::proto::{self, Clock, Counters, Host, Limits, SharedCounters, exec};
 use crate::store::{Store, StoreStats};
 
 use super::Mailbox;
@@ -37,6 +37,19 @@ pub struct Settings {
     pub limits: Limits,
     /// Store shards.
     pub shards: usize,
+    /// What clients may do.
+    #[serde(skip)]
+    pub proto: proto::Settings,
+    /// The Unix socket served, if any.
+    pub unix_socket: Option<std::path::PathBuf>,
+    /// Its access mask.
+    pub unix_mask: u32,
+    /// The listen backlog.
+    pub backlog: i32,
+    /// The size classes' growth factor and smallest space (reported only).
+    pub growth_factor: f64,
+    /// The smallest class's space for key, value and flags.
+    pub chunk_size: u64,
 }
 
 /// Connection-level counters (the acceptor's and workers').
@@ -66,6 +79,10 @@ pub(crate) struct Shared {
     verbosity: AtomicU32,
     /// `stats reset` subtracts this from what workers published.
     baseline: Mutex<Counters>,
+    /// How far `debugtime` moved the clock, ms.
+    clock_offset_ms: AtomicI64,
+    /// A client asked for a shutdown: 1 now, 2 graceful.
+    shutdown: AtomicU8,
 }
 
 /// A snapshot of every counter.
@@ -134,6 +151,16 @@ impl Shared {
             epoch_ms,
             verbosity: AtomicU32::new(0),
             baseline: Mutex::new(Counters::default()),
+            clock_offset_ms: AtomicI64::new(0),
+            shutdown: AtomicU8::new(0),
+        }
+    }
+
+    /// Whether a client asked for a shutdown, and if so whether a graceful one.
+    pub fn shutdown_requested(&self) -> Option<bool> {
+        match self.shutdown.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(n == 2),
         }
     }
 
@@ -149,7 +176,11 @@ impl Shared {
 
     /// The protocol clock now.
     pub fn clock(&self) -> Clock {
-        Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: self.epoch_ms }
+        let clock = Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: self.epoch_ms };
+        match self.clock_offset_ms.load(Ordering::Relaxed) {
+            0 => clock,
+            off => clock.advanced(off / 1000),
+        }
     }
 
     /// Sum of the published counters, with `own` in place of worker `me`'s.
@@ -211,7 +242,7 @@ impl Shared {
         c.each(|name, _, v| {
             w.num(name, v);
         });
-        w.num("limit_maxbytes", self.settings.maxbytes)
+        w.num("limit_maxbytes", self.store.memory())
             .num("accepting_conns", 1)
             .num("threads", self.settings.threads as u64)
             .num("idle_kicks", n(&self.conns.idle_kicks))
@@ -228,20 +259,37 @@ impl Shared {
 
     fn settings_stats(&self, w: &mut StatsWriter<'_>) {
         let st = &self.settings;
-        w.num("maxbytes", st.maxbytes)
+        let yes = |b: bool| if b { "yes" } else { "no" };
+        let p = &st.proto;
+        w.num("maxbytes", self.store.memory())
             .num("maxconns", st.max_conns as u64)
             .num("tcpport", st.tcp_port.into())
             .num("udpport", st.udp_port.into())
             .num("verbosity", self.verbosity.load(Ordering::Relaxed).into())
-            .text("evictions", "on")
+            .text("evictions", if self.store.evictions_enabled() { "on" } else { "off" })
+            .text("domain_socket", &st.unix_socket.as_ref().map_or("NULL".into(), |p| p.display().to_string()))
+            .text("umask", &format!("{:o}", st.unix_mask))
+            .text("shutdown_command", yes(p.allowed.shutdown))
+            .text("growth_factor", &format!("{:.2}", st.growth_factor))
+            .num("chunk_size", st.chunk_size)
             .num("num_threads", st.threads as u64)
-            .text("cas_enabled", "yes")
+            .num("reqs_per_event", st.limits.commands_per_turn as u64)
+            .text("cas_enabled", yes(self.store.cas_enabled()))
+            .num("tcp_backlog", st.backlog.max(0) as u64)
+            .text(
+                "binding_protocol",
+                match p.protocol {
+                    proto::Protocol::Auto => "auto-negotiate",
+                    proto::Protocol::Ascii => "ascii",
+                    proto::Protocol::Binary => "binary",
+                },
+            )
             .num("item_size_max", st.item_size_max as u64)
             .num("idle_timeout", st.idle_timeout_s)
-            .num("reqs_per_event", st.limits.commands_per_turn as u64)
+            .text("flush_enabled", yes(p.flush))
+            .text("dump_enabled", yes(p.dump))
             .num("read_buf_size", st.limits.read_chunk as u64)
             .num("max_line", st.limits.max_line as u64)
-            .num("max_get_line", st.limits.max_get_line as u64)
             .num("output_pause", st.limits.output_pause as u64)
             .num("store_shards", st.shards as u64)
             .text("eviction_policy", "clock");
@@ -260,7 +308,7 @@ impl Shared {
             ("netlane_kv_curr_connections", "Connections open now.", n(&self.conns.curr)),
             ("netlane_kv_curr_items", "Items held now.", s.curr_items),
             ("netlane_kv_bytes", "Bytes held now (key + value + overhead).", s.bytes),
-            ("netlane_kv_limit_maxbytes", "The memory limit.", self.settings.maxbytes),
+            ("netlane_kv_limit_maxbytes", "The memory limit.", self.store.memory()),
         ];
         for (name, help, v) in gauges {
             e.family(name, help, Kind::Gauge).sample(name, &[], v);
@@ -329,6 +377,7 @@ impl Host for WorkerHost<'_> {
             if let Ok(mut b) = sh.baseline.lock() {
                 b.add(&total);
             }
+            store.reset_stats();
             out.extend_from_slice(b"RESET\r\n");
             return;
         }
@@ -339,7 +388,9 @@ impl Host for WorkerHost<'_> {
                 sh.general(&mut w, &c, &store.stats(), clock);
             }
             StatsKind::Settings => sh.settings_stats(&mut w),
-            StatsKind::Items | StatsKind::Slabs => exec::store_class_stats(kind, store, &mut w),
+            StatsKind::Items | StatsKind::Slabs | StatsKind::Sizes => {
+                exec::store_class_stats(kind, store, clock, &mut w)
+            }
             StatsKind::CacheDump { class, limit } => {
                 exec::cachedump(class, limit, store, clock, out);
                 return;
@@ -351,5 +402,13 @@ impl Host for WorkerHost<'_> {
 
     fn verbosity(&self, level: u32) {
         self.shared.verbosity.store(level, Ordering::Relaxed);
+    }
+
+    fn shutdown(&self, graceful: bool) {
+        self.shared.shutdown.store(if graceful { 2 } else { 1 }, Ordering::Relaxed);
+    }
+
+    fn advance_clock(&self, secs: i64) {
+        self.shared.clock_offset_ms.fetch_add(secs.saturating_mul(1000), Ordering::Relaxed);
     }
 }

@@ -24,6 +24,7 @@
 mod accept;
 mod host;
 mod lanes;
+mod stream;
 mod worker;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
@@ -45,13 +46,26 @@ use host::Shared;
 pub use host::{ServerStats, Settings};
 pub use lanes::{KnobView, LaneView, LanesView, Steer};
 
+/// A Unix stream socket to serve (memcached's `-s` and `-a`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnixListen {
+    /// The socket file.
+    pub path: std::path::PathBuf,
+    /// Its access mode (memcached's default 0700).
+    pub mask: u32,
+}
+
 /// What a server is started with.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// TCP address to listen on (port 0 picks one).
+    /// The address to serve, and the TCP port (0 picks one).
     pub listen: SocketAddr,
+    /// Serve TCP on `listen` (memcached's `-p 0` turns it off).
+    pub tcp: bool,
     /// Also serve UDP on this port of the listen address (0 picks one).
     pub udp_port: Option<u16>,
+    /// Also serve a Unix stream socket.
+    pub unix: Option<UnixListen>,
     /// Worker threads: the lanes at start.
     pub threads: usize,
     /// The store's limits.
@@ -83,13 +97,18 @@ pub struct ServerConfig {
     /// Most lanes the server may ever start, live additions included (`None`: the
     /// starting count, so lanes can be removed but not added).
     pub max_lanes: Option<usize>,
+    /// What clients may do (memcached's `-A`, `-F`, `-X`, `-B`, memcached-debug's
+    /// `debugtime`).
+    pub proto: crate::proto::Settings,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 11211)),
+            tcp: true,
             udp_port: None,
+            unix: None,
             threads: 4,
             store: StoreConfig::default(),
             limits: Limits::default(),
@@ -103,6 +122,7 @@ impl Default for ServerConfig {
             napi: NapiSettings::default(),
             xps_rxqs: false,
             max_lanes: None,
+            proto: crate::proto::Settings::default(),
         }
     }
 }
@@ -157,14 +177,14 @@ impl ServerConfig {
             return bad("--idle-timeout must be at least 1s".into());
         }
         let l = &self.limits;
-        if !(256..=1 << 20).contains(&l.max_line) || l.max_get_line < l.max_line || l.max_get_line > 64 << 20 {
-            return bad(format!(
-                "line limits {} / {} bytes: the line limit must be 256 B..=1 MiB and the get-line limit at least that, at most 64 MiB",
-                l.max_line, l.max_get_line
-            ));
+        if !(256..=1 << 20).contains(&l.max_line) {
+            return bad(format!("line limit {} bytes: must be 256 B..=1 MiB", l.max_line));
         }
         if l.commands_per_turn == 0 || l.read_chunk < 1024 || l.output_pause < 4096 {
             return bad("connection limits: commands per turn >= 1, read chunk >= 1 KiB, output pause >= 4 KiB".into());
+        }
+        if !self.tcp && self.steer == Steer::Reuseport {
+            return bad("reuseport steering needs TCP".into());
         }
         if let Some(c) = &self.cpus {
             netlane::cpus::CpuList::new(c.clone()).check_online().map_err(|e| ServerError::Config(e.to_string()))?;
@@ -184,7 +204,7 @@ impl ServerConfig {
 #[derive(Debug)]
 pub(crate) enum Mail {
     /// A new connection placed on this lane; `napi_id` is where its packets arrive.
-    Conn { stream: std::net::TcpStream, napi_id: u32 },
+    Conn { stream: stream::Stream, napi_id: u32 },
     /// A connection another lane gave up, with everything it had buffered.
     Moved(Box<worker::Moving>),
     /// Give every connection whose NAPI id another lane now owns to that lane.
@@ -230,7 +250,7 @@ pub struct Server {
     cfg: ServerConfig,
     /// The network namespace it was started in: lanes added later bind and run there.
     netns: NetnsHandle,
-    tcp_addr: SocketAddr,
+    tcp_addr: Option<SocketAddr>,
     udp_addr: Option<SocketAddr>,
 }
 
@@ -282,17 +302,29 @@ impl Server {
         let reuseport = cfg.steer == Steer::Reuseport;
         // TCP: one listener, or one per lane in a reuseport group (in lane order).
         let mut listeners: Vec<TcpListener> = Vec::new();
-        let first = bind_tcp(cfg.listen, cfg.backlog, reuseport)?;
-        let tcp_addr = first.local_addr().map_err(io_err("local address"))?;
-        listeners.push(first);
-        if reuseport {
-            for _ in 1..cfg.threads {
-                listeners.push(bind_tcp(tcp_addr, cfg.backlog, true)?);
+        let mut tcp_addr = None;
+        if cfg.tcp {
+            let first = bind_tcp(cfg.listen, cfg.backlog, reuseport)?;
+            let addr = first.local_addr().map_err(io_err("local address"))?;
+            listeners.push(first);
+            if reuseport {
+                for _ in 1..cfg.threads {
+                    listeners.push(bind_tcp(addr, cfg.backlog, true)?);
+                }
             }
+            tcp_addr = Some(addr);
         }
+        let unix = cfg
+            .unix
+            .as_ref()
+            .map(|u| {
+                stream::UnixSocket::bind(&u.path, u.mask, cfg.backlog)
+                    .map_err(io_err(format!("bind Unix socket {}", u.path.display())))
+            })
+            .transpose()?;
         let udp = match cfg.udp_port {
             None => Vec::new(),
-            Some(port) => bind_udp_group(SocketAddr::new(tcp_addr.ip(), port), cfg.threads)?,
+            Some(port) => bind_udp_group(SocketAddr::new(cfg.listen.ip(), port), cfg.threads)?,
         };
         let udp_addr = udp.first().map(|s| s.local_addr()).transpose().map_err(io_err("UDP local address"))?;
         if reuseport {
@@ -324,7 +356,7 @@ impl Server {
             None
         };
         let settings = Settings {
-            tcp_port: tcp_addr.port(),
+            tcp_port: tcp_addr.map_or(0, |a| a.port()),
             udp_port: udp_addr.map_or(0, |a| a.port()),
             threads: cfg.threads,
             max_conns: cfg.max_conns,
@@ -333,6 +365,12 @@ impl Server {
             idle_timeout_s: cfg.idle_timeout.map_or(0, |d| d.as_secs()),
             limits: cfg.limits,
             shards: store.shard_count(),
+            proto: cfg.proto,
+            unix_socket: cfg.unix.as_ref().map(|u| u.path.clone()),
+            unix_mask: cfg.unix.as_ref().map_or(0o700, |u| u.mask),
+            backlog: cfg.backlog,
+            growth_factor: cfg.store.classes.map_or(1.25, |c| c.factor),
+            chunk_size: cfg.store.classes.map_or(48, |c| c.min_size),
         };
         let mut mailboxes = Vec::with_capacity(max_lanes);
         for _ in 0..max_lanes {
@@ -356,7 +394,11 @@ impl Server {
         };
         let mut udp = udp.into_iter();
         let mut listeners = listeners.into_iter();
-        let first_listener = if reuseport { None } else { listeners.next() };
+        let first_listener = match unix {
+            Some(u) => Some(stream::Listener::Unix(u)),
+            None if reuseport => None,
+            None => listeners.next().map(stream::Listener::Tcp),
+        };
         for lane in 0..cfg.threads {
             let cpu = match &cfg.cpus {
                 Some(c) if !c.is_empty() => Some(c[lane % c.len()]),
@@ -430,8 +472,10 @@ impl Server {
                 self.shared.lane_slots()
             )));
         }
-        let listener = if lanes.steer == Steer::Reuseport {
-            let (addr, backlog) = (self.tcp_addr, self.cfg.backlog);
+        let listener = if lanes.steer == Steer::Reuseport
+            && let Some(addr) = self.tcp_addr
+        {
+            let backlog = self.cfg.backlog;
             Some(
                 self.netns
                     .run(move || bind_tcp(addr, backlog, true))
@@ -509,7 +553,15 @@ impl Server {
     }
 
     /// The TCP address served.
+    ///
+    /// # Panics
+    /// If the server serves no TCP ([`ServerConfig::tcp`] off): see [`Server::tcp_addr`].
     pub fn local_addr(&self) -> SocketAddr {
+        self.tcp_addr.expect("the server was started without TCP")
+    }
+
+    /// The TCP address served, if any.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp_addr
     }
 
@@ -534,6 +586,12 @@ impl Server {
         Arc::new(move |path: &str| {
             (path == "/metrics").then(|| (netlane::metrics::prom::TEXT_FORMAT, shared.prometheus()))
         })
+    }
+
+    /// Whether a client asked the server to shut down (`shutdown`, allowed by
+    /// [`crate::proto::Settings`]), and if so whether gracefully.
+    pub fn shutdown_requested(&self) -> Option<bool> {
+        self.shared.shutdown_requested()
     }
 
     /// Whether a thread has ended without being asked to (it only does on a fatal error).

@@ -12,8 +12,8 @@
 //! the bytes that arrive meanwhile wait in the socket.
 
 use std::collections::VecDeque;
-use std::io::{ErrorKind, Read as _, Write as _};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::io::ErrorKind;
+use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,6 +25,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use super::Mail;
 use super::accept::admit;
 use super::host::{Shared, WorkerHost};
+use super::stream::Stream;
 use crate::proto::{Conn, Counters, Ctx, Limits, Turn, udp};
 
 const WAKE: u64 = u64::MAX;
@@ -41,7 +42,7 @@ const UDP_REPLY_MAX: usize = 1 << 20;
 
 #[derive(Debug)]
 struct Entry {
-    stream: TcpStream,
+    stream: Stream,
     conn: Conn,
     /// The socket may hold unread bytes.
     can_read: bool,
@@ -298,7 +299,7 @@ impl Worker {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.listener else { return false };
             match l.accept() {
-                Ok((s, _)) => self.take_accepted(s),
+                Ok((s, _)) => self.take_accepted(Stream::Tcp(s)),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
@@ -311,7 +312,7 @@ impl Worker {
         true
     }
 
-    fn take_accepted(&mut self, s: TcpStream) {
+    fn take_accepted(&mut self, s: Stream) {
         let Some(s) = admit(&self.shared, s) else { return };
         let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
         let lanes = &self.shared.lanes;
@@ -434,13 +435,19 @@ impl Worker {
             }
             return;
         }
-        let mut ctx = Ctx { store: &self.shared.store, clock, host: &host, counters: &mut self.counters };
+        let mut ctx = Ctx {
+            store: &self.shared.store,
+            clock,
+            host: &host,
+            counters: &mut self.counters,
+            settings: &self.shared.settings.proto,
+        };
         let close = loop {
             if e.can_read && !e.peer_done {
                 let space = e.conn.read_space();
                 let len = space.len();
                 if len > 0 {
-                    match (&e.stream).read(space) {
+                    match e.stream.read(space) {
                         Ok(0) => {
                             e.peer_done = true;
                             e.can_read = false;
@@ -551,6 +558,7 @@ impl Worker {
                 clock: self.shared.clock(),
                 host: &host,
                 counters: &mut self.counters,
+                settings: &self.shared.settings.proto,
             };
             // One pass: a reply that reaches the limit ends at that command boundary.
             self.udp_conn.process(&mut ctx);
@@ -602,13 +610,13 @@ fn linger(e: &mut Entry, c: &mut Counters) -> bool {
     }
     if !e.shut {
         e.shut = true;
-        if e.stream.shutdown(std::net::Shutdown::Write).is_err() {
+        if e.stream.shutdown_write().is_err() {
             return true;
         }
     }
     let mut sink = [0u8; 16384];
     loop {
-        match (&e.stream).read(&mut sink) {
+        match e.stream.read(&mut sink) {
             Ok(0) => return true,
             Ok(_) => {}
             Err(err) if err.kind() == ErrorKind::WouldBlock => return false,
@@ -623,7 +631,7 @@ fn flush(e: &mut Entry, c: &mut Counters) -> bool {
     while e.can_write && !e.conn.output().is_empty() {
         let out = e.conn.output();
         let len = out.len();
-        match (&e.stream).write(out) {
+        match e.stream.write(out) {
             Ok(n) => {
                 e.conn.written(n);
                 c.bytes_written += n as u64;

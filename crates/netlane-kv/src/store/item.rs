@@ -3,14 +3,17 @@
 /// An expiry time that never comes.
 pub const NEVER: u64 = u64::MAX;
 
-/// Bytes charged per item beyond its key and value: the item header, the table slot,
-/// and the allocator's rounding of two allocations (measured order of magnitude, the
-/// role memcached's item header and slab rounding play there).
-pub const ITEM_OVERHEAD: usize = 96;
+/// Bytes charged per item beyond its key and value's allocation: the item itself in
+/// its shard's slot vector (64 bytes) and its entry in the hash table (a 4-byte index
+/// and a control byte at a load of up to 7/8).
+pub const ITEM_OVERHEAD: usize = 72;
 
-/// Bytes an item with this key and value length is charged.
-pub(crate) fn accounted(key_len: usize, value_len: usize) -> u64 {
-    (key_len + value_len + ITEM_OVERHEAD) as u64
+/// Bytes an item with this key and value length is charged: [`ITEM_OVERHEAD`] and the
+/// allocation holding key and value as glibc's malloc sizes it (the request and an
+/// 8-byte header, rounded up to 16 bytes, at least 32).
+pub fn accounted(key_len: usize, value_len: usize) -> u64 {
+    let chunk = (key_len + value_len + 8).div_ceil(16).max(2) * 16;
+    (chunk + ITEM_OVERHEAD) as u64
 }
 
 /// A key, its value and what memcached keeps beside them.
@@ -41,6 +44,10 @@ pub struct Item {
     pub(crate) stale: bool,
     /// A client was told it won the right to recache it (meta `W`).
     pub(crate) win_sent: bool,
+    /// Its key was sent in base64 (meta `b`): meta replies return it that way.
+    pub(crate) key_binary: bool,
+    /// The size class memcached would keep it in ([`super::Classes`]).
+    pub(crate) class: u8,
 }
 
 impl Item {
@@ -87,6 +94,27 @@ impl Item {
     /// A recache win was handed out (meta `W` was sent).
     pub fn win_sent(&self) -> bool {
         self.win_sent
+    }
+
+    /// Its key was stored in base64 (meta `b`).
+    pub fn key_binary(&self) -> bool {
+        self.key_binary
+    }
+
+    /// Marks its key as sent in base64.
+    pub fn set_key_binary(&mut self, binary: bool) {
+        self.key_binary = binary;
+    }
+
+    /// The size class it is reported in.
+    pub fn class(&self) -> u32 {
+        u32::from(self.class)
+    }
+
+    /// Its size in memcached's layout ([`super::Classes::item_size`]; a store without CAS
+    /// values keeps 0 in every item).
+    pub fn requested(&self) -> u64 {
+        super::Classes::item_size(usize::from(self.key_len), self.value().len(), self.flags, self.cas != 0)
     }
 
     /// Bytes charged for it.

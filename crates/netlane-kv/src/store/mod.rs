@@ -13,8 +13,12 @@
 //!   approximates LRU closely for cache workloads, and it is what memcached's segmented
 //!   LRU also approximates (bump at most once per interval) with more machinery.
 //! - **Memory** is accounted per shard (the limit divided evenly; keys hash uniformly):
-//!   key + value + [`ITEM_OVERHEAD`]. An item never exceeds a shard's share (checked at
-//!   construction), so a store can always make room by evicting.
+//!   the key and value's allocation as the allocator sizes it, plus [`ITEM_OVERHEAD`]
+//!   ([`item::accounted`]). An item never exceeds a shard's share (checked at
+//!   construction), so a store can always make room by evicting (unless evictions
+//!   are off, memcached's `-M`: then a full shard refuses the store).
+//! - **Size classes** are reporting only: each item is counted in the class memcached
+//!   would keep it in ([`Classes`]), so per-class stats and dumps read as memcached's.
 //! - **Expiry** is lazy (an expired item found by a lookup is removed and counted) and
 //!   active ([`Store::reap`], which the server calls on a timer, walks a bounded number
 //!   of slots per shard).
@@ -25,15 +29,17 @@
 //! Time is an argument (milliseconds on the caller's monotonic clock): the store reads no
 //! clock and starts no thread.
 
+mod classes;
 mod item;
 mod shard;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-pub use item::{ITEM_OVERHEAD, Item, NEVER};
-use shard::Shard;
-pub use shard::Slot;
+pub use classes::{ClassConfig, Classes, MAX_CLASSES};
+pub use item::{ITEM_OVERHEAD, Item, NEVER, accounted};
+pub use shard::{ClassCounters, Slot};
+use shard::{Policy, Shard};
 
 /// Longest key, in bytes (memcached's `KEY_MAX_LENGTH`).
 pub const KEY_MAX: usize = 250;
@@ -46,21 +52,39 @@ pub struct StoreConfig {
     /// Largest value, bytes (memcached's `-I`, 1 MiB by default).
     pub item_max: usize,
     /// Shards wanted (rounded down to a power of two and reduced until every shard's
-    /// share holds at least four of the largest items).
+    /// share holds at least four of the largest items, or to one).
     pub shards: usize,
+    /// Keep CAS values (memcached's `-C` turns them off: every CAS value is 0).
+    pub cas: bool,
+    /// Evict live items to make room (memcached's `-M` turns it off: a full store
+    /// refuses new values).
+    pub evictions: bool,
+    /// The size classes items are reported in; `None`: memcached's defaults for
+    /// `item_max`.
+    pub classes: Option<ClassConfig>,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 64 }
+        StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 64, cas: true, evictions: true, classes: None }
+    }
+}
+
+impl StoreConfig {
+    /// A store of `memory` bytes for values of up to `item_max`, in `shards` shards, with
+    /// memcached's defaults otherwise.
+    pub fn new(memory: u64, item_max: usize, shards: usize) -> StoreConfig {
+        StoreConfig { memory, item_max, shards, ..StoreConfig::default() }
     }
 }
 
 /// A configuration that cannot work.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// The memory limit cannot hold even a few of the largest items.
-    #[error("--memory {memory} bytes is too small for items of up to {item_max} bytes (needs at least {need})")]
+    /// The memory limit cannot hold even one of the largest items.
+    #[error(
+        "a memory limit of {memory} bytes is too small for items of up to {item_max} bytes (needs at least {need})"
+    )]
     MemoryTooSmall {
         /// The limit asked for.
         memory: u64,
@@ -129,6 +153,35 @@ impl StoreStats {
     }
 }
 
+/// One size class, summed over shards (`stats items`, `stats slabs`).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassStats {
+    /// The class (1-based).
+    pub class: u32,
+    /// Its chunk size in memcached.
+    pub chunk_size: u64,
+    /// Seconds since the least recently used item was accessed.
+    pub oldest_age_s: u64,
+    /// Items held now.
+    pub items: u64,
+    /// Bytes held now (as accounted).
+    pub bytes: u64,
+    /// Bytes the items would take in memcached's layout (`mem_requested`).
+    pub requested: u64,
+    /// Live items evicted.
+    pub evicted: u64,
+    /// Evicted items never fetched.
+    pub evicted_unfetched: u64,
+    /// Expired items never fetched.
+    pub expired_unfetched: u64,
+    /// Dead items removed.
+    pub reclaimed: u64,
+    /// Dead items removed by the reaper.
+    pub reaped: u64,
+    /// Stores refused for lack of memory.
+    pub outofmemory: u64,
+}
+
 /// One shard on a cache line of its own.
 #[derive(Debug)]
 #[repr(align(64))]
@@ -141,7 +194,10 @@ pub struct Store {
     /// Shard count less one (a power of two less one).
     mask: u64,
     item_max: usize,
-    memory: u64,
+    memory: AtomicU64,
+    cas: bool,
+    evictions: bool,
+    classes: Classes,
     /// Next sequence number (also the default CAS value); starts at 1.
     seq: AtomicU64,
     /// Items with a lower or equal sequence number were flushed.
@@ -161,16 +217,15 @@ impl Store {
         if !(1024..=1 << 30).contains(&cfg.item_max) {
             return Err(ConfigError::ItemMax(cfg.item_max));
         }
-        let biggest = item::accounted(KEY_MAX, cfg.item_max);
-        let need = 4 * biggest;
-        if cfg.memory < need {
-            return Err(ConfigError::MemoryTooSmall { memory: cfg.memory, item_max: cfg.item_max, need });
+        let biggest = accounted(KEY_MAX, cfg.item_max);
+        if cfg.memory < biggest {
+            return Err(ConfigError::MemoryTooSmall { memory: cfg.memory, item_max: cfg.item_max, need: biggest });
         }
         // The largest power of two not above the shards asked for, then halved until
-        // every shard's share holds four of the largest items.
+        // every shard's share holds four of the largest items (or one shard is left).
         let wanted = cfg.shards.clamp(1, 1 << 16);
         let mut n = 1usize << (usize::BITS - 1 - wanted.leading_zeros());
-        while n > 1 && cfg.memory / (n as u64) < need {
+        while n > 1 && cfg.memory / (n as u64) < 4 * biggest {
             n /= 2;
         }
         let share = cfg.memory / n as u64;
@@ -179,7 +234,10 @@ impl Store {
             shards,
             mask: n as u64 - 1,
             item_max: cfg.item_max,
-            memory: cfg.memory,
+            memory: AtomicU64::new(cfg.memory),
+            cas: cfg.cas,
+            evictions: cfg.evictions,
+            classes: Classes::new(cfg.classes.unwrap_or(ClassConfig::for_item_max(cfg.item_max))),
             seq: AtomicU64::new(1),
             flushed_through: AtomicU64::new(0),
             flush_at: AtomicU64::new(NEVER),
@@ -193,7 +251,37 @@ impl Store {
 
     /// The memory limit, bytes.
     pub fn memory(&self) -> u64 {
-        self.memory
+        self.memory.load(Ordering::Relaxed)
+    }
+
+    /// Changes the memory limit (memcached's `cache_memlimit`): false, and nothing
+    /// changed, when a shard's share would not hold one of the largest items. A lower
+    /// limit is reached as stores evict.
+    pub fn set_memory(&self, bytes: u64, _now: u64) -> bool {
+        let share = bytes / self.shards.len() as u64;
+        if share < accounted(KEY_MAX, self.item_max) {
+            return false;
+        }
+        self.memory.store(bytes, Ordering::Relaxed);
+        for s in self.shards.iter() {
+            lock(&s.0).set_limit(share);
+        }
+        true
+    }
+
+    /// Whether CAS values are kept.
+    pub fn cas_enabled(&self) -> bool {
+        self.cas
+    }
+
+    /// Whether live items are evicted for room.
+    pub fn evictions_enabled(&self) -> bool {
+        self.evictions
+    }
+
+    /// The size classes items are reported in.
+    pub fn classes(&self) -> &Classes {
+        &self.classes
     }
 
     /// Number of shards.
@@ -231,13 +319,15 @@ impl Store {
     pub fn with_slot<R>(&self, key: &[u8], now: u64, f: impl FnOnce(&mut Slot<'_>) -> R) -> R {
         let hash = hash_key(key);
         let mark = self.flush_mark(now);
-        let mut guard = match self.shard_of(hash).lock() {
-            Ok(g) => g,
-            // A panic inside `f` on another thread: the shard's invariants hold between
-            // statements that can panic, so keep serving.
-            Err(poisoned) => poisoned.into_inner(),
+        let mut guard = lock(self.shard_of(hash));
+        let policy = Policy {
+            seq: &self.seq,
+            item_max: self.item_max,
+            classes: &self.classes,
+            cas: self.cas,
+            evict: self.evictions,
         };
-        let mut slot = guard.slot(key, hash, now, mark, &self.seq, self.item_max);
+        let mut slot = guard.slot(key, hash, now, mark, policy);
         f(&mut slot)
     }
 
@@ -259,11 +349,7 @@ impl Store {
         let mark = self.flush_mark(now);
         let mut n = 0;
         for s in self.shards.iter() {
-            let mut g = match s.0.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            n += g.reap(now, mark, budget);
+            n += lock(&s.0).reap(now, mark, budget);
         }
         n
     }
@@ -273,11 +359,7 @@ impl Store {
     pub fn visit(&self, now: u64, mut f: impl FnMut(&Item) -> bool) {
         let mark = self.flush_mark(now);
         for s in self.shards.iter() {
-            let g = match s.0.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            if !g.visit(now, mark, &mut f) {
+            if !lock(&s.0).visit(now, mark, &mut f) {
                 return;
             }
         }
@@ -287,14 +369,60 @@ impl Store {
     pub fn stats(&self) -> StoreStats {
         let mut t = StoreStats::default();
         for s in self.shards.iter() {
-            let g = match s.0.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            t.add(&g.stats());
+            t.add(&lock(&s.0).stats());
         }
         t
     }
+
+    /// Per size class, the classes holding or having held items (locks each shard
+    /// briefly, and walks the items for the ages: not for the hot path).
+    pub fn class_stats(&self, now: u64) -> Vec<ClassStats> {
+        let mut sum = [ClassCounters::default(); MAX_CLASSES];
+        let mut oldest = [u64::MAX; MAX_CLASSES];
+        for s in self.shards.iter() {
+            let g = lock(&s.0);
+            for (t, c) in sum.iter_mut().zip(g.class_counters()) {
+                t.add(c);
+            }
+        }
+        self.visit(now, |it| {
+            let i = (it.class() as usize).saturating_sub(1).min(MAX_CLASSES - 1);
+            oldest[i] = oldest[i].min(it.last_access());
+            true
+        });
+        sum.iter()
+            .enumerate()
+            .filter(|(_, c)| **c != ClassCounters::default())
+            .map(|(i, c)| ClassStats {
+                class: i as u32 + 1,
+                chunk_size: self.classes.chunk_size(i as u32 + 1),
+                oldest_age_s: if oldest[i] == u64::MAX { 0 } else { now.saturating_sub(oldest[i]) / 1000 },
+                items: c.items,
+                bytes: c.bytes,
+                requested: c.requested,
+                evicted: c.evicted,
+                evicted_unfetched: c.evicted_unfetched,
+                expired_unfetched: c.expired_unfetched,
+                reclaimed: c.reclaimed,
+                reaped: c.reaped,
+                outofmemory: c.outofmemory,
+            })
+            .collect()
+    }
+
+    /// Clears the cumulative counters (memcached's `stats reset` clears its item
+    /// stats too).
+    pub fn reset_stats(&self) {
+        for s in self.shards.iter() {
+            lock(&s.0).reset_stats();
+        }
+    }
+}
+
+/// A shard's lock. A panic inside a closure on another thread poisons it; the shard's
+/// invariants hold between statements that can panic, so keep serving.
+fn lock(m: &Mutex<Shard>) -> std::sync::MutexGuard<'_, Shard> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -4,8 +4,58 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
 
+use super::classes::{Classes, MAX_CLASSES};
 use super::item::{Item, accounted};
 use super::{Gone, StoreError, StoreStats};
+
+/// One size class's counters (memcached's `stats items` and `stats slabs` fields).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassCounters {
+    /// Items held now.
+    pub items: u64,
+    /// Bytes held now (as accounted).
+    pub bytes: u64,
+    /// Bytes the items held now would take in memcached's layout (`mem_requested`).
+    pub requested: u64,
+    /// Live items evicted.
+    pub evicted: u64,
+    /// Evicted items never fetched.
+    pub evicted_unfetched: u64,
+    /// Expired items never fetched.
+    pub expired_unfetched: u64,
+    /// Dead items removed.
+    pub reclaimed: u64,
+    /// Dead items the reaper removed.
+    pub reaped: u64,
+    /// Stores refused for lack of memory.
+    pub outofmemory: u64,
+}
+
+impl ClassCounters {
+    pub(crate) fn add(&mut self, o: &ClassCounters) {
+        self.items += o.items;
+        self.bytes += o.bytes;
+        self.requested += o.requested;
+        self.evicted += o.evicted;
+        self.evicted_unfetched += o.evicted_unfetched;
+        self.expired_unfetched += o.expired_unfetched;
+        self.reclaimed += o.reclaimed;
+        self.reaped += o.reaped;
+        self.outofmemory += o.outofmemory;
+    }
+}
+
+/// What a store into a shard is told about the whole store.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Policy<'a> {
+    pub seq: &'a AtomicU64,
+    pub item_max: usize,
+    pub classes: &'a Classes,
+    /// CAS values are kept (memcached without `-C`).
+    pub cas: bool,
+    /// Live items may be evicted to make room (memcached without `-M`).
+    pub evict: bool,
+}
 
 #[derive(Debug)]
 pub(crate) struct Shard {
@@ -19,6 +69,7 @@ pub(crate) struct Shard {
     reap_at: usize,
     limit: u64,
     stats: StoreStats,
+    classes: [ClassCounters; MAX_CLASSES],
 }
 
 impl Shard {
@@ -31,11 +82,33 @@ impl Shard {
             reap_at: 0,
             limit,
             stats: StoreStats::default(),
+            classes: [ClassCounters::default(); MAX_CLASSES],
         }
     }
 
     pub(crate) fn stats(&self) -> StoreStats {
         self.stats
+    }
+
+    pub(crate) fn class_counters(&self) -> &[ClassCounters; MAX_CLASSES] {
+        &self.classes
+    }
+
+    pub(crate) fn set_limit(&mut self, limit: u64) {
+        self.limit = limit;
+    }
+
+    /// Clears the cumulative counters (`stats reset`); what is held now stays.
+    pub(crate) fn reset_stats(&mut self) {
+        let (items, bytes) = (self.stats.curr_items, self.stats.bytes);
+        self.stats = StoreStats { curr_items: items, bytes, ..StoreStats::default() };
+        for c in &mut self.classes {
+            *c = ClassCounters { items: c.items, bytes: c.bytes, requested: c.requested, ..ClassCounters::default() };
+        }
+    }
+
+    fn class(&mut self, it: &Item) -> &mut ClassCounters {
+        &mut self.classes[(it.class as usize).saturating_sub(1).min(MAX_CLASSES - 1)]
     }
 
     fn find(&self, key: &[u8], hash: u64) -> Option<u32> {
@@ -52,17 +125,26 @@ impl Shard {
         self.free.push(idx);
         self.stats.curr_items -= 1;
         self.stats.bytes -= item.accounted();
+        let requested = item.requested();
+        let c = self.class(&item);
+        c.items -= 1;
+        c.bytes -= item.accounted();
+        c.requested -= requested;
         Some(item)
     }
 
-    /// Removes a dead item, counting why.
-    fn reclaim(&mut self, idx: u32, why: Gone) {
-        if let Some(it) = self.unlink(idx) {
-            self.stats.reclaimed += 1;
-            if why == Gone::Expired && !it.fetched {
-                self.stats.expired_unfetched += 1;
-            }
+    /// Removes a dead item, counting why. Returns whether there was one.
+    fn reclaim(&mut self, idx: u32, why: Gone) -> bool {
+        let Some(it) = self.unlink(idx) else { return false };
+        self.stats.reclaimed += 1;
+        let unfetched = why == Gone::Expired && !it.fetched;
+        if unfetched {
+            self.stats.expired_unfetched += 1;
         }
+        let c = self.class(&it);
+        c.reclaimed += 1;
+        c.expired_unfetched += u64::from(unfetched);
+        true
     }
 
     /// The entry point of every command: the slot for `key`, dead items removed.
@@ -72,8 +154,7 @@ impl Shard {
         hash: u64,
         now: u64,
         flushed_through: u64,
-        seq: &'a AtomicU64,
-        item_max: usize,
+        policy: Policy<'a>,
     ) -> Slot<'a> {
         let mut idx = self.find(key, hash);
         let mut gone = None;
@@ -84,12 +165,12 @@ impl Shard {
             idx = None;
             gone = Some(why);
         }
-        Slot { shard: self, key, hash, now, flushed_through, idx, gone, seq, item_max }
+        Slot { shard: self, key, hash, now, flushed_through, idx, gone, policy }
     }
 
-    /// One step of the CLOCK sweep: evicts or reclaims at most one item. Returns false
-    /// when the shard is empty.
-    fn sweep_once(&mut self, now: u64, flushed_through: u64) -> bool {
+    /// One step of the CLOCK sweep: evicts (if `evict`) or reclaims at most one item.
+    /// Returns false when nothing could be taken.
+    fn sweep_once(&mut self, now: u64, flushed_through: u64, evict: bool) -> bool {
         if self.stats.curr_items == 0 {
             return false;
         }
@@ -103,19 +184,23 @@ impl Shard {
             self.hand += 1;
             let Some(it) = self.slots[i].as_mut() else { continue };
             if let Some(why) = it.dead(now, flushed_through) {
-                self.reclaim(i as u32, why);
-                return true;
+                return self.reclaim(i as u32, why);
+            }
+            if !evict {
+                continue;
             }
             if it.referenced {
                 it.referenced = false;
                 continue;
             }
-            let fetched = it.fetched;
-            self.unlink(i as u32);
+            let Some(gone) = self.unlink(i as u32) else { continue };
             self.stats.evictions += 1;
-            if !fetched {
+            if !gone.fetched {
                 self.stats.evicted_unfetched += 1;
             }
+            let c = self.class(&gone);
+            c.evicted += 1;
+            c.evicted_unfetched += u64::from(!gone.fetched);
             return true;
         }
         false
@@ -135,9 +220,12 @@ impl Shard {
             let i = self.reap_at;
             self.reap_at += 1;
             if let Some(why) = self.slots[i].as_ref().and_then(|it| it.dead(now, flushed_through)) {
-                self.reclaim(i as u32, why);
-                self.stats.reaped += 1;
-                n += 1;
+                let class = self.slots[i].as_ref().map_or(0, |it| it.class);
+                if self.reclaim(i as u32, why) {
+                    self.stats.reaped += 1;
+                    self.classes[(class as usize).saturating_sub(1).min(MAX_CLASSES - 1)].reaped += 1;
+                    n += 1;
+                }
             }
         }
         // Trailing free slots are dropped so an emptied shard gives its memory back.
@@ -165,8 +253,7 @@ pub struct Slot<'a> {
     flushed_through: u64,
     idx: Option<u32>,
     gone: Option<Gone>,
-    seq: &'a AtomicU64,
-    item_max: usize,
+    policy: Policy<'a>,
 }
 
 impl Slot<'_> {
@@ -185,6 +272,21 @@ impl Slot<'_> {
         self.gone
     }
 
+    /// The largest value the store takes.
+    pub fn item_max(&self) -> usize {
+        self.policy.item_max
+    }
+
+    /// Promotes the live item for eviction as a hit would, without marking it
+    /// fetched (an `add` that found it).
+    pub fn touch_lru(&mut self) {
+        let now = self.now;
+        if let Some(it) = self.item_mut() {
+            it.referenced = true;
+            it.last_access = now;
+        }
+    }
+
     /// Records an access: fetched, referenced for CLOCK, last access time. Returns
     /// whether it had been fetched before and its previous access time.
     pub fn hit(&mut self) -> Option<(bool, u64)> {
@@ -199,10 +301,11 @@ impl Slot<'_> {
 
     /// A new CAS value for the live item (`cas` from the client, or a fresh one).
     pub fn bump_cas(&mut self, cas: Option<u64>) -> Option<u64> {
-        let fresh = self.seq.fetch_add(1, Ordering::Relaxed);
+        let fresh = self.policy.seq.fetch_add(1, Ordering::Relaxed);
+        let keep = self.policy.cas;
         let it = self.item_mut()?;
         it.seq = fresh;
-        it.cas = cas.unwrap_or(fresh);
+        it.cas = if keep { cas.unwrap_or(fresh) } else { 0 };
         Some(it.cas)
     }
 
@@ -216,23 +319,29 @@ impl Slot<'_> {
 
     /// Stores `value` under the key, replacing the live item (its slot is freed first,
     /// so eviction never has to skip it). `cas` overrides the new CAS value. Returns the
-    /// CAS value stored. On error the old item is gone too (as in memcached: a failed
-    /// set must not leave stale data behind).
+    /// CAS value stored (0 when the store keeps none). On error the old item is gone
+    /// too (as in memcached: a failed set must not leave stale data behind).
     pub fn store(&mut self, value: &[u8], flags: u32, exp: u64, cas: Option<u64>) -> Result<u64, StoreError> {
         self.remove();
-        if value.len() > self.item_max || self.key.len() > super::KEY_MAX {
+        let p = self.policy;
+        if value.len() > p.item_max || self.key.len() > super::KEY_MAX {
             return Err(StoreError::TooLarge);
         }
         let size = accounted(self.key.len(), value.len());
+        let class = p.classes.class_of_size(super::Classes::item_size(self.key.len(), value.len(), flags, p.cas));
+        let oom = |shard: &mut Shard| {
+            shard.classes[(class as usize - 1).min(MAX_CLASSES - 1)].outofmemory += 1;
+            Err(StoreError::OutOfMemory)
+        };
         if size > self.shard.limit {
-            return Err(StoreError::OutOfMemory);
+            return oom(self.shard);
         }
         while self.shard.stats.bytes + size > self.shard.limit {
-            if !self.shard.sweep_once(self.now, self.flushed_through) {
-                return Err(StoreError::OutOfMemory);
+            if !self.shard.sweep_once(self.now, self.flushed_through, p.evict) {
+                return oom(self.shard);
             }
         }
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let seq = p.seq.fetch_add(1, Ordering::Relaxed);
         let mut data = Vec::with_capacity(self.key.len() + value.len());
         data.extend_from_slice(self.key);
         data.extend_from_slice(value);
@@ -242,15 +351,18 @@ impl Slot<'_> {
             hash: self.hash,
             flags,
             exp,
-            cas: cas.unwrap_or(seq),
+            cas: if p.cas { cas.unwrap_or(seq) } else { 0 },
             seq,
             last_access: self.now,
             referenced: false,
             fetched: false,
             stale: false,
             win_sent: false,
+            key_binary: false,
+            class: class as u8,
         };
         let cas = item.cas;
+        let requested = item.requested();
         let sh = &mut *self.shard;
         let idx = match sh.free.pop() {
             Some(i) => {
@@ -267,6 +379,10 @@ impl Slot<'_> {
         sh.stats.curr_items += 1;
         sh.stats.total_items += 1;
         sh.stats.bytes += size;
+        let c = &mut sh.classes[(class as usize - 1).min(MAX_CLASSES - 1)];
+        c.items += 1;
+        c.bytes += size;
+        c.requested += requested;
         self.idx = Some(idx);
         self.gone = None;
         Ok(cas)

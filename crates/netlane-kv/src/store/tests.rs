@@ -1,7 +1,7 @@
 use super::*;
 
 fn small(memory: u64, shards: usize) -> Store {
-    Store::new(StoreConfig { memory, item_max: 1024, shards }).unwrap()
+    Store::new(StoreConfig::new(memory, 1024, shards)).unwrap()
 }
 
 fn set(s: &Store, key: &[u8], value: &[u8], exp: u64, now: u64) -> Result<u64, StoreError> {
@@ -17,19 +17,13 @@ fn get(s: &Store, key: &[u8], now: u64) -> Option<Vec<u8>> {
 
 #[test]
 fn config_is_checked_and_shards_fit_the_memory() {
-    assert!(matches!(
-        Store::new(StoreConfig { memory: 1 << 20, item_max: 1 << 20, shards: 4 }),
-        Err(ConfigError::MemoryTooSmall { .. })
-    ));
-    assert_eq!(
-        Store::new(StoreConfig { memory: 1 << 30, item_max: 100, shards: 4 }).unwrap_err(),
-        ConfigError::ItemMax(100)
-    );
+    assert!(matches!(Store::new(StoreConfig::new(1 << 20, 1 << 20, 4)), Err(ConfigError::MemoryTooSmall { .. })));
+    assert_eq!(Store::new(StoreConfig::new(1 << 30, 100, 4)).unwrap_err(), ConfigError::ItemMax(100));
     // 64 MiB with 1 MiB items: a shard must hold 4 of them, so at most 15 shards -> 8.
-    let s = Store::new(StoreConfig { memory: 64 << 20, item_max: 1 << 20, shards: 64 }).unwrap();
+    let s = Store::new(StoreConfig::new(64 << 20, 1 << 20, 64)).unwrap();
     assert_eq!(s.shard_count(), 8);
-    assert_eq!(Store::new(StoreConfig { memory: 1 << 30, item_max: 1 << 20, shards: 48 }).unwrap().shard_count(), 32);
-    assert_eq!(Store::new(StoreConfig { memory: 1 << 30, item_max: 1 << 20, shards: 0 }).unwrap().shard_count(), 1);
+    assert_eq!(Store::new(StoreConfig::new(1 << 30, 1 << 20, 48)).unwrap().shard_count(), 32);
+    assert_eq!(Store::new(StoreConfig::new(1 << 30, 1 << 20, 0)).unwrap().shard_count(), 1);
 }
 
 #[test]
@@ -41,7 +35,7 @@ fn stores_replaces_and_accounts_bytes() {
     assert!(c2 > c1, "a new store gets a new CAS value");
     let st = s.stats();
     assert_eq!((st.curr_items, st.total_items), (1, 2));
-    assert_eq!(st.bytes, (1 + 5 + ITEM_OVERHEAD) as u64);
+    assert_eq!(st.bytes, accounted(1, 5));
     assert!(s.with_slot(b"k", 0, |slot| slot.remove()));
     assert_eq!(s.stats().bytes, 0);
     assert!(get(&s, b"k", 0).is_none());

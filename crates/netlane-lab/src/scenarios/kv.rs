@@ -566,7 +566,7 @@ impl KvBenchArgs {
                 let cfg = ServerConfig {
                     listen: addr,
                     threads: self.threads,
-                    store: StoreConfig { memory: 1 << 30, item_max: 1 << 20, shards: 64 },
+                    store: StoreConfig::new(1 << 30, 1 << 20, 64),
                     max_conns: self.connections as usize + 64,
                     cpus: Some(vec![self.server_cpu]),
                     ..ServerConfig::default()

@@ -411,7 +411,7 @@ impl LanesBenchArgs {
         let base = ServerConfig {
             listen: addr,
             threads: CPUS.len(),
-            store: StoreConfig { memory: 1 << 30, item_max: 1 << 20, shards: 64 },
+            store: StoreConfig::new(1 << 30, 1 << 20, 64),
             max_conns,
             ..ServerConfig::default()
         };
