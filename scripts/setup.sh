@@ -12,7 +12,9 @@
 #                             request/response clients, tcpdump to show packet paths
 #                             coexist with other capture sockets, and the cache's
 #                             real peers: memcached 1.6 to compare against,
-#                             libmemcached-tools and python3-pymemcache as clients;
+#                             libmemcached-tools and python3-pymemcache as clients,
+#                             perl to run memcached's own test suite against the
+#                             cache (scripts/memcached-suite.sh);
 #                             rt-tests, whose cyclictest measures how long this
 #                             machine stalls a ready thread: the floor under the kv
 #                             scenario's tail latencies)
@@ -26,7 +28,7 @@ set -euo pipefail
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
       libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
       python3 python3-prometheus-client socat tcpdump memcached libmemcached-tools
-      python3-pymemcache rt-tests)
+      python3-pymemcache rt-tests perl)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi
