@@ -72,6 +72,7 @@ pids="$run/pids"
 if [[ "$server" == netlane ]]; then
   netlane="${NETLANE:-$root/target/release/netlane}"
   [[ -x "$netlane" ]] || { echo "memcached-suite: $netlane not built (cargo build --release -p netlane-cli)" >&2; exit 1; }
+  netlane="$(realpath "$netlane")"
   # The suite reads `memcached-debug -h` for what the server supports; the server's own
   # lines go to stderr, as memcached prints nothing on stdout.
   cat > "$run/memcached-debug" <<EOF

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use netlane_kv::proto::conformance::conformance_table;
+use netlane_kv::proto::conformance::{binary_table, conformance_table};
 use netlane_kv::proto::fuzzing::conn;
 use proptest::prelude::*;
 
@@ -30,6 +30,11 @@ fn make_seeds() -> Vec<(String, Vec<u8>)> {
         let bytes: Vec<u8> = steps.iter().flat_map(|s| s.send.clone()).collect();
         out.push((format!("table-{i:02}"), framed(0, &bytes)));
         out.push((format!("table-{i:02}-small"), framed(3, &bytes)));
+    }
+    for (i, (_, steps)) in binary_table().into_iter().enumerate() {
+        let bytes: Vec<u8> = steps.concat();
+        out.push((format!("binary-{i:02}"), framed(0, &bytes)));
+        out.push((format!("binary-{i:02}-small"), framed(7, &bytes)));
     }
     out
 }
@@ -62,8 +67,39 @@ fn seed_corpus_runs_clean() {
     }
 }
 
+/// A binary request from parts a fuzzer would pick: any opcode, lengths that agree or
+/// not with what follows.
+fn binary_packet(opcode: u8, extlen: u8, keylen: u16, bodylen: u32, body: &[u8]) -> Vec<u8> {
+    let mut p = netlane_kv::proto::binary::request(opcode, &[], b"", b"", 1, 0);
+    p[2..4].copy_from_slice(&keylen.to_be_bytes());
+    p[4] = extlen;
+    p[8..12].copy_from_slice(&bodylen.to_be_bytes());
+    p.extend_from_slice(body);
+    p
+}
+
+proptest! {
+    // Fewer cases: a packet announcing a large value makes the connection buffer it.
+    #![proptest_config(ProptestConfig::with_cases(512))]
+    #[test]
+    fn random_binary_packets_never_panic(
+        mode in prop_oneof![Just(0u8), Just(3), Just(4), Just(7)],
+        packets in proptest::collection::vec(
+            (0u8..0x40, prop_oneof![Just(0u8), Just(4), Just(8), Just(20), any::<u8>()],
+             prop_oneof![Just(0u16), 1u16..8, Just(250), Just(251), any::<u16>()],
+             prop_oneof![0u32..64, Just(1100), any::<u32>()],
+             proptest::collection::vec(any::<u8>(), 0..80)),
+            0..20,
+        ),
+    ) {
+        let bytes: Vec<u8> = packets.iter().flat_map(|(o, e, k, b, body)| binary_packet(*o, *e, *k, *b, body)).collect();
+        conn(&framed(mode, &bytes));
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]
+
     #[test]
     fn random_input_never_panics(data in proptest::collection::vec(any::<u8>(), 0..4000)) {
         conn(&data);

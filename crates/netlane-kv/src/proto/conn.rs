@@ -20,7 +20,8 @@
 
 use memchr::memchr;
 
-use super::exec::{self, After, Ctx};
+use super::binary::{self, Check};
+use super::exec::{self, After, Ctx, Protocol};
 use super::parse::{self, Command, GetHead, ParseError};
 use super::reply::line;
 use crate::store::{KEY_MAX, StoreError};
@@ -73,9 +74,18 @@ struct GetRun {
     streaming: bool,
 }
 
+/// The protocol a connection speaks, told by its first byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    Text,
+    Binary,
+}
+
 /// One connection's protocol state.
 #[derive(Debug)]
 pub struct Conn {
+    /// Unknown until the first byte arrives.
+    wire: Option<Wire>,
     input: Vec<u8>,
     /// Unconsumed input is `input[start..end]`.
     start: usize,
@@ -109,6 +119,7 @@ impl Conn {
     /// A connection with these bounds, for values of up to `item_max` bytes.
     pub fn new(limits: Limits, item_max: usize) -> Conn {
         Conn {
+            wire: None,
             input: Vec::new(),
             start: 0,
             end: 0,
@@ -124,9 +135,10 @@ impl Conn {
         }
     }
 
-    /// Most input ever buffered: a line and a whole data block.
+    /// Most input ever buffered: a line and a whole data block, or a binary packet's
+    /// header, extras, key and value.
     fn input_bound(&self) -> usize {
-        self.limits.max_line + 2 + self.item_max + 2
+        (self.limits.max_line + 2).max(binary::HEADER + 255 + KEY_MAX) + self.item_max + 2
     }
 
     /// Free space to read into (empty when nothing should be read now: the output is
@@ -180,6 +192,7 @@ impl Conn {
     /// Forgets all state and buffered bytes, keeping the buffers (UDP reuses one
     /// connection per worker).
     pub fn reset(&mut self) {
+        self.wire = None;
         self.start = 0;
         self.end = 0;
         self.need = 0;
@@ -226,6 +239,14 @@ impl Conn {
     /// for the output to drain.
     pub fn get_paused(&self) -> bool {
         self.get.is_some() && self.unsent() > self.limits.output_pause
+    }
+
+    /// Drops the unsent output and queues `reply` instead (UDP: a reply that cannot be
+    /// sent whole).
+    pub fn replace_output(&mut self, reply: &[u8]) {
+        self.output.clear();
+        self.sent = 0;
+        self.output.extend_from_slice(reply);
     }
 
     /// Whether input is waiting to be run (a yielded or paused turn).
@@ -290,6 +311,30 @@ impl Conn {
                 self.need = 0;
                 return Turn::NeedRead;
             }
+            let wire = match self.wire {
+                Some(w) => w,
+                None => {
+                    // memcached's negotiation: a binary request starts with 0x80.
+                    let binary = avail[0] == binary::REQUEST;
+                    let w = match ctx.settings.protocol {
+                        Protocol::Auto if binary => Wire::Binary,
+                        Protocol::Auto | Protocol::Ascii => Wire::Text,
+                        Protocol::Binary => Wire::Binary,
+                    };
+                    self.wire = Some(w);
+                    w
+                }
+            };
+            if wire == Wire::Binary {
+                match self.binary_step(ctx) {
+                    Some(turn) => return turn,
+                    None => {
+                        ran += 1;
+                        continue;
+                    }
+                }
+            }
+            let avail = &self.input[self.start..self.end];
             let Some(nl) = memchr(b'\n', avail) else {
                 if avail.len() > self.limits.max_line && parse::is_get_line(avail) {
                     // A get line longer than any line limit: answer its keys as they come.
@@ -358,6 +403,83 @@ impl Conn {
                     self.closing = true;
                     return Turn::Close;
                 }
+            }
+        }
+    }
+
+    /// One binary packet: run it if it has arrived (`None`: go on), or say what the
+    /// driver should do. The value of a storage command is buffered whole (it is at
+    /// most the item size limit); any other body past the key is skipped as it comes.
+    fn binary_step(&mut self, ctx: &mut Ctx<'_>) -> Option<Turn> {
+        let avail = &self.input[self.start..self.end];
+        let Some(h) = binary::Header::parse(avail) else {
+            self.need = binary::HEADER;
+            return Some(Turn::NeedRead);
+        };
+        let head = binary::HEADER + usize::from(h.extlen) + usize::from(h.keylen);
+        let storage = matches!(
+            h.opcode,
+            binary::op::SET
+                | binary::op::SETQ
+                | binary::op::ADD
+                | binary::op::ADDQ
+                | binary::op::REPLACE
+                | binary::op::REPLACEQ
+                | binary::op::APPEND
+                | binary::op::APPENDQ
+                | binary::op::PREPEND
+                | binary::op::PREPENDQ
+        );
+        match binary::check(&h, self.item_max) {
+            Check::Close => {
+                self.closing = true;
+                Some(Turn::Close)
+            }
+            Check::Fatal(s) => {
+                binary::refuse(ctx, &h, None, Check::Fatal(s), &mut self.output);
+                self.closing = true;
+                Some(Turn::Close)
+            }
+            Check::Refuse(s) => {
+                binary::refuse(ctx, &h, None, Check::Refuse(s), &mut self.output);
+                self.start += binary::HEADER;
+                self.swallow = h.bodylen as usize;
+                self.need = 0;
+                None
+            }
+            c @ Check::TooLarge => {
+                if avail.len() < head {
+                    self.need = head;
+                    return Some(Turn::NeedRead);
+                }
+                let key_at = self.start + binary::HEADER + usize::from(h.extlen);
+                let (start, input) = (self.start, std::mem::take(&mut self.input));
+                binary::refuse(ctx, &h, Some(&input[key_at..start + head]), c, &mut self.output);
+                self.input = input;
+                self.start += head;
+                self.swallow = h.value_len();
+                self.need = 0;
+                None
+            }
+            Check::Run => {
+                let wanted = if storage { binary::HEADER + h.bodylen as usize } else { head };
+                if avail.len() < wanted {
+                    self.need = wanted;
+                    return Some(Turn::NeedRead);
+                }
+                self.need = 0;
+                let (start, input) = (self.start, std::mem::take(&mut self.input));
+                let after = binary::run(ctx, &h, &input[start + binary::HEADER..start + wanted], &mut self.output);
+                self.input = input;
+                self.start += wanted;
+                if !storage {
+                    self.swallow = h.value_len();
+                }
+                if after == binary::After::Close {
+                    self.closing = true;
+                    return Some(Turn::Close);
+                }
+                None
             }
         }
     }

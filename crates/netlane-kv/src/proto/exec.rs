@@ -440,9 +440,13 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> (After, bool) 
                 line(out, b"CLIENT_ERROR flush_all not allowed");
                 return go(noreply);
             }
-            flush_all(ctx.store, ctx.clock, exptime);
+            flush_at(ctx.store, ctx.clock, exptime);
             line(out, b"OK");
             go(noreply)
+        }
+        Command::Stats(StatsKind::Detail { dump }) => {
+            line(out, if dump { b"END" } else { b"OK" });
+            go(false)
         }
         Command::Stats(kind) => {
             if matches!(kind, StatsKind::CacheDump { .. }) && !ctx.settings.dump {
@@ -513,7 +517,7 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> (After, bool) 
 /// `flush_all [exptime]` as memcached 1.6.18 times it: now for 0 or a negative time;
 /// else at the time given (relative up to 30 days, else a Unix time). A Unix time at or
 /// before the server started flushes now (memcached answers OK and flushes nothing).
-fn flush_all(store: &Store, clock: Clock, exptime: i32) {
+pub(crate) fn flush_at(store: &Store, clock: Clock, exptime: i32) {
     let now = clock.now_ms;
     if exptime <= 0 {
         store.flush_all(now, 0);

@@ -35,7 +35,7 @@ impl Host for FixedHost {
                 super::exec::cachedump(class, limit, store, clock, out);
                 return;
             }
-            StatsKind::Settings | StatsKind::Conns => {}
+            StatsKind::Settings | StatsKind::Conns | StatsKind::Detail { .. } => {}
         }
         w.end();
     }
@@ -55,7 +55,8 @@ pub const TEST_SETTINGS: Settings = Settings {
     protocol: super::Protocol::Auto,
 };
 
-/// Input layout: byte 0 picks small limits (bit 0) and a tiny item limit (bit 1); then
+/// Input layout: byte 0 picks small limits (bit 0), a tiny item limit (bit 1) and the
+/// binary protocol only (bit 2, memcached's `-B binary`; else either, by the first byte); then
 /// chunks, each behind a one-byte length (`len % 64`, 0 meaning "drain the output"),
 /// fed to one connection whose commands run against a small store. The clock advances
 /// 700 ms per chunk. Invariants checked: the connection never buffers more than its
@@ -70,6 +71,10 @@ pub fn conn(data: &[u8]) {
     let item_max = if mode & 2 != 0 { 1024 } else { 4096 };
     let Ok(store) = Store::new(StoreConfig::new(64 << 10, item_max, 2)) else { return };
     let host = FixedHost;
+    let settings = Settings {
+        protocol: if mode & 4 != 0 { super::Protocol::Binary } else { super::Protocol::Auto },
+        ..TEST_SETTINGS
+    };
     let mut counters = Counters::default();
     let mut conn = Conn::new(limits, item_max);
     let bound = limits.max_line + item_max + 4 + limits.read_chunk;
@@ -84,7 +89,7 @@ pub fn conn(data: &[u8]) {
             clock: Clock { now_ms: now, epoch_ms: 1_700_000_000_000 },
             host: &host,
             counters: &mut counters,
-            settings: &TEST_SETTINGS,
+            settings: &settings,
         };
         if n == 0 {
             let all = conn.output().len();

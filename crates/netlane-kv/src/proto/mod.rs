@@ -10,6 +10,7 @@
 //! reason in `docs/memcached.md` (one test per row, against this core and against
 //! memcached itself: `tests/server.rs`).
 
+pub mod binary;
 pub mod conformance;
 pub mod conn;
 pub mod exec;

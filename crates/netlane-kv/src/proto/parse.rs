@@ -52,6 +52,12 @@ pub enum StatsKind {
     Sizes,
     /// `stats conns`.
     Conns,
+    /// `stats detail on|off|dump`: per-key-prefix stats, which are not kept here (on and
+    /// off are accepted, a dump is empty).
+    Detail {
+        /// `dump` (else on or off).
+        dump: bool,
+    },
     /// `stats reset`.
     Reset,
     /// `stats cachedump <class> <limit>`: keys of a size class, at most `limit` (0: as
@@ -613,6 +619,8 @@ fn stats<'a>(t: &Tokens<'a>) -> Result<Command<'a>, ParseError> {
         [_, b"slabs", ..] => StatsKind::Slabs,
         [_, b"sizes", ..] => StatsKind::Sizes,
         [_, b"conns", ..] => StatsKind::Conns,
+        [_, b"detail", b"on" | b"off"] => StatsKind::Detail { dump: false },
+        [_, b"detail", b"dump"] => StatsKind::Detail { dump: true },
         [_, b"detail", ..] => return Err(err("CLIENT_ERROR usage: stats detail on|off|dump")),
         [_, b"cachedump", class, limit, ..] => {
             StatsKind::CacheDump { class: u32_arg(class).ok_or(BAD_FORMAT)?, limit: u32_arg(limit).ok_or(BAD_FORMAT)? }

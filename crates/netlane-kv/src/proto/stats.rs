@@ -107,6 +107,8 @@ counters! {
     lines_too_long,
     /// Turns a connection gave up so others could run (memcached's conn_yields).
     conn_yields,
-    /// UDP requests dropped (multi-datagram, bad header).
+    /// UDP requests dropped (multi-datagram, no request after the header).
     udp_dropped,
+    /// UDP replies over the reply limit, answered with an error instead.
+    udp_replies_cut,
 }

@@ -69,8 +69,14 @@ fn conformance_table_in_one_piece_and_byte_by_byte() {
             let mut h = Harness::new(Limits::default());
             for (i, st) in steps.iter().enumerate() {
                 h.now += st.advance_ms;
-                let (out, _) = h.exchange(&st.send, chunk);
-                assert_eq!(show(&out), show(&st.expect), "{name}, step {i} ({}), chunks of {chunk}", show(&st.send));
+                let (out, closed) = h.exchange(&st.send, chunk);
+                let what = format!("{name}, step {i} ({}), chunks of {chunk}", show(&st.send));
+                assert_eq!(show(&out), show(&st.expect), "{what}");
+                assert_eq!(closed, st.closes, "{what}: closed");
+                if closed {
+                    // The next step comes on a new connection to the same store.
+                    h.conn = Conn::new(Limits::default(), 1024);
+                }
             }
         }
     }

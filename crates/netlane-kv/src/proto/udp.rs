@@ -26,26 +26,25 @@ pub struct Frame {
 /// Why a request datagram is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    /// Shorter than the header.
-    #[error("datagram shorter than the 8-byte frame header")]
+    /// No request after the header.
+    #[error("datagram of no more than the 8-byte frame header")]
     Short,
     /// Spread over several datagrams (memcached does not take those either).
     #[error("multi-datagram requests are not supported")]
     MultiDatagram,
-    /// The reserved field is not 0.
-    #[error("reserved header field is not zero")]
-    Reserved,
 }
 
-/// Splits a request datagram into its header and command bytes.
+/// Splits a request datagram into its header and command bytes. As memcached reads
+/// it: only the datagram count is checked (it must be 1); the sequence number and the
+/// reserved field are not looked at.
 pub fn parse_request(d: &[u8]) -> Result<(Frame, &[u8]), FrameError> {
     let Some((h, body)) = d.split_first_chunk::<UDP_HEADER>() else { return Err(FrameError::Short) };
+    if body.is_empty() {
+        return Err(FrameError::Short);
+    }
     let word = |i: usize| u16::from_be_bytes([h[i], h[i + 1]]);
     let f = Frame { request_id: word(0), seq: word(2), total: word(4) };
-    if word(6) != 0 {
-        return Err(FrameError::Reserved);
-    }
-    if f.seq != 0 || f.total != 1 {
+    if f.total != 1 {
         return Err(FrameError::MultiDatagram);
     }
     Ok((f, body))
@@ -82,10 +81,15 @@ mod tests {
         assert_eq!(f, Frame { request_id: 0xbeef, seq: 0, total: 1 });
         assert_eq!(body, b"get a\r\n");
         assert_eq!(parse_request(&d[..5]), Err(FrameError::Short));
-        assert_eq!(parse_request(&header(1, 0, 2)), Err(FrameError::MultiDatagram));
-        let mut r = header(1, 0, 1);
+        assert_eq!(parse_request(&header(1, 0, 1)), Err(FrameError::Short), "a header alone");
+        let mut two = header(1, 0, 2).to_vec();
+        two.push(b'x');
+        assert_eq!(parse_request(&two), Err(FrameError::MultiDatagram));
+        // The sequence number and the reserved field are not checked (memcached).
+        let mut r = header(1, 5, 1).to_vec();
         r[7] = 1;
-        assert_eq!(parse_request(&r), Err(FrameError::Reserved));
+        r.extend_from_slice(b"mn\r\n");
+        assert_eq!(parse_request(&r).map(|(f, b)| (f.seq, b)), Ok((5, &b"mn\r\n"[..])));
 
         let reply = vec![7u8; UDP_DATA * 2 + 5];
         let parts: Vec<_> = datagrams(9, &reply).collect();

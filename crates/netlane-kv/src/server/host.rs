@@ -395,7 +395,7 @@ impl Host for WorkerHost<'_> {
                 exec::cachedump(class, limit, store, clock, out);
                 return;
             }
-            StatsKind::Conns | StatsKind::Reset => {}
+            StatsKind::Conns | StatsKind::Reset | StatsKind::Detail { .. } => {}
         }
         w.end();
     }

@@ -37,7 +37,8 @@ const ACCEPT_BATCH: usize = 64;
 const UDP_RETIRE_BATCHES: usize = 16;
 /// UDP datagrams handled per turn before the connections get theirs.
 const UDP_BATCH: usize = 64;
-/// Largest reply a UDP request may produce (a command boundary past it ends the reply).
+/// Largest reply a UDP request may produce; a request whose reply would be larger is
+/// answered with an error instead.
 const UDP_REPLY_MAX: usize = 1 << 20;
 
 #[derive(Debug)]
@@ -560,8 +561,20 @@ impl Worker {
                 counters: &mut self.counters,
                 settings: &self.shared.settings.proto,
             };
-            // One pass: a reply that reaches the limit ends at that command boundary.
-            self.udp_conn.process(&mut ctx);
+            // Every command of the datagram runs (yielding is for sharing a worker
+            // between connections). A reply cut short at the limit is not sent part-way
+            // (a client would take it for the whole answer): memcached's error for a get
+            // it cannot answer goes instead.
+            let turn = loop {
+                match self.udp_conn.process(&mut ctx) {
+                    Turn::Yield => continue,
+                    t => break t,
+                }
+            };
+            if turn == Turn::Blocked {
+                self.udp_conn.replace_output(b"SERVER_ERROR out of memory writing get response\r\n");
+                self.counters.udp_replies_cut += 1;
+            }
             self.shared.conns.udp_requests.fetch_add(1, Ordering::Relaxed);
             let reply = self.udp_conn.output();
             for (h, chunk) in udp::datagrams(frame.request_id, reply) {
