@@ -175,8 +175,9 @@ pub struct ServeArgs {
     #[arg(short = 'n', long = "slab-min-size", default_value_t = 48)]
     pub slab_min_size: u64,
     /// memcached's extended options, comma separated: idle_timeout=SECS,
-    /// slab_chunk_max=KB; and memcached's own slab and LRU tuning, accepted with no
-    /// effect.
+    /// slab_chunk_max=KB, read_buf_mem_limit=MB (memory for values being received and
+    /// replies being sent, over all connections; 0: no limit) [default: as -m]; and
+    /// memcached's own slab and LRU tuning, accepted with no effect.
     #[arg(short = 'o', long, value_delimiter = ',')]
     pub extended: Vec<String>,
     /// Accept memcached-debug's `debugtime <seconds>` command, which moves the server's
@@ -334,6 +335,8 @@ fn protocol_arg(s: &str) -> Result<netlane_kv::proto::Protocol, String> {
 struct Extended {
     idle_timeout: Option<Duration>,
     slab_chunk_max: Option<u64>,
+    /// Bytes; `Some(u64::MAX)` for memcached's 0 (no limit).
+    read_buf_mem_limit: Option<u64>,
     /// memcached tuning with no counterpart here.
     no_effect: Vec<String>,
 }
@@ -370,7 +373,6 @@ const NO_EFFECT: &[&str] = &[
     "expirezero_does_not_evict",
     "relaxed_privileges",
     "drop_privileges",
-    "read_buf_mem_limit",
     "sock_cookie_id",
 ];
 
@@ -387,6 +389,10 @@ fn extended(list: &[String]) -> Result<Extended> {
                 e.idle_timeout = (secs > 0).then(|| Duration::from_secs(secs));
             }
             "slab_chunk_max" => e.slab_chunk_max = Some(number()? << 10),
+            "read_buf_mem_limit" => {
+                let mb = number()?;
+                e.read_buf_mem_limit = Some(if mb == 0 { u64::MAX } else { mb.saturating_mul(1 << 20) });
+            }
             n if n.starts_with("ext_") || n.starts_with("ssl_") || n.starts_with("proxy") => {
                 bail!("-o {opt}: not supported (netlane has no external storage, TLS or proxy)")
             }
@@ -469,6 +475,7 @@ impl ServeArgs {
                 dump: !self.disable_dumping,
                 protocol: self.protocol,
             },
+            conn_memory: ext.read_buf_mem_limit,
         })
     }
 

@@ -11,6 +11,7 @@
 //! before anything is read past its header ([`Check`]).
 
 use super::exec::{self, Arith, Ctx, Outcome, arith_slot, count_gone, store_in};
+use super::out::Out;
 use super::parse::{StatsKind, StoreMode};
 use crate::store::{KEY_MAX, StoreError};
 
@@ -177,6 +178,9 @@ pub enum Check {
     /// A storage command whose value is over the item size limit: E2BIG, skip the value
     /// (and for a set, drop the key's present value).
     TooLarge,
+    /// A storage command whose value cannot get memory: ENOMEM, skip the value (and for
+    /// a set, drop the key's present value).
+    NoMemory,
     /// Run it once the whole body has arrived.
     Run,
 }
@@ -215,6 +219,30 @@ pub fn check(h: &Header, item_max: usize) -> Check {
     Check::Run
 }
 
+/// Appends a response header for a body of these lengths.
+#[allow(clippy::too_many_arguments)]
+fn header(
+    out: &mut Vec<u8>,
+    opcode: u8,
+    status: Status,
+    opaque: u32,
+    cas: u64,
+    extlen: usize,
+    keylen: usize,
+    vlen: usize,
+) {
+    out.reserve(HEADER);
+    out.push(RESPONSE);
+    out.push(opcode);
+    out.extend_from_slice(&(keylen as u16).to_be_bytes());
+    out.push(extlen as u8);
+    out.push(0);
+    out.extend_from_slice(&(status as u16).to_be_bytes());
+    out.extend_from_slice(&((extlen + keylen + vlen) as u32).to_be_bytes());
+    out.extend_from_slice(&opaque.to_be_bytes());
+    out.extend_from_slice(&cas.to_be_bytes());
+}
+
 /// Appends a response packet.
 #[allow(clippy::too_many_arguments)]
 pub fn response(
@@ -227,17 +255,7 @@ pub fn response(
     key: &[u8],
     value: &[u8],
 ) {
-    let body = extras.len() + key.len() + value.len();
-    out.reserve(HEADER + body);
-    out.push(RESPONSE);
-    out.push(opcode);
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    out.push(extras.len() as u8);
-    out.push(0);
-    out.extend_from_slice(&(status as u16).to_be_bytes());
-    out.extend_from_slice(&(body as u32).to_be_bytes());
-    out.extend_from_slice(&opaque.to_be_bytes());
-    out.extend_from_slice(&cas.to_be_bytes());
+    header(out, opcode, status, opaque, cas, extras.len(), key.len(), value.len());
     out.extend_from_slice(extras);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
@@ -250,19 +268,27 @@ pub fn error(out: &mut Vec<u8>, h: &Header, status: Status) {
 
 /// The response to a packet refused before its body was read (see [`Check`]): counts
 /// it, and for a set that was too large drops the key's present value (no stale read).
-pub fn refuse(ctx: &mut Ctx<'_>, h: &Header, key: Option<&[u8]>, c: Check, out: &mut Vec<u8>) {
+pub fn refuse(ctx: &mut Ctx<'_>, h: &Header, key: Option<&[u8]>, c: Check, out: &mut Out) {
     match c {
         Check::Fatal(s) | Check::Refuse(s) => error(out, h, s),
-        Check::TooLarge => {
+        Check::TooLarge | Check::NoMemory => {
             let (opcode, _) = h.base();
             let unlink = opcode == op::SET;
+            let e = if c == Check::TooLarge { StoreError::TooLarge } else { StoreError::OutOfMemory };
             match key {
                 Some(k) => {
-                    exec::refuse_store(ctx, k, unlink, StoreError::TooLarge);
+                    exec::refuse_store(ctx, k, unlink, e);
                 }
-                None => ctx.counters.store_too_large += 1,
+                None => {
+                    exec::store_error(ctx.counters, e);
+                }
             }
-            error(out, h, Status::TooLarge);
+            if c == Check::TooLarge {
+                error(out, h, Status::TooLarge);
+            } else {
+                // memcached's words for it in the binary protocol.
+                response(out, h.opcode, Status::OutOfMemory, h.opaque, 0, &[], &[], b"Out of memory allocating item");
+            }
         }
         Check::Close | Check::Run => {}
     }
@@ -287,7 +313,7 @@ pub enum After {
 
 /// Runs a whole packet (header checked with [`check`] as [`Check::Run`]): `body` is its
 /// extras, key and value.
-pub fn run(ctx: &mut Ctx<'_>, h: &Header, body: &[u8], out: &mut Vec<u8>) -> After {
+pub fn run(ctx: &mut Ctx<'_>, h: &Header, body: &[u8], out: &mut Out) -> After {
     let ext_end = usize::from(h.extlen).min(body.len());
     let key_end = (ext_end + usize::from(h.keylen)).min(body.len());
     let (extras, key, value) = (&body[..ext_end], &body[ext_end..key_end], &body[key_end..]);
@@ -431,7 +457,7 @@ pub fn run(ctx: &mut Ctx<'_>, h: &Header, body: &[u8], out: &mut Vec<u8>) -> Aft
 }
 
 /// get, getk, touch, gat, gatk (and their quiet forms).
-fn get(ctx: &mut Ctx<'_>, h: &Header, opcode: u8, quiet: bool, extras: &[u8], key: &[u8], out: &mut Vec<u8>) {
+fn get(ctx: &mut Ctx<'_>, h: &Header, opcode: u8, quiet: bool, extras: &[u8], key: &[u8], out: &mut Out) {
     let touch = matches!(opcode, op::TOUCH | op::GAT | op::GATK);
     let with_key = matches!(opcode, op::GETK | op::GATK);
     let with_value = opcode != op::TOUCH;
@@ -446,8 +472,14 @@ fn get(ctx: &mut Ctx<'_>, h: &Header, opcode: u8, quiet: bool, extras: &[u8], ke
         slot.hit()?;
         let it = slot.item()?;
         let flags = it.flags().to_be_bytes();
-        let value = if with_value { it.value() } else { &[] };
-        response(out, h.opcode, Status::Success, h.opaque, it.cas(), &flags, if with_key { key } else { &[] }, value);
+        let (data, value) = it.shared_value();
+        let value = if with_value { value } else { 0..0 };
+        // The header says how long the value is; the value itself may go by reference.
+        let key = if with_key { key } else { &[] };
+        header(out, h.opcode, Status::Success, h.opaque, it.cas(), flags.len(), key.len(), value.len());
+        out.extend_from_slice(&flags);
+        out.extend_from_slice(key);
+        out.push_value(data, value);
         Some(())
     });
     match (touch, hit.is_some()) {

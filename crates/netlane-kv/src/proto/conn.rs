@@ -18,10 +18,14 @@
 //!   client cannot starve the others on its worker.
 //! - Buffers that grew for a large value shrink back when they empty.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use memchr::memchr;
 
 use super::binary::{self, Check};
 use super::exec::{self, After, Ctx, Protocol};
+use super::out::Out;
 use super::parse::{self, Command, GetHead, ParseError};
 use super::reply::line;
 use crate::store::{KEY_MAX, StoreError};
@@ -63,6 +67,63 @@ pub enum Turn {
 /// The smallest buffers a connection keeps.
 const BASE_CAPACITY: usize = 16 << 10;
 
+/// Memory that a server's connections may hold beyond their base buffers: the values
+/// being received and the replies waiting to be sent (memcached's `read_buf_mem_limit`).
+/// A value that cannot get memory is refused (`SERVER_ERROR out of memory storing
+/// object`, as memcached does); a connection whose replies cannot get memory stops
+/// running commands until the client has read.
+#[derive(Debug)]
+pub struct ConnMemory {
+    used: AtomicU64,
+    limit: u64,
+    /// Values refused for lack of it.
+    refused_values: AtomicU64,
+    /// Times a connection stopped for lack of it.
+    paused_replies: AtomicU64,
+}
+
+impl ConnMemory {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Arc<ConnMemory> {
+        Arc::new(ConnMemory {
+            used: AtomicU64::new(0),
+            limit,
+            refused_values: AtomicU64::new(0),
+            paused_replies: AtomicU64::new(0),
+        })
+    }
+
+    fn take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(n).filter(|&t| t <= self.limit))
+            .is_ok()
+    }
+
+    fn give(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// The limit.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Values refused for lack of memory.
+    pub fn refused_values(&self) -> u64 {
+        self.refused_values.load(Ordering::Relaxed)
+    }
+
+    /// Times a connection stopped for lack of memory for its replies.
+    pub fn paused_replies(&self) -> u64 {
+        self.paused_replies.load(Ordering::Relaxed)
+    }
+}
+
 /// A get command being answered, its keys read from the input as they come.
 #[derive(Debug, Clone, Copy)]
 struct GetRun {
@@ -98,11 +159,21 @@ pub struct Conn {
     skip_line: bool,
     /// A get being answered.
     get: Option<GetRun>,
-    output: Vec<u8>,
-    sent: usize,
+    output: Out,
     closing: bool,
     limits: Limits,
     item_max: usize,
+    /// The server's budget for connection memory, and what this connection holds of it.
+    budget: Option<Arc<ConnMemory>>,
+    charged: u64,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if let Some(b) = &self.budget {
+            b.give(self.charged);
+        }
+    }
 }
 
 /// How far a get got.
@@ -127,12 +198,40 @@ impl Conn {
             swallow: 0,
             skip_line: false,
             get: None,
-            output: Vec::new(),
-            sent: 0,
+            output: Out::new(),
             closing: false,
             limits,
             item_max,
+            budget: None,
+            charged: 0,
         }
+    }
+
+    /// Its buffers beyond the base ones are charged to `budget`.
+    pub fn with_budget(mut self, budget: Arc<ConnMemory>) -> Conn {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Input buffered without a charge: a line, its CR and LF, and a read's worth.
+    fn free_input(&self) -> usize {
+        BASE_CAPACITY.max(self.limits.max_line + 2 + self.limits.read_chunk)
+    }
+
+    /// Sets this connection's charge for an input buffer of `input` bytes and its output
+    /// buffer as it is; false, and nothing changed, when the budget cannot cover it.
+    fn charge_for(&mut self, input: usize) -> bool {
+        let Some(b) = &self.budget else { return true };
+        let want = (input.saturating_sub(self.free_input()) + self.output.len().saturating_sub(BASE_CAPACITY)) as u64;
+        if want > self.charged {
+            if !b.take(want - self.charged) {
+                return false;
+            }
+        } else {
+            b.give(self.charged - want);
+        }
+        self.charged = want;
+        true
     }
 
     /// Most input ever buffered: a line and a whole data block, or a binary packet's
@@ -153,6 +252,7 @@ impl Conn {
             if self.input.len() > BASE_CAPACITY {
                 self.input.truncate(BASE_CAPACITY);
                 self.input.shrink_to(BASE_CAPACITY);
+                self.charge_for(BASE_CAPACITY);
             }
         }
         let want = self.need.max(self.end - self.start + self.limits.read_chunk).min(self.input_bound());
@@ -200,32 +300,37 @@ impl Conn {
         self.skip_line = false;
         self.get = None;
         self.output.clear();
-        self.sent = 0;
         self.closing = false;
     }
 
-    /// Unsent output.
-    pub fn output(&self) -> &[u8] {
-        &self.output[self.sent..]
+    /// Fills `dst` with the unsent output's first slices, to write in order; returns how
+    /// many.
+    pub fn output_slices<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        self.output.slices(dst)
     }
 
-    /// `n` bytes of [`Conn::output`] were sent.
+    /// The unsent output copied out (UDP datagrams, tests).
+    pub fn output(&self) -> Vec<u8> {
+        self.output.to_vec()
+    }
+
+    /// `n` bytes of the output were sent.
     pub fn written(&mut self, n: usize) {
-        self.sent = (self.sent + n).min(self.output.len());
-        if self.sent == self.output.len() {
-            self.sent = 0;
-            self.output.clear();
-            if self.output.capacity() > 4 * self.limits.output_pause.max(BASE_CAPACITY) {
-                self.output.shrink_to(BASE_CAPACITY);
-            }
+        self.output.written(n);
+        if self.output.unsent() == 0 && self.output.capacity() > 4 * self.limits.output_pause.max(BASE_CAPACITY) {
+            self.output.shrink(BASE_CAPACITY);
+        }
+        if self.charged > 0 {
+            self.charge_for(self.input.len());
         }
     }
 
-    fn unsent(&self) -> usize {
-        self.output.len() - self.sent
+    /// Bytes of output not yet sent.
+    pub fn unsent(&self) -> usize {
+        self.output.unsent()
     }
 
-    /// Buffer memory held (capacities).
+    /// Buffer memory held (capacities; values sent by reference belong to the store).
     pub fn memory(&self) -> usize {
         self.input.capacity() + self.output.capacity()
     }
@@ -245,7 +350,6 @@ impl Conn {
     /// sent whole).
     pub fn replace_output(&mut self, reply: &[u8]) {
         self.output.clear();
-        self.sent = 0;
         self.output.extend_from_slice(reply);
     }
 
@@ -288,7 +392,7 @@ impl Conn {
                     }
                 }
             }
-            if self.unsent() > self.limits.output_pause {
+            if self.unsent() > self.limits.output_pause || !self.output_charged() {
                 return Turn::Blocked;
             }
             if let Some(run) = self.get {
@@ -390,7 +494,7 @@ impl Conn {
             let (start, end) = (self.start, self.end);
             let input = std::mem::take(&mut self.input);
             let consumed = nl + 1;
-            let step = self.step(ctx, &input[start..start + line_end], &input[start + consumed..end]);
+            let step = self.step(ctx, &input[start..start + line_end], consumed, &input[start + consumed..end]);
             self.input = input;
             match step {
                 Step::Done(extra) => self.start += consumed + extra,
@@ -447,7 +551,7 @@ impl Conn {
                 self.need = 0;
                 None
             }
-            c @ Check::TooLarge => {
+            c @ (Check::TooLarge | Check::NoMemory) => {
                 if avail.len() < head {
                     self.need = head;
                     return Some(Turn::NeedRead);
@@ -464,6 +568,17 @@ impl Conn {
             Check::Run => {
                 let wanted = if storage { binary::HEADER + h.bodylen as usize } else { head };
                 if avail.len() < wanted {
+                    if storage && avail.len() >= head && !self.room_for_value(wanted) {
+                        // No memory for the value: refused as memcached refuses it.
+                        let key_at = self.start + binary::HEADER + usize::from(h.extlen);
+                        let (start, input) = (self.start, std::mem::take(&mut self.input));
+                        binary::refuse(ctx, &h, Some(&input[key_at..start + head]), Check::NoMemory, &mut self.output);
+                        self.input = input;
+                        self.start += head;
+                        self.swallow = h.value_len();
+                        self.need = 0;
+                        return None;
+                    }
                     self.need = wanted;
                     return Some(Turn::NeedRead);
                 }
@@ -482,6 +597,32 @@ impl Conn {
                 None
             }
         }
+    }
+
+    /// Whether the output buffer beyond its base is charged to the budget (charging it
+    /// now if it can): a connection whose replies cannot get memory stops until its
+    /// client has read.
+    fn output_charged(&mut self) -> bool {
+        if self.output.len() <= BASE_CAPACITY || self.charge_for(self.input.len()) {
+            return true;
+        }
+        if let Some(b) = &self.budget {
+            b.paused_replies.fetch_add(1, Ordering::Relaxed);
+        }
+        false
+    }
+
+    /// Makes room for a value: the input buffer will hold `bytes` from the current
+    /// command's start. False when the budget cannot cover it.
+    fn room_for_value(&mut self, bytes: usize) -> bool {
+        let want = bytes.min(self.input_bound());
+        if self.charge_for(want.max(self.input.len())) {
+            return true;
+        }
+        if let Some(b) = &self.budget {
+            b.refused_values.fetch_add(1, Ordering::Relaxed);
+        }
+        false
     }
 
     fn line_too_long(&mut self, ctx: &mut Ctx<'_>) -> Turn {
@@ -564,8 +705,9 @@ impl Conn {
         }
     }
 
-    /// Runs one command whose line is `line`; `rest` is the input after its newline.
-    fn step(&mut self, ctx: &mut Ctx<'_>, line_bytes: &[u8], rest: &[u8]) -> Step {
+    /// Runs one command whose line is `line`; `rest` is the input after its newline,
+    /// `head` the line's length with its newline.
+    fn step(&mut self, ctx: &mut Ctx<'_>, line_bytes: &[u8], head: usize, rest: &[u8]) -> Step {
         let allowed = ctx.settings.allowed;
         let cmd = match parse::parse(line_bytes, allowed) {
             Ok(c) => c,
@@ -585,7 +727,18 @@ impl Conn {
                     }
                     return self.skip(len.checked_add(2), rest);
                 }
-                let Some(data) = data_block(rest, len) else { return Step::Wait(len + 2) };
+                let Some(data) = data_block(rest, len) else {
+                    if !self.room_for_value(head + len + 2) {
+                        // No memory for the value: refused as memcached refuses it.
+                        let reply =
+                            exec::refuse_store(ctx, key, mode == parse::StoreMode::Set, StoreError::OutOfMemory);
+                        if !noreply {
+                            line(&mut self.output, reply);
+                        }
+                        return self.skip(len.checked_add(2), rest);
+                    }
+                    return Step::Wait(len + 2);
+                };
                 let reply = match data {
                     Ok(data) => exec::store(ctx, mode, key, flags, exptime, cas, data),
                     Err(()) => {
@@ -605,10 +758,18 @@ impl Conn {
                     line(&mut self.output, reply);
                     return self.skip(len.checked_add(2), rest);
                 }
-                let Some(data) = data_block(rest, len) else { return Step::Wait(len + 2) };
+                let Some(data) = data_block(rest, len) else {
+                    if !self.room_for_value(head + len + 2) {
+                        ctx.counters.cmd_meta += 1;
+                        let reply = exec::refuse_store(ctx, key.bytes(), true, StoreError::OutOfMemory);
+                        line(&mut self.output, reply);
+                        return self.skip(len.checked_add(2), rest);
+                    }
+                    return Step::Wait(len + 2);
+                };
                 match data {
                     Ok(data) => {
-                        let mark = self.output.len();
+                        let mark = self.output.mark();
                         if super::meta::set(ctx, &key, &flags, data, &mut self.output) {
                             self.output.truncate(mark);
                         }

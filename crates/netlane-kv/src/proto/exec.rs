@@ -5,6 +5,7 @@
 //! lock per key, held only while the item is read or changed and its reply written),
 //! counts it, and appends the reply. The meta commands are in [`super::meta`].
 
+use super::out::Out;
 use super::parse::{Command, StatsKind, StoreMode};
 use super::reply::{line, push_u64};
 use super::stats::Counters;
@@ -96,7 +97,7 @@ pub(crate) fn count_gone(c: &mut Counters, gone: Option<Gone>) {
 
 /// One key of get/gets/gat/gats: its `VALUE` block if present. `touch` is gat's new
 /// deadline. Counted as memcached counts it: a gat key counts as a touch only.
-pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out: &mut Vec<u8>) {
+pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out: &mut Out) {
     let c = &mut *ctx.counters;
     ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
         count_gone(c, slot.gone());
@@ -128,9 +129,8 @@ pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out
     });
 }
 
-/// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n`.
-fn value_block(out: &mut Vec<u8>, it: &Item, cas: bool) {
-    out.reserve(it.key().len() + it.value().len() + 48);
+/// `VALUE <key> <flags> <bytes> [<cas>]\r\n<data>\r\n` (a large value by reference).
+fn value_block(out: &mut Out, it: &Item, cas: bool) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(it.key());
     out.push(b' ');
@@ -142,7 +142,8 @@ fn value_block(out: &mut Vec<u8>, it: &Item, cas: bool) {
         push_u64(out, it.cas());
     }
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(it.value());
+    let (data, value) = it.shared_value();
+    out.push_value(data, value);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -385,8 +386,8 @@ pub enum After {
 
 /// Runs a command that has no data block. The reply is appended to `out` unless the
 /// command asked for none (`noreply`, or a meta command's `q` on its nominal reply).
-pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
-    let mark = out.len();
+pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> After {
+    let mark = out.mark();
     let (after, silent) = run(ctx, cmd, out);
     if silent {
         out.truncate(mark);
@@ -394,7 +395,7 @@ pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> After {
     after
 }
 
-fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Vec<u8>) -> (After, bool) {
+fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
     let now = ctx.clock.now_ms;
     let go = |silent: bool| (After::Continue, silent);
     match cmd {

@@ -9,6 +9,7 @@
 use base64::Engine as _;
 
 use super::exec::{Arith, Ctx, Outcome, arith_slot, count_gone, store_error, store_in};
+use super::out::Out;
 use super::parse::{MetaFlags, MetaKey, StoreMode};
 use super::reply::{line, push_i64, push_u64};
 use super::{Clock, Counters};
@@ -54,7 +55,7 @@ fn ttl_flag(out: &mut Vec<u8>, clock: Clock, exp: u64) {
 }
 
 /// mg.
-pub fn get(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Vec<u8>) -> bool {
+pub fn get(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Out) -> bool {
     let clock = ctx.clock;
     let c = &mut *ctx.counters;
     c.cmd_meta += 1;
@@ -142,7 +143,8 @@ pub fn get(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, out: &mut Ve
         }
         out.extend_from_slice(b"\r\n");
         if f.value {
-            out.extend_from_slice(it.value());
+            let (data, value) = it.shared_value();
+            out.push_value(data, value);
             out.extend_from_slice(b"\r\n");
         }
         if !f.no_bump {

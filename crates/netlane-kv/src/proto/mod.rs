@@ -16,6 +16,7 @@ pub mod conn;
 pub mod exec;
 pub mod fuzzing;
 pub mod meta;
+pub mod out;
 pub mod parse;
 pub mod reply;
 pub mod stats;
@@ -23,7 +24,7 @@ pub mod udp;
 
 use crate::store::{NEVER, Store};
 
-pub use conn::{Conn, Limits, Turn};
+pub use conn::{Conn, ConnMemory, Limits, Turn};
 pub use exec::{Ctx, Protocol, Settings};
 pub use stats::{Counters, SharedCounters};
 

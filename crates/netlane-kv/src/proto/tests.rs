@@ -46,7 +46,7 @@ impl Harness {
                 settings: &TEST_SETTINGS,
             };
             let turn = self.conn.process(&mut ctx);
-            out.extend_from_slice(self.conn.output());
+            out.extend_from_slice(&self.conn.output());
             let n = self.conn.output().len();
             self.conn.written(n);
             match turn {
@@ -135,7 +135,7 @@ fn a_huge_multiget_pauses_instead_of_buffering() {
         let turn = h.conn.process(&mut ctx);
         assert!(h.conn.output().len() <= 4096 + 1100, "output {} over the pause limit", h.conn.output().len());
         assert!(h.conn.read_space().is_empty() || turn == Turn::NeedRead);
-        total.extend_from_slice(h.conn.output());
+        total.extend_from_slice(&h.conn.output());
         let n = h.conn.output().len();
         h.conn.written(n);
         match turn {
@@ -201,7 +201,7 @@ fn cas_race_between_two_connections() {
         settings: &TEST_SETTINGS,
     };
     b.process(&mut ctx);
-    assert_eq!(show(b.output()), "EXISTS\r\n");
+    assert_eq!(show(&b.output()), "EXISTS\r\n");
     assert_eq!((a.counters.cas_hits, a.counters.cas_badval), (1, 1));
 }
 

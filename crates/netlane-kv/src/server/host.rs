@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use crate::proto::parse::StatsKind;
 use crate::proto::reply::StatsWriter;
-use crate::proto::{self, Clock, Counters, Host, Limits, SharedCounters, exec};
+use crate::proto::{self, Clock, ConnMemory, Counters, Host, Limits, SharedCounters, exec};
 use crate::store::{Store, StoreStats};
 
 use super::Mailbox;
@@ -71,6 +71,8 @@ pub(crate) struct Shared {
     /// Protocol counters by lane (a lane that left keeps its slot: its counts stay).
     pub workers: Vec<SharedCounters>,
     pub conns: ConnCounters,
+    /// Memory connections hold beyond their base buffers, and its limit.
+    pub conn_memory: Arc<ConnMemory>,
     pub lanes: Lanes,
     /// Mailboxes by lane.
     mailboxes: Vec<Arc<Mailbox>>,
@@ -129,6 +131,8 @@ pub struct StoreView {
     pub evictions: u64,
     /// Expired/flushed items removed.
     pub reclaimed: u64,
+    /// Bytes of items replaced or evicted while replies still send them.
+    pub replaced_in_flight: u64,
 }
 
 impl Shared {
@@ -138,6 +142,7 @@ impl Shared {
         lane_slots: usize,
         lanes: Lanes,
         mailboxes: Vec<Arc<Mailbox>>,
+        conn_memory: Arc<ConnMemory>,
     ) -> Shared {
         let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         Shared {
@@ -145,6 +150,7 @@ impl Shared {
             settings,
             workers: (0..lane_slots).map(|_| SharedCounters::default()).collect(),
             conns: ConnCounters::default(),
+            conn_memory,
             lanes,
             mailboxes,
             started: Instant::now(),
@@ -219,6 +225,7 @@ impl Shared {
                 total_items: s.total_items,
                 evictions: s.evictions,
                 reclaimed: s.reclaimed,
+                replaced_in_flight: s.replaced_in_flight,
             },
         }
     }
@@ -254,7 +261,11 @@ impl Shared {
             .num("evicted_unfetched", s.evicted_unfetched)
             .num("evictions", s.evictions)
             .num("reclaimed", s.reclaimed)
-            .num("crawler_reclaimed", s.reaped);
+            .num("crawler_reclaimed", s.reaped)
+            .num("read_buf_bytes", self.conn_memory.used())
+            .num("read_buf_oom", self.conn_memory.refused_values())
+            .num("response_obj_oom", self.conn_memory.paused_replies())
+            .num("replaced_in_flight_bytes", s.replaced_in_flight);
     }
 
     fn settings_stats(&self, w: &mut StatsWriter<'_>) {
@@ -288,6 +299,7 @@ impl Shared {
             .num("idle_timeout", st.idle_timeout_s)
             .text("flush_enabled", yes(p.flush))
             .text("dump_enabled", yes(p.dump))
+            .num("read_buf_mem_limit", self.conn_memory.limit())
             .num("read_buf_size", st.limits.read_chunk as u64)
             .num("max_line", st.limits.max_line as u64)
             .num("output_pause", st.limits.output_pause as u64)

@@ -100,6 +100,10 @@ pub struct ServerConfig {
     /// What clients may do (memcached's `-A`, `-F`, `-X`, `-B`, memcached-debug's
     /// `debugtime`).
     pub proto: crate::proto::Settings,
+    /// Memory all connections may hold beyond their base buffers, for values being
+    /// received and replies waiting to be sent (memcached's `read_buf_mem_limit`);
+    /// `None`: as much as the store's memory limit.
+    pub conn_memory: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -123,6 +127,7 @@ impl Default for ServerConfig {
             xps_rxqs: false,
             max_lanes: None,
             proto: crate::proto::Settings::default(),
+            conn_memory: None,
         }
     }
 }
@@ -380,7 +385,8 @@ impl Server {
         for k in start_knobs {
             lanes.knob(None, k);
         }
-        let shared = Arc::new(Shared::new(store, settings, max_lanes, lanes, mailboxes));
+        let conn_memory = crate::proto::ConnMemory::new(cfg.conn_memory.unwrap_or(cfg.store.memory));
+        let shared = Arc::new(Shared::new(store, settings, max_lanes, lanes, mailboxes, conn_memory));
         let stop = Arc::new(AtomicBool::new(false));
         let server = Server {
             shared: shared.clone(),

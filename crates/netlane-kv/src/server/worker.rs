@@ -232,7 +232,8 @@ impl Worker {
             match mail {
                 Mail::Conn { stream, napi_id } => {
                     let now = self.shared.clock().now_ms;
-                    let conn = Conn::new(self.limits, self.shared.store.item_max());
+                    let conn = Conn::new(self.limits, self.shared.store.item_max())
+                        .with_budget(self.shared.conn_memory.clone());
                     let e = Entry {
                         stream,
                         conn,
@@ -470,7 +471,7 @@ impl Worker {
             if !flush(e, ctx.counters) {
                 break true;
             }
-            let drained = e.conn.output().is_empty();
+            let drained = e.conn.unsent() == 0;
             match turn {
                 Turn::Close => {
                     if e.peer_done {
@@ -577,7 +578,7 @@ impl Worker {
             }
             self.shared.conns.udp_requests.fetch_add(1, Ordering::Relaxed);
             let reply = self.udp_conn.output();
-            for (h, chunk) in udp::datagrams(frame.request_id, reply) {
+            for (h, chunk) in udp::datagrams(frame.request_id, &reply) {
                 self.udp_out.clear();
                 self.udp_out.extend_from_slice(&h);
                 self.udp_out.extend_from_slice(chunk);
@@ -618,7 +619,7 @@ fn linger(e: &mut Entry, c: &mut Counters) -> bool {
     if !flush(e, c) {
         return true;
     }
-    if !e.conn.output().is_empty() {
+    if e.conn.unsent() > 0 {
         return false;
     }
     if !e.shut {
@@ -641,14 +642,15 @@ fn linger(e: &mut Entry, c: &mut Counters) -> bool {
 
 /// Writes what the connection has pending; false on a broken connection.
 fn flush(e: &mut Entry, c: &mut Counters) -> bool {
-    while e.can_write && !e.conn.output().is_empty() {
-        let out = e.conn.output();
-        let len = out.len();
-        match e.stream.write(out) {
-            Ok(n) => {
-                e.conn.written(n);
-                c.bytes_written += n as u64;
-                if n < len {
+    while e.can_write && e.conn.unsent() > 0 {
+        let mut slices = [std::io::IoSlice::new(&[]); 16];
+        let n = e.conn.output_slices(&mut slices);
+        let len: usize = slices[..n].iter().map(|s| s.len()).sum();
+        match e.stream.write_vectored(&slices[..n]) {
+            Ok(written) => {
+                e.conn.written(written);
+                c.bytes_written += written as u64;
+                if written < len {
                     e.can_write = false;
                 }
             }

@@ -1,5 +1,7 @@
 //! One cached item.
 
+use std::sync::Arc;
+
 /// An expiry time that never comes.
 pub const NEVER: u64 = u64::MAX;
 
@@ -9,10 +11,11 @@ pub const NEVER: u64 = u64::MAX;
 pub const ITEM_OVERHEAD: usize = 72;
 
 /// Bytes an item with this key and value length is charged: [`ITEM_OVERHEAD`] and the
-/// allocation holding key and value as glibc's malloc sizes it (the request and an
-/// 8-byte header, rounded up to 16 bytes, at least 32).
+/// allocation holding key and value (behind the 16 bytes of its reference counts) as
+/// glibc's malloc sizes it (the request and an 8-byte header, rounded up to 16 bytes,
+/// at least 32).
 pub fn accounted(key_len: usize, value_len: usize) -> u64 {
-    let chunk = (key_len + value_len + 8).div_ceil(16).max(2) * 16;
+    let chunk = (key_len + value_len + 16 + 8).div_ceil(16).max(2) * 16;
     (chunk + ITEM_OVERHEAD) as u64
 }
 
@@ -23,8 +26,9 @@ pub fn accounted(key_len: usize, value_len: usize) -> u64 {
 #[derive(Debug)]
 pub struct Item {
     /// The key and then the value, in one allocation: a lookup that compares the key
-    /// has the value's first bytes in cache too.
-    pub(crate) data: Box<[u8]>,
+    /// has the value's first bytes in cache too. Shared with replies that send the value
+    /// by reference.
+    pub(crate) data: Arc<[u8]>,
     pub(crate) key_len: u8,
     pub(crate) hash: u64,
     pub(crate) flags: u32,
@@ -59,6 +63,12 @@ impl Item {
     /// The value.
     pub fn value(&self) -> &[u8] {
         &self.data[usize::from(self.key_len)..]
+    }
+
+    /// The allocation holding key and value, and where the value is in it: for a reply
+    /// that sends the value by reference.
+    pub fn shared_value(&self) -> (&Arc<[u8]>, std::ops::Range<usize>) {
+        (&self.data, usize::from(self.key_len)..self.data.len())
     }
 
     /// The client flags.

@@ -138,6 +138,9 @@ pub struct StoreStats {
     pub expired_unfetched: u64,
     /// Items the reaper (active expiry) removed.
     pub reaped: u64,
+    /// Bytes of items replaced or evicted while replies still send them (by
+    /// reference): still charged to the memory limit until the replies are out.
+    pub replaced_in_flight: u64,
 }
 
 impl StoreStats {
@@ -150,6 +153,7 @@ impl StoreStats {
         self.reclaimed += o.reclaimed;
         self.expired_unfetched += o.expired_unfetched;
         self.reaped += o.reaped;
+        self.replaced_in_flight += o.replaced_in_flight;
     }
 }
 

@@ -1,5 +1,6 @@
 //! One shard: a hash table of slot indices, the slots, and the CLOCK hand.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use hashbrown::HashTable;
@@ -70,6 +71,10 @@ pub(crate) struct Shard {
     limit: u64,
     stats: StoreStats,
     classes: [ClassCounters; MAX_CLASSES],
+    /// Items unlinked while a reply still sends their value (by reference): their
+    /// memory stays charged to this shard until the last reply lets go of it.
+    zombies: Vec<(Arc<[u8]>, u64)>,
+    zombie_bytes: u64,
 }
 
 impl Shard {
@@ -83,11 +88,35 @@ impl Shard {
             limit,
             stats: StoreStats::default(),
             classes: [ClassCounters::default(); MAX_CLASSES],
+            zombies: Vec::new(),
+            zombie_bytes: 0,
         }
     }
 
+    /// Bytes charged: the items held and the replaced ones replies still send.
+    fn held(&self) -> u64 {
+        self.stats.bytes + self.zombie_bytes
+    }
+
+    /// Frees the unlinked items no reply refers to any more; returns the bytes freed.
+    /// (A reply takes a reference only under this shard's lock, so a count of one seen
+    /// here stays one.)
+    fn collect_zombies(&mut self) -> u64 {
+        let before = self.zombie_bytes;
+        let mut freed = 0;
+        self.zombies.retain(|(data, size)| {
+            let alive = Arc::strong_count(data) > 1;
+            if !alive {
+                freed += size;
+            }
+            alive
+        });
+        self.zombie_bytes = before - freed;
+        freed
+    }
+
     pub(crate) fn stats(&self) -> StoreStats {
-        self.stats
+        StoreStats { replaced_in_flight: self.zombie_bytes, ..self.stats }
     }
 
     pub(crate) fn class_counters(&self) -> &[ClassCounters; MAX_CLASSES] {
@@ -130,6 +159,10 @@ impl Shard {
         c.items -= 1;
         c.bytes -= item.accounted();
         c.requested -= requested;
+        if Arc::strong_count(&item.data) > 1 {
+            self.zombie_bytes += item.accounted();
+            self.zombies.push((item.data.clone(), item.accounted()));
+        }
         Some(item)
     }
 
@@ -212,6 +245,7 @@ impl Shard {
     }
 
     pub(crate) fn reap(&mut self, now: u64, flushed_through: u64, budget: usize) -> u64 {
+        self.collect_zombies();
         let mut n = 0;
         for _ in 0..budget.min(self.slots.len()) {
             if self.reap_at >= self.slots.len() {
@@ -336,17 +370,19 @@ impl Slot<'_> {
         if size > self.shard.limit {
             return oom(self.shard);
         }
-        while self.shard.stats.bytes + size > self.shard.limit {
+        while self.shard.held() + size > self.shard.limit {
+            if self.shard.zombie_bytes > 0 && self.shard.collect_zombies() > 0 {
+                continue;
+            }
             if !self.shard.sweep_once(self.now, self.flushed_through, p.evict) {
                 return oom(self.shard);
             }
         }
         let seq = p.seq.fetch_add(1, Ordering::Relaxed);
-        let mut data = Vec::with_capacity(self.key.len() + value.len());
-        data.extend_from_slice(self.key);
-        data.extend_from_slice(value);
+        // One allocation for key and value (the iterator's exact length sizes it).
+        let data: Arc<[u8]> = self.key.iter().chain(value).copied().collect();
         let item = Item {
-            data: data.into_boxed_slice(),
+            data,
             key_len: self.key.len() as u8,
             hash: self.hash,
             flags,

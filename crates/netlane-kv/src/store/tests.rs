@@ -117,3 +117,21 @@ fn cas_values_are_unique_and_can_be_given() {
     s.with_slot(b"e", 0, |slot| slot.bump_cas(Some(1)));
     assert!(get(&s, b"e", 0).is_some());
 }
+
+#[test]
+fn a_value_a_reply_still_sends_stays_charged_until_the_reply_lets_go() {
+    // One shard of 8 KiB: room for one 4500-byte item, not two.
+    let s = Store::new(StoreConfig::new(8 << 10, 6000, 1)).unwrap();
+    set(&s, b"k", &[b'a'; 4500], NEVER, 0).unwrap();
+    let held = s.with_slot(b"k", 0, |slot| slot.item().map(|it| it.shared_value().0.clone())).unwrap();
+    // Replaced while a reply still sends it: the old value keeps its memory, so the new
+    // one finds none (memcached: an item being sent is not freed either).
+    assert_eq!(set(&s, b"k", &[b'b'; 4500], NEVER, 0), Err(StoreError::OutOfMemory));
+    let st = s.stats();
+    assert_eq!((st.replaced_in_flight, st.curr_items), (accounted(1, 4500), 0), "{st:?}");
+    assert_eq!(&held[1..], &[b'a'; 4500][..], "the reply's bytes are intact");
+    drop(held);
+    set(&s, b"k", &[b'b'; 4500], NEVER, 0).unwrap();
+    assert_eq!(s.stats().replaced_in_flight, 0);
+    assert_eq!(get(&s, b"k", 0).unwrap(), vec![b'b'; 4500]);
+}
