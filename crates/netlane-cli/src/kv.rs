@@ -754,6 +754,9 @@ pub struct LoadArgs {
     /// Search: most bisection runs.
     #[arg(long, default_value_t = 12)]
     pub max_bisections: u32,
+    /// Exit 3 when the SLA was missed (a search: when no rate held it).
+    #[arg(long, requires = "sla")]
+    pub strict: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
     /// is given; nothing else is written to stdout then).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
@@ -820,6 +823,16 @@ impl LoadArgs {
         };
         let cfg = self.config()?;
         cfg.validate()?;
+        let range = SearchConfig {
+            lo_per_s: self.search_lo,
+            hi_per_s: self.search_hi,
+            resolution: self.resolution,
+            max_bisections: self.max_bisections,
+        };
+        // Every option is checked before anything is written to the server.
+        if self.search {
+            loadgen::check_search(&cfg, range).context("--search")?;
+        }
         if !self.no_warmup {
             let t = Instant::now();
             let n = loadgen::warm_up(&cfg)?;
@@ -827,12 +840,6 @@ impl LoadArgs {
         }
         if self.search {
             let sla = self.sla.context("--search needs --sla")?;
-            let range = SearchConfig {
-                lo_per_s: self.search_lo,
-                hi_per_s: self.search_hi,
-                resolution: self.resolution,
-                max_bisections: self.max_bisections,
-            };
             let r = loadgen::search(&cfg, sla, range, &STOP, |p| {
                 let m = &p.measured;
                 eprintln!(
@@ -870,16 +877,19 @@ impl LoadArgs {
             if !quiet {
                 out::println(&line);
             }
+            let held = r.best_per_s.is_some();
             doc.search = Some(r);
             out.write_json(&report::document("kv-load", doc))?;
-            return Ok(0);
+            return Ok(if self.strict && !held { 3 } else { 0 });
         }
         let r = loadgen::run(&cfg, &STOP)?;
         if !quiet {
             print_report(&r.report);
         }
+        let mut missed = false;
         if let Some(sla) = self.sla {
             let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
+            missed = !m.sla_met;
             doc.sla_met = Some(m.sla_met);
             doc.sla_latency_us = m.sla_latency_ns.map(|n| n as f64 / 1e3);
             if !quiet {
@@ -893,13 +903,14 @@ impl LoadArgs {
                 ));
             }
         }
-        let nothing = r.report.counts.completed == 0;
+        let failure = r.report.failure();
         doc.report = Some(r.report);
+        // The report is written whatever happened: it says what was measured.
         out.write_json(&report::document("kv-load", doc))?;
-        if nothing {
-            bail!("no request was answered: is a memcached-protocol server listening on {}?", self.server);
+        if let Some(why) = failure {
+            bail!("the measurement failed: {why} (is a memcached-protocol server listening on {}?)", self.server);
         }
-        Ok(0)
+        Ok(if self.strict && missed { 3 } else { 0 })
     }
 }
 

@@ -1061,6 +1061,96 @@ fn kv_serve_bad_options_are_explained() {
     let o = netlane(&["kv", "load", "--server", &format!("127.0.0.1:{port}"), "--duration", "100ms"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("connect"), "{}", stderr(&o));
+    // The search's range is checked before the warm-up writes anything (here there is
+    // no server at all: the warm-up would fail first).
+    let o = netlane(&[
+        "kv",
+        "load",
+        "--server",
+        &format!("127.0.0.1:{port}"),
+        "--sla",
+        "p99=1ms",
+        "--search",
+        "--search-lo",
+        "5000",
+        "--search-hi",
+        "1000",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--search") && stderr(&o).contains("rate range"), "{}", stderr(&o));
+    let o = netlane(&["kv", "load", "--strict"]);
+    assert_eq!(o.status.code(), Some(2), "--strict needs an SLA: {}", stderr(&o));
+}
+
+#[test]
+fn kv_load_fails_when_its_connections_fail_and_strict_fails_a_missed_sla() {
+    // A server that takes two connections (-c 2) of the four asked for: two are refused,
+    // the run measures half of what it offered, and says it failed.
+    let (mut child, server) = start_kv_serve(&["-c", "2"]);
+    let o = netlane(&[
+        "kv",
+        "load",
+        "--server",
+        &server,
+        "-c",
+        "4",
+        "--rate",
+        "1000",
+        "--duration",
+        "500ms",
+        "--keys",
+        "100",
+        "--no-warmup",
+        "--json",
+    ]);
+    stop_child(&mut child);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the measurement failed: 2 connections failed"), "{}", stderr(&o));
+    // The report is written all the same.
+    let doc = valid_document(&stdout(&o), "kv-load");
+    assert!(doc["report"]["counts"]["completed"].as_u64().unwrap() > 0, "{doc}");
+    // --strict: an SLA no server can meet exits 3, with the report.
+    let (mut child, server) = start_kv_serve(&[]);
+    let o = netlane(&[
+        "kv",
+        "load",
+        "--server",
+        &server,
+        "-c",
+        "2",
+        "--rate",
+        "500",
+        "--duration",
+        "300ms",
+        "--keys",
+        "100",
+        "--sla",
+        "p50=1ns",
+        "--strict",
+        "--json",
+    ]);
+    stop_child(&mut child);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert_eq!(valid_document(&stdout(&o), "kv-load")["sla_met"], false);
+}
+
+/// `netlane kv serve` on a free port with `args`: the child and its address.
+fn start_kv_serve(args: &[&str]) -> (std::process::Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["kv", "serve", "-p", "-1", "-t", "1", "-m", "16", "--time", "60s"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(child.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    let addr = first.split_whitespace().nth(2).unwrap().to_string();
+    (child, addr)
+}
+
+fn stop_child(child: &mut std::process::Child) {
+    let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+    let _ = child.wait();
 }
 
 #[test]

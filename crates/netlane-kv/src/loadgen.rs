@@ -181,6 +181,23 @@ pub struct LoadReport {
     pub client_cpu_busy: f64,
 }
 
+impl LoadReport {
+    /// Why the run measured nothing it can be trusted for, if so: no request answered,
+    /// a connection lost, or most requests never sent.
+    pub fn failure(&self) -> Option<String> {
+        let c = &self.counts;
+        if c.completed == 0 {
+            Some("no request was answered".into())
+        } else if self.connection_failures > 0 {
+            Some(format!("{} connections failed during the run ({} requests lost)", self.connection_failures, c.lost))
+        } else if c.not_sent * 2 > c.offered {
+            Some(format!("{} of {} requests were never sent", c.not_sent, c.offered))
+        } else {
+            None
+        }
+    }
+}
+
 /// [`Counts`] for serialization.
 #[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
 pub struct CountsView {
@@ -631,6 +648,15 @@ fn curve_point(p: &Point) -> CurvePoint {
 /// runs of five, or by two that agree far from the bound ([`decided`]), the best rate
 /// decided again to confirm it.
 /// `progress` sees every run as it ends.
+/// Checks what a [`search`] is asked for before anything is sent (the warm-up
+/// included).
+pub fn check_search(cfg: &LoadConfig, range: SearchConfig) -> Result<(), LoadError> {
+    if !matches!(cfg.pacing, Pacing::Open(_)) {
+        return Err(LoadError::Config("a search needs open loop (a rate, not a closed loop)".into()));
+    }
+    RateSearch::new(range).map(|_| ()).map_err(|e| LoadError::Config(e.to_string()))
+}
+
 pub fn search(
     cfg: &LoadConfig,
     sla: Sla,
@@ -639,7 +665,7 @@ pub fn search(
     mut progress: impl FnMut(&RunPoint),
 ) -> Result<SearchReport, LoadError> {
     let Pacing::Open(arrivals) = cfg.pacing else {
-        return Err(LoadError::Config("--search needs open loop (a --rate, not --closed)".into()));
+        return Err(LoadError::Config("a search needs open loop (a rate, not a closed loop)".into()));
     };
     let mut s = RateSearch::new(range).map_err(|e| LoadError::Config(e.to_string()))?;
     let mut run_cfg = cfg.clone();
