@@ -1083,6 +1083,54 @@ fn kv_serve_bad_options_are_explained() {
 }
 
 #[test]
+fn kv_serve_takes_memcached_s_options() {
+    // A Unix socket with its mask (-s, -a), and nothing else served.
+    let dir = temp_dir("kv-unix");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("mc.sock");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
+        .args(["kv", "serve", "-s", path.to_str().unwrap(), "-a", "640", "-t", "1", "-m", "16", "--time", "30s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let first = BufReader::new(child.stdout.take().unwrap()).lines().next().unwrap().unwrap();
+    assert!(first.starts_with(&format!("listening on {} (unix)", path.display())), "{first}");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o640);
+    let mut c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\n").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 64];
+    while !got.ends_with(b"END\r\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
+    stop_child(&mut child);
+    assert!(!path.exists(), "the socket file is removed when the server stops");
+    let _ = std::fs::remove_dir_all(&dir);
+    // With no -l, only loopback is served (memcached: every address).
+    let (mut child, addr) = start_kv_serve(&[]);
+    stop_child(&mut child);
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    // Options memcached has and netlane does not are refused by name.
+    for (args, want) in [
+        (&["-d"][..], "-d: netlane does not daemonize"),
+        (&["-S"], "-S: authentication is not supported"),
+        (&["-o", "ext_path=/tmp/x:64m"], "not supported"),
+        (&["-o", "nonsense"], "illegal suboption"),
+        (&["-B", "http"], "ascii, binary or auto"),
+    ] {
+        let o = netlane(&[&["kv", "serve", "-p", "-1", "--time", "1s"][..], args].concat());
+        assert_ne!(o.status.code(), Some(0), "{args:?}");
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn kv_load_fails_when_its_connections_fail_and_strict_fails_a_missed_sla() {
     // A server that takes two connections (-c 2) of the four asked for: two are refused,
     // the run measures half of what it offered, and says it failed.

@@ -240,13 +240,22 @@ fn udp_requests_with_memcacheds_frame_header() {
     want.extend_from_slice(&big);
     want.extend_from_slice(b"\r\nEND\r\n");
     assert!(reply == want, "reassembled reply differs ({} bytes)", reply.len());
+    // A reply over 1 MiB (a multi-get of 1.2 MB) is not sent part-way, which a client
+    // would take for the whole answer: memcached's error for a get it cannot answer.
+    let mut tcp = connect(server.local_addr());
+    tcp.write_all(format!("set b60 0 0 {}\r\n", 60_000).as_bytes()).unwrap();
+    tcp.write_all(&vec![b'b'; 60_000]).unwrap();
+    tcp.write_all(b"\r\n").unwrap();
+    assert_eq!(show(&read_exact_or_timeout(&mut tcp, 8)), "STORED\r\n");
+    let many = format!("get{}\r\n", " b60".repeat(20));
+    assert_eq!(show(&udp_call(&sock, 11, many.as_bytes())), "SERVER_ERROR out of memory writing get response\r\n");
     // Multi-datagram requests and bad headers are dropped, counted, and the socket goes on.
     sock.send(&udp::header(1, 0, 2)).unwrap();
     sock.send(b"abc").unwrap();
     assert_eq!(show(&udp_call(&sock, 10, b"mn\r\n")), "MN\r\n");
     let stats = server.stop();
     assert_eq!(stats.protocol.0["udp_dropped"], 2);
-    assert_eq!(stats.udp_requests, 4);
+    assert_eq!(stats.udp_requests, 5);
 }
 
 #[test]

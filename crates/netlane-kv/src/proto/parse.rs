@@ -889,6 +889,17 @@ mod tests {
     }
 
     #[test]
+    fn memcached_internals_have_no_counterpart() {
+        for l in ["lru_crawler metadump all", "lru mode flat", "watch", "extstore free_memchunks 0 0"] {
+            assert_eq!(parse(l.as_bytes(), ALL).unwrap_err(), UNKNOWN, "{l}");
+        }
+        assert_eq!(parse(b"slabs reassign 1 2", ALL).unwrap_err().reply, "CLIENT_ERROR slab reassignment disabled");
+        let no = Allowed { shutdown: false, debug_time: false };
+        assert_eq!(parse(b"debugtime 1", no).unwrap_err(), UNKNOWN);
+        assert_eq!(parse(b"shutdown", no).unwrap_err().reply, "ERROR: shutdown not enabled");
+    }
+
+    #[test]
     fn http_request_lines_close() {
         for l in ["GET / HTTP/1.0", "PUT /asdf/asd/fasdfasdf/sadf HTTP/1.1", "DELETE HTTP/1.1", "POST / HTTP/1.1"] {
             assert!(parse(l.as_bytes(), ALL).unwrap_err().close, "{l}");

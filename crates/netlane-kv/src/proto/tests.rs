@@ -248,3 +248,84 @@ fn clock_deadlines_follow_memcached() {
     assert_eq!(c.ttl_secs(NEVER), -1);
     assert_eq!(c.ttl_secs(6_001), 2);
 }
+
+#[test]
+fn binary_bodies_past_the_key_are_skipped_and_refused_values_leave_no_stale_copy() {
+    use super::binary::{HEADER, op, request};
+    let mut h = Harness::new(Limits::default());
+    let set = |key: &[u8], v: &[u8]| request(op::SET, &[0; 8], key, v, 1, 0);
+    let (out, _) = h.exchange(&set(b"k", b"v1"), usize::MAX);
+    assert_eq!(out.len(), HEADER, "a stored reply");
+    // A touch whose body runs past its key: the extra bytes are skipped (memcached reads
+    // them as the next packet), and the no-op after it is answered.
+    let mut touch = request(op::TOUCH, &100u32.to_be_bytes(), b"k", b"junk", 2, 0);
+    touch.extend_from_slice(&request(op::NOOP, &[], b"", b"", 3, 0));
+    let (out, closed) = h.exchange(&touch, 5);
+    assert!(!closed);
+    assert_eq!(out.len(), 2 * HEADER + 4, "the touch's flags and the no-op");
+    assert_eq!(&out[HEADER + 4 + 12..HEADER + 4 + 16], &3u32.to_be_bytes());
+    // A value over the item limit: E2BIG, its bytes skipped, the key's old value gone.
+    let (out, _) = h.exchange(&set(b"k", &[b'x'; 2000]), 100);
+    assert_eq!(out[7], 0x03, "E2BIG");
+    let (out, _) = h.exchange(&request(op::GET, &[], b"k", b"", 4, 0), usize::MAX);
+    assert_eq!(out[7], 0x01, "ENOENT: no stale read");
+}
+
+#[test]
+fn a_connection_without_memory_refuses_values_as_memcached_does() {
+    use std::sync::Arc;
+    let budget = super::ConnMemory::new(128 << 10);
+    let mut h = Harness::new(Limits::default());
+    h.conn = Conn::new(Limits::default(), 1024).with_budget(Arc::clone(&budget));
+    // A second connection holds the budget with an unfinished value.
+    let store = Store::new(StoreConfig::new(4 << 20, 200 << 10, 1)).unwrap();
+    h.store = store;
+    let mut hog = Conn::new(Limits::default(), 200 << 10).with_budget(Arc::clone(&budget));
+    hog.feed(b"set big 0 0 100000\r\n");
+    let mut ctx = Ctx {
+        store: &h.store,
+        clock: Clock { now_ms: 0, epoch_ms: 0 },
+        host: &h.host,
+        counters: &mut h.counters,
+        settings: &TEST_SETTINGS,
+    };
+    assert_eq!(hog.process(&mut ctx), Turn::NeedRead);
+    assert!(budget.used() > 64 << 10, "the first value took most of the budget: {}", budget.used());
+    h.conn = Conn::new(Limits::default(), 200 << 10).with_budget(Arc::clone(&budget));
+    h.exchange(b"set k 0 0 1\r\na\r\n", usize::MAX);
+    let (out, _) = h.exchange(b"set k 0 0 100000\r\n", usize::MAX);
+    assert_eq!(show(&out), "SERVER_ERROR out of memory storing object\r\n");
+    // Its data is skipped as it arrives, and the key's old value is gone.
+    let (out, _) = h.exchange(&[[b'z'; 100_000].as_slice(), b"\r\nget k\r\n"].concat(), 4096);
+    assert_eq!(show(&out), "END\r\n");
+    drop(hog);
+    assert_eq!(budget.used(), 0, "a closed connection gives its memory back");
+    assert_eq!(budget.refused_values(), 1);
+}
+
+#[test]
+fn every_difference_from_memcached_is_in_the_docs() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/memcached.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    for (name, steps) in conformance_table() {
+        for (i, st) in steps.iter().enumerate() {
+            if let Some(d) = &st.memcached {
+                assert!(doc.contains(d.why), "{name}, step {i}: docs/memcached.md does not say why: {}", d.why);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_streamed_get_answers_the_keys_before_a_key_too_long() {
+    // A get line longer than the line limit, fed in pieces: its keys are answered as
+    // they arrive; a key over 250 bytes ends it with the error, and the connection goes on.
+    let mut h = Harness::new(Limits::default());
+    h.exchange(b"set a 0 0 1\r\n1\r\n", usize::MAX);
+    let line = [b"get".as_slice(), &b" a".repeat(1500), b" ", &[b'k'; 300], b" a\r\nmn\r\n"].concat();
+    let (out, closed) = h.exchange(&line, 512);
+    assert!(!closed);
+    let want =
+        [b"VALUE a 0 1\r\n1\r\n".repeat(1500).as_slice(), b"CLIENT_ERROR bad command line format\r\nMN\r\n"].concat();
+    assert_eq!(show(&out), show(&want));
+}
