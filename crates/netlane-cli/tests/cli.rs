@@ -964,13 +964,7 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
     let metrics = field("metrics=http://").trim_end_matches("/metrics").to_string();
     let mut c = std::net::TcpStream::connect(&addr).unwrap();
     c.write_all(b"set k 0 0 2\r\nhi\r\nget k nope\r\n").unwrap();
-    let mut buf = [0u8; 64];
-    let mut got = Vec::new();
-    while !got.ends_with(b"END\r\n") {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    let got = read_until_end(&mut c);
     assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
     // Workers publish their counters after each turn of their loop, which may end just
     // after the reply left: scrape until the get shows.
@@ -1101,13 +1095,7 @@ fn kv_serve_takes_memcached_s_options() {
     let mut c = std::os::unix::net::UnixStream::connect(&path).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.write_all(b"set k 0 0 2\r\nhi\r\nget k\r\n").unwrap();
-    let mut got = Vec::new();
-    let mut buf = [0u8; 64];
-    while !got.ends_with(b"END\r\n") {
-        let n = c.read(&mut buf).unwrap();
-        assert!(n > 0);
-        got.extend_from_slice(&buf[..n]);
-    }
+    let got = read_until_end(&mut c);
     assert_eq!(String::from_utf8_lossy(&got), "STORED\r\nVALUE k 0 2\r\nhi\r\nEND\r\n");
     stop_child(&mut child);
     assert!(!path.exists(), "the socket file is removed when the server stops");
@@ -1180,6 +1168,18 @@ fn kv_load_fails_when_its_connections_fail_and_strict_fails_a_missed_sla() {
     stop_child(&mut child);
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     assert_eq!(valid_document(&stdout(&o), "kv-load")["sla_met"], false);
+}
+
+/// Reads a memcached reply up to its `END` line.
+fn read_until_end(c: &mut impl Read) -> Vec<u8> {
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    while !got.ends_with(b"END\r\n") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed after {got:?}");
+        got.extend_from_slice(&buf[..n]);
+    }
+    got
 }
 
 /// `netlane kv serve` on a free port with `args`: the child and its address.

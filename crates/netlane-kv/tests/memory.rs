@@ -36,13 +36,7 @@ fn a_client_that_does_not_read_cannot_grow_the_servers_memory() {
     let server = Server::start(cfg).unwrap();
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let value = vec![b'v'; 100_000];
-    s.write_all(format!("set big 0 0 {}\r\n", value.len()).as_bytes()).unwrap();
-    s.write_all(&value).unwrap();
-    s.write_all(b"\r\n").unwrap();
-    let mut reply = [0u8; 8];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"STORED\r\n");
+    set_big(&mut s, &[b'v'; 100_000]);
     let before = rss_kib();
     // Gets of 100 KB, never a reply read, for two seconds: once the server's output is
     // paused it stops reading, the socket buffers fill, and the writes stop being taken.
@@ -62,6 +56,16 @@ fn a_client_that_does_not_read_cannot_grow_the_servers_memory() {
     assert!(accepted < 32 << 20, "the server kept reading requests it could not answer: {accepted} bytes");
     assert!(grown < 32 << 10, "server memory grew by {grown} KiB for one client");
     server.stop();
+}
+
+/// Stores `value` under "big" and checks it was stored.
+fn set_big(s: &mut TcpStream, value: &[u8]) {
+    s.write_all(format!("set big 0 0 {}\r\n", value.len()).as_bytes()).unwrap();
+    s.write_all(value).unwrap();
+    s.write_all(b"\r\n").unwrap();
+    let mut reply = [0u8; 8];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"STORED\r\n");
 }
 
 /// Both ends of many connections live in this process: room for the descriptors.
@@ -152,12 +156,7 @@ fn many_clients_that_never_read_a_large_value_share_it() {
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let value = vec![b'v'; (1 << 20) - 1024];
-    s.write_all(format!("set big 0 0 {}\r\n", value.len()).as_bytes()).unwrap();
-    s.write_all(&value).unwrap();
-    s.write_all(b"\r\n").unwrap();
-    let mut reply = [0u8; 8];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"STORED\r\n");
+    set_big(&mut s, &value);
     let before = rss_kib();
     let mut conns = Vec::new();
     for _ in 0..N {
@@ -186,11 +185,7 @@ fn many_clients_that_never_read_a_large_value_share_it() {
     )
     .unwrap();
     wait_for(10, || server.stats().protocol.0["get_hits"] > hits);
-    s.write_all(format!("set big 0 0 {}\r\n", value.len()).as_bytes()).unwrap();
-    s.write_all(&value).unwrap();
-    s.write_all(b"\r\n").unwrap();
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"STORED\r\n");
+    set_big(&mut s, &value);
     let st = server.stats().store;
     assert!(st.replaced_in_flight >= value.len() as u64, "{st:?}");
     assert!(st.bytes + st.replaced_in_flight <= 16 << 20, "{st:?}");

@@ -482,24 +482,7 @@ fn get(ctx: &mut Ctx<'_>, h: &Header, opcode: u8, quiet: bool, extras: &[u8], ke
         out.push_value(data, value);
         Some(())
     });
-    match (touch, hit.is_some()) {
-        (true, true) => {
-            c.cmd_touch += 1;
-            c.touch_hits += 1;
-        }
-        (true, false) => {
-            c.cmd_touch += 1;
-            c.touch_misses += 1;
-        }
-        (false, true) => {
-            c.cmd_get += 1;
-            c.get_hits += 1;
-        }
-        (false, false) => {
-            c.cmd_get += 1;
-            c.get_misses += 1;
-        }
-    }
+    exec::count_lookup(c, touch, hit.is_some());
     if hit.is_none() && !quiet {
         if with_key {
             response(out, h.opcode, Status::KeyNotFound, h.opaque, 0, &[], key, &[]);

@@ -95,6 +95,25 @@ pub(crate) fn count_gone(c: &mut Counters, gone: Option<Gone>) {
     }
 }
 
+/// Counts one key looked up by a get (gat: a touch only), as memcached counts it.
+pub(crate) fn count_lookup(c: &mut Counters, touch: bool, hit: bool) {
+    if touch {
+        c.cmd_touch += 1;
+        if hit {
+            c.touch_hits += 1;
+        } else {
+            c.touch_misses += 1;
+        }
+    } else {
+        c.cmd_get += 1;
+        if hit {
+            c.get_hits += 1;
+        } else {
+            c.get_misses += 1;
+        }
+    }
+}
+
 /// One key of get/gets/gat/gats: its `VALUE` block if present. `touch` is gat's new
 /// deadline. Counted as memcached counts it: a gat key counts as a touch only.
 pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out: &mut Out) {
@@ -105,24 +124,7 @@ pub fn get_key(ctx: &mut Ctx<'_>, key: &[u8], cas: bool, touch: Option<u64>, out
             it.set_exp(e);
         }
         let hit = slot.hit().is_some();
-        match (touch.is_some(), hit) {
-            (true, true) => {
-                c.cmd_touch += 1;
-                c.touch_hits += 1;
-            }
-            (true, false) => {
-                c.cmd_touch += 1;
-                c.touch_misses += 1;
-            }
-            (false, true) => {
-                c.cmd_get += 1;
-                c.get_hits += 1;
-            }
-            (false, false) => {
-                c.cmd_get += 1;
-                c.get_misses += 1;
-            }
-        }
+        count_lookup(c, touch.is_some(), hit);
         if let Some(it) = slot.item() {
             value_block(out, it, cas);
         }
@@ -566,13 +568,13 @@ pub fn store_class_stats(kind: StatsKind, store: &Store, clock: Clock, w: &mut s
     let classes = store.class_stats(clock.now_ms);
     match kind {
         StatsKind::Items => {
-            for c in &classes {
-                let p = |name: &str| format!("items:{}:{name}", c.class);
+            for cs in &classes {
+                let (p, c) = (|name: &str| format!("items:{}:{name}", cs.class), &cs.counters);
                 w.num(&p("number"), c.items)
                     .num(&p("number_hot"), 0)
                     .num(&p("number_warm"), 0)
                     .num(&p("number_cold"), c.items)
-                    .num(&p("age"), c.oldest_age_s)
+                    .num(&p("age"), cs.oldest_age_s)
                     .num(&p("mem_requested"), c.requested)
                     .num(&p("evicted"), c.evicted)
                     .num(&p("evicted_nonzero"), c.evicted)
@@ -584,9 +586,9 @@ pub fn store_class_stats(kind: StatsKind, store: &Store, clock: Clock, w: &mut s
             }
         }
         StatsKind::Slabs => {
-            for c in &classes {
-                let p = |name: &str| format!("{}:{name}", c.class);
-                w.num(&p("chunk_size"), c.chunk_size)
+            for cs in &classes {
+                let (p, c) = (|name: &str| format!("{}:{name}", cs.class), &cs.counters);
+                w.num(&p("chunk_size"), cs.chunk_size)
                     .num(&p("used_chunks"), c.items)
                     .num(&p("mem_requested"), c.requested);
             }

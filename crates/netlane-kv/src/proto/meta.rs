@@ -29,18 +29,27 @@ fn key_flag(out: &mut Vec<u8>, key: &[u8], binary: bool) {
     }
 }
 
-/// The `O` and `k` flags, the only ones a reply without an item carries.
-fn opaque_and_key(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &MetaKey<'_>) {
+/// The `O` and `k` flags, the only ones a reply without an item carries, and ms's `c`
+/// (`cas`: the CAS value it stored).
+fn return_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &MetaKey<'_>, cas: Option<u64>) {
     for t in f.tokens() {
-        match t[0] {
-            b'O' => {
+        match (t[0], cas) {
+            (b'O', _) => {
                 out.push(b' ');
                 out.extend_from_slice(t);
             }
-            b'k' => key_flag(out, key.bytes(), key.binary()),
+            (b'k', _) => key_flag(out, key.bytes(), key.binary()),
+            (b'c', Some(cas)) => {
+                out.extend_from_slice(b" c");
+                push_u64(out, cas);
+            }
             _ => {}
         }
     }
+}
+
+fn opaque_and_key(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &MetaKey<'_>) {
+    return_flags(out, f, key, None);
 }
 
 /// A TTL flag's deadline: memcached's `realtime()` of a relative or absolute time
@@ -208,21 +217,8 @@ pub fn set(ctx: &mut Ctx<'_>, key: &MetaKey<'_>, f: &MetaFlags<'_>, data: &[u8],
         }
     };
     out.extend_from_slice(code);
-    for t in f.tokens() {
-        match t[0] {
-            b'O' => {
-                out.push(b' ');
-                out.extend_from_slice(t);
-            }
-            b'k' => key_flag(out, key.bytes(), key.binary()),
-            // The CAS value stored; 0 when nothing was.
-            b'c' => {
-                out.extend_from_slice(b" c");
-                push_u64(out, cas);
-            }
-            _ => {}
-        }
-    }
+    // The CAS value stored; 0 when nothing was.
+    return_flags(out, f, key, Some(cas));
     out.extend_from_slice(b"\r\n");
     r == Outcome::Stored && f.quiet
 }

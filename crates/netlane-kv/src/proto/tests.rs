@@ -5,6 +5,11 @@ use super::fuzzing::{FixedHost, TEST_SETTINGS};
 use super::*;
 use crate::store::StoreConfig;
 
+/// A context on `store` at time 0.
+fn ctx_at_zero<'a>(store: &'a Store, host: &'a FixedHost, counters: &'a mut Counters) -> Ctx<'a> {
+    Ctx { store, clock: Clock { now_ms: 0, epoch_ms: 0 }, host, counters, settings: &TEST_SETTINGS }
+}
+
 struct Harness {
     store: Store,
     host: FixedHost,
@@ -125,13 +130,7 @@ fn a_huge_multiget_pauses_instead_of_buffering() {
     let mut total = Vec::new();
     let mut blocked = 0;
     loop {
-        let mut ctx = Ctx {
-            store: &h.store,
-            clock: Clock { now_ms: 0, epoch_ms: 0 },
-            host: &h.host,
-            counters: &mut h.counters,
-            settings: &TEST_SETTINGS,
-        };
+        let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
         let turn = h.conn.process(&mut ctx);
         assert!(h.conn.output().len() <= 4096 + 1100, "output {} over the pause limit", h.conn.output().len());
         assert!(h.conn.read_space().is_empty() || turn == Turn::NeedRead);
@@ -154,13 +153,7 @@ fn one_connection_cannot_run_more_than_its_turn() {
     let limits = Limits { commands_per_turn: 4, ..Limits::default() };
     let mut h = Harness::new(limits);
     h.conn.feed(&b"mn\r\n".repeat(10));
-    let mut ctx = Ctx {
-        store: &h.store,
-        clock: Clock { now_ms: 0, epoch_ms: 0 },
-        host: &h.host,
-        counters: &mut h.counters,
-        settings: &TEST_SETTINGS,
-    };
+    let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
     assert_eq!(h.conn.output(), b"MN\r\n".repeat(4));
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
@@ -193,13 +186,7 @@ fn cas_race_between_two_connections() {
     let (out, _) = a.exchange(b"cas k 0 0 1 1\r\na\r\n", usize::MAX);
     assert_eq!(show(&out), "STORED\r\n");
     b.feed(b"cas k 0 0 1 1\r\nb\r\n");
-    let mut ctx = Ctx {
-        store: &a.store,
-        clock: Clock { now_ms: 0, epoch_ms: 0 },
-        host: &a.host,
-        counters: &mut a.counters,
-        settings: &TEST_SETTINGS,
-    };
+    let mut ctx = ctx_at_zero(&a.store, &a.host, &mut a.counters);
     b.process(&mut ctx);
     assert_eq!(show(&b.output()), "EXISTS\r\n");
     assert_eq!((a.counters.cas_hits, a.counters.cas_badval), (1, 1));
@@ -282,13 +269,7 @@ fn a_connection_without_memory_refuses_values_as_memcached_does() {
     h.store = store;
     let mut hog = Conn::new(Limits::default(), 200 << 10).with_budget(Arc::clone(&budget));
     hog.feed(b"set big 0 0 100000\r\n");
-    let mut ctx = Ctx {
-        store: &h.store,
-        clock: Clock { now_ms: 0, epoch_ms: 0 },
-        host: &h.host,
-        counters: &mut h.counters,
-        settings: &TEST_SETTINGS,
-    };
+    let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
     assert_eq!(hog.process(&mut ctx), Turn::NeedRead);
     assert!(budget.used() > 64 << 10, "the first value took most of the budget: {}", budget.used());
     h.conn = Conn::new(Limits::default(), 200 << 10).with_budget(Arc::clone(&budget));

@@ -166,24 +166,8 @@ pub struct ClassStats {
     pub chunk_size: u64,
     /// Seconds since the least recently used item was accessed.
     pub oldest_age_s: u64,
-    /// Items held now.
-    pub items: u64,
-    /// Bytes held now (as accounted).
-    pub bytes: u64,
-    /// Bytes the items would take in memcached's layout (`mem_requested`).
-    pub requested: u64,
-    /// Live items evicted.
-    pub evicted: u64,
-    /// Evicted items never fetched.
-    pub evicted_unfetched: u64,
-    /// Expired items never fetched.
-    pub expired_unfetched: u64,
-    /// Dead items removed.
-    pub reclaimed: u64,
-    /// Dead items removed by the reaper.
-    pub reaped: u64,
-    /// Stores refused for lack of memory.
-    pub outofmemory: u64,
+    /// Its counters.
+    pub counters: ClassCounters,
 }
 
 /// One shard on a cache line of its own.
@@ -401,15 +385,7 @@ impl Store {
                 class: i as u32 + 1,
                 chunk_size: self.classes.chunk_size(i as u32 + 1),
                 oldest_age_s: if oldest[i] == u64::MAX { 0 } else { now.saturating_sub(oldest[i]) / 1000 },
-                items: c.items,
-                bytes: c.bytes,
-                requested: c.requested,
-                evicted: c.evicted,
-                evicted_unfetched: c.evicted_unfetched,
-                expired_unfetched: c.expired_unfetched,
-                reclaimed: c.reclaimed,
-                reaped: c.reaped,
-                outofmemory: c.outofmemory,
+                counters: *c,
             })
             .collect()
     }
