@@ -54,7 +54,8 @@ const GENERIC: &[&str] = &[
 ];
 
 /// memcached's other files that test what netlane also does: options, startup, the
-/// Unix socket, connection limits, idle connections, evictions, large items, shutdown.
+/// Unix socket, connection limits, idle connections, evictions, large items, shutdown,
+/// SASL refused, stats counters.
 /// (`docs/memcached.md` says why each remaining file does not apply.)
 const OTHERS: &[&str] = &[
     "00-startup.t",
@@ -67,10 +68,17 @@ const OTHERS: &[&str] = &[
     "chunked-items.t",
     "shutdown.t",
     "binary-sasl.t",
+    "stats.t",
 ];
 
 /// Assertions that fail on purpose: (file, assertion number, its name, why).
 const EXPECTED: &[(&str, u32, &str, &str)] = &[
+    (
+        "stats.t",
+        1,
+        "expected count of stats values",
+        "the first counts `stats`'s fields, and netlane's has its own counters beside memcached's",
+    ),
     (
         "flush-all.t",
         27,

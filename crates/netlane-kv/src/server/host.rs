@@ -249,8 +249,14 @@ impl Shared {
         c.each(|name, _, v| {
             w.num(name, v);
         });
+        // The server never stops listening (connections over the limit are refused one
+        // by one), and eviction never skips an item a reply still sends (it stays
+        // charged instead): memcached's counters of those are 0 here by construction.
         w.num("limit_maxbytes", self.store.memory())
             .num("accepting_conns", 1)
+            .num("listen_disabled_num", 0)
+            .num("time_in_listen_disabled_us", 0)
+            .num("lrutail_reflocked", 0)
             .num("threads", self.settings.threads as u64)
             .num("idle_kicks", n(&self.conns.idle_kicks))
             .num("accept_errors", n(&self.conns.accept_errors))
@@ -281,6 +287,8 @@ impl Shared {
             .text("domain_socket", &st.unix_socket.as_ref().map_or("NULL".into(), |p| p.display().to_string()))
             .text("umask", &format!("{:o}", st.unix_mask))
             .text("shutdown_command", yes(p.allowed.shutdown))
+            .text("auth_enabled_sasl", "no")
+            .text("auth_enabled_ascii", "no")
             .text("growth_factor", &format!("{:.2}", st.growth_factor))
             .num("chunk_size", st.chunk_size)
             .num("num_threads", st.threads as u64)
