@@ -340,12 +340,6 @@ impl Conn {
         self.closing
     }
 
-    /// Whether a get was cut short (its output reached the pause limit) and is waiting
-    /// for the output to drain.
-    pub fn get_paused(&self) -> bool {
-        self.get.is_some() && self.unsent() > self.limits.output_pause
-    }
-
     /// Drops the unsent output and queues `reply` instead (UDP: a reply that cannot be
     /// sent whole).
     pub fn replace_output(&mut self, reply: &[u8]) {
@@ -567,8 +561,9 @@ impl Conn {
             }
             Check::Run => {
                 let wanted = if storage { binary::HEADER + h.bodylen as usize } else { head };
-                if avail.len() < wanted {
-                    if storage && avail.len() >= head && !self.room_for_value(wanted) {
+                let have = avail.len();
+                if have < wanted {
+                    if storage && have >= head && !self.room_for_value(wanted) {
                         // No memory for the value: refused as memcached refuses it.
                         let key_at = self.start + binary::HEADER + usize::from(h.extlen);
                         let (start, input) = (self.start, std::mem::take(&mut self.input));
@@ -579,7 +574,8 @@ impl Conn {
                         self.need = 0;
                         return None;
                     }
-                    self.need = wanted;
+                    // A value's room is charged once its key has arrived.
+                    self.need = if storage && have < head { head } else { wanted };
                     return Some(Turn::NeedRead);
                 }
                 self.need = 0;
