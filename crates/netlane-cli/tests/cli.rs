@@ -1119,6 +1119,28 @@ fn kv_serve_takes_memcached_s_options() {
 }
 
 #[test]
+fn kv_serve_as_root_runs_as_the_user_of_dash_u_once_its_socket_is_open() {
+    if !privileged("kv_serve_as_root_runs_as_the_user_of_dash_u_once_its_socket_is_open") {
+        return;
+    }
+    // Port 1211 needs root to bind; the server then runs as nobody (memcached drops
+    // before binding, so it could not take a port under 1024 with -u).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let low = if std::net::TcpListener::bind("127.0.0.1:1211").is_ok() { 1211 } else { port };
+    let (mut child, addr) = start_kv_serve(&["-u", "nobody", "-p", &low.to_string()]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
+    let uid =
+        status.lines().find_map(|l| l.strip_prefix("Uid:")).unwrap().split_whitespace().next().unwrap().to_string();
+    let mut c = std::net::TcpStream::connect(&addr).unwrap();
+    c.write_all(b"set k 0 0 1\r\na\r\nget k\r\n").unwrap();
+    let got = read_until_end(&mut c);
+    stop_child(&mut child);
+    assert_eq!(addr, format!("127.0.0.1:{low}"));
+    assert_eq!(uid, "65534", "the server runs as nobody");
+    assert!(got.ends_with(b"VALUE k 0 1\r\na\r\nEND\r\n"), "{got:?}");
+}
+
+#[test]
 fn kv_load_fails_when_its_connections_fail_and_strict_fails_a_missed_sla() {
     // A server that takes two connections (-c 2) of the four asked for: two are refused,
     // the run measures half of what it offered, and says it failed.
@@ -1182,10 +1204,13 @@ fn read_until_end(c: &mut impl Read) -> Vec<u8> {
     got
 }
 
-/// `netlane kv serve` on a free port with `args`: the child and its address.
+/// `netlane kv serve` with `args` (on a free port unless they give one): the child and
+/// its address.
 fn start_kv_serve(args: &[&str]) -> (std::process::Child, String) {
+    let port: &[&str] = if args.contains(&"-p") { &[] } else { &["-p", "-1"] };
     let mut child = Command::new(env!("CARGO_BIN_EXE_netlane"))
-        .args(["kv", "serve", "-p", "-1", "-t", "1", "-m", "16", "--time", "60s"])
+        .args(["kv", "serve", "-t", "1", "-m", "16", "--time", "60s"])
+        .args(port)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
