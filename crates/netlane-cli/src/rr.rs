@@ -6,10 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane::metrics::units::parse_size;
 use netlane_lab::report::documents::{RrClients, RrServe};
 use netlane_lab::report::{self};
-use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration};
+use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration, parse_size_usize};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::ResponderConfig;
@@ -38,13 +37,8 @@ pub fn run(cmd: RrCmd) -> Result<u8> {
     }
 }
 
-fn size(s: &str) -> Result<usize, String> {
-    let v = parse_size(s).map_err(|e| e.to_string())?;
-    usize::try_from(v).map_err(|_| format!("{s} is too large"))
-}
-
 fn parse_size_u32(s: &str) -> Result<u32, String> {
-    u32::try_from(size(s)?).map_err(|_| format!("{s} is too large"))
+    u32::try_from(parse_size_usize(s)?).map_err(|_| format!("{s} is too large"))
 }
 
 fn cpu(s: &str) -> Result<usize, String> {
@@ -89,10 +83,10 @@ pub struct ServeArgs {
     /// Split responses into datagrams of this size (header included) sent with GSO;
     /// clients read them with GRO. Without it a response is one datagram (IP fragments
     /// it above the MTU).
-    #[arg(long, value_parser = size)]
+    #[arg(long, value_parser = parse_size_usize)]
     pub segment: Option<usize>,
     /// Largest response a request may ask for (payload bytes).
-    #[arg(long, default_value = "65467", value_parser = size)]
+    #[arg(long, default_value = "65467", value_parser = parse_size_usize)]
     pub max_response: usize,
     /// Echo every datagram back unchanged (a standard UDP echo server).
     #[arg(long)]
@@ -302,10 +296,10 @@ pub struct ClientsArgs {
     #[arg(long, value_parser = netlane::cpus::parse_online)]
     pub cpus: Option<CpuList>,
     /// Request size in bytes (header included; at least 40).
-    #[arg(long, default_value = "512", value_parser = size)]
+    #[arg(long, default_value = "512", value_parser = parse_size_usize)]
     pub request: usize,
     /// Response size in bytes (header included; at least 40).
-    #[arg(long, default_value = "8K", value_parser = size)]
+    #[arg(long, default_value = "8K", value_parser = parse_size_usize)]
     pub response: usize,
     /// The server echoes (a standard UDP echo server): the response is the request.
     #[arg(long)]

@@ -10,7 +10,7 @@
 //! Parsing cannot panic; what a packet asks for is checked against memcached's rules
 //! before anything is read past its header ([`Check`]).
 
-use super::exec::{self, Arith, Ctx, Outcome, arith_slot, count_gone, store_in};
+use super::exec::{self, After, Arith, Ctx, Outcome, arith_slot, count_gone, store_in};
 use super::out::Out;
 use super::parse::{StatsKind, StoreMode};
 use crate::store::{KEY_MAX, StoreError};
@@ -144,6 +144,11 @@ impl Header {
         (self.bodylen as usize).saturating_sub(usize::from(self.extlen) + usize::from(self.keylen))
     }
 
+    /// A storage command: its value is buffered whole before it runs.
+    pub fn is_storage(&self) -> bool {
+        matches!(self.base().0, op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND)
+    }
+
     /// The opcode a quiet opcode stands for, and whether it is quiet.
     fn base(&self) -> (u8, bool) {
         match self.opcode {
@@ -213,7 +218,7 @@ pub fn check(h: &Header, item_max: usize) -> Check {
     if !ok {
         return Check::Fatal(Status::InvalidArguments);
     }
-    if matches!(opcode, op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND) && h.value_len() > item_max {
+    if h.is_storage() && h.value_len() > item_max {
         return Check::TooLarge;
     }
     Check::Run
@@ -300,15 +305,6 @@ fn be32(b: &[u8]) -> u32 {
 
 fn be64(b: &[u8]) -> u64 {
     b.get(..8).map_or(0, |b| u64::from_be_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-}
-
-/// What a packet asks of the connection after it ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum After {
-    /// Go on.
-    Continue,
-    /// Close once the replies are out.
-    Close,
 }
 
 /// Runs a whole packet (header checked with [`check`] as [`Check::Run`]): `body` is its

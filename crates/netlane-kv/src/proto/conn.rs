@@ -19,11 +19,11 @@
 //! - Buffers that grew for a large value shrink back when they empty.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use memchr::memchr;
 
 use super::binary::{self, Check};
+use super::budget::ConnMemory;
 use super::exec::{self, After, Ctx, Protocol};
 use super::out::Out;
 use super::parse::{self, Command, GetHead, ParseError};
@@ -66,63 +66,6 @@ pub enum Turn {
 
 /// The smallest buffers a connection keeps.
 const BASE_CAPACITY: usize = 16 << 10;
-
-/// Memory that a server's connections may hold beyond their base buffers: the values
-/// being received and the replies waiting to be sent (memcached's `read_buf_mem_limit`).
-/// A value that cannot get memory is refused (`SERVER_ERROR out of memory storing
-/// object`, as memcached does); a connection whose replies cannot get memory stops
-/// running commands until the client has read.
-#[derive(Debug)]
-pub struct ConnMemory {
-    used: AtomicU64,
-    limit: u64,
-    /// Values refused for lack of it.
-    refused_values: AtomicU64,
-    /// Times a connection stopped for lack of it.
-    paused_replies: AtomicU64,
-}
-
-impl ConnMemory {
-    /// A budget of `limit` bytes.
-    pub fn new(limit: u64) -> Arc<ConnMemory> {
-        Arc::new(ConnMemory {
-            used: AtomicU64::new(0),
-            limit,
-            refused_values: AtomicU64::new(0),
-            paused_replies: AtomicU64::new(0),
-        })
-    }
-
-    fn take(&self, n: u64) -> bool {
-        self.used
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(n).filter(|&t| t <= self.limit))
-            .is_ok()
-    }
-
-    fn give(&self, n: u64) {
-        self.used.fetch_sub(n, Ordering::AcqRel);
-    }
-
-    /// Bytes held now.
-    pub fn used(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// The limit.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// Values refused for lack of memory.
-    pub fn refused_values(&self) -> u64 {
-        self.refused_values.load(Ordering::Relaxed)
-    }
-
-    /// Times a connection stopped for lack of memory for its replies.
-    pub fn paused_replies(&self) -> u64 {
-        self.paused_replies.load(Ordering::Relaxed)
-    }
-}
 
 /// A get command being answered, its keys read from the input as they come.
 #[derive(Debug, Clone, Copy)]
@@ -515,19 +458,7 @@ impl Conn {
             return Some(Turn::NeedRead);
         };
         let head = binary::HEADER + usize::from(h.extlen) + usize::from(h.keylen);
-        let storage = matches!(
-            h.opcode,
-            binary::op::SET
-                | binary::op::SETQ
-                | binary::op::ADD
-                | binary::op::ADDQ
-                | binary::op::REPLACE
-                | binary::op::REPLACEQ
-                | binary::op::APPEND
-                | binary::op::APPENDQ
-                | binary::op::PREPEND
-                | binary::op::PREPENDQ
-        );
+        let storage = h.is_storage();
         match binary::check(&h, self.item_max) {
             Check::Close => {
                 self.closing = true;
@@ -586,7 +517,7 @@ impl Conn {
                 if !storage {
                     self.swallow = h.value_len();
                 }
-                if after == binary::After::Close {
+                if after == After::Close {
                     self.closing = true;
                     return Some(Turn::Close);
                 }
@@ -603,7 +534,7 @@ impl Conn {
             return true;
         }
         if let Some(b) = &self.budget {
-            b.paused_replies.fetch_add(1, Ordering::Relaxed);
+            b.paused_reply();
         }
         false
     }
@@ -616,7 +547,7 @@ impl Conn {
             return true;
         }
         if let Some(b) = &self.budget {
-            b.refused_values.fetch_add(1, Ordering::Relaxed);
+            b.refused_value();
         }
         false
     }

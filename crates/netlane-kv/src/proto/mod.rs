@@ -11,6 +11,7 @@
 //! memcached itself: `tests/server.rs`).
 
 pub mod binary;
+pub mod budget;
 pub mod conformance;
 pub mod conn;
 pub mod exec;
@@ -24,7 +25,8 @@ pub mod udp;
 
 use crate::store::{NEVER, Store};
 
-pub use conn::{Conn, ConnMemory, Limits, Turn};
+pub use budget::ConnMemory;
+pub use conn::{Conn, Limits, Turn};
 pub use exec::{Ctx, Protocol, Settings};
 pub use stats::{Counters, SharedCounters};
 

@@ -81,8 +81,8 @@ pub(crate) struct Shared {
     verbosity: AtomicU32,
     /// `stats reset` subtracts this from what workers published.
     baseline: Mutex<Counters>,
-    /// How far `debugtime` moved the clock, ms.
-    clock_offset_ms: AtomicI64,
+    /// How far `debugtime` moved the clock, seconds.
+    clock_offset_s: AtomicI64,
     /// A client asked for a shutdown: 1 now, 2 graceful.
     shutdown: AtomicU8,
 }
@@ -157,7 +157,7 @@ impl Shared {
             epoch_ms,
             verbosity: AtomicU32::new(0),
             baseline: Mutex::new(Counters::default()),
-            clock_offset_ms: AtomicI64::new(0),
+            clock_offset_s: AtomicI64::new(0),
             shutdown: AtomicU8::new(0),
         }
     }
@@ -183,10 +183,7 @@ impl Shared {
     /// The protocol clock now.
     pub fn clock(&self) -> Clock {
         let clock = Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: self.epoch_ms };
-        match self.clock_offset_ms.load(Ordering::Relaxed) {
-            0 => clock,
-            off => clock.advanced(off / 1000),
-        }
+        clock.advanced(self.clock_offset_s.load(Ordering::Relaxed))
     }
 
     /// Sum of the published counters, with `own` in place of worker `me`'s.
@@ -429,6 +426,6 @@ impl Host for WorkerHost<'_> {
     }
 
     fn advance_clock(&self, secs: i64) {
-        self.shared.clock_offset_ms.fetch_add(secs.saturating_mul(1000), Ordering::Relaxed);
+        self.shared.clock_offset_s.fetch_add(secs, Ordering::Relaxed);
     }
 }

@@ -157,6 +157,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// clap parser: a size (`64k`, `1M`) in memory, as a `usize`.
+pub fn parse_size_usize(s: &str) -> Result<usize, String> {
+    let v = parse_size(s)?;
+    usize::try_from(v).map_err(|_| format!("{s} is too large"))
+}
+
 /// clap parser: a pacing quantum, `auto` or a duration.
 pub fn parse_quantum(s: &str) -> Result<netlane::pace::Quantum, String> {
     if s.eq_ignore_ascii_case("auto") {

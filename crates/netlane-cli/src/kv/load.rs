@@ -1,0 +1,295 @@
+//! `netlane kv load`: the load generator's arguments, runs and searches, and its report.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
+use netlane_kv::load::stats::Sla;
+use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
+use netlane_lab::report::documents::KvLoad;
+use netlane_lab::report::{self};
+use netlane_lab::scenarios::kv::WorkloadArgs;
+use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
+
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
+
+/// `netlane kv load`.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// The server (any memcached-protocol server).
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    pub server: SocketAddr,
+    /// TCP connections.
+    #[arg(short = 'c', long, default_value_t = 64)]
+    pub connections: u32,
+    /// Threads the connections are spread over.
+    #[arg(short = 't', long, default_value_t = 1)]
+    pub threads: usize,
+    /// CPUs the threads are pinned to (a CPU list) [default: not pinned].
+    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    pub cpus: Option<netlane::cpus::CpuList>,
+    /// Open loop: total requests per second over all connections.
+    #[arg(long, conflicts_with = "closed", default_value_t = 10_000.0)]
+    pub rate: f64,
+    /// Arrival process of the open loop: poisson, constant or etc (Facebook's ETC gaps).
+    #[arg(long, default_value = "poisson")]
+    pub arrival: Process,
+    /// Closed loop instead (memtier-style): this many requests in flight per connection,
+    /// the next sent when one is answered; latency from the actual send.
+    #[arg(long, value_name = "DEPTH")]
+    pub closed: Option<u32>,
+    /// The workload.
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// The server's item size limit (values are clamped to it).
+    #[arg(long, default_value = "1m", value_parser = parse_size_usize)]
+    pub item_max: usize,
+    /// How long requests are scheduled (per run with --search).
+    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    pub duration: Duration,
+    /// Before the measured --duration, how long requests are sent but not measured
+    /// (connections and caches settle).
+    #[arg(long, default_value = "200ms", value_parser = parse_duration)]
+    pub ramp: Duration,
+    /// After the window, how long the last replies are awaited (then they count as
+    /// unanswered).
+    #[arg(long, default_value = "1s", value_parser = parse_positive_duration)]
+    pub drain: Duration,
+    /// Most requests in flight per connection.
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: u32,
+    /// A send later than this after its scheduled time is counted as late.
+    #[arg(long, default_value = "100us", value_parser = parse_positive_duration)]
+    pub late_after: Duration,
+    /// Seed of every random draw.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not store every key before the run.
+    #[arg(long)]
+    pub no_warmup: bool,
+    /// A tail-latency objective, like p99.9=1ms: the run says whether it held.
+    #[arg(long)]
+    pub sla: Option<Sla>,
+    /// Find the highest offered rate that holds --sla (bisection over runs of
+    /// --duration, the best re-run to confirm it).
+    #[arg(long, requires = "sla")]
+    pub search: bool,
+    /// Search: the lowest rate tried.
+    #[arg(long, default_value_t = 1000.0)]
+    pub search_lo: f64,
+    /// Search: the highest rate tried.
+    #[arg(long, default_value_t = 1_000_000.0)]
+    pub search_hi: f64,
+    /// Search: stop when the bracket is narrower than this ratio.
+    #[arg(long, default_value_t = 1.05)]
+    pub resolution: f64,
+    /// Search: most bisection runs.
+    #[arg(long, default_value_t = 12)]
+    pub max_bisections: u32,
+    /// Exit 3 when the SLA was missed (a search: when no rate held it).
+    #[arg(long, requires = "sla")]
+    pub strict: bool,
+    /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
+    /// is given; nothing else is written to stdout then).
+    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<std::path::PathBuf>,
+}
+
+impl LoadArgs {
+    fn config(&self) -> Result<LoadConfig> {
+        let item_max = u32::try_from(self.item_max).context("--item-max is too large")?;
+        Ok(LoadConfig {
+            server: self.server,
+            connections: self.connections,
+            threads: self.threads,
+            cpus: self.cpus.as_ref().map(|c| c.as_slice().to_vec()),
+            pacing: match self.closed {
+                Some(depth) => Pacing::Closed { depth },
+                None => Pacing::Open(Arrivals { process: self.arrival, rate_per_s: self.rate }),
+            },
+            workload: self.workload.spec(item_max),
+            duration: self.duration,
+            ramp: self.ramp,
+            max_in_flight: self.max_in_flight,
+            late_after: self.late_after,
+            drain: self.drain,
+            seed: self.seed,
+        })
+    }
+
+    fn options(&self) -> OptionList {
+        let list = OptionList::new()
+            .text("server", self.server.to_string())
+            .int("connections", u64::from(self.connections))
+            .int("threads", self.threads as u64)
+            .text("rate", self.rate.to_string())
+            .text("arrival", self.arrival.to_string())
+            .text("closed", self.closed.map_or("off".into(), |d| d.to_string()));
+        self.workload
+            .echo(list)
+            .int("item-max", self.item_max as u64)
+            .duration("duration", self.duration)
+            .duration("ramp", self.ramp)
+            .duration("drain", self.drain)
+            .int("max-in-flight", u64::from(self.max_in_flight))
+            .duration("late-after", self.late_after)
+            .int("seed", self.seed)
+            .flag("no-warmup", self.no_warmup)
+            .text("sla", self.sla.map_or("none".into(), |s| s.to_string()))
+            .flag("search", self.search)
+    }
+
+    pub(super) fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let quiet = out.json_to_stdout();
+        let opts = self.options();
+        let mut doc = KvLoad {
+            options: opts.object(),
+            echo: opts.echo(),
+            report: None,
+            sla: self.sla.map(|s| s.to_string()),
+            sla_met: None,
+            sla_latency_us: None,
+            search: None,
+        };
+        let cfg = self.config()?;
+        cfg.validate()?;
+        let range = SearchConfig {
+            lo_per_s: self.search_lo,
+            hi_per_s: self.search_hi,
+            resolution: self.resolution,
+            max_bisections: self.max_bisections,
+        };
+        // Every option is checked before anything is written to the server.
+        if self.search {
+            loadgen::check_search(&cfg, range).context("--search")?;
+        }
+        if !self.no_warmup {
+            let t = Instant::now();
+            let n = loadgen::warm_up(&cfg)?;
+            eprintln!("warm-up: stored {n} keys in {:.1} s", t.elapsed().as_secs_f64());
+        }
+        if self.search {
+            let sla = self.sla.context("--search needs --sla")?;
+            let r = loadgen::search(&cfg, sla, range, &STOP, |p| {
+                let m = &p.measured;
+                eprintln!(
+                    "  rate {:>10.0}/s run {}: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
+                    p.rate_per_s,
+                    p.vote,
+                    m.offered_per_s,
+                    m.achieved_per_s,
+                    sla,
+                    m.sla_latency_ns.map_or("beyond every answer".to_string(), |n| format!("{:.0} us", n as f64 / 1e3)),
+                    if p.met {
+                        "held"
+                    } else if m.lag_share > GENERATOR_LAG_MAX {
+                        "missed (the generator lagged: it measured itself)"
+                    } else {
+                        "missed"
+                    }
+                );
+            })?;
+            let line = match r.best_per_s {
+                Some(b) => format!(
+                    "highest rate within {}: {b:.0} requests/s{} ({} runs)",
+                    r.sla,
+                    if r.capped {
+                        " (the upper bound: the server may hold more)"
+                    } else if r.generator_limited {
+                        " (the generator's limit: above it, it could not keep its schedule)"
+                    } else {
+                        ""
+                    },
+                    r.runs
+                ),
+                None => format!("no rate from {} requests/s held {}", self.search_lo, r.sla),
+            };
+            if !quiet {
+                out::println(&line);
+            }
+            let held = r.best_per_s.is_some();
+            doc.search = Some(r);
+            out.write_json(&report::document("kv-load", doc))?;
+            return Ok(if self.strict && !held { 3 } else { 0 });
+        }
+        let r = loadgen::run(&cfg, &STOP)?;
+        if !quiet {
+            print_report(&r.report);
+        }
+        let mut missed = false;
+        if let Some(sla) = self.sla {
+            let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
+            missed = !m.sla_met;
+            doc.sla_met = Some(m.sla_met);
+            doc.sla_latency_us = m.sla_latency_ns.map(|n| n as f64 / 1e3);
+            if !quiet {
+                out::println(&format!(
+                    "SLA {sla}: {} ({})",
+                    if m.sla_met { "met" } else { "missed" },
+                    m.sla_latency_ns.map_or("the percentile falls among failed requests".into(), |n| format!(
+                        "{:.1} us",
+                        n as f64 / 1e3
+                    ))
+                ));
+            }
+        }
+        let failure = r.report.failure();
+        doc.report = Some(r.report);
+        // The report is written whatever happened: it says what was measured.
+        out.write_json(&report::document("kv-load", doc))?;
+        if let Some(why) = failure {
+            bail!("the measurement failed: {why} (is a memcached-protocol server listening on {}?)", self.server);
+        }
+        Ok(if self.strict && missed { 3 } else { 0 })
+    }
+}
+
+fn print_report(r: &LoadReport) {
+    let c = &r.counts;
+    out::println(&format!(
+        "{} loop: offered {:.0}/s achieved {:.0}/s over {:.1} s{}",
+        r.mode,
+        r.offered_per_s,
+        r.achieved_per_s,
+        r.seconds,
+        r.target_per_s.map_or(String::new(), |t| format!(" (asked {t:.0}/s)"))
+    ));
+    out::println(&format!(
+        "completed={} hits={} misses={} stored={} errors={} lost={} unanswered={} not_sent={} late={:.2}% lagged={:.2}% connection_failures={}",
+        c.completed,
+        c.hits,
+        c.misses,
+        c.stored,
+        c.errors,
+        c.lost,
+        c.unanswered,
+        c.not_sent,
+        r.late_share * 100.0,
+        r.lag_share * 100.0,
+        r.connection_failures
+    ));
+    let lat: Vec<String> = r
+        .latency_us
+        .iter()
+        .map(|(p, v)| format!("{p}={}", v.map_or("failed".to_string(), |u| format!("{u:.1}"))))
+        .collect();
+    out::println(&format!("latency us: {}", lat.join(" ")));
+    out::println(&format!(
+        "client CPU: {:.2} s, {:.0}% of its threads' time{}",
+        r.client_cpu_s,
+        r.client_cpu_busy * 100.0,
+        if r.lag_share > GENERATOR_LAG_MAX {
+            " (it delayed its own sends: the generator was the bottleneck)"
+        } else if r.client_cpu_busy > 0.9 {
+            " (the generator may be the bottleneck)"
+        } else {
+            ""
+        }
+    ));
+}
