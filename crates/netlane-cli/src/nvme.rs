@@ -13,7 +13,7 @@ use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::nvme::perf_table;
 use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration};
 use netlane_nvme::host::ConnectOptions;
-use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status};
+use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
 use netlane_nvme::proto::target::{Subsystem, TargetConfig};
 use netlane_nvme::target::{DEFAULT_NQN, TargetOptions, TargetServer};
 
@@ -272,6 +272,11 @@ pub struct PerfArgs {
     /// Write a pattern over each job's region first, then check every read against it.
     #[arg(long)]
     pub verify: bool,
+    /// Write nothing: read every block of each job's region once and check it against
+    /// the pattern an earlier --verify run left (with the same --jobs and --size), e.g.
+    /// across a target restart. The run ends when every block was read.
+    #[arg(long, alias = "verify_only", conflicts_with = "verify")]
+    pub verify_only: bool,
     /// Bytes of the namespace to use [default: all of it].
     #[arg(long, value_parser = netlane_lab::scenarios::options::parse_size)]
     pub size: Option<u64>,
@@ -353,7 +358,11 @@ impl PerfArgs {
             direct_send: self.direct_send,
             batch: !self.no_batch,
             caravan: self.caravan.then(Caravan::default),
-            verify: self.verify,
+            verify: match (self.verify, self.verify_only) {
+                (_, true) => VerifyMode::ReadBack,
+                (true, false) => VerifyMode::Write,
+                (false, false) => VerifyMode::Off,
+            },
             size: self.size,
             target_pid: self.target_pid,
         })
@@ -376,6 +385,7 @@ impl PerfArgs {
             .flag("no-batch", self.no_batch)
             .flag("caravan", self.caravan)
             .flag("verify", self.verify)
+            .flag("verify-only", self.verify_only)
             .flag("hdgst", self.hdgst)
             .flag("ddgst", self.ddgst)
             .duration("kato", self.kato)
@@ -435,7 +445,8 @@ fn summary(r: &PerfReport) -> String {
     );
     if r.verified {
         let mism: u64 = r.groups.iter().map(|g| g.mismatches).sum();
-        s.push_str(&format!("\nverify: {mism} mismatched reads"));
+        let reads: u64 = r.groups.iter().map(|g| g.reads).sum();
+        s.push_str(&format!("\nverify: {mism} mismatched reads of {reads}"));
     }
     s
 }

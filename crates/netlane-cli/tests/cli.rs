@@ -464,6 +464,60 @@ fn nvme_perf_moves_verified_data_and_its_json_validates() {
 }
 
 #[test]
+fn nvme_perf_verify_only_reads_back_a_file_namespace_across_a_kill_and_stops_when_the_target_dies() {
+    let dir = temp_dir("verify-only");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("ns.img");
+    let ns = format!("file:{}:8M", file.display());
+    let perf = |t: &Target, extra: &[&str]| {
+        let mut args = vec!["nvme", "perf", "--target", &t.addr, "--nsid", "2", "--size", "4M", "--jobs", "2"];
+        args.extend_from_slice(extra);
+        netlane(&args)
+    };
+    let t = Target::start(&["--ns", &ns]);
+    let o = perf(&t, &["--verify", "--rw", "randrw", "-t", "500ms", "--ramp", "0s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    drop(t); // SIGKILL
+
+    let t = Target::start(&["--ns", &ns]);
+    let started = Instant::now();
+    let o = perf(&t, &["--verify-only", "-t", "30s", "--ramp", "0s", "--bs", "16k"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("verify: 0 mismatched reads of 256"), "{}", stdout(&o));
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "a sweep of 4 MiB ends when it is done: {:?}",
+        started.elapsed()
+    );
+    drop(t);
+
+    // One block changed behind the target's back is found.
+    let f = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0xff; 512], 3 << 20).unwrap();
+    let t = Target::start(&["--ns", &ns]);
+    let o = perf(&t, &["--verify-only", "-t", "30s", "--ramp", "0s", "--bs", "16k"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stdout(&o).contains("verify: 1 mismatched reads of 256"), "{}", stdout(&o));
+
+    // The target dies mid-run: perf says so and stops, without waiting out -t.
+    let mut t = t;
+    let (addr, pid) = (t.addr.clone(), t.child.id());
+    let run = std::thread::spawn(move || {
+        let started = Instant::now();
+        let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "60s", "--ramp", "0s", "--qd", "4"]);
+        (o, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    let _ = t.child.wait();
+    let (o, took) = run.join().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("queue"), "{}", stderr(&o));
+    assert!(took < Duration::from_secs(20), "perf ran on for {took:?} with no target");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn nvme_bad_options_are_explained() {
     let t = Target::start(&["--mdts", "8"]);
     let perf = |extra: &[&str]| {
@@ -486,6 +540,53 @@ fn nvme_bad_options_are_explained() {
     assert!(perf(&["--nqn", "nqn.wrong"]).contains("invalid data at byte 256"));
     let o = netlane(&["nvme", "target", "--ns", "disk:1G", "-t", "1s"]);
     assert!(stderr(&o).contains("expected mem:SIZE"), "{}", stderr(&o));
+}
+
+/// GiB of memory this machine has now (MemAvailable).
+fn available_gib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("MemAvailable in /proc/meminfo");
+    kib >> 20
+}
+
+#[test]
+fn servers_refuse_memory_the_machine_does_not_have_and_take_only_what_is_used() {
+    let twice = (2 * available_gib()).max(2);
+    let refused = |args: &[&str], part: &str| {
+        let started = Instant::now();
+        let o = netlane(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", started.elapsed());
+        assert!(
+            e.contains("of memory asked for (") && e.contains(part) && e.contains("available (MemAvailable)"),
+            "{e}"
+        );
+        assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
+    };
+    let ns = format!("mem:{twice}G");
+    refused(&["nvme", "target", "--listen", "127.0.0.1:0", "--ns", &ns, "-t", "60s"], "namespace 1: ");
+    let megabytes = (twice << 10).to_string();
+    refused(&["kv", "serve", "-p", "-1", "-m", &megabytes, "--time", "60s"], "the cache: ");
+
+    // A namespace that fits is taken as it is written, not up front.
+    let half = format!("mem:{}G", (available_gib() / 2).max(1));
+    let started = Instant::now();
+    let t = Target::start(&["--ns", &half]);
+    assert!(started.elapsed() < Duration::from_secs(5), "listening after {:?}", started.elapsed());
+    let status = std::fs::read_to_string(format!("/proc/{}/status", t.child.id())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(rss_kib < 512 << 10, "a {half} namespace took {rss_kib} KiB up front");
 }
 
 #[test]

@@ -80,7 +80,7 @@ fn options(addr: SocketAddr, nsid: u32, groups: &[&str]) -> PerfOptions {
         direct_send: false,
         batch: true,
         caravan: None,
-        verify: true,
+        verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(8 << 20),
         target_pid: None,
     }

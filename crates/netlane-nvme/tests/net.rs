@@ -155,7 +155,7 @@ fn run_perf_verify(addr: SocketAddr) {
         direct_send: true,
         batch: true,
         caravan: None,
-        verify: true,
+        verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(16 << 20),
         target_pid: None,
     };
@@ -198,7 +198,7 @@ fn more_commands_than_queue_slots_wait_their_turn() {
         direct_send: false,
         batch: true,
         caravan: None,
-        verify: true,
+        verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(4 << 20),
         target_pid: None,
     };

@@ -11,6 +11,7 @@
 //! - the datagram paths: [`udp`] (sockets, the [`udp::Sender`] with latched GSO and
 //!   zerocopy fallbacks, the [`udp::Receiver`] with recvmmsg and GRO), [`probe`] (which
 //!   kernel features work here, and why not);
+//! - [`memory`]: what a server may take, checked against what the machine has first;
 //! - [`cpus`]: one CPU-list syntax (`0-3,5`), pinning, CPU counts;
 //! - [`lanes`]: application device queues in software: which worker owns which
 //!   receive queue, the kernel's queue and NAPI map, busy-poll policies;
@@ -28,6 +29,7 @@
 
 pub mod cpus;
 pub mod lanes;
+pub mod memory;
 pub mod metrics;
 pub mod pace;
 pub mod probe;

@@ -82,6 +82,9 @@ pub const WRAP: &str = "a number wider than its 32-bit field is refused; memcach
 pub const LINE: &str = "a command line (not a get) longer than --max-line (2048 bytes) is refused and the \
      connection closes, wherever the read boundaries fall; memcached answers it if it arrived in one read and \
      closes without a reply otherwise";
+/// Why `cache_memlimit` past what the machine has differs.
+pub const MEMLIMIT_GROWTH: &str = "cache_memlimit is refused when the machine does not have the memory it adds; memcached \
+     raises its limit to any size and grows until the OOM killer ends it";
 /// flush_all at a past Unix time.
 pub const FLUSH_PAST: &str = "flush_all at a Unix time at or before the server started flushes now; memcached answers \
      OK and flushes nothing";
@@ -404,6 +407,12 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"touch n 007\r\n", b"TOUCHED\r\n"),
                 s(b"cache_memlimit 2\r\n", b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"),
                 s(b"cache_memlimit 100\r\n", b"OK\r\n"),
+                differs(
+                    b"cache_memlimit 900000000\r\n",
+                    b"MEMLIMIT_ADJUST_FAILED out of memory\r\n",
+                    b"OK\r\n",
+                    MEMLIMIT_GROWTH,
+                ),
                 s(
                     b"stats detail on\r\nstats detail dump\r\nstats detail\r\n",
                     b"OK\r\nEND\r\nCLIENT_ERROR usage: stats detail on|off|dump\r\n",

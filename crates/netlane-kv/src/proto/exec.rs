@@ -483,6 +483,8 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
                 b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
             } else if megabytes > 1_000_000_000 {
                 b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+            } else if !ctx.host.may_grow((u64::from(megabytes) << 20).saturating_sub(ctx.store.memory())) {
+                b"MEMLIMIT_ADJUST_FAILED out of memory"
             } else if ctx.store.set_memory(u64::from(megabytes) << 20, now) {
                 b"OK"
             } else {

@@ -45,6 +45,11 @@ impl Host for FixedHost {
     fn shutdown(&self, _graceful: bool) {}
 
     fn advance_clock(&self, _secs: i64) {}
+
+    /// A machine with 1 GiB to spare.
+    fn may_grow(&self, bytes: u64) -> bool {
+        bytes <= 1 << 30
+    }
 }
 
 /// What the tests and the fuzz target allow: everything memcached-debug does.

@@ -92,6 +92,9 @@ pub trait Host: std::fmt::Debug {
     fn shutdown(&self, graceful: bool);
     /// memcached-debug's `debugtime`: move the server's clock by `secs` seconds.
     fn advance_clock(&self, secs: i64);
+    /// Whether the machine has `bytes` more memory to give the cache (`cache_memlimit`
+    /// raising the limit).
+    fn may_grow(&self, bytes: u64) -> bool;
 }
 
 #[cfg(test)]

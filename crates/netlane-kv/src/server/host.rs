@@ -428,4 +428,8 @@ impl Host for WorkerHost<'_> {
     fn advance_clock(&self, secs: i64) {
         self.shared.clock_offset_s.fetch_add(secs, Ordering::Relaxed);
     }
+
+    fn may_grow(&self, bytes: u64) -> bool {
+        netlane::memory::Ask::new().add("the cache's growth", bytes).check().is_ok()
+    }
 }

@@ -106,6 +106,16 @@ pub struct ServerConfig {
     pub conn_memory: Option<u64>,
 }
 
+impl ServerConfig {
+    /// The memory the server may take at its limits: the store's, and what connections
+    /// may hold for values and replies.
+    pub fn memory_ask(&self) -> netlane::memory::Ask {
+        netlane::memory::Ask::new()
+            .add("the cache", self.store.memory)
+            .add("values and replies in flight", self.conn_memory.unwrap_or(self.store.memory))
+    }
+}
+
 impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig {
@@ -141,6 +151,9 @@ pub enum ServerError {
     /// The store's limits cannot work.
     #[error(transparent)]
     Store(#[from] ConfigError),
+    /// The store and the connections could take more memory than the machine has.
+    #[error(transparent)]
+    Memory(#[from] netlane::memory::MemoryError),
     /// A system call failed.
     #[error("{what}: {source}")]
     Io {
@@ -263,6 +276,7 @@ impl Server {
     /// Binds, builds the store and starts the threads.
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
         cfg.validate()?;
+        cfg.memory_ask().check()?;
         let store = Store::new(cfg.store)?;
         let max_lanes = cfg.max_lanes();
         // The lane map: the device's queues dealt out in order, if there is a device.

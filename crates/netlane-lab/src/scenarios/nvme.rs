@@ -193,7 +193,7 @@ impl NvmeBenchArgs {
             direct_send: false,
             batch: true,
             caravan: None,
-            verify: false,
+            verify: netlane_nvme::perf::VerifyMode::Off,
             size: None,
             target_pid: Some(target_pid),
         };

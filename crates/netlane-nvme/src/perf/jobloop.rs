@@ -10,6 +10,7 @@ use std::time::Duration;
 use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 
+use super::VerifyMode;
 use super::job::JobGroup;
 use super::queue::{Queue, Req, SetKind, Shared, fail, flush, reap_locked, submit_locked};
 use crate::proto::cmd::{Sqe, Status, nvm};
@@ -67,7 +68,7 @@ pub(super) struct JobSpec {
     pub(super) nsid: u32,
     pub(super) block: u32,
     pub(super) region: (u64, u64),
-    pub(super) verify: bool,
+    pub(super) verify: VerifyMode,
     pub(super) window: (u64, u64),
     pub(super) end_ns: u64,
 }
@@ -162,67 +163,20 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         let i = if g.random { rng.next() % nblocks } else { (seq % nblocks, seq += 1).0 };
         base + i * bs
     };
-    // Verify: lay the pattern over the region first.
-    if spec.verify {
-        let mut off = base;
-        let end = base + nblocks * bs;
-        let mut inflight = 0usize;
-        let mut free: Vec<usize> = (0..slots.len()).collect();
-        while off < end || inflight > 0 {
-            let mut batch = Vec::new();
-            while off < end
-                && let Some(i) = free.pop()
-            {
-                batch.push((i, off));
-                off += bs;
-            }
-            // One CPU per batch, as a block-layer plug is flushed to one hardware queue.
-            let qi = pick_queue(&shared, if g.hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
-            let mut reqs = Vec::with_capacity(batch.len());
-            for (i, o) in batch {
-                let s = &mut slots[i];
-                s.offset = o;
-                s.read = false;
-                fill_pattern(&mut s.buf, o);
-                let mut sqe = Sqe::default();
-                sqe.set_opcode(nvm::WRITE);
-                sqe.set_nsid(spec.nsid);
-                sqe.set_lba_range(o >> lba_shift, (bs >> lba_shift) as u32);
-                let token = ((spec.index as u64) << 32) | i as u64;
-                reqs.push((qi, Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
-                inflight += 1;
-            }
-            submit_batch(&shared, reqs);
-            let waited_from = monotonic_ns();
-            let got = loop {
-                if let Some(c) = wait_one(&shared, &done_rx, g.hipri) {
-                    break Some(c);
-                }
-                if monotonic_ns() - waited_from > 10_000_000_000
-                    || shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
-                {
-                    break None;
-                }
-            };
-            match got {
-                Some(c) => {
-                    let i = (c.token & 0xffff_ffff) as usize;
-                    if !c.cqe.status.is_success() {
-                        res.failure = Some(format!("verify prefill write failed: {}", c.cqe.status));
-                        return res;
-                    }
-                    slots[i].buf = c.data;
-                    free.push(i);
-                    inflight -= 1;
-                }
-                None => {
-                    res.failure = Some("no completion for 10 s during the verify prefill".into());
-                    return res;
-                }
-            }
+    // Verify: lay the pattern over the region first (and make it durable), or, for a
+    // verify-only run, read every block of the region once and check it, and stop.
+    if spec.verify != VerifyMode::Off {
+        let (write, what) = match spec.verify {
+            VerifyMode::ReadBack => (false, "verify read"),
+            _ => (true, "verify prefill write"),
+        };
+        if let Err(e) = sweep(&spec, &shared, &done_rx, &mut slots, write, &mut res) {
+            res.failure = Some(format!("{what}: {e}"));
+            return res;
         }
-        // The pattern the reads are checked against is durable before they start: one
-        // Flush for the namespace after the last prefill write completed.
+        if !write {
+            return res;
+        }
         if let Err(e) = flush_namespace(&spec, &shared, &done_rx) {
             res.failure = Some(e);
             return res;
@@ -245,7 +199,7 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                 sqe.set_opcode(if s.read { nvm::READ } else { nvm::WRITE });
                 sqe.set_nsid(spec.nsid);
                 sqe.set_lba_range(s.offset >> lba_shift, (bs >> lba_shift) as u32);
-                if !s.read && spec.verify {
+                if !s.read && spec.verify == VerifyMode::Write {
                     fill_pattern(&mut s.buf, s.offset);
                 }
                 let kind = if g.hipri {
@@ -311,7 +265,11 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                 }
                 res.bytes += bs;
             }
-            if c.cqe.status.is_success() && s.read && spec.verify && !check_pattern(&s.buf, s.offset) {
+            if c.cqe.status.is_success()
+                && s.read
+                && spec.verify == VerifyMode::Write
+                && !check_pattern(&s.buf, s.offset)
+            {
                 res.mismatches += 1;
             }
             ready.push(i);
@@ -329,6 +287,91 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         }
     }
     res
+}
+
+/// Goes once over the job's region in order, `qd` commands in flight: writing the
+/// pattern (`write`), or reading each block and checking it against the pattern
+/// (counted as reads, and as mismatches when wrong).
+fn sweep(
+    spec: &JobSpec,
+    shared: &Shared,
+    done_rx: &mpsc::Receiver<Completion>,
+    slots: &mut [Slot],
+    write: bool,
+    res: &mut JobResult,
+) -> Result<(), String> {
+    let g = &spec.group;
+    let bs = u64::from(g.bs);
+    let lba_shift = spec.block.trailing_zeros();
+    let (base, len) = spec.region;
+    let end = base + (len / bs).max(1) * bs;
+    let mut off = base;
+    let mut inflight = 0usize;
+    let mut free: Vec<usize> = (0..slots.len()).collect();
+    while off < end || inflight > 0 {
+        let mut batch = Vec::new();
+        while off < end
+            && let Some(i) = free.pop()
+        {
+            batch.push((i, off));
+            off += bs;
+        }
+        // One CPU per batch, as a block-layer plug is flushed to one hardware queue.
+        let qi = pick_queue(shared, if g.hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
+        let mut reqs = Vec::with_capacity(batch.len());
+        for (i, o) in batch {
+            let s = &mut slots[i];
+            s.offset = o;
+            s.read = !write;
+            s.start_ns = monotonic_ns();
+            if write {
+                fill_pattern(&mut s.buf, o);
+            }
+            let mut sqe = Sqe::default();
+            sqe.set_opcode(if write { nvm::WRITE } else { nvm::READ });
+            sqe.set_nsid(spec.nsid);
+            sqe.set_lba_range(o >> lba_shift, (bs >> lba_shift) as u32);
+            let token = ((spec.index as u64) << 32) | i as u64;
+            reqs.push((qi, Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
+            inflight += 1;
+        }
+        submit_batch(shared, reqs);
+        let waited_from = monotonic_ns();
+        let c = loop {
+            if let Some(c) = wait_one(shared, done_rx, g.hipri) {
+                break c;
+            }
+            if shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire)) {
+                return Err("a queue failed".into());
+            }
+            if monotonic_ns() - waited_from > 10_000_000_000 {
+                return Err("no completion for 10 s".into());
+            }
+        };
+        let i = (c.token & 0xffff_ffff) as usize;
+        if !c.cqe.status.is_success() {
+            return Err(format!("the command at byte {} failed: {}", slots[i].offset, c.cqe.status));
+        }
+        let s = &mut slots[i];
+        s.buf = c.data;
+        if s.buf.len() != g.bs as usize {
+            s.buf.resize(g.bs as usize, 0);
+        }
+        if !write {
+            res.reads += 1;
+            res.bytes += bs;
+            res.read_lat.record(monotonic_ns().saturating_sub(s.start_ns));
+            if !check_pattern(&s.buf, s.offset) {
+                res.mismatches += 1;
+            }
+        }
+        if let Some(n) = shared.completed.get(spec.index) {
+            n.0.fetch_add(1, Ordering::Relaxed);
+        }
+        free.push(i);
+        inflight -= 1;
+    }
+    Ok(())
 }
 
 /// Sends one Flush for the job's namespace and waits for it.

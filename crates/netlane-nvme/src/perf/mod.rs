@@ -61,6 +61,19 @@ impl Default for Caravan {
     }
 }
 
+/// Whether and how `nvme perf` checks data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VerifyMode {
+    /// No check.
+    #[default]
+    Off,
+    /// Write a pattern over each job's region first, then check every read against it.
+    Write,
+    /// Read every block of each job's region once and check it against the pattern an
+    /// earlier `Write` run left (fio's `verify_only`): nothing is written.
+    ReadBack,
+}
+
 /// Everything a perf run needs.
 #[derive(Debug, Clone)]
 pub struct PerfOptions {
@@ -90,8 +103,8 @@ pub struct PerfOptions {
     pub batch: bool,
     /// i10 caravans.
     pub caravan: Option<Caravan>,
-    /// Write a pattern over each job's region, then check every read against it.
-    pub verify: bool,
+    /// Whether and how data is checked.
+    pub verify: VerifyMode,
     /// Bytes of the namespace to use (default: all of it).
     pub size: Option<u64>,
     /// PID of a local target process whose CPU time to report per I/O.
@@ -371,8 +384,9 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
                 CpuBinding::Pinned(c) => c.nth_wrapping(j as usize),
                 _ => None,
             };
-            let region_len = if opts.verify { region_len } else { size };
-            let base = if opts.verify { index as u64 * region_len } else { 0 };
+            let verifying = opts.verify != VerifyMode::Off;
+            let region_len = if verifying { region_len } else { size };
+            let base = if verifying { index as u64 * region_len } else { 0 };
             if region_len < u64::from(g.bs) {
                 shared.stop.store(true, Ordering::Release);
                 return Err(PerfError::Invalid(format!(
@@ -402,9 +416,13 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     }
     // Measure CPU over the window; tell the caller where the run is meanwhile.
     let total = opts.ramp + opts.duration;
+    // Returns early when a queue failed (the run cannot go on) or every job is done.
     let mut sleep_until = |t: u64| loop {
         let now = monotonic_ns();
-        if now >= t {
+        if now >= t
+            || shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
+            || handles.iter().all(|(_, h)| h.is_finished())
+        {
             return;
         }
         std::thread::sleep(Duration::from_nanos((t - now).min(STATUS_EVERY.as_nanos() as u64)));
@@ -510,6 +528,6 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
             .map(|q| QueueInfo { set: names[q.kind as usize].to_string(), qid: q.qid, cpu: q.cpu })
             .collect(),
         queue_failures,
-        verified: opts.verify,
+        verified: opts.verify != VerifyMode::Off,
     })
 }

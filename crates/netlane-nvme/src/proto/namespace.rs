@@ -32,6 +32,10 @@ pub trait Namespace: Send + Sync + std::fmt::Debug {
     fn deallocate(&self, offset: u64, len: u64) -> io::Result<()> {
         self.write_zeroes(offset, len)
     }
+    /// Memory this namespace may take at most, in bytes (0: it lives elsewhere, a file).
+    fn memory(&self) -> u64 {
+        0
+    }
     /// Zeroes `len` bytes at `offset`.
     fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
         let zeros = vec![0u8; len.min(1 << 20) as usize];
@@ -49,12 +53,14 @@ pub trait Namespace: Send + Sync + std::fmt::Debug {
 /// different regions from contending.
 const CHUNK: usize = 64 * 1024;
 
-/// A namespace in memory (not durable). Allocated lazily by the OS (zeroed pages).
+/// A namespace in memory (not durable). A chunk is allocated when it is first written,
+/// so a namespace costs only what was written to it; until then it reads as zeroes, and
+/// deallocating a whole chunk gives its memory back.
 #[derive(Debug)]
 pub struct MemNamespace {
     block_size: u32,
     blocks: u64,
-    chunks: Vec<RwLock<Box<[u8]>>>,
+    chunks: Vec<RwLock<Option<Box<[u8]>>>>,
 }
 
 impl MemNamespace {
@@ -69,8 +75,32 @@ impl MemNamespace {
         }
         let total = blocks * u64::from(block_size);
         let n = total.div_ceil(CHUNK as u64) as usize;
-        let chunks = (0..n).map(|_| RwLock::new(vec![0u8; CHUNK].into_boxed_slice())).collect();
+        let chunks = (0..n).map(|_| RwLock::new(None)).collect();
         Ok(MemNamespace { block_size, blocks, chunks })
+    }
+
+    /// Bytes of chunks allocated now.
+    pub fn resident(&self) -> u64 {
+        let allocated = self.chunks.iter().filter(|c| c.read().map(|c| c.is_some()).unwrap_or(true)).count();
+        allocated as u64 * CHUNK as u64
+    }
+
+    /// Runs `f` on each piece of `offset..offset + len` inside one chunk: (chunk index,
+    /// offset in the chunk, offset in the range, length).
+    fn pieces(
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(usize, usize, usize, usize) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut done = 0;
+        while done < len {
+            let pos = offset as usize + done;
+            let (c, o) = (pos / CHUNK, pos % CHUNK);
+            let n = (CHUNK - o).min(len - done);
+            f(c, o, done, n)?;
+            done += n;
+        }
+        Ok(())
     }
 
     fn span(&self, offset: u64, len: usize) -> io::Result<()> {
@@ -91,29 +121,39 @@ impl Namespace for MemNamespace {
     }
     fn read(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
         self.span(offset, buf.len())?;
-        let mut done = 0;
-        while done < buf.len() {
-            let pos = offset as usize + done;
-            let (c, o) = (pos / CHUNK, pos % CHUNK);
-            let n = (CHUNK - o).min(buf.len() - done);
-            let chunk = self.chunks[c].read().map_err(|_| io::Error::other("poisoned chunk lock"))?;
-            buf[done..done + n].copy_from_slice(&chunk[o..o + n]);
-            done += n;
-        }
-        Ok(())
+        Self::pieces(offset, buf.len(), |c, o, at, n| {
+            let chunk = self.chunks[c].read().map_err(|_| poisoned())?;
+            match chunk.as_deref() {
+                Some(data) => buf[at..at + n].copy_from_slice(&data[o..o + n]),
+                None => buf[at..at + n].fill(0),
+            }
+            Ok(())
+        })
     }
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
         self.span(offset, data.len())?;
-        let mut done = 0;
-        while done < data.len() {
-            let pos = offset as usize + done;
-            let (c, o) = (pos / CHUNK, pos % CHUNK);
-            let n = (CHUNK - o).min(data.len() - done);
-            let mut chunk = self.chunks[c].write().map_err(|_| io::Error::other("poisoned chunk lock"))?;
-            chunk[o..o + n].copy_from_slice(&data[done..done + n]);
-            done += n;
-        }
-        Ok(())
+        Self::pieces(offset, data.len(), |c, o, at, n| {
+            let mut chunk = self.chunks[c].write().map_err(|_| poisoned())?;
+            let chunk = chunk.get_or_insert_with(|| vec![0u8; CHUNK].into_boxed_slice());
+            chunk[o..o + n].copy_from_slice(&data[at..at + n]);
+            Ok(())
+        })
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let len = usize::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "length overflow"))?;
+        self.span(offset, len)?;
+        Self::pieces(offset, len, |c, o, _, n| {
+            let mut chunk = self.chunks[c].write().map_err(|_| poisoned())?;
+            if n == CHUNK {
+                *chunk = None;
+            } else if let Some(data) = chunk.as_deref_mut() {
+                data[o..o + n].fill(0);
+            }
+            Ok(())
+        })
+    }
+    fn memory(&self) -> u64 {
+        self.blocks * u64::from(self.block_size)
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())
@@ -121,6 +161,10 @@ impl Namespace for MemNamespace {
     fn blocking(&self) -> bool {
         false
     }
+}
+
+fn poisoned() -> io::Error {
+    io::Error::other("poisoned chunk lock")
 }
 
 #[cfg(test)]
@@ -140,6 +184,26 @@ mod tests {
         assert!(back[..4096].iter().all(|&b| b == 0));
         assert!(ns.read((1 << 20) - 10, &mut [0; 20]).is_err());
         assert!(MemNamespace::new(1000, 4096).is_err());
+    }
+
+    #[test]
+    fn mem_namespace_takes_memory_only_where_written_and_gives_whole_chunks_back() {
+        let ns = MemNamespace::new(64 << 30, 4096).unwrap();
+        assert_eq!(ns.resident(), 0);
+        assert_eq!(ns.memory(), 64 << 30);
+        let mut back = [1u8; 8192];
+        ns.read(40 << 30, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
+        ns.write((40 << 30) + 10, &[7; 100]).unwrap();
+        assert_eq!(ns.resident(), CHUNK as u64);
+        ns.read(40 << 30, &mut back).unwrap();
+        assert!(back[10..110].iter().all(|&b| b == 7) && back[..10].iter().all(|&b| b == 0));
+        ns.write_zeroes((40 << 30) + 4096, 4096).unwrap();
+        assert_eq!(ns.resident(), CHUNK as u64, "a partial zeroing keeps the chunk");
+        ns.deallocate(40 << 30, CHUNK as u64).unwrap();
+        assert_eq!(ns.resident(), 0);
+        ns.read(40 << 30, &mut back).unwrap();
+        assert!(back.iter().all(|&b| b == 0));
         assert!(MemNamespace::new(1 << 20, 1000).is_err());
     }
 }

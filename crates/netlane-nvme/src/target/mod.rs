@@ -40,6 +40,7 @@ use serde::Serialize;
 use crate::wire::{Batch, RxBuf, send};
 use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
+use netlane::metrics::units;
 use netlane::ratelimit::RateLimit;
 use netlane::time::monotonic_ns;
 
@@ -278,8 +279,19 @@ const LOG_EVERY: Duration = Duration::from_secs(1);
 
 impl TargetServer {
     /// Binds every address, starts the reactors, the storage threads and the acceptor.
+    /// Fails first, before taking anything, when the namespaces and every connection's
+    /// queue budget could take more memory than the machine has.
     pub fn start(subsys: Arc<Subsystem>, opts: &TargetOptions) -> io::Result<TargetServer> {
         opts.validate()?;
+        let budget = subsys.config.queue_budget;
+        subsys
+            .memory_ask()
+            .add(
+                format!("{} connections x a {} queue budget", opts.max_connections, units::format_size(budget.into())),
+                opts.max_connections as u64 * u64::from(budget),
+            )
+            .check()
+            .map_err(io::Error::other)?;
         let mut listeners = Vec::new();
         for a in &opts.listen {
             let l = TcpListener::bind(a).map_err(|e| io::Error::new(e.kind(), format!("listen on {a}: {e}")))?;

@@ -124,6 +124,9 @@ pub enum ServerError {
     /// Lanes that cannot be built.
     #[error("lanes: {0}")]
     Lanes(String),
+    /// The options could take more memory than the machine has.
+    #[error(transparent)]
+    Memory(#[from] netlane::memory::MemoryError),
     /// A system call failed while setting up.
     #[error("{what}: {source}")]
     Io {
@@ -144,6 +147,25 @@ impl ServerConfig {
     /// transmit frames when responses leave through it.
     fn xdp_options(&self) -> XdpOptions {
         XdpOptions { transmit: self.tx == TxKind::AfXdp, ..self.xdp }
+    }
+
+    /// The memory the server may take at its limits: socket buffers, the ring or UMEM
+    /// of a path below the stack (each interface read has its own), paced responses.
+    pub fn memory_ask(&self) -> netlane::memory::Ask {
+        let mut ask = netlane::memory::Ask::new().add("socket buffers", (self.recv_buffer + self.send_buffer) as u64);
+        if self.path.is_ring()
+            && let Ok(spec) = self.ring.spec(self.path)
+        {
+            ask = ask.add(format!("a {} ring", self.path), spec.bytes() as u64);
+        }
+        if let (PathKind::AfXdp, Ok(x)) = (self.path, self.xdp_options().check(1, None)) {
+            ask = ask.add("a UMEM", x.umem_bytes() as u64);
+        }
+        if let Some(p) = &self.pace {
+            let bytes = p.queue as u64 * u64::from(self.responder.max_response);
+            ask = ask.add(format!("{} paced responses", p.queue), bytes);
+        }
+        ask
     }
 
     /// Checks every option before anything is built.
@@ -339,6 +361,7 @@ pub fn serve(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
+    cfg.memory_ask().check()?;
     if let Some(dev) = &cfg.lane_device {
         return serve_lanes(cfg, dev, stop, on_ready);
     }

@@ -265,6 +265,15 @@ impl Subsystem {
         self.listening.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
+    /// The memory its namespaces may take (memory namespaces, at their size).
+    pub fn memory_ask(&self) -> netlane::memory::Ask {
+        let mut ask = netlane::memory::Ask::new();
+        for (i, ns) in self.namespaces.iter().enumerate() {
+            ask = ask.add(format!("namespace {}", i + 1), ns.memory());
+        }
+        ask
+    }
+
     /// Number of live controllers.
     pub fn controller_count(&self) -> usize {
         self.controllers.lock().map(|c| c.len()).unwrap_or(0)
