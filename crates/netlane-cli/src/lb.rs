@@ -285,8 +285,7 @@ fn run_lb(a: &RunArgs) -> Result<()> {
 }
 
 fn read_config(path: &std::path::Path) -> Result<Config> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-    Config::parse(&text).with_context(|| format!("{}", path.display()))
+    Ok(netlane_lb::server::read_config(path)?)
 }
 
 fn check(a: &CheckArgs) -> Result<()> {

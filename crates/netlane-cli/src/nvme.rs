@@ -86,6 +86,10 @@ pub struct TargetArgs {
     /// Most connections at once; more are closed as soon as accepted.
     #[arg(long, default_value_t = 1024)]
     pub max_connections: usize,
+    /// Most connections from one source address that have not yet finished ICReq and
+    /// Connect; more from it are closed as soon as accepted.
+    #[arg(long, default_value_t = netlane_nvme::target::DEFAULT_SETUP_PER_SOURCE)]
+    pub max_setup_per_source: usize,
     /// Threads for storage operations that may block (file namespaces).
     #[arg(long, default_value_t = 4)]
     pub storage_threads: usize,
@@ -134,6 +138,7 @@ impl TargetArgs {
             busy_poll: self.busy_poll,
             spin: self.spin,
             max_connections: self.max_connections,
+            max_setup_per_source: self.max_setup_per_source,
             storage_threads: self.storage_threads,
             metrics_addr: self.metrics_addr,
         };
@@ -165,12 +170,13 @@ impl TargetArgs {
         if !out.json_to_stdout() {
             let s = &doc.body.stats;
             out::println(&format!(
-                "stopped after {:.1} s: connections={} refused={} commands={} reads={} writes={} flushes={} \
+                "stopped after {:.1} s: connections={} refused={} refused_in_setup={} commands={} reads={} writes={} flushes={} \
                  errors={} rounds={} sends={} reactor_cpu_s={:.3} keepalive_expiries={} terminations={} \
-                 data_digest_errors={}",
+                 data_digest_errors={} storage_failures={}",
                 doc.body.seconds,
                 s.connections,
                 s.refused,
+                s.refused_in_setup,
                 s.commands,
                 s.subsystem.read_cmds,
                 s.subsystem.write_cmds,
@@ -182,6 +188,7 @@ impl TargetArgs {
                 s.subsystem.keepalive_expiries,
                 s.subsystem.terminations,
                 s.subsystem.data_digest_errors,
+                s.subsystem.storage_failures,
             ));
         }
         out.write_json(&doc)?;

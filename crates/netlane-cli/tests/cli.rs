@@ -589,6 +589,40 @@ fn servers_refuse_memory_the_machine_does_not_have_and_take_only_what_is_used() 
     assert!(rss_kib < 512 << 10, "a {half} namespace took {rss_kib} KiB up front");
 }
 
+/// A full disk fails every write of every queue: the target answers each with an
+/// error, counts them, and logs a summary a second, not a line per command.
+#[test]
+fn a_full_disk_is_counted_and_logged_once_a_second() {
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["nvme", "target", "--listen", "127.0.0.1:0", "--ns", "file:/dev/full:8M", "-t", "60s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap().to_string();
+    let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "2s", "--ramp", "0s", "--rw", "randwrite", "--qd", "8"]);
+    assert_eq!(o.status.code(), Some(1), "every write failed: {}", stderr(&o));
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let failures: u64 = rest
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("storage_failures="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no storage_failures in {rest:?}"));
+    let mut log = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut log).unwrap();
+    let lines = log.lines().filter(|l| l.contains("No space left on device")).count();
+    assert!(failures > 1000, "{failures} failures counted");
+    assert!((1..=5).contains(&lines), "{lines} log lines for {failures} failures:\n{log}");
+}
+
 #[test]
 fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     let mut child = Reaped(

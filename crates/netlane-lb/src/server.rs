@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::ratelimit::RateLimit;
 
-use crate::proto::config::{Config, VipChange};
+use crate::proto::config::{Config, MAX_CONFIG_BYTES, VipChange};
 use crate::{Decap, Lb, LbError, LbOptions, LbStats, TcClassifier, XdpLink, XdpMode, if_index, render_prometheus};
 
 /// What serving does.
@@ -75,9 +75,36 @@ pub enum Event<'a> {
     },
 }
 
-fn read_config(path: &Path) -> Result<Config, LbError> {
-    let text = std::fs::read_to_string(path).map_err(LbError::kernel(format!("read {}", path.display())))?;
-    Ok(Config::parse(&text)?)
+/// Reads the configuration (errors name the file): a regular file only (opened without blocking, so a FIFO or
+/// device put in its place cannot stall the control loop), of at most
+/// [`MAX_CONFIG_BYTES`].
+pub fn read_config(path: &Path) -> Result<Config, LbError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(LbError::kernel(format!("open {}", path.display())))?;
+    let meta = file.metadata().map_err(LbError::kernel(format!("stat {}", path.display())))?;
+    if !meta.is_file() {
+        return Err(LbError::Invalid(format!("{} is not a regular file", path.display())));
+    }
+    if meta.len() > MAX_CONFIG_BYTES {
+        return Err(LbError::Invalid(format!(
+            "{} has {} bytes; a configuration may have at most {MAX_CONFIG_BYTES}",
+            path.display(),
+            meta.len()
+        )));
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(LbError::kernel(format!("read {}", path.display())))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(LbError::Invalid(format!("{} grew past {MAX_CONFIG_BYTES} bytes", path.display())));
+    }
+    Config::parse(&text).map_err(|e| LbError::Invalid(format!("{}: {e}", path.display())))
 }
 
 fn mtime(path: &Path) -> Option<SystemTime> {
@@ -105,7 +132,7 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
             return Err(LbError::Invalid(format!("{}: directory {} does not exist", p.display(), dir.display())));
         }
     }
-    read_config(&opts.config).map_err(|e| LbError::Invalid(format!("{}: {e}", opts.config.display())))
+    read_config(&opts.config)
 }
 
 /// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
@@ -245,4 +272,27 @@ pub fn decap(
     }
     drop(link);
     Ok(mode)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_is_a_bounded_regular_file() {
+        let dir = std::env::temp_dir().join(format!("netlane-lb-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A FIFO with no writer: opening it must not block.
+        let fifo = dir.join("fifo.toml");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let started = Instant::now();
+        let e = read_config(&fifo).unwrap_err().to_string();
+        assert!(e.ends_with("fifo.toml is not a regular file"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(1));
+        let big = dir.join("big.toml");
+        std::fs::File::create(&big).unwrap().set_len(MAX_CONFIG_BYTES + 1).unwrap();
+        let e = read_config(&big).unwrap_err().to_string();
+        assert!(e.contains("a configuration may have at most 67108864"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

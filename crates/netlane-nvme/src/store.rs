@@ -2,7 +2,7 @@
 //! `file:PATH[:SIZE[:BS]]`.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Seek};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -26,11 +26,19 @@ impl FileNamespace {
     /// it the file's current size is used.
     pub fn open(path: PathBuf, size: Option<u64>, block_size: u32) -> io::Result<FileNamespace> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path)?;
-        let cur = file.metadata()?.len();
+        let meta = file.metadata()?;
+        // A device has no length to set: its own size, or the size given, is used.
+        let cur = if meta.is_file() { meta.len() } else { (&file).seek(io::SeekFrom::End(0))? };
         let len = match size {
-            Some(s) if s > cur => {
+            Some(s) if s > cur && meta.is_file() => {
                 file.set_len(s)?;
                 s
+            }
+            Some(s) if s > cur && cur > 0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{} holds {cur} bytes, fewer than the {s} asked for", path.display()),
+                ));
             }
             Some(s) => s,
             None => cur,

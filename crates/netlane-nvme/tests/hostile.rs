@@ -331,6 +331,55 @@ fn the_connection_limit_holds_and_frees() {
     server.stop();
 }
 
+/// One source opening connections that stop after ICReq holds at most its share of
+/// the slots in setup: a host from another address still connects and reads.
+#[test]
+fn one_source_cannot_take_every_slot_with_connections_in_setup() {
+    let _one = one_at_a_time();
+    let cfg = TargetConfig { setup_timeout_ms: 30_000, ..TargetConfig::default() };
+    let server = start(
+        cfg,
+        |o| {
+            o.max_connections = 32;
+            o.max_setup_per_source = 8;
+        },
+        mem_ns(),
+    );
+    let addr = server.local_addr();
+    let attacker: SocketAddr = "127.0.0.2:0".parse().unwrap();
+    let mut stalled: Vec<TcpStream> = (0..40)
+        .map(|_| {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+            s.bind(&attacker.into()).unwrap();
+            s.connect(&addr.into()).unwrap();
+            let mut s = TcpStream::from(s);
+            let mut ic = Vec::new();
+            TxConfig::ic_req(
+                &mut ic,
+                &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 0 },
+            );
+            s.write_all(&ic).unwrap();
+            s
+        })
+        .collect();
+    let mut open = 0;
+    for s in &mut stalled {
+        let (_, closed) = drain(s, Duration::from_millis(200));
+        open += usize::from(!closed);
+    }
+    assert_eq!(open, 8, "connections in setup left open from one source");
+    let ctrl = controller(addr);
+    let mut q = raw_queue(&ctrl, 8);
+    q.write_all(&cmd(nvm::READ, 1, 0, 4096)).unwrap();
+    let (types, _) = drain(&mut q, Duration::from_millis(500));
+    assert_eq!(count(&types, C2H_DATA), 1, "the read's data came back: {types:?}");
+    drop(q);
+    ctrl.shutdown().unwrap();
+    let stats = server.stop();
+    assert_eq!(stats.refused_in_setup, 32);
+    assert_eq!(stats.refused, 0);
+}
+
 /// A namespace whose Flush takes `delay` and says while one is running.
 #[derive(Debug)]
 struct SlowFlush {

@@ -27,6 +27,14 @@ use crate::proto::maglev;
 
 /// Default Maglev ring size per VIP (Katran's).
 pub const DEFAULT_RING: u32 = 65537;
+/// Largest configuration file taken, bytes: one with every real the maps hold
+/// (524,288, about 45 bytes each) is about 24 MiB.
+pub const MAX_CONFIG_BYTES: u64 = 64 << 20;
+/// Longest excerpt of the configuration an error quotes, bytes either side.
+const EXCERPT: usize = 40;
+/// Longest error message, bytes (a message may quote a value from the file).
+const MAX_MESSAGE: usize = 300;
+
 /// Largest weight accepted.
 pub const MAX_WEIGHT: u32 = 1000;
 
@@ -171,11 +179,51 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// A TOML error as one bounded line: where, what, and a short excerpt around it (the
+/// parser's own rendering quotes the whole line, which may be the whole file).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = bounded(e.message().trim(), MAX_MESSAGE).replace('\n', " ");
+    let Some(span) = e.span() else { return msg };
+    let at = floor_boundary(text, span.start.min(text.len()));
+    let line = text[..at].matches('\n').count() + 1;
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let column = text[line_start..at].chars().count() + 1;
+    let from = floor_boundary(text, at.saturating_sub(EXCERPT).max(line_start));
+    let line_end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let to = floor_boundary(text, (at + EXCERPT).min(line_end));
+    let ellipsis = |cut: bool| if cut { "..." } else { "" };
+    format!(
+        "line {line}, column {column}: {msg} (near `{}{}{}`)",
+        ellipsis(from > line_start),
+        text[from..to].trim_end_matches('\r'),
+        ellipsis(to < line_end)
+    )
+}
+
+/// `s` cut to at most `max` bytes (on a character boundary), marked when cut.
+fn bounded(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    format!("{}... ({} bytes)", &s[..floor_boundary(s, max)], s.len())
+}
+
+/// The largest character boundary of `s` at or below `i`.
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
 impl Config {
     /// Parses and validates TOML text.
     pub fn parse(text: &str) -> Result<Config, ConfigError> {
-        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
-        c.validate()?;
+        let c: Config = toml::from_str(text).map_err(|e| ConfigError::Syntax(syntax_error(text, &e)))?;
+        c.validate().map_err(|e| match e {
+            ConfigError::Invalid(m) => ConfigError::Invalid(bounded(&m, MAX_MESSAGE)),
+            other => other,
+        })?;
         Ok(c)
     }
 
@@ -492,5 +540,24 @@ mod tests {
         gone.vips.remove(1);
         let d = diff(&old, &gone).unwrap();
         assert_eq!((d.len(), d[0].slots_moved), (1, 65537));
+    }
+
+    #[test]
+    fn a_syntax_error_quotes_a_short_excerpt_however_long_the_line() {
+        let long = format!("ring_size = 65537\n[[vip]]\naddress = \"10.0.0.1\" {} oops\n", "x".repeat(20 << 20));
+        let e = Config::parse(&long).unwrap_err().to_string();
+        assert!(e.len() < 400, "{} bytes: {}", e.len(), &e[..400.min(e.len())]);
+        assert!(e.starts_with("line 3, column "), "{e}");
+        assert!(e.contains("(near `") && e.contains("xxx"), "{e}");
+        // A huge value quoted by the type error is cut too.
+        let huge = format!("ring_size = \"{}\"\n", "9".repeat(1 << 20));
+        let e = Config::parse(&huge).unwrap_err().to_string();
+        assert!(e.len() < 800, "{} bytes", e.len());
+        assert!(e.starts_with("line 1, column 13: "), "{e}");
+        let e = Config::parse("ring_size = 7\n[[vip]]\naddress = \"10.0.0.1\"\nport = 80\nproto = \"tcq\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("line 5, column 9: ") && e.contains("tcq"), "{e}");
+        assert_eq!(bounded("héllo", 2), "h... (6 bytes)");
     }
 }

@@ -91,6 +91,11 @@ pub fn render(stats: &TargetStats, queues: &QueueMetricsSnapshot) -> String {
             "Controllers removed by keep-alive expiry.",
             sub.keepalive_expiries,
         ),
+        (
+            "netlane_nvme_target_storage_failures_total",
+            "Storage operations that failed (each failed its command).",
+            sub.storage_failures,
+        ),
     ] {
         e.family(name, help, Kind::Counter).sample(name, &[], v);
     }

@@ -63,14 +63,23 @@ pub struct TargetOptions {
     pub spin: bool,
     /// Most connections served at once; more are closed as soon as accepted.
     pub max_connections: usize,
+    /// Most connections from one source address that have not finished ICReq and
+    /// Connect; more from it are closed as soon as accepted, so one source cannot hold
+    /// every slot with connections that never finish setting up.
+    pub max_setup_per_source: usize,
     /// Threads that run storage operations which may block (file namespaces).
     pub storage_threads: usize,
     /// Serve Prometheus metrics on this (loopback) address: `GET /metrics`.
     pub metrics_addr: Option<SocketAddr>,
 }
 
+/// Connections in setup one source address may have by default: a host connects its
+/// queues one after another, so even a host with many queues has few in setup at once.
+pub const DEFAULT_SETUP_PER_SOURCE: usize = 64;
+
 impl TargetOptions {
-    /// Listening on `listen`, one reactor on CPU 0, 1024 connections, 4 storage threads.
+    /// Listening on `listen`, one reactor on CPU 0, 1024 connections (64 of one source
+    /// in setup), 4 storage threads.
     pub fn new(listen: SocketAddr) -> TargetOptions {
         TargetOptions {
             listen: vec![listen],
@@ -78,6 +87,7 @@ impl TargetOptions {
             busy_poll: None,
             spin: false,
             max_connections: 1024,
+            max_setup_per_source: DEFAULT_SETUP_PER_SOURCE,
             storage_threads: 4,
             metrics_addr: None,
         }
@@ -94,6 +104,9 @@ impl TargetOptions {
         }
         if !(1..=1 << 20).contains(&self.max_connections) {
             return bad(format!("max connections {} must be 1..=1048576", self.max_connections));
+        }
+        if self.max_setup_per_source == 0 {
+            return bad("connections in setup per source must be at least 1".into());
         }
         if !(1..=256).contains(&self.storage_threads) {
             return bad(format!("storage threads {} must be 1..=256", self.storage_threads));
@@ -112,6 +125,9 @@ pub struct TargetStats {
     pub connections: u64,
     /// Connections closed at once because the limit was reached.
     pub refused: u64,
+    /// Connections closed at once because their source already had the most
+    /// connections in setup it may have.
+    pub refused_in_setup: u64,
     /// Failed accept() calls (e.g. out of file descriptors).
     pub accept_errors: u64,
     /// Connections closed, by reason.
@@ -153,6 +169,8 @@ pub struct SubsystemCounters {
     pub data_digest_errors: u64,
     /// Controllers removed because their keep-alive timer expired.
     pub keepalive_expiries: u64,
+    /// Storage operations that failed (each failed its command).
+    pub storage_failures: u64,
 }
 
 impl SubsystemCounters {
@@ -168,6 +186,7 @@ impl SubsystemCounters {
             terminations: g(&st.terminations),
             data_digest_errors: g(&st.data_digest_errors),
             keepalive_expiries: g(&st.keepalive_expiries),
+            storage_failures: g(&st.storage_failures),
         }
     }
 }
@@ -201,6 +220,9 @@ struct Shared {
     connections: AtomicU64,
     live: AtomicU64,
     refused: AtomicU64,
+    refused_in_setup: AtomicU64,
+    /// Connections in setup (no ICReq and Connect yet), by source address.
+    in_setup: Mutex<HashMap<std::net::IpAddr, usize>>,
     accept_errors: AtomicU64,
     stats: Mutex<TargetStats>,
     queues: Mutex<QueueMetricsSnapshot>,
@@ -263,6 +285,8 @@ struct Conn {
     interest: EpollFlags,
     /// Storage requests out on the pool.
     offloaded: u32,
+    /// Counted among its source's connections in setup (no controller yet).
+    setting_up: bool,
 }
 
 /// Output backlog above which a connection stops being read until it drains.
@@ -284,14 +308,16 @@ impl TargetServer {
     pub fn start(subsys: Arc<Subsystem>, opts: &TargetOptions) -> io::Result<TargetServer> {
         opts.validate()?;
         let budget = subsys.config.queue_budget;
-        subsys
-            .memory_ask()
-            .add(
-                format!("{} connections x a {} queue budget", opts.max_connections, units::format_size(budget.into())),
-                opts.max_connections as u64 * u64::from(budget),
-            )
-            .check()
-            .map_err(io::Error::other)?;
+        let mut ask = netlane::memory::Ask::new();
+        for (i, ns) in subsys.namespaces().iter().enumerate() {
+            ask = ask.add(format!("namespace {}", i + 1), ns.memory());
+        }
+        ask.add(
+            format!("{} connections x a {} queue budget", opts.max_connections, units::format_size(budget.into())),
+            opts.max_connections as u64 * u64::from(budget),
+        )
+        .check()
+        .map_err(io::Error::other)?;
         let mut listeners = Vec::new();
         for a in &opts.listen {
             let l = TcpListener::bind(a).map_err(|e| io::Error::new(e.kind(), format!("listen on {a}: {e}")))?;
@@ -354,10 +380,10 @@ impl TargetServer {
             senders.push((tx, wake.clone()));
             wakers.push(wake);
         }
-        let acc_shared = shared.clone();
-        let max = opts.max_connections as u64;
+        let (acc_shared, acc_subsys) = (shared.clone(), subsys.clone());
+        let limits = (opts.max_connections as u64, opts.max_setup_per_source);
         threads.push(std::thread::Builder::new().name("nvmet-accept".into()).spawn(move || {
-            accept_loop(listeners, senders, acc_shared, max);
+            accept_loop(listeners, senders, acc_shared, &acc_subsys, limits);
         })?);
         Ok(TargetServer { addrs, subsys, shared, threads, wakers, pool: Some(pool_tx), workers, metrics })
     }
@@ -452,6 +478,7 @@ fn collect_stats(shared: &Shared, subsys: &Subsystem) -> TargetStats {
     let mut s = shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
     s.connections = shared.connections.load(Ordering::Relaxed);
     s.refused = shared.refused.load(Ordering::Relaxed);
+    s.refused_in_setup = shared.refused_in_setup.load(Ordering::Relaxed);
     s.accept_errors = shared.accept_errors.load(Ordering::Relaxed);
     s.subsystem = SubsystemCounters::of(subsys);
     if let Ok(q) = shared.queues.lock() {
@@ -505,17 +532,60 @@ fn storage_worker(rx: &Mutex<mpsc::Receiver<PoolJob>>, subsys: &Subsystem) {
     }
 }
 
+impl Shared {
+    /// Counts a connection from `ip` into setup: false, and nothing counted, when `ip`
+    /// already has `limit` in setup.
+    fn enter_setup(&self, ip: std::net::IpAddr, limit: usize) -> bool {
+        let Ok(mut m) = self.in_setup.lock() else { return true };
+        let n = m.entry(ip).or_default();
+        if *n >= limit {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    /// A connection from `ip` finished setting up, or closed before it did.
+    fn leave_setup(&self, ip: std::net::IpAddr) {
+        if let Ok(mut m) = self.in_setup.lock()
+            && let Some(n) = m.get_mut(&ip)
+        {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&ip);
+            }
+        }
+    }
+}
+
 fn accept_loop(
     listeners: Vec<TcpListener>,
     reactors: Vec<(mpsc::Sender<NewConn>, Arc<EventFd>)>,
     shared: Arc<Shared>,
-    max: u64,
+    subsys: &Subsystem,
+    (max, per_source): (u64, usize),
 ) {
     let mut next = 0usize;
     let mut backoff = Duration::ZERO;
     let mut refused_log = RateLimit::new(LOG_EVERY);
     let mut error_log = RateLimit::new(LOG_EVERY);
+    let (mut storage_reported, mut storage_at) = (0u64, Instant::now());
     while !shared.stop.load(Ordering::Acquire) {
+        // Storage failures (a full disk fails every write on every queue) are summarised
+        // here once per interval, not logged one line per command.
+        if storage_at.elapsed() >= LOG_EVERY {
+            storage_at = Instant::now();
+            let failed = subsys.stats.storage_failures.load(Ordering::Relaxed);
+            if failed > storage_reported {
+                let last = subsys.stats.last_storage_failure.lock().map(|l| l.clone()).unwrap_or_default();
+                tracing::warn!(
+                    failed = failed - storage_reported,
+                    total = failed,
+                    "storage operations failed; the last: {last}"
+                );
+                storage_reported = failed;
+            }
+        }
         if !backoff.is_zero() {
             std::thread::sleep(backoff);
         }
@@ -538,6 +608,14 @@ fn accept_loop(
                         drop(sock);
                         continue;
                     }
+                    if !shared.enter_setup(peer.ip(), per_source) {
+                        shared.refused_in_setup.fetch_add(1, Ordering::Relaxed);
+                        if let Some(n) = refused_log.allow(Instant::now()) {
+                            tracing::warn!(%peer, limit = per_source, also_refused = n, "too many connections in setup from this source: closing a new one");
+                        }
+                        drop(sock);
+                        continue;
+                    }
                     shared.live.fetch_add(1, Ordering::AcqRel);
                     tracing::info!(%peer, local = ?sock.local_addr().ok(), conn = id, "connection opened");
                     let (tx, wake) = &reactors[next % reactors.len()];
@@ -546,6 +624,7 @@ fn accept_loop(
                         let _ = wake.write(1);
                     } else {
                         shared.live.fetch_sub(1, Ordering::AcqRel);
+                        shared.leave_setup(peer.ip());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
@@ -615,7 +694,7 @@ impl Reactor {
                 if token == WAKE_TOKEN {
                     let _ = self.wake.read();
                     while let Ok(nc) = self.rx.try_recv() {
-                        let id = nc.id;
+                        let (id, peer_ip) = (nc.id, nc.peer.ip());
                         match self.register(&ep, nc, now) {
                             Ok(c) => {
                                 conns.insert(id, c);
@@ -623,6 +702,7 @@ impl Reactor {
                             }
                             Err(e) => {
                                 self.shared.live.fetch_sub(1, Ordering::AcqRel);
+                                self.shared.leave_setup(peer_ip);
                                 tracing::warn!("cannot serve a connection: {e}");
                             }
                         }
@@ -663,6 +743,10 @@ impl Reactor {
             for &id in &touched {
                 let Some(c) = conns.get_mut(&id) else { continue };
                 let ok = c.service(&self, id, &mut t).is_ok();
+                if c.setting_up && c.q.cntlid().is_some() {
+                    c.setting_up = false;
+                    self.shared.leave_setup(c.peer.ip());
+                }
                 let done =
                     !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.pending_output().is_empty());
                 if done {
@@ -688,6 +772,9 @@ impl Reactor {
         for (id, c) in conns.drain() {
             self.fold(id, &c);
             self.shared.live.fetch_sub(1, Ordering::AcqRel);
+            if c.setting_up {
+                self.shared.leave_setup(c.peer.ip());
+            }
             *t.closed.entry("target stopped".into()).or_default() += 1;
         }
         if let Ok(mut s) = self.shared.stats.lock() {
@@ -713,6 +800,9 @@ impl Reactor {
         let reason = reason_name(c.q.close_reason());
         *t.closed.entry(reason.clone()).or_default() += 1;
         self.shared.live.fetch_sub(1, Ordering::AcqRel);
+        if c.setting_up {
+            self.shared.leave_setup(c.peer.ip());
+        }
         let (peer, cntlid, qid, commands) = (c.peer, c.q.cntlid(), c.q.qid(), c.q.stats.commands);
         match c.q.close_reason() {
             Some(CloseReason::Violation(v)) => {
@@ -768,7 +858,7 @@ impl Reactor {
         if let Ok(local) = sock.local_addr() {
             q.set_local_addr(local);
         }
-        Ok(Conn { sock, peer, rx: RxBuf::new(16 << 10), q, interest, offloaded: 0 })
+        Ok(Conn { sock, peer, rx: RxBuf::new(16 << 10), q, interest, offloaded: 0, setting_up: true })
     }
 }
 

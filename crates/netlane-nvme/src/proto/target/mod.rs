@@ -180,6 +180,21 @@ pub struct SubsystemStats {
     pub data_digest_errors: AtomicU64,
     /// Controllers removed because their keep-alive timer expired.
     pub keepalive_expiries: AtomicU64,
+    /// Storage operations that failed (a full disk, an I/O error): each fails its command.
+    pub storage_failures: AtomicU64,
+    /// The last of them, for the driver's log (which summarises rather than writes a
+    /// line per failure).
+    pub last_storage_failure: Mutex<String>,
+}
+
+impl SubsystemStats {
+    /// Counts a failed storage operation.
+    pub(super) fn storage_failed(&self, cid: u16, what: &str, e: &std::io::Error) {
+        self.storage_failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_storage_failure.lock() {
+            *last = format!("{what} (command {cid}): {e}");
+        }
+    }
 }
 
 /// One controller: the admin queue and its I/O queues, possibly on several connections
@@ -265,13 +280,9 @@ impl Subsystem {
         self.listening.lock().map(|l| l.clone()).unwrap_or_default()
     }
 
-    /// The memory its namespaces may take (memory namespaces, at their size).
-    pub fn memory_ask(&self) -> netlane::memory::Ask {
-        let mut ask = netlane::memory::Ask::new();
-        for (i, ns) in self.namespaces.iter().enumerate() {
-            ask = ask.add(format!("namespace {}", i + 1), ns.memory());
-        }
-        ask
+    /// Its namespaces, NSID 1 first.
+    pub fn namespaces(&self) -> &[Arc<dyn Namespace>] {
+        &self.namespaces
     }
 
     /// Number of live controllers.

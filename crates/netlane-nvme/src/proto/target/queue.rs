@@ -677,7 +677,7 @@ impl TargetQueue {
             let last = off + n == len;
             let r = self.tx.c2h_data_with(self.out.vec(), cid, off as u32, n, last, success_flag, |d| fill(off, d));
             if let Err(e) = r {
-                tracing::warn!(cid, "read failed: {e}");
+                self.subsys.stats.storage_failed(cid, "read", &e);
                 self.out.vec().truncate(mark);
                 self.respond(cid, Status::READ_ERROR, 0);
                 return false;

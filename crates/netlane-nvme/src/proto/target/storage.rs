@@ -229,7 +229,7 @@ impl TargetQueue {
                         self.respond(cid, Status::SUCCESS, 0);
                     }
                     Err(e) => {
-                        tracing::warn!(cid, "write failed: {e}");
+                        self.subsys.stats.storage_failed(cid, "write", &e);
                         self.respond(cid, Status::WRITE_FAULT, 0);
                     }
                 }
@@ -238,7 +238,7 @@ impl TargetQueue {
             Job::Plain { cid, failure } => match result {
                 Ok(()) => self.respond(cid, Status::SUCCESS, 0),
                 Err(e) => {
-                    tracing::warn!(cid, "storage operation failed: {e}");
+                    self.subsys.stats.storage_failed(cid, "storage operation", &e);
                     self.respond(cid, failure, 0);
                 }
             },
@@ -282,7 +282,7 @@ impl TargetQueue {
                     Ok(()) if stored == data => Status::SUCCESS,
                     Ok(()) => Status::COMPARE_FAILURE,
                     Err(e) => {
-                        tracing::warn!(cid, "read for compare failed: {e}");
+                        self.subsys.stats.storage_failed(cid, "read for compare", &e);
                         Status::READ_ERROR
                     }
                 };
