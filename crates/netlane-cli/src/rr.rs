@@ -202,7 +202,7 @@ impl ServeArgs {
             out::println(&format!(
                 "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} \
                  send_dropped={} send_errors={} recv_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
-                 busy={:.1}% ring_drops={} ring_freezes={} ring_fragments={} ring_skipped={}",
+                 busy={:.1}% ring_drops={} ring_freezes={} ring_fragments={} ring_bad_checksums={} ring_skipped={}",
                 stats.seconds,
                 stats.frames,
                 stats.responses,
@@ -219,6 +219,7 @@ impl ServeArgs {
                 stats.ring_drops,
                 stats.ring_freezes,
                 stats.ring_fragments,
+                stats.ring_bad_checksums,
                 stats.ring_skipped,
             ));
             if let (Some(sw), Some(b)) = (stats.adaptive_switches, stats.adaptive_block) {

@@ -418,3 +418,81 @@ fn frame_paths_leave_frames_for_another_hosts_mac_alone() {
         );
     }
 }
+
+/// Runs the server on `path` and sends it every crafted frame from the client's
+/// address, port 4000; returns the request ids answered there, in order, and the
+/// server's counters.
+fn answer_crafted(h: &TwoHosts, path: PathKind, ipv6: bool, macs: ([u8; 6], [u8; 6])) -> (Vec<u64>, ServerStats) {
+    use netlane_rr::proto::crafted::crafted;
+    use netlane_rr::proto::wire::{self, Header};
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let (s, cfg) = (stop.clone(), server_cfg(h, path, ipv6));
+    let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| tx.send(a).unwrap())).unwrap();
+    let addr = rx.recv_timeout(Duration::from_secs(5)).expect("the server came up");
+    let src = SocketAddr::new(h.tx_addr(ipv6), 4000);
+    let request = |i: usize| {
+        let mut buf = vec![0u8; 128];
+        let n = wire::encode(&Header::request(i as u64 + 1, 0, 64, 64), &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let shapes = crafted(macs, src, addr, &request);
+    let tx_index = h.tx_index;
+    let answered =
+        h.tx.run(move || {
+            let sock = std::net::UdpSocket::bind(src).unwrap();
+            sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+            let mut ring = netlane_sys::packet::PacketTx::open(tx_index, 2048, 64).unwrap();
+            for c in &shapes {
+                assert!(ring.push(c.frame.len(), |d| d.copy_from_slice(&c.frame)).unwrap());
+            }
+            ring.flush().unwrap();
+            let (mut ids, mut buf) = (Vec::new(), [0u8; 2048]);
+            while let Ok(n) = sock.recv(&mut buf) {
+                ids.push(wire::decode(&buf[..n]).expect("a valid response").0.id - 1);
+            }
+            ids.sort_unstable();
+            ids
+        })
+        .unwrap();
+    stop.store(true, Ordering::Relaxed);
+    (answered, server.join().unwrap().expect("the server ran"))
+}
+
+#[test]
+fn every_path_below_the_stack_takes_exactly_the_crafted_frames_the_socket_takes() {
+    if !privileged("every_path_below_the_stack_takes_exactly_the_crafted_frames_the_socket_takes") {
+        return;
+    }
+    use netlane_rr::proto::crafted::crafted;
+    let h = hosts("rr-crafted", 1500);
+    let mac = |ns: &netlane::topology::Netns, i: u32| -> [u8; 6] {
+        ns.with_rtnl(|r| r.link_mac(i)).unwrap().try_into().expect("an Ethernet address")
+    };
+    let macs = (mac(&h.tx, h.tx_index), mac(&h.rx, h.rx_index));
+    for ipv6 in [false, true] {
+        let src = SocketAddr::new(h.tx_addr(ipv6), 4000);
+        let shapes = crafted(macs, src, SocketAddr::new(h.rx_addr(ipv6), 7070), &|_| vec![0; 104]);
+        // What the table says the stack takes and answers back to the client (a frame
+        // whose source was changed, checksums and all, is answered elsewhere).
+        let expected: Vec<u64> = shapes
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.taken && !c.name.contains("source address changed"))
+            .map(|(i, _)| i as u64)
+            .collect();
+        let (socket, sst) = answer_crafted(&h, PathKind::Recvmmsg, ipv6, macs);
+        let name = |ids: &[u64]| ids.iter().map(|&i| shapes[i as usize].name).collect::<Vec<_>>();
+        assert_eq!(name(&socket), name(&expected), "ipv6={ipv6}: the kernel's socket and the table disagree");
+        for path in [PathKind::TpacketV2, PathKind::TpacketV3, PathKind::AfXdp] {
+            let (ids, st) = answer_crafted(&h, path, ipv6, macs);
+            assert_eq!(name(&ids), name(&socket), "ipv6={ipv6} {path}: answered other frames than the socket");
+            assert_eq!(st.responses, sst.responses, "ipv6={ipv6} {path}: responses sent anywhere: {st:?}");
+            assert_eq!(st.refused_malformed, 0, "ipv6={ipv6} {path}: {st:?}");
+            if path != PathKind::AfXdp {
+                assert!(st.ring_bad_checksums > 0, "ipv6={ipv6} {path}: {st:?}");
+            }
+        }
+    }
+}

@@ -69,6 +69,28 @@ pub fn page_size() -> usize {
 /// One classic BPF instruction (`struct sock_filter`).
 pub type Insn = libc::sock_filter;
 
+/// What a received frame's ring header says about it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrameStatus {
+    /// `TP_STATUS_CSUM_VALID`: the kernel or the device verified the transport checksum.
+    pub csum_valid: bool,
+    /// `TP_STATUS_CSUMNOTREADY`: a sender on this machine left the checksum to offload.
+    pub csum_not_ready: bool,
+    /// The VLAN tag the device or the stack took off the frame (`TP_STATUS_VLAN_VALID`).
+    pub vlan_tci: Option<u16>,
+}
+
+impl FrameStatus {
+    /// From a frame header's `tp_status` and `tp_vlan_tci`.
+    pub fn of(status: u32, vlan_tci: u16) -> FrameStatus {
+        FrameStatus {
+            csum_valid: status & libc::TP_STATUS_CSUM_VALID != 0,
+            csum_not_ready: status & libc::TP_STATUS_CSUMNOTREADY != 0,
+            vlan_tci: (status & libc::TP_STATUS_VLAN_VALID != 0).then_some(vlan_tci),
+        }
+    }
+}
+
 /// The kernel's counters for a packet socket (reading them resets them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PacketStats {
@@ -232,16 +254,16 @@ impl PacketRing {
 
     /// Hands every frame user space owns to `f`, in ring order, returning each to the
     /// kernel after `f`; for V3, whole blocks. Returns the frames delivered (0: nothing
-    /// was ready). `f` gets the frame from its link-layer header and whether the
-    /// kernel left its checksum unfinished (`TP_STATUS_CSUMNOTREADY`).
-    pub fn drain(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    /// was ready). `f` gets the frame from its link-layer header and what its header
+    /// says about it.
+    pub fn drain(&mut self, f: &mut dyn FnMut(&[u8], FrameStatus)) -> usize {
         match self.spec {
             RingSpec::V2 { .. } => self.drain_v2(f),
             RingSpec::V3 { .. } => self.drain_v3(f),
         }
     }
 
-    fn drain_v2(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    fn drain_v2(&mut self, f: &mut dyn FnMut(&[u8], FrameStatus)) -> usize {
         let mut n = 0;
         // At most one lap: a frame freed here may be refilled before the loop ends.
         for _ in 0..self.count {
@@ -253,7 +275,7 @@ impl PacketRing {
             }
             if let Some(h) = self.map.read::<libc::tpacket2_hdr>(base) {
                 let snap = (h.tp_snaplen as usize).min(self.stride.saturating_sub(usize::from(h.tp_mac)));
-                f(self.map.bytes(base + usize::from(h.tp_mac), snap), status & libc::TP_STATUS_CSUMNOTREADY != 0);
+                f(self.map.bytes(base + usize::from(h.tp_mac), snap), FrameStatus::of(status, h.tp_vlan_tci));
             }
             st.store(libc::TP_STATUS_KERNEL, Ordering::Release);
             self.next = (self.next + 1) % self.count;
@@ -274,7 +296,7 @@ impl PacketRing {
         }
     }
 
-    fn drain_v3(&mut self, f: &mut dyn FnMut(&[u8], bool)) -> usize {
+    fn drain_v3(&mut self, f: &mut dyn FnMut(&[u8], FrameStatus)) -> usize {
         let mut n = 0;
         let mut counts = self.blocks;
         for _ in 0..self.count {
@@ -300,7 +322,7 @@ impl PacketRing {
                     let Some(ph) = self.map.read::<libc::tpacket3_hdr>(at) else { break };
                     let data = at + usize::from(ph.tp_mac);
                     let snap = (ph.tp_snaplen as usize).min(end.saturating_sub(data));
-                    f(self.map.bytes(data, snap), ph.tp_status & libc::TP_STATUS_CSUMNOTREADY != 0);
+                    f(self.map.bytes(data, snap), FrameStatus::of(ph.tp_status, ph.hv1.tp_vlan_tci as u16));
                     n += 1;
                     if ph.tp_next_offset == 0 {
                         break;

@@ -62,7 +62,7 @@ pub struct Datagram<'a> {
 
 /// The 16-bit one's complement sum of `data` added to `sum` (data of odd length is
 /// padded with a zero byte; only the last piece of a sum may be odd).
-fn sum16(mut sum: u64, data: &[u8]) -> u64 {
+pub(crate) fn sum16(mut sum: u64, data: &[u8]) -> u64 {
     let mut words = data.chunks_exact(8);
     for w in &mut words {
         let v = u64::from_be_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
@@ -79,7 +79,7 @@ fn sum16(mut sum: u64, data: &[u8]) -> u64 {
 }
 
 /// Folds a sum into the 16-bit one's complement checksum.
-fn fold(mut sum: u64) -> u16 {
+pub(crate) fn fold(mut sum: u64) -> u16 {
     while sum >> 16 != 0 {
         sum = (sum & 0xffff) + (sum >> 16);
     }
@@ -272,7 +272,7 @@ impl<'a> Datagram<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::packet::{ServiceAddr, Skip, parse_frame};
+    use crate::proto::packet::{FrameMeta, ServiceAddr, Skip, parse_frame};
 
     const LINK: Link = Link { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], mtu: 1500 };
 
@@ -355,7 +355,7 @@ mod tests {
         assert_eq!(f.len(), 14 + 20 + 8 + 1000);
         assert_eq!(&f[0..6], &LINK.dst_mac);
         assert_eq!(&f[6..12], &LINK.src_mac);
-        let u = parse_frame(f, ServiceAddr::port(40000)).unwrap();
+        let u = parse_frame(f, ServiceAddr::port(40000), FrameMeta::UNKNOWN).unwrap();
         assert_eq!((u.src, u.dst, u.payload), (src, dst, &p[..]));
         assert!(udp_checksum_ok(src, dst, &f[34..]));
         assert_eq!(checksum(&f[14..34]), 0);
@@ -372,7 +372,7 @@ mod tests {
             assert!(fs.len() == 6, "{} frames", fs.len());
             for f in &fs {
                 assert!(f.len() <= 1514);
-                assert_eq!(parse_frame(f, ServiceAddr::port(0)), Err(Skip::Fragment));
+                assert_eq!(parse_frame(f, ServiceAddr::port(0), FrameMeta::UNKNOWN), Err(Skip::Fragment));
             }
             let udp = reassemble(&fs);
             assert_eq!(udp.len(), 8 + 8192);

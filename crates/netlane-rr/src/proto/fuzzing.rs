@@ -60,7 +60,7 @@ pub fn exchange(data: &[u8]) {
 /// and the fragments' bytes must add up to the datagram.
 pub fn frames(data: &[u8]) {
     use super::frames::{Datagram, Link};
-    use super::packet::{ETH_LEN, ServiceAddr, Skip, parse_frame};
+    use super::packet::{ETH_LEN, FrameMeta, ServiceAddr, Skip, parse_frame};
     use std::net::SocketAddr;
     let [m0, m1, s0, s1, flags, i0, i1, i2, i3, payload @ ..] = data else { return };
     let link = Link {
@@ -85,7 +85,7 @@ pub fn frames(data: &[u8]) {
         assert!(n > ETH_LEN && n <= slot && n == d.frame_len(i), "frame {i}: {n} bytes, slot {slot}");
         let header = ETH_LEN + if src.is_ipv6() { 40 + if d.fragmented() { 8 } else { 0 } } else { 20 };
         carried += n - header;
-        match parse_frame(&buf[..n], ServiceAddr::of_socket(dst, true)) {
+        match parse_frame(&buf[..n], ServiceAddr::of_socket(dst, true), FrameMeta::UNKNOWN) {
             Ok(u) => assert!(!d.fragmented() && u.payload == payload && u.src == src),
             Err(Skip::Fragment) => assert!(d.fragmented()),
             Err(e) => panic!("frame {i} did not parse: {e:?}"),

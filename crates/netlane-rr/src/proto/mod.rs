@@ -3,6 +3,7 @@
 
 pub mod adapt;
 pub mod client;
+pub mod crafted;
 pub mod frames;
 pub mod fuzzing;
 pub mod packet;

@@ -3,15 +3,58 @@
 //! other; it cannot panic and never reads past the frame or the IP packet's own length.
 //! Also the classic BPF filter that lets only the service's datagrams into a packet
 //! socket.
+//!
+//! A path below the stack must take exactly what the service's socket would, so the
+//! parser checks what the stack checks before a datagram reaches a socket: the IPv4
+//! header checksum (`ip_rcv_core`), the UDP checksum over the pseudo-header (it covers
+//! the addresses and ports the response goes back to), the UDP length against the IP
+//! payload (a shorter one trims the datagram, as `udp_rcv` does), and no VLAN tag (the
+//! stack gives a tagged frame only to a VLAN device, never to a socket on the device
+//! itself). Where the path reports the kernel's checksum status ([`FrameMeta`]) the
+//! parser uses it.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use super::frames::{fold, sum16};
 
 /// Ethernet header bytes (no VLAN tag).
 pub const ETH_LEN: usize = 14;
 pub(crate) const ETH_P_IP: u16 = 0x0800;
 pub(crate) const ETH_P_IPV6: u16 = 0x86dd;
-const ETH_P_8021Q: u16 = 0x8100;
+pub(crate) const ETH_P_8021Q: u16 = 0x8100;
 pub(crate) const IPPROTO_UDP: u8 = 17;
+
+/// What the path knows about a frame's UDP checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Csum {
+    /// The kernel verified it (`TP_STATUS_CSUM_VALID`).
+    Verified,
+    /// A sender on this machine left it to be finished by offload
+    /// (`TP_STATUS_CSUMNOTREADY`): the stack takes such a datagram as it is.
+    Partial,
+    /// Nothing known: verified here.
+    Unknown,
+    /// Nothing known, and the path cannot tell a local sender's unfinished checksum
+    /// from a finished one (AF_XDP): verified here, and a checksum field holding
+    /// exactly the pseudo-header's sum, which is what offload leaves there, is taken too.
+    /// That still covers the addresses, ports and length; the payload has the
+    /// protocol's own CRC32C.
+    UnknownOrPartial,
+}
+
+/// What a path knows about a frame beyond its bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameMeta {
+    /// The UDP checksum's state.
+    pub csum: Csum,
+    /// The VLAN tag the device took off the frame (`TP_STATUS_VLAN_VALID`), if any.
+    pub vlan_tci: Option<u16>,
+}
+
+impl FrameMeta {
+    /// A frame the path says nothing about: everything is verified here.
+    pub const UNKNOWN: FrameMeta = FrameMeta { csum: Csum::Unknown, vlan_tci: None };
+}
 
 /// A UDP datagram found in a frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +86,10 @@ pub enum Skip {
     /// A datagram for our port on an address (or of a family) the service's socket
     /// is not bound to: another socket's.
     OtherAddress,
+    /// A wrong IPv4 header checksum or UDP checksum (or none, over IPv6).
+    BadChecksum,
+    /// A frame with a VLAN tag: the stack gives it to a VLAN device, not to us.
+    Vlan,
 }
 
 /// Which destination addresses of one family a service takes.
@@ -119,12 +166,19 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]))
 }
 
-/// Finds the UDP datagram in an Ethernet frame (one 802.1Q tag allowed) addressed to
-/// the service `want`.
-pub fn parse_frame(frame: &[u8], want: ServiceAddr) -> Result<UdpFrame<'_>, Skip> {
+/// Finds the UDP datagram in an Ethernet frame addressed to the service `want`,
+/// checked as the stack checks it (see the module's documentation).
+pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<UdpFrame<'_>, Skip> {
     let mut ethertype = be16(frame, 12).ok_or(Skip::Truncated)?;
     let mut l3 = ETH_LEN;
+    // A priority tag (VLAN 0) is the untagged network's, as the stack treats it.
+    if meta.vlan_tci.is_some_and(|tci| tci & 0x0fff != 0) {
+        return Err(Skip::Vlan);
+    }
     if ethertype == ETH_P_8021Q {
+        if be16(frame, 14).ok_or(Skip::Truncated)? & 0x0fff != 0 {
+            return Err(Skip::Vlan);
+        }
         ethertype = be16(frame, 16).ok_or(Skip::Truncated)?;
         l3 += 4;
     }
@@ -142,6 +196,9 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr) -> Result<UdpFrame<'_>, Skip
             }
             if total > ip.len() {
                 return Err(Skip::Truncated);
+            }
+            if fold(sum16(0, &ip[..ihl])) != 0 {
+                return Err(Skip::BadChecksum);
             }
             if ip[9] != IPPROTO_UDP {
                 return Err(Skip::NotUdp);
@@ -191,7 +248,30 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr) -> Result<UdpFrame<'_>, Skip
     if !want.takes(dst) {
         return Err(Skip::OtherAddress);
     }
-    Ok(UdpFrame { src: SocketAddr::new(src_ip, sport), dst, payload: &udp[8..ulen] })
+    let udp = &udp[..ulen];
+    if !udp_checksum_ok(src_ip, dst_ip, udp, meta.csum) {
+        return Err(Skip::BadChecksum);
+    }
+    Ok(UdpFrame { src: SocketAddr::new(src_ip, sport), dst, payload: &udp[8..] })
+}
+
+/// Whether the UDP datagram `udp` (its own length) from `src` to `dst` has a checksum
+/// the stack would take.
+fn udp_checksum_ok(src: IpAddr, dst: IpAddr, udp: &[u8], csum: Csum) -> bool {
+    let field = be16(udp, 6).unwrap_or(0);
+    match csum {
+        Csum::Verified | Csum::Partial => return true,
+        // No checksum: allowed over IPv4 (RFC 768), not over IPv6 (RFC 8200 8.1).
+        _ if field == 0 => return src.is_ipv4(),
+        Csum::Unknown | Csum::UnknownOrPartial => {}
+    }
+    let mut pseudo = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => sum16(sum16(0, &s.octets()), &d.octets()),
+        (IpAddr::V6(s), IpAddr::V6(d)) => sum16(sum16(0, &s.octets()), &d.octets()),
+        _ => return false,
+    };
+    pseudo += u64::from(IPPROTO_UDP) + udp.len() as u64;
+    fold(sum16(pseudo, udp)) == 0 || (csum == Csum::UnknownOrPartial && field == !fold(pseudo))
 }
 
 /// One classic BPF instruction, as `struct sock_filter` has it.
@@ -355,7 +435,39 @@ pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// An Ethernet + IPv4 + UDP frame (checksums zero).
+    /// Where the IP header starts in a frame (one 802.1Q tag allowed).
+    fn l3(f: &[u8]) -> usize {
+        if f[12..14] == ETH_P_8021Q.to_be_bytes() { ETH_LEN + 4 } else { ETH_LEN }
+    }
+
+    /// Fills in the IPv4 header checksum and the UDP checksum (over the UDP length) of
+    /// an Ethernet + IPv4/IPv6 + UDP frame.
+    pub(crate) fn seal(mut f: Vec<u8>) -> Vec<u8> {
+        let at = l3(&f);
+        let v4 = f[at] >> 4 == 4;
+        let (ihl, src, dst) = if v4 {
+            (usize::from(f[at] & 0x0f) * 4, at + 12..at + 16, at + 16..at + 20)
+        } else {
+            (40, at + 8..at + 24, at + 24..at + 40)
+        };
+        if v4 {
+            f[at + 10..at + 12].copy_from_slice(&[0, 0]);
+            let c = fold(sum16(0, &f[at..at + ihl]));
+            f[at + 10..at + 12].copy_from_slice(&c.to_be_bytes());
+        }
+        let u = at + ihl;
+        let ulen = usize::from(u16::from_be_bytes([f[u + 4], f[u + 5]]));
+        f[u + 6..u + 8].copy_from_slice(&[0, 0]);
+        let pseudo = sum16(sum16(0, &f[src]), &f[dst]) + u64::from(IPPROTO_UDP) + ulen as u64;
+        let c = match fold(sum16(pseudo, &f[u..u + ulen])) {
+            0 => 0xffff,
+            c => c,
+        };
+        f[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
+        f
+    }
+
+    /// An Ethernet + IPv4 + UDP frame, checksums filled in.
     pub(crate) fn v4_frame(sport: u16, dport: u16, payload: &[u8], frag: u16) -> Vec<u8> {
         let mut f = vec![0u8; 12];
         f.extend_from_slice(&ETH_P_IP.to_be_bytes());
@@ -370,7 +482,7 @@ pub(crate) mod tests {
         f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
         f.extend_from_slice(&[0, 0]);
         f.extend_from_slice(payload);
-        f
+        seal(f)
     }
 
     fn v6_frame(next: u8, dport: u16, payload: &[u8]) -> Vec<u8> {
@@ -386,41 +498,56 @@ pub(crate) mod tests {
         f.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
         f.extend_from_slice(&[0, 0]);
         f.extend_from_slice(payload);
-        f
+        seal(f)
     }
 
     #[test]
     fn udp_over_ipv4_and_ipv6_is_found() {
         let f = v4_frame(5000, 7070, b"hello", 0);
-        let u = parse_frame(&f, ServiceAddr::port(7070)).unwrap();
+        let u = parse_frame(&f, ServiceAddr::port(7070), FrameMeta::UNKNOWN).unwrap();
         assert_eq!(u.src, "10.0.0.1:5000".parse().unwrap());
         assert_eq!(u.dst, "10.0.0.2:7070".parse().unwrap());
         assert_eq!(u.payload, b"hello");
         let f = v6_frame(17, 7070, b"hi");
-        let u = parse_frame(&f, ServiceAddr::port(7070)).unwrap();
+        let u = parse_frame(&f, ServiceAddr::port(7070), FrameMeta::UNKNOWN).unwrap();
         assert_eq!(u.src, "[::1]:4000".parse().unwrap());
         assert_eq!(u.payload, b"hi");
     }
 
     #[test]
     fn everything_else_is_skipped_with_its_reason() {
-        assert_eq!(parse_frame(&v4_frame(1, 9, b"x", 0), ServiceAddr::port(7070)), Err(Skip::OtherPort));
-        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x2000), ServiceAddr::port(7070)), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v4_frame(1, 7070, b"x", 0x0010), ServiceAddr::port(7070)), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v6_frame(44, 7070, b"x"), ServiceAddr::port(7070)), Err(Skip::Fragment));
-        assert_eq!(parse_frame(&v6_frame(6, 7070, b"x"), ServiceAddr::port(7070)), Err(Skip::NotUdp));
+        assert_eq!(
+            parse_frame(&v4_frame(1, 9, b"x", 0), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+            Err(Skip::OtherPort)
+        );
+        assert_eq!(
+            parse_frame(&v4_frame(1, 7070, b"x", 0x2000), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+            Err(Skip::Fragment)
+        );
+        assert_eq!(
+            parse_frame(&v4_frame(1, 7070, b"x", 0x0010), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+            Err(Skip::Fragment)
+        );
+        assert_eq!(
+            parse_frame(&v6_frame(44, 7070, b"x"), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+            Err(Skip::Fragment)
+        );
+        assert_eq!(
+            parse_frame(&v6_frame(6, 7070, b"x"), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+            Err(Skip::NotUdp)
+        );
         let f = v4_frame(1, 7070, b"abc", 0);
-        assert_eq!(parse_frame(&f[..f.len() - 1], ServiceAddr::port(7070)), Err(Skip::Truncated));
+        assert_eq!(parse_frame(&f[..f.len() - 1], ServiceAddr::port(7070), FrameMeta::UNKNOWN), Err(Skip::Truncated));
         let mut bad = f.clone();
         bad[14 + 20 + 5] = 200; // UDP length past the packet
-        assert_eq!(parse_frame(&bad, ServiceAddr::port(7070)), Err(Skip::BadLength));
+        assert_eq!(parse_frame(&bad, ServiceAddr::port(7070), FrameMeta::UNKNOWN), Err(Skip::BadLength));
         let mut arp = f.clone();
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        assert_eq!(parse_frame(&arp, ServiceAddr::port(7070)), Err(Skip::NotIp));
+        assert_eq!(parse_frame(&arp, ServiceAddr::port(7070), FrameMeta::UNKNOWN), Err(Skip::NotIp));
         // Ethernet padding after a short packet is ignored (the IP length rules).
         let mut padded = v4_frame(1, 7070, b"a", 0);
         padded.extend_from_slice(&[0xee; 17]);
-        assert_eq!(parse_frame(&padded, ServiceAddr::port(7070)).unwrap().payload, b"a");
+        assert_eq!(parse_frame(&padded, ServiceAddr::port(7070), FrameMeta::UNKNOWN).unwrap().payload, b"a");
     }
 
     #[test]
@@ -445,12 +572,12 @@ pub(crate) mod tests {
 
     fn with_v4_dst(mut f: Vec<u8>, a: Ipv4Addr) -> Vec<u8> {
         f[30..34].copy_from_slice(&a.octets());
-        f
+        seal(f)
     }
 
     fn with_v6_dst(mut f: Vec<u8>, a: Ipv6Addr) -> Vec<u8> {
         f[38..54].copy_from_slice(&a.octets());
-        f
+        seal(f)
     }
 
     #[test]
@@ -482,11 +609,14 @@ pub(crate) mod tests {
             (v4.clone(), any6, false),
         ];
         for (i, (f, want, takes)) in cases.iter().enumerate() {
-            assert_eq!(parse_frame(f, *want).is_ok(), *takes, "case {i}: parser");
+            assert_eq!(parse_frame(f, *want, FrameMeta::UNKNOWN).is_ok(), *takes, "case {i}: parser");
             assert_eq!(run_filter(&udp_service_filter(*want), f) > 0, *takes, "case {i}: filter");
         }
-        assert_eq!(parse_frame(&v6, s), Err(Skip::OtherAddress));
-        assert_eq!(parse_frame(&with_v4_dst(v4, Ipv4Addr::new(10, 0, 0, 3)), s), Err(Skip::OtherAddress));
+        assert_eq!(parse_frame(&v6, s, FrameMeta::UNKNOWN), Err(Skip::OtherAddress));
+        assert_eq!(
+            parse_frame(&with_v4_dst(v4, Ipv4Addr::new(10, 0, 0, 3)), s, FrameMeta::UNKNOWN),
+            Err(Skip::OtherAddress)
+        );
     }
 
     fn service_strategy() -> impl Strategy<Value = ServiceAddr> {
@@ -511,20 +641,20 @@ pub(crate) mod tests {
             } else {
                 with_v4_dst(v4_frame(1, dport, b"x", 0), Ipv4Addr::new(10, 0, 0, b))
             };
-            prop_assert_eq!(parse_frame(&f, want).is_ok(), run_filter(&udp_service_filter(want), &f) > 0);
+            prop_assert_eq!(parse_frame(&f, want, FrameMeta::UNKNOWN).is_ok(), run_filter(&udp_service_filter(want), &f) > 0);
         }
 
         #[test]
         fn the_parser_and_filter_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200), port: u16, want in service_strategy()) {
-            let _ = parse_frame(&bytes, ServiceAddr::port(port));
-            let _ = parse_frame(&bytes, want);
+            let _ = parse_frame(&bytes, ServiceAddr::port(port), FrameMeta::UNKNOWN);
+            let _ = parse_frame(&bytes, want, FrameMeta::UNKNOWN);
             let _ = run_filter(&udp_service_filter(want), &bytes);
         }
 
         #[test]
         fn the_filter_and_the_parser_agree(sport: u16, dport in 7068u16..7073, frag in prop_oneof![Just(0u16), Just(0x2000), Just(0x0008)], n in 0usize..64) {
             let f = v4_frame(sport, dport, &vec![7u8; n], frag);
-            let parsed = parse_frame(&f, ServiceAddr::port(7070)).is_ok();
+            let parsed = parse_frame(&f, ServiceAddr::port(7070), FrameMeta::UNKNOWN).is_ok();
             let passed = run_filter(&udp_service_filter(ServiceAddr::port(7070)), &f) > 0;
             // The filter may pass a first fragment the parser then counts; never the
             // other way round.

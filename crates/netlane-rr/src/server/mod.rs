@@ -260,6 +260,9 @@ pub struct ServerStats {
     pub iface: Option<String>,
     /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
     pub ring_fragments: u64,
+    /// Ring and AF_XDP paths: frames with a wrong IPv4 header or UDP checksum (the
+    /// stack drops them; so does the path).
+    pub ring_bad_checksums: u64,
     /// Ring paths: other frames that were not a whole datagram for the service.
     pub ring_skipped: u64,
     /// Ring paths: frames the kernel dropped because the ring was full.
@@ -506,6 +509,7 @@ fn serve_on(
     let ring = path.take_ring_stats();
     st.ring_fragments = skips.fragments;
     st.ring_skipped = skips.other;
+    st.ring_bad_checksums = skips.bad_checksums;
     st.ring_drops = ring.drops;
     st.ring_freezes = ring.freezes;
     if let RxPath::Adaptive(a) = &path {

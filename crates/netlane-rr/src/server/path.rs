@@ -12,7 +12,7 @@ use netlane_sys::packet::{BlockCounts, Insn, PacketRing, PacketStats, RingSpec, 
 use netlane_sys::xsk::{Xsk, XskConfig, XskMode, XskStats};
 
 use crate::proto::adapt::{BlockChooser, WindowCounts};
-use crate::proto::packet::{AddrMatch, ServiceAddr, Skip, parse_frame, udp_service_filter};
+use crate::proto::packet::{AddrMatch, Csum, FrameMeta, ServiceAddr, Skip, parse_frame, udp_service_filter};
 
 /// A receive path, selectable at run time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -226,6 +226,8 @@ impl XdpOptions {
 pub struct RingSkips {
     /// IP fragments (a ring sees them unassembled).
     pub fragments: u64,
+    /// A wrong IPv4 header or UDP checksum: the stack would have dropped them.
+    pub bad_checksums: u64,
     /// Anything else that was not a whole UDP datagram for the service.
     pub other: u64,
 }
@@ -295,13 +297,12 @@ impl AdaptivePath {
         let mut n = 0;
         let (chooser, skips) = (&mut self.chooser, &mut self.skips);
         for ring in &mut self.rings {
-            n += ring.drain(&mut |frame, _| match parse_frame(frame, want) {
+            n += ring.drain(&mut |frame, status| match parse_frame(frame, want, ring_meta(status)) {
                 Ok(u) => {
                     chooser.on_frame(u.src, frame.len());
                     f(u.payload, u.src);
                 }
-                Err(Skip::Fragment) => skips.fragments += 1,
-                Err(_) => skips.other += 1,
+                Err(e) => skips.count(e),
             });
         }
         let now = self.started.elapsed().as_nanos() as u64;
@@ -391,6 +392,28 @@ pub fn rx_queues(name: &str) -> u32 {
         .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
         .unwrap_or(1)
         .max(1)
+}
+
+impl RingSkips {
+    fn count(&mut self, why: Skip) {
+        match why {
+            Skip::Fragment => self.fragments += 1,
+            Skip::BadChecksum => self.bad_checksums += 1,
+            _ => self.other += 1,
+        }
+    }
+}
+
+/// What a packet ring's frame header says, in the parser's terms.
+fn ring_meta(s: netlane_sys::packet::FrameStatus) -> FrameMeta {
+    let csum = if s.csum_valid {
+        Csum::Verified
+    } else if s.csum_not_ready {
+        Csum::Partial
+    } else {
+        Csum::Unknown
+    };
+    FrameMeta { csum, vlan_tci: s.vlan_tci }
 }
 
 /// The locked-memory limit in bytes (None: unlimited).
@@ -634,13 +657,9 @@ impl RxPath {
             }
             RxPath::Ring { ring, want, skips } => {
                 let want = *want;
-                // The UDP checksum is not checked here (on veth and loopback the kernel
-                // often leaves it unfinished: TP_STATUS_CSUMNOTREADY); every request
-                // carries its own CRC32C, which the protocol core checks.
-                let n = ring.drain(&mut |frame, _csum_not_ready| match parse_frame(frame, want) {
+                let n = ring.drain(&mut |frame, status| match parse_frame(frame, want, ring_meta(status)) {
                     Ok(u) => f(u.payload, u.src),
-                    Err(Skip::Fragment) => skips.fragments += 1,
-                    Err(_) => skips.other += 1,
+                    Err(e) => skips.count(e),
                 });
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }
@@ -653,10 +672,12 @@ impl RxPath {
                 let mut n = 0;
                 let skips = &mut x.skips;
                 for s in &mut x.socks {
-                    n += s.drain(&mut |frame| match parse_frame(frame, want) {
+                    // AF_XDP reports no checksum state: a local sender's unfinished
+                    // checksum cannot be told from a finished one.
+                    let meta = FrameMeta { csum: Csum::UnknownOrPartial, vlan_tci: None };
+                    n += s.drain(&mut |frame| match parse_frame(frame, want, meta) {
                         Ok(u) => f(u.payload, u.src),
-                        Err(Skip::Fragment) => skips.fragments += 1,
-                        Err(_) => skips.other += 1,
+                        Err(e) => skips.count(e),
                     });
                     if s.fill_needs_wakeup() {
                         s.wakeup()?;
