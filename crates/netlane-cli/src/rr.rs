@@ -11,6 +11,7 @@ use netlane_lab::report::{self};
 use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration, parse_size_usize};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::guard::GuardConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{PaceOptions, PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
@@ -85,9 +86,20 @@ pub struct ServeArgs {
     /// it above the MTU).
     #[arg(long, value_parser = parse_size_usize)]
     pub segment: Option<usize>,
-    /// Largest response a request may ask for (payload bytes).
-    #[arg(long, default_value = "65467", value_parser = parse_size_usize)]
+    /// Largest response a request may ask for (payload bytes); a request for more is
+    /// answered with a refusal naming this limit. At most 65467 unsegmented, 255
+    /// segments with --segment.
+    #[arg(long, default_value = "16K", value_parser = parse_size_usize)]
     pub max_response: usize,
+    /// A source that has not shown it receives what is sent to it (it has not echoed
+    /// the server's cookie) gets at most this many times its request's bytes; past it,
+    /// a Retry with the cookie (the clients send the request again with it).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub unverified_ratio: u32,
+    /// Bytes a second each source that has not shown it receives may be sent; past it,
+    /// Retries.
+    #[arg(long, default_value = "64K", value_parser = parse_size_usize)]
+    pub unverified_budget: usize,
     /// Echo every datagram back unchanged (a standard UDP echo server).
     #[arg(long)]
     pub echo: bool,
@@ -181,6 +193,11 @@ impl ServeArgs {
             tx: self.tx,
             pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
             lane_device: self.lane_device.clone(),
+            guard: GuardConfig {
+                ratio: self.unverified_ratio,
+                budget: self.unverified_budget as u64,
+                ..GuardConfig::default()
+            },
             ..ServerConfig::default()
         };
         cfg.validate()?;
@@ -200,7 +217,7 @@ impl ServeArgs {
         })?;
         if !to_stdout {
             out::println(&format!(
-                "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} \
+                "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} retries_sent={} verified_requests={} \
                  send_dropped={} send_errors={} recv_errors={} wakeups={} frames_per_wakeup={:.2} syscalls_per_response={:.2} \
                  busy={:.1}% ring_drops={} ring_freezes={} ring_fragments={} ring_bad_checksums={} ring_skipped={}",
                 stats.seconds,
@@ -209,6 +226,8 @@ impl ServeArgs {
                 stats.datagrams_sent,
                 stats.gso_sends,
                 stats.refused_malformed + stats.refused_not_request + stats.refused_too_large,
+                stats.retries_sent,
+                stats.verified_requests,
                 stats.send_dropped,
                 stats.send_errors,
                 stats.recv_errors,

@@ -1039,6 +1039,14 @@ fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
     for k in ["corrupt", "mismatched", "lost"] {
         assert_eq!(r[k].as_u64(), Some(0), "{k}: {r}");
     }
+    // More than the server sends: a refusal naming its limit ends the run at once.
+    for response in ["70000", "20K"] {
+        let started = Instant::now();
+        let o = netlane(&["rr", "clients", "--server", addr, "--clients", "2", "--response", response, "-t", "30s"]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains("the server sends responses of at most 16384 payload bytes"), "{}", stderr(&o));
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    }
     let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     assert_eq!(child.wait().unwrap().code(), Some(0), "a server stopped by SIGTERM exits 0");
@@ -1048,6 +1056,11 @@ fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
     let doc = valid_document(&std::fs::read_to_string(&serve_json).unwrap(), "rr-serve");
     assert!(doc["stats"]["responses"].as_u64().unwrap() >= responses, "{doc}");
     assert_eq!(doc["stats"]["path"], "recvfrom");
+    // 8 KiB responses to 512-byte requests are over the ratio an address gets before it
+    // shows it receives: each client was asked once for its cookie, then verified.
+    assert_eq!(doc["stats"]["retries_sent"].as_u64(), Some(8), "{doc}");
+    assert!(doc["stats"]["verified_requests"].as_u64().unwrap() >= responses, "{doc}");
+    assert_eq!(doc["stats"]["refused_too_large"].as_u64(), Some(4), "two clients, twice: {doc}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -82,6 +82,14 @@ pub enum ClientsError {
     /// A bad population option.
     #[error("{0}")]
     Invalid(String),
+    /// The server refuses responses this large.
+    #[error("the server sends responses of at most {limit} payload bytes; {asked} were asked for")]
+    Refused {
+        /// Asked for.
+        asked: u32,
+        /// The server's limit.
+        limit: u32,
+    },
     /// A system call failed while setting up.
     #[error("{what}: {source}")]
     Io {
@@ -147,6 +155,9 @@ pub struct ClientsReport {
     pub latency_ns: Summary,
     /// Retransmissions.
     pub retransmits: u64,
+    /// Requests the server asked to be sent again with its cookie (once per client,
+    /// unless a cookie expired).
+    pub server_retries: u64,
     /// Requests given up after their last retransmission.
     pub lost: u64,
     /// Responses to requests no longer in flight.
@@ -232,11 +243,15 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
     let mut end_ns = measure_from;
     for r in results {
         let p = r.map_err(|source| ClientsError::Io { what: "client thread".into(), source })?;
+        if let Some(limit) = p.refused {
+            return Err(ClientsError::Refused { asked: cfg.client.response_len, limit });
+        }
         hist.merge(&p.hist);
         let d = p.measured;
         rep.requests += d.requests;
         rep.responses += d.responses;
         rep.retransmits += d.retransmits;
+        rep.server_retries += d.retried;
         rep.lost += d.lost;
         rep.late += d.late;
         rep.duplicates += d.duplicates;
@@ -285,6 +300,7 @@ struct Part {
     woken_sockets: u64,
     max_woken_sockets: u64,
     herd_woken_sockets: u64,
+    refused: Option<u32>,
 }
 
 struct Worker<'a> {
@@ -306,6 +322,8 @@ struct Worker<'a> {
     arrivals_dropped: u64,
     send_errors: u64,
     recv_errors: u64,
+    /// The server refused a request as too large: the most it sends.
+    refused: Option<u32>,
     /// Open loop: next arrival, the rotating client index, the random state.
     next_arrival: u64,
     rr: usize,
@@ -343,6 +361,7 @@ impl<'a> Worker<'a> {
             arrivals_dropped: 0,
             send_errors: 0,
             recv_errors: 0,
+            refused: None,
             next_arrival: 0,
             rr: 0,
             rng: 0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed69),
@@ -373,7 +392,7 @@ impl<'a> Worker<'a> {
                 self.at_start = Some(self.clients.iter().map(Client::stats).collect());
                 cpu0 = thread_cpu();
             }
-            if now >= self.measure_to || stop.load(Ordering::Relaxed) {
+            if now >= self.measure_to || stop.load(Ordering::Relaxed) || self.refused.is_some() {
                 end_ns = end_ns.max(now);
                 break;
             }
@@ -411,6 +430,7 @@ impl<'a> Worker<'a> {
             measured.corrupt += s.corrupt - b.corrupt;
             measured.mismatched += s.mismatched - b.mismatched;
             measured.partial += s.partial - b.partial;
+            measured.retried += s.retried - b.retried;
         }
         Ok(Part {
             hist: self.hist,
@@ -425,6 +445,7 @@ impl<'a> Worker<'a> {
             woken_sockets: woken,
             max_woken_sockets: max_woken,
             herd_woken_sockets: herd,
+            refused: self.refused,
         })
     }
 
@@ -555,18 +576,28 @@ impl<'a> Worker<'a> {
             // Latencies count from the moment the counters' baseline was taken, so the
             // histogram and the response count cover the same completions.
             let measuring = self.at_start.is_some();
+            let (mut retry, mut refused) = (false, None);
             let r = self.rx.recv(self.socks[i].as_fd(), |d| {
                 let now = monotonic_ns();
-                if let Received::Completed { latency_ns, .. } = clients[i].receive(now, d.data) {
-                    if measuring {
-                        hist.record(latency_ns);
+                match clients[i].receive(now, d.data) {
+                    Received::Completed { latency_ns, .. } => {
+                        if measuring {
+                            hist.record(latency_ns);
+                        }
+                        done.push(now);
                     }
-                    done.push(now);
+                    Received::Retry => retry = true,
+                    Received::Refused { limit } => refused = Some(limit),
+                    _ => {}
                 }
             });
             for &now in &done {
                 self.after_response(i, now);
             }
+            if retry {
+                self.expire(i, monotonic_ns());
+            }
+            self.refused = self.refused.or(refused);
             match r {
                 Ok(_) => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,

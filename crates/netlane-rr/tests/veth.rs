@@ -165,9 +165,11 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
             assert_clean(&what, &r);
             let raw = st.raw_tx.clone().unwrap();
             // Every response left as frames: six IP fragments of an 8 KiB datagram each,
-            // which the client's kernel checked (checksums) and put back together.
-            assert_eq!(raw.datagrams, st.responses, "{what}: {raw:?}");
-            assert_eq!((raw.fragmented, raw.frames), (raw.datagrams, 6 * raw.datagrams), "{what}: {raw:?}");
+            // which the client's kernel checked (checksums) and put back together; and
+            // each client's Retry, one frame.
+            assert_eq!(raw.datagrams, st.responses + st.retries_sent, "{what}: {raw:?}");
+            let (responses, retries) = (st.responses, st.retries_sent);
+            assert_eq!((raw.fragmented, raw.frames), (responses, 6 * responses + retries), "{what}: {raw:?}");
             assert_eq!(checksum_errors(&h), bad, "{what}: the client's kernel saw bad UDP checksums");
             if !ipv6 {
                 assert!(reassembled(&h) - reasm >= r.responses, "{what}: no reassembly seen");
@@ -199,7 +201,7 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     assert!(raw.nexthops.invalidated >= 1 && raw.nexthops.events >= 1, "{raw:?}");
     assert!(raw.via_socket_unresolved >= 1, "the unresolved client was answered through the socket: {raw:?}");
     assert!(raw.nexthops.misses >= 2, "looked up again after the change: {raw:?}");
-    assert_eq!(raw.datagrams + raw.via_socket_unresolved, st.responses, "{raw:?} {st:?}");
+    assert_eq!(raw.datagrams + raw.via_socket_unresolved, st.responses + st.retries_sent, "{raw:?} {st:?}");
     drop(h);
 
     // MTU 9000: the packet ring's slots fit the link, so an 8 KiB response is one frame.
@@ -413,7 +415,7 @@ fn frame_paths_leave_frames_for_another_hosts_mac_alone() {
         }
         assert_eq!(
             (st.frames, st.refused_malformed, st.ring_skipped),
-            (st.responses, 0, 0),
+            (st.responses + st.retries_sent, 0, 0),
             "{path}: the other host's frames stayed out of the ring: {st:?}"
         );
     }
@@ -495,4 +497,87 @@ fn every_path_below_the_stack_takes_exactly_the_crafted_frames_the_socket_takes(
             }
         }
     }
+}
+
+/// Forged requests from 480 addresses on the client's link, each asking for the
+/// largest response, sent from the client's namespace through a packet ring at about
+/// 20,000 a second until `stop`; returns how many were sent.
+fn flood(
+    h: &TwoHosts,
+    server: SocketAddr,
+    macs: ([u8; 6], [u8; 6]),
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    use netlane_rr::proto::crafted::udp_frame;
+    use netlane_rr::proto::wire::{self, Header};
+    let mut request = vec![0u8; 64];
+    let n = wire::encode(&Header::request(1, 0, 0, 65_467), &mut request).unwrap();
+    request.truncate(n);
+    let frames: Vec<Vec<u8>> = (0..480u32)
+        .map(|i| {
+            let from = SocketAddr::from(([10, 77, 0, 10 + (i % 240) as u8], 5000 + (i / 240) as u16));
+            udp_frame(macs, from, server, &request)
+        })
+        .collect();
+    let tx_index = h.tx_index;
+    let thread =
+        h.tx.spawn("flood", move || {
+            let mut ring = netlane_sys::packet::PacketTx::open(tx_index, 2048, 256).unwrap();
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for f in frames.iter().skip(sent as usize % 480).take(64) {
+                    if ring.push(f.len(), |d| d.copy_from_slice(f)).unwrap_or(false) {
+                        sent += 1;
+                    }
+                }
+                let _ = ring.flush();
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            sent
+        })
+        .unwrap();
+    std::thread::spawn(move || thread.join().unwrap())
+}
+
+#[test]
+fn forged_sources_get_retries_of_their_own_size_and_real_clients_are_still_answered() {
+    if !privileged("forged_sources_get_retries_of_their_own_size_and_real_clients_are_still_answered") {
+        return;
+    }
+    use netlane_rr::proto::server::ResponderConfig;
+    let h = hosts("rr-flood", 1500);
+    let mac = |ns: &netlane::topology::Netns, i: u32| -> [u8; 6] {
+        ns.with_rtnl(|r| r.link_mac(i)).unwrap().try_into().expect("an Ethernet address")
+    };
+    let macs = (mac(&h.tx, h.tx_index), mac(&h.rx, h.rx_index));
+    let cfg = ServerConfig {
+        responder: ResponderConfig { max_response: 65_467, ..ResponderConfig::default() },
+        ..server_cfg(&h, PathKind::Recvmmsg, false)
+    };
+    let real = |addr| ClientsConfig { duration: Duration::from_secs(1), ..population(addr, 8, client(512, 8192)) };
+    let (alone, _) = exchange(&h, cfg.clone(), real);
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut flooding = None;
+    let (under, st) = exchange(&h, cfg, |addr| {
+        flooding = Some(flood(&h, addr, macs, stop.clone()));
+        std::thread::sleep(Duration::from_millis(200));
+        real(addr)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let forged = flooding.unwrap().join().unwrap();
+    eprintln!(
+        "real clients: {:.0} responses/s alone, {:.0} under {forged} forged requests; server: {st:?}",
+        alone.responses_per_s, under.responses_per_s
+    );
+    assert_clean("alone", &alone);
+    assert_clean("under the flood", &under);
+    // The flood arrived: the server saw far more requests than the real clients sent.
+    assert!(forged > 5_000 && st.frames > st.responses + 5_000, "{forged} forged, {st:?}");
+    // Every forged request got a header-only Retry, never a response: the server sent
+    // the real responses, one Retry per real client, and 40 bytes per forged request.
+    // (A Retry the socket would not take is dropped, not counted as sent.)
+    assert!(st.bytes_sent <= st.responses * 8192 + st.retries_sent * 40, "{st:?}");
+    assert_eq!(st.retries_sent, st.frames - st.responses, "every request not answered got a Retry: {st:?}");
+    // How much the real clients keep is a measurement for the lab (two CPUs here run
+    // the flood, the server and the clients); the rates are printed above.
 }

@@ -83,6 +83,9 @@ pub struct ServeArgs {
     #[arg(short = 'p', long, allow_negative_numbers = true, value_parser = port_arg)]
     pub port: Option<i32>,
     /// UDP port: 0 off, -1 picks a free port; given alone, TCP serves the same port.
+    /// Off unless asked for, as in memcached: a UDP request's source address can be
+    /// forged, and a 33-byte get can send back up to 1 MiB (a larger reply is an
+    /// error) to whoever the forger names. Serve UDP only where sources cannot be forged.
     #[arg(short = 'U', long, allow_negative_numbers = true, value_parser = port_arg)]
     pub udp_port: Option<i32>,
     /// Serve this Unix socket, instead of TCP and UDP.

@@ -80,6 +80,15 @@ pub enum Received {
     /// A valid datagram whose content disagrees with the request: wrong size, wrong
     /// segment layout, payload not what belongs at its offset (misassembled).
     Mismatch,
+    /// The server asked for the request again with its cookie: [`Client::expire`] now
+    /// writes it (not counted as a retransmission).
+    Retry,
+    /// The server refused the request: it sends at most `limit` payload bytes. The
+    /// request is given up.
+    Refused {
+        /// The most the server sends.
+        limit: u32,
+    },
 }
 
 /// Counters over a client's life.
@@ -103,6 +112,10 @@ pub struct ClientStats {
     pub corrupt: u64,
     /// Valid datagrams that did not belong where they claimed to.
     pub mismatched: u64,
+    /// Retries the server asked for (the request sent again with its cookie).
+    pub retried: u64,
+    /// Requests the server refused as too large.
+    pub refused: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -115,6 +128,8 @@ struct Pending {
     got: [u64; 4],
     segments: u8,
     bytes: u32,
+    /// The server sent a Retry: send again now, with the cookie.
+    retry_now: bool,
 }
 
 impl Pending {
@@ -142,13 +157,16 @@ pub struct Client {
     next_id: u64,
     pending: Vec<Pending>,
     stats: ClientStats,
+    /// The server's cookie for this client's address, sent with every request once
+    /// the server gave one (0: none yet).
+    cookie: u32,
 }
 
 impl Client {
     /// A client whose request ids start at `first_id` (distinct per client helps reading
     /// captures; the 4-tuple already separates clients).
     pub fn new(cfg: ClientConfig, first_id: u64) -> Self {
-        Client { cfg, next_id: first_id, pending: Vec::new(), stats: ClientStats::default() }
+        Client { cfg, next_id: first_id, pending: Vec::new(), stats: ClientStats::default(), cookie: 0 }
     }
 
     /// Counters so far.
@@ -173,7 +191,8 @@ impl Client {
 
     fn header(&self, id: u64, sent_ns: u64) -> Header {
         let response_len = if self.cfg.echo { 0 } else { self.cfg.response_len };
-        Header::request(id, sent_ns, (self.cfg.request_len - HEADER_LEN) as u32, response_len)
+        let h = Header::request(id, sent_ns, (self.cfg.request_len - HEADER_LEN) as u32, response_len);
+        Header { offset: self.cookie, ..h }
     }
 
     /// Starts a request at `now_ns`: writes it into `out` and returns its length, or
@@ -193,6 +212,7 @@ impl Client {
             got: [0; 4],
             segments: 0,
             bytes: 0,
+            retry_now: false,
         });
         self.stats.requests += 1;
         Ok(Some(n))
@@ -205,6 +225,13 @@ impl Client {
         let Some(i) = self.pending.iter().position(|p| p.deadline_ns <= now_ns) else {
             return Ok(None);
         };
+        if self.pending[i].retry_now {
+            let p = &mut self.pending[i];
+            p.retry_now = false;
+            p.deadline_ns = now_ns.saturating_add(self.cfg.timeout_ns);
+            let (id, sent) = (p.id, p.first_sent_ns);
+            return Ok(Some(Expired::Resend(wire::encode(&self.header(id, sent), out)?)));
+        }
         if self.pending[i].retries >= self.cfg.max_retries {
             self.pending.swap_remove(i);
             self.stats.lost += 1;
@@ -232,6 +259,8 @@ impl Client {
             Received::Late => s.late += 1,
             Received::Corrupt(_) => s.corrupt += 1,
             Received::Mismatch => s.mismatched += 1,
+            Received::Retry => s.retried += 1,
+            Received::Refused { .. } => s.refused += 1,
         }
         r
     }
@@ -244,6 +273,20 @@ impl Client {
         let Some(i) = self.pending.iter().position(|p| p.id == h.id) else {
             return Received::Late;
         };
+        match h.kind {
+            Kind::Retry if !self.cfg.echo => {
+                self.cookie = h.offset;
+                let p = &mut self.pending[i];
+                p.retry_now = true;
+                p.deadline_ns = now_ns;
+                return Received::Retry;
+            }
+            Kind::Refused if !self.cfg.echo => {
+                self.pending.swap_remove(i);
+                return Received::Refused { limit: h.response_len };
+            }
+            _ => {}
+        }
         let expected_kind = if self.cfg.echo { Kind::Request } else { Kind::Response };
         let asked = if self.cfg.echo { (self.cfg.request_len - HEADER_LEN) as u32 } else { self.cfg.response_len };
         let total = if self.cfg.echo { h.payload_len } else { h.response_len };
@@ -428,5 +471,31 @@ mod tests {
         assert!(v(|c| c.timeout_ns = 0).is_err());
         assert!(v(|c| c.max_outstanding = 0).is_err());
         assert!(v(|c| c.max_outstanding = 5000).is_err());
+    }
+
+    #[test]
+    fn a_retry_sends_the_request_again_with_the_cookie_and_a_refusal_gives_it_up() {
+        let mut c = Client::new(cfg(), 7);
+        let mut out = vec![0u8; 1024];
+        let n = c.start(100, &mut out).unwrap().unwrap();
+        let (req, _) = wire::decode(&out[..n]).unwrap();
+        assert_eq!(req.offset, 0, "no cookie yet");
+        let mut retry = vec![0u8; HEADER_LEN];
+        wire::encode(&Header::retry(&req, 0xc00c1e), &mut retry).unwrap();
+        assert_eq!(c.receive(150, &retry), Received::Retry);
+        assert_eq!(c.next_deadline(), Some(150), "sent again at once");
+        let Some(Expired::Resend(n)) = c.expire(150, &mut out).unwrap() else { panic!("a resend") };
+        let (again, _) = wire::decode(&out[..n]).unwrap();
+        assert_eq!((again.id, again.sent_ns, again.offset), (req.id, req.sent_ns, 0xc00c1e));
+        assert_eq!((c.stats().retransmits, c.stats().retried), (0, 1));
+        // Every later request carries the cookie.
+        let mut refused = vec![0u8; HEADER_LEN];
+        wire::encode(&Header::refused(&again, 4096), &mut refused).unwrap();
+        assert_eq!(c.receive(200, &refused), Received::Refused { limit: 4096 });
+        assert_eq!(c.in_flight(), 0);
+        let n = c.start(300, &mut out).unwrap().unwrap();
+        assert_eq!(wire::decode(&out[..n]).unwrap().0.offset, 0xc00c1e);
+        // A retry for a request not in flight changes nothing.
+        assert_eq!(c.receive(310, &retry), Received::Late);
     }
 }

@@ -6,6 +6,7 @@ pub mod client;
 pub mod crafted;
 pub mod frames;
 pub mod fuzzing;
+pub mod guard;
 pub mod packet;
 pub mod server;
 pub mod wire;

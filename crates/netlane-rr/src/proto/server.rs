@@ -56,6 +56,19 @@ impl ResponderConfig {
         Ok(())
     }
 
+    /// Bytes of all the datagrams of a response of `response_len` payload bytes (not in
+    /// echo mode: an echo is the request's size).
+    pub fn reply_bytes(&self, response_len: u32) -> usize {
+        let total = response_len as usize;
+        match self.segment {
+            None => HEADER_LEN + total,
+            Some(s) => {
+                let per = s.saturating_sub(HEADER_LEN).max(1);
+                total.div_ceil(per).max(1) * HEADER_LEN + total
+            }
+        }
+    }
+
     /// The largest response in bytes (all its datagrams together), for sizing buffers.
     pub fn max_reply_bytes(&self) -> usize {
         match self.segment {

@@ -5,16 +5,21 @@
 //! ```text
 //!  0  magic        u32  "NLRR"
 //!  4  version      u8   1
-//!  5  kind         u8   1 request, 2 response
+//!  5  kind         u8   1 request, 2 response, 3 retry, 4 refused
 //!  6  segment      u8   this segment's index (0 for an unsegmented message)
 //!  7  segments     u8   how many segments the message has (1: unsegmented)
 //!  8  id           u64  request id, chosen by the client (unique per client socket)
 //! 16  sent_ns      u64  the client's send time, echoed back unchanged
 //! 24  payload_len  u32  payload bytes after this header, in this datagram
 //! 28  response_len u32  payload bytes of the whole response (asked for / carried)
-//! 32  offset       u32  where this datagram's payload sits in the whole response
+//! 32  offset       u32  where this datagram's payload sits in the whole response; in a
+//!                       request or a retry, the server's cookie (0: none)
 //! 36  check        u32  CRC32C of the header (with this field zero) and the payload
 //! ```
+//!
+//! A retry (the server asks for the request again with the cookie it carries, see
+//! `guard`) and a refusal (the request asks for more than the server sends: the most it
+//! sends is in response_len) are a header alone, never larger than the request.
 //!
 //! The payload is a pattern derived from the id and the offset, so a segment placed at
 //! the wrong offset (misassembled) fails [`pattern_matches`] even when its own checksum is
@@ -43,6 +48,10 @@ pub enum Kind {
     Request,
     /// From the server.
     Response,
+    /// From the server: send the request again with the cookie in `offset`.
+    Retry,
+    /// From the server: the request asks for more than `response_len`, the most it sends.
+    Refused,
 }
 
 impl Kind {
@@ -50,6 +59,8 @@ impl Kind {
         match self {
             Kind::Request => 1,
             Kind::Response => 2,
+            Kind::Retry => 3,
+            Kind::Refused => 4,
         }
     }
 }
@@ -79,6 +90,16 @@ impl Header {
     /// An unsegmented request with `payload_len` payload bytes asking for `response_len`.
     pub fn request(id: u64, sent_ns: u64, payload_len: u32, response_len: u32) -> Self {
         Header { kind: Kind::Request, segment: 0, segments: 1, id, sent_ns, payload_len, response_len, offset: 0 }
+    }
+
+    /// The server's answer to `req` asking it to send the request again with `cookie`.
+    pub fn retry(req: &Header, cookie: u32) -> Self {
+        Header { kind: Kind::Retry, payload_len: 0, response_len: 0, offset: cookie, ..*req }
+    }
+
+    /// The server's answer to `req` when it asks for more than `limit` bytes.
+    pub fn refused(req: &Header, limit: u32) -> Self {
+        Header { kind: Kind::Refused, payload_len: 0, response_len: limit, offset: 0, ..*req }
     }
 
     /// Bytes of the datagram this header starts.
@@ -219,6 +240,8 @@ pub fn decode(datagram: &[u8]) -> Result<(Header, &[u8]), WireError> {
     let kind = match head[5] {
         1 => Kind::Request,
         2 => Kind::Response,
+        3 => Kind::Retry,
+        4 => Kind::Refused,
         k => return Err(WireError::Kind(k)),
     };
     let h = Header {
@@ -238,9 +261,10 @@ pub fn decode(datagram: &[u8]) -> Result<(Header, &[u8]), WireError> {
     let segment_ok = h.segments >= 1
         && h.segment < h.segments
         && match kind {
-            // A request's offset and segment fields are unused and must be zero.
-            Kind::Request => h.segments == 1 && h.offset == 0,
+            // A request is one datagram; its offset is the cookie.
+            Kind::Request => h.segments == 1,
             Kind::Response => end <= u64::from(h.response_len),
+            Kind::Retry | Kind::Refused => h.segments == 1 && h.payload_len == 0,
         };
     if !segment_ok {
         return Err(WireError::Segment {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use netlane::lanes::{LaneId, LaneMap, ReuseportSteering};
 use netlane::metrics::cpu::thread_cpu;
+use netlane::time::monotonic_ns;
 use netlane_sys::cmsg::CmsgBuf;
 use netlane_sys::consts::UDP_MAX_SEGMENTS;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -30,7 +31,9 @@ pub use path::{
 };
 pub use rawtx::{RawTxReport, TxKind};
 
+use crate::proto::guard::{Admit, Guard, GuardConfig};
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
+use crate::proto::wire::{self, Header, Kind};
 use paced::Paced;
 use rawtx::{RawTx, Sent};
 
@@ -72,6 +75,8 @@ pub struct ServerConfig {
     /// to its queue's CPU with a socket of its own in an `SO_REUSEPORT` group whose BPF
     /// selector gives each datagram to the lane owning the NAPI id it arrived through.
     pub lane_device: Option<String>,
+    /// What an unverified source may be sent (see `proto::guard`).
+    pub guard: GuardConfig,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +96,7 @@ impl Default for ServerConfig {
             tx: TxKind::Socket,
             pace: None,
             lane_device: None,
+            guard: GuardConfig::default(),
         }
     }
 }
@@ -248,8 +254,14 @@ pub struct ServerStats {
     pub refused_malformed: u64,
     /// Responses sent to the server.
     pub refused_not_request: u64,
-    /// Requests asking for more than the server sends.
+    /// Requests asking for more than the server sends (each answered with a refusal
+    /// naming the limit).
     pub refused_too_large: u64,
+    /// Requests from an unverified source answered with a Retry instead (the response
+    /// was over the ratio to the request, or over the source's byte budget).
+    pub retries_sent: u64,
+    /// Requests that carried a valid cookie.
+    pub verified_requests: u64,
     /// Responses the socket would not take within a second (the client will ask again).
     pub send_dropped: u64,
     /// Other send errors.
@@ -424,6 +436,7 @@ fn serve_on(
 
     let started = Instant::now();
     let cpu0 = thread_cpu();
+    let mut guard = Guard::new(cfg.guard, std::collections::hash_map::RandomState::new());
     let mut events = [EpollEvent::empty(); 4];
     while !stop.load(Ordering::Relaxed) && cfg.duration.is_none_or(|d| started.elapsed() < d) {
         st.polls += 1;
@@ -454,7 +467,7 @@ fn serve_on(
             let mut got = 0;
             let r = path.recv(&sock, &mut |data, from| {
                 got += 1;
-                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut out, &mut st, data, from);
+                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut guard, &mut out, &mut st, data, from);
             });
             flush(&mut raw, &mut st);
             if !cfg.path.is_frames() {
@@ -475,7 +488,7 @@ fn serve_on(
         while more {
             st.recv_syscalls += 1;
             let r = path.recv_stack(&sock, &mut |data, from| {
-                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut out, &mut st, data, from)
+                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut guard, &mut out, &mut st, data, from)
             });
             flush(&mut raw, &mut st);
             more = match r {
@@ -743,57 +756,101 @@ fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
     }
 }
 
+/// Answers one request: the response, a Retry when the guard holds an unverified
+/// source to less, a refusal when it asks for more than the server sends.
 fn answer(
     cfg: &ServerConfig,
-    (tx, raw, paced): (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
+    senders: (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
+    guard: &mut Guard,
     out: &mut [u8],
     st: &mut ServerStats,
     request: &[u8],
     from: SocketAddr,
 ) {
+    // Echo answers a datagram with itself: never larger than what came in.
+    if !cfg.responder.echo
+        && let Ok((h, _)) = wire::decode(request)
+        && h.kind == Kind::Request
+    {
+        let answer = if h.response_len > cfg.responder.max_response {
+            st.refused_too_large += 1;
+            Some(Header::refused(&h, cfg.responder.max_response))
+        } else {
+            let reply = cfg.responder.reply_bytes(h.response_len);
+            match guard.handle_request(from, h.offset, request.len(), reply, monotonic_ns()) {
+                Admit::Send { verified } => {
+                    st.verified_requests += u64::from(verified);
+                    None
+                }
+                Admit::Retry(cookie) => {
+                    st.retries_sent += 1;
+                    Some(Header::retry(&h, cookie))
+                }
+            }
+        };
+        if let Some(a) = answer {
+            if let Ok(n) = wire::encode(&a, out) {
+                deliver(senders, &out[..n], 1, n, from, st);
+            }
+            return;
+        }
+    }
     match respond(&cfg.responder, request, out) {
         Ok(reply) => {
             st.responses += 1;
-            if let Some(p) = paced {
-                if !p.push(&out[..reply.len], from) {
-                    st.send_dropped += 1;
-                }
-                return;
-            }
-            if let Some(r) = raw {
-                match r.send(&out[..reply.len], reply.segment_len, from) {
-                    Ok(Sent::Frames) => {
-                        st.datagrams_sent += reply.segments as u64;
-                        st.bytes_sent += reply.len as u64;
-                        return;
-                    }
-                    Ok(Sent::Dropped) => {
-                        st.send_dropped += 1;
-                        return;
-                    }
-                    Ok(Sent::UseSocket) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, %from, "frame transmit failed");
-                        st.send_errors += 1;
-                        return;
-                    }
-                }
-            }
-            match tx.send(&out[..reply.len], reply.segment_len, from) {
-                Ok(()) => {
-                    st.datagrams_sent += reply.segments as u64;
-                    st.bytes_sent += reply.len as u64;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.send_dropped += 1,
-                Err(e) => {
-                    tracing::debug!(error = %e, %from, "send failed");
-                    st.send_errors += 1;
-                }
-            }
+            deliver(senders, &out[..reply.len], reply.segments, reply.segment_len, from, st);
         }
         Err(Refusal::Malformed(_)) => st.refused_malformed += 1,
         Err(Refusal::NotARequest) => st.refused_not_request += 1,
         Err(Refusal::TooLarge { .. }) => st.refused_too_large += 1,
+    }
+}
+
+/// Sends `reply` (`segments` datagrams of `segment_len` bytes) to `from`: paced, as
+/// frames, or through the socket.
+fn deliver(
+    (tx, raw, paced): (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
+    reply: &[u8],
+    segments: usize,
+    segment_len: usize,
+    from: SocketAddr,
+    st: &mut ServerStats,
+) {
+    if let Some(p) = paced {
+        if !p.push(reply, from) {
+            st.send_dropped += 1;
+        }
+        return;
+    }
+    if let Some(r) = raw {
+        match r.send(reply, segment_len, from) {
+            Ok(Sent::Frames) => {
+                st.datagrams_sent += segments as u64;
+                st.bytes_sent += reply.len() as u64;
+                return;
+            }
+            Ok(Sent::Dropped) => {
+                st.send_dropped += 1;
+                return;
+            }
+            Ok(Sent::UseSocket) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, %from, "frame transmit failed");
+                st.send_errors += 1;
+                return;
+            }
+        }
+    }
+    match tx.send(reply, segment_len, from) {
+        Ok(()) => {
+            st.datagrams_sent += segments as u64;
+            st.bytes_sent += reply.len() as u64;
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.send_dropped += 1,
+        Err(e) => {
+            tracing::debug!(error = %e, %from, "send failed");
+            st.send_errors += 1;
+        }
     }
 }
 
