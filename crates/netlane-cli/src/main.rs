@@ -150,11 +150,14 @@ fn probe(o: &out::OutputArgs) -> Result<()> {
 fn topo(cmd: &TopoCmd) -> Result<()> {
     match cmd {
         TopoCmd::Clean => {
-            let removed = netlane::topology::registry::clean_stale().context("removing stale namespaces")?;
-            if removed.is_empty() {
+            let cleaned = netlane::topology::registry::clean_stale().context("removing stale namespaces")?;
+            if cleaned.namespaces.is_empty() {
                 out::println("no stale netlane namespaces");
             }
-            for n in removed {
+            for (pid, comm, ns) in &cleaned.processes {
+                out::println(&format!("ended {comm} (pid {pid}), still running in {ns}"));
+            }
+            for n in &cleaned.namespaces {
                 out::println(&format!("removed {n}"));
             }
         }

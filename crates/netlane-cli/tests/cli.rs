@@ -3,6 +3,7 @@
 //! `docs/schema/`.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -731,10 +732,85 @@ fn topo_clean_removes_only_stale_namespaces() {
     assert!(st.success());
     let o = netlane(&["topo", "list"]);
     assert!(stdout(&o).contains(stale) && stdout(&o).contains("stale"), "{}", stdout(&o));
+    // A process still running inside it (a server a killed run left) is ended first:
+    // it would keep the namespace alive.
+    let mut inside = Reaped(Command::new("ip").args(["netns", "exec", stale, "sleep", "60"]).spawn().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(format!("/proc/{}/comm", inside.id())).unwrap_or_default().trim() != "sleep" {
+        assert!(Instant::now() < deadline, "sleep did not start in {stale}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let o = netlane(&["topo", "clean"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains(stale));
+    assert!(stdout(&o).contains(&format!("removed {stale}")), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains(&format!("ended sleep (pid {}), still running in {stale}", inside.id())),
+        "{}",
+        stdout(&o)
+    );
+    assert!(inside.wait().unwrap().signal().is_some(), "sleep was ended by a signal");
     assert!(!Path::new("/run/netns").join(stale).exists());
+}
+
+/// The process ids of `comm` processes whose parent is `parent`.
+fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            // pid (comm) state ppid ...
+            let Some((name, rest)) = stat.split_once(") ") else { return false };
+            name.ends_with(&format!("({comm}")) && rest.split_whitespace().nth(1) == Some(&parent.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_namespaces() {
+    if !privileged("a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_namespaces") {
+        return;
+    }
+    let dir = temp_dir("killed-lab");
+    let mut lab = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["lab", "--quick", "--only", "kv", "--out", dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = lab.id();
+    // memcached runs (under taskset, which executes it) as the lab's child.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let memcached = loop {
+        if let Some(&m) = children_named(pid, "memcached").first() {
+            break m;
+        }
+        assert!(lab.try_wait().unwrap().is_none(), "the lab ended before memcached started");
+        assert!(Instant::now() < deadline, "memcached did not start within 180 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    lab.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let gone = || {
+        std::fs::read_to_string(format!("/proc/{memcached}/stat"))
+            .map_or(true, |s| s.split_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+    };
+    while !gone() {
+        assert!(Instant::now() < deadline, "memcached {memcached} outlived the lab it served");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = netlane(&["topo", "clean"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let left: Vec<String> = netlane::testing::netns_names()
+        .into_iter()
+        .filter(|n| netlane::topology::registry::owner_pid(n) == Some(pid))
+        .collect();
+    assert!(left.is_empty(), "still there after topo clean: {left:?}; it said {}", stdout(&o));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -73,7 +73,11 @@ pub enum StallError {
 /// Runs cyclictest on `cpu` for `duration`, waking every `interval`.
 pub fn probe(cpu: usize, duration: Duration, interval: Duration) -> Result<Stalls, StallError> {
     let secs = duration.as_secs().max(1);
-    let mut child = Command::new("cyclictest")
+    let mut cmd = Command::new("cyclictest");
+    // SCHED_FIFO 99 on a CPU: it must never outlive an interrupted run (this thread
+    // waits for it, so it lives as long).
+    netlane_sys::process::kill_with_parent(&mut cmd);
+    let mut child = cmd
         .args(["-q", "--policy=fifo", "-p", "99", "-t", "1"])
         .args(["-a", &cpu.to_string()])
         .args(["-i", &interval.as_micros().max(100).to_string()])

@@ -522,8 +522,9 @@ impl Drop for Running {
 }
 
 /// memcached in the server's namespace on `cpus` (a CPU list for taskset), serving
-/// `addr` over TCP only with `threads` threads, 1 GiB and `max_conns` connections. Its
-/// output is discarded: a server that cannot start shows as one that never accepts.
+/// `addr` over TCP only with `threads` threads, 1 GiB and `max_conns` connections,
+/// killed when the thread that spawns it ends. Its output is discarded: a server that
+/// cannot start shows as one that never accepts.
 pub(super) fn memcached_command(
     h: &TwoHosts,
     program: &str,
@@ -541,6 +542,9 @@ pub(super) fn memcached_command(
     if nix::unistd::geteuid().is_root() {
         cmd.args(["-u", "root"]);
     }
+    // A lab run that is killed takes memcached with it (the spawning thread is the
+    // scenario's, which outlives the server).
+    netlane_sys::process::kill_with_parent(&mut cmd);
     cmd
 }
 

@@ -187,10 +187,16 @@ pub fn run_all(
     // A run killed with SIGKILL could not remove its namespaces (its helper processes
     // die with it; the bind mounts in /run/netns stay): the next run does.
     match netlane::topology::registry::clean_stale() {
-        Ok(removed) if !removed.is_empty() => progress.println(&format!(
-            "removed {} namespaces left by killed runs: {}",
-            removed.len(),
-            removed.join(" ")
+        Ok(c) if !c.namespaces.is_empty() => progress.println(&format!(
+            "removed {} namespaces left by killed runs: {}{}",
+            c.namespaces.len(),
+            c.namespaces.join(" "),
+            if c.processes.is_empty() {
+                String::new()
+            } else {
+                let ended: Vec<String> = c.processes.iter().map(|(p, comm, _)| format!("{comm} ({p})")).collect();
+                format!("; ended what still ran in them: {}", ended.join(", "))
+            }
         )),
         Ok(_) => {}
         Err(e) => progress.println(&format!("warning: could not look for stale namespaces: {e}")),

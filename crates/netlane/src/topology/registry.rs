@@ -50,13 +50,25 @@ pub fn owner_pid(name: &str) -> Option<u32> {
     name.strip_prefix(NAME_PREFIX)?.split('-').next()?.parse().ok()
 }
 
-/// Removes netlane namespaces (`nl-<pid>-...`) whose creating process is gone.
-/// Returns the names removed. Namespaces of live processes are left alone.
-pub fn clean_stale() -> std::io::Result<Vec<String>> {
-    let mut removed = Vec::new();
+/// What [`clean_stale`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Namespaces removed.
+    pub namespaces: Vec<String>,
+    /// Processes that were still running inside them and were ended: (pid, command
+    /// name, namespace).
+    pub processes: Vec<(u32, String, String)>,
+}
+
+/// Removes netlane namespaces (`nl-<pid>-...`) whose creating process is gone, ending
+/// first any process still running inside one (a server a killed run started: it
+/// would keep the namespace, and whatever it holds, alive): SIGTERM, then SIGKILL
+/// after a second. Namespaces of live processes are left alone.
+pub fn clean_stale() -> std::io::Result<Cleaned> {
+    let mut cleaned = Cleaned::default();
     let entries = match fs::read_dir(NETNS_RUN_DIR) {
         Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(removed),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(cleaned),
         Err(e) => return Err(e),
     };
     for entry in entries.flatten() {
@@ -67,11 +79,49 @@ pub fn clean_stale() -> std::io::Result<Vec<String>> {
         if Path::new("/proc").join(pid.to_string()).exists() {
             continue;
         }
+        for (p, comm) in end_processes_in(&entry.path()) {
+            cleaned.processes.push((p, comm, name.clone()));
+        }
         if remove(&entry.path()) {
-            removed.push(name);
+            cleaned.namespaces.push(name);
         }
     }
-    Ok(removed)
+    Ok(cleaned)
+}
+
+/// Processes whose network namespace is the one bound at `ns` (same nsfs inode).
+fn processes_in(ns: &Path) -> Vec<(u32, String)> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(target) = fs::metadata(ns) else { return Vec::new() };
+    let own = std::process::id();
+    let Ok(procs) = fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| p != own)
+        .filter(|p| {
+            fs::metadata(format!("/proc/{p}/ns/net")).is_ok_and(|m| m.ino() == target.ino() && m.dev() == target.dev())
+        })
+        .map(|p| (p, fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default().trim().to_string()))
+        .collect()
+}
+
+/// Ends the processes inside the namespace at `ns`; returns them.
+fn end_processes_in(ns: &Path) -> Vec<(u32, String)> {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let found = processes_in(ns);
+    for (p, _) in &found {
+        let _ = kill(Pid::from_raw(*p as i32), Signal::SIGTERM);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while !processes_in(ns).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    for (p, _) in processes_in(ns) {
+        let _ = kill(Pid::from_raw(p as i32), Signal::SIGKILL);
+    }
+    found
 }
 
 #[cfg(test)]
