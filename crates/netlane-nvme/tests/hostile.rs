@@ -272,6 +272,17 @@ fn unread_responses_hold_only_the_queue_budget() {
 
 /// Connections that never send ICReq, or stop after it without a Connect, are closed at
 /// the setup deadline; a proper host is served meanwhile.
+/// Sends an ICReq on `s` and nothing more: a connection that never finishes setting up.
+fn icreq_only(mut s: TcpStream) -> TcpStream {
+    let mut ic = Vec::new();
+    TxConfig::ic_req(
+        &mut ic,
+        &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 0 },
+    );
+    s.write_all(&ic).unwrap();
+    s
+}
+
 #[test]
 fn connections_that_never_set_up_are_closed_at_the_deadline() {
     let _one = one_at_a_time();
@@ -279,18 +290,7 @@ fn connections_that_never_set_up_are_closed_at_the_deadline() {
     let server = start(cfg, |_| {}, mem_ns());
     let addr = server.local_addr();
     let mut silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    let mut half: Vec<TcpStream> = (0..20)
-        .map(|_| {
-            let mut s = TcpStream::connect(addr).unwrap();
-            let mut ic = Vec::new();
-            TxConfig::ic_req(
-                &mut ic,
-                &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 0 },
-            );
-            s.write_all(&ic).unwrap();
-            s
-        })
-        .collect();
+    let mut half: Vec<TcpStream> = (0..20).map(|_| icreq_only(TcpStream::connect(addr).unwrap())).collect();
     let ctrl = controller(addr);
     let started = Instant::now();
     for s in silent.iter_mut().chain(half.iter_mut()) {
@@ -352,14 +352,7 @@ fn one_source_cannot_take_every_slot_with_connections_in_setup() {
             let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
             s.bind(&attacker.into()).unwrap();
             s.connect(&addr.into()).unwrap();
-            let mut s = TcpStream::from(s);
-            let mut ic = Vec::new();
-            TxConfig::ic_req(
-                &mut ic,
-                &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 0 },
-            );
-            s.write_all(&ic).unwrap();
-            s
+            icreq_only(TcpStream::from(s))
         })
         .collect();
     let mut open = 0;

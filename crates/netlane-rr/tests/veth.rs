@@ -421,6 +421,14 @@ fn frame_paths_leave_frames_for_another_hosts_mac_alone() {
     }
 }
 
+/// The Ethernet addresses of the client's end and the server's end of the link.
+fn macs(h: &TwoHosts) -> ([u8; 6], [u8; 6]) {
+    let mac = |ns: &netlane::topology::Netns, i: u32| -> [u8; 6] {
+        ns.with_rtnl(|r| r.link_mac(i)).unwrap().try_into().expect("an Ethernet address")
+    };
+    (mac(&h.tx, h.tx_index), mac(&h.rx, h.rx_index))
+}
+
 /// Runs the server on `path` and sends it every crafted frame from the client's
 /// address, port 4000; returns the request ids answered there, in order, and the
 /// server's counters.
@@ -469,10 +477,7 @@ fn every_path_below_the_stack_takes_exactly_the_crafted_frames_the_socket_takes(
     }
     use netlane_rr::proto::crafted::crafted;
     let h = hosts("rr-crafted", 1500);
-    let mac = |ns: &netlane::topology::Netns, i: u32| -> [u8; 6] {
-        ns.with_rtnl(|r| r.link_mac(i)).unwrap().try_into().expect("an Ethernet address")
-    };
-    let macs = (mac(&h.tx, h.tx_index), mac(&h.rx, h.rx_index));
+    let macs = macs(&h);
     for ipv6 in [false, true] {
         let src = SocketAddr::new(h.tx_addr(ipv6), 4000);
         let shapes = crafted(macs, src, SocketAddr::new(h.rx_addr(ipv6), 7070), &|_| vec![0; 104]);
@@ -546,10 +551,7 @@ fn forged_sources_get_retries_of_their_own_size_and_real_clients_are_still_answe
     }
     use netlane_rr::proto::server::ResponderConfig;
     let h = hosts("rr-flood", 1500);
-    let mac = |ns: &netlane::topology::Netns, i: u32| -> [u8; 6] {
-        ns.with_rtnl(|r| r.link_mac(i)).unwrap().try_into().expect("an Ethernet address")
-    };
-    let macs = (mac(&h.tx, h.tx_index), mac(&h.rx, h.rx_index));
+    let macs = macs(&h);
     let cfg = ServerConfig {
         responder: ResponderConfig { max_response: 65_467, ..ResponderConfig::default() },
         ..server_cfg(&h, PathKind::Recvmmsg, false)
