@@ -18,7 +18,7 @@
 //! weight = 2                   # optional, default 1; 0 drains the real
 //! ```
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 
 use serde::Deserialize;
@@ -383,16 +383,19 @@ pub fn diff(old: &Config, new: &Config) -> Result<Vec<VipChange>, maglev::RingEr
     let key = |v: &Vip| (v.address, v.port, v.proto);
     for n in &new.vips {
         let o = old.vips.iter().find(|o| key(o) == key(n));
-        let empty = Vec::new();
-        let old_reals = o.map_or(&empty, |o| &o.reals);
+        // Weights by address: a VIP may have hundreds of thousands of reals.
+        let old_weights: HashMap<IpAddr, u32> =
+            o.map(|o| o.reals.iter().map(|r| (r.address, r.weight)).collect()).unwrap_or_default();
+        let new_addrs: HashSet<IpAddr> = n.reals.iter().map(|r| r.address).collect();
         let added: Vec<IpAddr> =
-            n.reals.iter().filter(|r| !old_reals.iter().any(|x| x.address == r.address)).map(|r| r.address).collect();
-        let removed: Vec<IpAddr> =
-            old_reals.iter().filter(|r| !n.reals.iter().any(|x| x.address == r.address)).map(|r| r.address).collect();
+            n.reals.iter().filter(|r| !old_weights.contains_key(&r.address)).map(|r| r.address).collect();
+        let removed: Vec<IpAddr> = o
+            .map(|o| o.reals.iter().filter(|r| !new_addrs.contains(&r.address)).map(|r| r.address).collect())
+            .unwrap_or_default();
         let reweighted: Vec<IpAddr> = n
             .reals
             .iter()
-            .filter(|r| old_reals.iter().any(|x| x.address == r.address && x.weight != r.weight))
+            .filter(|r| old_weights.get(&r.address).is_some_and(|&w| w != r.weight))
             .map(|r| r.address)
             .collect();
         let nb = n.backends();

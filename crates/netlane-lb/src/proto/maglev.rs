@@ -89,8 +89,9 @@ pub fn build(backends: &[Backend], size: u32) -> Result<Vec<Slot>, RingError> {
     if size < MIN_RING || !is_prime(size) {
         return Err(RingError::NotPrime(size));
     }
+    let mut seen = std::collections::HashSet::with_capacity(backends.len());
     for (i, b) in backends.iter().enumerate() {
-        if backends[..i].iter().any(|o| o.key == b.key) {
+        if !seen.insert(b.key.as_slice()) {
             return Err(RingError::Duplicate(i));
         }
     }

@@ -202,8 +202,8 @@ impl ControlPlane {
             }
             let Some(mut st) = next.vips.remove(&k) else { continue };
             // Reals that go away.
-            let removed: Vec<IpAddr> =
-                st.reals.keys().filter(|a| !v.reals.iter().any(|r| r.address == **a)).copied().collect();
+            let listed: std::collections::HashSet<IpAddr> = v.reals.iter().map(|r| r.address).collect();
+            let removed: Vec<IpAddr> = st.reals.keys().filter(|a| !listed.contains(a)).copied().collect();
             for a in removed {
                 if let Some(idx) = st.reals.remove(&a) {
                     clears.push(idx);
