@@ -105,14 +105,14 @@ impl<S: BuildHasher> Guard<S> {
         if self.valid(from, cookie, now_ns) {
             return Admit::Send { verified: true };
         }
-        let retry = Admit::Retry(self.cookie(from, now_ns));
+        let retry = |g: &Self| Admit::Retry(g.cookie(from, now_ns));
         if reply_bytes as u64 > u64::from(self.cfg.ratio).saturating_mul(request_bytes as u64) {
-            return retry;
+            return retry(self);
         }
         if self.sources.len() >= self.cfg.max_sources && !self.sources.contains_key(&from.ip()) {
             self.forget_idle(now_ns);
             if self.sources.len() >= self.cfg.max_sources {
-                return retry;
+                return retry(self);
             }
         }
         let budget = self.cfg.budget;
@@ -121,7 +121,7 @@ impl<S: BuildHasher> Guard<S> {
         b.tokens = (u128::from(b.tokens) + refill).min(u128::from(budget)) as u64;
         b.at_ns = now_ns;
         if b.tokens < reply_bytes as u64 {
-            return retry;
+            return retry(self);
         }
         b.tokens -= reply_bytes as u64;
         Admit::Send { verified: false }

@@ -124,6 +124,12 @@ pub fn respond(cfg: &ResponderConfig, request: &[u8], out: &mut [u8]) -> Result<
         return Ok(Reply { segments: 1, segment_len: request.len(), len: request.len() });
     }
     let (req, _) = wire::decode(request)?;
+    respond_to(cfg, &req, out)
+}
+
+/// Answers a request already decoded (the driver decodes once to decide whether to
+/// answer at all) into `out`.
+pub fn respond_to(cfg: &ResponderConfig, req: &Header, out: &mut [u8]) -> Result<Reply, Refusal> {
     if req.kind != Kind::Request {
         return Err(Refusal::NotARequest);
     }

@@ -32,7 +32,7 @@ pub use path::{
 pub use rawtx::{RawTxReport, TxKind};
 
 use crate::proto::guard::{Admit, Guard, GuardConfig};
-use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond};
+use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond, respond_to};
 use crate::proto::wire::{self, Header, Kind};
 use paced::Paced;
 use rawtx::{RawTx, Sent};
@@ -377,17 +377,21 @@ pub fn serve(
 ) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
     cfg.memory_ask().check()?;
+    // One key for every lane's cookies: a client whose datagrams move to another lane
+    // keeps its cookie.
+    let keys = std::collections::hash_map::RandomState::new();
     if let Some(dev) = &cfg.lane_device {
-        return serve_lanes(cfg, dev, stop, on_ready);
+        return serve_lanes(cfg, dev, &keys, stop, on_ready);
     }
     let sock = bind(cfg, cfg.listen, false)?;
-    serve_on(cfg, sock, stop, on_ready)
+    serve_on(cfg, sock, &keys, stop, on_ready)
 }
 
 /// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
 fn serve_on(
     cfg: &ServerConfig,
     sock: UdpSocket,
+    keys: &std::collections::hash_map::RandomState,
     stop: &AtomicBool,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
@@ -436,7 +440,7 @@ fn serve_on(
 
     let started = Instant::now();
     let cpu0 = thread_cpu();
-    let mut guard = Guard::new(cfg.guard, std::collections::hash_map::RandomState::new());
+    let mut guard = Guard::new(cfg.guard, keys.clone());
     let mut events = [EpollEvent::empty(); 4];
     while !stop.load(Ordering::Relaxed) && cfg.duration.is_none_or(|d| started.elapsed() < d) {
         st.polls += 1;
@@ -572,6 +576,7 @@ fn serve_on(
 fn serve_lanes(
     cfg: &ServerConfig,
     dev: &str,
+    keys: &std::collections::hash_map::RandomState,
     stop: &AtomicBool,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
@@ -613,7 +618,7 @@ fn serve_lanes(
             .map(|(sock, &cpu)| {
                 let lane_cfg = ServerConfig { cpu, lane_device: None, ..cfg.clone() };
                 s.spawn(move || {
-                    let r = serve_on(&lane_cfg, sock, stop, |_| {});
+                    let r = serve_on(&lane_cfg, sock, keys, stop, |_| {});
                     if r.is_err() {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -768,34 +773,40 @@ fn answer(
     from: SocketAddr,
 ) {
     // Echo answers a datagram with itself: never larger than what came in.
-    if !cfg.responder.echo
-        && let Ok((h, _)) = wire::decode(request)
-        && h.kind == Kind::Request
-    {
-        let answer = if h.response_len > cfg.responder.max_response {
-            st.refused_too_large += 1;
-            Some(Header::refused(&h, cfg.responder.max_response))
-        } else {
-            let reply = cfg.responder.reply_bytes(h.response_len);
-            match guard.handle_request(from, h.offset, request.len(), reply, monotonic_ns()) {
-                Admit::Send { verified } => {
-                    st.verified_requests += u64::from(verified);
-                    None
+    let result = if cfg.responder.echo {
+        respond(&cfg.responder, request, out)
+    } else {
+        match wire::decode(request) {
+            Err(e) => Err(Refusal::Malformed(e)),
+            Ok((h, _)) if h.kind != Kind::Request => Err(Refusal::NotARequest),
+            Ok((h, _)) => {
+                let control = if h.response_len > cfg.responder.max_response {
+                    st.refused_too_large += 1;
+                    Some(Header::refused(&h, cfg.responder.max_response))
+                } else {
+                    let reply = cfg.responder.reply_bytes(h.response_len);
+                    match guard.handle_request(from, h.offset, request.len(), reply, monotonic_ns()) {
+                        Admit::Send { verified } => {
+                            st.verified_requests += u64::from(verified);
+                            None
+                        }
+                        Admit::Retry(cookie) => {
+                            st.retries_sent += 1;
+                            Some(Header::retry(&h, cookie))
+                        }
+                    }
+                };
+                if let Some(c) = control {
+                    if let Ok(n) = wire::encode(&c, out) {
+                        deliver(senders, &out[..n], 1, n, from, st);
+                    }
+                    return;
                 }
-                Admit::Retry(cookie) => {
-                    st.retries_sent += 1;
-                    Some(Header::retry(&h, cookie))
-                }
+                respond_to(&cfg.responder, &h, out)
             }
-        };
-        if let Some(a) = answer {
-            if let Ok(n) = wire::encode(&a, out) {
-                deliver(senders, &out[..n], 1, n, from, st);
-            }
-            return;
         }
-    }
-    match respond(&cfg.responder, request, out) {
+    };
+    match result {
         Ok(reply) => {
             st.responses += 1;
             deliver(senders, &out[..reply.len], reply.segments, reply.segment_len, from, st);
