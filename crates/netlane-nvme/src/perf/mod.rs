@@ -440,6 +440,7 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     let sends0 = shared.send_calls.load(Ordering::Relaxed);
     let cmds0 = shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
     sleep_until(window.1);
+    let ended = monotonic_ns();
     let cpu1 = process_cpu();
     let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
     let sends1 = shared.send_calls.load(Ordering::Relaxed);
@@ -465,7 +466,11 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     }
     let _ = ctrl.shutdown();
 
-    let secs = opts.duration.as_secs_f64();
+    let secs = match opts.verify {
+        // A verify-only sweep reads from the jobs' start and ends with its last block.
+        VerifyMode::ReadBack => (ended.min(window.1).saturating_sub(start) as f64 / 1e9).max(1e-9),
+        _ => opts.duration.as_secs_f64(),
+    };
     let mut groups = Vec::new();
     let mut all_ops = 0;
     for g in &opts.groups {
