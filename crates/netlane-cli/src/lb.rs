@@ -10,7 +10,6 @@ use clap::{Args, Subcommand};
 use netlane_lab::report::documents::{LbCheck, LbRun};
 use netlane_lab::report::{self, Column, Row, Table, Value, terminal};
 use netlane_lab::scenarios::options::parse_positive_duration;
-use netlane_lb::proto::config::Config;
 use netlane_lb::server::{self, Event, ServeOptions};
 use netlane_lb::{HintMode, HintSource, LbOptions, LbStats};
 
@@ -284,13 +283,9 @@ fn run_lb(a: &RunArgs) -> Result<()> {
     out.write_json(&report::document("lb-run", LbRun { seconds: secs, stats: Some(stats), mode }))
 }
 
-fn read_config(path: &std::path::Path) -> Result<Config> {
-    Ok(netlane_lb::server::read_config(path)?)
-}
-
 fn check(a: &CheckArgs) -> Result<()> {
     a.out.validate()?;
-    let config = read_config(&a.config)?;
+    let config = netlane_lb::server::read_config(&a.config)?;
     let vips = config.shares()?;
     let mut t = Table::new(
         "lb-check",

@@ -548,21 +548,17 @@ fn nvme_bad_options_are_explained() {
     assert!(stderr(&o).contains("expected mem:SIZE"), "{}", stderr(&o));
 }
 
-/// GiB of memory this machine has now (MemAvailable).
-fn available_gib() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
-    let kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .expect("MemAvailable in /proc/meminfo");
-    kib >> 20
+/// What the machine can give now, as the servers see it: GiB, and what sets it
+/// (MemAvailable, or a memory cgroup's limit).
+fn available() -> (u64, String) {
+    let a = netlane::memory::available().expect("what memory this machine has");
+    (a.bytes >> 30, a.limit.to_string())
 }
 
 #[test]
 fn servers_refuse_memory_the_machine_does_not_have_and_take_only_what_is_used() {
-    let twice = (2 * available_gib()).max(2);
+    let (gib, limit) = available();
+    let twice = (2 * gib).max(2);
     let refused = |args: &[&str], part: &str| {
         let started = Instant::now();
         let o = netlane(args);
@@ -570,7 +566,7 @@ fn servers_refuse_memory_the_machine_does_not_have_and_take_only_what_is_used() 
         assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
         assert!(started.elapsed() < Duration::from_secs(5), "{args:?} took {:?}", started.elapsed());
         assert!(
-            e.contains("of memory asked for (") && e.contains(part) && e.contains("available (MemAvailable)"),
+            e.contains("of memory asked for (") && e.contains(part) && e.contains(&format!("available ({limit})")),
             "{e}"
         );
         assert_eq!(e.trim_end().lines().count(), 1, "one line: {e}");
@@ -581,7 +577,7 @@ fn servers_refuse_memory_the_machine_does_not_have_and_take_only_what_is_used() 
     refused(&["kv", "serve", "-p", "-1", "-m", &megabytes, "--time", "60s"], "the cache: ");
 
     // A namespace that fits is taken as it is written, not up front.
-    let half = format!("mem:{}G", (available_gib() / 2).max(1));
+    let half = format!("mem:{}G", (gib / 2).max(1));
     let started = Instant::now();
     // (Few connections, so their queue budgets do not count against it.)
     let t = Target::start(&["--ns", &half, "--max-connections", "16"]);

@@ -69,7 +69,9 @@ fn seal_udp_over(f: &mut [u8], ulen: Option<usize>) {
     f[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
 }
 
-fn seal(mut f: Vec<u8>) -> Vec<u8> {
+/// Fills in the IPv4 header checksum and the UDP checksum (over the UDP length) of an
+/// Ethernet + IPv4/IPv6 + UDP frame.
+pub(crate) fn seal(mut f: Vec<u8>) -> Vec<u8> {
     seal_ip(&mut f);
     seal_udp_over(&mut f, None);
     f

@@ -433,39 +433,8 @@ pub fn run_filter_as(prog: &[Insn], frame: &[u8], pkttype: u32) -> u32 {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::proto::crafted::seal;
     use proptest::prelude::*;
-
-    /// Where the IP header starts in a frame (one 802.1Q tag allowed).
-    fn l3(f: &[u8]) -> usize {
-        if f[12..14] == ETH_P_8021Q.to_be_bytes() { ETH_LEN + 4 } else { ETH_LEN }
-    }
-
-    /// Fills in the IPv4 header checksum and the UDP checksum (over the UDP length) of
-    /// an Ethernet + IPv4/IPv6 + UDP frame.
-    pub(crate) fn seal(mut f: Vec<u8>) -> Vec<u8> {
-        let at = l3(&f);
-        let v4 = f[at] >> 4 == 4;
-        let (ihl, src, dst) = if v4 {
-            (usize::from(f[at] & 0x0f) * 4, at + 12..at + 16, at + 16..at + 20)
-        } else {
-            (40, at + 8..at + 24, at + 24..at + 40)
-        };
-        if v4 {
-            f[at + 10..at + 12].copy_from_slice(&[0, 0]);
-            let c = fold(sum16(0, &f[at..at + ihl]));
-            f[at + 10..at + 12].copy_from_slice(&c.to_be_bytes());
-        }
-        let u = at + ihl;
-        let ulen = usize::from(u16::from_be_bytes([f[u + 4], f[u + 5]]));
-        f[u + 6..u + 8].copy_from_slice(&[0, 0]);
-        let pseudo = sum16(sum16(0, &f[src]), &f[dst]) + u64::from(IPPROTO_UDP) + ulen as u64;
-        let c = match fold(sum16(pseudo, &f[u..u + ulen])) {
-            0 => 0xffff,
-            c => c,
-        };
-        f[u + 6..u + 8].copy_from_slice(&c.to_be_bytes());
-        f
-    }
 
     /// An Ethernet + IPv4 + UDP frame, checksums filled in.
     pub(crate) fn v4_frame(sport: u16, dport: u16, payload: &[u8], frag: u16) -> Vec<u8> {
