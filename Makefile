@@ -51,4 +51,4 @@ install: setup
 	$(CARGO) install --path crates/netlane-cli --locked
 
 clean-netns:
-	$(CARGO) run --release -q -p netlane-cli -- topo clean
+	$(CARGO) run --release -q -p netlane-cli -- clean

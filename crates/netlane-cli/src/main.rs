@@ -83,6 +83,10 @@ enum Cmd {
         #[command(flatten)]
         out: out::OutputArgs,
     },
+    /// Undo what netlane processes that no longer run left behind: end processes still
+    /// in their network namespaces and remove the namespaces; remove their qdiscs and
+    /// cgroups; put back sysctls they changed. Says what it did.
+    Clean,
     /// The lab's network namespaces.
     Topo {
         #[command(subcommand)]
@@ -106,7 +110,7 @@ enum Cmd {
 
 #[derive(Debug, Subcommand)]
 enum TopoCmd {
-    /// Remove namespaces left behind by netlane processes that no longer run.
+    /// The same as `netlane clean`.
     Clean,
     /// List the netlane namespaces that exist.
     List,
@@ -147,20 +151,36 @@ fn probe(o: &out::OutputArgs) -> Result<()> {
     o.write_tables(&doc.provenance.run_id, &[t])
 }
 
-fn topo(cmd: &TopoCmd) -> Result<()> {
-    match cmd {
-        TopoCmd::Clean => {
-            let cleaned = netlane::topology::registry::clean_stale().context("removing stale namespaces")?;
-            if cleaned.namespaces.is_empty() {
-                out::println("no stale netlane namespaces");
-            }
-            for (pid, comm, ns) in &cleaned.processes {
-                out::println(&format!("ended {comm} (pid {pid}), still running in {ns}"));
-            }
-            for n in &cleaned.namespaces {
-                out::println(&format!("removed {n}"));
+/// `netlane clean`: exits 1 when something could not be undone (its record is kept).
+fn clean() -> Result<u8> {
+    let cleaned = netlane::topology::registry::clean_stale().context("removing stale namespaces")?;
+    for (pid, comm, ns) in &cleaned.processes {
+        out::println(&format!("ended {comm} (pid {pid}), still running in {ns}"));
+    }
+    for n in &cleaned.namespaces {
+        out::println(&format!("removed namespace {n}"));
+    }
+    let undone = netlane::installed::clean_stale()
+        .with_context(|| format!("reading the records in {}", netlane::installed::DIR))?;
+    let mut failed = 0;
+    for u in &undone {
+        match &u.outcome {
+            Ok(what) => out::println(&format!("{} (left by pid {}): {what}", u.change, u.pid)),
+            Err(why) => {
+                failed += 1;
+                eprintln!("netlane clean: {} (left by pid {}): not undone: {why}", u.change, u.pid);
             }
         }
+    }
+    if cleaned.namespaces.is_empty() && undone.is_empty() {
+        out::println("nothing left behind by netlane processes that no longer run");
+    }
+    Ok(u8::from(failed > 0))
+}
+
+fn topo(cmd: &TopoCmd) -> Result<()> {
+    match cmd {
+        TopoCmd::Clean => return clean().map(|_| ()),
         TopoCmd::List => {
             let mut names: Vec<String> = netlane::testing::netns_names();
             names.retain(|n| n.starts_with(netlane::topology::NAME_PREFIX));
@@ -207,6 +227,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Rr { cmd } => rr::run(cmd),
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
+        Cmd::Clean => clean(),
         Cmd::Topo { cmd } => topo(&cmd).map(|()| 0),
         Cmd::Completions { shell } => {
             let mut buf = Vec::new();

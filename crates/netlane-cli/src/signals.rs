@@ -45,7 +45,7 @@ pub fn install(mode: Mode) {
         Ok(s) => s,
         Err(e) => {
             eprintln!(
-                "warning: no signal handler ({e}); an interrupted run may leave namespaces behind (netlane topo clean \
+                "warning: no signal handler ({e}); an interrupted run may leave namespaces behind (netlane clean \
                  removes them)"
             );
             return;

@@ -30,6 +30,23 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
+/// Two namespaces `<label>-a` and `<label>-b` joined by a veth pair named `names`,
+/// addressed 10.`subnet`.0.1/24 and .2.
+fn veth_pair(label: &str, names: (&str, &str), subnet: u8) -> (netlane::topology::Netns, netlane::topology::Netns) {
+    use std::net::{IpAddr, Ipv4Addr};
+    let a = netlane::topology::Netns::create(&format!("{label}-a")).unwrap();
+    let b = netlane::topology::Netns::create(&format!("{label}-b")).unwrap();
+    let addr = |o| [(IpAddr::V4(Ipv4Addr::new(10, subnet, 0, o)), 24)];
+    let (aa, ba) = (addr(1), addr(2));
+    netlane::topology::veth_link(
+        netlane::topology::End { ns: &a, name: names.0, addrs: &aa },
+        netlane::topology::End { ns: &b, name: names.1, addrs: &ba },
+        1500,
+    )
+    .unwrap();
+    (a, b)
+}
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -744,7 +761,7 @@ fn topo_clean_removes_only_stale_namespaces() {
     }
     let o = netlane(&["topo", "clean"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stdout(&o).contains(&format!("removed {stale}")), "{}", stdout(&o));
+    assert!(stdout(&o).contains(&format!("removed namespace {stale}")), "{}", stdout(&o));
     assert!(
         stdout(&o).contains(&format!("ended sleep (pid {}), still running in {stale}", inside.id())),
         "{}",
@@ -805,13 +822,13 @@ fn a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_n
         assert!(Instant::now() < deadline, "memcached {memcached} outlived the lab it served");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = netlane(&["topo", "clean"]);
+    let o = netlane(&["clean"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let left: Vec<String> = netlane::testing::netns_names()
         .into_iter()
         .filter(|n| netlane::topology::registry::owner_pid(n) == Some(pid))
         .collect();
-    assert!(left.is_empty(), "still there after topo clean: {left:?}; it said {}", stdout(&o));
+    assert!(left.is_empty(), "still there after netlane clean: {left:?}; it said {}", stdout(&o));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -1013,17 +1030,7 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
     if !privileged("lb_run_and_decap_serve_until_sigterm_and_report_their_counters") {
         return;
     }
-    use std::net::{IpAddr, Ipv4Addr};
-    let a = netlane::topology::Netns::create("cli-lb-a").unwrap();
-    let b = netlane::topology::Netns::create("cli-lb-b").unwrap();
-    let addr = |o| [(IpAddr::V4(Ipv4Addr::new(10, 231, 0, o)), 24)];
-    let (aa, ba) = (addr(1), addr(2));
-    netlane::topology::veth_link(
-        netlane::topology::End { ns: &a, name: "lb0", addrs: &aa },
-        netlane::topology::End { ns: &b, name: "lb1", addrs: &ba },
-        1500,
-    )
-    .unwrap();
+    let (a, b) = veth_pair("cli-lb", ("lb0", "lb1"), 231);
     let dir = temp_dir("lbrun");
     std::fs::create_dir_all(&dir).unwrap();
     let cfg = dir.join("lb.toml");
@@ -1056,6 +1063,16 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
         assert!(Instant::now() < deadline, "lb run never published statistics");
         std::thread::sleep(Duration::from_millis(50));
     }
+    // A live edit (a real added, the file renamed into place) is applied; a bad one
+    // keeps the running configuration.
+    let edit = |text: &str| {
+        let tmp = dir.join("lb.toml.new");
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, &cfg).unwrap();
+        std::thread::sleep(Duration::from_millis(1000));
+    };
+    edit(&(std::fs::read_to_string(&cfg).unwrap() + "[[vip.real]]\naddress = \"10.1.0.12\"\n"));
+    edit("ring_size = 1021\nconn_entries = 4096\n[[vip]]\naddress = \"10.100.0.1\"\nproto = \"tcp\"\n");
     // The statistics file can no longer be written (a directory now stands where it
     // goes): the balancer keeps forwarding, says so, and still stops cleanly.
     std::fs::remove_file(&stats).unwrap();
@@ -1070,6 +1087,8 @@ fn lb_run_and_decap_serve_until_sigterm_and_report_their_counters() {
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("loading the data plane") && err.contains("detached from lb0"), "{err}");
     assert!(err.contains("still forwarding"), "the failed writes are reported: {err}");
+    assert!(err.contains("10.100.0.1:80/tcp: +[10.1.0.12] -[] reweighted []"), "the edit is applied: {err}");
+    assert!(err.contains("kept the running configuration") && err.contains("has no [[vip.real]]"), "{err}");
     let doc = valid_document(&out, "lb-run");
     assert_eq!(doc["mode"], "native");
     assert_eq!(doc["stats"]["iface"], "lb0");
@@ -1537,4 +1556,79 @@ fn app_run_gives_every_socket_of_a_program_its_priority_and_mark() {
         "{}",
         stderr(&o)
     );
+}
+
+/// SIGKILL gives no destructor a chance: `app shape` leaves its htb qdisc shaping the
+/// device and `app run` its cgroup (its program dies with it). Both were recorded when
+/// made, and `netlane clean` undoes them and says so.
+#[test]
+fn what_a_killed_app_shape_and_app_run_leave_netlane_clean_undoes() {
+    if !privileged("what_a_killed_app_shape_and_app_run_leave_netlane_clean_undoes") {
+        return;
+    }
+    let (a, _b) = veth_pair("cli-clean", ("cl0", "cl1"), 232);
+    let root_qdisc = || {
+        a.run(|| {
+            let mut r = netlane::topology::Rtnl::open().unwrap();
+            let i = r.link_index("cl0").unwrap();
+            r.root_qdisc(i).unwrap().map(|(kind, _)| kind)
+        })
+        .unwrap()
+    };
+    let kill = |pid: u32| assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+
+    let mut shape = Reaped(
+        a.command(env!("CARGO_BIN_EXE_netlane"))
+            .args(["app", "shape", "--dev", "cl0", "--link", "1gbit", "--app", "a:1:1mbit:2mbit", "--backend", "htb"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // The classifier is attached last: once the classes are there, the shaper is up.
+    wait_for("app shape never installed its qdisc", &|| root_qdisc().as_deref() == Some("htb"));
+    std::thread::sleep(Duration::from_millis(300));
+    kill(shape.id());
+    shape.wait().unwrap();
+    assert_eq!(root_qdisc().as_deref(), Some("htb"), "SIGKILL leaves the qdisc shaping the device");
+
+    let mut run = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["app", "run", "--name", "cli-kill", "--mark", "1", "--", "sleep", "60"])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let sleeper = || children_named(run.0.id(), "sleep").first().copied();
+    wait_for("app run never started its program", &|| sleeper().is_some());
+    let program = sleeper().unwrap();
+    let cgroup = std::fs::read_to_string(format!("/proc/{program}/cgroup")).unwrap();
+    assert!(cgroup.trim_end().ends_with("-cli-kill"), "{cgroup}");
+    let (run_pid, shape_pid) = (run.id(), shape.id());
+    kill(run_pid);
+    run.wait().unwrap();
+    wait_for("the program outlived app run", &|| !Path::new(&format!("/proc/{program}")).exists());
+
+    let o = netlane(&["clean"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stdout(&o);
+    assert!(
+        said.contains(&format!("htb root qdisc on cl0 (namespace {}) (left by pid {shape_pid}): removed", a.name())),
+        "{said}"
+    );
+    assert!(said.contains(&format!("netlane-{run_pid}-cli-kill (left by pid {run_pid}): removed")), "{said}");
+    assert_ne!(root_qdisc().as_deref(), Some("htb"), "the qdisc is gone");
+    let cg2 = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let cg2 = cg2.lines().find(|l| l.contains(" - cgroup2 ")).and_then(|l| l.split_whitespace().nth(4)).unwrap();
+    assert!(!Path::new(cg2).join(format!("netlane-{run_pid}-cli-kill")).exists());
+    // Nothing is left to do the second time.
+    let o = netlane(&["clean"]);
+    assert!(!stdout(&o).contains(&format!("pid {shape_pid}")) && !stdout(&o).contains(&format!("pid {run_pid}")));
 }

@@ -17,9 +17,9 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
 use crate::proto::config::{Config, ConfigError, VipChange};
-use crate::proto::plane::{ControlPlane, Op, PlanError, TagTable};
+use crate::proto::plane::{ControlPlane, Op, PlanError, TagTable, Update};
 use netlane_sys::bpf::{
-    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowEvents, FlowTagger, TAG_VALUES, TcxLink,
+    Balancer, BalancerOptions, BalancerSizes, DataPlaneConfig, FlowEvents, FlowTagger, RealWrite, TAG_VALUES, TcxLink,
 };
 pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode};
 
@@ -51,7 +51,16 @@ pub enum LbError {
     /// A namespace or interface problem.
     #[error(transparent)]
     Topology(#[from] TopologyError),
+    /// The maps and the control plane's view need more memory than the machine has.
+    #[error(transparent)]
+    Memory(#[from] netlane::memory::MemoryError),
 }
+
+/// Memory `lb run` takes per configured real at its peak: an edit being parsed beside
+/// the running configuration, the plans' maps (the loop's and the watcher's), a
+/// statistics page being written while the last one is served (`docs/results.md` has
+/// the measurement).
+pub const CONTROL_BYTES_PER_REAL: u64 = 4096;
 
 pub(crate) fn kernel(what: impl Into<String>) -> impl FnOnce(io::Error) -> LbError {
     LbError::kernel(what)
@@ -198,6 +207,9 @@ pub struct Lb {
     events: Option<FlowEvents>,
     pub(crate) balancer: Balancer,
     pub(crate) plane: ControlPlane,
+    // Writes of configurations that failed part way, to do again (with what they change).
+    pending: Vec<Op>,
+    pending_changes: Vec<VipChange>,
     pub(crate) tags: TagTable<FlowKey>,
     tagged_real: HashMap<FlowKey, u32>,
     pub(crate) tag_stats: TagStats,
@@ -213,6 +225,30 @@ impl std::fmt::Debug for Lb {
             .field("attached", &self.link.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// The data plane's map sizes for `config`.
+fn sizes(config: &Config, opts: &LbOptions) -> BalancerSizes {
+    let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
+    // Room for a reload's new reals beside the old ones.
+    let max_reals = opts.max_reals.max(reals as u32 * 2);
+    let mut sizes = BalancerSizes::new(opts.max_vips, max_reals, config.ring_size, config.conn_entries);
+    sizes.flow_tags = opts.max_tags;
+    sizes.hint_cache = opts.hint_cache;
+    sizes.event_ring_bytes = opts.event_ring_bytes;
+    sizes
+}
+
+/// The memory a balancer for `config` takes: its maps (allocated whole when loaded)
+/// and the control plane for as many reals as a configuration may grow to.
+pub fn memory_ask(config: &Config, opts: &LbOptions) -> Result<netlane::memory::Ask, LbError> {
+    let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
+    let room = (reals as u64).max(u64::from(opts.max_reals.min(crate::proto::config::MAX_REALS_TOTAL)));
+    let maps = sizes(config, opts).kernel_bytes().map_err(kernel("count the CPUs"))?;
+    Ok(maps
+        .into_iter()
+        .fold(netlane::memory::Ask::new(), |ask, (what, bytes)| ask.add(format!("{what} map"), bytes))
+        .add(format!("control plane for {room} reals"), room * CONTROL_BYTES_PER_REAL))
 }
 
 /// The next hop's MAC and the outer source addresses must be ones a packet can carry.
@@ -274,13 +310,9 @@ impl Lb {
                 "RX-hash hints from the NIC need a device-bound program, which only attaches in native mode".into(),
             ));
         }
-        let max_vips = opts.max_vips;
-        // Room for a reload's new reals beside the old ones.
-        let max_reals = opts.max_reals.max(reals as u32 * 2);
-        let mut sizes = BalancerSizes::new(max_vips, max_reals, config.ring_size, config.conn_entries);
-        sizes.flow_tags = opts.max_tags;
-        sizes.hint_cache = opts.hint_cache;
-        sizes.event_ring_bytes = opts.event_ring_bytes;
+        let sizes = sizes(config, &opts);
+        let (max_vips, max_reals) = (sizes.max_vips, sizes.max_reals);
+        memory_ask(config, &opts)?.check()?;
         let balancer =
             Balancer::load(&BalancerOptions { sizes, hint: opts.hint, bind_ifindex: bound.then_some(ifindex) })
                 .map_err(kernel(if bound {
@@ -327,6 +359,8 @@ impl Lb {
             events,
             balancer,
             plane,
+            pending: Vec::new(),
+            pending_changes: Vec::new(),
             tags: TagTable::new(opts.max_tags),
             tagged_real: HashMap::new(),
             tag_stats: TagStats::default(),
@@ -368,13 +402,45 @@ impl Lb {
     }
 
     /// Applies a new configuration without a restart; returns what changed per VIP.
-    /// Connections keep their real unless it was removed.
+    /// Connections keep their real unless it was removed. If writing the data plane
+    /// fails part way, the writes are kept and done again by [`Lb::retry`].
     pub fn apply(&mut self, config: &Config) -> Result<Vec<VipChange>, LbError> {
         config.validate()?;
-        let update = self.plane.apply(config)?;
-        execute(&self.balancer, &update.ops)?;
-        let cleared: Vec<u32> = update
-            .ops
+        let (update, next) = self.plane.plan(config)?;
+        self.commit(update, next)
+    }
+
+    /// The control plane's view of the data plane, to plan the next configuration from
+    /// (on another thread: [`ControlPlane::plan`] then [`Lb::commit`]).
+    pub fn plane(&self) -> &ControlPlane {
+        &self.plane
+    }
+
+    /// Carries out an update planned from this balancer's view ([`Lb::plane`]), which
+    /// `next` replaces. The writes of an earlier update that failed come first: every
+    /// write sets a whole value, so doing one again is harmless.
+    pub fn commit(&mut self, update: Update, next: ControlPlane) -> Result<Vec<VipChange>, LbError> {
+        self.plane = next;
+        self.pending.extend(update.ops);
+        self.pending_changes.extend(update.changes);
+        self.flush()
+    }
+
+    /// Whether writes of a configuration are still to be done (an earlier write failed).
+    pub fn unwritten(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Tries the writes of a configuration again after a failure; returns what the
+    /// configuration changed once they are all done.
+    pub fn retry(&mut self) -> Result<Vec<VipChange>, LbError> {
+        self.flush()
+    }
+
+    fn flush(&mut self) -> Result<Vec<VipChange>, LbError> {
+        execute(&self.balancer, &self.pending)?;
+        let ops = std::mem::take(&mut self.pending);
+        let cleared: std::collections::HashSet<u32> = ops
             .iter()
             .filter_map(|o| match o {
                 Op::ClearReal { index, .. } => Some(*index),
@@ -391,7 +457,7 @@ impl Lb {
                 }
             }
         }
-        Ok(update.changes)
+        Ok(std::mem::take(&mut self.pending_changes))
     }
 
     /// Waits up to `timeout` for new-flow events and tags those flows (tag modes);
@@ -445,18 +511,78 @@ impl Lb {
     }
 }
 
-/// Carries out the plan's operations on the data plane, in order.
+/// Carries out the plan's operations on the data plane, in order; a run of real
+/// writes is one batch update (half a million reals in a few system calls).
 fn execute(b: &Balancer, ops: &[Op]) -> Result<(), LbError> {
+    let mut reals: Vec<RealWrite> = Vec::new();
+    let flush = |reals: &mut Vec<RealWrite>| -> Result<(), LbError> {
+        if reals.is_empty() {
+            return Ok(());
+        }
+        b.write_reals(reals).map_err(kernel(format!("write {} reals to the data plane", reals.len())))?;
+        reals.clear();
+        Ok(())
+    };
     for op in ops {
+        let write = match *op {
+            Op::SetReal { index, address, vip, generation } => Some(RealWrite::Set { index, address, vip, generation }),
+            Op::ClearReal { index, generation } => Some(RealWrite::Clear { index, generation }),
+            _ => None,
+        };
+        if let Some(w) = write {
+            reals.push(w);
+            continue;
+        }
+        flush(&mut reals)?;
         let r = match op {
-            Op::SetReal { index, address, vip, generation } => b.set_real(*index, *address, *vip, *generation),
-            Op::ClearReal { index, generation } => b.clear_real(*index, *generation),
             Op::SetVip { address, port, proto, index, no_lru } => b.set_vip(*address, *port, *proto, *index, *no_lru),
             Op::RemoveVip { address, port, proto } => b.remove_vip(*address, *port, *proto),
             Op::SetRing { vip, ring } => b.set_ring(*vip, ring),
+            Op::PatchRing { vip, slots } => b.patch_ring(*vip, slots),
             Op::VipAddress { address, present } => b.set_vip_address(*address, *present),
+            Op::SetReal { .. } | Op::ClearReal { .. } => Ok(()),
         };
-        r.map_err(kernel(format!("update the data plane ({op:?})")))?;
+        r.map_err(kernel(format!("update the data plane ({})", op_name(op))))?;
     }
-    Ok(())
+    flush(&mut reals)
+}
+
+/// An operation in a few words (a ring's slots are not worth quoting).
+fn op_name(op: &Op) -> String {
+    match op {
+        Op::SetVip { address, port, index, .. } => format!("publish VIP {address}:{port} at index {index}"),
+        Op::RemoveVip { address, port, .. } => format!("remove VIP {address}:{port}"),
+        Op::SetRing { vip, ring } => format!("write ring {vip}, {} slots", ring.len()),
+        Op::PatchRing { vip, slots } => format!("write {} slots of ring {vip}", slots.len()),
+        Op::VipAddress { address, present } => format!("mark {address} as a VIP address: {present}"),
+        Op::SetReal { index, .. } | Op::ClearReal { index, .. } => format!("write real {index}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netlane::memory::{Available, Limit};
+
+    #[test]
+    fn the_memory_asked_counts_the_maps_and_the_reals_a_configuration_may_grow_to() {
+        let config = Config::parse(
+            "conn_entries = 16777216\n[[vip]]\naddress = \"10.100.0.1\"\nproto = \"udp\"\n\
+             [[vip.real]]\naddress = \"10.1.0.1\"\n",
+        )
+        .unwrap();
+        let mut opts = LbOptions::new("lo", [2, 0, 0, 0, 0, 1]);
+        let small = memory_ask(&config, &opts).unwrap().total();
+        // 2^24 connection entries of a 40-byte key and value, with the kernel's share.
+        assert!(small > 1 << 30, "{small}");
+        let e = memory_ask(&config, &opts)
+            .unwrap()
+            .check_against(&Available { bytes: 1 << 30, limit: Limit::MemAvailable })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("connection table map: 1.") && e.contains("(MemAvailable)"), "{e}");
+        opts.max_reals = 1 << 19;
+        let room = memory_ask(&config, &opts).unwrap().total() - small;
+        assert!(room >= ((1 << 19) - 1024) * CONTROL_BYTES_PER_REAL, "{room}");
+    }
 }

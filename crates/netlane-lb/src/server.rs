@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -18,6 +19,7 @@ use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_
 use netlane::ratelimit::RateLimit;
 
 use crate::proto::config::{Config, MAX_CONFIG_BYTES, VipChange};
+use crate::proto::plane::{ControlPlane, Update};
 use crate::{Decap, Lb, LbError, LbOptions, LbStats, TcClassifier, XdpLink, XdpMode, if_index, render_prometheus};
 
 /// What serving does.
@@ -107,8 +109,67 @@ pub fn read_config(path: &Path) -> Result<Config, LbError> {
     Config::parse(&text).map_err(|e| LbError::Invalid(format!("{}: {e}", path.display())))
 }
 
-fn mtime(path: &Path) -> Option<SystemTime> {
-    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+/// What tells a changed file: its modification time, size and inode (a file renamed
+/// into place may keep the old one's time).
+fn stamp(path: &Path) -> Option<(SystemTime, u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.modified().ok()?, m.len(), m.ino()))
+}
+
+/// What the configuration watcher hands the control loop.
+enum Reload {
+    /// A changed file and the update it needs, planned from the balancer's view.
+    Planned(Box<(Update, ControlPlane)>),
+    /// A changed file that cannot be applied: the running configuration stays.
+    Kept(String),
+}
+
+/// Watches the configuration file on a thread of its own: reading, parsing and
+/// planning a big configuration (half a million reals: seconds) must not hold up the
+/// control loop, which keeps tagging new flows and publishing statistics. Its view of
+/// the data plane (`plane`) moves on with every plan it sends, since the loop commits
+/// each one. It ends when `stop` is set or the loop is gone; nobody waits for it, so
+/// a file being parsed does not delay a stop.
+fn watch_config(
+    path: PathBuf,
+    mut config: Config,
+    mut plane: ControlPlane,
+    stop: Arc<AtomicBool>,
+) -> Result<Receiver<Reload>, LbError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let watch = move || {
+        let mut seen = stamp(&path);
+        while !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = stamp(&path);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            let reload = match read_config(&path) {
+                Ok(new) if new == config => continue,
+                Ok(new) => match plane.plan(&new) {
+                    Ok((update, next)) => {
+                        let planned = Reload::Planned(Box::new((update, next.clone())));
+                        plane = next;
+                        config = new;
+                        planned
+                    }
+                    Err(e) => Reload::Kept(LbError::from(e).to_string()),
+                },
+                Err(e) => Reload::Kept(e.to_string()),
+            };
+            if tx.send(reload).is_err() {
+                return;
+            }
+        }
+    };
+    std::thread::Builder::new()
+        .name("lb-config".into())
+        .spawn(watch)
+        .map_err(LbError::kernel("start the configuration watcher thread"))?;
+    Ok(rx)
 }
 
 fn write_atomically(path: &Path, text: &str) -> Result<(), LbError> {
@@ -138,8 +199,7 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
 /// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
 /// detaches. Returns the last statistics.
 pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
-    let mut config = check(opts)?;
-    let mut seen = mtime(&opts.config);
+    let config = check(opts)?;
     let latest = Arc::new(Mutex::new((String::new(), String::new())));
     // Bound before loading anything, so a busy port fails fast.
     let metrics = match opts.metrics_addr {
@@ -172,35 +232,17 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
     }
     let start = Instant::now();
     let mut next_stats = start;
-    // Statistics are read first (the data plane's maps), then written out; a failed
-    // write (a full disk, a removed directory) loses that interval's file, nothing else.
-    let publish = |lb: &Lb, on: &mut dyn FnMut(Event<'_>), failed: &mut Vec<String>| -> Result<LbStats, LbError> {
-        let s = lb.stats()?;
-        let json = serde_json::to_string_pretty(&s).map_err(|e| LbError::Invalid(format!("encode statistics: {e}")))?;
-        let prom = render_prometheus(&s);
-        if let Some(p) = &opts.stats_json
-            && let Err(e) = write_atomically(p, &json)
-        {
-            failed.push(e.to_string());
-        }
-        if let Some(p) = &opts.prometheus
-            && let Err(e) = write_atomically(p, &prom)
-        {
-            failed.push(e.to_string());
-        }
-        if let Ok(mut l) = latest.lock() {
-            *l = (prom, json);
-        }
-        on(Event::Stats(&s, start.elapsed().as_secs_f64()));
-        Ok(s)
-    };
+    let mut publisher = Publisher::start(opts, latest)?;
     let mut limit = RateLimit::new(Duration::from_secs(10));
     let mut trouble = |what: String, on: &mut dyn FnMut(Event<'_>)| {
         if let Some(held_back) = limit.allow(Instant::now()) {
             on(Event::Trouble { what, held_back });
         }
     };
-    let mut failed = Vec::new();
+    let watcher_stop = Arc::new(AtomicBool::new(false));
+    let reloads = watch_config(opts.config.clone(), config.clone(), lb.plane().clone(), watcher_stop.clone())?;
+    let _stop_watcher = StopOnDrop(watcher_stop);
+    let mut last_try = Instant::now();
     while !stop.load(Ordering::Relaxed) && opts.time.is_none_or(|t| start.elapsed() < t) {
         // The data plane forwards whatever happens here: a failure is counted, shown
         // (rate-limited) and tried again, never a reason to detach.
@@ -208,38 +250,143 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
             trouble(format!("servicing new-flow events: {e}"), on);
             std::thread::sleep(Duration::from_millis(100));
         }
-        let now = mtime(&opts.config);
-        if now != seen {
-            seen = now;
-            match read_config(&opts.config) {
-                Ok(new) if new == config => {}
-                Ok(new) => match lb.apply(&new) {
-                    Ok(changes) => {
-                        on(Event::Applied(&changes));
-                        config = new;
-                    }
-                    Err(e) => on(Event::Kept(e.to_string())),
-                },
-                Err(e) => on(Event::Kept(e.to_string())),
+        let written = match reloads.try_recv() {
+            Ok(Reload::Planned(planned)) => {
+                let (update, next) = *planned;
+                last_try = Instant::now();
+                Some(lb.commit(update, next))
             }
+            Ok(Reload::Kept(why)) => {
+                on(Event::Kept(why));
+                None
+            }
+            Err(_) if lb.unwritten() && last_try.elapsed() >= Duration::from_secs(1) => {
+                last_try = Instant::now();
+                Some(lb.retry())
+            }
+            Err(_) => None,
+        };
+        match written {
+            Some(Ok(changes)) => on(Event::Applied(&changes)),
+            Some(Err(e)) => {
+                trouble(format!("writing the new configuration to the data plane (tried again every second): {e}"), on)
+            }
+            None => {}
         }
         if Instant::now() >= next_stats {
-            if let Err(e) = publish(&lb, on, &mut failed) {
-                failed.push(format!("reading statistics: {e}"));
+            match lb.stats() {
+                Ok(s) => {
+                    on(Event::Stats(&s, start.elapsed().as_secs_f64()));
+                    publisher.offer(s);
+                }
+                Err(e) => trouble(format!("reading statistics: {e}"), on),
             }
-            for f in failed.drain(..) {
+            for f in publisher.failures() {
                 trouble(f, on);
             }
             next_stats += opts.stats_interval;
         }
     }
-    let last = publish(&lb, on, &mut failed)?;
-    for f in failed.drain(..) {
+    let last = lb.stats()?;
+    on(Event::Stats(&last, start.elapsed().as_secs_f64()));
+    drop(lb);
+    for f in publisher.finish(last.clone()) {
         // The last word: shown whatever the rate limit says.
         on(Event::Trouble { what: f, held_back: 0 });
     }
-    drop(lb);
     Ok(last)
+}
+
+/// Writes statistics out on a thread of its own: for half a million reals one
+/// publication is 150 MB of JSON and Prometheus text, a second of a CPU that the
+/// control loop spends on new flows instead. Each interval's snapshot is offered; one
+/// offered while the last is still being written is skipped (and said so), so a slow
+/// disk never queues snapshots up. A failed write (a full disk, a removed directory)
+/// loses that interval's file, nothing else.
+struct Publisher {
+    tx: Option<std::sync::mpsc::SyncSender<LbStats>>,
+    failures: Receiver<String>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    skipped: u64,
+}
+
+impl Publisher {
+    fn start(opts: &ServeOptions, latest: Arc<Mutex<(String, String)>>) -> Result<Publisher, LbError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<LbStats>(0);
+        let (failed, failures) = std::sync::mpsc::channel();
+        let (json_file, prom_file) = (opts.stats_json.clone(), opts.prometheus.clone());
+        let served = opts.metrics_addr.is_some();
+        let write = move || {
+            for s in rx {
+                let json = (served || json_file.is_some()).then(|| serde_json::to_string_pretty(&s));
+                let json = match json.transpose() {
+                    Ok(j) => j.unwrap_or_default(),
+                    Err(e) => {
+                        let _ = failed.send(format!("encode statistics: {e}"));
+                        continue;
+                    }
+                };
+                let prom = if served || prom_file.is_some() { render_prometheus(&s) } else { String::new() };
+                for (file, text) in [(&json_file, &json), (&prom_file, &prom)] {
+                    if let Some(p) = file
+                        && let Err(e) = write_atomically(p, text)
+                    {
+                        let _ = failed.send(e.to_string());
+                    }
+                }
+                if served && let Ok(mut l) = latest.lock() {
+                    *l = (prom, json);
+                }
+            }
+        };
+        let thread = std::thread::Builder::new()
+            .name("lb-publish".into())
+            .spawn(write)
+            .map_err(LbError::kernel("start the statistics writer thread"))?;
+        Ok(Publisher { tx: Some(tx), failures, thread: Some(thread), skipped: 0 })
+    }
+
+    /// Hands a snapshot over unless the last one is still being written.
+    fn offer(&mut self, s: LbStats) {
+        if let Some(tx) = &self.tx
+            && let Err(std::sync::mpsc::TrySendError::Full(_)) = tx.try_send(s)
+        {
+            self.skipped += 1;
+        }
+    }
+
+    /// Failed writes and skipped intervals since the last call.
+    fn failures(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self.failures.try_iter().collect();
+        if self.skipped > 0 {
+            out.push(format!(
+                "statistics of {} interval(s) were not written: the previous ones still were being written \
+                 (a slow disk, or an interval short for the configuration's size)",
+                std::mem::take(&mut self.skipped)
+            ));
+        }
+        out
+    }
+
+    /// Writes the last snapshot, waits for every write, and returns what failed.
+    fn finish(mut self, last: LbStats) -> Vec<String> {
+        if let Some(tx) = self.tx.take() {
+            let _ = tx.send(last);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.failures()
+    }
+}
+
+/// Sets a flag when dropped: the watcher stops on every way out of `serve`.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// Attaches the reals' decapsulation program to `iface` (native, falling back to

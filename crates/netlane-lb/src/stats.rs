@@ -78,20 +78,25 @@ pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
         GlobalStat::ALL.iter().map(|s| (s.name().to_string(), raw.get(s.index()).copied().unwrap_or(0))).collect();
     let mut vips = Vec::new();
     if let Some(cfg) = lb.plane.current() {
-        for v in &cfg.vips {
-            let Some((vi, reals)) = lb.plane.indexes(v) else { continue };
-            let c = b.vip_counter(vi).map_err(kernel("read VIP counters"))?;
-            let mut rs = Vec::new();
-            for r in &v.reals {
-                let Some(ri) = reals.get(&r.address) else { continue };
-                let rc = b.real_counter(*ri).map_err(kernel("read real counters"))?;
-                rs.push(RealStats {
-                    address: r.address.to_string(),
-                    weight: r.weight,
-                    packets: rc.packets,
-                    bytes: rc.bytes,
-                });
-            }
+        let indexed: Vec<_> = cfg.vips.iter().filter_map(|v| Some((v, lb.plane.indexes(v)?))).collect();
+        let upto = indexed.iter().flat_map(|(_, (_, reals))| reals.values()).max().map_or(0, |m| m + 1);
+        let vip_counters = b.vip_counters().map_err(kernel("read VIP counters"))?;
+        let real_counters = b.real_counters(upto).map_err(kernel("read real counters"))?;
+        for (v, (vi, reals)) in indexed {
+            let c = vip_counters.get(vi as usize).copied().unwrap_or_default();
+            let rs = v
+                .reals
+                .iter()
+                .filter_map(|r| {
+                    let rc = real_counters.get(*reals.get(&r.address)? as usize).copied().unwrap_or_default();
+                    Some(RealStats {
+                        address: r.address.to_string(),
+                        weight: r.weight,
+                        packets: rc.packets,
+                        bytes: rc.bytes,
+                    })
+                })
+                .collect();
             vips.push(VipStats { vip: v.name(), packets: c.packets, bytes: c.bytes, reals: rs });
         }
     }
@@ -145,11 +150,11 @@ pub fn render_prometheus(s: &LbStats) -> String {
     ] {
         let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
         for v in &s.vips {
+            let vip = label(&v.vip);
             for r in &v.reals {
                 let _ = writeln!(
                     o,
-                    "{metric}{{iface=\"{iface}\",vip=\"{}\",real=\"{}\"}} {}",
-                    label(&v.vip),
+                    "{metric}{{iface=\"{iface}\",vip=\"{vip}\",real=\"{}\"}} {}",
                     label(&r.address),
                     get(r)
                 );

@@ -28,6 +28,7 @@
 #![deny(missing_docs)]
 
 pub mod cpus;
+pub mod installed;
 pub mod lanes;
 pub mod memory;
 pub mod metrics;

@@ -270,6 +270,8 @@ pub struct Server {
     netns: NetnsHandle,
     tcp_addr: Option<SocketAddr>,
     udp_addr: Option<SocketAddr>,
+    /// Sysctls set for the server's lifetime.
+    _sysctls: Vec<netlane::installed::Sysctl>,
 }
 
 impl Server {
@@ -283,6 +285,7 @@ impl Server {
         let mut map = LaneMap::new(cfg.threads).map_err(|e| ServerError::Config(e.to_string()))?;
         let mut queue_cpus = std::collections::BTreeMap::new();
         let mut start_knobs = Vec::new();
+        let mut sysctls = Vec::new();
         if let Some(dev) = &cfg.lane_device {
             let ifindex = nix::net::if_::if_nametoindex(dev.as_str())
                 .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
@@ -349,7 +352,9 @@ impl Server {
         if reuseport {
             // A listener that closes (a lane leaving) hands the handshakes queued on it to
             // another listener of the group instead of resetting them (Linux 5.14).
-            start_knobs.push(set_sysctl("/proc/sys/net/ipv4/tcp_migrate_req", "1"));
+            let (knob, guard) = set_sysctl("/proc/sys/net/ipv4/tcp_migrate_req", "1");
+            start_knobs.push(knob);
+            sysctls.extend(guard);
         }
         let steering = if reuseport {
             let mut st = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
@@ -411,6 +416,7 @@ impl Server {
             netns: NetnsHandle::current().map_err(|e| ServerError::Config(e.to_string()))?,
             tcp_addr,
             udp_addr,
+            _sysctls: sysctls,
         };
         let mut udp = udp.into_iter();
         let mut listeners = listeners.into_iter();
@@ -645,14 +651,16 @@ impl Drop for Server {
 
 /// Writes a sysctl of the calling thread's network namespace (under /proc/sys/net) and
 /// reads it back.
-fn set_sysctl(path: &str, value: &str) -> netlane::lanes::Knob {
+/// Sets a sysctl for as long as the server runs (restored when it stops, and by
+/// `netlane clean` after a kill), reported as a knob.
+fn set_sysctl(path: &str, value: &str) -> (netlane::lanes::Knob, Option<netlane::installed::Sysctl>) {
     let name = path.trim_start_matches("/proc/sys/").replace('/', ".");
-    match std::fs::write(path, value) {
-        Ok(()) => {
-            let now = std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default();
-            netlane::lanes::Knob::new_applied(name, value, now)
+    match netlane::installed::Sysctl::set(path, value) {
+        Ok(guard) => {
+            let now = guard.read().unwrap_or_default();
+            (netlane::lanes::Knob::new_applied(name, value, now), Some(guard))
         }
-        Err(e) => netlane::lanes::Knob::new_refused(name, value, e),
+        Err(e) => (netlane::lanes::Knob::new_refused(name, value, e), None),
     }
 }
 

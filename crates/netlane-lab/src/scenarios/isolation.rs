@@ -217,7 +217,6 @@ impl LanesBenchArgs {
             } else {
                 let mut cmd = h.rx.command("socat");
                 bulk_cg.command(&mut cmd);
-                netlane_sys::process::kill_with_parent(&mut cmd);
                 cmd.args(["-u", "/dev/zero", &format!("TCP:{}:{SINK_PORT}", TwoHosts::TX_V4)])
                     .stdout(Stdio::null())
                     .stderr(Stdio::null());
@@ -271,7 +270,6 @@ fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<Started
     let exe = std::env::current_exe().context("find the netlane executable")?;
     let mut cmd = h.rx.command(&exe);
     cg.command(&mut cmd);
-    netlane_sys::process::kill_with_parent(&mut cmd);
     cmd.args(["kv", "serve", "--listen", &addr.to_string(), "--threads", "2", "--cpus", "0,1", "--memory", "256M"])
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -363,7 +363,7 @@ enum Running {
     /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
     Memcached {
         child: Child,
-        _busy_poll: Option<SysctlGuard>,
+        _busy_poll: Option<netlane::installed::Sysctl>,
     },
 }
 
@@ -379,29 +379,6 @@ impl Drop for Running {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-        }
-    }
-}
-
-/// `net.core.busy_poll` (global: the knob does not exist inside a namespace) set for a
-/// while and put back as it was on drop.
-struct SysctlGuard {
-    path: &'static str,
-    before: String,
-}
-
-impl SysctlGuard {
-    fn set(path: &'static str, value: &str) -> Result<SysctlGuard> {
-        let before = std::fs::read_to_string(path).with_context(|| format!("read {path}"))?.trim().to_string();
-        std::fs::write(path, value).with_context(|| format!("write {value} to {path}"))?;
-        Ok(SysctlGuard { path, before })
-    }
-}
-
-impl Drop for SysctlGuard {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::write(self.path, &self.before) {
-            tracing::warn!(path = self.path, error = %e, "could not restore a sysctl");
         }
     }
 }
@@ -440,8 +417,16 @@ impl LanesBenchArgs {
     fn start(&self, h: &TwoHosts, addr: SocketAddr, mode: Mode) -> Result<Running> {
         let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
         let running = if mode.is_memcached() {
+            // `net.core.busy_poll` is global (the knob does not exist inside a namespace):
+            // set for this run and put back as it was.
             let guard = (mode == Mode::MemcachedN)
-                .then(|| SysctlGuard::set("/proc/sys/net/core/busy_poll", &self.memcached_busy_poll.to_string()))
+                .then(|| {
+                    netlane::installed::Sysctl::set(
+                        "/proc/sys/net/core/busy_poll",
+                        &self.memcached_busy_poll.to_string(),
+                    )
+                    .context("set net.core.busy_poll")
+                })
                 .transpose()?;
             let cpus = CPUS.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
             let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, CPUS.len(), max_conns as u32);

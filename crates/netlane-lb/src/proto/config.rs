@@ -376,13 +376,44 @@ pub struct VipChange {
     pub slots_moved: usize,
 }
 
+/// A VIP's key: what makes two VIP entries the same VIP.
+pub(crate) type VipKey = (IpAddr, u16, Proto);
+
+impl Vip {
+    pub(crate) fn key(&self) -> VipKey {
+        (self.address, self.port, self.proto)
+    }
+}
+
+/// A changed VIP's Maglev rings, slots indexing its reals in the old and the new
+/// configuration (no old ring for a new VIP or a new ring size).
+#[derive(Debug, Clone)]
+pub(crate) struct VipRings {
+    pub old: Option<Vec<maglev::Slot>>,
+    pub new: Vec<maglev::Slot>,
+}
+
 /// The per-VIP effect of moving from `old` to `new` (VIPs only in one of them are
 /// reported with all their reals added or removed).
 pub fn diff(old: &Config, new: &Config) -> Result<Vec<VipChange>, maglev::RingError> {
+    Ok(diff_with_rings(old, new)?.0)
+}
+
+/// [`diff`], and the rings of every VIP that changed: only those are built (a ring is
+/// built in time proportional to its size, and reordering a VIP's reals moves nothing).
+pub(crate) fn diff_with_rings(
+    old: &Config,
+    new: &Config,
+) -> Result<(Vec<VipChange>, HashMap<VipKey, VipRings>), maglev::RingError> {
     let mut out = Vec::new();
-    let key = |v: &Vip| (v.address, v.port, v.proto);
+    let mut rings = HashMap::new();
+    let old_by_key: HashMap<VipKey, &Vip> = old.vips.iter().map(|v| (v.key(), v)).collect();
+    let same_size = old.ring_size == new.ring_size;
     for n in &new.vips {
-        let o = old.vips.iter().find(|o| key(o) == key(n));
+        let o = old_by_key.get(&n.key()).copied();
+        if same_size && o.is_some_and(|o| o.reals == n.reals) {
+            continue;
+        }
         // Weights by address: a VIP may have hundreds of thousands of reals.
         let old_weights: HashMap<IpAddr, u32> =
             o.map(|o| o.reals.iter().map(|r| (r.address, r.weight)).collect()).unwrap_or_default();
@@ -398,32 +429,36 @@ pub fn diff(old: &Config, new: &Config) -> Result<Vec<VipChange>, maglev::RingEr
             .filter(|r| old_weights.get(&r.address).is_some_and(|&w| w != r.weight))
             .map(|r| r.address)
             .collect();
+        let changed = !(added.is_empty() && removed.is_empty() && reweighted.is_empty());
+        if o.is_some() && same_size && !changed {
+            continue;
+        }
         let nb = n.backends();
         let new_ring = maglev::build(&nb, new.ring_size)?;
-        let slots_moved = match o {
-            Some(o) if old.ring_size == new.ring_size => {
+        let (slots_moved, old_ring) = match o {
+            Some(o) if same_size => {
                 let ob = o.backends();
-                maglev::moved(&maglev::build(&ob, old.ring_size)?, &ob, &new_ring, &nb)
+                let old_ring = maglev::build(&ob, old.ring_size)?;
+                (maglev::moved(&old_ring, &ob, &new_ring, &nb), Some(old_ring))
             }
-            _ => new_ring.len(),
+            _ => (new_ring.len(), None),
         };
-        let changed = !(added.is_empty() && removed.is_empty() && reweighted.is_empty());
         if o.is_none() || slots_moved > 0 || changed {
             out.push(VipChange { vip: n.name(), added, removed, reweighted, slots_moved });
+            rings.insert(n.key(), VipRings { old: old_ring, new: new_ring });
         }
     }
-    for o in &old.vips {
-        if !new.vips.iter().any(|n| key(n) == key(o)) {
-            out.push(VipChange {
-                vip: o.name(),
-                added: Vec::new(),
-                removed: o.reals.iter().map(|r| r.address).collect(),
-                reweighted: Vec::new(),
-                slots_moved: old.ring_size as usize,
-            });
-        }
+    let new_keys: HashSet<VipKey> = new.vips.iter().map(Vip::key).collect();
+    for o in old.vips.iter().filter(|o| !new_keys.contains(&o.key())) {
+        out.push(VipChange {
+            vip: o.name(),
+            added: Vec::new(),
+            removed: o.reals.iter().map(|r| r.address).collect(),
+            reweighted: Vec::new(),
+            slots_moved: old.ring_size as usize,
+        });
     }
-    Ok(out)
+    Ok((out, rings))
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@
 //! before the VIP entries that make them reachable, and removed reals cleared only
 //! after no ring points at them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 
-use crate::proto::config::{Config, Proto, Vip, VipChange, diff};
+use crate::proto::config::{Config, Vip, VipChange, VipKey, diff_with_rings};
 use crate::proto::maglev;
 
 /// One change to the data plane's maps.
@@ -67,6 +67,13 @@ pub enum Op {
         /// The slots.
         ring: Vec<u32>,
     },
+    /// Some of ring `vip`'s slots: `(slot, real index)`, `u32::MAX` = none.
+    PatchRing {
+        /// Ring index.
+        vip: u32,
+        /// The slots that change.
+        slots: Vec<(u32, u32)>,
+    },
     /// `address` is (or stops being) a VIP address for ICMP echo.
     VipAddress {
         /// Address.
@@ -89,8 +96,6 @@ pub enum PlanError {
     #[error(transparent)]
     Ring(#[from] maglev::RingError),
 }
-
-type VipKey = (IpAddr, u16, Proto);
 
 #[derive(Debug, Clone)]
 struct VipState {
@@ -153,8 +158,18 @@ impl ControlPlane {
     }
 
     /// The operations that take the data plane from the current configuration to
-    /// `new` (which must be valid). Nothing changes here if it fails.
+    /// `new` (which must be valid), and applies them to this view. Nothing changes here
+    /// if it fails.
     pub fn apply(&mut self, new: &Config) -> Result<Update, PlanError> {
+        let (update, next) = self.plan(new)?;
+        *self = next;
+        Ok(update)
+    }
+
+    /// The operations that take the data plane from the current configuration to
+    /// `new` (which must be valid), and the view after them; this one is left as it
+    /// is, so a plan may be made on another thread from a copy.
+    pub fn plan(&self, new: &Config) -> Result<(Update, ControlPlane), PlanError> {
         if let Some(cur) = &self.current
             && (cur.ring_size != new.ring_size || cur.conn_entries != new.conn_entries)
         {
@@ -164,18 +179,21 @@ impl ControlPlane {
             )));
         }
         let empty = Config { vips: Vec::new(), ..new.clone() };
-        let changes = diff(self.current.as_ref().unwrap_or(&empty), new)?;
-        // Work on a copy; commit only if everything fits.
+        let old = self.current.as_ref().unwrap_or(&empty);
+        let (changes, rings) = diff_with_rings(old, new)?;
+        let old_vips: HashMap<VipKey, &Vip> = old.vips.iter().map(|v| (v.key(), v)).collect();
+        let new_keys: HashSet<VipKey> = new.vips.iter().map(Vip::key).collect();
+        // Work on a copy; it becomes the view only if everything fits.
         let mut next = self.clone();
         let mut ops = Vec::new();
         let mut clears = Vec::new();
-        let key = |v: &Vip| (v.address, v.port, v.proto);
 
         // VIPs that go away: unreachable first, then their reals, at once: before this
         // update can give the VIP's index to a new VIP, whose packets would otherwise
         // accept a destination tag naming one of the old VIP's reals (a real belongs
         // to the VIP whose index it carries).
-        let gone: Vec<VipKey> = next.vips.keys().filter(|k| !new.vips.iter().any(|v| key(v) == **k)).copied().collect();
+        let mut gone: Vec<VipKey> = next.vips.keys().filter(|k| !new_keys.contains(k)).copied().collect();
+        gone.sort_unstable_by_key(|k| next.vips[k].index);
         for k in gone {
             let Some(st) = next.vips.remove(&k) else { continue };
             ops.push(Op::RemoveVip { address: k.0, port: k.1, proto: k.2.number() });
@@ -192,7 +210,7 @@ impl ControlPlane {
         }
 
         for v in &new.vips {
-            let k = key(v);
+            let k = v.key();
             let is_new = !next.vips.contains_key(&k);
             if is_new {
                 let index = next.free_vips.pop_front().ok_or_else(|| {
@@ -201,8 +219,15 @@ impl ControlPlane {
                 next.vips.insert(k, VipState { index, no_lru: v.no_lru, reals: HashMap::new() });
             }
             let Some(mut st) = next.vips.remove(&k) else { continue };
+            let vip_rings = rings.get(&k);
+            // The ring as the data plane holds it (real indexes), before reals go: a
+            // changed ring is written as the slots that differ from it.
+            let old_ring: Option<Vec<u32>> = match (vip_rings.and_then(|r| r.old.as_ref()), old_vips.get(&k)) {
+                (Some(slots), Some(ov)) if !is_new => Some(ring_indexes(slots, ov, &st.reals)),
+                _ => None,
+            };
             // Reals that go away.
-            let listed: std::collections::HashSet<IpAddr> = v.reals.iter().map(|r| r.address).collect();
+            let listed: HashSet<IpAddr> = v.reals.iter().map(|r| r.address).collect();
             let removed: Vec<IpAddr> = st.reals.keys().filter(|a| !listed.contains(a)).copied().collect();
             for a in removed {
                 if let Some(idx) = st.reals.remove(&a) {
@@ -227,14 +252,21 @@ impl ControlPlane {
                 ops.push(Op::SetReal { index, address: r.address, vip: st.index, generation: *g });
                 st.reals.insert(r.address, index);
             }
-            let changed = changes.iter().any(|c| c.vip == v.name());
-            if is_new || changed {
-                let slots = maglev::build(&v.backends(), new.ring_size)?;
-                let ring = slots
-                    .iter()
-                    .map(|&s| if s == maglev::EMPTY { maglev::EMPTY } else { st.reals[&v.reals[s as usize].address] })
-                    .collect();
-                ops.push(Op::SetRing { vip: st.index, ring });
+            if let Some(vr) = vip_rings {
+                let ring = ring_indexes(&vr.new, v, &st.reals);
+                match old_ring {
+                    Some(before) => {
+                        let slots: Vec<(u32, u32)> = (0u32..)
+                            .zip(ring.iter().zip(&before))
+                            .filter(|(_, (a, b))| a != b)
+                            .map(|(s, (a, _))| (s, *a))
+                            .collect();
+                        if !slots.is_empty() {
+                            ops.push(Op::PatchRing { vip: st.index, slots });
+                        }
+                    }
+                    None => ops.push(Op::SetRing { vip: st.index, ring }),
+                }
             }
             if is_new || st.no_lru != v.no_lru {
                 ops.push(Op::SetVip {
@@ -256,25 +288,25 @@ impl ControlPlane {
             next.free_reals.push_back(idx);
         }
         // ICMP echo addresses: every address some VIP uses.
-        let old_addrs: Vec<IpAddr> = self.current.iter().flat_map(|c| c.vips.iter().map(|v| v.address)).collect();
-        let mut new_addrs: Vec<IpAddr> = new.vips.iter().map(|v| v.address).collect();
-        new_addrs.sort();
-        new_addrs.dedup();
-        for a in &new_addrs {
-            if !old_addrs.contains(a) {
-                ops.push(Op::VipAddress { address: *a, present: true });
-            }
-        }
-        let mut gone_addrs: Vec<IpAddr> = old_addrs.into_iter().filter(|a| !new_addrs.contains(a)).collect();
-        gone_addrs.sort();
-        gone_addrs.dedup();
-        for a in gone_addrs {
-            ops.push(Op::VipAddress { address: a, present: false });
-        }
+        let old_addrs: HashSet<IpAddr> = old.vips.iter().map(|v| v.address).collect();
+        let new_addrs: HashSet<IpAddr> = new.vips.iter().map(|v| v.address).collect();
+        let mut arrived: Vec<IpAddr> = new_addrs.difference(&old_addrs).copied().collect();
+        arrived.sort();
+        ops.extend(arrived.into_iter().map(|address| Op::VipAddress { address, present: true }));
+        let mut left: Vec<IpAddr> = old_addrs.difference(&new_addrs).copied().collect();
+        left.sort();
+        ops.extend(left.into_iter().map(|address| Op::VipAddress { address, present: false }));
         next.current = Some(new.clone());
-        *self = next;
-        Ok(Update { ops, changes })
+        Ok((Update { ops, changes }, next))
     }
+}
+
+/// A ring of slots indexing `vip`'s reals as the real indexes of `indexes` (by address).
+fn ring_indexes(slots: &[maglev::Slot], vip: &Vip, indexes: &HashMap<IpAddr, u32>) -> Vec<u32> {
+    slots
+        .iter()
+        .map(|&s| vip.reals.get(s as usize).and_then(|r| indexes.get(&r.address)).copied().unwrap_or(maglev::EMPTY))
+        .collect()
 }
 
 /// Tag ids for per-flow tags: at most `capacity` flows hold one; when all are taken the
@@ -387,13 +419,15 @@ mod tests {
     #[test]
     fn removing_a_real_clears_it_after_the_ring_and_bumps_its_generation() {
         let mut cp = ControlPlane::new(4, 8);
-        cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1), ("10.0.0.3", 1)])).unwrap();
+        let mut dp = DataPlane::default();
+        dp.run(&cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1), ("10.0.0.3", 1)])).unwrap().ops);
         let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.3", 1)])).unwrap();
-        let ring_at = u.ops.iter().position(|o| matches!(o, Op::SetRing { .. })).unwrap();
+        let ring_at = u.ops.iter().position(|o| matches!(o, Op::PatchRing { .. })).unwrap();
         let clear_at = u.ops.iter().position(|o| matches!(o, Op::ClearReal { .. })).unwrap();
         assert!(ring_at < clear_at, "ring first: {:?}", u.ops);
         assert!(matches!(u.ops[clear_at], Op::ClearReal { index: 1, generation: 2 }));
-        assert!(!rings(&u.ops)[0].contains(&1), "the removed real is out of the ring");
+        dp.run(&u.ops);
+        assert!(!dp.rings[&0].contains(&1), "the removed real is out of the ring");
         assert_eq!(u.changes[0].removed, vec!["10.0.0.2".parse::<IpAddr>().unwrap()]);
         // Its index is reused last, with a new generation.
         let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.3", 1), ("10.0.0.4", 1)])).unwrap();
@@ -401,14 +435,86 @@ mod tests {
     }
 
     #[test]
-    fn reweight_only_rewrites_the_ring_and_unchanged_config_writes_nothing() {
+    fn reweight_only_writes_the_slots_that_move_and_unchanged_config_writes_nothing() {
         let mut cp = ControlPlane::new(4, 8);
         cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 1)])).unwrap();
         let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 3)])).unwrap();
-        assert!(u.ops.iter().all(|o| matches!(o, Op::SetRing { .. })), "{:?}", u.ops);
+        let [Op::PatchRing { slots, .. }] = u.ops.as_slice() else { panic!("one ring patch: {:?}", u.ops) };
         assert!(u.changes[0].slots_moved > 0);
+        assert_eq!(slots.len(), u.changes[0].slots_moved);
         let u = cp.apply(&cfg(&[("10.0.0.1", 1), ("10.0.0.2", 3)])).unwrap();
         assert!(u.ops.is_empty() && u.changes.is_empty());
+        // The same reals listed in another order: nothing to write.
+        let u = cp.apply(&cfg(&[("10.0.0.2", 3), ("10.0.0.1", 1)])).unwrap();
+        assert!(u.ops.is_empty() && u.changes.is_empty(), "{:?}", u.ops);
+    }
+
+    /// The maps as the operations leave them: reals by index, rings by VIP index.
+    #[derive(Default)]
+    struct DataPlane {
+        reals: HashMap<u32, IpAddr>,
+        rings: HashMap<u32, Vec<u32>>,
+    }
+
+    impl DataPlane {
+        fn run(&mut self, ops: &[Op]) {
+            for op in ops {
+                match op {
+                    Op::SetReal { index, address, .. } => {
+                        self.reals.insert(*index, *address);
+                    }
+                    Op::ClearReal { index, .. } => {
+                        self.reals.remove(index);
+                    }
+                    Op::SetRing { vip, ring } => {
+                        self.rings.insert(*vip, ring.clone());
+                    }
+                    Op::PatchRing { vip, slots } => {
+                        let ring = self.rings.get_mut(vip).expect("a patch of a ring written before");
+                        for &(s, r) in slots {
+                            ring[s as usize] = r;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        /// VIP `v`'s ring as real addresses.
+        fn ring(&self, cp: &ControlPlane, v: &Vip) -> Vec<Option<IpAddr>> {
+            let (index, _) = cp.indexes(v).unwrap();
+            self.rings[&index].iter().map(|r| self.reals.get(r).copied()).collect()
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn written_rings_are_the_configured_rings_after_any_edits(
+            edits in proptest::collection::vec(proptest::collection::vec((0u8..24, 0u32..4), 1..12), 1..8)
+        ) {
+            let mut cp = ControlPlane::new(4, 64);
+            let mut dp = DataPlane::default();
+            for reals in edits {
+                let mut list: Vec<(String, u32)> = Vec::new();
+                for (host, weight) in reals {
+                    let a = format!("10.0.0.{host}");
+                    if !list.iter().any(|(b, _)| *b == a) {
+                        // Some real must carry weight (a VIP of drained reals is refused).
+                        list.push((a, if list.is_empty() { weight.max(1) } else { weight }));
+                    }
+                }
+                let refs: Vec<(&str, u32)> = list.iter().map(|(a, w)| (a.as_str(), *w)).collect();
+                let c = cfg(&refs);
+                dp.run(&cp.apply(&c).unwrap().ops);
+                let v = &c.vips[0];
+                let want: Vec<Option<IpAddr>> = maglev::build(&v.backends(), c.ring_size)
+                    .unwrap()
+                    .iter()
+                    .map(|&s| v.reals.get(s as usize).map(|r| r.address))
+                    .collect();
+                proptest::prop_assert_eq!(dp.ring(&cp, v), want);
+            }
+        }
     }
 
     #[test]

@@ -21,6 +21,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{MapCore, ProgramInput, ProgramOutput};
@@ -63,7 +64,7 @@ mod xsk;
 pub use apps::{APP_CLASS_MAX, AppClassifier, AppSockPolicy, CgroupLink};
 pub use balancer::{
     Balancer, BalancerOptions, BalancerSizes, Counter, DataPlaneConfig, FlowEvent, FlowEvents, FlowKey, GlobalStat,
-    HintMode, TAG_VALUES, TagKey,
+    HintMode, RealWrite, TAG_VALUES, TagKey,
 };
 pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions};
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
@@ -96,6 +97,62 @@ fn route_libbpf_messages() {
         }
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, print)));
     });
+}
+
+/// Entries `0..entries` of a per-CPU array, read with `BPF_MAP_LOOKUP_BATCH` (a few
+/// system calls for a million entries, where one lookup per entry takes seconds): for
+/// each entry, every possible CPU's value, each padded to 8 bytes as the kernel lays
+/// them out. libbpf-rs's batch lookup refuses per-CPU maps, hence the raw call.
+pub(crate) fn percpu_array_values(map: &dyn MapCore, entries: u32) -> io::Result<Vec<u8>> {
+    const BATCH: u32 = 4096;
+    if map.key_size() != 4 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a per-CPU array has 4-byte keys"));
+    }
+    let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)?;
+    let stride = (map.value_size() as usize).next_multiple_of(8) * cpus;
+    let entries = entries.min(map.max_entries());
+    let mut out = vec![0u8; entries as usize * stride];
+    let mut keys = vec![0u32; BATCH as usize];
+    let mut done = 0u32;
+    let mut token = 0u32;
+    while done < entries {
+        let want = BATCH.min(entries - done);
+        let mut count = want;
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        let values = &mut out[done as usize * stride..(done + want) as usize * stride];
+        let in_batch: *mut std::ffi::c_void = if done == 0 { std::ptr::null_mut() } else { (&raw mut token).cast() };
+        let mut next = 0u32;
+        // SAFETY: `keys` holds `want` 4-byte keys and `values` `want` entries of
+        // `stride` bytes (the kernel writes `value_size` rounded up to 8 per possible
+        // CPU); the batch tokens are a 4-byte key each (array maps); `opts` is
+        // initialised with its size. The kernel writes at most `count` entries.
+        let rc = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                map.as_fd().as_raw_fd(),
+                in_batch,
+                (&raw mut next).cast(),
+                keys.as_mut_ptr().cast(),
+                values.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        // ENOENT: the map's end was reached; `count` entries were still read.
+        let end = rc == -libc::ENOENT;
+        if rc < 0 && !end {
+            return Err(io::Error::from_raw_os_error(-rc));
+        }
+        done += count.min(want);
+        token = next;
+        if end || count == 0 {
+            break;
+        }
+    }
+    out.truncate(done as usize * stride);
+    Ok(out)
 }
 
 /// Entry `index` of a per-CPU array of u64 counters, summed over CPUs.

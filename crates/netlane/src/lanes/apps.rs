@@ -31,6 +31,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::installed::{self, Change, Record};
 use netlane_sys::bpf::{APP_CLASS_MAX, AppClassifier, AppSockPolicy, CgroupLink, TcxLink};
 
 use crate::topology::{
@@ -292,6 +293,8 @@ pub struct AppCgroup {
     procs: File,
     policy: AppSockPolicy,
     link: Option<CgroupLink>,
+    // Kept for `netlane clean` until the cgroup is removed.
+    record: Option<Record>,
 }
 
 impl std::fmt::Debug for AppCgroup {
@@ -302,13 +305,14 @@ impl std::fmt::Debug for AppCgroup {
 
 impl AppCgroup {
     /// Creates the cgroup `netlane-<pid>-<name>` under the cgroup v2 hierarchy and
-    /// attaches the application's socket program (needs root). Cgroups that runs of
-    /// processes now gone left behind are removed first.
+    /// attaches the application's socket program (needs root); recorded for `netlane clean`
+    /// until it is removed.
     pub fn create(spec: &AppSpec) -> Result<AppCgroup, AppError> {
         spec.validate()?;
         let root = cgroup2_root()?;
-        remove_stale(&root);
         let path = root.join(format!("{CGROUP_PREFIX}{}-{}", std::process::id(), spec.name));
+        let record = installed::record(&Change::Cgroup { path: path.clone() })
+            .map_err(io_err(format!("record the cgroup in {}", installed::DIR)))?;
         fs::create_dir(&path).map_err(io_err(format!("create cgroup {}", path.display())))?;
         let made = (|| {
             let dir = File::open(&path).map_err(io_err(format!("open cgroup {}", path.display())))?;
@@ -324,7 +328,9 @@ impl AppCgroup {
             Ok::<_, AppError>((procs, policy, link))
         })();
         match made {
-            Ok((procs, policy, link)) => Ok(AppCgroup { spec: spec.clone(), path, procs, policy, link: Some(link) }),
+            Ok((procs, policy, link)) => {
+                Ok(AppCgroup { spec: spec.clone(), path, procs, policy, link: Some(link), record: Some(record) })
+            }
             Err(e) => {
                 let _ = fs::remove_dir(&path);
                 Err(e)
@@ -343,10 +349,13 @@ impl AppCgroup {
     }
 
     /// Makes `cmd`'s process start inside the cgroup (it moves itself in before it
-    /// executes, so even its first socket gets the policy). Keep `self` alive until the
+    /// executes, so even its first socket gets the policy) and die with the thread that
+    /// spawns it: a process left in the cgroup would keep it from being removed, and
+    /// run on without the policy its socket program gave. Keep `self` alive until the
     /// command is spawned.
     pub fn command(&self, cmd: &mut Command) {
         netlane_sys::process::enter_cgroup_before_exec(cmd, self.procs.as_raw_fd());
+        netlane_sys::process::kill_with_parent(cmd);
     }
 
     /// Moves a running process (all its threads) into the cgroup; sockets it already
@@ -368,32 +377,11 @@ impl Drop for AppCgroup {
     fn drop(&mut self) {
         drop(self.link.take());
         // A cgroup with processes cannot be removed; they may be exiting right now.
-        for _ in 0..50 {
-            match fs::remove_dir(&self.path) {
-                Ok(()) => return,
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(20))
-                }
-                Err(e) => {
-                    tracing::warn!(cgroup = %self.path.display(), error = %e, "could not remove the cgroup");
-                    return;
-                }
+        if let Err(e) = installed::remove_cgroup(&self.path) {
+            tracing::warn!(cgroup = %self.path.display(), error = %e, "could not remove the cgroup (netlane clean will)");
+            if let Some(r) = self.record.take() {
+                r.keep();
             }
-        }
-        tracing::warn!(cgroup = %self.path.display(), "processes are still in the cgroup; left in place");
-    }
-}
-
-/// Removes empty `netlane-<pid>-*` cgroups whose process is gone.
-fn remove_stale(root: &Path) {
-    let Ok(entries) = fs::read_dir(root) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(CGROUP_PREFIX)) else { continue };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            // Fails (and is left alone) while processes are inside.
-            let _ = fs::remove_dir(e.path());
         }
     }
 }
@@ -461,6 +449,8 @@ pub struct Shaper {
     plan: ShapingPlan,
     installed: Installed,
     why_not_mqprio: Option<String>,
+    // Kept for `netlane clean` until the qdisc is removed.
+    record: Option<Record>,
 }
 
 impl std::fmt::Debug for Shaper {
@@ -488,21 +478,27 @@ impl Shaper {
         let mut rtnl = Rtnl::open().map_err(io_err("open rtnetlink"))?;
         let why_not = match choice {
             BackendChoice::Htb => Some("htb was asked for".to_string()),
-            BackendChoice::Auto | BackendChoice::Mqprio => match Shaper::try_mqprio(&mut rtnl, ifindex, &plan) {
-                Ok(layout) => {
-                    return Ok(Shaper {
-                        rtnl,
-                        ifindex,
-                        plan,
-                        installed: Installed::Mqprio { layout },
-                        why_not_mqprio: None,
-                    });
+            BackendChoice::Auto | BackendChoice::Mqprio => {
+                let record = record_qdisc(&mut rtnl, ifindex, "mqprio")?;
+                match Shaper::try_mqprio(&mut rtnl, ifindex, &plan) {
+                    Ok(layout) => {
+                        return Ok(Shaper {
+                            rtnl,
+                            ifindex,
+                            plan,
+                            installed: Installed::Mqprio { layout },
+                            why_not_mqprio: None,
+                            record: Some(record),
+                        });
+                    }
+                    Err(why) if choice == BackendChoice::Mqprio => {
+                        return Err(AppError::Unsupported(format!(
+                            "mqprio channel mode on interface {ifindex}: {why}"
+                        )));
+                    }
+                    Err(why) => Some(why),
                 }
-                Err(why) if choice == BackendChoice::Mqprio => {
-                    return Err(AppError::Unsupported(format!("mqprio channel mode on interface {ifindex}: {why}")));
-                }
-                Err(why) => Some(why),
-            },
+            }
         };
         Shaper::install_htb(rtnl, ifindex, plan, why_not)
     }
@@ -523,6 +519,7 @@ impl Shaper {
         plan: ShapingPlan,
         why_not_mqprio: Option<String>,
     ) -> Result<Shaper, AppError> {
+        let record = record_qdisc(&mut rtnl, ifindex, "htb")?;
         rtnl.add_htb_root(ifindex, DEFAULT_MINOR).map_err(crate::topology::TopologyError::from)?;
         // From here on, dropping the shaper removes the qdisc again.
         let classifier = match AppClassifier::load() {
@@ -532,7 +529,14 @@ impl Shaper {
                 return Err(io_err("load the egress classifier")(e));
             }
         };
-        let mut s = Shaper { rtnl, ifindex, plan, installed: Installed::Htb { classifier, tcx: None }, why_not_mqprio };
+        let mut s = Shaper {
+            rtnl,
+            ifindex,
+            plan,
+            installed: Installed::Htb { classifier, tcx: None },
+            why_not_mqprio,
+            record: Some(record),
+        };
         for c in s.plan.classes.clone() {
             s.rtnl.set_htb_class(ifindex, c).map_err(crate::topology::TopologyError::from)?;
         }
@@ -654,6 +658,15 @@ fn mqprio_refusal(e: &NetlinkError) -> String {
     }
 }
 
+/// Records the root qdisc about to be installed on `ifindex` (before it is, so a kill
+/// in between leaves a record of nothing rather than a qdisc with no record).
+fn record_qdisc(rtnl: &mut Rtnl, ifindex: u32, qdisc: &str) -> Result<Record, AppError> {
+    let ifname = rtnl.link_name(ifindex).map_err(crate::topology::TopologyError::from)?;
+    let (netns, netns_inode) = installed::current_netns().map_err(io_err("identify the network namespace"))?;
+    installed::record(&Change::RootQdisc { netns, netns_inode, ifindex, ifname, qdisc: qdisc.into() })
+        .map_err(io_err(format!("record the qdisc in {}", installed::DIR)))
+}
+
 impl Drop for Shaper {
     fn drop(&mut self) {
         if let Installed::Htb { tcx, .. } = &mut self.installed {
@@ -661,6 +674,9 @@ impl Drop for Shaper {
         }
         if let Err(e) = self.rtnl.del_root_qdisc(self.ifindex) {
             tracing::warn!(ifindex = self.ifindex, backend = %self.backend(), error = %e, "could not remove the root qdisc");
+            if let Some(r) = self.record.take() {
+                r.keep();
+            }
         }
     }
 }

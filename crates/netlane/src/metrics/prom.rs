@@ -18,8 +18,12 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 
 /// Escapes a label value (backslash, double quote, newline).
-pub fn escape_label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+pub fn escape_label(v: &str) -> std::borrow::Cow<'_, str> {
+    // Most values need nothing: no copy then (a page may have a million labels).
+    if !v.contains(['\\', '"', '\n']) {
+        return std::borrow::Cow::Borrowed(v);
+    }
+    std::borrow::Cow::Owned(v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n"))
 }
 
 /// A metric family's type.
@@ -104,7 +108,11 @@ impl Exposition {
         }
         self.out.push('{');
         let mut first = true;
-        for (k, v) in labels.iter().map(|(k, v)| (*k, escape_label(v))).chain(le.map(|l| ("le", l.to_string()))) {
+        for (k, v) in labels
+            .iter()
+            .map(|(k, v)| (*k, escape_label(v)))
+            .chain(le.map(|l| ("le", std::borrow::Cow::Owned(l.to_string()))))
+        {
             if !first {
                 self.out.push(',');
             }

@@ -41,9 +41,7 @@ pub enum TopologyError {
     )]
     NotPrivileged(String),
     /// A namespace of that name exists already.
-    #[error(
-        "network namespace {0} already exists (left over from a killed run? `netlane topo clean` removes stale ones)"
-    )]
+    #[error("network namespace {0} already exists (left over from a killed run? `netlane clean` removes stale ones)")]
     NameTaken(String),
     /// A netlink request failed.
     #[error(transparent)]

@@ -269,6 +269,14 @@ impl Rtnl {
         Ok(self.get_link(&format!("look up interface {name}"), msg)?.header.index)
     }
 
+    /// The name of interface `index`.
+    pub fn link_name(&mut self, index: u32) -> Result<String, NetlinkError> {
+        self.link_attribute(index, "name", |a| match a {
+            LinkAttribute::IfName(n) => Some(n.clone()),
+            _ => None,
+        })
+    }
+
     /// The MTU of interface `index`.
     pub fn link_mtu(&mut self, index: u32) -> Result<u32, NetlinkError> {
         self.link_attribute(index, "MTU", |a| match a {

@@ -190,6 +190,28 @@ impl BalancerSizes {
         }
     }
 
+    /// Kernel memory the maps of these sizes take on this machine (per-CPU maps have a
+    /// value per possible CPU), by map, in bytes: LRU hashes and arrays are allocated
+    /// whole when loaded.
+    pub fn kernel_bytes(&self) -> io::Result<Vec<(&'static str, u64)>> {
+        use balancer_skel::types::{conn_val, flow_entry, flow_key, lb_counter, real_def};
+        use std::mem::size_of;
+        let cpus = libbpf_rs::num_possible_cpus().map_err(super::super::to_io)? as u32;
+        let size = |n: u32, each: usize| u64::from(n) * each as u64;
+        let per_cpu = |n: u32, each: usize| size(n, each.next_multiple_of(8)) * u64::from(cpus);
+        // A hash element carries about 48 bytes of the kernel's own beside its key and value.
+        let hashed =
+            |n: u32, key: usize, value: usize| size(n, 48 + key.next_multiple_of(8) + value.next_multiple_of(8));
+        Ok(vec![
+            ("rings", size(self.max_vips, 4) * u64::from(self.ring_size)),
+            ("connection table", hashed(self.conn_entries, size_of::<flow_key>(), size_of::<conn_val>())),
+            ("reals", size(self.max_reals, size_of::<real_def>()) + per_cpu(self.max_reals, size_of::<lb_counter>())),
+            ("hint cache", per_cpu(self.hint_cache, size_of::<flow_entry>())),
+            ("flow tags", size(self.flow_tags, size_of::<flow_entry>())),
+            ("event ring", u64::from(self.event_ring_bytes)),
+        ])
+    }
+
     pub(super) fn check(&self) -> io::Result<()> {
         let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
         if self.max_vips == 0 || self.max_reals == 0 || self.ring_size == 0 || self.conn_entries == 0 {
@@ -371,6 +393,29 @@ impl FlowEvent {
         b.copy_from_slice(pod_bytes(&e));
         b
     }
+}
+
+/// One write to the reals map (see [`super::Balancer::write_reals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RealWrite {
+    /// Real `index` is `address`, serving VIP `vip`, at `generation`.
+    Set {
+        /// Real index.
+        index: u32,
+        /// Where to encapsulate to.
+        address: IpAddr,
+        /// Its VIP's index.
+        vip: u32,
+        /// Its generation.
+        generation: u32,
+    },
+    /// Real `index` is gone, at `generation`.
+    Clear {
+        /// Real index.
+        index: u32,
+        /// Its new generation.
+        generation: u32,
+    },
 }
 
 /// Packets and bytes.

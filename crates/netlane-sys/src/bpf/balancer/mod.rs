@@ -233,22 +233,62 @@ impl Balancer {
     /// batch update.
     pub fn set_ring(&self, index: u32, ring: &[u32]) -> io::Result<()> {
         let size = self.opts.sizes.ring_size;
-        if ring.len() != size as usize || index >= self.opts.sizes.max_vips {
-            return Err(invalid(format!(
-                "ring of {} slots for VIP index {index} (want {size} slots, index < {})",
-                ring.len(),
-                self.opts.sizes.max_vips
-            )));
+        if ring.len() != size as usize {
+            return Err(invalid(format!("ring of {} slots for VIP index {index} (want {size})", ring.len())));
         }
-        if let Some(bad) = ring.iter().find(|&&r| r != u32::MAX && r >= self.opts.sizes.max_reals) {
+        let slots: Vec<(u32, u32)> = (0..size).zip(ring.iter().copied()).collect();
+        self.patch_ring(index, &slots)
+    }
+
+    /// Writes some of VIP `index`'s ring slots, `(slot, real index)` with `u32::MAX` =
+    /// none, in one batch update: a change of one real's weight moves a few slots of a
+    /// ring of hundreds of thousands.
+    pub fn patch_ring(&self, index: u32, slots: &[(u32, u32)]) -> io::Result<()> {
+        let size = self.opts.sizes.ring_size;
+        if index >= self.opts.sizes.max_vips {
+            return Err(invalid(format!("VIP index {index} >= {}", self.opts.sizes.max_vips)));
+        }
+        if let Some((slot, _)) = slots.iter().find(|(s, _)| *s >= size) {
+            return Err(invalid(format!("ring slot {slot} >= the ring size, {size}")));
+        }
+        if let Some((_, bad)) = slots.iter().find(|&&(_, r)| r != u32::MAX && r >= self.opts.sizes.max_reals) {
             return Err(invalid(format!("ring slot names real {bad}, >= {}", self.opts.sizes.max_reals)));
         }
+        if slots.is_empty() {
+            return Ok(());
+        }
         let base = index * size;
-        let keys: Vec<u8> = (0..size).flat_map(|i| (base + i).to_ne_bytes()).collect();
+        let keys: Vec<u8> = slots.iter().flat_map(|(i, _)| (base + i).to_ne_bytes()).collect();
         // In the map a slot holds the real's index + 1, and 0 is empty (as the map starts).
         let values: Vec<u8> =
-            ring.iter().flat_map(|&r| if r == u32::MAX { 0u32 } else { r + 1 }.to_ne_bytes()).collect();
-        self.maps.ring_map.update_batch(&keys, &values, size, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
+            slots.iter().flat_map(|&(_, r)| if r == u32::MAX { 0u32 } else { r + 1 }.to_ne_bytes()).collect();
+        self.maps.ring_map.update_batch(&keys, &values, slots.len() as u32, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
+    }
+
+    /// Writes many reals in one batch update, in order (a later write of one index
+    /// wins): what [`Balancer::set_real`] and [`Balancer::clear_real`] do one by one.
+    pub fn write_reals(&self, writes: &[RealWrite]) -> io::Result<()> {
+        let mut keys = Vec::with_capacity(writes.len() * 4);
+        let mut values = Vec::with_capacity(writes.len() * std::mem::size_of::<balancer_skel::types::real_def>());
+        for w in writes {
+            let (index, real) = match *w {
+                RealWrite::Set { index, address, vip, generation } => {
+                    let (addr, family) = addr_words(address);
+                    (index, balancer_skel::types::real_def { addr, family, pad: [0; 3], vip, generation })
+                }
+                RealWrite::Clear { index, generation } => (
+                    index,
+                    balancer_skel::types::real_def { addr: [0; 4], family: 0, pad: [0; 3], vip: u32::MAX, generation },
+                ),
+            };
+            self.check_real(index)?;
+            keys.extend_from_slice(&index.to_ne_bytes());
+            values.extend_from_slice(pod_bytes(&real));
+        }
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.maps.reals.update_batch(&keys, &values, writes.len() as u32, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
     }
 
     fn check_real(&self, index: u32) -> io::Result<()> {
@@ -261,19 +301,14 @@ impl Balancer {
     /// Sets real `index`: its address, the VIP it serves and its generation (which
     /// must change whenever the index is given to another real or VIP).
     pub fn set_real(&self, index: u32, addr: IpAddr, vip: u32, generation: u32) -> io::Result<()> {
-        self.check_real(index)?;
-        let (w, family) = addr_words(addr);
-        let real = balancer_skel::types::real_def { addr: w, family, pad: [0; 3], vip, generation };
-        self.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), MapFlags::ANY).map_err(to_io)
+        self.write_reals(&[RealWrite::Set { index, address: addr, vip, generation }])
     }
 
     /// Removes real `index`: nothing is sent to it any more, and state naming it (the
     /// connection table, flow cache, tags) goes stale. `generation` must differ from the
     /// generation it had.
     pub fn clear_real(&self, index: u32, generation: u32) -> io::Result<()> {
-        self.check_real(index)?;
-        let real = balancer_skel::types::real_def { addr: [0; 4], family: 0, pad: [0; 3], vip: u32::MAX, generation };
-        self.maps.reals.update(&index.to_ne_bytes(), pod_bytes(&real), MapFlags::ANY).map_err(to_io)
+        self.write_reals(&[RealWrite::Clear { index, generation }])
     }
 
     /// Installs per-flow tag `id` for the flow (and real) of `event`.
@@ -303,23 +338,33 @@ impl Balancer {
         (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect()
     }
 
-    fn counter(map: &MapHandle, index: u32) -> io::Result<Counter> {
-        let per_cpu = map.lookup_percpu(&index.to_ne_bytes(), MapFlags::ANY).map_err(to_io)?.unwrap_or_default();
+    /// Every VIP's forwarded packets and bytes (indexed by VIP index), summed over
+    /// CPUs, in a few batch reads.
+    pub fn vip_counters(&self) -> io::Result<Vec<Counter>> {
+        Self::counters(&self.maps.vip_stats, self.opts.sizes.max_vips)
+    }
+
+    /// Reals `0..upto`'s forwarded packets and bytes, summed over CPUs, in a few batch
+    /// reads (one lookup per real takes seconds for half a million).
+    pub fn real_counters(&self, upto: u32) -> io::Result<Vec<Counter>> {
+        Self::counters(&self.maps.real_stats, upto.min(self.opts.sizes.max_reals))
+    }
+
+    fn counters(map: &MapHandle, entries: u32) -> io::Result<Vec<Counter>> {
+        let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)?;
+        let raw = super::percpu_array_values(map, entries)?;
         let word =
             |v: &[u8], i: usize| v.get(i..i + 8).map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
-        Ok(per_cpu
-            .iter()
-            .fold(Counter::default(), |c, v| Counter { packets: c.packets + word(v, 0), bytes: c.bytes + word(v, 8) }))
-    }
-
-    /// VIP `index`'s forwarded packets and bytes, summed over CPUs.
-    pub fn vip_counter(&self, index: u32) -> io::Result<Counter> {
-        Self::counter(&self.maps.vip_stats, index)
-    }
-
-    /// Real `index`'s forwarded packets and bytes, summed over CPUs.
-    pub fn real_counter(&self, index: u32) -> io::Result<Counter> {
-        Self::counter(&self.maps.real_stats, index)
+        let per_cpu = (map.value_size() as usize).next_multiple_of(8);
+        Ok(raw
+            .chunks_exact(per_cpu * cpus)
+            .map(|entry| {
+                entry.chunks_exact(per_cpu).fold(Counter::default(), |c, v| Counter {
+                    packets: c.packets + word(v, 0),
+                    bytes: c.bytes + word(v, 8),
+                })
+            })
+            .collect())
     }
 
     /// A reader of the new-flow events (tag modes). Build it once and keep it: it maps
