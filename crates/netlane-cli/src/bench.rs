@@ -9,6 +9,7 @@ use netlane_lab::scenarios::lanes::LanesBenchArgs;
 use netlane_lab::scenarios::lb_pps::LbPpsArgs;
 use netlane_lab::scenarios::nvme::NvmeBenchArgs;
 use netlane_lab::scenarios::rr::RrBenchArgs;
+use netlane_lab::scenarios::soak::SoakArgs;
 use netlane_lab::scenarios::udp_bulk::UdpBulkArgs;
 use netlane_lab::scenarios::udp_pacing::UdpPacingArgs;
 use netlane_lab::scenarios::{self, Scenario};
@@ -42,6 +43,8 @@ pub enum BenchCmd {
     Kv(Box<Bench<KvBenchArgs>>),
     /// Lanes: connections on the thread that owns their receive queue (NAPI-id hand-off, reuseport BPF, busy polling) vs plain workers and memcached -N.
     Lanes(Box<Bench<LanesBenchArgs>>),
+    /// Soak: each server under valid load beside hostile clients (memory, descriptors, tail latency, data after kill -9).
+    Soak(Box<Bench<SoakArgs>>),
 }
 
 fn bench<T: Args + Scenario>(b: &Bench<T>) -> Result<u8> {
@@ -67,5 +70,6 @@ pub fn run(cmd: BenchCmd) -> Result<u8> {
         BenchCmd::Rr(b) => bench(&b),
         BenchCmd::Kv(b) => bench(&b),
         BenchCmd::Lanes(b) => bench(&b),
+        BenchCmd::Soak(b) => bench(&b),
     }
 }

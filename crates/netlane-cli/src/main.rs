@@ -178,9 +178,9 @@ fn clean() -> Result<u8> {
     Ok(u8::from(failed > 0))
 }
 
-fn topo(cmd: &TopoCmd) -> Result<()> {
+fn topo(cmd: &TopoCmd) -> Result<u8> {
     match cmd {
-        TopoCmd::Clean => return clean().map(|_| ()),
+        TopoCmd::Clean => return clean(),
         TopoCmd::List => {
             let mut names: Vec<String> = netlane::testing::netns_names();
             names.retain(|n| n.starts_with(netlane::topology::NAME_PREFIX));
@@ -192,7 +192,7 @@ fn topo(cmd: &TopoCmd) -> Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(0)
 }
 
 fn man(dir: &std::path::Path) -> Result<()> {
@@ -228,7 +228,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),
-        Cmd::Topo { cmd } => topo(&cmd).map(|()| 0),
+        Cmd::Topo { cmd } => topo(&cmd),
         Cmd::Completions { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "netlane", &mut buf);

@@ -210,6 +210,8 @@ pub struct Lb {
     // Writes of configurations that failed part way, to do again (with what they change).
     pending: Vec<Op>,
     pending_changes: Vec<VipChange>,
+    // Reals cleared by writes done, whose tags go once the update is complete.
+    cleared: std::collections::HashSet<u32>,
     pub(crate) tags: TagTable<FlowKey>,
     tagged_real: HashMap<FlowKey, u32>,
     pub(crate) tag_stats: TagStats,
@@ -332,7 +334,7 @@ impl Lb {
             .map_err(kernel("write the data plane's configuration"))?;
         let mut plane = ControlPlane::new(max_vips, max_reals);
         let update = plane.apply(config)?;
-        execute(&balancer, &update.ops)?;
+        execute(&balancer, &update.ops).1?;
         let events = match opts.hint {
             HintMode::FlowTag | HintMode::DestTag => {
                 Some(balancer.events().map_err(kernel("open the new-flow event ring"))?)
@@ -361,6 +363,7 @@ impl Lb {
             plane,
             pending: Vec::new(),
             pending_changes: Vec::new(),
+            cleared: std::collections::HashSet::new(),
             tags: TagTable::new(opts.max_tags),
             tagged_real: HashMap::new(),
             tag_stats: TagStats::default(),
@@ -438,16 +441,16 @@ impl Lb {
     }
 
     fn flush(&mut self) -> Result<Vec<VipChange>, LbError> {
-        execute(&self.balancer, &self.pending)?;
-        let ops = std::mem::take(&mut self.pending);
-        let cleared: std::collections::HashSet<u32> = ops
-            .iter()
-            .filter_map(|o| match o {
-                Op::ClearReal { index, .. } => Some(*index),
-                _ => None,
-            })
-            .collect();
-        if !cleared.is_empty() {
+        // Writes that were done stay done: a retry resumes at the one that failed, so
+        // the order (reals before rings, rings before clears) holds across retries.
+        let (done, result) = execute(&self.balancer, &self.pending);
+        self.cleared.extend(self.pending.drain(..done).filter_map(|o| match o {
+            Op::ClearReal { index, .. } => Some(index),
+            _ => None,
+        }));
+        result?;
+        if !self.cleared.is_empty() {
+            let cleared = std::mem::take(&mut self.cleared);
             let gone = self.tags.release_where(|k| self.tagged_real.get(k).is_some_and(|r| cleared.contains(r)));
             for (_, flow) in gone {
                 self.tagged_real.remove(&flow);
@@ -512,18 +515,14 @@ impl Lb {
 }
 
 /// Carries out the plan's operations on the data plane, in order; a run of real
-/// writes is one batch update (half a million reals in a few system calls).
-fn execute(b: &Balancer, ops: &[Op]) -> Result<(), LbError> {
+/// writes is one batch update (half a million reals in a few system calls). Returns how
+/// many operations are done (a batch counts once it is written whole) and the error
+/// that stopped it, if one did.
+fn execute(b: &Balancer, ops: &[Op]) -> (usize, Result<(), LbError>) {
     let mut reals: Vec<RealWrite> = Vec::new();
-    let flush = |reals: &mut Vec<RealWrite>| -> Result<(), LbError> {
-        if reals.is_empty() {
-            return Ok(());
-        }
-        b.write_reals(reals).map_err(kernel(format!("write {} reals to the data plane", reals.len())))?;
-        reals.clear();
-        Ok(())
-    };
-    for op in ops {
+    // Operations before `done` are written; a pending batch starts there.
+    let mut done = 0;
+    for (i, op) in ops.iter().enumerate() {
         let write = match *op {
             Op::SetReal { index, address, vip, generation } => Some(RealWrite::Set { index, address, vip, generation }),
             Op::ClearReal { index, generation } => Some(RealWrite::Clear { index, generation }),
@@ -533,7 +532,13 @@ fn execute(b: &Balancer, ops: &[Op]) -> Result<(), LbError> {
             reals.push(w);
             continue;
         }
-        flush(&mut reals)?;
+        if !reals.is_empty() {
+            if let Err(e) = b.write_reals(&reals) {
+                return (done, Err(kernel(format!("write {} reals", reals.len()))(e)));
+            }
+            reals.clear();
+        }
+        done = i;
         let r = match op {
             Op::SetVip { address, port, proto, index, no_lru } => b.set_vip(*address, *port, *proto, *index, *no_lru),
             Op::RemoveVip { address, port, proto } => b.remove_vip(*address, *port, *proto),
@@ -542,9 +547,17 @@ fn execute(b: &Balancer, ops: &[Op]) -> Result<(), LbError> {
             Op::VipAddress { address, present } => b.set_vip_address(*address, *present),
             Op::SetReal { .. } | Op::ClearReal { .. } => Ok(()),
         };
-        r.map_err(kernel(format!("update the data plane ({})", op_name(op))))?;
+        if let Err(e) = r {
+            return (done, Err(kernel(format!("update the data plane ({})", op_name(op)))(e)));
+        }
+        done = i + 1;
     }
-    flush(&mut reals)
+    if !reals.is_empty()
+        && let Err(e) = b.write_reals(&reals)
+    {
+        return (done, Err(kernel(format!("write {} reals", reals.len()))(e)));
+    }
+    (ops.len(), Ok(()))
 }
 
 /// An operation in a few words (a ring's slots are not worth quoting).
@@ -580,7 +593,7 @@ mod tests {
             .check_against(&Available { bytes: 1 << 30, limit: Limit::MemAvailable })
             .unwrap_err()
             .to_string();
-        assert!(e.contains("connection table map: 1.") && e.contains("(MemAvailable)"), "{e}");
+        assert!(e.contains("connection table map: 2.0 GiB") && e.contains("(MemAvailable)"), "{e}");
         opts.max_reals = 1 << 19;
         let room = memory_ask(&config, &opts).unwrap().total() - small;
         assert!(room >= ((1 << 19) - 1024) * CONTROL_BYTES_PER_REAL, "{room}");

@@ -133,13 +133,13 @@ enum Reload {
 /// a file being parsed does not delay a stop.
 fn watch_config(
     path: PathBuf,
+    mut seen: Option<(SystemTime, u64, u64)>,
     mut config: Config,
     mut plane: ControlPlane,
     stop: Arc<AtomicBool>,
 ) -> Result<Receiver<Reload>, LbError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let watch = move || {
-        let mut seen = stamp(&path);
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(100));
             let now = stamp(&path);
@@ -199,6 +199,8 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
 /// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
 /// detaches. Returns the last statistics.
 pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
+    // Taken before the file is read: an edit made while the data plane loads is seen.
+    let seen = stamp(&opts.config);
     let config = check(opts)?;
     let latest = Arc::new(Mutex::new((String::new(), String::new())));
     // Bound before loading anything, so a busy port fails fast.
@@ -240,9 +242,10 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
         }
     };
     let watcher_stop = Arc::new(AtomicBool::new(false));
-    let reloads = watch_config(opts.config.clone(), config.clone(), lb.plane().clone(), watcher_stop.clone())?;
+    let reloads = watch_config(opts.config.clone(), seen, config.clone(), lb.plane().clone(), watcher_stop.clone())?;
     let _stop_watcher = StopOnDrop(watcher_stop);
     let mut last_try = Instant::now();
+    let mut watcher_gone = false;
     while !stop.load(Ordering::Relaxed) && opts.time.is_none_or(|t| start.elapsed() < t) {
         // The data plane forwards whatever happens here: a failure is counted, shown
         // (rate-limited) and tried again, never a reason to detach.
@@ -258,6 +261,11 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
             }
             Ok(Reload::Kept(why)) => {
                 on(Event::Kept(why));
+                None
+            }
+            Err(std::sync::mpsc::TryRecvError::Disconnected) if !watcher_gone => {
+                watcher_gone = true;
+                on(Event::Kept("the configuration watcher stopped: changes to the file are no longer applied".into()));
                 None
             }
             Err(_) if lb.unwritten() && last_try.elapsed() >= Duration::from_secs(1) => {

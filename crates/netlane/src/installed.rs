@@ -19,16 +19,59 @@ use serde::{Deserialize, Serialize};
 /// Where records live (tmpfs: a reboot undoes every change anyway).
 pub const DIR: &str = "/run/netlane/installed";
 
+/// The network namespace a change was made in (devices and `net.*` sysctls belong to
+/// one).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Place {
+    /// Its name under /run/netns, if it has one.
+    pub netns: Option<String>,
+    /// Its inode: a namespace made again under the same name is another one.
+    pub netns_inode: u64,
+}
+
+impl Place {
+    /// The calling thread's namespace.
+    pub fn here() -> io::Result<Place> {
+        let netns_inode = fs::metadata("/proc/thread-self/ns/net")?.ino();
+        let netns = fs::read_dir(crate::topology::NETNS_RUN_DIR)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| fs::metadata(e.path()).is_ok_and(|m| m.ino() == netns_inode))
+            .map(|e| e.file_name().to_string_lossy().into_owned());
+        Ok(Place { netns, netns_inode })
+    }
+
+    /// Runs `undo` inside this namespace: by its name when it has one that still is
+    /// this namespace, here when the caller is in it. `Ok` with a word when the
+    /// namespace is gone (and what was in it with it).
+    fn run(&self, undo: impl FnOnce() -> Result<String, String> + Send) -> Result<String, String> {
+        if let Some(name) = &self.netns {
+            let bound = Path::new(crate::topology::NETNS_RUN_DIR).join(name);
+            return match fs::metadata(&bound) {
+                Ok(m) if m.ino() == self.netns_inode => {
+                    crate::topology::run_in_named(name, undo).map_err(|e| e.to_string())?
+                }
+                _ => Ok("gone with its namespace".into()),
+            };
+        }
+        let here = fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino()).map_err(|e| e.to_string())?;
+        if here == self.netns_inode {
+            undo()
+        } else {
+            Err("made in another network namespace: run netlane clean there".into())
+        }
+    }
+}
+
 /// One change to the kernel.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Change {
     /// A root qdisc of kind `qdisc` on device `ifname` (index `ifindex`).
     RootQdisc {
-        /// The network namespace: its name under /run/netns, if it has one.
-        netns: Option<String>,
-        /// The namespace's inode, to tell it without a name.
-        netns_inode: u64,
+        /// Where.
+        place: Place,
         /// Device index.
         ifindex: u32,
         /// Device name when installed.
@@ -41,8 +84,11 @@ pub enum Change {
         /// Its path.
         path: PathBuf,
     },
-    /// A sysctl set to `value`; it was `before`.
+    /// A sysctl set to `value`; it was `before` (the same when a process only holds
+    /// it at the value it found).
     Sysctl {
+        /// Where (`net.*` sysctls belong to a network namespace).
+        place: Place,
         /// Its path under /proc/sys.
         path: PathBuf,
         /// The value before.
@@ -55,15 +101,15 @@ pub enum Change {
 impl std::fmt::Display for Change {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Change::RootQdisc { netns, ifname, qdisc, .. } => {
+            Change::RootQdisc { place, ifname, qdisc, .. } => {
                 write!(f, "{qdisc} root qdisc on {ifname}")?;
-                match netns {
+                match &place.netns {
                     Some(n) => write!(f, " (namespace {n})"),
                     None => Ok(()),
                 }
             }
             Change::Cgroup { path } => write!(f, "cgroup {}", path.display()),
-            Change::Sysctl { path, before, value } => {
+            Change::Sysctl { path, before, value, .. } => {
                 write!(f, "sysctl {} = {value} (was {before})", sysctl_name(path))
             }
         }
@@ -113,19 +159,6 @@ fn record_in(dir: &Path, change: &Change) -> io::Result<Record> {
     Ok(Record { path })
 }
 
-/// The current network namespace's name under /run/netns (if one is bound there) and
-/// its inode.
-pub fn current_netns() -> io::Result<(Option<String>, u64)> {
-    let inode = fs::metadata("/proc/thread-self/ns/net")?.ino();
-    let named = fs::read_dir(crate::topology::NETNS_RUN_DIR)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .find(|e| fs::metadata(e.path()).is_ok_and(|m| m.ino() == inode))
-        .map(|e| e.file_name().to_string_lossy().into_owned());
-    Ok((named, inode))
-}
-
 /// What [`clean_stale`] did with one record of a process that is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cleaned {
@@ -138,8 +171,23 @@ pub struct Cleaned {
     pub outcome: Result<String, String>,
 }
 
+impl Change {
+    /// What the change is to, whoever made it: two records of one target are two
+    /// processes holding the same thing.
+    fn target(&self) -> String {
+        match self {
+            Change::RootQdisc { place, ifindex, .. } => format!("qdisc {} {ifindex}", place.netns_inode),
+            Change::Cgroup { path } => format!("cgroup {}", path.display()),
+            Change::Sysctl { place, path, .. } => format!("sysctl {} {}", place.netns_inode, path.display()),
+        }
+    }
+}
+
 /// Undoes the recorded changes of processes that no longer exist, and removes their
-/// records; a change that cannot be undone here keeps its record and says why.
+/// records; a change that cannot be undone here keeps its record and says why. A change
+/// a running process also holds is left to it (a server started after a killed one
+/// found the sysctl already set, say): its record is cleaned once that process is gone
+/// too.
 pub fn clean_stale() -> io::Result<Vec<Cleaned>> {
     clean_stale_in(Path::new(DIR))
 }
@@ -150,22 +198,26 @@ fn clean_stale_in(dir: &Path) -> io::Result<Vec<Cleaned>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut out = Vec::new();
     let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     paths.sort();
-    for path in paths {
-        let Some(stem) = path.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_suffix(".json")) else {
-            continue;
-        };
-        let Some(pid) = stem.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if Path::new("/proc").join(pid.to_string()).exists() {
+    let records: Vec<(PathBuf, u32, Change)> = paths
+        .into_iter()
+        .filter_map(|path| {
+            let stem = path.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
+            let pid = stem.split('-').next()?.parse::<u32>().ok()?;
+            // Not a record netlane wrote (or one from another version): left alone.
+            let change = serde_json::from_str::<Change>(&fs::read_to_string(&path).ok()?).ok()?;
+            Some((path, pid, change))
+        })
+        .collect();
+    let alive = |pid: u32| Path::new("/proc").join(pid.to_string()).exists();
+    let held: std::collections::HashSet<String> =
+        records.iter().filter(|(_, pid, _)| alive(*pid)).map(|(_, _, c)| c.target()).collect();
+    let mut out = Vec::new();
+    for (path, pid, change) in records {
+        if alive(pid) || held.contains(&change.target()) {
             continue;
         }
-        let change = match fs::read_to_string(&path).map(|t| serde_json::from_str::<Change>(&t)) {
-            Ok(Ok(c)) => c,
-            // Not a record netlane wrote (or one from another version): left alone.
-            _ => continue,
-        };
         let outcome = undo(&change);
         if outcome.is_ok() {
             let _ = fs::remove_file(&path);
@@ -178,37 +230,20 @@ fn clean_stale_in(dir: &Path) -> io::Result<Vec<Cleaned>> {
 /// Undoes one change, unless someone changed the same thing since.
 fn undo(change: &Change) -> Result<String, String> {
     match change {
-        Change::RootQdisc { netns, netns_inode, ifindex, ifname, qdisc } => {
-            let remove = || -> Result<String, String> {
-                let mut r = crate::topology::Rtnl::open().map_err(|e| format!("open rtnetlink: {e}"))?;
-                let name = r.link_name(*ifindex).ok();
-                if name.as_deref() != Some(ifname.as_str()) {
-                    return Ok(format!("{ifname} is gone"));
-                }
-                match r.root_qdisc(*ifindex).map_err(|e| format!("read {ifname}'s root qdisc: {e}"))? {
-                    Some((kind, _)) if kind == *qdisc => {
-                        r.del_root_qdisc(*ifindex).map_err(|e| format!("remove it: {e}"))?;
-                        Ok("removed".into())
-                    }
-                    Some((kind, _)) => Ok(format!("left alone: {ifname}'s root qdisc is {kind} now")),
-                    None => Ok("already gone".into()),
-                }
-            };
-            match netns {
-                Some(name) if Path::new(crate::topology::NETNS_RUN_DIR).join(name).exists() => {
-                    crate::topology::run_in_named(name, remove).map_err(|e| e.to_string())?
-                }
-                Some(_) => Ok("gone with its namespace".into()),
-                None => {
-                    let here = fs::metadata("/proc/thread-self/ns/net").map(|m| m.ino()).map_err(|e| e.to_string())?;
-                    if here == *netns_inode {
-                        remove()
-                    } else {
-                        Err("installed in another network namespace: run netlane clean there".into())
-                    }
-                }
+        Change::RootQdisc { place, ifindex, ifname, qdisc } => place.run(|| {
+            let mut r = crate::topology::Rtnl::open().map_err(|e| format!("open rtnetlink: {e}"))?;
+            if r.link_name(*ifindex).ok().as_deref() != Some(ifname.as_str()) {
+                return Ok(format!("{ifname} is gone"));
             }
-        }
+            match r.root_qdisc(*ifindex).map_err(|e| format!("read {ifname}'s root qdisc: {e}"))? {
+                Some((kind, _)) if kind == *qdisc => {
+                    r.del_root_qdisc(*ifindex).map_err(|e| format!("remove it: {e}"))?;
+                    Ok("removed".into())
+                }
+                Some((kind, _)) => Ok(format!("left alone: {ifname}'s root qdisc is {kind} now")),
+                None => Ok("already gone".into()),
+            }
+        }),
         Change::Cgroup { path } => {
             if !path.exists() {
                 return Ok("already gone".into());
@@ -217,14 +252,17 @@ fn undo(change: &Change) -> Result<String, String> {
             remove_cgroup(path).map_err(|e| format!("remove it: {e}"))?;
             Ok(if ended.is_empty() { "removed".into() } else { format!("ended {}, then removed it", ended.join(", ")) })
         }
-        Change::Sysctl { path, before, value } => {
+        Change::Sysctl { place, path, before, value } => place.run(|| {
             let now = fs::read_to_string(path).map_err(|e| format!("read it: {e}"))?;
             if now.trim() != value.trim() {
                 return Ok(format!("left alone: it is {} now", now.trim()));
             }
+            if before == value {
+                return Ok(format!("left at {value}, as it was found"));
+            }
             fs::write(path, before).map_err(|e| format!("restore it: {e}"))?;
             Ok(format!("restored to {before}"))
-        }
+        }),
     }
 }
 
@@ -254,8 +292,12 @@ fn end_processes(path: &Path) -> Vec<String> {
     while !procs().is_empty() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    for p in procs() {
-        let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+    // cgroup.kill (Linux 5.14) also reaches processes forked meanwhile and those in
+    // child cgroups; signalling the listed ones is the fallback.
+    if !procs().is_empty() && fs::write(path.join("cgroup.kill"), "1").is_err() {
+        for p in procs() {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
     }
     found
 }
@@ -283,22 +325,24 @@ pub struct Sysctl {
     path: PathBuf,
     before: String,
     value: String,
-    _record: Option<Record>,
+    record: Option<Record>,
 }
 
 impl Sysctl {
-    /// Sets the sysctl at `path` (under /proc/sys) to `value`. Nothing is recorded or
-    /// restored when it already had that value.
+    /// Sets the sysctl at `path` (under /proc/sys) to `value`, in the calling thread's
+    /// network namespace. Recorded even when it already had that value: a process that
+    /// relies on it holds it, so `netlane clean` leaves it alone meanwhile.
     pub fn set(path: impl Into<PathBuf>, value: &str) -> io::Result<Sysctl> {
         let path = path.into();
         let before = fs::read_to_string(&path)?.trim().to_string();
         let value = value.trim().to_string();
-        if before == value {
-            return Ok(Sysctl { path, before, value, _record: None });
+        let place = Place::here()?;
+        let change = Change::Sysctl { place, path: path.clone(), before: before.clone(), value: value.clone() };
+        let record = record(&change)?;
+        if before != value {
+            fs::write(&path, &value)?;
         }
-        let record = record(&Change::Sysctl { path: path.clone(), before: before.clone(), value: value.clone() })?;
-        fs::write(&path, &value)?;
-        Ok(Sysctl { path, before, value, _record: Some(record) })
+        Ok(Sysctl { path, before, value, record: Some(record) })
     }
 
     /// The value it has now.
@@ -314,14 +358,17 @@ impl Sysctl {
 
 impl Drop for Sysctl {
     fn drop(&mut self) {
-        if self._record.is_none() {
+        if self.before == self.value {
             return;
         }
         let now = fs::read_to_string(&self.path).unwrap_or_default();
         if now.trim() == self.value
             && let Err(e) = fs::write(&self.path, &self.before)
         {
-            tracing::warn!(sysctl = %sysctl_name(&self.path), error = %e, "could not restore a sysctl");
+            tracing::warn!(sysctl = %sysctl_name(&self.path), error = %e, "could not restore a sysctl (netlane clean will)");
+            if let Some(r) = self.record.take() {
+                r.keep();
+            }
         }
     }
 }
@@ -342,15 +389,18 @@ mod tests {
         let value = d.join("value");
         fs::create_dir_all(&d).unwrap();
         fs::write(&value, "1\n").unwrap();
-        let change = Change::Sysctl { path: value.clone(), before: "0".into(), value: "1".into() };
-        // Ours (alive): a clean leaves it; dropping the record removes it.
+        let place = Place::here().unwrap();
+        let change = Change::Sysctl { place, path: value.clone(), before: "0".into(), value: "1".into() };
+        // Ours (alive): a clean leaves it, and a dead process's record of the same
+        // sysctl (pid 2^22 + 1 is above the kernel's limit) is left while we hold it.
         let mine = record_in(&d, &change).unwrap();
-        assert!(clean_stale_in(&d).unwrap().is_empty());
-        drop(mine);
-        assert_eq!(fs::read_dir(&d).unwrap().count(), 1, "only the value file is left");
-        // A dead process's (pid 2^22 + 1 is above the kernel's limit): undone and removed.
         let text = serde_json::to_string(&change).unwrap();
         fs::write(d.join("4194305-0.json"), text).unwrap();
+        assert!(clean_stale_in(&d).unwrap().is_empty());
+        assert_eq!(fs::read_to_string(&value).unwrap(), "1\n");
+        // Dropping our record removes it; then the dead one is undone and removed.
+        drop(mine);
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 2, "the value file and the dead record");
         let cleaned = clean_stale_in(&d).unwrap();
         assert_eq!(cleaned.len(), 1);
         assert_eq!(cleaned[0].pid, 4_194_305);

@@ -18,13 +18,15 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+
+use super::Started;
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
@@ -166,16 +168,6 @@ impl Drop for Sink {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-    }
-}
-
-/// A child process this scenario started, killed (by its PID) and reaped on drop.
-struct Started(Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 

@@ -23,6 +23,7 @@ pub mod nvme;
 pub mod options;
 pub mod rr;
 pub mod selftest;
+pub mod soak;
 pub mod udp_bulk;
 pub mod udp_pacing;
 
@@ -69,11 +70,13 @@ pub enum ScenarioName {
     Kv,
     /// Lanes: connections on the thread owning their receive queue, busy polling, vs plain workers and memcached -N.
     Lanes,
+    /// Soak: each server under valid load beside hostile clients; memory, descriptors, tail latency, data after kill -9.
+    Soak,
 }
 
 impl ScenarioName {
     /// Every scenario, in the lab's order.
-    pub const ALL: [ScenarioName; 7] = [
+    pub const ALL: [ScenarioName; 8] = [
         ScenarioName::UdpBulk,
         ScenarioName::UdpPacing,
         ScenarioName::Nvme,
@@ -81,6 +84,7 @@ impl ScenarioName {
         ScenarioName::Rr,
         ScenarioName::Kv,
         ScenarioName::Lanes,
+        ScenarioName::Soak,
     ];
 }
 
@@ -93,6 +97,16 @@ pub struct LabProfile {
     pub ipv6: bool,
     /// The kernel's `udpgso_bench_tx`.
     pub selftest: Option<PathBuf>,
+}
+
+/// A child process a scenario started, killed (by its PID) and reaped on drop.
+pub(crate) struct Started(pub(crate) std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The lab's plan for `name`.
@@ -165,6 +179,13 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.isolation_connections = 16;
                 o.workload.keys = 10_000;
                 o.time = Duration::from_secs(1);
+            }
+            Box::new(o)
+        }
+        ScenarioName::Soak => {
+            let mut o = soak::SoakArgs::defaults();
+            if p.quick {
+                o.time = Duration::from_secs(5);
             }
             Box::new(o)
         }
@@ -253,6 +274,7 @@ mod tests {
         echo_reads_back(&bulk);
         echo_reads_back(&udp_pacing::UdpPacingArgs::defaults());
         echo_reads_back(&nvme::NvmeBenchArgs::defaults());
+        echo_reads_back(&soak::SoakArgs::defaults());
         echo_reads_back(&kv::KvBenchArgs::defaults());
         let mut pps = lb_pps::LbPpsArgs::defaults();
         echo_reads_back(&pps);

@@ -662,8 +662,8 @@ fn mqprio_refusal(e: &NetlinkError) -> String {
 /// in between leaves a record of nothing rather than a qdisc with no record).
 fn record_qdisc(rtnl: &mut Rtnl, ifindex: u32, qdisc: &str) -> Result<Record, AppError> {
     let ifname = rtnl.link_name(ifindex).map_err(crate::topology::TopologyError::from)?;
-    let (netns, netns_inode) = installed::current_netns().map_err(io_err("identify the network namespace"))?;
-    installed::record(&Change::RootQdisc { netns, netns_inode, ifindex, ifname, qdisc: qdisc.into() })
+    let place = installed::Place::here().map_err(io_err("identify the network namespace"))?;
+    installed::record(&Change::RootQdisc { place, ifindex, ifname, qdisc: qdisc.into() })
         .map_err(io_err(format!("record the qdisc in {}", installed::DIR)))
 }
 

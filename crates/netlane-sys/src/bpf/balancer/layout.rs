@@ -198,16 +198,20 @@ impl BalancerSizes {
         use std::mem::size_of;
         let cpus = libbpf_rs::num_possible_cpus().map_err(super::super::to_io)? as u32;
         let size = |n: u32, each: usize| u64::from(n) * each as u64;
-        let per_cpu = |n: u32, each: usize| size(n, each.next_multiple_of(8)) * u64::from(cpus);
-        // A hash element carries about 48 bytes of the kernel's own beside its key and value.
-        let hashed =
-            |n: u32, key: usize, value: usize| size(n, 48 + key.next_multiple_of(8) + value.next_multiple_of(8));
+        // Arrays keep each value in a slot rounded up to 8 bytes.
+        let array = |n: u32, each: usize| size(n, each.next_multiple_of(8));
+        let per_cpu = |n: u32, each: usize| array(n, each) * u64::from(cpus);
+        // A hash element carries about 48 bytes of the kernel's own beside its key and
+        // value, and the table a 16-byte bucket per entry rounded up to a power of two.
+        let hashed = |n: u32, key: usize, value: usize| {
+            size(n, 48 + key.next_multiple_of(8) + value.next_multiple_of(8)) + 16 * u64::from(n.next_power_of_two())
+        };
         Ok(vec![
-            ("rings", size(self.max_vips, 4) * u64::from(self.ring_size)),
+            ("rings", array(self.max_vips, 4) * u64::from(self.ring_size)),
             ("connection table", hashed(self.conn_entries, size_of::<flow_key>(), size_of::<conn_val>())),
-            ("reals", size(self.max_reals, size_of::<real_def>()) + per_cpu(self.max_reals, size_of::<lb_counter>())),
+            ("reals", array(self.max_reals, size_of::<real_def>()) + per_cpu(self.max_reals, size_of::<lb_counter>())),
             ("hint cache", per_cpu(self.hint_cache, size_of::<flow_entry>())),
-            ("flow tags", size(self.flow_tags, size_of::<flow_entry>())),
+            ("flow tags", array(self.flow_tags, size_of::<flow_entry>())),
             ("event ring", u64::from(self.event_ring_bytes)),
         ])
     }
