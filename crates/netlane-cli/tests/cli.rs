@@ -625,8 +625,17 @@ fn a_full_disk_is_counted_and_logged_once_a_second() {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap().to_string();
-    let o = netlane(&["nvme", "perf", "--target", &addr, "-t", "2s", "--ramp", "0s", "--rw", "randwrite", "--qd", "8"]);
+    // Every write fails: the run stops after a second of nothing but errors, not at -t.
+    let started = Instant::now();
+    let o =
+        netlane(&["nvme", "perf", "--target", &addr, "-t", "60s", "--ramp", "0s", "--rw", "randwrite", "--qd", "8"]);
     assert_eq!(o.status.code(), Some(1), "every write failed: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the run stopped: the target answered every command with an error for a second"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     assert_eq!(child.wait().unwrap().code(), Some(0));
     let mut rest = String::new();

@@ -186,6 +186,10 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
     let mut inflight = 0usize;
     let mut ready: Vec<usize> = (0..slots.len()).collect();
     let mut stalled_since = monotonic_ns();
+    // When the target last completed a command well: a run where it answers every
+    // command with an error for a second measures nothing and stops (a full disk, a
+    // namespace gone read-only), where fio stops at the first error.
+    let mut last_ok = monotonic_ns();
     loop {
         let now = monotonic_ns();
         if now < spec.end_ns && !shared.stop.load(Ordering::Acquire) {
@@ -250,20 +254,30 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                 if in_window || c.cqe.status == Status::TRANSIENT_TRANSPORT {
                     res.errors += 1;
                 }
+                if end.saturating_sub(last_ok) > 1_000_000_000 && res.failure.is_none() {
+                    res.failure = Some(format!(
+                        "the target answered every command with an error for a second (the last: {})",
+                        c.cqe.status
+                    ));
+                    shared.stop.store(true, Ordering::Release);
+                }
                 if c.cqe.status == Status::TRANSIENT_TRANSPORT
                     && shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
                 {
                     res.failure = Some("a queue failed".into());
                 }
-            } else if in_window {
-                if s.read {
-                    res.reads += 1;
-                    res.read_lat.record(end - s.start_ns);
-                } else {
-                    res.writes += 1;
-                    res.write_lat.record(end - s.start_ns);
+            } else {
+                last_ok = end;
+                if in_window {
+                    if s.read {
+                        res.reads += 1;
+                        res.read_lat.record(end - s.start_ns);
+                    } else {
+                        res.writes += 1;
+                        res.write_lat.record(end - s.start_ns);
+                    }
+                    res.bytes += bs;
                 }
-                res.bytes += bs;
             }
             if c.cqe.status.is_success()
                 && s.read

@@ -207,6 +207,9 @@ pub enum PerfError {
         /// Why.
         reason: String,
     },
+    /// The run could not go on (every command failing, completions that never came).
+    #[error("the run stopped: {0}")]
+    Stopped(String),
     /// Local I/O error.
     #[error("{0}")]
     Io(#[from] io::Error),
@@ -460,9 +463,11 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     }
     let queue_failures = shared.queues.iter().filter(|q| q.failed.load(Ordering::Acquire)).count() as u64;
     if let Some((_, r)) = results.iter().find(|(_, r)| r.failure.is_some()) {
-        let failed = shared.queues.iter().find(|q| q.failed.load(Ordering::Acquire));
-        let reason = failed.and_then(|q| q.lock().failed.clone()).or_else(|| r.failure.clone()).unwrap_or_default();
-        return Err(PerfError::QueueFailed { qid: failed.map_or(0, |q| q.qid), reason });
+        let stopped = r.failure.clone().unwrap_or_default();
+        return Err(match shared.queues.iter().find(|q| q.failed.load(Ordering::Acquire)) {
+            Some(q) => PerfError::QueueFailed { qid: q.qid, reason: q.lock().failed.clone().unwrap_or(stopped) },
+            None => PerfError::Stopped(stopped),
+        });
     }
     let _ = ctrl.shutdown();
 
