@@ -349,11 +349,6 @@ impl Sysctl {
     pub fn read(&self) -> io::Result<String> {
         Ok(fs::read_to_string(&self.path)?.trim().to_string())
     }
-
-    /// The value it had before.
-    pub fn before(&self) -> &str {
-        &self.before
-    }
 }
 
 impl Drop for Sysctl {

@@ -8,8 +8,7 @@
 //! is then killed with SIGKILL, started again on the same file, and every block the
 //! valid client wrote is read back.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -22,9 +21,12 @@ use netlane::topology::Netns;
 
 use super::options::{OptionList, parse_positive_duration};
 use super::{Scenario, Started};
+
+mod hostile;
 use crate::progress::Progress;
 use crate::report::{Column, Row, RunRecord, ScenarioReport, Table, Value};
 use crate::verdict::Spec;
+use hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
 
 /// The servers a soak runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -67,6 +69,11 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 32)]
     pub growth_mib: u64,
 }
+
+/// The NVMe file namespace's size and the block the client writes and reads back: the
+/// read-back must find every one of `NVME_IMAGE_BYTES / NVME_BLOCK` blocks intact.
+const NVME_IMAGE_BYTES: u64 = 64 << 20;
+const NVME_BLOCK: u64 = 4096;
 
 /// The server's connection limit: room for the hostile clients and the valid ones.
 const VALID_CONNECTIONS: usize = 8;
@@ -203,139 +210,6 @@ fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
     out
 }
 
-/// A small xorshift generator: hostile input needs variety, not quality.
-struct Noise(u64);
-
-impl Noise {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// Random bytes, `min..min + spread` of them.
-    fn bytes(&mut self, min: usize, spread: u64) -> Vec<u8> {
-        let len = min + self.below(spread) as usize;
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// Hostile clients: `holders` keep up to `hold` connections open that started a
-/// message and stalled (re-opening those the server closes); a churner connects, sends
-/// one hostile message (`next`), reads a little and closes, again and again. Every
-/// connection or message counts as one operation.
-fn hostile_tcp(
-    addr: SocketAddr,
-    hold: usize,
-    stall: Vec<u8>,
-    next: impl Fn(&mut Noise) -> Vec<u8> + Send + 'static,
-    stop: Arc<AtomicBool>,
-    ops: Arc<AtomicU64>,
-) -> Vec<std::thread::JoinHandle<()>> {
-    let (s1, o1) = (stop.clone(), ops.clone());
-    let holder = std::thread::spawn(move || {
-        let mut held: Vec<TcpStream> = Vec::new();
-        while !s1.load(Ordering::Relaxed) {
-            // A connection the server closed is let go (and replaced); one still open
-            // (a read would block) or answered is held on to.
-            held.retain(|c| {
-                let mut b = [0u8; 512];
-                match (&*c).read(&mut b) {
-                    Ok(0) => false,
-                    Ok(_) => true,
-                    Err(e) => matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
-                }
-            });
-            while held.len() < hold && !s1.load(Ordering::Relaxed) {
-                let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else { break };
-                let _ = c.set_read_timeout(Some(Duration::from_millis(1)));
-                let _ = c.write_all(&stall);
-                o1.fetch_add(1, Ordering::Relaxed);
-                held.push(c);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    });
-    let churn = std::thread::spawn(move || {
-        let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            };
-            let _ = c.set_write_timeout(Some(Duration::from_millis(200)));
-            let _ = c.set_read_timeout(Some(Duration::from_millis(20)));
-            let _ = c.write_all(&next(&mut noise));
-            let mut b = [0u8; 4096];
-            let _ = c.read(&mut b);
-            ops.fetch_add(1, Ordering::Relaxed);
-        }
-    });
-    vec![holder, churn]
-}
-
-/// Hostile memcached-protocol input: junk, impossible lengths, a value over the item
-/// limit, an over-long key, a binary header claiming a huge body, a value cut short.
-fn kv_garbage(n: &mut Noise) -> Vec<u8> {
-    match n.below(6) {
-        0 => n.bytes(1, 4096),
-        1 => b"set k 0 0 4294967295\r\n".to_vec(),
-        2 => {
-            let mut v = b"set big 0 0 2000000\r\n".to_vec();
-            v.resize(v.len() + 2_000_000, b'x');
-            v.extend_from_slice(b"\r\n");
-            v
-        }
-        3 => [b"get ".as_slice(), &[b'k'; 300], b"\r\n"].concat(),
-        4 => {
-            let mut v = vec![0x80, 0x01, 0x00, 0x03, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0];
-            v.extend(n.bytes(12, 256));
-            v
-        }
-        _ => b"set k 0 0 100\r\nab".to_vec(),
-    }
-}
-
-/// Hostile NVMe/TCP input: junk, and junk after a valid admin-queue setup.
-fn nvme_garbage(n: &mut Noise) -> Vec<u8> {
-    let junk = n.bytes(8, 512);
-    if n.below(2) == 0 { junk } else { [netlane_nvme::proto::fuzzing::admin_prefix(false, false), junk].concat() }
-}
-
-/// Hostile datagrams: junk of any size, and well-formed requests for the largest
-/// response from addresses that never proved they receive (the amplifier's input).
-fn hostile_udp(addr: SocketAddr, stop: Arc<AtomicBool>, ops: Arc<AtomicU64>) -> Vec<std::thread::JoinHandle<()>> {
-    vec![std::thread::spawn(move || {
-        let mut noise = Noise(0x2545_f491_4f6c_dd1d);
-        let mut id = 0u64;
-        while !stop.load(Ordering::Relaxed) {
-            let Ok(s) = UdpSocket::bind("127.0.0.1:0") else { break };
-            for _ in 0..16 {
-                let datagram = if noise.below(2) == 0 {
-                    noise.bytes(0, 1473)
-                } else {
-                    id += 1;
-                    let h = netlane_rr::proto::wire::Header::request(id, 0, 0, 65_000);
-                    let mut b = vec![0u8; netlane_rr::proto::wire::HEADER_LEN];
-                    match netlane_rr::proto::wire::encode(&h, &mut b) {
-                        Ok(n) => b[..n].to_vec(),
-                        Err(_) => continue,
-                    }
-                };
-                let _ = s.send_to(&datagram, addr);
-                ops.fetch_add(1, Ordering::Relaxed);
-            }
-            // About 20,000 datagrams a second: a flood that leaves the valid client CPU.
-            std::thread::sleep(Duration::from_micros(800));
-        }
-    })]
-}
-
 impl SoakArgs {
     fn soak(&self, server: SoakServer) -> Result<Soak> {
         let ns = Netns::create(&format!("soak-{}", server.word())).context("create the soak's namespace")?;
@@ -349,9 +223,10 @@ impl SoakArgs {
 
     fn soak_in(&self, server: SoakServer, ns: &Netns, exe: &Path, dir: &Path) -> Result<Soak> {
         let secs = format!("{}ms", self.time.as_millis());
+        let bs = NVME_BLOCK.to_string();
         let conns = self.max_connections().to_string();
         let image = dir.join("ns.img");
-        let image_arg = format!("file:{}:64M", image.display());
+        let image_arg = format!("file:{}:{}", image.display(), NVME_IMAGE_BYTES);
         let (addr, server_args, client_args): (SocketAddr, Vec<String>, Vec<String>) = match server {
             SoakServer::Kv => (
                 "127.0.0.1:11211".parse()?,
@@ -410,7 +285,7 @@ impl SoakArgs {
                     "--qd",
                     "4",
                     "--bs",
-                    "4k",
+                    &bs,
                     "--ramp",
                     "0s",
                     "-t",
@@ -462,7 +337,7 @@ impl SoakArgs {
                 "127.0.0.1:4420",
                 "--verify-only",
                 "--bs",
-                "4k",
+                &bs,
                 "--ramp",
                 "0s",
                 "-t",
@@ -572,8 +447,8 @@ impl SoakArgs {
             if let Some(rb) = &s.read_back {
                 let spec = Spec::at_least(
                     &format!("soak.{w}_read_back"),
-                    format!("{w}: blocks read back intact after SIGKILL and a restart on the same file"),
-                    1.0,
+                    format!("{w}: blocks read back intact after SIGKILL and a restart on the same file (all of them)"),
+                    (NVME_IMAGE_BYTES / NVME_BLOCK) as f64,
                     "blocks",
                 );
                 checks.push(match rb {
