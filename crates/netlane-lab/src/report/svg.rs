@@ -121,6 +121,21 @@ fn value_range(series: &[Series], log: bool, from_zero: bool) -> (f64, f64) {
     }
 }
 
+/// The x axis's range for numeric `xs` (finite): a degenerate one (no points, or all
+/// at one x) is widened, since plotters looks for tick marks in an empty range forever.
+fn x_range(xs: &[f64], log: bool) -> (f64, f64) {
+    let lo = xs.iter().copied().filter(|x| !log || *x > 0.0).fold(f64::INFINITY, f64::min);
+    let hi = xs.iter().copied().filter(|x| !log || *x > 0.0).fold(f64::NEG_INFINITY, f64::max);
+    if !lo.is_finite() {
+        return if log { (0.1, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        return (lo / 2.0, hi * 2.0);
+    }
+    let pad = if hi - lo > lo.abs().max(1.0) * 1e-6 { 0.0 } else { lo.abs().max(1.0) * 0.1 };
+    (lo - pad, hi + pad)
+}
+
 /// Renders `chart` to an SVG document.
 pub fn render(chart: &Chart) -> DrawResult<String> {
     match chart.kind {
@@ -244,9 +259,7 @@ fn lines(chart: &Chart) -> DrawResult<String> {
         let hi = xs.iter().copied().fold(format::nines_x(99.0), f64::max);
         (format::nines_x(50.0) - 0.15, hi + 0.25)
     } else {
-        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        if chart.x.scale == Scale::Log { (lo.max(1e-12) / 2.0, hi * 2.0) } else { (lo, hi.max(lo + 1e-9)) }
+        x_range(&xs, chart.x.scale == Scale::Log)
     };
     let y_log = chart.y.scale == Scale::Log;
     let (y_lo, y_hi) = value_range(&chart.series, y_log, false);
@@ -363,6 +376,31 @@ mod tests {
 
     fn pt(x: f64, y: f64) -> Point {
         Point { x, y, low: Some(y * 0.9), high: Some(y * 1.1) }
+    }
+
+    /// Charts with nothing to draw (every run invalid) or one x value still render; an
+    /// empty x range once made plotters look for tick marks forever.
+    #[test]
+    fn degenerate_line_charts_render() {
+        for points in [vec![], vec![pt(2000.0, 3e-4)], vec![pt(1e12, 3e-4), pt(1e12, 4e-4)]] {
+            for (xs, ys) in [(Scale::Linear, Scale::Log), (Scale::Log, Scale::Linear), (Scale::Linear, Scale::Linear)] {
+                let c = Chart {
+                    name: "p999".into(),
+                    title: "p99.9 by rate".into(),
+                    kind: ChartKind::Lines,
+                    x: Axis::numeric("rate", Unit::Count("requests/s".into()), xs),
+                    y: Axis::numeric("p99.9", Unit::Seconds, ys),
+                    series: vec![Series { name: "netlane".into(), points: points.clone() }],
+                };
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || tx.send(render(&c).map(|s| s.len()).map_err(|e| e.to_string())));
+                let drawn = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("the chart rendered in time");
+                assert!(drawn.unwrap() > 100, "{points:?} {xs:?} {ys:?}");
+            }
+        }
+        assert_eq!(x_range(&[], false), (0.0, 1.0));
+        assert_eq!(x_range(&[5.0, 5.0], false), (4.5, 5.5));
+        assert_eq!(x_range(&[1.0, 3.0], false), (1.0, 3.0));
     }
 
     #[test]

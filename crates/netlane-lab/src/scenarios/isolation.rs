@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::Started;
+use super::{Started, unless_generator_lagged};
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
@@ -83,6 +83,8 @@ pub struct IsoRun {
     pub bulk_per_s: f64,
     /// The shaper's classes and what each sent during the run.
     pub classes: Vec<ClassReport>,
+    /// Runs made before this one and discarded: the generator lagged in them.
+    pub discarded: u32,
 }
 
 const CACHE_PORT: u16 = 11311;
@@ -217,26 +219,31 @@ impl LanesBenchArgs {
                 std::thread::sleep(Duration::from_millis(500));
                 Some(p)
             };
-            let before = (sink.bytes.load(Ordering::Relaxed), Instant::now(), shaper.classes()?);
             let cfg = self.load(addr, self.isolation_connections, open(self.isolation_rate as f64), self.time);
-            let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
-            let secs = before.1.elapsed().as_secs_f64();
-            let bulk_per_s = (sink.bytes.load(Ordering::Relaxed) - before.0) as f64 / secs;
+            let once = || -> Result<IsoRun> {
+                let before = (sink.bytes.load(Ordering::Relaxed), Instant::now(), shaper.classes()?);
+                let cfg = cfg.clone();
+                let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+                let secs = before.1.elapsed().as_secs_f64();
+                let bulk_per_s = (sink.bytes.load(Ordering::Relaxed) - before.0) as f64 / secs;
+                let classes = shaper
+                    .classes()?
+                    .into_iter()
+                    .map(|mut c| {
+                        if let Some(b) = before.2.iter().find(|b| b.class == c.class) {
+                            c.stats.bytes = c.stats.bytes.saturating_sub(b.stats.bytes);
+                            c.stats.packets = c.stats.packets.saturating_sub(b.stats.packets);
+                            c.stats.drops = c.stats.drops.saturating_sub(b.stats.drops);
+                            c.stats.overlimits = c.stats.overlimits.saturating_sub(b.stats.overlimits);
+                        }
+                        c
+                    })
+                    .collect();
+                Ok(IsoRun { case, load: r.report, bulk_per_s, classes, discarded: 0 })
+            };
+            let (mut run, discarded) = unless_generator_lagged(progress, &label, once, |r| &r.load)?;
+            run.discarded = discarded;
             drop(bulk_proc);
-            let classes = shaper
-                .classes()?
-                .into_iter()
-                .map(|mut c| {
-                    if let Some(b) = before.2.iter().find(|b| b.class == c.class) {
-                        c.stats.bytes = c.stats.bytes.saturating_sub(b.stats.bytes);
-                        c.stats.packets = c.stats.packets.saturating_sub(b.stats.packets);
-                        c.stats.drops = c.stats.drops.saturating_sub(b.stats.drops);
-                        c.stats.overlimits = c.stats.overlimits.saturating_sub(b.stats.overlimits);
-                    }
-                    c
-                })
-                .collect();
-            let run = IsoRun { case, load: r.report, bulk_per_s, classes };
             progress.finish(&label, &summary(&run, link));
             let mut rec = RunRecord::new(
                 records.len() as u32 + 1,
@@ -274,11 +281,12 @@ fn summary(r: &IsoRun, link: u64) -> String {
     let l = &r.load;
     let f = |p| latency_of(l, p).map_or("failed".to_string(), |v| format!("{v:.0} us"));
     format!(
-        "{:.0}/s of {:.0}/s, p99 {}, p99.9 {}; bulk {:.0}% of the link at its receiver",
+        "{:.0}/s of {:.0}/s, p99 {}, p99.9 {} (lagged {:.1}%); bulk {:.0}% of the link at its receiver",
         l.achieved_per_s,
         l.offered_per_s,
         f("p99"),
         f("p99.9"),
+        l.lag_share * 100.0,
         r.bulk_per_s / link as f64 * 100.0
     )
 }
@@ -399,7 +407,13 @@ mod tests {
     use crate::scenarios::lanes::tests::load;
 
     fn run(case: Case, p999_us: f64, bulk_share: f64, link: u64) -> IsoRun {
-        IsoRun { case, load: load(5000.0, p999_us, 0.0), bulk_per_s: bulk_share * link as f64, classes: Vec::new() }
+        IsoRun {
+            case,
+            load: load(5000.0, p999_us, 0.0),
+            bulk_per_s: bulk_share * link as f64,
+            classes: Vec::new(),
+            discarded: 0,
+        }
     }
 
     fn outcome(checks: &[Check], id: &str) -> Outcome {

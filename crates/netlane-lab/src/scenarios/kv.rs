@@ -32,8 +32,8 @@ use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
-use super::Scenario;
 use super::options::{OptionList, parse_duration, parse_positive_duration};
+use super::{Scenario, discarded_note, unless_generator_lagged};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
 use crate::report::{
@@ -208,6 +208,8 @@ pub struct KvRun {
     pub server_busy_s: f64,
     /// Server CPU wall seconds over the run.
     pub server_total_s: f64,
+    /// Runs made before this one and discarded: the generator lagged in them.
+    pub discarded: u32,
 }
 
 /// One server's round.
@@ -594,12 +596,20 @@ impl KvBenchArgs {
     }
 
     /// One load run with the server CPU's busy time around it.
-    fn measured(&self, h: &TwoHosts, cfg: LoadConfig) -> Result<KvRun> {
+    fn measured_once(&self, h: &TwoHosts, cfg: LoadConfig) -> Result<KvRun> {
         let cpu0 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
         let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
         let cpu1 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
         let d = cpu0.delta(&cpu1);
-        Ok(KvRun { load: r.report, server_busy_s: d.busy_s, server_total_s: d.total_s })
+        Ok(KvRun { load: r.report, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0 })
+    }
+
+    /// [`Self::measured_once`], made again when the generator lagged in it.
+    fn measured(&self, h: &TwoHosts, cfg: LoadConfig, progress: &dyn Progress, label: &str) -> Result<KvRun> {
+        let (mut run, discarded) =
+            unless_generator_lagged(progress, label, || self.measured_once(h, cfg.clone()), |r| &r.load)?;
+        run.discarded = discarded;
+        Ok(run)
     }
 
     fn round(
@@ -633,7 +643,7 @@ impl KvBenchArgs {
             let (cpu, dur) = (self.server_cpu, self.stall_probe);
             let (run, st) = std::thread::scope(|sc| {
                 let probe = sc.spawn(move || stalls::probe(cpu, dur, Duration::from_millis(1)));
-                let run = self.measured(h, self.load(addr, open(self.search_lo), dur));
+                let run = self.measured_once(h, self.load(addr, open(self.search_lo), dur));
                 (run, probe.join().unwrap_or_else(|_| Err(stalls::StallError::Output("the probe panicked".into()))))
             });
             let (run, st) = (run?, st?);
@@ -694,7 +704,7 @@ impl KvBenchArgs {
             for rate in &self.rates {
                 let label = tag(&format!("{rate}/s"));
                 progress.start(&label);
-                let r = self.measured(h, self.load(addr, open(*rate as f64), self.time))?;
+                let r = self.measured(h, self.load(addr, open(*rate as f64), self.time), progress, &label)?;
                 progress.finish(&label, &summary(&r));
                 records.push(record(index(records), round, &format!("{} {rate}/s", kind.word()), &r));
                 out.rates.push(r);
@@ -703,7 +713,12 @@ impl KvBenchArgs {
         if self.parts.contains(&Part::Closed) {
             let label = tag("closed loop");
             progress.start(&label);
-            let closed = self.measured(h, self.load(addr, Pacing::Closed { depth: self.closed_depth }, self.time))?;
+            let closed = self.measured(
+                h,
+                self.load(addr, Pacing::Closed { depth: self.closed_depth }, self.time),
+                progress,
+                &label,
+            )?;
             progress.finish(&label, &summary(&closed));
             records.push(record(index(records), round, &format!("{} closed loop", kind.word()), &closed));
             // A closed loop runs the generator flat out; the open loop is offered a share
@@ -714,7 +729,7 @@ impl KvBenchArgs {
             }
             let label = tag("open loop at 80% of the closed loop's rate");
             progress.start(&label);
-            let opened = self.measured(h, self.load(addr, open(rate), self.time))?;
+            let opened = self.measured(h, self.load(addr, open(rate), self.time), progress, &label)?;
             progress.finish(&label, &summary(&opened));
             records.push(record(index(records), round, &format!("{} open loop at {rate:.0}/s", kind.word()), &opened));
             out.closed = Some((closed, opened));
@@ -867,6 +882,13 @@ impl KvBenchArgs {
     fn report(&self, all: &[Vec<KvRound>], runs: Vec<RunRecord>) -> ScenarioReport {
         let (mut tables, mut charts, mut checks, mut notes, mut flags) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let made_again = all
+            .iter()
+            .flatten()
+            .flat_map(|r| r.rates.iter().chain(r.closed.iter().flat_map(|(c, o)| [c, o])))
+            .map(|r| r.discarded)
+            .sum();
+        notes.extend(discarded_note(made_again));
         let find = |k: ServerKind| self.servers.iter().position(|s| *s == k).map(|i| &all[i][..]);
         let pair = find(ServerKind::Netlane).zip(find(ServerKind::Memcached));
 
@@ -1199,6 +1221,7 @@ mod tests {
             },
             server_busy_s: busy_s,
             server_total_s: 3.0,
+            discarded: 0,
         }
     }
 

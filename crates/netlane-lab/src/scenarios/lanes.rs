@@ -41,10 +41,10 @@ use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
-use super::Scenario;
 use super::isolation::IsoRun;
 use super::kv::{WorkloadArgs, memcached_command, program_exists, wait_until_accepting};
 use super::options::{OptionList, parse_positive_duration};
+use super::{Scenario, discarded_note, unless_generator_lagged};
 use crate::progress::Progress;
 use crate::report::{
     Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
@@ -189,6 +189,8 @@ pub struct LaneRun {
     pub busy_s: f64,
     /// What the kernel counted meanwhile.
     pub kernel: KernelCounters,
+    /// Runs made before this one and discarded: the generator lagged in them.
+    pub discarded: u32,
 }
 
 /// One mode's round.
@@ -470,11 +472,34 @@ impl LanesBenchArgs {
         Ok(())
     }
 
-    fn measured(&self, h: &TwoHosts, cfg: LoadConfig, connections: u32, rate: u64) -> Result<LaneRun> {
-        let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
-        let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
-        let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
-        Ok(LaneRun { connections, rate, load: r.report, busy_s: cpu0.delta(&cpu1).busy_s, kernel: k0.delta(&k1) })
+    /// One load run with the CPUs' busy time and the kernel's counters around it, made
+    /// again when the generator lagged in it.
+    fn measured(
+        &self,
+        h: &TwoHosts,
+        rate: u64,
+        cfg: LoadConfig,
+        progress: &dyn Progress,
+        label: &str,
+    ) -> Result<LaneRun> {
+        let connections = cfg.connections;
+        let once = || -> Result<LaneRun> {
+            let cfg = cfg.clone();
+            let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+            let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+            let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+            Ok(LaneRun {
+                connections,
+                rate,
+                load: r.report,
+                busy_s: cpu0.delta(&cpu1).busy_s,
+                kernel: k0.delta(&k1),
+                discarded: 0,
+            })
+        };
+        let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;
+        run.discarded = discarded;
+        Ok(run)
     }
 
     fn round(
@@ -543,7 +568,7 @@ impl LanesBenchArgs {
             for &rate in &self.rates {
                 let label = tag(&format!("{c} connections, {rate}/s"));
                 progress.start(&label);
-                let run = self.measured(h, self.load(addr, c, open(rate as f64), self.time), c, rate)?;
+                let run = self.measured(h, rate, self.load(addr, c, open(rate as f64), self.time), progress, &label)?;
                 progress.finish(&label, &summary(&run));
                 let mut rec = RunRecord::new(
                     records.len() as u32 + 1,
@@ -682,6 +707,9 @@ impl LanesBenchArgs {
     ) -> ScenarioReport {
         let (mut tables, mut charts, mut checks, mut notes, mut flags) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let made_again = all.iter().flatten().flat_map(|r| r.runs.iter().map(|x| x.discarded)).sum::<u32>()
+            + iso.iter().flatten().map(|r| r.discarded).sum::<u32>();
+        notes.extend(discarded_note(made_again));
         let find = |m: Mode| self.modes.iter().position(|x| *x == m).map(|i| &all[i][..]);
 
         if !self.no_search {
@@ -972,6 +1000,7 @@ pub(super) mod tests {
                 load: load(20_000.0, p999_us, lag),
                 busy_s: 2.0,
                 kernel: KernelCounters::default(),
+                discarded: 0,
             }],
             lanes: None,
         }

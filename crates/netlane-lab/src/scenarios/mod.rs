@@ -33,6 +33,8 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::ValueEnum;
 
+use netlane_kv::load::search::GENERATOR_LAG_MAX;
+
 use crate::machine::Monitor;
 use crate::progress::{Progress, Reporter};
 use crate::report::{Results, ScenarioReport, Tally};
@@ -107,6 +109,49 @@ impl Drop for Started {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// How many more times a load run is made when the generator itself fell behind its
+/// schedule in it.
+const LAGGED_RUNS_AGAIN: u32 = 2;
+
+/// Runs `measure` (one load run with whatever is read around it) again when the load
+/// generator delayed more than [`GENERATOR_LAG_MAX`] of its own sends: such a run measured
+/// the CPU the generator shares with the server, not the server. Up to
+/// [`LAGGED_RUNS_AGAIN`] more times; the last run stands (and is judged invalid if it
+/// lagged too). Returns the run and how many were discarded, each said on `progress`.
+pub(crate) fn unless_generator_lagged<T>(
+    progress: &dyn Progress,
+    label: &str,
+    mut measure: impl FnMut() -> Result<T>,
+    load: impl Fn(&T) -> &netlane_kv::loadgen::LoadReport,
+) -> Result<(T, u32)> {
+    let mut discarded = 0;
+    loop {
+        let run = measure()?;
+        let lag = load(&run).lag_share;
+        if lag <= GENERATOR_LAG_MAX || discarded == LAGGED_RUNS_AGAIN {
+            return Ok((run, discarded));
+        }
+        discarded += 1;
+        progress.say(&format!(
+            "{label}: the generator delayed {:.1}% of its sends itself; run again ({discarded} of {LAGGED_RUNS_AGAIN})",
+            lag * 100.0
+        ));
+    }
+}
+
+/// The note for runs [`unless_generator_lagged`] made again, if any were.
+pub(crate) fn discarded_note(discarded: u32) -> Option<String> {
+    (discarded > 0).then(|| {
+        format!(
+            "{discarded} load run{} made again: the generator, on the same CPUs as the server, delayed more than \
+             {:.0}% of its own sends in {} (the run measured the generator, not the server); the runs shown are the repeats.",
+            if discarded == 1 { " was" } else { "s were" },
+            GENERATOR_LAG_MAX * 100.0,
+            if discarded == 1 { "it" } else { "each" },
+        )
+    })
 }
 
 /// The lab's plan for `name`.
@@ -262,6 +307,33 @@ mod tests {
         let words: Vec<&str> = args.iter().map(String::as_str).collect();
         let again: T = from_words(&words).unwrap_or_else(|e| panic!("{}: {echo:?} does not parse: {e}", s.name()));
         assert_eq!(again.options().echo(), echo, "{}", s.name());
+    }
+
+    /// A run is made again while the generator lagged in it, at most twice; a sound run
+    /// or the last one stands, and the discarded ones are counted.
+    #[test]
+    fn a_run_the_generator_lagged_in_is_made_again_at_most_twice() {
+        use crate::progress::Silent;
+        let runs = |lags: &[f64]| {
+            let mut left = lags.iter();
+            let mut made = 0;
+            let (r, discarded) = unless_generator_lagged(
+                &Silent,
+                "run",
+                || {
+                    made += 1;
+                    Ok(lanes::tests::load(2000.0, 300.0, *left.next().unwrap()))
+                },
+                |r| r,
+            )
+            .unwrap();
+            (r.lag_share, discarded, made)
+        };
+        assert_eq!(runs(&[0.01]), (0.01, 0, 1));
+        assert_eq!(runs(&[0.065, 0.02]), (0.02, 1, 2));
+        assert_eq!(runs(&[0.065, 0.07, 0.08]), (0.08, 2, 3), "the third run stands, lagged or not");
+        assert_eq!(discarded_note(0), None);
+        assert!(discarded_note(2).unwrap().starts_with("2 load runs were made again"));
     }
 
     #[test]
