@@ -23,6 +23,8 @@ mod driver;
 pub mod server;
 #[cfg(feature = "drivers")]
 pub mod stats;
+#[cfg(feature = "drivers")]
+pub mod testnet;
 
 #[cfg(feature = "drivers")]
 pub use driver::*;

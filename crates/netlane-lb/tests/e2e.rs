@@ -1,13 +1,7 @@
-//! The load balancer end to end in namespaces: client -> router -> balancer (XDP,
-//! IPIP, XDP_TX back to the router) -> router -> 3 reals (decapsulation in XDP, VIP on
-//! lo) -> replies straight from the reals to the client (direct server return).
-//!
-//! ```text
-//!  client c0 ---- rc [router] rl ---- l0 balancer
-//!                    rr0 rr1 rr2
-//!                     |   |   |
-//!                real0 real1 real2   (r0 each, VIP on lo, decap on r0)
-//! ```
+//! The load balancer end to end in namespaces ([`BalancerNet`]): client -> router ->
+//! balancer (XDP, IPIP, XDP_TX back to the router) -> router -> 3 reals (decapsulation
+//! in XDP, VIP on lo) -> replies straight from the reals to the client (direct server
+//! return).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -16,31 +10,29 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netlane::topology::{End, Netns, NsThread, set_net_sysctl, veth_link};
+use netlane::topology::{End, Netns, NsThread, veth_link};
 use netlane_lb::proto::config::Config;
+use netlane_lb::testnet::{BalancerNet, real_addr};
 use netlane_lb::{HintMode, HintSource, Lb, LbOptions, TcClassifier};
-use netlane_sys::bpf::{Decap, PKTGEN_HEADER_LEN, PktGen, PktGenOptions, XdpLink, XdpMode};
+use netlane_sys::bpf::XdpMode;
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 210, 100, 1);
 const TCP_PORT: u16 = 8080;
 const UDP_PORT: u16 = 9090;
 
-fn real_addr(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(10, 210, 3 + i as u8, 2)
-}
-
+/// The shared network ([`BalancerNet`]) with a TCP and a UDP server on every real.
 struct Net {
-    client: Netns,
-    router: Netns,
-    lb: Netns,
-    _reals: Vec<Netns>,
-    gw_mac: [u8; 6],
     stop: Arc<AtomicBool>,
     servers: Vec<NsThread<()>>,
-    // Dropped before the namespaces (field order).
-    _decap_links: Vec<XdpLink>,
-    _decap: Decap,
-    _helpers: PktGen,
+    // Dropped after the servers have stopped (field order).
+    net: BalancerNet,
+}
+
+impl std::ops::Deref for Net {
+    type Target = BalancerNet;
+    fn deref(&self) -> &BalancerNet {
+        &self.net
+    }
 }
 
 impl Drop for Net {
@@ -50,10 +42,6 @@ impl Drop for Net {
             let _ = s.join();
         }
     }
-}
-
-fn a(ip: Ipv4Addr, len: u8) -> (IpAddr, u8) {
-    (IpAddr::V4(ip), len)
 }
 
 /// A real's TCP server: each message is [u32 length][bytes]; the reply is [real id]
@@ -106,82 +94,10 @@ fn serve(ns: &Netns, id: u8, stop: Arc<AtomicBool>) -> Vec<NsThread<()>> {
 }
 
 fn build() -> Net {
-    let client = Netns::create("lbe-client").unwrap();
-    let router = Netns::create("lbe-router").unwrap();
-    let lb = Netns::create("lbe-lb").unwrap();
-    let reals: Vec<Netns> = (0..3).map(|i| Netns::create(&format!("lbe-real{i}")).unwrap()).collect();
-    let r_client = Ipv4Addr::new(10, 210, 1, 1);
-    veth_link(
-        End { ns: &client, name: "c0", addrs: &[a(Ipv4Addr::new(10, 210, 1, 2), 24)] },
-        End { ns: &router, name: "rc", addrs: &[a(r_client, 24)] },
-        1500,
-    )
-    .unwrap();
-    // The paths that carry encapsulated packets get room for the outer header.
-    let (_, rl) = veth_link(
-        End { ns: &lb, name: "l0", addrs: &[a(Ipv4Addr::new(10, 210, 2, 2), 24)] },
-        End { ns: &router, name: "rl", addrs: &[a(Ipv4Addr::new(10, 210, 2, 1), 24)] },
-        1600,
-    )
-    .unwrap();
-    let decap = Decap::load().unwrap();
-    let mut links = Vec::new();
-    for (i, ns) in reals.iter().enumerate() {
-        let gw = Ipv4Addr::new(10, 210, 3 + i as u8, 1);
-        let rr = format!("rr{i}");
-        let (r0, _) = veth_link(
-            End { ns, name: "r0", addrs: &[a(real_addr(i), 24)] },
-            End { ns: &router, name: &rr, addrs: &[a(gw, 24)] },
-            1600,
-        )
-        .unwrap();
-        ns.with_rtnl(|r| {
-            r.add_route(Ipv4Addr::UNSPECIFIED.into(), 0, gw.into())?;
-            let lo = r.link_index("lo")?;
-            r.add_address(lo, VIP.into(), 32)
-        })
-        .unwrap();
-        for k in ["ipv4/conf/all/rp_filter", "ipv4/conf/default/rp_filter", "ipv4/conf/r0/rp_filter"] {
-            set_net_sysctl(ns, k, "0").unwrap();
-        }
-        let prog = decap.program_fd();
-        links.push(ns.run(move || XdpLink::attach(prog, r0, XdpMode::Native)).unwrap().unwrap());
-    }
-    client.with_rtnl(|r| r.add_route(Ipv4Addr::UNSPECIFIED.into(), 0, r_client.into())).unwrap();
-    // veth leaves TCP/UDP checksums to "the NIC" (CHECKSUM_PARTIAL); XDP_TX turns the
-    // packet into a frame and that promise is lost. A NIC would have filled them in:
-    // make the client do it.
-    client.with_ethtool(|e| e.set_features("c0", &[("tx-checksum-ip-generic", false)])).unwrap();
-    router.with_rtnl(|r| r.add_route(VIP.into(), 32, Ipv4Addr::new(10, 210, 2, 2).into())).unwrap();
-    set_net_sysctl(&router, "ipv4/ip_forward", "1").unwrap();
-    for k in ["ipv4/conf/all/rp_filter", "ipv4/conf/default/rp_filter"] {
-        set_net_sysctl(&router, k, "0").unwrap();
-    }
-    // veth hands the balancer's XDP_TX frames only to a peer with an XDP program.
-    let helpers = PktGen::load(PktGenOptions {
-        flows: 1,
-        with_hints: false,
-        src_base: Ipv4Addr::UNSPECIFIED,
-        header: [0; PKTGEN_HEADER_LEN],
-    })
-    .unwrap();
-    let pass = helpers.pass_fd();
-    links.push(router.run(move || XdpLink::attach(pass, rl, XdpMode::Native)).unwrap().unwrap());
-    let gw_mac: [u8; 6] = router.with_rtnl(|r| r.link_mac(rl)).unwrap().try_into().unwrap();
+    let net = BalancerNet::build("lbe", VIP, 3).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
-    let servers = reals.iter().enumerate().flat_map(|(i, ns)| serve(ns, i as u8, stop.clone())).collect();
-    Net {
-        client,
-        router,
-        lb,
-        _reals: reals,
-        gw_mac,
-        stop,
-        servers,
-        _decap_links: links,
-        _decap: decap,
-        _helpers: helpers,
-    }
+    let servers = net.reals.iter().enumerate().flat_map(|(i, ns)| serve(ns, i as u8, stop.clone())).collect();
+    Net { stop, servers, net }
 }
 
 fn config(weights: &[u32], udp_weights: &[u32]) -> Config {

@@ -2,7 +2,8 @@
 //! loops that run until told to stop and count what they did.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -142,4 +143,126 @@ pub(super) fn hostile_udp(
             std::thread::sleep(Duration::from_micros(800));
         }
     })]
+}
+
+/// Frames that make a balancer work or choose: every crafted datagram shape to the VIP's
+/// port, and worse: a fragment, IP options, an IPIP packet, a TCP segment to a UDP VIP,
+/// a header cut short, an unknown EtherType, junk. Each sent from a random source (the
+/// connection table fills with flows that never come back).
+pub(super) fn balancer_frames(macs: ([u8; 6], [u8; 6]), vip: SocketAddrV4) -> Vec<Vec<u8>> {
+    use netlane_rr::proto::crafted::{crafted, udp_frame};
+    let src = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 210, 1, 2), 40_000));
+    let mut noise = Noise(0x5851_f42d_4c95_7f2d);
+    let mut out: Vec<Vec<u8>> =
+        crafted(macs, src, SocketAddr::V4(vip), &|_| noise_payload(64)).into_iter().map(|c| c.frame).collect();
+    let base = udp_frame(macs, src, SocketAddr::V4(vip), &noise.bytes(64, 1));
+    let edit = |f: fn(&mut Vec<u8>)| {
+        let mut v = base.clone();
+        f(&mut v);
+        v
+    };
+    // IPv4 header from byte 14: flags/fragment offset at 20, protocol at 23.
+    out.push(edit(|f| f[20] |= 0x20));
+    out.push(edit(|f| f[21] = 0x10));
+    out.push(edit(|f| {
+        f[14] = 0x46;
+        f.splice(34..34, [1, 1, 1, 0]);
+    }));
+    out.push(edit(|f| f[23] = 4));
+    out.push(edit(|f| f[23] = 6));
+    out.push(edit(|f| f.truncate(30)));
+    out.push(edit(|f| f[12..14].copy_from_slice(&[0x88, 0xb5])));
+    for _ in 0..4 {
+        let mut junk = macs.1.to_vec();
+        junk.extend_from_slice(&macs.0);
+        junk.extend(noise.bytes(2, 1500));
+        out.push(junk);
+    }
+    out
+}
+
+fn noise_payload(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 37) as u8).collect()
+}
+
+/// Sends [`balancer_frames`] through `tx` until `stop`, each with a random IPv4 source
+/// address and port (written over the template's), about 20,000 a second.
+pub(super) fn flood_frames(
+    mut tx: netlane_sys::packet::PacketTx,
+    frames: &[Vec<u8>],
+    stop: &AtomicBool,
+    ops: &AtomicU64,
+) {
+    let mut noise = Noise(0x2127_599b_f432_5c37);
+    while !stop.load(Ordering::Relaxed) {
+        for _ in 0..16 {
+            let f = &frames[noise.below(frames.len() as u64) as usize];
+            let len = f.len().min(tx.max_frame());
+            let r = noise.next();
+            let pushed = tx.push(len, |slot| {
+                slot.copy_from_slice(&f[..len]);
+                // An IPv4 header in an untagged frame: a source of 10.210.0.0/16 and a
+                // random source port.
+                if len >= 38 && slot[12..14] == [0x08, 0x00] && slot[14] == 0x45 {
+                    slot[28..30].copy_from_slice(&[10, 210]);
+                    slot[30..32].copy_from_slice(&(r as u16).to_be_bytes());
+                    slot[34..36].copy_from_slice(&((r >> 16) as u16 | 1024).to_be_bytes());
+                }
+            });
+            if matches!(pushed, Ok(true)) {
+                ops.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let _ = tx.flush();
+        std::thread::sleep(Duration::from_micros(800));
+    }
+}
+
+/// The balancer's configuration, edited again and again: a good edit (new weights) and
+/// then a bad one of each kind in turn (a parse error, a VIP with no reals, a bad
+/// address, a FIFO where the file was, a file over the size limit), each renamed into
+/// place. Counts the edits; `good` is the text for given weights, its reals in
+/// `[[vip.real]]` tables.
+pub(super) fn edit_config(
+    path: &Path,
+    good: impl Fn(&[u32]) -> String,
+    stop: &AtomicBool,
+    ops: &AtomicU64,
+    period: Duration,
+) -> std::io::Result<()> {
+    let next = path.with_extension("next");
+    let mut noise = Noise(0x1405_7b7e_f767_814f);
+    let (mut edits, mut bad) = (0u64, 0u64);
+    while !stop.load(Ordering::Relaxed) {
+        let weights: Vec<u32> = (0..2).map(|_| 1 + noise.below(4) as u32).collect();
+        let _ = std::fs::remove_file(&next);
+        edits += 1;
+        let text = if edits % 2 == 1 {
+            Some(good(&weights))
+        } else {
+            bad += 1;
+            match bad % 5 {
+                0 => Some(good(&weights).replace(" = ", " == ")),
+                1 => Some(good(&weights).lines().take_while(|l| *l != "[[vip.real]]").collect::<Vec<_>>().join("\n")),
+                2 => Some(good(&weights).replace("10.210.", "10.999.")),
+                3 => {
+                    nix::unistd::mkfifo(&next, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                        .map_err(std::io::Error::from)?;
+                    None
+                }
+                _ => {
+                    let f = std::fs::File::create(&next)?;
+                    f.set_len(netlane_lb::proto::config::MAX_CONFIG_BYTES + 1)?;
+                    None
+                }
+            }
+        };
+        if let Some(t) = text {
+            std::fs::write(&next, t)?;
+        }
+        std::fs::rename(&next, path)?;
+        ops.fetch_add(1, Ordering::Relaxed);
+        std::thread::sleep(period);
+    }
+    Ok(())
 }

@@ -8,7 +8,7 @@
 //! is then killed with SIGKILL, started again on the same file, and every block the
 //! valid client wrote is read back.
 
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -26,7 +26,8 @@ mod hostile;
 use crate::progress::Progress;
 use crate::report::{Column, Row, RunRecord, ScenarioReport, Table, Value};
 use crate::verdict::Spec;
-use hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
+use hostile::{balancer_frames, edit_config, flood_frames, hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
+use netlane_lb::testnet::{BalancerNet, LB_IFACE, real_addr};
 
 /// The servers a soak runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -37,6 +38,8 @@ pub enum SoakServer {
     Rr,
     /// `netlane nvme target` on a file namespace.
     Nvme,
+    /// `netlane lb run` forwarding to two reals (each `netlane rr serve`) on veth.
+    Lb,
 }
 
 impl SoakServer {
@@ -45,6 +48,7 @@ impl SoakServer {
             SoakServer::Kv => "kv",
             SoakServer::Rr => "rr",
             SoakServer::Nvme => "nvme",
+            SoakServer::Lb => "lb",
         }
     }
 }
@@ -53,7 +57,7 @@ impl SoakServer {
 #[derive(Debug, Clone, Args)]
 pub struct SoakArgs {
     /// The servers to soak, one after another.
-    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SoakServer::Kv, SoakServer::Rr, SoakServer::Nvme])]
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [SoakServer::Kv, SoakServer::Rr, SoakServer::Nvme, SoakServer::Lb])]
     pub servers: Vec<SoakServer>,
     /// How long each server is soaked.
     #[arg(long, default_value = "5m", value_parser = parse_positive_duration)]
@@ -74,6 +78,10 @@ pub struct SoakArgs {
 /// read-back must find every one of `NVME_IMAGE_BYTES / NVME_BLOCK` blocks intact.
 const NVME_IMAGE_BYTES: u64 = 64 << 20;
 const NVME_BLOCK: u64 = 4096;
+
+/// The balancer's descriptors: it holds none per client or flow, only its maps,
+/// programs, links, event ring and files, so a count past this is a leak.
+const BALANCER_FDS: u64 = 128;
 
 /// The server's connection limit: room for the hostile clients and the valid ones.
 const VALID_CONNECTIONS: usize = 8;
@@ -164,6 +172,52 @@ struct Soak {
     fd_limit: u64,
     /// NVMe: blocks read back after the kill and restart (None: not applicable).
     read_back: Option<Result<u64, String>>,
+    /// The balancer: configuration edits it applied and bad ones it kept running through
+    /// (None: not applicable).
+    edits: Option<(u64, u64)>,
+    /// The balancer: its own counters once stopped with SIGTERM (None: not applicable).
+    forwarding: Option<Result<Forwarding, String>>,
+}
+
+/// What the balancer counted over its soak, from its final report.
+#[derive(Debug, Clone, Copy)]
+struct Forwarding {
+    /// Packets sent on to a real.
+    tx: u64,
+    /// Packets dropped, every reason.
+    dropped: u64,
+    /// Packets passed to the stack (not for a VIP, not IP).
+    passed: u64,
+}
+
+/// Stops the balancer with SIGTERM (it must exit 0 within 10 s) and reads its counters
+/// from the report it writes as it stops.
+fn stop_balancer(mut lb: Started, report: &Path) -> Result<Forwarding, String> {
+    let pid = nix::unistd::Pid::from_raw(lb.0.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| format!("SIGTERM: {e}"))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        match lb.0.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            Ok(None) => return Err("it did not stop within 10 s of SIGTERM".into()),
+            Err(e) => return Err(format!("wait for it: {e}")),
+        }
+    };
+    if !status.success() {
+        return Err(format!("it exited with {status} on SIGTERM"));
+    }
+    let text = std::fs::read_to_string(report).map_err(|e| format!("read {}: {e}", report.display()))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
+    let global = doc.pointer("/stats/global").ok_or("its report has no counters")?;
+    let sum = |pick: &dyn Fn(&str) -> bool| {
+        global.as_object().map_or(0, |m| m.iter().filter(|(k, _)| pick(k)).filter_map(|(_, v)| v.as_u64()).sum())
+    };
+    Ok(Forwarding {
+        tx: sum(&|k| k == "tx"),
+        dropped: sum(&|k| k.starts_with("drop_")),
+        passed: sum(&|k| k.starts_with("pass_")),
+    })
 }
 
 impl Soak {
@@ -182,11 +236,12 @@ impl Soak {
 
     fn summary(&self) -> String {
         format!(
-            "{} valid requests, {} failed, p99 {:.2} ms; {} hostile operations; peak {} MiB, {} fds",
+            "{} valid requests, {} failed, p99 {:.2} ms; {} hostile operations{}; peak {} MiB, {} fds",
             self.valid.completed,
             self.valid.failed,
             self.valid.p99_ms,
             self.hostile_ops,
+            self.edits.map(|(a, k)| format!(" ({a} edits applied, {k} refused)")).unwrap_or_default(),
             self.peak(|s| s.rss) >> 20,
             self.peak(|s| s.fds)
         )
@@ -212,11 +267,16 @@ fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
 
 impl SoakArgs {
     fn soak(&self, server: SoakServer) -> Result<Soak> {
-        let ns = Netns::create(&format!("soak-{}", server.word())).context("create the soak's namespace")?;
         let exe = std::env::current_exe().context("find the netlane executable")?;
         let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.word()));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let result = self.soak_in(server, &ns, &exe, &dir);
+        let result = if server == SoakServer::Lb {
+            self.soak_balancer(&exe, &dir)
+        } else {
+            Netns::create(&format!("soak-{}", server.word()))
+                .context("create the soak's namespace")
+                .and_then(|ns| self.soak_in(server, &ns, &exe, &dir))
+        };
         let _ = std::fs::remove_dir_all(&dir);
         result
     }
@@ -262,6 +322,7 @@ impl SoakArgs {
                     &secs,
                 ]),
             ),
+            SoakServer::Lb => bail!("the balancer's soak has a network of its own"),
             SoakServer::Nvme => (
                 "127.0.0.1:4420".parse()?,
                 words(&[
@@ -293,7 +354,7 @@ impl SoakArgs {
                 ]),
             ),
         };
-        let target = start_server(ns, exe, &server_args)?;
+        let target = start_server(ns, exe, &server_args, LISTENING, &[])?;
         let stop = Arc::new(AtomicBool::new(false));
         let ops = Arc::new(AtomicU64::new(0));
         let start = Instant::now();
@@ -316,6 +377,7 @@ impl SoakArgs {
                         hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
                     }
                     SoakServer::Rr => hostile_udp(addr, stop, ops),
+                    SoakServer::Lb => unreachable!("the balancer's soak has a network of its own"),
                 }
             })
             .context("start the hostile clients in the namespace")?;
@@ -329,7 +391,7 @@ impl SoakArgs {
         let read_back = (server == SoakServer::Nvme).then(|| {
             // SIGKILL, then the same file again: every block the client wrote must read back.
             drop(target);
-            let again = start_server(ns, exe, &server_args).map_err(|e| format!("{e:#}"))?;
+            let again = start_server(ns, exe, &server_args, LISTENING, &[]).map_err(|e| format!("{e:#}"))?;
             let check = words(&[
                 "nvme",
                 "perf",
@@ -355,6 +417,108 @@ impl SoakArgs {
             hostile_ops: ops.load(Ordering::Relaxed),
             fd_limit: self.max_connections() as u64 + 64,
             read_back,
+            edits: None,
+            forwarding: None,
+        })
+    }
+
+    /// The balancer's soak: `lb run` on the balancer's leg of a [`BalancerNet`], a
+    /// `rr serve` on each real, `rr clients` to the VIP from the client as the valid
+    /// load; hostile frames at the balancer from the router's side and its configuration
+    /// edited all the while, well and badly.
+    fn soak_balancer(&self, exe: &Path, dir: &Path) -> Result<Soak> {
+        let vip = SocketAddrV4::new(Ipv4Addr::new(10, 210, 100, 1), 7000);
+        let net = BalancerNet::build("soak-lb", *vip.ip(), 2).context("build the balancer's network")?;
+        let config = dir.join("lb.toml");
+        let good = move |weights: &[u32]| {
+            let mut t = format!(
+                "ring_size = 4099\nconn_entries = 65536\n[[vip]]\naddress = \"{}\"\nport = {}\nproto = \"udp\"\n",
+                vip.ip(),
+                vip.port()
+            );
+            for (i, w) in weights.iter().enumerate() {
+                t += &format!("[[vip.real]]\naddress = \"{}\"\nweight = {w}\n", real_addr(i));
+            }
+            t
+        };
+        std::fs::write(&config, good(&[1, 1])).with_context(|| format!("write {}", config.display()))?;
+        let listen = vip.to_string();
+        let _reals = net
+            .reals
+            .iter()
+            .map(|ns| start_server(ns, exe, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[]))
+            .collect::<Result<Vec<_>>>()?;
+        let gw = net.gw_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
+        let (applied, kept) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let lb_json = dir.join("lb-run.json");
+        let lb_args = words(&[
+            "lb",
+            "run",
+            "--config",
+            &config.to_string_lossy(),
+            "--iface",
+            LB_IFACE,
+            "--gateway-mac",
+            &gw,
+            "--stats-interval",
+            "1s",
+            "--json",
+            &lb_json.to_string_lossy(),
+        ]);
+        let target = start_server(
+            &net.lb,
+            exe,
+            &lb_args,
+            "netlane lb: attached to",
+            &[
+                ("netlane lb: applied the changed configuration", applied.clone()),
+                ("netlane lb: kept the running configuration", kept.clone()),
+            ],
+        )?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let ops = Arc::new(AtomicU64::new(0));
+        let start = Instant::now();
+        let sampler = {
+            let (stop, pid) = (stop.clone(), target.0.id());
+            std::thread::spawn(move || sample(pid, &stop, start))
+        };
+        let frames = balancer_frames((net.gw_mac, net.lb_mac), vip);
+        let ifindex = net.router_lb_index;
+        let flood = net
+            .router
+            .spawn("soak-frames", {
+                let (stop, ops) = (stop.clone(), ops.clone());
+                move || -> std::io::Result<()> {
+                    let tx = netlane_sys::packet::PacketTx::open(ifindex, 2048, 256)?;
+                    flood_frames(tx, &frames, &stop, &ops);
+                    Ok(())
+                }
+            })
+            .context("start the hostile frames in the router's namespace")?;
+        let editor = std::thread::spawn({
+            let (stop, ops, config) = (stop.clone(), ops.clone(), config.clone());
+            move || edit_config(&config, good, &stop, &ops, Duration::from_millis(300))
+        });
+        let secs = format!("{}ms", self.time.as_millis());
+        let client = words(&["rr", "clients", "--server", &listen, "--clients", "8", "--rate", "2000", "-t", &secs]);
+        let valid = run_client(&net.client, exe, &client, SoakServer::Lb, self.time + Duration::from_secs(60));
+        stop.store(true, Ordering::Relaxed);
+        let flooded = flood.join().map_err(|_| anyhow!("the hostile frames' thread panicked"))?;
+        let edited = editor.join().map_err(|_| anyhow!("the configuration editor panicked"))?;
+        let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
+        flooded.context("send hostile frames")?;
+        edited.context("edit the balancer's configuration")?;
+        let valid = valid?;
+        let forwarding = stop_balancer(target, &lb_json);
+        Ok(Soak {
+            server: SoakServer::Lb,
+            samples,
+            valid,
+            hostile_ops: ops.load(Ordering::Relaxed),
+            fd_limit: BALANCER_FDS,
+            read_back: None,
+            edits: Some((applied.load(Ordering::Relaxed), kept.load(Ordering::Relaxed))),
+            forwarding: Some(forwarding),
         })
     }
 
@@ -372,6 +536,8 @@ impl SoakArgs {
                 Column::new("late_growth_mib", "growth after 1/3 MiB", 1),
                 Column::new("peak_fds", "peak fds", 0),
                 Column::new("read_back", "read back after kill -9", 0),
+                Column::new("edits", "edits applied / refused", 0),
+                Column::new("forwarding", "balancer: sent on / dropped / passed", 0),
             ],
         );
         let mut checks = Vec::new();
@@ -394,12 +560,22 @@ impl SoakArgs {
                     Some(Ok(n)) => Value::text(format!("{n} blocks")),
                     Some(Err(_)) => Value::text("FAILED"),
                 },
+                s.edits.map_or(Value::text("-"), |(a, k)| Value::text(format!("{a} / {k}"))),
+                match &s.forwarding {
+                    None => Value::text("-"),
+                    Some(Ok(f)) => Value::text(format!("{} / {} / {}", f.tx, f.dropped, f.passed)),
+                    Some(Err(_)) => Value::text("FAILED"),
+                },
             ]));
             // A soak that did nothing proves nothing.
             let idle = if s.valid.completed == 0 {
                 Some("the valid client completed nothing")
             } else if s.hostile_ops == 0 {
                 Some("the hostile clients did nothing")
+            } else if s.edits.is_some_and(|(applied, kept)| applied == 0 || kept == 0) {
+                Some("the balancer saw no good edit or no bad one")
+            } else if s.forwarding.as_ref().is_some_and(|f| f.as_ref().is_ok_and(|f| f.dropped == 0)) {
+                Some("no hostile frame reached the balancer (it dropped none)")
             } else {
                 None
             };
@@ -423,7 +599,11 @@ impl SoakArgs {
             );
             let spec_fds = Spec::at_most(
                 &format!("soak.{w}_fds"),
-                format!("{w}: the server's open file descriptors (its connection limit plus its own)"),
+                if s.server == SoakServer::Lb {
+                    format!("{w}: the balancer's open file descriptors (its maps, programs and files; none per flow)")
+                } else {
+                    format!("{w}: the server's open file descriptors (its connection limit plus its own)")
+                },
                 s.fd_limit as f64,
                 "fds",
             );
@@ -443,6 +623,18 @@ impl SoakArgs {
                     );
                     checks.push(spec_fds.evaluate(vec![Ok(s.peak(|x| x.fds) as f64)], how));
                 }
+            }
+            if let Some(f) = &s.forwarding {
+                let spec = Spec::at_most(
+                    &format!("soak.{w}_stop"),
+                    format!("{w}: stops on SIGTERM within 10 s, exit 0, with its report written"),
+                    0.0,
+                    "failures",
+                );
+                checks.push(match f {
+                    Ok(_) => spec.evaluate(vec![Ok(0.0)], "SIGTERM after the soak; its --json report read"),
+                    Err(e) => spec.evaluate(vec![Ok(1.0)], e),
+                });
             }
             if let Some(rb) = &s.read_back {
                 let spec = Spec::at_least(
@@ -466,12 +658,16 @@ impl SoakArgs {
             if let Some(g) = growth {
                 metrics.insert("late_growth_bytes".into(), g as f64);
             }
+            if let Some((applied, kept)) = s.edits {
+                metrics.insert("edits_applied".into(), applied as f64);
+                metrics.insert("edits_refused".into(), kept as f64);
+            }
             runs.push(RunRecord {
                 index: i as u32 + 1,
                 round: 1,
                 label: w.into(),
                 metrics,
-                path: vec!["loopback".into()],
+                path: vec![if s.server == SoakServer::Lb { "veth" } else { "loopback" }.into()],
                 detail: s.valid.detail.clone(),
             });
         }
@@ -483,8 +679,11 @@ impl SoakArgs {
             description: "Each server runs as a process of its own for the whole time, with netlane's own client \
                 sending valid requests at a fixed rate and hostile clients beside it: junk, impossible lengths, \
                 oversized values and responses, connections that start a message and stall (up to the hostile \
-                connection count). Memory and descriptors are read from /proc every 250 ms; the NVMe target is \
-                then killed with SIGKILL and started again on the same file, and every block is read back."
+                connection count). The balancer forwards the valid client's datagrams to two reals on veth while \
+                malformed frames from random sources reach it and its configuration is edited every 300 ms, \
+                alternately well and badly (a parse error, no reals, a bad address, a FIFO, a file over the size \
+                limit). Memory and descriptors are read from /proc every 250 ms; the NVMe target is then killed \
+                with SIGKILL and started again on the same file, and every block is read back."
                 .into(),
             headline: format!("{met} of {} soak checks met", checks.len()),
             options: options.object(),
@@ -503,23 +702,48 @@ fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
 }
 
-/// Starts a server in `ns` and waits for its first line, `listening on ...`.
-fn start_server(ns: &Netns, exe: &Path, args: &[String]) -> Result<Started> {
+/// What a server's first line starts with once it serves.
+const LISTENING: &str = "listening on";
+
+/// Starts a server in `ns` and waits for its first line on standard output to start
+/// with `ready`; afterwards, every line of its output (standard output and error)
+/// starting with one of `count`'s texts adds one to that counter.
+fn start_server(
+    ns: &Netns,
+    exe: &Path,
+    args: &[String],
+    ready: &str,
+    count: &[(&'static str, Arc<AtomicU64>)],
+) -> Result<Started> {
     let mut cmd = ns.command(exe);
     netlane_sys::process::kill_with_parent(&mut cmd);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = Started(cmd.spawn().with_context(|| format!("start netlane {}", args.join(" ")))?);
-    let out = child.0.stdout.take().context("the server's output")?;
+    let (out, err) = (child.0.stdout.take().context("the server's output")?, child.0.stderr.take());
+    let count = count.to_vec();
+    let counter = move |line: &str| {
+        if let Some((_, n)) = count.iter().find(|(t, _)| line.starts_with(t)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    };
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
-        let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
-        let _ = tx.send(first);
-        // Keep reading so the server never blocks on a full pipe.
-        for _ in lines {}
+    // Both pipes are read to their end so the server never blocks on a full one.
+    std::thread::spawn({
+        let counter = counter.clone();
+        move || {
+            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+            let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+            let _ = tx.send(first);
+            lines.map_while(Result::ok).for_each(|l| counter(&l));
+        }
     });
+    if let Some(err) = err {
+        std::thread::spawn(move || {
+            std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok).for_each(|l| counter(&l))
+        });
+    }
     let first = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-    if !first.starts_with("listening on") {
+    if !first.starts_with(ready) {
         bail!("netlane {} did not start (it said {first:?})", args.join(" "));
     }
     Ok(child)
@@ -557,7 +781,7 @@ fn run_client(ns: &Netns, exe: &Path, args: &[String], server: SoakServer, limit
             let failed = u("/report/counts/errors") + u("/report/counts/lost") + u("/report/connection_failures");
             (u("/report/counts/completed"), failed, p99 / 1000.0)
         }
-        SoakServer::Rr => {
+        SoakServer::Rr | SoakServer::Lb => {
             let failed = u("/report/lost") + u("/report/corrupt") + u("/report/mismatched");
             (u("/report/responses"), failed, u("/report/latency_ns/p99") as f64 / 1e6)
         }
