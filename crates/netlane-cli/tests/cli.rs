@@ -1649,3 +1649,77 @@ fn what_a_killed_app_shape_and_app_run_leave_netlane_clean_undoes() {
     let o = netlane(&["clean"]);
     assert!(!stdout(&o).contains(&format!("pid {shape_pid}")) && !stdout(&o).contains(&format!("pid {run_pid}")));
 }
+
+/// `kv serve` with lanes changes per-NAPI settings and XPS maps on its device: put back
+/// when it stops, and by `netlane clean` after a SIGKILL.
+#[test]
+fn per_napi_settings_and_xps_maps_a_killed_kv_serve_changed_netlane_clean_puts_back() {
+    use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+    if !privileged("per_napi_settings_and_xps_maps_a_killed_kv_serve_changed_netlane_clean_puts_back") {
+        return;
+    }
+    let h = TwoHosts::create("cli-napi", LinkConfig { mtu: 1500, queues: 2, rx: RxTuning::threaded_napi() }).unwrap();
+    let (dev, ifindex) = (h.rx_if.clone(), h.rx_index);
+    // Each NAPI instance's GRO flush timeout and defer count, and each transmit queue's
+    // XPS map, as the device's namespace shows them.
+    let state = || {
+        let d = dev.clone();
+        let here = h.rx.run(netlane::topology::NetnsHandle::current).unwrap().unwrap();
+        here.with_sysfs(move || {
+            let mut nd = netlane::topology::netdev::Netdev::open().unwrap();
+            let mut s: Vec<String> = nd
+                .napis(ifindex)
+                .unwrap()
+                .iter()
+                .map(|n| format!("napi {} {:?} {:?}", n.id, n.gro_flush_timeout_ns, n.defer_hard_irqs))
+                .collect();
+            for q in 0..2 {
+                let xps = std::fs::read_to_string(format!("/sys/class/net/{d}/queues/tx-{q}/xps_rxqs")).unwrap();
+                s.push(format!("tx-{q} {}", xps.trim()));
+            }
+            s
+        })
+        .unwrap()
+    };
+    let before = state();
+    assert!(before.iter().filter(|s| s.starts_with("napi ")).count() == 2, "{before:?}");
+    let serve = |port: &str| {
+        let mut c = h.rx.command(env!("CARGO_BIN_EXE_netlane"));
+        c.args(["kv", "serve", "--listen", &format!("{}:{port}", TwoHosts::RX_V4), "--lanes", "auto"])
+            .args(["--lane-device", &dev, "--gro-flush-timeout", "20us", "--napi-defer-hard-irqs", "2", "--xps-rxqs"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = Reaped(c.spawn().unwrap());
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+        assert!(first.starts_with("listening on"), "{first}");
+        child
+    };
+    let wait_gone = |child: &mut Reaped| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "kv serve did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // SIGTERM: the server puts everything back itself.
+    let mut s = serve("11311");
+    let during = state();
+    assert_ne!(during, before, "the settings were written");
+    assert!(during.iter().any(|x| x.contains("Some(20000) Some(2)")), "{during:?}");
+    assert!(Command::new("kill").args(["-TERM", &s.id().to_string()]).status().unwrap().success());
+    wait_gone(&mut s);
+    assert_eq!(state(), before, "a server stopped with SIGTERM puts its changes back");
+    // SIGKILL: the changes stay, recorded; netlane clean puts them back.
+    let mut s = serve("11312");
+    let pid = s.id();
+    assert!(Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap().success());
+    wait_gone(&mut s);
+    assert_eq!(state(), during, "SIGKILL leaves the settings");
+    let o = netlane(&["clean"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let said = stdout(&o);
+    assert!(said.contains(&format!("of {dev}: defer-hard-irqs=2,gro-flush-timeout=20000ns (was ")), "{said}");
+    assert!(said.contains(&format!("(left by pid {pid}): restored to")) && said.contains("xps_rxqs"), "{said}");
+    assert_eq!(state(), before, "netlane clean put back what the killed server changed");
+}

@@ -1,5 +1,6 @@
 //! What netlane changes in the kernel that would outlive the process that changed it: a
-//! root qdisc on a device, a cgroup, a sysctl. Each change is recorded in a file under
+//! root qdisc on a device, a cgroup, a sysctl, a NAPI instance's settings, a device's
+//! file in sysfs (XPS maps, the device-wide NAPI knobs). Each change is recorded in a file under
 //! [`DIR`] when it is made and the record is removed when the change is undone, so a
 //! process killed with SIGKILL (whose destructors never run) leaves records behind, and
 //! [`clean_stale`] (`netlane clean`) undoes what they describe.
@@ -15,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
+
+use crate::topology::netdev::{NapiSettings, Netdev};
 
 /// Where records live (tmpfs: a reboot undoes every change anyway).
 pub const DIR: &str = "/run/netlane/installed";
@@ -96,6 +99,34 @@ pub enum Change {
         /// The value set.
         value: String,
     },
+    /// Settings of NAPI instance `id` (of device `ifname`, index `ifindex`) written with
+    /// netdev netlink's `napi-set`; only the settings in `value` were written.
+    Napi {
+        /// Where.
+        place: Place,
+        /// Device index.
+        ifindex: u32,
+        /// Device name when changed.
+        ifname: String,
+        /// The NAPI id.
+        id: u32,
+        /// The settings before (as `napi-get` reported them).
+        before: NapiSettings,
+        /// The settings written.
+        value: NapiSettings,
+    },
+    /// A network device's file under `/sys/class/net` (as the namespace's own sysfs
+    /// shows it) set to `value`.
+    DeviceFile {
+        /// Where.
+        place: Place,
+        /// Its path, `/sys/class/net/<device>/...`.
+        path: PathBuf,
+        /// The value before.
+        before: String,
+        /// The value set.
+        value: String,
+    },
 }
 
 impl std::fmt::Display for Change {
@@ -112,8 +143,61 @@ impl std::fmt::Display for Change {
             Change::Sysctl { path, before, value, .. } => {
                 write!(f, "sysctl {} = {value} (was {before})", sysctl_name(path))
             }
+            Change::Napi { ifname, id, before, value, .. } => {
+                write!(f, "NAPI {id} of {ifname}: {} (was {})", napi_words(value, value), napi_words(before, value))
+            }
+            Change::DeviceFile { path, before, value, .. } => {
+                write!(f, "{} = {value} (was {before})", path.display())
+            }
         }
     }
+}
+
+/// The settings `which` names, as `s` has them.
+fn napi_words(s: &NapiSettings, which: &NapiSettings) -> String {
+    let mut v = Vec::new();
+    if which.defer_hard_irqs.is_some() {
+        v.push(format!("defer-hard-irqs={}", s.defer_hard_irqs.map_or("?".into(), |x| x.to_string())));
+    }
+    if which.gro_flush_timeout_ns.is_some() {
+        v.push(format!("gro-flush-timeout={}ns", s.gro_flush_timeout_ns.map_or("?".into(), |x| x.to_string())));
+    }
+    if which.irq_suspend_timeout_ns.is_some() {
+        v.push(format!("irq-suspend-timeout={}ns", s.irq_suspend_timeout_ns.map_or("?".into(), |x| x.to_string())));
+    }
+    v.join(",")
+}
+
+/// Whether `now` has every setting `value` wrote.
+fn napi_still(now: &NapiSettings, value: &NapiSettings) -> bool {
+    (value.defer_hard_irqs.is_none() || now.defer_hard_irqs == value.defer_hard_irqs)
+        && (value.gro_flush_timeout_ns.is_none() || now.gro_flush_timeout_ns == value.gro_flush_timeout_ns)
+        && (value.irq_suspend_timeout_ns.is_none() || now.irq_suspend_timeout_ns == value.irq_suspend_timeout_ns)
+}
+
+/// The settings of NAPI instance `id` of device `ifindex`, read in the calling thread's
+/// namespace (`None`: the instance is gone).
+fn napi_now(ifindex: u32, id: u32) -> Result<Option<NapiSettings>, String> {
+    let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {e}"))?;
+    let all = nd.napis(ifindex).map_err(|e| format!("list NAPI instances: {e}"))?;
+    Ok(all.into_iter().find(|n| n.id == id).map(|n| NapiSettings {
+        defer_hard_irqs: n.defer_hard_irqs,
+        gro_flush_timeout_ns: n.gro_flush_timeout_ns,
+        irq_suspend_timeout_ns: n.irq_suspend_timeout_ns,
+    }))
+}
+
+/// Runs `f` on a thread of its own (in the caller's network namespace) whose `/sys`
+/// shows that namespace's devices.
+fn with_own_sysfs(f: impl FnOnce() -> Result<String, String> + Send) -> Result<String, String> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            crate::topology::mount_own_sysfs("this namespace").map_err(|e| e.to_string())?;
+            f()
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the thread undoing it panicked".into()))
+    })
 }
 
 fn sysctl_name(path: &Path) -> String {
@@ -131,6 +215,13 @@ impl Record {
     /// Leaves the record for `netlane clean`: the change could not be undone.
     pub fn keep(self) {
         std::mem::forget(self);
+    }
+
+    /// Replaces what the record says (written whole, then renamed over it).
+    fn rewrite(&self, change: &Change) -> io::Result<()> {
+        let tmp = self.path.with_extension("tmp");
+        fs::write(&tmp, serde_json::to_string(change).map_err(io::Error::other)?)?;
+        fs::rename(&tmp, &self.path)
     }
 }
 
@@ -179,6 +270,8 @@ impl Change {
             Change::RootQdisc { place, ifindex, .. } => format!("qdisc {} {ifindex}", place.netns_inode),
             Change::Cgroup { path } => format!("cgroup {}", path.display()),
             Change::Sysctl { place, path, .. } => format!("sysctl {} {}", place.netns_inode, path.display()),
+            Change::Napi { id, .. } => format!("napi {id}"),
+            Change::DeviceFile { place, path, .. } => format!("file {} {}", place.netns_inode, path.display()),
         }
     }
 }
@@ -263,6 +356,87 @@ fn undo(change: &Change) -> Result<String, String> {
             fs::write(path, before).map_err(|e| format!("restore it: {e}"))?;
             Ok(format!("restored to {before}"))
         }),
+        Change::Napi { place, ifindex, id, before, value, .. } => place.run(|| {
+            let Some(now) = napi_now(*ifindex, *id)? else { return Ok("gone with its device".into()) };
+            if !napi_still(&now, value) {
+                return Ok(format!("left alone: it is {} now", napi_words(&now, value)));
+            }
+            // Only what was written goes back.
+            let back = NapiSettings {
+                defer_hard_irqs: value.defer_hard_irqs.and(before.defer_hard_irqs),
+                gro_flush_timeout_ns: value.gro_flush_timeout_ns.and(before.gro_flush_timeout_ns),
+                irq_suspend_timeout_ns: value.irq_suspend_timeout_ns.and(before.irq_suspend_timeout_ns),
+            };
+            let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {e}"))?;
+            nd.napi_set(*id, &back).map_err(|e| format!("restore it: {e}"))?;
+            Ok(format!("restored to {}", napi_words(&back, value)))
+        }),
+        Change::DeviceFile { place, path, before, value } => place.run(|| {
+            with_own_sysfs(|| {
+                let now = match fs::read_to_string(path) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok("gone with its device".into()),
+                    Err(e) => return Err(format!("read it: {e}")),
+                };
+                if now.trim() != value.trim() {
+                    return Ok(format!("left alone: it is {} now", now.trim()));
+                }
+                fs::write(path, before).map_err(|e| format!("restore it: {e}"))?;
+                Ok(format!("restored to {before}"))
+            })
+        }),
+    }
+}
+
+/// A change held for as long as this guard lives: recorded before it is made (so
+/// `netlane clean` undoes it after a SIGKILL), undone when the guard is dropped unless
+/// someone changed the same thing since.
+#[derive(Debug)]
+pub struct Held {
+    change: Change,
+    record: Option<Record>,
+}
+
+impl Held {
+    /// Records `change`, then makes it with `make`; when `make` fails the record goes
+    /// and nothing is held.
+    pub fn make(change: Change, make: impl FnOnce() -> io::Result<()>) -> io::Result<Held> {
+        let record = record(&change)?;
+        make()?;
+        Ok(Held { change, record: Some(record) })
+    }
+
+    /// The change.
+    pub fn change(&self) -> &Change {
+        &self.change
+    }
+
+    /// Says what the change turned out to be (the value as the kernel reads it back,
+    /// which may be spelt otherwise than it was written), in the record too.
+    pub fn amend(&mut self, change: Change) -> io::Result<()> {
+        if let Some(r) = &self.record {
+            r.rewrite(&change)?;
+        }
+        self.change = change;
+        Ok(())
+    }
+
+    /// Keeps the change for good: its record goes, nothing is undone.
+    pub fn release(mut self) {
+        self.record.take();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(record) = self.record.take() else { return };
+        match undo(&self.change) {
+            Ok(_) => drop(record),
+            Err(e) => {
+                tracing::warn!(change = %self.change, error = %e, "could not undo a change (netlane clean will)");
+                record.keep();
+            }
+        }
     }
 }
 

@@ -272,6 +272,8 @@ pub struct Server {
     udp_addr: Option<SocketAddr>,
     /// Sysctls set for the server's lifetime.
     _sysctls: Vec<netlane::installed::Sysctl>,
+    /// Per-NAPI settings and XPS maps it changed, put back when the server is dropped.
+    _device_changes: Vec<netlane::installed::Held>,
 }
 
 impl Server {
@@ -286,6 +288,7 @@ impl Server {
         let mut queue_cpus = std::collections::BTreeMap::new();
         let mut start_knobs = Vec::new();
         let mut sysctls = Vec::new();
+        let mut device_changes = Vec::new();
         if let Some(dev) = &cfg.lane_device {
             let ifindex = nix::net::if_::if_nametoindex(dev.as_str())
                 .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
@@ -311,14 +314,19 @@ impl Server {
             start_knobs = if !wanted {
                 Vec::new()
             } else {
-                here.with_sysfs(move || {
-                    let mut k = netlane::lanes::queues::apply_napi_settings(&dev2, ifindex, &ids, &napi);
-                    if xps {
-                        k.extend(netlane::lanes::queues::apply_xps_rxqs(&dev2, rx_count));
-                    }
-                    k
-                })
-                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?
+                let applied = here
+                    .with_sysfs(move || {
+                        let mut a = netlane::lanes::queues::apply_napi_settings(&dev2, ifindex, &ids, &napi);
+                        if xps {
+                            let x = netlane::lanes::queues::apply_xps_rxqs(&dev2, rx_count);
+                            a.knobs.extend(x.knobs);
+                            a.held.extend(x.held);
+                        }
+                        a
+                    })
+                    .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
+                device_changes = applied.held;
+                applied.knobs
             };
         }
         let reuseport = cfg.steer == Steer::Reuseport;
@@ -417,6 +425,7 @@ impl Server {
             tcp_addr,
             udp_addr,
             _sysctls: sysctls,
+            _device_changes: device_changes,
         };
         let mut udp = udp.into_iter();
         let mut listeners = listeners.into_iter();

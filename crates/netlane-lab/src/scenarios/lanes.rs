@@ -464,7 +464,10 @@ impl LanesBenchArgs {
                 gro_flush_timeout_ns: Some(0),
                 irq_suspend_timeout_ns: Some(0),
             };
-            Ok(netlane::lanes::queues::apply_napi_settings(&dev, ifindex, &ids, &zero))
+            // The kernel's defaults are meant to stay: nothing to put back.
+            let applied = netlane::lanes::queues::apply_napi_settings(&dev, ifindex, &ids, &zero);
+            applied.held.into_iter().for_each(netlane::installed::Held::release);
+            Ok(applied.knobs)
         })??;
         for k in knobs.iter().filter(|k| !k.applied()) {
             tracing::warn!(knob = %k.name, status = ?k.status, "could not reset a per-NAPI knob");

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::busy::Knob;
+use crate::installed::{Change, Held, Place};
 use crate::topology::TopologyError;
 use crate::topology::netdev::{Napi, NapiSettings, Netdev, QueueKind};
 
@@ -102,14 +103,40 @@ fn irq_cpu(irq: u32) -> Option<usize> {
     (list.len() == 1).then(|| list.as_slice()[0])
 }
 
+/// Knobs as applied or refused, and the changes held meanwhile: dropping them puts
+/// back what was there before (a SIGKILL leaves their records to `netlane clean`).
+#[derive(Debug, Default)]
+pub struct Applied {
+    /// Every knob, applied or refused.
+    pub knobs: Vec<Knob>,
+    /// What was changed, held until dropped.
+    pub held: Vec<Held>,
+}
+
+/// Writes `value` to the device file at `path` (in the calling thread's `/sys`), held.
+/// The record keeps the value as the kernel reads it back (`00000001` reads `1`), which
+/// is what an undo compares with.
+fn hold_device_file(path: &str, value: &str) -> std::io::Result<Held> {
+    let before = std::fs::read_to_string(path)?.trim().to_string();
+    let place = Place::here()?;
+    let change =
+        Change::DeviceFile { place: place.clone(), path: path.into(), before: before.clone(), value: value.into() };
+    let mut held = Held::make(change, || std::fs::write(path, value))?;
+    let now = std::fs::read_to_string(path)?.trim().to_string();
+    held.amend(Change::DeviceFile { place, path: path.into(), before, value: now })?;
+    Ok(held)
+}
+
 /// Writes `settings` to each NAPI instance in `napi_ids` with `napi-set`; where the
 /// kernel refuses, falls back to the device's sysfs knobs (`napi_defer_hard_irqs`,
 /// `gro_flush_timeout`: every NAPI instance of the device at once; there is no sysfs
-/// knob for IRQ suspension). Every knob comes back as applied or refused.
-pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: &NapiSettings) -> Vec<Knob> {
+/// knob for IRQ suspension). Every knob comes back as applied or refused; what was
+/// changed is held (recorded, and put back when dropped).
+pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: &NapiSettings) -> Applied {
     let mut out = Vec::new();
+    let mut held = Vec::new();
     if settings.is_empty() {
-        return out;
+        return Applied::default();
     }
     let describe = |s: &NapiSettings| {
         let mut v = Vec::new();
@@ -132,13 +159,29 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
         }
     };
     let mut refused = false;
+    let before: Vec<Napi> = nd.as_mut().and_then(|n| n.napis(ifindex).ok()).unwrap_or_default();
     for &id in napi_ids {
         let name = format!("napi {id}");
         let Some(n) = nd.as_mut() else {
             refused = true;
             break;
         };
-        match n.napi_set(id, settings) {
+        let was = before.iter().find(|x| x.id == id).map(|x| NapiSettings {
+            defer_hard_irqs: x.defer_hard_irqs,
+            gro_flush_timeout_ns: x.gro_flush_timeout_ns,
+            irq_suspend_timeout_ns: x.irq_suspend_timeout_ns,
+        });
+        let set = |n: &mut Netdev| n.napi_set(id, settings).map_err(std::io::Error::other);
+        let result = match (was, Place::here()) {
+            (Some(was), Ok(place)) => {
+                let change =
+                    Change::Napi { place, ifindex, ifname: dev.to_string(), id, before: was, value: *settings };
+                Held::make(change, || set(n)).map(|h| held.push(h))
+            }
+            // Not listed (so nothing to put back), or the namespace unknown: set, unheld.
+            _ => set(n),
+        };
+        match result {
             Ok(()) => {
                 // Read back what the kernel now reports for it.
                 let now = n
@@ -169,8 +212,9 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
             let Some(v) = value else { continue };
             let path = format!("/sys/class/net/{dev}/{knob}");
             let name = format!("{dev} {knob} (sysfs, every NAPI instance of the device)");
-            match std::fs::write(&path, v.to_string()) {
-                Ok(()) => {
+            match hold_device_file(&path, &v.to_string()) {
+                Ok(h) => {
+                    held.push(h);
                     let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
                     out.push(Knob::applied_as(name, v.to_string(), now));
                 }
@@ -178,16 +222,17 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
             }
         }
     }
-    out
+    Applied { knobs: out, held }
 }
 
 /// Transmit alignment: maps transmit queue `i` of `dev` to receive queue `i` (`xps_rxqs`),
 /// so that a socket whose packets arrive on receive queue `i` transmits on queue `i` and
 /// its transmit completions come back on the queue pair its lane already serves. One knob
 /// per transmit queue, applied (read back) or refused (a device without XPS, or fewer
-/// receive than transmit queues).
-pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Vec<Knob> {
+/// receive than transmit queues); each map written is held (put back when dropped).
+pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Applied {
     let mut out = Vec::new();
+    let mut held = Vec::new();
     let dir = format!("/sys/class/net/{dev}/queues");
     let mut tx: Vec<usize> = std::fs::read_dir(&dir)
         .map(|d| {
@@ -209,15 +254,16 @@ pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Vec<Knob> {
         // A hexadecimal bitmap of receive queues, in 32-bit words separated by commas.
         let mask = xps_mask(i);
         let path = format!("{dir}/tx-{i}/xps_rxqs");
-        match std::fs::write(&path, &mask) {
-            Ok(()) => {
+        match hold_device_file(&path, &mask) {
+            Ok(h) => {
+                held.push(h);
                 let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
                 out.push(Knob::applied_as(name, mask, now));
             }
             Err(e) => out.push(Knob::refused(name, mask, e)),
         }
     }
-    out
+    Applied { knobs: out, held }
 }
 
 /// The `xps_rxqs` bitmap with only receive queue `i` set.

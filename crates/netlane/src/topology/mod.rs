@@ -30,6 +30,7 @@ use serde::Serialize;
 pub use netlink::{
     HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscStats, Rtnl,
 };
+pub(crate) use netns::mount_own_sysfs;
 pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, run_in_named};
 
 /// Why the topology could not be built.
@@ -457,7 +458,29 @@ pub fn veth_link_queues(a: End<'_>, b: End<'_>, mtu: u32, queues: u32) -> Result
                 .try_for_each(|(addr, _)| r.add_neighbour(idx[k], *addr, mac))
         })?;
     }
+    for (k, end) in [a, b].iter().enumerate() {
+        wait_until_transmitting(end.ns, end.name, idx[k])?;
+    }
     Ok((idx[0], idx[1]))
+}
+
+/// Waits (up to 5 s) until link `index` can transmit. A link set up has the noop qdisc,
+/// which drops every packet, until the kernel's link watcher activates its queues (up to
+/// a second later): a datagram sent at once would be lost.
+fn wait_until_transmitting(ns: &Netns, name: &str, index: u32) -> Result<(), TopologyError> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        if ns.with_rtnl(|r| r.link_qdisc(index))? != "noop" {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(TopologyError::Io {
+                what: format!("wait for {name} to transmit (its qdisc stayed noop for 5 s)"),
+                source: std::io::ErrorKind::TimedOut.into(),
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
 }
 
 /// Turns IPv6 off on `link` in `ns` (before it comes up, so no link-local address, DAD,

@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::genl::{Attr, Family, GenlSocket, attr_u32, attr_uint, attrs};
 use super::netlink::NetlinkError;
@@ -80,7 +80,7 @@ pub struct Queue {
 }
 
 /// Per-NAPI settings to write with `napi-set`; `None` leaves one as it is.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NapiSettings {
     /// Empty polls before interrupts are re-enabled.
     pub defer_hard_irqs: Option<u32>,

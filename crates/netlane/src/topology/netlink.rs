@@ -285,6 +285,15 @@ impl Rtnl {
         })
     }
 
+    /// The kind of interface `index`'s root qdisc (`noop` until the kernel activates
+    /// the device's queues, which it does some time after the link comes up).
+    pub fn link_qdisc(&mut self, index: u32) -> Result<String, NetlinkError> {
+        self.link_attribute(index, "qdisc", |a| match a {
+            LinkAttribute::Qdisc(q) => Some(q.clone()),
+            _ => None,
+        })
+    }
+
     /// The hardware (MAC) address of interface `index`.
     pub fn link_mac(&mut self, index: u32) -> Result<Vec<u8>, NetlinkError> {
         self.link_attribute(index, "MAC address", |a| match a {

@@ -354,7 +354,7 @@ impl NetnsHandle {
 
 /// On the calling thread: a private mount namespace with a sysfs of the thread's
 /// network namespace on /sys.
-fn mount_own_sysfs(name: &str) -> Result<(), TopologyError> {
+pub(crate) fn mount_own_sysfs(name: &str) -> Result<(), TopologyError> {
     unshare(CloneFlags::CLONE_NEWNS).map_err(errno_err("unshare a private mount namespace"))?;
     mount(None::<&str>, "/", None::<&str>, MsFlags::MS_SLAVE | MsFlags::MS_REC, None::<&str>)
         .map_err(errno_err("make / a slave mount"))?;

@@ -8,19 +8,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A small xorshift generator: hostile input needs variety, not quality.
-pub(super) struct Noise(u64);
+use netlane_kv::load::rng::Rng;
+
+/// Hostile input's variety: the load generator's seeded generator, with byte strings.
+pub(super) struct Noise(Rng);
 
 impl Noise {
+    fn new(seed: u64) -> Noise {
+        Noise(Rng::new(seed))
+    }
+
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+        self.0.next_u64()
     }
 
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.below(n)
     }
 
     /// Random bytes, `min..min + spread` of them.
@@ -67,7 +70,7 @@ pub(super) fn hostile_tcp(
         }
     });
     let churn = std::thread::spawn(move || {
-        let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
+        let mut noise = Noise::new(0x9e37_79b9_7f4a_7c15);
         while !stop.load(Ordering::Relaxed) {
             let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
                 std::thread::sleep(Duration::from_millis(10));
@@ -120,7 +123,7 @@ pub(super) fn hostile_udp(
     ops: Arc<AtomicU64>,
 ) -> Vec<std::thread::JoinHandle<()>> {
     vec![std::thread::spawn(move || {
-        let mut noise = Noise(0x2545_f491_4f6c_dd1d);
+        let mut noise = Noise::new(0x2545_f491_4f6c_dd1d);
         let mut id = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let Ok(s) = UdpSocket::bind("127.0.0.1:0") else { break };
@@ -152,7 +155,7 @@ pub(super) fn hostile_udp(
 pub(super) fn balancer_frames(macs: ([u8; 6], [u8; 6]), vip: SocketAddrV4) -> Vec<Vec<u8>> {
     use netlane_rr::proto::crafted::{crafted, udp_frame};
     let src = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::new(10, 210, 1, 2), 40_000));
-    let mut noise = Noise(0x5851_f42d_4c95_7f2d);
+    let mut noise = Noise::new(0x5851_f42d_4c95_7f2d);
     let mut out: Vec<Vec<u8>> =
         crafted(macs, src, SocketAddr::V4(vip), &|_| noise_payload(64)).into_iter().map(|c| c.frame).collect();
     let base = udp_frame(macs, src, SocketAddr::V4(vip), &noise.bytes(64, 1));
@@ -193,7 +196,7 @@ pub(super) fn flood_frames(
     stop: &AtomicBool,
     ops: &AtomicU64,
 ) {
-    let mut noise = Noise(0x2127_599b_f432_5c37);
+    let mut noise = Noise::new(0x2127_599b_f432_5c37);
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..16 {
             let f = &frames[noise.below(frames.len() as u64) as usize];
@@ -231,7 +234,7 @@ pub(super) fn edit_config(
     period: Duration,
 ) -> std::io::Result<()> {
     let next = path.with_extension("next");
-    let mut noise = Noise(0x1405_7b7e_f767_814f);
+    let mut noise = Noise::new(0x1405_7b7e_f767_814f);
     let (mut edits, mut bad) = (0u64, 0u64);
     while !stop.load(Ordering::Relaxed) {
         let weights: Vec<u32> = (0..2).map(|_| 1 + noise.below(4) as u32).collect();
