@@ -1005,9 +1005,20 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
         let (timed, all) = slices.split_once('/').unwrap();
         assert_eq!(timed, all, "every slice timed with no device: {r}");
     }
+    // Every check is measured, except where the load generator, on the two CPUs the
+    // servers use, could not keep its open-loop schedule even when its runs were made
+    // again: a VM whose hypervisor takes the CPUs for milliseconds at a time (steal) does
+    // that, and the lab then says the check is invalid rather than measure the generator.
     for s in doc["scenarios"].as_array().unwrap() {
+        let lagged = s["notes"].as_array().unwrap().iter().any(|n| {
+            n.as_str().unwrap().contains("made again: the generator, on the same CPUs as the server, delayed more than")
+        });
         for c in s["checks"].as_array().unwrap() {
-            assert_ne!(c["outcome"], "invalid", "a quick lab run on this machine measures every check: {c}");
+            let reason = c["reason"].as_str().unwrap_or_default();
+            let for_lag = lagged && (reason.contains("the generator delayed") || reason.contains("answered soundly"));
+            if !for_lag {
+                assert_ne!(c["outcome"], "invalid", "a quick lab run on this machine measures every check: {c}");
+            }
         }
     }
     valid_document(&std::fs::read_to_string(dir.join("nvme.json")).unwrap(), "results");
