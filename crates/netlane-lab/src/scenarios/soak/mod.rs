@@ -248,6 +248,18 @@ impl Soak {
     }
 }
 
+/// What a soak shares with its hostile clients and its sampler: the flag that stops
+/// them, the count of hostile operations, and the sampler of `server` (started now).
+fn watch(server: &Started) -> (Arc<AtomicBool>, Arc<AtomicU64>, std::thread::JoinHandle<Vec<Sample>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (start, pid) = (Instant::now(), server.0.id());
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || sample(pid, &stop, start))
+    };
+    (stop, Arc::new(AtomicU64::new(0)), sampler)
+}
+
 /// Samples `pid`'s memory and descriptors every 250 ms until `stop`.
 fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
     let mut out = Vec::new();
@@ -355,13 +367,7 @@ impl SoakArgs {
             ),
         };
         let target = start_server(ns, exe, &server_args, LISTENING, &[])?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let ops = Arc::new(AtomicU64::new(0));
-        let start = Instant::now();
-        let sampler = {
-            let (stop, pid) = (stop.clone(), target.0.id());
-            std::thread::spawn(move || sample(pid, &stop, start))
-        };
+        let (stop, ops, sampler) = watch(&target);
         let hold = self.hostile_connections;
         let attackers = ns
             .run({
@@ -475,13 +481,7 @@ impl SoakArgs {
                 ("netlane lb: kept the running configuration", kept.clone()),
             ],
         )?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let ops = Arc::new(AtomicU64::new(0));
-        let start = Instant::now();
-        let sampler = {
-            let (stop, pid) = (stop.clone(), target.0.id());
-            std::thread::spawn(move || sample(pid, &stop, start))
-        };
+        let (stop, ops, sampler) = watch(&target);
         let frames = balancer_frames((net.gw_mac, net.lb_mac), vip);
         let ifindex = net.router_lb_index;
         let flood = net
