@@ -180,6 +180,10 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             let mut o = nvme::NvmeBenchArgs::defaults();
             o.time = secs(4, 1000);
             o.repeat = if p.quick { 1 } else { 3 };
+            if p.quick {
+                // The sweep's ends: the smallest request and the largest.
+                o.caravan_sizes = vec![512, 128 << 10];
+            }
             Box::new(o)
         }
         ScenarioName::LbPps => {

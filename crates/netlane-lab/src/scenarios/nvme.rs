@@ -67,8 +67,8 @@ impl Part {
     }
 }
 
-/// The caravan sweep: request sizes and job counts (32 commands in flight in all).
-const SWEEP_SIZES: [u32; 4] = [512, 4096, 32 << 10, 128 << 10];
+/// The caravan sweep's job counts (32 commands in flight in all); its request sizes are
+/// an option.
 const SWEEP_JOBS: [u32; 2] = [1, 4];
 /// The namespace the sweep uses (512-byte blocks, so 512-byte requests are possible).
 const SWEEP_NSID: u32 = 2;
@@ -114,6 +114,18 @@ pub struct NvmeBenchArgs {
     /// MTU of the veth pair (storage networks usually run jumbo frames).
     #[arg(long, default_value_t = 9000, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
+    /// Request sizes of the caravan sweep (comma separated; 512 to 128K, multiples of 512).
+    #[arg(long, value_delimiter = ',', default_value = "512,4K,32K,128K", value_parser = parse_sweep_size)]
+    pub caravan_sizes: Vec<u32>,
+}
+
+/// A caravan sweep request size: 512 bytes to 128 KiB, whole 512-byte blocks.
+fn parse_sweep_size(s: &str) -> Result<u32, String> {
+    let v = parse_size(s)?;
+    if !(512..=128 << 10).contains(&v) || v % 512 != 0 {
+        return Err(format!("{s}: a request size is 512 to 128K, in whole 512-byte blocks"));
+    }
+    Ok(v as u32)
 }
 
 /// One mode of a part.
@@ -157,7 +169,8 @@ impl NvmeBenchArgs {
                 Part::Affinity => {
                     ["QD1 aligned", "QD1 crossed", "QD32 aligned", "QD32 crossed"].map(String::from).to_vec()
                 }
-                Part::Caravans => SWEEP_SIZES
+                Part::Caravans => self
+                    .caravan_sizes
                     .iter()
                     .flat_map(|&bs| SWEEP_JOBS.iter().map(move |&j| (bs, j)))
                     .flat_map(|(bs, j)| ["batched", "caravans"].map(|m| sweep_label(m, bs, j)))
@@ -244,7 +257,7 @@ impl NvmeBenchArgs {
                     modes.push(m("QD32 crossed", PerfOptions { queue_cpus: other, ..base(vec![qd32]) }));
                 }
                 Part::Caravans => {
-                    for bs in SWEEP_SIZES {
+                    for &bs in &self.caravan_sizes {
                         for jobs in SWEEP_JOBS {
                             let spec = format!(
                                 "name=sweep,rw=randread,bs={},qd={},jobs={jobs},cpus={host}",
@@ -323,6 +336,7 @@ impl Scenario for NvmeBenchArgs {
             .int("host-cpu", self.host_cpu as u64)
             .int("target-cpu", self.target_cpu() as u64)
             .size("ns-size", self.ns_size)
+            .words("caravan-sizes", &self.caravan_sizes.iter().map(|b| size_word(*b)).collect::<Vec<_>>())
     }
 
     fn validate(&self) -> Result<()> {
@@ -334,6 +348,9 @@ impl Scenario for NvmeBenchArgs {
         }
         if self.parts.is_empty() {
             bail!("--parts: no parts to run");
+        }
+        if self.parts.contains(&Part::Caravans) && self.caravan_sizes.is_empty() {
+            bail!("--caravan-sizes: no request sizes to sweep");
         }
         if self.ns_size < 64 << 20 {
             bail!("--ns-size {}: at least 64M (the mixed workload's writer alone covers 32M)", self.ns_size);
@@ -848,7 +865,7 @@ impl NvmeBenchArgs {
                 .iter()
                 .map(|j| Series { name: format!("{j} job{}", if *j == 1 { "" } else { "s" }), points: Vec::new() })
                 .collect();
-            for (bi, bs) in SWEEP_SIZES.into_iter().enumerate() {
+            for (bi, &bs) in self.caravan_sizes.iter().enumerate() {
                 for (ji, jobs) in SWEEP_JOBS.iter().enumerate() {
                     let (Some(b), Some(c)) = (
                         find(Part::Caravans, &sweep_label("batched", bs, *jobs)),
@@ -880,7 +897,7 @@ impl NvmeBenchArgs {
                 name: "nvme-caravans".into(),
                 title: "Caravans / plain batching, IOPS per host core, by request size".into(),
                 kind: ChartKind::Lines,
-                x: Axis::categories("request size", SWEEP_SIZES.iter().map(|b| size_word(*b)).collect()),
+                x: Axis::categories("request size", self.caravan_sizes.iter().map(|b| size_word(*b)).collect()),
                 y: Axis::numeric("caravans / batched", Unit::Ratio, Scale::Linear),
                 series,
             });
