@@ -239,9 +239,27 @@ pub fn record(change: &Change) -> io::Result<Record> {
     record_in(Path::new(DIR), change)
 }
 
+/// When process `pid` started (clock ticks after boot, `/proc/<pid>/stat`'s 22nd field):
+/// with the pid, it names one process even after the pid is reused.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether the process that wrote a record still runs: its pid exists and, when the
+/// record names its start time, started then (not a later process given the same pid).
+fn alive(pid: u32, started: Option<u64>) -> bool {
+    match started {
+        Some(t) => start_time(pid) == Some(t),
+        None => Path::new("/proc").join(pid.to_string()).exists(),
+    }
+}
+
 fn record_in(dir: &Path, change: &Change) -> io::Result<Record> {
     fs::create_dir_all(dir)?;
-    let name = format!("{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed));
+    let pid = std::process::id();
+    let name = format!("{pid}-{}-{}", start_time(pid).unwrap_or(0), SEQ.fetch_add(1, Ordering::Relaxed));
     let path = dir.join(format!("{name}.json"));
     let tmp = dir.join(format!(".{name}.tmp"));
     let text = serde_json::to_string(change).map_err(io::Error::other)?;
@@ -293,22 +311,27 @@ fn clean_stale_in(dir: &Path) -> io::Result<Vec<Cleaned>> {
     };
     let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     paths.sort();
-    let records: Vec<(PathBuf, u32, Change)> = paths
+    // Named `<pid>-<start time>-<seq>.json` (`<pid>-<seq>.json` by earlier versions).
+    let records: Vec<(PathBuf, u32, bool, Change)> = paths
         .into_iter()
         .filter_map(|path| {
             let stem = path.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
-            let pid = stem.split('-').next()?.parse::<u32>().ok()?;
+            let parts: Vec<&str> = stem.split('-').collect();
+            let pid = parts.first()?.parse::<u32>().ok()?;
+            let started = match parts.len() {
+                3 => Some(parts[1].parse::<u64>().ok()?).filter(|t| *t != 0),
+                _ => None,
+            };
             // Not a record netlane wrote (or one from another version): left alone.
             let change = serde_json::from_str::<Change>(&fs::read_to_string(&path).ok()?).ok()?;
-            Some((path, pid, change))
+            Some((path, pid, alive(pid, started), change))
         })
         .collect();
-    let alive = |pid: u32| Path::new("/proc").join(pid.to_string()).exists();
     let held: std::collections::HashSet<String> =
-        records.iter().filter(|(_, pid, _)| alive(*pid)).map(|(_, _, c)| c.target()).collect();
+        records.iter().filter(|(_, _, live, _)| *live).map(|(_, _, _, c)| c.target()).collect();
     let mut out = Vec::new();
-    for (path, pid, change) in records {
-        if alive(pid) || held.contains(&change.target()) {
+    for (path, pid, live, change) in records {
+        if live || held.contains(&change.target()) {
             continue;
         }
         let outcome = undo(&change);
@@ -584,6 +607,43 @@ mod tests {
         assert_eq!(cleaned[0].outcome, Ok("left alone: it is 7 now".into()));
         assert_eq!(fs::read_to_string(&value).unwrap(), "7");
         assert!(d.join("4194305-2.json").exists());
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    /// A record names its process by pid and start time: another process that was
+    /// given the same pid later does not keep it alive.
+    #[test]
+    fn a_reused_pid_does_not_keep_a_record_alive() {
+        let d = dir("reused");
+        let value = d.join("value");
+        fs::create_dir_all(&d).unwrap();
+        fs::write(&value, "1").unwrap();
+        let change = Change::Sysctl {
+            place: Place::here().unwrap(),
+            path: value.clone(),
+            before: "0".into(),
+            value: "1".into(),
+        };
+        let me = std::process::id();
+        let mine = record_in(&d, &change).unwrap();
+        let started = start_time(me).unwrap();
+        assert!(mine.path.file_name().unwrap().to_str().unwrap().starts_with(&format!("{me}-{started}-")));
+        assert!(clean_stale_in(&d).unwrap().is_empty(), "ours is alive");
+        mine.keep();
+        // The same pid with another start time: a process that ended, its pid reused.
+        fs::rename(
+            fs::read_dir(&d)
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .find(|p| p.extension().is_some_and(|x| x == "json"))
+                .unwrap(),
+            d.join(format!("{me}-{}-0.json", started + 1)),
+        )
+        .unwrap();
+        let cleaned = clean_stale_in(&d).unwrap();
+        assert_eq!(cleaned.len(), 1, "{cleaned:?}");
+        assert_eq!(cleaned[0].outcome, Ok("restored to 0".into()));
         let _ = fs::remove_dir_all(&d);
     }
 }
