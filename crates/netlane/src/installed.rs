@@ -429,11 +429,6 @@ impl Held {
         Ok(Held { change, record: Some(record) })
     }
 
-    /// The change.
-    pub fn change(&self) -> &Change {
-        &self.change
-    }
-
     /// Says what the change turned out to be (the value as the kernel reads it back,
     /// which may be spelt otherwise than it was written), in the record too.
     pub fn amend(&mut self, change: Change) -> io::Result<()> {

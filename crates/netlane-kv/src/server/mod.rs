@@ -318,9 +318,7 @@ impl Server {
                     .with_sysfs(move || {
                         let mut a = netlane::lanes::queues::apply_napi_settings(&dev2, ifindex, &ids, &napi);
                         if xps {
-                            let x = netlane::lanes::queues::apply_xps_rxqs(&dev2, rx_count);
-                            a.knobs.extend(x.knobs);
-                            a.held.extend(x.held);
+                            a.extend(netlane::lanes::queues::apply_xps_rxqs(&dev2, rx_count));
                         }
                         a
                     })

@@ -113,6 +113,14 @@ pub struct Applied {
     pub held: Vec<Held>,
 }
 
+impl Applied {
+    /// Adds `other`'s knobs and changes to these.
+    pub fn extend(&mut self, other: Applied) {
+        self.knobs.extend(other.knobs);
+        self.held.extend(other.held);
+    }
+}
+
 /// Writes `value` to the device file at `path` (in the calling thread's `/sys`), held.
 /// The record keeps the value as the kernel reads it back (`00000001` reads `1`), which
 /// is what an undo compares with.

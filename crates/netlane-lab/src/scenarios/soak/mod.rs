@@ -1,5 +1,5 @@
-//! Soak: each server (the cache, the datagram service, the NVMe/TCP target) runs for a
-//! while as a process of its own, in a namespace of its own, under valid load from
+//! Soak: each server (the cache, the datagram service, the NVMe/TCP target, the
+//! balancer in `balancer.rs`) runs for a while as a process of its own, in a namespace of its own, under valid load from
 //! netlane's own client beside hostile clients of the kinds a black-box campaign found
 //! (garbage, impossible lengths, oversized values and responses, connections that set
 //! up and stall), and is held to bounds measured from outside: the valid clients lose
@@ -8,7 +8,7 @@
 //! is then killed with SIGKILL, started again on the same file, and every block the
 //! valid client wrote is read back.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -22,12 +22,13 @@ use netlane::topology::Netns;
 use super::options::{OptionList, parse_positive_duration};
 use super::{Scenario, Started};
 
+mod balancer;
 mod hostile;
 use crate::progress::Progress;
 use crate::report::{Column, Row, RunRecord, ScenarioReport, Table, Value};
 use crate::verdict::Spec;
-use hostile::{balancer_frames, edit_config, flood_frames, hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
-use netlane_lb::testnet::{BalancerNet, LB_IFACE, real_addr};
+use balancer::Forwarding;
+use hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
 
 /// The servers a soak runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -78,10 +79,6 @@ pub struct SoakArgs {
 /// read-back must find every one of `NVME_IMAGE_BYTES / NVME_BLOCK` blocks intact.
 const NVME_IMAGE_BYTES: u64 = 64 << 20;
 const NVME_BLOCK: u64 = 4096;
-
-/// The balancer's descriptors: it holds none per client or flow, only its maps,
-/// programs, links, event ring and files, so a count past this is a leak.
-const BALANCER_FDS: u64 = 128;
 
 /// The server's connection limit: room for the hostile clients and the valid ones.
 const VALID_CONNECTIONS: usize = 8;
@@ -177,47 +174,6 @@ struct Soak {
     edits: Option<(u64, u64)>,
     /// The balancer: its own counters once stopped with SIGTERM (None: not applicable).
     forwarding: Option<Result<Forwarding, String>>,
-}
-
-/// What the balancer counted over its soak, from its final report.
-#[derive(Debug, Clone, Copy)]
-struct Forwarding {
-    /// Packets sent on to a real.
-    tx: u64,
-    /// Packets dropped, every reason.
-    dropped: u64,
-    /// Packets passed to the stack (not for a VIP, not IP).
-    passed: u64,
-}
-
-/// Stops the balancer with SIGTERM (it must exit 0 within 10 s) and reads its counters
-/// from the report it writes as it stops.
-fn stop_balancer(mut lb: Started, report: &Path) -> Result<Forwarding, String> {
-    let pid = nix::unistd::Pid::from_raw(lb.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| format!("SIGTERM: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        match lb.0.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) => return Err("it did not stop within 10 s of SIGTERM".into()),
-            Err(e) => return Err(format!("wait for it: {e}")),
-        }
-    };
-    if !status.success() {
-        return Err(format!("it exited with {status} on SIGTERM"));
-    }
-    let text = std::fs::read_to_string(report).map_err(|e| format!("read {}: {e}", report.display()))?;
-    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
-    let global = doc.pointer("/stats/global").ok_or("its report has no counters")?;
-    let sum = |pick: &dyn Fn(&str) -> bool| {
-        global.as_object().map_or(0, |m| m.iter().filter(|(k, _)| pick(k)).filter_map(|(_, v)| v.as_u64()).sum())
-    };
-    Ok(Forwarding {
-        tx: sum(&|k| k == "tx"),
-        dropped: sum(&|k| k.starts_with("drop_")),
-        passed: sum(&|k| k.starts_with("pass_")),
-    })
 }
 
 impl Soak {
@@ -425,100 +381,6 @@ impl SoakArgs {
             read_back,
             edits: None,
             forwarding: None,
-        })
-    }
-
-    /// The balancer's soak: `lb run` on the balancer's leg of a [`BalancerNet`], a
-    /// `rr serve` on each real, `rr clients` to the VIP from the client as the valid
-    /// load; hostile frames at the balancer from the router's side and its configuration
-    /// edited all the while, well and badly.
-    fn soak_balancer(&self, exe: &Path, dir: &Path) -> Result<Soak> {
-        let vip = SocketAddrV4::new(Ipv4Addr::new(10, 210, 100, 1), 7000);
-        let net = BalancerNet::build("soak-lb", *vip.ip(), 2).context("build the balancer's network")?;
-        let config = dir.join("lb.toml");
-        let good = move |weights: &[u32]| {
-            let mut t = format!(
-                "ring_size = 4099\nconn_entries = 65536\n[[vip]]\naddress = \"{}\"\nport = {}\nproto = \"udp\"\n",
-                vip.ip(),
-                vip.port()
-            );
-            for (i, w) in weights.iter().enumerate() {
-                t += &format!("[[vip.real]]\naddress = \"{}\"\nweight = {w}\n", real_addr(i));
-            }
-            t
-        };
-        std::fs::write(&config, good(&[1, 1])).with_context(|| format!("write {}", config.display()))?;
-        let listen = vip.to_string();
-        let _reals = net
-            .reals
-            .iter()
-            .map(|ns| start_server(ns, exe, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[]))
-            .collect::<Result<Vec<_>>>()?;
-        let gw = net.gw_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
-        let (applied, kept) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-        let lb_json = dir.join("lb-run.json");
-        let lb_args = words(&[
-            "lb",
-            "run",
-            "--config",
-            &config.to_string_lossy(),
-            "--iface",
-            LB_IFACE,
-            "--gateway-mac",
-            &gw,
-            "--stats-interval",
-            "1s",
-            "--json",
-            &lb_json.to_string_lossy(),
-        ]);
-        let target = start_server(
-            &net.lb,
-            exe,
-            &lb_args,
-            "netlane lb: attached to",
-            &[
-                ("netlane lb: applied the changed configuration", applied.clone()),
-                ("netlane lb: kept the running configuration", kept.clone()),
-            ],
-        )?;
-        let (stop, ops, sampler) = watch(&target);
-        let frames = balancer_frames((net.gw_mac, net.lb_mac), vip);
-        let ifindex = net.router_lb_index;
-        let flood = net
-            .router
-            .spawn("soak-frames", {
-                let (stop, ops) = (stop.clone(), ops.clone());
-                move || -> std::io::Result<()> {
-                    let tx = netlane_sys::packet::PacketTx::open(ifindex, 2048, 256)?;
-                    flood_frames(tx, &frames, &stop, &ops);
-                    Ok(())
-                }
-            })
-            .context("start the hostile frames in the router's namespace")?;
-        let editor = std::thread::spawn({
-            let (stop, ops, config) = (stop.clone(), ops.clone(), config.clone());
-            move || edit_config(&config, good, &stop, &ops, Duration::from_millis(300))
-        });
-        let secs = format!("{}ms", self.time.as_millis());
-        let client = words(&["rr", "clients", "--server", &listen, "--clients", "8", "--rate", "2000", "-t", &secs]);
-        let valid = run_client(&net.client, exe, &client, SoakServer::Lb, self.time + Duration::from_secs(60));
-        stop.store(true, Ordering::Relaxed);
-        let flooded = flood.join().map_err(|_| anyhow!("the hostile frames' thread panicked"))?;
-        let edited = editor.join().map_err(|_| anyhow!("the configuration editor panicked"))?;
-        let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
-        flooded.context("send hostile frames")?;
-        edited.context("edit the balancer's configuration")?;
-        let valid = valid?;
-        let forwarding = stop_balancer(target, &lb_json);
-        Ok(Soak {
-            server: SoakServer::Lb,
-            samples,
-            valid,
-            hostile_ops: ops.load(Ordering::Relaxed),
-            fd_limit: BALANCER_FDS,
-            read_back: None,
-            edits: Some((applied.load(Ordering::Relaxed), kept.load(Ordering::Relaxed))),
-            forwarding: Some(forwarding),
         })
     }
 
