@@ -9,8 +9,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, BackendChoice, Shaper};
 use netlane::metrics::units::parse_rate;
-use netlane_lab::report::format::bytes_per_second;
-use netlane_lab::scenarios::options::parse_positive_duration;
+use netlane_report::format::bytes_per_second;
+use netlane_report::options::parse_positive_duration;
 
 use crate::signals::STOP;
 

@@ -3,7 +3,6 @@
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use netlane_lab::progress::Reporter;
-use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::kv::KvBenchArgs;
 use netlane_lab::scenarios::lanes::LanesBenchArgs;
 use netlane_lab::scenarios::lb_pps::LbPpsArgs;
@@ -13,6 +12,7 @@ use netlane_lab::scenarios::soak::SoakArgs;
 use netlane_lab::scenarios::udp_bulk::UdpBulkArgs;
 use netlane_lab::scenarios::udp_pacing::UdpPacingArgs;
 use netlane_lab::scenarios::{self, Scenario};
+use netlane_report::terminal;
 
 use crate::out::{self, EXIT_STRICT, OutputArgs, StrictArg};
 
@@ -52,7 +52,7 @@ fn bench<T: Args + Scenario>(b: &Bench<T>) -> Result<u8> {
     b.scenario.validate()?;
     let progress = Reporter::new();
     let results = scenarios::run_all(&[&b.scenario], &progress, |_| Ok(()))?;
-    let doc = report::document("bench", results);
+    let doc = netlane_report::document("bench", results);
     if !b.out.json_to_stdout() {
         out::print(&terminal::results(&doc.body));
     }

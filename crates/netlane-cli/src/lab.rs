@@ -4,7 +4,7 @@ use anyhow::Result;
 use clap::Args;
 use netlane_lab::lab::LabArgs;
 use netlane_lab::progress::Reporter;
-use netlane_lab::report::terminal;
+use netlane_report::terminal;
 
 use crate::out::{self, EXIT_STRICT, OutputArgs, StrictArg};
 

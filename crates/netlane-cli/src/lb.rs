@@ -5,13 +5,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::documents::{LbCheck, LbRun};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use netlane_lab::report::documents::{LbCheck, LbRun};
-use netlane_lab::report::{self, Column, Row, Table, Value, terminal};
-use netlane_lab::scenarios::options::parse_positive_duration;
 use netlane_lb::server::{self, Event, ServeOptions};
 use netlane_lb::{HintMode, HintSource, LbOptions, LbStats};
+use netlane_report::options::parse_positive_duration;
+use netlane_report::{Column, Row, Table, Value, terminal};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -280,7 +280,7 @@ fn run_lb(a: &RunArgs) -> Result<()> {
     } else {
         out::println(&line)
     }
-    out.write_json(&report::document("lb-run", LbRun { seconds: secs, stats: Some(stats), mode }))
+    out.write_json(&netlane_report::document("lb-run", LbRun { seconds: secs, stats: Some(stats), mode }))
 }
 
 fn check(a: &CheckArgs) -> Result<()> {
@@ -310,7 +310,7 @@ fn check(a: &CheckArgs) -> Result<()> {
             ]));
         }
     }
-    let doc = report::document(
+    let doc = netlane_report::document(
         "lb-check",
         LbCheck {
             config: a.config.display().to_string(),

@@ -8,6 +8,7 @@
 
 mod app;
 mod bench;
+mod documents;
 mod kv;
 mod lab;
 mod lb;
@@ -22,13 +23,13 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
-use netlane_lab::report::{self, Column, Row, Table, Value};
+use netlane_report::{Column, Row, Table, Value};
 
 /// netlane: the short path from the wire to the application thread, measured.
 #[derive(Debug, Parser)]
 #[command(
     name = "netlane",
-    version = netlane_lab::machine::VERSION_LINE,
+    version = netlane_report::provenance::VERSION_LINE,
     about,
     long_about = None,
     propagate_version = true,
@@ -143,9 +144,9 @@ fn probe(o: &out::OutputArgs) -> Result<()> {
             Value::text(q.support.detail()),
         ]));
     }
-    let doc = report::document("probe", p);
+    let doc = netlane_report::document("probe", p);
     if !o.json_to_stdout() {
-        out::print(&report::terminal::table(&t));
+        out::print(&netlane_report::terminal::table(&t));
     }
     o.write_json(&doc)?;
     o.write_tables(&doc.provenance.run_id, &[t])
@@ -182,9 +183,8 @@ fn topo(cmd: &TopoCmd) -> Result<u8> {
     match cmd {
         TopoCmd::Clean => return clean(),
         TopoCmd::List => {
-            let mut names: Vec<String> = netlane::testing::netns_names();
+            let mut names = netlane::topology::netns_names();
             names.retain(|n| n.starts_with(netlane::topology::NAME_PREFIX));
-            names.sort();
             for n in names {
                 let alive = netlane::topology::registry::owner_pid(&n)
                     .is_some_and(|pid| std::path::Path::new("/proc").join(pid.to_string()).exists());

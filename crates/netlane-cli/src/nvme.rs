@@ -5,17 +5,17 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::documents::{NvmePerf, NvmeTarget};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane_lab::report::documents::{NvmePerf, NvmeTarget};
-use netlane_lab::report::{self, terminal};
 use netlane_lab::scenarios::nvme::perf_table;
-use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration};
 use netlane_nvme::host::ConnectOptions;
 use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
 use netlane_nvme::proto::target::{Subsystem, TargetConfig};
 use netlane_nvme::target::{DEFAULT_NQN, TargetOptions, TargetServer};
+use netlane_report::options::{OptionList, parse_duration, parse_positive_duration};
+use netlane_report::terminal;
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -157,7 +157,7 @@ impl TargetArgs {
         }
         let start = Instant::now();
         let stats = server.serve(&STOP, self.time).context("the target failed")?;
-        let doc = report::document(
+        let doc = netlane_report::document(
             "nvme-target",
             NvmeTarget {
                 listen: addr.clone(),
@@ -285,7 +285,7 @@ pub struct PerfArgs {
     #[arg(long, alias = "verify_only", conflicts_with = "verify")]
     pub verify_only: bool,
     /// Bytes of the namespace to use [default: all of it].
-    #[arg(long, value_parser = netlane_lab::scenarios::options::parse_size)]
+    #[arg(long, value_parser = netlane_report::options::parse_size)]
     pub size: Option<u64>,
     /// Header digests.
     #[arg(long)]
@@ -420,7 +420,8 @@ impl PerfArgs {
         let r = netlane_nvme::perf::run_observed(&opts, &mut |s| status.show(s)).context("nvme perf")?;
         status.done();
         let table = perf_table("nvme-perf", "Per group (latency of the group's main direction)", &r);
-        let doc = report::document("nvme-perf", NvmePerf { options: echo.object(), echo: echo.echo(), report: r });
+        let doc =
+            netlane_report::document("nvme-perf", NvmePerf { options: echo.object(), echo: echo.echo(), report: r });
         if !quiet {
             out::print(&terminal::table(&table));
             out::println(&summary(&doc.body.report, self.verify_only));
@@ -489,7 +490,7 @@ impl LiveStatus {
             "[{:>3.0}%] {} {} IOPS, eta {eta}s",
             pct.min(100.0),
             if s.measuring { "measuring" } else { "ramping  " },
-            report::format::si(iops)
+            netlane_report::format::si(iops)
         );
         if self.tty {
             eprint!("\r{line}   ");

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use netlane_lab::report::{self, Document, Results};
+use netlane_report::{Document, Results};
 use serde::Serialize;
 
 /// Exit status: targets missed, invalid or skipped under `--strict`.
@@ -110,10 +110,12 @@ impl OutputArgs {
         match self.json.as_deref() {
             None => Ok(()),
             Some(p) if p == Path::new("-") => {
-                println(&report::to_json(doc));
+                println(&netlane_report::to_json(doc));
                 Ok(())
             }
-            Some(p) => std::fs::write(p, report::to_json(doc) + "\n").with_context(|| format!("write {}", p.display())),
+            Some(p) => {
+                std::fs::write(p, netlane_report::to_json(doc) + "\n").with_context(|| format!("write {}", p.display()))
+            }
         }
     }
 
@@ -121,16 +123,16 @@ impl OutputArgs {
     pub fn write_results(&self, doc: &Document<Results>) -> Result<()> {
         self.write_json(doc)?;
         if let Some(d) = &self.csv {
-            report::csv::write_all(d, &doc.provenance.run_id, &doc.body.scenarios)?;
+            netlane_report::csv::write_all(d, &doc.provenance.run_id, &doc.body.scenarios)?;
         }
         Ok(())
     }
 
     /// Writes tables as CSV where asked (for commands whose results are one table).
-    pub fn write_tables(&self, run_id: &str, tables: &[report::Table]) -> Result<()> {
+    pub fn write_tables(&self, run_id: &str, tables: &[netlane_report::Table]) -> Result<()> {
         if let Some(d) = &self.csv {
             for t in tables {
-                report::csv::write_table(d, run_id, t)?;
+                netlane_report::csv::write_table(d, run_id, t)?;
             }
         }
         Ok(())

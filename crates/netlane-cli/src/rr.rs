@@ -3,12 +3,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::documents::{RrClients, RrServe};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane_lab::report::documents::{RrClients, RrServe};
-use netlane_lab::report::{self};
-use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration, parse_size_usize};
+use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::guard::GuardConfig;
@@ -295,7 +294,7 @@ impl ServeArgs {
                 ));
             }
         }
-        out.write_json(&report::document("rr-serve", RrServe { stats }))?;
+        out.write_json(&netlane_report::document("rr-serve", RrServe { stats }))?;
         Ok(0)
     }
 }
@@ -428,7 +427,7 @@ impl ClientsArgs {
             ));
         }
         let nothing = rep.responses == 0;
-        let doc = report::document("rr-clients", RrClients { report: rep });
+        let doc = netlane_report::document("rr-clients", RrClients { report: rep });
         out.write_json(&doc)?;
         if nothing {
             let r = &doc.body.report;

@@ -21,7 +21,7 @@ fn stdout(o: &Output) -> String {
 }
 
 fn privileged(test: &str) -> bool {
-    netlane::testing::privileged(test)
+    netlane_testkit::privileged(test)
 }
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -833,7 +833,7 @@ fn a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_n
     }
     let o = netlane(&["clean"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let left: Vec<String> = netlane::testing::netns_names()
+    let left: Vec<String> = netlane::topology::netns_names()
         .into_iter()
         .filter(|n| netlane::topology::registry::owner_pid(n) == Some(pid))
         .collect();
@@ -871,7 +871,7 @@ fn ctrl_c_removes_the_namespaces_and_the_sender() {
     let pid = child.id();
     let prefix = format!("nl-{pid}-");
     let ours = || -> Vec<String> {
-        netlane::testing::netns_names().into_iter().filter(|n: &String| n.starts_with(&prefix)).collect()
+        netlane::topology::netns_names().into_iter().filter(|n: &String| n.starts_with(&prefix)).collect()
     };
     // Wait until the run is under way: its namespaces exist and its sender process runs.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -1041,7 +1041,7 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
         }
     }
     // Nothing left behind: no lab namespace whose process is gone.
-    let stale: Vec<String> = netlane::testing::netns_names()
+    let stale: Vec<String> = netlane::topology::netns_names()
         .into_iter()
         .filter(|n| ["udp-bulk", "udp-pacing", "nvme", "pps-", "rr", "kv"].iter().any(|l| n.contains(l)))
         .filter(|n| {

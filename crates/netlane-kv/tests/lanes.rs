@@ -9,13 +9,13 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use netlane::lanes::queues;
-use netlane::testing::privileged;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{self, LoadConfig};
 use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
+use netlane_testkit::privileged;
 
 /// Two hosts joined by a veth with two queues, each with its NAPI instance (GRO on,
 /// threaded; the client end's TSO off so that its TCP takes the NAPI path): flows

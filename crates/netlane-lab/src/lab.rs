@@ -7,8 +7,9 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args};
 
 use crate::progress::Reporter;
-use crate::report::{self, Document, Results, ScenarioReport};
+use crate::report;
 use crate::scenarios::{self, LabProfile, Scenario, ScenarioName};
+use netlane_report::{Document, Results, ScenarioReport};
 
 /// Options of `netlane lab`.
 #[derive(Debug, Clone, Args)]
@@ -88,7 +89,7 @@ impl Lab {
         ));
         let refs: Vec<&dyn Scenario> = list.iter().map(|s| s.as_ref()).collect();
         let results = scenarios::run_all(&refs, progress, each)?;
-        let doc = report::document("lab", results);
+        let doc = netlane_report::document("lab", results);
         report::write_dir(&self.dir, &doc)?;
         if self.latest
             && let Some(name) = self.dir.file_name()

@@ -9,9 +9,9 @@
 //! - [`verdict`]: target checks (met, within noise, missed, invalid) over paired
 //!   samples, and the quantities that refuse degenerate inputs;
 //! - [`stats`]: medians, spread, collapsed repeats, round order;
-//! - [`report`]: the report model (numbers, not markup) and its renderers (terminal,
-//!   JSON, CSV, HTML with SVG charts), and [`schema`]: its JSON Schema;
-//! - [`machine`]: provenance and the machine's state around a run;
+//! - [`report`]: the report directory: the HTML page with SVG charts beside the JSON and
+//!   CSV of `netlane_report` (the model and its writers);
+//! - [`machine`]: the machine's state around a run;
 //! - [`progress`]: k/N and ETA on a terminal or as lines;
 //! - [`lab`]: `netlane lab`.
 

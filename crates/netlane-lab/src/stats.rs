@@ -6,7 +6,7 @@
 //! a quarter of its siblings' median (or rose to four times it) is flagged rather than
 //! averaged away.
 
-use crate::report::{Flag, FlagKind};
+use netlane_report::{Flag, FlagKind};
 
 pub use netlane::metrics::median;
 
@@ -15,39 +15,7 @@ pub const COLLAPSE_FACTOR: f64 = 4.0;
 /// Repeats spread by more than this share of their median are noisy.
 pub const NOISY_SPREAD: f64 = 0.5;
 
-/// Median and range of a set of repeats.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Spread {
-    /// Median.
-    pub median: f64,
-    /// Smallest.
-    pub min: f64,
-    /// Largest.
-    pub max: f64,
-    /// How many finite values.
-    pub n: usize,
-}
-
-impl Spread {
-    /// Over the finite values (None when there are none).
-    pub fn of(values: &[f64]) -> Option<Spread> {
-        let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
-            return None;
-        }
-        Some(Spread {
-            median: median(v.clone()),
-            min: v.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-            n: v.len(),
-        })
-    }
-
-    /// (max - min) / median; None for one value or a zero median.
-    pub fn relative(&self) -> Option<f64> {
-        (self.n > 1 && self.median != 0.0).then(|| (self.max - self.min) / self.median.abs())
-    }
-}
+pub use netlane_report::Spread;
 
 /// Indices of repeats that collapsed: with at least three repeats, those more than
 /// [`COLLAPSE_FACTOR`] below or above the median of the others.

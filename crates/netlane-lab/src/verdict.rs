@@ -15,8 +15,8 @@
 //! none. The helpers here ([`ratio`], [`per_gb`], [`positive`]) refuse the inputs that
 //! used to turn into a harmless-looking 0.
 
-use crate::report::{Check, Measured, Op, Outcome, Target};
 use crate::stats::median;
+use netlane_report::{Check, Measured, Op, Outcome, Target};
 
 /// A measured quantity, or why there is none.
 pub type Measure = Result<f64, String>;

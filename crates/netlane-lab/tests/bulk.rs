@@ -18,7 +18,7 @@ fn bulk_run(tx: TxSpec, rx: RxSpec, ipv6: bool) -> BulkRun {
 
 #[test]
 fn zerocopy_sends_each_complete_exactly_once() {
-    if !netlane::testing::privileged("zerocopy_sends_each_complete_exactly_once") {
+    if !netlane_testkit::privileged("zerocopy_sends_each_complete_exactly_once") {
         return;
     }
     let h = hosts("zc", RxTuning::threaded_napi());
@@ -53,7 +53,7 @@ fn zerocopy_sends_each_complete_exactly_once() {
 
 #[test]
 fn pacer_holds_a_low_rate() {
-    if !netlane::testing::privileged("pacer_holds_a_low_rate") {
+    if !netlane_testkit::privileged("pacer_holds_a_low_rate") {
         return;
     }
     let h = hosts("pace", RxTuning::threaded_napi());
@@ -77,7 +77,7 @@ fn pacer_holds_a_low_rate() {
 
 #[test]
 fn every_mode_delivers_verified_data_over_veth() {
-    if !netlane::testing::privileged("every_mode_delivers_verified_data_over_veth") {
+    if !netlane_testkit::privileged("every_mode_delivers_verified_data_over_veth") {
         return;
     }
     let h = hosts("modes", RxTuning::threaded_napi());

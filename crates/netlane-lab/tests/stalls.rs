@@ -7,7 +7,7 @@ use netlane_lab::engines::stalls;
 
 #[test]
 fn cyclictest_measures_one_wake_up_per_interval_on_the_cpu_asked() {
-    if !netlane::testing::privileged("cyclictest_measures_one_wake_up_per_interval_on_the_cpu_asked") {
+    if !netlane_testkit::privileged("cyclictest_measures_one_wake_up_per_interval_on_the_cpu_asked") {
         return;
     }
     let s = stalls::probe(0, Duration::from_secs(1), Duration::from_millis(1)).unwrap();

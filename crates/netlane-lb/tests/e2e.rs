@@ -178,7 +178,7 @@ fn assert_shares(what: &str, got: &[f64], weights: &[u32]) {
 
 #[test]
 fn tcp_and_udp_spread_by_weight_every_byte_arrives_and_removal_moves_only_its_flows() {
-    if !netlane::testing::privileged("lb_e2e_spread_and_removal") {
+    if !netlane_testkit::privileged("lb_e2e_spread_and_removal") {
         return;
     }
     let net = build();
@@ -268,7 +268,7 @@ fn connect_or_fail(net: &Net) -> Option<TcpStream> {
 /// balancer. Every mode must deliver every byte to the same real as before.
 #[test]
 fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
-    if !netlane::testing::privileged("lb_e2e_hints") {
+    if !netlane_testkit::privileged("lb_e2e_hints") {
         return;
     }
     let net = build();
@@ -341,7 +341,7 @@ fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
 
 #[test]
 fn the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part() {
-    if !netlane::testing::privileged("the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part") {
+    if !netlane_testkit::privileged("the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part") {
         return;
     }
     // A packet socket's TX ring hands a frame to the stack with only the link-layer

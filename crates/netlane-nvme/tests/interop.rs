@@ -1,5 +1,5 @@
 //! Interoperability with the Linux kernel's NVMe/TCP implementation, in a QEMU guest
-//! (Debian's kernel: `netlane::testing::guest`).
+//! (Debian's kernel: `netlane_testkit::guest`).
 //!
 //! - netlane's host against the kernel target (nvmet-tcp) with a RAM and a file
 //!   namespace: bring-up, every queue map, digests, in-capsule and R2T writes, data
@@ -15,12 +15,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use netlane::cpus::CpuList;
-use netlane::testing::guest::{Guest, GuestSpec, free_port, guest_available};
 use netlane_nvme::host::{ConnectOptions, Controller};
 use netlane_nvme::perf::{self, JobGroup, PerfOptions};
 use netlane_nvme::proto::target::{Subsystem, TargetConfig};
 use netlane_nvme::store::open_namespace;
 use netlane_nvme::target::{TargetOptions, TargetServer};
+use netlane_testkit::guest::{Guest, GuestSpec, free_port, guest_available};
 
 const NQN: &str = "nqn.2026-11.io.netlane:guest-target";
 

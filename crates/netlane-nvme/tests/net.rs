@@ -230,7 +230,7 @@ fn busy_polling_target_serves_verified_io() {
 
 #[test]
 fn veth_round_trip_decoded_by_tshark_without_errors() {
-    if !netlane::testing::privileged("veth_round_trip_decoded_by_tshark_without_errors") {
+    if !netlane_testkit::privileged("veth_round_trip_decoded_by_tshark_without_errors") {
         return;
     }
     let hosts = TwoHosts::create("nvme-test", LinkConfig::default()).unwrap();

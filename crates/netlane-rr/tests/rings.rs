@@ -10,9 +10,9 @@ use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use netlane::testing::privileged;
 use netlane_rr::clients::{self, ClientsReport};
 use netlane_rr::server::{self, PathKind, RingOptions, ServerConfig, ServerError, XdpOptions};
+use netlane_testkit::privileged;
 
 mod common;
 use common::{Reaped, client, population, with_server};

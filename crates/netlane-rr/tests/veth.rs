@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use netlane::testing::privileged;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_rr::clients::{self, ClientsConfig, ClientsReport};
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::server::{self, PathKind, ServerConfig, ServerStats, TxKind};
+use netlane_testkit::privileged;
 
 mod common;
 use common::{client, population};

@@ -19,7 +19,6 @@
 //!   system-wide from `/proc/stat`), rates;
 //! - [`topology`]: network namespaces, veth pairs, addresses, device knobs and qdiscs,
 //!   created over netlink and removed again by RAII guards;
-//! - [`testing`]: helpers for integration tests that need root.
 //!
 //! Each system (NVMe/TCP, the load balancer, ...) is a crate of its own on top of this
 //! one; the lab (`netlane-lab`) measures them. See `docs/architecture.md`.
@@ -36,7 +35,6 @@ pub mod pace;
 pub mod probe;
 pub mod ratelimit;
 pub mod sockopt;
-pub mod testing;
 pub mod time;
 pub mod topology;
 pub mod udp;

@@ -51,7 +51,7 @@ fn sockets_of(cmd: &mut Command) -> Vec<(String, u32, u32)> {
 
 #[test]
 fn every_socket_of_an_application_gets_its_priority_and_mark() {
-    if !netlane::testing::privileged("every_socket_of_an_application_gets_its_priority_and_mark") {
+    if !netlane_testkit::privileged("every_socket_of_an_application_gets_its_priority_and_mark") {
         return;
     }
     let spec = AppSpec { name: "prio-test".into(), priority: 5, mark: 0x4e4c, min_rate: 1, max_rate: 1, htb_prio: 0 };
@@ -157,7 +157,7 @@ fn rates(counters: &[&AtomicU64], window: Duration) -> Vec<f64> {
 
 #[test]
 fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
-    if !netlane::testing::privileged("htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate") {
+    if !netlane_testkit::privileged("htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate") {
         return;
     }
     const MB: u64 = 1_000_000;
@@ -207,7 +207,7 @@ fn htb_classes_hold_each_application_between_its_guaranteed_and_highest_rate() {
 
 #[test]
 fn mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason() {
-    if !netlane::testing::privileged("mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason") {
+    if !netlane_testkit::privileged("mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason") {
         return;
     }
     const MB: u64 = 1_000_000;
@@ -256,7 +256,7 @@ fn mqprio_channel_mode_is_detected_and_htb_takes_over_with_the_reason() {
 
 #[test]
 fn each_application_s_flows_land_on_its_queue_group() {
-    if !netlane::testing::privileged("each_application_s_flows_land_on_its_queue_group") {
+    if !netlane_testkit::privileged("each_application_s_flows_land_on_its_queue_group") {
         return;
     }
     use netlane::lanes::groups::{GroupRule, QueueGroups, SteerProto};

@@ -54,7 +54,7 @@ fn pattern(len: usize, salt: u8) -> Vec<u8> {
 
 #[test]
 fn gso_sends_arrive_as_the_exact_datagrams() {
-    if !netlane::testing::privileged("gso_sends_arrive_as_the_exact_datagrams") {
+    if !netlane_testkit::privileged("gso_sends_arrive_as_the_exact_datagrams") {
         return;
     }
     let h = hosts("gso-exact", RxTuning::threaded_napi());
@@ -83,7 +83,7 @@ fn gso_sends_arrive_as_the_exact_datagrams() {
 
 #[test]
 fn gro_reads_split_back_into_the_exact_datagrams() {
-    if !netlane::testing::privileged("gro_reads_split_back_into_the_exact_datagrams") {
+    if !netlane_testkit::privileged("gro_reads_split_back_into_the_exact_datagrams") {
         return;
     }
     let h = hosts("gro-exact", RxTuning::threaded_napi());
@@ -118,7 +118,7 @@ fn gro_reads_split_back_into_the_exact_datagrams() {
 
 #[test]
 fn gso_train_to_a_gro_socket_is_split_exactly() {
-    if !netlane::testing::privileged("gso_train_to_a_gro_socket_is_split_exactly") {
+    if !netlane_testkit::privileged("gso_train_to_a_gro_socket_is_split_exactly") {
         return;
     }
     let h = hosts("gso-gro", RxTuning::threaded_napi());
@@ -176,7 +176,7 @@ fn has_udp_segment_cmsg(control: &[u8]) -> bool {
 
 #[test]
 fn gso_fallback_loses_nothing() {
-    if !netlane::testing::privileged("gso_fallback_loses_nothing") {
+    if !netlane_testkit::privileged("gso_fallback_loses_nothing") {
         return;
     }
     let h = hosts("gso-fallback", RxTuning::threaded_napi());

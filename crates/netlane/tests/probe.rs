@@ -16,7 +16,7 @@ fn loopback_features_are_probed_with_evidence() {
 
 #[test]
 fn qdisc_probe_tells_present_from_absent() {
-    if !netlane::testing::privileged("qdisc_probe_tells_present_from_absent") {
+    if !netlane_testkit::privileged("qdisc_probe_tells_present_from_absent") {
         return;
     }
     let q = probe::qdiscs(&["tbf", "no-such-qdisc"]);

@@ -26,13 +26,13 @@ fn udp_roundtrip(hosts: &TwoHosts, ipv6: bool) {
 
 #[test]
 fn two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop() {
-    if !netlane::testing::privileged("two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop") {
+    if !netlane_testkit::privileged("two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop") {
         return;
     }
     let hosts = TwoHosts::create("topo-test", LinkConfig::default()).unwrap();
     let names = [hosts.tx.name().to_string(), hosts.rx.name().to_string()];
     for n in &names {
-        assert!(netlane::testing::netns_names().contains(n), "{n} should exist while the guard lives");
+        assert!(netlane::topology::netns_names().contains(n), "{n} should exist while the guard lives");
     }
     udp_roundtrip(&hosts, false);
     udp_roundtrip(&hosts, true);
@@ -47,13 +47,13 @@ fn two_hosts_carry_ipv4_and_ipv6_and_are_removed_on_drop() {
     assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue");
     drop(hosts);
     for n in &names {
-        assert!(!netlane::testing::netns_names().contains(n), "{n} left behind");
+        assert!(!netlane::topology::netns_names().contains(n), "{n} left behind");
     }
 }
 
 #[test]
 fn guard_cleans_up_when_the_test_panics() {
-    if !netlane::testing::privileged("guard_cleans_up_when_the_test_panics") {
+    if !netlane_testkit::privileged("guard_cleans_up_when_the_test_panics") {
         return;
     }
     let names = std::sync::Mutex::new(Vec::new());
@@ -67,13 +67,13 @@ fn guard_cleans_up_when_the_test_panics() {
     let names = names.into_inner().unwrap();
     assert_eq!(names.len(), 2);
     for n in &names {
-        assert!(!netlane::testing::netns_names().contains(n), "{n} left behind after a panic");
+        assert!(!netlane::topology::netns_names().contains(n), "{n} left behind after a panic");
     }
 }
 
 #[test]
 fn veth_ends_disappear_with_their_namespaces() {
-    if !netlane::testing::privileged("veth_ends_disappear_with_their_namespaces") {
+    if !netlane_testkit::privileged("veth_ends_disappear_with_their_namespaces") {
         return;
     }
     let hosts = TwoHosts::create("veth-gone", LinkConfig::default()).unwrap();
@@ -102,7 +102,7 @@ fn veth_ends_disappear_with_their_namespaces() {
 
 #[test]
 fn bottleneck_qdisc_is_installed_and_counts() {
-    if !netlane::testing::privileged("bottleneck_qdisc_is_installed_and_counts") {
+    if !netlane_testkit::privileged("bottleneck_qdisc_is_installed_and_counts") {
         return;
     }
     let hosts = TwoHosts::create("tbf-test", LinkConfig::default()).unwrap();
@@ -123,7 +123,7 @@ fn bottleneck_qdisc_is_installed_and_counts() {
 
 #[test]
 fn missing_qdisc_kind_is_reported_with_the_kernels_words() {
-    if !netlane::testing::privileged("missing_qdisc_kind_is_reported_with_the_kernels_words") {
+    if !netlane_testkit::privileged("missing_qdisc_kind_is_reported_with_the_kernels_words") {
         return;
     }
     let hosts = TwoHosts::create("qdisc-kind", LinkConfig::default()).unwrap();
@@ -135,7 +135,7 @@ fn missing_qdisc_kind_is_reported_with_the_kernels_words() {
 
 #[test]
 fn names_are_unique_and_collisions_are_refused() {
-    if !netlane::testing::privileged("names_are_unique_and_collisions_are_refused") {
+    if !netlane_testkit::privileged("names_are_unique_and_collisions_are_refused") {
         return;
     }
     let a = Netns::create("same").unwrap();
@@ -144,13 +144,13 @@ fn names_are_unique_and_collisions_are_refused() {
     let err = Netns::create_named(a.name()).unwrap_err();
     assert!(matches!(err, TopologyError::NameTaken(_)), "{err}");
     // The failed attempt must not have removed the existing namespace.
-    assert!(netlane::testing::netns_names().contains(&a.name().to_string()));
+    assert!(netlane::topology::netns_names().contains(&a.name().to_string()));
     assert!(Netns::create_named("../etc").is_err());
 }
 
 #[test]
 fn spawned_threads_run_inside_the_namespace() {
-    if !netlane::testing::privileged("spawned_threads_run_inside_the_namespace") {
+    if !netlane_testkit::privileged("spawned_threads_run_inside_the_namespace") {
         return;
     }
     let ns = Netns::create("spawn").unwrap();
@@ -165,7 +165,7 @@ fn spawned_threads_run_inside_the_namespace() {
 
 #[test]
 fn napi_knobs_are_set_and_read_back() {
-    if !netlane::testing::privileged("napi_knobs_are_set_and_read_back") {
+    if !netlane_testkit::privileged("napi_knobs_are_set_and_read_back") {
         return;
     }
     let rx =
@@ -185,7 +185,7 @@ fn napi_knobs_are_set_and_read_back() {
 
 #[test]
 fn a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own() {
-    if !netlane::testing::privileged("a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own") {
+    if !netlane_testkit::privileged("a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own") {
         return;
     }
     use netlane::topology::{End, veth_link};

@@ -3,16 +3,15 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::documents::KvLoad;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
-use netlane_lab::report::documents::KvLoad;
-use netlane_lab::report::{self};
 use netlane_lab::scenarios::kv::WorkloadArgs;
-use netlane_lab::scenarios::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
+use netlane_report::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
 
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
@@ -215,7 +214,7 @@ impl LoadArgs {
             }
             let held = r.best_per_s.is_some();
             doc.search = Some(r);
-            out.write_json(&report::document("kv-load", doc))?;
+            out.write_json(&netlane_report::document("kv-load", doc))?;
             return Ok(if self.strict && !held { 3 } else { 0 });
         }
         let r = loadgen::run(&cfg, &STOP)?;
@@ -242,7 +241,7 @@ impl LoadArgs {
         let failure = r.report.failure();
         doc.report = Some(r.report);
         // The report is written whatever happened: it says what was measured.
-        out.write_json(&report::document("kv-load", doc))?;
+        out.write_json(&netlane_report::document("kv-load", doc))?;
         if let Some(why) = failure {
             bail!("the measurement failed: {why} (is a memcached-protocol server listening on {}?)", self.server);
         }

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::documents::KvServe;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane::lanes::BusyPoll;
@@ -14,9 +15,7 @@ use netlane_kv::proto::parse::Allowed;
 use netlane_kv::proto::{Limits, Settings as ProtoSettings};
 use netlane_kv::server::{Server, ServerConfig, Steer, UnixListen};
 use netlane_kv::store::{ClassConfig, StoreConfig};
-use netlane_lab::report::documents::KvServe;
-use netlane_lab::report::{self};
-use netlane_lab::scenarios::options::{parse_duration, parse_positive_duration, parse_size_usize};
+use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
 
 use super::megabytes;
 use super::memcached_options::{
@@ -465,7 +464,7 @@ impl ServeArgs {
                 ));
             }
         }
-        out.write_json(&report::document("kv-serve", KvServe { stats: s }))?;
+        out.write_json(&netlane_report::document("kv-serve", KvServe { stats: s }))?;
         Ok(0)
     }
 }

@@ -5,9 +5,9 @@
 
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 
-use super::format;
-use super::model::{Check, Document, Outcome, Results, ScenarioReport, Table, Tally, Value};
 use super::svg;
+use netlane_report::format;
+use netlane_report::{Check, Document, Outcome, Results, ScenarioReport, Table, Tally, Value};
 
 const STYLE: &str = r#"
 *{box-sizing:border-box}

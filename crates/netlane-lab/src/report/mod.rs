@@ -1,20 +1,13 @@
-//! What scenarios produce ([`model`]: numbers, not markup) and how it is written out:
-//! [`terminal`] text, JSON ([`Document`], with a schema generated from the types),
-//! [`csv`], and the [`html`] page with [`svg`] charts.
+//! The lab's report directory: the [`html`] page with [`svg`] charts beside the JSON
+//! and CSV that `netlane_report` writes (the model and those writers live there, shared
+//! with every other command).
 
-pub mod csv;
-pub mod documents;
-pub mod format;
 pub mod html;
-mod model;
 pub mod svg;
-pub mod terminal;
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-
-pub use model::*;
+use netlane_report::{Document, Results, Tally, csv, to_json};
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -31,23 +24,6 @@ pub enum WriteError {
     /// A CSV file.
     #[error(transparent)]
     Csv(#[from] csv::CsvError),
-}
-
-/// A document of `kind` for this invocation, on this machine.
-pub fn document<T>(kind: &str, body: T) -> Document<T> {
-    Document {
-        schema_version: SCHEMA_VERSION,
-        kind: kind.into(),
-        provenance: crate::machine::provenance(std::env::args().collect()),
-        host: crate::machine::host(),
-        body,
-    }
-}
-
-/// Pretty JSON of any document.
-pub fn to_json<T: Serialize>(doc: &Document<T>) -> String {
-    // The model holds only strings, numbers, maps and sequences: it always serializes.
-    serde_json::to_string_pretty(doc).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
 }
 
 fn write(path: &Path, text: &str) -> Result<PathBuf, WriteError> {

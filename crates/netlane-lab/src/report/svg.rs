@@ -14,8 +14,8 @@ use std::ops::Range;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
 use plotters::prelude::*;
 
-use super::format;
-use super::model::{Chart, ChartKind, Scale, Series, Unit};
+use netlane_report::format;
+use netlane_report::{Chart, ChartKind, Scale, Series, Unit};
 
 const WIDTH: u32 = 960;
 const FONT: &str = "sans-serif";
@@ -232,7 +232,7 @@ fn categories(chart: &Chart, bars: bool) -> DrawResult<String> {
     Ok(svg)
 }
 
-fn axis_desc(a: &super::model::Axis) -> String {
+fn axis_desc(a: &netlane_report::Axis) -> String {
     let unit = match &a.unit {
         Unit::Seconds | Unit::BytesPerSecond | Unit::Category | Unit::Nines | Unit::Percent | Unit::Ratio => "",
         Unit::Count(u) => u.as_str(),
@@ -372,7 +372,7 @@ fn lines(chart: &Chart) -> DrawResult<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{Axis, Point};
+    use netlane_report::{Axis, Point};
 
     fn pt(x: f64, y: f64) -> Point {
         Point { x, y, low: Some(y * 0.9), high: Some(y * 1.1) }

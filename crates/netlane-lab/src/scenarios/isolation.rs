@@ -35,10 +35,10 @@ use serde::Serialize;
 use super::kv::wait_until_accepting;
 use super::lanes::{LanesBenchArgs, latency_of, mean_of, open, sound_load};
 use crate::progress::Progress;
-use crate::report::Check;
-use crate::report::{Column, Row, RunRecord, Table, Value};
 use crate::stats::round_order;
 use crate::verdict::{Measure, Spec, paired};
+use netlane_report::Check;
+use netlane_report::{Column, Row, RunRecord, Table, Value};
 
 /// A case of the isolation part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -324,7 +324,7 @@ pub(super) fn report(args: &LanesBenchArgs, rounds: &[Vec<IsoRun>]) -> (Table, V
             "The cache at {}/s over {} connections beside a bulk TCP sender, the link at {}; medians of {} rounds",
             args.isolation_rate,
             args.isolation_connections,
-            crate::report::format::bytes_per_second(link as f64),
+            netlane_report::format::bytes_per_second(link as f64),
             rounds.len()
         ),
         vec![
@@ -393,9 +393,9 @@ pub(super) fn report(args: &LanesBenchArgs, rounds: &[Vec<IsoRun>]) -> (Table, V
          link is an htb class: this machine's veth has no line rate and no mqprio.",
         specs(link)[0].priority,
         specs(link)[1].priority,
-        crate::report::format::bytes_per_second(specs(link)[0].min_rate as f64),
-        crate::report::format::bytes_per_second(specs(link)[1].min_rate as f64),
-        crate::report::format::bytes_per_second(specs(link)[1].max_rate as f64),
+        netlane_report::format::bytes_per_second(specs(link)[0].min_rate as f64),
+        netlane_report::format::bytes_per_second(specs(link)[1].min_rate as f64),
+        netlane_report::format::bytes_per_second(specs(link)[1].max_rate as f64),
     )];
     (t, checks, notes)
 }
@@ -403,8 +403,8 @@ pub(super) fn report(args: &LanesBenchArgs, rounds: &[Vec<IsoRun>]) -> (Table, V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Outcome;
     use crate::scenarios::lanes::tests::load;
+    use netlane_report::Outcome;
 
     fn run(case: Case, p999_us: f64, bulk_share: f64, link: u64) -> IsoRun {
         IsoRun {

@@ -32,15 +32,15 @@ use netlane_kv::server::{Server, ServerConfig};
 use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
-use super::options::{OptionList, parse_duration, parse_positive_duration};
 use super::{Scenario, discarded_note, unless_generator_lagged};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
-use crate::report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
-};
 use crate::stats::{median, repeat_flags};
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
+use netlane_report::options::{OptionList, parse_duration, parse_positive_duration};
+use netlane_report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
+};
 
 /// A part of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
@@ -464,7 +464,7 @@ impl KvBenchArgs {
                 "The floor: each server at {:.0}/s for {} with cyclictest (SCHED_FIFO 99, a wake-up every 1 ms) on the \
                  server CPU meanwhile, measuring how late a ready thread ran",
                 self.search_lo,
-                crate::report::format::seconds(self.stall_probe.as_secs_f64())
+                netlane_report::format::seconds(self.stall_probe.as_secs_f64())
             ),
             vec![
                 Column::new("mode", "server, round", 0),
@@ -860,7 +860,7 @@ fn sla_bound_us(sla: Sla) -> u64 {
 }
 
 fn sla_bound_text(sla: Sla) -> String {
-    crate::report::format::seconds(sla.latency_ns() as f64 / 1e9)
+    netlane_report::format::seconds(sla.latency_ns() as f64 / 1e9)
 }
 
 /// One round's closed loop and the open loop at its rate.
@@ -1163,7 +1163,7 @@ impl KvBenchArgs {
                 self.workload.key_size,
                 self.workload.value_size,
                 self.workload.get_ratio * 100.0,
-                crate::report::format::seconds(self.step.as_secs_f64())
+                netlane_report::format::seconds(self.step.as_secs_f64())
             ),
             headline,
             options: options.object(),
@@ -1182,8 +1182,8 @@ impl KvBenchArgs {
 mod tests {
     use super::*;
 
-    use crate::report::Outcome;
     use netlane_kv::loadgen::CountsView;
+    use netlane_report::Outcome;
 
     fn run(rate: f64, p999_us: f64, busy_s: f64, late: f64) -> KvRun {
         let n = (rate * 3.0) as u64;

@@ -43,14 +43,14 @@ use serde::Serialize;
 
 use super::isolation::IsoRun;
 use super::kv::{WorkloadArgs, memcached_command, program_exists, wait_until_accepting};
-use super::options::{OptionList, parse_positive_duration};
 use super::{Scenario, discarded_note, unless_generator_lagged};
 use crate::progress::Progress;
-use crate::report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
-};
 use crate::stats::{median, repeat_flags, round_order};
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
+use netlane_report::options::{OptionList, parse_positive_duration};
+use netlane_report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
+};
 
 /// How connections are placed on threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum, Serialize)]
@@ -929,7 +929,7 @@ impl LanesBenchArgs {
                 self.busy_poll,
                 self.memcached_busy_poll,
                 self.workload.keys,
-                crate::report::format::seconds(self.step.as_secs_f64())
+                netlane_report::format::seconds(self.step.as_secs_f64())
             ),
             headline,
             options: options.object(),
@@ -948,8 +948,8 @@ impl LanesBenchArgs {
 pub(super) mod tests {
     use super::*;
 
-    use crate::report::Outcome;
     use netlane_kv::loadgen::CountsView;
+    use netlane_report::Outcome;
 
     pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
         let n = (rate * 3.0) as u64;

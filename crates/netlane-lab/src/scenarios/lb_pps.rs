@@ -16,16 +16,16 @@ use anyhow::{Result, bail};
 use clap::Args;
 use netlane_lb::HintMode;
 
-use super::options::{OptionList, parse_positive_duration};
 use super::{Scenario, from_words};
 use crate::engines::lb_pps::{self as pps, PpsOptions, PpsResult, Subject};
 use crate::progress::Progress;
-use crate::report::{
+use crate::stats::{Spread, median, repeat_flags};
+use crate::verdict::{Measure, Spec};
+use netlane_report::options::{OptionList, parse_positive_duration};
+use netlane_report::{
     Axis, Chart, ChartKind, Check, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table,
     Unit, Value,
 };
-use crate::stats::{Spread, median, repeat_flags};
-use crate::verdict::{Measure, Spec};
 
 /// Options of the `lb-pps` scenario.
 #[derive(Debug, Clone, Args)]
@@ -665,11 +665,11 @@ mod tests {
         let a = LbPpsArgs::defaults();
         let r = a.report(&all(Some(2.0)));
         let get = |r: &ScenarioReport, id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
-        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), crate::report::Outcome::Missed, "3.0 / 4.5 < 0.7");
-        assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-10000"), crate::report::Outcome::Met);
-        assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-1"), crate::report::Outcome::Met, "4.2 / 3.0 = 1.4");
-        assert_eq!(get(&r, "lb-pps.dest-tag-vs-untagged-100"), crate::report::Outcome::Met);
-        assert_eq!(get(&r, "lb-pps.dest-tag-1000000-vs-100"), crate::report::Outcome::Met, "4.3 / 4.3");
+        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), netlane_report::Outcome::Missed, "3.0 / 4.5 < 0.7");
+        assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-10000"), netlane_report::Outcome::Met);
+        assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-1"), netlane_report::Outcome::Met, "4.2 / 3.0 = 1.4");
+        assert_eq!(get(&r, "lb-pps.dest-tag-vs-untagged-100"), netlane_report::Outcome::Met);
+        assert_eq!(get(&r, "lb-pps.dest-tag-1000000-vs-100"), netlane_report::Outcome::Met, "4.3 / 4.3");
         // The untagged program's NAPI thread got no CPU in any slice at 10 K flows.
         let r = a.report(&all(None));
         for id in [
@@ -677,9 +677,9 @@ mod tests {
             "lb-pps.flow-tag-vs-untagged-10000",
             "lb-pps.dest-tag-vs-untagged-10000",
         ] {
-            assert_eq!(get(&r, id), crate::report::Outcome::Invalid, "{id}");
+            assert_eq!(get(&r, id), netlane_report::Outcome::Invalid, "{id}");
         }
-        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), crate::report::Outcome::Missed, "3.0 / 4.5 < 0.7");
+        assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), netlane_report::Outcome::Missed, "3.0 / 4.5 < 0.7");
         assert!(r.checks.iter().all(|c| !c.id.contains("two-cores")), "no two-core check without two-core runs");
     }
 
@@ -698,11 +698,11 @@ mod tests {
         let mut slow = all(Some(2.0));
         set(&mut slow, 1_000_000, Subject::XdpTxCeiling, 2.7);
         set(&mut slow, 1_000_000, Subject::Balancer(HintMode::DestTag), 2.58);
-        assert_eq!(get(&slow), crate::report::Outcome::Met, "(2.58 / 2.7) / (4.3 / 4.5) = 1.0");
+        assert_eq!(get(&slow), netlane_report::Outcome::Met, "(2.58 / 2.7) / (4.3 / 4.5) = 1.0");
         // The same ceiling, a tagged balancer that slowed down by itself.
         let mut worse = all(Some(2.0));
         set(&mut worse, 1_000_000, Subject::Balancer(HintMode::DestTag), 2.58);
-        assert_eq!(get(&worse), crate::report::Outcome::Missed, "(2.58 / 4.5) / (4.3 / 4.5) = 0.6");
+        assert_eq!(get(&worse), netlane_report::Outcome::Missed, "(2.58 / 4.5) / (4.3 / 4.5) = 0.6");
     }
 
     #[test]
@@ -714,8 +714,8 @@ mod tests {
         v.push(at(100, Subject::TwoCoreBalancer(HintMode::DestTag), Some(3.9)));
         let r = LbPpsArgs::defaults().report(&v);
         let get = |id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
-        assert_eq!(get("lb-pps.two-cores-dest-tag-vs-untagged-100"), crate::report::Outcome::Met, "3.9 / 2.7");
-        assert_eq!(get("lb-pps.two-cores-flow-tag-vs-untagged-100"), crate::report::Outcome::Missed, "3.0 / 2.7");
+        assert_eq!(get("lb-pps.two-cores-dest-tag-vs-untagged-100"), netlane_report::Outcome::Met, "3.9 / 2.7");
+        assert_eq!(get("lb-pps.two-cores-flow-tag-vs-untagged-100"), netlane_report::Outcome::Missed, "3.0 / 2.7");
         let t = &r.tables[0];
         let col = |name: &str| t.columns.iter().position(|c| c.key == name).unwrap();
         let row = t
@@ -746,7 +746,7 @@ mod tests {
         let b = result(vec![Some(4.0); 4]);
         let (s, _) = paired_slices(&a, &b);
         let c = Spec::at_least("t", "t", 0.7, "x").evaluate(s, "");
-        assert_eq!(c.outcome, crate::report::Outcome::Invalid);
+        assert_eq!(c.outcome, netlane_report::Outcome::Invalid);
         assert!(c.reason.contains("only 1 of 4 slices"), "{}", c.reason);
     }
 }

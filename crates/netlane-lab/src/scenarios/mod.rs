@@ -20,7 +20,6 @@ pub mod lanes;
 pub mod lb_pps;
 pub mod net;
 pub mod nvme;
-pub mod options;
 pub mod rr;
 pub mod selftest;
 pub mod soak;
@@ -37,7 +36,7 @@ use netlane_kv::load::search::GENERATOR_LAG_MAX;
 
 use crate::machine::Monitor;
 use crate::progress::{Progress, Reporter};
-use crate::report::{Results, ScenarioReport, Tally};
+use netlane_report::{Results, ScenarioReport, Tally};
 
 pub use net::{NetArgs, PathKind, RxNapi, SENDER_SUBCOMMAND, SenderPlacement};
 
@@ -46,7 +45,7 @@ pub trait Scenario {
     /// Its short name (`udp-bulk`).
     fn name(&self) -> &'static str;
     /// Its resolved options (echoed as `key=value`, and as a typed object).
-    fn options(&self) -> options::OptionList;
+    fn options(&self) -> netlane_report::options::OptionList;
     /// Checks the options against this machine before anything is built.
     fn validate(&self) -> Result<()>;
     /// How many runs it will make (for progress and time estimates).

@@ -5,8 +5,8 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args, ValueEnum};
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 
-use super::options::OptionList;
 use crate::engines::bulk::{self, BulkError, BulkResult, BulkRun, Endpoints, SenderProcess, TxSource, TxSpec};
+use netlane_report::options::OptionList;
 
 /// The hidden subcommand a sender process runs (see
 /// [`crate::engines::bulk::sender_process_main`]).
@@ -190,7 +190,7 @@ pub fn run_one(hosts: &Option<TwoHosts>, label: &str, run: &BulkRun) -> Result<B
 
 /// One line about a run for the progress output.
 pub fn summary_line(r: &BulkResult) -> String {
-    let rate = |m: crate::verdict::Measure| m.map_or("-".into(), crate::report::format::bytes_per_second);
+    let rate = |m: crate::verdict::Measure| m.map_or("-".into(), netlane_report::format::bytes_per_second);
     format!(
         "tx {} rx {} | tx {} s/GB | loss {}",
         rate(r.tx_rate()),

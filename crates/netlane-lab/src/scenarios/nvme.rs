@@ -31,14 +31,14 @@ use netlane_nvme::perf::{Caravan, CpuBinding, JobGroup, PerfOptions, PerfReport}
 use netlane_nvme::target::DEFAULT_NQN;
 
 use super::net::PathKind;
-use super::options::{OptionList, parse_duration, parse_positive_duration, parse_size};
 use super::{Scenario, from_words};
 use crate::progress::Progress;
-use crate::report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
-};
 use crate::stats::{Spread, median, repeat_flags, round_order, sig};
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive, rate};
+use netlane_report::options::{OptionList, parse_duration, parse_positive_duration, parse_size};
+use netlane_report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
 
 /// Parts of the NVMe scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -1003,7 +1003,7 @@ mod tests {
     use netlane_nvme::perf::GroupReport;
 
     use super::*;
-    use crate::report::Outcome;
+    use netlane_report::Outcome;
 
     /// A run whose main group did `ops` reads in a second with these latencies.
     fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
@@ -1163,7 +1163,7 @@ mod tests {
             vec![perf(40_000, 19_000, 900_000, 1.0), perf(6, 19_000, 900_000, 1.0), perf(41_000, 19_000, 900_000, 1.0)];
         let r = a.report(&modes, &rs, Vec::new());
         assert!(
-            r.flags.iter().any(|f| f.kind == crate::report::FlagKind::Collapsed && f.subject == "qd1 poll queue"),
+            r.flags.iter().any(|f| f.kind == netlane_report::FlagKind::Collapsed && f.subject == "qd1 poll queue"),
             "{:?}",
             r.flags
         );

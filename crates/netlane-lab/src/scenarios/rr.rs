@@ -40,14 +40,14 @@ use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{PaceOptions, PathKind as RxPathKind, RingOptions, ServerConfig, ServerStats, TxKind};
 use serde::Serialize;
 
-use super::options::{OptionList, parse_duration, parse_positive_duration};
 use super::{Scenario, from_words};
 use crate::progress::Progress;
-use crate::report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
-};
 use crate::stats::{Spread, median, repeat_flags, round_order, sig};
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
+use netlane_report::options::{OptionList, parse_duration, parse_positive_duration};
+use netlane_report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
 
 /// A part of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
@@ -1309,7 +1309,7 @@ impl RrBenchArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Outcome;
+    use netlane_report::Outcome;
 
     fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
         let responses = (responses_per_s * 2.0) as u64;

@@ -18,16 +18,16 @@ use netlane::udp::gso::GsoLimits;
 use netlane::udp::{Batching, GsoMode, RxBatching};
 
 use super::net::{NetArgs, run_one, summary_line};
-use super::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_word};
 use super::{Scenario, from_words, selftest};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
 use crate::progress::Progress;
-use crate::report::{
+use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::verdict::{Measure, Spec, paired, positive};
+use netlane_report::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_word};
+use netlane_report::{
     Axis, Chart, ChartKind, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
     Value, format,
 };
-use crate::stats::{Spread, median, repeat_flags, round_order, sig};
-use crate::verdict::{Measure, Spec, paired, positive};
 
 /// A way of moving bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
@@ -647,7 +647,7 @@ impl UdpBulkArgs {
         }
     }
 
-    fn checks(&self, arms: &[Arm], results: &[Vec<BulkResult>]) -> Vec<crate::report::Check> {
+    fn checks(&self, arms: &[Arm], results: &[Vec<BulkResult>]) -> Vec<netlane_report::Check> {
         let find = |role: Role| arms.iter().position(|a| a.role == role).map(|i| &results[i][..]);
         let mode = |m: Mode| find(Role::Main(m, None));
         let missing = |what: &str| format!("not run (needs the {what} modes)");
@@ -753,7 +753,7 @@ mod tests {
 
     use super::*;
     use crate::engines::bulk::{Integrity, PaceReport, RxReport, TxReport};
-    use crate::report::Outcome;
+    use netlane_report::Outcome;
 
     /// A run that moved `bytes` in a second with 0.1 s of CPU on each side.
     fn run(bytes: u64, pacing: Option<u64>) -> BulkResult {
@@ -811,7 +811,7 @@ mod tests {
             .collect()
     }
 
-    fn outcome(checks: &[crate::report::Check], id: &str) -> (Outcome, String) {
+    fn outcome(checks: &[netlane_report::Check], id: &str) -> (Outcome, String) {
         let c = checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}"));
         (c.outcome, c.reason.clone())
     }

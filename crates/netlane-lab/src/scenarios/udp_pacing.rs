@@ -15,15 +15,15 @@ use netlane::udp::GsoMode;
 use netlane::udp::gso::GsoLimits;
 
 use super::net::{NetArgs, PathKind, run_one, summary_line};
-use super::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
 use super::{Scenario, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
 use crate::progress::Progress;
-use crate::report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
-};
 use crate::stats::{median, repeat_flags, round_order, sig};
 use crate::verdict::{Measure, Spec, finite, paired, ratio};
+use netlane_report::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
+use netlane_report::{
+    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+};
 
 /// One point of the sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -410,7 +410,7 @@ mod tests {
 
     use super::*;
     use crate::engines::bulk::{Integrity, RxReport, TxReport};
-    use crate::report::Outcome;
+    use netlane_report::Outcome;
 
     /// A run that sent `datagrams` 1400-byte datagrams with `cpu_s` of sender CPU and
     /// lost `lost` of them.

@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn the_group_order_follows_the_kernels_rule() {
         // Loading the selector needs root (CAP_BPF).
-        if !crate::testing::privileged("the_group_order_follows_the_kernels_rule") {
+        if !netlane_testkit::privileged("the_group_order_follows_the_kernels_rule") {
             return;
         }
         let mut g = ReuseportSteering::load().unwrap();

@@ -31,7 +31,7 @@ pub use netlink::{
     HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscStats, Rtnl,
 };
 pub(crate) use netns::mount_own_sysfs;
-pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, run_in_named};
+pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, netns_names, run_in_named};
 
 /// Why the topology could not be built.
 #[derive(Debug, thiserror::Error)]

@@ -36,6 +36,16 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 /// Prefix of every namespace netlane creates.
 pub const NAME_PREFIX: &str = "nl-";
 
+/// Names of every namespace under [`NETNS_RUN_DIR`] (netlane's start with
+/// [`NAME_PREFIX`]), sorted; none when the directory is missing.
+pub fn netns_names() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(NETNS_RUN_DIR)
+        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 /// A named network namespace, removed on drop.

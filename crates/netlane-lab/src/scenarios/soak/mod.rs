@@ -19,16 +19,16 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, ValueEnum};
 use netlane::topology::Netns;
 
-use super::options::{OptionList, parse_positive_duration};
 use super::{Scenario, Started};
+use netlane_report::options::{OptionList, parse_positive_duration};
 
 mod balancer;
 mod hostile;
 use crate::progress::Progress;
-use crate::report::{Column, Row, RunRecord, ScenarioReport, Table, Value};
 use crate::verdict::Spec;
 use balancer::Forwarding;
 use hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
+use netlane_report::{Column, Row, RunRecord, ScenarioReport, Table, Value};
 
 /// The servers a soak runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -533,7 +533,7 @@ impl SoakArgs {
                 detail: s.valid.detail.clone(),
             });
         }
-        let met = checks.iter().filter(|c| c.outcome == crate::report::Outcome::Met).count();
+        let met = checks.iter().filter(|c| c.outcome == netlane_report::Outcome::Met).count();
         let options = self.options();
         ScenarioReport {
             name: "soak".into(),

@@ -486,7 +486,7 @@ impl Point {
     /// The median of `repeats` at `x`, with their range when there are several; None
     /// when no repeat has a finite value.
     pub fn of(x: f64, repeats: &[f64]) -> Option<Point> {
-        let s = crate::stats::Spread::of(repeats)?;
+        let s = Spread::of(repeats)?;
         let several = s.n > 1;
         Some(Point { x, y: s.median, low: several.then_some(s.min), high: several.then_some(s.max) })
     }
@@ -685,4 +685,38 @@ pub struct Document<T> {
     /// The body.
     #[serde(flatten)]
     pub body: T,
+}
+
+/// Median and range of a set of repeats.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// Median.
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// How many finite values.
+    pub n: usize,
+}
+
+impl Spread {
+    /// Over the finite values (None when there are none).
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        Some(Spread {
+            median: netlane::metrics::median(v.clone()),
+            min: v.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            n: v.len(),
+        })
+    }
+
+    /// (max - min) / median; None for one value or a zero median.
+    pub fn relative(&self) -> Option<f64> {
+        (self.n > 1 && self.median != 0.0).then(|| (self.max - self.min) / self.median.abs())
+    }
 }

@@ -1,4 +1,5 @@
-//! Helpers for the workspace's integration tests that need root and network namespaces.
+//! Helpers for netlane's tests only (a dev-dependency of every crate): the privilege
+//! rule for tests that need root and network namespaces, and a Linux guest.
 //!
 //! Privileged tests run as root in CI. Without root they are skipped with a message,
 //! unless `NETLANE_REQUIRE_PRIVILEGED=1` (set by `make test` as root, and so in CI), in
@@ -13,7 +14,7 @@ pub mod guest;
 /// # Panics
 /// When they cannot and `NETLANE_REQUIRE_PRIVILEGED=1` forbids skipping.
 pub fn privileged(test: &str) -> bool {
-    if crate::topology::have_privileges() {
+    if netlane::topology::have_privileges() {
         return true;
     }
     if std::env::var("NETLANE_REQUIRE_PRIVILEGED").as_deref() == Ok("1") {
@@ -21,11 +22,4 @@ pub fn privileged(test: &str) -> bool {
     }
     eprintln!("SKIPPED {test}: needs root (network namespaces)");
     false
-}
-
-/// Names of the namespaces under /run/netns.
-pub fn netns_names() -> Vec<String> {
-    std::fs::read_dir(crate::topology::NETNS_RUN_DIR)
-        .map(|d| d.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default()
 }

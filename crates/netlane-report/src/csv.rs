@@ -6,8 +6,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use super::format;
-use super::model::{ScenarioReport, Table, Value};
+use crate::format;
+use crate::model::{ScenarioReport, Table, Value};
 
 /// Why writing failed.
 #[derive(Debug, thiserror::Error)]
@@ -141,7 +141,7 @@ pub fn write_all(dir: &Path, run_id: &str, scenarios: &[ScenarioReport]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{Column, Row};
+    use crate::model::{Column, Row};
 
     #[test]
     fn tables_are_typed_unit_free_and_empty_for_missing() {

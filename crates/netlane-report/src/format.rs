@@ -1,7 +1,7 @@
 //! Numbers for people: decimal prefixes (k, M, G), durations in the unit that reads
 //! best (`250 µs`, `25.8 ms`), rates with their unit. Machine output never uses these.
 
-use super::model::{Op, Target, Unit, Value};
+use crate::model::{Op, Target, Unit, Value};
 
 /// Three significant digits with a decimal prefix: `1.23k`, `45.6M`, `0.152`.
 pub fn si(v: f64) -> String {

@@ -1,12 +1,11 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
 //! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`), and the JSON Schema of every
 //! document kind.
-//! Each is wrapped in a [`Document`](super::Document): the same header everywhere.
+//! Each is wrapped in a [`netlane_report::Document`]: the same header everywhere.
 
 use schemars::JsonSchema;
 use serde::Serialize;
 
-use super::model::{Document, Results};
 
 /// `netlane lb check --json`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -99,7 +98,9 @@ pub struct KvLoad {
 }
 
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.
-pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+#[cfg(test)]
+fn schemas() -> Vec<(&'static str, serde_json::Value)> {
+    use netlane_report::{Document, Results};
     let s = |v: schemars::Schema| v.to_value();
     vec![
         ("results", s(schemars::schema_for!(Document<Results>))),
@@ -113,4 +114,37 @@ pub fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("kv-serve", s(schemars::schema_for!(Document<KvServe>))),
         ("kv-load", s(schemars::schema_for!(Document<KvLoad>))),
     ]
+}
+
+/// `docs/schema/` holds the JSON Schema of every document netlane writes, generated from
+/// the types above. This test fails when they are stale; to regenerate:
+/// `NETLANE_WRITE_SCHEMA=1 cargo test -p netlane-cli documents`.
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn the_schemas_in_docs_are_generated_from_the_types() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schema");
+        let write = std::env::var("NETLANE_WRITE_SCHEMA").as_deref() == Ok("1");
+        let mut stale = Vec::new();
+        for (name, schema) in schemas() {
+            let path = dir.join(format!("{name}.schema.json"));
+            let text = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+            if write {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &text).unwrap();
+            } else if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
+                stale.push(path.display().to_string());
+            }
+            // Every schema is itself valid.
+            jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+        assert!(
+            stale.is_empty(),
+            "stale or missing: {stale:?}; regenerate with NETLANE_WRITE_SCHEMA=1 cargo test -p netlane-cli documents"
+        );
+    }
 }

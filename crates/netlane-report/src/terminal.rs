@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use comfy_table::{CellAlignment, ContentArrangement, Table as Ct, presets};
 
-use super::format;
-use super::model::{Check, MachineState, Results, ScenarioReport, Table, Tally, Value};
+use crate::format;
+use crate::model::{Check, MachineState, Results, ScenarioReport, Table, Tally, Value};
 
 /// One table as text, with its footnotes.
 pub fn table(t: &Table) -> String {
@@ -130,7 +130,7 @@ pub fn summary(r: &Results) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::model::{Column, Row};
+    use crate::model::{Column, Row};
 
     #[test]
     fn tables_align_numbers_and_number_footnotes() {
