@@ -6,7 +6,6 @@
 use schemars::JsonSchema;
 use serde::Serialize;
 
-
 /// `netlane lb check --json`.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct LbCheck {

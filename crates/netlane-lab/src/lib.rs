@@ -11,7 +11,8 @@
 //! - [`stats`]: medians, spread, collapsed repeats, round order;
 //! - [`report`]: the report directory: the HTML page with SVG charts beside the JSON and
 //!   CSV of `netlane_report` (the model and its writers);
-//! - [`machine`]: the machine's state around a run;
+//! - [`machine`]: the machine's state around a run; [`plan`]: which CPUs each role
+//!   of a scenario runs on;
 //! - [`progress`]: k/N and ETA on a terminal or as lines;
 //! - [`lab`]: `netlane lab`.
 
@@ -21,6 +22,7 @@
 pub mod engines;
 pub mod lab;
 pub mod machine;
+pub mod plan;
 pub mod progress;
 pub mod report;
 pub mod scenarios;

@@ -191,6 +191,16 @@ impl Spec {
         self.finish(None, Outcome::Skipped, why.into())
     }
 
+    /// Not shown on this machine: it needs `needs` CPUs and has `has`; `plan` is where
+    /// the roles ran instead.
+    pub fn not_shown(&self, needs: usize, has: usize, what: &str, plan: &str) -> Check {
+        self.finish(
+            None,
+            Outcome::NotShown,
+            format!("needs {needs} CPUs ({what}), this machine gives {has}; the plan: {plan}"),
+        )
+    }
+
     fn finish(&self, measured: Option<Measured>, outcome: Outcome, reason: String) -> Check {
         Check { id: self.id.clone(), name: self.name.clone(), target: self.target.clone(), measured, outcome, reason }
     }

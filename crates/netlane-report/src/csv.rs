@@ -119,7 +119,7 @@ pub fn write_all(dir: &Path, run_id: &str, scenarios: &[ScenarioReport]) -> Resu
                 s.name.clone(),
                 c.id.clone(),
                 c.name.clone(),
-                c.outcome.label().replace(' ', "_"),
+                c.outcome.name().to_string(),
                 c.target.op.word().to_string(),
                 format::plain(c.target.value, 6),
                 opt(c.target.upper),

@@ -272,6 +272,10 @@ pub enum Outcome {
     Invalid,
     /// Not measured in this run (a mode it needs was not run).
     Skipped,
+    /// Not shown on this machine: it needs more CPUs (or hardware) than the machine
+    /// has; the reason says how many and the plan it would use. Neither met nor
+    /// invalid.
+    NotShown,
 }
 
 impl Outcome {
@@ -283,6 +287,19 @@ impl Outcome {
             Outcome::Missed => "MISSED",
             Outcome::Invalid => "INVALID",
             Outcome::Skipped => "SKIPPED",
+            Outcome::NotShown => "NOT SHOWN",
+        }
+    }
+
+    /// The name in JSON and CSV (`within_noise`, `not_shown`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Outcome::Met => "met",
+            Outcome::WithinNoise => "within_noise",
+            Outcome::Missed => "missed",
+            Outcome::Invalid => "invalid",
+            Outcome::Skipped => "skipped",
+            Outcome::NotShown => "not_shown",
         }
     }
 
@@ -294,11 +311,13 @@ impl Outcome {
             Outcome::Missed => "missed",
             Outcome::Invalid => "invalid",
             Outcome::Skipped => "skipped",
+            Outcome::NotShown => "not shown on this machine",
         }
     }
 
-    /// Whether `--strict` treats it as a failure (everything but met and within
-    /// noise).
+    /// Whether `--strict` treats it as a failure (everything but met, within noise and
+    /// not shown: a machine too small to show an effect is not a failure of what runs
+    /// on it).
     pub fn fails_strict(self) -> bool {
         matches!(self, Outcome::Missed | Outcome::Invalid | Outcome::Skipped)
     }
@@ -560,6 +579,22 @@ pub struct ScenarioReport {
     pub notes: Vec<String>,
     /// Every measured run.
     pub runs: Vec<RunRecord>,
+    /// Where each role ran (the scenario's CPU plan; empty where it places nothing).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cpu_plan: Vec<RoleCpus>,
+}
+
+/// The CPUs one role of a scenario ran on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct RoleCpus {
+    /// The role (`lane`, `napi`, `generator`).
+    pub role: String,
+    /// Its CPUs, thread by thread.
+    pub cpus: Vec<usize>,
+    /// The role it runs beside, sharing its CPUs, when the machine had too few to keep
+    /// them apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub beside: Option<String>,
 }
 
 /// Counts of check outcomes.
@@ -575,6 +610,8 @@ pub struct Tally {
     pub invalid: usize,
     /// Skipped.
     pub skipped: usize,
+    /// Not shown on this machine.
+    pub not_shown: usize,
 }
 
 impl Tally {
@@ -588,6 +625,7 @@ impl Tally {
                 Outcome::Missed => t.missed += 1,
                 Outcome::Invalid => t.invalid += 1,
                 Outcome::Skipped => t.skipped += 1,
+                Outcome::NotShown => t.not_shown += 1,
             }
         }
         t
@@ -598,7 +636,8 @@ impl Tally {
         self.missed + self.invalid + self.skipped
     }
 
-    /// `3 met, 1 within noise, 2 missed, 0 invalid` (skipped only when some were).
+    /// `3 met, 1 within noise, 2 missed, 0 invalid` (skipped and not shown only when
+    /// some were).
     pub fn sentence(&self) -> String {
         let mut s = format!(
             "{} met, {} within noise, {} missed, {} invalid",
@@ -606,6 +645,9 @@ impl Tally {
         );
         if self.skipped > 0 {
             s.push_str(&format!(", {} skipped", self.skipped));
+        }
+        if self.not_shown > 0 {
+            s.push_str(&format!(", {} not shown on this machine", self.not_shown));
         }
         s
     }

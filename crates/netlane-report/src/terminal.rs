@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use comfy_table::{CellAlignment, ContentArrangement, Table as Ct, presets};
 
 use crate::format;
-use crate::model::{Check, MachineState, Results, ScenarioReport, Table, Tally, Value};
+use crate::model::{Check, MachineState, Results, RoleCpus, ScenarioReport, Table, Tally, Value};
 
 /// One table as text, with its footnotes.
 pub fn table(t: &Table) -> String {
@@ -52,11 +52,27 @@ pub fn check(c: &Check) -> String {
     format!("  {:<13} {}: {measured}; target {}", c.outcome.word(), c.name, format::target(&c.target))
 }
 
+/// Where each role ran: `lane 0,1; napi 0,1 (beside lane)`.
+pub fn cpu_plan(plan: &[RoleCpus]) -> String {
+    let roles: Vec<String> = plan
+        .iter()
+        .map(|r| {
+            let cpus: Vec<String> = r.cpus.iter().map(|c| c.to_string()).collect();
+            let beside = r.beside.as_ref().map(|o| format!(" (beside {o})")).unwrap_or_default();
+            format!("{} {}{beside}", r.role, cpus.join(","))
+        })
+        .collect();
+    roles.join("; ")
+}
+
 /// A whole scenario.
 pub fn scenario(s: &ScenarioReport) -> String {
     let mut out = format!("== {} ==\n{}\n", s.title, s.headline);
     for e in &s.echo {
         let _ = writeln!(out, "{e}");
+    }
+    if !s.cpu_plan.is_empty() {
+        let _ = writeln!(out, "CPU plan: {}", cpu_plan(&s.cpu_plan));
     }
     for t in &s.tables {
         out.push('\n');

@@ -23,7 +23,7 @@ th{background:#f5f5f7;font-weight:600}
 td.l,th.l{text-align:left}td.wrap{white-space:normal;min-width:14rem}
 .badge{display:inline-block;border-radius:.7rem;padding:.05rem .55rem;font-size:.8rem;font-weight:600;white-space:nowrap}
 .met{background:#d9f2df;color:#0b5c1f}.within_noise{background:#fff1c7;color:#6b4e00}
-.missed{background:#fbd9d6;color:#8c1d13}.invalid{background:#e9d7f5;color:#4f1f73}.skipped{background:#e6e6e6;color:#444}
+.missed{background:#fbd9d6;color:#8c1d13}.invalid{background:#e9d7f5;color:#4f1f73}.skipped{background:#e6e6e6;color:#444}.not_shown{background:#e3eef9;color:#1f4f73}
 .tally{display:flex;flex-wrap:wrap;gap:.5rem;margin:.3rem 0 1rem;font-size:1.05rem}
 .tally .badge{font-size:1rem;padding:.2rem .8rem}
 .verdict{background:#fafafa;border:1px solid #e3e3e3;border-radius:.5rem;padding:.8rem 1rem}
@@ -41,7 +41,7 @@ nav ul{padding-left:1.2rem}
 "#;
 
 fn badge(o: Outcome) -> Markup {
-    let class = o.label().replace(' ', "_");
+    let class = o.name();
     html! { span class={"badge " (class)} { (o.label()) } }
 }
 
@@ -53,6 +53,7 @@ fn tally(t: &Tally) -> Markup {
             span class="badge missed" { (t.missed) " missed" }
             span class="badge invalid" { (t.invalid) " invalid" }
             @if t.skipped > 0 { span class="badge skipped" { (t.skipped) " skipped" } }
+            @if t.not_shown > 0 { span class="badge not_shown" { (t.not_shown) " not shown on this machine" } }
         }
     }
 }
@@ -120,6 +121,7 @@ fn scenario(s: &ScenarioReport) -> Markup {
             h2 { (s.title) }
             p class="headline" { (s.headline) }
             p { (s.description) }
+            @if !s.cpu_plan.is_empty() { p class="plan" { "CPU plan: " (netlane_report::terminal::cpu_plan(&s.cpu_plan)) } }
             @if !s.checks.is_empty() {
                 h3 { "Targets" }
                 (tally(&Tally::of(&s.checks)))
@@ -149,7 +151,7 @@ fn scenario(s: &ScenarioReport) -> Markup {
 }
 
 fn glossary() -> Markup {
-    let items: [(&str, &str); 12] = [
+    let items: [(&str, &str); 13] = [
         ("met", "every paired sample meets the target"),
         ("within noise", "the target lies inside the range of the paired samples: some pairs meet it, some do not"),
         ("missed", "no paired sample meets the target"),
@@ -158,6 +160,11 @@ fn glossary() -> Markup {
             "an input was degenerate (nothing moved, no CPU time, NaN, an empty histogram, an impossible run); counts as missed",
         ),
         ("skipped", "a mode the check needs did not run; counts as missed under --strict"),
+        (
+            "not shown on this machine",
+            "the machine has too few CPUs to show the effect (say, busy polling beside a generator); the reason gives how \
+             many it needs and where the roles ran instead; neither met nor a failure, under --strict too",
+        ),
         ("round", "every mode of a scenario runs once per round, in an order that rotates from round to round"),
         (
             "paired ratio",
@@ -203,13 +210,13 @@ pub fn page(doc: &Document<Results>) -> String {
                     (tally(&r.summary))
                     div class="scroll" {
                         table {
-                            tr { th class="l" { "scenario" } th class="l" { "headline" } th { "met" } th { "within noise" } th { "missed" } th { "invalid" } }
+                            tr { th class="l" { "scenario" } th class="l" { "headline" } th { "met" } th { "within noise" } th { "missed" } th { "invalid" } th { "not shown here" } }
                             @for s in &r.scenarios {
                                 @let t = Tally::of(&s.checks);
                                 tr {
                                     td class="l" { a href={"#" (s.name)} { (s.name) } }
                                     td class="l wrap" { (s.headline) }
-                                    td { (t.met) } td { (t.within_noise) } td { (t.missed) } td { (t.invalid + t.skipped) }
+                                    td { (t.met) } td { (t.within_noise) } td { (t.missed) } td { (t.invalid + t.skipped) } td { (t.not_shown) }
                                 }
                             }
                         }

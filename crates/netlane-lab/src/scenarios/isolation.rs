@@ -269,7 +269,10 @@ fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<Started
     let exe = std::env::current_exe().context("find the netlane executable")?;
     let mut cmd = h.rx.command(&exe);
     cg.command(&mut cmd);
-    cmd.args(["kv", "serve", "--listen", &addr.to_string(), "--threads", "2", "--cpus", "0,1", "--memory", "256M"])
+    let lanes = super::lanes::cpu_plan().cpus(crate::plan::Role::Lane).to_vec();
+    let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    cmd.args(["kv", "serve", "--listen", &addr.to_string(), "--memory", "256M"])
+        .args(["--threads", &lanes.len().to_string(), "--cpus", &cpus])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = Started(cmd.spawn().with_context(|| format!("start {} kv serve", exe.display()))?);

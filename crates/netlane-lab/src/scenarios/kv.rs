@@ -1174,6 +1174,7 @@ impl KvBenchArgs {
             flags,
             notes,
             runs,
+            cpu_plan: Vec::new(),
         }
     }
 }

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use netlane::cpus::machine::CpuTopology;
 use netlane::lanes::BusyPoll;
 use netlane::metrics::cpu::SystemCpu;
 use netlane::metrics::kstat::KernelCounters;
@@ -44,6 +45,7 @@ use serde::Serialize;
 use super::isolation::IsoRun;
 use super::kv::{WorkloadArgs, memcached_command, program_exists, wait_until_accepting};
 use super::{Scenario, discarded_note, unless_generator_lagged};
+use crate::plan::{Ask, CpuPlan, Role};
 use crate::progress::Progress;
 use crate::stats::{median, repeat_flags, round_order};
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired, positive};
@@ -173,8 +175,28 @@ fn parse_link_rate(s: &str) -> Result<u64, String> {
     netlane::metrics::units::parse_rate(s).map_err(|e| e.to_string())
 }
 
-/// The CPUs: one queue, one lane, one generator thread on each.
-const CPUS: [usize; 2] = [0, 1];
+/// Lanes, one receive queue each (and as many generator threads).
+const LANES: usize = 2;
+
+/// Where the lanes, their queues' NAPI threads and the generator's threads run: apart
+/// where the machine has the CPUs; on two CPUs a lane, its NAPI thread and a generator
+/// thread on each.
+pub(super) fn cpu_plan() -> CpuPlan {
+    plan_on(&CpuTopology::read())
+}
+
+/// The plan on a described machine (whose device has no NUMA node: a veth).
+pub(super) fn plan_on(machine: &CpuTopology) -> CpuPlan {
+    CpuPlan::new(
+        machine,
+        None,
+        &[
+            Ask::own(Role::Lane, LANES),
+            Ask::or_beside(Role::Napi, LANES, Role::Lane),
+            Ask::or_beside(Role::Generator, LANES, Role::Lane),
+        ],
+    )
+}
 
 /// One fixed-rate run.
 #[derive(Debug, Clone, Serialize)]
@@ -216,8 +238,8 @@ impl LanesBenchArgs {
         LoadConfig {
             server,
             connections,
-            threads: CPUS.len(),
-            cpus: Some(CPUS.to_vec()),
+            threads: LANES,
+            cpus: Some(cpu_plan().cpus(Role::Generator).to_vec()),
             pacing,
             workload: self.workload.spec(1 << 20),
             duration,
@@ -274,9 +296,6 @@ impl Scenario for LanesBenchArgs {
     }
 
     fn validate(&self) -> Result<()> {
-        if netlane::cpus::online_count() < CPUS.len() {
-            bail!("the lanes scenario needs CPUs {CPUS:?} (one queue, lane and generator thread on each)");
-        }
         if self.modes.is_empty() {
             bail!("--modes: nothing to run");
         }
@@ -328,16 +347,15 @@ impl Scenario for LanesBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
-        let h = TwoHosts::create(
-            "lanes",
-            LinkConfig { mtu: 1500, queues: CPUS.len() as u32, rx: RxTuning::threaded_napi() },
-        )?;
+        let plan = cpu_plan();
+        let h =
+            TwoHosts::create("lanes", LinkConfig { mtu: 1500, queues: LANES as u32, rx: RxTuning::threaded_napi() })?;
         // Requests take the server end's NAPI path (the generator's TSO off); replies
         // keep TSO and skip NAPI, their receive work done in the server's send (the
         // generator shares the CPUs: a NAPI thread of its own would cost it a wake-up
         // per reply).
         h.set_tx_tso(false)?;
-        let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, &CPUS)?;
+        let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, plan.cpus(Role::Napi))?;
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
         let mut all: Vec<Vec<LaneRound>> = vec![Vec::new(); self.modes.len()];
         let mut records = Vec::new();
@@ -346,7 +364,7 @@ impl Scenario for LanesBenchArgs {
             for i in round_order(self.modes.len(), round) {
                 let mode = self.modes[i];
                 let r = self
-                    .round(&h, addr, mode, round, progress, &mut records)
+                    .round(&h, &plan, addr, mode, round, progress, &mut records)
                     .with_context(|| format!("{} round {}", mode.word(), round + 1))?;
                 all[i].push(r);
             }
@@ -355,7 +373,7 @@ impl Scenario for LanesBenchArgs {
             }
         }
         drop(h);
-        Ok(self.report(&all, &iso, &placed_rx, records))
+        Ok(self.report(&all, &iso, &plan, &placed_rx, records))
     }
 }
 
@@ -386,16 +404,24 @@ impl Drop for Running {
 }
 
 impl LanesBenchArgs {
-    fn server_config(&self, h: &TwoHosts, addr: SocketAddr, mode: Mode, max_conns: usize) -> ServerConfig {
+    fn server_config(
+        &self,
+        h: &TwoHosts,
+        lanes: &[usize],
+        addr: SocketAddr,
+        mode: Mode,
+        max_conns: usize,
+    ) -> ServerConfig {
         let base = ServerConfig {
             listen: addr,
-            threads: CPUS.len(),
+            threads: lanes.len(),
+            cpus: Some(lanes.to_vec()),
             store: StoreConfig::new(1 << 30, 1 << 20, 64),
             max_conns,
             ..ServerConfig::default()
         };
         match mode {
-            Mode::Plain => ServerConfig { steer: Steer::RoundRobin, cpus: Some(CPUS.to_vec()), ..base },
+            Mode::Plain => ServerConfig { steer: Steer::RoundRobin, ..base },
             Mode::Napi | Mode::NapiBusy | Mode::Reuseport => ServerConfig {
                 steer: if mode == Mode::Reuseport { Steer::Reuseport } else { Steer::Acceptor },
                 lane_device: Some(h.rx_if.clone()),
@@ -416,7 +442,8 @@ impl LanesBenchArgs {
         }
     }
 
-    fn start(&self, h: &TwoHosts, addr: SocketAddr, mode: Mode) -> Result<Running> {
+    fn start(&self, h: &TwoHosts, plan: &CpuPlan, addr: SocketAddr, mode: Mode) -> Result<Running> {
+        let lanes = plan.cpus(Role::Lane);
         let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
         let running = if mode.is_memcached() {
             // `net.core.busy_poll` is global (the knob does not exist inside a namespace):
@@ -430,17 +457,17 @@ impl LanesBenchArgs {
                     .context("set net.core.busy_poll")
                 })
                 .transpose()?;
-            let cpus = CPUS.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-            let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, CPUS.len(), max_conns as u32);
+            let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+            let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, lanes.len(), max_conns as u32);
             if mode == Mode::MemcachedN {
-                cmd.args(["-N", &CPUS.len().to_string()]);
+                cmd.args(["-N", &lanes.len().to_string()]);
             }
             Running::Memcached {
                 child: cmd.spawn().with_context(|| format!("start {}", self.memcached))?,
                 _busy_poll: guard,
             }
         } else {
-            let cfg = self.server_config(h, addr, mode, max_conns);
+            let cfg = self.server_config(h, lanes, addr, mode, max_conns);
             let s = h.rx.run(move || Server::start(cfg))??;
             Running::Netlane(Some(Box::new(s)))
         };
@@ -505,9 +532,11 @@ impl LanesBenchArgs {
         Ok(run)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn round(
         &self,
         h: &TwoHosts,
+        plan: &CpuPlan,
         addr: SocketAddr,
         mode: Mode,
         round: usize,
@@ -521,7 +550,7 @@ impl LanesBenchArgs {
             }
             l
         };
-        let server = self.start(h, addr, mode)?;
+        let server = self.start(h, plan, addr, mode)?;
         let label = tag("warm-up");
         progress.start(&label);
         let warm = self.load(addr, 8, open(self.search_lo), self.step);
@@ -705,6 +734,7 @@ impl LanesBenchArgs {
         &self,
         all: &[Vec<LaneRound>],
         iso: &[Vec<IsoRun>],
+        plan: &CpuPlan,
         placed: &[(u32, u32, usize)],
         runs: Vec<RunRecord>,
     ) -> ScenarioReport {
@@ -771,7 +801,16 @@ impl LanesBenchArgs {
             ];
             for (id, name, target, a, b) in pairs {
                 let spec = Spec::at_least(id, name, target, "x");
+                // Busy-polling lanes spin on their CPUs: beside a generator's threads
+                // they take its time, and the comparison would measure that.
+                let spins = a == Mode::NapiBusy || b == Mode::NapiBusy;
                 checks.push(match find(a).zip(find(b)) {
+                    Some(_) if spins && !plan.apart(Role::Lane, Role::Generator) => spec.not_shown(
+                        plan.needs(&[Role::Lane, Role::Generator]),
+                        plan.available(),
+                        "busy-polling lanes and the generator's threads apart",
+                        &plan.describe(),
+                    ),
                     Some((x, y)) => spec.evaluate(
                         paired(x, y, best),
                         &format!("{} / {} requests/s within {}, per round", a.word(), b.word(), self.sla),
@@ -888,16 +927,19 @@ impl LanesBenchArgs {
             checks.extend(c);
             notes.extend(n);
         }
-        notes.push(
-            "The generator shares the two CPUs with the server: a mode that keeps a CPU busy (busy polling) leaves it \
-             less, and a search that reaches a rate where the generator lags stops there (its checks are invalid, \
-             not missed). memcached -N polls through the global net.core.busy_poll, which makes every socket of the \
-             machine busy poll, the generator's too."
-                .to_string(),
-        );
+        notes.push(format!("CPU plan: {}.", plan.describe()));
+        if !plan.apart(Role::Lane, Role::Generator) {
+            notes.push(
+                "The generator shares the lanes' CPUs: a mode that keeps a CPU busy (busy polling) leaves it less, and \
+                 a search that reaches a rate where the generator lags stops there (its checks are invalid, not \
+                 missed). memcached -N polls through the global net.core.busy_poll, which makes every socket of the \
+                 machine busy poll, the generator's too."
+                    .to_string(),
+            );
+        }
         notes.push(format!(
-            "The server's receive queues: {}. Each queue's threaded NAPI is pinned to its CPU; the generator sends \
-             without TSO so that its TCP takes that NAPI path (veth gives TCP no NAPI id otherwise).",
+            "The server's receive queues: {}. Each queue's threaded NAPI is pinned to the CPU the plan gives it; the \
+             generator sends without TSO so that its TCP takes that NAPI path (veth gives TCP no NAPI id otherwise).",
             placed.iter().map(|(q, n, c)| format!("queue {q} = NAPI {n} on CPU {c}")).collect::<Vec<_>>().join(", ")
         ));
 
@@ -921,8 +963,9 @@ impl LanesBenchArgs {
                 "Lanes: connections on the thread that owns their receive queue, against plain workers and memcached"
                     .into(),
             description: format!(
-                "netlane's cache server in one namespace with a worker (lane) on each of CPUs {CPUS:?}, netlane's open-loop \
-                 generator in another with a thread on each, joined by a veth with a queue per CPU. Modes: {}. \
+                "netlane's cache server in one namespace with {LANES} workers (lanes), netlane's open-loop generator in \
+                 another with {LANES} threads, joined by a veth with a queue per lane, each queue's NAPI thread pinned; \
+                 the CPU plan places them (apart where the machine has the CPUs). Modes: {}. \
                  Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
                  stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
                 self.modes.iter().map(|m| m.word()).collect::<Vec<_>>().join(", "),
@@ -940,6 +983,7 @@ impl LanesBenchArgs {
             flags,
             notes,
             runs,
+            cpu_plan: plan.view(),
         }
     }
 }
@@ -1009,6 +1053,10 @@ pub(super) mod tests {
         }
     }
 
+    fn two_cpus() -> CpuPlan {
+        plan_on(&CpuTopology::uniform(1, 2, 1))
+    }
+
     fn args() -> LanesBenchArgs {
         let mut a = LanesBenchArgs::defaults();
         a.modes = vec![Mode::Plain, Mode::Napi];
@@ -1026,12 +1074,12 @@ pub(super) mod tests {
     fn paired_rounds_decide_the_alignment_targets() {
         let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
         let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.0); 2];
-        let r = args().report(&[plain.clone(), napi], &[], &[], Vec::new());
+        let r = args().report(&[plain.clone(), napi], &[], &two_cpus(), &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Met);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Met);
         assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Skipped);
         let napi = vec![round(Mode::Napi, Some(55_000.0), 2900.0, 0.0); 2];
-        let r = args().report(&[plain, napi], &[], &[], Vec::new());
+        let r = args().report(&[plain, napi], &[], &two_cpus(), &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Missed);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Missed);
     }
@@ -1041,14 +1089,59 @@ pub(super) mod tests {
         // No rate held, or the generator lagged: nothing is proven about the server.
         let plain = vec![round(Mode::Plain, None, 3000.0, 0.0); 2];
         let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.2); 2];
-        let r = args().report(&[plain, napi], &[], &[], Vec::new());
+        let r = args().report(&[plain, napi], &[], &two_cpus(), &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
         assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Invalid);
         let mut limited = round(Mode::Napi, Some(90_000.0), 1000.0, 0.0);
         limited.search.as_mut().unwrap().generator_limited = true;
         let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
-        let r = args().report(&[plain, vec![limited.clone(), limited]], &[], &[], Vec::new());
+        let r = args().report(&[plain, vec![limited.clone(), limited]], &[], &two_cpus(), &[], Vec::new());
         assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
+    }
+
+    #[test]
+    fn busy_polling_beside_the_generator_is_not_shown_on_two_cpus() {
+        let mut a = args();
+        a.modes = vec![Mode::Napi, Mode::NapiBusy];
+        let rounds = [
+            vec![round(Mode::Napi, Some(50_000.0), 1000.0, 0.0); 2],
+            vec![round(Mode::NapiBusy, Some(60_000.0), 900.0, 0.0); 2],
+        ];
+        let r = a.report(&rounds, &[], &two_cpus(), &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::NotShown);
+        let c = r.checks.iter().find(|c| c.id == "lanes.busy-poll-throughput").unwrap();
+        assert!(
+            c.reason.starts_with("needs 4 CPUs") && c.reason.contains("generator on CPU 0,1 (beside lane)"),
+            "{}",
+            c.reason
+        );
+        assert_eq!(r.cpu_plan.len(), 3);
+        // On eight CPUs the roles are apart and the check is decided.
+        let r = a.report(&rounds, &[], &plan_on(&CpuTopology::uniform(1, 8, 1)), &[], Vec::new());
+        assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Met);
+        assert!(r.cpu_plan.iter().all(|p| p.beside.is_none()), "{:?}", r.cpu_plan);
+    }
+
+    #[test]
+    fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow() {
+        // 2 CPUs: a lane, its NAPI thread and a generator thread on each (as before the
+        // plan); 8 and 64 (with SMT and two nodes): every role on CPUs of its own.
+        let p = plan_on(&CpuTopology::uniform(1, 2, 1));
+        assert_eq!(
+            (p.cpus(Role::Lane), p.cpus(Role::Napi), p.cpus(Role::Generator)),
+            (&[0, 1][..], &[0, 1][..], &[0, 1][..])
+        );
+        for m in [CpuTopology::uniform(1, 8, 1), CpuTopology::uniform(2, 16, 2)] {
+            let p = plan_on(&m);
+            assert!(
+                p.apart(Role::Lane, Role::Napi)
+                    && p.apart(Role::Lane, Role::Generator)
+                    && p.apart(Role::Napi, Role::Generator),
+                "{} CPUs: {}",
+                m.len(),
+                p.describe()
+            );
+        }
     }
 
     #[test]

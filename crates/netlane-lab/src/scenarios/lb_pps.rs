@@ -602,6 +602,7 @@ impl LbPpsArgs {
             flags,
             notes,
             runs: records,
+            cpu_plan: Vec::new(),
         }
     }
 }

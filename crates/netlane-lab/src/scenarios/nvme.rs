@@ -948,6 +948,7 @@ impl NvmeBenchArgs {
             flags,
             notes,
             runs,
+            cpu_plan: Vec::new(),
         }
     }
 }

@@ -1302,6 +1302,7 @@ impl RrBenchArgs {
             flags,
             notes,
             runs,
+            cpu_plan: Vec::new(),
         }
     }
 }

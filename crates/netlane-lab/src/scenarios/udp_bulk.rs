@@ -644,6 +644,7 @@ impl UdpBulkArgs {
             flags,
             notes,
             runs,
+            cpu_plan: Vec::new(),
         }
     }
 

@@ -400,6 +400,7 @@ impl UdpPacingArgs {
             flags,
             notes,
             runs: records,
+            cpu_plan: Vec::new(),
         }
     }
 }

@@ -556,6 +556,7 @@ impl SoakArgs {
             flags: Vec::new(),
             notes: Vec::new(),
             runs,
+            cpu_plan: Vec::new(),
         }
     }
 }

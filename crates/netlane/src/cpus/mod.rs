@@ -9,6 +9,8 @@
 //! the calling thread's affinity, so a thread pinned to one CPU would see a one-CPU
 //! machine (and size per-CPU state for one CPU).
 
+pub mod machine;
+
 use std::fmt;
 use std::str::FromStr;
 
