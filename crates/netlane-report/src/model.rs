@@ -580,7 +580,6 @@ pub struct ScenarioReport {
     /// Every measured run.
     pub runs: Vec<RunRecord>,
     /// Where each role ran (the scenario's CPU plan; empty where it places nothing).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cpu_plan: Vec<RoleCpus>,
 }
 
