@@ -89,14 +89,8 @@ pub enum LoadError {
     #[error("{0}")]
     Config(String),
     /// A connection or system call failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
     /// The warm-up did not store every key.
     #[error("warm-up: {0}")]
     Warmup(String),
@@ -104,7 +98,7 @@ pub enum LoadError {
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LoadError {
     let what = what.into();
-    move |source| LoadError::Io { what, source }
+    move |source| LoadError::Io(netlane::error::IoError::new(what, source))
 }
 
 impl LoadConfig {

@@ -31,23 +31,17 @@ use netlane::topology::{Rtnl, TopologyError, run_in_named};
 #[derive(Debug, thiserror::Error)]
 pub enum LbError {
     /// The configuration is invalid.
-    #[error("configuration: {0}")]
+    #[error("configuration")]
     Config(#[from] ConfigError),
     /// The configuration cannot be applied to the running data plane.
-    #[error("configuration: {0}")]
+    #[error("configuration")]
     Plan(#[from] PlanError),
     /// Bad options.
     #[error("{0}")]
     Invalid(String),
     /// A kernel operation failed.
-    #[error("{what}: {source}")]
-    Kernel {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Kernel(#[from] netlane::error::IoError),
     /// A namespace or interface problem.
     #[error(transparent)]
     Topology(#[from] TopologyError),
@@ -70,7 +64,7 @@ impl LbError {
     /// Wraps a kernel error with what was being done (for `map_err`).
     pub fn kernel(what: impl Into<String>) -> impl FnOnce(io::Error) -> LbError {
         let what = what.into();
-        move |source| LbError::Kernel { what, source }
+        move |source| LbError::Kernel(netlane::error::IoError::new(what, source))
     }
 }
 
@@ -135,14 +129,16 @@ impl Classifier for TcClassifier {
 /// The interface index of `name` in the calling thread's namespace.
 pub fn if_index(name: &str) -> Result<u32, LbError> {
     let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
-    r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {e}")))
+    r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {}", netlane::error::chain(&e))))
 }
 
 /// The MAC address of `name` in the calling thread's namespace.
 pub fn if_mac(name: &str) -> Result<[u8; 6], LbError> {
     let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
-    let i = r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {e}")))?;
-    let mac = r.link_mac(i).map_err(|e| LbError::Invalid(format!("MAC of {name}: {e}")))?;
+    let i = r
+        .link_index(name)
+        .map_err(|e| LbError::Invalid(format!("interface {name:?}: {}", netlane::error::chain(&e))))?;
+    let mac = r.link_mac(i).map_err(|e| LbError::Invalid(format!("MAC of {name}: {}", netlane::error::chain(&e))))?;
     mac.try_into().map_err(|_| LbError::Invalid(format!("{name} has no Ethernet address")))
 }
 

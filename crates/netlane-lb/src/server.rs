@@ -250,7 +250,7 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
         // The data plane forwards whatever happens here: a failure is counted, shown
         // (rate-limited) and tried again, never a reason to detach.
         if let Err(e) = lb.service_events(Duration::from_millis(100)) {
-            trouble(format!("servicing new-flow events: {e}"), on);
+            trouble(format!("servicing new-flow events: {}", netlane::error::chain(&e)), on);
             std::thread::sleep(Duration::from_millis(100));
         }
         let written = match reloads.try_recv() {
@@ -276,9 +276,13 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
         };
         match written {
             Some(Ok(changes)) => on(Event::Applied(&changes)),
-            Some(Err(e)) => {
-                trouble(format!("writing the new configuration to the data plane (tried again every second): {e}"), on)
-            }
+            Some(Err(e)) => trouble(
+                format!(
+                    "writing the new configuration to the data plane (tried again every second): {}",
+                    netlane::error::chain(&e)
+                ),
+                on,
+            ),
             None => {}
         }
         if Instant::now() >= next_stats {
@@ -287,7 +291,7 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
                     on(Event::Stats(&s, start.elapsed().as_secs_f64()));
                     publisher.offer(s);
                 }
-                Err(e) => trouble(format!("reading statistics: {e}"), on),
+                Err(e) => trouble(format!("reading statistics: {}", netlane::error::chain(&e)), on),
             }
             for f in publisher.failures() {
                 trouble(f, on);

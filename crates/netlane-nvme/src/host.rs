@@ -24,13 +24,8 @@ use crate::wire::{RxBuf, send_all};
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
     /// A socket operation failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
     /// The queue's protocol state machine failed.
     #[error(transparent)]
     Queue(#[from] QueueError),
@@ -55,7 +50,7 @@ pub enum HostError {
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> HostError {
     let what = what.into();
-    move |source| HostError::Io { what, source }
+    move |source| HostError::Io(netlane::error::IoError::new(what, source))
 }
 
 /// How to reach and identify to a target.
@@ -455,7 +450,7 @@ fn spawn_keepalive(admin: Arc<Mutex<QueueConn>>, kato_ms: u32, timeout: Duration
             drop(guard);
             let Ok(mut a) = admin.lock() else { return };
             if let Err(e) = a.run_ok(cmd(admin::KEEP_ALIVE, 0, 0, 0), vec![], timeout, "Keep Alive") {
-                tracing::warn!("keep-alive failed: {e}");
+                tracing::warn!(error = %netlane::error::chain(&e), "keep-alive failed");
                 return;
             }
         }

@@ -13,7 +13,7 @@ use crate::model::{ScenarioReport, Table, Value};
 #[derive(Debug, thiserror::Error)]
 pub enum CsvError {
     /// The file.
-    #[error("write {path}: {source}")]
+    #[error("write {path}")]
     Write {
         /// Which file.
         path: PathBuf,

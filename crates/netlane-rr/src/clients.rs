@@ -91,13 +91,8 @@ pub enum ClientsError {
         limit: u32,
     },
     /// A system call failed while setting up.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
 }
 
 impl ClientsConfig {
@@ -204,7 +199,10 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
         let n = per(t);
         let mut socks = Vec::with_capacity(n);
         for _ in 0..n {
-            socks.push(socket(cfg).map_err(|source| ClientsError::Io { what: "client socket".into(), source })?);
+            socks.push(
+                socket(cfg)
+                    .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client socket", source)))?,
+            );
         }
         groups.push((first, socks));
         first += n;
@@ -242,7 +240,7 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
     };
     let mut end_ns = measure_from;
     for r in results {
-        let p = r.map_err(|source| ClientsError::Io { what: "client thread".into(), source })?;
+        let p = r.map_err(|source| ClientsError::Io(netlane::error::IoError::new("client thread", source)))?;
         if let Some(limit) = p.refused {
             return Err(ClientsError::Refused { asked: cfg.client.response_len, limit });
         }

@@ -13,6 +13,8 @@
 //!   kernel features work here, and why not);
 //! - [`memory`]: what a server may take, checked against what the machine has first;
 //! - [`cpus`]: one CPU-list syntax (`0-3,5`), pinning, CPU counts;
+//! - [`error`]: one error shape for a failed operation (the cause said once, through
+//!   `source()`), and [`error::chain`] to print an error with its causes;
 //! - [`lanes`]: application device queues in software: which worker owns which
 //!   receive queue, the kernel's queue and NAPI map, busy-poll policies;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
@@ -27,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod cpus;
+pub mod error;
 pub mod installed;
 pub mod lanes;
 pub mod memory;

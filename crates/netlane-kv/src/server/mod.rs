@@ -155,19 +155,13 @@ pub enum ServerError {
     #[error(transparent)]
     Memory(#[from] netlane::memory::MemoryError),
     /// A system call failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> ServerError {
     let what = what.into();
-    move |source| ServerError::Io { what, source }
+    move |source| ServerError::Io(netlane::error::IoError::new(what, source))
 }
 
 /// The most lanes a server may start over its life.
@@ -241,7 +235,7 @@ pub(crate) struct Mailbox {
 impl Mailbox {
     fn new() -> Result<Mailbox, ServerError> {
         let wake = EventFd::from_value_and_flags(0, EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC)
-            .map_err(|e| ServerError::Io { what: "eventfd".into(), source: e.into() })?;
+            .map_err(|e| ServerError::Io(netlane::error::IoError::new("eventfd", e.into())))?;
         Ok(Mailbox { inbox: Mutex::new(Vec::new()), wake })
     }
 
@@ -291,9 +285,10 @@ impl Server {
         let mut device_changes = Vec::new();
         if let Some(dev) = &cfg.lane_device {
             let ifindex = nix::net::if_::if_nametoindex(dev.as_str())
-                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
-            let q = netlane::lanes::queues::discover(ifindex)
-                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: reading its queues: {e}")))?;
+                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
+            let q = netlane::lanes::queues::discover(ifindex).map_err(|e| {
+                ServerError::Config(format!("--lane-device {dev}: reading its queues: {}", netlane::error::chain(&e)))
+            })?;
             if q.rx.is_empty() {
                 return Err(ServerError::Config(format!(
                     "--lane-device {dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)"
@@ -322,7 +317,7 @@ impl Server {
                         }
                         a
                     })
-                    .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {e}")))?;
+                    .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
                 device_changes = applied.held;
                 applied.knobs
             };

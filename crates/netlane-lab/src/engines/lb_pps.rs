@@ -774,7 +774,11 @@ impl Bench {
                         c.bare_counts[k] += a[k].saturating_sub(b[k]);
                     }
                 }
-                bare.inspect_err(|e| tracing::warn!("{}: timing with no device failed: {e}", c.subject.label())).ok()
+                bare.inspect_err(|e| {
+                    let e = netlane::error::chain(e);
+                    tracing::warn!("{}: timing with no device failed: {e}", c.subject.label())
+                })
+                .ok()
             }
             Feed::Skb(_) => None,
         };

@@ -13,7 +13,7 @@ use netlane_report::{Document, Results, Tally, csv, to_json};
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// A file.
-    #[error("write {path}: {source}")]
+    #[error("write {path}")]
     Io {
         /// Which file.
         path: PathBuf,

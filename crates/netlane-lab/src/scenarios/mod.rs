@@ -269,7 +269,9 @@ pub fn run_all(
             }
         )),
         Ok(_) => {}
-        Err(e) => progress.println(&format!("warning: could not look for stale namespaces: {e}")),
+        Err(e) => {
+            progress.println(&format!("warning: could not look for stale namespaces: {}", netlane::error::chain(&e)))
+        }
     }
     let monitor = Monitor::start(Duration::from_millis(500));
     for w in monitor.warnings() {

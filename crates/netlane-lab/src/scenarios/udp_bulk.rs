@@ -309,7 +309,7 @@ impl Scenario for UdpBulkArgs {
         }
         let mtu = Some(self.net.path_mtu());
         for arm in self.arms() {
-            arm.run.validate(mtu).map_err(|e| anyhow::anyhow!("{}: {e}", arm.label))?;
+            arm.run.validate(mtu).map_err(|e| anyhow::Error::new(e).context(arm.label.clone()))?;
         }
         Ok(())
     }

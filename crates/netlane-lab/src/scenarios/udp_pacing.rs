@@ -177,7 +177,7 @@ impl Scenario for UdpPacingArgs {
         for (i, p) in self.quanta.iter().enumerate() {
             self.run_for(*p, i as u32)
                 .validate(Some(self.net.path_mtu()))
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.word()))?;
+                .map_err(|e| anyhow::Error::new(e).context(p.word()))?;
         }
         Ok(())
     }

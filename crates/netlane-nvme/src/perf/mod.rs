@@ -211,7 +211,7 @@ pub enum PerfError {
     #[error("the run stopped: {0}")]
     Stopped(String),
     /// Local I/O error.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
 }
 

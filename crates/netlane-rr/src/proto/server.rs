@@ -99,7 +99,7 @@ pub struct Reply {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum Refusal {
     /// Not a valid message (counted by reason).
-    #[error("not a valid request: {0}")]
+    #[error("not a valid request")]
     Malformed(#[from] WireError),
     /// A response where a request belongs.
     #[error("a response sent to the server")]

@@ -134,18 +134,13 @@ pub enum ServerError {
     #[error(transparent)]
     Memory(#[from] netlane::memory::MemoryError),
     /// A system call failed while setting up.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServerError {
     let what = what.into();
-    move |source| ServerError::Io { what, source }
+    move |source| ServerError::Io(netlane::error::IoError::new(what, source))
 }
 
 impl ServerConfig {
@@ -580,10 +575,11 @@ fn serve_lanes(
     stop: &AtomicBool,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
-    let ifindex =
-        nix::net::if_::if_nametoindex(dev).map_err(|e| ServerError::Interface(format!("--lane-device {dev}: {e}")))?;
-    let q = netlane::lanes::queues::discover(ifindex)
-        .map_err(|e| ServerError::Lanes(format!("--lane-device {dev}: reading its queues: {e}")))?;
+    let ifindex = nix::net::if_::if_nametoindex(dev)
+        .map_err(|e| ServerError::Interface(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
+    let q = netlane::lanes::queues::discover(ifindex).map_err(|e| {
+        ServerError::Lanes(format!("--lane-device {dev}: reading its queues: {}", netlane::error::chain(&e)))
+    })?;
     let ids = q.napi_ids();
     if ids.is_empty() {
         return Err(ServerError::Lanes(format!(
@@ -709,7 +705,7 @@ fn interface(cfg: &ServerConfig) -> Result<(u32, Option<String>), ServerError> {
         }
     };
     let index = nix::net::if_::if_nametoindex(name.as_str())
-        .map_err(|e| ServerError::Interface(format!("interface {name}: {e}")))?;
+        .map_err(|e| ServerError::Interface(format!("interface {name}: {}", netlane::error::chain(&e))))?;
     Ok((index, Some(name)))
 }
 

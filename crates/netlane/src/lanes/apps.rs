@@ -61,13 +61,8 @@ pub enum AppError {
     #[error("application policy: {0}")]
     Invalid(String),
     /// A system call, file or BPF operation failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// Why it failed.
-        source: io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::error::IoError),
     /// Netlink (qdisc, classes) refused.
     #[error(transparent)]
     Topology(#[from] crate::topology::TopologyError),
@@ -78,7 +73,7 @@ pub enum AppError {
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> AppError {
     let what = what.into();
-    move |source| AppError::Io { what, source }
+    move |source| AppError::Io(crate::error::IoError::new(what, source))
 }
 
 /// One application's policy.

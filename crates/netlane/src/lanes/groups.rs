@@ -42,7 +42,7 @@ impl QueueGroups {
         if queues == 0 {
             return Err(AppError::Invalid("a device without receive queues has no queue groups".into()));
         }
-        let io = |what: &'static str| move |source| AppError::Io { what: what.into(), source };
+        let io = |what: &'static str| move |source| AppError::Io(crate::error::IoError::new(what, source));
         let steer = QueueSteer::load().map_err(io("load the queue steering program"))?;
         let link = steer.attach_egress(ifindex).map_err(io("attach the queue steering program"))?;
         Ok(QueueGroups { steer, queues, rules: Vec::new(), _link: link })
@@ -64,9 +64,9 @@ impl QueueGroups {
         if replaces.is_none() && self.rules.len() >= STEER_MAX_RULES {
             return Err(AppError::Invalid(format!("at most {STEER_MAX_RULES} queue group rules")));
         }
-        self.steer
-            .set(rule.dst, rule.proto, rule.first, rule.count)
-            .map_err(|source| AppError::Io { what: format!("add the queue group rule for {}", rule.dst), source })?;
+        self.steer.set(rule.dst, rule.proto, rule.first, rule.count).map_err(|source| {
+            AppError::Io(crate::error::IoError::new(format!("add the queue group rule for {}", rule.dst), source))
+        })?;
         match replaces {
             Some(i) => self.rules[i] = rule,
             None => self.rules.push(rule),
@@ -78,7 +78,7 @@ impl QueueGroups {
     pub fn remove(&mut self, dst: SocketAddr, proto: SteerProto) -> Result<(), AppError> {
         self.steer
             .remove(dst, proto)
-            .map_err(|source| AppError::Io { what: format!("remove the rule for {dst}"), source })?;
+            .map_err(|source| AppError::Io(crate::error::IoError::new(format!("remove the rule for {dst}"), source)))?;
         self.rules.retain(|r| !(r.dst == dst && r.proto == proto));
         Ok(())
     }
@@ -90,6 +90,8 @@ impl QueueGroups {
 
     /// (packets given a queue, packets left alone).
     pub fn counts(&self) -> Result<(u64, u64), AppError> {
-        self.steer.counts().map_err(|source| AppError::Io { what: "read the steering counters".into(), source })
+        self.steer
+            .counts()
+            .map_err(|source| AppError::Io(crate::error::IoError::new("read the steering counters", source)))
     }
 }

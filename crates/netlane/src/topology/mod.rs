@@ -54,14 +54,8 @@ pub enum TopologyError {
     #[error("{0}")]
     Invalid(String),
     /// A system call failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::error::IoError),
 }
 
 /// Receive-side tuning of a veth end (see the module docs).
@@ -171,9 +165,11 @@ fn pin_napi_threads(ns: &Netns, dev: &str, ifindex: u32, cpu: usize) -> Result<(
     let mut set = nix::sched::CpuSet::new();
     set.set(cpu).map_err(|_| TopologyError::Invalid(format!("CPU {cpu} does not exist")))?;
     for pid in pids {
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| TopologyError::Io {
-            what: format!("pin NAPI thread {pid} of {dev} to CPU {cpu}"),
-            source: e.into(),
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| {
+            TopologyError::Io(crate::error::IoError::new(
+                format!("pin NAPI thread {pid} of {dev} to CPU {cpu}"),
+                e.into(),
+            ))
         })?;
     }
     Ok(())
@@ -215,9 +211,11 @@ pub fn pin_napi_by_queue(ns: &Netns, ifindex: u32, cpus: &[usize]) -> Result<Vec
         let cpu = cpus[q.id as usize % cpus.len()];
         let mut set = nix::sched::CpuSet::new();
         set.set(cpu).map_err(|_| TopologyError::Invalid(format!("CPU {cpu} does not exist")))?;
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| TopologyError::Io {
-            what: format!("pin NAPI thread {pid} (queue {}) to CPU {cpu}", q.id),
-            source: e.into(),
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(pid as i32), &set).map_err(|e| {
+            TopologyError::Io(crate::error::IoError::new(
+                format!("pin NAPI thread {pid} (queue {}) to CPU {cpu}", q.id),
+                e.into(),
+            ))
         })?;
         out.push((q.id, napi_id, cpu));
     }
@@ -332,11 +330,15 @@ impl TwoHosts {
                 s.set_read_timeout(Some(std::time::Duration::from_millis(10)))?;
                 Ok(s)
             })?;
-            let rx = rx.map_err(|source| TopologyError::Io { what: "bind readiness probe".into(), source })?;
-            let dst = rx.local_addr().map_err(|source| TopologyError::Io { what: "probe address".into(), source })?;
+            let rx =
+                rx.map_err(|source| TopologyError::Io(crate::error::IoError::new("bind readiness probe", source)))?;
+            let dst = rx
+                .local_addr()
+                .map_err(|source| TopologyError::Io(crate::error::IoError::new("probe address", source)))?;
             let any = if ipv6 { "[::]:0" } else { "0.0.0.0:0" };
             let tx = self.tx.run(move || std::net::UdpSocket::bind(any))?;
-            let tx = tx.map_err(|source| TopologyError::Io { what: "bind readiness probe".into(), source })?;
+            let tx =
+                tx.map_err(|source| TopologyError::Io(crate::error::IoError::new("bind readiness probe", source)))?;
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
             let mut buf = [0u8; 16];
             loop {
@@ -474,10 +476,10 @@ fn wait_until_transmitting(ns: &Netns, name: &str, index: u32) -> Result<(), Top
             return Ok(());
         }
         if std::time::Instant::now() > deadline {
-            return Err(TopologyError::Io {
-                what: format!("wait for {name} to transmit (its qdisc stayed noop for 5 s)"),
-                source: std::io::ErrorKind::TimedOut.into(),
-            });
+            return Err(TopologyError::Io(crate::error::IoError::new(
+                format!("wait for {name} to transmit (its qdisc stayed noop for 5 s)"),
+                std::io::ErrorKind::TimedOut.into(),
+            )));
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
@@ -488,7 +490,7 @@ fn wait_until_transmitting(ns: &Netns, name: &str, index: u32) -> Result<(), Top
 /// to turn off.
 fn ipv6_off(ns: &Netns, link: &str) -> Result<(), TopologyError> {
     match set_net_sysctl(ns, &format!("ipv6/conf/{link}/disable_ipv6"), "1") {
-        Err(TopologyError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(TopologyError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         r => r,
     }
 }
@@ -501,7 +503,7 @@ pub fn set_net_sysctl(ns: &Netns, rel: &str, value: &str) -> Result<(), Topology
     let path = format!("/proc/sys/net/{rel}");
     let v = value.to_string();
     ns.run(move || std::fs::write(&path, v))?
-        .map_err(|source| TopologyError::Io { what: format!("write {rel} = {value}"), source })
+        .map_err(|source| TopologyError::Io(crate::error::IoError::new(format!("write {rel} = {value}"), source)))
 }
 
 /// Whether this process can build namespaces (root, or CAP_SYS_ADMIN + CAP_NET_ADMIN).

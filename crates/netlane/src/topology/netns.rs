@@ -65,7 +65,7 @@ impl std::fmt::Debug for Netns {
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> TopologyError {
     let what = what.into();
-    move |source| TopologyError::Io { what, source }
+    move |source| TopologyError::Io(crate::error::IoError::new(what, source))
 }
 
 fn errno_err(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> TopologyError {
@@ -74,7 +74,7 @@ fn errno_err(what: impl Into<String>) -> impl FnOnce(nix::errno::Errno) -> Topol
         if e == nix::errno::Errno::EPERM {
             TopologyError::NotPrivileged(format!("{what}: {e}"))
         } else {
-            TopologyError::Io { what, source: io::Error::from(e) }
+            TopologyError::Io(crate::error::IoError::new(what, io::Error::from(e)))
         }
     }
 }
@@ -256,9 +256,7 @@ impl Netns {
             OpenOptions::new().write(true).open(Path::new("/sys").join(&rel))?.write_all(value.as_bytes())
         })
         .map_err(|e| match e {
-            TopologyError::Io { source, .. } => {
-                TopologyError::Io { what: format!("write /sys/{shown} in {}", self.name), source }
-            }
+            TopologyError::Io(e) => TopologyError::Io(e.renamed(format!("write /sys/{shown} in {}", self.name))),
             other => other,
         })
     }
@@ -273,9 +271,7 @@ impl Netns {
             Ok(s.trim().to_string())
         })
         .map_err(|e| match e {
-            TopologyError::Io { source, .. } => {
-                TopologyError::Io { what: format!("read /sys/{shown} in {}", self.name), source }
-            }
+            TopologyError::Io(e) => TopologyError::Io(e.renamed(format!("read /sys/{shown} in {}", self.name))),
             other => other,
         })
     }

@@ -203,7 +203,7 @@ pub enum SendError {
     #[error("segment size {0} is out of range 1..=65535")]
     BadSegmentSize(usize),
     /// Any other error from the kernel.
-    #[error("send failed: {0}")]
+    #[error("send failed")]
     Io(#[from] io::Error),
 }
 

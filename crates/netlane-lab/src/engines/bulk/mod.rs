@@ -489,14 +489,8 @@ pub enum BulkError {
     #[error(transparent)]
     Send(#[from] SendError),
     /// Another I/O error.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done.
-        what: String,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] netlane::error::IoError),
     /// A worker thread panicked.
     #[error("{0} thread panicked")]
     Panic(&'static str),
@@ -504,7 +498,7 @@ pub enum BulkError {
 
 pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BulkError {
     let what = what.into();
-    move |source| BulkError::Io { what, source }
+    move |source| BulkError::Io(netlane::error::IoError::new(what, source))
 }
 
 impl BulkRun {
