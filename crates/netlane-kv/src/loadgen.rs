@@ -496,7 +496,7 @@ fn drive(
             p.queued = None;
             if let (Some(conn), Some(_)) = (p.conn.as_mut(), p.stream.as_ref()) {
                 out.clear();
-                conn.send(now, &mut out, &mut stats);
+                conn.poll_transmit(now, &mut out, &mut stats);
                 p.pending.extend_from_slice(&out);
                 if !flush(p) {
                     fail(p, now, &mut stats, &mut failures);
@@ -537,7 +537,7 @@ fn drive(
             let Some(s) = p.stream.as_mut() else { continue };
             let ok = match s.read(&mut buf) {
                 Ok(0) => false,
-                Ok(m) => p.conn.as_mut().is_some_and(|c| c.receive(now, &buf[..m], &mut stats).is_ok()),
+                Ok(m) => p.conn.as_mut().is_some_and(|c| c.handle_input(now, &buf[..m], &mut stats).is_ok()),
                 Err(e) => e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted,
             };
             if !ok {
@@ -576,7 +576,7 @@ fn fail(p: &mut Peer, now: u64, stats: &mut Stats, failures: &mut u64) {
     if p.stream.take().is_some() {
         *failures += 1;
         if let Some(c) = p.conn.as_mut() {
-            c.disconnected(now, stats);
+            c.handle_disconnect(now, stats);
         }
     }
     p.pending.clear();

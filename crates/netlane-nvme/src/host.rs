@@ -152,11 +152,11 @@ impl QueueConn {
     }
 
     fn flush(&mut self) -> Result<(), HostError> {
-        let out = self.q.pending_output();
+        let out = self.q.poll_output();
         if !out.is_empty() {
             send_all(&self.sock, out).map_err(io_err("send"))?;
             let n = out.len();
-            self.q.advance_output(n);
+            self.q.handle_written(n);
         }
         Ok(())
     }

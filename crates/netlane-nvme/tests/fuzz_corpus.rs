@@ -68,15 +68,15 @@ fn session(hd: bool, dd: bool) -> (Vec<u8>, Vec<u8>) {
     let mut to_target = Vec::new();
     let mut to_host = Vec::new();
     let mut pump = |h: &mut HostQueue, t: &mut TargetQueue| loop {
-        let out = h.pending_output().to_vec();
+        let out = h.poll_output().to_vec();
         let k = out.len();
-        h.advance_output(k);
+        h.handle_written(k);
         to_target.extend_from_slice(&out);
         t.handle_input(&out, 0);
         t.run_storage(0);
-        let back = t.pending_output().to_vec();
+        let back = t.poll_output().to_vec();
         let k = back.len();
-        t.advance_output(k);
+        t.handle_written(k);
         to_host.extend_from_slice(&back);
         h.handle_input(&back).unwrap();
         if out.is_empty() && back.is_empty() {

@@ -41,9 +41,9 @@ impl Pair {
     fn pump(&mut self) {
         loop {
             let mut moved = false;
-            let h = self.host.pending_output().to_vec();
+            let h = self.host.poll_output().to_vec();
             if !h.is_empty() {
-                self.host.advance_output(h.len());
+                self.host.handle_written(h.len());
                 self.to_target.extend_from_slice(&h);
                 moved = true;
             }
@@ -66,9 +66,9 @@ impl Pair {
                 self.to_target.drain(..used);
                 moved = true;
             }
-            let t = self.target.pending_output().to_vec();
+            let t = self.target.poll_output().to_vec();
             if !t.is_empty() {
-                self.target.advance_output(t.len());
+                self.target.handle_written(t.len());
                 self.to_host.extend_from_slice(&t);
                 moved = true;
             }
@@ -204,7 +204,7 @@ fn every_admin_and_io_command_round_trips_with_all_digest_settings() {
         a.host.submit(admin_cmd(admin::ASYNC_EVENT, 0, 0), vec![], 5).unwrap();
         a.pump();
         assert!(a.host.pop_completion().is_none());
-        assert_eq!(a.host.inflight(), 1);
+        assert_eq!(a.host.in_flight(), 1);
 
         let mut q = io_queue(&subsys, cntlid, 1, hd, dd, 8192);
         // In-capsule write (8 KiB), R2T write (200 KiB: 7 R2Ts of 32 KiB, several
@@ -366,7 +366,7 @@ fn violation_after(subsys: &Arc<Subsystem>, cntlid: u16, hd: bool, bytes: &[u8])
     let mut q = io_queue(subsys, cntlid, 1, hd, false, 8192);
     let used = q.target.handle_input(bytes, 0);
     q.target.run_storage(0);
-    let out = q.target.pending_output().to_vec();
+    let out = q.target.poll_output().to_vec();
     let closed = q.target.close_reason().is_some();
     assert!(used <= bytes.len());
     if out.is_empty() {
@@ -497,17 +497,17 @@ fn malformed_input_gets_the_right_termination_and_writes_nothing() {
     // H2CData beyond the R2T: set up an R2T write, then overrun it.
     let mut q = io_queue(&subsys, cntlid, 1, false, false, 0);
     q.host.submit(rw(nvm::WRITE, 0, 1), vec![0xee; 4096], 1).unwrap();
-    let cap = q.host.pending_output().to_vec();
-    q.host.advance_output(cap.len());
+    let cap = q.host.poll_output().to_vec();
+    q.host.handle_written(cap.len());
     q.target.handle_input(&cap, 0);
-    let r2t = q.target.pending_output().to_vec();
-    q.target.advance_output(r2t.len());
+    let r2t = q.target.poll_output().to_vec();
+    q.target.handle_written(r2t.len());
     assert_eq!(r2t[0], 0x09);
     let ttag = u16::from_le_bytes([r2t[10], r2t[11]]);
     let mut over = Vec::new();
     tx.h2c_data(&mut over, 0, ttag, 0, &[0xee; 8192], true);
     q.target.handle_input(&over, 0);
-    let out = q.target.pending_output();
+    let out = q.target.poll_output();
     assert_eq!((out[0], out[8]), (0x03, Fes::DataOutOfRange as u8));
     ns.read(0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 0));
@@ -521,10 +521,10 @@ fn malformed_input_gets_the_right_termination_and_writes_nothing() {
     b[n - 100] ^= 1;
     q.target.handle_input(&b, 0);
     q.target.run_storage(0);
-    q.to_host.extend_from_slice(q.target.pending_output());
+    q.to_host.extend_from_slice(q.target.poll_output());
     assert!(q.target.close_reason().is_none());
     let rsp = pdu::decode(
-        q.target.pending_output(),
+        q.target.poll_output(),
         &pdu::RxConfig {
             role: Role::Host,
             established: true,
@@ -569,7 +569,7 @@ fn host_refuses_a_mismatched_icresp_and_bad_c2h() {
     let mut b = Vec::new();
     TxConfig::default().c2h_data_with(&mut b, cid, 4096, 4096, true, false, |d| d.fill(1));
     assert!(h.handle_input(&b).is_err());
-    assert!(h.pending_output().ends_with(&[]) && h.pending_output().iter().any(|_| true));
+    assert!(h.poll_output().ends_with(&[]) && h.poll_output().iter().any(|_| true));
     let failed = h.fail_all();
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].token, 42);
@@ -584,8 +584,8 @@ fn host_sends_each_r2t_range_once() {
     h.handle_input(&b).unwrap();
     let cid = h.submit(rw(nvm::WRITE, 0, 4), pattern(16384, 3), 7).unwrap();
     let sent = |h: &mut HostQueue| {
-        let n = h.pending_output().len();
-        h.advance_output(n);
+        let n = h.poll_output().len();
+        h.handle_written(n);
         n
     };
     sent(&mut h);
@@ -609,7 +609,7 @@ fn host_sends_each_r2t_range_once() {
         let mut r = Vec::new();
         TxConfig::default().r2t(&mut r, cid, 1, off, len);
         assert!(h2.handle_input(&r).is_err(), "R2T at {off}+{len} after 0+12288 was accepted");
-        let out = h2.pending_output();
+        let out = h2.poll_output();
         assert_eq!(out.first(), Some(&0x02), "an H2C termination request, not data: {:?}", &out[..out.len().min(8)]);
         assert_eq!(h2.stats.h2c_pdus, 1);
     }

@@ -120,7 +120,7 @@ pub fn write_all(dir: &Path, run_id: &str, scenarios: &[ScenarioReport]) -> Resu
                 c.id.clone(),
                 c.name.clone(),
                 c.outcome.name().to_string(),
-                c.target.op.word().to_string(),
+                c.target.op.name().to_string(),
                 format::plain(c.target.value, 6),
                 opt(c.target.upper),
                 c.target.unit.clone(),

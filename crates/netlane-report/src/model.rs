@@ -232,7 +232,7 @@ pub enum Op {
 
 impl Op {
     /// The word JSON and CSV use (`at_most`).
-    pub fn word(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Op::Below => "below",
             Op::AtMost => "at_most",
@@ -279,18 +279,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// Upper-case word for terminals.
-    pub fn word(self) -> &'static str {
-        match self {
-            Outcome::Met => "MET",
-            Outcome::WithinNoise => "WITHIN NOISE",
-            Outcome::Missed => "MISSED",
-            Outcome::Invalid => "INVALID",
-            Outcome::Skipped => "SKIPPED",
-            Outcome::NotShown => "NOT SHOWN",
-        }
-    }
-
     /// The name in JSON and CSV (`within_noise`, `not_shown`).
     pub fn name(self) -> &'static str {
         match self {
@@ -372,7 +360,7 @@ pub enum FlagKind {
 
 impl FlagKind {
     /// The word people read.
-    pub fn word(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             FlagKind::Impossible => "impossible",
             FlagKind::Collapsed => "collapsed",

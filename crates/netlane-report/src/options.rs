@@ -173,7 +173,7 @@ pub fn parse_quantum(s: &str) -> Result<netlane::pace::Quantum, String> {
 }
 
 /// A quantum as the command line writes it.
-pub fn quantum_word(q: netlane::pace::Quantum) -> String {
+pub fn quantum_name(q: netlane::pace::Quantum) -> String {
     match q {
         netlane::pace::Quantum::Auto => "auto".into(),
         netlane::pace::Quantum::Fixed(ns) => format_duration(Duration::from_nanos(ns)),
@@ -237,6 +237,6 @@ mod tests {
         assert_eq!(parse_quantum("auto").unwrap(), netlane::pace::Quantum::Auto);
         assert_eq!(parse_quantum("250us").unwrap(), netlane::pace::Quantum::Fixed(250_000));
         assert!(parse_quantum("0ms").is_err() && parse_quantum("soon").is_err());
-        assert_eq!(quantum_word(netlane::pace::Quantum::Fixed(25_760_000)), "25.76ms");
+        assert_eq!(quantum_name(netlane::pace::Quantum::Fixed(25_760_000)), "25.76ms");
     }
 }

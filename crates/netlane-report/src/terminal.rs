@@ -49,7 +49,7 @@ pub fn check(c: &Check) -> String {
         Some(m) => format::measured(m.median, unit),
         None => c.reason.clone(),
     };
-    format!("  {:<13} {}: {measured}; target {}", c.outcome.word(), c.name, format::target(&c.target))
+    format!("  {:<13} {}: {measured}; target {}", c.outcome.label().to_uppercase(), c.name, format::target(&c.target))
 }
 
 /// Where each role ran: `lane 0,1; napi 0,1 (beside lane)`.
@@ -91,7 +91,7 @@ pub fn scenario(s: &ScenarioReport) -> String {
     if !s.flags.is_empty() {
         let _ = writeln!(out, "\nFlags:");
         for f in &s.flags {
-            let _ = writeln!(out, "  {:<10} {}: {}", f.kind.word().to_uppercase(), f.subject, f.message);
+            let _ = writeln!(out, "  {:<10} {}: {}", f.kind.name().to_uppercase(), f.subject, f.message);
         }
     }
     if !s.notes.is_empty() {

@@ -502,7 +502,7 @@ impl<'a> Worker<'a> {
     }
 
     fn send_new(&mut self, i: usize, now: u64) {
-        match self.clients[i].start(now, &mut self.buf) {
+        match self.clients[i].poll_transmit(now, &mut self.buf) {
             Ok(Some(n)) => {
                 self.transmit(i, n);
                 self.arm(i);
@@ -517,7 +517,7 @@ impl<'a> Worker<'a> {
 
     fn expire(&mut self, i: usize, now: u64) {
         loop {
-            match self.clients[i].expire(now, &mut self.buf) {
+            match self.clients[i].handle_timeout(now, &mut self.buf) {
                 Ok(Some(Expired::Resend(n))) => self.transmit(i, n),
                 Ok(Some(Expired::Lost)) => {
                     // Closed loop: the client moves on to its next request.
@@ -577,7 +577,7 @@ impl<'a> Worker<'a> {
             let (mut retry, mut refused) = (false, None);
             let r = self.rx.recv(self.socks[i].as_fd(), |d| {
                 let now = monotonic_ns();
-                match clients[i].receive(now, d.data) {
+                match clients[i].handle_datagram(now, d.data) {
                     Received::Completed { latency_ns, .. } => {
                         if measuring {
                             hist.record(latency_ns);

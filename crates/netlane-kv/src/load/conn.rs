@@ -99,7 +99,7 @@ impl Connection {
     }
 
     /// Appends every request due by `now_ns` to `out`; returns how many.
-    pub fn send(&mut self, now_ns: u64, out: &mut Vec<u8>, stats: &mut Stats) -> u32 {
+    pub fn poll_transmit(&mut self, now_ns: u64, out: &mut Vec<u8>, stats: &mut Stats) -> u32 {
         let mut n = 0;
         while let Some(due) = self.next_due().filter(|&due| due <= now_ns) {
             self.schedule.take();
@@ -122,7 +122,7 @@ impl Connection {
     /// Takes bytes read at `now_ns`; returns how many requests they completed. An error
     /// means the stream is out of step: close the socket and call
     /// [`Connection::disconnected`] (the completions before it are recorded).
-    pub fn receive(&mut self, now_ns: u64, bytes: &[u8], stats: &mut Stats) -> Result<u32, ProtocolError> {
+    pub fn handle_input(&mut self, now_ns: u64, bytes: &[u8], stats: &mut Stats) -> Result<u32, ProtocolError> {
         let mut n = 0;
         let was_full = self.codec.outstanding() >= self.max_in_flight;
         let schedule = &mut self.schedule;
@@ -143,7 +143,7 @@ impl Connection {
 
     /// The socket failed or was closed at `now_ns`: every request in flight is lost.
     /// The connection is ready for a new socket; returns how many were lost.
-    pub fn disconnected(&mut self, now_ns: u64, stats: &mut Stats) -> usize {
+    pub fn handle_disconnect(&mut self, now_ns: u64, stats: &mut Stats) -> usize {
         let n = self.codec.abandon();
         if n >= self.max_in_flight {
             self.slot_free_at = now_ns;
@@ -235,14 +235,14 @@ mod tests {
             match (send_at, reply_at) {
                 (Some(s), r) if r.is_none_or(|r| s < r) => {
                     now = s;
-                    conn.send(now, &mut out, &mut stats);
+                    conn.poll_transmit(now, &mut out, &mut stats);
                     server.arrive(now, &out);
                     out.clear();
                 }
                 (_, Some(r)) => {
                     now = r;
                     let (_, reply) = server.replies.pop_front().unwrap();
-                    conn.receive(now, reply, &mut stats).unwrap();
+                    conn.handle_input(now, reply, &mut stats).unwrap();
                 }
                 _ => break,
             }
@@ -347,22 +347,22 @@ mod tests {
         let mut server = FifoServer::new(5 * MS, None);
         // The first request goes out on time (the tolerance is 10 us).
         let first = conn.next_due().unwrap();
-        assert_eq!(conn.send(first, &mut out, &mut stats), 1);
+        assert_eq!(conn.poll_transmit(first, &mut out, &mut stats), 1);
         server.arrive(first, &out);
         // The second, due 1 ms after it, waits for the slot until the answer 5 ms later
         // and goes out at once: late, not lagged.
         let (t, reply) = server.replies.pop_front().unwrap();
-        conn.receive(t, reply, &mut stats).unwrap();
+        conn.handle_input(t, reply, &mut stats).unwrap();
         out.clear();
-        assert_eq!(conn.send(t, &mut out, &mut stats), 1);
+        assert_eq!(conn.poll_transmit(t, &mut out, &mut stats), 1);
         assert_eq!((stats.counts().sent_late, stats.counts().sent_lagged), (1, 0));
         server.arrive(t, &out);
         // The third could go when the next answer came, but the generator sends it
         // 200 us after that: lagged.
         let (t, reply) = server.replies.pop_front().unwrap();
-        conn.receive(t, reply, &mut stats).unwrap();
+        conn.handle_input(t, reply, &mut stats).unwrap();
         out.clear();
-        assert_eq!(conn.send(t + 200 * US, &mut out, &mut stats), 1);
+        assert_eq!(conn.poll_transmit(t + 200 * US, &mut out, &mut stats), 1);
         assert_eq!((stats.counts().sent_late, stats.counts().sent_lagged), (2, 1));
         assert!((stats.counts().lag_share() - 1.0 / 3.0).abs() < 1e-9);
     }
@@ -386,19 +386,19 @@ mod tests {
         let mut c = conn(cfg(Pacing::Closed { depth: 3 }, 10 * MS));
         let mut stats = Stats::new();
         let mut out = Vec::new();
-        assert_eq!(c.send(0, &mut out, &mut stats), 3);
+        assert_eq!(c.poll_transmit(0, &mut out, &mut stats), 3);
         assert_eq!(c.next_due(), None);
         let mut server = FifoServer::new(US, None);
         server.arrive(0, &out);
         let (t, reply) = server.replies.pop_front().unwrap();
-        assert_eq!(c.receive(t, reply, &mut stats), Ok(1));
+        assert_eq!(c.handle_input(t, reply, &mut stats), Ok(1));
         assert_eq!(c.next_due(), Some(t), "closed loop: the next request is due at once");
-        assert!(c.receive(t + 1, b"garbage\r\n", &mut stats).is_err());
-        assert_eq!(c.disconnected(t + 1, &mut stats), 2);
+        assert!(c.handle_input(t + 1, b"garbage\r\n", &mut stats).is_err());
+        assert_eq!(c.handle_disconnect(t + 1, &mut stats), 2);
         assert_eq!(stats.counts().lost, 2);
         // The slots come back: three requests may go on the new socket.
         out.clear();
-        assert_eq!(c.send(t + 2, &mut out, &mut stats), 3);
+        assert_eq!(c.poll_transmit(t + 2, &mut out, &mut stats), 3);
         assert_eq!(c.in_flight(), 3);
         c.finish(&mut stats);
         let counts = stats.counts();
@@ -411,7 +411,7 @@ mod tests {
             let mut c = Connection::new(&cfg(poisson(1e6), MS), workload(), Rng::stream(3, 9)).unwrap();
             let (mut stats, mut out, mut times) = (Stats::new(), Vec::new(), Vec::new());
             while let Some(t) = c.next_due() {
-                c.send(t, &mut out, &mut stats);
+                c.poll_transmit(t, &mut out, &mut stats);
                 times.push(t);
             }
             (times, out)

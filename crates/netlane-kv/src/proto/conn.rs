@@ -217,7 +217,7 @@ impl Conn {
     }
 
     /// Copies `data` in (UDP, tests); returns how much fitted.
-    pub fn feed(&mut self, data: &[u8]) -> usize {
+    pub fn handle_input(&mut self, data: &[u8]) -> usize {
         let mut done = 0;
         while done < data.len() {
             let space = self.read_space();
@@ -248,17 +248,17 @@ impl Conn {
 
     /// Fills `dst` with the unsent output's first slices, to write in order; returns how
     /// many.
-    pub fn output_slices<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+    pub fn poll_output<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
         self.output.slices(dst)
     }
 
     /// The unsent output copied out (UDP datagrams, tests).
-    pub fn output(&self) -> Vec<u8> {
+    pub fn poll_output_vec(&self) -> Vec<u8> {
         self.output.to_vec()
     }
 
     /// `n` bytes of the output were sent.
-    pub fn written(&mut self, n: usize) {
+    pub fn handle_written(&mut self, n: usize) {
         self.output.written(n);
         if self.output.unsent() == 0 && self.output.capacity() > 4 * self.limits.output_pause.max(BASE_CAPACITY) {
             self.output.shrink(BASE_CAPACITY);

@@ -97,10 +97,10 @@ pub fn conn(data: &[u8]) {
             settings: &settings,
         };
         if n == 0 {
-            let all = conn.output().len();
-            conn.written(all);
+            let all = conn.poll_output_vec().len();
+            conn.handle_written(all);
         } else {
-            conn.feed(chunk);
+            conn.handle_input(chunk);
         }
         for _ in 0..4 {
             match conn.process(&mut ctx) {

@@ -31,7 +31,7 @@ impl Harness {
         for part in bytes.chunks(chunk.max(1)) {
             let mut fed = 0;
             while fed < part.len() && !closed {
-                fed += self.conn.feed(&part[fed..]);
+                fed += self.conn.handle_input(&part[fed..]);
                 closed |= self.run(&mut out);
             }
         }
@@ -51,9 +51,9 @@ impl Harness {
                 settings: &TEST_SETTINGS,
             };
             let turn = self.conn.process(&mut ctx);
-            out.extend_from_slice(&self.conn.output());
-            let n = self.conn.output().len();
-            self.conn.written(n);
+            out.extend_from_slice(&self.conn.poll_output_vec());
+            let n = self.conn.poll_output_vec().len();
+            self.conn.handle_written(n);
             match turn {
                 Turn::NeedRead => return false,
                 Turn::Close => return true,
@@ -126,17 +126,21 @@ fn a_huge_multiget_pauses_instead_of_buffering() {
         line.extend_from_slice(b" v");
     }
     line.extend_from_slice(b"\r\n");
-    h.conn.feed(&line);
+    h.conn.handle_input(&line);
     let mut total = Vec::new();
     let mut blocked = 0;
     loop {
         let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
         let turn = h.conn.process(&mut ctx);
-        assert!(h.conn.output().len() <= 4096 + 1100, "output {} over the pause limit", h.conn.output().len());
+        assert!(
+            h.conn.poll_output_vec().len() <= 4096 + 1100,
+            "output {} over the pause limit",
+            h.conn.poll_output_vec().len()
+        );
         assert!(h.conn.read_space().is_empty() || turn == Turn::NeedRead);
-        total.extend_from_slice(&h.conn.output());
-        let n = h.conn.output().len();
-        h.conn.written(n);
+        total.extend_from_slice(&h.conn.poll_output_vec());
+        let n = h.conn.poll_output_vec().len();
+        h.conn.handle_written(n);
         match turn {
             Turn::Blocked => blocked += 1,
             Turn::NeedRead => break,
@@ -152,13 +156,13 @@ fn a_huge_multiget_pauses_instead_of_buffering() {
 fn one_connection_cannot_run_more_than_its_turn() {
     let limits = Limits { commands_per_turn: 4, ..Limits::default() };
     let mut h = Harness::new(limits);
-    h.conn.feed(&b"mn\r\n".repeat(10));
+    h.conn.handle_input(&b"mn\r\n".repeat(10));
     let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
-    assert_eq!(h.conn.output(), b"MN\r\n".repeat(4));
+    assert_eq!(h.conn.poll_output_vec(), b"MN\r\n".repeat(4));
     assert_eq!(h.conn.process(&mut ctx), Turn::Yield);
     assert_eq!(h.conn.process(&mut ctx), Turn::NeedRead);
-    assert_eq!(h.conn.output(), b"MN\r\n".repeat(10));
+    assert_eq!(h.conn.poll_output_vec(), b"MN\r\n".repeat(10));
 }
 
 #[test]
@@ -185,10 +189,10 @@ fn cas_race_between_two_connections() {
     assert_eq!(show(&out), "VALUE k 0 1 1\r\n0\r\nEND\r\n");
     let (out, _) = a.exchange(b"cas k 0 0 1 1\r\na\r\n", usize::MAX);
     assert_eq!(show(&out), "STORED\r\n");
-    b.feed(b"cas k 0 0 1 1\r\nb\r\n");
+    b.handle_input(b"cas k 0 0 1 1\r\nb\r\n");
     let mut ctx = ctx_at_zero(&a.store, &a.host, &mut a.counters);
     b.process(&mut ctx);
-    assert_eq!(show(&b.output()), "EXISTS\r\n");
+    assert_eq!(show(&b.poll_output_vec()), "EXISTS\r\n");
     assert_eq!((a.counters.cas_hits, a.counters.cas_badval), (1, 1));
 }
 
@@ -268,7 +272,7 @@ fn a_connection_without_memory_refuses_values_as_memcached_does() {
     let store = Store::new(StoreConfig::new(4 << 20, 200 << 10, 1)).unwrap();
     h.store = store;
     let mut hog = Conn::new(Limits::default(), 200 << 10).with_budget(Arc::clone(&budget));
-    hog.feed(b"set big 0 0 100000\r\n");
+    hog.handle_input(b"set big 0 0 100000\r\n");
     let mut ctx = ctx_at_zero(&h.store, &h.host, &mut h.counters);
     assert_eq!(hog.process(&mut ctx), Turn::NeedRead);
     assert!(budget.used() > 64 << 10, "the first value took most of the budget: {}", budget.used());

@@ -18,11 +18,9 @@ use super::lanes::Steer;
 use super::stream::{Listener, Stream};
 
 /// How often the active expiry runs, and how many slots it visits per shard each time:
-/// 64 shards x 32 slots every 100 ms is about 20 K slot visits a second. (At 2048 per
-/// shard it walked the whole 100 K-item store ten times a second: about 1% of the
-/// server CPU in perf, but as a burst of about a millisecond every 100 ms on the
-/// worker's CPU, in which 1% of requests waited: the p99 at low load.) Expired items
-/// that are read go at once anyway; this only returns the memory of those never read.
+/// a small budget per pass, so that no pass is a burst the requests behind it wait for
+/// (docs/results.md has the p99 a whole-store pass cost). Expired items that are read go
+/// at once anyway; this only returns the memory of those never read.
 const REAP_EVERY: Duration = Duration::from_millis(100);
 const REAP_BUDGET: usize = 32;
 

@@ -554,7 +554,7 @@ impl Worker {
                 }
             };
             self.udp_conn.reset();
-            self.udp_conn.feed(body);
+            self.udp_conn.handle_input(body);
             let mut ctx = Ctx {
                 store: &self.shared.store,
                 clock: self.shared.clock(),
@@ -577,7 +577,7 @@ impl Worker {
                 self.counters.udp_replies_cut += 1;
             }
             self.shared.conns.udp_requests.fetch_add(1, Ordering::Relaxed);
-            let reply = self.udp_conn.output();
+            let reply = self.udp_conn.poll_output_vec();
             for (h, chunk) in udp::datagrams(frame.request_id, &reply) {
                 self.udp_out.clear();
                 self.udp_out.extend_from_slice(&h);
@@ -644,11 +644,11 @@ fn linger(e: &mut Entry, c: &mut Counters) -> bool {
 fn flush(e: &mut Entry, c: &mut Counters) -> bool {
     while e.can_write && e.conn.unsent() > 0 {
         let mut slices = [std::io::IoSlice::new(&[]); 16];
-        let n = e.conn.output_slices(&mut slices);
+        let n = e.conn.poll_output(&mut slices);
         let len: usize = slices[..n].iter().map(|s| s.len()).sum();
         match e.stream.write_vectored(&slices[..n]) {
             Ok(written) => {
-                e.conn.written(written);
+                e.conn.handle_written(written);
                 c.bytes_written += written as u64;
                 if written < len {
                     e.can_write = false;

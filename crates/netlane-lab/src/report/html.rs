@@ -128,7 +128,7 @@ fn scenario(s: &ScenarioReport) -> Markup {
                 (checks(&s.checks))
             }
             @for f in &s.flags {
-                div class="flag" { strong { (f.kind.word()) ": " (f.subject) } " " (f.message) }
+                div class="flag" { strong { (f.kind.name()) ": " (f.subject) } " " (f.message) }
             }
             @for c in &s.charts {
                 figure {

@@ -55,7 +55,7 @@ pub enum Case {
 impl Case {
     const ALL: [Case; 3] = [Case::Alone, Case::Shared, Case::Classes];
 
-    fn word(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Case::Alone => "alone",
             Case::Shared => "shared",
@@ -203,7 +203,7 @@ impl LanesBenchArgs {
         let mut out = Vec::new();
         for i in round_order(Case::ALL.len(), round) {
             let case = Case::ALL[i];
-            let label = tag(case.word());
+            let label = tag(case.name());
             progress.start(&label);
             shaper.classify(case != Case::Shared)?;
             let bulk_proc = if case == Case::Alone {
@@ -248,7 +248,7 @@ impl LanesBenchArgs {
             let mut rec = RunRecord::new(
                 records.len() as u32 + 1,
                 round as u32 + 1,
-                format!("isolation {}", case.word()),
+                format!("isolation {}", case.name()),
                 vec![
                     ("achieved_per_s", Some(run.load.achieved_per_s)),
                     ("p999_us", latency_of(&run.load, "p99.9").ok()),
@@ -306,7 +306,7 @@ fn percentile(r: &IsoRun, link: u64, p: &str) -> Measure {
     if r.case != Case::Alone && r.bulk_per_s < 0.5 * link as f64 {
         return Err(format!(
             "{}: the bulk neighbour reached only {:.0}% of the link",
-            r.case.word(),
+            r.case.name(),
             r.bulk_per_s / link as f64 * 100.0
         ));
     }

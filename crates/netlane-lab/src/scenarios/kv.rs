@@ -54,12 +54,8 @@ pub enum Part {
 }
 
 impl Part {
-    fn word(self) -> &'static str {
-        match self {
-            Part::Sla => "sla",
-            Part::Rates => "rates",
-            Part::Closed => "closed",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -73,11 +69,8 @@ pub enum ServerKind {
 }
 
 impl ServerKind {
-    fn word(self) -> &'static str {
-        match self {
-            ServerKind::Netlane => "netlane",
-            ServerKind::Memcached => "memcached",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -150,10 +143,9 @@ pub struct KvBenchArgs {
     /// The SLA of the sla part.
     #[arg(long, default_value = "p99.9=1ms")]
     pub sla: Sla,
-    /// The tighter SLA of the sla part. This machine's p99.9 sits near 1 ms even at a
-    /// few percent load (a vCPU preempted for about a millisecond now and then stalls
-    /// every request in flight, whichever server runs), so a tighter bound that it can
-    /// hold is one at p99.
+    /// The tighter SLA of the sla part: a bound at p99, since a vCPU preempted now and
+    /// then stalls every request in flight at p99.9, whichever server runs (the floor
+    /// part measures it).
     #[arg(long, default_value = "p99=500us")]
     pub tight_sla: Sla,
     /// Lowest rate the search tries, requests/s.
@@ -165,9 +157,8 @@ pub struct KvBenchArgs {
     /// The search stops when its bracket is narrower than this ratio.
     #[arg(long, default_value_t = 1.1)]
     pub resolution: f64,
-    /// Length of each search run (a rate is decided by three of five, or two clear ones). Two
-    /// seconds keep one of this machine's ~10 ms stalls under 1% of a run's requests, so
-    /// a single stall cannot decide a p99 alone.
+    /// Length of each search run (a rate is decided by three of five, or two clear ones):
+    /// long enough that one stall of the machine cannot decide a p99 alone.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     pub step: Duration,
     /// Offered rates of the rates part, requests/s.
@@ -216,7 +207,7 @@ pub struct KvRun {
 #[derive(Debug, Clone, Serialize)]
 pub struct KvRound {
     /// Which server.
-    pub server: &'static str,
+    pub server: String,
     /// The SLA searches: the main one, then the tight one.
     pub searches: Vec<SearchReport>,
     /// The fixed rates, in --rates order.
@@ -266,8 +257,8 @@ impl Scenario for KvBenchArgs {
     }
 
     fn options(&self) -> OptionList {
-        let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
-        let servers: Vec<&str> = self.servers.iter().map(|s| s.word()).collect();
+        let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
+        let servers: Vec<String> = self.servers.iter().map(|s| s.name()).collect();
         let list = OptionList::new()
             .words("parts", &parts)
             .words("servers", &servers)
@@ -373,7 +364,7 @@ impl Scenario for KvBenchArgs {
                 let kind = self.servers[i];
                 let r = self
                     .round(&h, addr, kind, round, progress, &mut records)
-                    .with_context(|| format!("{} round {}", kind.word(), round + 1))?;
+                    .with_context(|| format!("{} round {}", kind.name(), round + 1))?;
                 all[i].push(r);
             }
         }
@@ -386,8 +377,10 @@ impl KvBenchArgs {
     /// `e` (why a round has no ratio) with what the floor run of the server whose
     /// search found no rate saw.
     fn with_floor(&self, e: String, a: &KvRound, b: &KvRound, i: usize, sla: Sla) -> String {
-        let floor =
-            [a, b].into_iter().find(|r| best(r, i).is_err()).and_then(|r| r.floor.as_ref().map(|f| (r.server, f)));
+        let floor = [a, b]
+            .into_iter()
+            .find(|r| best(r, i).is_err())
+            .and_then(|r| r.floor.as_ref().map(|f| (r.server.as_str(), f)));
         let Some((server, (run, f))) = floor else { return e };
         let p = format!("p{}", sla.quantile() * 100.0);
         format!(
@@ -418,7 +411,7 @@ impl KvBenchArgs {
                 held += v.iter().filter(|&&x| x <= bound_us).count();
                 runs += v.len();
                 if !v.is_empty() {
-                    per_server.push(format!("{} {:.0} us", kind.word(), median(v)));
+                    per_server.push(format!("{} {:.0} us", kind.name(), median(v)));
                 }
             }
             let shares: Vec<f64> = all
@@ -480,7 +473,7 @@ impl KvBenchArgs {
             for (k, r) in all[i].iter().enumerate() {
                 let Some((run, f)) = &r.floor else { continue };
                 t.push(Row::new(vec![
-                    Value::text(format!("{} #{}", kind.word(), k + 1)),
+                    Value::text(format!("{} #{}", kind.name(), k + 1)),
                     latency("p99.9")(run).map_or(Value::Missing, Value::num),
                     latency("p99")(run).map_or(Value::Missing, Value::num),
                     Value::num(f.over_1ms as f64),
@@ -591,7 +584,7 @@ impl KvBenchArgs {
                 Running::Memcached(cmd.spawn().with_context(|| format!("start {}", self.memcached))?)
             }
         };
-        wait_until_accepting(h, addr, kind.word())?;
+        wait_until_accepting(h, addr, &kind.name())?;
         Ok(running)
     }
 
@@ -622,7 +615,7 @@ impl KvBenchArgs {
         records: &mut Vec<RunRecord>,
     ) -> Result<KvRound> {
         let tag = |what: &str| {
-            let mut l = format!("{} {what}", kind.word());
+            let mut l = format!("{} {what}", kind.name());
             if self.repeat > 1 {
                 l.push_str(&format!(" #{}", round + 1));
             }
@@ -635,7 +628,7 @@ impl KvBenchArgs {
         let n = h.tx.run(move || loadgen::warm_up(&warm))??;
         progress.finish(&label, &format!("{n} keys stored"));
         let mut out =
-            KvRound { server: kind.word(), searches: Vec::new(), rates: Vec::new(), closed: None, floor: None };
+            KvRound { server: kind.name(), searches: Vec::new(), rates: Vec::new(), closed: None, floor: None };
         let index = |records: &Vec<RunRecord>| records.len() as u32 + 1;
         if self.probes_stalls() {
             let label = tag(&format!("floor at {:.0}/s with cyclictest", self.search_lo));
@@ -660,7 +653,7 @@ impl KvBenchArgs {
             records.push(record(
                 index(records),
                 round,
-                &format!("{} floor at {:.0}/s", kind.word(), self.search_lo),
+                &format!("{} floor at {:.0}/s", kind.name(), self.search_lo),
                 &run,
             ));
             out.floor = Some((run, st));
@@ -692,7 +685,7 @@ impl KvBenchArgs {
                 let mut rec = RunRecord::new(
                     index(records),
                     round as u32 + 1,
-                    format!("{} search {sla}", kind.word()),
+                    format!("{} search {sla}", kind.name()),
                     vec![("best_per_s", r.best_per_s), ("runs", Some(r.runs as f64))],
                 );
                 rec.detail = serde_json::to_value(&r).unwrap_or_default();
@@ -706,7 +699,7 @@ impl KvBenchArgs {
                 progress.start(&label);
                 let r = self.measured(h, self.load(addr, open(*rate as f64), self.time), progress, &label)?;
                 progress.finish(&label, &summary(&r));
-                records.push(record(index(records), round, &format!("{} {rate}/s", kind.word()), &r));
+                records.push(record(index(records), round, &format!("{} {rate}/s", kind.name()), &r));
                 out.rates.push(r);
             }
         }
@@ -720,18 +713,18 @@ impl KvBenchArgs {
                 &label,
             )?;
             progress.finish(&label, &summary(&closed));
-            records.push(record(index(records), round, &format!("{} closed loop", kind.word()), &closed));
+            records.push(record(index(records), round, &format!("{} closed loop", kind.name()), &closed));
             // A closed loop runs the generator flat out; the open loop is offered a share
             // of that rate so that the generator keeps its schedule.
             let rate = closed.load.achieved_per_s * OPEN_SHARE;
             if rate <= 0.0 {
-                bail!("{}: the closed loop completed nothing", kind.word());
+                bail!("{}: the closed loop completed nothing", kind.name());
             }
             let label = tag("open loop at 80% of the closed loop's rate");
             progress.start(&label);
             let opened = self.measured(h, self.load(addr, open(rate), self.time), progress, &label)?;
             progress.finish(&label, &summary(&opened));
-            records.push(record(index(records), round, &format!("{} open loop at {rate:.0}/s", kind.word()), &opened));
+            records.push(record(index(records), round, &format!("{} open loop at {rate:.0}/s", kind.name()), &opened));
             out.closed = Some((closed, opened));
         }
         Ok(out)
@@ -865,7 +858,7 @@ fn sla_bound_text(sla: Sla) -> String {
 
 /// One round's closed loop and the open loop at its rate.
 struct LoopPair {
-    server: &'static str,
+    server: String,
     rate: f64,
     closed_p50: f64,
     open_p50: f64,
@@ -911,7 +904,7 @@ impl KvBenchArgs {
             for (i, kind) in self.servers.iter().enumerate() {
                 let rs = &all[i];
                 t.push(Row::new(vec![
-                    Value::text(kind.word()),
+                    Value::text(kind.name()),
                     med(rs, |r| best(r, 0)),
                     med(rs, |r| best(r, 1)),
                     // The search's first run, at the lowest rate: the machine's floor.
@@ -925,7 +918,7 @@ impl KvBenchArgs {
                     med(rs, |r| Ok(r.searches.iter().map(|s| s.runs).sum::<usize>() as f64)),
                 ]));
                 flags.extend(repeat_flags(
-                    &format!("{} within {}", kind.word(), self.sla),
+                    &format!("{} within {}", kind.name(), self.sla),
                     "requests/s",
                     &rs.iter().filter_map(|r| best(r, 0).ok()).collect::<Vec<_>>(),
                 ));
@@ -935,7 +928,7 @@ impl KvBenchArgs {
                         s.curve.iter().filter_map(|p| p.sla_latency_us.map(|u| (p.offered_per_s, u / 1e6))).collect();
                     pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                     chart_series.push(Series {
-                        name: kind.word().into(),
+                        name: kind.name(),
                         points: pts.into_iter().filter_map(|(x, y)| Point::of(x, &[y])).collect(),
                     });
                 }
@@ -1006,7 +999,7 @@ impl KvBenchArgs {
                     let rs: Vec<&KvRun> = all[i].iter().filter_map(|r| r.rates.get(j)).collect();
                     let rs: Vec<KvRun> = rs.into_iter().cloned().collect();
                     t.push(Row::new(vec![
-                        Value::text(format!("{} {rate}/s", kind.word())),
+                        Value::text(format!("{} {rate}/s", kind.name())),
                         med(&rs, |r| Ok(r.load.achieved_per_s)),
                         med(&rs, latency("p50")),
                         med(&rs, latency("p99")),
@@ -1020,7 +1013,7 @@ impl KvBenchArgs {
                     let v: Vec<f64> = rs.iter().filter_map(|r| latency("p99.9")(r).ok().map(|u| u / 1e6)).collect();
                     pts.extend(Point::of(*rate as f64, &v));
                 }
-                series.push(Series { name: kind.word().into(), points: pts });
+                series.push(Series { name: kind.name(), points: pts });
             }
             tables.push(t);
             charts.push(Chart {
@@ -1077,7 +1070,7 @@ impl KvBenchArgs {
                         .filter_map(|r| r.closed.as_ref().map(|c| if pick == 0 { c.0.clone() } else { c.1.clone() }))
                         .collect();
                     t.push(Row::new(vec![
-                        Value::text(format!("{} {which}", kind.word())),
+                        Value::text(format!("{} {which}", kind.name())),
                         med(&rs, |r| Ok(r.load.achieved_per_s)),
                         med(&rs, latency("p50")),
                         med(&rs, latency("p99")),
@@ -1091,7 +1084,7 @@ impl KvBenchArgs {
                             (latency("p50")(c), latency("p50")(o), latency("p99.9")(c), latency("p99.9")(o))
                     {
                         seen.push(LoopPair {
-                            server: kind.word(),
+                            server: kind.name(),
                             rate: c.load.achieved_per_s,
                             closed_p50: cp50,
                             open_p50: op50,
@@ -1104,7 +1097,7 @@ impl KvBenchArgs {
             tables.push(t);
             let in_flight = f64::from(self.connections) * f64::from(self.closed_depth);
             for kind in &self.servers {
-                let v: Vec<&LoopPair> = seen.iter().filter(|s| s.server == kind.word()).collect();
+                let v: Vec<&LoopPair> = seen.iter().filter(|s| s.server == kind.name()).collect();
                 if v.is_empty() {
                     continue;
                 }
@@ -1116,7 +1109,7 @@ impl KvBenchArgs {
                      loop's {:.0} us (medians of rounds). A closed loop reports the latency of the load it generates \
                      itself, and slows its sending while the server stalls, so a stall is counted once per connection \
                      instead of once per request that would have arrived meanwhile.",
-                    kind.word(),
+                    kind.name(),
                     m(|s| s.rate),
                     m(|s| s.closed_p50),
                     m(|s| s.rate),
@@ -1239,7 +1232,7 @@ mod tests {
 
     fn round(server: ServerKind, best: Option<f64>, busy_s: f64, late: f64) -> KvRound {
         KvRound {
-            server: server.word(),
+            server: server.name(),
             searches: vec![search(best, false), search(best, false)],
             rates: vec![run(20_000.0, 900.0, busy_s, late)],
             closed: None,

@@ -73,15 +73,8 @@ pub enum Mode {
 }
 
 impl Mode {
-    fn word(self) -> &'static str {
-        match self {
-            Mode::Plain => "plain",
-            Mode::Napi => "napi",
-            Mode::NapiBusy => "napi-busy",
-            Mode::Reuseport => "reuseport",
-            Mode::Memcached => "memcached",
-            Mode::MemcachedN => "memcached-n",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 
     fn is_memcached(self) -> bool {
@@ -104,15 +97,13 @@ pub struct LanesBenchArgs {
     /// the search uses the first.
     #[arg(long, value_delimiter = ',', default_value = "64,256")]
     pub connections: Vec<u32>,
-    /// Offered rates of the fixed-rate runs, requests/s (server and generator share the
-    /// two CPUs here: the machine holds about 30,000/s in all).
+    /// Offered rates of the fixed-rate runs, requests/s.
     #[arg(long, value_delimiter = ',', default_value = "10000,20000")]
     pub rates: Vec<u64>,
     /// The workload.
     #[command(flatten)]
     pub workload: WorkloadArgs,
-    /// The SLA of the search (this machine's p99.9 sits near 1 ms at any load: see the
-    /// kv scenario's floor; p99 is what it can hold).
+    /// The SLA of the search (at p99: the kv scenario's floor part says why).
     #[arg(long, default_value = "p99=500us")]
     pub sla: Sla,
     /// Lowest rate the search tries, requests/s.
@@ -262,7 +253,7 @@ impl Scenario for LanesBenchArgs {
     }
 
     fn options(&self) -> OptionList {
-        let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
+        let modes: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
         let conns: Vec<u64> = self.connections.iter().map(|&c| u64::from(c)).collect();
         let list = OptionList::new().words("modes", &modes).ints("connections", &conns).ints("rates", &self.rates);
         let mut list = self
@@ -365,7 +356,7 @@ impl Scenario for LanesBenchArgs {
                 let mode = self.modes[i];
                 let r = self
                     .round(&h, &plan, addr, mode, round, progress, &mut records)
-                    .with_context(|| format!("{} round {}", mode.word(), round + 1))?;
+                    .with_context(|| format!("{} round {}", mode.name(), round + 1))?;
                 all[i].push(r);
             }
             if !self.no_isolation {
@@ -471,7 +462,7 @@ impl LanesBenchArgs {
             let s = h.rx.run(move || Server::start(cfg))??;
             Running::Netlane(Some(Box::new(s)))
         };
-        wait_until_accepting(h, addr, mode.word())?;
+        wait_until_accepting(h, addr, &mode.name())?;
         Ok(running)
     }
 
@@ -544,7 +535,7 @@ impl LanesBenchArgs {
         records: &mut Vec<RunRecord>,
     ) -> Result<LaneRound> {
         let tag = |what: &str| {
-            let mut l = format!("{} {what}", mode.word());
+            let mut l = format!("{} {what}", mode.name());
             if self.repeat > 1 {
                 l.push_str(&format!(" #{}", round + 1));
             }
@@ -589,7 +580,7 @@ impl LanesBenchArgs {
             let mut rec = RunRecord::new(
                 records.len() as u32 + 1,
                 round as u32 + 1,
-                format!("{} search {}", mode.word(), self.sla),
+                format!("{} search {}", mode.name(), self.sla),
                 vec![("best_per_s", r.best_per_s)],
             );
             rec.detail = serde_json::to_value(&r).unwrap_or_default();
@@ -605,7 +596,7 @@ impl LanesBenchArgs {
                 let mut rec = RunRecord::new(
                     records.len() as u32 + 1,
                     round as u32 + 1,
-                    format!("{} {c} connections {rate}/s", mode.word()),
+                    format!("{} {c} connections {rate}/s", mode.name()),
                     vec![
                         ("achieved_per_s", Some(run.load.achieved_per_s)),
                         ("mean_us", run.load.mean_us),
@@ -715,10 +706,10 @@ fn summary(r: &LaneRun) -> String {
 fn best(r: &LaneRound) -> Measure {
     let s = r.search.as_ref().ok_or("the search did not run")?;
     match s.best_per_s {
-        None => Err(format!("{}: no rate held {}", r.mode.word(), s.sla)),
-        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", r.mode.word(), s.sla)),
+        None => Err(format!("{}: no rate held {}", r.mode.name(), s.sla)),
+        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", r.mode.name(), s.sla)),
         Some(_) if s.generator_limited => {
-            Err(format!("{}: the search stopped where the generator could not keep its schedule", r.mode.word()))
+            Err(format!("{}: the search stopped where the generator could not keep its schedule", r.mode.name()))
         }
         Some(b) => positive(b, "best rate"),
     }
@@ -759,9 +750,9 @@ impl LanesBenchArgs {
             );
             let mut points = Vec::new();
             for (i, m) in self.modes.iter().enumerate() {
-                t.push(Row::new(vec![Value::text(m.word()), med(&all[i], best)]));
+                t.push(Row::new(vec![Value::text(m.name()), med(&all[i], best)]));
                 let v: Vec<f64> = all[i].iter().filter_map(|r| best(r).ok()).collect();
-                flags.extend(repeat_flags(&format!("{} within {}", m.word(), self.sla), "requests/s", &v));
+                flags.extend(repeat_flags(&format!("{} within {}", m.name(), self.sla), "requests/s", &v));
                 points.extend(Point::of(i as f64, &v));
             }
             tables.push(t);
@@ -769,7 +760,7 @@ impl LanesBenchArgs {
                 name: "lanes-sla".into(),
                 title: format!("Requests/s within {} by placement", self.sla),
                 kind: ChartKind::Bars,
-                x: Axis::categories("mode", self.modes.iter().map(|m| m.word().to_string()).collect()),
+                x: Axis::categories("mode", self.modes.iter().map(|m| m.name().to_string()).collect()),
                 y: Axis::numeric("requests/s", Unit::Count("requests/s".into()), Scale::Linear),
                 series: vec![Series { name: "requests/s".into(), points }],
             });
@@ -813,9 +804,9 @@ impl LanesBenchArgs {
                     ),
                     Some((x, y)) => spec.evaluate(
                         paired(x, y, best),
-                        &format!("{} / {} requests/s within {}, per round", a.word(), b.word(), self.sla),
+                        &format!("{} / {} requests/s within {}, per round", a.name(), b.name(), self.sla),
                     ),
-                    None => spec.skipped(format!("needs the {} and {} modes", a.word(), b.word())),
+                    None => spec.skipped(format!("needs the {} and {} modes", a.name(), b.name())),
                 });
             }
         }
@@ -845,7 +836,7 @@ impl LanesBenchArgs {
             {
                 let rs: Vec<LaneRun> = all[i].iter().filter_map(|x| x.runs.get(j).cloned()).collect();
                 t.push(Row::new(vec![
-                    Value::text(format!("{} {c} {r}/s", m.word())),
+                    Value::text(format!("{} {c} {r}/s", m.name())),
                     med(&rs, |x| Ok(x.load.achieved_per_s)),
                     med(&rs, mean),
                     med(&rs, latency("p99")),
@@ -908,7 +899,7 @@ impl LanesBenchArgs {
             let Some(v) = all[i].last().and_then(|r| r.lanes.as_ref()) else { continue };
             for l in &v.lanes {
                 t.push(Row::new(vec![
-                    Value::text(format!("{} lane {}", m.word(), l.lane)),
+                    Value::text(format!("{} lane {}", m.name(), l.lane)),
                     l.cpu.map_or(Value::Missing, |c| Value::num(c as f64)),
                     Value::text(l.napi_ids.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" ")),
                     Value::num(l.by_owner as f64),
@@ -917,7 +908,7 @@ impl LanesBenchArgs {
                 ]));
             }
             for k in v.knobs.iter().filter(|k| !k.applied) {
-                notes.push(format!("{}: {} = {} was refused: {}", m.word(), k.name, k.wanted, k.detail));
+                notes.push(format!("{}: {} = {} was refused: {}", m.name(), k.name, k.wanted, k.detail));
             }
         }
         tables.push(t);
@@ -968,7 +959,7 @@ impl LanesBenchArgs {
                  the CPU plan places them (apart where the machine has the CPUs). Modes: {}. \
                  Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
                  stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
-                self.modes.iter().map(|m| m.word()).collect::<Vec<_>>().join(", "),
+                self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
                 self.busy_poll,
                 self.memcached_busy_poll,
                 self.workload.keys,

@@ -302,6 +302,12 @@ pub fn from_words<T: clap::Args>(words: &[&str]) -> Result<T, clap::Error> {
     <Wrap<T> as clap::Parser>::try_parse_from(argv).map(|w| w.inner)
 }
 
+/// The command-line name of a value (`napi-busy`): the string form of every mode and
+/// part, from clap's own `ValueEnum`, never a hand copy.
+pub(crate) fn value_name<T: ValueEnum>(v: &T) -> String {
+    v.to_possible_value().map(|p| p.get_name().to_string()).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,11 +23,8 @@ pub enum PathKind {
 
 impl PathKind {
     /// The word the command line takes.
-    pub fn word(self) -> &'static str {
-        match self {
-            PathKind::Veth => "veth",
-            PathKind::Loopback => "loopback",
-        }
+    pub fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -125,7 +122,7 @@ impl NetArgs {
 
     /// The resolved options.
     pub fn options(&self) -> OptionList {
-        let mut o = OptionList::new().text("path", self.path.word()).flag("ipv6", self.ipv6);
+        let mut o = OptionList::new().text("path", self.path.name()).flag("ipv6", self.ipv6);
         if self.path == PathKind::Veth {
             o = o.int("mtu", u64::from(self.mtu)).text(
                 "rx-napi",

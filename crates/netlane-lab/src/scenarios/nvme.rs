@@ -56,14 +56,8 @@ pub enum Part {
 }
 
 impl Part {
-    fn word(self) -> &'static str {
-        match self {
-            Part::Qd1 => "qd1",
-            Part::Qd32 => "qd32",
-            Part::Mixed => "mixed",
-            Part::Affinity => "affinity",
-            Part::Caravans => "caravans",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -76,10 +70,10 @@ const SWEEP_NSID: u32 = 2;
 const MIXED_MIN_ROUNDS: u32 = 5;
 
 fn sweep_label(mode: &str, bs: u32, jobs: u32) -> String {
-    format!("{mode} {} x{jobs}", size_word(bs))
+    format!("{mode} {} x{jobs}", size_name(bs))
 }
 
-fn size_word(bs: u32) -> String {
+fn size_name(bs: u32) -> String {
     if bs >= 1024 { format!("{}K", bs / 1024) } else { bs.to_string() }
 }
 
@@ -261,7 +255,7 @@ impl NvmeBenchArgs {
                         for jobs in SWEEP_JOBS {
                             let spec = format!(
                                 "name=sweep,rw=randread,bs={},qd={},jobs={jobs},cpus={host}",
-                                size_word(bs),
+                                size_name(bs),
                                 32 / jobs
                             );
                             let opts = PerfOptions {
@@ -325,9 +319,9 @@ impl Scenario for NvmeBenchArgs {
     }
 
     fn options(&self) -> OptionList {
-        let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
+        let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
         OptionList::new()
-            .text("path", self.path.word())
+            .text("path", self.path.name())
             .int("mtu", u64::from(self.mtu))
             .words("parts", &parts)
             .duration("time", self.time)
@@ -336,7 +330,7 @@ impl Scenario for NvmeBenchArgs {
             .int("host-cpu", self.host_cpu as u64)
             .int("target-cpu", self.target_cpu() as u64)
             .size("ns-size", self.ns_size)
-            .words("caravan-sizes", &self.caravan_sizes.iter().map(|b| size_word(*b)).collect::<Vec<_>>())
+            .words("caravan-sizes", &self.caravan_sizes.iter().map(|b| size_name(*b)).collect::<Vec<_>>())
     }
 
     fn validate(&self) -> Result<()> {
@@ -391,7 +385,7 @@ impl Scenario for NvmeBenchArgs {
                     continue;
                 }
                 index += 1;
-                let mut label = format!("{} {}", m.part.word(), m.label);
+                let mut label = format!("{} {}", m.part.name(), m.label);
                 if self.rounds(m.part) > 1 {
                     label.push_str(&format!(" #{}", round + 1));
                 }
@@ -417,7 +411,7 @@ impl Scenario for NvmeBenchArgs {
                         rep.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}"))
                     ),
                 );
-                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.word(), m.label), &rep));
+                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.name(), m.label), &rep));
                 all[i].push(rep);
             }
         }
@@ -522,7 +516,7 @@ impl NvmeBenchArgs {
         };
         let mut flags = Vec::new();
         for (m, rs) in modes.iter().zip(all) {
-            flags.extend(repeat_flags(&format!("{} {}", m.part.word(), m.label), "IOPS", &values(rs, iops)));
+            flags.extend(repeat_flags(&format!("{} {}", m.part.name(), m.label), "IOPS", &values(rs, iops)));
         }
         let mut tables = Vec::new();
         let mut charts = Vec::new();
@@ -538,7 +532,7 @@ impl NvmeBenchArgs {
             find(part, b),
         ) {
             (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
-            _ => spec.skipped(format!("the {} part did not run", part.word())),
+            _ => spec.skipped(format!("the {} part did not run", part.name())),
         };
 
         if self.parts.contains(&Part::Qd1) {
@@ -876,7 +870,7 @@ impl NvmeBenchArgs {
                     let ratios: Vec<f64> = paired(c, b, per_core).into_iter().filter_map(Result::ok).collect();
                     let sp = Spread::of(&ratios);
                     if sp.as_ref().is_some_and(|s| s.min > 1.0) {
-                        won.push(format!("{} x{jobs} ({})", size_word(bs), sig(sp.as_ref().map_or(0.0, |s| s.median))));
+                        won.push(format!("{} x{jobs} ({})", size_name(bs), sig(sp.as_ref().map_or(0.0, |s| s.median))));
                     }
                     series[ji].points.extend(Point::of(bi as f64, &ratios));
                     t.push(Row::new(vec![
@@ -897,7 +891,7 @@ impl NvmeBenchArgs {
                 name: "nvme-caravans".into(),
                 title: "Caravans / plain batching, IOPS per host core, by request size".into(),
                 kind: ChartKind::Lines,
-                x: Axis::categories("request size", self.caravan_sizes.iter().map(|b| size_word(*b)).collect()),
+                x: Axis::categories("request size", self.caravan_sizes.iter().map(|b| size_name(*b)).collect()),
                 y: Axis::numeric("caravans / batched", Unit::Ratio, Scale::Linear),
                 series,
             });

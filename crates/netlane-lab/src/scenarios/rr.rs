@@ -67,15 +67,8 @@ pub enum Part {
 }
 
 impl Part {
-    fn word(self) -> &'static str {
-        match self {
-            Part::Paths => "paths",
-            Part::Blocks => "blocks",
-            Part::Wall => "wall",
-            Part::Large => "large",
-            Part::Tx => "tx",
-            Part::Pace => "pace",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -130,12 +123,9 @@ pub struct RrBenchArgs {
     /// Client think time between a response and the next request (all parts but blocks).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub think: Duration,
-    /// Client think time in the blocks part. Without a pause every block size keeps the
-    /// server CPU 0 to 1% idle here (measured): the talk's trade-off between idle CPU and
-    /// throughput needs a server that can be idle. With 1 ms, 128 clients ask more than
-    /// one server CPU answers on the 2-CPU VM this was measured on (12-15 us per
-    /// response at every block size), so no block can leave 30% idle at 90% of the best
-    /// rate there; 3 ms spans a nearly idle to a half-loaded server over 16..128 clients.
+    /// Client think time in the blocks part: the talk's trade-off between idle CPU and
+    /// throughput needs a server that can be idle, so the clients pause between requests
+    /// (docs/results.md has how the default was chosen).
     #[arg(long, default_value = "3ms", value_parser = parse_duration)]
     pub block_think: Duration,
     /// Client counts of the blocks part (the adaptive targets hold across them).
@@ -373,7 +363,7 @@ impl Scenario for RrBenchArgs {
     }
 
     fn options(&self) -> OptionList {
-        let parts: Vec<&str> = self.parts.iter().map(|p| p.word()).collect();
+        let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
         let paths: Vec<&str> = self.paths.iter().map(|p| p.name()).collect();
         OptionList::new()
             .words("parts", &parts)
@@ -478,7 +468,7 @@ impl Scenario for RrBenchArgs {
             for i in round_order(modes.len(), round) {
                 let m = &modes[i];
                 index += 1;
-                let mut label = format!("{} {}", m.part.word(), m.label);
+                let mut label = format!("{} {}", m.part.name(), m.label);
                 if self.repeat > 1 {
                     label.push_str(&format!(" #{}", round + 1));
                 }
@@ -499,7 +489,7 @@ impl Scenario for RrBenchArgs {
                         idle(&r).map_or("-".into(), |v| format!("{v:.0}%"))
                     ),
                 );
-                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.word(), m.label), &r));
+                records.push(record(index, round as u32 + 1, &format!("{} {}", m.part.name(), m.label), &r));
                 all[i].push(r);
             }
         }
@@ -667,7 +657,7 @@ impl RrBenchArgs {
         let mut flags = Vec::new();
         for (m, rs) in modes.iter().zip(all) {
             flags.extend(repeat_flags(
-                &format!("{} {}", m.part.word(), m.label),
+                &format!("{} {}", m.part.name(), m.label),
                 "responses/s",
                 &values(rs, throughput),
             ));
@@ -678,7 +668,7 @@ impl RrBenchArgs {
             find(part, b),
         ) {
             (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
-            _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.word())),
+            _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.name())),
         };
         let row = |label: &str, rs: &[RrRun]| {
             Row::new(vec![

@@ -23,7 +23,7 @@ use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, Transport, TxSou
 use crate::progress::Progress;
 use crate::stats::{Spread, median, repeat_flags, round_order, sig};
 use crate::verdict::{Measure, Spec, paired, positive};
-use netlane_report::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_word};
+use netlane_report::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_name};
 use netlane_report::{
     Axis, Chart, ChartKind, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
     Value, format,
@@ -54,18 +54,8 @@ pub enum Mode {
 
 impl Mode {
     /// The word the command line takes.
-    pub fn word(self) -> &'static str {
-        match self {
-            Mode::Tcp => "tcp",
-            Mode::TcpZc => "tcp-zc",
-            Mode::Udp => "udp",
-            Mode::Sendmmsg => "sendmmsg",
-            Mode::Gso => "gso",
-            Mode::GsoSockopt => "gso-sockopt",
-            Mode::GsoGro => "gso-gro",
-            Mode::GsoZc => "gso-zc",
-            Mode::Paced => "paced",
-        }
+    pub fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -81,12 +71,8 @@ pub enum VerifyArg {
 }
 
 impl VerifyArg {
-    fn word(self) -> &'static str {
-        match self {
-            VerifyArg::Count => "count",
-            VerifyArg::Header => "header",
-            VerifyArg::Full => "full",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -214,7 +200,7 @@ impl UdpBulkArgs {
         let (tx, rx) = self.specs(mode, rate);
         let label = match rate {
             Some(r) => format!("paced {}", compact_rate(r)),
-            None => mode.word().to_string(),
+            None => mode.name().to_string(),
         };
         Arm {
             label,
@@ -247,7 +233,7 @@ impl UdpBulkArgs {
                 let (_, rx) = self.specs(mode, None);
                 let counting = RxSpec { verify: Verify::Count, max_datagram: self.gso_size, ..rx };
                 let mut ours = self.arm(mode, None);
-                ours.label = format!("netlane {}", mode.word());
+                ours.label = format!("netlane {}", mode.name());
                 ours.role = Role::Ours(gso);
                 ours.run.rx = counting;
                 arms.push(ours);
@@ -277,7 +263,7 @@ impl Scenario for UdpBulkArgs {
     }
 
     fn options(&self) -> OptionList {
-        let modes: Vec<&str> = self.modes.iter().map(|m| m.word()).collect();
+        let modes: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
         let o = self
             .net
             .options()
@@ -287,8 +273,8 @@ impl Scenario for UdpBulkArgs {
             .int("gso-size", self.gso_size as u64)
             .int("segments", self.segments() as u64)
             .rates("rates", &self.rates)
-            .text("quantum", quantum_word(self.quantum))
-            .text("verify", self.verify.word())
+            .text("quantum", quantum_name(self.quantum))
+            .text("verify", self.verify.name())
             .flag("no-selftest", self.no_selftest);
         match self.selftest_binary() {
             Some(p) => o.text("selftest", p.display().to_string()),
@@ -302,7 +288,7 @@ impl Scenario for UdpBulkArgs {
             bail!("--modes: no modes given");
         }
         if let Some(dup) = self.modes.iter().enumerate().find(|(i, m)| self.modes[..*i].contains(m)) {
-            bail!("--modes: {} is listed twice", dup.1.word());
+            bail!("--modes: {} is listed twice", dup.1.name());
         }
         if self.modes.contains(&Mode::Paced) && self.rates.is_empty() {
             bail!("the paced mode needs at least one --rates value");

@@ -36,7 +36,7 @@ pub enum SweepPoint {
 
 impl SweepPoint {
     /// As the command line writes it.
-    pub fn word(&self) -> String {
+    pub fn name(&self) -> String {
         match self {
             SweepPoint::Unpaced => "unpaced".into(),
             SweepPoint::Quantum(ns) => format_duration(Duration::from_nanos(*ns)),
@@ -147,7 +147,7 @@ impl Scenario for UdpPacingArgs {
     }
 
     fn options(&self) -> OptionList {
-        let quanta: Vec<String> = self.quanta.iter().map(SweepPoint::word).collect();
+        let quanta: Vec<String> = self.quanta.iter().map(SweepPoint::name).collect();
         self.net
             .options()
             .rate("bottleneck", self.bottleneck)
@@ -177,7 +177,7 @@ impl Scenario for UdpPacingArgs {
         for (i, p) in self.quanta.iter().enumerate() {
             self.run_for(*p, i as u32)
                 .validate(Some(self.net.path_mtu()))
-                .map_err(|e| anyhow::Error::new(e).context(p.word()))?;
+                .map_err(|e| anyhow::Error::new(e).context(p.name()))?;
         }
         Ok(())
     }
@@ -198,7 +198,7 @@ impl Scenario for UdpPacingArgs {
             for i in round_order(self.quanta.len(), round) {
                 index += 1;
                 let p = self.quanta[i];
-                let label = if self.repeat > 1 { format!("{} #{}", p.word(), round + 1) } else { p.word() };
+                let label = if self.repeat > 1 { format!("{} #{}", p.name(), round + 1) } else { p.name() };
                 progress.start(&label);
                 let before = h.egress_qdisc()?.1;
                 let result = run_one(&hosts, &label, &self.run_for(p, index))?;
@@ -213,7 +213,7 @@ impl Scenario for UdpPacingArgs {
                 let mut rec = RunRecord::new(
                     index,
                     round as u32 + 1,
-                    p.word(),
+                    p.name(),
                     vec![
                         ("tx_mb_per_s", result.tx_rate().ok().map(|v| v / 1e6)),
                         ("rx_mb_per_s", result.rx_rate().ok().map(|v| v / 1e6)),

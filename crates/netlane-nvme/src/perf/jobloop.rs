@@ -112,7 +112,7 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
         && q.queued.load(Ordering::Acquire) == 0
         && current_cpu() == q.cpu
         && let Ok(mut inner) = q.inner.try_lock()
-        && inner.hq.pending_output().is_empty()
+        && inner.hq.poll_output().is_empty()
         && inner.backlog.is_empty()
         && inner.failed.is_none()
     {
@@ -120,7 +120,7 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
         if let Err(e) = flush(&mut inner, &shared.send_calls) {
             fail(q, &mut inner, shared, e.to_string());
         }
-        let leftover = !inner.hq.pending_output().is_empty();
+        let leftover = !inner.hq.poll_output().is_empty();
         drop(inner);
         shared.direct_sends.fetch_add(1, Ordering::Relaxed);
         if leftover {
@@ -183,7 +183,7 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         }
     }
     // The measured run: keep qd in flight until end_ns.
-    let mut inflight = 0usize;
+    let mut in_flight = 0usize;
     let mut ready: Vec<usize> = (0..slots.len()).collect();
     let mut stalled_since = monotonic_ns();
     // When the target last completed a command well: a run where it answers every
@@ -219,18 +219,18 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
                     pick_queue(&shared, kind, cpu),
                     Req { sqe, data: std::mem::take(&mut s.buf), token, last: false },
                 ));
-                inflight += 1;
+                in_flight += 1;
             }
             submit_batch(&shared, reqs);
         } else {
             ready.clear();
         }
-        if inflight == 0 {
+        if in_flight == 0 {
             break;
         }
         let Some(c) = wait_one(&shared, &done_rx, g.hipri) else {
             if monotonic_ns().saturating_sub(stalled_since) > 10_000_000_000 {
-                res.failure = Some(format!("{inflight} commands got no completion for 10 s"));
+                res.failure = Some(format!("{in_flight} commands got no completion for 10 s"));
                 break;
             }
             continue;
@@ -238,7 +238,7 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         stalled_since = monotonic_ns();
         let mut next = Some(c);
         while let Some(c) = next.take() {
-            inflight -= 1;
+            in_flight -= 1;
             let i = (c.token & 0xffff_ffff) as usize;
             let end = monotonic_ns();
             let s = &mut slots[i];
@@ -292,9 +292,9 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         if res.failure.is_some() {
             // Collect what is still in flight (a failed queue returns everything).
             let deadline = monotonic_ns() + 2_000_000_000;
-            while inflight > 0 && monotonic_ns() < deadline {
+            while in_flight > 0 && monotonic_ns() < deadline {
                 if wait_one(&shared, &done_rx, g.hipri).is_some() {
-                    inflight -= 1;
+                    in_flight -= 1;
                 }
             }
             break;
@@ -320,9 +320,9 @@ fn sweep(
     let (base, len) = spec.region;
     let end = base + (len / bs).max(1) * bs;
     let mut off = base;
-    let mut inflight = 0usize;
+    let mut in_flight = 0usize;
     let mut free: Vec<usize> = (0..slots.len()).collect();
-    while off < end || inflight > 0 {
+    while off < end || in_flight > 0 {
         let mut batch = Vec::new();
         while off < end
             && let Some(i) = free.pop()
@@ -347,7 +347,7 @@ fn sweep(
             sqe.set_lba_range(o >> lba_shift, (bs >> lba_shift) as u32);
             let token = ((spec.index as u64) << 32) | i as u64;
             reqs.push((qi, Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
-            inflight += 1;
+            in_flight += 1;
         }
         submit_batch(shared, reqs);
         let waited_from = monotonic_ns();
@@ -383,7 +383,7 @@ fn sweep(
             n.0.fetch_add(1, Ordering::Relaxed);
         }
         free.push(i);
-        inflight -= 1;
+        in_flight -= 1;
     }
     Ok(())
 }
@@ -432,7 +432,7 @@ pub(super) fn wait_one(shared: &Shared, rx: &mpsc::Receiver<Completion>, poll: b
                 && inner.failed.is_none()
             {
                 reap_locked(q, &mut inner, shared);
-                if !inner.hq.pending_output().is_empty()
+                if !inner.hq.poll_output().is_empty()
                     && let Err(e) = flush(&mut inner, &shared.send_calls)
                 {
                     fail(q, &mut inner, shared, e.to_string());

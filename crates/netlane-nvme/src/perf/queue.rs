@@ -95,14 +95,14 @@ impl Queue {
 /// carries data and so uncorks the socket.
 pub(super) fn flush_as(inner: &mut Inner, sends: &AtomicU64, batch: Batch) -> io::Result<()> {
     let keep = usize::from(batch == Batch::More);
-    while inner.hq.pending_output().len() > keep {
-        let out = inner.hq.pending_output();
+    while inner.hq.poll_output().len() > keep {
+        let out = inner.hq.poll_output();
         let n = send(&inner.sock, &out[..out.len() - keep], batch)?;
         sends.fetch_add(1, Ordering::Relaxed);
         if n == 0 {
             break;
         }
-        inner.hq.advance_output(n);
+        inner.hq.handle_written(n);
     }
     if batch == Batch::Last {
         inner.unsent_reqs = 0;
@@ -178,12 +178,12 @@ pub(super) fn reap_locked(q: &Queue, inner: &mut Inner, shared: &Shared) -> bool
         };
         inner.rx.consume(used);
         route(inner, shared);
-        if inner.hq.pending_output().len() >= ROUND_OUTPUT {
+        if inner.hq.poll_output().len() >= ROUND_OUTPUT {
             if let Err(e) = flush(inner, &shared.send_calls) {
                 fail(q, inner, shared, e.to_string());
                 return false;
             }
-            if !inner.hq.pending_output().is_empty() {
+            if !inner.hq.poll_output().is_empty() {
                 // The socket is full: the worker waits for EPOLLOUT.
                 break;
             }
@@ -309,7 +309,7 @@ pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>
             let hold = match shared.caravan {
                 Some(c) if inner.unsent_reqs > 0 => {
                     let age_us = monotonic_ns().saturating_sub(inner.first_unsent_ns) / 1000;
-                    let hold = inner.hq.pending_output().len() < c.max_bytes
+                    let hold = inner.hq.poll_output().len() < c.max_bytes
                         && inner.unsent_reqs < c.max_reqs
                         && age_us < c.delay_us;
                     if hold {
@@ -324,7 +324,7 @@ pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>
             let open = shared.batch
                 && shared.caravan.is_none()
                 && inner.batch_open_ns.is_some_and(|t| monotonic_ns() - t <= BATCH_OPEN_NS);
-            if !hold && (n > 0 || !inner.hq.pending_output().is_empty()) {
+            if !hold && (n > 0 || !inner.hq.poll_output().is_empty()) {
                 let batch = if open { Batch::More } else { Batch::Last };
                 if let Err(e) = flush_as(&mut inner, &shared.send_calls, batch) {
                     fail(&q, &mut inner, &shared, e.to_string());
@@ -333,7 +333,7 @@ pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>
             if open {
                 timeout_ms = 1;
             }
-            let out_pending = inner.hq.pending_output().len() > usize::from(open) && !hold;
+            let out_pending = inner.hq.poll_output().len() > usize::from(open) && !hold;
             if out_pending != want_out {
                 let flags = if out_pending { EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
                 let mut ev = EpollEvent::new(flags, SOCK_TOKEN);

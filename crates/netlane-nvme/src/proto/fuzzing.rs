@@ -121,8 +121,8 @@ pub fn target_queue(data: &[u8]) {
     assert!(used <= buf.len());
     q.run_storage(2);
     q.poll(u64::MAX / 2);
-    let out = q.pending_output().len();
-    q.advance_output(out);
+    let out = q.poll_output().len();
+    q.handle_written(out);
 }
 
 /// Feeds `data` to a host queue after a valid ICResp (digests from `data[0]`), with a

@@ -181,7 +181,7 @@ impl HostQueue {
     }
 
     /// Commands in flight.
-    pub fn inflight(&self) -> usize {
+    pub fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
     }
 
@@ -191,12 +191,12 @@ impl HostQueue {
     }
 
     /// Bytes waiting to be sent.
-    pub fn pending_output(&self) -> &[u8] {
+    pub fn poll_output(&self) -> &[u8] {
         self.out.pending()
     }
 
     /// Marks `n` bytes of output as sent.
-    pub fn advance_output(&mut self, n: usize) {
+    pub fn handle_written(&mut self, n: usize) {
         self.out.advance(n);
     }
 
@@ -247,7 +247,7 @@ impl HostQueue {
     /// `io_work` bounds itself to a time budget.
     pub fn handle_input_until(&mut self, buf: &[u8], max_output: usize) -> Result<usize, QueueError> {
         let mut off = 0;
-        while self.state != State::Failed && self.pending_output().len() < max_output {
+        while self.state != State::Failed && self.poll_output().len() < max_output {
             let rest = &buf[off..];
             match pdu::decode(rest, &self.rx) {
                 Ok(d) => {

@@ -722,7 +722,7 @@ impl Reactor {
                 if ev.events().intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLHUP)
                     && c.pump_input(now, &self, token, &mut t).is_err()
                 {
-                    c.q.advance_output(usize::MAX);
+                    c.q.handle_written(usize::MAX);
                     c.interest = EpollFlags::empty();
                 }
             }
@@ -748,7 +748,7 @@ impl Reactor {
                     self.shared.leave_setup(c.peer.ip());
                 }
                 let done =
-                    !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.pending_output().is_empty());
+                    !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.poll_output().is_empty());
                 if done {
                     if let Some(c) = conns.remove(&id) {
                         let _ = ep.delete(c.sock.as_fd());
@@ -877,7 +877,7 @@ impl Conn {
             if self.q.close_reason().is_some() {
                 return Ok(());
             }
-            if self.q.pending_output().len() >= BACKLOG_LIMIT {
+            if self.q.poll_output().len() >= BACKLOG_LIMIT {
                 return Ok(());
             }
             let need = self.q.needed(self.rx.data()).unwrap_or(0);
@@ -888,7 +888,7 @@ impl Conn {
                     let used = self.q.handle_input(self.rx.data(), now);
                     self.rx.consume(used);
                     self.dispatch(r, id, t);
-                    if self.q.pending_output().len() >= FLUSH_AT {
+                    if self.q.poll_output().len() >= FLUSH_AT {
                         self.flush(Batch::More, &mut t.sends).map_err(|_| ())?;
                     }
                 }
@@ -938,9 +938,9 @@ impl Conn {
     fn service(&mut self, r: &Reactor, id: u64, t: &mut Tally) -> io::Result<()> {
         loop {
             self.dispatch(r, id, t);
-            let before = self.q.pending_output().len();
+            let before = self.q.poll_output().len();
             self.flush(Batch::Last, &mut t.sends)?;
-            let after = self.q.pending_output().len();
+            let after = self.q.poll_output().len();
             // Stop when the socket took nothing, or when nothing waits for the room.
             if after == before || after > 0 || !self.q.storage_pending() {
                 return Ok(());
@@ -953,20 +953,20 @@ impl Conn {
         // send keeps its last byte back, so the round's final send always has data to
         // carry and uncorks everything before it.
         let keep = usize::from(batch == Batch::More);
-        while self.q.pending_output().len() > keep {
-            let out = self.q.pending_output();
+        while self.q.poll_output().len() > keep {
+            let out = self.q.poll_output();
             let n = send(&self.sock, &out[..out.len() - keep], batch)?;
             *sends += 1;
             if n == 0 {
                 break;
             }
-            self.q.advance_output(n);
+            self.q.handle_written(n);
         }
         Ok(())
     }
 
     fn wanted_interest(&self) -> EpollFlags {
-        let backlog = self.q.pending_output().len();
+        let backlog = self.q.poll_output().len();
         let mut f = EpollFlags::EPOLLRDHUP;
         if backlog < BACKLOG_LIMIT && self.q.close_reason().is_none() {
             f |= EpollFlags::EPOLLIN;

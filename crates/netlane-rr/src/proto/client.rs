@@ -197,7 +197,7 @@ impl Client {
 
     /// Starts a request at `now_ns`: writes it into `out` and returns its length, or
     /// `None` when the client already has its most requests in flight.
-    pub fn start(&mut self, now_ns: u64, out: &mut [u8]) -> Result<Option<usize>, WireError> {
+    pub fn poll_transmit(&mut self, now_ns: u64, out: &mut [u8]) -> Result<Option<usize>, WireError> {
         if !self.can_send() {
             return Ok(None);
         }
@@ -221,7 +221,7 @@ impl Client {
     /// Handles the requests whose deadline passed by `now_ns`: the first one found is
     /// either rewritten into `out` to be sent again, or given up. Call until it returns
     /// `None`.
-    pub fn expire(&mut self, now_ns: u64, out: &mut [u8]) -> Result<Option<Expired>, WireError> {
+    pub fn handle_timeout(&mut self, now_ns: u64, out: &mut [u8]) -> Result<Option<Expired>, WireError> {
         let Some(i) = self.pending.iter().position(|p| p.deadline_ns <= now_ns) else {
             return Ok(None);
         };
@@ -249,7 +249,7 @@ impl Client {
     }
 
     /// Matches one received datagram at `now_ns`.
-    pub fn receive(&mut self, now_ns: u64, datagram: &[u8]) -> Received {
+    pub fn handle_datagram(&mut self, now_ns: u64, datagram: &[u8]) -> Received {
         let r = self.classify(now_ns, datagram);
         let s = &mut self.stats;
         match r {
@@ -350,11 +350,11 @@ mod tests {
     fn a_closed_loop_client_completes_one_request_at_a_time() {
         let mut c = Client::new(cfg(), 100);
         let mut buf = [0u8; 512];
-        let n = c.start(10, &mut buf).unwrap().unwrap();
-        assert_eq!(c.start(11, &mut buf).unwrap(), None, "closed loop: one in flight");
+        let n = c.poll_transmit(10, &mut buf).unwrap().unwrap();
+        assert_eq!(c.poll_transmit(11, &mut buf).unwrap(), None, "closed loop: one in flight");
         let resp = serve(&buf[..n], None);
-        assert_eq!(c.receive(60, &resp[0]), Received::Completed { latency_ns: 50, retries: 0 });
-        assert_eq!(c.receive(61, &resp[0]), Received::Late);
+        assert_eq!(c.handle_datagram(60, &resp[0]), Received::Completed { latency_ns: 50, retries: 0 });
+        assert_eq!(c.handle_datagram(61, &resp[0]), Received::Late);
         assert!(c.can_send());
     }
 
@@ -362,15 +362,15 @@ mod tests {
     fn segments_in_any_order_complete_once() {
         let mut c = Client::new(cfg(), 0);
         let mut buf = [0u8; 512];
-        let n = c.start(0, &mut buf).unwrap().unwrap();
+        let n = c.poll_transmit(0, &mut buf).unwrap().unwrap();
         let mut segs = serve(&buf[..n], Some(1440));
         segs.reverse();
         let last = segs.pop().unwrap();
         for s in &segs {
-            assert_eq!(c.receive(5, s), Received::Partial);
+            assert_eq!(c.handle_datagram(5, s), Received::Partial);
         }
-        assert_eq!(c.receive(6, &segs[0]), Received::Duplicate);
-        assert_eq!(c.receive(7, &last), Received::Completed { latency_ns: 7, retries: 0 });
+        assert_eq!(c.handle_datagram(6, &segs[0]), Received::Duplicate);
+        assert_eq!(c.handle_datagram(7, &last), Received::Completed { latency_ns: 7, retries: 0 });
         assert_eq!(c.stats().responses, 1);
     }
 
@@ -378,11 +378,11 @@ mod tests {
     fn corrupted_and_misplaced_segments_are_never_accepted() {
         let mut c = Client::new(cfg(), 0);
         let mut buf = [0u8; 512];
-        let n = c.start(0, &mut buf).unwrap().unwrap();
+        let n = c.poll_transmit(0, &mut buf).unwrap().unwrap();
         let segs = serve(&buf[..n], Some(1440));
         let mut bad = segs[2].clone();
         bad[500] ^= 0x10;
-        assert!(matches!(c.receive(1, &bad), Received::Corrupt(WireError::Check { .. })));
+        assert!(matches!(c.handle_datagram(1, &bad), Received::Corrupt(WireError::Check { .. })));
         // A segment moved to another offset, its checksum made right again (as a
         // misassembly would look): the pattern catches it.
         let mut moved = segs[2].clone();
@@ -391,18 +391,18 @@ mod tests {
         moved[32..36].copy_from_slice(&(h.offset + 1400).to_be_bytes());
         wire::reseal(&mut moved);
         assert!(wire::decode(&moved).is_ok());
-        assert_eq!(c.receive(1, &moved), Received::Mismatch);
+        assert_eq!(c.handle_datagram(1, &moved), Received::Mismatch);
         // A valid response of the wrong size.
         let mut other = cfg();
         other.response_len = 100;
         let mut o = Client::new(other, 0);
         let mut b2 = [0u8; 512];
-        let n2 = o.start(0, &mut b2).unwrap().unwrap();
+        let n2 = o.poll_transmit(0, &mut b2).unwrap().unwrap();
         let small = serve(&b2[..n2], None);
-        assert_eq!(c.receive(1, &small[0]), Received::Mismatch);
+        assert_eq!(c.handle_datagram(1, &small[0]), Received::Mismatch);
         assert_eq!(c.stats().corrupt + c.stats().mismatched, 3);
         // The real segments still complete it.
-        let got: Vec<_> = segs.iter().map(|s| c.receive(2, s)).collect();
+        let got: Vec<_> = segs.iter().map(|s| c.handle_datagram(2, s)).collect();
         assert_eq!(got.last(), Some(&Received::Completed { latency_ns: 2, retries: 0 }));
     }
 
@@ -410,39 +410,39 @@ mod tests {
     fn timeouts_resend_then_give_up() {
         let mut c = Client::new(cfg(), 7);
         let mut first = [0u8; 512];
-        let n = c.start(0, &mut first).unwrap().unwrap();
+        let n = c.poll_transmit(0, &mut first).unwrap().unwrap();
         assert_eq!(c.next_deadline(), Some(1_000));
         let mut buf = [0u8; 512];
-        assert_eq!(c.expire(999, &mut buf).unwrap(), None);
-        assert_eq!(c.expire(1_000, &mut buf).unwrap(), Some(Expired::Resend(n)));
+        assert_eq!(c.handle_timeout(999, &mut buf).unwrap(), None);
+        assert_eq!(c.handle_timeout(1_000, &mut buf).unwrap(), Some(Expired::Resend(n)));
         assert_eq!(buf, first, "a retransmission is the same request");
-        assert_eq!(c.expire(2_000, &mut buf).unwrap(), Some(Expired::Resend(n)));
-        assert_eq!(c.expire(3_000, &mut buf).unwrap(), Some(Expired::Lost));
+        assert_eq!(c.handle_timeout(2_000, &mut buf).unwrap(), Some(Expired::Resend(n)));
+        assert_eq!(c.handle_timeout(3_000, &mut buf).unwrap(), Some(Expired::Lost));
         assert_eq!(c.in_flight(), 0);
         let s = c.stats();
         assert_eq!((s.requests, s.retransmits, s.lost), (1, 2, 1));
         // Its answer, arriving after all that, is late, never a completion.
         let resp = serve(&first[..n], None);
-        assert_eq!(c.receive(3_500, &resp[0]), Received::Late);
+        assert_eq!(c.handle_datagram(3_500, &resp[0]), Received::Late);
     }
 
     #[test]
     fn a_retransmitted_request_completes_from_its_first_send() {
         let mut c = Client::new(cfg(), 7);
         let mut buf = [0u8; 512];
-        let n = c.start(0, &mut buf).unwrap().unwrap();
-        c.expire(1_000, &mut buf).unwrap();
+        let n = c.poll_transmit(0, &mut buf).unwrap().unwrap();
+        c.handle_timeout(1_000, &mut buf).unwrap();
         let resp = serve(&buf[..n], None);
-        assert_eq!(c.receive(1_500, &resp[0]), Received::Completed { latency_ns: 1_500, retries: 1 });
-        assert_eq!(c.receive(1_600, &resp[0]), Received::Late);
+        assert_eq!(c.handle_datagram(1_500, &resp[0]), Received::Completed { latency_ns: 1_500, retries: 1 });
+        assert_eq!(c.handle_datagram(1_600, &resp[0]), Received::Late);
     }
 
     #[test]
     fn echo_mode_takes_the_request_back() {
         let mut c = Client::new(ClientConfig { echo: true, ..cfg() }, 1);
         let mut buf = [0u8; 512];
-        let n = c.start(0, &mut buf).unwrap().unwrap();
-        assert_eq!(c.receive(9, &buf[..n]), Received::Completed { latency_ns: 9, retries: 0 });
+        let n = c.poll_transmit(0, &mut buf).unwrap().unwrap();
+        assert_eq!(c.handle_datagram(9, &buf[..n]), Received::Completed { latency_ns: 9, retries: 0 });
     }
 
     #[test]
@@ -450,11 +450,11 @@ mod tests {
         let mut c = Client::new(ClientConfig { max_outstanding: 3, ..cfg() }, 0);
         let mut bufs = [[0u8; 512]; 3];
         for (t, b) in bufs.iter_mut().enumerate() {
-            c.start(t as u64, b).unwrap().unwrap();
+            c.poll_transmit(t as u64, b).unwrap().unwrap();
         }
         assert!(!c.can_send());
         let r1 = serve(&bufs[1], None);
-        assert_eq!(c.receive(10, &r1[0]), Received::Completed { latency_ns: 9, retries: 0 });
+        assert_eq!(c.handle_datagram(10, &r1[0]), Received::Completed { latency_ns: 9, retries: 0 });
         assert_eq!(c.in_flight(), 2);
     }
 
@@ -477,25 +477,25 @@ mod tests {
     fn a_retry_sends_the_request_again_with_the_cookie_and_a_refusal_gives_it_up() {
         let mut c = Client::new(cfg(), 7);
         let mut out = vec![0u8; 1024];
-        let n = c.start(100, &mut out).unwrap().unwrap();
+        let n = c.poll_transmit(100, &mut out).unwrap().unwrap();
         let (req, _) = wire::decode(&out[..n]).unwrap();
         assert_eq!(req.offset, 0, "no cookie yet");
         let mut retry = vec![0u8; HEADER_LEN];
         wire::encode(&Header::retry(&req, 0xc00c1e), &mut retry).unwrap();
-        assert_eq!(c.receive(150, &retry), Received::Retry);
+        assert_eq!(c.handle_datagram(150, &retry), Received::Retry);
         assert_eq!(c.next_deadline(), Some(150), "sent again at once");
-        let Some(Expired::Resend(n)) = c.expire(150, &mut out).unwrap() else { panic!("a resend") };
+        let Some(Expired::Resend(n)) = c.handle_timeout(150, &mut out).unwrap() else { panic!("a resend") };
         let (again, _) = wire::decode(&out[..n]).unwrap();
         assert_eq!((again.id, again.sent_ns, again.offset), (req.id, req.sent_ns, 0xc00c1e));
         assert_eq!((c.stats().retransmits, c.stats().retried), (0, 1));
         // Every later request carries the cookie.
         let mut refused = vec![0u8; HEADER_LEN];
         wire::encode(&Header::refused(&again, 4096), &mut refused).unwrap();
-        assert_eq!(c.receive(200, &refused), Received::Refused { limit: 4096 });
+        assert_eq!(c.handle_datagram(200, &refused), Received::Refused { limit: 4096 });
         assert_eq!(c.in_flight(), 0);
-        let n = c.start(300, &mut out).unwrap().unwrap();
+        let n = c.poll_transmit(300, &mut out).unwrap().unwrap();
         assert_eq!(wire::decode(&out[..n]).unwrap().0.offset, 0xc00c1e);
         // A retry for a request not in flight changes nothing.
-        assert_eq!(c.receive(310, &retry), Received::Late);
+        assert_eq!(c.handle_datagram(310, &retry), Received::Late);
     }
 }

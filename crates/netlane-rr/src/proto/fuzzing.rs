@@ -32,7 +32,7 @@ pub fn exchange(data: &[u8]) {
     };
     let mut client = Client::new(cc, u64::from(mode));
     let mut req = [0u8; 512];
-    let Ok(Some(n)) = client.start(0, &mut req) else { return };
+    let Ok(Some(n)) = client.poll_transmit(0, &mut req) else { return };
     let mut first = true;
     let mut now = 1;
     while rest.len() >= 2 {
@@ -43,13 +43,13 @@ pub fn exchange(data: &[u8]) {
             let _ = respond(&rc, d, &mut out);
             first = false;
         }
-        let _ = client.receive(now, d);
-        let _ = client.expire(now, &mut req);
+        let _ = client.handle_datagram(now, d);
+        let _ = client.handle_timeout(now, &mut req);
         now += 400;
     }
     if let Ok(r) = respond(&rc, &req[..n], &mut out) {
         for seg in out[..r.len].chunks(r.segment_len.max(1)) {
-            let _ = client.receive(now, seg);
+            let _ = client.handle_datagram(now, seg);
         }
     }
 }

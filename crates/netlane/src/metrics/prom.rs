@@ -38,7 +38,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn word(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Kind::Counter => "counter",
             Kind::Gauge => "gauge",
@@ -62,7 +62,7 @@ impl Exposition {
     /// Starts a family: its HELP and TYPE lines. Samples of it follow.
     pub fn family(&mut self, name: &str, help: &str, kind: Kind) -> &mut Self {
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
-        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {}", kind.word());
+        let _ = writeln!(self.out, "# HELP {name} {help}\n# TYPE {name} {}", kind.name());
         self
     }
 

@@ -44,13 +44,8 @@ pub enum SoakServer {
 }
 
 impl SoakServer {
-    fn word(self) -> &'static str {
-        match self {
-            SoakServer::Kv => "kv",
-            SoakServer::Rr => "rr",
-            SoakServer::Nvme => "nvme",
-            SoakServer::Lb => "lb",
-        }
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
     }
 }
 
@@ -100,7 +95,7 @@ impl Scenario for SoakArgs {
     }
 
     fn options(&self) -> OptionList {
-        let servers: Vec<&str> = self.servers.iter().map(|s| s.word()).collect();
+        let servers: Vec<String> = self.servers.iter().map(|s| s.name()).collect();
         OptionList::new()
             .words("servers", &servers)
             .duration("time", self.time)
@@ -132,9 +127,9 @@ impl Scenario for SoakArgs {
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         let mut soaks = Vec::new();
         for &server in &self.servers {
-            progress.start(server.word());
-            let s = self.soak(server).with_context(|| format!("soak of {}", server.word()))?;
-            progress.finish(server.word(), &s.summary());
+            progress.start(&server.name());
+            let s = self.soak(server).with_context(|| format!("soak of {}", server.name()))?;
+            progress.finish(&server.name(), &s.summary());
             soaks.push(s);
         }
         Ok(self.report(&soaks))
@@ -236,12 +231,12 @@ fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
 impl SoakArgs {
     fn soak(&self, server: SoakServer) -> Result<Soak> {
         let exe = std::env::current_exe().context("find the netlane executable")?;
-        let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.word()));
+        let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.name()));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let result = if server == SoakServer::Lb {
             self.soak_balancer(&exe, &dir)
         } else {
-            Netns::create(&format!("soak-{}", server.word()))
+            Netns::create(&format!("soak-{}", server.name()))
                 .context("create the soak's namespace")
                 .and_then(|ns| self.soak_in(server, &ns, &exe, &dir))
         };
@@ -405,11 +400,11 @@ impl SoakArgs {
         let mut checks = Vec::new();
         let mut runs = Vec::new();
         for (i, s) in soaks.iter().enumerate() {
-            let w = s.server.word();
+            let w = s.server.name();
             let mib = |b: u64| b as f64 / f64::from(1 << 20);
             let growth = s.late_growth();
             table.push(Row::new(vec![
-                Value::text(w),
+                Value::text(&w),
                 Value::num(s.valid.completed as f64),
                 Value::num(s.valid.failed as f64),
                 Value::num(s.valid.p99_ms),
@@ -527,7 +522,7 @@ impl SoakArgs {
             runs.push(RunRecord {
                 index: i as u32 + 1,
                 round: 1,
-                label: w.into(),
+                label: w,
                 metrics,
                 path: vec![if s.server == SoakServer::Lb { "veth" } else { "loopback" }.into()],
                 detail: s.valid.detail.clone(),

@@ -3,7 +3,7 @@
 //!
 //! A queue is driven by bytes: [`TargetQueue::handle_input`] consumes whole PDUs from the
 //! front of the receive buffer and appends the replies to an output buffer the driver
-//! sends ([`TargetQueue::pending_output`] / [`TargetQueue::advance_output`]). Time is an
+//! sends ([`TargetQueue::poll_output`] / [`TargetQueue::handle_written`]). Time is an
 //! argument (`now_ns`, any monotonic origin), used only for the keep-alive timer.
 //!
 //! Invariants:

@@ -226,12 +226,12 @@ impl TargetQueue {
     }
 
     /// Bytes waiting to be sent.
-    pub fn pending_output(&self) -> &[u8] {
+    pub fn poll_output(&self) -> &[u8] {
         self.out.pending()
     }
 
-    /// Marks `n` bytes of [`Self::pending_output`] as sent.
-    pub fn advance_output(&mut self, n: usize) {
+    /// Marks `n` bytes of [`Self::poll_output`] as sent.
+    pub fn handle_written(&mut self, n: usize) {
         self.out.advance(n);
     }
 
