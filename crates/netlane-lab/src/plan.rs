@@ -141,23 +141,14 @@ impl CpuPlan {
     }
 
     /// One line: `lane 0,1; napi 0,1 (beside lane); generator 0,1 (beside lane); 2
-    /// CPUs, 6 to keep every role apart`.
+    /// CPUs, 6 would keep every role apart`.
     pub fn describe(&self) -> String {
-        let roles: Vec<String> = self
-            .view()
-            .iter()
-            .map(|r| {
-                let cpus: Vec<String> = r.cpus.iter().map(|c| c.to_string()).collect();
-                let beside = r.beside.as_ref().map(|o| format!(" (beside {o})")).unwrap_or_default();
-                format!("{} on CPU {}{beside}", r.role, cpus.join(","))
-            })
-            .collect();
         let apart = if self.needs_apart() > self.available {
-            format!("{} CPUs would keep every role apart", self.needs_apart())
+            format!("{} would keep every role apart", self.needs_apart())
         } else {
             "every role apart".to_string()
         };
-        format!("{}; {} CPUs, {apart}", roles.join("; "), self.available)
+        format!("{}; {} CPUs, {apart}", netlane_report::terminal::cpu_plan(&self.view()), self.available)
     }
 }
 
@@ -203,8 +194,7 @@ mod tests {
         assert_eq!((p.available(), p.needs_apart(), p.needs(&[Role::Lane, Role::Generator])), (2, 6, 4));
         assert_eq!(
             p.describe(),
-            "lane on CPU 0,1; napi on CPU 0,1 (beside lane); generator on CPU 0,1 (beside lane); 2 CPUs, 6 CPUs would \
-             keep every role apart"
+            "lane 0,1; napi 0,1 (beside lane); generator 0,1 (beside lane); 2 CPUs, 6 would keep every role apart"
         );
     }
 

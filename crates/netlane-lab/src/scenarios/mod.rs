@@ -14,7 +14,6 @@
 //! A new scenario is a module here with an options struct (clap `Args`), a type
 //! implementing [`Scenario`], an entry in [`ScenarioName`] and a plan in [`lab_plan`].
 
-mod isolation;
 pub mod kv;
 pub mod lanes;
 pub mod lb_pps;

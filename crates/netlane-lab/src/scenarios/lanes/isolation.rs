@@ -26,15 +26,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use super::{Started, unless_generator_lagged};
+use crate::scenarios::{Started, unless_generator_lagged};
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
 use serde::Serialize;
 
-use super::kv::wait_until_accepting;
-use super::lanes::{LanesBenchArgs, latency_of, mean_of, open, sound_load};
+use super::{LanesBenchArgs, latency_of, mean_of, open, sound_load};
 use crate::progress::Progress;
+use crate::scenarios::kv::wait_until_accepting;
 use crate::stats::round_order;
 use crate::verdict::{Measure, Spec, paired};
 use netlane_report::Check;
@@ -269,7 +269,7 @@ fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<Started
     let exe = std::env::current_exe().context("find the netlane executable")?;
     let mut cmd = h.rx.command(&exe);
     cg.command(&mut cmd);
-    let lanes = super::lanes::cpu_plan().cpus(crate::plan::Role::Lane).to_vec();
+    let lanes = super::cpu_plan().cpus(crate::plan::Role::Lane).to_vec();
     let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
     cmd.args(["kv", "serve", "--listen", &addr.to_string(), "--memory", "256M"])
         .args(["--threads", &lanes.len().to_string(), "--cpus", &cpus])

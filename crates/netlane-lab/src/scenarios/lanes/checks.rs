@@ -1,0 +1,111 @@
+//! What the lanes scenario's checks compare: sound runs, and the quantities taken from
+//! them (CPU per request, latency percentiles, the best rate within the SLA).
+
+use anyhow::Result;
+use netlane_kv::loadgen::LoadReport;
+
+use crate::stats::median;
+use crate::verdict::{Measure, positive};
+use netlane_report::Value;
+
+use super::*;
+
+pub(crate) fn pct(l: &LoadReport, p: &str) -> Option<f64> {
+    l.latency_us.iter().find(|(k, _)| k == p).and_then(|(_, v)| *v)
+}
+
+/// A run that answered everything offered, sent on time: anything else cannot stand for
+/// the server.
+pub(crate) fn sound(r: &LaneRun) -> Result<(), String> {
+    sound_load(&r.load)
+}
+
+/// [`sound`] for a bare load report.
+pub(crate) fn sound_load(l: &LoadReport) -> Result<(), String> {
+    let c = &l.counts;
+    if l.lag_share > netlane_kv::load::search::GENERATOR_LAG_MAX {
+        return Err(format!("the generator delayed {:.1}% of its sends itself", l.lag_share * 100.0));
+    }
+    if c.completed == 0 {
+        return Err("nothing was answered".into());
+    }
+    if c.errors + c.lost + c.unanswered + c.not_sent > 0 {
+        return Err(format!(
+            "{} errors, {} lost, {} unanswered, {} never sent of {} offered",
+            c.errors, c.lost, c.unanswered, c.not_sent, c.offered
+        ));
+    }
+    Ok(())
+}
+
+/// CPU µs per request over both CPUs, the generator's threads excluded (the NAPI work
+/// of both ends and the server's remain).
+pub(crate) fn cpu_per_request(r: &LaneRun) -> Measure {
+    sound(r)?;
+    let per = positive(r.load.counts.completed as f64, "completed requests")?;
+    positive((r.busy_s - r.load.client_cpu_s) * 1e6 / per, "CPU per request")
+}
+
+pub(crate) fn per_request(r: &LaneRun, n: u64) -> Measure {
+    sound(r)?;
+    Ok(n as f64 / positive(r.load.counts.completed as f64, "completed requests")?)
+}
+
+pub(crate) fn latency(p: &'static str) -> impl Fn(&LaneRun) -> Measure {
+    move |r| {
+        sound(r)?;
+        pct(&r.load, p).ok_or_else(|| format!("{p} fell among failed requests"))
+    }
+}
+
+pub(crate) fn mean(r: &LaneRun) -> Measure {
+    mean_of(&r.load)
+}
+
+/// The mean latency of a sound run.
+pub(crate) fn mean_of(l: &LoadReport) -> Measure {
+    sound_load(l)?;
+    l.mean_us.ok_or_else(|| "nothing completed".into())
+}
+
+/// A percentile of a sound run.
+pub(crate) fn latency_of(l: &LoadReport, p: &str) -> Measure {
+    sound_load(l)?;
+    pct(l, p).ok_or_else(|| format!("{p} fell among failed requests"))
+}
+
+pub(crate) fn summary(r: &LaneRun) -> String {
+    let l = &r.load;
+    let f = |p| pct(l, p).map_or("failed".to_string(), |v| format!("{v:.0} us"));
+    format!(
+        "{:.0}/s of {:.0}/s, mean {}, p99 {}, p99.9 {}, CPU {:.2} us/request, {:.2} context switches and {:.2} IPIs per request (lagged {:.1}%)",
+        l.achieved_per_s,
+        l.offered_per_s,
+        l.mean_us.map_or("-".into(), |m| format!("{m:.0} us")),
+        f("p99"),
+        f("p99.9"),
+        cpu_per_request(r).unwrap_or(f64::NAN),
+        per_request(r, r.kernel.ctxt).unwrap_or(f64::NAN),
+        per_request(r, r.kernel.ipis()).unwrap_or(f64::NAN),
+        l.lag_share * 100.0
+    )
+}
+
+/// The best rate of a round's search; invalid when none held, every one did, or the
+/// generator's limit bounded it.
+pub(crate) fn best(r: &LaneRound) -> Measure {
+    let s = r.search.as_ref().ok_or("the search did not run")?;
+    match s.best_per_s {
+        None => Err(format!("{}: no rate held {}", r.mode.name(), s.sla)),
+        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", r.mode.name(), s.sla)),
+        Some(_) if s.generator_limited => {
+            Err(format!("{}: the search stopped where the generator could not keep its schedule", r.mode.name()))
+        }
+        Some(b) => positive(b, "best rate"),
+    }
+}
+
+pub(crate) fn med<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Value {
+    let v: Vec<f64> = rs.iter().filter_map(|r| f(r).ok()).collect();
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}

@@ -1,0 +1,307 @@
+//! The lanes scenario's runs: a server in each mode, its warm-up, search and fixed-rate
+//! runs, with the CPUs' busy time and the kernel's counters around each.
+
+use std::net::SocketAddr;
+use std::process::Child;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use netlane::metrics::cpu::SystemCpu;
+use netlane::metrics::kstat::KernelCounters;
+use netlane::topology::TwoHosts;
+use netlane::topology::netdev::NapiSettings;
+use netlane_kv::load::search::SearchConfig;
+use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
+use netlane_kv::store::StoreConfig;
+use serde::Serialize;
+
+use crate::plan::{CpuPlan, Role};
+use crate::progress::Progress;
+use crate::scenarios::kv::{memcached_command, wait_until_accepting};
+use crate::scenarios::unless_generator_lagged;
+use netlane_report::RunRecord;
+
+use super::*;
+
+/// One fixed-rate run.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneRun {
+    /// Connections.
+    pub connections: u32,
+    /// Offered rate asked for.
+    pub rate: u64,
+    /// The generator's report.
+    pub load: LoadReport,
+    /// Busy CPU seconds over both CPUs.
+    pub busy_s: f64,
+    /// What the kernel counted meanwhile.
+    pub kernel: KernelCounters,
+    /// Runs made before this one and discarded: the generator lagged in them.
+    pub discarded: u32,
+}
+
+/// One mode's round.
+#[derive(Debug, Clone, Serialize)]
+pub struct LaneRound {
+    /// Which mode.
+    pub mode: Mode,
+    /// The search at the first connection count.
+    pub search: Option<SearchReport>,
+    /// The fixed-rate runs, connections-major.
+    pub runs: Vec<LaneRun>,
+    /// netlane's lanes at the end of the round.
+    pub lanes: Option<LanesView>,
+}
+
+/// A server running in the rx namespace; stopped (or killed) on drop.
+pub(crate) enum Running {
+    Netlane(Option<Box<Server>>),
+    /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
+    Memcached {
+        child: Child,
+        _busy_poll: Option<netlane::installed::Sysctl>,
+    },
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        match self {
+            Running::Netlane(s) => {
+                if let Some(s) = s.take() {
+                    s.stop();
+                }
+            }
+            Running::Memcached { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+impl LanesBenchArgs {
+    pub(crate) fn server_config(
+        &self,
+        h: &TwoHosts,
+        lanes: &[usize],
+        addr: SocketAddr,
+        mode: Mode,
+        max_conns: usize,
+    ) -> ServerConfig {
+        let base = ServerConfig {
+            listen: addr,
+            threads: lanes.len(),
+            cpus: Some(lanes.to_vec()),
+            store: StoreConfig::new(1 << 30, 1 << 20, 64),
+            max_conns,
+            ..ServerConfig::default()
+        };
+        match mode {
+            Mode::Plain => ServerConfig { steer: Steer::RoundRobin, ..base },
+            Mode::Napi | Mode::NapiBusy | Mode::Reuseport => ServerConfig {
+                steer: if mode == Mode::Reuseport { Steer::Reuseport } else { Steer::Acceptor },
+                lane_device: Some(h.rx_if.clone()),
+                xps_rxqs: true,
+                busy_poll: (mode == Mode::NapiBusy).then_some(self.busy_poll),
+                napi: if mode == Mode::NapiBusy {
+                    NapiSettings {
+                        defer_hard_irqs: self.napi_defer_hard_irqs,
+                        gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
+                        irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
+                    }
+                } else {
+                    NapiSettings::default()
+                },
+                ..base
+            },
+            Mode::Memcached | Mode::MemcachedN => unreachable!("memcached is not configured here"),
+        }
+    }
+
+    pub(crate) fn start(&self, h: &TwoHosts, plan: &CpuPlan, addr: SocketAddr, mode: Mode) -> Result<Running> {
+        let lanes = plan.cpus(Role::Lane);
+        let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
+        let running = if mode.is_memcached() {
+            // `net.core.busy_poll` is global (the knob does not exist inside a namespace):
+            // set for this run and put back as it was.
+            let guard = (mode == Mode::MemcachedN)
+                .then(|| {
+                    netlane::installed::Sysctl::set(
+                        "/proc/sys/net/core/busy_poll",
+                        &self.memcached_busy_poll.to_string(),
+                    )
+                    .context("set net.core.busy_poll")
+                })
+                .transpose()?;
+            let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+            let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, lanes.len(), max_conns as u32);
+            if mode == Mode::MemcachedN {
+                cmd.args(["-N", &lanes.len().to_string()]);
+            }
+            Running::Memcached {
+                child: cmd.spawn().with_context(|| format!("start {}", self.memcached))?,
+                _busy_poll: guard,
+            }
+        } else {
+            let cfg = self.server_config(h, lanes, addr, mode, max_conns);
+            let s = h.rx.run(move || Server::start(cfg))??;
+            Running::Netlane(Some(Box::new(s)))
+        };
+        wait_until_accepting(h, addr, &mode.name())?;
+        Ok(running)
+    }
+
+    /// Puts the per-NAPI knobs napi-busy changed back to the kernel's defaults, so that
+    /// the modes after it run as they would alone.
+    pub(crate) fn reset_napi(&self, h: &TwoHosts) -> Result<()> {
+        if self.napi_defer_hard_irqs.is_none() && self.gro_flush_timeout.is_none() && self.irq_suspend_timeout.is_none()
+        {
+            return Ok(());
+        }
+        let (dev, ifindex) = (h.rx_if.clone(), h.rx_index);
+        let here = h.rx.run(netlane::topology::NetnsHandle::current)??;
+        let knobs = here.with_sysfs(move || -> Result<Vec<netlane::lanes::Knob>> {
+            let ids = netlane::lanes::queues::discover(ifindex)?.napi_ids();
+            let zero = NapiSettings {
+                defer_hard_irqs: Some(0),
+                gro_flush_timeout_ns: Some(0),
+                irq_suspend_timeout_ns: Some(0),
+            };
+            // The kernel's defaults are meant to stay: nothing to put back.
+            let applied = netlane::lanes::queues::apply_napi_settings(&dev, ifindex, &ids, &zero);
+            applied.held.into_iter().for_each(netlane::installed::Held::release);
+            Ok(applied.knobs)
+        })??;
+        for k in knobs.iter().filter(|k| !k.applied()) {
+            tracing::warn!(knob = %k.name, status = ?k.status, "could not reset a per-NAPI knob");
+        }
+        Ok(())
+    }
+
+    /// One load run with the CPUs' busy time and the kernel's counters around it, made
+    /// again when the generator lagged in it.
+    pub(crate) fn measured(
+        &self,
+        h: &TwoHosts,
+        rate: u64,
+        cfg: LoadConfig,
+        progress: &dyn Progress,
+        label: &str,
+    ) -> Result<LaneRun> {
+        let connections = cfg.connections;
+        let once = || -> Result<LaneRun> {
+            let cfg = cfg.clone();
+            let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+            let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+            let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+            Ok(LaneRun {
+                connections,
+                rate,
+                load: r.report,
+                busy_s: cpu0.delta(&cpu1).busy_s,
+                kernel: k0.delta(&k1),
+                discarded: 0,
+            })
+        };
+        let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;
+        run.discarded = discarded;
+        Ok(run)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn round(
+        &self,
+        h: &TwoHosts,
+        plan: &CpuPlan,
+        addr: SocketAddr,
+        mode: Mode,
+        round: usize,
+        progress: &dyn Progress,
+        records: &mut Vec<RunRecord>,
+    ) -> Result<LaneRound> {
+        let tag = |what: &str| {
+            let mut l = format!("{} {what}", mode.name());
+            if self.repeat > 1 {
+                l.push_str(&format!(" #{}", round + 1));
+            }
+            l
+        };
+        let server = self.start(h, plan, addr, mode)?;
+        let label = tag("warm-up");
+        progress.start(&label);
+        let warm = self.load(addr, 8, open(self.search_lo), self.step);
+        let n = h.tx.run(move || loadgen::warm_up(&warm))??;
+        progress.finish(&label, &format!("{n} keys stored"));
+        let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
+        if !self.no_search {
+            let label = tag(&format!("search {}", self.sla));
+            progress.start(&label);
+            let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
+            let range = SearchConfig {
+                lo_per_s: self.search_lo,
+                hi_per_s: self.search_hi,
+                resolution: self.resolution,
+                max_bisections: 10,
+            };
+            let sla = self.sla;
+            let r = h.tx.run(move || loadgen::search(&cfg, sla, range, &AtomicBool::new(false), |_| {}))??;
+            progress.finish(
+                &label,
+                &match r.best_per_s {
+                    Some(b) => format!(
+                        "{b:.0} requests/s{} ({} runs)",
+                        if r.capped {
+                            " (capped)"
+                        } else if r.generator_limited {
+                            " (the generator's limit)"
+                        } else {
+                            ""
+                        },
+                        r.runs
+                    ),
+                    None => format!("no rate held it ({} runs)", r.runs),
+                },
+            );
+            let mut rec = RunRecord::new(
+                records.len() as u32 + 1,
+                round as u32 + 1,
+                format!("{} search {}", mode.name(), self.sla),
+                vec![("best_per_s", r.best_per_s)],
+            );
+            rec.detail = serde_json::to_value(&r).unwrap_or_default();
+            records.push(rec);
+            out.search = Some(r);
+        }
+        for &c in &self.connections {
+            for &rate in &self.rates {
+                let label = tag(&format!("{c} connections, {rate}/s"));
+                progress.start(&label);
+                let run = self.measured(h, rate, self.load(addr, c, open(rate as f64), self.time), progress, &label)?;
+                progress.finish(&label, &summary(&run));
+                let mut rec = RunRecord::new(
+                    records.len() as u32 + 1,
+                    round as u32 + 1,
+                    format!("{} {c} connections {rate}/s", mode.name()),
+                    vec![
+                        ("achieved_per_s", Some(run.load.achieved_per_s)),
+                        ("mean_us", run.load.mean_us),
+                        ("p999_us", pct(&run.load, "p99.9")),
+                        ("cpu_us_per_request", cpu_per_request(&run).ok()),
+                    ],
+                );
+                rec.detail = serde_json::to_value(&run).unwrap_or_default();
+                records.push(rec);
+                out.runs.push(run);
+            }
+        }
+        if let Running::Netlane(Some(s)) = &server {
+            out.lanes = Some(s.lanes());
+        }
+        drop(server);
+        if mode == Mode::NapiBusy {
+            self.reset_napi(h)?;
+        }
+        Ok(out)
+    }
+}

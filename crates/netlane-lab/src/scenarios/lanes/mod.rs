@@ -1,0 +1,172 @@
+//! `lanes`: application device queues in software, measured on the cache server the way
+//! the ADQ talk measured memcached: throughput within a tail-latency SLA, and latency
+//! and the kernel's events per request at fixed loads, for each way of placing
+//! connections on worker threads.
+//!
+//! The network: two namespaces joined by a veth with one queue per CPU, each of the
+//! server end's queues served by a threaded NAPI instance pinned to its CPU (a NIC with
+//! one interrupt per CPU); the generator's end sends without TSO so that TCP takes that
+//! NAPI path and every server socket has a NAPI id. Replies keep TSO and skip NAPI:
+//! their receive work runs in the server's send. The generator has a thread on each CPU,
+//! as the server has a worker on each.
+//!
+//! Modes, every one in every round, in rotating order:
+//! - `plain`: netlane's server, one worker per CPU, connections dealt round robin: half
+//!   of them on a worker whose CPU does not run their queue;
+//! - `napi`: lanes, the acceptor hands each connection to the lane owning its
+//!   SO_INCOMING_NAPI_ID, the lane pinned to that queue's CPU;
+//! - `napi-busy`: the same, each lane's epoll busy polling (`--busy-poll`);
+//! - `reuseport`: lanes without an acceptor: the reuseport BPF selector;
+//! - `memcached`, `memcached-n`: memcached 1.6.18 with two threads, without and with
+//!   `-N` (its NAPI-id mode, with the global `net.core.busy_poll` it relies on, set for
+//!   the run and restored after).
+
+mod checks;
+pub(super) mod isolation;
+mod measure;
+mod options;
+mod plan;
+mod report;
+#[cfg(test)]
+pub(super) mod tests;
+
+use std::net::{IpAddr, SocketAddr};
+
+use anyhow::{Context, Result, bail};
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+
+use crate::plan::Role;
+use crate::progress::Progress;
+use crate::scenarios::Scenario;
+use crate::scenarios::kv::program_exists;
+use crate::stats::round_order;
+use netlane_report::ScenarioReport;
+use netlane_report::options::OptionList;
+
+use self::checks::*;
+pub(crate) use self::checks::{latency_of, mean_of, sound_load};
+pub use self::measure::{LaneRound, LaneRun};
+pub use self::options::{LanesBenchArgs, Mode};
+use self::plan::*;
+pub(crate) use self::plan::{cpu_plan, open};
+
+impl Scenario for LanesBenchArgs {
+    fn name(&self) -> &'static str {
+        "lanes"
+    }
+
+    fn options(&self) -> OptionList {
+        let modes: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
+        let conns: Vec<u64> = self.connections.iter().map(|&c| u64::from(c)).collect();
+        let list = OptionList::new().words("modes", &modes).ints("connections", &conns).ints("rates", &self.rates);
+        let mut list = self
+            .workload
+            .echo(list)
+            .text("sla", self.sla.to_string())
+            .text("search-lo", self.search_lo.to_string())
+            .text("search-hi", self.search_hi.to_string())
+            .text("resolution", self.resolution.to_string())
+            .duration("step", self.step)
+            .text("busy-poll", self.busy_poll.to_string());
+        // The per-NAPI knobs are echoed only when set (unset: the device's own).
+        if let Some(v) = self.napi_defer_hard_irqs {
+            list = list.int("napi-defer-hard-irqs", u64::from(v));
+        }
+        if let Some(d) = self.gro_flush_timeout {
+            list = list.duration("gro-flush-timeout", d);
+        }
+        if let Some(d) = self.irq_suspend_timeout {
+            list = list.duration("irq-suspend-timeout", d);
+        }
+        list.int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
+            .duration("time", self.time)
+            .int("repeat", u64::from(self.repeat))
+            .flag("no-search", self.no_search)
+            .text("memcached", self.memcached.clone())
+            .flag("no-isolation", self.no_isolation)
+            .int("isolation-link", self.isolation_link)
+            .int("isolation-rate", self.isolation_rate)
+            .int("isolation-connections", u64::from(self.isolation_connections))
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.modes.is_empty() {
+            bail!("--modes: nothing to run");
+        }
+        if self.connections.is_empty() || self.connections.iter().any(|&c| !(2..=4096).contains(&c)) {
+            bail!("--connections: at least one count, each 2..=4096");
+        }
+        if self.rates.is_empty() || self.rates.contains(&0) {
+            bail!("--rates: at least one rate, none zero");
+        }
+        if !(self.search_lo > 0.0 && self.search_lo < self.search_hi && self.search_hi.is_finite()) {
+            bail!("--search-lo {} / --search-hi {}: 0 < lo < hi", self.search_lo, self.search_hi);
+        }
+        if !(self.resolution > 1.0 && self.resolution.is_finite()) {
+            bail!("--resolution {}: a ratio above 1", self.resolution);
+        }
+        let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
+        for &c in &self.connections {
+            for &r in &self.rates {
+                self.load(addr, c, open(r as f64), self.time).validate()?;
+            }
+        }
+        if self.modes.iter().any(|m| m.is_memcached()) && !program_exists(&self.memcached) {
+            bail!("{}: not found (scripts/setup.sh installs memcached)", self.memcached);
+        }
+        if !self.no_isolation {
+            if self.isolation_link < 1_000_000 {
+                bail!("--isolation-link {} B/s: at least 1 MB/s (8 Mbit/s)", self.isolation_link);
+            }
+            if !(2..=4096).contains(&self.isolation_connections) {
+                bail!("--isolation-connections {}: 2..=4096", self.isolation_connections);
+            }
+            let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
+            self.load(addr, self.isolation_connections, open(self.isolation_rate as f64), self.time).validate()?;
+            if !program_exists("socat") {
+                bail!("socat: not found (scripts/setup.sh installs it; the isolation part's bulk sender)");
+            }
+        }
+        if !netlane::topology::have_privileges() {
+            bail!("the lanes scenario builds network namespaces and loads BPF: run it as root");
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        let per = 1 + usize::from(!self.no_search) + self.connections.len() * self.rates.len();
+        let isolation = if self.no_isolation { 0 } else { 1 + 3 };
+        (per * self.modes.len() + isolation) * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let plan = cpu_plan();
+        let h =
+            TwoHosts::create("lanes", LinkConfig { mtu: 1500, queues: LANES as u32, rx: RxTuning::threaded_napi() })?;
+        // Requests take the server end's NAPI path (the generator's TSO off); replies
+        // keep TSO and skip NAPI, their receive work done in the server's send (the
+        // generator shares the CPUs: a NAPI thread of its own would cost it a wake-up
+        // per reply).
+        h.set_tx_tso(false)?;
+        let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, plan.cpus(Role::Napi))?;
+        let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        let mut all: Vec<Vec<LaneRound>> = vec![Vec::new(); self.modes.len()];
+        let mut records = Vec::new();
+        let mut iso = Vec::new();
+        for round in 0..self.repeat as usize {
+            for i in round_order(self.modes.len(), round) {
+                let mode = self.modes[i];
+                let r = self
+                    .round(&h, &plan, addr, mode, round, progress, &mut records)
+                    .with_context(|| format!("{} round {}", mode.name(), round + 1))?;
+                all[i].push(r);
+            }
+            if !self.no_isolation {
+                iso.push(self.isolation_round(&h, round, progress, &mut records).context("isolation")?);
+            }
+        }
+        drop(h);
+        Ok(self.report(&all, &iso, &plan, &placed_rx, records))
+    }
+}

@@ -1,0 +1,63 @@
+//! The lanes scenario's plan: where its roles run, and the load each run offers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use netlane::cpus::machine::CpuTopology;
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::loadgen::LoadConfig;
+
+use crate::plan::{Ask, CpuPlan, Role};
+
+use super::*;
+
+/// Lanes, one receive queue each (and as many generator threads).
+pub(crate) const LANES: usize = 2;
+
+/// Where the lanes, their queues' NAPI threads and the generator's threads run: apart
+/// where the machine has the CPUs; on two CPUs a lane, its NAPI thread and a generator
+/// thread on each.
+pub(crate) fn cpu_plan() -> CpuPlan {
+    plan_on(&CpuTopology::read())
+}
+
+/// The plan on a described machine (whose device has no NUMA node: a veth).
+pub(crate) fn plan_on(machine: &CpuTopology) -> CpuPlan {
+    CpuPlan::new(
+        machine,
+        None,
+        &[
+            Ask::own(Role::Lane, LANES),
+            Ask::or_beside(Role::Napi, LANES, Role::Lane),
+            Ask::or_beside(Role::Generator, LANES, Role::Lane),
+        ],
+    )
+}
+
+impl LanesBenchArgs {
+    /// The defaults, as `netlane bench lanes` has them.
+    pub fn defaults() -> LanesBenchArgs {
+        crate::scenarios::from_words(&[]).expect("the defaults parse")
+    }
+
+    pub(crate) fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
+        LoadConfig {
+            server,
+            connections,
+            threads: LANES,
+            cpus: Some(cpu_plan().cpus(Role::Generator).to_vec()),
+            pacing,
+            workload: self.workload.spec(1 << 20),
+            duration,
+            ramp: Duration::from_millis(200),
+            max_in_flight: 64,
+            late_after: Duration::from_micros(100),
+            drain: Duration::from_millis(500),
+            seed: 1,
+        }
+    }
+}
+
+pub(crate) fn open(rate: f64) -> Pacing {
+    Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
+}

@@ -1,0 +1,165 @@
+//! The lanes scenario's checks and plan against described rounds and machines.
+
+use super::*;
+
+use netlane::cpus::machine::CpuTopology;
+use netlane::metrics::kstat::KernelCounters;
+use netlane_kv::loadgen::{CountsView, LoadReport, SearchReport};
+
+use crate::plan::{CpuPlan, Role};
+use netlane_report::Outcome;
+
+pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
+    let n = (rate * 3.0) as u64;
+    LoadReport {
+        mode: "open",
+        target_per_s: Some(rate),
+        seconds: 3.0,
+        offered_per_s: rate,
+        achieved_per_s: rate,
+        counts: CountsView {
+            offered: n,
+            sent: n,
+            sent_late: 0,
+            sent_lagged: (n as f64 * lag) as u64,
+            completed: n,
+            hits: n,
+            misses: 0,
+            stored: 0,
+            errors: 0,
+            lost: 0,
+            unanswered: 0,
+            not_sent: 0,
+        },
+        mean_us: Some(p999_us / 20.0),
+        latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
+            .iter()
+            .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
+            .collect(),
+        late_share: lag,
+        lag_share: lag,
+        connection_failures: 0,
+        client_cpu_s: 1.0,
+        client_cpu_busy: 0.5,
+    }
+}
+
+fn round(mode: Mode, best: Option<f64>, p999_us: f64, lag: f64) -> LaneRound {
+    LaneRound {
+        mode,
+        search: Some(SearchReport {
+            sla: "p99=500us".into(),
+            best_per_s: best,
+            capped: false,
+            generator_limited: false,
+            curve: Vec::new(),
+            runs: 4,
+        }),
+        runs: vec![LaneRun {
+            connections: 64,
+            rate: 20_000,
+            load: load(20_000.0, p999_us, lag),
+            busy_s: 2.0,
+            kernel: KernelCounters::default(),
+            discarded: 0,
+        }],
+        lanes: None,
+    }
+}
+
+fn two_cpus() -> CpuPlan {
+    plan_on(&CpuTopology::uniform(1, 2, 1))
+}
+
+fn args() -> LanesBenchArgs {
+    let mut a = LanesBenchArgs::defaults();
+    a.modes = vec![Mode::Plain, Mode::Napi];
+    a.connections = vec![64];
+    a.rates = vec![20_000];
+    a.repeat = 2;
+    a
+}
+
+fn outcome(r: &ScenarioReport, id: &str) -> Outcome {
+    r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}")).outcome
+}
+
+#[test]
+fn paired_rounds_decide_the_alignment_targets() {
+    let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
+    let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.0); 2];
+    let r = args().report(&[plain.clone(), napi], &[], &two_cpus(), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Met);
+    assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Met);
+    assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Skipped);
+    let napi = vec![round(Mode::Napi, Some(55_000.0), 2900.0, 0.0); 2];
+    let r = args().report(&[plain, napi], &[], &two_cpus(), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Missed);
+    assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Missed);
+}
+
+#[test]
+fn degenerate_rounds_are_invalid_never_met() {
+    // No rate held, or the generator lagged: nothing is proven about the server.
+    let plain = vec![round(Mode::Plain, None, 3000.0, 0.0); 2];
+    let napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.2); 2];
+    let r = args().report(&[plain, napi], &[], &two_cpus(), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
+    assert_eq!(outcome(&r, "lanes.aligned-p999"), Outcome::Invalid);
+    let mut limited = round(Mode::Napi, Some(90_000.0), 1000.0, 0.0);
+    limited.search.as_mut().unwrap().generator_limited = true;
+    let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
+    let r = args().report(&[plain, vec![limited.clone(), limited]], &[], &two_cpus(), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.aligned-throughput"), Outcome::Invalid);
+}
+
+#[test]
+fn busy_polling_beside_the_generator_is_not_shown_on_two_cpus() {
+    let mut a = args();
+    a.modes = vec![Mode::Napi, Mode::NapiBusy];
+    let rounds = [
+        vec![round(Mode::Napi, Some(50_000.0), 1000.0, 0.0); 2],
+        vec![round(Mode::NapiBusy, Some(60_000.0), 900.0, 0.0); 2],
+    ];
+    let r = a.report(&rounds, &[], &two_cpus(), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::NotShown);
+    let c = r.checks.iter().find(|c| c.id == "lanes.busy-poll-throughput").unwrap();
+    assert!(c.reason.starts_with("needs 4 CPUs") && c.reason.contains("generator 0,1 (beside lane)"), "{}", c.reason);
+    assert_eq!(r.cpu_plan.len(), 3);
+    // On eight CPUs the roles are apart and the check is decided.
+    let r = a.report(&rounds, &[], &plan_on(&CpuTopology::uniform(1, 8, 1)), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.busy-poll-throughput"), Outcome::Met);
+    assert!(r.cpu_plan.iter().all(|p| p.beside.is_none()), "{:?}", r.cpu_plan);
+}
+
+#[test]
+fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow() {
+    // 2 CPUs: a lane, its NAPI thread and a generator thread on each (as before the
+    // plan); 8 and 64 (with SMT and two nodes): every role on CPUs of its own.
+    let p = plan_on(&CpuTopology::uniform(1, 2, 1));
+    assert_eq!(
+        (p.cpus(Role::Lane), p.cpus(Role::Napi), p.cpus(Role::Generator)),
+        (&[0, 1][..], &[0, 1][..], &[0, 1][..])
+    );
+    for m in [CpuTopology::uniform(1, 8, 1), CpuTopology::uniform(2, 16, 2)] {
+        let p = plan_on(&m);
+        assert!(
+            p.apart(Role::Lane, Role::Napi)
+                && p.apart(Role::Lane, Role::Generator)
+                && p.apart(Role::Napi, Role::Generator),
+            "{} CPUs: {}",
+            m.len(),
+            p.describe()
+        );
+    }
+}
+
+#[test]
+fn defaults_parse_and_count_their_runs() {
+    let d = LanesBenchArgs::defaults();
+    assert_eq!(d.modes.len(), 6);
+    // Per round: warm-up, search and four fixed rates per mode; the isolation part's
+    // warm-up and three cases.
+    assert_eq!(d.runs(), ((1 + 1 + 4) * 6 + 1 + 3) * 3);
+    assert_eq!(d.busy_poll.to_string(), "50,8");
+}
