@@ -38,7 +38,7 @@ pub(crate) fn sound_load(l: &LoadReport) -> Result<(), String> {
     Ok(())
 }
 
-/// CPU µs per request over both CPUs, the generator's threads excluded (the NAPI work
+/// CPU µs per request over every CPU of the machine, the generator's threads excluded (the NAPI work
 /// of both ends and the server's remain).
 pub(crate) fn cpu_per_request(r: &LaneRun) -> Measure {
     sound(r)?;

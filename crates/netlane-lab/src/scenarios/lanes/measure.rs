@@ -33,7 +33,7 @@ pub struct LaneRun {
     pub rate: u64,
     /// The generator's report.
     pub load: LoadReport,
-    /// Busy CPU seconds over both CPUs.
+    /// Busy CPU seconds over every CPU of the machine.
     pub busy_s: f64,
     /// What the kernel counted meanwhile.
     pub kernel: KernelCounters,

@@ -89,7 +89,7 @@ impl LanesBenchArgs {
         let mut t = Table::new(
             "lanes-sla",
             format!(
-                "Highest offered rate within {}, {} connections over two CPUs, medians of {} rounds",
+                "Highest offered rate within {}, {} connections, medians of {} rounds",
                 self.sla, self.connections[0], self.repeat
             ),
             vec![
@@ -165,8 +165,9 @@ impl LanesBenchArgs {
         let mut t = Table::new(
             "lanes-rates",
             format!(
-                "Fixed offered rates (Poisson) over two CPUs, medians of {} rounds; per request: over both CPUs",
-                self.repeat
+                "Fixed offered rates (Poisson), medians of {} rounds; per request: over all {} CPUs of the machine",
+                self.repeat,
+                netlane::cpus::online_count()
             ),
             vec![
                 Column::new("mode", "mode, connections, offered", 0),
