@@ -25,16 +25,6 @@ impl IoError {
         IoError { what: what.into(), source }
     }
 
-    /// The operation that failed.
-    pub fn what(&self) -> &str {
-        &self.what
-    }
-
-    /// The cause.
-    pub fn io(&self) -> &io::Error {
-        &self.source
-    }
-
     /// The cause's kind (`NotFound`, `AddrInUse`).
     pub fn kind(&self) -> io::ErrorKind {
         self.source.kind()
@@ -45,12 +35,6 @@ impl IoError {
     pub fn renamed(self, what: impl Into<String>) -> IoError {
         IoError { what: what.into(), source: self.source }
     }
-}
-
-/// For `map_err`: `socket.bind(a).map_err(io(format!("bind {a}")))?`.
-pub fn io<E: Into<io::Error>>(what: impl Into<String>) -> impl FnOnce(E) -> IoError {
-    let what = what.into();
-    move |source| IoError::new(what, source.into())
 }
 
 /// An error and its causes on one line, `what: cause: cause`, for logs and for

@@ -75,21 +75,6 @@ impl CpuTopology {
     pub fn is_empty(&self) -> bool {
         self.cpus.is_empty()
     }
-
-    /// The distinct NUMA nodes, in order.
-    pub fn nodes(&self) -> Vec<usize> {
-        let mut n: Vec<usize> = self.cpus.iter().map(|c| c.node).collect();
-        n.sort_unstable();
-        n.dedup();
-        n
-    }
-
-    /// Whether some physical core has more than one of these CPUs.
-    pub fn has_smt(&self) -> bool {
-        let mut cores: Vec<usize> = self.cpus.iter().map(|c| c.core).collect();
-        cores.sort_unstable();
-        cores.windows(2).any(|w| w[0] == w[1])
-    }
 }
 
 /// One CPU's core and node from sysfs (`topology/thread_siblings_list`, the `nodeN`
@@ -110,15 +95,6 @@ fn read_cpu(sys: &Path, id: usize) -> Cpu {
     Cpu { id, core, node }
 }
 
-/// The NUMA node of network device `dev`, `None` for a virtual device (veth, loopback)
-/// or a machine without NUMA (the kernel's `numa_node` is -1 then).
-pub fn device_node(dev: &str) -> Option<usize> {
-    std::fs::read_to_string(Path::new("/sys/class/net").join(dev).join("device/numa_node"))
-        .ok()
-        .and_then(|t| t.trim().parse::<i64>().ok())
-        .and_then(|n| usize::try_from(n).ok())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,12 +103,10 @@ mod tests {
     fn a_described_machine_numbers_its_threads_as_linux_does() {
         let m = CpuTopology::uniform(2, 4, 2);
         assert_eq!(m.len(), 16);
-        assert_eq!(m.nodes(), vec![0, 1]);
-        assert!(m.has_smt());
         // CPU 9 is the second thread of core 1 (node 0); CPU 4 the first of core 4 (node 1).
         assert_eq!(m.cpus()[9], Cpu { id: 9, core: 1, node: 0 });
         assert_eq!(m.cpus()[4], Cpu { id: 4, core: 4, node: 1 });
-        assert!(!CpuTopology::uniform(1, 2, 1).has_smt());
+        assert_eq!(CpuTopology::uniform(1, 2, 1).cpus().iter().map(|c| c.core).collect::<Vec<_>>(), vec![0, 1]);
     }
 
     #[test]
@@ -140,6 +114,5 @@ mod tests {
         let m = CpuTopology::read();
         assert!(!m.is_empty() && m.len() <= super::super::online_count(), "{m:?}");
         assert!(m.cpus().iter().all(|c| c.core <= c.id), "{m:?}");
-        assert_eq!(device_node("lo"), None);
     }
 }
