@@ -8,6 +8,7 @@
 //!   ([`engines::lb_pps`]);
 //! - [`verdict`]: target checks (met, within noise, missed, invalid) over paired
 //!   samples, and the quantities that refuse degenerate inputs;
+//! - [`runner`]: the one runner: rounds and their rotation, progress, run records;
 //! - [`stats`]: medians, spread, collapsed repeats, round order;
 //! - [`report`]: the report directory: the HTML page with SVG charts beside the JSON and
 //!   CSV of `netlane_report` (the model and its writers);
@@ -25,6 +26,7 @@ pub mod machine;
 pub mod plan;
 pub mod progress;
 pub mod report;
+pub mod runner;
 pub mod scenarios;
 pub mod stats;
 pub mod verdict;

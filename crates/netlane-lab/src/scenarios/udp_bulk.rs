@@ -21,7 +21,8 @@ use super::net::{NetArgs, run_one, summary_line};
 use super::{Scenario, from_words, selftest};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
 use crate::progress::Progress;
-use crate::stats::{Spread, median, repeat_flags, round_order, sig};
+use crate::runner::{Measured, Runner};
+use crate::stats::{Spread, median, repeat_flags, sig};
 use crate::verdict::{Measure, Spec, paired, positive};
 use netlane_report::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_name};
 use netlane_report::{
@@ -308,49 +309,45 @@ impl Scenario for UdpBulkArgs {
         self.validate()?;
         let arms = self.arms();
         let hosts = self.net.build("udp-bulk")?;
-        let mut results: Vec<Vec<BulkResult>> = vec![Vec::new(); arms.len()];
-        let mut records = Vec::new();
-        let mut index = 0u32;
-        for round in 0..self.repeat as usize {
-            for a in round_order(arms.len(), round) {
-                index += 1;
+        let mut runner = Runner::new(progress);
+        let results = runner.rounds(
+            arms.len(),
+            |_| self.repeat,
+            |runner, a, turn| {
                 let arm = &arms[a];
-                let label = if self.repeat > 1 { format!("{} #{}", arm.label, round + 1) } else { arm.label.clone() };
-                progress.start(&label);
-                let run = BulkRun { run_id: index, ..arm.run.clone() };
-                let r = run_one(&hosts, &label, &run)?;
-                progress.finish(&label, &summary_line(&r));
-                records.push(record(index, round as u32 + 1, &arm.label, &r));
-                results[a].push(r);
-            }
-        }
+                let run = BulkRun { run_id: runner.next_index(), ..arm.run.clone() };
+                runner.measure(turn, &arm.label, |label| run_one(&hosts, label, &run))
+            },
+        )?;
+        let records = runner.into_records();
         Ok(self.report(&arms, &results, records))
     }
 }
 
-/// A run's figures for the runs table and CSV.
-fn record(index: u32, round: u32, label: &str, r: &BulkResult) -> RunRecord {
-    let mut rec = RunRecord::new(
-        index,
-        round,
-        label,
+impl Measured for BulkResult {
+    fn summary(&self) -> String {
+        summary_line(self)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
         vec![
-            ("tx_mb_per_s", r.tx_rate().ok().map(|v| v / 1e6)),
-            ("rx_mb_per_s", r.rx_rate().ok().map(|v| v / 1e6)),
-            ("rx_kpps", r.rx_pps().ok().map(|v| v / 1e3)),
-            ("tx_cpu_s_per_gb", r.tx_cpu_s_per_gb().ok()),
-            ("tx_cpu_s_per_gb_delivered", r.tx_cpu_s_per_gb_delivered().ok()),
-            ("rx_cpu_s_per_gb", r.rx_cpu_s_per_gb().ok()),
-            ("system_cpu_s_per_gb", r.system_cpu_s_per_gb().ok()),
-            ("tx_calls_per_datagram", r.tx_calls_per_datagram().ok()),
-            ("rx_calls_per_datagram", r.rx_calls_per_datagram().ok()),
-            ("loss_pct", r.loss().ok().map(|l| l * 100.0)),
-            ("pacing_accuracy_rx_pct", r.rx_pacing_accuracy().and_then(Result::ok).map(|a| a * 100.0)),
-        ],
-    );
-    rec.path = r.tx.path.clone();
-    rec.detail = serde_json::to_value(r).unwrap_or_default();
-    rec
+            ("tx_mb_per_s", self.tx_rate().ok().map(|v| v / 1e6)),
+            ("rx_mb_per_s", self.rx_rate().ok().map(|v| v / 1e6)),
+            ("rx_kpps", self.rx_pps().ok().map(|v| v / 1e3)),
+            ("tx_cpu_s_per_gb", self.tx_cpu_s_per_gb().ok()),
+            ("tx_cpu_s_per_gb_delivered", self.tx_cpu_s_per_gb_delivered().ok()),
+            ("rx_cpu_s_per_gb", self.rx_cpu_s_per_gb().ok()),
+            ("system_cpu_s_per_gb", self.system_cpu_s_per_gb().ok()),
+            ("tx_calls_per_datagram", self.tx_calls_per_datagram().ok()),
+            ("rx_calls_per_datagram", self.rx_calls_per_datagram().ok()),
+            ("loss_pct", self.loss().ok().map(|l| l * 100.0)),
+            ("pacing_accuracy_rx_pct", self.rx_pacing_accuracy().and_then(Result::ok).map(|a| a * 100.0)),
+        ]
+    }
+
+    fn path(&self) -> Vec<String> {
+        self.tx.path.clone()
+    }
 }
 
 /// `f` of a run, or why the run cannot be used (it is impossible).

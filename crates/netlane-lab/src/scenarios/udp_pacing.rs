@@ -18,12 +18,14 @@ use super::net::{NetArgs, PathKind, run_one, summary_line};
 use super::{Scenario, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
 use crate::progress::Progress;
-use crate::stats::{median, repeat_flags, round_order, sig};
+use crate::runner::{Measured, Runner};
+use crate::stats::{median, repeat_flags, sig};
 use crate::verdict::{Measure, Spec, finite, paired, ratio};
 use netlane_report::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
 use netlane_report::{
     Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
 };
+use serde::Serialize;
 
 /// One point of the sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,10 +94,32 @@ pub struct UdpPacingArgs {
 }
 
 /// One run of a point, with what the bottleneck did during it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 struct PointRun {
     result: BulkResult,
     qdisc: QdiscStats,
+}
+
+impl Measured for PointRun {
+    fn summary(&self) -> String {
+        summary_line(&self.result)
+    }
+
+    fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
+        let r = &self.result;
+        vec![
+            ("tx_mb_per_s", r.tx_rate().ok().map(|v| v / 1e6)),
+            ("rx_mb_per_s", r.rx_rate().ok().map(|v| v / 1e6)),
+            ("loss_pct", r.loss().ok().map(|l| l * 100.0)),
+            ("bottleneck_drops", Some(self.qdisc.drops as f64)),
+            ("tx_cpu_s_per_gb", r.tx_cpu_s_per_gb().ok()),
+            ("tx_cpu_s_per_gb_delivered", r.tx_cpu_s_per_gb_delivered().ok()),
+        ]
+    }
+
+    fn path(&self) -> Vec<String> {
+        self.result.tx.path.clone()
+    }
 }
 
 impl UdpPacingArgs {
@@ -191,44 +215,28 @@ impl Scenario for UdpPacingArgs {
         let hosts = self.net.build("udp-pacing")?;
         let h = hosts.as_ref().ok_or_else(|| anyhow::anyhow!("the pacing experiment needs the veth path"))?;
         h.set_bottleneck(self.bottleneck, self.burst as u32, self.queue as u32)?;
-        let mut runs: Vec<Vec<PointRun>> = vec![Vec::new(); self.quanta.len()];
-        let mut records = Vec::new();
-        let mut index = 0u32;
-        for round in 0..self.repeat as usize {
-            for i in round_order(self.quanta.len(), round) {
-                index += 1;
+        let mut runner = Runner::new(progress);
+        let runs = runner.rounds(
+            self.quanta.len(),
+            |_| self.repeat,
+            |runner, i, turn| {
                 let p = self.quanta[i];
-                let label = if self.repeat > 1 { format!("{} #{}", p.name(), round + 1) } else { p.name() };
-                progress.start(&label);
-                let before = h.egress_qdisc()?.1;
-                let result = run_one(&hosts, &label, &self.run_for(p, index))?;
-                let after = h.egress_qdisc()?.1;
-                let qdisc = QdiscStats {
-                    bytes: after.bytes.saturating_sub(before.bytes),
-                    packets: after.packets.saturating_sub(before.packets),
-                    drops: after.drops.saturating_sub(before.drops),
-                    overlimits: after.overlimits.saturating_sub(before.overlimits),
-                };
-                progress.finish(&label, &summary_line(&result));
-                let mut rec = RunRecord::new(
-                    index,
-                    round as u32 + 1,
-                    p.name(),
-                    vec![
-                        ("tx_mb_per_s", result.tx_rate().ok().map(|v| v / 1e6)),
-                        ("rx_mb_per_s", result.rx_rate().ok().map(|v| v / 1e6)),
-                        ("loss_pct", result.loss().ok().map(|l| l * 100.0)),
-                        ("bottleneck_drops", Some(qdisc.drops as f64)),
-                        ("tx_cpu_s_per_gb", result.tx_cpu_s_per_gb().ok()),
-                        ("tx_cpu_s_per_gb_delivered", result.tx_cpu_s_per_gb_delivered().ok()),
-                    ],
-                );
-                rec.path = result.tx.path.clone();
-                rec.detail = serde_json::json!({ "result": result, "qdisc": qdisc });
-                records.push(rec);
-                runs[i].push(PointRun { result, qdisc });
-            }
-        }
+                let run = self.run_for(p, runner.next_index());
+                runner.measure(turn, &p.name(), |label| {
+                    let before = h.egress_qdisc()?.1;
+                    let result = run_one(&hosts, label, &run)?;
+                    let after = h.egress_qdisc()?.1;
+                    let qdisc = QdiscStats {
+                        bytes: after.bytes.saturating_sub(before.bytes),
+                        packets: after.packets.saturating_sub(before.packets),
+                        drops: after.drops.saturating_sub(before.drops),
+                        overlimits: after.overlimits.saturating_sub(before.overlimits),
+                    };
+                    Ok(PointRun { result, qdisc })
+                })
+            },
+        )?;
+        let records = runner.into_records();
         Ok(self.report(&runs, records))
     }
 }
