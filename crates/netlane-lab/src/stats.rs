@@ -6,7 +6,9 @@
 //! a quarter of its siblings' median (or rose to four times it) is flagged rather than
 //! averaged away.
 
-use netlane_report::{Flag, FlagKind};
+use netlane_report::{Flag, FlagKind, Value};
+
+use crate::verdict::Measure;
 
 pub use netlane::metrics::median;
 
@@ -69,6 +71,17 @@ pub fn repeat_flags(subject: &str, what: &str, values: &[f64]) -> Vec<Flag> {
         });
     }
     flags
+}
+
+/// The defined values of `f` over `rs` (a run's figure, or why it has none).
+pub fn values<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| f(r).ok()).collect()
+}
+
+/// A table cell: the median of the defined values of `f` over `rs`, missing when none is.
+pub fn med<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Value {
+    let v = values(rs, f);
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
 }
 
 /// Three significant digits, for messages.

@@ -14,6 +14,7 @@
 //! A new scenario is a module here with an options struct (clap `Args`), a type
 //! implementing [`Scenario`], an entry in [`ScenarioName`] and a plan in [`lab_plan`].
 
+pub(crate) mod cache;
 pub mod kv;
 pub mod lanes;
 pub mod lb_pps;
@@ -97,6 +98,53 @@ pub struct LabProfile {
     pub ipv6: bool,
     /// The kernel's `udpgso_bench_tx`.
     pub selftest: Option<PathBuf>,
+}
+
+/// What a scenario's report is built of, section by section: each section of a
+/// scenario's `report.rs` adds its tables, charts, checks, flags and notes here.
+#[derive(Debug, Default)]
+pub(crate) struct Sections {
+    pub(crate) tables: Vec<netlane_report::Table>,
+    pub(crate) charts: Vec<netlane_report::Chart>,
+    pub(crate) checks: Vec<netlane_report::Check>,
+    pub(crate) flags: Vec<netlane_report::Flag>,
+    pub(crate) notes: Vec<String>,
+}
+
+/// The heading of a scenario's report: what the sections are under.
+pub(crate) struct Heading {
+    pub(crate) title: String,
+    pub(crate) description: String,
+    pub(crate) headline: String,
+}
+
+impl Sections {
+    /// The report of `scenario`: these sections under `heading`, with its runs and the
+    /// CPUs its roles had.
+    pub(crate) fn report(
+        self,
+        scenario: &dyn Scenario,
+        heading: Heading,
+        runs: Vec<netlane_report::RunRecord>,
+        cpu_plan: Vec<netlane_report::RoleCpus>,
+    ) -> ScenarioReport {
+        let options = scenario.options();
+        ScenarioReport {
+            name: scenario.name().into(),
+            title: heading.title,
+            description: heading.description,
+            headline: heading.headline,
+            options: options.object(),
+            echo: options.echo(),
+            tables: self.tables,
+            charts: self.charts,
+            checks: self.checks,
+            flags: self.flags,
+            notes: self.notes,
+            runs,
+            cpu_plan,
+        }
+    }
 }
 
 /// A child process a scenario started, killed (by its PID) and reaped on drop.

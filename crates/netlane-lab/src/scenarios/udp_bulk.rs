@@ -22,7 +22,7 @@ use super::{Scenario, from_words, selftest};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
-use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::stats::{self, Spread, median, repeat_flags, sig};
 use crate::verdict::{Measure, Spec, paired, positive};
 use netlane_report::options::{OptionList, parse_positive_duration, parse_quantum, parse_rate, quantum_name};
 use netlane_report::{
@@ -360,12 +360,11 @@ fn usable(r: &BulkResult, f: &dyn Fn(&BulkResult) -> Measure) -> Measure {
 
 /// Median over the usable runs.
 fn med(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> Value {
-    let v: Vec<f64> = rs.iter().filter_map(|r| usable(r, &f).ok()).collect();
-    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+    stats::med(rs, |r| usable(r, &f))
 }
 
 fn values(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> Vec<f64> {
-    rs.iter().filter_map(|r| usable(r, &f).ok()).collect()
+    stats::values(rs, |r| usable(r, &f))
 }
 
 impl UdpBulkArgs {

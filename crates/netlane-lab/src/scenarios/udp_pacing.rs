@@ -19,7 +19,7 @@ use super::{Scenario, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
-use crate::stats::{median, repeat_flags, sig};
+use crate::stats::{self, median, repeat_flags, sig};
 use crate::verdict::{Measure, Spec, finite, paired, ratio};
 use netlane_report::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
 use netlane_report::{
@@ -249,12 +249,11 @@ fn usable(r: &PointRun, f: &dyn Fn(&BulkResult) -> Measure) -> Measure {
 }
 
 fn values(rs: &[PointRun], f: &dyn Fn(&BulkResult) -> Measure) -> Vec<f64> {
-    rs.iter().filter_map(|r| usable(r, f).ok()).collect()
+    stats::values(rs, |r| usable(r, f))
 }
 
 fn med(rs: &[PointRun], f: &dyn Fn(&BulkResult) -> Measure) -> Value {
-    let v = values(rs, f);
-    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+    stats::med(rs, |r| usable(r, f))
 }
 
 fn loss_pct(r: &BulkResult) -> Measure {

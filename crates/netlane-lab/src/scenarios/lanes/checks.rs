@@ -4,38 +4,17 @@
 use anyhow::Result;
 use netlane_kv::loadgen::LoadReport;
 
-use crate::stats::median;
+use crate::scenarios::cache;
+pub(crate) use crate::scenarios::cache::{latency_of, pct};
+pub(crate) use crate::stats::med;
 use crate::verdict::{Measure, positive};
-use netlane_report::Value;
 
 use super::*;
-
-pub(crate) fn pct(l: &LoadReport, p: &str) -> Option<f64> {
-    l.latency_us.iter().find(|(k, _)| k == p).and_then(|(_, v)| *v)
-}
 
 /// A run that answered everything offered, sent on time: anything else cannot stand for
 /// the server.
 pub(crate) fn sound(r: &LaneRun) -> Result<(), String> {
-    sound_load(&r.load)
-}
-
-/// [`sound`] for a bare load report.
-pub(crate) fn sound_load(l: &LoadReport) -> Result<(), String> {
-    let c = &l.counts;
-    if l.lag_share > netlane_kv::load::search::GENERATOR_LAG_MAX {
-        return Err(format!("the generator delayed {:.1}% of its sends itself", l.lag_share * 100.0));
-    }
-    if c.completed == 0 {
-        return Err("nothing was answered".into());
-    }
-    if c.errors + c.lost + c.unanswered + c.not_sent > 0 {
-        return Err(format!(
-            "{} errors, {} lost, {} unanswered, {} never sent of {} offered",
-            c.errors, c.lost, c.unanswered, c.not_sent, c.offered
-        ));
-    }
-    Ok(())
+    cache::sound(&r.load)
 }
 
 /// CPU µs per request over every CPU of the machine, the generator's threads excluded (the NAPI work
@@ -64,14 +43,8 @@ pub(crate) fn mean(r: &LaneRun) -> Measure {
 
 /// The mean latency of a sound run.
 pub(crate) fn mean_of(l: &LoadReport) -> Measure {
-    sound_load(l)?;
+    cache::sound(l)?;
     l.mean_us.ok_or_else(|| "nothing completed".into())
-}
-
-/// A percentile of a sound run.
-pub(crate) fn latency_of(l: &LoadReport, p: &str) -> Measure {
-    sound_load(l)?;
-    pct(l, p).ok_or_else(|| format!("{p} fell among failed requests"))
 }
 
 pub(crate) fn summary(r: &LaneRun) -> String {
@@ -103,9 +76,4 @@ pub(crate) fn best(r: &LaneRound) -> Measure {
         }
         Some(b) => positive(b, "best rate"),
     }
-}
-
-pub(crate) fn med<T>(rs: &[T], f: impl Fn(&T) -> Measure) -> Value {
-    let v: Vec<f64> = rs.iter().filter_map(|r| f(r).ok()).collect();
-    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
 }

@@ -32,13 +32,14 @@ use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
 use serde::Serialize;
 
-use super::{LanesBenchArgs, latency_of, mean_of, open, sound_load};
-use crate::progress::Progress;
-use crate::scenarios::kv::wait_until_accepting;
+use super::{LanesBenchArgs, latency_of, mean_of, med, open};
+use crate::runner::{Runner, Turn};
+use crate::scenarios::cache;
+use crate::scenarios::cache::wait_until_accepting;
 use crate::stats::round_order;
 use crate::verdict::{Measure, Spec, paired};
 use netlane_report::Check;
-use netlane_report::{Column, Row, RunRecord, Table, Value};
+use netlane_report::{Column, Row, Table, Value};
 
 /// A case of the isolation part.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -176,13 +177,7 @@ impl Drop for Sink {
 impl LanesBenchArgs {
     /// One round of the isolation part: shaper, cgroups and cache process set up, the
     /// cases run, everything removed again.
-    pub(super) fn isolation_round(
-        &self,
-        h: &TwoHosts,
-        round: usize,
-        progress: &dyn Progress,
-        records: &mut Vec<RunRecord>,
-    ) -> Result<Vec<IsoRun>> {
+    pub(super) fn isolation_round(&self, runner: &mut Runner<'_>, h: &TwoHosts, turn: Turn) -> Result<Vec<IsoRun>> {
         let link = self.isolation_link;
         let [cache, bulk] = specs(link);
         let plan = apps::plan(link, &[cache.clone(), bulk.clone()])?;
@@ -192,19 +187,12 @@ impl LanesBenchArgs {
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), CACHE_PORT);
         let _server = start_cache(h, &cache_cg, addr)?;
         let sink = Sink::start(h)?;
-        let tag = |what: &str| {
-            if self.repeat > 1 { format!("isolation {what} #{}", round + 1) } else { format!("isolation {what}") }
-        };
-        let label = tag("warm-up");
-        progress.start(&label);
-        let warm = self.load(addr, 8, open(self.search_lo), self.step);
-        let n = h.tx.run(move || loadgen::warm_up(&warm))??;
-        progress.finish(&label, &format!("{n} keys stored"));
+        cache::warm_up(runner, turn, h, "isolation", self.load(addr, 8, open(self.search_lo), self.step))?;
+        let progress = runner.progress();
         let mut out = Vec::new();
-        for i in round_order(Case::ALL.len(), round) {
+        for i in round_order(Case::ALL.len(), turn.round) {
             let case = Case::ALL[i];
-            let label = tag(case.name());
-            progress.start(&label);
+            let what = format!("isolation {}", case.name());
             shaper.classify(case != Case::Shared)?;
             let bulk_proc = if case == Case::Alone {
                 None
@@ -241,22 +229,19 @@ impl LanesBenchArgs {
                     .collect();
                 Ok(IsoRun { case, load: r.report, bulk_per_s, classes, discarded: 0 })
             };
-            let (mut run, discarded) = unless_generator_lagged(progress, &label, once, |r| &r.load)?;
-            run.discarded = discarded;
-            drop(bulk_proc);
-            progress.finish(&label, &summary(&run, link));
-            let mut rec = RunRecord::new(
-                records.len() as u32 + 1,
-                round as u32 + 1,
-                format!("isolation {}", case.name()),
-                vec![
-                    ("achieved_per_s", Some(run.load.achieved_per_s)),
-                    ("p999_us", latency_of(&run.load, "p99.9").ok()),
-                    ("bulk_bytes_per_s", Some(run.bulk_per_s)),
-                ],
-            );
-            rec.detail = serde_json::to_value(&run).unwrap_or_default();
-            records.push(rec);
+            let run = runner.step(turn, &what, |label| {
+                let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;
+                run.discarded = discarded;
+                drop(bulk_proc);
+                let line = summary(&run, link);
+                Ok((run, line))
+            })?;
+            let figures = vec![
+                ("achieved_per_s", Some(run.load.achieved_per_s)),
+                ("p999_us", latency_of(&run.load, "p99.9").ok()),
+                ("bulk_bytes_per_s", Some(run.bulk_per_s)),
+            ];
+            runner.record(turn, &what, figures, &run);
             out.push(run);
         }
         out.sort_by_key(|r| Case::ALL.iter().position(|c| *c == r.case));
@@ -302,7 +287,7 @@ fn p999(r: &IsoRun, link: u64) -> Measure {
 
 /// [`p999`] for another percentile.
 fn percentile(r: &IsoRun, link: u64, p: &str) -> Measure {
-    sound_load(&r.load)?;
+    crate::scenarios::cache::sound(&r.load)?;
     if r.case != Case::Alone && r.bulk_per_s < 0.5 * link as f64 {
         return Err(format!(
             "{}: the bulk neighbour reached only {:.0}% of the link",
@@ -311,11 +296,6 @@ fn percentile(r: &IsoRun, link: u64, p: &str) -> Measure {
         ));
     }
     latency_of(&r.load, p)
-}
-
-fn med(rs: &[&IsoRun], f: impl Fn(&IsoRun) -> Measure) -> Value {
-    let v: Vec<f64> = rs.iter().filter_map(|r| f(r).ok()).collect();
-    if v.is_empty() { Value::Missing } else { Value::num(crate::stats::median(v)) }
 }
 
 /// The isolation table, checks and notes.

@@ -2,7 +2,6 @@
 //! runs, with the CPUs' busy time and the kernel's counters around each.
 
 use std::net::SocketAddr;
-use std::process::Child;
 use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
@@ -17,10 +16,9 @@ use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
 use crate::plan::{CpuPlan, Role};
-use crate::progress::Progress;
-use crate::scenarios::kv::{memcached_command, wait_until_accepting};
+use crate::runner::{Measured, Runner, Turn};
+use crate::scenarios::cache::{self, CacheServer, memcached_command, open, wait_until_accepting};
 use crate::scenarios::unless_generator_lagged;
-use netlane_report::RunRecord;
 
 use super::*;
 
@@ -54,29 +52,18 @@ pub struct LaneRound {
     pub lanes: Option<LanesView>,
 }
 
-/// A server running in the rx namespace; stopped (or killed) on drop.
-pub(crate) enum Running {
-    Netlane(Option<Box<Server>>),
-    /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
-    Memcached {
-        child: Child,
-        _busy_poll: Option<netlane::installed::Sysctl>,
-    },
-}
+impl Measured for LaneRun {
+    fn summary(&self) -> String {
+        summary(self)
+    }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        match self {
-            Running::Netlane(s) => {
-                if let Some(s) = s.take() {
-                    s.stop();
-                }
-            }
-            Running::Memcached { child, .. } => {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
+    fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
+        vec![
+            ("achieved_per_s", Some(self.load.achieved_per_s)),
+            ("mean_us", self.load.mean_us),
+            ("p999_us", pct(&self.load, "p99.9")),
+            ("cpu_us_per_request", cpu_per_request(self).ok()),
+        ]
     }
 }
 
@@ -119,7 +106,7 @@ impl LanesBenchArgs {
         }
     }
 
-    pub(crate) fn start(&self, h: &TwoHosts, plan: &CpuPlan, addr: SocketAddr, mode: Mode) -> Result<Running> {
+    pub(crate) fn start(&self, h: &TwoHosts, plan: &CpuPlan, addr: SocketAddr, mode: Mode) -> Result<CacheServer> {
         let lanes = plan.cpus(Role::Lane);
         let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
         let running = if mode.is_memcached() {
@@ -139,14 +126,11 @@ impl LanesBenchArgs {
             if mode == Mode::MemcachedN {
                 cmd.args(["-N", &lanes.len().to_string()]);
             }
-            Running::Memcached {
-                child: cmd.spawn().with_context(|| format!("start {}", self.memcached))?,
-                _busy_poll: guard,
-            }
+            CacheServer::memcached(cmd, guard).with_context(|| format!("start {}", self.memcached))?
         } else {
             let cfg = self.server_config(h, lanes, addr, mode, max_conns);
             let s = h.rx.run(move || Server::start(cfg))??;
-            Running::Netlane(Some(Box::new(s)))
+            CacheServer::Netlane(Some(Box::new(s)))
         };
         wait_until_accepting(h, addr, &mode.name())?;
         Ok(running)
@@ -180,14 +164,15 @@ impl LanesBenchArgs {
     }
 
     /// One load run with the CPUs' busy time and the kernel's counters around it, made
-    /// again when the generator lagged in it.
+    /// again when the generator lagged in it; a run of the round recorded under `what`.
     pub(crate) fn measured(
         &self,
+        runner: &mut Runner<'_>,
+        turn: Turn,
+        what: &str,
         h: &TwoHosts,
         rate: u64,
         cfg: LoadConfig,
-        progress: &dyn Progress,
-        label: &str,
     ) -> Result<LaneRun> {
         let connections = cfg.connections;
         let once = || -> Result<LaneRun> {
@@ -204,39 +189,30 @@ impl LanesBenchArgs {
                 discarded: 0,
             })
         };
-        let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;
-        run.discarded = discarded;
-        Ok(run)
+        let progress = runner.progress();
+        runner.measure(turn, what, |label| {
+            let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;
+            run.discarded = discarded;
+            Ok(run)
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One mode's round: its server started, the key space stored, the search at the
+    /// first connection count, then every fixed rate at every connection count.
     pub(crate) fn round(
         &self,
+        runner: &mut Runner<'_>,
         h: &TwoHosts,
         plan: &CpuPlan,
         addr: SocketAddr,
         mode: Mode,
-        round: usize,
-        progress: &dyn Progress,
-        records: &mut Vec<RunRecord>,
+        turn: Turn,
     ) -> Result<LaneRound> {
-        let tag = |what: &str| {
-            let mut l = format!("{} {what}", mode.name());
-            if self.repeat > 1 {
-                l.push_str(&format!(" #{}", round + 1));
-            }
-            l
-        };
+        let who = mode.name();
         let server = self.start(h, plan, addr, mode)?;
-        let label = tag("warm-up");
-        progress.start(&label);
-        let warm = self.load(addr, 8, open(self.search_lo), self.step);
-        let n = h.tx.run(move || loadgen::warm_up(&warm))??;
-        progress.finish(&label, &format!("{n} keys stored"));
+        cache::warm_up(runner, turn, h, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
         let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
         if !self.no_search {
-            let label = tag(&format!("search {}", self.sla));
-            progress.start(&label);
             let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
             let range = SearchConfig {
                 lo_per_s: self.search_lo,
@@ -244,60 +220,15 @@ impl LanesBenchArgs {
                 resolution: self.resolution,
                 max_bisections: 10,
             };
-            let sla = self.sla;
-            let r = h.tx.run(move || loadgen::search(&cfg, sla, range, &AtomicBool::new(false), |_| {}))??;
-            progress.finish(
-                &label,
-                &match r.best_per_s {
-                    Some(b) => format!(
-                        "{b:.0} requests/s{} ({} runs)",
-                        if r.capped {
-                            " (capped)"
-                        } else if r.generator_limited {
-                            " (the generator's limit)"
-                        } else {
-                            ""
-                        },
-                        r.runs
-                    ),
-                    None => format!("no rate held it ({} runs)", r.runs),
-                },
-            );
-            let mut rec = RunRecord::new(
-                records.len() as u32 + 1,
-                round as u32 + 1,
-                format!("{} search {}", mode.name(), self.sla),
-                vec![("best_per_s", r.best_per_s)],
-            );
-            rec.detail = serde_json::to_value(&r).unwrap_or_default();
-            records.push(rec);
-            out.search = Some(r);
+            out.search = Some(cache::search(runner, turn, h, &who, cfg, self.sla, range)?);
         }
         for &c in &self.connections {
             for &rate in &self.rates {
-                let label = tag(&format!("{c} connections, {rate}/s"));
-                progress.start(&label);
-                let run = self.measured(h, rate, self.load(addr, c, open(rate as f64), self.time), progress, &label)?;
-                progress.finish(&label, &summary(&run));
-                let mut rec = RunRecord::new(
-                    records.len() as u32 + 1,
-                    round as u32 + 1,
-                    format!("{} {c} connections {rate}/s", mode.name()),
-                    vec![
-                        ("achieved_per_s", Some(run.load.achieved_per_s)),
-                        ("mean_us", run.load.mean_us),
-                        ("p999_us", pct(&run.load, "p99.9")),
-                        ("cpu_us_per_request", cpu_per_request(&run).ok()),
-                    ],
-                );
-                rec.detail = serde_json::to_value(&run).unwrap_or_default();
-                records.push(rec);
-                out.runs.push(run);
+                let cfg = self.load(addr, c, open(rate as f64), self.time);
+                out.runs.push(self.measured(runner, turn, &format!("{who} {c} connections {rate}/s"), h, rate, cfg)?);
             }
         }
-        if let Running::Netlane(Some(s)) = &server {
-            out.lanes = Some(s.lanes());
-        }
+        out.lanes = server.lanes();
         drop(server);
         if mode == Mode::NapiBusy {
             self.reset_napi(h)?;

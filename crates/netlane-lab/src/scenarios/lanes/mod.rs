@@ -37,18 +37,19 @@ use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 
 use crate::plan::Role;
 use crate::progress::Progress;
+use crate::runner::{Runner, Turn};
 use crate::scenarios::Scenario;
-use crate::scenarios::kv::program_exists;
-use crate::stats::round_order;
+use crate::scenarios::cache::program_exists;
 use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
 use self::checks::*;
-pub(crate) use self::checks::{latency_of, mean_of, sound_load};
+pub(crate) use self::checks::{latency_of, mean_of};
 pub use self::measure::{LaneRound, LaneRun};
 pub use self::options::{LanesBenchArgs, Mode};
+pub(crate) use self::plan::cpu_plan;
 use self::plan::*;
-pub(crate) use self::plan::{cpu_plan, open};
+pub(crate) use crate::scenarios::cache::open;
 
 impl Scenario for LanesBenchArgs {
     fn name(&self) -> &'static str {
@@ -151,22 +152,25 @@ impl Scenario for LanesBenchArgs {
         h.set_tx_tso(false)?;
         let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, plan.cpus(Role::Napi))?;
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
-        let mut all: Vec<Vec<LaneRound>> = vec![Vec::new(); self.modes.len()];
-        let mut records = Vec::new();
+        let mut runner = Runner::new(progress);
         let mut iso = Vec::new();
-        for round in 0..self.repeat as usize {
-            for i in round_order(self.modes.len(), round) {
+        let all = runner.rounds_then(
+            self.modes.len(),
+            |_| self.repeat,
+            |runner, i, turn| {
                 let mode = self.modes[i];
-                let r = self
-                    .round(&h, &plan, addr, mode, round, progress, &mut records)
-                    .with_context(|| format!("{} round {}", mode.name(), round + 1))?;
-                all[i].push(r);
-            }
-            if !self.no_isolation {
-                iso.push(self.isolation_round(&h, round, progress, &mut records).context("isolation")?);
-            }
-        }
+                self.round(runner, &h, &plan, addr, mode, turn)
+                    .with_context(|| format!("{} round {}", mode.name(), turn.round + 1))
+            },
+            |runner, round| {
+                if !self.no_isolation {
+                    let turn = Turn { round, rounds: self.repeat };
+                    iso.push(self.isolation_round(runner, &h, turn).context("isolation")?);
+                }
+                Ok(())
+            },
+        )?;
         drop(h);
-        Ok(self.report(&all, &iso, &plan, &placed_rx, records))
+        Ok(self.report(&all, &iso, &plan, &placed_rx, runner.into_records()))
     }
 }

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use netlane::cpus::machine::CpuTopology;
-use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::schedule::Pacing;
 use netlane_kv::loadgen::LoadConfig;
 
 use crate::plan::{Ask, CpuPlan, Role};
@@ -56,8 +56,4 @@ impl LanesBenchArgs {
             seed: 1,
         }
     }
-}
-
-pub(crate) fn open(rate: f64) -> Pacing {
-    Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
 }

@@ -1,26 +1,19 @@
 //! The lanes scenario's report: tables, charts, checks and notes from every round.
 
 use crate::plan::{CpuPlan, Role};
-use crate::scenarios::{Scenario, discarded_note};
+use crate::scenarios::{Heading, Sections, discarded_note};
 use crate::stats::repeat_flags;
 use crate::verdict::{Measure, Spec, join_headline, measured_median, paired};
 use netlane_report::{
-    Axis, Chart, ChartKind, Check, Column, Flag, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
-    Value,
+    Axis, Chart, ChartKind, Check, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
 };
 
 use super::isolation::IsoRun;
 use super::*;
 
-/// What the report's sections add up to.
-#[derive(Default)]
-struct Sections {
-    tables: Vec<Table>,
-    charts: Vec<Chart>,
-    checks: Vec<Check>,
-    flags: Vec<Flag>,
-    notes: Vec<String>,
-}
+/// The report's title.
+const TITLE: &str =
+    "Lanes: connections on the thread that owns their receive queue, against plain workers and memcached";
 
 /// A mode's rounds, when the mode ran.
 type Find<'a> = dyn Fn(Mode) -> Option<&'a [LaneRound]> + 'a;
@@ -52,36 +45,24 @@ impl LanesBenchArgs {
             out.notes.extend(n);
         }
         self.plan_notes(plan, placed, &mut out);
-        let headline = self.headline(&out.checks);
-        let options = self.options();
-        ScenarioReport {
-            name: "lanes".into(),
-            title:
-                "Lanes: connections on the thread that owns their receive queue, against plain workers and memcached"
-                    .into(),
-            description: format!(
-                "netlane's cache server in one namespace with {LANES} workers (lanes), netlane's open-loop generator in \
-                 another with {LANES} threads, joined by a veth with a queue per lane, each queue's NAPI thread pinned; \
-                 the CPU plan places them (apart where the machine has the CPUs). Modes: {}. \
-                 Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
-                 stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
-                self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
-                self.busy_poll,
-                self.memcached_busy_poll,
-                self.workload.keys,
-                netlane_report::format::seconds(self.step.as_secs_f64())
-            ),
-            headline,
-            options: options.object(),
-            echo: options.echo(),
-            tables: out.tables,
-            charts: out.charts,
-            checks: out.checks,
-            flags: out.flags,
-            notes: out.notes,
-            runs,
-            cpu_plan: plan.view(),
-        }
+        let heading =
+            Heading { title: TITLE.into(), description: self.description(), headline: self.headline(&out.checks) };
+        out.report(self, heading, runs, plan.view())
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "netlane's cache server in one namespace with {LANES} workers (lanes), netlane's open-loop generator in \
+             another with {LANES} threads, joined by a veth with a queue per lane, each queue's NAPI thread pinned; \
+             the CPU plan places them (apart where the machine has the CPUs). Modes: {}. \
+             Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
+             stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
+            self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
+            self.busy_poll,
+            self.memcached_busy_poll,
+            self.workload.keys,
+            netlane_report::format::seconds(self.step.as_secs_f64())
+        )
     }
 
     /// The highest rate each mode held within the SLA, and the throughput checks.

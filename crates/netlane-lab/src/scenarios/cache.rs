@@ -1,0 +1,201 @@
+//! What the cache scenarios (kv, lanes) share: the server under test (netlane's or
+//! memcached), waiting until it accepts, the warm-up and the SLA search as steps of a
+//! round, and what makes a load run sound enough to stand for the server.
+
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use netlane::topology::TwoHosts;
+use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
+use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
+use netlane_kv::load::stats::Sla;
+use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::server::{LanesView, Server};
+
+use crate::runner::{Runner, Turn};
+use crate::verdict::Measure;
+
+/// Whether `p` names a program: a path to a file, or a name found on `PATH`.
+pub(crate) fn program_exists(p: &str) -> bool {
+    if p.contains('/') {
+        return std::path::Path::new(p).is_file();
+    }
+    std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(p).is_file()))
+}
+
+/// Open-loop Poisson arrivals at `rate` per second.
+pub(crate) fn open(rate: f64) -> Pacing {
+    Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
+}
+
+/// A cache server running in the rx namespace; stopped (or killed) on drop.
+pub(crate) enum CacheServer {
+    /// netlane's, in this process.
+    Netlane(Option<Box<Server>>),
+    /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
+    Memcached {
+        /// The process.
+        child: Child,
+        /// `net.core.busy_poll` as set for it, if it was.
+        _busy_poll: Option<netlane::installed::Sysctl>,
+    },
+}
+
+impl CacheServer {
+    /// memcached started from `cmd`.
+    pub(crate) fn memcached(
+        mut cmd: std::process::Command,
+        busy_poll: Option<netlane::installed::Sysctl>,
+    ) -> std::io::Result<CacheServer> {
+        Ok(CacheServer::Memcached { child: cmd.spawn()?, _busy_poll: busy_poll })
+    }
+
+    /// netlane's lanes now, when it is netlane's server.
+    pub(crate) fn lanes(&self) -> Option<LanesView> {
+        match self {
+            CacheServer::Netlane(Some(s)) => Some(s.lanes()),
+            _ => None,
+        }
+    }
+}
+
+impl Drop for CacheServer {
+    fn drop(&mut self) {
+        match self {
+            CacheServer::Netlane(s) => {
+                if let Some(s) = s.take() {
+                    s.stop();
+                }
+            }
+            CacheServer::Memcached { child, .. } => {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// memcached in the server's namespace on `cpus` (a CPU list for taskset), serving
+/// `addr` over TCP only with `threads` threads, 1 GiB and `max_conns` connections,
+/// killed when the thread that spawns it ends. Its output is discarded: a server that
+/// cannot start shows as one that never accepts.
+pub(crate) fn memcached_command(
+    h: &TwoHosts,
+    program: &str,
+    addr: SocketAddr,
+    cpus: &str,
+    threads: usize,
+    max_conns: u32,
+) -> std::process::Command {
+    let mut cmd = h.rx.command("taskset");
+    cmd.args(["-c", cpus, program])
+        .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
+        .args(["-t", &threads.to_string(), "-m", "1024", "-c", &max_conns.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if nix::unistd::geteuid().is_root() {
+        cmd.args(["-u", "root"]);
+    }
+    // A lab run that is killed takes memcached with it (the spawning thread is the
+    // scenario's, which outlives the server).
+    netlane_sys::process::kill_with_parent(&mut cmd);
+    cmd
+}
+
+/// Waits (10 s at most) until a server accepts connections on `addr` from the
+/// generator's side; `what` names it in the error.
+pub(crate) fn wait_until_accepting(h: &TwoHosts, addr: SocketAddr, what: &str) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())? {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not accept connections on {addr} within 10 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stores the key space from the generator's side, a step of `who`'s round.
+pub(crate) fn warm_up(runner: &mut Runner<'_>, turn: Turn, h: &TwoHosts, who: &str, cfg: LoadConfig) -> Result<u64> {
+    runner.step(turn, &format!("{who} warm-up"), |_| {
+        let n = h.tx.run(move || loadgen::warm_up(&cfg))??;
+        Ok((n, format!("{n} keys stored")))
+    })
+}
+
+/// The highest rate within `sla` from the generator's side, a recorded step of `who`'s
+/// round.
+pub(crate) fn search(
+    runner: &mut Runner<'_>,
+    turn: Turn,
+    h: &TwoHosts,
+    who: &str,
+    cfg: LoadConfig,
+    sla: Sla,
+    range: SearchConfig,
+) -> Result<SearchReport> {
+    let what = format!("{who} search {sla}");
+    let r = runner.step(turn, &what, |_| {
+        let r = h.tx.run(move || loadgen::search(&cfg, sla, range, &AtomicBool::new(false), |_| {}))??;
+        let line = match r.best_per_s {
+            Some(b) => format!(
+                "{b:.0} requests/s{} ({} rates, {} runs)",
+                if r.capped {
+                    " (capped)"
+                } else if r.generator_limited {
+                    " (the generator's limit)"
+                } else {
+                    ""
+                },
+                r.curve.len(),
+                r.runs
+            ),
+            None => format!("no rate held it ({} rates, {} runs)", r.curve.len(), r.runs),
+        };
+        Ok((r, line))
+    })?;
+    runner.record(turn, &what, vec![("best_per_s", r.best_per_s), ("runs", Some(r.runs as f64))], &r);
+    Ok(r)
+}
+
+/// A latency percentile of a load report, in µs, where it was measured.
+pub(crate) fn pct(l: &LoadReport, p: &str) -> Option<f64> {
+    l.latency_us.iter().find(|(k, _)| k == p).and_then(|(_, v)| *v)
+}
+
+/// A run that answered what was offered: all of it, without errors, sent when it
+/// could go (a send the generator itself delayed, not one waiting for the server, is a
+/// lagged one: beyond [`GENERATOR_LAG_MAX`] of them the generator measured itself).
+/// Anything else cannot stand for the server's cost or latency.
+pub(crate) fn sound(l: &LoadReport) -> Result<(), String> {
+    let c = &l.counts;
+    // A closed loop has no schedule to keep: its sends wait for answers by design.
+    if l.mode == "open" && l.lag_share > GENERATOR_LAG_MAX {
+        return Err(format!(
+            "the generator delayed {:.1}% of its sends itself (its CPU {:.0}% busy): it measured itself",
+            l.lag_share * 100.0,
+            l.client_cpu_busy * 100.0
+        ));
+    }
+    if c.completed == 0 {
+        return Err("nothing was answered".into());
+    }
+    if c.errors + c.lost + c.unanswered + c.not_sent > 0 {
+        return Err(format!(
+            "{} errors, {} lost, {} unanswered, {} never sent of {} offered",
+            c.errors, c.lost, c.unanswered, c.not_sent, c.offered
+        ));
+    }
+    Ok(())
+}
+
+/// Percentile `p` of a sound run, in µs.
+pub(crate) fn latency_of(l: &LoadReport, p: &str) -> Measure {
+    sound(l)?;
+    pct(l, p).ok_or_else(|| format!("{p} fell among failed requests"))
+}

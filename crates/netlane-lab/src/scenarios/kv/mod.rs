@@ -1,0 +1,194 @@
+//! `kv`: the memcached-protocol cache against memcached 1.6.18 under one open-loop load
+//! generator (the ADQ talk's application, measured its way: throughput under a tail
+//! latency SLA). The server in one namespace on its own CPU, the generator in another
+//! on the other CPU, joined by a veth pair.
+//!
+//! - sla: the highest offered rate each server holds within the SLA (p99.9 < 1 ms by
+//!   default) and within a tighter one, found by bisection over short open-loop runs,
+//!   the best rate confirmed by a second run;
+//! - rates: latency percentiles and the server CPU per request at fixed offered rates;
+//! - closed: a closed loop (one request in flight per connection, the way memtier-style
+//!   tools measure) against an open loop at 80% of the rate the closed loop reached (a
+//!   closed loop runs the generator flat out): what coordinated omission hides.
+//!
+//! Every round starts each server fresh, loads the key space, and runs its parts; the
+//! servers alternate first from round to round. Ratios pair the servers within a round.
+//!
+//! The folder: [`options`] (what can be asked), [`measure`] (a server's round: warm-up,
+//! floor, searches, fixed rates, closed loop), [`checks`] (the quantities the targets
+//! compare and the check list), [`report`] (its sections).
+
+mod checks;
+mod measure;
+mod options;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_kv::load::schedule::Pacing;
+use netlane_report::ScenarioReport;
+use netlane_report::options::OptionList;
+
+use super::Scenario;
+use super::cache::{open, program_exists};
+use crate::progress::Progress;
+use crate::runner::Runner;
+
+pub use self::measure::{KvRound, KvRun};
+pub use self::options::{KvBenchArgs, WorkloadArgs};
+
+/// A part of the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Part {
+    /// Highest rate within the SLA and within a tighter one.
+    Sla,
+    /// Latency and server CPU at fixed offered rates.
+    Rates,
+    /// Closed loop against open loop at most of the closed loop's rate.
+    Closed,
+}
+
+impl Part {
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
+    }
+}
+
+/// A server under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum ServerKind {
+    /// `netlane kv serve`'s server.
+    Netlane,
+    /// memcached (Debian's 1.6.18).
+    Memcached,
+}
+
+impl ServerKind {
+    fn name(self) -> String {
+        crate::scenarios::value_name(&self)
+    }
+}
+
+impl Scenario for KvBenchArgs {
+    fn name(&self) -> &'static str {
+        "kv"
+    }
+
+    fn options(&self) -> OptionList {
+        let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
+        let servers: Vec<String> = self.servers.iter().map(|s| s.name()).collect();
+        let list = OptionList::new()
+            .words("parts", &parts)
+            .words("servers", &servers)
+            .int("connections", u64::from(self.connections))
+            .int("threads", self.threads as u64);
+        self.workload
+            .echo(list)
+            .text("sla", self.sla.to_string())
+            .text("tight-sla", self.tight_sla.to_string())
+            .text("search-lo", self.search_lo.to_string())
+            .text("search-hi", self.search_hi.to_string())
+            .text("resolution", self.resolution.to_string())
+            .duration("step", self.step)
+            .ints("rates", &self.rates)
+            .int("closed-depth", u64::from(self.closed_depth))
+            .duration("time", self.time)
+            .int("repeat", u64::from(self.repeat))
+            .duration("stall-probe", self.stall_probe)
+            .int("server-cpu", self.server_cpu as u64)
+            .int("client-cpu", self.client_cpu as u64)
+            .text("memcached", self.memcached.clone())
+    }
+
+    fn validate(&self) -> Result<()> {
+        let n = netlane::cpus::online_count();
+        for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
+            if c >= n {
+                bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+            }
+        }
+        if self.parts.is_empty() || self.servers.is_empty() {
+            bail!("--parts and --servers: nothing to run");
+        }
+        if !(1..=64).contains(&self.threads) {
+            bail!("--threads {}: 1..=64", self.threads);
+        }
+        if self.parts.contains(&Part::Rates) && (self.rates.is_empty() || self.rates.contains(&0)) {
+            bail!("--rates: at least one rate, none zero");
+        }
+        if !(self.search_lo > 0.0 && self.search_lo < self.search_hi && self.search_hi.is_finite()) {
+            bail!("--search-lo {} / --search-hi {}: 0 < lo < hi", self.search_lo, self.search_hi);
+        }
+        if !(self.resolution > 1.0 && self.resolution.is_finite()) {
+            bail!("--resolution {}: a ratio above 1", self.resolution);
+        }
+        let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
+        let check = [
+            self.load(addr, open(self.search_lo), self.step),
+            self.load(addr, Pacing::Closed { depth: self.closed_depth }, self.time),
+        ];
+        for c in check {
+            c.validate()?;
+        }
+        for r in &self.rates {
+            self.load(addr, open(*r as f64), self.time).validate()?;
+        }
+        if self.stall_probe > Duration::from_secs(600) {
+            bail!("--stall-probe {:?}: at most 600s", self.stall_probe);
+        }
+        if self.probes_stalls() && !program_exists("cyclictest") {
+            bail!("cyclictest: not found (scripts/setup.sh installs rt-tests; --stall-probe 0s skips the probe)");
+        }
+        if self.servers.contains(&ServerKind::Memcached) && !program_exists(&self.memcached) {
+            bail!("{}: not found (scripts/setup.sh --lab installs memcached)", self.memcached);
+        }
+        if !netlane::topology::have_privileges() {
+            bail!("the kv scenario builds two network namespaces: run it as root");
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        let per = |p: &Part| match p {
+            Part::Sla => 2,
+            Part::Rates => self.rates.len(),
+            Part::Closed => 2,
+        };
+        let per_server = 1 + usize::from(self.probes_stalls()) + self.parts.iter().map(per).sum::<usize>();
+        per_server * self.servers.len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let h = TwoHosts::create(
+            "kv",
+            LinkConfig { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi_on(self.server_cpu) },
+        )?;
+        RxTuning::threaded_napi_on(self.client_cpu).apply(&h.tx, &h.tx_if, h.tx_index)?;
+        // TCP over veth skips NAPI while TSO is on (drivers/net/veth.c): a packet's
+        // receive work runs in its sender's context, on the sender's CPU, right after the
+        // send. The server CPU therefore carries the receive side of its replies, and the
+        // generator's CPU that of the requests, for both servers alike. Each end's
+        // threaded NAPI or RPS on its own CPU would cost an inter-processor wake-up per
+        // packet, which the generator cannot spare (docs/results.md).
+        let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        let mut runner = Runner::new(progress);
+        let all = runner.rounds(
+            self.servers.len(),
+            |_| self.repeat,
+            |runner, i, turn| {
+                let kind = self.servers[i];
+                self.round(runner, &h, addr, kind, turn)
+                    .with_context(|| format!("{} round {}", kind.name(), turn.round + 1))
+            },
+        )?;
+        drop(h);
+        Ok(self.report(&all, runner.into_records()))
+    }
+}
