@@ -1,0 +1,113 @@
+//! The udp-bulk scenario's options: the modes, the paced rates, the comparison with the
+//! kernel's sender.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+use netlane::pace::Quantum;
+
+use crate::engines::bulk::Verify;
+use crate::scenarios::net::NetArgs;
+use netlane_report::options::{parse_positive_duration, parse_quantum, parse_rate};
+
+/// A way of moving bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Mode {
+    /// TCP stream, 64 KiB per send (the baseline).
+    Tcp,
+    /// TCP stream with MSG_ZEROCOPY.
+    TcpZc,
+    /// One sendmsg per UDP datagram; one recvmsg per datagram.
+    Udp,
+    /// sendmmsg batches; recvmmsg batches.
+    Sendmmsg,
+    /// UDP GSO via a per-call UDP_SEGMENT cmsg; recvmmsg receiver.
+    Gso,
+    /// UDP GSO via the UDP_SEGMENT socket option.
+    GsoSockopt,
+    /// UDP GSO to a UDP_GRO receiver.
+    GsoGro,
+    /// UDP GSO with MSG_ZEROCOPY.
+    GsoZc,
+    /// UDP GSO paced at each of --rates, to a UDP_GRO receiver.
+    Paced,
+}
+
+impl Mode {
+    /// The word the command line takes.
+    pub fn name(self) -> String {
+        crate::scenarios::value_name(&self)
+    }
+}
+
+/// Receiver checks on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum VerifyArg {
+    /// Count only.
+    Count,
+    /// Sequence numbers: loss, duplicates, reordering.
+    Header,
+    /// Sequence numbers and every payload byte.
+    Full,
+}
+
+impl VerifyArg {
+    pub(super) fn name(self) -> String {
+        crate::scenarios::value_name(&self)
+    }
+}
+
+impl From<VerifyArg> for Verify {
+    fn from(v: VerifyArg) -> Self {
+        match v {
+            VerifyArg::Count => Verify::Count,
+            VerifyArg::Header => Verify::Header,
+            VerifyArg::Full => Verify::Full,
+        }
+    }
+}
+
+/// Options of the `udp-bulk` scenario.
+#[derive(Debug, Clone, Args)]
+pub struct UdpBulkArgs {
+    /// Network placement.
+    #[command(flatten)]
+    pub net: NetArgs,
+    /// Modes to run, comma separated.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tcp,tcp-zc,udp,sendmmsg,gso,gso-sockopt,gso-gro,gso-zc,paced"
+    )]
+    pub modes: Vec<Mode>,
+    /// How long each run sends.
+    #[arg(short = 't', long, alias = "duration", default_value = "2s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Rounds: every mode runs once per round, in a rotating order; checks pair the
+    /// modes they compare within each round.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+    /// UDP payload bytes per datagram (the GSO segment size).
+    #[arg(long, default_value_t = 1400)]
+    pub gso_size: usize,
+    /// Datagrams per GSO send or sendmmsg call [default: as many as fit 64 KB, at most 64].
+    #[arg(long)]
+    pub segments: Option<usize>,
+    /// Target rates of the paced mode, comma separated (e.g. 10MB/s,1GB/s,200mbit).
+    #[arg(long, value_delimiter = ',', default_value = "10MB/s,100MB/s,1GB/s", value_parser = parse_rate, allow_hyphen_values = true)]
+    pub rates: Vec<u64>,
+    /// Pacing release quantum: auto, or a duration such as 1ms (at most a tenth of --time).
+    #[arg(long, default_value = "auto", value_parser = parse_quantum)]
+    pub quantum: Quantum,
+    /// What the receiver verifies.
+    #[arg(long, value_enum, default_value_t = VerifyArg::Header)]
+    pub verify: VerifyArg,
+    /// The kernel's udpgso_bench_tx, to compare senders [default: target/kselftest/udpgso_bench_tx or $NETLANE_UDPGSO_BENCH_TX].
+    #[arg(long)]
+    pub selftest: Option<PathBuf>,
+    /// Skip the comparison with udpgso_bench_tx.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
+    pub no_selftest: bool,
+}

@@ -1,0 +1,139 @@
+//! The udp-bulk scenario's plan: the arms every round runs (each mode, each paced rate,
+//! each side of the comparison with `udpgso_bench_tx`) and the runs they make.
+
+use std::path::PathBuf;
+
+use netlane::metrics::units::compact_rate;
+use netlane::udp::gso::GsoLimits;
+use netlane::udp::{Batching, GsoMode, RxBatching};
+
+use super::{Mode, UdpBulkArgs};
+use crate::engines::bulk::{BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
+use crate::scenarios::{from_words, selftest};
+
+/// Which side of what an arm is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// A mode of the main table.
+    Main(Mode, Option<u64>),
+    /// netlane's sender against a counting receiver (compared with the kernel's).
+    Ours(bool),
+    /// The kernel's udpgso_bench_tx (plain, or with -S).
+    Kernel(bool),
+}
+
+/// One arm: a labelled run that every round repeats.
+#[derive(Debug, Clone)]
+pub(super) struct Arm {
+    pub(super) label: String,
+    pub(super) role: Role,
+    pub(super) run: BulkRun,
+}
+
+impl UdpBulkArgs {
+    /// The defaults, as `netlane bench udp-bulk` has them.
+    pub fn defaults() -> UdpBulkArgs {
+        from_words(&[]).expect("the defaults parse")
+    }
+
+    pub(super) fn segments(&self) -> usize {
+        self.segments.unwrap_or_else(|| GsoLimits::for_family(self.net.ipv6).segments_per_send(self.gso_size))
+    }
+
+    pub(super) fn tx(&self) -> TxSpec {
+        TxSpec {
+            datagram_size: self.gso_size,
+            segments_per_send: self.segments(),
+            duration: self.time,
+            cpu: Some(self.net.tx_cpu),
+            ..TxSpec::udp()
+        }
+    }
+
+    pub(super) fn rx(&self) -> RxSpec {
+        RxSpec { verify: self.verify.into(), cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() }
+    }
+
+    /// Sender and receiver for `mode` (and `rate` for the paced mode).
+    pub(super) fn specs(&self, mode: Mode, rate: Option<u64>) -> (TxSpec, RxSpec) {
+        let (tx, rx) = (self.tx(), self.rx());
+        let gso = TxSpec { gso: GsoMode::Cmsg, ..tx.clone() };
+        let tcp_rx = RxSpec { transport: Transport::Tcp, ..rx };
+        match mode {
+            Mode::Tcp => (TxSpec { transport: Transport::Tcp, ..tx }, tcp_rx),
+            Mode::TcpZc => (TxSpec { transport: Transport::Tcp, zerocopy: true, ..tx }, tcp_rx),
+            Mode::Udp => (TxSpec { segments_per_send: 1, ..tx }, RxSpec { batching: RxBatching::Single, ..rx }),
+            Mode::Sendmmsg => (TxSpec { batching: Batching::Mmsg, ..tx }, rx),
+            Mode::Gso => (gso, rx),
+            Mode::GsoSockopt => (TxSpec { gso: GsoMode::Sockopt, ..tx }, rx),
+            Mode::GsoGro => (gso, RxSpec { gro: true, batching: RxBatching::Mmsg(8), ..rx }),
+            Mode::GsoZc => (TxSpec { zerocopy: true, ..gso }, rx),
+            // Paced runs deliver to a GRO receiver: the receiver-side rate then measures
+            // the pacer, not a receiver that cannot take 1 GB/s without GRO.
+            Mode::Paced => (
+                TxSpec { pacing: rate.map(|rate| Pacing { rate, quantum: self.quantum }), ..gso },
+                RxSpec { gro: true, batching: RxBatching::Mmsg(8), ..rx },
+            ),
+        }
+    }
+
+    pub(super) fn arm(&self, mode: Mode, rate: Option<u64>) -> Arm {
+        let (tx, rx) = self.specs(mode, rate);
+        let label = match rate {
+            Some(r) => format!("paced {}", compact_rate(r)),
+            None => mode.name().to_string(),
+        };
+        Arm {
+            label,
+            role: Role::Main(mode, rate),
+            run: BulkRun { tx: self.net.sender(tx), rx, ipv6: self.net.ipv6, run_id: 0 },
+        }
+    }
+
+    pub(super) fn selftest_binary(&self) -> Option<PathBuf> {
+        if self.no_selftest { None } else { selftest::locate(self.selftest.as_deref()) }
+    }
+
+    /// Every arm: the modes, then the two sides of the comparison with the kernel's sender.
+    pub(super) fn arms(&self) -> Vec<Arm> {
+        let mut arms = Vec::new();
+        for mode in &self.modes {
+            if *mode == Mode::Paced {
+                arms.extend(self.rates.iter().map(|r| self.arm(*mode, Some(*r))));
+            } else {
+                arms.push(self.arm(*mode, None));
+            }
+        }
+        if let Some(bin) = self.selftest_binary() {
+            for gso in [false, true] {
+                let mode = if gso { Mode::Gso } else { Mode::Udp };
+                // Both senders face the identical receiver: it only counts (the kernel's
+                // sender does not write netlane's header) and reads into datagram-sized
+                // buffers. How fast the receiver drains decides how often a sender
+                // blocks, so anything else would skew the CPU.
+                let (_, rx) = self.specs(mode, None);
+                let counting = RxSpec { verify: Verify::Count, max_datagram: self.gso_size, ..rx };
+                let mut ours = self.arm(mode, None);
+                ours.label = format!("netlane {}", mode.name());
+                ours.role = Role::Ours(gso);
+                ours.run.rx = counting;
+                arms.push(ours);
+                let ext = selftest::sender(
+                    &bin,
+                    self.net.ipv6,
+                    self.time,
+                    self.gso_size,
+                    self.segments(),
+                    gso,
+                    self.net.tx_cpu,
+                );
+                arms.push(Arm {
+                    label: format!("udpgso_bench_tx{}", if gso { " -S" } else { "" }),
+                    role: Role::Kernel(gso),
+                    run: BulkRun { tx: TxSource::External(ext), rx: counting, ipv6: self.net.ipv6, run_id: 0 },
+                });
+            }
+        }
+        arms
+    }
+}

@@ -1,0 +1,295 @@
+//! The udp-bulk scenario's report: every mode's table, paced GSO, netlane's sender
+//! against the kernel's, the charts, and the flags on runs that cannot stand.
+
+use netlane::metrics::units::compact_rate;
+use netlane_report::{
+    Axis, Chart, ChartKind, Check, Column, Flag, FlagKind, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table,
+    Unit, Value, format,
+};
+
+use super::checks::{med, usable, values};
+use super::plan::{Arm, Role};
+use super::{Mode, UdpBulkArgs};
+use crate::engines::bulk::BulkResult;
+use crate::scenarios::{Heading, Sections};
+use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::verdict::{Measure, paired, positive};
+
+/// The scenario's title.
+const TITLE: &str = "UDP content delivery: GSO, GRO, zerocopy, pacing";
+
+impl UdpBulkArgs {
+    pub(super) fn report(&self, arms: &[Arm], results: &[Vec<BulkResult>], runs: Vec<RunRecord>) -> ScenarioReport {
+        let main: Vec<usize> = (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Main(..))).collect();
+        let mut out = Sections { flags: flags(arms, results), ..Sections::default() };
+        out.tables.push(self.modes_table(arms, results, &main));
+        let paced: Vec<usize> =
+            (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Main(Mode::Paced, Some(_)))).collect();
+        if !paced.is_empty() {
+            out.tables.push(self.pacing_table(arms, results, &paced));
+        }
+        let kernel: Vec<usize> =
+            (0..arms.len()).filter(|i| matches!(arms[*i].role, Role::Ours(_) | Role::Kernel(_))).collect();
+        if !kernel.is_empty() {
+            out.tables.push(selftest_table(arms, results, &kernel));
+        }
+        out.checks = self.checks(arms, results);
+        out.notes = self.notes(arms, results, &paced);
+        out.charts = charts(arms, results, &main);
+        let heading = Heading {
+            title: TITLE.into(),
+            description: DESCRIPTION.into(),
+            headline: self.headline(&out.checks, main.len()),
+        };
+        out.report(self, heading, runs, Vec::new())
+    }
+
+    /// Every mode of the main table: rates, CPU per GB, calls, loss.
+    fn modes_table(&self, arms: &[Arm], results: &[Vec<BulkResult>], main: &[usize]) -> Table {
+        let mut table = Table::new(
+            "udp-bulk",
+            format!("Every mode, medians of {} rounds", self.repeat),
+            vec![
+                Column::new("mode", "mode", 0),
+                Column::new("tx_mb_per_s", "tx MB/s", 1),
+                Column::new("rx_mb_per_s", "rx MB/s", 1),
+                Column::new("rx_kpps", "rx kpps", 1),
+                Column::new("tx_cpu_s_per_gb", "tx CPU s/GB sent", 3),
+                Column::new("tx_cpu_s_per_gb_delivered", "tx CPU s/GB delivered", 3),
+                Column::new("rx_cpu_s_per_gb", "rx CPU s/GB", 3),
+                Column::new("system_cpu_s_per_gb", "machine CPU s/GB", 3),
+                Column::new("tx_calls_per_datagram", "tx calls/dgram (own count)", 4),
+                Column::new("rx_calls_per_datagram", "rx calls/dgram (own count)", 4),
+                Column::new("loss_pct", "loss %", 2),
+                Column::new("zc_copied_pct", "zc copied %", 1),
+                Column::new("spread_pct", "spread %", 0),
+            ],
+        );
+        for &i in main {
+            let rs = &results[i];
+            let zc = rs
+                .iter()
+                .filter_map(|r| r.tx.zerocopy)
+                .fold((0u64, 0u64, 0u64), |acc, z| (acc.0 + z.sends, acc.1 + z.completed, acc.2 + z.copied));
+            let mut note = rs.first().map(|r| format!("path: {}", r.tx.path.join("; ")));
+            if zc.0 > 0
+                && let Some(n) = note.as_mut()
+            {
+                n.push_str(&format!("; zerocopy: {} of {} sends completed, {} copied", zc.1, zc.0, zc.2));
+            }
+            let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+            table.push(Row {
+                cells: vec![
+                    Value::text(&arms[i].label),
+                    med(rs, |r| r.tx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                    med(rs, |r| r.rx_pps().map(|v| v / 1e3)),
+                    med(rs, BulkResult::tx_cpu_s_per_gb),
+                    med(rs, BulkResult::tx_cpu_s_per_gb_delivered),
+                    med(rs, BulkResult::rx_cpu_s_per_gb),
+                    med(rs, BulkResult::system_cpu_s_per_gb),
+                    med(rs, BulkResult::tx_calls_per_datagram),
+                    med(rs, BulkResult::rx_calls_per_datagram),
+                    med(rs, |r| r.loss().map(|l| l * 100.0)),
+                    if zc.1 > 0 { Value::num(100.0 * zc.2 as f64 / zc.1 as f64) } else { Value::Missing },
+                    Value::opt(spread.map(|s| s * 100.0)),
+                ],
+                footnote: note,
+            });
+        }
+        table
+    }
+
+    /// Paced GSO: the rate at the receiver, and what pacing costs the sender.
+    fn pacing_table(&self, arms: &[Arm], results: &[Vec<BulkResult>], paced: &[usize]) -> Table {
+        let gso = arms.iter().position(|a| a.role == Role::Main(Mode::Gso, None)).map(|i| &results[i][..]);
+        let mut t = Table::new(
+            "udp-bulk-pacing",
+            "Paced GSO: the rate at the receiver, and what pacing costs the sender",
+            vec![
+                Column::new("target", "target", 0),
+                Column::new("quantum", "quantum", 0),
+                Column::new("segments_per_release", "segments/release", 1),
+                Column::new("rx_accuracy_pct", "rx rate % of target", 2),
+                Column::new("tx_schedule_accuracy_pct", "tx schedule % of target", 2),
+                Column::new("rx_mb_per_s", "rx MB/s", 2),
+                Column::new("wake_late_p50_us", "wake late p50 us", 0),
+                Column::new("wake_late_p99_us", "wake late p99 us", 0),
+                Column::new("tx_cpu_s_per_gb", "tx CPU s/GB", 3),
+                Column::new("tx_cpu_vs_gso", "tx CPU x unpaced GSO", 2),
+                Column::new("per_ms_p99_over_mean", "per-ms p99/mean", 2),
+                Column::new("loss_pct", "loss %", 2),
+            ],
+        );
+        for &i in paced {
+            let rs = &results[i];
+            let Role::Main(_, Some(rate)) = arms[i].role else { continue };
+            let p = rs.iter().find_map(|r| r.tx.pacing);
+            let vs_gso = gso.map(|g| paired(rs, g, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)));
+            let vs: Vec<f64> = vs_gso.into_iter().flatten().filter_map(Result::ok).collect();
+            t.push(Row::new(vec![
+                Value::text(compact_rate(rate)),
+                p.map_or(Value::Missing, |p| Value::text(format::seconds(p.quantum_ns as f64 / 1e9))),
+                p.map_or(Value::Missing, |p| Value::num(p.segments_per_release)),
+                med(rs, |r| r.rx_pacing_accuracy().unwrap_or(Err("not paced".into())).map(|a| a * 100.0)),
+                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.accuracy * 100.0))),
+                med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p50 as f64 / 1e3))),
+                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p99 as f64 / 1e3))),
+                med(rs, BulkResult::tx_cpu_s_per_gb),
+                if vs.is_empty() { Value::Missing } else { Value::num(median(vs)) },
+                med(rs, |r| {
+                    let m = r.rx.per_ms_bytes;
+                    positive(m.mean, "mean bytes per ms").map(|mean| m.p99 as f64 / mean)
+                }),
+                med(rs, |r| r.loss().map(|l| l * 100.0)),
+            ]));
+        }
+        t
+    }
+
+    fn notes(&self, arms: &[Arm], results: &[Vec<BulkResult>], paced: &[usize]) -> Vec<String> {
+        let mode = |m: Mode| arms.iter().position(|a| a.role == Role::Main(m, None)).map(|i| &results[i][..]);
+        let mut notes = Vec::new();
+        if let Some(m) = mode(Mode::Sendmmsg)
+            && let Value::Num(calls) = med(m, BulkResult::tx_calls_per_datagram)
+        {
+            notes.push(format!(
+                "sendmmsg made {calls:.4} send calls per datagram (1/{} = {:.4} by construction). Calls per datagram \
+                 are the program's own counts, not the kernel's.",
+                self.segments(),
+                1.0 / self.segments() as f64
+            ));
+        }
+        if let Some(p) = paced.first().and_then(|i| results[*i].first())
+            && let Some(path) = p.tx.path.iter().find(|s| s.starts_with("txtime") || s.starts_with("pacing:"))
+        {
+            notes.push(format!("Pacing path: {path}."));
+        }
+        if self.selftest_binary().is_none() && !self.no_selftest {
+            notes.push(
+                "udpgso_bench_tx was not found, so the comparison with the kernel's sender did not run: build it with \
+                 scripts/build-selftests.sh (make lab does), or pass --selftest PATH."
+                    .into(),
+            );
+        }
+        notes
+    }
+
+    fn headline(&self, checks: &[Check], modes: usize) -> String {
+        let gso_cpu = checks.iter().find(|c| c.id == "udp-bulk.gso-cpu-vs-udp").and_then(|c| c.measured.as_ref());
+        let gro = checks.iter().find(|c| c.id == "udp-bulk.gro-rx-vs-udp").and_then(|c| c.measured.as_ref());
+        match (gso_cpu, gro) {
+            (Some(a), Some(b)) => format!(
+                "A GSO sender used {}x the CPU per GB of one sendmsg per datagram; a GRO receiver took in {}x plain UDP's rate.",
+                sig(a.median),
+                sig(b.median)
+            ),
+            _ => format!("{modes} modes, {} rounds.", self.repeat),
+        }
+    }
+}
+
+/// Impossible runs, lossy modes, collapsed and noisy repeats.
+fn flags(arms: &[Arm], results: &[Vec<BulkResult>]) -> Vec<Flag> {
+    let mut flags = Vec::new();
+    for (a, rs) in arms.iter().zip(results) {
+        for (round, r) in rs.iter().enumerate() {
+            if let Some(why) = r.impossible() {
+                flags.push(Flag {
+                    kind: FlagKind::Impossible,
+                    subject: a.label.clone(),
+                    message: format!("round {}: {why}; the run is left out of the tables and checks", round + 1),
+                });
+            }
+        }
+        flags.extend(repeat_flags(&a.label, "receiver MB/s", &values(rs, |r| r.rx_rate().map(|v| v / 1e6))));
+        let loss = values(rs, BulkResult::loss);
+        if !loss.is_empty() && median(loss.clone()) > 0.5 {
+            flags.push(Flag {
+                kind: FlagKind::Lossy,
+                subject: a.label.clone(),
+                message: format!(
+                    "lost {:.0}% of what it sent: its sender CPU per GB sent ({} s/GB) understates the cost per GB \
+                     delivered ({} s/GB)",
+                    median(loss) * 100.0,
+                    format::cell(&med(rs, BulkResult::tx_cpu_s_per_gb), 3),
+                    format::cell(&med(rs, BulkResult::tx_cpu_s_per_gb_delivered), 3)
+                ),
+            });
+        }
+    }
+    flags
+}
+
+/// netlane's sender against the kernel's udpgso_bench_tx.
+fn selftest_table(arms: &[Arm], results: &[Vec<BulkResult>], kernel: &[usize]) -> Table {
+    let mut t = Table::new(
+        "udp-bulk-selftest",
+        "netlane's sender vs the kernel's udpgso_bench_tx, against the same counting receiver",
+        vec![
+            Column::new("sender", "sender", 0),
+            Column::new("runs", "runs", 0),
+            Column::new("tx_mb_per_s", "tx MB/s", 1),
+            Column::new("tx_cpu_s_per_gb", "tx CPU s/GB", 3),
+            Column::new("spread_pct", "spread %", 0),
+            Column::new("tx_calls_per_datagram", "tx calls/dgram (own count)", 4),
+            Column::new("rx_mb_per_s", "rx MB/s", 1),
+            Column::new("loss_pct", "loss %", 2),
+        ],
+    );
+    for &i in kernel {
+        let rs = &results[i];
+        let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+        t.push(Row::new(vec![
+            Value::text(&arms[i].label),
+            Value::Int(rs.len() as u64),
+            med(rs, |r| r.tx_rate().map(|v| v / 1e6)),
+            med(rs, BulkResult::tx_cpu_s_per_gb),
+            Value::opt(spread.map(|s| s * 100.0)),
+            med(rs, BulkResult::tx_calls_per_datagram),
+            med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+            med(rs, |r| r.loss().map(|l| l * 100.0)),
+        ]));
+    }
+    t
+}
+
+fn charts(arms: &[Arm], results: &[Vec<BulkResult>], main: &[usize]) -> Vec<Chart> {
+    let cats: Vec<String> = main.iter().map(|i| arms[*i].label.clone()).collect();
+    let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure| Series {
+        name: name.into(),
+        points: main.iter().enumerate().filter_map(|(x, i)| Point::of(x as f64, &values(&results[*i], f))).collect(),
+    };
+    vec![
+        Chart {
+            name: "udp-bulk-throughput".into(),
+            title: "Throughput per mode (median of the rounds, bars show their range)".into(),
+            kind: ChartKind::Dots,
+            x: Axis::categories("mode", cats.clone()),
+            y: Axis::numeric("payload rate", Unit::BytesPerSecond, Scale::Log),
+            series: vec![series("sender", &BulkResult::tx_rate), series("receiver", &BulkResult::rx_rate)],
+        },
+        Chart {
+            name: "udp-bulk-cpu".into(),
+            title: "CPU seconds per GB".into(),
+            kind: ChartKind::Dots,
+            x: Axis::categories("mode", cats),
+            y: Axis::numeric("CPU", Unit::Count("s/GB".into()), Scale::Log),
+            series: vec![
+                series("sender, per GB sent", &BulkResult::tx_cpu_s_per_gb),
+                series("sender, per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered),
+                series("receiver", &BulkResult::rx_cpu_s_per_gb),
+                series("whole machine", &BulkResult::system_cpu_s_per_gb),
+            ],
+        },
+    ]
+}
+
+/// What the scenario does, for the report.
+const DESCRIPTION: &str = "A sender and a receiver in two namespaces joined by veth move data for a fixed time in each \
+        mode: TCP (the baseline), plain UDP, sendmmsg, UDP GSO (cmsg and socket option), GSO to a UDP_GRO \
+        receiver, GSO with MSG_ZEROCOPY, and GSO paced at several rates. CPU is measured per thread (sender, \
+        receiver) and for the whole machine from /proc/stat, as seconds per GB: per GB sent and per GB \
+        delivered for the sender. Rates are measured at both ends. The kernel's own selftest sender runs \
+        against the same counting receiver in the same rounds.";

@@ -1,0 +1,150 @@
+//! The udp-bulk scenario's checks and report from hand-made runs.
+
+use netlane::metrics::CpuTime;
+
+use super::plan::{Arm, Role};
+use super::*;
+use crate::engines::bulk::{Integrity, PaceReport, RxReport, TxReport};
+use netlane_report::{FlagKind, Outcome};
+
+/// A run that moved `bytes` in a second with 0.1 s of CPU on each side.
+fn run(bytes: u64, pacing: Option<u64>) -> BulkResult {
+    let datagrams = bytes / 1400;
+    let cpu = CpuTime { user_s: 0.05, system_s: 0.05, ..CpuTime::default() };
+    BulkResult {
+        tx: TxReport {
+            datagrams,
+            bytes,
+            syscalls: datagrams,
+            seconds: 1.0,
+            cpu,
+            pacing: pacing.map(|r| PaceReport {
+                target_rate_bytes_per_s: r,
+                quantum_ns: 1_000_000,
+                accuracy: 1.0,
+                ..PaceReport::default()
+            }),
+            ..TxReport::default()
+        },
+        rx: RxReport {
+            datagrams,
+            bytes,
+            syscalls: datagrams,
+            seconds: 0.999,
+            cpu,
+            integrity: Integrity { unique: datagrams, ..Integrity::default() },
+            ..RxReport::default()
+        },
+        ..BulkResult::default()
+    }
+}
+
+fn args() -> UdpBulkArgs {
+    let mut a = UdpBulkArgs::defaults();
+    a.net.path = super::super::PathKind::Loopback;
+    a.no_selftest = true;
+    a.repeat = 2;
+    a.rates = vec![10_000_000];
+    a
+}
+
+/// Every arm's results: two good rounds, except `bad` (an arm label) whose second
+/// round is `degenerate`.
+fn results(arms: &[Arm], bad: &str, degenerate: BulkResult) -> Vec<Vec<BulkResult>> {
+    arms.iter()
+        .map(|a| {
+            let good = match a.role {
+                Role::Main(Mode::Paced, Some(r)) => run(r, Some(r)),
+                _ => run(1_400_000_000, None),
+            };
+            let second = if a.label == bad { degenerate.clone() } else { good.clone() };
+            vec![good, second]
+        })
+        .collect()
+}
+
+fn outcome(checks: &[netlane_report::Check], id: &str) -> (Outcome, String) {
+    let c = checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no check {id}"));
+    (c.outcome, c.reason.clone())
+}
+
+#[test]
+fn good_runs_give_measured_checks() {
+    let a = args();
+    let arms = a.arms();
+    let checks = a.checks(&arms, &results(&arms, "none", BulkResult::default()));
+    for id in
+        ["udp-bulk.gso-cpu-vs-udp", "udp-bulk.gso-cpu-vs-tcp", "udp-bulk.gro-rx-vs-udp", "udp-bulk.paced-10MB/s-rate"]
+    {
+        let (o, why) = outcome(&checks, id);
+        assert_ne!(o, Outcome::Invalid, "{id}: {why}");
+    }
+}
+
+#[test]
+fn every_check_is_invalid_when_a_mode_it_reads_moved_nothing() {
+    let a = args();
+    let arms = a.arms();
+    let nothing = BulkResult::default();
+    for (arm, ids) in [
+        ("gso", &["udp-bulk.gso-cpu-vs-udp", "udp-bulk.gso-cpu-vs-tcp", "udp-bulk.paced-10MB/s-cpu"][..]),
+        ("udp", &["udp-bulk.gso-cpu-vs-udp", "udp-bulk.gro-rx-vs-udp"][..]),
+        ("tcp", &["udp-bulk.gso-cpu-vs-tcp"][..]),
+        ("gso-gro", &["udp-bulk.gro-rx-vs-udp"][..]),
+        ("paced 10MB/s", &["udp-bulk.paced-10MB/s-rate", "udp-bulk.paced-10MB/s-cpu"][..]),
+    ] {
+        let checks = a.checks(&arms, &results(&arms, arm, nothing.clone()));
+        for id in ids {
+            let (o, why) = outcome(&checks, id);
+            assert_eq!(o, Outcome::Invalid, "{arm} moved nothing, yet {id} is {o:?} ({why})");
+            assert!(why.contains("sample 2"), "{id}: {why}");
+        }
+    }
+}
+
+#[test]
+fn no_cpu_time_and_impossible_runs_are_invalid() {
+    let a = args();
+    let arms = a.arms();
+    let mut no_cpu = run(1_400_000_000, None);
+    no_cpu.tx.cpu = CpuTime::default();
+    let (o, why) = outcome(&a.checks(&arms, &results(&arms, "gso", no_cpu)), "udp-bulk.gso-cpu-vs-udp");
+    assert_eq!(o, Outcome::Invalid);
+    assert!(why.contains("no CPU time"), "{why}");
+    // The receiver counting more than was sent cannot be true.
+    let mut impossible = run(1_400_000_000, None);
+    impossible.rx.integrity.unique = impossible.tx.datagrams * 2;
+    let (o, why) = outcome(&a.checks(&arms, &results(&arms, "gso-gro", impossible)), "udp-bulk.gro-rx-vs-udp");
+    assert_eq!(o, Outcome::Invalid);
+    assert!(why.contains("receiver counted"), "{why}");
+}
+
+#[test]
+fn the_kernel_comparison_is_invalid_when_the_kernel_sender_sent_nothing() {
+    let mut a = args();
+    a.no_selftest = false;
+    a.selftest = Some("/bin/true".into());
+    let arms = a.arms();
+    let checks = a.checks(&arms, &results(&arms, "udpgso_bench_tx -S", BulkResult::default()));
+    let (o, why) = outcome(&checks, "udp-bulk.gso-sender-vs-kernel");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert_ne!(outcome(&checks, "udp-bulk.plain-sender-vs-kernel").0, Outcome::Invalid);
+}
+
+#[test]
+fn the_report_flags_impossible_and_lossy_modes() {
+    let a = args();
+    let arms = a.arms();
+    let mut lossy = run(1_400_000_000, None);
+    lossy.rx.integrity.unique /= 10;
+    lossy.rx.bytes /= 10;
+    let mut rs = results(&arms, "gso", lossy.clone());
+    let gso = arms.iter().position(|x| x.label == "gso").unwrap();
+    rs[gso][0] = lossy;
+    let r = a.report(&arms, &rs, Vec::new());
+    assert!(r.flags.iter().any(|f| f.kind == FlagKind::Lossy && f.subject == "gso"), "{:?}", r.flags);
+    let mut impossible = run(1_400_000_000, None);
+    impossible.rx.integrity.unique *= 2;
+    let r = a.report(&arms, &results(&arms, "udp", impossible), Vec::new());
+    assert!(r.flags.iter().any(|f| f.kind == FlagKind::Impossible && f.subject == "udp"), "{:?}", r.flags);
+}
