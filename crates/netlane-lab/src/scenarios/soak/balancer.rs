@@ -13,7 +13,8 @@ use anyhow::{Context, Result, anyhow};
 use netlane_lb::testnet::{BalancerNet, LB_IFACE, real_addr};
 
 use super::hostile::{balancer_frames, edit_config, flood_frames};
-use super::{LISTENING, Soak, SoakArgs, SoakServer, run_client, start_server, watch, words};
+use super::measure::{LISTENING, Soak, run_client, start_server, watch, words};
+use super::{SoakArgs, SoakServer};
 use crate::scenarios::Started;
 
 /// The balancer's descriptors: it holds none per client or flow, only its maps,

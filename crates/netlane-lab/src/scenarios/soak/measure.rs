@@ -1,0 +1,389 @@
+//! A soak's runs: the server as a process of its own, its memory and descriptors
+//! sampled from /proc, the valid client and the hostile ones beside it, and for the
+//! NVMe target the kill and the read-back.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use netlane::topology::Netns;
+
+use super::balancer::Forwarding;
+use super::hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
+use super::{NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
+use crate::scenarios::Started;
+
+/// The server's resident memory and open descriptors at one moment.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Sample {
+    pub(super) at_s: f64,
+    pub(super) rss: u64,
+    pub(super) fds: u64,
+}
+
+/// What the valid client saw.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Valid {
+    pub(super) completed: u64,
+    pub(super) failed: u64,
+    pub(super) p99_ms: f64,
+    pub(super) exit_ok: bool,
+    pub(super) detail: serde_json::Value,
+}
+
+/// One server's soak.
+#[derive(Debug)]
+pub(super) struct Soak {
+    pub(super) server: SoakServer,
+    pub(super) samples: Vec<Sample>,
+    pub(super) valid: Valid,
+    pub(super) hostile_ops: u64,
+    pub(super) fd_limit: u64,
+    /// NVMe: blocks read back after the kill and restart (None: not applicable).
+    pub(super) read_back: Option<Result<u64, String>>,
+    /// The balancer: configuration edits it applied and bad ones it kept running through
+    /// (None: not applicable).
+    pub(super) edits: Option<(u64, u64)>,
+    /// The balancer: its own counters once stopped with SIGTERM (None: not applicable).
+    pub(super) forwarding: Option<Result<Forwarding, String>>,
+}
+
+impl Soak {
+    pub(super) fn peak(&self, f: impl Fn(&Sample) -> u64) -> u64 {
+        self.samples.iter().map(f).max().unwrap_or(0)
+    }
+
+    /// Growth of resident memory from a third of the run to its end (what a leak
+    /// shows once caches and buffers are warm).
+    pub(super) fn late_growth(&self) -> Option<u64> {
+        let (first, last) = (self.samples.first()?, self.samples.last()?);
+        let third = first.at_s + (last.at_s - first.at_s) / 3.0;
+        let warm = self.samples.iter().find(|s| s.at_s >= third)?;
+        Some(last.rss.saturating_sub(warm.rss))
+    }
+
+    pub(super) fn summary(&self) -> String {
+        format!(
+            "{} valid requests, {} failed, p99 {:.2} ms; {} hostile operations{}; peak {} MiB, {} fds",
+            self.valid.completed,
+            self.valid.failed,
+            self.valid.p99_ms,
+            self.hostile_ops,
+            self.edits.map(|(a, k)| format!(" ({a} edits applied, {k} refused)")).unwrap_or_default(),
+            self.peak(|s| s.rss) >> 20,
+            self.peak(|s| s.fds)
+        )
+    }
+}
+
+/// What a soak shares with its hostile clients and its sampler: the flag that stops
+/// them, the count of hostile operations, and the sampler of `server` (started now).
+pub(super) fn watch(server: &Started) -> (Arc<AtomicBool>, Arc<AtomicU64>, std::thread::JoinHandle<Vec<Sample>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (start, pid) = (Instant::now(), server.0.id());
+    let sampler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || sample(pid, &stop, start))
+    };
+    (stop, Arc::new(AtomicU64::new(0)), sampler)
+}
+
+/// Samples `pid`'s memory and descriptors every 250 ms until `stop`.
+fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
+    let mut out = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let rss = std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        });
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64);
+        let (Some(rss_kib), Ok(fds)) = (rss, fds) else { break };
+        out.push(Sample { at_s: start.elapsed().as_secs_f64(), rss: rss_kib * 1024, fds });
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    out
+}
+
+impl SoakArgs {
+    pub(super) fn soak(&self, server: SoakServer) -> Result<Soak> {
+        let exe = std::env::current_exe().context("find the netlane executable")?;
+        let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.name()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let result = if server == SoakServer::Lb {
+            self.soak_balancer(&exe, &dir)
+        } else {
+            Netns::create(&format!("soak-{}", server.name()))
+                .context("create the soak's namespace")
+                .and_then(|ns| self.soak_in(server, &ns, &exe, &dir))
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    fn soak_in(&self, server: SoakServer, ns: &Netns, exe: &Path, dir: &Path) -> Result<Soak> {
+        let (addr, server_args, client_args) = self.commands(server, dir)?;
+        let target = start_server(ns, exe, &server_args, LISTENING, &[])?;
+        let (stop, ops, sampler) = watch(&target);
+        let attackers = self.attack(ns, server, addr, &stop, &ops)?;
+        let valid = run_client(ns, exe, &client_args, server, self.time + Duration::from_secs(60));
+        stop.store(true, Ordering::Relaxed);
+        for a in attackers {
+            let _ = a.join();
+        }
+        let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
+        let valid = valid?;
+        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, exe, &server_args, target));
+        Ok(Soak {
+            server,
+            samples,
+            valid,
+            hostile_ops: ops.load(Ordering::Relaxed),
+            fd_limit: self.max_connections() as u64 + 64,
+            read_back,
+            edits: None,
+            forwarding: None,
+        })
+    }
+
+    /// The server's address, its command line and the valid client's.
+    fn commands(&self, server: SoakServer, dir: &Path) -> Result<(SocketAddr, Vec<String>, Vec<String>)> {
+        let secs = format!("{}ms", self.time.as_millis());
+        let bs = NVME_BLOCK.to_string();
+        let conns = self.max_connections().to_string();
+        let image = dir.join("ns.img");
+        let image_arg = format!("file:{}:{}", image.display(), NVME_IMAGE_BYTES);
+        Ok(match server {
+            SoakServer::Kv => (
+                "127.0.0.1:11211".parse()?,
+                words(&["kv", "serve", "-l", "127.0.0.1", "-p", "11211", "-m", "64", "-t", "2", "-c", &conns]),
+                words(&[
+                    "kv",
+                    "load",
+                    "--server",
+                    "127.0.0.1:11211",
+                    "--rate",
+                    "2000",
+                    "-c",
+                    "8",
+                    "--keys",
+                    "10000",
+                    "--duration",
+                    &secs,
+                ]),
+            ),
+            SoakServer::Rr => (
+                "127.0.0.1:7000".parse()?,
+                words(&["rr", "serve", "--listen", "127.0.0.1:7000"]),
+                words(&[
+                    "rr",
+                    "clients",
+                    "--server",
+                    "127.0.0.1:7000",
+                    "--clients",
+                    "8",
+                    "--rate",
+                    "2000",
+                    "-t",
+                    &secs,
+                ]),
+            ),
+            SoakServer::Lb => bail!("the balancer's soak has a network of its own"),
+            SoakServer::Nvme => (
+                "127.0.0.1:4420".parse()?,
+                words(&[
+                    "nvme",
+                    "target",
+                    "--listen",
+                    "127.0.0.1:4420",
+                    "--ns",
+                    &image_arg,
+                    "--max-connections",
+                    &conns,
+                ]),
+                words(&[
+                    "nvme",
+                    "perf",
+                    "--target",
+                    "127.0.0.1:4420",
+                    "--verify",
+                    "--rw",
+                    "randrw",
+                    "--qd",
+                    "4",
+                    "--bs",
+                    &bs,
+                    "--ramp",
+                    "0s",
+                    "-t",
+                    &secs,
+                ]),
+            ),
+        })
+    }
+
+    /// The hostile clients of `server` in `ns`, until `stop`, counting into `ops`.
+    fn attack(
+        &self,
+        ns: &Netns,
+        server: SoakServer,
+        addr: SocketAddr,
+        stop: &Arc<AtomicBool>,
+        ops: &Arc<AtomicU64>,
+    ) -> Result<Vec<std::thread::JoinHandle<()>>> {
+        let hold = self.hostile_connections;
+        ns.run({
+            let (stop, ops) = (stop.clone(), ops.clone());
+            move || match server {
+                SoakServer::Kv => hostile_tcp(addr, hold, b"set k 0 0 100\r\nab".to_vec(), kv_garbage, stop, ops),
+                SoakServer::Nvme => {
+                    let mut icreq = Vec::new();
+                    netlane_nvme::proto::pdu::TxConfig::ic_req(
+                        &mut icreq,
+                        &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 3 },
+                    );
+                    hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
+                }
+                SoakServer::Rr => hostile_udp(addr, stop, ops),
+                SoakServer::Lb => unreachable!("the balancer's soak has a network of its own"),
+            }
+        })
+        .context("start the hostile clients in the namespace")
+    }
+}
+
+/// SIGKILL, then the same file again: every block the client wrote must read back.
+fn read_back(ns: &Netns, exe: &Path, server_args: &[String], target: Started) -> Result<u64, String> {
+    let bs = NVME_BLOCK.to_string();
+    drop(target);
+    let again = start_server(ns, exe, server_args, LISTENING, &[]).map_err(|e| format!("{e:#}"))?;
+    let check = words(&[
+        "nvme",
+        "perf",
+        "--target",
+        "127.0.0.1:4420",
+        "--verify-only",
+        "--bs",
+        &bs,
+        "--ramp",
+        "0s",
+        "-t",
+        "60s",
+    ]);
+    let r = run_client(ns, exe, &check, SoakServer::Nvme, Duration::from_secs(90)).map_err(|e| format!("{e:#}"))?;
+    drop(again);
+    let read = r.detail.pointer("/report/ops").and_then(|v| v.as_u64()).unwrap_or(0);
+    if r.exit_ok && r.failed == 0 && read > 0 { Ok(read) } else { Err(format!("verify-only: {}", r.detail)) }
+}
+
+pub(super) fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+/// What a server's first line starts with once it serves.
+pub(super) const LISTENING: &str = "listening on";
+
+/// Starts a server in `ns` and waits for its first line on standard output to start
+/// with `ready`; afterwards, every line of its output (standard output and error)
+/// starting with one of `count`'s texts adds one to that counter.
+pub(super) fn start_server(
+    ns: &Netns,
+    exe: &Path,
+    args: &[String],
+    ready: &str,
+    count: &[(&'static str, Arc<AtomicU64>)],
+) -> Result<Started> {
+    let mut cmd = ns.command(exe);
+    netlane_sys::process::kill_with_parent(&mut cmd);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = Started(cmd.spawn().with_context(|| format!("start netlane {}", args.join(" ")))?);
+    let (out, err) = (child.0.stdout.take().context("the server's output")?, child.0.stderr.take());
+    let count = count.to_vec();
+    let counter = move |line: &str| {
+        if let Some((_, n)) = count.iter().find(|(t, _)| line.starts_with(t)) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Both pipes are read to their end so the server never blocks on a full one.
+    std::thread::spawn({
+        let counter = counter.clone();
+        move || {
+            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
+            let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+            let _ = tx.send(first);
+            lines.map_while(Result::ok).for_each(|l| counter(&l));
+        }
+    });
+    if let Some(err) = err {
+        std::thread::spawn(move || {
+            std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok).for_each(|l| counter(&l))
+        });
+    }
+    let first = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    if !first.starts_with(ready) {
+        bail!("netlane {} did not start (it said {first:?})", args.join(" "));
+    }
+    Ok(child)
+}
+
+/// Runs a client in `ns` to the end (at most `limit`) and reads its JSON report.
+pub(super) fn run_client(
+    ns: &Netns,
+    exe: &Path,
+    args: &[String],
+    server: SoakServer,
+    limit: Duration,
+) -> Result<Valid> {
+    let out_file: PathBuf = std::env::temp_dir().join(format!("netlane-soak-client-{}.json", std::process::id()));
+    let mut cmd = ns.command(exe);
+    netlane_sys::process::kill_with_parent(&mut cmd);
+    cmd.args(args).arg("--json").arg(&out_file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    let mut child = Started(cmd.spawn().with_context(|| format!("start netlane {}", args.join(" ")))?);
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.0.try_wait().context("wait for the client")? {
+            break s;
+        }
+        if Instant::now() > deadline {
+            bail!("netlane {} ran past {limit:?}", args.join(" "));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let text = std::fs::read_to_string(&out_file).unwrap_or_default();
+    let _ = std::fs::remove_file(&out_file);
+    let detail: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let u = |p: &str| detail.pointer(p).and_then(serde_json::Value::as_u64).unwrap_or(0);
+    let (completed, failed, p99_ms) = match server {
+        SoakServer::Kv => {
+            let p99 = detail
+                .pointer("/report/latency_us")
+                .and_then(|l| l.as_array())
+                .and_then(|l| l.iter().find(|p| p[0] == "p99"))
+                .and_then(|p| p[1].as_f64())
+                .unwrap_or(f64::NAN);
+            let failed = u("/report/counts/errors") + u("/report/counts/lost") + u("/report/connection_failures");
+            (u("/report/counts/completed"), failed, p99 / 1000.0)
+        }
+        SoakServer::Rr | SoakServer::Lb => {
+            let failed = u("/report/lost") + u("/report/corrupt") + u("/report/mismatched");
+            (u("/report/responses"), failed, u("/report/latency_ns/p99") as f64 / 1e6)
+        }
+        SoakServer::Nvme => {
+            let g = |k: &str| detail.pointer(&format!("/report/groups/0/{k}"));
+            let failed = u("/report/groups/0/errors") + u("/report/groups/0/mismatches") + u("/report/queue_failures");
+            let p99 = ["read_lat_ns", "write_lat_ns"]
+                .iter()
+                .filter_map(|k| g(k).and_then(|l| l.pointer("/p99")).and_then(serde_json::Value::as_f64))
+                .fold(0.0, f64::max);
+            (u("/report/ops"), failed, p99 / 1e6)
+        }
+    };
+    // A client that gave up (exit 1: it measured nothing it can trust) failed at least once.
+    let failed = if status.success() { failed } else { failed.max(1) };
+    Ok(Valid { completed, failed, p99_ms, exit_ok: status.success(), detail })
+}
