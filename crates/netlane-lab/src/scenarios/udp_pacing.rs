@@ -15,7 +15,7 @@ use netlane::udp::GsoMode;
 use netlane::udp::gso::GsoLimits;
 
 use super::net::{NetArgs, PathKind, run_one, summary_line};
-use super::{Scenario, from_words};
+use super::{Heading, Scenario, Sections, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
@@ -23,7 +23,8 @@ use crate::stats::{self, median, repeat_flags, sig};
 use crate::verdict::{Measure, Spec, finite, paired, ratio};
 use netlane_report::options::{OptionList, parse_positive_duration, parse_rate, parse_size};
 use netlane_report::{
-    Axis, Chart, ChartKind, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value, format,
+    Axis, Chart, ChartKind, Column, Flag, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
+    format,
 };
 use serde::Serialize;
 
@@ -262,6 +263,29 @@ fn loss_pct(r: &BulkResult) -> Measure {
 
 impl UdpPacingArgs {
     fn report(&self, runs: &[Vec<PointRun>], records: Vec<RunRecord>) -> ScenarioReport {
+        let mut out = Sections::default();
+        out.tables.push(self.sweep_table(runs, &mut out.flags));
+        let mut trade_off = TradeOff {
+            checks: Vec::new(),
+            headline: format!("{} sweep points, {} rounds.", self.quanta.len(), self.repeat),
+        };
+        self.trade_off(runs, &mut trade_off);
+        out.checks = trade_off.checks;
+        out.charts = self.charts(runs);
+        out.notes = vec![format!(
+            "Each paced point releases the bytes due in one quantum as full GSO sends; the bottleneck holds {} B of \
+         bucket and {} B of queue, so releases larger than that are dropped at the qdisc. The offered load is {} \
+         of payload. Pacing runs in user space (no fq/etf for SO_TXTIME here).",
+            self.burst,
+            self.queue,
+            Rate(self.offered_rate() as f64)
+        )];
+        let heading = Heading { title: TITLE.into(), description: DESCRIPTION.into(), headline: trade_off.headline };
+        out.report(self, heading, records, Vec::new())
+    }
+
+    /// Every sweep point: rates, loss, drops at the bottleneck, sender CPU, wake-ups.
+    fn sweep_table(&self, runs: &[Vec<PointRun>], flags: &mut Vec<Flag>) -> Table {
         let mut table = Table::new(
             "udp-pacing",
             format!(
@@ -283,7 +307,6 @@ impl UdpPacingArgs {
                 Column::new("rx_per_ms_p99_kb", "rx per-ms p99 kB", 1),
             ],
         );
-        let mut flags = Vec::new();
         for (p, rs) in self.quanta.iter().zip(runs) {
             flags.extend(repeat_flags(&p.label(), "sender CPU s/GB", &values(rs, &BulkResult::tx_cpu_s_per_gb)));
             let pace = rs.iter().find_map(|r| r.result.tx.pacing);
@@ -304,6 +327,11 @@ impl UdpPacingArgs {
             ]));
         }
 
+        table
+    }
+
+    /// The talk's trade-off as checks, and the headline that says it.
+    fn trade_off(&self, runs: &[Vec<PointRun>], out: &mut TradeOff) {
         // The talk's finding: widening the interval cut sender CPU a lot while the loss
         // rate rose. Compare the narrowest and widest paced points, round by round.
         let paced: Vec<(usize, u64)> = self
@@ -314,8 +342,6 @@ impl UdpPacingArgs {
             .collect();
         let narrow = paced.iter().min_by_key(|(_, ns)| *ns).copied();
         let wide = paced.iter().max_by_key(|(_, ns)| *ns).copied();
-        let mut checks = Vec::new();
-        let mut headline = format!("{} sweep points, {} rounds.", self.quanta.len(), self.repeat);
         if let (Some((n, _)), Some((w, _))) = (narrow, wide)
             && n != w
         {
@@ -344,23 +370,25 @@ impl UdpPacingArgs {
                 );
             if let (Some(c), Some(_)) = (&cpu.measured, &loss.measured) {
                 let lm = |i: usize| med(&runs[i], &loss_pct).as_f64().map_or("-".into(), |v| format!("{v:.2}%"));
-                headline = format!(
+                out.headline = format!(
                     "From {nl} to {wl} release quanta the sender's CPU per GB changed {}x while loss went from {} to {}.",
                     sig(c.median),
                     lm(n),
                     lm(w)
                 );
             }
-            checks.push(cpu);
-            checks.push(loss);
+            out.checks.push(cpu);
+            out.checks.push(loss);
         }
+    }
 
+    fn charts(&self, runs: &[Vec<PointRun>]) -> Vec<Chart> {
         let xs: Vec<String> = self.quanta.iter().map(SweepPoint::label).collect();
         let series = |name: &str, f: &dyn Fn(&BulkResult) -> Measure| Series {
             name: name.into(),
             points: runs.iter().enumerate().filter_map(|(x, rs)| Point::of(x as f64, &values(rs, f))).collect(),
         };
-        let charts = vec![
+        vec![
             Chart {
                 name: "udp-pacing-loss".into(),
                 title: "Loss at the bottleneck vs release quantum".into(),
@@ -380,37 +408,24 @@ impl UdpPacingArgs {
                     series("per GB delivered", &BulkResult::tx_cpu_s_per_gb_delivered),
                 ],
             },
-        ];
-        let notes = vec![format!(
-            "Each paced point releases the bytes due in one quantum as full GSO sends; the bottleneck holds {} B of \
-             bucket and {} B of queue, so releases larger than that are dropped at the qdisc. The offered load is {} \
-             of payload. Pacing runs in user space (no fq/etf for SO_TXTIME here).",
-            self.burst,
-            self.queue,
-            Rate(self.offered_rate() as f64)
-        )];
-        let options = self.options();
-        ScenarioReport {
-            name: "udp-pacing".into(),
-            title: "Pacing experiment: release quantum vs loss and CPU".into(),
-            description: "The LPC 2018 talk's experiment: a QUIC server paced its sends in user space; widening the \
-                pacing interval cut the sender's CPU a lot while the loss rate rose from a low base. Here a tbf \
-                qdisc on the sender's veth is the bottleneck, and a GSO sender offers a fixed share of its rate with \
-                each release quantum; 'unpaced' sends the same bytes in one burst. Loss is counted at the receiver."
-                .into(),
-            headline,
-            options: options.object(),
-            echo: options.echo(),
-            tables: vec![table],
-            charts,
-            checks,
-            flags,
-            notes,
-            runs: records,
-            cpu_plan: Vec::new(),
-        }
+        ]
     }
 }
+
+/// The trade-off's checks and the headline.
+struct TradeOff {
+    checks: Vec<netlane_report::Check>,
+    headline: String,
+}
+
+/// The scenario's title.
+const TITLE: &str = "Pacing experiment: release quantum vs loss and CPU";
+
+/// What the scenario does, for the report.
+const DESCRIPTION: &str = "The LPC 2018 talk's experiment: a QUIC server paced its sends in user space; widening the \
+    pacing interval cut the sender's CPU a lot while the loss rate rose from a low base. Here a tbf \
+    qdisc on the sender's veth is the bottleneck, and a GSO sender offers a fixed share of its rate with \
+    each release quantum; 'unpaced' sends the same bytes in one burst. Loss is counted at the receiver.";
 
 #[cfg(test)]
 mod tests {
