@@ -245,6 +245,52 @@ fn axis_desc(a: &netlane_report::Axis) -> String {
     }
 }
 
+/// The mesh, and each series as a line with markers and error bars, on a built chart.
+fn draw_lines<X, Y, DB>(
+    c: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
+    chart: &Chart,
+    x_fmt: &dyn Fn(&f64) -> String,
+    y_fmt: &dyn Fn(&f64) -> String,
+    x_labels: usize,
+) -> DrawResult<()>
+where
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    DB: DrawingBackend,
+{
+    c.configure_mesh()
+        .x_labels(x_labels)
+        .y_labels(8)
+        .x_label_formatter(x_fmt)
+        .y_label_formatter(y_fmt)
+        .x_desc(axis_desc(&chart.x))
+        .y_desc(axis_desc(&chart.y))
+        .label_style((FONT, 13))
+        .axis_desc_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    let y_log = chart.y.scale == Scale::Log;
+    for (si, s) in chart.series.iter().enumerate() {
+        let col = color(si);
+        let pts: Vec<(f64, f64)> =
+            s.points.iter().filter(|p| p.y.is_finite() && (!y_log || p.y > 0.0)).map(|p| (p.x, p.y)).collect();
+        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(err)?;
+        c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?;
+        for p in &s.points {
+            if let (Some(l), Some(u)) = (p.low, p.high)
+                && l.is_finite()
+                && u.is_finite()
+                && (!y_log || l > 0.0)
+                && u > l
+            {
+                c.draw_series(std::iter::once(ErrorBar::new_vertical(p.x, l, p.y, u, col.stroke_width(1), 8)))
+                    .map_err(err)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Lines with markers and vertical error bars; percentile plots too.
 fn lines(chart: &Chart) -> DrawResult<String> {
     let lw = legend_width(&chart.series);
@@ -283,50 +329,6 @@ fn lines(chart: &Chart) -> DrawResult<String> {
         let y_fmt = |v: &f64| format::with_unit(&chart.y.unit, *v);
         let mut builder = ChartBuilder::on(&plot);
         builder.caption(&chart.title, (FONT, 18)).margin(12).x_label_area_size(48).y_label_area_size(80);
-        fn body<X, Y, DB>(
-            c: &mut ChartContext<'_, DB, Cartesian2d<X, Y>>,
-            chart: &Chart,
-            x_fmt: &dyn Fn(&f64) -> String,
-            y_fmt: &dyn Fn(&f64) -> String,
-            x_labels: usize,
-        ) -> DrawResult<()>
-        where
-            X: Ranged<ValueType = f64> + ValueFormatter<f64>,
-            Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
-            DB: DrawingBackend,
-        {
-            c.configure_mesh()
-                .x_labels(x_labels)
-                .y_labels(8)
-                .x_label_formatter(x_fmt)
-                .y_label_formatter(y_fmt)
-                .x_desc(axis_desc(&chart.x))
-                .y_desc(axis_desc(&chart.y))
-                .label_style((FONT, 13))
-                .axis_desc_style((FONT, 13))
-                .draw()
-                .map_err(err)?;
-            let y_log = chart.y.scale == Scale::Log;
-            for (si, s) in chart.series.iter().enumerate() {
-                let col = color(si);
-                let pts: Vec<(f64, f64)> =
-                    s.points.iter().filter(|p| p.y.is_finite() && (!y_log || p.y > 0.0)).map(|p| (p.x, p.y)).collect();
-                c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(err)?;
-                c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?;
-                for p in &s.points {
-                    if let (Some(l), Some(u)) = (p.low, p.high)
-                        && l.is_finite()
-                        && u.is_finite()
-                        && (!y_log || l > 0.0)
-                        && u > l
-                    {
-                        c.draw_series(std::iter::once(ErrorBar::new_vertical(p.x, l, p.y, u, col.stroke_width(1), 8)))
-                            .map_err(err)?;
-                    }
-                }
-            }
-            Ok(())
-        }
         let x_labels = if cats.is_empty() { 10 } else { cats.len() };
         if percentiles {
             let keys: Vec<f64> = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999]
@@ -337,29 +339,29 @@ fn lines(chart: &Chart) -> DrawResult<String> {
             let x = Keyed { range: x_lo..x_hi, keys };
             if y_log {
                 let mut c = builder.build_cartesian_2d(x, (y_lo..y_hi).log_scale()).map_err(err)?;
-                body(&mut c, chart, &x_fmt, &y_fmt, 10)?;
+                draw_lines(&mut c, chart, &x_fmt, &y_fmt, 10)?;
             } else {
                 let mut c = builder.build_cartesian_2d(x, y_lo..y_hi).map_err(err)?;
-                body(&mut c, chart, &x_fmt, &y_fmt, 10)?;
+                draw_lines(&mut c, chart, &x_fmt, &y_fmt, 10)?;
             }
         } else {
             match (chart.x.scale == Scale::Log && cats.is_empty(), y_log) {
                 (true, true) => {
                     let mut c =
                         builder.build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale()).map_err(err)?;
-                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                    draw_lines(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
                 }
                 (true, false) => {
                     let mut c = builder.build_cartesian_2d((x_lo..x_hi).log_scale(), y_lo..y_hi).map_err(err)?;
-                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                    draw_lines(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
                 }
                 (false, true) => {
                     let mut c = builder.build_cartesian_2d(x_lo..x_hi, (y_lo..y_hi).log_scale()).map_err(err)?;
-                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                    draw_lines(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
                 }
                 (false, false) => {
                     let mut c = builder.build_cartesian_2d(x_lo..x_hi, y_lo..y_hi).map_err(err)?;
-                    body(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
+                    draw_lines(&mut c, chart, &x_fmt, &y_fmt, x_labels)?;
                 }
             }
         }

@@ -8,14 +8,14 @@ use std::os::fd::AsFd;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::payload::{fill_pattern, stamp};
-use super::{BulkError, PaceReport, TxReport, TxSpec, Txtime, io_err};
+use super::{BulkError, PaceReport, Pacing, TxReport, TxSpec, Txtime, io_err};
 use netlane::metrics::Hist;
 use netlane::metrics::cpu::thread_cpu;
 use netlane::pace::{self, PaceConfig, Pacer};
 use netlane::time::{monotonic_ns, sleep_until};
 use netlane::udp::gso::GsoLimits;
 use netlane::udp::{Batching, GsoMode, SendError, Sender, SenderConfig, UdpSocket};
-use netlane::zerocopy::{self, Tracker};
+use netlane::zerocopy::{self, Tracker, ZerocopyStats};
 
 /// Buffers in flight with MSG_ZEROCOPY: each is one train, owned by the kernel until
 /// its completion arrives.
@@ -108,6 +108,86 @@ impl State {
         }
         Ok(())
     }
+
+    /// Sends as fast as it can until `end_at` or `limit` bytes; returns the seconds it took.
+    fn send_flat(&mut self, limit: u64, per_send: usize, t0: u64, end_at: u64) -> Result<f64, BulkError> {
+        // Read the clock about once per 64 datagrams: per datagram it would be a
+        // measurable share of a plain sender's user-space work.
+        let trains_per_check = (64 / per_send).max(1);
+        'sending: while monotonic_ns() < end_at {
+            for _ in 0..trains_per_check {
+                if self.sender.stats().bytes >= limit {
+                    break 'sending;
+                }
+                self.send_train(per_send, None)?;
+            }
+        }
+        Ok((monotonic_ns() - t0) as f64 / 1e9)
+    }
+
+    /// Sends what the pacer releases until `end_at`, each release's trains stamped with
+    /// release times when the kernel paces (`use_txtime`); returns the seconds it took
+    /// and how well it kept the rate.
+    fn send_paced(
+        &mut self,
+        p: Pacing,
+        per_send: usize,
+        use_txtime: bool,
+        t0: u64,
+        end_at: u64,
+    ) -> Result<(f64, PaceReport), BulkError> {
+        let ds = self.datagram_size;
+        let cfg = PaceConfig { quantum: p.quantum, ..PaceConfig::new(p.rate, ds, per_send) };
+        let mut pacer = Pacer::new(cfg, t0).map_err(|e| BulkError::Config(e.to_string()))?;
+        let mut lateness = Hist::new();
+        // Time one train takes at the target rate, to spread trains of a release
+        // with SO_TXTIME.
+        let train_ns = cfg.send_time_ns();
+        while pacer.next_deadline() < end_at {
+            let deadline = pacer.next_deadline();
+            sleep_until(deadline);
+            let now = monotonic_ns();
+            let release = pacer.release(now);
+            lateness.record(release.late_ns);
+            for (i, n) in pace::sends(release.segments, per_send).enumerate() {
+                let t = use_txtime.then(|| release.deadline_ns + i as u64 * train_ns);
+                self.send_train(n, t)?;
+            }
+        }
+        // The schedule covers up to its next deadline; if sending fell behind, the
+        // real end is later and the achieved rate says so.
+        let end = monotonic_ns().max(pacer.next_deadline());
+        let seconds = (end - t0) as f64 / 1e9;
+        let achieved = self.sender.stats().bytes as f64 / seconds;
+        let q = pacer.quantum_ns();
+        let report = PaceReport {
+            target_rate_bytes_per_s: p.rate,
+            achieved_rate_bytes_per_s: achieved,
+            accuracy: achieved / p.rate as f64,
+            quantum_ns: q,
+            segments_per_release: p.rate as f64 * q as f64 / 1e9 / ds as f64,
+            lateness_ns: lateness.summary(),
+            stats: pacer.stats(),
+        };
+        Ok((seconds, report))
+    }
+
+    /// Waits (a bounded time) for every zerocopy send to complete, and counts them.
+    fn drain_zerocopy(&mut self) -> Result<ZerocopyStats, BulkError> {
+        let give_up = monotonic_ns() + ZEROCOPY_DRAIN_NS;
+        self.reap().map_err(io_err("read zerocopy completions"))?;
+        while !self.tracker.all_completed() && monotonic_ns() < give_up {
+            let fd = self.sender.io().as_fd();
+            let mut fds = [PollFd::new(fd, PollFlags::empty())];
+            let _ = poll(&mut fds, PollTimeout::from(50u16));
+            self.reap().map_err(io_err("read zerocopy completions"))?;
+        }
+        let z = self.tracker.stats();
+        if !self.tracker.all_completed() || z.unexpected > 0 {
+            tracing::warn!(?z, "zerocopy completions do not match the sends");
+        }
+        Ok(z)
+    }
 }
 
 /// Sends to `dst` for `spec.duration`.
@@ -168,86 +248,22 @@ pub(super) fn send(
 
     let t0 = monotonic_ns();
     let end_at = t0 + spec.duration.as_nanos() as u64;
-    let mut pacing_report = None;
-    let seconds;
-    match spec.pacing {
-        None => {
-            let limit = spec.limit_bytes.unwrap_or(u64::MAX);
-            // Read the clock about once per 64 datagrams: per datagram it would be a
-            // measurable share of a plain sender's user-space work.
-            let trains_per_check = (64 / per_send).max(1);
-            'sending: while monotonic_ns() < end_at {
-                for _ in 0..trains_per_check {
-                    if st.sender.stats().bytes >= limit {
-                        break 'sending;
-                    }
-                    st.send_train(per_send, None)?;
-                }
-            }
-            seconds = (monotonic_ns() - t0) as f64 / 1e9;
-        }
+    let (seconds, pacing_report) = match spec.pacing {
+        None => (st.send_flat(spec.limit_bytes.unwrap_or(u64::MAX), per_send, t0, end_at)?, None),
         Some(p) => {
-            let cfg = PaceConfig { quantum: p.quantum, ..PaceConfig::new(p.rate, ds, per_send) };
-            let mut pacer = Pacer::new(cfg, t0).map_err(|e| BulkError::Config(e.to_string()))?;
-            let mut lateness = Hist::new();
-            // Time one train takes at the target rate, to spread trains of a release
-            // with SO_TXTIME.
-            let train_ns = cfg.send_time_ns();
-            while pacer.next_deadline() < end_at {
-                let deadline = pacer.next_deadline();
-                sleep_until(deadline);
-                let now = monotonic_ns();
-                let release = pacer.release(now);
-                lateness.record(release.late_ns);
-                for (i, n) in pace::sends(release.segments, per_send).enumerate() {
-                    let t = use_txtime.then(|| release.deadline_ns + i as u64 * train_ns);
-                    st.send_train(n, t)?;
-                }
-            }
-            // The schedule covers up to its next deadline; if sending fell behind, the
-            // real end is later and the achieved rate says so.
-            let end = monotonic_ns().max(pacer.next_deadline());
-            seconds = (end - t0) as f64 / 1e9;
-            let stats = st.sender.stats();
-            let achieved = stats.bytes as f64 / seconds;
-            let q = pacer.quantum_ns();
-            pacing_report = Some(PaceReport {
-                target_rate_bytes_per_s: p.rate,
-                achieved_rate_bytes_per_s: achieved,
-                accuracy: achieved / p.rate as f64,
-                quantum_ns: q,
-                segments_per_release: p.rate as f64 * q as f64 / 1e9 / ds as f64,
-                lateness_ns: lateness.summary(),
-                stats: pacer.stats(),
-            });
+            let (seconds, report) = st.send_paced(p, per_send, use_txtime, t0, end_at)?;
             path.push(match txtime {
                 Txtime::Kernel => "pacing: SO_TXTIME release times (qdisc paces)".to_string(),
                 Txtime::Unsupported(why) => format!("txtime: unsupported ({why}) -> user-space pacer"),
             });
             path.push(format!(
                 "pacing quantum: {}",
-                netlane::metrics::units::format_duration(std::time::Duration::from_nanos(q))
+                netlane::metrics::units::format_duration(std::time::Duration::from_nanos(report.quantum_ns))
             ));
+            (seconds, Some(report))
         }
-    }
-
-    let mut zc_stats = None;
-    if spec.zerocopy {
-        // Every zerocopy send must complete; wait for the stragglers.
-        let give_up = monotonic_ns() + ZEROCOPY_DRAIN_NS;
-        st.reap().map_err(io_err("read zerocopy completions"))?;
-        while !st.tracker.all_completed() && monotonic_ns() < give_up {
-            let fd = st.sender.io().as_fd();
-            let mut fds = [PollFd::new(fd, PollFlags::empty())];
-            let _ = poll(&mut fds, PollTimeout::from(50u16));
-            st.reap().map_err(io_err("read zerocopy completions"))?;
-        }
-        let z = st.tracker.stats();
-        if !st.tracker.all_completed() || z.unexpected > 0 {
-            tracing::warn!(?z, "zerocopy completions do not match the sends");
-        }
-        zc_stats = Some(z);
-    }
+    };
+    let zc_stats = if spec.zerocopy { Some(st.drain_zerocopy()?) } else { None };
 
     let stats = st.sender.stats();
     path.insert(0, describe_path(spec, &st.sender));
