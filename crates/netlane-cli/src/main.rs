@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use netlane_report::{Column, Row, Table, Value};
 
 /// netlane: the short path from the wire to the application thread, measured.
@@ -241,7 +241,12 @@ fn run(cli: Cli) -> Result<u8> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let flags = out::flags_of(&Cli::command(), &matches);
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",
@@ -270,7 +275,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {}", out::error_line(&e));
+            eprintln!("error: {}", out::with_flags(&out::error_line(&e), &flags));
             ExitCode::FAILURE
         }
     }

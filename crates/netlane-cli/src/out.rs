@@ -7,6 +7,7 @@
 //! - exit codes: 0 ok, 1 error, 2 usage, 3 targets missed, invalid or skipped under
 //!   `--strict`, 128+N killed by signal N (141 for a closed pipe).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -45,6 +46,48 @@ pub fn println(text: &str) {
 /// printed as it is.
 pub fn error_line(e: &anyhow::Error) -> String {
     e.chain().map(|c| c.to_string()).filter(|s| !s.is_empty()).collect::<Vec<_>>().join(": ")
+}
+
+/// The long flags of the command that ran (and of the commands above it), by the id of
+/// the argument each sets: clap names an argument after its field, and the libraries'
+/// configuration fields carry the same names.
+pub fn flags_of(cmd: &clap::Command, matches: &clap::ArgMatches) -> BTreeMap<String, String> {
+    let mut flags = BTreeMap::new();
+    let (mut cmd, mut matches) = (cmd, matches);
+    loop {
+        for a in cmd.get_arguments() {
+            if let Some(long) = a.get_long() {
+                flags.insert(a.get_id().to_string(), format!("--{long}"));
+            }
+        }
+        let Some((name, sub)) = matches.subcommand() else { break };
+        let Some(next) = cmd.find_subcommand(name) else { break };
+        (cmd, matches) = (next, sub);
+    }
+    flags
+}
+
+/// `line` with each configuration field a library named in backticks (`` `max_conns` ``)
+/// said as the flag that sets it on this command; a field no flag sets stays as it is.
+pub fn with_flags(line: &str, flags: &BTreeMap<String, String>) -> String {
+    let parts: Vec<&str> = line.split('`').collect();
+    if parts.len().is_multiple_of(2) {
+        // An unpaired backtick: no field names to read.
+        return line.to_string();
+    }
+    let mut out = String::with_capacity(line.len());
+    for (i, part) in parts.iter().enumerate() {
+        match (i % 2 == 1).then(|| flags.get(*part)).flatten() {
+            Some(flag) => out.push_str(flag),
+            None if i % 2 == 1 => {
+                out.push('`');
+                out.push_str(part);
+                out.push('`');
+            }
+            None => out.push_str(part),
+        }
+    }
+    out
 }
 
 /// Where machine-readable output goes: `--json [FILE|-]`, `--csv DIR`.
@@ -160,6 +203,23 @@ mod tests {
         let e =
             anyhow::Error::new(netlane_lb::LbError::kernel("open /nonexistent")(std::io::ErrorKind::NotFound.into()));
         said_once(&error_line(&e));
+    }
+
+    #[test]
+    fn library_fields_are_said_as_this_commands_flags() {
+        let cmd = clap::Command::new("kv").subcommand(
+            clap::Command::new("serve")
+                .arg(clap::Arg::new("max_conns").long("conn-limit").short('c'))
+                .arg(clap::Arg::new("threads").long("threads")),
+        );
+        let m = cmd.clone().get_matches_from(["kv", "serve", "-c", "5"]);
+        let flags = flags_of(&cmd, &m);
+        assert_eq!(
+            with_flags("`max_conns` 0: must be 1..=1000000; `threads` too; `ring_size` kept", &flags),
+            "--conn-limit 0: must be 1..=1000000; --threads too; `ring_size` kept"
+        );
+        assert_eq!(with_flags("one ` backtick `threads`", &flags), "one ` backtick `threads`");
+        assert_eq!(with_flags("nothing named", &flags), "nothing named");
     }
 
     #[test]

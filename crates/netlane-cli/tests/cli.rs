@@ -1313,7 +1313,7 @@ fn kv_serve_bad_options_are_explained() {
     }
     let o = netlane(&["kv", "serve", "-p", "0", "--lanes", "auto"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("lo has no receive queue with a NAPI instance"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--lanes auto: lo: no receive queue has a NAPI instance"), "{}", stderr(&o));
     let o = netlane(&["kv", "serve", "-p", "0", "--gro-flush-timeout", "20us"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--lane-device"), "{}", stderr(&o));

@@ -106,29 +106,29 @@ impl LoadConfig {
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |m: String| Err(LoadError::Config(m));
         if !(1..=65_536).contains(&self.connections) {
-            return bad(format!("--connections {}: must be 1..=65536", self.connections));
+            return bad(format!("`connections` {}: must be 1..=65536", self.connections));
         }
         if !(1..=256).contains(&self.threads) || self.threads > self.connections as usize {
-            return bad(format!("--threads {}: must be 1..=256 and at most the connections", self.threads));
+            return bad(format!("`threads` {}: must be 1..=256 and at most the connections", self.threads));
         }
         if self.duration < Duration::from_millis(10) || self.duration > Duration::from_secs(24 * 3600) {
-            return bad("--duration must be 10ms..=24h".into());
+            return bad("`duration` must be 10ms..=24h".into());
         }
         if self.ramp > Duration::from_secs(60) {
-            return bad("--ramp must be at most 60s".into());
+            return bad("`ramp` must be at most 60s".into());
         }
         if self.drain > Duration::from_secs(60) {
-            return bad("--drain must be at most 60s".into());
+            return bad("`drain` must be at most 60s".into());
         }
         if !(1..=4096).contains(&self.max_in_flight) {
-            return bad(format!("--max-in-flight {}: must be 1..=4096", self.max_in_flight));
+            return bad(format!("`max_in_flight` {}: must be 1..=4096", self.max_in_flight));
         }
         match self.pacing {
             Pacing::Open(a) => {
                 a.per_connection(self.connections).map_err(|e| LoadError::Config(e.to_string()))?;
             }
             Pacing::Closed { depth } if depth == 0 || depth > self.max_in_flight => {
-                return bad(format!("--closed {depth}: must be 1..=--max-in-flight ({})", self.max_in_flight));
+                return bad(format!("`closed` {depth}: must be 1..=`max_in_flight` ({})", self.max_in_flight));
             }
             Pacing::Closed { .. } => {}
         }

@@ -285,7 +285,7 @@ impl Lb {
         let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
         if (opts.max_vips as usize) < config.vips.len() || (opts.max_reals as usize) < reals {
             return Err(LbError::Invalid(format!(
-                "the configuration has {} VIPs and {reals} reals; room for {} and {} (--max-vips, --max-reals) is too little",
+                "the configuration has {} VIPs and {reals} reals; room for {} and {} (`max_vips`, `max_reals`) is too little",
                 config.vips.len(),
                 opts.max_vips,
                 opts.max_reals
@@ -294,7 +294,7 @@ impl Lb {
         let slots = u64::from(opts.max_vips) * u64::from(config.ring_size);
         if slots > crate::proto::config::MAX_RING_SLOTS {
             return Err(LbError::Invalid(format!(
-                "--max-vips {} x ring_size {} = {slots} ring slots ({} MiB); at most {}: lower --max-vips or ring_size",
+                "`max_vips` {} x ring_size {} = {slots} ring slots ({} MiB); at most {}: lower `max_vips` or ring_size",
                 opts.max_vips,
                 config.ring_size,
                 (slots * 4) >> 20,

@@ -182,10 +182,10 @@ fn write_atomically(path: &Path, text: &str) -> Result<(), LbError> {
 /// loopback, the configuration parses, the output files' directories exist.
 pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
     if let Some(a) = opts.metrics_addr {
-        check_metrics_addr(a).map_err(LbError::Invalid)?;
+        check_metrics_addr(a).map_err(|e| LbError::Invalid(format!("`metrics_addr` {a}: {e}")))?;
     }
     if opts.stats_interval < Duration::from_millis(100) {
-        return Err(LbError::Invalid("--stats-interval must be at least 100ms".into()));
+        return Err(LbError::Invalid("`stats_interval` must be at least 100ms".into()));
     }
     for p in [&opts.stats_json, &opts.prometheus].into_iter().flatten() {
         let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
@@ -216,7 +216,7 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
                 }
             });
             let server = MetricsServer::start(a, "lb-metrics", handler)
-                .map_err(LbError::kernel(format!("bind --metrics-addr {a}")))?;
+                .map_err(LbError::kernel(format!("bind `metrics_addr` {a}")))?;
             Some(server)
         }
         None => None,

@@ -315,14 +315,13 @@ impl ServeArgs {
             (None, _) => None,
         };
         if let Some(dev) = &device {
-            let ifindex =
-                nix::net::if_::if_nametoindex(dev.as_str()).with_context(|| format!("--lane-device {dev}"))?;
-            let q =
-                netlane::lanes::queues::discover(ifindex).with_context(|| format!("reading {dev}'s receive queues"))?;
-            if self.lanes == Some(LanesCount::Auto) {
-                if q.rx.is_empty() {
-                    bail!("--lanes auto: {dev} has no receive queue with a NAPI instance (is it up, with NAPI on?)");
-                }
+            let auto = self.lanes == Some(LanesCount::Auto);
+            let q = netlane::lanes::queues::lane_device(dev).context(if auto {
+                "--lanes auto"
+            } else {
+                "--lane-device"
+            })?;
+            if auto {
                 cfg.threads = q.napi_ids().len();
             }
         }

@@ -154,6 +154,18 @@ pub enum ServerError {
     /// The store and the connections could take more memory than the machine has.
     #[error(transparent)]
     Memory(#[from] netlane::memory::MemoryError),
+    /// The device lanes were asked on cannot carry them.
+    #[error("`lane_device`")]
+    LaneDevice(#[source] netlane::lanes::queues::LaneDeviceError),
+    /// The device's NAPI or XPS knobs could not be set.
+    #[error("`lane_device` {dev}: set its queues' knobs")]
+    LaneKnobs {
+        /// The device.
+        dev: String,
+        /// Why not.
+        #[source]
+        source: netlane::topology::TopologyError,
+    },
     /// A system call failed.
     #[error(transparent)]
     Io(#[from] netlane::error::IoError),
@@ -172,21 +184,21 @@ impl ServerConfig {
     pub fn validate(&self) -> Result<(), ServerError> {
         let bad = |m: String| Err(ServerError::Config(m));
         if !(1..=MAX_LANES).contains(&self.threads) {
-            return bad(format!("--threads {}: must be 1..={MAX_LANES}", self.threads));
+            return bad(format!("`threads` {}: must be 1..={MAX_LANES}", self.threads));
         }
         if let Some(m) = self.max_lanes
             && !(self.threads..=MAX_LANES).contains(&m)
         {
             return bad(format!(
-                "--max-lanes {m}: must be at least the lanes at start ({}) and at most {MAX_LANES}",
+                "`max_lanes` {m}: must be at least the lanes at start ({}) and at most {MAX_LANES}",
                 self.threads
             ));
         }
         if !(1..=1_000_000).contains(&self.max_conns) {
-            return bad(format!("--max-conns {}: must be 1..=1000000", self.max_conns));
+            return bad(format!("`max_conns` {}: must be 1..=1000000", self.max_conns));
         }
         if self.idle_timeout.is_some_and(|d| d < Duration::from_secs(1)) {
-            return bad("--idle-timeout must be at least 1s".into());
+            return bad("`idle_timeout` must be at least 1s".into());
         }
         let l = &self.limits;
         if !(256..=1 << 20).contains(&l.max_line) {
@@ -202,7 +214,7 @@ impl ServerConfig {
             netlane::cpus::CpuList::new(c.clone()).check_online().map_err(|e| ServerError::Config(e.to_string()))?;
         }
         if (!self.napi.is_empty() || self.xps_rxqs) && self.lane_device.is_none() {
-            return bad("NAPI settings and --xps-rxqs need the device whose queues they are for (--lane-device)".into());
+            return bad("NAPI settings and `xps_rxqs` need the device whose queues they are for (`lane_device`)".into());
         }
         Ok(())
     }
@@ -284,16 +296,8 @@ impl Server {
         let mut sysctls = Vec::new();
         let mut device_changes = Vec::new();
         if let Some(dev) = &cfg.lane_device {
-            let ifindex = nix::net::if_::if_nametoindex(dev.as_str())
-                .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
-            let q = netlane::lanes::queues::discover(ifindex).map_err(|e| {
-                ServerError::Config(format!("--lane-device {dev}: reading its queues: {}", netlane::error::chain(&e)))
-            })?;
-            if q.rx.is_empty() {
-                return Err(ServerError::Config(format!(
-                    "--lane-device {dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)"
-                )));
-            }
+            let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
+            let ifindex = q.ifindex;
             map.learn(&q.napi_ids());
             for rq in &q.rx {
                 if let (Some(lane), Some(cpu)) = (map.owner(rq.napi_id), rq.cpu) {
@@ -317,7 +321,7 @@ impl Server {
                         }
                         a
                     })
-                    .map_err(|e| ServerError::Config(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
+                    .map_err(|source| ServerError::LaneKnobs { dev: dev.clone(), source })?;
                 device_changes = applied.held;
                 applied.knobs
             };
@@ -496,7 +500,7 @@ impl Server {
         let lane = lanes.map().next_lane_id();
         if lane >= self.shared.lane_slots() {
             return Err(ServerError::Config(format!(
-                "no room for another lane: the server was started for {} lanes over its life (--max-lanes)",
+                "no room for another lane: the server was started for {} lanes over its life (`max_lanes`)",
                 self.shared.lane_slots()
             )));
         }

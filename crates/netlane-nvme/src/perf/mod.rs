@@ -254,7 +254,7 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     }
     for g in &opts.groups {
         if g.hipri && opts.poll_queues == 0 {
-            return Err(PerfError::Invalid(format!("group {}: hipri needs --poll-queues", g.name)));
+            return Err(PerfError::Invalid(format!("group {}: hipri needs `poll_queues`", g.name)));
         }
         if let CpuBinding::Pinned(c) = &g.cpus {
             c.check_online().map_err(|e| PerfError::Invalid(format!("group {}: {e}", g.name)))?;

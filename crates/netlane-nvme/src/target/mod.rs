@@ -97,22 +97,22 @@ impl TargetOptions {
     pub fn validate(&self) -> io::Result<()> {
         let bad = |m: String| Err(io::Error::new(io::ErrorKind::InvalidInput, m));
         if self.listen.is_empty() {
-            return bad("the target needs at least one address to listen on".into());
+            return bad("`listen`: the target needs at least one address to listen on".into());
         }
         if self.cpus.is_empty() {
-            return bad("the target needs at least one reactor CPU".into());
+            return bad("`cpus`: the target needs at least one reactor CPU".into());
         }
         if !(1..=1 << 20).contains(&self.max_connections) {
-            return bad(format!("max connections {} must be 1..=1048576", self.max_connections));
+            return bad(format!("`max_connections` {}: must be 1..=1048576", self.max_connections));
         }
         if self.max_setup_per_source == 0 {
-            return bad("connections in setup per source must be at least 1".into());
+            return bad("`max_setup_per_source` must be at least 1".into());
         }
         if !(1..=256).contains(&self.storage_threads) {
-            return bad(format!("storage threads {} must be 1..=256", self.storage_threads));
+            return bad(format!("`storage_threads` {}: must be 1..=256", self.storage_threads));
         }
         if let Some(a) = self.metrics_addr {
-            check_metrics_addr(a).or_else(bad)?;
+            check_metrics_addr(a).or_else(|e| bad(format!("`metrics_addr` {a}: {e}")))?;
         }
         Ok(())
     }

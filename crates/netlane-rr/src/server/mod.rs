@@ -130,6 +130,9 @@ pub enum ServerError {
     /// Lanes that cannot be built.
     #[error("lanes: {0}")]
     Lanes(String),
+    /// The device lanes were asked on cannot carry them.
+    #[error("`lane_device`")]
+    LaneDevice(#[source] netlane::lanes::queues::LaneDeviceError),
     /// The options could take more memory than the machine has.
     #[error(transparent)]
     Memory(#[from] netlane::memory::MemoryError),
@@ -193,7 +196,7 @@ impl ServerConfig {
         }
         if self.tx != TxKind::Socket && self.listen.ip().is_unspecified() {
             return Err(ServerError::Tx(format!(
-                "--tx {}: frames need a source address; listen on a specific address, not {}",
+                "`tx` {}: frames need a source address; listen on a specific address, not {}",
                 self.tx,
                 self.listen.ip()
             )));
@@ -212,13 +215,13 @@ impl ServerConfig {
             && (self.path.is_frames() || self.tx != TxKind::Socket || self.pace.is_some() || self.cpu.is_some())
         {
             return Err(ServerError::Lanes(format!(
-                "--lane-device {dev}: lanes read and answer through their sockets (--path recvmmsg or \
-                 recvmsg, --tx socket, no pacing) and pin themselves to their queues' CPUs (no --cpu)"
+                "`lane_device` {dev}: lanes read and answer through their sockets (`path` recvmmsg or \
+                 recvmsg, `tx` socket, no `pace`) and pin themselves to their queues' CPUs (no `cpu`)"
             )));
         }
         if self.tx == TxKind::AfXdp && self.path != PathKind::AfXdp {
             return Err(ServerError::Tx(format!(
-                "--tx af-xdp sends through the AF_XDP socket: it needs --path af-xdp, not {}",
+                "`tx` af-xdp sends through the AF_XDP socket: it needs `path` af-xdp, not {}",
                 self.path
             )));
         }
@@ -400,7 +403,7 @@ fn serve_on(
         TxKind::Socket => None,
         TxKind::Packet => Some(RawTx::packet(local).map_err(io_err("set up the packet transmit path"))?),
         TxKind::AfXdp => {
-            let RxPath::Xdp(x) = &mut path else { unreachable!("validated: --tx af-xdp needs --path af-xdp") };
+            let RxPath::Xdp(x) = &mut path else { unreachable!("validated: tx af-xdp needs path af-xdp") };
             let ifindex = x.ifindex();
             let tx = x.take_tx().ok_or_else(|| io_err("AF_XDP transmit ring")(io::Error::other("none was set up")))?;
             Some(RawTx::xdp(local, tx, ifindex).map_err(io_err("set up the AF_XDP transmit path"))?)
@@ -575,17 +578,8 @@ fn serve_lanes(
     stop: &AtomicBool,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
-    let ifindex = nix::net::if_::if_nametoindex(dev)
-        .map_err(|e| ServerError::Interface(format!("--lane-device {dev}: {}", netlane::error::chain(&e))))?;
-    let q = netlane::lanes::queues::discover(ifindex).map_err(|e| {
-        ServerError::Lanes(format!("--lane-device {dev}: reading its queues: {}", netlane::error::chain(&e)))
-    })?;
+    let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
     let ids = q.napi_ids();
-    if ids.is_empty() {
-        return Err(ServerError::Lanes(format!(
-            "--lane-device {dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)"
-        )));
-    }
     let mut map = LaneMap::new(ids.len()).map_err(|e| ServerError::Lanes(e.to_string()))?;
     map.learn(&ids);
     let lanes: Vec<LaneId> = (0..ids.len()).map(|i| map.nth_lane(i)).collect();

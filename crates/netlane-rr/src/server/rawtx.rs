@@ -161,7 +161,7 @@ impl RawTx {
         if local.ip().is_unspecified() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "frames need a source address: listen on a specific address for --tx packet or af-xdp",
+                "frames need a source address: listen on a specific address for `tx` packet or af-xdp",
             ));
         }
         if local.ip().is_loopback() {

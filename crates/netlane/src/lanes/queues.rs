@@ -55,6 +55,47 @@ impl DeviceQueues {
     }
 }
 
+/// Why a device cannot carry lanes.
+#[derive(Debug, thiserror::Error)]
+pub enum LaneDeviceError {
+    /// No interface by that name in this namespace.
+    #[error("{dev}: no such interface here")]
+    NoDevice {
+        /// The name asked for.
+        dev: String,
+        /// What the kernel said.
+        #[source]
+        source: nix::Error,
+    },
+    /// Its queues could not be read.
+    #[error("{dev}: read its queues")]
+    Queues {
+        /// The device.
+        dev: String,
+        /// Why not.
+        #[source]
+        source: TopologyError,
+    },
+    /// No receive queue has a NAPI instance: no NAPI id to place a connection by.
+    #[error("{dev}: no receive queue has a NAPI instance (is it up, with NAPI enabled?)")]
+    NoNapi {
+        /// The device.
+        dev: String,
+    },
+}
+
+/// The queues of device `dev` (in the calling thread's namespace) that lanes are placed
+/// on: refused when it has no receive queue with a NAPI instance.
+pub fn lane_device(dev: &str) -> Result<DeviceQueues, LaneDeviceError> {
+    let ifindex = nix::net::if_::if_nametoindex(dev)
+        .map_err(|source| LaneDeviceError::NoDevice { dev: dev.to_string(), source })?;
+    let q = discover(ifindex).map_err(|source| LaneDeviceError::Queues { dev: dev.to_string(), source })?;
+    if q.rx.is_empty() {
+        return Err(LaneDeviceError::NoNapi { dev: dev.to_string() });
+    }
+    Ok(q)
+}
+
 /// Reads interface `ifindex`'s queues in the calling thread's namespace.
 pub fn discover(ifindex: u32) -> Result<DeviceQueues, TopologyError> {
     let mut nd = Netdev::open()?;

@@ -155,17 +155,13 @@ pub struct MetricsServer {
 /// Refuses an address that is not loopback: metrics carry addresses of peers and are
 /// not for the network.
 pub fn check_metrics_addr(addr: SocketAddr) -> Result<(), String> {
-    if addr.ip().is_loopback() {
-        Ok(())
-    } else {
-        Err(format!("--metrics-addr {addr}: serve metrics on a loopback address only"))
-    }
+    if addr.ip().is_loopback() { Ok(()) } else { Err("serve metrics on a loopback address only".into()) }
 }
 
 impl MetricsServer {
     /// Binds `addr` (loopback only) and serves `handler` on a thread named `name`.
     pub fn start(addr: SocketAddr, name: &str, handler: Arc<Handler>) -> io::Result<MetricsServer> {
-        check_metrics_addr(addr).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        check_metrics_addr(addr).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{addr}: {e}")))?;
         let listener = std::net::TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;

@@ -38,7 +38,7 @@ pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, netns_
 pub enum TopologyError {
     /// Not root / missing capabilities.
     #[error(
-        "building the lab network needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): {0}. Run as root, or use the loopback path (--path loopback)"
+        "building the lab network needs root (CAP_SYS_ADMIN and CAP_NET_ADMIN): {0}. Run as root, or measure over loopback (`path` loopback)"
     )]
     NotPrivileged(String),
     /// A namespace of that name exists already.
