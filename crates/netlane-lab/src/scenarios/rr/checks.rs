@@ -1,0 +1,358 @@
+//! The rr scenario's target checks, and what they compare: the quantities taken from a
+//! run (throughput, latency, the server CPU's idle share and cost per response, herds)
+//! and the best fixed block each adaptive run is held against.
+
+use netlane_report::{Check, Value};
+use netlane_rr::server::{PathKind as RxPathKind, TxKind};
+
+use crate::stats::median;
+use crate::verdict::{Measure, Spec, paired, positive, ratio};
+
+use super::*;
+
+/// The adaptive mode's targets: this share of the best fixed block's rate, with the
+/// server CPU this many percent idle.
+pub(super) const ADAPTIVE_RATE: f64 = 0.9;
+pub(super) const ADAPTIVE_IDLE: f64 = 30.0;
+
+/// Responses per second, at the clients.
+pub(super) fn throughput(r: &RrRun) -> Measure {
+    positive(r.clients.responses_per_s, "responses per second")
+}
+
+/// The clients' median latency, ns.
+pub(super) fn p50(r: &RrRun) -> Measure {
+    if r.clients.latency_ns.count == 0 {
+        return Err("no response completed: empty latency histogram".into());
+    }
+    positive(r.clients.latency_ns.p50 as f64, "p50 latency")
+}
+
+/// The lower of two samples; a failed sample wins (a population that measured nothing
+/// must not hide behind one that did).
+fn worst(a: Measure, b: Measure) -> Measure {
+    match (a, b) {
+        (Ok(x), Ok(y)) => Ok(x.min(y)),
+        (Err(e), _) | (_, Err(e)) => Err(e),
+    }
+}
+
+/// The server CPU's idle share over the run, %; degenerate when it answered nothing.
+pub(super) fn idle(r: &RrRun) -> Measure {
+    let c = &r.server_cpu;
+    if r.server.responses == 0 || c.total_s <= 0.0 {
+        return Err("the server answered nothing, or no CPU time was counted".into());
+    }
+    Ok((1.0 - c.busy_s / c.total_s).clamp(0.0, 1.0) * 100.0)
+}
+
+/// Server CPU microseconds per response (thread, NAPI and softirq on the server CPU).
+pub(super) fn cost(r: &RrRun) -> Measure {
+    let c = &r.server_cpu;
+    if c.total_s <= 0.0 {
+        return Err("no CPU time was counted".into());
+    }
+    let per_s = positive(r.clients.responses_per_s, "responses per second")?;
+    positive(c.busy_s / c.total_s * 1e6 / per_s, "server CPU per response")
+}
+
+/// The share of responses a frame transmit path wrote as frames (the rest went through
+/// the socket), %.
+pub(super) fn frames_share(r: &RrRun) -> Measure {
+    let raw = r.server.raw_tx.as_ref().ok_or_else(|| "the socket sent every response".to_string())?;
+    if r.server.responses == 0 {
+        return Err("the server answered nothing".into());
+    }
+    Ok(raw.datagrams as f64 / r.server.responses as f64 * 100.0)
+}
+
+/// Server CPU per response of a transmit-path run, invalid when a frame path sent a
+/// response any other way (a fallback to the socket must not pass as the frame path's
+/// cost).
+fn frames_cost(r: &RrRun) -> Measure {
+    if r.server.raw_tx.is_some() {
+        let share = frames_share(r)?;
+        if share < 100.0 {
+            return Err(format!("only {share:.1}% of the responses went out as frames"));
+        }
+    }
+    cost(r)
+}
+
+/// Client sockets found ready in wake-ups of at least [`netlane_rr::clients::HERD`]
+/// sockets, per 100 responses (a ready socket may hold more than one response); invalid
+/// unless the run answered 90% of the offered `load` (a run that throttled or dropped
+/// would look calm).
+pub(super) fn herd_share(r: &RrRun, load: u64) -> Measure {
+    let c = &r.clients;
+    let rate = positive(c.responses_per_s, "responses per second")?;
+    if rate < 0.9 * load as f64 {
+        return Err(format!("answered {rate:.0} of {load} requests/s offered"));
+    }
+    Ok(c.herd_woken_sockets as f64 / c.responses as f64 * 100.0)
+}
+
+/// `f` of every run where it is defined.
+pub(super) fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
+    rs.iter().filter_map(|r| f(r).ok()).collect()
+}
+
+/// The median of [`values`], a table cell (missing when none is defined).
+pub(super) fn med(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Value {
+    let v = values(rs, f);
+    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
+}
+
+/// A latency percentile `f` of the clients' histogram, us.
+pub(super) fn us(f: fn(&netlane::metrics::Summary) -> u64) -> impl Fn(&RrRun) -> Measure {
+    move |r: &RrRun| {
+        if r.clients.latency_ns.count == 0 {
+            Err("no response completed".into())
+        } else {
+            Ok(f(&r.clients.latency_ns) as f64 / 1e3)
+        }
+    }
+}
+
+/// Every mode's rounds, found by part and label.
+pub(super) struct Runs<'a> {
+    modes: &'a [Mode],
+    all: &'a [Vec<RrRun>],
+}
+
+impl<'a> Runs<'a> {
+    /// `all[i]` holds the rounds of `modes[i]`.
+    pub(super) fn new(modes: &'a [Mode], all: &'a [Vec<RrRun>]) -> Runs<'a> {
+        Runs { modes, all }
+    }
+
+    /// A mode's rounds, when the mode ran.
+    pub(super) fn find(&self, part: Part, label: &str) -> Option<&'a [RrRun]> {
+        self.modes.iter().position(|m| m.part == part && m.label == label).map(|i| &self.all[i][..])
+    }
+
+    /// The best fixed block at `clients` in `round`: its responses/s and requests per
+    /// block (the smallest block of a tie).
+    pub(super) fn best_fixed(&self, clients: usize, round: usize) -> Option<(f64, u32)> {
+        BLOCK_SWEEP
+            .iter()
+            .filter_map(|b| self.find(Part::Blocks, &block_label(*b, clients)).map(|rs| (b, rs)))
+            .filter_map(|(b, rs)| rs.get(round).and_then(|r| throughput(r).ok()).map(|v| (v, *b)))
+            .fold(None, |m: Option<(f64, u32)>, x| if m.is_some_and(|m| m.0 >= x.0) { m } else { Some(x) })
+    }
+
+    /// Per round: the adaptive runs' responses/s at `clients` over the best fixed block's.
+    pub(super) fn adaptive_ratios(&self, clients: usize, adaptive: &[RrRun]) -> Vec<Measure> {
+        adaptive
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                ratio(throughput(r), self.best_fixed(clients, i).map(|b| b.0).ok_or_else(|| "no fixed block".into()))
+            })
+            .collect()
+    }
+}
+
+impl RrBenchArgs {
+    /// The target checks of the parts that ran, in the report's order.
+    pub(super) fn checks(&self, runs: &Runs<'_>) -> Vec<Check> {
+        let pair = |spec: Spec, part: Part, a: &str, b: &str, f: fn(&RrRun) -> Measure, what: &str| match (
+            runs.find(part, a),
+            runs.find(part, b),
+        ) {
+            (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
+            _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.name())),
+        };
+        let mut checks = Vec::new();
+        if self.parts.contains(&Part::Paths) {
+            // With one client core against one server core the clients, not the server,
+            // set the rate here; what a receive path saves shows as server CPU per
+            // response.
+            for (p, talk) in [
+                (RxPathKind::TpacketV2, " (talk: about 2x the rate on Linux 4.9, less on later kernels)"),
+                (RxPathKind::AfXdp, ""),
+            ] {
+                checks.push(pair(
+                    Spec::at_most(
+                        &format!("rr.{}-cost", p.name()),
+                        format!("{p} costs the server no more CPU per response than recvfrom{talk}"),
+                        1.0,
+                        "x",
+                    ),
+                    Part::Paths,
+                    p.name(),
+                    "recvfrom",
+                    cost,
+                    &format!("{p} / recvfrom server CPU per response"),
+                ));
+            }
+        }
+        if self.parts.contains(&Part::Blocks) {
+            checks.extend(self.block_checks(runs));
+            checks.extend(self.adaptive_checks(runs));
+        }
+        if self.parts.contains(&Part::Large) {
+            checks.extend([
+                pair(
+                    Spec::at_least(
+                        "rr.jumbo-throughput",
+                        "8 KiB responses: MTU 9000 raises throughput over IP fragments at 1500 (talk: ~24 K -> ~34 K, 1.4x)",
+                        1.2,
+                        "x",
+                    ),
+                    Part::Large,
+                    LARGE[1],
+                    LARGE[0],
+                    throughput,
+                    "MTU 9000 / MTU 1500 responses/s",
+                ),
+                pair(
+                    Spec::at_most(
+                        "rr.jumbo-latency",
+                        "8 KiB responses: MTU 9000 lowers p50 latency (talk: ~2700 -> ~1800 us, 0.67x)",
+                        0.85,
+                        "x",
+                    ),
+                    Part::Large,
+                    LARGE[1],
+                    LARGE[0],
+                    p50,
+                    "MTU 9000 / MTU 1500 p50",
+                ),
+                pair(
+                    Spec::at_least(
+                        "rr.gso-segments-throughput",
+                        "8 KiB responses: GSO segments read with GRO beat IP fragments at MTU 1500",
+                        1.0,
+                        "x",
+                    ),
+                    Part::Large,
+                    LARGE[2],
+                    LARGE[0],
+                    throughput,
+                    "GSO segments / fragments responses/s",
+                ),
+            ]);
+        }
+        if self.parts.contains(&Part::Tx) {
+            for tx in [TxKind::Packet, TxKind::AfXdp] {
+                for size in TX_SIZES {
+                    let spec = Spec::at_most(
+                        &format!("rr.tx-{}-{}k-cost", tx.name(), size / 1024),
+                        format!(
+                            "{} KiB responses written as frames through {} cost the server no more CPU per response \
+                             than the UDP socket",
+                            size / 1024,
+                            if tx == TxKind::Packet { "a PF_PACKET ring" } else { "the AF_XDP socket" }
+                        ),
+                        1.0,
+                        "x",
+                    );
+                    let (a, b) = (tx_label(tx, size), tx_label(TxKind::Socket, size));
+                    let what = format!("{tx} / socket server CPU per response");
+                    checks.push(pair(spec, Part::Tx, &a, &b, frames_cost, &what));
+                }
+            }
+        }
+        if self.parts.contains(&Part::Pace) {
+            checks.push(self.pace_check(runs));
+        }
+        checks
+    }
+
+    /// The talk's trade-off at 64 clients: a block of half the burst (32) against the
+    /// best block, per round.
+    fn block_checks(&self, runs: &Runs<'_>) -> Vec<Check> {
+        let half = runs.find(Part::Blocks, &block_label(32, 64));
+        let spec = Spec::at_least(
+            "rr.block-half-burst-throughput",
+            "TPACKET_V3, 64 clients: 32 requests per block keeps most of the best block's throughput (talk: about 90%)",
+            0.85,
+            "x",
+        );
+        let best_of_round =
+            |round: usize| runs.best_fixed(64, round).map(|b| b.0).ok_or_else(|| "no block size answered".to_string());
+        let keeps = match half {
+            Some(rs) => spec.evaluate(
+                rs.iter().enumerate().map(|(i, r)| ratio(throughput(r), best_of_round(i))).collect(),
+                "32 per block / the best block's responses/s, per round",
+            ),
+            None => spec.skipped("the blocks part did not run"),
+        };
+        let spec = Spec::at_least(
+            "rr.block-half-burst-idle",
+            "TPACKET_V3, 64 clients: with 32 requests per block the server CPU is idle part of the time (talk: ~35%)",
+            25.0,
+            "%",
+        );
+        let idles = match half {
+            Some(rs) => spec.evaluate(rs.iter().map(idle).collect(), "the server CPU's idle share, per round"),
+            None => spec.skipped("the blocks part did not run"),
+        };
+        vec![keeps, idles]
+    }
+
+    /// The adaptive block size's targets, held at every client count: per round, the
+    /// worst population's sample (not the populations' median).
+    fn adaptive_checks(&self, runs: &Runs<'_>) -> Vec<Check> {
+        let (mut tp_samples, mut idle_samples) = (Vec::new(), Vec::new());
+        for &c in &self.block_clients {
+            let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c)) else { continue };
+            for (i, (r, id)) in runs.adaptive_ratios(c, ad).into_iter().zip(ad.iter().map(idle)).enumerate() {
+                if tp_samples.len() <= i {
+                    tp_samples.push(r);
+                    idle_samples.push(id);
+                } else {
+                    tp_samples[i] = worst(std::mem::replace(&mut tp_samples[i], Ok(0.0)), r);
+                    idle_samples[i] = worst(std::mem::replace(&mut idle_samples[i], Ok(0.0)), id);
+                }
+            }
+        }
+        let spec = Spec::at_least(
+            "rr.adaptive-throughput",
+            "TPACKET_V3 adaptive blocks: at least 90% of the best fixed block's throughput at every client count, untuned",
+            ADAPTIVE_RATE,
+            "x",
+        );
+        let rate = if tp_samples.is_empty() {
+            spec.skipped("the blocks part did not run")
+        } else {
+            spec.evaluate(tp_samples, "adaptive / best fixed block responses/s at the worst client count, per round")
+        };
+        let spec = Spec::at_least(
+            "rr.adaptive-idle",
+            "TPACKET_V3 adaptive blocks: the server CPU stays at least 30% idle at every client count",
+            ADAPTIVE_IDLE,
+            "%",
+        );
+        let idles = if idle_samples.is_empty() {
+            spec.skipped("the blocks part did not run")
+        } else {
+            spec.evaluate(idle_samples, "the server CPU's idle share at the worst client count, per round")
+        };
+        vec![rate, idles]
+    }
+
+    /// Paced responses against responses released a block at a time: how often clients
+    /// are woken in herds.
+    fn pace_check(&self, runs: &Runs<'_>) -> Check {
+        let spec = Spec::at_most(
+            "rr.pace-herd",
+            format!(
+                "Paced responses wake clients in herds ({}+ at once) at most a quarter as often as responses \
+                 released a block at a time (the talk's Q&A)",
+                netlane_rr::clients::HERD
+            ),
+            0.25,
+            "x",
+        );
+        let load = self.pace_load;
+        match (runs.find(Part::Pace, PACE[1]), runs.find(Part::Pace, PACE[0])) {
+            (Some(p), Some(u)) => spec.evaluate(
+                paired(p, u, |r| herd_share(r, load)),
+                "paced / unpaced share of responses woken in herds, per round",
+            ),
+            _ => spec.skipped("the pace part did not run"),
+        }
+    }
+}

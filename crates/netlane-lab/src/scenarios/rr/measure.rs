@@ -1,0 +1,126 @@
+//! The rr scenario's runs: the veth pairs they run on, and one exchange between the
+//! server and a client population with the server CPU's time read around it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, anyhow, bail};
+use netlane::metrics::cpu::{SystemCpu, SystemCpuDelta};
+use netlane::topology::TwoHosts;
+use netlane_rr::clients::{ClientsConfig, ClientsReport};
+use netlane_rr::server::ServerStats;
+use serde::Serialize;
+
+use crate::runner::Measured;
+use netlane_report::format;
+
+use super::*;
+
+/// One run's result: what the clients measured, the server's counters, and the server
+/// CPU's time (the server thread, its NAPI and softirqs, all pinned there).
+#[derive(Debug, Clone, Serialize)]
+pub struct RrRun {
+    /// The clients' measurements.
+    pub clients: ClientsReport,
+    /// The server's counters.
+    pub server: ServerStats,
+    /// The server CPU over the clients' run (warm-up included).
+    pub server_cpu: SystemCpuDelta,
+}
+
+impl Measured for RrRun {
+    fn summary(&self) -> String {
+        let c = &self.clients;
+        format!(
+            "{:.0} responses/s, p50 {}, p99 {}, server CPU idle {}",
+            c.responses_per_s,
+            format::seconds(c.latency_ns.p50 as f64 / 1e9),
+            format::seconds(c.latency_ns.p99 as f64 / 1e9),
+            idle(self).map_or("-".into(), |v| format!("{v:.0}%"))
+        )
+    }
+
+    fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
+        let c = &self.clients;
+        let l = &c.latency_ns;
+        let us = |v: u64| (l.count > 0).then(|| v as f64 / 1e3);
+        let s = &self.server;
+        vec![
+            ("responses_per_s", Some(c.responses_per_s)),
+            ("p50_us", us(l.p50)),
+            ("p99_us", us(l.p99)),
+            ("p9999_us", us(l.p9999)),
+            ("server_thread_busy_pct", Some(s.busy * 100.0)),
+            ("server_cpu_idle_pct", idle(self).ok()),
+            ("server_cpu_us_per_response", cost(self).ok()),
+            ("wakeups_per_s", (s.seconds > 0.0).then(|| s.wakeups as f64 / s.seconds)),
+            ("frames_per_wakeup", Some(s.frames_per_wakeup)),
+            ("retransmits", Some(c.retransmits as f64)),
+            ("lost", Some(c.lost as f64)),
+        ]
+    }
+}
+
+impl RrBenchArgs {
+    /// A veth pair per MTU the modes use, in the order they first need it.
+    pub(super) fn networks(&self, modes: &[Mode]) -> Result<Vec<(u32, TwoHosts)>> {
+        let mut mtus: Vec<u32> = Vec::new();
+        for m in modes {
+            if !mtus.contains(&m.mtu) {
+                mtus.push(m.mtu);
+            }
+        }
+        let mut nets = Vec::new();
+        for mtu in mtus {
+            let h = TwoHosts::create("rr", self.link(mtu))?;
+            self.clients_end().apply(&h.tx, &h.tx_if, h.tx_index)?;
+            nets.push((mtu, h));
+        }
+        Ok(nets)
+    }
+
+    /// One run of `m`, said as `label`, on the veth pair of its MTU. Corrupted or
+    /// mismatched responses stop the scenario: its figures would not be the server's.
+    pub(super) fn run_one(&self, nets: &[(u32, TwoHosts)], m: &Mode, label: &str) -> Result<RrRun> {
+        let h = &nets.iter().find(|(mtu, _)| *mtu == m.mtu).context("a network for the mode's MTU")?.1;
+        let r = exchange(h, m, self.server_cpu).with_context(|| format!("run {label}"))?;
+        let c = &r.clients;
+        if c.corrupt + c.mismatched > 0 {
+            bail!("{label}: {} corrupted and {} mismatched responses", c.corrupt, c.mismatched);
+        }
+        Ok(r)
+    }
+}
+
+/// One run: the server in the "rx" namespace, the clients in the "tx" one.
+fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let s = stop.clone();
+    let cfg = m.server.clone();
+    let server = h.rx.spawn("rr-server", move || {
+        netlane_rr::server::serve(&cfg, &s, |a| {
+            let _ = tx.send(a);
+        })
+    })?;
+    let addr = match rx.recv_timeout(Duration::from_secs(10)) {
+        Ok(a) => a,
+        Err(_) => {
+            stop.store(true, Ordering::Relaxed);
+            return Err(match server.join() {
+                Ok(Err(e)) => anyhow!(e).context("the server did not start"),
+                _ => anyhow!("the server did not start within 10 s"),
+            });
+        }
+    };
+    let pop = ClientsConfig { server: addr, ..m.clients.clone() };
+    let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+    let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
+    let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+    stop.store(true, Ordering::Relaxed);
+    let server = server.join().map_err(|_| anyhow!("the server thread panicked"))?.context("the server failed")?;
+    let clients = clients?.context("the clients failed")?;
+    Ok(RrRun { clients, server, server_cpu: cpu0.delta(&cpu1) })
+}

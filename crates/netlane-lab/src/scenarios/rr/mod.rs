@@ -1,0 +1,112 @@
+//! `rr`: the datagram request/response talk's experiments. One server thread on its own
+//! CPU in one namespace, a closed-loop client population on the other CPU in another,
+//! joined by a veth pair.
+//!
+//! - paths: throughput, latency and the server's CPU at 64 clients on each receive path
+//!   (`recvfrom`, `recvmmsg`, TPACKET_V2, TPACKET_V3, AF_XDP);
+//! - blocks: TPACKET_V3 requests per block (8..128) at 16 to 128 clients that pause
+//!   between requests (`--block-think`): throughput and the server CPU's idle time (the
+//!   talk: about half the burst per block keeps a third of the CPU idle for a tenth less
+//!   throughput), and the adaptive block size against the best fixed block;
+//! - wall: clients 1, 2, 4 ... 128 on each path, throughput against latency;
+//! - large: 8 KiB responses IP-fragmented at MTU 1500, whole at MTU 9000, and as GSO
+//!   segments read with GRO (the talk: jumbo frames moved the wall from ~24 K to ~34 K
+//!   responses/s and cut latency from ~2700 to ~1800 us);
+//! - tx: what writing whole frames costs (headers, checksums and IP fragments built by
+//!   netlane, sent through a PF_PACKET transmit ring or the AF_XDP socket's TX ring)
+//!   against the UDP socket, with the receive path held at AF_XDP;
+//! - pace: TPACKET_V3 hands the server a block of requests and it answers them in one
+//!   burst; open-loop clients count how many of them one response wake-up finds ready
+//!   (a herd), unpaced against responses paced by `netlane::pace` (the talk's Q&A).
+//!
+//! Every mode runs once per round (rotating order); checks pair two modes per round.
+//! Throughput and latency are measured by the clients, at the receiving side.
+
+mod checks;
+mod measure;
+mod options;
+mod plan;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result, bail};
+use netlane::topology::TwoHosts;
+
+use crate::progress::Progress;
+use crate::runner::Runner;
+use crate::scenarios::Scenario;
+use netlane_report::ScenarioReport;
+use netlane_report::options::OptionList;
+
+use self::checks::*;
+pub use self::measure::RrRun;
+pub use self::options::{Part, RrBenchArgs};
+use self::plan::*;
+pub use self::plan::{BLOCK_CLIENTS, BLOCK_SWEEP, WALL_CLIENTS, v3_block_for, v3_request_footprint};
+
+impl Scenario for RrBenchArgs {
+    fn name(&self) -> &'static str {
+        "rr"
+    }
+
+    fn options(&self) -> OptionList {
+        let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
+        let paths: Vec<&str> = self.paths.iter().map(|p| p.name()).collect();
+        OptionList::new()
+            .words("parts", &parts)
+            .words("paths", &paths)
+            .int("clients", self.clients as u64)
+            .int("request", self.request as u64)
+            .int("response", self.response as u64)
+            .duration("think", self.think)
+            .duration("block-think", self.block_think)
+            .words("block-clients", &self.block_clients.iter().map(|c| c.to_string()).collect::<Vec<_>>())
+            .int("block", u64::from(self.block))
+            .int("retire-ms", u64::from(self.retire_ms))
+            .int("pace-load", self.pace_load)
+            .text("pace-headroom", self.pace_headroom.to_string())
+            .duration("time", self.time)
+            .duration("ramp", self.ramp)
+            .int("repeat", u64::from(self.repeat))
+            .int("server-cpu", self.server_cpu as u64)
+            .int("client-cpu", self.client_cpu as u64)
+            .int("mtu", u64::from(self.mtu))
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.check_arguments()?;
+        if !netlane::topology::have_privileges() {
+            bail!("the rr scenario builds two network namespaces and packet rings: run it as root");
+        }
+        // Every server configuration must be buildable before the first run.
+        for m in self.modes("10.0.0.1:7070".parse().expect("a literal address")) {
+            m.server.validate().with_context(|| format!("mode {}", m.label))?;
+            m.clients.validate().with_context(|| format!("mode {}", m.label))?;
+        }
+        Ok(())
+    }
+
+    fn runs(&self) -> usize {
+        self.labels().len() * self.repeat as usize
+    }
+
+    fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        self.validate()?;
+        let modes = self.modes(SocketAddr::new(TwoHosts::RX_V4.into(), 7070));
+        let nets = self.networks(&modes)?;
+        let mut runner = Runner::new(progress);
+        let all = runner.rounds(
+            modes.len(),
+            |_| self.repeat,
+            |runner, i, turn| {
+                let m = &modes[i];
+                runner.measure(turn, &m.what(), |label| self.run_one(&nets, m, label))
+            },
+        )?;
+        drop(nets);
+        Ok(self.report(&modes, &all, runner.into_records()))
+    }
+}

@@ -1,0 +1,147 @@
+//! The rr scenario's options: its parts and `netlane bench rr`'s arguments, and the
+//! checks of the arguments alone.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::{Args, ValueEnum};
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::PathKind as RxPathKind;
+
+use crate::scenarios::from_words;
+use netlane_report::options::{parse_duration, parse_positive_duration};
+
+/// A part of the scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
+pub enum Part {
+    /// Every receive path at 64 clients.
+    Paths,
+    /// TPACKET_V3 requests per block at 64 and 128 clients.
+    Blocks,
+    /// Clients 1..128 on every path: throughput against latency.
+    Wall,
+    /// 8 KiB responses: IP fragments at MTU 1500, MTU 9000, GSO segments.
+    Large,
+    /// Transmit paths (UDP socket, packet ring, AF_XDP) with 1 and 8 KiB responses.
+    Tx,
+    /// Responses released in blocks, unpaced and paced: the clients woken together.
+    Pace,
+}
+
+impl Part {
+    pub(super) fn name(self) -> String {
+        crate::scenarios::value_name(&self)
+    }
+}
+
+/// `netlane bench rr`.
+#[derive(Debug, Clone, Args)]
+pub struct RrBenchArgs {
+    /// Parts to run (comma separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace")]
+    pub parts: Vec<Part>,
+    /// Receive paths for the paths and wall parts.
+    #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]
+    pub paths: Vec<RxPathKind>,
+    /// Clients in the paths part (each with its own socket).
+    #[arg(long, default_value_t = 64)]
+    pub clients: usize,
+    /// Request size in bytes (header included).
+    #[arg(long, default_value_t = 512)]
+    pub request: usize,
+    /// Response size in bytes in the paths, blocks and wall parts (the large part uses 8 KiB).
+    #[arg(long, default_value_t = 1024)]
+    pub response: usize,
+    /// Client think time between a response and the next request (all parts but blocks).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub think: Duration,
+    /// Client think time in the blocks part: the talk's trade-off between idle CPU and
+    /// throughput needs a server that can be idle, so the clients pause between requests
+    /// (docs/results.md has how the default was chosen).
+    #[arg(long, default_value = "3ms", value_parser = parse_duration)]
+    pub block_think: Duration,
+    /// Client counts of the blocks part (the adaptive targets hold across them).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
+    pub block_clients: Vec<usize>,
+    /// TPACKET_V3 requests per block in the paths and wall parts.
+    #[arg(long, default_value_t = 16)]
+    pub block: u32,
+    /// TPACKET_V3 block retire timeout, milliseconds.
+    #[arg(long, default_value_t = 8)]
+    pub retire_ms: u32,
+    /// Open-loop request rate of the pace part (Poisson arrivals over the clients).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub pace_load: u64,
+    /// Paced rate of the pace part, as a multiple of --pace-load (above 1: the schedule
+    /// spreads bursts without throttling the load).
+    #[arg(long, default_value_t = 1.25)]
+    pub pace_headroom: f64,
+    /// Measured time per run.
+    #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
+    pub time: Duration,
+    /// Warm-up before each measurement.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub ramp: Duration,
+    /// Rounds: every mode once per round, in a rotating order.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub repeat: u32,
+    /// CPU of the server thread and its end's NAPI.
+    #[arg(long, default_value_t = 1)]
+    pub server_cpu: usize,
+    /// CPU of the clients and their end's NAPI.
+    #[arg(long, default_value_t = 0)]
+    pub client_cpu: usize,
+    /// MTU of the veth pair for every part but large (which uses 1500 and 9000).
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
+    pub mtu: u32,
+}
+
+impl RrBenchArgs {
+    /// The defaults, as `netlane bench rr` has them.
+    pub fn defaults() -> RrBenchArgs {
+        from_words(&[]).expect("the defaults parse")
+    }
+
+    /// The arguments' own checks: CPUs this machine has, sizes, counts and ranges.
+    pub(super) fn check_arguments(&self) -> Result<()> {
+        let n = netlane::cpus::online_count();
+        for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
+            if c >= n {
+                bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+            }
+        }
+        if self.parts.is_empty() {
+            bail!("--parts: no parts to run");
+        }
+        if self.paths.is_empty() && self.parts.iter().any(|p| matches!(p, Part::Paths | Part::Wall)) {
+            bail!("--paths: no receive paths");
+        }
+        if !(HEADER_LEN..=1472).contains(&self.request) {
+            bail!("--request {}: {HEADER_LEN}..=1472 bytes (one unfragmented datagram at MTU 1500)", self.request);
+        }
+        if !(HEADER_LEN..=65_507).contains(&self.response) {
+            bail!("--response {}: {HEADER_LEN}..=65507 bytes", self.response);
+        }
+        if !(1..=4096).contains(&self.clients) {
+            bail!("--clients {}: 1..=4096", self.clients);
+        }
+        if !(self.pace_headroom.is_finite() && (1.0..=10.0).contains(&self.pace_headroom)) {
+            bail!("--pace-headroom {}: 1 to 10 (the paced rate over the offered load)", self.pace_headroom);
+        }
+        if self.parts.contains(&Part::Blocks) && self.block_clients.is_empty() {
+            bail!("--block-clients: no client counts for the blocks part");
+        }
+        if let Some(c) = self.block_clients.iter().find(|c| !(1..=4096).contains(*c)) {
+            bail!("--block-clients {c}: 1..=4096");
+        }
+        if let Some(c) =
+            self.block_clients.iter().enumerate().find_map(|(i, c)| self.block_clients[..i].contains(c).then_some(c))
+        {
+            bail!("--block-clients: {c} appears twice");
+        }
+        if !(1..=4096).contains(&self.block) {
+            bail!("--block {}: 1..=4096 requests per block", self.block);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,235 @@
+//! The rr scenario's plan: its modes (each part's server and clients), their labels,
+//! the TPACKET_V3 block geometry, and the CPU each end of the veth pair runs on.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use netlane::cpus::CpuList;
+use netlane::topology::{LinkConfig, RxTuning};
+use netlane_rr::clients::{ClientsConfig, Load};
+use netlane_rr::proto::client::ClientConfig;
+use netlane_rr::proto::server::ResponderConfig;
+use netlane_rr::proto::wire::HEADER_LEN;
+use netlane_rr::server::{PaceOptions, PathKind as RxPathKind, RingOptions, ServerConfig, TxKind};
+
+use super::*;
+
+/// Requests per TPACKET_V3 block in the sweep.
+pub const BLOCK_SWEEP: [u32; 5] = [8, 16, 32, 64, 128];
+/// Client counts of the block sweep (the default of `--block-clients`).
+pub const BLOCK_CLIENTS: [usize; 4] = [16, 32, 64, 128];
+/// Client counts of the wall.
+pub const WALL_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+
+/// The pace part's modes.
+pub(super) const PACE: [&str; 2] = ["unpaced", "paced"];
+
+/// The large part's modes.
+pub(super) const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
+
+/// Response sizes of the tx part.
+pub(super) const TX_SIZES: [usize; 2] = [1024, 8192];
+
+pub(super) fn tx_label(tx: TxKind, size: usize) -> String {
+    format!("{tx}, {} KiB", size / 1024)
+}
+
+pub(super) fn block_label(block: u32, clients: usize) -> String {
+    format!("{block} per block, {clients} clients")
+}
+
+pub(super) fn adaptive_label(clients: usize) -> String {
+    format!("adaptive, {clients} clients")
+}
+
+pub(super) fn wall_label(p: RxPathKind, clients: usize) -> String {
+    format!("{p} x{clients}")
+}
+
+/// Bytes one request takes in a TPACKET_V3 block: the frame header (tpacket3_hdr and
+/// sockaddr_ll, 16-aligned), the MAC offset that puts the IP header 16-aligned, the
+/// frame, rounded to 8 (af_packet.c: tpacket_rcv, TOTAL_PKT_LEN_INCL_ALIGN).
+pub fn v3_request_footprint(request: usize, ipv6: bool) -> usize {
+    let hdr = (48 + 20usize).div_ceil(16) * 16;
+    let mac_off = hdr + 16 - 14;
+    let frame = 14 + if ipv6 { 40 } else { 20 } + 8 + request;
+    (mac_off + frame).div_ceil(8) * 8
+}
+
+/// The V3 block that holds `n` requests (plus the 48-byte block header), in pages, and
+/// how many it then really holds.
+pub fn v3_block_for(n: u32, request: usize, ipv6: bool) -> (u32, u32) {
+    let page = netlane_sys::packet::page_size();
+    let fp = v3_request_footprint(request, ipv6);
+    let bytes = (48 + n as usize * fp).div_ceil(page) * page;
+    (bytes as u32, ((bytes - 48) / fp) as u32)
+}
+
+/// One mode: a part's server and client population, on a veth pair of `mtu`.
+#[derive(Debug, Clone)]
+pub(super) struct Mode {
+    pub(super) part: Part,
+    pub(super) label: String,
+    pub(super) mtu: u32,
+    pub(super) server: ServerConfig,
+    pub(super) clients: ClientsConfig,
+}
+
+impl Mode {
+    /// What its runs and flags are called: the part and the mode's label.
+    pub(super) fn what(&self) -> String {
+        format!("{} {}", self.part.name(), self.label)
+    }
+}
+
+impl RrBenchArgs {
+    /// Every part's modes, in the order of `--parts`, the server listening on `addr`.
+    pub(super) fn modes(&self, addr: SocketAddr) -> Vec<Mode> {
+        self.parts.iter().flat_map(|&part| self.part_modes(part, addr)).collect()
+    }
+
+    /// One part's modes.
+    fn part_modes(&self, part: Part, addr: SocketAddr) -> Vec<Mode> {
+        let mut modes = Vec::new();
+        let mut m = |label: String, mtu, server, clients| modes.push(Mode { part, label, mtu, server, clients });
+        let clients = |n: usize, response: usize, time: Duration| self.population(addr, n, response, time, self.think);
+        let server = |path: RxPathKind, block: u32| self.server(addr, path, block);
+        match part {
+            Part::Paths => {
+                for p in &self.paths {
+                    m(
+                        p.name().into(),
+                        self.mtu,
+                        server(*p, self.block),
+                        clients(self.clients, self.response, self.time),
+                    );
+                }
+            }
+            Part::Blocks => {
+                for &c in &self.block_clients {
+                    let thinking = self.population(addr, c, self.response, self.time, self.block_think);
+                    for b in BLOCK_SWEEP {
+                        m(block_label(b, c), self.mtu, server(RxPathKind::TpacketV3, b), thinking.clone());
+                    }
+                    let mut adaptive = server(RxPathKind::TpacketV3, self.block);
+                    adaptive.ring.adaptive = true;
+                    m(adaptive_label(c), self.mtu, adaptive, thinking);
+                }
+            }
+            Part::Wall => {
+                let t = self.time.min(Duration::from_secs(1));
+                for p in &self.paths {
+                    for c in WALL_CLIENTS {
+                        m(wall_label(*p, c), self.mtu, server(*p, self.block), clients(c, self.response, t));
+                    }
+                }
+            }
+            Part::Large => {
+                let rm = server(RxPathKind::Recvmmsg, self.block);
+                let gso = ServerConfig {
+                    responder: ResponderConfig { segment: Some(1472), ..ResponderConfig::default() },
+                    ..rm.clone()
+                };
+                let c = clients(self.clients, 8192, self.time);
+                m(LARGE[0].into(), 1500, rm.clone(), c.clone());
+                m(LARGE[1].into(), 9000, rm, c.clone());
+                m(LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c });
+            }
+            Part::Pace => {
+                let open = ClientsConfig {
+                    load: Load::Open { rate: self.pace_load as f64 },
+                    client: ClientConfig { max_outstanding: 8, ..self.client(self.response) },
+                    ..clients(self.clients, self.response, self.time)
+                };
+                let unpaced = server(RxPathKind::TpacketV3, self.block);
+                let paced = ServerConfig { pace: Some(self.pace_options()), ..unpaced.clone() };
+                m(PACE[0].into(), self.mtu, unpaced, open.clone());
+                m(PACE[1].into(), self.mtu, paced, open);
+            }
+            Part::Tx => {
+                for size in TX_SIZES {
+                    for tx in TxKind::ALL {
+                        let server = ServerConfig { tx, ..server(RxPathKind::AfXdp, self.block) };
+                        m(tx_label(tx, size), self.mtu, server, clients(self.clients, size, self.time));
+                    }
+                }
+            }
+        }
+        modes
+    }
+
+    /// One client: `--request` bytes out, `response` bytes back (header included).
+    fn client(&self, response: usize) -> ClientConfig {
+        ClientConfig {
+            request_len: self.request,
+            response_len: (response.max(HEADER_LEN) - HEADER_LEN) as u32,
+            echo: false,
+            timeout_ns: 500_000_000,
+            max_retries: 5,
+            max_outstanding: 1,
+        }
+    }
+
+    /// `n` closed-loop clients on the client CPU, pausing `think` between requests.
+    fn population(
+        &self,
+        addr: SocketAddr,
+        n: usize,
+        response: usize,
+        time: Duration,
+        think: Duration,
+    ) -> ClientsConfig {
+        ClientsConfig {
+            server: addr,
+            clients: n,
+            threads: 1,
+            cpus: Some(CpuList::one(self.client_cpu)),
+            client: self.client(response),
+            load: Load::Closed { think },
+            ramp: self.ramp,
+            duration: time,
+            gro: false,
+        }
+    }
+
+    /// The server on the server CPU, reading `path` (rings with blocks of `block` requests).
+    fn server(&self, addr: SocketAddr, path: RxPathKind, block: u32) -> ServerConfig {
+        let (bytes, _) = v3_block_for(block, self.request, false);
+        let ring = RingOptions {
+            frame_size: 2048,
+            frames_per_block: bytes / 2048,
+            blocks: 64,
+            retire_ms: self.retire_ms,
+            ..RingOptions::default()
+        };
+        ServerConfig { listen: addr, path, cpu: Some(self.server_cpu), ring, ..ServerConfig::default() }
+    }
+
+    /// The pace part's schedule: `--pace-headroom` times the offered load, released
+    /// every 100 us.
+    pub(super) fn pace_options(&self) -> PaceOptions {
+        PaceOptions {
+            rate: (self.pace_load as f64 * self.pace_headroom).round() as u64,
+            quantum: Duration::from_micros(100),
+            ..PaceOptions::default()
+        }
+    }
+
+    /// Every mode's part and label (no addresses needed).
+    pub(super) fn labels(&self) -> Vec<(Part, String)> {
+        self.modes("127.0.0.1:1".parse().expect("a literal address")).into_iter().map(|m| (m.part, m.label)).collect()
+    }
+
+    /// The veth pair of `mtu`: one queue, the server end's NAPI threaded on the server CPU.
+    pub(super) fn link(&self, mtu: u32) -> LinkConfig {
+        LinkConfig { mtu, queues: 1, rx: RxTuning::threaded_napi_on(self.server_cpu) }
+    }
+
+    /// The clients' end: threaded NAPI on the client CPU with GRO (UDP_GRO sockets still
+    /// coalesce segments), but without rx-udp-gro-forwarding: with it, veth loses
+    /// IP-fragmented 8 KiB responses (about 100 per 2.5 s at 64 clients, measured; none
+    /// without).
+    pub(super) fn clients_end(&self) -> RxTuning {
+        RxTuning { udp_gro_forwarding: false, ..RxTuning::threaded_napi_on(self.client_cpu) }
+    }
+}

@@ -1,0 +1,510 @@
+//! The rr scenario's report: a section per part (its table, charts and notes), the
+//! target checks, and the headline.
+
+use netlane_report::{
+    Axis, Chart, ChartKind, Check, Column, Flag, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
+    Value, format,
+};
+use netlane_rr::server::{PathKind as RxPathKind, TxKind};
+
+use crate::scenarios::Scenario;
+use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::verdict::{Measure, join_headline, measured_median, paired, positive};
+
+use super::*;
+
+/// What the report's sections add up to.
+#[derive(Default)]
+struct Sections {
+    tables: Vec<Table>,
+    charts: Vec<Chart>,
+    flags: Vec<Flag>,
+    notes: Vec<String>,
+}
+
+/// The columns every part's table starts with, the first named `first`.
+fn columns(first: &str) -> Vec<Column> {
+    vec![
+        Column::new("mode", first, 0),
+        Column::new("responses_per_s", "responses/s", 0),
+        Column::new("p50_us", "p50 us", 1),
+        Column::new("p99_us", "p99 us", 1),
+        Column::new("p9999_us", "p99.99 us", 1),
+        Column::new("server_cpu_idle_pct", "server CPU idle %", 0),
+        Column::new("server_cpu_us_per_response", "server CPU us/response", 2),
+        Column::new("wakeups_per_s", "wake-ups/s", 0),
+        Column::new("frames_per_wakeup", "frames/wake-up", 1),
+        Column::new("syscalls_per_response", "syscalls/response", 2),
+        Column::new("retransmits_and_lost", "retransmits+lost", 0),
+    ]
+}
+
+/// A mode's row of [`columns`]: medians of its rounds.
+fn row(label: &str, rs: &[RrRun]) -> Row {
+    Row::new(vec![
+        Value::text(label),
+        med(rs, throughput),
+        med(rs, us(|s| s.p50)),
+        med(rs, us(|s| s.p99)),
+        med(rs, us(|s| s.p9999)),
+        med(rs, idle),
+        med(rs, cost),
+        med(rs, |r| positive(r.server.wakeups as f64 / r.server.seconds.max(1e-9), "wake-ups")),
+        med(rs, |r| positive(r.server.frames_per_wakeup, "frames per wake-up")),
+        med(rs, |r| Ok(r.server.syscalls_per_response)),
+        med(rs, |r| Ok((r.clients.retransmits + r.clients.lost) as f64)),
+    ])
+}
+
+/// The responses/s axis of a chart.
+fn responses_per_s() -> Axis {
+    Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear)
+}
+
+impl RrBenchArgs {
+    /// The report of `modes`, `all[i]` holding the rounds of `modes[i]`.
+    pub(super) fn report(&self, modes: &[Mode], all: &[Vec<RrRun>], records: Vec<RunRecord>) -> ScenarioReport {
+        let runs = Runs::new(modes, all);
+        let mut out = Sections::default();
+        for (m, rs) in modes.iter().zip(all) {
+            out.flags.extend(repeat_flags(&m.what(), "responses/s", &values(rs, throughput)));
+        }
+        if self.parts.contains(&Part::Paths) {
+            self.paths_section(&runs, &mut out);
+        }
+        if self.parts.contains(&Part::Blocks) {
+            self.blocks_section(&runs, &mut out);
+            self.blocks_notes(&runs, &mut out);
+            self.adaptive_section(&runs, &mut out);
+        }
+        if self.parts.contains(&Part::Wall) {
+            self.wall_section(&runs, &mut out);
+        }
+        if self.parts.contains(&Part::Large) {
+            self.large_section(&runs, &mut out);
+        }
+        if self.parts.contains(&Part::Tx) {
+            self.tx_section(&runs, &mut out);
+        }
+        if self.parts.contains(&Part::Pace) {
+            self.pace_section(&runs, &mut out);
+        }
+        let checks = self.checks(&runs);
+        let headline = self.headline(&checks, modes.len());
+        let options = self.options();
+        ScenarioReport {
+            name: "rr".into(),
+            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing"
+                .into(),
+            description: format!(
+                "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
+                 NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
+                 another, joined by a veth pair (MTU {} but in the large part; the clients' end has threaded NAPI and GRO but \
+                 not rx-udp-gro-forwarding, with which veth loses IP-fragmented responses). Throughput and latency are the \
+                 clients' (the receiving side); the server CPU's idle share and CPU per response count everything on \
+                 that CPU (the server thread, its NAPI, softirqs) over the clients' run. AF_XDP runs in native \
+                 XDP, copy mode (veth has no zero-copy).",
+                self.server_cpu, self.client_cpu, self.mtu
+            ),
+            headline,
+            options: options.object(),
+            echo: options.echo(),
+            tables: out.tables,
+            charts: out.charts,
+            checks,
+            flags: out.flags,
+            notes: out.notes,
+            runs: records,
+            cpu_plan: Vec::new(),
+        }
+    }
+
+    /// Every receive path at `--clients`: the table, the throughput chart, and a note
+    /// when even the busiest path left the server CPU idle.
+    fn paths_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut t = Table::new(
+            "rr-paths",
+            format!(
+                "Receive paths, {} closed-loop clients, {} B requests, {} B responses, medians of {} rounds",
+                self.clients, self.request, self.response, self.repeat
+            ),
+            columns("path"),
+        );
+        let mut points = Vec::new();
+        for (x, p) in self.paths.iter().enumerate() {
+            let Some(rs) = runs.find(Part::Paths, p.name()) else { continue };
+            t.push(row(p.name(), rs));
+            points.extend(Point::of(x as f64, &values(rs, throughput)));
+        }
+        out.tables.push(t);
+        out.charts.push(Chart {
+            name: "rr-paths".into(),
+            title: format!("Responses per second by receive path, {} clients", self.clients),
+            kind: ChartKind::Bars,
+            x: Axis::categories("receive path", self.paths.iter().map(|p| p.name().to_string()).collect()),
+            y: responses_per_s(),
+            series: vec![Series { name: "responses/s".into(), points }],
+        });
+        let best_idle = self
+            .paths
+            .iter()
+            .filter_map(|p| runs.find(Part::Paths, p.name()).map(|rs| (p, values(rs, idle))))
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(p, v)| (p, median(v)))
+            .fold(
+                None,
+                |m: Option<(&RxPathKind, f64)>, (p, v)| {
+                    if m.is_some_and(|(_, b)| b >= v) { m } else { Some((p, v)) }
+                },
+            );
+        if let Some((p, v)) = best_idle
+            && v > 20.0
+        {
+            out.notes.push(format!(
+                "The server CPU was idle {v:.0}% of the time even on {p}: one client CPU cannot drive one server \
+                 CPU to saturation here, so responses/s measure the clients as much as the server; the paths are \
+                 compared by server CPU per response."
+            ));
+        }
+    }
+
+    /// TPACKET_V3 requests per block at each client count: the table and the charts of
+    /// throughput and the server CPU's idle time.
+    fn blocks_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut cols = columns("requests per block, clients");
+        cols.insert(1, Column::new("block_bytes", "block bytes", 0));
+        cols.insert(2, Column::new("block_holds", "holds", 0));
+        let mut t = Table::new(
+            "rr-blocks",
+            format!(
+                "TPACKET_V3 requests per block ({} ms retire timeout, clients pausing {} between requests), medians of {} rounds",
+                self.retire_ms,
+                format::seconds(self.block_think.as_secs_f64()),
+                self.repeat
+            ),
+            cols,
+        );
+        let mut tp_series = Vec::new();
+        let mut idle_series = Vec::new();
+        for &c in &self.block_clients {
+            let (mut tp, mut id) = (Vec::new(), Vec::new());
+            for (x, b) in BLOCK_SWEEP.iter().enumerate() {
+                let label = block_label(*b, c);
+                let Some(rs) = runs.find(Part::Blocks, &label) else { continue };
+                let (bytes, holds) = v3_block_for(*b, self.request, false);
+                let mut r = row(&label, rs);
+                r.cells.insert(1, Value::num(f64::from(bytes)));
+                r.cells.insert(2, Value::num(f64::from(holds)));
+                t.push(r);
+                tp.extend(Point::of(x as f64, &values(rs, throughput)));
+                id.extend(Point::of(x as f64, &values(rs, idle)));
+            }
+            tp_series.push(Series { name: format!("{c} clients"), points: tp });
+            idle_series.push(Series { name: format!("{c} clients"), points: id });
+        }
+        out.tables.push(t);
+        let cats: Vec<String> = BLOCK_SWEEP.iter().map(|b| b.to_string()).collect();
+        out.charts.push(Chart {
+            name: "rr-blocks-throughput".into(),
+            title: "TPACKET_V3: responses per second by requests per block".into(),
+            kind: ChartKind::Lines,
+            x: Axis::categories("requests per block", cats.clone()),
+            y: responses_per_s(),
+            series: tp_series,
+        });
+        out.charts.push(Chart {
+            name: "rr-blocks-idle".into(),
+            title: "TPACKET_V3: the server CPU's idle time by requests per block".into(),
+            kind: ChartKind::Lines,
+            x: Axis::categories("requests per block", cats),
+            y: Axis::numeric("server idle", Unit::Percent, Scale::Linear),
+            series: idle_series,
+        });
+    }
+
+    /// The blocks part's notes: the half-burst trade-off at every client count, and what
+    /// a bigger block saves per request at the largest population.
+    fn blocks_notes(&self, runs: &Runs<'_>, out: &mut Sections) {
+        // How the burst a block should hold moves with the population when clients pause.
+        let shape: Vec<String> = self
+            .block_clients
+            .iter()
+            .filter_map(|&c| {
+                let rs = runs.find(Part::Blocks, &block_label(32, c))?;
+                let ratios: Vec<f64> = rs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| throughput(r).ok().zip(runs.best_fixed(c, i)).map(|(v, (best, _))| v / best))
+                    .collect();
+                let idles = values(rs, idle);
+                (!ratios.is_empty() && !idles.is_empty())
+                    .then(|| format!("{c} clients {:.2}x at {:.0}% idle", median(ratios), median(idles)))
+            })
+            .collect();
+        if !shape.is_empty() {
+            out.notes.push(format!(
+                "32 requests per block against the best block (medians over rounds): {}. With clients pausing \
+                 between requests the burst is smaller than the population, so the talk's 64-client trade-off \
+                 shows at a larger population.",
+                shape.join("; ")
+            ));
+        }
+        // Why a bigger block buys idle time or not: what it saves per request. At the
+        // largest population (the busiest server), smallest against half-burst block.
+        if let Some(&c) = self.block_clients.iter().max() {
+            let cost_of = |b: u32| runs.find(Part::Blocks, &block_label(b, c)).map(|rs| values(rs, cost));
+            if let (Some(small), Some(half)) = (cost_of(8), cost_of(32))
+                && !small.is_empty()
+                && !half.is_empty()
+            {
+                let (small, half) = (median(small), median(half));
+                out.notes.push(format!(
+                    "Server CPU per response at {c} clients: {small:.1} us with 8 requests per block, {half:.1} us \
+                     with 32 ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per \
+                     request only as far as this ratio is below 1; the rest is requests not yet answered \
+                     (clients waiting for the block to fill), which costs throughput.",
+                    half / small
+                ));
+            }
+        }
+    }
+
+    /// The adaptive block size against the best fixed block at each client count, and
+    /// where no fixed block could meet both adaptive targets.
+    fn adaptive_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut t = Table::new(
+            "rr-adaptive",
+            format!(
+                "TPACKET_V3 with the block size adapted at run time, against the best fixed block, medians of {} rounds",
+                self.repeat
+            ),
+            vec![
+                Column::new("clients", "clients", 0),
+                Column::new("adaptive_responses_per_s", "adaptive responses/s", 0),
+                Column::new("best_fixed_responses_per_s", "best fixed responses/s", 0),
+                Column::new("best_fixed_block", "best fixed block", 0),
+                Column::new("ratio", "adaptive / best", 2),
+                Column::new("adaptive_idle_pct", "adaptive server CPU idle %", 0),
+                Column::new("switches", "ring switches", 0),
+                Column::new("final_block_bytes", "final block bytes", 0),
+                Column::new("fixed_idle_bound", "best fixed with 30% idle / best", 2),
+            ],
+        );
+        let mut infeasible = Vec::new();
+        for &c in &self.block_clients {
+            let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c)) else { continue };
+            let bound = fixed_idle_bound(runs, c, ad.len());
+            if let Some(b) = bound.filter(|b| *b < ADAPTIVE_RATE) {
+                infeasible.push(format!("{c} clients ({b:.2})"));
+            }
+            let ok: Vec<f64> = runs.adaptive_ratios(c, ad).into_iter().filter_map(Result::ok).collect();
+            let bests: Vec<f64> = (0..ad.len()).filter_map(|i| runs.best_fixed(c, i).map(|b| b.0)).collect();
+            let best_block = runs.best_fixed(c, 0).map(|b| b.1);
+            t.push(Row::new(vec![
+                Value::num(c as f64),
+                med(ad, throughput),
+                if bests.is_empty() { Value::Missing } else { Value::num(median(bests)) },
+                Value::opt(best_block.map(f64::from)),
+                if ok.is_empty() { Value::Missing } else { Value::num(median(ok)) },
+                med(ad, idle),
+                med(ad, |r| r.server.adaptive_switches.map(|v| v as f64).ok_or_else(|| "not adaptive".into())),
+                med(ad, |r| r.server.adaptive_block.map(f64::from).ok_or_else(|| "not adaptive".into())),
+                Value::opt(bound),
+            ]));
+        }
+        out.tables.push(t);
+        if !infeasible.is_empty() {
+            out.notes.push(format!(
+                "No fixed block met both adaptive targets at {}: the best fixed block leaving the server CPU 30% idle \
+                 kept only that share of the best fixed block's rate (medians over rounds), so no geometry chosen \
+                 at run time could either on this machine with these clients.",
+                infeasible.join(", ")
+            ));
+        }
+    }
+
+    /// Clients 1..128 on every path: the table and latency against throughput.
+    fn wall_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut t = Table::new(
+            "rr-wall",
+            format!("The wall: clients 1..128 per path, medians of {} rounds", self.repeat),
+            columns("path x clients"),
+        );
+        let mut series = Vec::new();
+        for p in &self.paths {
+            let mut points = Vec::new();
+            for c in WALL_CLIENTS {
+                let label = wall_label(*p, c);
+                let Some(rs) = runs.find(Part::Wall, &label) else { continue };
+                t.push(row(&label, rs));
+                let (tp, lat) = (values(rs, throughput), values(rs, p50));
+                if let (false, false) = (tp.is_empty(), lat.is_empty()) {
+                    points.push(Point { x: median(tp), y: median(lat) / 1e9, low: None, high: None });
+                }
+            }
+            series.push(Series { name: p.name().into(), points });
+        }
+        out.tables.push(t);
+        out.charts.push(Chart {
+            name: "rr-wall".into(),
+            title: "The wall: p50 latency against responses per second as clients double (1..128)".into(),
+            kind: ChartKind::Lines,
+            x: responses_per_s(),
+            y: Axis::numeric("p50 latency", Unit::Seconds, Scale::Log),
+            series,
+        });
+    }
+
+    /// 8 KiB responses: the table, the throughput chart, and the fragmented runs'
+    /// retransmissions.
+    fn large_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut t = Table::new(
+            "rr-large",
+            format!("8 KiB responses, {} clients, recvmmsg, medians of {} rounds", self.clients, self.repeat),
+            columns("responses"),
+        );
+        let mut points = Vec::new();
+        for (x, label) in LARGE.iter().enumerate() {
+            let Some(rs) = runs.find(Part::Large, label) else { continue };
+            t.push(row(label, rs));
+            points.extend(Point::of(x as f64, &values(rs, throughput)));
+        }
+        out.tables.push(t);
+        out.charts.push(Chart {
+            name: "rr-large".into(),
+            title: "8 KiB responses: responses per second".into(),
+            kind: ChartKind::Bars,
+            x: Axis::categories("responses", LARGE.iter().map(|s| s.to_string()).collect()),
+            y: responses_per_s(),
+            series: vec![Series { name: "responses/s".into(), points }],
+        });
+        if let Some(rs) = runs.find(Part::Large, LARGE[0]) {
+            let r: Vec<f64> = rs.iter().map(|r| r.clients.retransmits as f64).collect();
+            if let Some(s) = Spread::of(&r).filter(|s| s.max > 0.0) {
+                out.notes.push(format!(
+                    "Fragmented responses needed {} retransmissions per run (median; {}..{}): a lost fragment \
+                     loses the whole response.",
+                    sig(s.median),
+                    sig(s.min),
+                    sig(s.max)
+                ));
+            }
+        }
+    }
+
+    /// The transmit paths: the table and the server CPU per response of each.
+    fn tx_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut cols = columns("transmit path, response");
+        cols.push(Column::new("frames_pct", "responses as frames %", 0));
+        let mut t = Table::new(
+            "rr-tx",
+            format!(
+                "Transmit paths (receive path AF_XDP), {} clients, MTU {}, medians of {} rounds",
+                self.clients, self.mtu, self.repeat
+            ),
+            cols,
+        );
+        let mut series = Vec::new();
+        for size in TX_SIZES {
+            let mut points = Vec::new();
+            for (x, tx) in TxKind::ALL.iter().enumerate() {
+                let Some(rs) = runs.find(Part::Tx, &tx_label(*tx, size)) else { continue };
+                let mut r = row(&tx_label(*tx, size), rs);
+                r.cells.push(med(rs, frames_share));
+                t.push(r);
+                points.extend(Point::of(x as f64, &values(rs, |r| cost(r).map(|us| us / 1e6))));
+            }
+            series.push(Series { name: format!("{} KiB responses", size / 1024), points });
+        }
+        out.tables.push(t);
+        out.charts.push(Chart {
+            name: "rr-tx".into(),
+            title: "Server CPU per response by transmit path".into(),
+            kind: ChartKind::Bars,
+            x: Axis::categories("transmit path", TxKind::ALL.iter().map(|k| k.name().to_string()).collect()),
+            y: Axis::numeric("server CPU per response", Unit::Seconds, Scale::Linear),
+            series,
+        });
+    }
+
+    /// Unpaced against paced responses: the table of wake-ups, and what pacing costs.
+    fn pace_section(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut cols = columns("responses");
+        cols.push(Column::new("woken_per_wakeup", "clients woken per wake-up", 2));
+        cols.push(Column::new("herd_pct", &format!("woken {}+ at once %", netlane_rr::clients::HERD), 2));
+        cols.push(Column::new("max_woken", "most woken at once", 0));
+        let mut t = Table::new(
+            "rr-pace",
+            format!(
+                "Responses released per TPACKET_V3 block ({} requests per block) or paced at {} responses/s \
+                 (100 us releases), {} clients, open loop at {} requests/s, medians of {} rounds",
+                self.block,
+                self.pace_options().rate,
+                self.clients,
+                self.pace_load,
+                self.repeat
+            ),
+            cols,
+        );
+        for label in PACE {
+            let Some(rs) = runs.find(Part::Pace, label) else { continue };
+            let mut r = row(label, rs);
+            r.cells.push(med(rs, |r| {
+                let c = &r.clients;
+                positive(c.woken_sockets as f64, "woken clients").map(|w| w / c.wakeups as f64)
+            }));
+            r.cells.push(med(rs, |r| herd_share(r, self.pace_load)));
+            r.cells.push(med(rs, |r| Ok(r.clients.max_woken_sockets as f64)));
+            t.push(r);
+        }
+        out.tables.push(t);
+        let paired_ratios = |f: fn(&RrRun) -> Measure| -> Vec<f64> {
+            match (runs.find(Part::Pace, PACE[1]), runs.find(Part::Pace, PACE[0])) {
+                (Some(p), Some(u)) => paired(p, u, f).into_iter().filter_map(Result::ok).collect(),
+                _ => Vec::new(),
+            }
+        };
+        let (lat, cpu) = (paired_ratios(p50), paired_ratios(cost));
+        if !lat.is_empty() && !cpu.is_empty() {
+            out.notes.push(format!(
+                "Pacing's price: the paced p50 latency was {:.2}x the unpaced one and the server CPU per response \
+                 {:.2}x (medians of the rounds' ratios): responses wait for their release instead of leaving with \
+                 their block, and every release is a timer wake-up.",
+                median(lat),
+                median(cpu)
+            ));
+        }
+    }
+
+    /// The headline: the checks' main ratios, or how much ran.
+    fn headline(&self, checks: &[Check], modes: usize) -> String {
+        let get = |id: &str| measured_median(checks, id);
+        let parts = [
+            get("rr.tpacket-v2-cost").map(|v| format!("TPACKET_V2 cost the server {v}x recvfrom's CPU per response")),
+            get("rr.af-xdp-cost").map(|v| format!("AF_XDP {v}x")),
+            get("rr.jumbo-throughput").map(|v| format!("jumbo frames gave {v}x the fragmented 8 KiB rate")),
+            get("rr.tx-packet-8k-cost")
+                .map(|v| format!("8 KiB responses as frames via a packet ring cost {v}x the socket's CPU")),
+        ];
+        join_headline(parts.into_iter().flatten().collect())
+            .unwrap_or_else(|| format!("{modes} modes, {} rounds.", self.repeat))
+    }
+}
+
+/// What any fixed block achieves with the idle target met: per round, the best
+/// throughput among the blocks at `clients` leaving the server CPU 30% idle over the
+/// best block's; the median over the first `rounds` rounds.
+fn fixed_idle_bound(runs: &Runs<'_>, clients: usize, rounds: usize) -> Option<f64> {
+    let bound: Vec<f64> = (0..rounds)
+        .filter_map(|i| {
+            let idle_best = BLOCK_SWEEP
+                .iter()
+                .filter_map(|b| runs.find(Part::Blocks, &block_label(*b, clients)).and_then(|rs| rs.get(i)))
+                .filter(|r| idle(r).is_ok_and(|v| v >= ADAPTIVE_IDLE))
+                .filter_map(|r| throughput(r).ok())
+                .fold(0.0, f64::max);
+            runs.best_fixed(clients, i).map(|b| idle_best / b.0)
+        })
+        .collect();
+    (!bound.is_empty()).then(|| median(bound))
+}

@@ -1,0 +1,156 @@
+//! The rr scenario's report and checks against described rounds, and its block geometry.
+
+use super::*;
+
+use netlane::metrics::cpu::SystemCpuDelta;
+use netlane_report::Outcome;
+use netlane_rr::clients::ClientsReport;
+use netlane_rr::server::ServerStats;
+
+fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
+    let responses = (responses_per_s * 2.0) as u64;
+    RrRun {
+        clients: ClientsReport {
+            responses,
+            responses_per_s,
+            seconds: 2.0,
+            latency_ns: netlane::metrics::Summary {
+                count: responses,
+                p50: p50_ns,
+                p99: p50_ns * 2,
+                p9999: p50_ns * 4,
+                ..Default::default()
+            },
+            ..ClientsReport::default()
+        },
+        server: ServerStats { responses, seconds: 2.0, ..ServerStats::default() },
+        server_cpu: SystemCpuDelta { busy_s, total_s: 2.0, cpus: 1, ..SystemCpuDelta::default() },
+    }
+}
+
+fn herd(mut r: RrRun, woken_in_herds: u64) -> RrRun {
+    r.clients.wakeups = r.clients.responses / 2;
+    r.clients.woken_sockets = r.clients.responses;
+    r.clients.herd_woken_sockets = woken_in_herds;
+    r
+}
+
+fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
+    report_rounds(bad, degenerate, false)
+}
+
+/// `bad` (a mode's label) measured `degenerate` in the second round, or in both.
+fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
+    let a = RrBenchArgs::defaults();
+    let modes = a.modes("10.0.0.1:7070".parse().unwrap());
+    let all: Vec<Vec<RrRun>> = modes
+        .iter()
+        .map(|m| {
+            let good = match m.label.as_str() {
+                "recvfrom" => run(40_000.0, 1_500_000, 1.9),
+                l if l.starts_with("32 per block, 64") => run(60_000.0, 1_000_000, 1.3),
+                l if l.starts_with("adaptive") => run(58_000.0, 1_000_000, 1.2),
+                l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
+                l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
+                l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
+                "unpaced" => herd(run(20_000.0, 1_000_000, 0.5), 8_000),
+                "paced" => herd(run(20_000.0, 1_800_000, 0.5), 100),
+                _ => run(60_000.0, 1_000_000, 1.5),
+            };
+            let second = if m.label == bad { degenerate.clone() } else { good.clone() };
+            let first = if both && m.label == bad { degenerate.clone() } else { good };
+            vec![first, second]
+        })
+        .collect();
+    a.report(&modes, &all, Vec::new())
+}
+
+fn outcome(r: &ScenarioReport, id: &str) -> Outcome {
+    r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}")).outcome
+}
+
+#[test]
+fn good_rounds_meet_the_talks_shape() {
+    let r = report_with("none", run(0.0, 0, 0.0));
+    for c in &r.checks {
+        assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
+    }
+    assert!(r.headline.contains("TPACKET_V2 cost the server"), "{}", r.headline);
+}
+
+#[test]
+fn the_report_says_where_no_fixed_block_could_meet_both_adaptive_targets() {
+    // Every fixed block runs 25% idle but 32 per block at 64 clients (35%, the best rate).
+    let r = report_with("none", run(0.0, 0, 0.0));
+    let note = r.notes.iter().find(|n| n.contains("No fixed block met both")).expect("a note");
+    assert!(note.contains("128 clients (0.00)") && !note.contains("64 clients"), "{note}");
+    let shape = r.notes.iter().find(|n| n.contains("32 requests per block against")).expect("a note");
+    assert!(shape.contains("64 clients 1.00x at 35% idle"), "{shape}");
+    let price = r.notes.iter().find(|n| n.contains("Pacing's price")).expect("a note");
+    assert!(price.contains("1.80x"), "{price}");
+}
+
+#[test]
+fn a_run_that_answered_nothing_is_invalid_never_met() {
+    // recvfrom answered nothing in round 2: the cost ratio against it is invalid.
+    let r = report_with("recvfrom", run(0.0, 0, 0.0));
+    assert_eq!(outcome(&r, "rr.tpacket-v2-cost"), Outcome::Invalid);
+    // The half-burst block answered nothing: its idle share is not "100% idle".
+    let r = report_with("32 per block, 64 clients", run(0.0, 0, 0.0));
+    assert_eq!(outcome(&r, "rr.block-half-burst-idle"), Outcome::Invalid);
+    assert_eq!(outcome(&r, "rr.block-half-burst-throughput"), Outcome::Invalid);
+    // An adaptive run that answered nothing is neither fast nor idle.
+    let r = report_with("adaptive, 64 clients", run(0.0, 0, 0.0));
+    assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Invalid);
+    assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Invalid);
+    // A paced run that answered a fraction of the load is not a calm one; no herd to
+    // spread without pacing is no evidence either.
+    let r = report_with("paced", run(5_000.0, 1_000_000, 0.5));
+    assert_eq!(outcome(&r, "rr.pace-herd"), Outcome::Invalid);
+    let r = report_with("unpaced", run(20_000.0, 1_000_000, 0.5));
+    assert_eq!(outcome(&r, "rr.pace-herd"), Outcome::Invalid);
+    // No CPU time counted at all.
+    let mut z = run(30_000.0, 1_000_000, 0.0);
+    z.server_cpu.total_s = 0.0;
+    let r = report_with("8K whole, MTU 9000", z);
+    assert_eq!(outcome(&r, "rr.jumbo-throughput"), Outcome::Met);
+    let r = report_with("recvfrom", {
+        let mut z = run(30_000.0, 1_000_000, 0.0);
+        z.server_cpu.total_s = 0.0;
+        z
+    });
+    assert_eq!(outcome(&r, "rr.af-xdp-cost"), Outcome::Invalid);
+    // A frame transmit run that sent half its responses through the socket does not
+    // measure the frame path, however cheap it looks.
+    let mut half = run(60_000.0, 1_000_000, 0.5);
+    half.server.raw_tx =
+        Some(netlane_rr::server::RawTxReport { datagrams: half.server.responses / 2, ..Default::default() });
+    let r = report_with("packet, 8 KiB", half);
+    assert_eq!(outcome(&r, "rr.tx-packet-8k-cost"), Outcome::Invalid);
+}
+
+#[test]
+fn the_adaptive_targets_hold_at_every_client_count_not_on_their_median() {
+    // Three populations fine, 128 clients nearly saturated (10% idle) in both rounds:
+    // a median over populations would read 40% idle; the worst reads 10%.
+    let r = report_rounds("adaptive, 128 clients", run(58_000.0, 1_000_000, 1.8), true);
+    assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Missed);
+    assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Met);
+    let m = r.checks.iter().find(|c| c.id == "rr.adaptive-idle").and_then(|c| c.measured.clone()).unwrap();
+    assert!((m.median - 10.0).abs() < 1e-6, "{m:?}");
+    // Slow at one population: the throughput target is missed.
+    let r = report_rounds("adaptive, 16 clients", run(30_000.0, 1_000_000, 1.2), true);
+    assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Missed);
+}
+
+#[test]
+fn a_block_holds_about_what_it_is_sized_for() {
+    // 512-byte requests take 640 bytes each in a V3 block.
+    assert_eq!(v3_request_footprint(512, false), 640);
+    let (bytes, holds) = v3_block_for(32, 512, false);
+    assert_eq!((bytes, holds), (24576, 38));
+    for n in BLOCK_SWEEP {
+        let (bytes, holds) = v3_block_for(n, 512, false);
+        assert!(holds >= n && (bytes as usize).is_multiple_of(netlane_sys::packet::page_size()));
+    }
+}
