@@ -1,0 +1,175 @@
+//! The nvme scenario's target checks, and the quantities they compare: IOPS per host
+//! CPU-second, the readers' latency percentiles and IOPS, each invalid when its run was
+//! degenerate.
+
+use netlane::metrics::Summary;
+use netlane_nvme::perf::PerfReport;
+
+use super::options::{NvmeBenchArgs, Part};
+use super::plan::Mode;
+use crate::verdict::{Measure, Spec, paired, positive, rate};
+use netlane_report::Check;
+
+/// Every mode's runs in round order, found by part and label.
+#[derive(Clone, Copy)]
+pub(super) struct Results<'a> {
+    pub(super) modes: &'a [Mode],
+    pub(super) all: &'a [Vec<PerfReport>],
+}
+
+impl<'a> Results<'a> {
+    /// The runs of the mode `label` of `part`, when it ran.
+    pub(super) fn find(&self, part: Part, label: &str) -> Option<&'a [PerfReport]> {
+        self.modes.iter().position(|m| m.part == part && m.label == label).map(|i| &self.all[i][..])
+    }
+
+    /// A check on the per-round ratio f(a) / f(b) of two modes of `part`.
+    fn compare(&self, spec: Spec, part: Part, a: &str, b: &str, f: Of, what: &str) -> Check {
+        match (self.find(part, a), self.find(part, b)) {
+            (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
+            _ => spec.skipped(format!("the {} part did not run", part.name())),
+        }
+    }
+}
+
+pub(super) fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// IOPS per host CPU-second.
+pub(super) fn per_core(r: &PerfReport) -> Measure {
+    rate(r.ops as f64, r.host_cpu.total_s(), "host CPU")
+}
+
+/// The main group's (the readers') latency percentile, degenerate when nothing completed.
+pub(super) fn lat(r: &PerfReport, f: fn(&Summary) -> u64, what: &str) -> Measure {
+    let s = &r.groups[0].read_lat_ns;
+    if s.count == 0 {
+        return Err(format!("no {} completed: empty latency histogram", r.groups[0].name));
+    }
+    positive(f(s) as f64, what)
+}
+
+pub(super) fn p50(r: &PerfReport) -> Measure {
+    lat(r, |s| s.p50, "p50")
+}
+
+pub(super) fn p9999(r: &PerfReport) -> Measure {
+    lat(r, |s| s.p9999, "p99.99")
+}
+
+pub(super) fn iops(r: &PerfReport) -> Measure {
+    positive(r.groups[0].iops, &format!("{} IOPS", r.groups[0].name))
+}
+
+pub(super) fn opt(o: Option<f64>, what: &str) -> Measure {
+    o.ok_or_else(|| format!("no {what}"))
+}
+
+/// How a check reads one run.
+type Of = fn(&PerfReport) -> Measure;
+
+impl NvmeBenchArgs {
+    /// The target checks of the parts that ran, in the parts' order: each a ratio of two
+    /// of a part's modes, per round.
+    pub(super) fn checks(&self, found: Results<'_>) -> Vec<Check> {
+        let pairs: [(Part, Spec, &str, &str, Of, &str); 7] = [
+            (
+                Part::Qd1,
+                Spec::below(
+                    "nvme.qd1-direct-send",
+                    "QD1: direct send lowers p50 latency (saves the hand-off to the I/O worker)",
+                    1.0,
+                    "x",
+                ),
+                "direct send",
+                "I/O worker",
+                p50,
+                "direct send / I/O worker p50",
+            ),
+            (
+                Part::Qd1,
+                Spec::below(
+                    "nvme.qd1-polling",
+                    "QD1: polling lowers p50 latency further (no receive-side switch)",
+                    1.0,
+                    "x",
+                ),
+                "poll queue",
+                "direct send",
+                p50,
+                "poll queue / direct send p50",
+            ),
+            (
+                Part::Qd32,
+                Spec::above(
+                    "nvme.qd32-batching",
+                    "QD32: batching raises IOPS per host core over one send per command",
+                    1.0,
+                    "x",
+                ),
+                "batched",
+                "send per command",
+                per_core,
+                "batched / send per command IOPS per host core",
+            ),
+            (
+                Part::Mixed,
+                Spec::at_least(
+                    "nvme.mixed-read-iops",
+                    "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
+                    2.0,
+                    "x",
+                ),
+                "separate maps",
+                "shared map",
+                iops,
+                "separate / shared readers' IOPS",
+            ),
+            (
+                Part::Mixed,
+                Spec::at_least(
+                    "nvme.mixed-read-p9999",
+                    "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
+                    5.0,
+                    "x lower",
+                ),
+                "shared map",
+                "separate maps",
+                p9999,
+                "shared / separate readers' p99.99",
+            ),
+            (
+                Part::Affinity,
+                Spec::below(
+                    "nvme.affinity-qd1",
+                    "Affinity: an aligned I/O worker lowers QD1 p50 latency (talk: 30 -> 27 us, 0.9x)",
+                    1.0,
+                    "x",
+                ),
+                "QD1 aligned",
+                "QD1 crossed",
+                p50,
+                "aligned / crossed p50",
+            ),
+            (
+                Part::Affinity,
+                Spec::at_least(
+                    "nvme.affinity-qd32",
+                    "Affinity: an aligned I/O worker raises QD32 IOPS per host core (talk: 180 K -> 230 K, 1.28x)",
+                    1.2,
+                    "x",
+                ),
+                "QD32 aligned",
+                "QD32 crossed",
+                per_core,
+                "aligned / crossed IOPS per host core",
+            ),
+        ];
+        pairs
+            .into_iter()
+            .filter(|(part, ..)| self.parts.contains(part))
+            .map(|(part, spec, a, b, f, what)| found.compare(spec, part, a, b, f, what))
+            .collect()
+    }
+}

@@ -1,0 +1,123 @@
+//! The nvme scenario's runs: the network, the target process, one perf run, and what
+//! the runner shows and records of it.
+
+use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
+use netlane_nvme::perf::{PerfOptions, PerfReport};
+
+use super::checks::{per_core, us};
+use super::options::NvmeBenchArgs;
+use crate::runner::Measured;
+use crate::scenarios::Started;
+use crate::scenarios::net::PathKind;
+use netlane_report::format;
+
+impl NvmeBenchArgs {
+    /// The two namespaces of the veth path (none on loopback).
+    pub(super) fn network(&self) -> Result<Option<TwoHosts>> {
+        Ok(match self.path {
+            PathKind::Veth => {
+                // Both directions carry data: each end's NAPI runs on its own side's CPU,
+                // like two machines with NICs.
+                let cfg = LinkConfig { mtu: self.mtu, queues: 1, rx: RxTuning::threaded_napi_on(self.target_cpu()) };
+                let h = TwoHosts::create("nvme", cfg)?;
+                RxTuning::threaded_napi_on(self.host_cpu).apply(&h.tx, &h.tx_if, h.tx_index)?;
+                Some(h)
+            }
+            PathKind::Loopback => None,
+        })
+    }
+
+    /// `netlane nvme target` on the target's CPU (in the receiving namespace on the veth
+    /// path), and the address it listens on. Killed (by the PID we started) when dropped,
+    /// and by the kernel when we die (parent-death signal).
+    pub(super) fn start_target(&self, hosts: Option<&TwoHosts>) -> Result<(Started, SocketAddr)> {
+        let exe = std::env::current_exe().context("find the netlane executable")?;
+        let listen = match hosts {
+            Some(h) => SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
+            None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+        };
+        let mut cmd = match hosts {
+            Some(h) => h.rx.command(&exe),
+            None => std::process::Command::new(&exe),
+        };
+        netlane_sys::process::kill_with_parent(&mut cmd);
+        cmd.args(["nvme", "target", "--listen", &listen.to_string(), "--cpus", &self.target_cpu().to_string()])
+            .args(["--ns", &format!("mem:{}", self.ns_size), "--ns", "mem:256M:512"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().context("start the target process")?;
+        let stdout = child.stdout.take().context("target stdout")?;
+        let proc_ = Started(child);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            if let Some(Ok(l)) = lines.next() {
+                let _ = tx.send(l);
+            }
+            // Keep draining so the target never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10)).context("the target did not start within 10 s")?;
+        let addr: SocketAddr = line
+            .strip_prefix("listening on ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("unexpected target output {line:?}"))?;
+        Ok((proc_, addr))
+    }
+}
+
+/// One perf run of `opts` from the host side (its namespace on the veth path); an error
+/// when any command failed or read back wrong.
+pub(super) fn perf(hosts: Option<&TwoHosts>, opts: &PerfOptions, label: &str) -> Result<PerfReport> {
+    let opts = opts.clone();
+    let rep = match hosts {
+        Some(h) => h.tx.run(move || netlane_nvme::perf::run(&opts))?,
+        None => netlane_nvme::perf::run(&opts),
+    }
+    .with_context(|| format!("run {label}"))?;
+    let errors: u64 = rep.groups.iter().map(|g| g.errors + g.mismatches).sum();
+    if errors > 0 {
+        bail!("{label}: {errors} commands failed");
+    }
+    Ok(rep)
+}
+
+/// A run as the runner shows and records it: the main group's (the readers') figures,
+/// the host's and target's CPU per I/O, and the writer's rate where there is one.
+impl Measured for PerfReport {
+    fn summary(&self) -> String {
+        let g = &self.groups[0];
+        format!(
+            "{:.0} IOPS, p50 {}, p99.99 {}, host {} us/IO",
+            g.iops,
+            format::seconds(g.read_lat_ns.p50 as f64 / 1e9),
+            format::seconds(g.read_lat_ns.p9999 as f64 / 1e9),
+            self.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}"))
+        )
+    }
+
+    fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
+        let g = &self.groups[0];
+        let l = &g.read_lat_ns;
+        vec![
+            ("iops", Some(g.iops)),
+            ("p50_us", (l.count > 0).then(|| us(l.p50))),
+            ("p99_us", (l.count > 0).then(|| us(l.p99))),
+            ("p9999_us", (l.count > 0).then(|| us(l.p9999))),
+            ("host_cpu_us_per_io", self.host_cpu_us_per_io),
+            ("target_cpu_us_per_io", self.target_cpu_us_per_io),
+            ("host_switches_per_io", self.host_switches_per_io),
+            ("cmds_per_send", self.cmds_per_send),
+            ("iops_per_host_core", per_core(self).ok()),
+            ("writer_mb_per_s", self.groups.get(1).map(|w| w.mb_per_s)),
+        ]
+    }
+}

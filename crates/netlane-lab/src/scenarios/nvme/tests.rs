@@ -1,0 +1,172 @@
+//! The nvme scenario's report and plan against described runs.
+
+use netlane::metrics::{CpuTime, Summary};
+use netlane_nvme::perf::{GroupReport, PerfReport};
+
+use super::plan::Mode;
+use super::*;
+use netlane_report::{Outcome, ScenarioReport};
+
+/// A run whose main group did `ops` reads in a second with these latencies.
+fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
+    let lat = Summary {
+        count: ops,
+        p50: p50_ns,
+        p90: p50_ns,
+        p99: p9999_ns,
+        p999: p9999_ns,
+        p9999: p9999_ns,
+        mean: p50_ns as f64,
+        ..Summary::default()
+    };
+    let group = |name: &str| GroupReport {
+        name: name.into(),
+        rw: "randread".into(),
+        bs_bytes: 4096,
+        qd: 1,
+        jobs: 1,
+        ops,
+        reads: ops,
+        writes: 0,
+        iops: ops as f64,
+        mb_per_s: 0.0,
+        read_lat_ns: if ops > 0 { lat } else { Summary::default() },
+        write_lat_ns: Summary::default(),
+        errors: 0,
+        mismatches: 0,
+    };
+    PerfReport {
+        groups: vec![group("readers"), group("writer")],
+        seconds: 1.0,
+        ops,
+        iops: ops as f64,
+        host_cpu: CpuTime { user_s: host_cpu_s, ..CpuTime::default() },
+        host_cpu_us_per_io: None,
+        host_switches_per_io: None,
+        target_cpu_us_per_io: None,
+        direct_sends: 0,
+        worker_sends: 0,
+        send_calls: 0,
+        cmds_per_send: None,
+        queues: Vec::new(),
+        queue_failures: 0,
+        verified: false,
+    }
+}
+
+fn setup() -> (NvmeBenchArgs, Vec<Mode>) {
+    let a = NvmeBenchArgs::defaults();
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), 1).unwrap();
+    (a, modes)
+}
+
+/// Two good rounds per mode; the mode labelled `bad` gets `degenerate` in round 2.
+fn all(modes: &[Mode], bad: &str, degenerate: PerfReport) -> Vec<Vec<PerfReport>> {
+    modes
+        .iter()
+        .map(|m| {
+            let good = match m.label.as_str() {
+                "I/O worker" => perf(25_000, 38_000, 1_900_000, 0.5),
+                "direct send" => perf(30_000, 32_000, 850_000, 0.5),
+                "poll queue" => perf(48_000, 19_000, 900_000, 1.0),
+                "send per command" => perf(90_000, 330_000, 2_300_000, 1.0),
+                "batched" => perf(200_000, 160_000, 2_200_000, 0.8),
+                "caravans" => perf(160_000, 170_000, 2_700_000, 0.8),
+                "shared map" => perf(2_100, 7_400_000, 15_000_000, 1.0),
+                "readers alone" => perf(40_000, 350_000, 1_500_000, 1.0),
+                "QD1 aligned" => perf(30_000, 30_000, 900_000, 0.5),
+                "QD1 crossed" => perf(27_000, 34_000, 900_000, 0.5),
+                "QD32 aligned" => perf(230_000, 140_000, 900_000, 1.0),
+                "QD32 crossed" => perf(180_000, 170_000, 900_000, 1.0),
+                l if l.starts_with("caravans ") => perf(200_000, 160_000, 2_200_000, 0.8),
+                l if l.starts_with("batched ") => perf(200_000, 160_000, 2_200_000, 1.0),
+                _ => perf(17_000, 600_000, 2_000_000, 1.0),
+            };
+            let second = if m.label == bad { degenerate.clone() } else { good.clone() };
+            vec![good, second]
+        })
+        .collect()
+}
+
+fn outcome(r: &ScenarioReport, id: &str) -> (Outcome, String) {
+    let c = r.checks.iter().find(|c| c.id == id).unwrap_or_else(|| panic!("no {id}"));
+    (c.outcome, c.reason.clone())
+}
+
+#[test]
+fn good_rounds_meet_the_targets_they_should() {
+    let (a, modes) = setup();
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    for c in &r.checks {
+        assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
+    }
+    // 15 ms shared, 2 ms separate, 1.5 ms without a writer.
+    let floor = r.notes.iter().find(|n| n.contains("readers alone")).expect("a note on the mixed floor");
+    assert!(floor.contains("p99.99 1500 us"), "{floor}");
+    assert!(floor.contains("is 10.0x (10.0..10.0)"), "{floor}");
+    assert!(floor.contains("is 1.33x"), "{floor}");
+}
+
+#[test]
+fn mixed_checks_are_invalid_when_the_shared_map_readers_did_nothing() {
+    // Before: 0 IOPS with a shared map made "separate >= 2x shared" pass.
+    let (a, modes) = setup();
+    let r = a.report(&modes, &all(&modes, "shared map", perf(0, 0, 0, 1.0)), Vec::new());
+    for id in ["nvme.mixed-read-iops", "nvme.mixed-read-p9999"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+    }
+}
+
+#[test]
+fn an_empty_histogram_or_no_cpu_time_is_invalid() {
+    let (a, modes) = setup();
+    // Separate maps with a p99.99 of 0 (nothing completed): the old check divided by it.
+    let r = a.report(&modes, &all(&modes, "separate maps", perf(0, 0, 0, 1.0)), Vec::new());
+    let (o, why) = outcome(&r, "nvme.mixed-read-p9999");
+    assert_eq!(o, Outcome::Invalid);
+    assert!(why.contains("empty latency histogram"), "{why}");
+    let r = a.report(&modes, &all(&modes, "direct send", perf(0, 0, 0, 0.5)), Vec::new());
+    assert_eq!(outcome(&r, "nvme.qd1-direct-send").0, Outcome::Invalid);
+    assert_eq!(outcome(&r, "nvme.qd1-polling").0, Outcome::Invalid);
+    let r = a.report(&modes, &all(&modes, "batched", perf(200_000, 160_000, 2_200_000, 0.0)), Vec::new());
+    let (o, why) = outcome(&r, "nvme.qd32-batching");
+    assert_eq!(o, Outcome::Invalid);
+    assert!(why.contains("no time was measured"), "{why}");
+}
+
+#[test]
+fn the_mixed_part_runs_five_rounds_and_the_sweep_says_where_caravans_won() {
+    let (mut a, modes) = setup();
+    a.repeat = 3;
+    let per_round = modes.len();
+    let mixed = modes.iter().filter(|m| m.part == Part::Mixed).count();
+    assert_eq!(a.runs(), per_round * 3 + mixed * 2, "mixed modes run 5 rounds, the rest 3");
+    a.repeat = 1;
+    assert_eq!(a.runs(), per_round, "--repeat 1 runs everything once");
+    assert_eq!(modes.iter().filter(|m| m.part == Part::Caravans).count(), 16);
+    // Caravans at 0.8 s of CPU against batching's 1.0 for the same IOPS: a win in
+    // every cell, each named.
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    let note = r.notes.iter().find(|n| n.contains("Caravans beat")).expect("a note on the sweep");
+    assert!(note.contains("512 x1 (1.25)") && note.contains("128K x4"), "{note}");
+    // A degenerate crossed run makes the affinity check invalid, never met.
+    let r = a.report(&modes, &all(&modes, "QD32 crossed", perf(0, 0, 0, 0.0)), Vec::new());
+    assert_eq!(outcome(&r, "nvme.affinity-qd32").0, Outcome::Invalid);
+}
+
+#[test]
+fn a_collapsed_repeat_is_flagged() {
+    let (mut a, modes) = setup();
+    a.repeat = 3;
+    let mut rs = all(&modes, "none", perf(0, 0, 0, 0.0));
+    let poll = modes.iter().position(|m| m.label == "poll queue").unwrap();
+    rs[poll] =
+        vec![perf(40_000, 19_000, 900_000, 1.0), perf(6, 19_000, 900_000, 1.0), perf(41_000, 19_000, 900_000, 1.0)];
+    let r = a.report(&modes, &rs, Vec::new());
+    assert!(
+        r.flags.iter().any(|f| f.kind == netlane_report::FlagKind::Collapsed && f.subject == "qd1 poll queue"),
+        "{:?}",
+        r.flags
+    );
+}
