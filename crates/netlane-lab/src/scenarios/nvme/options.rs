@@ -76,9 +76,10 @@ fn parse_sweep_size(s: &str) -> Result<u32, String> {
     Ok(v as u32)
 }
 
-/// A sweep request size as the options, job specs and report write it (`512`, `4K`).
+/// A sweep request size as the options, job specs and report write it (`512`, `4K`,
+/// `1536`): exact, so that the job asks for the size the sweep names.
 pub(super) fn size_name(bs: u32) -> String {
-    if bs >= 1024 { format!("{}K", bs / 1024) } else { bs.to_string() }
+    netlane::metrics::units::format_size(u64::from(bs))
 }
 
 impl NvmeBenchArgs {

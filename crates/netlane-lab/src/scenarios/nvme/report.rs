@@ -7,31 +7,14 @@ use netlane_nvme::perf::PerfReport;
 use super::checks::{Results, iops, lat, opt, p50, p9999, per_core, us};
 use super::options::{NvmeBenchArgs, Part, size_name};
 use super::plan::{Mode, SWEEP_JOBS, sweep_label};
-use crate::scenarios::Scenario;
 use crate::scenarios::net::PathKind;
-use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::scenarios::{Heading, Sections};
+use crate::stats::{Spread, med, repeat_flags, sig, values};
 use crate::verdict::{Measure, join_headline, measured_median, paired, positive};
 use netlane_report::{
     Axis, Chart, ChartKind, Check, Column, Flag, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
     Value, format,
 };
-
-/// What the report's sections add up to.
-#[derive(Default)]
-struct Sections {
-    tables: Vec<Table>,
-    charts: Vec<Chart>,
-    notes: Vec<String>,
-}
-
-fn values(rs: &[PerfReport], f: impl Fn(&PerfReport) -> Measure) -> Vec<f64> {
-    rs.iter().filter_map(|r| f(r).ok()).collect()
-}
-
-fn med(rs: &[PerfReport], f: impl Fn(&PerfReport) -> Measure) -> Value {
-    let v = values(rs, f);
-    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
-}
 
 /// The spread of `f` over the rounds, in percent of its median.
 fn spread(rs: &[PerfReport], f: fn(&PerfReport) -> Measure) -> Value {
@@ -94,24 +77,14 @@ impl NvmeBenchArgs {
         if self.parts.contains(&Part::Caravans) {
             self.caravans_section(found, &mut out);
         }
-        let checks = self.checks(found);
-        let headline = self.headline(&checks, modes.len());
-        let options = self.options();
-        ScenarioReport {
-            name: "nvme".into(),
+        out.checks = self.checks(found);
+        out.flags = flags(modes, all);
+        let heading = Heading {
             title: "NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps".into(),
             description: self.description(),
-            headline,
-            options: options.object(),
-            echo: options.echo(),
-            tables: out.tables,
-            charts: out.charts,
-            checks,
-            flags: flags(modes, all),
-            notes: out.notes,
-            runs,
-            cpu_plan: Vec::new(),
-        }
+            headline: self.headline(&out.checks, modes.len()),
+        };
+        out.report(self, heading, runs, Vec::new())
     }
 
     /// The setup: the path, and where host and target run on this machine.

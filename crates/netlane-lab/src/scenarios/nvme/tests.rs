@@ -170,3 +170,11 @@ fn a_collapsed_repeat_is_flagged() {
         r.flags
     );
 }
+
+#[test]
+fn a_sweep_size_is_named_exactly() {
+    assert_eq!(super::options::size_name(512), "512");
+    assert_eq!(super::options::size_name(4096), "4K");
+    assert_eq!(super::options::size_name(1536), "1536");
+    assert_eq!(super::options::size_name(128 << 10), "128K");
+}

@@ -2,10 +2,9 @@
 //! run (throughput, latency, the server CPU's idle share and cost per response, herds)
 //! and the best fixed block each adaptive run is held against.
 
-use netlane_report::{Check, Value};
+use netlane_report::Check;
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
-use crate::stats::median;
 use crate::verdict::{Measure, Spec, paired, positive, ratio};
 
 use super::*;
@@ -92,16 +91,7 @@ pub(super) fn herd_share(r: &RrRun, load: u64) -> Measure {
     Ok(c.herd_woken_sockets as f64 / c.responses as f64 * 100.0)
 }
 
-/// `f` of every run where it is defined.
-pub(super) fn values(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Vec<f64> {
-    rs.iter().filter_map(|r| f(r).ok()).collect()
-}
-
-/// The median of [`values`], a table cell (missing when none is defined).
-pub(super) fn med(rs: &[RrRun], f: impl Fn(&RrRun) -> Measure) -> Value {
-    let v = values(rs, f);
-    if v.is_empty() { Value::Missing } else { Value::num(median(v)) }
-}
+pub(super) use crate::stats::{med, values};
 
 /// A latency percentile `f` of the clients' histogram, us.
 pub(super) fn us(f: fn(&netlane::metrics::Summary) -> u64) -> impl Fn(&RrRun) -> Measure {

@@ -2,25 +2,16 @@
 //! target checks, and the headline.
 
 use netlane_report::{
-    Axis, Chart, ChartKind, Check, Column, Flag, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit,
-    Value, format,
+    Axis, Chart, ChartKind, Check, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
+    format,
 };
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
-use crate::scenarios::Scenario;
+use crate::scenarios::{Heading, Sections};
 use crate::stats::{Spread, median, repeat_flags, sig};
 use crate::verdict::{Measure, join_headline, measured_median, paired, positive};
 
 use super::*;
-
-/// What the report's sections add up to.
-#[derive(Default)]
-struct Sections {
-    tables: Vec<Table>,
-    charts: Vec<Chart>,
-    flags: Vec<Flag>,
-    notes: Vec<String>,
-}
 
 /// The columns every part's table starts with, the first named `first`.
 fn columns(first: &str) -> Vec<Column> {
@@ -89,11 +80,8 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Pace) {
             self.pace_section(&runs, &mut out);
         }
-        let checks = self.checks(&runs);
-        let headline = self.headline(&checks, modes.len());
-        let options = self.options();
-        ScenarioReport {
-            name: "rr".into(),
+        out.checks = self.checks(&runs);
+        let heading = Heading {
             title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing"
                 .into(),
             description: format!(
@@ -106,17 +94,9 @@ impl RrBenchArgs {
                  XDP, copy mode (veth has no zero-copy).",
                 self.server_cpu, self.client_cpu, self.mtu
             ),
-            headline,
-            options: options.object(),
-            echo: options.echo(),
-            tables: out.tables,
-            charts: out.charts,
-            checks,
-            flags: out.flags,
-            notes: out.notes,
-            runs: records,
-            cpu_plan: Vec::new(),
-        }
+            headline: self.headline(&out.checks, modes.len()),
+        };
+        out.report(self, heading, records, Vec::new())
     }
 
     /// Every receive path at `--clients`: the table, the throughput chart, and a note
