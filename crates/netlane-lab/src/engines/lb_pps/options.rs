@@ -1,0 +1,62 @@
+//! What the benchmark can be asked: flow counts, hint modes, time, the skb path and the
+//! two-core runs, and the checks on them before anything is built.
+
+use std::time::Duration;
+
+use netlane_lb::LbError;
+use netlane_sys::bpf::HintMode;
+
+/// Flow counts up to this are measured on the skb path too.
+pub const SKB_MAX_FLOWS: u32 = 10_000;
+
+/// How to run the benchmark.
+#[derive(Debug, Clone)]
+pub struct PpsOptions {
+    /// Flow counts.
+    pub flows: Vec<u32>,
+    /// Hint modes of the balancer (the ceiling is always run too).
+    pub modes: Vec<HintMode>,
+    /// Measured time per run.
+    pub time: Duration,
+    /// Also measure frames that arrive as skbs (flow counts up to [`SKB_MAX_FLOWS`]):
+    /// the path where veth has an RX hash, so the device-bound build is measured.
+    pub skb: bool,
+    /// Also measure every frames-path program on two cores (flow counts that split
+    /// evenly between two queues, see [`splits_in_two`]).
+    pub two_cores: bool,
+}
+
+/// Whether `flows` flows can be measured on two cores: RSS keeps a flow on one queue,
+/// so each of the two generators sends half of them (a single flow uses one core).
+pub fn splits_in_two(flows: u32) -> bool {
+    flows >= 2 && flows.is_multiple_of(2)
+}
+
+impl PpsOptions {
+    /// Checks the options.
+    pub fn validate(&self) -> Result<(), LbError> {
+        if self.flows.is_empty() {
+            return Err(LbError::Invalid("--flows: no flow counts given".into()));
+        }
+        if let Some(bad) = self.flows.iter().find(|f| **f == 0 || **f > 4_000_000) {
+            return Err(LbError::Invalid(format!("--flows: flow counts must be 1 to 4000000, got {bad}")));
+        }
+        if let Some(dup) = self.flows.iter().enumerate().find(|(i, f)| self.flows[..*i].contains(f)) {
+            return Err(LbError::Invalid(format!("--flows: {} is listed twice", dup.1)));
+        }
+        if self.time < Duration::from_millis(200) || self.time > Duration::from_secs(60) {
+            return Err(LbError::Invalid(format!(
+                "--time: {} per flow count is outside 200ms to 60s",
+                netlane::metrics::units::format_duration(self.time)
+            )));
+        }
+        if self.modes.iter().enumerate().any(|(i, m)| self.modes[..i].contains(m)) {
+            let names: Vec<&str> = self.modes.iter().map(|m| m.name()).collect();
+            return Err(LbError::Invalid(format!("--modes: a hint mode is listed twice: {}", names.join(","))));
+        }
+        if netlane::cpus::online_count() < 2 {
+            return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
+        }
+        Ok(())
+    }
+}
