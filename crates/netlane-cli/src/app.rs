@@ -2,7 +2,6 @@
 //! shaping for any program (netlane's servers or anyone's).
 
 use std::process::Command;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -117,7 +116,7 @@ impl RunArgs {
             if let Some(s) = child.try_wait().with_context(|| format!("wait for {program}"))? {
                 break s;
             }
-            if STOP.load(Ordering::Relaxed) && !passed_on {
+            if STOP.is_stopped() && !passed_on {
                 passed_on = true;
                 let pid = nix::unistd::Pid::from_raw(child.id() as i32);
                 let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
@@ -207,8 +206,8 @@ impl ShapeArgs {
             if self.time.is_some() { "" } else { " (SIGINT/SIGTERM to stop)" }
         );
         let started = Instant::now();
-        while !STOP.load(Ordering::Relaxed) && self.time.is_none_or(|t| started.elapsed() < t) {
-            std::thread::sleep(Duration::from_millis(50));
+        while !STOP.is_stopped() && self.time.is_none_or(|t| started.elapsed() < t) {
+            STOP.wait(Duration::from_millis(50));
         }
         let classified = shaper.classified()?;
         for c in shaper.classes()? {

@@ -2,7 +2,6 @@
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::documents::{NvmePerf, NvmeTarget};
@@ -476,7 +475,7 @@ impl LiveStatus {
     }
 
     fn show(&mut self, s: &Status) {
-        if STOP.load(Ordering::Relaxed) {
+        if STOP.is_stopped() {
             return;
         }
         let iops = match self.last {

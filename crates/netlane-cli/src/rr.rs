@@ -386,7 +386,7 @@ impl ClientsArgs {
             gro: self.gro,
         };
         cfg.validate()?;
-        let rep = netlane_rr::clients::run(&cfg, &STOP)?;
+        let rep = netlane_rr::clients::run(&cfg, STOP.flag())?;
         if !out.json_to_stdout() {
             let l = &rep.latency_ns;
             out::println(&format!(

@@ -7,13 +7,20 @@
 //!   made and exits with 128 + signal: destructors do not run when a signal ends a
 //!   process, and namespaces would otherwise outlive it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::LazyLock;
+
+use netlane::serve::Stop;
 
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
-/// Set when a server should stop.
-pub static STOP: AtomicBool = AtomicBool::new(false);
+/// Given when a server should stop: its loops wait on it and wake at once.
+pub static STOP: LazyLock<Stop> = LazyLock::new(|| {
+    Stop::new().unwrap_or_else(|e| {
+        eprintln!("error: create the stop signal (an eventfd): {e}");
+        std::process::exit(1)
+    })
+});
 
 /// How the process reacts to a termination signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +48,10 @@ fn die(sig: i32) -> ! {
 
 /// Installs the handler thread.
 pub fn install(mode: Mode) {
+    if mode == Mode::Server {
+        // Made now, so that a machine out of descriptors says so before serving.
+        LazyLock::force(&STOP);
+    }
     let mut signals = match Signals::new([SIGINT, SIGTERM, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
@@ -54,7 +65,8 @@ pub fn install(mode: Mode) {
     let spawned = std::thread::Builder::new().name("signals".into()).spawn(move || {
         for sig in signals.forever() {
             match mode {
-                Mode::Server if !STOP.swap(true, Ordering::Relaxed) => {
+                Mode::Server if !STOP.is_stopped() => {
+                    STOP.stop();
                     eprintln!("\n{}: stopping (again to stop at once)", name(sig));
                 }
                 _ => die(sig),

@@ -10,13 +10,13 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::ratelimit::RateLimit;
+use netlane::serve::Stop;
 
 use crate::proto::config::{Config, MAX_CONFIG_BYTES, VipChange};
 use crate::proto::plane::{ControlPlane, Update};
@@ -136,12 +136,11 @@ fn watch_config(
     mut seen: Option<(SystemTime, u64, u64)>,
     mut config: Config,
     mut plane: ControlPlane,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
 ) -> Result<Receiver<Reload>, LbError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
     let watch = move || {
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
+        while !stop.wait(Duration::from_millis(100)) {
             let now = stamp(&path);
             if now == seen {
                 continue;
@@ -198,7 +197,7 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
 
 /// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
 /// detaches. Returns the last statistics.
-pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
+pub fn serve(opts: &ServeOptions, stop: &Stop, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
     // Taken before the file is read: an edit made while the data plane loads is seen.
     let seen = stamp(&opts.config);
     let config = check(opts)?;
@@ -241,12 +240,12 @@ pub fn serve(opts: &ServeOptions, stop: &AtomicBool, on: &mut dyn FnMut(Event<'_
             on(Event::Trouble { what, held_back });
         }
     };
-    let watcher_stop = Arc::new(AtomicBool::new(false));
+    let watcher_stop = Stop::new().map_err(LbError::kernel("create the watcher's stop signal"))?;
     let reloads = watch_config(opts.config.clone(), seen, config.clone(), lb.plane().clone(), watcher_stop.clone())?;
     let _stop_watcher = StopOnDrop(watcher_stop);
     let mut last_try = Instant::now();
     let mut watcher_gone = false;
-    while !stop.load(Ordering::Relaxed) && opts.time.is_none_or(|t| start.elapsed() < t) {
+    while !stop.is_stopped() && opts.time.is_none_or(|t| start.elapsed() < t) {
         // The data plane forwards whatever happens here: a failure is counted, shown
         // (rate-limited) and tried again, never a reason to detach.
         if let Err(e) = lb.service_events(Duration::from_millis(100)) {
@@ -392,12 +391,12 @@ impl Publisher {
     }
 }
 
-/// Sets a flag when dropped: the watcher stops on every way out of `serve`.
-struct StopOnDrop(Arc<AtomicBool>);
+/// Stops the watcher when dropped: on every way out of `serve`.
+struct StopOnDrop(Stop);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
+        self.0.stop();
     }
 }
 
@@ -407,7 +406,7 @@ impl Drop for StopOnDrop {
 pub fn decap(
     iface: &str,
     generic: bool,
-    stop: &AtomicBool,
+    stop: &Stop,
     time: Option<Duration>,
     on: &mut dyn FnMut(Event<'_>),
 ) -> Result<XdpMode, LbError> {
@@ -426,9 +425,10 @@ pub fn decap(
     };
     let mode = link.mode();
     let start = Instant::now();
-    while !stop.load(Ordering::Relaxed) && time.is_none_or(|t| start.elapsed() < t) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let left = |t: Duration| t.saturating_sub(start.elapsed());
+    while !stop.wait(time.map_or(Duration::from_secs(1), left).min(Duration::from_secs(1)))
+        && time.is_none_or(|t| start.elapsed() < t)
+    {}
     drop(link);
     Ok(mode)
 }

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::Duration;
 
+use netlane::serve::Stop;
 use netlane_rr::clients::{self, ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::server::{ResponderConfig, respond};
@@ -164,7 +165,17 @@ fn echo_mode_drives_a_standard_udp_echo_server() {
 #[test]
 fn bad_options_fail_before_anything_is_built() {
     let base = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() };
-    let run = |cfg: ServerConfig| server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start"));
+    let run = |cfg: ServerConfig| {
+        server::serve(
+            &cfg,
+            &{
+                let s = Stop::new().unwrap();
+                s.stop();
+                s
+            },
+            |_| panic!("must not start"),
+        )
+    };
     assert!(matches!(run(ServerConfig { batch: 0, ..base.clone() }), Err(ServerError::Batch(0))));
     assert!(matches!(run(ServerConfig { batch: 1025, ..base.clone() }), Err(ServerError::Batch(1025))));
     let seg = ResponderConfig { segment: Some(20), ..ResponderConfig::default() };

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use netlane::serve::Stop;
 use netlane_rr::clients::{self, ClientsReport};
 use netlane_rr::server::{self, PathKind, RingOptions, ServerConfig, ServerError, XdpOptions};
 use netlane_testkit::privileged;
@@ -189,7 +190,7 @@ fn a_lone_request_is_delivered_when_its_v3_block_retires() {
 fn impossible_rings_are_refused_before_anything_is_built() {
     let run = |path, ring| {
         let cfg = ring_server(path, "127.0.0.1:0", ring);
-        server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err()
+        server::serve(&cfg, &stopped(), |_| panic!("must not start")).unwrap_err()
     };
     let d = RingOptions::default();
     let e = run(PathKind::TpacketV3, RingOptions { frames_per_block: 3, ..d });
@@ -207,7 +208,7 @@ fn impossible_rings_are_refused_before_anything_is_built() {
         xdp: XdpOptions { frames: 1 << 20, frame_size: 4096, ..XdpOptions::default() },
         ..ring_server(PathKind::AfXdp, "127.0.0.1:0", d)
     };
-    let e = server::serve(&big, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+    let e = server::serve(&big, &stopped(), |_| panic!("must not start")).unwrap_err();
     if netlane_rr::server::memlock_limit().is_some() {
         assert!(e.to_string().contains("locked-memory limit (RLIMIT_MEMLOCK)"), "{e}");
     }
@@ -215,11 +216,11 @@ fn impossible_rings_are_refused_before_anything_is_built() {
         xdp: XdpOptions { ring_size: 100, ..XdpOptions::default() },
         ..ring_server(PathKind::AfXdp, "127.0.0.1:0", d)
     };
-    let e = server::serve(&odd, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+    let e = server::serve(&odd, &stopped(), |_| panic!("must not start")).unwrap_err();
     assert!(e.to_string().contains("ring size 100: a power of two"), "{e}");
     let cfg = ServerConfig { iface: Some("no-such-if0".into()), ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", d) };
     if privileged("impossible_rings_are_refused_before_anything_is_built") {
-        let e = server::serve(&cfg, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+        let e = server::serve(&cfg, &stopped(), |_| panic!("must not start")).unwrap_err();
         assert!(e.to_string().contains("interface no-such-if0"), "{e}");
     }
 }
@@ -250,6 +251,13 @@ fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
     assert!(per_ring[active] > 0 && per_ring[0] > 0, "{per_ring:?}");
     assert!(per_ring[1..].iter().sum::<u64>() > 0, "no request reached a bigger block: {per_ring:?}");
     let bad = ServerConfig { ring, ..ring_server(PathKind::TpacketV2, "127.0.0.1:0", RingOptions::default()) };
-    let e = server::serve(&bad, &AtomicBool::new(true), |_| panic!("must not start")).unwrap_err();
+    let e = server::serve(&bad, &stopped(), |_| panic!("must not start")).unwrap_err();
     assert!(e.to_string().contains("adaptive block size is a TPACKET_V3 mode"), "{e}");
+}
+
+/// A stop signal already given: a server that starts anyway returns at once.
+fn stopped() -> Stop {
+    let s = Stop::new().unwrap();
+    s.stop();
+    s
 }

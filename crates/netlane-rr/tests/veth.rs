@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use netlane::serve::Stop;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_rr::clients::{self, ClientsConfig, ClientsReport};
 use netlane_rr::proto::server::ResponderConfig;
@@ -29,7 +30,7 @@ fn exchange(
     cfg: ServerConfig,
     p: impl FnOnce(SocketAddr) -> ClientsConfig,
 ) -> (ClientsReport, ServerStats) {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop::new().unwrap();
     let (tx, rx) = mpsc::channel();
     let s = stop.clone();
     let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| tx.send(a).unwrap())).unwrap();
@@ -39,7 +40,7 @@ fn exchange(
     };
     let pop = p(addr);
     let r = h.tx.run(move || clients::run(&pop, &AtomicBool::new(false))).unwrap().unwrap();
-    stop.store(true, Ordering::Relaxed);
+    stop.stop();
     (r, server.join().unwrap().expect("the server ran"))
 }
 
@@ -182,7 +183,7 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     // kernel resolve the client again), then frames resume. Nothing is lost.
     let client_ip = h.tx_addr(false);
     let rx_index = h.rx_index;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop::new().unwrap();
     let (atx, arx) = mpsc::channel();
     let s = stop.clone();
     let cfg = ServerConfig { tx: TxKind::Packet, ..server_cfg(&h, PathKind::Recvmmsg, false) };
@@ -194,7 +195,7 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     std::thread::sleep(Duration::from_millis(600));
     h.rx.with_rtnl(|r| r.del_neighbour(rx_index, client_ip)).expect("delete the client's neighbour entry");
     let r = clients.join().unwrap().unwrap();
-    stop.store(true, Ordering::Relaxed);
+    stop.stop();
     let st = server.join().unwrap().expect("the server ran");
     assert_clean("neighbour deleted", &r);
     let raw = st.raw_tx.clone().unwrap();
@@ -236,7 +237,7 @@ fn socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path() {
                 responder: ResponderConfig { echo: true, ..ResponderConfig::default() },
                 ..server_cfg(&h, path, ipv6)
             };
-            let stop = Arc::new(AtomicBool::new(false));
+            let stop = Stop::new().unwrap();
             let (atx, arx) = mpsc::channel();
             let s = stop.clone();
             let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| atx.send(a).unwrap())).unwrap();
@@ -259,7 +260,7 @@ fn socat_as_a_standard_client_gets_its_datagram_back_from_every_frame_path() {
                     child.wait_with_output().unwrap()
                 })
                 .unwrap();
-            stop.store(true, Ordering::Relaxed);
+            stop.stop();
             let st = server.join().unwrap().expect("the server ran");
             assert_eq!(String::from_utf8_lossy(&out.stdout), line, "{what}: {st:?}");
             if tx != TxKind::Socket {
@@ -435,7 +436,7 @@ fn macs(h: &TwoHosts) -> ([u8; 6], [u8; 6]) {
 fn answer_crafted(h: &TwoHosts, path: PathKind, ipv6: bool, macs: ([u8; 6], [u8; 6])) -> (Vec<u64>, ServerStats) {
     use netlane_rr::proto::crafted::crafted;
     use netlane_rr::proto::wire::{self, Header};
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop::new().unwrap();
     let (tx, rx) = mpsc::channel();
     let (s, cfg) = (stop.clone(), server_cfg(h, path, ipv6));
     let server = h.rx.spawn("rr-server", move || server::serve(&cfg, &s, |a| tx.send(a).unwrap())).unwrap();
@@ -466,7 +467,7 @@ fn answer_crafted(h: &TwoHosts, path: PathKind, ipv6: bool, macs: ([u8; 6], [u8;
             ids
         })
         .unwrap();
-    stop.store(true, Ordering::Relaxed);
+    stop.stop();
     (answered, server.join().unwrap().expect("the server ran"))
 }
 

@@ -17,6 +17,7 @@
 //!   `source()`), and [`error::chain`] to print an error with its causes;
 //! - [`lanes`]: application device queues in software: which worker owns which
 //!   receive queue, the kernel's queue and NAPI map, busy-poll policies;
+//! - [`serve`]: what every server is built of: the stop signal that wakes its loops;
 //! - [`metrics`]: HDR histograms, CPU accounting (per thread, per process and
 //!   system-wide from `/proc/stat`), rates;
 //! - [`topology`]: network namespaces, veth pairs, addresses, device knobs and qdiscs,
@@ -37,6 +38,7 @@ pub mod metrics;
 pub mod pace;
 pub mod probe;
 pub mod ratelimit;
+pub mod serve;
 pub mod sockopt;
 pub mod time;
 pub mod topology;

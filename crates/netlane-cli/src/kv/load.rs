@@ -175,7 +175,7 @@ impl LoadArgs {
         }
         if self.search {
             let sla = self.sla.context("--search needs --sla")?;
-            let r = loadgen::search(&cfg, sla, range, &STOP, |p| {
+            let r = loadgen::search(&cfg, sla, range, STOP.flag(), |p| {
                 let m = &p.measured;
                 eprintln!(
                     "  rate {:>10.0}/s run {}: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
@@ -217,7 +217,7 @@ impl LoadArgs {
             out.write_json(&netlane_report::document("kv-load", doc))?;
             return Ok(if self.strict && !held { 3 } else { 0 });
         }
-        let r = loadgen::run(&cfg, &STOP)?;
+        let r = loadgen::run(&cfg, STOP.flag())?;
         if !quiet {
             print_report(&r.report);
         }

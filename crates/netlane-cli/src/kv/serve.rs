@@ -2,7 +2,6 @@
 //! the server started, final counters out.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::documents::KvServe;
@@ -406,7 +405,7 @@ impl ServeArgs {
             out::println(&line);
         }
         let started = Instant::now();
-        while !STOP.load(Ordering::Relaxed) && self.time.is_none_or(|t| started.elapsed() < t) {
+        while !STOP.is_stopped() && self.time.is_none_or(|t| started.elapsed() < t) {
             if server.shutdown_requested().is_some() {
                 eprintln!("shutdown: asked for by a client");
                 break;
@@ -414,7 +413,7 @@ impl ServeArgs {
             if server.failed() {
                 anyhow::bail!("a server thread stopped unexpectedly (see the log above)");
             }
-            std::thread::sleep(Duration::from_millis(50));
+            STOP.wait(Duration::from_millis(50));
         }
         drop(metrics);
         let s = server.stop();

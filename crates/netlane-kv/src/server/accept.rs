@@ -7,9 +7,10 @@
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use netlane::serve::Stop;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::Mail;
@@ -28,12 +29,12 @@ const REAP_BUDGET: usize = 32;
 pub(crate) struct Acceptor {
     listener: Option<Listener>,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     next: usize,
 }
 
 impl Acceptor {
-    pub fn new(listener: Option<Listener>, shared: Arc<Shared>, stop: Arc<AtomicBool>) -> std::io::Result<Acceptor> {
+    pub fn new(listener: Option<Listener>, shared: Arc<Shared>, stop: Stop) -> std::io::Result<Acceptor> {
         if let Some(Listener::Tcp(l)) = &listener {
             l.set_nonblocking(true)?;
         }
@@ -42,14 +43,18 @@ impl Acceptor {
 
     pub fn run(mut self) {
         let mut last_reap = Instant::now();
-        while !self.stop.load(Ordering::Acquire) {
+        while !self.stop.is_stopped() {
             match &self.listener {
                 Some(l) => {
-                    let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
+                    // The stop signal beside the listener: a stop wakes this wait at once.
+                    let mut fds =
+                        [PollFd::new(l.as_fd(), PollFlags::POLLIN), PollFd::new(self.stop.as_fd(), PollFlags::POLLIN)];
                     let _ = poll(&mut fds, PollTimeout::from(100u8));
                     self.accept_all();
                 }
-                None => std::thread::sleep(REAP_EVERY),
+                None => {
+                    self.stop.wait(REAP_EVERY);
+                }
             }
             if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();

@@ -29,8 +29,9 @@ mod worker;
 
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use netlane::serve::Stop;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -266,7 +267,7 @@ impl Mailbox {
 #[derive(Debug)]
 pub struct Server {
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     /// Worker threads by lane; the acceptor's under `None`.
     threads: Mutex<Vec<(Option<LaneId>, JoinHandle<()>)>>,
     /// Lane changes, one at a time.
@@ -411,7 +412,7 @@ impl Server {
         }
         let conn_memory = crate::proto::ConnMemory::new(cfg.conn_memory.unwrap_or(cfg.store.memory));
         let shared = Arc::new(Shared::new(store, settings, max_lanes, lanes, mailboxes, conn_memory));
-        let stop = Arc::new(AtomicBool::new(false));
+        let stop = Stop::new().map_err(io_err("create the stop signal"))?;
         let server = Server {
             shared: shared.clone(),
             stop: stop.clone(),
@@ -490,7 +491,7 @@ impl Server {
     /// with [`Steer::Reuseport`], a listener of its own in the group. Returns its id.
     pub fn add_lane(&self, cpu: Option<usize>) -> Result<LaneId, ServerError> {
         let _one = self.changing.lock().unwrap_or_else(|p| p.into_inner());
-        if self.stop.load(Ordering::Acquire) {
+        if self.stop.is_stopped() {
             return Err(ServerError::Config("the server is stopping".into()));
         }
         let lanes = &self.shared.lanes;
@@ -638,10 +639,8 @@ impl Server {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        for i in 0..self.shared.lane_slots() {
-            let _ = self.shared.mailbox(i).wake.write(1);
-        }
+        // Every worker and the acceptor wait on it: they wake at once.
+        self.stop.stop();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for (_, t) in threads {
             let _ = t.join();

@@ -16,7 +16,9 @@ use std::io::ErrorKind;
 use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
+
+use netlane::serve::Stop;
 use std::time::Duration;
 
 use netlane::lanes::{BusyPoll, LaneId, Why};
@@ -31,6 +33,8 @@ use crate::proto::{Conn, Counters, Ctx, Limits, Turn, udp};
 const WAKE: u64 = u64::MAX;
 const UDP: u64 = u64::MAX - 1;
 const LISTEN: u64 = u64::MAX - 2;
+/// The server's stop signal.
+const STOP: u64 = u64::MAX - 3;
 /// Connections a lane's listener accepts per turn.
 const ACCEPT_BATCH: usize = 64;
 /// UDP batches a leaving lane serves before its socket closes.
@@ -82,7 +86,7 @@ impl Moving {
 pub(crate) struct Worker {
     id: LaneId,
     shared: Arc<Shared>,
-    stop: Arc<AtomicBool>,
+    stop: Stop,
     /// This lane's listener in the reuseport group.
     listener: Option<TcpListener>,
     busy: Option<BusyPoll>,
@@ -107,7 +111,7 @@ impl Worker {
     pub fn new(
         id: LaneId,
         shared: Arc<Shared>,
-        stop: Arc<AtomicBool>,
+        stop: Stop,
         limits: Limits,
         idle_timeout: Option<Duration>,
         udp: Option<UdpSocket>,
@@ -116,6 +120,7 @@ impl Worker {
     ) -> std::io::Result<Worker> {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(shared.mailbox(id).wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))?;
+        epoll.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP))?;
         if let Some(u) = &udp {
             epoll.add(u.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLET, UDP))?;
         }
@@ -159,7 +164,7 @@ impl Worker {
         let mut events = vec![EpollEvent::empty(); 256];
         let mut last_idle_check = 0;
         loop {
-            if self.stop.load(Ordering::Acquire) {
+            if self.stop.is_stopped() {
                 break;
             }
             let busy = !self.ready.is_empty() || self.udp_pending;
@@ -175,6 +180,8 @@ impl Worker {
             for ev in &events[..n] {
                 match ev.data() {
                     WAKE => self.take_mail(),
+                    // The loop's top sees it.
+                    STOP => {}
                     UDP => self.udp_pending = true,
                     LISTEN => {
                         // Level-triggered: what a batch leaves wakes the next wait.

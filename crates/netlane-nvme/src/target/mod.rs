@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -42,6 +42,7 @@ use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::metrics::units;
 use netlane::ratelimit::RateLimit;
+use netlane::serve::Stop;
 use netlane::time::monotonic_ns;
 
 pub mod metrics;
@@ -214,9 +215,10 @@ pub struct QueueMetricsSnapshot {
     pub closed: QueueStats,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
-    stop: AtomicBool,
+    /// Given when the target stops: every reactor and the acceptor wait on it.
+    stop: Stop,
     connections: AtomicU64,
     live: AtomicU64,
     refused: AtomicU64,
@@ -294,6 +296,8 @@ const BACKLOG_LIMIT: usize = 8 << 20;
 /// Output size at which a round sends early (with `MSG_MORE`) rather than buffer more.
 const FLUSH_AT: usize = 256 << 10;
 const WAKE_TOKEN: u64 = u64::MAX;
+/// The stop signal's token in a reactor's epoll set.
+const STOP_TOKEN: u64 = u64::MAX - 1;
 /// Bytes read from one connection per reactor round before moving on to the next.
 const READ_BUDGET: usize = 256 << 10;
 /// How often reactors publish their queues' counters for the metrics.
@@ -326,7 +330,7 @@ impl TargetServer {
         }
         let addrs = listeners.iter().map(|l| l.local_addr()).collect::<io::Result<Vec<_>>>()?;
         subsys.set_listening(&addrs);
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared::new()?);
         let metrics = match opts.metrics_addr {
             Some(a) => {
                 let (shared, subsys) = (shared.clone(), subsys.clone());
@@ -428,20 +432,22 @@ impl TargetServer {
         self.shared.queues.lock().map(|q| q.clone()).unwrap_or_default()
     }
 
-    /// Serves until `stop` is set (a signal handler sets it), `time` has passed, or a
+    /// Serves until `stop` is given (a signal handler gives it), `time` has passed, or a
     /// thread of the target failed; then stops every thread and returns the final
     /// counters. A failed thread is an error.
-    pub fn serve(self, stop: &AtomicBool, time: Option<Duration>) -> io::Result<TargetStats> {
+    pub fn serve(self, stop: &Stop, time: Option<Duration>) -> io::Result<TargetStats> {
         let start = Instant::now();
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
+        // The wait ends at once on a stop; its slice bounds how late a failed thread
+        // or the end of `time` is noticed.
+        while !stop.wait(Duration::from_millis(50)) {
             if self.is_finished() {
                 return Err(io::Error::other("a target thread stopped unexpectedly (see the log above)"));
             }
-            if stop.load(Ordering::Relaxed) || time.is_some_and(|t| start.elapsed() >= t) {
-                return Ok(self.stop());
+            if time.is_some_and(|t| start.elapsed() >= t) {
+                break;
             }
         }
+        Ok(self.stop())
     }
 
     /// Stops every thread, closes every connection, and returns the counters.
@@ -451,7 +457,7 @@ impl TargetServer {
     }
 
     fn shutdown(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
+        self.shared.stop.stop();
         for w in &self.wakers {
             let _ = w.write(1);
         }
@@ -533,6 +539,20 @@ fn storage_worker(rx: &Mutex<mpsc::Receiver<PoolJob>>, subsys: &Subsystem) {
 }
 
 impl Shared {
+    fn new() -> io::Result<Shared> {
+        Ok(Shared {
+            stop: Stop::new()?,
+            connections: AtomicU64::default(),
+            live: AtomicU64::default(),
+            refused: AtomicU64::default(),
+            refused_in_setup: AtomicU64::default(),
+            in_setup: Mutex::default(),
+            accept_errors: AtomicU64::default(),
+            stats: Mutex::default(),
+            queues: Mutex::default(),
+        })
+    }
+
     /// Counts a connection from `ip` into setup: false, and nothing counted, when `ip`
     /// already has `limit` in setup.
     fn enter_setup(&self, ip: std::net::IpAddr, limit: usize) -> bool {
@@ -570,7 +590,7 @@ fn accept_loop(
     let mut refused_log = RateLimit::new(LOG_EVERY);
     let mut error_log = RateLimit::new(LOG_EVERY);
     let (mut storage_reported, mut storage_at) = (0u64, Instant::now());
-    while !shared.stop.load(Ordering::Acquire) {
+    while !shared.stop.is_stopped() {
         // Storage failures (a full disk fails every write on every queue) are summarised
         // here once per interval, not logged one line per command.
         if storage_at.elapsed() >= LOG_EVERY {
@@ -589,12 +609,17 @@ fn accept_loop(
         if !backoff.is_zero() {
             std::thread::sleep(backoff);
         }
-        let mut fds: Vec<_> =
-            listeners.iter().map(|l| nix::poll::PollFd::new(l.as_fd(), nix::poll::PollFlags::POLLIN)).collect();
+        // The stop signal last, beside the listeners: a stop wakes this wait at once.
+        let mut fds: Vec<_> = listeners
+            .iter()
+            .map(|l| l.as_fd())
+            .chain([shared.stop.as_fd()])
+            .map(|fd| nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN))
+            .collect();
         if nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(50u8)).unwrap_or(0) == 0 {
             continue;
         }
-        let ready: Vec<bool> = fds.iter().map(|f| f.any().unwrap_or(false)).collect();
+        let ready: Vec<bool> = fds[..listeners.len()].iter().map(|f| f.any().unwrap_or(false)).collect();
         for (l, _) in listeners.iter().zip(ready).filter(|(_, r)| *r) {
             match l.accept() {
                 Ok((sock, peer)) => {
@@ -672,6 +697,7 @@ impl Reactor {
         let cpu0 = thread_cpu();
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         ep.add(self.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN))?;
+        ep.add(self.shared.stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP_TOKEN))?;
         let mut conns: HashMap<u64, Conn> = HashMap::new();
         let mut events = vec![EpollEvent::empty(); 256];
         let mut touched: Vec<u64> = Vec::new();
@@ -679,7 +705,7 @@ impl Reactor {
         let mut last_publish = last_timer;
         let mut t = Tally::default();
         let mut violation_log = RateLimit::new(LOG_EVERY);
-        while !self.shared.stop.load(Ordering::Acquire) {
+        while !self.shared.stop.is_stopped() {
             let timeout = if self.spin { 0u16 } else { 50 };
             let n = match ep.wait(&mut events, nix::poll::PollTimeout::from(timeout)) {
                 Ok(n) => n,

@@ -13,11 +13,11 @@ mod rawtx;
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use netlane::lanes::{LaneId, LaneMap, ReuseportSteering};
 use netlane::metrics::cpu::thread_cpu;
+use netlane::serve::Stop;
 use netlane::time::monotonic_ns;
 use netlane_sys::cmsg::CmsgBuf;
 use netlane_sys::consts::UDP_MAX_SEGMENTS;
@@ -366,13 +366,9 @@ pub struct XdpReport {
     pub invalid_descs: u64,
 }
 
-/// Serves until `stop` is set (or the configured duration passes). `on_ready` gets the
+/// Serves until `stop` is given (or the configured duration passes). `on_ready` gets the
 /// bound address once the path is ready to receive.
-pub fn serve(
-    cfg: &ServerConfig,
-    stop: &AtomicBool,
-    on_ready: impl FnOnce(SocketAddr),
-) -> Result<ServerStats, ServerError> {
+pub fn serve(cfg: &ServerConfig, stop: &Stop, on_ready: impl FnOnce(SocketAddr)) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
     cfg.memory_ask().check()?;
     // One key for every lane's cookies: a client whose datagrams move to another lane
@@ -390,7 +386,7 @@ fn serve_on(
     cfg: &ServerConfig,
     sock: UdpSocket,
     keys: &std::collections::hash_map::RandomState,
-    stop: &AtomicBool,
+    stop: &Stop,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     netlane::cpus::pin(cfg.cpu);
@@ -411,6 +407,7 @@ fn serve_on(
     };
     let _ = path.take_ring_stats();
     let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
+    ep.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP)).map_err(|e| io_err("epoll add")(e.into()))?;
     for fd in path.fds(&sock) {
         ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, FRAMES)).map_err(|e| io_err("epoll add")(e.into()))?;
     }
@@ -439,8 +436,9 @@ fn serve_on(
     let started = Instant::now();
     let cpu0 = thread_cpu();
     let mut guard = Guard::new(cfg.guard, keys.clone());
-    let mut events = [EpollEvent::empty(); 4];
-    while !stop.load(Ordering::Relaxed) && cfg.duration.is_none_or(|d| started.elapsed() < d) {
+    // One slot per token.
+    let mut events = [EpollEvent::empty(); 5];
+    while !stop.is_stopped() && cfg.duration.is_none_or(|d| started.elapsed() < d) {
         st.polls += 1;
         // Frames a full device queue or send buffer left behind are kicked again soon,
         // whether or not a request comes.
@@ -452,6 +450,9 @@ fn serve_on(
         };
         if n == 0 {
             flush(&mut raw, &mut st);
+            continue;
+        }
+        if events[..n].iter().any(|e| e.data() == STOP) {
             continue;
         }
         let only_timer = events[..n].iter().all(|e| e.data() == PACE);
@@ -570,12 +571,12 @@ fn serve_on(
 
 /// Lanes: one socket per receive queue in an `SO_REUSEPORT` group, the selector
 /// steering by NAPI id, a thread per lane pinned to its queue's CPU. A lane that fails
-/// stops the others (it sets `stop`).
+/// stops the others (it gives `stop`).
 fn serve_lanes(
     cfg: &ServerConfig,
     dev: &str,
     keys: &std::collections::hash_map::RandomState,
-    stop: &AtomicBool,
+    stop: &Stop,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
@@ -610,7 +611,7 @@ fn serve_lanes(
                 s.spawn(move || {
                     let r = serve_on(&lane_cfg, sock, keys, stop, |_| {});
                     if r.is_err() {
-                        stop.store(true, Ordering::Relaxed);
+                        stop.stop();
                     }
                     r
                 })
@@ -726,6 +727,7 @@ const FRAMES: u64 = 0;
 const STACK: u64 = 1;
 const ROUTES: u64 = 2;
 const PACE: u64 = 3;
+const STOP: u64 = 4;
 
 /// Sends the frames queued while answering a batch.
 fn flush(raw: &mut Option<RawTx>, st: &mut ServerStats) {

@@ -5,11 +5,11 @@
 
 use std::net::SocketAddr;
 use std::process::Child;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
+use netlane::serve::Stop;
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
@@ -49,7 +49,7 @@ static LO_QUEUE: Mutex<()> = Mutex::new(());
 /// Runs a server on `cfg` in a thread, hands its address to `f`, stops it, returns both.
 pub fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
     let _turn = (cfg.path == PathKind::AfXdp).then(|| LO_QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
-    let stop = AtomicBool::new(false);
+    let stop = Stop::new().unwrap();
     let (tx, rx) = mpsc::channel();
     thread::scope(|s| {
         let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
@@ -58,7 +58,7 @@ pub fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T,
             Err(_) => panic!("the server did not come up: {:?}", h.join()),
         };
         let out = f(addr);
-        stop.store(true, Ordering::Relaxed);
+        stop.stop();
         (out, h.join().unwrap().expect("the server ran"))
     })
 }

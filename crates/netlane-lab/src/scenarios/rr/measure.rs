@@ -1,13 +1,13 @@
 //! The rr scenario's runs: the veth pairs they run on, and one exchange between the
 //! server and a client population with the server CPU's time read around it.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow, bail};
 use netlane::metrics::cpu::{SystemCpu, SystemCpuDelta};
+use netlane::serve::Stop;
 use netlane::topology::TwoHosts;
 use netlane_rr::clients::{ClientsConfig, ClientsReport};
 use netlane_rr::server::ServerStats;
@@ -96,7 +96,7 @@ impl RrBenchArgs {
 
 /// One run: the server in the "rx" namespace, the clients in the "tx" one.
 fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = Stop::new().context("create the server's stop signal")?;
     let (tx, rx) = mpsc::channel();
     let s = stop.clone();
     let cfg = m.server.clone();
@@ -108,7 +108,7 @@ fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
     let addr = match rx.recv_timeout(Duration::from_secs(10)) {
         Ok(a) => a,
         Err(_) => {
-            stop.store(true, Ordering::Relaxed);
+            stop.stop();
             return Err(match server.join() {
                 Ok(Err(e)) => anyhow!(e).context("the server did not start"),
                 _ => anyhow!("the server did not start within 10 s"),
@@ -119,7 +119,7 @@ fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
     let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
     let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
     let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
-    stop.store(true, Ordering::Relaxed);
+    stop.stop();
     let server = server.join().map_err(|_| anyhow!("the server thread panicked"))?.context("the server failed")?;
     let clients = clients?.context("the clients failed")?;
     Ok(RrRun { clients, server, server_cpu: cpu0.delta(&cpu1) })

@@ -1,0 +1,11 @@
+//! What every netlane server is built of, so that each server's own crate holds only
+//! what is its own.
+//!
+//! - [`Stop`]: the stop signal. A flag every loop can read, and an eventfd every loop
+//!   registers with its epoll (or `poll`) set: stopping makes the eventfd readable for
+//!   good, so each loop wakes at once, instead of noticing a flag after its poll timeout
+//!   (tokio's driver wakes its loop through a registered waker the same way).
+
+mod stop;
+
+pub use stop::Stop;
