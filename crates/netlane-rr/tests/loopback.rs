@@ -181,7 +181,7 @@ fn bad_options_fail_before_anything_is_built() {
     let seg = ResponderConfig { segment: Some(20), ..ResponderConfig::default() };
     assert!(matches!(run(ServerConfig { responder: seg, ..base.clone() }), Err(ServerError::Config(_))));
     let e = run(ServerConfig { tx: TxKind::AfXdp, ..base.clone() }).unwrap_err().to_string();
-    assert!(e.contains("needs --path af-xdp, not recvmmsg"), "{e}");
+    assert!(e.contains("needs `path` af-xdp, not recvmmsg"), "{e}");
     let any = ServerConfig { tx: TxKind::Packet, listen: "0.0.0.0:0".parse().unwrap(), ..base.clone() };
     let e = run(any).unwrap_err().to_string();
     assert!(e.contains("listen on a specific address"), "{e}");
