@@ -86,14 +86,20 @@ def functions(path):
         m = FN_RE.match(line)
         if not m:
             continue
-        depth, opened = 0, False
+        # `nested` counts open brackets and parentheses: a `;` inside them (an array
+        # type, `[Check; 2]`) does not end a declaration.
+        depth, nested, opened = 0, 0, False
         for end in range(start, len(lines)):
             for c in lines[end]:
                 if c == "{":
                     depth, opened = depth + 1, True
                 elif c == "}":
                     depth -= 1
-                elif c == ";" and not opened and depth == 0:
+                elif c in "[(" and not opened:
+                    nested += 1
+                elif c in "])" and not opened:
+                    nested -= 1
+                elif c == ";" and not opened and depth == 0 and nested == 0:
                     break  # a declaration without a body
             else:
                 if opened and depth == 0:
