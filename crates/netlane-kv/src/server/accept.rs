@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use netlane::serve::Stop;
+use netlane::serve::{AcceptBackoff, Stop};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::Mail;
@@ -31,6 +31,7 @@ pub(crate) struct Acceptor {
     shared: Arc<Shared>,
     stop: Stop,
     next: usize,
+    backoff: AcceptBackoff,
 }
 
 impl Acceptor {
@@ -38,7 +39,7 @@ impl Acceptor {
         if let Some(Listener::Tcp(l)) = &listener {
             l.set_nonblocking(true)?;
         }
-        Ok(Acceptor { listener, shared, stop, next: 0 })
+        Ok(Acceptor { listener, shared, stop, next: 0, backoff: AcceptBackoff::new() })
     }
 
     pub fn run(mut self) {
@@ -51,6 +52,10 @@ impl Acceptor {
                         [PollFd::new(l.as_fd(), PollFlags::POLLIN), PollFd::new(self.stop.as_fd(), PollFlags::POLLIN)];
                     let _ = poll(&mut fds, PollTimeout::from(100u8));
                     self.accept_all();
+                    let wait = self.backoff.poll_wait();
+                    if !wait.is_zero() {
+                        self.stop.wait(wait);
+                    }
                 }
                 None => {
                     self.stop.wait(REAP_EVERY);
@@ -69,6 +74,7 @@ impl Acceptor {
         for _ in 0..1024 {
             match listener.accept() {
                 Ok(s) => {
+                    self.backoff.handle_accepted();
                     let Some(s) = admit(&self.shared, s) else { continue };
                     let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
                     let lanes = &self.shared.lanes;
@@ -94,11 +100,10 @@ impl Acceptor {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // EMFILE/ENFILE/ENOBUFS: the pending connection stays queued; back off
-                    // instead of spinning on it.
+                    // The pending connection stays queued: the caller waits before the
+                    // next try instead of spinning on it.
                     self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "accept failed");
-                    std::thread::sleep(Duration::from_millis(10));
+                    self.backoff.handle_error(&e, Instant::now());
                     return;
                 }
             }

@@ -17,11 +17,10 @@ use std::net::{TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-
-use netlane::serve::Stop;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use netlane::lanes::{BusyPoll, LaneId, Why};
+use netlane::serve::{AcceptBackoff, Stop};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::Mail;
@@ -89,6 +88,10 @@ pub(crate) struct Worker {
     stop: Stop,
     /// This lane's listener in the reuseport group.
     listener: Option<TcpListener>,
+    /// After a failed accept, how long the listener rests (out of its epoll interest, so
+    /// that a queued connection does not wake the loop over and over).
+    backoff: AcceptBackoff,
+    listener_rests_until: Option<Instant>,
     busy: Option<BusyPoll>,
     /// Retired: every connection given away; the loop ends.
     retired: bool,
@@ -143,6 +146,8 @@ impl Worker {
             shared,
             stop,
             listener,
+            backoff: AcceptBackoff::new(),
+            listener_rests_until: None,
             busy,
             retired: false,
             limits,
@@ -168,9 +173,18 @@ impl Worker {
                 break;
             }
             let busy = !self.ready.is_empty() || self.udp_pending;
-            let timeout = if busy { EpollTimeout::ZERO } else { EpollTimeout::from(200u16) };
+            let timeout = if busy {
+                EpollTimeout::ZERO
+            } else {
+                let rest =
+                    self.listener_rests_until.map_or(200, |t| t.saturating_duration_since(Instant::now()).as_millis());
+                EpollTimeout::from(rest.min(200) as u16)
+            };
             let n = match self.epoll.wait(&mut events, timeout) {
-                Ok(n) => n,
+                Ok(n) => {
+                    self.wake_listener();
+                    n
+                }
                 Err(nix::Error::EINTR) => 0,
                 Err(e) => {
                     tracing::error!(worker = self.id, error = %e, "epoll_wait failed; worker stops");
@@ -308,17 +322,40 @@ impl Worker {
         for _ in 0..ACCEPT_BATCH {
             let Some(l) = &self.listener else { return false };
             match l.accept() {
-                Ok((s, _)) => self.take_accepted(Stream::Tcp(s)),
+                Ok((s, _)) => {
+                    self.backoff.handle_accepted();
+                    self.take_accepted(Stream::Tcp(s));
+                }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(lane = self.id, error = %e, "accept failed");
+                    let rest = self.backoff.handle_error(&e, Instant::now());
+                    self.rest_listener(rest);
                     return false;
                 }
             }
         }
         true
+    }
+
+    /// Takes the listener out of the epoll interest for `rest`; the loop puts it back.
+    fn rest_listener(&mut self, rest: Duration) {
+        let Some(l) = &self.listener else { return };
+        let mut none = EpollEvent::new(EpollFlags::empty(), LISTEN);
+        if self.epoll.modify(l.as_fd(), &mut none).is_ok() {
+            self.listener_rests_until = Some(Instant::now() + rest);
+        }
+    }
+
+    /// Puts a resting listener back once its rest is over.
+    fn wake_listener(&mut self) {
+        let (Some(t), Some(l)) = (self.listener_rests_until, &self.listener) else { return };
+        if Instant::now() >= t {
+            let mut readable = EpollEvent::new(EpollFlags::EPOLLIN, LISTEN);
+            let _ = self.epoll.modify(l.as_fd(), &mut readable);
+            self.listener_rests_until = None;
+        }
     }
 
     fn take_accepted(&mut self, s: Stream) {

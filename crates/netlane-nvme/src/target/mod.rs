@@ -42,7 +42,7 @@ use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::metrics::units;
 use netlane::ratelimit::RateLimit;
-use netlane::serve::Stop;
+use netlane::serve::{AcceptBackoff, Stop};
 use netlane::time::monotonic_ns;
 
 pub mod metrics;
@@ -586,9 +586,8 @@ fn accept_loop(
     (max, per_source): (u64, usize),
 ) {
     let mut next = 0usize;
-    let mut backoff = Duration::ZERO;
+    let mut backoff = AcceptBackoff::new();
     let mut refused_log = RateLimit::new(LOG_EVERY);
-    let mut error_log = RateLimit::new(LOG_EVERY);
     let (mut storage_reported, mut storage_at) = (0u64, Instant::now());
     while !shared.stop.is_stopped() {
         // Storage failures (a full disk fails every write on every queue) are summarised
@@ -606,8 +605,8 @@ fn accept_loop(
                 storage_reported = failed;
             }
         }
-        if !backoff.is_zero() {
-            std::thread::sleep(backoff);
+        if !backoff.poll_wait().is_zero() && shared.stop.wait(backoff.poll_wait()) {
+            break;
         }
         // The stop signal last, beside the listeners: a stop wakes this wait at once.
         let mut fds: Vec<_> = listeners
@@ -623,7 +622,7 @@ fn accept_loop(
         for (l, _) in listeners.iter().zip(ready).filter(|(_, r)| *r) {
             match l.accept() {
                 Ok((sock, peer)) => {
-                    backoff = Duration::ZERO;
+                    backoff.handle_accepted();
                     let id = shared.connections.fetch_add(1, Ordering::Relaxed);
                     if shared.live.load(Ordering::Acquire) >= max {
                         shared.refused.fetch_add(1, Ordering::Relaxed);
@@ -654,14 +653,10 @@ fn accept_loop(
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
-                    // Out of descriptors or memory: wait (10 ms, doubling to 1 s) for
-                    // connections to close rather than spin on a listener that stays
-                    // readable.
+                    // Out of descriptors or memory: wait for connections to close rather
+                    // than spin on a listener that stays readable.
                     shared.accept_errors.fetch_add(1, Ordering::Relaxed);
-                    backoff = (backoff * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
-                    if let Some(n) = error_log.allow(Instant::now()) {
-                        tracing::warn!(also_failed = n, retry_in = ?backoff, "accept: {e}");
-                    }
+                    backoff.handle_error(&e, Instant::now());
                 }
             }
         }
