@@ -2,11 +2,10 @@
 //! the Prometheus text exposition format.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use netlane::metrics::prom::escape_label as label;
+use netlane::metrics::prom::{Exposition, Kind};
 
 use crate::driver::{Lb, LbError, kernel};
 use netlane_sys::bpf::GlobalStat;
@@ -113,19 +112,17 @@ pub(super) fn collect(lb: &Lb) -> Result<LbStats, LbError> {
 
 /// The counters in the Prometheus text exposition format (version 0.0.4).
 pub fn render_prometheus(s: &LbStats) -> String {
-    let mut o = String::new();
-    let iface = label(&s.iface);
-    let _ = writeln!(o, "# HELP netlane_lb_info The balancer's attachment.\n# TYPE netlane_lb_info gauge");
-    let _ = writeln!(
-        o,
-        "netlane_lb_info{{iface=\"{iface}\",attach_mode=\"{}\",hints=\"{}\"}} 1",
-        label(&s.attach_mode),
-        label(&s.hints)
+    let mut o = Exposition::new();
+    let iface = s.iface.as_str();
+    o.family("netlane_lb_info", "The balancer's attachment.", Kind::Gauge).sample(
+        "netlane_lb_info",
+        &[("iface", iface), ("attach_mode", &s.attach_mode), ("hints", &s.hints)],
+        1,
     );
-    let _ = writeln!(o, "# HELP netlane_lb_packets_total Packets by outcome (drops by reason, table hits, hints).");
-    let _ = writeln!(o, "# TYPE netlane_lb_packets_total counter");
+    let packets = "netlane_lb_packets_total";
+    o.family(packets, "Packets by outcome (drops by reason, table hits, hints).", Kind::Counter);
     for (k, v) in &s.global {
-        let _ = writeln!(o, "netlane_lb_packets_total{{iface=\"{iface}\",counter=\"{}\"}} {v}", label(k));
+        o.sample(packets, &[("iface", iface), ("counter", k)], v);
     }
     for (metric, help, get) in [
         (
@@ -135,9 +132,9 @@ pub fn render_prometheus(s: &LbStats) -> String {
         ),
         ("netlane_lb_vip_bytes_total", "Bytes forwarded per VIP.", |v: &VipStats| v.bytes),
     ] {
-        let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        o.family(metric, help, Kind::Counter);
         for v in &s.vips {
-            let _ = writeln!(o, "{metric}{{iface=\"{iface}\",vip=\"{}\"}} {}", label(&v.vip), get(v));
+            o.sample(metric, &[("iface", iface), ("vip", &v.vip)], get(v));
         }
     }
     for (metric, help, get) in [
@@ -148,31 +145,29 @@ pub fn render_prometheus(s: &LbStats) -> String {
         ),
         ("netlane_lb_real_bytes_total", "Bytes forwarded per real.", |r: &RealStats| r.bytes),
     ] {
-        let _ = writeln!(o, "# HELP {metric} {help}\n# TYPE {metric} counter");
+        o.family(metric, help, Kind::Counter);
         for v in &s.vips {
-            let vip = label(&v.vip);
             for r in &v.reals {
-                let _ = writeln!(
-                    o,
-                    "{metric}{{iface=\"{iface}\",vip=\"{vip}\",real=\"{}\"}} {}",
-                    label(&r.address),
-                    get(r)
-                );
+                o.sample(metric, &[("iface", iface), ("vip", &v.vip), ("real", &r.address)], get(r));
             }
         }
     }
-    let _ = writeln!(o, "# HELP netlane_lb_tags_total Per-flow tags by event.\n# TYPE netlane_lb_tags_total counter");
+    let tags = "netlane_lb_tags_total";
+    o.family(tags, "Per-flow tags by event.", Kind::Counter);
     for (k, v) in [
         ("installed", s.tags.installed),
         ("evicted", s.tags.evicted),
         ("released", s.tags.released),
         ("stale_events", s.tags.stale_events),
     ] {
-        let _ = writeln!(o, "netlane_lb_tags_total{{iface=\"{iface}\",event=\"{k}\"}} {v}");
+        o.sample(tags, &[("iface", iface), ("event", k)], v);
     }
-    let _ = writeln!(o, "# HELP netlane_lb_tags_in_use Tags held now.\n# TYPE netlane_lb_tags_in_use gauge");
-    let _ = writeln!(o, "netlane_lb_tags_in_use{{iface=\"{iface}\"}} {}", s.tags_in_use);
-    o
+    o.family("netlane_lb_tags_in_use", "Tags held now.", Kind::Gauge).sample(
+        "netlane_lb_tags_in_use",
+        &[("iface", iface)],
+        s.tags_in_use,
+    );
+    o.finish()
 }
 
 #[cfg(test)]
