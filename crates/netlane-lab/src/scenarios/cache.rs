@@ -12,6 +12,7 @@ use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
+use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, Server};
 
@@ -194,8 +195,89 @@ pub(crate) fn sound(l: &LoadReport) -> Result<(), String> {
     Ok(())
 }
 
+/// A load generator's configuration with the defaults every cache scenario runs with
+/// (a 200 ms ramp, 64 requests in flight per connection at most, a send later than
+/// 100 µs counted late, 500 ms to drain, seed 1).
+pub(crate) fn load_config(
+    server: SocketAddr,
+    (connections, threads): (u32, usize),
+    cpus: Vec<usize>,
+    pacing: Pacing,
+    workload: WorkloadSpec,
+    duration: Duration,
+) -> LoadConfig {
+    LoadConfig {
+        server,
+        connections,
+        threads,
+        cpus: Some(cpus),
+        pacing,
+        workload,
+        duration,
+        ramp: Duration::from_millis(200),
+        max_in_flight: 64,
+        late_after: Duration::from_micros(100),
+        drain: Duration::from_millis(500),
+        seed: 1,
+    }
+}
+
+/// The search's range: `0 < lo < hi`, and a resolution (the ratio two rates a search
+/// still tells apart) above 1.
+pub(crate) fn check_search_range(lo: f64, hi: f64, resolution: f64) -> Result<()> {
+    if !(lo > 0.0 && lo < hi && hi.is_finite()) {
+        bail!("--search-lo {lo} / --search-hi {hi}: 0 < lo < hi");
+    }
+    if !(resolution > 1.0 && resolution.is_finite()) {
+        bail!("--resolution {resolution}: a ratio above 1");
+    }
+    Ok(())
+}
+
 /// Percentile `p` of a sound run, in µs.
 pub(crate) fn latency_of(l: &LoadReport, p: &str) -> Measure {
     sound(l)?;
     pct(l, p).ok_or_else(|| format!("{p} fell among failed requests"))
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use netlane_kv::loadgen::{CountsView, LoadReport};
+
+    /// A load run at `rate` for 3 s whose p99.9 is `p999_us` (other percentiles a tenth of
+    /// it), the generator having delayed `lag` of its sends.
+    pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
+        let n = (rate * 3.0) as u64;
+        LoadReport {
+            mode: "open",
+            target_per_s: Some(rate),
+            seconds: 3.0,
+            offered_per_s: rate,
+            achieved_per_s: rate,
+            counts: CountsView {
+                offered: n,
+                sent: n,
+                sent_late: 0,
+                sent_lagged: (n as f64 * lag) as u64,
+                completed: n,
+                hits: n,
+                misses: 0,
+                stored: 0,
+                errors: 0,
+                lost: 0,
+                unanswered: 0,
+                not_sent: 0,
+            },
+            mean_us: Some(p999_us / 20.0),
+            latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
+                .iter()
+                .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
+                .collect(),
+            late_share: lag,
+            lag_share: lag,
+            connection_failures: 0,
+            client_cpu_s: 1.0,
+            client_cpu_busy: 0.5,
+        }
+    }
 }

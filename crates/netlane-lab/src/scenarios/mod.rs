@@ -381,7 +381,7 @@ mod tests {
                 "run",
                 || {
                     made += 1;
-                    Ok(lanes::tests::load(2000.0, 300.0, *left.next().unwrap()))
+                    Ok(cache::tests::load(2000.0, 300.0, *left.next().unwrap()))
                 },
                 |r| r,
             )

@@ -138,20 +138,8 @@ impl KvBenchArgs {
     }
 
     pub(super) fn load(&self, server: SocketAddr, pacing: Pacing, duration: Duration) -> LoadConfig {
-        LoadConfig {
-            server,
-            connections: self.connections,
-            threads: 1,
-            cpus: Some(vec![self.client_cpu]),
-            pacing,
-            workload: self.workload(),
-            duration,
-            ramp: Duration::from_millis(200),
-            max_in_flight: 64,
-            late_after: Duration::from_micros(100),
-            drain: Duration::from_millis(500),
-            seed: 1,
-        }
+        let cpus = vec![self.client_cpu];
+        crate::scenarios::cache::load_config(server, (self.connections, 1), cpus, pacing, self.workload(), duration)
     }
 
     /// Whether the floor runs measure the server CPU's stalls with cyclictest.

@@ -1,52 +1,16 @@
 //! The kv scenario's checks and report from hand-made rounds.
 
-use netlane_kv::loadgen::{LoadReport, SearchReport};
+use netlane_kv::loadgen::SearchReport;
 use netlane_report::ScenarioReport;
 
 use super::*;
 use crate::engines::stalls::Stalls;
 use crate::scenarios::Scenario;
-use netlane_kv::loadgen::CountsView;
+use crate::scenarios::cache::tests::load;
 use netlane_report::Outcome;
 
 fn run(rate: f64, p999_us: f64, busy_s: f64, late: f64) -> KvRun {
-    let n = (rate * 3.0) as u64;
-    KvRun {
-        load: LoadReport {
-            mode: "open",
-            target_per_s: Some(rate),
-            seconds: 3.0,
-            offered_per_s: rate,
-            achieved_per_s: rate,
-            counts: CountsView {
-                offered: n,
-                sent: n,
-                sent_late: (n as f64 * late) as u64,
-                sent_lagged: (n as f64 * late) as u64,
-                completed: n,
-                hits: n,
-                misses: 0,
-                stored: 0,
-                errors: 0,
-                lost: 0,
-                unanswered: 0,
-                not_sent: 0,
-            },
-            mean_us: Some(p999_us / 20.0),
-            latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
-                .iter()
-                .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
-                .collect(),
-            late_share: late,
-            lag_share: late,
-            connection_failures: 0,
-            client_cpu_s: 1.0,
-            client_cpu_busy: 0.5,
-        },
-        server_busy_s: busy_s,
-        server_total_s: 3.0,
-        discarded: 0,
-    }
+    KvRun { load: load(rate, p999_us, late), server_busy_s: busy_s, server_total_s: 3.0, discarded: 0 }
 }
 
 fn search(best: Option<f64>, capped: bool) -> SearchReport {

@@ -386,7 +386,7 @@ pub(super) fn report(args: &LanesBenchArgs, rounds: &[Vec<IsoRun>]) -> (Table, V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scenarios::lanes::tests::load;
+    use crate::scenarios::cache::tests::load;
     use netlane_report::Outcome;
 
     fn run(case: Case, p999_us: f64, bulk_share: f64, link: u64) -> IsoRun {

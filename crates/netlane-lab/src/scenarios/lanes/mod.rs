@@ -100,12 +100,7 @@ impl Scenario for LanesBenchArgs {
         if self.rates.is_empty() || self.rates.contains(&0) {
             bail!("--rates: at least one rate, none zero");
         }
-        if !(self.search_lo > 0.0 && self.search_lo < self.search_hi && self.search_hi.is_finite()) {
-            bail!("--search-lo {} / --search-hi {}: 0 < lo < hi", self.search_lo, self.search_hi);
-        }
-        if !(self.resolution > 1.0 && self.resolution.is_finite()) {
-            bail!("--resolution {}: a ratio above 1", self.resolution);
-        }
+        crate::scenarios::cache::check_search_range(self.search_lo, self.search_hi, self.resolution)?;
         let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
         for &c in &self.connections {
             for &r in &self.rates {

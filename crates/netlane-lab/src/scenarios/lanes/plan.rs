@@ -41,19 +41,8 @@ impl LanesBenchArgs {
     }
 
     pub(crate) fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
-        LoadConfig {
-            server,
-            connections,
-            threads: LANES,
-            cpus: Some(cpu_plan().cpus(Role::Generator).to_vec()),
-            pacing,
-            workload: self.workload.spec(1 << 20),
-            duration,
-            ramp: Duration::from_millis(200),
-            max_in_flight: 64,
-            late_after: Duration::from_micros(100),
-            drain: Duration::from_millis(500),
-            seed: 1,
-        }
+        let cpus = cpu_plan().cpus(Role::Generator).to_vec();
+        let workload = self.workload.spec(1 << 20);
+        crate::scenarios::cache::load_config(server, (connections, LANES), cpus, pacing, workload, duration)
     }
 }

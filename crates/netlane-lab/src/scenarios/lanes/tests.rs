@@ -4,45 +4,12 @@ use super::*;
 
 use netlane::cpus::machine::CpuTopology;
 use netlane::metrics::kstat::KernelCounters;
-use netlane_kv::loadgen::{CountsView, LoadReport, SearchReport};
+use netlane_kv::loadgen::SearchReport;
+
+use crate::scenarios::cache::tests::load;
 
 use crate::plan::{CpuPlan, Role};
 use netlane_report::Outcome;
-
-pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
-    let n = (rate * 3.0) as u64;
-    LoadReport {
-        mode: "open",
-        target_per_s: Some(rate),
-        seconds: 3.0,
-        offered_per_s: rate,
-        achieved_per_s: rate,
-        counts: CountsView {
-            offered: n,
-            sent: n,
-            sent_late: 0,
-            sent_lagged: (n as f64 * lag) as u64,
-            completed: n,
-            hits: n,
-            misses: 0,
-            stored: 0,
-            errors: 0,
-            lost: 0,
-            unanswered: 0,
-            not_sent: 0,
-        },
-        mean_us: Some(p999_us / 20.0),
-        latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
-            .iter()
-            .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
-            .collect(),
-        late_share: lag,
-        lag_share: lag,
-        connection_failures: 0,
-        client_cpu_s: 1.0,
-        client_cpu_busy: 0.5,
-    }
-}
 
 fn round(mode: Mode, best: Option<f64>, p999_us: f64, lag: f64) -> LaneRound {
     LaneRound {
