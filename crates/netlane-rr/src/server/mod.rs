@@ -5,10 +5,19 @@
 //! port with ICMP port unreachable, and other sockets and capture tools keep working. The
 //! thread sleeps in `epoll_wait` on the path's file descriptor when there is nothing to
 //! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
+//!
+//! Files: `path.rs` the receive paths, `respond.rs` a request's answer and its delivery,
+//! `socket_tx.rs` responses through the socket (GSO), `rawtx.rs` responses as frames,
+//! `paced.rs` paced responses, `lanes.rs` a socket and thread per receive queue,
+//! `socket.rs` the service socket; this file the options, the counters and the loop.
 
+mod lanes;
 mod paced;
 mod path;
 mod rawtx;
+mod respond;
+mod socket;
+mod socket_tx;
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
@@ -31,6 +40,10 @@ pub use path::{
 };
 pub use rawtx::{RawTxReport, TxKind};
 
+use self::lanes::serve_lanes;
+use self::respond::{answer, flush, recv_error};
+use self::socket::{bind, interface};
+use self::socket_tx::Tx;
 use crate::proto::guard::{Admit, Guard, GuardConfig};
 use crate::proto::server::{ConfigError, Refusal, ResponderConfig, respond, respond_to};
 use crate::proto::wire::{self, Header, Kind};
@@ -569,158 +582,6 @@ fn serve_on(
     Ok(st)
 }
 
-/// Lanes: one socket per receive queue in an `SO_REUSEPORT` group, the selector
-/// steering by NAPI id, a thread per lane pinned to its queue's CPU. A lane that fails
-/// stops the others (it gives `stop`).
-fn serve_lanes(
-    cfg: &ServerConfig,
-    dev: &str,
-    keys: &std::collections::hash_map::RandomState,
-    stop: &Stop,
-    on_ready: impl FnOnce(SocketAddr),
-) -> Result<ServerStats, ServerError> {
-    let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
-    let ids = q.napi_ids();
-    let mut map = LaneMap::new(ids.len()).map_err(|e| ServerError::Lanes(e.to_string()))?;
-    map.learn(&ids);
-    let lanes: Vec<LaneId> = (0..ids.len()).map(|i| map.nth_lane(i)).collect();
-    let cpu_of = |lane: LaneId| q.rx.iter().find(|r| map.owner(r.napi_id) == Some(lane)).and_then(|r| r.cpu);
-    let cpus: Vec<Option<usize>> = lanes.iter().map(|&l| cpu_of(l)).collect();
-    let owned: Vec<Vec<u32>> =
-        lanes.iter().map(|&l| ids.iter().copied().filter(|&id| map.owner(id) == Some(l)).collect()).collect();
-    // The group: sockets join in lane order, so socket i is lane i.
-    let first = bind(cfg, cfg.listen, true)?;
-    let local = first.local_addr().map_err(io_err("local address"))?;
-    let mut steering = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
-    steering.attach(first.as_fd()).map_err(io_err("attach the reuseport selector"))?;
-    let mut socks = vec![first];
-    for _ in 1..lanes.len() {
-        socks.push(bind(cfg, local, true)?);
-    }
-    for &l in &lanes {
-        steering.joined(l);
-    }
-    steering.sync(&map).map_err(io_err("write the reuseport selector's map"))?;
-    on_ready(local);
-    let results: Vec<Result<ServerStats, ServerError>> = std::thread::scope(|s| {
-        let handles: Vec<_> = socks
-            .into_iter()
-            .zip(&cpus)
-            .map(|(sock, &cpu)| {
-                let lane_cfg = ServerConfig { cpu, lane_device: None, ..cfg.clone() };
-                s.spawn(move || {
-                    let r = serve_on(&lane_cfg, sock, keys, stop, |_| {});
-                    if r.is_err() {
-                        stop.stop();
-                    }
-                    r
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(ServerError::Lanes("a lane's thread panicked".into()))))
-            .collect()
-    });
-    let mut per = Vec::with_capacity(results.len());
-    for r in results {
-        per.push(r?);
-    }
-    let (by_napi_id, by_hash) = steering.counts().map_err(io_err("read the reuseport selector's counters"))?;
-    let mut st = ServerStats {
-        path: cfg.path.to_string(),
-        listen: local.to_string(),
-        tx: cfg.tx.to_string(),
-        ..ServerStats::default()
-    };
-    let mut report = LanesReport { device: dev.to_string(), lanes: Vec::new(), by_napi_id, by_hash };
-    for (i, l) in per.iter().enumerate() {
-        st.seconds = st.seconds.max(l.seconds);
-        st.frames += l.frames;
-        st.responses += l.responses;
-        st.datagrams_sent += l.datagrams_sent;
-        st.bytes_sent += l.bytes_sent;
-        st.gso_sends += l.gso_sends;
-        st.refused_malformed += l.refused_malformed;
-        st.refused_not_request += l.refused_not_request;
-        st.refused_too_large += l.refused_too_large;
-        st.send_dropped += l.send_dropped;
-        st.send_errors += l.send_errors;
-        st.recv_errors += l.recv_errors;
-        st.wakeups += l.wakeups;
-        st.polls += l.polls;
-        st.recv_syscalls += l.recv_syscalls;
-        st.send_syscalls += l.send_syscalls;
-        st.cpu_s += l.cpu_s;
-        report.lanes.push(RrLane {
-            lane: i,
-            cpu: cpus[i],
-            napi_ids: owned[i].clone(),
-            frames: l.frames,
-            responses: l.responses,
-            cpu_s: l.cpu_s,
-        });
-    }
-    let n = per.len().max(1) as f64;
-    st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };
-    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
-    st.syscalls_per_response = if st.responses > 0 {
-        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
-    } else {
-        0.0
-    };
-    st.lanes = Some(report);
-    Ok(st)
-}
-
-/// The interface a ring path reads: the one named, or the one that has the listen
-/// address (every interface when it is unspecified).
-fn interface(cfg: &ServerConfig) -> Result<(u32, Option<String>), ServerError> {
-    let name = match &cfg.iface {
-        Some(n) => n.clone(),
-        None if cfg.listen.ip().is_unspecified() => return Ok((0, Some("all".into()))),
-        None => {
-            let want = cfg.listen.ip();
-            let addrs = nix::ifaddrs::getifaddrs().map_err(|e| io_err("getifaddrs")(e.into()))?;
-            let found = addrs.into_iter().find(|a| {
-                a.address.as_ref().is_some_and(|s| {
-                    s.as_sockaddr_in().map(|v| std::net::IpAddr::V4(v.ip())) == Some(want)
-                        || s.as_sockaddr_in6().map(|v| std::net::IpAddr::V6(v.ip())) == Some(want)
-                })
-            });
-            match found {
-                Some(a) => a.interface_name,
-                None => {
-                    return Err(ServerError::Interface(format!(
-                        "no interface has {want}: name one for the {} path",
-                        cfg.path
-                    )));
-                }
-            }
-        }
-    };
-    let index = nix::net::if_::if_nametoindex(name.as_str())
-        .map_err(|e| ServerError::Interface(format!("interface {name}: {}", netlane::error::chain(&e))))?;
-    Ok((index, Some(name)))
-}
-
-fn bind(cfg: &ServerConfig, addr: SocketAddr, reuseport: bool) -> Result<UdpSocket, ServerError> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM.cloexec(), Some(Protocol::UDP))
-        .map_err(io_err("UDP socket"))?;
-    if addr.is_ipv6() {
-        s.set_only_v6(true).map_err(io_err("IPV6_V6ONLY"))?;
-    }
-    if reuseport {
-        s.set_reuse_port(true).map_err(io_err("SO_REUSEPORT"))?;
-    }
-    // Buffers are best effort (capped by net.core.*mem_max); the stats show drops.
-    let _ = s.set_recv_buffer_size(cfg.recv_buffer);
-    let _ = s.set_send_buffer_size(cfg.send_buffer);
-    s.bind(&SockAddr::from(addr)).map_err(io_err(format!("bind {addr}")))?;
-    s.set_nonblocking(true).map_err(io_err("O_NONBLOCK"))?;
-    Ok(s.into())
-}
-
 /// Epoll tokens: a descriptor frames arrive on, the service socket beside AF_XDP, and
 /// the route and neighbour notifications of a frame transmit path.
 const FRAMES: u64 = 0;
@@ -728,212 +589,3 @@ const STACK: u64 = 1;
 const ROUTES: u64 = 2;
 const PACE: u64 = 3;
 const STOP: u64 = 4;
-
-/// Sends the frames queued while answering a batch.
-fn flush(raw: &mut Option<RawTx>, st: &mut ServerStats) {
-    if let Some(r) = raw
-        && let Err(e) = r.flush()
-    {
-        tracing::debug!(error = %e, "transmit ring flush failed");
-        st.send_errors += 1;
-    }
-}
-
-/// A receive error: whether to try again (EINTR) or stop draining. ICMP errors queued
-/// on the socket (a client went away) surface here: counted, never fatal.
-fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
-    match e.kind() {
-        io::ErrorKind::WouldBlock => false,
-        io::ErrorKind::Interrupted => true,
-        _ => {
-            tracing::debug!(error = %e, "receive error");
-            st.recv_errors += 1;
-            false
-        }
-    }
-}
-
-/// Answers one request: the response, a Retry when the guard holds an unverified
-/// source to less, a refusal when it asks for more than the server sends.
-fn answer(
-    cfg: &ServerConfig,
-    senders: (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
-    guard: &mut Guard,
-    out: &mut [u8],
-    st: &mut ServerStats,
-    request: &[u8],
-    from: SocketAddr,
-) {
-    // Echo answers a datagram with itself: never larger than what came in.
-    let result = if cfg.responder.echo {
-        respond(&cfg.responder, request, out)
-    } else {
-        match wire::decode(request) {
-            Err(e) => Err(Refusal::Malformed(e)),
-            Ok((h, _)) if h.kind != Kind::Request => Err(Refusal::NotARequest),
-            Ok((h, _)) => {
-                let control = if h.response_len > cfg.responder.max_response {
-                    st.refused_too_large += 1;
-                    Some(Header::refused(&h, cfg.responder.max_response))
-                } else {
-                    let reply = cfg.responder.reply_bytes(h.response_len);
-                    match guard.handle_request(from, h.offset, request.len(), reply, monotonic_ns()) {
-                        Admit::Send { verified } => {
-                            st.verified_requests += u64::from(verified);
-                            None
-                        }
-                        Admit::Retry(cookie) => {
-                            st.retries_sent += 1;
-                            Some(Header::retry(&h, cookie))
-                        }
-                    }
-                };
-                if let Some(c) = control {
-                    if let Ok(n) = wire::encode(&c, out) {
-                        deliver(senders, &out[..n], 1, n, from, st);
-                    }
-                    return;
-                }
-                respond_to(&cfg.responder, &h, out)
-            }
-        }
-    };
-    match result {
-        Ok(reply) => {
-            st.responses += 1;
-            deliver(senders, &out[..reply.len], reply.segments, reply.segment_len, from, st);
-        }
-        Err(Refusal::Malformed(_)) => st.refused_malformed += 1,
-        Err(Refusal::NotARequest) => st.refused_not_request += 1,
-        Err(Refusal::TooLarge { .. }) => st.refused_too_large += 1,
-    }
-}
-
-/// Sends `reply` (`segments` datagrams of `segment_len` bytes) to `from`: paced, as
-/// frames, or through the socket.
-fn deliver(
-    (tx, raw, paced): (&mut Tx<'_>, &mut Option<RawTx>, &mut Option<Paced>),
-    reply: &[u8],
-    segments: usize,
-    segment_len: usize,
-    from: SocketAddr,
-    st: &mut ServerStats,
-) {
-    if let Some(p) = paced {
-        if !p.push(reply, from) {
-            st.send_dropped += 1;
-        }
-        return;
-    }
-    if let Some(r) = raw {
-        match r.send(reply, segment_len, from) {
-            Ok(Sent::Frames) => {
-                st.datagrams_sent += segments as u64;
-                st.bytes_sent += reply.len() as u64;
-                return;
-            }
-            Ok(Sent::Dropped) => {
-                st.send_dropped += 1;
-                return;
-            }
-            Ok(Sent::UseSocket) => {}
-            Err(e) => {
-                tracing::debug!(error = %e, %from, "frame transmit failed");
-                st.send_errors += 1;
-                return;
-            }
-        }
-    }
-    match tx.send(reply, segment_len, from) {
-        Ok(()) => {
-            st.datagrams_sent += segments as u64;
-            st.bytes_sent += reply.len() as u64;
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.send_dropped += 1,
-        Err(e) => {
-            tracing::debug!(error = %e, %from, "send failed");
-            st.send_errors += 1;
-        }
-    }
-}
-
-/// Sends responses through the service's UDP socket: one datagram with `sendto`,
-/// segments with GSO (`UDP_SEGMENT`, up to 64 per call), falling back to one `sendto`
-/// per segment when the kernel refuses GSO.
-struct Tx<'a> {
-    sock: &'a UdpSocket,
-    gso: bool,
-    syscalls: u64,
-    gso_sends: u64,
-}
-
-impl<'a> Tx<'a> {
-    fn new(sock: &'a UdpSocket) -> Self {
-        Tx { sock, gso: true, syscalls: 0, gso_sends: 0 }
-    }
-
-    fn send(&mut self, data: &[u8], segment_len: usize, to: SocketAddr) -> io::Result<()> {
-        if data.len() <= segment_len {
-            return self.send_one(data, to);
-        }
-        if self.gso {
-            let dst = SockAddr::from(to);
-            let mut sent = 0;
-            for batch in data.chunks(segment_len * UDP_MAX_SEGMENTS) {
-                if batch.len() <= segment_len {
-                    self.send_one(batch, to)?;
-                    sent += batch.len();
-                    continue;
-                }
-                let mut cmsg = CmsgBuf::<32>::new();
-                cmsg.push_udp_segment(segment_len as u16).map_err(|_| io::Error::other("control buffer full"))?;
-                match self.retry(|s| {
-                    netlane_sys::msg::sendmsg(s.as_fd(), Some(&dst), &[IoSlice::new(batch)], cmsg.as_bytes(), 0)
-                }) {
-                    Ok(_) => {
-                        self.gso_sends += 1;
-                        sent += batch.len();
-                    }
-                    // EIO (no checksum offload), EINVAL/EMSGSIZE: send the rest one by one
-                    // from now on.
-                    Err(e)
-                        if sent == 0 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EMSGSIZE)) =>
-                    {
-                        tracing::warn!(error = %e, "GSO refused; sending segments one by one");
-                        self.gso = false;
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            if self.gso {
-                return Ok(());
-            }
-        }
-        for seg in data.chunks(segment_len) {
-            self.send_one(seg, to)?;
-        }
-        Ok(())
-    }
-
-    fn send_one(&mut self, data: &[u8], to: SocketAddr) -> io::Result<()> {
-        self.retry(|s| s.send_to(data, to)).map(|_| ())
-    }
-
-    /// Runs a send; while the socket buffer is full waits for room (up to a second in
-    /// all), so a burst of responses is slowed, not dropped.
-    fn retry(&mut self, mut f: impl FnMut(&UdpSocket) -> io::Result<usize>) -> io::Result<usize> {
-        let deadline = Instant::now() + Duration::from_secs(1);
-        loop {
-            self.syscalls += 1;
-            match f(self.sock) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && Instant::now() < deadline => {
-                    let mut fds = [nix::poll::PollFd::new(self.sock.as_fd(), nix::poll::PollFlags::POLLOUT)];
-                    let _ = nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(10u8));
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                r => return r,
-            }
-        }
-    }
-}

@@ -1,0 +1,107 @@
+//! Lanes: the server on a device's receive queues, one socket and thread per queue.
+
+use super::*;
+
+/// Lanes: one socket per receive queue in an `SO_REUSEPORT` group, the selector
+/// steering by NAPI id, a thread per lane pinned to its queue's CPU. A lane that fails
+/// stops the others (it gives `stop`).
+pub(super) fn serve_lanes(
+    cfg: &ServerConfig,
+    dev: &str,
+    keys: &std::collections::hash_map::RandomState,
+    stop: &Stop,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
+    let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
+    let ids = q.napi_ids();
+    let mut map = LaneMap::new(ids.len()).map_err(|e| ServerError::Lanes(e.to_string()))?;
+    map.learn(&ids);
+    let lanes: Vec<LaneId> = (0..ids.len()).map(|i| map.nth_lane(i)).collect();
+    let cpu_of = |lane: LaneId| q.rx.iter().find(|r| map.owner(r.napi_id) == Some(lane)).and_then(|r| r.cpu);
+    let cpus: Vec<Option<usize>> = lanes.iter().map(|&l| cpu_of(l)).collect();
+    let owned: Vec<Vec<u32>> =
+        lanes.iter().map(|&l| ids.iter().copied().filter(|&id| map.owner(id) == Some(l)).collect()).collect();
+    // The group: sockets join in lane order, so socket i is lane i.
+    let first = bind(cfg, cfg.listen, true)?;
+    let local = first.local_addr().map_err(io_err("local address"))?;
+    let mut steering = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
+    steering.attach(first.as_fd()).map_err(io_err("attach the reuseport selector"))?;
+    let mut socks = vec![first];
+    for _ in 1..lanes.len() {
+        socks.push(bind(cfg, local, true)?);
+    }
+    for &l in &lanes {
+        steering.joined(l);
+    }
+    steering.sync(&map).map_err(io_err("write the reuseport selector's map"))?;
+    on_ready(local);
+    let results: Vec<Result<ServerStats, ServerError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = socks
+            .into_iter()
+            .zip(&cpus)
+            .map(|(sock, &cpu)| {
+                let lane_cfg = ServerConfig { cpu, lane_device: None, ..cfg.clone() };
+                s.spawn(move || {
+                    let r = serve_on(&lane_cfg, sock, keys, stop, |_| {});
+                    if r.is_err() {
+                        stop.stop();
+                    }
+                    r
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(ServerError::Lanes("a lane's thread panicked".into()))))
+            .collect()
+    });
+    let mut per = Vec::with_capacity(results.len());
+    for r in results {
+        per.push(r?);
+    }
+    let (by_napi_id, by_hash) = steering.counts().map_err(io_err("read the reuseport selector's counters"))?;
+    let mut st = ServerStats {
+        path: cfg.path.to_string(),
+        listen: local.to_string(),
+        tx: cfg.tx.to_string(),
+        ..ServerStats::default()
+    };
+    let mut report = LanesReport { device: dev.to_string(), lanes: Vec::new(), by_napi_id, by_hash };
+    for (i, l) in per.iter().enumerate() {
+        st.seconds = st.seconds.max(l.seconds);
+        st.frames += l.frames;
+        st.responses += l.responses;
+        st.datagrams_sent += l.datagrams_sent;
+        st.bytes_sent += l.bytes_sent;
+        st.gso_sends += l.gso_sends;
+        st.refused_malformed += l.refused_malformed;
+        st.refused_not_request += l.refused_not_request;
+        st.refused_too_large += l.refused_too_large;
+        st.send_dropped += l.send_dropped;
+        st.send_errors += l.send_errors;
+        st.recv_errors += l.recv_errors;
+        st.wakeups += l.wakeups;
+        st.polls += l.polls;
+        st.recv_syscalls += l.recv_syscalls;
+        st.send_syscalls += l.send_syscalls;
+        st.cpu_s += l.cpu_s;
+        report.lanes.push(RrLane {
+            lane: i,
+            cpu: cpus[i],
+            napi_ids: owned[i].clone(),
+            frames: l.frames,
+            responses: l.responses,
+            cpu_s: l.cpu_s,
+        });
+    }
+    let n = per.len().max(1) as f64;
+    st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };
+    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
+    st.syscalls_per_response = if st.responses > 0 {
+        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
+    } else {
+        0.0
+    };
+    st.lanes = Some(report);
+    Ok(st)
+}
