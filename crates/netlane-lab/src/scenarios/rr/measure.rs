@@ -116,11 +116,17 @@ fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
         }
     };
     let pop = ClientsConfig { server: addr, ..m.clients.clone() };
-    let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
-    let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
-    let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+    // Every way out of here goes past the stop: a failure on the way must not leave
+    // the server running.
+    let measured = (|| {
+        let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+        let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
+        let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+        Ok::<_, anyhow::Error>((clients, cpu0.delta(&cpu1)))
+    })();
     stop.stop();
     let server = server.join().map_err(|_| anyhow!("the server thread panicked"))?.context("the server failed")?;
+    let (clients, server_cpu) = measured?;
     let clients = clients?.context("the clients failed")?;
-    Ok(RrRun { clients, server, server_cpu: cpu0.delta(&cpu1) })
+    Ok(RrRun { clients, server, server_cpu })
 }
