@@ -3,11 +3,11 @@
 //!
 //! The driver's loop, for each of its connections:
 //! 1. wait until [`Connection::next_due`] or until the socket is readable;
-//! 2. [`Connection::send`] appends every request due by `now` to the output buffer; write
+//! 2. [`Connection::poll_transmit`] appends every request due by `now` to the output buffer; write
 //!    it to the socket (what the socket does not take is written first next time: a
 //!    request counts as sent when it is handed to the buffer);
-//! 3. [`Connection::receive`] every read; on an error, or when the socket fails, close it,
-//!    call [`Connection::disconnected`] and reconnect: the schedule goes on, and requests
+//! 3. [`Connection::handle_input`] every read; on an error, or when the socket fails, close it,
+//!    call [`Connection::handle_disconnect`] and reconnect: the schedule goes on, and requests
 //!    that fell due meanwhile go out late on the new socket, measured from their schedule;
 //! 4. at the window's end no request is due any more; keep receiving for a drain period
 //!    at least as long as the SLA's latency (a request still unanswered then has missed
@@ -121,7 +121,7 @@ impl Connection {
 
     /// Takes bytes read at `now_ns`; returns how many requests they completed. An error
     /// means the stream is out of step: close the socket and call
-    /// [`Connection::disconnected`] (the completions before it are recorded).
+    /// [`Connection::handle_disconnect`] (the completions before it are recorded).
     pub fn handle_input(&mut self, now_ns: u64, bytes: &[u8], stats: &mut Stats) -> Result<u32, ProtocolError> {
         let mut n = 0;
         let was_full = self.codec.outstanding() >= self.max_in_flight;

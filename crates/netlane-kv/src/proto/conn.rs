@@ -1,7 +1,7 @@
 //! One client connection's byte stream: bytes in, commands run, replies out.
 //!
 //! The driver reads into [`Conn::read_space`], reports it with [`Conn::filled`], calls
-//! [`Conn::process`], and writes [`Conn::output`] (reporting with [`Conn::written`]).
+//! [`Conn::process`], and writes [`Conn::poll_output`] (reporting with [`Conn::handle_written`]).
 //!
 //! # Bounds (a client controls none of them)
 //! - The input buffer holds at most one command line ([`Limits::max_line`]) plus one

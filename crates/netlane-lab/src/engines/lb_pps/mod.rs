@@ -46,12 +46,12 @@
 //! (connection entries, tag ids) is not walked sequentially, which real traffic never
 //! does and which would flatter every table.
 //!
-//! The folder: [`results`] (what ran, a slice, a run's figures), [`options`] (what can
-//! be asked), [`network`] (the namespaces, veth pairs, NAPI threads and sink the runs
-//! share), [`generator`] (frames, how they are sent, the classifiers that write hints),
-//! [`counters`] (what a contender runs, and reading its counters), [`contender`]
-//! (loading each program with its generator), [`warm_up`] (passes until the state is
-//! warm), [`measure`] (the turns and what one slice measures).
+//! The folder: `results.rs` (what ran, a slice, a run's figures), `options.rs` (what can
+//! be asked), `network.rs` (the namespaces, veth pairs, NAPI threads and sink the runs
+//! share), `generator.rs` (frames, how they are sent, the classifiers that write hints),
+//! `counters.rs` (what a contender runs, and reading its counters), `contender.rs`
+//! (loading each program with its generator), `warm_up.rs` (passes until the state is
+//! warm), `measure.rs` (the turns and what one slice measures).
 
 mod contender;
 mod counters;
@@ -104,7 +104,7 @@ const BARE_FRAMES: u32 = 1 << 18;
 const WARM_THREADS: usize = 8;
 
 /// Runs every flow count with the XDP_TX ceiling and every balancer mode taking turns
-/// ([`Bench::compare`]); `progress` is told what happens. The runs happen on a thread
+/// (`Bench::compare`); `progress` is told what happens. The runs happen on a thread
 /// of their own (pinned to CPU 0), which moves between the benchmark's namespaces; the
 /// caller's thread keeps its namespace.
 pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>, LbError> {

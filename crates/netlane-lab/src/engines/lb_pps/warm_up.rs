@@ -19,7 +19,7 @@ use super::{GEN_CPU, LB_CPU, WARM_BURST, WARM_ENOUGH, WARM_PASSES, WARM_THREADS,
 pub struct WarmUp {
     /// Passes over every flow it took.
     pub passes: u32,
-    /// Whether the last pass met [`WARM_ENOUGH`].
+    /// Whether the last pass met `WARM_ENOUGH`.
     pub complete: bool,
     /// What the last pass saw, or why it fell short.
     pub last: String,

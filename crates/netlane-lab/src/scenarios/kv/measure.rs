@@ -47,7 +47,7 @@ pub struct KvRound {
     pub searches: Vec<SearchReport>,
     /// The fixed rates, in --rates order.
     pub rates: Vec<KvRun>,
-    /// Closed loop, then open loop at [`OPEN_SHARE`] of the closed loop's rate.
+    /// Closed loop, then open loop at 80% (`OPEN_SHARE`) of the closed loop's rate.
     pub closed: Option<(KvRun, KvRun)>,
     /// The floor: a run at the lowest search rate, and the stalls cyclictest saw on the
     /// server CPU during it.

@@ -14,9 +14,9 @@
 //! Every round starts each server fresh, loads the key space, and runs its parts; the
 //! servers alternate first from round to round. Ratios pair the servers within a round.
 //!
-//! The folder: [`options`] (what can be asked), [`measure`] (a server's round: warm-up,
-//! floor, searches, fixed rates, closed loop), [`checks`] (the quantities the targets
-//! compare and the check list), [`report`] (its sections).
+//! The folder: `options.rs` (what can be asked), `measure.rs` (a server's round: warm-up,
+//! floor, searches, fixed rates, closed loop), `checks.rs` (the quantities the targets
+//! compare and the check list), `report.rs` (its sections).
 
 mod checks;
 mod measure;

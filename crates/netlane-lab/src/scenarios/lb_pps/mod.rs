@@ -9,9 +9,9 @@
 //! the same round. Slices that measured nothing (the NAPI thread got no CPU) are left
 //! out and said so.
 //!
-//! The folder: [`options`] (what can be asked, and the engine's options from it),
-//! [`checks`] (the results by flow count and program, the paired slices the targets
-//! compare, and the checks as one list), [`report`] (its sections).
+//! The folder: `options.rs` (what can be asked, and the engine's options from it),
+//! `checks.rs` (the results by flow count and program, the paired slices the targets
+//! compare, and the checks as one list), `report.rs` (its sections).
 
 mod checks;
 mod options;

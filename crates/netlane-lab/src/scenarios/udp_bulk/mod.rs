@@ -7,7 +7,7 @@
 //! rounds, measured at the receiver where it counts (bytes that arrived, the rate they
 //! arrived at).
 //!
-//! The folder: [`options`] (modes and what can be asked), `plan` (the arms a round
+//! The folder: `options.rs` (modes and what can be asked), `plan` (the arms a round
 //! runs), `checks` (the targets as one list), `report` (its sections).
 
 mod checks;
