@@ -241,12 +241,13 @@ fn run(cli: Cli) -> Result<u8> {
 }
 
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let cmd = Cli::command();
+    let matches = cmd.clone().get_matches();
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    let flags = out::flags_of(&Cli::command(), &matches);
+    let flags = out::flags_of(&cmd, &matches);
     let level = match cli.verbose {
         0 => "warn",
         1 => "info",

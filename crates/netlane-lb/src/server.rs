@@ -1,5 +1,5 @@
 //! `netlane lb run` and `netlane lb decap` as library calls: load, attach, serve until
-//! told to stop, detach. The caller (the command line) sets the stop flag from its
+//! told to stop, detach. The caller (the command line) gives the stop signal from its
 //! signal handler and prints the [`Event`]s; nothing here prints.
 //!
 //! While serving, the configuration file is re-read whenever it changes (reals added,
@@ -425,10 +425,10 @@ pub fn decap(
     };
     let mode = link.mode();
     let start = Instant::now();
+    // The wait ends at the stop or when the time is up (a wait is at most about a
+    // minute, so without a time it is taken again).
     let left = |t: Duration| t.saturating_sub(start.elapsed());
-    while !stop.wait(time.map_or(Duration::from_secs(1), left).min(Duration::from_secs(1)))
-        && time.is_none_or(|t| start.elapsed() < t)
-    {}
+    while !stop.wait(time.map_or(Duration::MAX, left)) && time.is_none_or(|t| start.elapsed() < t) {}
     drop(link);
     Ok(mode)
 }

@@ -70,7 +70,7 @@ impl Acceptor {
 
     fn accept_all(&mut self) {
         let Some(listener) = &self.listener else { return };
-        // Bounded per wake-up so the stop flag and the reaper are never starved.
+        // Bounded per wake-up so the stop signal and the reaper are never starved.
         for _ in 0..1024 {
             match listener.accept() {
                 Ok(s) => {

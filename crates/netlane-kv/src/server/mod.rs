@@ -30,12 +30,11 @@ mod worker;
 use std::net::{SocketAddr, TcpListener, UdpSocket};
 use std::os::fd::AsFd;
 use std::sync::{Arc, Mutex};
-
-use netlane::serve::Stop;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use netlane::lanes::{BusyPoll, LaneId, LaneMap, ReuseportSteering};
+use netlane::serve::Stop;
 use netlane::topology::NetnsHandle;
 use netlane::topology::netdev::NapiSettings;
 use nix::sys::eventfd::{EfdFlags, EventFd};

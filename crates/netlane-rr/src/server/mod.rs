@@ -70,7 +70,7 @@ pub struct ServerConfig {
     pub recv_buffer: usize,
     /// Socket send buffer to ask for, bytes.
     pub send_buffer: usize,
-    /// Stop after this long (None: until the stop flag).
+    /// Stop after this long (None: until the stop signal).
     pub duration: Option<Duration>,
     /// Ring paths: the interface to read (None: the one that has the listen address,
     /// every interface for an unspecified address).

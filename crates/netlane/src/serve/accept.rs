@@ -4,8 +4,8 @@
 //! EMFILE, ENFILE, ENOBUFS and ENOMEM leave the pending connection queued and the
 //! listener readable: an acceptor that tried again at once would spin on it. It waits
 //! 10 ms, doubling to 1 s while the failures go on, and starts again from nothing at the
-//! next connection taken. Sans-IO: the caller does the waiting (on its [`super::Stop`],
-//! so that a stop still ends the wait).
+//! next connection taken. It never sleeps: the caller waits (on its [`super::Stop`], so
+//! that a stop still ends the wait).
 
 use std::io;
 use std::time::{Duration, Instant};

@@ -50,7 +50,8 @@ impl Stop {
         &self.0.stopped
     }
 
-    /// Sleeps up to `d`, returning early when the signal is given; true when it was.
+    /// Sleeps up to `d` (at most about a minute: a caller that waits longer waits again),
+    /// returning early when the signal is given; true when it was.
     pub fn wait(&self, d: Duration) -> bool {
         if self.is_stopped() {
             return true;
