@@ -8,6 +8,7 @@ use crate::documents::{NvmePerf, NvmeTarget};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
+use netlane::metrics::CounterSet;
 use netlane_lab::scenarios::nvme::perf_table;
 use netlane_nvme::host::ConnectOptions;
 use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
@@ -168,27 +169,21 @@ impl TargetArgs {
         );
         if !out.json_to_stdout() {
             let s = &doc.body.stats;
-            out::println(&format!(
-                "stopped after {:.1} s: connections={} refused={} refused_in_setup={} commands={} reads={} writes={} flushes={} \
-                 errors={} rounds={} sends={} reactor_cpu_s={:.3} keepalive_expiries={} terminations={} \
-                 data_digest_errors={} storage_failures={}",
+            let mut line = format!(
+                "stopped after {:.1} s: connections={} refused={} refused_in_setup={} commands={} errors={} rounds={} \
+                 sends={} reactor_cpu_s={:.3}",
                 doc.body.seconds,
                 s.connections,
                 s.refused,
                 s.refused_in_setup,
                 s.commands,
-                s.subsystem.read_cmds,
-                s.subsystem.write_cmds,
-                s.subsystem.flush_cmds,
                 s.errors.values().sum::<u64>(),
                 s.rounds,
                 s.sends,
                 s.reactor_cpu.total_s(),
-                s.subsystem.keepalive_expiries,
-                s.subsystem.terminations,
-                s.subsystem.data_digest_errors,
-                s.subsystem.storage_failures,
-            ));
+            );
+            s.subsystem.each(&mut |name, _, v| line.push_str(&format!(" {name}={v}")));
+            out::println(&line);
         }
         out.write_json(&doc)?;
         Ok(0)

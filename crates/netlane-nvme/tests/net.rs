@@ -175,7 +175,7 @@ fn loopback_round_trip_every_command_and_digest_setting() {
         exercise(addr, hd, dd, &f.file);
     }
     run_perf_verify(addr);
-    assert_eq!(f.subsys.stats.terminations.load(Ordering::Relaxed), 0);
+    assert_eq!(f.subsys.stats.counts.terminations.load(Ordering::Relaxed), 0);
 }
 
 /// More commands than the queues have slots (4 jobs x qd 16 on two queues of depth 8):
@@ -208,7 +208,7 @@ fn more_commands_than_queue_slots_wait_their_turn() {
     let g = &r.groups[0];
     assert_eq!((g.errors, g.mismatches), (0, 0));
     assert!(g.reads > 100 && g.writes > 100, "{} reads, {} writes", g.reads, g.writes);
-    assert_eq!(f.subsys.stats.flush_cmds.load(Ordering::Relaxed), 4, "one Flush per job after its prefill");
+    assert_eq!(f.subsys.stats.counts.flush_cmds.load(Ordering::Relaxed), 4, "one Flush per job after its prefill");
 }
 
 #[test]
@@ -523,7 +523,7 @@ fn malformed_input_is_terminated_and_other_hosts_keep_working() {
     let c = q.run(rw(nvm::READ, 1, 0, 1), vec![1; 4096], T, "read").unwrap();
     assert!(c.cqe.status.is_success());
     assert!(c.data.iter().all(|&b| b == 0), "a malformed command wrote data");
-    assert!(f.subsys.stats.terminations.load(Ordering::Relaxed) >= 8);
+    assert!(f.subsys.stats.counts.terminations.load(Ordering::Relaxed) >= 8);
     // The first controller's admin queue is still alive too.
     assert!(ctrl.admin_run(sqe(admin::KEEP_ALIVE, 0, 0), vec![], "keep alive").unwrap().cqe.status.is_success());
     // A second Connect for a connected queue is refused with a sequence error.
@@ -555,7 +555,7 @@ fn keep_alive_expiry_tears_down_the_controller_and_reconnect_works() {
     let waited = start.elapsed();
     assert!(waited < Duration::from_secs(3), "expiry took {waited:?} (KATO 1 s)");
     assert_eq!(f.subsys.controller_count(), 0);
-    assert_eq!(f.subsys.stats.keepalive_expiries.load(Ordering::Relaxed), 1);
+    assert_eq!(f.subsys.stats.counts.keepalive_expiries.load(Ordering::Relaxed), 1);
     // Reconnect: a new controller, queue 1 connects again, I/O works.
     let ctrl2 = Controller::connect(&o, 2).unwrap();
     assert_ne!(ctrl2.cntlid, ctrl.cntlid);

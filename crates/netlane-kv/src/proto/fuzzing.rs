@@ -1,6 +1,8 @@
 //! The fuzz target's body, here so the stable test suite runs it over the seed corpus
 //! too (`fuzz/fuzz_targets/kv_conn.rs` is the cargo-fuzz wrapper).
 
+use netlane::metrics::CounterSet;
+
 use super::parse::StatsKind;
 use super::reply::StatsWriter;
 use super::{Clock, Conn, Counters, Ctx, Host, Limits, Settings, Turn};
@@ -19,7 +21,7 @@ impl Host for FixedHost {
         let mut w = StatsWriter::new(out);
         match kind {
             StatsKind::General => {
-                own.each(|name, _, v| {
+                own.each(&mut |name, _, v| {
                     w.num(name, v);
                 });
                 w.num("curr_items", store.stats().curr_items);

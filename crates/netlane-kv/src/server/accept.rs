@@ -7,10 +7,9 @@
 use std::io::ErrorKind;
 use std::os::fd::AsFd;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use netlane::serve::{AcceptBackoff, Stop};
+use netlane::serve::{AcceptBackoff, Admitted, Stop};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::Mail;
@@ -75,7 +74,7 @@ impl Acceptor {
             match listener.accept() {
                 Ok(s) => {
                     self.backoff.handle_accepted();
-                    let Some(s) = admit(&self.shared, s) else { continue };
+                    let Some((s, admitted)) = admit(&self.shared, s) else { continue };
                     let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
                     let lanes = &self.shared.lanes;
                     let mut map = lanes.map();
@@ -94,7 +93,7 @@ impl Acceptor {
                     lanes.counters[lane].placed(why);
                     // Posted with the map held: a lane being removed is either still in
                     // the map (and drains its mailbox) or was not chosen.
-                    self.shared.mailbox(lane).post(Mail::Conn { stream: s, napi_id });
+                    self.shared.mailbox(lane).post(Mail::Conn { stream: s, napi_id, admitted });
                     drop(map);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
@@ -102,7 +101,7 @@ impl Acceptor {
                 Err(e) => {
                     // The pending connection stays queued: the caller waits before the
                     // next try instead of spinning on it.
-                    self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    self.shared.limit.handle_accept_error();
                     self.backoff.handle_error(&e, Instant::now());
                     return;
                 }
@@ -113,20 +112,17 @@ impl Acceptor {
 
 /// The connection limit and the socket options every accepted connection gets: `None`
 /// when it was refused (over the limit: memcached's error line, then closed) or could
-/// not be set up. Counts it as open otherwise.
-pub(crate) fn admit(shared: &Shared, s: Stream) -> Option<Stream> {
-    let conns = &shared.conns;
-    if conns.curr.load(Ordering::Relaxed) >= shared.settings.max_conns as u64 {
-        conns.rejected.fetch_add(1, Ordering::Relaxed);
+/// not be set up. Otherwise the connection with its place under the limit, which it
+/// keeps until it is dropped.
+pub(crate) fn admit(shared: &Shared, s: Stream) -> Option<(Stream, Admitted)> {
+    let Some(admitted) = shared.limit.admit() else {
         let _ = s.prepare();
         let _ = s.write(b"ERROR Too many open connections\r\n");
         return None;
-    }
+    };
     if s.prepare().is_err() {
-        conns.accept_errors.fetch_add(1, Ordering::Relaxed);
+        shared.limit.handle_accept_error();
         return None;
     }
-    conns.curr.fetch_add(1, Ordering::Relaxed);
-    conns.total.fetch_add(1, Ordering::Relaxed);
-    Some(s)
+    Some((s, admitted))
 }

@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use netlane::metrics::CounterSet;
 use netlane::metrics::prom::{Exposition, Kind};
+use netlane::serve::ConnLimit;
 use serde::Serialize;
 
 use crate::proto::parse::StatsKind;
@@ -52,14 +54,10 @@ pub struct Settings {
     pub chunk_size: u64,
 }
 
-/// Connection-level counters (the acceptor's and workers').
+/// Connection-level counters of the workers (the limit counts admissions).
 #[derive(Debug, Default)]
 pub(crate) struct ConnCounters {
-    pub curr: AtomicU64,
-    pub total: AtomicU64,
-    pub rejected: AtomicU64,
     pub idle_kicks: AtomicU64,
-    pub accept_errors: AtomicU64,
     pub udp_requests: AtomicU64,
 }
 
@@ -71,6 +69,8 @@ pub(crate) struct Shared {
     /// Protocol counters by lane (a lane that left keeps its slot: its counts stay).
     pub workers: Vec<SharedCounters>,
     pub conns: ConnCounters,
+    /// The connection limit (`max_conns`): every open connection holds a place.
+    pub limit: ConnLimit,
     /// Memory connections hold beyond their base buffers, and its limit.
     pub conn_memory: Arc<ConnMemory>,
     pub lanes: Lanes,
@@ -147,9 +147,10 @@ impl Shared {
         let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         Shared {
             store,
-            settings,
             workers: (0..lane_slots).map(|_| SharedCounters::default()).collect(),
             conns: ConnCounters::default(),
+            limit: ConnLimit::new(settings.max_conns as u64),
+            settings,
             conn_memory,
             lanes,
             mailboxes,
@@ -195,24 +196,25 @@ impl Shared {
                 _ => t.add(&w.load()),
             }
         }
-        let base = self.baseline.lock().map(|b| b.clone()).unwrap_or_default();
+        let base = self.baseline.lock().map(|b| *b).unwrap_or_default();
         t.minus(&base)
     }
 
     pub fn snapshot(&self) -> ServerStats {
         let c = self.counters(None);
         let mut m = std::collections::BTreeMap::new();
-        c.each(|name, _, v| {
+        c.each(&mut |name, _, v| {
             m.insert(name.to_string(), v);
         });
         let s = self.store.stats();
+        let admissions = self.limit.counts();
         ServerStats {
             uptime_s: self.started.elapsed().as_secs_f64(),
-            curr_connections: self.conns.curr.load(Ordering::Relaxed),
-            total_connections: self.conns.total.load(Ordering::Relaxed),
-            rejected_connections: self.conns.rejected.load(Ordering::Relaxed),
+            curr_connections: self.limit.open(),
+            total_connections: admissions.admitted,
+            rejected_connections: admissions.refused,
             idle_kicks: self.conns.idle_kicks.load(Ordering::Relaxed),
-            accept_errors: self.conns.accept_errors.load(Ordering::Relaxed),
+            accept_errors: admissions.accept_errors,
             udp_requests: self.conns.udp_requests.load(Ordering::Relaxed),
             protocol: CountersView(m),
             lanes: self.lanes.view(),
@@ -231,6 +233,7 @@ impl Shared {
         let ru = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF).ok();
         let tv = |t: nix::sys::time::TimeVal| format!("{}.{:06}", t.tv_sec(), t.tv_usec());
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let admissions = self.limit.counts();
         w.num("pid", u64::from(std::process::id()))
             .num("uptime", clock.now_ms / 1000)
             .num("time", clock.unix_secs())
@@ -239,11 +242,11 @@ impl Shared {
             .text("rusage_user", &ru.map_or("0.0".into(), |r| tv(r.user_time())))
             .text("rusage_system", &ru.map_or("0.0".into(), |r| tv(r.system_time())))
             .num("max_connections", self.settings.max_conns as u64)
-            .num("curr_connections", n(&self.conns.curr))
-            .num("total_connections", n(&self.conns.total))
-            .num("rejected_connections", n(&self.conns.rejected))
-            .num("connection_structures", n(&self.conns.curr));
-        c.each(|name, _, v| {
+            .num("curr_connections", self.limit.open())
+            .num("total_connections", admissions.admitted)
+            .num("rejected_connections", admissions.refused)
+            .num("connection_structures", self.limit.open());
+        c.each(&mut |name, _, v| {
             w.num(name, v);
         });
         // The server never stops listening (connections over the limit are refused one
@@ -256,7 +259,7 @@ impl Shared {
             .num("lrutail_reflocked", 0)
             .num("threads", self.settings.threads as u64)
             .num("idle_kicks", n(&self.conns.idle_kicks))
-            .num("accept_errors", n(&self.conns.accept_errors))
+            .num("accept_errors", admissions.accept_errors)
             .num("bytes", s.bytes)
             .num("curr_items", s.curr_items)
             .num("total_items", s.total_items)
@@ -316,13 +319,10 @@ impl Shared {
         let c = self.counters(None);
         let s = self.store.stats();
         let mut e = Exposition::new();
-        c.each(|name, help, v| {
-            let n = format!("netlane_kv_{name}_total");
-            e.family(&n, help, Kind::Counter).sample(&n, &[], v);
-        });
+        e.counters("netlane_kv", &c);
         let n = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let gauges: [(&str, &str, u64); 4] = [
-            ("netlane_kv_curr_connections", "Connections open now.", n(&self.conns.curr)),
+            ("netlane_kv_curr_connections", "Connections open now.", self.limit.open()),
             ("netlane_kv_curr_items", "Items held now.", s.curr_items),
             ("netlane_kv_bytes", "Bytes held now (key + value + overhead).", s.bytes),
             ("netlane_kv_limit_maxbytes", "The memory limit.", self.store.memory()),
@@ -330,15 +330,12 @@ impl Shared {
         for (name, help, v) in gauges {
             e.family(name, help, Kind::Gauge).sample(name, &[], v);
         }
+        let admissions = self.limit.counts();
         let counters: [(&str, &str, u64); 8] = [
-            ("netlane_kv_total_connections_total", "Connections accepted.", n(&self.conns.total)),
-            ("netlane_kv_rejected_connections_total", "Connections refused at the limit.", n(&self.conns.rejected)),
+            ("netlane_kv_total_connections_total", "Connections accepted.", admissions.admitted),
+            ("netlane_kv_rejected_connections_total", "Connections refused at the limit.", admissions.refused),
             ("netlane_kv_idle_kicks_total", "Connections closed for idleness.", n(&self.conns.idle_kicks)),
-            (
-                "netlane_kv_accept_errors_total",
-                "Connections the acceptor could not take.",
-                n(&self.conns.accept_errors),
-            ),
+            ("netlane_kv_accept_errors_total", "Connections the acceptor could not take.", admissions.accept_errors),
             ("netlane_kv_total_items_total", "Items ever stored.", s.total_items),
             ("netlane_kv_evictions_total", "Live items evicted for room.", s.evictions),
             ("netlane_kv_reclaimed_total", "Expired or flushed items removed.", s.reclaimed),

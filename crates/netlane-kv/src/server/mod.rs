@@ -227,8 +227,9 @@ impl ServerConfig {
 /// What a lane's mailbox carries.
 #[derive(Debug)]
 pub(crate) enum Mail {
-    /// A new connection placed on this lane; `napi_id` is where its packets arrive.
-    Conn { stream: stream::Stream, napi_id: u32 },
+    /// A new connection placed on this lane; `napi_id` is where its packets arrive;
+    /// `admitted` its place under the connection limit.
+    Conn { stream: stream::Stream, napi_id: u32, admitted: netlane::serve::Admitted },
     /// A connection another lane gave up, with everything it had buffered.
     Moved(Box<worker::Moving>),
     /// Give every connection whose NAPI id another lane now owns to that lane.

@@ -20,7 +20,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use netlane::lanes::{BusyPoll, LaneId, Why};
-use netlane::serve::{AcceptBackoff, Stop};
+use netlane::serve::{AcceptBackoff, Admitted, Stop};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::Mail;
@@ -66,6 +66,8 @@ struct Entry {
     last_active_ms: u64,
     /// The NAPI instance its packets arrive through (0: none known).
     napi_id: u32,
+    /// Its place under the connection limit: freed when the entry is dropped.
+    _admitted: Admitted,
 }
 
 /// A connection on its way to another lane.
@@ -251,7 +253,7 @@ impl Worker {
         let mut retire = false;
         for mail in self.shared.mailbox(self.id).take() {
             match mail {
-                Mail::Conn { stream, napi_id } => {
+                Mail::Conn { stream, napi_id, admitted } => {
                     let now = self.shared.clock().now_ms;
                     let conn = Conn::new(self.limits, self.shared.store.item_max())
                         .with_budget(self.shared.conn_memory.clone());
@@ -266,6 +268,7 @@ impl Worker {
                         shut: false,
                         last_active_ms: now,
                         napi_id,
+                        _admitted: admitted,
                     };
                     self.register(e);
                 }
@@ -300,7 +303,6 @@ impl Worker {
         if let Err(err) = self.epoll.add(e.stream.as_fd(), EpollEvent::new(flags, idx as u64)) {
             tracing::warn!(error = %err, "epoll add failed; connection dropped");
             self.free.push(idx);
-            self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
             self.shared.lanes.map().closed(self.id);
             return;
         }
@@ -329,7 +331,7 @@ impl Worker {
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.shared.conns.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    self.shared.limit.handle_accept_error();
                     let rest = self.backoff.handle_error(&e, Instant::now());
                     self.rest_listener(rest);
                     return false;
@@ -359,7 +361,7 @@ impl Worker {
     }
 
     fn take_accepted(&mut self, s: Stream) {
-        let Some(s) = admit(&self.shared, s) else { return };
+        let Some((s, admitted)) = admit(&self.shared, s) else { return };
         let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
         let lanes = &self.shared.lanes;
         let mut map = lanes.map();
@@ -389,7 +391,7 @@ impl Worker {
             lanes.counters[self.id].handed_over.fetch_add(1, Ordering::Relaxed);
         }
         // Posted with the map held (see the acceptor).
-        self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id });
+        self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id, admitted });
         drop(map);
         if p.why == Why::NewId {
             lanes.resync();
@@ -465,7 +467,6 @@ impl Worker {
             && slot.take().is_some()
         {
             self.free.push(idx);
-            self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
             self.shared.lanes.map().closed(self.id);
         }
     }
@@ -644,12 +645,8 @@ impl Worker {
             }
             self.close(i);
         }
-        // Connections still in the mailbox were counted as open: they close unserved.
-        for m in self.shared.mailbox(self.id).take() {
-            if matches!(m, Mail::Conn { .. } | Mail::Moved(_)) {
-                self.shared.conns.curr.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
+        // Connections still in the mailbox close unserved (and give their places back).
+        drop(self.shared.mailbox(self.id).take());
         self.shared.workers[self.id].publish(&self.counters);
     }
 }

@@ -11,7 +11,7 @@ pub(super) fn accept_loop(
     subsys: &Subsystem,
     (max, per_source): (u64, usize),
 ) {
-    let mut next = 0usize;
+    let (mut next, mut conn_id) = (0usize, 0u64);
     let mut backoff = AcceptBackoff::new();
     let mut refused_log = RateLimit::new(LOG_EVERY);
     let (mut storage_reported, mut storage_at) = (0u64, Instant::now());
@@ -20,7 +20,7 @@ pub(super) fn accept_loop(
         // here once per interval, not logged one line per command.
         if storage_at.elapsed() >= LOG_EVERY {
             storage_at = Instant::now();
-            let failed = subsys.stats.storage_failures.load(Ordering::Relaxed);
+            let failed = subsys.stats.counts.storage_failures.load(Ordering::Relaxed);
             if failed > storage_reported {
                 let last = subsys.stats.last_storage_failure.lock().map(|l| l.clone()).unwrap_or_default();
                 tracing::warn!(
@@ -49,39 +49,36 @@ pub(super) fn accept_loop(
             match l.accept() {
                 Ok((sock, peer)) => {
                     backoff.handle_accepted();
-                    let id = shared.connections.fetch_add(1, Ordering::Relaxed);
-                    if shared.live.load(Ordering::Acquire) >= max {
-                        shared.refused.fetch_add(1, Ordering::Relaxed);
+                    let id = conn_id;
+                    conn_id += 1;
+                    let Some(admitted) = shared.limit.admit() else {
                         if let Some(n) = refused_log.allow(Instant::now()) {
                             tracing::warn!(%peer, limit = max, also_refused = n, "connection limit reached: closing a new connection");
                         }
                         drop(sock);
                         continue;
-                    }
-                    if !shared.enter_setup(peer.ip(), per_source) {
+                    };
+                    let Some(setup) = shared.enter_setup(peer.ip(), per_source) else {
                         shared.refused_in_setup.fetch_add(1, Ordering::Relaxed);
                         if let Some(n) = refused_log.allow(Instant::now()) {
                             tracing::warn!(%peer, limit = per_source, also_refused = n, "too many connections in setup from this source: closing a new one");
                         }
                         drop(sock);
                         continue;
-                    }
-                    shared.live.fetch_add(1, Ordering::AcqRel);
+                    };
                     tracing::info!(%peer, local = ?sock.local_addr().ok(), conn = id, "connection opened");
                     let (tx, wake) = &reactors[next % reactors.len()];
                     next += 1;
-                    if tx.send(NewConn { sock, peer, id }).is_ok() {
+                    // A reactor that is gone drops the connection with its places.
+                    if tx.send(NewConn { sock, peer, id, admitted, setup }).is_ok() {
                         let _ = wake.write(1);
-                    } else {
-                        shared.live.fetch_sub(1, Ordering::AcqRel);
-                        shared.leave_setup(peer.ip());
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     // Out of descriptors or memory: wait for connections to close rather
                     // than spin on a listener that stays readable.
-                    shared.accept_errors.fetch_add(1, Ordering::Relaxed);
+                    shared.limit.handle_accept_error();
                     backoff.handle_error(&e, Instant::now());
                 }
             }

@@ -77,28 +77,8 @@ pub fn render(stats: &TargetStats, queues: &QueueMetricsSnapshot) -> String {
     for (reason, n) in &stats.closed {
         e.sample(closed, &[("reason", reason)], n);
     }
-    let sub = &stats.subsystem;
-    for (name, help, v) in [
-        ("netlane_nvme_target_flushes_total", "Flush commands accepted.", sub.flush_cmds),
-        (
-            "netlane_nvme_target_terminations_total",
-            "Connections terminated for a protocol violation.",
-            sub.terminations,
-        ),
-        ("netlane_nvme_target_data_digest_errors_total", "Data digest errors seen.", sub.data_digest_errors),
-        (
-            "netlane_nvme_target_keepalive_expiries_total",
-            "Controllers removed by keep-alive expiry.",
-            sub.keepalive_expiries,
-        ),
-        (
-            "netlane_nvme_target_storage_failures_total",
-            "Storage operations that failed (each failed its command).",
-            sub.storage_failures,
-        ),
-    ] {
-        e.family(name, help, Kind::Counter).sample(name, &[], v);
-    }
+    // The subsystem's counters under their own names (what the SMART log reports).
+    e.counters("netlane_nvme_target", &stats.subsystem);
     // The target-wide sum first (queue="all"), then each live queue.
     let mut all = queues.closed.clone();
     for q in queues.live.values() {

@@ -36,18 +36,19 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::proto::target::{CloseReason, QueueStats, StorageOp, StorageRequest, Subsystem, TargetQueue};
-use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use nix::sys::eventfd::{EfdFlags, EventFd};
-use serde::Serialize;
-
-use crate::wire::{Batch, RxBuf, send};
 use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::metrics::units;
 use netlane::ratelimit::RateLimit;
-use netlane::serve::{AcceptBackoff, Stop};
+use netlane::serve::{AcceptBackoff, Admitted, ConnLimit, Stop};
 use netlane::time::monotonic_ns;
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use serde::Serialize;
+
+pub use crate::proto::target::SubsystemCounters;
+use crate::proto::target::{CloseReason, QueueStats, StorageOp, StorageRequest, Subsystem, TargetQueue};
+use crate::wire::{Batch, RxBuf, send};
 
 mod accept;
 pub mod metrics;
@@ -160,47 +161,6 @@ pub struct TargetStats {
     pub subsystem: SubsystemCounters,
 }
 
-/// A snapshot of the subsystem's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct SubsystemCounters {
-    /// Read commands completed.
-    pub read_cmds: u64,
-    /// Write commands completed.
-    pub write_cmds: u64,
-    /// Flush commands accepted.
-    pub flush_cmds: u64,
-    /// 512-byte units read.
-    pub sectors_read: u64,
-    /// 512-byte units written.
-    pub sectors_written: u64,
-    /// Connections terminated for a protocol violation.
-    pub terminations: u64,
-    /// Data digest errors seen.
-    pub data_digest_errors: u64,
-    /// Controllers removed because their keep-alive timer expired.
-    pub keepalive_expiries: u64,
-    /// Storage operations that failed (each failed its command).
-    pub storage_failures: u64,
-}
-
-impl SubsystemCounters {
-    fn of(s: &Subsystem) -> SubsystemCounters {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        let st = &s.stats;
-        SubsystemCounters {
-            read_cmds: g(&st.read_cmds),
-            write_cmds: g(&st.write_cmds),
-            flush_cmds: g(&st.flush_cmds),
-            sectors_read: g(&st.sectors_read),
-            sectors_written: g(&st.sectors_written),
-            terminations: g(&st.terminations),
-            data_digest_errors: g(&st.data_digest_errors),
-            keepalive_expiries: g(&st.keepalive_expiries),
-            storage_failures: g(&st.storage_failures),
-        }
-    }
-}
-
 /// One live queue, as the metrics see it.
 #[derive(Debug, Clone)]
 pub struct QueueMetrics {
@@ -228,13 +188,11 @@ pub struct QueueMetricsSnapshot {
 struct Shared {
     /// Given when the target stops: every reactor and the acceptor wait on it.
     stop: Stop,
-    connections: AtomicU64,
-    live: AtomicU64,
-    refused: AtomicU64,
+    /// The connection limit: every open connection holds a place.
+    limit: ConnLimit,
     refused_in_setup: AtomicU64,
     /// Connections in setup (no ICReq and Connect yet), by source address.
     in_setup: Mutex<HashMap<std::net::IpAddr, usize>>,
-    accept_errors: AtomicU64,
     stats: Mutex<TargetStats>,
     queues: Mutex<QueueMetricsSnapshot>,
 }
@@ -280,7 +238,7 @@ impl TargetServer {
         }
         let addrs = listeners.iter().map(|l| l.local_addr()).collect::<io::Result<Vec<_>>>()?;
         subsys.set_listening(&addrs);
-        let shared = Arc::new(Shared::new()?);
+        let shared = Arc::new(Shared::new(opts.max_connections as u64)?);
         let metrics = match opts.metrics_addr {
             Some(a) => {
                 let (shared, subsys) = (shared.clone(), subsys.clone());
@@ -364,7 +322,7 @@ impl TargetServer {
 
     /// Connections open now.
     pub fn live_connections(&self) -> u64 {
-        self.shared.live.load(Ordering::Relaxed)
+        self.shared.limit.open()
     }
 
     /// Counters so far (reactor CPU is filled in when reactors exit).
@@ -432,11 +390,12 @@ impl Drop for TargetServer {
 
 fn collect_stats(shared: &Shared, subsys: &Subsystem) -> TargetStats {
     let mut s = shared.stats.lock().map(|s| s.clone()).unwrap_or_default();
-    s.connections = shared.connections.load(Ordering::Relaxed);
-    s.refused = shared.refused.load(Ordering::Relaxed);
+    let admissions = shared.limit.counts();
+    s.connections = admissions.admitted + admissions.refused;
+    s.refused = admissions.refused;
     s.refused_in_setup = shared.refused_in_setup.load(Ordering::Relaxed);
-    s.accept_errors = shared.accept_errors.load(Ordering::Relaxed);
-    s.subsystem = SubsystemCounters::of(subsys);
+    s.accept_errors = admissions.accept_errors;
+    s.subsystem = subsys.stats.counts.load();
     if let Ok(q) = shared.queues.lock() {
         let mut all = q.closed.clone();
         for m in q.live.values() {
@@ -466,30 +425,28 @@ pub fn merge_queue_stats(sum: &mut QueueStats, q: &QueueStats) {
 }
 
 impl Shared {
-    fn new() -> io::Result<Shared> {
+    fn new(max_connections: u64) -> io::Result<Shared> {
         Ok(Shared {
             stop: Stop::new()?,
-            connections: AtomicU64::default(),
-            live: AtomicU64::default(),
-            refused: AtomicU64::default(),
+            limit: ConnLimit::new(max_connections),
             refused_in_setup: AtomicU64::default(),
             in_setup: Mutex::default(),
-            accept_errors: AtomicU64::default(),
             stats: Mutex::default(),
             queues: Mutex::default(),
         })
     }
 
-    /// Counts a connection from `ip` into setup: false, and nothing counted, when `ip`
-    /// already has `limit` in setup.
-    fn enter_setup(&self, ip: std::net::IpAddr, limit: usize) -> bool {
-        let Ok(mut m) = self.in_setup.lock() else { return true };
-        let n = m.entry(ip).or_default();
-        if *n >= limit {
-            return false;
+    /// Counts a connection from `ip` into setup until the returned token drops: `None`,
+    /// and nothing counted, when `ip` already has `limit` in setup.
+    fn enter_setup(self: &Arc<Self>, ip: std::net::IpAddr, limit: usize) -> Option<InSetup> {
+        if let Ok(mut m) = self.in_setup.lock() {
+            let n = m.entry(ip).or_default();
+            if *n >= limit {
+                return None;
+            }
+            *n += 1;
         }
-        *n += 1;
-        true
+        Some(InSetup { shared: Arc::clone(self), ip })
     }
 
     /// A connection from `ip` finished setting up, or closed before it did.
@@ -502,5 +459,19 @@ impl Shared {
                 m.remove(&ip);
             }
         }
+    }
+}
+
+/// A connection counted among its source's connections in setup (no controller yet):
+/// dropped when it has a controller, or with the connection.
+#[derive(Debug)]
+struct InSetup {
+    shared: Arc<Shared>,
+    ip: std::net::IpAddr,
+}
+
+impl Drop for InSetup {
+    fn drop(&mut self) {
+        self.shared.leave_setup(self.ip);
     }
 }

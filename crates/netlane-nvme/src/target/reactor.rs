@@ -25,6 +25,10 @@ pub(super) struct NewConn {
     pub(super) sock: TcpStream,
     pub(super) peer: SocketAddr,
     pub(super) id: u64,
+    /// Its place under the connection limit.
+    pub(super) admitted: Admitted,
+    /// Its place among its source's connections in setup.
+    pub(super) setup: InSetup,
 }
 
 pub(super) struct Reactor {
@@ -48,8 +52,10 @@ struct Conn {
     interest: EpollFlags,
     /// Storage requests out on the pool.
     offloaded: u32,
-    /// Counted among its source's connections in setup (no controller yet).
-    setting_up: bool,
+    /// Counted among its source's connections in setup until it has a controller.
+    setup: Option<InSetup>,
+    /// Its place under the connection limit, freed with the connection.
+    _admitted: Admitted,
 }
 
 /// Output backlog above which a connection stops being read until it drains.
@@ -138,17 +144,13 @@ impl Reactor {
                 if token == WAKE_TOKEN {
                     let _ = self.wake.read();
                     while let Ok(nc) = self.rx.try_recv() {
-                        let (id, peer_ip) = (nc.id, nc.peer.ip());
+                        let id = nc.id;
                         match self.register(&ep, nc, now) {
                             Ok(c) => {
                                 conns.insert(id, c);
                                 touched.push(id);
                             }
-                            Err(e) => {
-                                self.shared.live.fetch_sub(1, Ordering::AcqRel);
-                                self.shared.leave_setup(peer_ip);
-                                tracing::warn!("cannot serve a connection: {e}");
-                            }
+                            Err(e) => tracing::warn!("cannot serve a connection: {e}"),
                         }
                     }
                     while let Ok(d) = self.done_rx.try_recv() {
@@ -187,9 +189,8 @@ impl Reactor {
             for &id in &touched {
                 let Some(c) = conns.get_mut(&id) else { continue };
                 let ok = c.service(&self, id, &mut t).is_ok();
-                if c.setting_up && c.q.cntlid().is_some() {
-                    c.setting_up = false;
-                    self.shared.leave_setup(c.peer.ip());
+                if c.setup.is_some() && c.q.cntlid().is_some() {
+                    c.setup = None;
                 }
                 let done =
                     !ok || c.interest.is_empty() || (c.q.close_reason().is_some() && c.q.poll_output().is_empty());
@@ -215,10 +216,6 @@ impl Reactor {
         }
         for (id, c) in conns.drain() {
             self.fold(id, &c);
-            self.shared.live.fetch_sub(1, Ordering::AcqRel);
-            if c.setting_up {
-                self.shared.leave_setup(c.peer.ip());
-            }
             *t.closed.entry("target stopped".into()).or_default() += 1;
         }
         if let Ok(mut s) = self.shared.stats.lock() {
@@ -243,10 +240,6 @@ impl Reactor {
     fn closed(&self, id: u64, c: Conn, t: &mut Tally, violation_log: &mut RateLimit) {
         let reason = reason_name(c.q.close_reason());
         *t.closed.entry(reason.clone()).or_default() += 1;
-        self.shared.live.fetch_sub(1, Ordering::AcqRel);
-        if c.setting_up {
-            self.shared.leave_setup(c.peer.ip());
-        }
         let (peer, cntlid, qid, commands) = (c.peer, c.q.cntlid(), c.q.qid(), c.q.stats.commands);
         match c.q.close_reason() {
             Some(CloseReason::Violation(v)) => {
@@ -286,7 +279,7 @@ impl Reactor {
     }
 
     fn register(&self, ep: &Epoll, nc: NewConn, now: u64) -> io::Result<Conn> {
-        let NewConn { sock, peer, id } = nc;
+        let NewConn { sock, peer, id, admitted, setup } = nc;
         sock.set_nonblocking(true)?;
         sock.set_nodelay(true)?;
         if let Some(us) = self.busy_poll
@@ -302,7 +295,16 @@ impl Reactor {
         if let Ok(local) = sock.local_addr() {
             q.set_local_addr(local);
         }
-        Ok(Conn { sock, peer, rx: RxBuf::new(16 << 10), q, interest, offloaded: 0, setting_up: true })
+        Ok(Conn {
+            sock,
+            peer,
+            rx: RxBuf::new(16 << 10),
+            q,
+            interest,
+            offloaded: 0,
+            setup: Some(setup),
+            _admitted: admitted,
+        })
     }
 }
 

@@ -1,5 +1,6 @@
 //! Measurement: CPU time (per thread, per process, system-wide), HDR histograms,
-//! units for rates, sizes and durations, and the Prometheus text format with its endpoint.
+//! units for rates, sizes and durations, counters declared once ([`counters`]), and the
+//! Prometheus text format with its endpoint.
 //!
 //! CPU cost is reported two ways because receive work does not stay put: softirq
 //! processing runs on whichever CPU raised it, and is charged to whatever task was
@@ -8,12 +9,14 @@
 //! [`kstat`] counts the kernel's events over an interval: context switches, interrupts
 //! (inter-processor ones apart), softirqs.
 
+pub mod counters;
 pub mod cpu;
 pub mod hist;
 pub mod kstat;
 pub mod prom;
 pub mod units;
 
+pub use counters::CounterSet;
 pub use cpu::{CpuTime, SystemCpu, SystemCpuDelta};
 pub use hist::{Hist, Summary};
 

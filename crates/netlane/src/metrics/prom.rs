@@ -102,6 +102,16 @@ impl Exposition {
         self
     }
 
+    /// Every counter of `set` as a family of its own: `{prefix}_{name}_total`, its doc
+    /// comment the HELP text.
+    pub fn counters(&mut self, prefix: &str, set: &impl super::CounterSet) -> &mut Self {
+        set.each(&mut |name, help, v| {
+            let n = format!("{prefix}_{name}_total");
+            self.family(&n, help, Kind::Counter).sample(&n, &[], v);
+        });
+        self
+    }
+
     fn labels(&mut self, labels: &[(&str, &str)], le: Option<&str>) {
         if labels.is_empty() && le.is_none() {
             return;

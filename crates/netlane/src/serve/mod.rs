@@ -6,10 +6,15 @@
 //!   good, so each loop wakes at once, instead of noticing a flag after its poll timeout
 //!   (tokio's driver wakes its loop through a registered waker the same way);
 //! - [`AcceptBackoff`]: what an acceptor does when `accept` fails (out of descriptors or
-//!   memory): waits 10 ms, doubling to 1 s, logged at a limited rate.
+//!   memory): waits 10 ms, doubling to 1 s, logged at a limited rate;
+//! - [`ConnLimit`]: at most so many connections open at once, each holding an
+//!   [`Admitted`] token that frees its place when the connection is dropped, and the
+//!   counts of admitted, refused and failed connections ([`ConnCounts`]).
 
 mod accept;
+mod limit;
 mod stop;
 
 pub use accept::AcceptBackoff;
+pub use limit::{Admitted, ConnCounts, ConnLimit, SharedConnCounts};
 pub use stop::Stop;

@@ -219,12 +219,12 @@ impl TargetQueue {
                 let page = match (sqe.cdw(10) & 0xff) as u8 {
                     lid::ERROR => vec![0u8; 64 * 64],
                     lid::SMART => {
-                        let s = &self.subsys.stats;
+                        let s = self.subsys.stats.counts.load();
                         identify::Smart {
-                            sectors_read: s.sectors_read.load(Ordering::Relaxed),
-                            sectors_written: s.sectors_written.load(Ordering::Relaxed),
-                            read_cmds: s.read_cmds.load(Ordering::Relaxed),
-                            write_cmds: s.write_cmds.load(Ordering::Relaxed),
+                            sectors_read: s.sectors_read,
+                            sectors_written: s.sectors_written,
+                            read_cmds: s.read_cmds,
+                            write_cmds: s.write_cmds,
                         }
                         .encode()
                     }

@@ -90,7 +90,7 @@ impl TargetQueue {
                 if nsid != ALL_NAMESPACES && self.subsys.namespace(nsid).is_none() {
                     return Outcome::Done(Status::INVALID_NS, 0);
                 }
-                self.subsys.stats.flush_cmds.fetch_add(1, Ordering::Relaxed);
+                self.subsys.stats.counts.flush_cmds.fetch_add(1, Ordering::Relaxed);
                 self.submit(nsid, StorageOp::Flush, Job::Plain { cid, failure: Status::WRITE_FAULT });
                 Outcome::Hold
             }

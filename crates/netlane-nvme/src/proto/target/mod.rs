@@ -28,7 +28,7 @@ mod storage;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::proto::fabrics;
@@ -161,36 +161,46 @@ pub const MAX_ADMIN_IN_CAPSULE: u32 = 8192;
 /// Upper bound of the per-queue data budget.
 pub const MAX_QUEUE_BUDGET: u32 = 256 << 20;
 
-/// Counters kept per subsystem for the SMART log and reports.
+netlane::counters! {
+    /// The subsystem's counters (what the SMART log reports).
+    #[derive(serde::Serialize, schemars::JsonSchema)]
+    pub struct SubsystemCounters, shared SharedSubsystemCounters {
+        /// Read commands completed.
+        read_cmds,
+        /// Write commands completed.
+        write_cmds,
+        /// Flush commands accepted.
+        flush_cmds,
+        /// 512-byte units read.
+        sectors_read,
+        /// 512-byte units written.
+        sectors_written,
+        /// Connections terminated for a protocol violation.
+        terminations,
+        /// Data digest errors seen.
+        data_digest_errors,
+        /// Controllers removed because their keep-alive timer expired.
+        keepalive_expiries,
+        /// Storage operations that failed (a full disk, an I/O error): each failed its
+        /// command.
+        storage_failures,
+    }
+}
+
+/// What a subsystem counts for the SMART log and reports.
 #[derive(Debug, Default)]
 pub struct SubsystemStats {
-    /// 512-byte units read.
-    pub sectors_read: AtomicU64,
-    /// 512-byte units written.
-    pub sectors_written: AtomicU64,
-    /// Read commands completed.
-    pub read_cmds: AtomicU64,
-    /// Write commands completed.
-    pub write_cmds: AtomicU64,
-    /// Flush commands accepted.
-    pub flush_cmds: AtomicU64,
-    /// Connections terminated for a protocol violation.
-    pub terminations: AtomicU64,
-    /// Data digest errors seen.
-    pub data_digest_errors: AtomicU64,
-    /// Controllers removed because their keep-alive timer expired.
-    pub keepalive_expiries: AtomicU64,
-    /// Storage operations that failed (a full disk, an I/O error): each fails its command.
-    pub storage_failures: AtomicU64,
-    /// The last of them, for the driver's log (which summarises rather than writes a
-    /// line per failure).
+    /// The counters.
+    pub counts: SharedSubsystemCounters,
+    /// The last failed storage operation, for the driver's log (which summarises rather
+    /// than writes a line per failure).
     pub last_storage_failure: Mutex<String>,
 }
 
 impl SubsystemStats {
     /// Counts a failed storage operation.
     pub(super) fn storage_failed(&self, cid: u16, what: &str, e: &std::io::Error) {
-        self.storage_failures.fetch_add(1, Ordering::Relaxed);
+        self.counts.storage_failures.fetch_add(1, Ordering::Relaxed);
         if let Ok(mut last) = self.last_storage_failure.lock() {
             *last = format!("{what} (command {cid}): {e}");
         }

@@ -327,7 +327,7 @@ impl TargetQueue {
             } else if self.qid == 0 && ctrl.kato_ms != 0 {
                 let limit = u64::from(ctrl.kato_ms) * 1_000_000;
                 if now_ns.saturating_sub(self.last_keepalive_ns) > limit {
-                    self.subsys.stats.keepalive_expiries.fetch_add(1, Ordering::Relaxed);
+                    self.subsys.stats.counts.keepalive_expiries.fetch_add(1, Ordering::Relaxed);
                     self.close(CloseReason::KeepAliveExpired);
                 }
             }
@@ -374,7 +374,7 @@ impl TargetQueue {
 
     pub(super) fn terminate(&mut self, v: Violation, offending: &[u8]) {
         tracing::debug!(qid = self.qid, "terminating queue: {v}");
-        self.subsys.stats.terminations.fetch_add(1, Ordering::Relaxed);
+        self.subsys.stats.counts.terminations.fetch_add(1, Ordering::Relaxed);
         TxConfig::term_req(self.out.vec(), Role::Controller, v.fes, v.fei, offending);
         self.close(CloseReason::Violation(v));
     }
@@ -496,7 +496,7 @@ impl TargetQueue {
                 return Ok(());
             }
             if !ddgst_ok {
-                self.subsys.stats.data_digest_errors.fetch_add(1, Ordering::Relaxed);
+                self.subsys.stats.counts.data_digest_errors.fetch_add(1, Ordering::Relaxed);
                 self.respond(cid, Status::TRANSIENT_TRANSPORT, 0);
                 return Ok(());
             }
@@ -600,7 +600,7 @@ impl TargetQueue {
         cmd.buf[dst..dst + data.len()].copy_from_slice(data);
         cmd.received += len;
         if !ddgst_ok && cmd.failed.is_none() {
-            self.subsys.stats.data_digest_errors.fetch_add(1, Ordering::Relaxed);
+            self.subsys.stats.counts.data_digest_errors.fetch_add(1, Ordering::Relaxed);
             cmd.failed = Some(Status::TRANSIENT_TRANSPORT);
         }
         if !done {

@@ -221,7 +221,7 @@ impl TargetQueue {
                 self.storage.write_bytes -= u64::from(len);
                 match result {
                     Ok(()) => {
-                        let st = &self.subsys.stats;
+                        let st = &self.subsys.stats.counts;
                         st.write_cmds.fetch_add(1, Ordering::Relaxed);
                         st.sectors_written.fetch_add(u64::from(len) / 512, Ordering::Relaxed);
                         self.stats.writes += 1;
@@ -266,7 +266,7 @@ impl TargetQueue {
             Job::Read { cid, len } => {
                 self.storage.read_bytes -= u64::from(len);
                 if self.send_c2h(cid, len as usize, fill) {
-                    let st = &self.subsys.stats;
+                    let st = &self.subsys.stats.counts;
                     st.read_cmds.fetch_add(1, Ordering::Relaxed);
                     st.sectors_read.fetch_add(u64::from(len) / 512, Ordering::Relaxed);
                     self.stats.reads += 1;
