@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod engines;
+pub mod host;
 pub mod lab;
 pub mod machine;
 pub mod plan;

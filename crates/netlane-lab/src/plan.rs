@@ -20,6 +20,8 @@ pub enum Role {
     Napi,
     /// A load generator's thread.
     Generator,
+    /// A server (its threads and its end's NAPI) that is not split into lanes.
+    Server,
 }
 
 impl Role {
@@ -29,6 +31,7 @@ impl Role {
             Role::Lane => "lane",
             Role::Napi => "napi",
             Role::Generator => "generator",
+            Role::Server => "server",
         }
     }
 }
@@ -152,6 +155,36 @@ impl CpuPlan {
     }
 }
 
+/// The plan of a scenario with one server and one load generator (or initiator), each
+/// with its end's NAPI on its CPU: the generator takes the first CPU, the server the
+/// next (on two CPUs, 0 and 1); on one CPU the server runs beside the generator.
+pub fn server_and_generator(machine: &CpuTopology) -> CpuPlan {
+    CpuPlan::new(machine, None, &[Ask::own(Role::Generator, 1), Ask::or_beside(Role::Server, 1, Role::Generator)])
+}
+
+/// The CPU `role` has in [`server_and_generator`]'s plan on this machine: the default
+/// of the scenarios' CPU options.
+pub fn default_cpu(role: Role) -> usize {
+    server_and_generator(&CpuTopology::read()).cpus(role).first().copied().unwrap_or(0)
+}
+
+/// The report's view of roles placed on the CPUs given (a scenario's options may move
+/// them off the plan): a role on a CPU an earlier one has runs beside it.
+pub fn as_given(roles: &[(Role, &[usize])]) -> Vec<RoleCpus> {
+    roles
+        .iter()
+        .enumerate()
+        .map(|(i, (role, cpus))| RoleCpus {
+            role: role.name().into(),
+            cpus: cpus.to_vec(),
+            beside: roles[..i]
+                .iter()
+                .find(|(_, earlier)| earlier.iter().any(|c| cpus.contains(c)))
+                .map(|(r, _)| r.name().to_string()),
+        })
+        .collect()
+}
+
 /// The CPUs in the order roles take them: the device's node first, then the others;
 /// within a node one thread of every core, then the cores' second threads.
 fn preference(machine: &CpuTopology, device_node: Option<usize>) -> Vec<usize> {
@@ -238,6 +271,21 @@ mod tests {
             (p.cpus(Role::Lane), p.cpus(Role::Napi), p.cpus(Role::Generator)),
             (&[0, 1][..], &[2, 3][..], &[4, 5][..])
         );
+    }
+
+    #[test]
+    fn a_server_and_its_generator_are_apart_from_two_cpus_on() {
+        let one = server_and_generator(&CpuTopology::uniform(1, 1, 1));
+        assert_eq!((one.cpus(Role::Generator), one.cpus(Role::Server)), (&[0][..], &[0][..]));
+        let two = server_and_generator(&CpuTopology::uniform(1, 2, 1));
+        assert_eq!((two.cpus(Role::Generator), two.cpus(Role::Server)), (&[0][..], &[1][..]));
+        for n in [8, 64] {
+            let p = server_and_generator(&CpuTopology::uniform(1, n, 1));
+            assert!(p.apart(Role::Generator, Role::Server), "{n} CPUs: {}", p.describe());
+        }
+        let view = as_given(&[(Role::Generator, &[0]), (Role::Server, &[0])]);
+        assert_eq!(view[1].beside.as_deref(), Some("generator"));
+        assert_eq!(as_given(&[(Role::Generator, &[0]), (Role::Server, &[1])])[1].beside, None);
     }
 
     #[test]

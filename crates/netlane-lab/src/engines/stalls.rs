@@ -14,11 +14,11 @@
 //! whatever the server does. An SLA at p99.9 < 1 ms cannot hold when that share
 //! passes 0.1%.
 
-use std::io::Read as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Serialize;
+
+use crate::host::{Program, RoleProcess, RoleSpec, ThisMachine};
 
 /// Histogram buckets, 1 us each: latencies beyond count as overflows.
 const BUCKETS_US: u64 = 20_000;
@@ -62,9 +62,9 @@ impl Stalls {
 /// Why a probe could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum StallError {
-    /// cyclictest could not be started.
-    #[error("start cyclictest (rt-tests; scripts/setup.sh --lab installs it): {0}")]
-    Start(std::io::Error),
+    /// cyclictest could not be started, or did not end in time.
+    #[error("run cyclictest (rt-tests; scripts/setup.sh --lab installs it): {0}")]
+    Run(String),
     /// It failed or printed something else than its histogram.
     #[error("cyclictest: {0}")]
     Output(String),
@@ -73,50 +73,33 @@ pub enum StallError {
 /// Runs cyclictest on `cpu` for `duration`, waking every `interval`.
 pub fn probe(cpu: usize, duration: Duration, interval: Duration) -> Result<Stalls, StallError> {
     let secs = duration.as_secs().max(1);
-    let mut cmd = Command::new("cyclictest");
-    // SCHED_FIFO 99 on a CPU: it must never outlive an interrupted run (this thread
-    // waits for it, so it lives as long).
-    netlane_sys::process::kill_with_parent(&mut cmd);
-    let mut child = cmd
-        .args(["-q", "--policy=fifo", "-p", "99", "-t", "1"])
-        .args(["-a", &cpu.to_string()])
-        .args(["-i", &interval.as_micros().max(100).to_string()])
-        .args(["-D", &secs.to_string()])
-        .args(["-h", &BUCKETS_US.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(StallError::Start)?;
-    // Its output is about 20,000 short lines: read while it runs, so a full pipe cannot
-    // stop it.
-    let mut stdout = child.stdout.take().ok_or_else(|| StallError::Output("no stdout".into()))?;
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + Duration::from_secs(secs + 10);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(StallError::Output(format!("did not end within {} s", secs + 10)));
-            }
-        }
-    };
-    let text = reader.join().unwrap_or_default();
-    if !status.success() {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut err);
-        }
-        return Err(StallError::Output(format!("{status}: {}", err.trim())));
+    let args = [
+        "-q".to_string(),
+        "--policy=fifo".into(),
+        "-p".into(),
+        "99".into(),
+        "-t".into(),
+        "1".into(),
+        "-a".into(),
+        cpu.to_string(),
+        "-i".into(),
+        interval.as_micros().max(100).to_string(),
+        "-D".into(),
+        secs.to_string(),
+        "-h".into(),
+        BUCKETS_US.to_string(),
+    ];
+    // SCHED_FIFO 99 on a CPU: as a role it never outlives an interrupted run (it dies
+    // with this thread, which waits for it), and its output (about 20,000 short lines)
+    // is read while it runs, so a full pipe cannot stop it. It pins itself (`-a`).
+    let spec = RoleSpec::program("cyclictest", Program::Other("cyclictest".into()), args);
+    let ran = RoleProcess::start(&ThisMachine, &spec, None)
+        .and_then(|p| p.wait(Duration::from_secs(secs + 10)))
+        .map_err(|e| StallError::Run(format!("{e:#}")))?;
+    if !ran.status.success() {
+        return Err(StallError::Output(format!("{}: {}", ran.status, ran.stderr.trim())));
     }
-    parse(&text, cpu, secs as f64).map_err(StallError::Output)
+    parse(&ran.stdout, cpu, secs as f64).map_err(StallError::Output)
 }
 
 /// Reads cyclictest's histogram output (`-h N -t 1`): lines `BUCKET COUNT`, then

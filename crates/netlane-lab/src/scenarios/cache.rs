@@ -3,7 +3,6 @@
 //! round, and what makes a load run sound enough to stand for the server.
 
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Stdio};
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, Server};
 
+use crate::host::{Program, RoleProcess, RoleSpec};
 use crate::runner::{Runner, Turn};
 use crate::verdict::Measure;
 
@@ -39,19 +39,20 @@ pub(crate) enum CacheServer {
     /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
     Memcached {
         /// The process.
-        child: Child,
+        _process: RoleProcess,
         /// `net.core.busy_poll` as set for it, if it was.
         _busy_poll: Option<netlane::installed::Sysctl>,
     },
 }
 
 impl CacheServer {
-    /// memcached started from `cmd`.
+    /// memcached started from `spec` in the server's namespace.
     pub(crate) fn memcached(
-        mut cmd: std::process::Command,
+        h: &TwoHosts,
+        spec: &RoleSpec,
         busy_poll: Option<netlane::installed::Sysctl>,
-    ) -> std::io::Result<CacheServer> {
-        Ok(CacheServer::Memcached { child: cmd.spawn()?, _busy_poll: busy_poll })
+    ) -> Result<CacheServer> {
+        Ok(CacheServer::Memcached { _process: RoleProcess::start(&h.rx, spec, None)?, _busy_poll: busy_poll })
     }
 
     /// netlane's lanes now, when it is netlane's server.
@@ -71,39 +72,31 @@ impl Drop for CacheServer {
                     s.stop();
                 }
             }
-            CacheServer::Memcached { child, .. } => {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            // Dropped with it: killed by the PID we started.
+            CacheServer::Memcached { .. } => {}
         }
     }
 }
 
-/// memcached in the server's namespace on `cpus` (a CPU list for taskset), serving
-/// `addr` over TCP only with `threads` threads, 1 GiB and `max_conns` connections,
-/// killed when the thread that spawns it ends. Its output is discarded: a server that
-/// cannot start shows as one that never accepts.
-pub(crate) fn memcached_command(
-    h: &TwoHosts,
+/// memcached as a role: on `cpus`, serving `addr` over TCP only with `threads` threads,
+/// 1 GiB and `max_conns` connections. A server that cannot start shows as one that
+/// never accepts (and its error in the message that says so).
+pub(crate) fn memcached_spec(
     program: &str,
     addr: SocketAddr,
-    cpus: &str,
+    cpus: &[usize],
     threads: usize,
     max_conns: u32,
-) -> std::process::Command {
-    let mut cmd = h.rx.command("taskset");
-    cmd.args(["-c", cpus, program])
-        .args(["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"])
-        .args(["-t", &threads.to_string(), "-m", "1024", "-c", &max_conns.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+) -> RoleSpec {
+    let mut args: Vec<String> = ["-l", &addr.ip().to_string(), "-p", &addr.port().to_string(), "-U", "0"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    args.extend(["-t".into(), threads.to_string(), "-m".into(), "1024".into(), "-c".into(), max_conns.to_string()]);
     if nix::unistd::geteuid().is_root() {
-        cmd.args(["-u", "root"]);
+        args.extend(["-u".into(), "root".into()]);
     }
-    // A lab run that is killed takes memcached with it (the spawning thread is the
-    // scenario's, which outlives the server).
-    netlane_sys::process::kill_with_parent(&mut cmd);
-    cmd
+    RoleSpec::program(&format!("memcached ({program})"), Program::Other(program.into()), args).on_cpus(cpus)
 }
 
 /// Waits (10 s at most) until a server accepts connections on `addr` from the

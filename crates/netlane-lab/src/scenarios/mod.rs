@@ -147,16 +147,6 @@ impl Sections {
     }
 }
 
-/// A child process a scenario started, killed (by its PID) and reaped on drop.
-pub(crate) struct Started(pub(crate) std::process::Child);
-
-impl Drop for Started {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// How many more times a load run is made when the generator itself fell behind its
 /// schedule in it.
 const LAGGED_RUNS_AGAIN: u32 = 2;

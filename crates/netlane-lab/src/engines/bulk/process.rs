@@ -2,80 +2,48 @@
 //! netlane itself running one [`SenderJob`], each reaped with its CPU use and output.
 
 use std::net::SocketAddr;
-use std::thread::JoinHandle;
 
-use netlane::metrics::CpuTime;
 use netlane::topology::Netns;
 
-use super::{BulkError, ExternalTx, SenderJob, SenderProcess, TxReport, io_err};
+use super::{BulkError, ExternalTx, SenderJob, SenderProcess, TxReport};
+use crate::host::{Finished, Program, RoleProcess, RoleSpec, ThisMachine};
 
-/// What a finished child process left: its CPU use and its output.
-struct ChildRun {
-    usage: netlane_sys::process::ChildUsage,
-    stdout: String,
-    stderr: String,
-}
-
-impl ChildRun {
-    fn cpu(&self) -> CpuTime {
-        CpuTime {
-            user_s: self.usage.user.as_secs_f64(),
-            system_s: self.usage.system.as_secs_f64(),
-            voluntary_switches: self.usage.voluntary_switches,
-            involuntary_switches: self.usage.involuntary_switches,
-        }
-    }
-}
-
-/// Runs `program args` (inside `ns`, pinned to `cpu`), feeding `stdin`, and reaps it
-/// with its resource usage. A failed exit is an error carrying its output.
+/// Runs `program args` (inside `ns`, pinned to `cpu`) as a role, feeding `stdin`, to its
+/// end: its CPU use (the whole process, from wait4) and its output. A failed exit is an
+/// error carrying its output.
 fn run_child(
     ns: Option<&Netns>,
     program: &std::path::Path,
     args: &[String],
     stdin: Option<&[u8]>,
     cpu: Option<usize>,
-) -> Result<ChildRun, BulkError> {
-    use std::process::Stdio;
-    let mut cmd = match ns {
-        Some(ns) => ns.command(program),
-        None => std::process::Command::new(program),
-    };
-    cmd.args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(io_err(format!("start {}", program.display())))?;
-    if let Some(cpu) = cpu {
-        // Pinned right after start, before it has done any measurable work.
-        let mut set = nix::sched::CpuSet::new();
-        if set.set(cpu).is_ok() {
-            let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(child.id() as i32), &set);
-        }
+) -> Result<Finished, BulkError> {
+    let mut spec =
+        RoleSpec::program(&program.display().to_string(), Program::Other(program.into()), args.iter().cloned())
+            .on_cpus(cpu.as_slice());
+    if let Some(input) = stdin {
+        spec = spec.with_stdin(input.to_vec());
     }
-    // Read output on helper threads so a chatty child cannot block on a full pipe.
-    let out = child.stdout.take().map(read_all_in_background);
-    let err = child.stderr.take().map(read_all_in_background);
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        use std::io::Write;
-        // A child that exits early closes the pipe; its exit status tells why.
-        let _ = pipe.write_all(input);
+    let ran = match ns {
+        Some(ns) => RoleProcess::start(ns, &spec, None),
+        None => RoleProcess::start(&ThisMachine, &spec, None),
     }
-    let usage =
-        netlane_sys::process::wait_with_usage(&mut child).map_err(io_err(format!("wait for {}", program.display())))?;
-    let stdout = out.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-    let stderr = err.map(|h| h.join().unwrap_or_default()).unwrap_or_default();
-    if !usage.status.success() {
+    .and_then(|p| p.wait(CHILD_LIMIT))
+    .map_err(|e| BulkError::Config(format!("{e:#}")))?;
+    if !ran.status.success() {
         return Err(BulkError::Config(format!(
             "{} {} failed ({}): {}",
             program.display(),
             args.join(" "),
-            usage.status,
-            format!("{stdout}\n{stderr}").trim()
+            ran.status,
+            format!("{}\n{}", ran.stdout, ran.stderr).trim()
         )));
     }
-    Ok(ChildRun { usage, stdout, stderr })
+    Ok(ran)
 }
+
+/// The longest a sender process may run (a run is seconds; this only ends a hung one).
+const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 pub(super) fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
     let args: Vec<String> = ext
@@ -97,7 +65,7 @@ pub(super) fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr
         bytes: report.messages * ext.message_bytes,
         syscalls: report.syscalls,
         seconds: report.seconds,
-        cpu: child.cpu(),
+        cpu: child.cpu,
         path: vec![format!("external: {} {}", ext.program.display(), args.join(" "))],
         ..TxReport::default()
     })
@@ -119,15 +87,7 @@ pub(super) fn run_sender_process(
             child.stderr.trim()
         ))
     })?;
-    report.cpu = child.cpu();
+    report.cpu = child.cpu;
     report.path.push("sender: own process".into());
     Ok(report)
-}
-
-fn read_all_in_background(mut r: impl std::io::Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = r.read_to_string(&mut s);
-        s
-    })
 }

@@ -21,7 +21,7 @@ use super::{KvBenchArgs, Part, ServerKind};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner, Turn};
-use crate::scenarios::cache::{self, CacheServer, memcached_command, open, pct, wait_until_accepting};
+use crate::scenarios::cache::{self, CacheServer, memcached_spec, open, pct, wait_until_accepting};
 use crate::scenarios::unless_generator_lagged;
 
 /// One fixed-rate (or closed-loop) run: what the generator measured and the server
@@ -108,9 +108,9 @@ impl KvBenchArgs {
                 CacheServer::Netlane(Some(Box::new(s)))
             }
             ServerKind::Memcached => {
-                let cpus = self.server_cpu.to_string();
-                let cmd = memcached_command(h, &self.memcached, addr, &cpus, self.threads, self.connections + 64);
-                CacheServer::memcached(cmd, None).with_context(|| format!("start {}", self.memcached))?
+                let spec =
+                    memcached_spec(&self.memcached, addr, &[self.server_cpu], self.threads, self.connections + 64);
+                CacheServer::memcached(h, &spec, None)?
             }
         };
         wait_until_accepting(h, addr, &kind.name())?;

@@ -116,11 +116,12 @@ pub struct KvBenchArgs {
     /// latency here; 0s: not measured.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub stall_probe: Duration,
-    /// CPU of the server and its end's NAPI.
-    #[arg(long, default_value_t = 1)]
+    /// CPU of the server and its end's NAPI [default: the CPU plan's server CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Server), hide_default_value = true)]
     pub server_cpu: usize,
-    /// CPU of the load generator and its end's NAPI.
-    #[arg(long, default_value_t = 0)]
+    /// CPU of the load generator and its end's NAPI [default: the CPU plan's generator
+    /// CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub client_cpu: usize,
     /// The memcached binary.
     #[arg(long, default_value = "memcached")]

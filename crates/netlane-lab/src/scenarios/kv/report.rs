@@ -49,7 +49,11 @@ impl KvBenchArgs {
             self.closed_section(all, &mut out);
         }
         let heading = Heading { title: self.title(), description: self.description(), headline: self.headline(&out) };
-        out.report(self, heading, runs, Vec::new())
+        let plan = crate::plan::as_given(&[
+            (crate::plan::Role::Generator, &[self.client_cpu]),
+            (crate::plan::Role::Server, &[self.server_cpu]),
+        ]);
+        out.report(self, heading, runs, plan)
     }
 
     /// The highest rate each server held within each SLA, and the first round's search.

@@ -18,7 +18,6 @@
 
 use std::io::Read;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -26,13 +25,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::scenarios::{Started, unless_generator_lagged};
+use crate::scenarios::unless_generator_lagged;
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::{self, LoadReport};
 use serde::Serialize;
 
 use super::{LanesBenchArgs, latency_of, mean_of, med, open};
+use crate::host::{InCgroup, Program, RoleProcess, RoleSpec};
 use crate::runner::{Runner, Turn};
 use crate::scenarios::cache;
 use crate::scenarios::cache::wait_until_accepting;
@@ -197,12 +197,13 @@ impl LanesBenchArgs {
             let bulk_proc = if case == Case::Alone {
                 None
             } else {
-                let mut cmd = h.rx.command("socat");
-                bulk_cg.command(&mut cmd);
-                cmd.args(["-u", "/dev/zero", &format!("TCP:{}:{SINK_PORT}", TwoHosts::TX_V4)])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null());
-                let p = Started(cmd.spawn().context("start socat (scripts/setup.sh installs it)")?);
+                let sink_at = format!("TCP:{}:{SINK_PORT}", TwoHosts::TX_V4);
+                let spec = RoleSpec::program(
+                    "the bulk neighbour (socat; scripts/setup.sh installs it)",
+                    Program::Other("socat".into()),
+                    ["-u", "/dev/zero", sink_at.as_str()],
+                );
+                let p = RoleProcess::start(&InCgroup { host: &h.rx, cgroup: &bulk_cg }, &spec, None)?;
                 // Let its window open before the cache is measured.
                 std::thread::sleep(Duration::from_millis(500));
                 Some(p)
@@ -249,20 +250,24 @@ impl LanesBenchArgs {
     }
 }
 
-/// `netlane kv serve` in the rx namespace, inside the cache's cgroup.
-fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<Started> {
-    let exe = std::env::current_exe().context("find the netlane executable")?;
-    let mut cmd = h.rx.command(&exe);
-    cg.command(&mut cmd);
+/// `netlane kv serve` in the rx namespace, inside the cache's cgroup, on the lanes'
+/// CPUs.
+fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<RoleProcess> {
     let lanes = super::cpu_plan().cpus(crate::plan::Role::Lane).to_vec();
     let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    cmd.args(["kv", "serve", "--listen", &addr.to_string(), "--memory", "256M"])
-        .args(["--threads", &lanes.len().to_string(), "--cpus", &cpus])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let child = Started(cmd.spawn().with_context(|| format!("start {} kv serve", exe.display()))?);
-    wait_until_accepting(h, addr, &format!("the cache server ({} kv serve)", exe.display()))?;
-    Ok(child)
+    let spec = RoleSpec::netlane(
+        "the cache server (netlane kv serve)",
+        ["kv", "serve", "--listen", &addr.to_string(), "--memory", "256M"].into_iter().map(String::from).chain([
+            "--threads".into(),
+            lanes.len().to_string(),
+            "--cpus".into(),
+            cpus,
+        ]),
+    )
+    .on_cpus(&lanes);
+    let server = RoleProcess::start(&InCgroup { host: &h.rx, cgroup: cg }, &spec, None)?;
+    wait_until_accepting(h, addr, "the cache server (netlane kv serve)")?;
+    Ok(server)
 }
 
 fn summary(r: &IsoRun, link: u64) -> String {

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::plan::{CpuPlan, Role};
 use crate::runner::{Measured, Runner, Turn};
-use crate::scenarios::cache::{self, CacheServer, memcached_command, open, wait_until_accepting};
+use crate::scenarios::cache::{self, CacheServer, memcached_spec, open, wait_until_accepting};
 use crate::scenarios::unless_generator_lagged;
 
 use super::*;
@@ -121,12 +121,11 @@ impl LanesBenchArgs {
                     .context("set net.core.busy_poll")
                 })
                 .transpose()?;
-            let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-            let mut cmd = memcached_command(h, &self.memcached, addr, &cpus, lanes.len(), max_conns as u32);
+            let mut spec = memcached_spec(&self.memcached, addr, lanes, lanes.len(), max_conns as u32);
             if mode == Mode::MemcachedN {
-                cmd.args(["-N", &lanes.len().to_string()]);
+                spec.args.extend(["-N".into(), lanes.len().to_string()]);
             }
-            CacheServer::memcached(cmd, guard).with_context(|| format!("start {}", self.memcached))?
+            CacheServer::memcached(h, &spec, guard)?
         } else {
             let cfg = self.server_config(h, lanes, addr, mode, max_conns);
             let s = h.rx.run(move || Server::start(cfg))??;

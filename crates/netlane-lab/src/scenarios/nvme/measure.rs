@@ -1,10 +1,7 @@
 //! The nvme scenario's runs: the network, the target process, one perf run, and what
 //! the runner shows and records of it.
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::Stdio;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -13,8 +10,8 @@ use netlane_nvme::perf::{PerfOptions, PerfReport};
 
 use super::checks::{per_core, us};
 use super::options::NvmeBenchArgs;
+use crate::host::{RoleProcess, RoleSpec, ThisMachine};
 use crate::runner::Measured;
-use crate::scenarios::Started;
 use crate::scenarios::net::PathKind;
 use netlane_report::format;
 
@@ -35,42 +32,42 @@ impl NvmeBenchArgs {
     }
 
     /// `netlane nvme target` on the target's CPU (in the receiving namespace on the veth
-    /// path), and the address it listens on. Killed (by the PID we started) when dropped,
-    /// and by the kernel when we die (parent-death signal).
-    pub(super) fn start_target(&self, hosts: Option<&TwoHosts>) -> Result<(Started, SocketAddr)> {
-        let exe = std::env::current_exe().context("find the netlane executable")?;
+    /// path), and the address it listens on. A role process: stopped with its report
+    /// at the end, killed (by the PID we started) if the run fails first.
+    pub(super) fn start_target(&self, hosts: Option<&TwoHosts>) -> Result<(RoleProcess, SocketAddr)> {
         let listen = match hosts {
             Some(h) => SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
             None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
         };
-        let mut cmd = match hosts {
-            Some(h) => h.rx.command(&exe),
-            None => std::process::Command::new(&exe),
+        let cpu = self.target_cpu();
+        let spec = RoleSpec::netlane(
+            "the nvme target",
+            [
+                "nvme".to_string(),
+                "target".into(),
+                "--listen".into(),
+                listen.to_string(),
+                "--cpus".into(),
+                cpu.to_string(),
+                "--ns".into(),
+                format!("mem:{}", self.ns_size),
+                "--ns".into(),
+                "mem:256M:512".into(),
+            ],
+        )
+        .on_cpus(&[cpu])
+        .ready_when("listening on ", Duration::from_secs(10));
+        let target = match hosts {
+            Some(h) => RoleProcess::start(&h.rx, &spec, None)?,
+            None => RoleProcess::start(&ThisMachine, &spec, None)?,
         };
-        netlane_sys::process::kill_with_parent(&mut cmd);
-        cmd.args(["nvme", "target", "--listen", &listen.to_string(), "--cpus", &self.target_cpu().to_string()])
-            .args(["--ns", &format!("mem:{}", self.ns_size), "--ns", "mem:256M:512"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = cmd.spawn().context("start the target process")?;
-        let stdout = child.stdout.take().context("target stdout")?;
-        let proc_ = Started(child);
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            if let Some(Ok(l)) = lines.next() {
-                let _ = tx.send(l);
-            }
-            // Keep draining so the target never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let line = rx.recv_timeout(Duration::from_secs(10)).context("the target did not start within 10 s")?;
-        let addr: SocketAddr = line
+        let addr: SocketAddr = target
+            .first_line()
             .strip_prefix("listening on ")
             .and_then(|r| r.split_whitespace().next())
             .and_then(|a| a.parse().ok())
-            .with_context(|| format!("unexpected target output {line:?}"))?;
-        Ok((proc_, addr))
+            .with_context(|| format!("unexpected target output {:?}", target.first_line()))?;
+        Ok((target, addr))
     }
 }
 

@@ -23,7 +23,9 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
 
 use crate::progress::Progress;
 use crate::runner::Runner;
@@ -68,7 +70,7 @@ impl Scenario for NvmeBenchArgs {
         self.validate()?;
         let hosts = self.network()?;
         let (target, addr) = self.start_target(hosts.as_ref())?;
-        let modes = self.modes(addr, target.0.id())?;
+        let modes = self.modes(addr, target.pid().context("the target's process ID")?)?;
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             modes.len(),
@@ -78,7 +80,7 @@ impl Scenario for NvmeBenchArgs {
                 runner.measure(turn, &m.what(), |label| perf(hosts.as_ref(), &m.opts, label))
             },
         )?;
-        drop(target);
+        target.stop(Duration::from_secs(5))?;
         Ok(self.report(&modes, &all, runner.into_records()))
     }
 }

@@ -43,12 +43,14 @@ pub struct NvmeBenchArgs {
     /// Warm-up before each measurement.
     #[arg(long, alias = "ramp_time", default_value = "500ms", value_parser = parse_duration)]
     pub ramp: Duration,
-    /// CPU of the host side (jobs, queue workers, the host end's NAPI).
-    #[arg(long, default_value_t = 0)]
+    /// CPU of the host side (jobs, queue workers, the host end's NAPI) [default: the CPU
+    /// plan's generator CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub host_cpu: usize,
-    /// CPU of the target (its reactor and its end's NAPI) [default: 1, or 0 on a 1-CPU machine].
-    #[arg(long)]
-    pub target_cpu: Option<usize>,
+    /// CPU of the target (its reactor and its end's NAPI) [default: the CPU plan's server
+    /// CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Server), hide_default_value = true)]
+    pub target_cpu: usize,
     /// Parts to run (comma separated).
     #[arg(long, value_enum, value_delimiter = ',', default_value = "qd1,qd32,mixed,affinity,caravans")]
     pub parts: Vec<Part>,

@@ -41,7 +41,7 @@ impl Mode {
 
 impl NvmeBenchArgs {
     pub(super) fn target_cpu(&self) -> usize {
-        self.target_cpu.unwrap_or(if netlane::cpus::online_count() > 1 { 1 } else { 0 })
+        self.target_cpu
     }
 
     pub(super) fn labels(&self) -> Vec<(Part, String)> {

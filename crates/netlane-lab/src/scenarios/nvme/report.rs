@@ -84,7 +84,11 @@ impl NvmeBenchArgs {
             description: self.description(),
             headline: self.headline(&out.checks, modes.len()),
         };
-        out.report(self, heading, runs, Vec::new())
+        let plan = crate::plan::as_given(&[
+            (crate::plan::Role::Generator, &[self.host_cpu]),
+            (crate::plan::Role::Server, &[self.target_cpu()]),
+        ]);
+        out.report(self, heading, runs, plan)
     }
 
     /// The setup: the path, and where host and target run on this machine.

@@ -85,11 +85,11 @@ pub struct RrBenchArgs {
     /// Rounds: every mode once per round, in a rotating order.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     pub repeat: u32,
-    /// CPU of the server thread and its end's NAPI.
-    #[arg(long, default_value_t = 1)]
+    /// CPU of the server thread and its end's NAPI [default: the CPU plan's server CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Server), hide_default_value = true)]
     pub server_cpu: usize,
-    /// CPU of the clients and their end's NAPI.
-    #[arg(long, default_value_t = 0)]
+    /// CPU of the clients and their end's NAPI [default: the CPU plan's generator CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub client_cpu: usize,
     /// MTU of the veth pair for every part but large (which uses 1500 and 9000).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]

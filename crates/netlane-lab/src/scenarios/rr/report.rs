@@ -96,7 +96,11 @@ impl RrBenchArgs {
             ),
             headline: self.headline(&out.checks, modes.len()),
         };
-        out.report(self, heading, records, Vec::new())
+        let plan = crate::plan::as_given(&[
+            (crate::plan::Role::Generator, &[self.client_cpu]),
+            (crate::plan::Role::Server, &[self.server_cpu]),
+        ]);
+        out.report(self, heading, records, plan)
     }
 
     /// Every receive path at `--clients`: the table, the throughput chart, and a note

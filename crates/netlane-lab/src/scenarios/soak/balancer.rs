@@ -7,15 +7,16 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
 use netlane_lb::testnet::{BalancerNet, LB_IFACE, real_addr};
+use nix::sys::signal::Signal;
 
 use super::hostile::{balancer_frames, edit_config, flood_frames};
 use super::measure::{LISTENING, Soak, run_client, start_server, watch, words};
 use super::{SoakArgs, SoakServer};
-use crate::scenarios::Started;
+use crate::host::RoleProcess;
 
 /// The balancer's descriptors: it holds none per client or flow, only its maps,
 /// programs, links, event ring and files, so a count past this is a leak.
@@ -34,21 +35,8 @@ pub(super) struct Forwarding {
 
 /// Stops the balancer with SIGTERM (it must exit 0 within 10 s) and reads its counters
 /// from the report it writes as it stops.
-fn stop_balancer(mut lb: Started, report: &Path) -> Result<Forwarding, String> {
-    let pid = nix::unistd::Pid::from_raw(lb.0.id() as i32);
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).map_err(|e| format!("SIGTERM: {e}"))?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        match lb.0.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            Ok(None) => return Err("it did not stop within 10 s of SIGTERM".into()),
-            Err(e) => return Err(format!("wait for it: {e}")),
-        }
-    };
-    if !status.success() {
-        return Err(format!("it exited with {status} on SIGTERM"));
-    }
+fn stop_balancer(lb: RoleProcess, report: &Path) -> Result<Forwarding, String> {
+    lb.stop_with(Signal::SIGTERM, Duration::from_secs(10)).map_err(|e| format!("{e:#}"))?;
     let text = std::fs::read_to_string(report).map_err(|e| format!("read {}: {e}", report.display()))?;
     let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", report.display()))?;
     let global = doc.pointer("/stats/global").ok_or("its report has no counters")?;
@@ -67,7 +55,7 @@ impl SoakArgs {
     /// `rr serve` on each real, `rr clients` to the VIP from the client as the valid
     /// load; hostile frames at the balancer from the router's side and its configuration
     /// edited all the while, well and badly.
-    pub(super) fn soak_balancer(&self, exe: &Path, dir: &Path) -> Result<Soak> {
+    pub(super) fn soak_balancer(&self, dir: &Path) -> Result<Soak> {
         let vip = SocketAddrV4::new(Ipv4Addr::new(10, 210, 100, 1), 7000);
         let net = BalancerNet::build("soak-lb", *vip.ip(), 2).context("build the balancer's network")?;
         let config = dir.join("lb.toml");
@@ -87,7 +75,7 @@ impl SoakArgs {
         let _reals = net
             .reals
             .iter()
-            .map(|ns| start_server(ns, exe, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[]))
+            .map(|ns| start_server(ns, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[]))
             .collect::<Result<Vec<_>>>()?;
         let gw = net.gw_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
         let (applied, kept) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -108,7 +96,6 @@ impl SoakArgs {
         ]);
         let target = start_server(
             &net.lb,
-            exe,
             &lb_args,
             "netlane lb: attached to",
             &[
@@ -136,7 +123,7 @@ impl SoakArgs {
         });
         let secs = format!("{}ms", self.time.as_millis());
         let client = words(&["rr", "clients", "--server", &listen, "--clients", "8", "--rate", "2000", "-t", &secs]);
-        let valid = run_client(&net.client, exe, &client, SoakServer::Lb, self.time + Duration::from_secs(60));
+        let valid = run_client(&net.client, &client, SoakServer::Lb, self.time + Duration::from_secs(60));
         stop.store(true, Ordering::Relaxed);
         let flooded = flood.join().map_err(|_| anyhow!("the hostile frames' thread panicked"))?;
         let edited = editor.join().map_err(|_| anyhow!("the configuration editor panicked"))?;

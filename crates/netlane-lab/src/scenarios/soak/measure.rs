@@ -4,7 +4,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -15,7 +14,7 @@ use netlane::topology::Netns;
 use super::balancer::Forwarding;
 use super::hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
 use super::{NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
-use crate::scenarios::Started;
+use crate::host::{LineHook, RoleProcess, RoleSpec};
 
 /// The server's resident memory and open descriptors at one moment.
 #[derive(Debug, Clone, Copy)]
@@ -82,9 +81,9 @@ impl Soak {
 
 /// What a soak shares with its hostile clients and its sampler: the flag that stops
 /// them, the count of hostile operations, and the sampler of `server` (started now).
-pub(super) fn watch(server: &Started) -> (Arc<AtomicBool>, Arc<AtomicU64>, std::thread::JoinHandle<Vec<Sample>>) {
+pub(super) fn watch(server: &RoleProcess) -> (Arc<AtomicBool>, Arc<AtomicU64>, std::thread::JoinHandle<Vec<Sample>>) {
     let stop = Arc::new(AtomicBool::new(false));
-    let (start, pid) = (Instant::now(), server.0.id());
+    let (start, pid) = (Instant::now(), server.pid().unwrap_or(0));
     let sampler = {
         let stop = stop.clone();
         std::thread::spawn(move || sample(pid, &stop, start))
@@ -111,33 +110,32 @@ fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
 
 impl SoakArgs {
     pub(super) fn soak(&self, server: SoakServer) -> Result<Soak> {
-        let exe = std::env::current_exe().context("find the netlane executable")?;
         let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.name()));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let result = if server == SoakServer::Lb {
-            self.soak_balancer(&exe, &dir)
+            self.soak_balancer(&dir)
         } else {
             Netns::create(&format!("soak-{}", server.name()))
                 .context("create the soak's namespace")
-                .and_then(|ns| self.soak_in(server, &ns, &exe, &dir))
+                .and_then(|ns| self.soak_in(server, &ns, &dir))
         };
         let _ = std::fs::remove_dir_all(&dir);
         result
     }
 
-    fn soak_in(&self, server: SoakServer, ns: &Netns, exe: &Path, dir: &Path) -> Result<Soak> {
+    fn soak_in(&self, server: SoakServer, ns: &Netns, dir: &Path) -> Result<Soak> {
         let (addr, server_args, client_args) = self.commands(server, dir)?;
-        let target = start_server(ns, exe, &server_args, LISTENING, &[])?;
+        let target = start_server(ns, &server_args, LISTENING, &[])?;
         let (stop, ops, sampler) = watch(&target);
         let attackers = self.attack(ns, server, addr, &stop, &ops)?;
-        let valid = run_client(ns, exe, &client_args, server, self.time + Duration::from_secs(60));
+        let valid = run_client(ns, &client_args, server, self.time + Duration::from_secs(60));
         stop.store(true, Ordering::Relaxed);
         for a in attackers {
             let _ = a.join();
         }
         let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
         let valid = valid?;
-        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, exe, &server_args, target));
+        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, &server_args, target));
         Ok(Soak {
             server,
             samples,
@@ -257,10 +255,11 @@ impl SoakArgs {
 }
 
 /// SIGKILL, then the same file again: every block the client wrote must read back.
-fn read_back(ns: &Netns, exe: &Path, server_args: &[String], target: Started) -> Result<u64, String> {
+fn read_back(ns: &Netns, server_args: &[String], target: RoleProcess) -> Result<u64, String> {
     let bs = NVME_BLOCK.to_string();
+    // Dropped unstopped: killed (SIGKILL), as a crash would end it.
     drop(target);
-    let again = start_server(ns, exe, server_args, LISTENING, &[]).map_err(|e| format!("{e:#}"))?;
+    let again = start_server(ns, server_args, LISTENING, &[]).map_err(|e| format!("{e:#}"))?;
     let check = words(&[
         "nvme",
         "perf",
@@ -274,7 +273,7 @@ fn read_back(ns: &Netns, exe: &Path, server_args: &[String], target: Started) ->
         "-t",
         "60s",
     ]);
-    let r = run_client(ns, exe, &check, SoakServer::Nvme, Duration::from_secs(90)).map_err(|e| format!("{e:#}"))?;
+    let r = run_client(ns, &check, SoakServer::Nvme, Duration::from_secs(90)).map_err(|e| format!("{e:#}"))?;
     drop(again);
     let read = r.detail.pointer("/report/ops").and_then(|v| v.as_u64()).unwrap_or(0);
     if r.exit_ok && r.failed == 0 && read > 0 { Ok(read) } else { Err(format!("verify-only: {}", r.detail)) }
@@ -292,68 +291,28 @@ pub(super) const LISTENING: &str = "listening on";
 /// starting with one of `count`'s texts adds one to that counter.
 pub(super) fn start_server(
     ns: &Netns,
-    exe: &Path,
     args: &[String],
     ready: &str,
     count: &[(&'static str, Arc<AtomicU64>)],
-) -> Result<Started> {
-    let mut cmd = ns.command(exe);
-    netlane_sys::process::kill_with_parent(&mut cmd);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = Started(cmd.spawn().with_context(|| format!("start netlane {}", args.join(" ")))?);
-    let (out, err) = (child.0.stdout.take().context("the server's output")?, child.0.stderr.take());
+) -> Result<RoleProcess> {
     let count = count.to_vec();
-    let counter = move |line: &str| {
+    let hook: LineHook = Arc::new(move |line: &str| {
         if let Some((_, n)) = count.iter().find(|(t, _)| line.starts_with(t)) {
             n.fetch_add(1, Ordering::Relaxed);
         }
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    // Both pipes are read to their end so the server never blocks on a full one.
-    std::thread::spawn({
-        let counter = counter.clone();
-        move || {
-            let mut lines = std::io::BufRead::lines(std::io::BufReader::new(out));
-            let first = lines.next().and_then(|l| l.ok()).unwrap_or_default();
-            let _ = tx.send(first);
-            lines.map_while(Result::ok).for_each(|l| counter(&l));
-        }
     });
-    if let Some(err) = err {
-        std::thread::spawn(move || {
-            std::io::BufRead::lines(std::io::BufReader::new(err)).map_while(Result::ok).for_each(|l| counter(&l))
-        });
-    }
-    let first = rx.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
-    if !first.starts_with(ready) {
-        bail!("netlane {} did not start (it said {first:?})", args.join(" "));
-    }
-    Ok(child)
+    let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned())
+        .ready_when(ready, Duration::from_secs(20));
+    RoleProcess::start(ns, &spec, Some(hook))
 }
 
 /// Runs a client in `ns` to the end (at most `limit`) and reads its JSON report.
-pub(super) fn run_client(
-    ns: &Netns,
-    exe: &Path,
-    args: &[String],
-    server: SoakServer,
-    limit: Duration,
-) -> Result<Valid> {
+pub(super) fn run_client(ns: &Netns, args: &[String], server: SoakServer, limit: Duration) -> Result<Valid> {
     let out_file: PathBuf = std::env::temp_dir().join(format!("netlane-soak-client-{}.json", std::process::id()));
-    let mut cmd = ns.command(exe);
-    netlane_sys::process::kill_with_parent(&mut cmd);
-    cmd.args(args).arg("--json").arg(&out_file).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut child = Started(cmd.spawn().with_context(|| format!("start netlane {}", args.join(" ")))?);
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.0.try_wait().context("wait for the client")? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            bail!("netlane {} ran past {limit:?}", args.join(" "));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut args = args.to_vec();
+    args.extend(["--json".to_string(), out_file.to_string_lossy().into_owned()]);
+    let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned());
+    let status = RoleProcess::start(ns, &spec, None)?.wait(limit)?.status;
     let text = std::fs::read_to_string(&out_file).unwrap_or_default();
     let _ = std::fs::remove_file(&out_file);
     let detail: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
