@@ -36,8 +36,9 @@ pub(crate) fn open(rate: f64) -> Pacing {
 pub(crate) enum CacheServer {
     /// netlane's, in this process.
     Netlane(Option<Box<Server>>),
-    /// memcached, and the busy_poll sysctl it runs with (restored when this drops).
-    Memcached {
+    /// A server's process (memcached, or `netlane kv serve`), and the busy_poll sysctl
+    /// it runs with (restored when this drops).
+    Process {
         /// The process.
         _process: RoleProcess,
         /// `net.core.busy_poll` as set for it, if it was.
@@ -46,13 +47,13 @@ pub(crate) enum CacheServer {
 }
 
 impl CacheServer {
-    /// memcached started from `spec` in the server's namespace.
-    pub(crate) fn memcached(
+    /// The server `spec` describes, started in the server's namespace.
+    pub(crate) fn process(
         h: &TwoHosts,
         spec: &RoleSpec,
         busy_poll: Option<netlane::installed::Sysctl>,
     ) -> Result<CacheServer> {
-        Ok(CacheServer::Memcached { _process: RoleProcess::start(&h.rx, spec, None)?, _busy_poll: busy_poll })
+        Ok(CacheServer::Process { _process: RoleProcess::start(&h.rx, spec, None)?, _busy_poll: busy_poll })
     }
 
     /// netlane's lanes now, when it is netlane's server.
@@ -73,7 +74,7 @@ impl Drop for CacheServer {
                 }
             }
             // Dropped with it: killed by the PID we started.
-            CacheServer::Memcached { .. } => {}
+            CacheServer::Process { .. } => {}
         }
     }
 }
@@ -97,6 +98,37 @@ pub(crate) fn memcached_spec(
         args.extend(["-u".into(), "root".into()]);
     }
     RoleSpec::program(&format!("memcached ({program})"), Program::Other(program.into()), args).on_cpus(cpus)
+}
+
+/// `netlane kv serve` as a role: on `cpu`, serving `addr` over TCP only with `threads`
+/// workers pinned there, 1 GiB, 1 MiB items and `max_conns` connections.
+pub(crate) fn netlane_kv_spec(addr: SocketAddr, cpu: usize, threads: usize, max_conns: u32) -> RoleSpec {
+    let args: Vec<String> = [
+        "kv",
+        "serve",
+        "-l",
+        &addr.ip().to_string(),
+        "-p",
+        &addr.port().to_string(),
+        "-U",
+        "0",
+        "-t",
+        &threads.to_string(),
+        "-m",
+        "1024",
+        "-I",
+        "1m",
+        "--shards",
+        "64",
+        "-c",
+        &max_conns.to_string(),
+        "--cpus",
+        &vec![cpu.to_string(); threads].join(","),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    RoleSpec::netlane("netlane kv serve", args).on_cpus(&[cpu]).ready_when("listening on", Duration::from_secs(10))
 }
 
 /// Waits (10 s at most) until a server accepts connections on `addr` from the

@@ -12,8 +12,6 @@ use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
-use netlane_kv::server::{Server, ServerConfig};
-use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
 use super::checks::cpu_per_request;
@@ -21,7 +19,7 @@ use super::{KvBenchArgs, Part, ServerKind};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner, Turn};
-use crate::scenarios::cache::{self, CacheServer, memcached_spec, open, pct, wait_until_accepting};
+use crate::scenarios::cache::{self, CacheServer, memcached_spec, netlane_kv_spec, open, pct, wait_until_accepting};
 use crate::scenarios::unless_generator_lagged;
 
 /// One fixed-rate (or closed-loop) run: what the generator measured and the server
@@ -91,26 +89,13 @@ impl KvBenchArgs {
     fn start(&self, h: &TwoHosts, addr: SocketAddr, kind: ServerKind) -> Result<CacheServer> {
         let running = match kind {
             ServerKind::Netlane => {
-                let cfg = ServerConfig {
-                    listen: addr,
-                    threads: self.threads,
-                    store: StoreConfig::new(1 << 30, 1 << 20, 64),
-                    max_conns: self.connections as usize + 64,
-                    cpus: Some(vec![self.server_cpu]),
-                    ..ServerConfig::default()
-                };
-                let cpu = self.server_cpu;
-                // Started from a thread pinned to the server CPU: the acceptor inherits it.
-                let s = h.rx.run(move || {
-                    netlane::cpus::pin(Some(cpu));
-                    Server::start(cfg)
-                })??;
-                CacheServer::Netlane(Some(Box::new(s)))
+                let spec = netlane_kv_spec(addr, self.server_cpu, self.threads, self.connections + 64);
+                CacheServer::process(h, &spec, None)?
             }
             ServerKind::Memcached => {
                 let spec =
                     memcached_spec(&self.memcached, addr, &[self.server_cpu], self.threads, self.connections + 64);
-                CacheServer::memcached(h, &spec, None)?
+                CacheServer::process(h, &spec, None)?
             }
         };
         wait_until_accepting(h, addr, &kind.name())?;

@@ -125,7 +125,7 @@ impl LanesBenchArgs {
             if mode == Mode::MemcachedN {
                 spec.args.extend(["-N".into(), lanes.len().to_string()]);
             }
-            CacheServer::memcached(h, &spec, guard)?
+            CacheServer::process(h, &spec, guard)?
         } else {
             let cfg = self.server_config(h, lanes, addr, mode, max_conns);
             let s = h.rx.run(move || Server::start(cfg))??;
