@@ -10,6 +10,16 @@
 //! posted, with its protocol state (unparsed input, unsent output), to the lane that
 //! takes it, which registers it and drives it at once. Nothing buffered is lost, and
 //! the bytes that arrive meanwhile wait in the socket.
+//!
+//! Here: a connection's entry, the worker's loop, its mail, and a connection driven;
+//! `listen.rs` the lane's own listener, `rehome.rs` connections leaving the lane,
+//! `datagram.rs` the UDP socket, `close.rs` how connections end (idle, lingering, at
+//! stop).
+
+mod close;
+mod datagram;
+mod listen;
+mod rehome;
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -19,27 +29,21 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use netlane::lanes::{BusyPoll, LaneId, Why};
+use netlane::lanes::{BusyPoll, LaneId};
 use netlane::serve::{AcceptBackoff, Admitted, Stop};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use super::Mail;
-use super::accept::admit;
 use super::host::{Shared, WorkerHost};
 use super::stream::Stream;
 use crate::proto::{Conn, Counters, Ctx, Limits, Turn, udp};
+use close::linger;
 
 const WAKE: u64 = u64::MAX;
 const UDP: u64 = u64::MAX - 1;
 const LISTEN: u64 = u64::MAX - 2;
 /// The server's stop signal.
 const STOP: u64 = u64::MAX - 3;
-/// Connections a lane's listener accepts per turn.
-const ACCEPT_BATCH: usize = 64;
-/// UDP batches a leaving lane serves before its socket closes.
-const UDP_RETIRE_BATCHES: usize = 16;
-/// UDP datagrams handled per turn before the connections get theirs.
-const UDP_BATCH: usize = 64;
 /// Largest reply a UDP request may produce; a request whose reply would be larger is
 /// answered with an error instead.
 const UDP_REPLY_MAX: usize = 1 << 20;
@@ -315,162 +319,6 @@ impl Worker {
         self.drive(idx);
     }
 
-    /// This lane's listener (reuseport steering) has connections: take them. The
-    /// selector put them here by their NAPI id; one it could not place (an id it did
-    /// not know yet, or id 0) goes to the lane the map picks, and a new id is taught to
-    /// the selector so that the next connection on it comes straight to its owner.
-    /// Accepts up to a batch; true when the batch ran out before the queue did.
-    fn accept_own(&mut self) -> bool {
-        for _ in 0..ACCEPT_BATCH {
-            let Some(l) = &self.listener else { return false };
-            match l.accept() {
-                Ok((s, _)) => {
-                    self.backoff.handle_accepted();
-                    self.take_accepted(Stream::Tcp(s));
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return false,
-                Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                Err(e) => {
-                    self.shared.limit.handle_accept_error();
-                    let rest = self.backoff.handle_error(&e, Instant::now());
-                    self.rest_listener(rest);
-                    return false;
-                }
-            }
-        }
-        true
-    }
-
-    /// Takes the listener out of the epoll interest for `rest`; the loop puts it back.
-    fn rest_listener(&mut self, rest: Duration) {
-        let Some(l) = &self.listener else { return };
-        let mut none = EpollEvent::new(EpollFlags::empty(), LISTEN);
-        if self.epoll.modify(l.as_fd(), &mut none).is_ok() {
-            self.listener_rests_until = Some(Instant::now() + rest);
-        }
-    }
-
-    /// Puts a resting listener back once its rest is over.
-    fn wake_listener(&mut self) {
-        let (Some(t), Some(l)) = (self.listener_rests_until, &self.listener) else { return };
-        if Instant::now() >= t {
-            let mut readable = EpollEvent::new(EpollFlags::EPOLLIN, LISTEN);
-            let _ = self.epoll.modify(l.as_fd(), &mut readable);
-            self.listener_rests_until = None;
-        }
-    }
-
-    fn take_accepted(&mut self, s: Stream) {
-        let Some((s, admitted)) = admit(&self.shared, s) else { return };
-        let napi_id = netlane::sockopt::incoming_napi_id(s.as_fd()).unwrap_or(0);
-        let lanes = &self.shared.lanes;
-        let mut map = lanes.map();
-        let p = {
-            match map.owner(napi_id) {
-                // The selector's choice, or the owner another lane's listener missed.
-                Some(lane) => {
-                    let _ = map.place_on(lane);
-                    netlane::lanes::Placement { lane, why: Why::Owner }
-                }
-                None if napi_id == 0 || !map.has_lane(self.id) => {
-                    // No NAPI id: the kernel's hash already spread these; keep it here
-                    // unless this lane is leaving (no longer in the map).
-                    let lane = if map.has_lane(self.id) {
-                        self.id
-                    } else {
-                        map.least_loaded(Some(self.id)).unwrap_or(self.id)
-                    };
-                    let _ = map.place_on(lane);
-                    netlane::lanes::Placement { lane, why: Why::NoNapi }
-                }
-                None => map.place(napi_id),
-            }
-        };
-        lanes.counters[p.lane].placed(Some(p.why));
-        if p.lane != self.id {
-            lanes.counters[self.id].handed_over.fetch_add(1, Ordering::Relaxed);
-        }
-        // Posted with the map held (see the acceptor).
-        self.shared.mailbox(p.lane).post(Mail::Conn { stream: s, napi_id, admitted });
-        drop(map);
-        if p.why == Why::NewId {
-            lanes.resync();
-        }
-    }
-
-    /// Gives away the connections another lane should have: those whose NAPI id another
-    /// lane now owns, or (`all`: this lane is leaving) every one, those without an owner
-    /// to the least-loaded lane. A leaving lane first takes what its listener and UDP
-    /// socket still hold.
-    fn rehome(&mut self, all: bool) {
-        if all {
-            if self.listener.is_some() {
-                // The selector no longer sends new flows here; what already arrived is
-                // served by the lanes that own it now. (Handshakes still in flight when
-                // the listener closes move to another listener of the group only with
-                // net.ipv4.tcp_migrate_req, which the server sets for reuseport lanes.)
-                while self.accept_own() {}
-                if let Some(l) = self.listener.take() {
-                    let _ = self.epoll.delete(l.as_fd());
-                }
-            }
-            if self.udp.is_some() {
-                // Serve what waits, bounded: the kernel's hash may still send datagrams
-                // here until the socket closes, and a flood must not keep it open.
-                for _ in 0..UDP_RETIRE_BATCHES {
-                    self.udp_pending = true;
-                    self.serve_udp();
-                    if !self.udp_pending {
-                        break;
-                    }
-                }
-                self.udp = None;
-            }
-        }
-        for idx in 0..self.conns.len() {
-            let Some(e) = &self.conns[idx] else { continue };
-            let target = {
-                let map = self.shared.lanes.map();
-                match map.owner(e.napi_id) {
-                    Some(o) if o != self.id => Some(o),
-                    _ if all => map.least_loaded(Some(self.id)),
-                    _ => None,
-                }
-            };
-            if let Some(to) = target.filter(|&t| t != self.id) {
-                self.ship(idx, to);
-            }
-        }
-    }
-
-    /// Moves connection `idx`, whole, to lane `to`.
-    fn ship(&mut self, idx: usize, to: LaneId) {
-        let Some(e) = self.conns.get_mut(idx).and_then(Option::take) else { return };
-        let _ = self.epoll.delete(e.stream.as_fd());
-        self.free.push(idx);
-        let shared = self.shared.clone();
-        let mut map = shared.lanes.map();
-        if map.moved(self.id, to).is_err() {
-            // The lane went away meanwhile: keep the connection here.
-            drop(map);
-            self.register(e);
-            return;
-        }
-        shared.lanes.counters[self.id].moved_out.fetch_add(1, Ordering::Relaxed);
-        // Posted with the map held (see the acceptor).
-        shared.mailbox(to).post(Mail::Moved(Box::new(Moving { entry: e })));
-        drop(map);
-    }
-
-    fn close(&mut self, idx: usize) {
-        if let Some(slot) = self.conns.get_mut(idx)
-            && slot.take().is_some()
-        {
-            self.free.push(idx);
-            self.shared.lanes.map().closed(self.id);
-        }
-    }
-
     /// Reads, runs and writes for connection `idx` until it would block or yields.
     fn drive(&mut self, idx: usize) {
         let clock = self.shared.clock();
@@ -552,131 +400,6 @@ impl Worker {
         };
         if close {
             self.close(idx);
-        }
-    }
-
-    fn kick_idle(&mut self, now: u64) {
-        let limit = self.idle_timeout.map(|d| d.as_millis() as u64);
-        let mut idle = Vec::new();
-        let mut done_lingering = Vec::new();
-        for (i, e) in self.conns.iter().enumerate() {
-            let Some(e) = e else { continue };
-            if e.lingering_since.is_some_and(|t| now.saturating_sub(t) > LINGER_MS) {
-                done_lingering.push(i);
-            } else if limit.is_some_and(|l| now.saturating_sub(e.last_active_ms) > l) {
-                idle.push(i);
-            }
-        }
-        for i in idle {
-            self.shared.conns.idle_kicks.fetch_add(1, Ordering::Relaxed);
-            self.close(i);
-        }
-        for i in done_lingering {
-            self.close(i);
-        }
-    }
-
-    fn serve_udp(&mut self) {
-        self.udp_pending = false;
-        let Some(sock) = &self.udp else { return };
-        let host = WorkerHost { shared: &self.shared, worker: self.id };
-        for _ in 0..UDP_BATCH {
-            let (n, peer) = match sock.recv_from(&mut self.udp_in) {
-                Ok(r) => r,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    tracing::debug!(error = %e, "UDP receive");
-                    return;
-                }
-            };
-            self.counters.bytes_read += n as u64;
-            let (frame, body) = match udp::parse_request(&self.udp_in[..n]) {
-                Ok(r) => r,
-                Err(_) => {
-                    self.counters.udp_dropped += 1;
-                    continue;
-                }
-            };
-            self.udp_conn.reset();
-            self.udp_conn.handle_input(body);
-            let mut ctx = Ctx {
-                store: &self.shared.store,
-                clock: self.shared.clock(),
-                host: &host,
-                counters: &mut self.counters,
-                settings: &self.shared.settings.proto,
-            };
-            // Every command of the datagram runs (yielding is for sharing a worker
-            // between connections). A reply cut short at the limit is not sent part-way
-            // (a client would take it for the whole answer): memcached's error for a get
-            // it cannot answer goes instead.
-            let turn = loop {
-                match self.udp_conn.process(&mut ctx) {
-                    Turn::Yield => continue,
-                    t => break t,
-                }
-            };
-            if turn == Turn::Blocked {
-                self.udp_conn.replace_output(b"SERVER_ERROR out of memory writing get response\r\n");
-                self.counters.udp_replies_cut += 1;
-            }
-            self.shared.conns.udp_requests.fetch_add(1, Ordering::Relaxed);
-            let reply = self.udp_conn.poll_output_vec();
-            for (h, chunk) in udp::datagrams(frame.request_id, &reply) {
-                self.udp_out.clear();
-                self.udp_out.extend_from_slice(&h);
-                self.udp_out.extend_from_slice(chunk);
-                match sock.send_to(&self.udp_out, peer) {
-                    Ok(m) => self.counters.bytes_written += m as u64,
-                    // A full send buffer loses the rest of this reply (UDP's contract);
-                    // the client treats the missing datagrams as a miss.
-                    Err(_) => break,
-                }
-            }
-        }
-        self.udp_pending = true;
-    }
-
-    fn shutdown(&mut self) {
-        for i in 0..self.conns.len() {
-            if let Some(e) = &mut self.conns[i] {
-                let _ = flush(e, &mut self.counters);
-            }
-            self.close(i);
-        }
-        // Connections still in the mailbox close unserved (and give their places back).
-        drop(self.shared.mailbox(self.id).take());
-        self.shared.workers[self.id].publish(&self.counters);
-    }
-}
-
-/// How long a closing connection waits for its peer to close.
-const LINGER_MS: u64 = 1000;
-
-/// A closing connection's step: write the rest, shut the sending side, drop input.
-/// Returns true when it can be closed now.
-fn linger(e: &mut Entry, c: &mut Counters) -> bool {
-    if !flush(e, c) {
-        return true;
-    }
-    if e.conn.unsent() > 0 {
-        return false;
-    }
-    if !e.shut {
-        e.shut = true;
-        if e.stream.shutdown_write().is_err() {
-            return true;
-        }
-    }
-    let mut sink = [0u8; 16384];
-    loop {
-        match e.stream.read(&mut sink) {
-            Ok(0) => return true,
-            Ok(_) => {}
-            Err(err) if err.kind() == ErrorKind::WouldBlock => return false,
-            Err(err) if err.kind() == ErrorKind::Interrupted => {}
-            Err(_) => return true,
         }
     }
 }
