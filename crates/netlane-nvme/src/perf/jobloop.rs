@@ -147,42 +147,86 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
     }
 }
 
+/// Offsets of a job's commands: random blocks of its region, or one block after another.
+struct Offsets {
+    rng: Rng,
+    random: bool,
+    base: u64,
+    bs: u64,
+    nblocks: u64,
+    seq: u64,
+}
+
+impl Offsets {
+    fn next(&mut self) -> u64 {
+        let i = if self.random { self.rng.next() % self.nblocks } else { (self.seq % self.nblocks, self.seq += 1).0 };
+        self.base + i * self.bs
+    }
+}
+
 pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receiver<Completion>) -> JobResult {
     netlane::cpus::pin(spec.cpu);
     let g = &spec.group;
     let mut res = JobResult::default();
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ ((spec.index as u64 + 1) * 0x9e37_79b9));
     let (base, len) = spec.region;
     let bs = u64::from(g.bs);
-    let nblocks = (len / bs).max(1);
-    let mut seq = 0u64;
+    let mut offsets = Offsets {
+        rng: Rng(0x2545_f491_4f6c_dd1d ^ ((spec.index as u64 + 1) * 0x9e37_79b9)),
+        random: g.random,
+        base,
+        bs,
+        nblocks: (len / bs).max(1),
+        seq: 0,
+    };
     let mut slots: Vec<Slot> =
         (0..g.qd).map(|_| Slot { buf: vec![0u8; g.bs as usize], start_ns: 0, offset: 0, read: true }).collect();
-    let lba_shift = spec.block.trailing_zeros();
-    let mut next_offset = |rng: &mut Rng| -> u64 {
-        let i = if g.random { rng.next() % nblocks } else { (seq % nblocks, seq += 1).0 };
-        base + i * bs
-    };
     // Verify: lay the pattern over the region first (and make it durable), or, for a
     // verify-only run, read every block of the region once and check it, and stop.
-    if spec.verify != VerifyMode::Off {
-        let (write, what) = match spec.verify {
-            VerifyMode::ReadBack => (false, "verify read"),
-            _ => (true, "verify prefill write"),
-        };
-        if let Err(e) = sweep(&spec, &shared, &done_rx, &mut slots, write, &mut res) {
-            res.failure = Some(format!("{what}: {e}"));
-            return res;
-        }
-        if !write {
-            return res;
-        }
-        if let Err(e) = flush_namespace(&spec, &shared, &done_rx) {
-            res.failure = Some(e);
-            return res;
-        }
+    if spec.verify != VerifyMode::Off && !verify_first(&spec, &shared, &done_rx, &mut slots, &mut res) {
+        return res;
     }
-    // The measured run: keep qd in flight until end_ns.
+    measured_run(&spec, &shared, &done_rx, &mut slots, &mut offsets, &mut res);
+    res
+}
+
+/// The verify step before the measured run: the pattern written over the region and
+/// flushed, or (verify-only) every block read back and checked. Returns whether the
+/// measured run follows.
+fn verify_first(
+    spec: &JobSpec,
+    shared: &Shared,
+    done_rx: &mpsc::Receiver<Completion>,
+    slots: &mut [Slot],
+    res: &mut JobResult,
+) -> bool {
+    let (write, what) = match spec.verify {
+        VerifyMode::ReadBack => (false, "verify read"),
+        _ => (true, "verify prefill write"),
+    };
+    if let Err(e) = sweep(spec, shared, done_rx, slots, write, res) {
+        res.failure = Some(format!("{what}: {e}"));
+        return false;
+    }
+    if !write {
+        return false;
+    }
+    if let Err(e) = flush_namespace(spec, shared, done_rx) {
+        res.failure = Some(e);
+        return false;
+    }
+    true
+}
+
+/// The measured run: keeps qd in flight until `end_ns`, or until the run fails.
+fn measured_run(
+    spec: &JobSpec,
+    shared: &Shared,
+    done_rx: &mpsc::Receiver<Completion>,
+    slots: &mut [Slot],
+    offsets: &mut Offsets,
+    res: &mut JobResult,
+) {
+    let g = &spec.group;
     let mut in_flight = 0usize;
     let mut ready: Vec<usize> = (0..slots.len()).collect();
     let mut stalled_since = monotonic_ns();
@@ -193,42 +237,14 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
     loop {
         let now = monotonic_ns();
         if now < spec.end_ns && !shared.stop.load(Ordering::Acquire) {
-            let cpu = current_cpu();
-            let mut reqs = Vec::with_capacity(ready.len());
-            for i in ready.drain(..) {
-                let s = &mut slots[i];
-                s.offset = next_offset(&mut rng);
-                s.read = g.read_pct == 100 || (g.read_pct > 0 && (rng.next() % 100) < u64::from(g.read_pct));
-                let mut sqe = Sqe::default();
-                sqe.set_opcode(if s.read { nvm::READ } else { nvm::WRITE });
-                sqe.set_nsid(spec.nsid);
-                sqe.set_lba_range(s.offset >> lba_shift, (bs >> lba_shift) as u32);
-                if !s.read && spec.verify == VerifyMode::Write {
-                    fill_pattern(&mut s.buf, s.offset);
-                }
-                let kind = if g.hipri {
-                    SetKind::Poll
-                } else if s.read && !shared.sets[SetKind::Read as usize].is_empty() {
-                    SetKind::Read
-                } else {
-                    SetKind::Default
-                };
-                s.start_ns = monotonic_ns();
-                let token = ((spec.index as u64) << 32) | i as u64;
-                reqs.push((
-                    pick_queue(&shared, kind, cpu),
-                    Req { sqe, data: std::mem::take(&mut s.buf), token, last: false },
-                ));
-                in_flight += 1;
-            }
-            submit_batch(&shared, reqs);
+            in_flight += issue(spec, shared, slots, &mut ready, offsets);
         } else {
             ready.clear();
         }
         if in_flight == 0 {
             break;
         }
-        let Some(c) = wait_one(&shared, &done_rx, g.hipri) else {
+        let Some(c) = wait_one(shared, done_rx, g.hipri) else {
             if monotonic_ns().saturating_sub(stalled_since) > 10_000_000_000 {
                 res.failure = Some(format!("{in_flight} commands got no completion for 10 s"));
                 break;
@@ -240,52 +256,7 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
         while let Some(c) = next.take() {
             in_flight -= 1;
             let i = (c.token & 0xffff_ffff) as usize;
-            let end = monotonic_ns();
-            let s = &mut slots[i];
-            s.buf = c.data;
-            if s.buf.len() != g.bs as usize {
-                s.buf.resize(g.bs as usize, 0);
-            }
-            let in_window = s.start_ns >= spec.window.0 && end <= spec.window.1;
-            if let Some(n) = shared.completed.get(spec.index) {
-                n.0.fetch_add(1, Ordering::Relaxed);
-            }
-            if !c.cqe.status.is_success() {
-                if in_window || c.cqe.status == Status::TRANSIENT_TRANSPORT {
-                    res.errors += 1;
-                }
-                if end.saturating_sub(last_ok) > 1_000_000_000 && res.failure.is_none() {
-                    res.failure = Some(format!(
-                        "the target answered every command with an error for a second (the last: {})",
-                        c.cqe.status
-                    ));
-                    shared.stop.store(true, Ordering::Release);
-                }
-                if c.cqe.status == Status::TRANSIENT_TRANSPORT
-                    && shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
-                {
-                    res.failure = Some("a queue failed".into());
-                }
-            } else {
-                last_ok = end;
-                if in_window {
-                    if s.read {
-                        res.reads += 1;
-                        res.read_lat.record(end - s.start_ns);
-                    } else {
-                        res.writes += 1;
-                        res.write_lat.record(end - s.start_ns);
-                    }
-                    res.bytes += bs;
-                }
-            }
-            if c.cqe.status.is_success()
-                && s.read
-                && spec.verify == VerifyMode::Write
-                && !check_pattern(&s.buf, s.offset)
-            {
-                res.mismatches += 1;
-            }
+            account(spec, shared, &mut slots[i], c, res, &mut last_ok);
             ready.push(i);
             next = done_rx.try_recv().ok();
         }
@@ -293,14 +264,95 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
             // Collect what is still in flight (a failed queue returns everything).
             let deadline = monotonic_ns() + 2_000_000_000;
             while in_flight > 0 && monotonic_ns() < deadline {
-                if wait_one(&shared, &done_rx, g.hipri).is_some() {
+                if wait_one(shared, done_rx, g.hipri).is_some() {
                     in_flight -= 1;
                 }
             }
             break;
         }
     }
-    res
+}
+
+/// Sends a command for each ready slot, as one batch: its offset and direction drawn,
+/// its queue picked by type and the current CPU. Returns how many were sent.
+fn issue(spec: &JobSpec, shared: &Shared, slots: &mut [Slot], ready: &mut Vec<usize>, offsets: &mut Offsets) -> usize {
+    let g = &spec.group;
+    let bs = u64::from(g.bs);
+    let lba_shift = spec.block.trailing_zeros();
+    let cpu = current_cpu();
+    let mut reqs = Vec::with_capacity(ready.len());
+    for i in ready.drain(..) {
+        let s = &mut slots[i];
+        s.offset = offsets.next();
+        s.read = g.read_pct == 100 || (g.read_pct > 0 && (offsets.rng.next() % 100) < u64::from(g.read_pct));
+        let mut sqe = Sqe::default();
+        sqe.set_opcode(if s.read { nvm::READ } else { nvm::WRITE });
+        sqe.set_nsid(spec.nsid);
+        sqe.set_lba_range(s.offset >> lba_shift, (bs >> lba_shift) as u32);
+        if !s.read && spec.verify == VerifyMode::Write {
+            fill_pattern(&mut s.buf, s.offset);
+        }
+        let kind = if g.hipri {
+            SetKind::Poll
+        } else if s.read && !shared.sets[SetKind::Read as usize].is_empty() {
+            SetKind::Read
+        } else {
+            SetKind::Default
+        };
+        s.start_ns = monotonic_ns();
+        let token = ((spec.index as u64) << 32) | i as u64;
+        reqs.push((pick_queue(shared, kind, cpu), Req { sqe, data: std::mem::take(&mut s.buf), token, last: false }));
+    }
+    let sent = reqs.len();
+    submit_batch(shared, reqs);
+    sent
+}
+
+/// Takes one completion back into its slot: counts it (latency and bytes inside the
+/// window, errors), checks a verified read, and notes when the run must stop.
+fn account(spec: &JobSpec, shared: &Shared, s: &mut Slot, c: Completion, res: &mut JobResult, last_ok: &mut u64) {
+    let g = &spec.group;
+    let bs = u64::from(g.bs);
+    let end = monotonic_ns();
+    s.buf = c.data;
+    if s.buf.len() != g.bs as usize {
+        s.buf.resize(g.bs as usize, 0);
+    }
+    let in_window = s.start_ns >= spec.window.0 && end <= spec.window.1;
+    if let Some(n) = shared.completed.get(spec.index) {
+        n.0.fetch_add(1, Ordering::Relaxed);
+    }
+    if !c.cqe.status.is_success() {
+        if in_window || c.cqe.status == Status::TRANSIENT_TRANSPORT {
+            res.errors += 1;
+        }
+        if end.saturating_sub(*last_ok) > 1_000_000_000 && res.failure.is_none() {
+            res.failure = Some(format!(
+                "the target answered every command with an error for a second (the last: {})",
+                c.cqe.status
+            ));
+            shared.stop.store(true, Ordering::Release);
+        }
+        if c.cqe.status == Status::TRANSIENT_TRANSPORT && shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
+        {
+            res.failure = Some("a queue failed".into());
+        }
+    } else {
+        *last_ok = end;
+        if in_window {
+            if s.read {
+                res.reads += 1;
+                res.read_lat.record(end - s.start_ns);
+            } else {
+                res.writes += 1;
+                res.write_lat.record(end - s.start_ns);
+            }
+            res.bytes += bs;
+        }
+    }
+    if c.cqe.status.is_success() && s.read && spec.verify == VerifyMode::Write && !check_pattern(&s.buf, s.offset) {
+        res.mismatches += 1;
+    }
 }
 
 /// Goes once over the job's region in order, `qd` commands in flight: writing the

@@ -19,30 +19,39 @@
 //! the whole batch in one `send` (`MSG_MORE` while more follow, `MSG_EOR` on the last).
 //! With batching off the worker sends after every command. The i10 "caravan" mode holds
 //! sends until 64 KiB of PDUs, 16 requests or 50 us have gathered.
+//!
+//! This module holds the options and the run, step by step: options checked, queues
+//! connected with their workers, jobs started, the window measured, threads joined.
+//! `job.rs` has the job groups, `queue.rs` the queues and their workers, `jobloop.rs`
+//! the job threads, `report.rs` what a run reports.
 
 mod job;
 mod jobloop;
 mod queue;
+mod report;
 
 use std::collections::VecDeque;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use serde::Serialize;
 
 use crate::host::{ConnectOptions, Controller, HostError};
+use crate::proto::host::Completion;
 use crate::wire::RxBuf;
 pub use job::{CpuBinding, JobGroup};
 use jobloop::{JobResult, JobSpec, run_job};
 use netlane::cpus::CpuList;
 use netlane::metrics::cpu::{CpuTime, process_cpu};
-use netlane::metrics::hist::Summary;
 use netlane::time::monotonic_ns;
 use queue::{Inner, JobCounter, Queue, SetKind, Shared, worker};
+use report::summarize;
+pub use report::{GroupReport, PerfReport, QueueInfo};
 
 /// The i10 caravan: hold sends until one of these is reached.
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
@@ -111,85 +120,6 @@ pub struct PerfOptions {
     pub target_pid: Option<u32>,
 }
 
-/// Results of one group.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct GroupReport {
-    /// Group name.
-    pub name: String,
-    /// rw mode.
-    pub rw: String,
-    /// Block size, bytes.
-    pub bs_bytes: u32,
-    /// Per-job depth.
-    pub qd: u32,
-    /// Jobs.
-    pub jobs: u32,
-    /// Commands completed in the measured window.
-    pub ops: u64,
-    /// Reads in the window.
-    pub reads: u64,
-    /// Writes in the window.
-    pub writes: u64,
-    /// Commands per second.
-    pub iops: f64,
-    /// MB/s (10^6 bytes).
-    pub mb_per_s: f64,
-    /// Read latency, ns.
-    pub read_lat_ns: Summary,
-    /// Write latency, ns.
-    pub write_lat_ns: Summary,
-    /// Commands that completed with an error status.
-    pub errors: u64,
-    /// Reads whose data differed from the pattern (verify mode).
-    pub mismatches: u64,
-}
-
-/// One I/O queue of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct QueueInfo {
-    /// Its map: `default`, `read` or `poll`.
-    pub set: String,
-    /// Queue ID.
-    pub qid: u16,
-    /// The CPU it maps to (and its I/O worker runs on).
-    pub cpu: usize,
-}
-
-/// Results of a run.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct PerfReport {
-    /// Per group.
-    pub groups: Vec<GroupReport>,
-    /// Measured seconds.
-    pub seconds: f64,
-    /// All commands in the window.
-    pub ops: u64,
-    /// All commands per second.
-    pub iops: f64,
-    /// Host process CPU over the window.
-    pub host_cpu: CpuTime,
-    /// Host CPU microseconds per command.
-    pub host_cpu_us_per_io: Option<f64>,
-    /// Host context switches per command (voluntary + involuntary).
-    pub host_switches_per_io: Option<f64>,
-    /// Target CPU microseconds per command (when its PID was given).
-    pub target_cpu_us_per_io: Option<f64>,
-    /// Commands sent by the submitting thread itself.
-    pub direct_sends: u64,
-    /// Commands handed to a queue's I/O worker.
-    pub worker_sends: u64,
-    /// send() calls made.
-    pub send_calls: u64,
-    /// Commands per send() call.
-    pub cmds_per_send: Option<f64>,
-    /// The I/O queues.
-    pub queues: Vec<QueueInfo>,
-    /// Whether each queue ended healthy.
-    pub queue_failures: u64,
-    /// Verify mode was on.
-    pub verified: bool,
-}
-
 /// Errors of a perf run.
 #[derive(Debug, thiserror::Error)]
 pub enum PerfError {
@@ -246,6 +176,25 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
 
 /// [`run`], telling `status` where the run is every [`STATUS_EVERY`].
 pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Result<PerfReport, PerfError> {
+    let (n_default, total) = check_options(opts)?;
+    let ctrl = Controller::connect(&opts.connect, total as u16)?;
+    if u32::from(ctrl.io_queues) < total {
+        return Err(PerfError::Invalid(format!("the target granted {} I/O queues, {total} needed", ctrl.io_queues)));
+    }
+    let (block, size) = check_namespace(opts, &ctrl)?;
+    let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
+    let Started { shared, job_rx, workers } = start_queues(opts, &ctrl, n_default, njobs)?;
+    let jobs = start_jobs(opts, &shared, job_rx, block, size)?;
+    // Measure CPU over the window; tell the caller where the run is meanwhile.
+    let measured = measure(opts, &shared, &jobs, status);
+    let (results, queue_failures) = finish(&shared, jobs.handles, workers)?;
+    let _ = ctrl.shutdown();
+    Ok(summarize(opts, &shared, &results, measured, queue_failures))
+}
+
+/// Checks the options before connecting. Returns the number of default queues and of
+/// all I/O queues.
+fn check_options(opts: &PerfOptions) -> Result<(u16, u32), PerfError> {
     if opts.groups.is_empty() {
         return Err(PerfError::Invalid("no job groups".into()));
     }
@@ -266,10 +215,12 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     if total > 1024 {
         return Err(PerfError::Invalid(format!("{total} queues is too many")));
     }
-    let ctrl = Controller::connect(&opts.connect, total as u16)?;
-    if u32::from(ctrl.io_queues) < total {
-        return Err(PerfError::Invalid(format!("the target granted {} I/O queues, {total} needed", ctrl.io_queues)));
-    }
+    Ok((n_default, total))
+}
+
+/// Checks the groups' block sizes against the namespace and the controller. Returns the
+/// namespace's block size and the bytes of it the run uses.
+fn check_namespace(opts: &PerfOptions, ctrl: &Controller) -> Result<(u32, u64), PerfError> {
     let ns = ctrl
         .namespaces
         .iter()
@@ -296,10 +247,22 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
         }
     }
     let size = opts.size.unwrap_or(ns_bytes).min(ns_bytes);
-    let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
-    let depth = opts.queue_depth.max(1);
+    Ok((block, size))
+}
 
-    // Queues.
+/// The queues of a run, connected, with their workers started.
+struct Started {
+    /// What the threads share.
+    shared: Arc<Shared>,
+    /// Each job's completion channel.
+    job_rx: Vec<mpsc::Receiver<Completion>>,
+    /// The I/O workers of the default and read queues.
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// Connects the I/O queues, set by set, and starts the workers of those that have one.
+fn start_queues(opts: &PerfOptions, ctrl: &Controller, n_default: u16, njobs: u32) -> Result<Started, PerfError> {
+    let depth = opts.queue_depth.max(1);
     let mut queues = Vec::new();
     let mut sets: [Vec<usize>; 3] = Default::default();
     let mut receivers = Vec::new();
@@ -373,11 +336,32 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
         let s = shared.clone();
         workers.push(std::thread::Builder::new().name(format!("nvme-q{}", q.qid)).spawn(move || worker(q, rx, s))?);
     }
+    Ok(Started { shared, job_rx, workers })
+}
 
+/// The job threads of a run, and when they run.
+struct Jobs {
+    /// Each job's group name and thread.
+    handles: Vec<(String, JoinHandle<JobResult>)>,
+    /// When the jobs start, ns.
+    start: u64,
+    /// The measured window (after the ramp), ns.
+    window: (u64, u64),
+}
+
+/// Starts the job threads, a little ahead, each on its region of the namespace.
+fn start_jobs(
+    opts: &PerfOptions,
+    shared: &Arc<Shared>,
+    job_rx: Vec<mpsc::Receiver<Completion>>,
+    block: u32,
+    size: u64,
+) -> Result<Jobs, PerfError> {
+    let njobs = job_rx.len() as u64;
     // Jobs: regions split evenly.
     let start = monotonic_ns() + 20_000_000;
     let window = (start + opts.ramp.as_nanos() as u64, start + (opts.ramp + opts.duration).as_nanos() as u64);
-    let region_len = (size / u64::from(njobs)) / u64::from(block) * u64::from(block);
+    let region_len = (size / njobs) / u64::from(block) * u64::from(block);
     let mut handles = Vec::new();
     let mut index = 0usize;
     let mut rx_iter = job_rx.into_iter();
@@ -417,38 +401,83 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
             index += 1;
         }
     }
-    // Measure CPU over the window; tell the caller where the run is meanwhile.
+    Ok(Jobs { handles, start, window })
+}
+
+/// What was read around the measured window.
+struct Measured {
+    /// When the jobs started, ns.
+    start: u64,
+    /// The measured window, ns.
+    window: (u64, u64),
+    /// When the window ended (early when the run could not go on), ns.
+    ended: u64,
+    /// Host process CPU over the window.
+    host_cpu: CpuTime,
+    /// The target's CPU ticks at the window's start and end, when its PID was given.
+    target_ticks: (Option<u64>, Option<u64>),
+    /// send() calls in the window.
+    sends: u64,
+    /// Commands sent in the window.
+    cmds: u64,
+}
+
+/// Waits out the ramp and the measured window, reading CPU time and send counters at
+/// either end, and tells `status` where the run is meanwhile.
+fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn FnMut(&Status)) -> Measured {
     let total = opts.ramp + opts.duration;
-    // Returns early when a queue failed (the run cannot go on) or every job is done.
-    let mut sleep_until = |t: u64| loop {
+    let sent = || shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
+    sleep_until(jobs.window.0, shared, jobs, total, status);
+    let cpu0 = process_cpu();
+    let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
+    let sends0 = shared.send_calls.load(Ordering::Relaxed);
+    let cmds0 = sent();
+    sleep_until(jobs.window.1, shared, jobs, total, status);
+    let ended = monotonic_ns();
+    let cpu1 = process_cpu();
+    let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
+    let sends1 = shared.send_calls.load(Ordering::Relaxed);
+    let cmds1 = sent();
+    Measured {
+        start: jobs.start,
+        window: jobs.window,
+        ended,
+        host_cpu: cpu1 - cpu0,
+        target_ticks: (t0, t1),
+        sends: sends1 - sends0,
+        cmds: cmds1 - cmds0,
+    }
+}
+
+/// Sleeps until `t`, telling `status` where the run is every [`STATUS_EVERY`]. Returns
+/// early when a queue failed (the run cannot go on) or every job is done.
+fn sleep_until(t: u64, shared: &Shared, jobs: &Jobs, total: Duration, status: &mut dyn FnMut(&Status)) {
+    loop {
         let now = monotonic_ns();
         if now >= t
             || shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire))
-            || handles.iter().all(|(_, h)| h.is_finished())
+            || jobs.handles.iter().all(|(_, h)| h.is_finished())
         {
             return;
         }
         std::thread::sleep(Duration::from_nanos((t - now).min(STATUS_EVERY.as_nanos() as u64)));
         let now = monotonic_ns();
         status(&Status {
-            elapsed: Duration::from_nanos(now.saturating_sub(start)),
+            elapsed: Duration::from_nanos(now.saturating_sub(jobs.start)),
             total,
-            measuring: now >= window.0,
+            measuring: now >= jobs.window.0,
             completed: shared.completed.iter().map(|c| c.0.load(Ordering::Relaxed)).sum(),
         });
-    };
-    sleep_until(window.0);
-    let cpu0 = process_cpu();
-    let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
-    let sends0 = shared.send_calls.load(Ordering::Relaxed);
-    let cmds0 = shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
-    sleep_until(window.1);
-    let ended = monotonic_ns();
-    let cpu1 = process_cpu();
-    let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
-    let sends1 = shared.send_calls.load(Ordering::Relaxed);
-    let cmds1 = shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
+    }
+}
 
+/// Joins the jobs, then stops and joins the workers. Returns the jobs' results with their
+/// group names and how many queues failed, or what stopped the run.
+fn finish(
+    shared: &Shared,
+    handles: Vec<(String, JoinHandle<JobResult>)>,
+    workers: Vec<JoinHandle<()>>,
+) -> Result<(Vec<(String, JobResult)>, u64), PerfError> {
     let mut results: Vec<(String, JobResult)> = Vec::new();
     for (name, h) in handles {
         let r = h.join().map_err(|_| PerfError::Invalid("a job thread panicked".into()))?;
@@ -469,75 +498,5 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
             None => PerfError::Stopped(stopped),
         });
     }
-    let _ = ctrl.shutdown();
-
-    let secs = match opts.verify {
-        // A verify-only sweep reads from the jobs' start and ends with its last block.
-        VerifyMode::ReadBack => (ended.min(window.1).saturating_sub(start) as f64 / 1e9).max(1e-9),
-        _ => opts.duration.as_secs_f64(),
-    };
-    let mut groups = Vec::new();
-    let mut all_ops = 0;
-    for g in &opts.groups {
-        let mut agg = JobResult::default();
-        for (_, r) in results.iter().filter(|(n, _)| *n == g.name) {
-            agg.read_lat.merge(&r.read_lat);
-            agg.write_lat.merge(&r.write_lat);
-            agg.reads += r.reads;
-            agg.writes += r.writes;
-            agg.bytes += r.bytes;
-            agg.errors += r.errors;
-            agg.mismatches += r.mismatches;
-        }
-        let ops = agg.reads + agg.writes;
-        all_ops += ops;
-        groups.push(GroupReport {
-            name: g.name.clone(),
-            rw: g.rw_name(),
-            bs_bytes: g.bs,
-            qd: g.qd,
-            jobs: g.jobs,
-            ops,
-            reads: agg.reads,
-            writes: agg.writes,
-            iops: ops as f64 / secs,
-            mb_per_s: agg.bytes as f64 / secs / 1e6,
-            read_lat_ns: agg.read_lat.summary(),
-            write_lat_ns: agg.write_lat.summary(),
-            errors: agg.errors,
-            mismatches: agg.mismatches,
-        });
-    }
-    let host_cpu = cpu1 - cpu0;
-    // Undefined (None), not 0, when nothing completed.
-    let per_io = |x: f64| (all_ops > 0).then(|| x / all_ops as f64);
-    let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
-    let target_cpu_us_per_io = match (t0, t1) {
-        (Some(a), Some(b)) => per_io((b.saturating_sub(a)) as f64 / tick * 1e6),
-        _ => None,
-    };
-    let sends = sends1 - sends0;
-    let cmds = cmds1 - cmds0;
-    let names = ["default", "read", "poll"];
-    Ok(PerfReport {
-        groups,
-        seconds: secs,
-        ops: all_ops,
-        iops: all_ops as f64 / secs,
-        host_cpu,
-        host_cpu_us_per_io: per_io(host_cpu.total_s() * 1e6),
-        host_switches_per_io: per_io((host_cpu.voluntary_switches + host_cpu.involuntary_switches) as f64),
-        target_cpu_us_per_io,
-        direct_sends: shared.direct_sends.load(Ordering::Relaxed),
-        worker_sends: shared.worker_sends.load(Ordering::Relaxed),
-        send_calls: shared.send_calls.load(Ordering::Relaxed),
-        cmds_per_send: (sends > 0).then(|| cmds as f64 / sends as f64),
-        queues: shared
-            .queues
-            .iter()
-            .map(|q| QueueInfo { set: names[q.kind as usize].to_string(), qid: q.qid, cpu: q.cpu })
-            .collect(),
-        queue_failures,
-        verified: opts.verify != VerifyMode::Off,
-    })
+    Ok((results, queue_failures))
 }

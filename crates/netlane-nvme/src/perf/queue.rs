@@ -254,25 +254,7 @@ pub(super) const WAKE_TOKEN: u64 = 2;
 /// The I/O worker of a default or read queue.
 pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>) {
     netlane::cpus::pin(Some(q.cpu));
-    let ep = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) {
-        Ok(ep) => ep,
-        Err(e) => {
-            let mut inner = q.lock();
-            fail(&q, &mut inner, &shared, format!("epoll: {e}"));
-            return;
-        }
-    };
-    {
-        let inner = q.lock();
-        let ok = ep.add(inner.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, SOCK_TOKEN)).is_ok()
-            && ep.add(q.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN)).is_ok();
-        drop(inner);
-        if !ok {
-            let mut inner = q.lock();
-            fail(&q, &mut inner, &shared, "epoll_ctl failed".into());
-            return;
-        }
-    }
+    let Some(ep) = worker_epoll(&q, &shared) else { return };
     let mut events = [EpollEvent::empty(); 4];
     let mut want_out = false;
     while !shared.stop.load(Ordering::Acquire) {
@@ -290,35 +272,11 @@ pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>
                 continue;
             }
             let n = got.len();
-            for r in got {
-                q.queued.fetch_sub(1, Ordering::AcqRel);
-                let last = r.last;
-                submit_locked(&mut inner, r);
-                shared.worker_sends.fetch_add(1, Ordering::Relaxed);
-                if last {
-                    inner.batch_open_ns = None;
-                } else if inner.batch_open_ns.is_none() {
-                    inner.batch_open_ns = Some(monotonic_ns());
-                }
-                if (!shared.batch || (last && shared.caravan.is_none()))
-                    && let Err(e) = flush(&mut inner, &shared.send_calls)
-                {
-                    fail(&q, &mut inner, &shared, e.to_string());
-                }
+            submit_taken(&q, &mut inner, &shared, got);
+            let hold = caravan_holds(&inner, shared.caravan);
+            if hold {
+                timeout_ms = 0;
             }
-            let hold = match shared.caravan {
-                Some(c) if inner.unsent_reqs > 0 => {
-                    let age_us = monotonic_ns().saturating_sub(inner.first_unsent_ns) / 1000;
-                    let hold = inner.hq.poll_output().len() < c.max_bytes
-                        && inner.unsent_reqs < c.max_reqs
-                        && age_us < c.delay_us;
-                    if hold {
-                        timeout_ms = 0;
-                    }
-                    hold
-                }
-                _ => false,
-            };
             // A batch whose last request has not come yet goes out with MSG_MORE; one
             // left open longer than BATCH_OPEN_NS is sent as complete.
             let open = shared.batch
@@ -373,5 +331,61 @@ pub(super) fn worker(q: Arc<Queue>, rx: mpsc::Receiver<Req>, shared: Arc<Shared>
                 }
             }
         }
+    }
+}
+
+/// Sets up the worker's epoll on the queue's socket and wake eventfd; fails the queue
+/// when that cannot be done.
+fn worker_epoll(q: &Queue, shared: &Shared) -> Option<Epoll> {
+    let ep = match Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) {
+        Ok(ep) => ep,
+        Err(e) => {
+            let mut inner = q.lock();
+            fail(q, &mut inner, shared, format!("epoll: {e}"));
+            return None;
+        }
+    };
+    let inner = q.lock();
+    let ok = ep.add(inner.sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, SOCK_TOKEN)).is_ok()
+        && ep.add(q.wake.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE_TOKEN)).is_ok();
+    drop(inner);
+    if !ok {
+        let mut inner = q.lock();
+        fail(q, &mut inner, shared, "epoll_ctl failed".into());
+        return None;
+    }
+    Some(ep)
+}
+
+/// Submits the requests the worker took from the list, keeping track of the open batch,
+/// and sends at once when batching is off or a batch (not a caravan) is complete.
+fn submit_taken(q: &Queue, inner: &mut Inner, shared: &Shared, got: Vec<Req>) {
+    for r in got {
+        q.queued.fetch_sub(1, Ordering::AcqRel);
+        let last = r.last;
+        submit_locked(inner, r);
+        shared.worker_sends.fetch_add(1, Ordering::Relaxed);
+        if last {
+            inner.batch_open_ns = None;
+        } else if inner.batch_open_ns.is_none() {
+            inner.batch_open_ns = Some(monotonic_ns());
+        }
+        if (!shared.batch || (last && shared.caravan.is_none()))
+            && let Err(e) = flush(inner, &shared.send_calls)
+        {
+            fail(q, inner, shared, e.to_string());
+        }
+    }
+}
+
+/// Whether an i10 caravan holds the unsent requests back: none of its limits (bytes,
+/// requests, delay since the first) is reached yet.
+fn caravan_holds(inner: &Inner, caravan: Option<Caravan>) -> bool {
+    match caravan {
+        Some(c) if inner.unsent_reqs > 0 => {
+            let age_us = monotonic_ns().saturating_sub(inner.first_unsent_ns) / 1000;
+            inner.hq.poll_output().len() < c.max_bytes && inner.unsent_reqs < c.max_reqs && age_us < c.delay_us
+        }
+        _ => false,
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 
 use crate::proto::cmd::{Cqe, DataDir, SGL_ICD, SGL_TRANSPORT, SglDesc, Sqe, Status};
-use crate::proto::pdu::{self, DecodeError, Fes, IcReq, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
+use crate::proto::pdu::{self, DecodeError, Fes, IcReq, IcResp, OutBuf, Pdu, Role, RxConfig, TxConfig, Violation};
 
 /// Settings of one host queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,139 +320,164 @@ impl HostQueue {
         }
     }
 
+    /// Hands a decoded PDU to its handler; a controller-bound type is a violation.
     fn on_pdu(&mut self, p: Pdu<'_>) -> Result<(), QueueError> {
         match p {
-            Pdu::IcResp(r) => {
-                if r.pfv != 0 {
-                    return Err(QueueError::BadIcResp("PFV is not 0"));
-                }
-                if r.hdgst != self.cfg.hdgst || r.ddgst != self.cfg.ddgst {
-                    return Err(QueueError::BadIcResp("digest settings differ from what was asked"));
-                }
-                if r.maxh2cdata < 4096 || !r.maxh2cdata.is_multiple_of(4) {
-                    return Err(QueueError::BadIcResp("MAXH2CDATA below 4096 or not a multiple of 4"));
-                }
-                if r.cpda > 31 {
-                    return Err(QueueError::BadIcResp("CPDA above 31"));
-                }
-                self.maxh2cdata = r.maxh2cdata;
-                self.tx = TxConfig { hdgst: r.hdgst, ddgst: r.ddgst, pda: (u32::from(r.cpda) + 1) * 4 };
-                self.rx = RxConfig {
-                    role: Role::Host,
-                    established: true,
-                    hdgst: r.hdgst,
-                    ddgst: r.ddgst,
-                    pda: (u32::from(self.cfg.hpda) + 1) * 4,
-                    max_icd: 0,
-                    max_data: self.cfg.max_c2h,
-                };
-                self.state = State::Ready;
-                Ok(())
-            }
+            Pdu::IcResp(r) => self.handle_ic_resp(r),
             Pdu::TermReq { fes, fei } => Err(QueueError::Terminated { fes, fei }),
-            Pdu::CapsuleResp { cqe } => {
-                self.slot(cqe.cid, 20)?;
-                self.complete(cqe.cid, cqe);
-                Ok(())
-            }
+            Pdu::CapsuleResp { cqe } => self.handle_capsule_resp(cqe),
             Pdu::C2hData { cccid, datao, last, success, data, ddgst_ok } => {
-                let qid = self.cfg.qid;
-                let f = self.slot(cccid, 8)?;
-                if f.dir != DataDir::ToHost {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::InvalidHeaderField,
-                        8,
-                        "C2HData for a command without controller-to-host data",
-                    )));
-                }
-                let end = datao as usize + data.len();
-                if end > f.buf.len() {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::DataOutOfRange,
-                        0,
-                        "C2HData beyond the command's buffer",
-                    )));
-                }
-                if datao as usize != f.received {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::PduSequenceError,
-                        0,
-                        "C2HData offset is not where the previous one ended",
-                    )));
-                }
-                f.buf[datao as usize..end].copy_from_slice(data);
-                f.received = end;
-                let short_last = last && end != f.buf.len();
-                if !ddgst_ok {
-                    f.digest_error = true;
-                    self.stats.digest_errors += 1;
-                }
-                if short_last {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::PduSequenceError,
-                        0,
-                        "LAST C2HData before the end of the data",
-                    )));
-                }
-                if success {
-                    self.stats.success_flag += 1;
-                    let cqe = Cqe { cid: cccid, sqid: qid, status: Status::SUCCESS, ..Cqe::default() };
-                    self.complete(cccid, cqe);
-                }
-                Ok(())
+                self.handle_c2h_data(cccid, datao, last, success, data, ddgst_ok)
             }
-            Pdu::R2t { cccid, ttag, r2to, r2tl } => {
-                let maxh2c = self.maxh2cdata as usize;
-                let f = self.slot(cccid, 8)?;
-                if f.dir != DataDir::ToController || f.in_capsule {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::InvalidHeaderField,
-                        8,
-                        "R2T for a command with no outstanding host data",
-                    )));
-                }
-                let end = u64::from(r2to) + u64::from(r2tl);
-                if r2tl == 0 || end > f.buf.len() as u64 {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::DataOutOfRange,
-                        0,
-                        "R2T outside the command's data",
-                    )));
-                }
-                // A controller asks for each part of the data once, in order; Linux's
-                // host refuses an offset below what it already sent the same way
-                // ("Unexpected r2t offset", nvme_tcp_handle_r2t in drivers/nvme/host/tcp.c).
-                if u64::from(r2to) < f.r2t_sent {
-                    return Err(QueueError::Violation(Violation::new(
-                        Fes::DataOutOfRange,
-                        0,
-                        "R2T asks again for data already sent",
-                    )));
-                }
-                f.r2t_sent = end;
-                // Each R2T is answered in full at once, so at most one is ever
-                // outstanding from this host's side, within any MAXR2T.
-                f.r2ts += 1;
-                let (buf, tx) = (std::mem::take(&mut f.buf), self.tx);
-                let mut off = r2to as usize;
-                let end = end as usize;
-                let mut pdus = 0;
-                while off < end {
-                    let n = (end - off).min(maxh2c);
-                    tx.h2c_data(self.out.vec(), cccid, ttag, off as u32, &buf[off..off + n], off + n == end);
-                    off += n;
-                    pdus += 1;
-                }
-                if let Some(f) = self.slots[usize::from(cccid)].as_mut() {
-                    f.buf = buf;
-                }
-                self.stats.r2ts += 1;
-                self.stats.h2c_pdus += pdus;
-                Ok(())
-            }
+            Pdu::R2t { cccid, ttag, r2to, r2tl } => self.handle_r2t(cccid, ttag, r2to, r2tl),
             Pdu::IcReq(_) | Pdu::CapsuleCmd { .. } | Pdu::H2cData(_) => {
                 Err(QueueError::Violation(Violation::new(Fes::InvalidHeaderField, 0, "host-to-controller PDU")))
             }
         }
+    }
+
+    /// ICResp: checks what the controller granted and takes its digests and alignment.
+    fn handle_ic_resp(&mut self, r: IcResp) -> Result<(), QueueError> {
+        if r.pfv != 0 {
+            return Err(QueueError::BadIcResp("PFV is not 0"));
+        }
+        if r.hdgst != self.cfg.hdgst || r.ddgst != self.cfg.ddgst {
+            return Err(QueueError::BadIcResp("digest settings differ from what was asked"));
+        }
+        if r.maxh2cdata < 4096 || !r.maxh2cdata.is_multiple_of(4) {
+            return Err(QueueError::BadIcResp("MAXH2CDATA below 4096 or not a multiple of 4"));
+        }
+        if r.cpda > 31 {
+            return Err(QueueError::BadIcResp("CPDA above 31"));
+        }
+        self.maxh2cdata = r.maxh2cdata;
+        self.tx = TxConfig { hdgst: r.hdgst, ddgst: r.ddgst, pda: (u32::from(r.cpda) + 1) * 4 };
+        self.rx = RxConfig {
+            role: Role::Host,
+            established: true,
+            hdgst: r.hdgst,
+            ddgst: r.ddgst,
+            pda: (u32::from(self.cfg.hpda) + 1) * 4,
+            max_icd: 0,
+            max_data: self.cfg.max_c2h,
+        };
+        self.state = State::Ready;
+        Ok(())
+    }
+
+    /// A response capsule: completes its command.
+    fn handle_capsule_resp(&mut self, cqe: Cqe) -> Result<(), QueueError> {
+        self.slot(cqe.cid, 20)?;
+        self.complete(cqe.cid, cqe);
+        Ok(())
+    }
+
+    /// C2HData: the next part of a read's data, in order, and with the SUCCESS flag its
+    /// completion.
+    fn handle_c2h_data(
+        &mut self,
+        cccid: u16,
+        datao: u32,
+        last: bool,
+        success: bool,
+        data: &[u8],
+        ddgst_ok: bool,
+    ) -> Result<(), QueueError> {
+        let qid = self.cfg.qid;
+        let f = self.slot(cccid, 8)?;
+        if f.dir != DataDir::ToHost {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::InvalidHeaderField,
+                8,
+                "C2HData for a command without controller-to-host data",
+            )));
+        }
+        let end = datao as usize + data.len();
+        if end > f.buf.len() {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::DataOutOfRange,
+                0,
+                "C2HData beyond the command's buffer",
+            )));
+        }
+        if datao as usize != f.received {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::PduSequenceError,
+                0,
+                "C2HData offset is not where the previous one ended",
+            )));
+        }
+        f.buf[datao as usize..end].copy_from_slice(data);
+        f.received = end;
+        let short_last = last && end != f.buf.len();
+        if !ddgst_ok {
+            f.digest_error = true;
+            self.stats.digest_errors += 1;
+        }
+        if short_last {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::PduSequenceError,
+                0,
+                "LAST C2HData before the end of the data",
+            )));
+        }
+        if success {
+            self.stats.success_flag += 1;
+            let cqe = Cqe { cid: cccid, sqid: qid, status: Status::SUCCESS, ..Cqe::default() };
+            self.complete(cccid, cqe);
+        }
+        Ok(())
+    }
+
+    /// R2T: sends the part of a write's data asked for, in H2CData PDUs of at most
+    /// MAXH2CDATA.
+    fn handle_r2t(&mut self, cccid: u16, ttag: u16, r2to: u32, r2tl: u32) -> Result<(), QueueError> {
+        let maxh2c = self.maxh2cdata as usize;
+        let f = self.slot(cccid, 8)?;
+        if f.dir != DataDir::ToController || f.in_capsule {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::InvalidHeaderField,
+                8,
+                "R2T for a command with no outstanding host data",
+            )));
+        }
+        let end = u64::from(r2to) + u64::from(r2tl);
+        if r2tl == 0 || end > f.buf.len() as u64 {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::DataOutOfRange,
+                0,
+                "R2T outside the command's data",
+            )));
+        }
+        // A controller asks for each part of the data once, in order; Linux's
+        // host refuses an offset below what it already sent the same way
+        // ("Unexpected r2t offset", nvme_tcp_handle_r2t in drivers/nvme/host/tcp.c).
+        if u64::from(r2to) < f.r2t_sent {
+            return Err(QueueError::Violation(Violation::new(
+                Fes::DataOutOfRange,
+                0,
+                "R2T asks again for data already sent",
+            )));
+        }
+        f.r2t_sent = end;
+        // Each R2T is answered in full at once, so at most one is ever
+        // outstanding from this host's side, within any MAXR2T.
+        f.r2ts += 1;
+        let (buf, tx) = (std::mem::take(&mut f.buf), self.tx);
+        let mut off = r2to as usize;
+        let end = end as usize;
+        let mut pdus = 0;
+        while off < end {
+            let n = (end - off).min(maxh2c);
+            tx.h2c_data(self.out.vec(), cccid, ttag, off as u32, &buf[off..off + n], off + n == end);
+            off += n;
+            pdus += 1;
+        }
+        if let Some(f) = self.slots[usize::from(cccid)].as_mut() {
+            f.buf = buf;
+        }
+        self.stats.r2ts += 1;
+        self.stats.h2c_pdus += pdus;
+        Ok(())
     }
 }

@@ -16,7 +16,8 @@
 //!   expiry, never on the I/O path.
 //!
 //! This module holds the subsystem and its controller registry; the queue state machine
-//! is in `queue.rs`, the admin and Fabrics commands in `admin.rs`, the discovery
+//! is in `queue.rs`, its R2T/H2CData and C2HData transfers in `transfer.rs`, its
+//! counters in `stats.rs`, the admin and Fabrics commands in `admin.rs`, the discovery
 //! controller in `discovery.rs`, the NVM I/O commands in `io.rs`, and the storage
 //! requests they emit (and the per-queue data budget) in `storage.rs`.
 
@@ -24,7 +25,9 @@ mod admin;
 mod discovery;
 mod io;
 mod queue;
+mod stats;
 mod storage;
+mod transfer;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,7 +38,8 @@ use crate::proto::fabrics;
 use crate::proto::identify::NamespaceInfo;
 use crate::proto::namespace::Namespace;
 
-pub use queue::{CloseReason, LATENCY_BUCKETS, LatencyHist, QueueStats, TargetQueue};
+pub use queue::{CloseReason, TargetQueue};
+pub use stats::{LATENCY_BUCKETS, LatencyHist, QueueStats};
 pub use storage::{ALL_NAMESPACES, StorageOp, StorageRequest};
 
 /// Subsystem-wide settings.
