@@ -34,6 +34,8 @@ lab: setup-lab build selftests
 check: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
+	# The sans-IO protocol cores build alone (what the fuzz targets link).
+	$(CARGO) check --locked -p netlane-kv -p netlane-nvme -p netlane-rr -p netlane-lb --no-default-features
 	clang-format --dry-run --Werror $(BPF_SOURCES)
 
 # As root (CI, or sudo), namespace, BPF and browser tests must run: a missing

@@ -44,3 +44,5 @@ pub mod time;
 pub mod topology;
 pub mod udp;
 pub mod zerocopy;
+
+pub use netlane_counters::counters;

@@ -1,7 +1,7 @@
 //! The fuzz target's body, here so the stable test suite runs it over the seed corpus
 //! too (`fuzz/fuzz_targets/kv_conn.rs` is the cargo-fuzz wrapper).
 
-use netlane::metrics::CounterSet;
+use netlane_counters::CounterSet;
 
 use super::parse::StatsKind;
 use super::reply::StatsWriter;

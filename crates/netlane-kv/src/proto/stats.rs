@@ -5,7 +5,7 @@
 //! after each turn of its event loop; `stats` and the metrics endpoint sum the
 //! published copies.
 
-netlane::counters! {
+netlane_counters::counters! {
     /// Per-worker protocol counters (memcached's names).
     pub struct Counters, shared SharedCounters {
         /// Keys asked for by get, gets, gat, gats and mg without T.

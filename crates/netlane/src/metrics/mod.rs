@@ -1,5 +1,5 @@
 //! Measurement: CPU time (per thread, per process, system-wide), HDR histograms,
-//! units for rates, sizes and durations, counters declared once ([`counters`]), and the
+//! units for rates, sizes and durations, counters declared once ([`crate::counters`]), and the
 //! Prometheus text format with its endpoint.
 //!
 //! CPU cost is reported two ways because receive work does not stay put: softirq
@@ -9,16 +9,15 @@
 //! [`kstat`] counts the kernel's events over an interval: context switches, interrupts
 //! (inter-processor ones apart), softirqs.
 
-pub mod counters;
 pub mod cpu;
 pub mod hist;
 pub mod kstat;
 pub mod prom;
 pub mod units;
 
-pub use counters::CounterSet;
 pub use cpu::{CpuTime, SystemCpu, SystemCpuDelta};
 pub use hist::{Hist, Summary};
+pub use netlane_counters::CounterSet;
 
 /// Median of the finite values (NaN for none).
 pub fn median(mut v: Vec<f64>) -> f64 {

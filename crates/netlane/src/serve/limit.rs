@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-crate::counters! {
+netlane_counters::counters! {
     /// What a server's connection limit saw.
     #[derive(serde::Serialize, schemars::JsonSchema)]
     pub struct ConnCounts, shared SharedConnCounts {

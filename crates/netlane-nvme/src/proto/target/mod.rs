@@ -165,9 +165,9 @@ pub const MAX_ADMIN_IN_CAPSULE: u32 = 8192;
 /// Upper bound of the per-queue data budget.
 pub const MAX_QUEUE_BUDGET: u32 = 256 << 20;
 
-netlane::counters! {
+netlane_counters::counters! {
     /// The subsystem's counters (what the SMART log reports).
-    #[derive(serde::Serialize, schemars::JsonSchema)]
+    #[cfg_attr(feature = "drivers", derive(serde::Serialize, schemars::JsonSchema))]
     pub struct SubsystemCounters, shared SharedSubsystemCounters {
         /// Read commands completed.
         read_cmds,

@@ -1,11 +1,10 @@
-//! Counters declared once: [`counters!`](crate::counters) writes, from one list of
-//! documented names, a plain struct of `u64`s (what reports, JSON and `stats` read), its
+//! Counters declared once: [`counters!`] writes, from one list of documented names, a plain struct of `u64`s (what reports, JSON and `stats` read), its
 //! shared twin of atomics (what threads count into), and the walk over both that the
 //! Prometheus exposition and the terminal tables use. A server that adds a counter adds
 //! one line; no second struct, no copy field by field, no name written twice.
 
 /// A set of named counters: each with its name, its help text (the field's doc comment)
-/// and its value. Made by [`counters!`](crate::counters).
+/// and its value. Made by [`counters!`].
 pub trait CounterSet {
     /// Calls `f` with each counter's name, help text and value, in declaration order.
     fn each(&self, f: &mut dyn FnMut(&'static str, &'static str, u64));
@@ -14,9 +13,9 @@ pub trait CounterSet {
 /// Declares counters once.
 ///
 /// ```
-/// netlane::counters! {
+/// netlane_counters::counters! {
 ///     /// What a listener saw.
-///     #[derive(serde::Serialize)]
+///     #[derive(Hash)]
 ///     pub struct Seen, shared SharedSeen {
 ///         /// Connections taken.
 ///         accepted,
@@ -29,7 +28,7 @@ pub trait CounterSet {
 /// let seen: Seen = shared.load();
 /// assert_eq!(seen, Seen { accepted: 2, refused: 0 });
 /// let mut names = Vec::new();
-/// netlane::metrics::CounterSet::each(&seen, &mut |name, _help, v| names.push((name, v)));
+/// netlane_counters::CounterSet::each(&seen, &mut |name, _help, v| names.push((name, v)));
 /// assert_eq!(names, [("accepted", 2), ("refused", 0)]);
 /// ```
 ///
@@ -72,7 +71,7 @@ macro_rules! counters {
             }
         }
 
-        impl $crate::metrics::CounterSet for $name {
+        impl $crate::CounterSet for $name {
             fn each(&self, f: &mut dyn FnMut(&'static str, &'static str, u64)) {
                 $(f(stringify!($field), concat!($($doc),*).trim(), self.$field);)*
             }
@@ -99,8 +98,9 @@ macro_rules! counters {
 
 #[cfg(test)]
 mod tests {
-    use super::CounterSet;
     use std::sync::atomic::Ordering;
+
+    use super::CounterSet;
 
     crate::counters! {
         /// Two counters.
