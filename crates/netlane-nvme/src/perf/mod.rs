@@ -184,7 +184,8 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     let (block, size) = check_namespace(opts, &ctrl)?;
     let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
     let Started { shared, job_rx, workers } = start_queues(opts, &ctrl, n_default, njobs)?;
-    let jobs = start_jobs(opts, &shared, job_rx, block, size)?;
+    // A run that fails to start its jobs stops the workers it started.
+    let jobs = start_jobs(opts, &shared, job_rx, block, size).inspect_err(|_| shared.stop_all())?;
     // Measure CPU over the window; tell the caller where the run is meanwhile.
     let measured = measure(opts, &shared, &jobs, status);
     let (results, queue_failures) = finish(&shared, jobs.handles, workers)?;
@@ -334,7 +335,9 @@ fn start_queues(opts: &PerfOptions, ctrl: &Controller, n_default: u16, njobs: u3
     for (qi, rx) in receivers {
         let q = shared.queues[qi].clone();
         let s = shared.clone();
-        workers.push(std::thread::Builder::new().name(format!("nvme-q{}", q.qid)).spawn(move || worker(q, rx, s))?);
+        let spawned = std::thread::Builder::new().name(format!("nvme-q{}", q.qid)).spawn(move || worker(q, rx, s));
+        // The workers started so far end with the run that could not start.
+        workers.push(spawned.inspect_err(|_| shared.stop_all())?);
     }
     Ok(Started { shared, job_rx, workers })
 }
@@ -375,7 +378,6 @@ fn start_jobs(
             let region_len = if verifying { region_len } else { size };
             let base = if verifying { index as u64 * region_len } else { 0 };
             if region_len < u64::from(g.bs) {
-                shared.stop.store(true, Ordering::Release);
                 return Err(PerfError::Invalid(format!(
                     "region of {region_len} bytes per job is smaller than bs {}",
                     g.bs
@@ -483,10 +485,7 @@ fn finish(
         let r = h.join().map_err(|_| PerfError::Invalid("a job thread panicked".into()))?;
         results.push((name, r));
     }
-    shared.stop.store(true, Ordering::Release);
-    for q in &shared.queues {
-        let _ = q.wake.write(1);
-    }
+    shared.stop_all();
     for w in workers {
         let _ = w.join();
     }

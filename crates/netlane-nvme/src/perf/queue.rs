@@ -82,6 +82,17 @@ pub(super) struct Shared {
 #[repr(align(64))]
 pub(super) struct JobCounter(pub(super) AtomicU64);
 
+impl Shared {
+    /// Stops every thread of the run: the flag the jobs read, and each queue's wake-up
+    /// so that a worker waiting in epoll sees it at once.
+    pub(super) fn stop_all(&self) {
+        self.stop.store(true, Ordering::Release);
+        for q in &self.queues {
+            let _ = q.wake.write(1);
+        }
+    }
+}
+
 impl Queue {
     pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock is a bug; keep going with the data as is.
