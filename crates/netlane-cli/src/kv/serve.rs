@@ -2,13 +2,14 @@
 //! the server started, final counters out.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::documents::KvServe;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane::lanes::BusyPoll;
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
+use netlane::serve::{Ended, Outcome};
 use netlane::topology::netdev::NapiSettings;
 use netlane_kv::proto::parse::Allowed;
 use netlane_kv::proto::{Limits, Settings as ProtoSettings};
@@ -404,19 +405,13 @@ impl ServeArgs {
         } else {
             out::println(&line);
         }
-        let started = Instant::now();
-        while !STOP.is_stopped() && self.time.is_none_or(|t| started.elapsed() < t) {
-            if server.shutdown_requested().is_some() {
-                eprintln!("shutdown: asked for by a client");
-                break;
-            }
-            if server.failed() {
-                anyhow::bail!("a server thread stopped unexpectedly (see the log above)");
-            }
-            STOP.wait(Duration::from_millis(50));
-        }
+        let (outcome, s) = netlane::serve::supervise(server, &STOP, self.time);
         drop(metrics);
-        let s = server.stop();
+        match outcome {
+            Outcome::Ended(Ended::Failed(why)) => bail!("{why}"),
+            Outcome::Ended(Ended::Asked(why)) => eprintln!("{why}"),
+            Outcome::Stopped | Outcome::TimeUp => {}
+        }
         let p = &s.protocol.0;
         let g = |k: &str| p.get(k).copied().unwrap_or(0);
         if !to_stdout {

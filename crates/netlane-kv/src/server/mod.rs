@@ -440,3 +440,21 @@ impl Drop for Server {
         self.shutdown();
     }
 }
+
+/// Run under [`netlane::serve::supervise`]: it ends by itself when a thread failed or
+/// a client asked for a shutdown.
+impl netlane::serve::Running for Server {
+    type Final = ServerStats;
+
+    fn poll_ended(&self) -> Option<netlane::serve::Ended> {
+        use netlane::serve::Ended;
+        if self.failed() {
+            return Some(Ended::Failed("a server thread stopped unexpectedly (see the log above)".into()));
+        }
+        self.shutdown_requested().map(|_| Ended::Asked("shutdown: asked for by a client".into()))
+    }
+
+    fn stop(self) -> ServerStats {
+        Server::stop(self)
+    }
+}

@@ -40,7 +40,7 @@ use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::metrics::prom::{Handler, MetricsServer, TEXT_FORMAT, check_metrics_addr};
 use netlane::metrics::units;
 use netlane::ratelimit::RateLimit;
-use netlane::serve::{AcceptBackoff, Admitted, ConnLimit, Stop};
+use netlane::serve::{AcceptBackoff, Admitted, ConnLimit, Ended, Outcome, Running, Stop};
 use netlane::time::monotonic_ns;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -344,18 +344,10 @@ impl TargetServer {
     /// thread of the target failed; then stops every thread and returns the final
     /// counters. A failed thread is an error.
     pub fn serve(self, stop: &Stop, time: Option<Duration>) -> io::Result<TargetStats> {
-        let start = Instant::now();
-        // The wait ends at once on a stop; its slice bounds how late a failed thread
-        // or the end of `time` is noticed.
-        while !stop.wait(Duration::from_millis(50)) {
-            if self.is_finished() {
-                return Err(io::Error::other("a target thread stopped unexpectedly (see the log above)"));
-            }
-            if time.is_some_and(|t| start.elapsed() >= t) {
-                break;
-            }
+        match netlane::serve::supervise(self, stop, time) {
+            (Outcome::Ended(Ended::Failed(why)), _) => Err(io::Error::other(why)),
+            (_, stats) => Ok(stats),
         }
-        Ok(self.stop())
     }
 
     /// Stops every thread, closes every connection, and returns the counters.
@@ -473,5 +465,18 @@ struct InSetup {
 impl Drop for InSetup {
     fn drop(&mut self) {
         self.shared.leave_setup(self.ip);
+    }
+}
+
+/// Run under [`netlane::serve::supervise`]: it ends by itself only when a thread failed.
+impl Running for TargetServer {
+    type Final = TargetStats;
+
+    fn poll_ended(&self) -> Option<Ended> {
+        self.is_finished().then(|| Ended::Failed("a target thread stopped unexpectedly (see the log above)".into()))
+    }
+
+    fn stop(self) -> TargetStats {
+        TargetServer::stop(self)
     }
 }

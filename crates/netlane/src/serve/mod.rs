@@ -9,12 +9,17 @@
 //!   memory): waits 10 ms, doubling to 1 s, logged at a limited rate;
 //! - [`ConnLimit`]: at most so many connections open at once, each holding an
 //!   [`Admitted`] token that frees its place when the connection is dropped, and the
-//!   counts of admitted, refused and failed connections ([`ConnCounts`]).
+//!   counts of admitted, refused and failed connections ([`ConnCounts`]);
+//! - [`supervise`]: a server running on threads of its own ([`Running`]) watched until a
+//!   stop, its time, or its own end ([`Ended`]: a failed thread, a client's shutdown),
+//!   then stopped with its final counters.
 
 mod accept;
 mod limit;
 mod stop;
+mod supervise;
 
 pub use accept::AcceptBackoff;
 pub use limit::{Admitted, ConnCounts, ConnLimit, SharedConnCounts};
 pub use stop::Stop;
+pub use supervise::{CHECK_EVERY, Ended, Outcome, Running, supervise};
