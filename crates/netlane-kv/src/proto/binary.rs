@@ -339,117 +339,127 @@ pub fn run(ctx: &mut Ctx<'_>, h: &Header, body: &[u8], out: &mut Out) -> After {
             ok(out, 0, &[], &[]);
         }
         op::GET | op::GETK | op::TOUCH | op::GAT | op::GATK => get(ctx, h, opcode, quiet, extras, key, out),
-        op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND => {
-            let (flags, exptime) = if extras.len() == 8 { (be32(extras), be32(&extras[4..]) as i32) } else { (0, 0) };
-            let mut mode = match opcode {
-                op::SET => StoreMode::Set,
-                op::ADD => StoreMode::Add,
-                op::REPLACE => StoreMode::Replace,
-                op::APPEND => StoreMode::Append,
-                _ => StoreMode::Prepend,
-            };
-            // A set or replace with a CAS value is a cas (add ignores it).
-            if h.cas != 0 && matches!(mode, StoreMode::Set | StoreMode::Replace) {
-                mode = StoreMode::Cas;
-            }
-            let c = &mut *ctx.counters;
-            c.cmd_set += 1;
-            let exp = clock.deadline(i64::from(exptime));
-            let (r, cas) = ctx.store.with_slot(key, clock.now_ms, |slot| {
-                count_gone(c, slot.gone());
-                let r = store_in(c, slot, mode, value, flags, exp, h.cas, false);
-                (r, slot.item().map_or(0, |it| it.cas()))
-            });
-            match r {
-                Outcome::Stored => ok(out, cas, &[], &[]),
-                Outcome::Exists => error(out, h, Status::KeyExists),
-                Outcome::NotFound => error(out, h, Status::KeyNotFound),
-                Outcome::NotStored | Outcome::Failed(_) => {
-                    if let Outcome::Failed(e) = r {
-                        exec::store_error(c, e);
-                    }
-                    let s = match opcode {
-                        op::ADD => Status::KeyExists,
-                        op::REPLACE => Status::KeyNotFound,
-                        _ => Status::NotStored,
-                    };
-                    error(out, h, s);
-                }
-            }
-        }
-        op::DELETE => {
-            let c = &mut *ctx.counters;
-            let r = ctx.store.with_slot(key, clock.now_ms, |slot| {
-                count_gone(c, slot.gone());
-                match slot.item().map(|it| it.cas()) {
-                    None => Err(Status::KeyNotFound),
-                    Some(cas) if h.cas != 0 && h.cas != cas => Err(Status::KeyExists),
-                    Some(_) => {
-                        slot.remove();
-                        Ok(())
-                    }
-                }
-            });
-            match r {
-                Ok(()) => {
-                    c.delete_hits += 1;
-                    ok(out, 0, &[], &[]);
-                }
-                Err(s) => {
-                    if s == Status::KeyNotFound {
-                        c.delete_misses += 1;
-                    }
-                    error(out, h, s);
-                }
-            }
-        }
-        op::INCREMENT | op::DECREMENT => {
-            let incr = opcode == op::INCREMENT;
-            let (delta, initial, expiration) =
-                (be64(extras), be64(&extras[8.min(extras.len())..]), be32(&extras[16.min(extras.len())..]));
-            let c = &mut *ctx.counters;
-            let r = ctx.store.with_slot(key, clock.now_ms, |slot| {
-                count_gone(c, slot.gone());
-                match arith_slot(slot, incr, delta, h.cas) {
-                    Arith::Missing if expiration != u32::MAX => {
-                        let mut text = Vec::with_capacity(20);
-                        super::reply::push_u64(&mut text, initial);
-                        let exp = clock.deadline(i64::from(expiration as i32));
-                        match slot.store(&text, 0, exp, None) {
-                            Ok(cas) => Ok((initial, cas)),
-                            Err(_) => Err(Status::OutOfMemory),
-                        }
-                    }
-                    Arith::Done(n) => {
-                        if incr {
-                            c.incr_hits += 1
-                        } else {
-                            c.decr_hits += 1
-                        }
-                        Ok((n, slot.item().map_or(0, |it| it.cas())))
-                    }
-                    Arith::Missing => {
-                        if incr {
-                            c.incr_misses += 1
-                        } else {
-                            c.decr_misses += 1
-                        }
-                        Err(Status::KeyNotFound)
-                    }
-                    Arith::NonNumeric => Err(Status::NonNumeric),
-                    Arith::CasMismatch => Err(Status::KeyExists),
-                    Arith::Failed => Err(Status::OutOfMemory),
-                }
-            });
-            match r {
-                Ok((n, cas)) => ok(out, cas, &[], &n.to_be_bytes()),
-                Err(s) => error(out, h, s),
-            }
-        }
+        op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND => match store(ctx, h, opcode, extras, key, value) {
+            Ok(cas) => ok(out, cas, &[], &[]),
+            Err(s) => error(out, h, s),
+        },
+        op::DELETE => match delete(ctx, h, key) {
+            Ok(()) => ok(out, 0, &[], &[]),
+            Err(s) => error(out, h, s),
+        },
+        op::INCREMENT | op::DECREMENT => match arith(ctx, h, opcode == op::INCREMENT, extras, key) {
+            Ok((n, cas)) => ok(out, cas, &[], &n.to_be_bytes()),
+            Err(s) => error(out, h, s),
+        },
         op::STAT => stat(ctx, h, key, out),
         _ => error(out, h, Status::UnknownCommand),
     }
     After::Continue
+}
+
+/// set, add, replace, append, prepend (and their quiet forms): the new CAS value, or
+/// the error status.
+fn store(ctx: &mut Ctx<'_>, h: &Header, opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) -> Result<u64, Status> {
+    let clock = ctx.clock;
+    let (flags, exptime) = if extras.len() == 8 { (be32(extras), be32(&extras[4..]) as i32) } else { (0, 0) };
+    let mut mode = match opcode {
+        op::SET => StoreMode::Set,
+        op::ADD => StoreMode::Add,
+        op::REPLACE => StoreMode::Replace,
+        op::APPEND => StoreMode::Append,
+        _ => StoreMode::Prepend,
+    };
+    // A set or replace with a CAS value is a cas (add ignores it).
+    if h.cas != 0 && matches!(mode, StoreMode::Set | StoreMode::Replace) {
+        mode = StoreMode::Cas;
+    }
+    let c = &mut *ctx.counters;
+    c.cmd_set += 1;
+    let exp = clock.deadline(i64::from(exptime));
+    let (r, cas) = ctx.store.with_slot(key, clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        let r = store_in(c, slot, mode, value, flags, exp, h.cas, false);
+        (r, slot.item().map_or(0, |it| it.cas()))
+    });
+    match r {
+        Outcome::Stored => Ok(cas),
+        Outcome::Exists => Err(Status::KeyExists),
+        Outcome::NotFound => Err(Status::KeyNotFound),
+        Outcome::NotStored | Outcome::Failed(_) => {
+            if let Outcome::Failed(e) = r {
+                exec::store_error(c, e);
+            }
+            Err(match opcode {
+                op::ADD => Status::KeyExists,
+                op::REPLACE => Status::KeyNotFound,
+                _ => Status::NotStored,
+            })
+        }
+    }
+}
+
+/// delete (and deleteq): removes the key if its CAS value matches (0: any).
+fn delete(ctx: &mut Ctx<'_>, h: &Header, key: &[u8]) -> Result<(), Status> {
+    let c = &mut *ctx.counters;
+    let r = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        match slot.item().map(|it| it.cas()) {
+            None => Err(Status::KeyNotFound),
+            Some(cas) if h.cas != 0 && h.cas != cas => Err(Status::KeyExists),
+            Some(_) => {
+                slot.remove();
+                Ok(())
+            }
+        }
+    });
+    match r {
+        Ok(()) => c.delete_hits += 1,
+        Err(Status::KeyNotFound) => c.delete_misses += 1,
+        Err(_) => {}
+    }
+    r
+}
+
+/// increment, decrement (and their quiet forms): the new value and CAS value. A
+/// missing key is created with the initial value unless the expiration is all ones.
+fn arith(ctx: &mut Ctx<'_>, h: &Header, incr: bool, extras: &[u8], key: &[u8]) -> Result<(u64, u64), Status> {
+    let clock = ctx.clock;
+    let (delta, initial, expiration) =
+        (be64(extras), be64(&extras[8.min(extras.len())..]), be32(&extras[16.min(extras.len())..]));
+    let c = &mut *ctx.counters;
+    ctx.store.with_slot(key, clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        match arith_slot(slot, incr, delta, h.cas) {
+            Arith::Missing if expiration != u32::MAX => {
+                let mut text = Vec::with_capacity(20);
+                super::reply::push_u64(&mut text, initial);
+                let exp = clock.deadline(i64::from(expiration as i32));
+                match slot.store(&text, 0, exp, None) {
+                    Ok(cas) => Ok((initial, cas)),
+                    Err(_) => Err(Status::OutOfMemory),
+                }
+            }
+            Arith::Done(n) => {
+                if incr {
+                    c.incr_hits += 1
+                } else {
+                    c.decr_hits += 1
+                }
+                Ok((n, slot.item().map_or(0, |it| it.cas())))
+            }
+            Arith::Missing => {
+                if incr {
+                    c.incr_misses += 1
+                } else {
+                    c.decr_misses += 1
+                }
+                Err(Status::KeyNotFound)
+            }
+            Arith::NonNumeric => Err(Status::NonNumeric),
+            Arith::CasMismatch => Err(Status::KeyExists),
+            Arith::Failed => Err(Status::OutOfMemory),
+        }
+    })
 }
 
 /// get, getk, touch, gat, gatk (and their quiet forms).

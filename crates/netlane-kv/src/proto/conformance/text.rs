@@ -1,98 +1,13 @@
-//! The protocol conformance table: named sequences of (request bytes, exact reply)
-//! steps. The unit tests run it against the sans-IO core (whole and cut into every
-//! chunk size), `tests/server.rs` over TCP against the server and against memcached
-//! 1.6.18 itself: one table, three runs.
-//!
-//! Where netlane answers differently on purpose, the step carries memcached's reply and
-//! the reason ([`differs`]); `docs/memcached.md` lists every such step (a test checks
-//! that it does).
+//! The text and meta protocol's rows of the conformance table, by command family, in
+//! the table's order (the fuzz seeds are named by their place in it).
 
-/// One step: bytes sent, the exact reply expected, and milliseconds to advance the
-/// clock before sending.
-#[derive(Debug)]
-pub struct Step {
-    /// Bytes sent.
-    pub send: Vec<u8>,
-    /// The exact reply.
-    pub expect: Vec<u8>,
-    /// Milliseconds that pass before the step (the store's clock; real time over TCP).
-    pub advance_ms: u64,
-    /// The connection closes after the reply.
-    pub closes: bool,
-    /// Where memcached answers differently on purpose: its reply, and why netlane's
-    /// differs.
-    pub memcached: Option<Divergence>,
-}
+use super::{
+    CACHEDUMP, FLUSH_PAST, LINE, MEMLIMIT_GROWTH, SKIP_BLOCK, Step, VERSION, WRAP, closing, differs, later, s, varies,
+};
 
-/// memcached's reply to a step that netlane answers differently, and the reason.
-#[derive(Debug)]
-pub struct Divergence {
-    /// memcached 1.6.18's exact reply; `None` where it depends on its background
-    /// threads' timing (then only netlane's is checked).
-    pub reply: Option<Vec<u8>>,
-    /// memcached closes the connection after it.
-    pub closes: bool,
-    /// Why netlane differs (`docs/memcached.md` has the same words).
-    pub why: &'static str,
-}
-
-/// A step at the same time as the one before.
-pub fn s(send: impl AsRef<[u8]>, expect: impl AsRef<[u8]>) -> Step {
-    Step {
-        send: send.as_ref().to_vec(),
-        expect: expect.as_ref().to_vec(),
-        advance_ms: 0,
-        closes: false,
-        memcached: None,
-    }
-}
-
-/// A step `advance_ms` after the one before.
-pub fn later(advance_ms: u64, send: impl AsRef<[u8]>, expect: impl AsRef<[u8]>) -> Step {
-    Step { advance_ms, ..s(send, expect) }
-}
-
-/// A step after which the connection closes (memcached's too).
-pub fn closing(send: impl AsRef<[u8]>, expect: impl AsRef<[u8]>) -> Step {
-    Step { closes: true, ..s(send, expect) }
-}
-
-/// A step netlane answers `ours` and memcached `theirs`, for the reason `why`.
-pub fn differs(send: impl AsRef<[u8]>, ours: impl AsRef<[u8]>, theirs: impl AsRef<[u8]>, why: &'static str) -> Step {
-    Step { memcached: Some(Divergence { reply: Some(theirs.as_ref().to_vec()), closes: false, why }), ..s(send, ours) }
-}
-
-/// A step netlane answers `ours` and memcached in a way that depends on timing.
-pub fn varies(send: impl AsRef<[u8]>, ours: impl AsRef<[u8]>, why: &'static str) -> Step {
-    Step { memcached: Some(Divergence { reply: None, closes: false, why }), ..s(send, ours) }
-}
-
-/// A malformed storage line whose length is readable.
-pub const SKIP_BLOCK: &str = "a storage command refused for its line (a key over 250 bytes, bad flags) skips its data \
-     block when the length is readable, so one request gets one reply; memcached reads the data block as commands";
-/// The version string.
-pub const VERSION: &str = "the version string names netlane (1.6.18-netlane-<version>)";
-/// cachedump.
-pub const CACHEDUMP: &str = "stats cachedump lists every live item of the class; memcached walks only the class's cold \
-     LRU segment, where an item is only once its LRU maintainer thread moved it there";
-/// Numbers wider than their field.
-pub const WRAP: &str = "a number wider than its 32-bit field is refused; memcached reads it as 64 bits and keeps \
-     the low 32 (flags 4294967296 are stored as 0)";
-/// Long lines.
-pub const LINE: &str = "a command line (not a get) longer than --max-line (2048 bytes) is refused and the \
-     connection closes, wherever the read boundaries fall; memcached answers it if it arrived in one read and \
-     closes without a reply otherwise";
-/// Why `cache_memlimit` past what the machine has differs.
-pub const MEMLIMIT_GROWTH: &str = "cache_memlimit is refused when the machine does not have the memory it adds; memcached \
-     raises its limit to any size and grows until the OOM killer ends it";
-/// flush_all at a past Unix time.
-pub const FLUSH_PAST: &str = "flush_all at a Unix time at or before the server started flushes now; memcached answers \
-     OK and flushes nothing";
-
-/// The conformance table: named sequences of steps, each run on a fresh store with a
-/// 1 KiB item limit, a version string of `1.6.18-netlane-test`
-/// ([`super::fuzzing::FixedHost`]'s). CAS values are deterministic on a fresh store (1, 2, ...).
-pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
+/// get and the storage commands: set, add, replace, append, prepend, cas, delete,
+/// incr, decr.
+pub(super) fn storage_rows() -> Vec<(&'static str, Vec<Step>)> {
     vec![
         ("get of a missing key", vec![s(b"get nope\r\n", b"END\r\n")]),
         (
@@ -164,6 +79,13 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"get f\r\n", b"VALUE f 4 3\r\n100\r\nEND\r\n"),
             ],
         ),
+    ]
+}
+
+/// Expiry and flush_all, noreply, and the commands about the server itself (version,
+/// verbosity, stats, mn) or about nothing (unknown commands).
+pub(super) fn expiry_and_server_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
         (
             "expiry: relative, negative, touch, gat",
             vec![
@@ -236,33 +158,43 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"set k 0 0\r\n", b"ERROR\r\n"),
             ],
         ),
-        (
-            "limits: key length, value size, data chunk",
-            vec![
-                s(format!("get {}\r\n", "a".repeat(251)), b"CLIENT_ERROR bad command line format\r\n"),
-                // A too-long key in a storage command: the data block is skipped.
-                differs(
-                    format!("set {} 0 0 3\r\nabc\r\n", "a".repeat(251)),
-                    b"CLIENT_ERROR bad command line format\r\n",
-                    b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
-                    SKIP_BLOCK,
-                ),
-                // The 1025 bytes and CRLF that follow are skipped, not read as commands.
-                s(
-                    [b"set k 0 0 1025\r\n".as_slice(), &[b'x'; 1025], b"\r\n"].concat(),
-                    b"SERVER_ERROR object too large for cache\r\n",
-                ),
-                s(b"set k 0 0 3\r\nabcde\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"),
-                s(b"set k 0 0 -1\r\n", b"CLIENT_ERROR bad command line format\r\n"),
-                differs(
-                    b"set k x 0 1\r\na\r\n",
-                    b"CLIENT_ERROR bad command line format\r\n",
-                    b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
-                    SKIP_BLOCK,
-                ),
-                s(b"get k\r\n", b"END\r\n"),
-            ],
-        ),
+    ]
+}
+
+/// Limits: key length, value size, data chunk.
+pub(super) fn limit_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![(
+        "limits: key length, value size, data chunk",
+        vec![
+            s(format!("get {}\r\n", "a".repeat(251)), b"CLIENT_ERROR bad command line format\r\n"),
+            // A too-long key in a storage command: the data block is skipped.
+            differs(
+                format!("set {} 0 0 3\r\nabc\r\n", "a".repeat(251)),
+                b"CLIENT_ERROR bad command line format\r\n",
+                b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+                SKIP_BLOCK,
+            ),
+            // The 1025 bytes and CRLF that follow are skipped, not read as commands.
+            s(
+                [b"set k 0 0 1025\r\n".as_slice(), &[b'x'; 1025], b"\r\n"].concat(),
+                b"SERVER_ERROR object too large for cache\r\n",
+            ),
+            s(b"set k 0 0 3\r\nabcde\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n"),
+            s(b"set k 0 0 -1\r\n", b"CLIENT_ERROR bad command line format\r\n"),
+            differs(
+                b"set k x 0 1\r\na\r\n",
+                b"CLIENT_ERROR bad command line format\r\n",
+                b"CLIENT_ERROR bad command line format\r\nERROR\r\n",
+                SKIP_BLOCK,
+            ),
+            s(b"get k\r\n", b"END\r\n"),
+        ],
+    )]
+}
+
+/// The meta commands: mg, ms, md, ma, me, base64 keys, stale items, the recache win.
+pub(super) fn meta_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
         (
             "meta get, set, delete, arithmetic",
             vec![
@@ -311,6 +243,13 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"me none\r\n", b"EN\r\n"),
             ],
         ),
+    ]
+}
+
+/// Hostile and oversized input, much of it from memcached's own tests: a failed update,
+/// lengths memcached refuses, get lines of any length, the line limit, HTTP.
+pub(super) fn hostile_input_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
         (
             "a failed update leaves no stale value (memcached's t/getset.t)",
             vec![
@@ -383,6 +322,13 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"get pwned\r\n", b"END\r\n"),
             ],
         ),
+    ]
+}
+
+/// Arguments read as memcached reads them: the legacy delete and errors noreply
+/// silences, numbers, flush_all times, meta tokens.
+pub(super) fn argument_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![
         (
             "legacy delete, and errors noreply silences (memcached's t/issue_3.t)",
             vec![
@@ -444,145 +390,16 @@ pub fn conformance_table() -> Vec<(&'static str, Vec<Step>)> {
                 s(b"ms r 1 T10\r\nx\r\nmg r R30 t\r\nmg r R30 t\r\n", b"HD\r\nHD t10 W\r\nHD t10 Z\r\n"),
             ],
         ),
-        (
-            "pipelined commands in one read",
-            vec![s(
-                b"set a 0 0 1\r\n1\r\nget a\r\nincr a 1\r\ndelete a\r\nget a\r\nmn\r\n",
-                b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n2\r\nDELETED\r\nEND\r\nMN\r\n",
-            )],
-        ),
     ]
 }
 
-/// Binary protocol sequences: each step is one or more request packets. The tests run
-/// them against netlane's server and against memcached 1.6.18 and compare the replies
-/// byte for byte (but the version string), over TCP and over UDP; each step is followed
-/// by a no-op (opaque [`SYNC`]) whose reply marks its end.
-pub fn binary_table() -> Vec<(&'static str, Vec<Vec<u8>>)> {
-    use super::binary::{op, request};
-    let set_extras = |flags: u32, exp: u32| [flags.to_be_bytes(), exp.to_be_bytes()].concat();
-    let incr = |delta: u64, initial: u64, exp: u32| {
-        [&delta.to_be_bytes()[..], &initial.to_be_bytes(), &exp.to_be_bytes()].concat()
-    };
-    let p = |opcode: u8, extras: &[u8], key: &[u8], value: &[u8]| {
-        request(opcode, extras, key, value, u32::from(opcode) + 100, 0)
-    };
-    let with_cas =
-        |opcode: u8, extras: &[u8], key: &[u8], value: &[u8], cas: u64| request(opcode, extras, key, value, 7, cas);
-    vec![
-        (
-            "get, set, getk, quiet gets",
-            vec![
-                p(op::GET, &[], b"k", b""),
-                p(op::SET, &set_extras(5, 0), b"k", b"hello"),
-                p(op::GET, &[], b"k", b""),
-                p(op::GETK, &[], b"k", b""),
-                p(op::GETK, &[], b"nope", b""),
-                [p(op::GETQ, &[], b"nope", b""), p(op::GETKQ, &[], b"k", b""), p(op::GETQ, &[], b"k", b"")].concat(),
-                p(op::SETQ, &set_extras(0, 0), b"q", b"quiet"),
-                p(op::GET, &[], b"q", b""),
-            ],
-        ),
-        (
-            "add, replace, cas, append, prepend",
-            vec![
-                p(op::ADD, &set_extras(0, 0), b"k", b"a"),
-                p(op::ADD, &set_extras(0, 0), b"k", b"b"),
-                p(op::ADDQ, &set_extras(0, 0), b"k", b"b"),
-                p(op::REPLACE, &set_extras(0, 0), b"nope", b"b"),
-                p(op::REPLACEQ, &set_extras(0, 0), b"nope", b"b"),
-                p(op::REPLACE, &set_extras(3, 0), b"k", b"c"),
-                with_cas(op::SET, &set_extras(0, 0), b"k", b"d", 99),
-                with_cas(op::SET, &set_extras(0, 0), b"k", b"d", 2),
-                with_cas(op::SET, &set_extras(0, 0), b"nope", b"d", 2),
-                p(op::APPEND, &[], b"k", b"e"),
-                p(op::PREPEND, &[], b"k", b"f"),
-                p(op::APPENDQ, &[], b"k", b"g"),
-                p(op::PREPENDQ, &[], b"nope", b"g"),
-                p(op::GET, &[], b"k", b""),
-            ],
-        ),
-        (
-            "delete",
-            vec![
-                p(op::SET, &set_extras(0, 0), b"k", b"v"),
-                with_cas(op::DELETE, &[], b"k", b"", 99),
-                p(op::DELETE, &[], b"k", b""),
-                p(op::DELETE, &[], b"k", b""),
-                p(op::DELETEQ, &[], b"k", b""),
-                p(op::SET, &set_extras(0, 0), b"k", b"v"),
-                p(op::DELETEQ, &[], b"k", b""),
-                p(op::GET, &[], b"k", b""),
-            ],
-        ),
-        (
-            "incr and decr",
-            vec![
-                p(op::INCREMENT, &incr(1, 10, u32::MAX), b"n", b""),
-                p(op::INCREMENT, &incr(1, 10, 0), b"n", b""),
-                p(op::INCREMENT, &incr(5, 0, 0), b"n", b""),
-                p(op::DECREMENT, &incr(100, 0, 0), b"n", b""),
-                p(op::INCREMENTQ, &incr(7, 0, 0), b"n", b""),
-                p(op::DECREMENTQ, &incr(2, 0, 0), b"n", b""),
-                p(op::GET, &[], b"n", b""),
-                p(op::SET, &set_extras(0, 0), b"t", b"text"),
-                p(op::INCREMENT, &incr(1, 0, 0), b"t", b""),
-                with_cas(op::INCREMENT, &incr(1, 0, 0), b"n", b"", 99),
-                p(op::SET, &set_extras(0, 0), b"w", b"18446744073709551615"),
-                p(op::INCREMENT, &incr(2, 0, 0), b"w", b""),
-            ],
-        ),
-        (
-            "touch, gat, gatk",
-            vec![
-                p(op::TOUCH, &100u32.to_be_bytes(), b"k", b""),
-                p(op::SET, &set_extras(9, 0), b"k", b"v"),
-                p(op::TOUCH, &100u32.to_be_bytes(), b"k", b""),
-                p(op::GAT, &100u32.to_be_bytes(), b"k", b""),
-                p(op::GATK, &100u32.to_be_bytes(), b"k", b""),
-                p(op::GATQ, &100u32.to_be_bytes(), b"nope", b""),
-                p(op::GATKQ, &100u32.to_be_bytes(), b"k", b""),
-            ],
-        ),
-        (
-            "flush, noop, version",
-            vec![
-                p(op::SET, &set_extras(0, 0), b"k", b"v"),
-                p(op::FLUSH, &[], b"", b""),
-                p(op::GET, &[], b"k", b""),
-                p(op::FLUSHQ, &[], b"", b""),
-                p(op::FLUSH, &0u32.to_be_bytes(), b"", b""),
-                p(op::NOOP, &[], b"", b""),
-                p(op::VERSION, &[], b"", b""),
-                p(op::STAT, &[], b"reset", b""),
-            ],
-        ),
-        (
-            "refused packets",
-            vec![
-                // Too large: refused, its value skipped, and the key's old value dropped.
-                p(op::SET, &set_extras(0, 0), b"big", b"v"),
-                p(op::SET, &set_extras(0, 0), b"big", &[b'x'; 2000]),
-                p(op::GET, &[], b"big", b""),
-                // An opcode memcached does not serve: refused, its body skipped.
-                p(0x30, &[], b"", b"xyz"),
-                p(0x20, &[], b"", b""),
-            ],
-        ),
-        ("a get with extras closes", vec![p(op::GET, &[1, 2, 3, 4], b"k", b"")]),
-        (
-            "a key longer than the body closes",
-            vec![{
-                let mut b = p(op::GET, &[], b"k", b"");
-                b[2..4].copy_from_slice(&9u16.to_be_bytes());
-                b
-            }],
-        ),
-        ("a key over 250 bytes closes", vec![p(op::GET, &[], &[b'k'; 251], b"")]),
-        ("quit", vec![p(op::QUIT, &[], b"", b"")]),
-        ("quitq", vec![p(op::QUITQ, &[], b"", b"")]),
-    ]
+/// Pipelining: commands in one read.
+pub(super) fn pipelining_rows() -> Vec<(&'static str, Vec<Step>)> {
+    vec![(
+        "pipelined commands in one read",
+        vec![s(
+            b"set a 0 0 1\r\n1\r\nget a\r\nincr a 1\r\ndelete a\r\nget a\r\nmn\r\n",
+            b"STORED\r\nVALUE a 0 1\r\n1\r\nEND\r\n2\r\nDELETED\r\nEND\r\nMN\r\n",
+        )],
+    )]
 }
-
-/// The opaque of the no-op that ends each binary step.
-pub const SYNC: u32 = 0x5359_4e43;

@@ -4,13 +4,23 @@
 //! Each function here takes a parsed command, runs it with the key's shard locked (one
 //! lock per key, held only while the item is read or changed and its reply written),
 //! counts it, and appends the reply. The meta commands are in [`super::meta`].
+//!
+//! This file holds the text commands and what they share with the meta and binary
+//! ones (the context, replies, counting); a store into one item and incr/decr on it are
+//! in `slot.rs`, the stats listings that walk the store's items in `store_stats.rs`.
+
+mod slot;
+mod store_stats;
+
+pub(crate) use slot::{Arith, Outcome, arith_slot, store_in};
+pub use store_stats::{cachedump, store_class_stats};
 
 use super::out::Out;
 use super::parse::{Command, StatsKind, StoreMode};
 use super::reply::{line, push_u64};
 use super::stats::Counters;
 use super::{Clock, Host};
-use crate::store::{Gone, Item, NEVER, Slot, Store, StoreError};
+use crate::store::{Gone, Item, NEVER, Store, StoreError};
 
 /// What the server lets clients do (memcached's options), as the protocol sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -149,118 +159,6 @@ fn value_block(out: &mut Out, it: &Item, cas: bool) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// How a store's CAS value compares with the present item's (memcached's
-/// `do_store_item`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CasCheck {
-    /// No CAS value given (0).
-    None,
-    /// Equal.
-    Match,
-    /// Lower, and the command may store a stale value (meta `I`).
-    Stale,
-    /// Different.
-    BadVal,
-}
-
-pub(crate) fn cas_check(given: u64, present: u64, may_stale: bool) -> CasCheck {
-    if given == 0 {
-        CasCheck::None
-    } else if given == present {
-        CasCheck::Match
-    } else if may_stale && given < present {
-        CasCheck::Stale
-    } else {
-        CasCheck::BadVal
-    }
-}
-
-/// The outcome of a store, before it is turned into a reply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    Stored,
-    NotStored,
-    Exists,
-    NotFound,
-    Failed(StoreError),
-}
-
-/// A store into `slot` as memcached's `do_store_item` does it: `mode` with its CAS
-/// value (`given`, 0 for none), `stale` allowing a lower CAS to store a stale value.
-/// Counts cas_hits, cas_badval and cas_misses.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn store_in(
-    c: &mut Counters,
-    slot: &mut Slot<'_>,
-    mode: StoreMode,
-    data: &[u8],
-    flags: u32,
-    exp: u64,
-    given: u64,
-    stale: bool,
-) -> Outcome {
-    let Some((old_cas, old_flags, old_exp, old_win)) =
-        slot.item().map(|it| (it.cas(), it.flags(), it.exp(), it.win_sent()))
-    else {
-        return match mode {
-            StoreMode::Set | StoreMode::Add => match slot.store(data, flags, exp, None) {
-                Ok(_) => Outcome::Stored,
-                Err(e) => Outcome::Failed(e),
-            },
-            StoreMode::Cas => {
-                c.cas_misses += 1;
-                Outcome::NotFound
-            }
-            StoreMode::Replace | StoreMode::Append | StoreMode::Prepend => Outcome::NotStored,
-        };
-    };
-    let check = cas_check(given, old_cas, stale);
-    let done = |r: Result<u64, StoreError>| match r {
-        Ok(_) => Outcome::Stored,
-        Err(e) => Outcome::Failed(e),
-    };
-    match mode {
-        StoreMode::Add => {
-            // Not stored, but promoted as a hit would be.
-            slot.touch_lru();
-            Outcome::NotStored
-        }
-        StoreMode::Cas => match check {
-            CasCheck::Match => {
-                c.cas_hits += 1;
-                done(slot.store(data, flags, exp, None))
-            }
-            CasCheck::Stale => {
-                // A stale value keeps the present TTL and recache state.
-                c.cas_hits += 1;
-                let r = slot.store(data, flags, old_exp, None);
-                if let Some(it) = slot.item_mut() {
-                    it.set_stale(true);
-                    it.set_win_sent(old_win);
-                }
-                done(r)
-            }
-            CasCheck::None | CasCheck::BadVal => {
-                c.cas_badval += 1;
-                Outcome::Exists
-            }
-        },
-        StoreMode::Append | StoreMode::Prepend => {
-            if !matches!(check, CasCheck::None | CasCheck::Match) {
-                return Outcome::Exists;
-            }
-            let old = slot.item().map_or(&[][..], Item::value);
-            if old.len() + data.len() > slot.item_max() {
-                return Outcome::NotStored;
-            }
-            let joined = if mode == StoreMode::Append { [old, data].concat() } else { [data, old].concat() };
-            // Append and prepend keep the item's flags and expiry.
-            done(slot.store(&joined, old_flags, old_exp, None))
-        }
-        StoreMode::Set | StoreMode::Replace => done(slot.store(data, flags, exp, None)),
-    }
-}
-
 /// A text storage command with its data block (CRLF already checked and removed).
 #[allow(clippy::too_many_arguments)]
 pub fn store(
@@ -296,49 +194,6 @@ pub fn refuse_store(ctx: &mut Ctx<'_>, key: &[u8], unlink: bool, e: StoreError) 
         ctx.store.with_slot(key, ctx.clock.now_ms, |slot| slot.remove());
     }
     store_error(ctx.counters, e)
-}
-
-/// The number an incr/decr works on, read as memcached's `safe_strtoull` reads the
-/// item's data: the value ends at a NUL byte, and may have white space around the
-/// digits (a decr pads a shorter number with spaces).
-pub(crate) fn numeric(v: &[u8]) -> Option<u64> {
-    if v.is_empty() {
-        return None;
-    }
-    let v = &v[..memchr::memchr(0, v).unwrap_or(v.len())];
-    super::parse::Num::parse(v)?.u64()
-}
-
-pub(crate) enum Arith {
-    Done(u64),
-    Missing,
-    NonNumeric,
-    CasMismatch,
-    Failed,
-}
-
-/// Applies a delta to the slot's live item as memcached's `do_add_delta` does: incr
-/// wraps at 2^64, decr stops at 0; a shorter result is padded with spaces to the
-/// value's length (memcached rewrites the value in place); a longer one is a new
-/// value. Flags and expiry stay; the CAS value is new. `given` is a CAS value to
-/// compare (0: none).
-pub(crate) fn arith_slot(slot: &mut Slot<'_>, incr: bool, delta: u64, given: u64) -> Arith {
-    let Some(it) = slot.item() else { return Arith::Missing };
-    if given != 0 && it.cas() != given {
-        return Arith::CasMismatch;
-    }
-    let Some(v) = numeric(it.value()) else { return Arith::NonNumeric };
-    let (flags, exp, old_len) = (it.flags(), it.exp(), it.value().len());
-    let n = if incr { v.wrapping_add(delta) } else { v.saturating_sub(delta) };
-    let mut text = Vec::with_capacity(old_len.max(20));
-    push_u64(&mut text, n);
-    if text.len() < old_len {
-        text.resize(old_len, b' ');
-    }
-    match slot.store(&text, flags, exp, None) {
-        Ok(_) => Arith::Done(n),
-        Err(_) => Arith::Failed,
-    }
 }
 
 /// incr/decr.
@@ -398,22 +253,10 @@ pub fn simple(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> After {
 }
 
 fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
-    let now = ctx.clock.now_ms;
     let go = |silent: bool| (After::Continue, silent);
     match cmd {
         Command::Delete { key, noreply } => {
-            let c = &mut *ctx.counters;
-            let hit = ctx.store.with_slot(key, now, |slot| {
-                count_gone(c, slot.gone());
-                slot.remove()
-            });
-            if hit {
-                c.delete_hits += 1;
-                line(out, b"DELETED");
-            } else {
-                c.delete_misses += 1;
-                line(out, NOT_FOUND);
-            }
+            delete(ctx, key, out);
             go(noreply)
         }
         Command::Arith { incr, key, delta, noreply } => {
@@ -421,20 +264,7 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
             go(noreply)
         }
         Command::Touch { key, exptime, noreply } => {
-            let exp = ctx.clock.deadline(i64::from(exptime));
-            let c = &mut *ctx.counters;
-            c.cmd_touch += 1;
-            let hit = ctx.store.with_slot(key, now, |slot| {
-                count_gone(c, slot.gone());
-                slot.item_mut().map(|it| it.set_exp(exp)).is_some() && slot.hit().is_some()
-            });
-            if hit {
-                c.touch_hits += 1;
-                line(out, b"TOUCHED");
-            } else {
-                c.touch_misses += 1;
-                line(out, NOT_FOUND);
-            }
+            touch(ctx, key, exptime, out);
             go(noreply)
         }
         Command::FlushAll { exptime, noreply } => {
@@ -479,18 +309,7 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
             go(noreply)
         }
         Command::CacheMemlimit { megabytes, noreply } => {
-            let reply: &[u8] = if megabytes < 8 {
-                b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
-            } else if megabytes > 1_000_000_000 {
-                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
-            } else if !ctx.host.may_grow((u64::from(megabytes) << 20).saturating_sub(ctx.store.memory())) {
-                b"MEMLIMIT_ADJUST_FAILED out of memory"
-            } else if ctx.store.set_memory(u64::from(megabytes) << 20, now) {
-                b"OK"
-            } else {
-                b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
-            };
-            line(out, reply);
+            line(out, cache_memlimit(ctx, megabytes));
             go(noreply)
         }
         Command::DebugTime(secs) => {
@@ -519,6 +338,55 @@ fn run(ctx: &mut Ctx<'_>, cmd: Command<'_>, out: &mut Out) -> (After, bool) {
     }
 }
 
+/// delete.
+fn delete(ctx: &mut Ctx<'_>, key: &[u8], out: &mut Out) {
+    let c = &mut *ctx.counters;
+    let hit = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        slot.remove()
+    });
+    if hit {
+        c.delete_hits += 1;
+        line(out, b"DELETED");
+    } else {
+        c.delete_misses += 1;
+        line(out, NOT_FOUND);
+    }
+}
+
+/// touch.
+fn touch(ctx: &mut Ctx<'_>, key: &[u8], exptime: i32, out: &mut Out) {
+    let exp = ctx.clock.deadline(i64::from(exptime));
+    let c = &mut *ctx.counters;
+    c.cmd_touch += 1;
+    let hit = ctx.store.with_slot(key, ctx.clock.now_ms, |slot| {
+        count_gone(c, slot.gone());
+        slot.item_mut().map(|it| it.set_exp(exp)).is_some() && slot.hit().is_some()
+    });
+    if hit {
+        c.touch_hits += 1;
+        line(out, b"TOUCHED");
+    } else {
+        c.touch_misses += 1;
+        line(out, NOT_FOUND);
+    }
+}
+
+/// `cache_memlimit <megabytes>`: the new limit set, or why not; the reply line.
+fn cache_memlimit(ctx: &mut Ctx<'_>, megabytes: u32) -> &'static [u8] {
+    if megabytes < 8 {
+        b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m"
+    } else if megabytes > 1_000_000_000 {
+        b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes"
+    } else if !ctx.host.may_grow((u64::from(megabytes) << 20).saturating_sub(ctx.store.memory())) {
+        b"MEMLIMIT_ADJUST_FAILED out of memory"
+    } else if ctx.store.set_memory(u64::from(megabytes) << 20, ctx.clock.now_ms) {
+        b"OK"
+    } else {
+        b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust"
+    }
+}
+
 /// `flush_all [exptime]` as memcached 1.6.18 times it: now for 0 or a negative time;
 /// else at the time given (relative up to 30 days, else a Unix time). A Unix time at or
 /// before the server started flushes now (memcached answers OK and flushes nothing).
@@ -530,75 +398,4 @@ pub(crate) fn flush_at(store: &Store, clock: Clock, exptime: i32) {
     }
     let at = clock.deadline(i64::from(exptime));
     store.flush_all(now, if at == NEVER { 0 } else { at.saturating_sub(now) });
-}
-
-/// memcached's largest `stats cachedump` reply.
-const CACHEDUMP_MAX: usize = 2 << 20;
-
-/// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <expiry> s]` per key
-/// of size class `class` (expiry as a Unix time, 0 for none), then `END`. At most
-/// `limit` keys (0: no limit) and 2 MB, as memcached.
-pub fn cachedump(class: u32, limit: u32, store: &Store, clock: Clock, out: &mut Vec<u8>) {
-    let start = out.len();
-    let mut shown = 0u32;
-    store.visit(clock.now_ms, |it| {
-        if (limit != 0 && shown >= limit) || out.len() - start + it.key().len() + 64 > CACHEDUMP_MAX {
-            return false;
-        }
-        if it.class() != class {
-            return true;
-        }
-        out.extend_from_slice(b"ITEM ");
-        out.extend_from_slice(it.key());
-        out.extend_from_slice(b" [");
-        push_u64(out, it.value().len() as u64);
-        out.extend_from_slice(b" b; ");
-        push_u64(out, if it.exp() == NEVER { 0 } else { (clock.epoch_ms + it.exp()) / 1000 });
-        out.extend_from_slice(b" s]\r\n");
-        shown += 1;
-        true
-    });
-    out.extend_from_slice(b"END\r\n");
-}
-
-/// `stats items`, `stats slabs` and `stats sizes`: the store has no slabs, but its
-/// items are reported by the size class memcached would keep them in
-/// ([`crate::store::Classes`]), so tools that walk the classes (memcdump, memcached-tool)
-/// find every item.
-pub fn store_class_stats(kind: StatsKind, store: &Store, clock: Clock, w: &mut super::reply::StatsWriter<'_>) {
-    let s = store.stats();
-    let classes = store.class_stats(clock.now_ms);
-    match kind {
-        StatsKind::Items => {
-            for cs in &classes {
-                let (p, c) = (|name: &str| format!("items:{}:{name}", cs.class), &cs.counters);
-                w.num(&p("number"), c.items)
-                    .num(&p("number_hot"), 0)
-                    .num(&p("number_warm"), 0)
-                    .num(&p("number_cold"), c.items)
-                    .num(&p("age"), cs.oldest_age_s)
-                    .num(&p("mem_requested"), c.requested)
-                    .num(&p("evicted"), c.evicted)
-                    .num(&p("evicted_nonzero"), c.evicted)
-                    .num(&p("evicted_unfetched"), c.evicted_unfetched)
-                    .num(&p("expired_unfetched"), c.expired_unfetched)
-                    .num(&p("outofmemory"), c.outofmemory)
-                    .num(&p("reclaimed"), c.reclaimed)
-                    .num(&p("crawler_reclaimed"), c.reaped);
-            }
-        }
-        StatsKind::Slabs => {
-            for cs in &classes {
-                let (p, c) = (|name: &str| format!("{}:{name}", cs.class), &cs.counters);
-                w.num(&p("chunk_size"), cs.chunk_size)
-                    .num(&p("used_chunks"), c.items)
-                    .num(&p("mem_requested"), c.requested);
-            }
-            w.num("active_slabs", classes.len() as u64).num("total_malloced", s.bytes);
-        }
-        StatsKind::Sizes => {
-            w.text("sizes_status", "disabled");
-        }
-        _ => {}
-    }
 }
