@@ -117,6 +117,12 @@ pub fn udp_frame(macs: ([u8; 6], [u8; 6]), src: SocketAddr, dst: SocketAddr, pay
     seal(f)
 }
 
+/// How a shape differs from the valid frame: an edit of it.
+type Edit = fn(&mut Vec<u8>);
+
+/// One shape: what is odd about it, whether the stack takes it, and its edit.
+type Shape = (&'static str, bool, Edit);
+
 /// The crafted frames from `src` to `dst` (one family), the `i`-th carrying
 /// `payload(i)`.
 pub fn crafted(
@@ -125,9 +131,35 @@ pub fn crafted(
     dst: SocketAddr,
     payload: &dyn Fn(usize) -> Vec<u8>,
 ) -> Vec<Crafted> {
-    type Edit = fn(&mut Vec<u8>);
-    let v4 = src.is_ipv4();
-    let mut shapes: Vec<(&'static str, bool, Edit)> = vec![
+    let mut shapes = either_family_shapes();
+    if src.is_ipv4() {
+        shapes.extend(ipv4_shapes());
+    } else {
+        shapes.extend(ipv6_shapes());
+    }
+    shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, taken, edit))| {
+            let payload = payload(i);
+            // The shapes whose UDP length is 8 short of the IP payload carry 8 more
+            // bytes, so what a socket gets is `payload` itself.
+            let carried = if name.starts_with("a UDP length 8 shorter") {
+                [&payload[..], &[0xee; 8]].concat()
+            } else {
+                payload.clone()
+            };
+            let mut frame = udp_frame(macs, src, dst, &carried);
+            edit(&mut frame);
+            Crafted { name, frame, taken, payload }
+        })
+        .collect()
+}
+
+/// The shapes of either family; they come first (the `i`-th shape of the list carries
+/// `payload(i)`).
+fn either_family_shapes() -> Vec<Shape> {
+    vec![
         ("valid", true, |_| {}),
         ("a wrong UDP checksum", false, |f| {
             let u = l4(f);
@@ -182,92 +214,81 @@ pub fn crafted(
             f[at] = (f[at] & 0x0f) | 0x50;
             seal_ip(f);
         }),
-    ];
-    if v4 {
-        shapes.extend_from_slice(&[
-            ("IPv4: no UDP checksum (zero)", true, |f: &mut Vec<u8>| {
-                let u = l4(f);
-                f[u + 6..u + 8].copy_from_slice(&[0, 0]);
-            }),
-            ("IPv4: a wrong header checksum", false, |f| {
-                let at = l3(f);
-                f[at + 10] ^= 0x01;
-            }),
-            ("IPv4: the source address changed, header checksum fixed", false, |f| {
-                let at = l3(f);
-                f[at + 15] ^= 0x02;
-                seal_ip(f);
-            }),
-            ("IPv4: the source address changed, both checksums fixed", true, |f| {
-                // A different sender, as far as anyone can tell.
-                let at = l3(f);
-                f[at + 15] ^= 0x04;
-                seal_ip(f);
-                seal_udp_over(f, None);
-            }),
-            ("IPv4: the TTL changed, header checksum fixed", true, |f| {
-                let at = l3(f);
-                f[at + 8] = 3;
-                seal_ip(f);
-            }),
-            ("IPv4: a header length under 20", false, |f| {
-                let at = l3(f);
-                f[at] = 0x44;
-            }),
-            ("IPv4: options (a 24-byte header)", true, |f| {
-                let at = l3(f);
-                f[at] = 0x46;
-                let total = u16::from_be_bytes([f[at + 2], f[at + 3]]) + 4;
-                set16(f, at + 2, total);
-                f.splice(at + 20..at + 20, [1, 1, 1, 0]);
-                seal_ip(f);
-                seal_udp_over(f, None);
-            }),
-            ("IPv4: a total length shorter than its header", false, |f| {
-                let at = l3(f);
-                set16(f, at + 2, 16);
-                seal_ip(f);
-            }),
-            ("IPv4: the protocol is TCP", false, |f| {
-                let at = l3(f);
-                f[at + 9] = 6;
-                seal_ip(f);
-            }),
-        ]);
-    } else {
-        shapes.extend_from_slice(&[
-            ("IPv6: no UDP checksum (zero)", false, |f: &mut Vec<u8>| {
-                let u = l4(f);
-                f[u + 6..u + 8].copy_from_slice(&[0, 0]);
-            }),
-            ("IPv6: a payload length past the frame", false, |f| {
-                let at = l3(f);
-                let plen = u16::from_be_bytes([f[at + 4], f[at + 5]]);
-                set16(f, at + 4, plen + 16);
-            }),
-            ("IPv6: the next header is TCP", false, |f| {
-                let at = l3(f);
-                f[at + 6] = 6;
-            }),
-        ]);
-    }
-    shapes
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, taken, edit))| {
-            let payload = payload(i);
-            // The shapes whose UDP length is 8 short of the IP payload carry 8 more
-            // bytes, so what a socket gets is `payload` itself.
-            let carried = if name.starts_with("a UDP length 8 shorter") {
-                [&payload[..], &[0xee; 8]].concat()
-            } else {
-                payload.clone()
-            };
-            let mut frame = udp_frame(macs, src, dst, &carried);
-            edit(&mut frame);
-            Crafted { name, frame, taken, payload }
-        })
-        .collect()
+    ]
+}
+
+/// The shapes only IPv4 has (its header checksum, header length, options), after
+/// [`either_family_shapes`].
+fn ipv4_shapes() -> Vec<Shape> {
+    vec![
+        ("IPv4: no UDP checksum (zero)", true, |f: &mut Vec<u8>| {
+            let u = l4(f);
+            f[u + 6..u + 8].copy_from_slice(&[0, 0]);
+        }),
+        ("IPv4: a wrong header checksum", false, |f| {
+            let at = l3(f);
+            f[at + 10] ^= 0x01;
+        }),
+        ("IPv4: the source address changed, header checksum fixed", false, |f| {
+            let at = l3(f);
+            f[at + 15] ^= 0x02;
+            seal_ip(f);
+        }),
+        ("IPv4: the source address changed, both checksums fixed", true, |f| {
+            // A different sender, as far as anyone can tell.
+            let at = l3(f);
+            f[at + 15] ^= 0x04;
+            seal_ip(f);
+            seal_udp_over(f, None);
+        }),
+        ("IPv4: the TTL changed, header checksum fixed", true, |f| {
+            let at = l3(f);
+            f[at + 8] = 3;
+            seal_ip(f);
+        }),
+        ("IPv4: a header length under 20", false, |f| {
+            let at = l3(f);
+            f[at] = 0x44;
+        }),
+        ("IPv4: options (a 24-byte header)", true, |f| {
+            let at = l3(f);
+            f[at] = 0x46;
+            let total = u16::from_be_bytes([f[at + 2], f[at + 3]]) + 4;
+            set16(f, at + 2, total);
+            f.splice(at + 20..at + 20, [1, 1, 1, 0]);
+            seal_ip(f);
+            seal_udp_over(f, None);
+        }),
+        ("IPv4: a total length shorter than its header", false, |f| {
+            let at = l3(f);
+            set16(f, at + 2, 16);
+            seal_ip(f);
+        }),
+        ("IPv4: the protocol is TCP", false, |f| {
+            let at = l3(f);
+            f[at + 9] = 6;
+            seal_ip(f);
+        }),
+    ]
+}
+
+/// The shapes only IPv6 has, after [`either_family_shapes`].
+fn ipv6_shapes() -> Vec<Shape> {
+    vec![
+        ("IPv6: no UDP checksum (zero)", false, |f: &mut Vec<u8>| {
+            let u = l4(f);
+            f[u + 6..u + 8].copy_from_slice(&[0, 0]);
+        }),
+        ("IPv6: a payload length past the frame", false, |f| {
+            let at = l3(f);
+            let plen = u16::from_be_bytes([f[at + 4], f[at + 5]]);
+            set16(f, at + 4, plen + 16);
+        }),
+        ("IPv6: the next header is TCP", false, |f| {
+            let at = l3(f);
+            f[at + 6] = 6;
+        }),
+    ]
 }
 
 #[cfg(test)]

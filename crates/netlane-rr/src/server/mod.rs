@@ -6,11 +6,13 @@
 //! thread sleeps in `epoll_wait` on the path's file descriptor when there is nothing to
 //! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
 //!
-//! Files: `path.rs` the receive paths, `respond.rs` a request's answer and its delivery,
-//! `socket_tx.rs` responses through the socket (GSO), `rawtx.rs` responses as frames,
-//! `paced.rs` paced responses, `lanes.rs` a socket and thread per receive queue,
-//! `socket.rs` the service socket; this file the options, the counters and the loop.
+//! Files: `path/` the receive paths, `event_loop.rs` one thread serving one socket (the
+//! set-up, the loop, the counters at the end), `respond.rs` a request's answer and its
+//! delivery, `socket_tx.rs` responses through the socket (GSO), `rawtx.rs` responses as
+//! frames, `paced.rs` paced responses, `lanes.rs` a socket and thread per receive queue,
+//! `socket.rs` the service socket; this file the options, the counters and `serve`.
 
+mod event_loop;
 mod lanes;
 mod paced;
 mod path;
@@ -25,7 +27,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use netlane::lanes::{LaneId, LaneMap, ReuseportSteering};
-use netlane::metrics::cpu::thread_cpu;
+use netlane::metrics::cpu::{CpuTime, thread_cpu};
 use netlane::serve::Stop;
 use netlane::time::monotonic_ns;
 use netlane_sys::cmsg::CmsgBuf;
@@ -40,6 +42,7 @@ pub use path::{
 };
 pub use rawtx::{RawTxReport, TxKind};
 
+use self::event_loop::serve_on;
 use self::lanes::serve_lanes;
 use self::respond::{answer, flush, recv_error};
 use self::socket::{bind, interface};
@@ -393,199 +396,3 @@ pub fn serve(cfg: &ServerConfig, stop: &Stop, on_ready: impl FnOnce(SocketAddr))
     let sock = bind(cfg, cfg.listen, false)?;
     serve_on(cfg, sock, &keys, stop, on_ready)
 }
-
-/// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
-fn serve_on(
-    cfg: &ServerConfig,
-    sock: UdpSocket,
-    keys: &std::collections::hash_map::RandomState,
-    stop: &Stop,
-    on_ready: impl FnOnce(SocketAddr),
-) -> Result<ServerStats, ServerError> {
-    netlane::cpus::pin(cfg.cpu);
-    let local = sock.local_addr().map_err(io_err("local address"))?;
-    let (ifindex, iface) = if cfg.path.is_frames() { interface(cfg)? } else { (0, None) };
-    let name = iface.clone().unwrap_or_default();
-    let mut path = RxPath::new(cfg.path, &sock, cfg.batch, &cfg.ring, &cfg.xdp_options(), (ifindex, &name))
-        .map_err(io_err(format!("set up the {} path", cfg.path)))?;
-    let mut raw = match cfg.tx {
-        TxKind::Socket => None,
-        TxKind::Packet => Some(RawTx::packet(local).map_err(io_err("set up the packet transmit path"))?),
-        TxKind::AfXdp => {
-            let RxPath::Xdp(x) = &mut path else { unreachable!("validated: tx af-xdp needs path af-xdp") };
-            let ifindex = x.ifindex();
-            let tx = x.take_tx().ok_or_else(|| io_err("AF_XDP transmit ring")(io::Error::other("none was set up")))?;
-            Some(RawTx::xdp(local, tx, ifindex).map_err(io_err("set up the AF_XDP transmit path"))?)
-        }
-    };
-    let _ = path.take_ring_stats();
-    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
-    ep.add(stop.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STOP)).map_err(|e| io_err("epoll add")(e.into()))?;
-    for fd in path.fds(&sock) {
-        ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, FRAMES)).map_err(|e| io_err("epoll add")(e.into()))?;
-    }
-    if path.reads_stack_too() {
-        ep.add(sock.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, STACK)).map_err(|e| io_err("epoll add")(e.into()))?;
-    }
-    if let Some(r) = &raw {
-        ep.add(r.events_fd(), EpollEvent::new(EpollFlags::EPOLLIN, ROUTES))
-            .map_err(|e| io_err("epoll add")(e.into()))?;
-    }
-    let mut paced = cfg.pace.map(Paced::new).transpose().map_err(io_err("set up pacing"))?;
-    if let Some(p) = &paced {
-        ep.add(p.timer_fd(), EpollEvent::new(EpollFlags::EPOLLIN, PACE)).map_err(|e| io_err("epoll add")(e.into()))?;
-    }
-    let mut tx = Tx::new(&sock);
-    let mut out = vec![0u8; cfg.responder.max_reply_bytes()];
-    let mut st = ServerStats {
-        path: cfg.path.to_string(),
-        listen: local.to_string(),
-        iface,
-        tx: cfg.tx.to_string(),
-        ..ServerStats::default()
-    };
-    on_ready(local);
-
-    let started = Instant::now();
-    let cpu0 = thread_cpu();
-    let mut guard = Guard::new(cfg.guard, keys.clone());
-    // One slot per token.
-    let mut events = [EpollEvent::empty(); 5];
-    while !stop.is_stopped() && cfg.duration.is_none_or(|d| started.elapsed() < d) {
-        st.polls += 1;
-        // Frames a full device queue or send buffer left behind are kicked again soon,
-        // whether or not a request comes.
-        let wait_ms: u16 = if raw.as_ref().is_some_and(RawTx::pending) { 1 } else { 100 };
-        let n = match ep.wait(&mut events, EpollTimeout::from(wait_ms)) {
-            Ok(n) => n,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(io_err("epoll_wait")(e.into())),
-        };
-        if n == 0 {
-            flush(&mut raw, &mut st);
-            continue;
-        }
-        if events[..n].iter().any(|e| e.data() == STOP) {
-            continue;
-        }
-        let only_timer = events[..n].iter().all(|e| e.data() == PACE);
-        if !only_timer {
-            st.wakeups += 1;
-        }
-        let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
-        let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
-        if let Some(r) = raw.as_mut().filter(|_| events[..n].iter().any(|e| e.data() == ROUTES)) {
-            r.process_events();
-        }
-        // Drain: the path returns what it has; stop when it says it is empty.
-        let mut more = frames_ready;
-        while more {
-            let mut got = 0;
-            let r = path.recv(&sock, &mut |data, from| {
-                got += 1;
-                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut guard, &mut out, &mut st, data, from);
-            });
-            flush(&mut raw, &mut st);
-            if !cfg.path.is_frames() {
-                st.recv_syscalls += 1;
-            }
-            more = match r {
-                Ok(_) if got > 0 => {
-                    st.frames += got;
-                    true
-                }
-                Ok(_) => false,
-                Err(e) => recv_error(e, &mut st),
-            };
-        }
-        // AF_XDP: requests the program passed to the stack, read only when the socket
-        // has some (no extra system call per wake-up otherwise).
-        let mut more = stack_ready;
-        while more {
-            st.recv_syscalls += 1;
-            let r = path.recv_stack(&sock, &mut |data, from| {
-                answer(cfg, (&mut tx, &mut raw, &mut paced), &mut guard, &mut out, &mut st, data, from)
-            });
-            flush(&mut raw, &mut st);
-            more = match r {
-                Ok(got) => {
-                    st.frames += got as u64;
-                    true
-                }
-                Err(e) => recv_error(e, &mut st),
-            };
-        }
-        // Paced responses: what the schedule allows now; the timer wakes us for the rest.
-        if let Some(p) = &mut paced
-            && let Err(e) = p.release(&sock)
-        {
-            tracing::debug!(error = %e, "paced send failed");
-            st.send_errors += 1;
-        }
-    }
-    if let Some(p) = &mut paced {
-        let unsent = p.finish(&sock);
-        st.send_dropped += unsent as u64;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    st.seconds = seconds;
-    st.cpu_s = thread_cpu().total_s() - cpu0.total_s();
-    st.busy = if seconds > 0.0 { (st.cpu_s / seconds).min(1.0) } else { 0.0 };
-    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
-    st.send_syscalls = tx.syscalls;
-    st.gso_sends = tx.gso_sends;
-    let skips = path.skips();
-    let ring = path.take_ring_stats();
-    st.ring_fragments = skips.fragments;
-    st.ring_skipped = skips.other;
-    st.ring_bad_checksums = skips.bad_checksums;
-    st.ring_drops = ring.drops;
-    st.ring_freezes = ring.freezes;
-    if let RxPath::Adaptive(a) = &path {
-        st.adaptive_switches = Some(a.switches());
-        st.adaptive_block = Some(a.active_block());
-        st.adaptive_ring_frames = Some(a.ring_frames());
-    }
-    if let RxPath::Xdp(x) = &path {
-        let xs = x.stats();
-        let (redirected, passed) = x.counts();
-        st.ring_drops = xs.rx_dropped + xs.rx_ring_full;
-        st.xdp = Some(XdpReport {
-            mode: x.xdp_mode().into(),
-            zero_copy: x.zero_copy(),
-            queues: x.queues(),
-            redirected,
-            passed,
-            via_stack: x.via_stack,
-            fill_ring_empty: xs.rx_fill_ring_empty,
-            invalid_descs: xs.rx_invalid_descs,
-        });
-    }
-    if let Some(p) = &paced {
-        let report = p.report();
-        st.datagrams_sent += report.sent;
-        st.bytes_sent += p.bytes_sent();
-        st.send_syscalls += report.sendmmsg_calls;
-        st.send_errors += report.send_errors;
-        st.paced = Some(report);
-    }
-    if let Some(r) = &raw {
-        let report = r.report();
-        st.send_syscalls += report.kicks;
-        st.raw_tx = Some(report);
-    }
-    st.syscalls_per_response = if st.responses > 0 {
-        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
-    } else {
-        0.0
-    };
-    Ok(st)
-}
-
-/// Epoll tokens: a descriptor frames arrive on, the service socket beside AF_XDP, and
-/// the route and neighbour notifications of a frame transmit path.
-const FRAMES: u64 = 0;
-const STACK: u64 = 1;
-const ROUTES: u64 = 2;
-const PACE: u64 = 3;
-const STOP: u64 = 4;

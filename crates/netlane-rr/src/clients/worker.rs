@@ -1,307 +1,41 @@
-//! The client population: N clients, each with its own UDP socket (so the server sees N
-//! 4-tuples), many per thread, driven by epoll.
-//!
-//! Closed loop (the talk's workload): a client sends a request, waits for its response,
-//! thinks, and sends the next. Open loop: requests arrive at a Poisson rate whatever the
-//! responses do, spread over the clients round-robin (each may then have several in
-//! flight); an arrival that finds every client at its limit is counted, not lost
-//! silently. Every client retransmits on timeout and gives up after its retries; late,
-//! duplicate, corrupted and misassembled responses are counted, never accepted.
+//! One client thread: its share of the clients (a socket each) on one epoll, their
+//! timers on one heap, open-loop arrivals, and its counts for the report.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use netlane::cpus::CpuList;
-use netlane::metrics::Summary;
 use netlane::metrics::cpu::thread_cpu;
 use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 use netlane::udp::{Receiver, ReceiverConfig, RxBatching, UdpSocket};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
-use serde::Serialize;
 
-use crate::proto::client::{Client, ClientConfig, ClientConfigError, ClientStats, Expired, MAX_OUTSTANDING, Received};
-use crate::proto::wire::MAX_DATAGRAM;
-
-/// The most clients one run may have.
-pub const MAX_CLIENTS: usize = 65_536;
-
-/// The highest open-loop rate (requests per second): far above what one machine sends,
-/// low enough that an overdue schedule cannot spin through millions of arrivals.
-pub const MAX_RATE: f64 = 10_000_000.0;
-
-/// How requests are issued.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Load {
-    /// Each client: request, response, think for this long, again.
-    Closed {
-        /// Think time between a response and the next request.
-        think: Duration,
-    },
-    /// Poisson arrivals at this many requests per second in all.
-    Open {
-        /// Requests per second.
-        rate: f64,
-    },
-}
-
-/// A client population.
-#[derive(Debug, Clone)]
-pub struct ClientsConfig {
-    /// Where to send.
-    pub server: SocketAddr,
-    /// Clients (sockets).
-    pub clients: usize,
-    /// Threads the clients are spread over.
-    pub threads: usize,
-    /// CPUs the threads are pinned to (thread i on the i-th, wrapping); None: unbound.
-    pub cpus: Option<CpuList>,
-    /// Request size, response size, echo, timeout and retries.
-    pub client: ClientConfig,
-    /// Closed or open loop.
-    pub load: Load,
-    /// Warm-up before measuring.
-    pub ramp: Duration,
-    /// Measured time.
-    pub duration: Duration,
-    /// Read responses with `UDP_GRO` (segmented responses arrive coalesced).
-    pub gro: bool,
-}
-
-/// Why a population could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientsError {
-    /// A bad client option.
-    #[error(transparent)]
-    Client(#[from] ClientConfigError),
-    /// A bad population option.
-    #[error("{0}")]
-    Invalid(String),
-    /// The server refuses responses this large.
-    #[error("the server sends responses of at most {limit} payload bytes; {asked} were asked for")]
-    Refused {
-        /// Asked for.
-        asked: u32,
-        /// The server's limit.
-        limit: u32,
-    },
-    /// A system call failed while setting up.
-    #[error(transparent)]
-    Io(#[from] netlane::error::IoError),
-}
-
-impl ClientsConfig {
-    /// Checks every option before anything is built.
-    pub fn validate(&self) -> Result<(), ClientsError> {
-        self.client.validate()?;
-        let bad = |s: String| Err(ClientsError::Invalid(s));
-        if !(1..=MAX_CLIENTS).contains(&self.clients) {
-            return bad(format!("{} clients: must be 1..={MAX_CLIENTS}", self.clients));
-        }
-        if self.threads == 0 || self.threads > self.clients {
-            return bad(format!("{} threads for {} clients: must be 1..=clients", self.threads, self.clients));
-        }
-        if self.duration.is_zero() {
-            return bad("the measured time must be positive".into());
-        }
-        if !self.client.echo && self.client.response_len as usize > MAX_DATAGRAM * 255 {
-            return bad(format!("response size {}: too large", self.client.response_len));
-        }
-        match self.load {
-            Load::Open { rate } if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) => bad(format!(
-                "open-loop rate {rate}: must be a positive number of requests per second, at most {MAX_RATE}"
-            )),
-            Load::Closed { .. } if self.client.max_outstanding != 1 => {
-                bad("a closed-loop client has one request in flight".into())
-            }
-            Load::Open { .. } if self.client.max_outstanding > MAX_OUTSTANDING => {
-                bad(format!("at most {MAX_OUTSTANDING} requests in flight per client"))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// What a population measured.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
-pub struct ClientsReport {
-    /// Server address.
-    pub server: String,
-    /// Clients.
-    pub clients: usize,
-    /// Threads.
-    pub threads: usize,
-    /// "closed" or "open".
-    pub load: String,
-    /// Measured seconds.
-    pub seconds: f64,
-    /// Requests started in the measured time (first transmissions).
-    pub requests: u64,
-    /// Responses completed in the measured time.
-    pub responses: u64,
-    /// Responses per second.
-    pub responses_per_s: f64,
-    /// Latency from a request's first transmission to its whole response, ns.
-    pub latency_ns: Summary,
-    /// Retransmissions.
-    pub retransmits: u64,
-    /// Requests the server asked to be sent again with its cookie (once per client,
-    /// unless a cookie expired).
-    pub server_retries: u64,
-    /// Requests given up after their last retransmission.
-    pub lost: u64,
-    /// Responses to requests no longer in flight.
-    pub late: u64,
-    /// Duplicate segments or responses.
-    pub duplicates: u64,
-    /// Datagrams that failed the checksum or format.
-    pub corrupt: u64,
-    /// Valid datagrams that did not match their request (size, segments, payload).
-    pub mismatched: u64,
-    /// Open loop: arrivals that found every client at its limit (not sent).
-    pub arrivals_dropped: u64,
-    /// Send errors (ICMP unreachable reported on the socket, buffer full ...).
-    pub send_errors: u64,
-    /// Receive errors (ICMP port unreachable shows up here on a connected socket).
-    pub recv_errors: u64,
-    /// Requests still in flight at the end (neither answered nor given up).
-    pub in_flight_at_end: u64,
-    /// CPU seconds of the client threads in the measured time.
-    pub cpu_s: f64,
-    /// Returns of the client threads' epoll waits with sockets ready, in the measured
-    /// time: how often responses woke the clients.
-    pub wakeups: u64,
-    /// Ready sockets over those wake-ups (clients woken together: a herd when many).
-    pub woken_sockets: u64,
-    /// Most sockets ready in one wake-up.
-    pub max_woken_sockets: u64,
-    /// Sockets woken in wake-ups of at least [`HERD`] ready sockets.
-    pub herd_woken_sockets: u64,
-}
-
-/// Ready sockets in one wake-up from which the clients count it as a herd.
-pub const HERD: u64 = 8;
-
-/// Runs the population until the measured time has passed or `stop` is set.
-pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, ClientsError> {
-    cfg.validate()?;
-    let per = |t: usize| cfg.clients / cfg.threads + usize::from(t < cfg.clients % cfg.threads);
-    // Sockets are made here, before any thread starts, so a failure is an error of the
-    // whole run.
-    let mut groups = Vec::new();
-    let mut first = 0;
-    for t in 0..cfg.threads {
-        let n = per(t);
-        let mut socks = Vec::with_capacity(n);
-        for _ in 0..n {
-            socks.push(
-                socket(cfg)
-                    .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client socket", source)))?,
-            );
-        }
-        groups.push((first, socks));
-        first += n;
-    }
-    let start_ns = monotonic_ns();
-    let measure_from = start_ns + cfg.ramp.as_nanos() as u64;
-    let measure_to = measure_from + cfg.duration.as_nanos() as u64;
-    let results: Vec<io::Result<Part>> = std::thread::scope(|s| {
-        let handles: Vec<_> = groups
-            .into_iter()
-            .enumerate()
-            .map(|(t, (first, socks))| {
-                let cpu = cfg.cpus.as_ref().and_then(|c| c.nth_wrapping(t));
-                s.spawn(move || {
-                    netlane::cpus::pin(cpu);
-                    Worker::new(cfg, t, first, socks, measure_from, measure_to).run(stop)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("client thread panicked"))))
-            .collect()
-    });
-    let mut hist = Hist::new();
-    let mut rep = ClientsReport {
-        server: cfg.server.to_string(),
-        clients: cfg.clients,
-        threads: cfg.threads,
-        load: match cfg.load {
-            Load::Closed { .. } => "closed".into(),
-            Load::Open { .. } => "open".into(),
-        },
-        ..ClientsReport::default()
-    };
-    let mut end_ns = measure_from;
-    for r in results {
-        let p = r.map_err(|source| ClientsError::Io(netlane::error::IoError::new("client thread", source)))?;
-        if let Some(limit) = p.refused {
-            return Err(ClientsError::Refused { asked: cfg.client.response_len, limit });
-        }
-        hist.merge(&p.hist);
-        let d = p.measured;
-        rep.requests += d.requests;
-        rep.responses += d.responses;
-        rep.retransmits += d.retransmits;
-        rep.server_retries += d.retried;
-        rep.lost += d.lost;
-        rep.late += d.late;
-        rep.duplicates += d.duplicates;
-        rep.corrupt += d.corrupt;
-        rep.mismatched += d.mismatched;
-        rep.arrivals_dropped += p.arrivals_dropped;
-        rep.send_errors += p.send_errors;
-        rep.recv_errors += p.recv_errors;
-        rep.in_flight_at_end += p.in_flight;
-        rep.cpu_s += p.cpu_s;
-        rep.wakeups += p.wakeups;
-        rep.woken_sockets += p.woken_sockets;
-        rep.max_woken_sockets = rep.max_woken_sockets.max(p.max_woken_sockets);
-        rep.herd_woken_sockets += p.herd_woken_sockets;
-        end_ns = end_ns.max(p.end_ns);
-    }
-    rep.seconds = end_ns.saturating_sub(measure_from) as f64 / 1e9;
-    rep.responses_per_s = if rep.seconds > 0.0 { rep.responses as f64 / rep.seconds } else { 0.0 };
-    rep.latency_ns = hist.summary();
-    Ok(rep)
-}
-
-fn socket(cfg: &ClientsConfig) -> io::Result<UdpSocket> {
-    let s = UdpSocket::connect_to(cfg.server)?;
-    s.socket().set_nonblocking(true)?;
-    if cfg.gro {
-        s.enable_gro()?;
-    }
-    // Room for a whole response (and a retransmission's second one) per client.
-    let want = (2 * (cfg.client.response_len as usize + 64 * 1024)).max(256 * 1024);
-    let _ = s.set_recv_buffer(want);
-    Ok(s)
-}
+use super::{ClientsConfig, HERD, Load};
+use crate::proto::client::{Client, ClientStats, Expired, Received};
 
 /// One thread's result.
-struct Part {
-    hist: Hist,
-    measured: ClientStats,
-    arrivals_dropped: u64,
-    send_errors: u64,
-    recv_errors: u64,
-    in_flight: u64,
-    cpu_s: f64,
-    end_ns: u64,
-    wakeups: u64,
-    woken_sockets: u64,
-    max_woken_sockets: u64,
-    herd_woken_sockets: u64,
-    refused: Option<u32>,
+pub(super) struct Part {
+    pub(super) hist: Hist,
+    pub(super) measured: ClientStats,
+    pub(super) arrivals_dropped: u64,
+    pub(super) send_errors: u64,
+    pub(super) recv_errors: u64,
+    pub(super) in_flight: u64,
+    pub(super) cpu_s: f64,
+    pub(super) end_ns: u64,
+    pub(super) wakeups: u64,
+    pub(super) woken_sockets: u64,
+    pub(super) max_woken_sockets: u64,
+    pub(super) herd_woken_sockets: u64,
+    pub(super) refused: Option<u32>,
 }
 
-struct Worker<'a> {
+/// One thread's clients, their timers and what they counted.
+pub(super) struct Worker<'a> {
     cfg: &'a ClientsConfig,
     socks: Vec<UdpSocket>,
     clients: Vec<Client>,
@@ -329,7 +63,7 @@ struct Worker<'a> {
 }
 
 impl<'a> Worker<'a> {
-    fn new(
+    pub(super) fn new(
         cfg: &'a ClientsConfig,
         thread: usize,
         first: usize,
@@ -366,7 +100,7 @@ impl<'a> Worker<'a> {
         }
     }
 
-    fn run(mut self, stop: &AtomicBool) -> io::Result<Part> {
+    pub(super) fn run(mut self, stop: &AtomicBool) -> io::Result<Part> {
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         for (i, s) in self.socks.iter().enumerate() {
             ep.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
