@@ -132,6 +132,12 @@ impl<'a> Serving<'a> {
                 self.st.send_errors += 1;
             }
         }
+        // Requests a ring or the AF_XDP socket already holds when the stop comes are
+        // answered and counted, not left behind: a client's late retry would otherwise
+        // be redirected to the socket but never read.
+        if self.cfg.path.is_frames() {
+            self.drain_path(guard);
+        }
         Ok(())
     }
 
