@@ -1,8 +1,9 @@
 //! Where a role runs, and a role as a process.
 //!
 //! A [`Host`] is somewhere processes run: today a network namespace of this machine
-//! ([`Netns`]) or the machine's own namespace ([`ThisMachine`]); real interfaces and
-//! other machines are the next kinds. A role (a server, a load generator, a sender,
+//! ([`Netns`]) or the machine's own namespace ([`ThisMachine`]), either of them with its
+//! processes inside an application's cgroup ([`InCgroup`]); real interfaces and other
+//! machines are the next kinds. A role (a server, a load generator, a sender,
 //! memcached, cyclictest) starts as a [`RoleProcess`] from a [`RoleSpec`]: the program
 //! (`netlane` itself with a public subcommand, or a peer's own binary), its arguments,
 //! and the CPUs the plan gives it. The process is pinned before it runs (through

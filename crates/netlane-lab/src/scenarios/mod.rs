@@ -1,5 +1,6 @@
-//! The scenarios: each one's options, plan, run, statistics and target checks, in one
-//! file per scenario. `netlane bench <name>` runs one with the options given;
+//! The scenarios: each one's options, plan, runs, target checks and report, in a folder
+//! per scenario (`udp_pacing.rs` and `selftest.rs` are single files). `netlane bench
+//! <name>` runs one with the options given;
 //! `netlane lab` runs them all with the plans in [`lab_plan`].
 //!
 //! How every scenario measures:

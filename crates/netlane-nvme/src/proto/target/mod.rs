@@ -185,8 +185,7 @@ netlane_counters::counters! {
         data_digest_errors,
         /// Controllers removed because their keep-alive timer expired.
         keepalive_expiries,
-        /// Storage operations that failed (a full disk, an I/O error): each failed its
-        /// command.
+        /// Storage operations that failed (each failed its command).
         storage_failures,
     }
 }
