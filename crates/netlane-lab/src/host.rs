@@ -229,17 +229,21 @@ impl RoleProcess {
         netlane_sys::process::kill_with_parent(&mut cmd);
         let mut child = cmd.spawn().with_context(|| format!("start {} ({})", spec.name, spec.describe()))?;
         let (out, err) = (child.stdout.take(), child.stderr.take());
-        if let (Some(input), Some(mut pipe)) = (&spec.stdin, child.stdin.take()) {
-            use std::io::Write;
-            // A process that exits early closes the pipe; how it exited tells why.
-            let _ = pipe.write_all(input);
-        }
         // The first line is the ready line only when one is awaited; otherwise it is
         // part of the output (a client's report).
         let (first_tx, first_rx) = mpsc::channel();
         let first_tx = spec.ready.is_some().then_some(first_tx);
         let stdout = out.map(|o| read_lines(o, first_tx, hook.clone()));
         let stderr = err.map(|e| read_lines(e, None, hook));
+        // Written on a thread of its own, after the readers started: a process that
+        // writes before it has read all its input never blocks the start.
+        if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                // A process that exits early closes the pipe; how it exited tells why.
+                let _ = pipe.write_all(&input);
+            });
+        }
         let mut role =
             RoleProcess { name: spec.name.clone(), child: Some(child), first_line: String::new(), stdout, stderr };
         if let Some(prefix) = &spec.ready {
@@ -267,9 +271,10 @@ impl RoleProcess {
         &self.first_line
     }
 
-    /// Whether it is still running.
-    pub fn running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    /// Whether it is still running (it is not reaped: `stop` and `wait` still get its
+    /// status and usage).
+    pub fn running(&self) -> bool {
+        self.child.as_ref().is_some_and(|c| !exited(c))
     }
 
     /// Asks it to stop (SIGINT: servers stop at once and write their final report) and
@@ -323,8 +328,8 @@ impl RoleProcess {
                 voluntary_switches: usage.voluntary_switches,
                 involuntary_switches: usage.involuntary_switches,
             },
-            stdout: join_lines(self.stdout.take()),
-            stderr: join_lines(self.stderr.take()),
+            stdout: join_lines(self.stdout.take(), killed),
+            stderr: join_lines(self.stderr.take(), killed),
         };
         if killed {
             let how = match stopped_by {
@@ -394,14 +399,20 @@ fn read_lines(
         if let Some(first) = first {
             let _ = first.send(lines.next().unwrap_or_default());
         }
-        let mut kept = Vec::new();
+        // The last KEPT_BYTES of it (a long-running server's log is not held whole; its
+        // final report is at the end).
+        let (mut kept, mut bytes) = (std::collections::VecDeque::new(), 0usize);
         for l in lines {
             if let Some(h) = &hook {
                 h(&l);
             }
-            kept.push(l);
+            bytes += l.len() + 1;
+            kept.push_back(l);
+            while bytes > KEPT_BYTES {
+                bytes -= kept.pop_front().map_or(0, |d: String| d.len() + 1);
+            }
         }
-        let _ = tx.send(kept);
+        let _ = tx.send(Vec::from(kept));
     });
     rx
 }
@@ -409,12 +420,20 @@ fn read_lines(
 /// The lines read from a pipe of a process that has ended. A process it started may
 /// still hold the pipe open: after [`PIPE_GRACE`] what was read is given up on (the
 /// reader ends with the pipe).
-fn join_lines(rx: Option<mpsc::Receiver<Vec<String>>>) -> String {
-    rx.and_then(|rx| rx.recv_timeout(PIPE_GRACE).ok()).map(|l| l.join("\n")).unwrap_or_default()
+fn join_lines(rx: Option<mpsc::Receiver<Vec<String>>>, killed: bool) -> String {
+    // A killed process's output is only for the error message: not worth a long wait.
+    let grace = if killed { KILLED_PIPE_GRACE } else { PIPE_GRACE };
+    rx.and_then(|rx| rx.recv_timeout(grace).ok()).map(|l| l.join("\n")).unwrap_or_default()
 }
 
 /// How long the output of an ended process may take to reach its end.
-const PIPE_GRACE: Duration = Duration::from_secs(1);
+const PIPE_GRACE: Duration = Duration::from_secs(10);
+
+/// The same for a process that had to be killed.
+const KILLED_PIPE_GRACE: Duration = Duration::from_secs(1);
+
+/// How much of a role's output is kept, from its end.
+const KEPT_BYTES: usize = 16 << 20;
 
 #[cfg(test)]
 mod tests {

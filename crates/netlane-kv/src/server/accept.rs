@@ -115,14 +115,13 @@ impl Acceptor {
 /// not be set up. Otherwise the connection with its place under the limit, which it
 /// keeps until it is dropped.
 pub(crate) fn admit(shared: &Shared, s: Stream) -> Option<(Stream, Admitted)> {
-    let Some(admitted) = shared.limit.admit() else {
-        let _ = s.prepare();
-        let _ = s.write(b"ERROR Too many open connections\r\n");
-        return None;
-    };
     if s.prepare().is_err() {
         shared.limit.handle_accept_error();
         return None;
     }
+    let Some(admitted) = shared.limit.admit() else {
+        let _ = s.write(b"ERROR Too many open connections\r\n");
+        return None;
+    };
     Some((s, admitted))
 }
