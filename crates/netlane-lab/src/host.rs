@@ -271,12 +271,6 @@ impl RoleProcess {
         &self.first_line
     }
 
-    /// Whether it is still running (it is not reaped: `stop` and `wait` still get its
-    /// status and usage).
-    pub fn running(&self) -> bool {
-        self.child.as_ref().is_some_and(|c| !exited(c))
-    }
-
     /// Asks it to stop (SIGINT: servers stop at once and write their final report) and
     /// waits at most `grace` before killing it. A stop that needed the kill, or a
     /// failed exit, is an error.
