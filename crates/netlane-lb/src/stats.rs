@@ -5,23 +5,26 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use netlane::metrics::CounterSet;
 use netlane::metrics::prom::{Exposition, Kind};
 
 use crate::driver::{Lb, LbError, kernel};
 use netlane_sys::bpf::GlobalStat;
 
-/// Per-flow tag bookkeeping.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct TagStats {
-    /// Tags installed.
-    pub installed: u64,
-    /// Tags taken back because the table was full.
-    pub evicted: u64,
-    /// Tags taken back because their real was removed.
-    pub released: u64,
-    /// New-flow events not tagged: their real was removed or reused since (the event
-    /// names a generation the real no longer has).
-    pub stale_events: u64,
+netlane::counters! {
+    /// Per-flow tag bookkeeping.
+    #[derive(Serialize, schemars::JsonSchema)]
+    pub struct TagStats, shared SharedTagStats {
+        /// Tags installed.
+        installed,
+        /// Tags taken back because the table was full.
+        evicted,
+        /// Tags taken back because their real was removed.
+        released,
+        /// New-flow events not tagged: their real was removed or reused since (the event
+        /// names a generation the real no longer has).
+        stale_events,
+    }
 }
 
 /// One real's counters.
@@ -154,14 +157,9 @@ pub fn render_prometheus(s: &LbStats) -> String {
     }
     let tags = "netlane_lb_tags_total";
     o.family(tags, "Per-flow tags by event.", Kind::Counter);
-    for (k, v) in [
-        ("installed", s.tags.installed),
-        ("evicted", s.tags.evicted),
-        ("released", s.tags.released),
-        ("stale_events", s.tags.stale_events),
-    ] {
+    s.tags.each(&mut |k, _, v| {
         o.sample(tags, &[("iface", iface), ("event", k)], v);
-    }
+    });
     o.family("netlane_lb_tags_in_use", "Tags held now.", Kind::Gauge).sample(
         "netlane_lb_tags_in_use",
         &[("iface", iface)],

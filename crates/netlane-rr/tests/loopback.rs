@@ -37,9 +37,16 @@ fn every_socket_path_serves_every_client_over_ipv4_and_ipv6() {
             });
             assert_clean(&r);
             // Every client was answered (64 4-tuples) and nothing was refused.
-            assert!(st.responses >= r.responses, "{path} {listen}: {st:?} {r:?}");
-            assert_eq!(st.refused_malformed + st.refused_too_large + st.send_errors + st.send_dropped, 0, "{st:?}");
-            assert!(st.wakeups > 0 && st.frames >= st.wakeups, "{st:?}");
+            assert!(st.counters.responses >= r.responses, "{path} {listen}: {st:?} {r:?}");
+            assert_eq!(
+                st.counters.refused_malformed
+                    + st.counters.refused_too_large
+                    + st.counters.send_errors
+                    + st.counters.send_dropped,
+                0,
+                "{st:?}"
+            );
+            assert!(st.counters.wakeups > 0 && st.counters.frames >= st.counters.wakeups, "{st:?}");
         }
     }
 }
@@ -56,7 +63,7 @@ fn segmented_responses_go_out_with_gso_and_come_back_whole_with_gro() {
         clients::run(&p, &AtomicBool::new(false)).unwrap()
     });
     assert_clean(&r);
-    assert!(st.gso_sends > 0 && st.datagrams_sent >= 6 * st.responses - 6, "{st:?}");
+    assert!(st.counters.gso_sends > 0 && st.counters.datagrams_sent >= 6 * st.counters.responses - 6, "{st:?}");
 }
 
 #[test]
@@ -223,7 +230,11 @@ fn frames_for_loopback_addresses_go_through_the_socket_and_are_counted() {
     let raw = st.raw_tx.as_ref().unwrap();
     // A client's first request for more than three times its size is answered with a
     // Retry (its address is not verified yet), sent the same way.
-    assert_eq!((raw.datagrams, raw.via_socket_loopback), (0, st.responses + st.retries_sent), "{raw:?}");
+    assert_eq!(
+        (raw.datagrams, raw.via_socket_loopback),
+        (0, st.counters.responses + st.counters.retries_sent),
+        "{raw:?}"
+    );
     assert_eq!(st.tx, "packet");
 }
 
@@ -238,7 +249,11 @@ fn paced_responses_leave_no_faster_than_the_schedule_and_none_is_lost() {
     assert_clean(&r);
     assert!(r.responses_per_s <= 2000.0 * 1.1, "the schedule is a ceiling: {r:?}");
     let p = st.paced.as_ref().unwrap();
-    assert_eq!(p.sent, st.responses + st.retries_sent, "every response (and Retry) sent, none dropped: {p:?}");
+    assert_eq!(
+        p.sent,
+        st.counters.responses + st.counters.retries_sent,
+        "every response (and Retry) sent, none dropped: {p:?}"
+    );
     assert!(p.queue_max > 2 && p.mean_wait_us > 0.0, "responses waited for their turn: {p:?}");
     assert!(p.sent as f64 <= 3.0 * p.releases as f64, "a release is two responses, one more with the carry: {p:?}");
 }

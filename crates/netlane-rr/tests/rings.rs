@@ -59,18 +59,23 @@ fn frame_paths_serve_every_client_over_ipv4_and_ipv6() {
             // Each client's first request got a Retry (it asks for 16 times its size before
             // its address is verified), then the response.
             assert!(
-                st.responses >= r.responses && st.frames == st.responses + st.retries_sent,
+                st.counters.responses >= r.responses
+                    && st.counters.frames == st.counters.responses + st.counters.retries_sent,
                 "{path} {listen}: {st:?}"
             );
-            assert_eq!((st.ring_drops, st.ring_skipped, st.ring_fragments), (0, 0, 0), "{st:?}");
+            assert_eq!(
+                (st.counters.ring_drops, st.counters.ring_skipped, st.counters.ring_fragments),
+                (0, 0, 0),
+                "{st:?}"
+            );
             // No socket receive calls: the frames are read from shared memory.
-            assert_eq!(st.recv_syscalls, 0, "{st:?}");
+            assert_eq!(st.counters.recv_syscalls, 0, "{st:?}");
             if path == PathKind::AfXdp {
                 let x = st.xdp.as_ref().expect("an AF_XDP report");
                 assert_eq!((x.mode.as_str(), x.zero_copy, x.queues), ("generic", false, 1), "lo: {x:?}");
-                assert_eq!(x.redirected, st.frames, "{x:?}");
+                assert_eq!(x.redirected, st.counters.frames, "{x:?}");
                 // The responses travel back over lo through the same hook: passed.
-                assert!(x.passed >= st.responses, "{x:?}");
+                assert!(x.passed >= st.counters.responses, "{x:?}");
             }
         }
     }
@@ -125,7 +130,7 @@ fn tcpdump_and_other_sockets_keep_working_while_a_frame_path_runs() {
         assert_clean(&r);
         assert_eq!(captured, 10, "{path}: tcpdump kept capturing");
         assert_eq!(other_got, 10, "{path}: another UDP socket kept receiving");
-        assert!(st.responses >= r.responses, "{st:?}");
+        assert!(st.counters.responses >= r.responses, "{st:?}");
     }
 }
 
@@ -158,12 +163,12 @@ fn frame_paths_take_only_what_their_own_socket_would_receive() {
             assert_clean(&r);
             assert_eq!(other_got, 20, "{what}: the other socket got every datagram");
             assert_eq!(
-                (st.frames, st.ring_skipped, st.refused_malformed),
-                (st.responses + st.retries_sent, 0, 0),
+                (st.counters.frames, st.counters.ring_skipped, st.counters.refused_malformed),
+                (st.counters.responses + st.counters.retries_sent, 0, 0),
                 "{what}: the path saw only the service's datagrams: {st:?}"
             );
             if let Some(x) = &st.xdp {
-                assert_eq!(x.redirected, st.frames, "{what}: {x:?}");
+                assert_eq!(x.redirected, st.counters.frames, "{what}: {x:?}");
             }
         }
     }
@@ -246,7 +251,7 @@ fn the_adaptive_ring_moves_to_a_bigger_block_for_a_bigger_burst() {
     // be the smallest block again: on a loaded machine a block that starts retiring by
     // its timer steps down at once, as it should; seen in a full `make test`.)
     let per_ring = st.adaptive_ring_frames.clone().expect("frames per ring");
-    assert_eq!((r.duplicates, per_ring.iter().sum::<u64>()), (0, st.frames), "{r:?} {st:?}");
+    assert_eq!((r.duplicates, per_ring.iter().sum::<u64>()), (0, st.counters.frames), "{r:?} {st:?}");
     let active = netlane_rr::server::ADAPTIVE_BLOCKS.iter().position(|b| Some(*b) == st.adaptive_block).unwrap();
     assert!(per_ring[active] > 0 && per_ring[0] > 0, "{per_ring:?}");
     assert!(per_ring[1..].iter().sum::<u64>() > 0, "no request reached a bigger block: {per_ring:?}");

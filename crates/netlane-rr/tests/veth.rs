@@ -85,11 +85,11 @@ fn every_path_answers_8k_responses_fragmented_at_mtu_1500() {
             let before = reassembled(&h);
             let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 16, client(512, 8192)));
             assert_clean(&format!("{path} ipv6={ipv6}"), &r);
-            assert!(st.responses >= r.responses, "{st:?}");
+            assert!(st.counters.responses >= r.responses, "{st:?}");
             if path == PathKind::AfXdp {
                 let x = st.xdp.as_ref().unwrap();
                 assert_eq!(x.mode, "native", "veth runs XDP in its driver: {x:?}");
-                assert_eq!(x.redirected, st.frames, "{x:?}");
+                assert_eq!(x.redirected, st.counters.frames, "{x:?}");
             }
             if !ipv6 {
                 // Every 8 KiB response was six fragments the client's kernel put back
@@ -113,7 +113,7 @@ fn gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000() {
     let before = reassembled(&h);
     let (r, st) = exchange(&h, cfg, |a| ClientsConfig { gro: true, ..population(a, 16, client(512, 8192)) });
     assert_clean("gso", &r);
-    assert!(st.gso_sends > 0, "{st:?}");
+    assert!(st.counters.gso_sends > 0, "{st:?}");
     assert_eq!(reassembled(&h), before, "segments are whole datagrams: nothing to reassemble");
     drop(h);
 
@@ -146,7 +146,7 @@ fn fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings()
     // A ring sees fragments, not datagrams: it counts them and answers nothing, and the
     // client reports its requests lost.
     assert_eq!(r.responses, 0, "{r:?}");
-    assert!(r.lost > 0 && st.ring_fragments > 0, "{r:?} {st:?}");
+    assert!(r.lost > 0 && st.counters.ring_fragments > 0, "{r:?} {st:?}");
 }
 
 #[test]
@@ -168,8 +168,8 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
             // Every response left as frames: six IP fragments of an 8 KiB datagram each,
             // which the client's kernel checked (checksums) and put back together; and
             // each client's Retry, one frame.
-            assert_eq!(raw.datagrams, st.responses + st.retries_sent, "{what}: {raw:?}");
-            let (responses, retries) = (st.responses, st.retries_sent);
+            assert_eq!(raw.datagrams, st.counters.responses + st.counters.retries_sent, "{what}: {raw:?}");
+            let (responses, retries) = (st.counters.responses, st.counters.retries_sent);
             assert_eq!((raw.fragmented, raw.frames), (responses, 6 * responses + retries), "{what}: {raw:?}");
             assert_eq!(checksum_errors(&h), bad, "{what}: the client's kernel saw bad UDP checksums");
             if !ipv6 {
@@ -202,7 +202,11 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     assert!(raw.nexthops.invalidated >= 1 && raw.nexthops.events >= 1, "{raw:?}");
     assert!(raw.via_socket_unresolved >= 1, "the unresolved client was answered through the socket: {raw:?}");
     assert!(raw.nexthops.misses >= 2, "looked up again after the change: {raw:?}");
-    assert_eq!(raw.datagrams + raw.via_socket_unresolved, st.responses + st.retries_sent, "{raw:?} {st:?}");
+    assert_eq!(
+        raw.datagrams + raw.via_socket_unresolved,
+        st.counters.responses + st.counters.retries_sent,
+        "{raw:?} {st:?}"
+    );
     drop(h);
 
     // MTU 9000: the packet ring's slots fit the link, so an 8 KiB response is one frame.
@@ -346,10 +350,10 @@ fn reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id() {
     assert_eq!(lanes.lanes.len(), 2, "{lanes:?}");
     assert!(lanes.lanes.iter().all(|l| l.napi_ids.len() == 1), "each lane owns one queue's NAPI id: {lanes:?}");
     assert_eq!(lanes.by_hash, 0, "every datagram had a NAPI id a lane owns: {lanes:?}");
-    assert!(lanes.by_napi_id >= st.frames, "{lanes:?} {st:?}");
-    assert_eq!(lanes.lanes.iter().map(|l| l.frames).sum::<u64>(), st.frames);
+    assert!(lanes.by_napi_id >= st.counters.frames, "{lanes:?} {st:?}");
+    assert_eq!(lanes.lanes.iter().map(|l| l.frames).sum::<u64>(), st.counters.frames);
     assert!(lanes.lanes.iter().all(|l| l.frames > 0), "32 flows over two queues reach both lanes: {lanes:?}");
-    assert!(st.responses >= r.responses, "{st:?}");
+    assert!(st.counters.responses >= r.responses, "{st:?}");
 
     // Not a socket path, or a CPU of its own: refused before anything is built.
     for bad in [
@@ -412,11 +416,11 @@ fn frame_paths_leave_frames_for_another_hosts_mac_alone() {
         });
         assert_clean(&format!("{path}"), &r);
         if let Some(x) = &st.xdp {
-            assert_eq!(x.redirected, st.frames, "{path}: {x:?}");
+            assert_eq!(x.redirected, st.counters.frames, "{path}: {x:?}");
         }
         assert_eq!(
-            (st.frames, st.refused_malformed, st.ring_skipped),
-            (st.responses + st.retries_sent, 0, 0),
+            (st.counters.frames, st.counters.refused_malformed, st.counters.ring_skipped),
+            (st.counters.responses + st.counters.retries_sent, 0, 0),
             "{path}: the other host's frames stayed out of the ring: {st:?}"
         );
     }
@@ -496,10 +500,13 @@ fn every_path_below_the_stack_takes_exactly_the_crafted_frames_the_socket_takes(
         for path in [PathKind::TpacketV2, PathKind::TpacketV3, PathKind::AfXdp] {
             let (ids, st) = answer_crafted(&h, path, ipv6, macs);
             assert_eq!(name(&ids), name(&socket), "ipv6={ipv6} {path}: answered other frames than the socket");
-            assert_eq!(st.responses, sst.responses, "ipv6={ipv6} {path}: responses sent anywhere: {st:?}");
-            assert_eq!(st.refused_malformed, 0, "ipv6={ipv6} {path}: {st:?}");
+            assert_eq!(
+                st.counters.responses, sst.counters.responses,
+                "ipv6={ipv6} {path}: responses sent anywhere: {st:?}"
+            );
+            assert_eq!(st.counters.refused_malformed, 0, "ipv6={ipv6} {path}: {st:?}");
             if path != PathKind::AfXdp {
-                assert!(st.ring_bad_checksums > 0, "ipv6={ipv6} {path}: {st:?}");
+                assert!(st.counters.ring_bad_checksums > 0, "ipv6={ipv6} {path}: {st:?}");
             }
         }
     }
@@ -575,12 +582,16 @@ fn forged_sources_get_retries_of_their_own_size_and_real_clients_are_still_answe
     assert_clean("alone", &alone);
     assert_clean("under the flood", &under);
     // The flood arrived: the server saw far more requests than the real clients sent.
-    assert!(forged > 5_000 && st.frames > st.responses + 5_000, "{forged} forged, {st:?}");
+    assert!(forged > 5_000 && st.counters.frames > st.counters.responses + 5_000, "{forged} forged, {st:?}");
     // Every forged request got a header-only Retry, never a response: the server sent
     // the real responses, one Retry per real client, and 40 bytes per forged request.
     // (A Retry the socket would not take is dropped, not counted as sent.)
-    assert!(st.bytes_sent <= st.responses * 8192 + st.retries_sent * 40, "{st:?}");
-    assert_eq!(st.retries_sent, st.frames - st.responses, "every request not answered got a Retry: {st:?}");
+    assert!(st.counters.bytes_sent <= st.counters.responses * 8192 + st.counters.retries_sent * 40, "{st:?}");
+    assert_eq!(
+        st.counters.retries_sent,
+        st.counters.frames - st.counters.responses,
+        "every request not answered got a Retry: {st:?}"
+    );
     // How much the real clients keep is a measurement for the lab (two CPUs here run
     // the flood, the server and the clients); the rates are printed above.
 }

@@ -93,7 +93,7 @@ impl<'a> Serving<'a> {
         // One slot per token.
         let mut events = [EpollEvent::empty(); 5];
         while !stop.is_stopped() && self.cfg.duration.is_none_or(|d| started.elapsed() < d) {
-            self.st.polls += 1;
+            self.st.counters.polls += 1;
             // Frames a full device queue or send buffer left behind are kicked again soon,
             // whether or not a request comes.
             let wait_ms: u16 = if self.raw.as_ref().is_some_and(RawTx::pending) { 1 } else { 100 };
@@ -111,7 +111,7 @@ impl<'a> Serving<'a> {
             }
             let only_timer = events[..n].iter().all(|e| e.data() == PACE);
             if !only_timer {
-                self.st.wakeups += 1;
+                self.st.counters.wakeups += 1;
             }
             let frames_ready = events[..n].iter().any(|e| e.data() == FRAMES);
             let stack_ready = events[..n].iter().any(|e| e.data() == STACK);
@@ -129,7 +129,7 @@ impl<'a> Serving<'a> {
                 && let Err(e) = p.release(self.sock)
             {
                 tracing::debug!(error = %e, "paced send failed");
-                self.st.send_errors += 1;
+                self.st.counters.send_errors += 1;
             }
         }
         // Requests a ring or the AF_XDP socket already holds when the stop comes are
@@ -161,11 +161,11 @@ impl<'a> Serving<'a> {
             });
             flush(&mut self.raw, &mut self.st);
             if !self.cfg.path.is_frames() {
-                self.st.recv_syscalls += 1;
+                self.st.counters.recv_syscalls += 1;
             }
             more = match r {
                 Ok(_) if got > 0 => {
-                    self.st.frames += got;
+                    self.st.counters.frames += got;
                     true
                 }
                 Ok(_) => false,
@@ -179,7 +179,7 @@ impl<'a> Serving<'a> {
     fn drain_stack(&mut self, guard: &mut Guard) {
         let mut more = true;
         while more {
-            self.st.recv_syscalls += 1;
+            self.st.counters.recv_syscalls += 1;
             let r = self.path.recv_stack(self.sock, &mut |data, from| {
                 answer(
                     self.cfg,
@@ -194,7 +194,7 @@ impl<'a> Serving<'a> {
             flush(&mut self.raw, &mut self.st);
             more = match r {
                 Ok(got) => {
-                    self.st.frames += got as u64;
+                    self.st.counters.frames += got as u64;
                     true
                 }
                 Err(e) => recv_error(e, &mut self.st),
@@ -207,35 +207,30 @@ impl<'a> Serving<'a> {
     fn finish(mut self, started: Instant, cpu0: CpuTime) -> ServerStats {
         if let Some(p) = &mut self.paced {
             let unsent = p.finish(self.sock);
-            self.st.send_dropped += unsent as u64;
+            self.st.counters.send_dropped += unsent as u64;
         }
         let mut st = self.st;
         let seconds = started.elapsed().as_secs_f64();
         st.seconds = seconds;
         st.cpu_s = thread_cpu().total_s() - cpu0.total_s();
         st.busy = if seconds > 0.0 { (st.cpu_s / seconds).min(1.0) } else { 0.0 };
-        st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
-        st.send_syscalls = self.tx.syscalls;
-        st.gso_sends = self.tx.gso_sends;
+        st.counters.send_syscalls = self.tx.syscalls;
+        st.counters.gso_sends = self.tx.gso_sends;
         rx_counters(&self.path, &mut st);
         if let Some(p) = &self.paced {
             let report = p.report();
-            st.datagrams_sent += report.sent;
-            st.bytes_sent += p.bytes_sent();
-            st.send_syscalls += report.sendmmsg_calls;
-            st.send_errors += report.send_errors;
+            st.counters.datagrams_sent += report.sent;
+            st.counters.bytes_sent += p.bytes_sent();
+            st.counters.send_syscalls += report.sendmmsg_calls;
+            st.counters.send_errors += report.send_errors;
             st.paced = Some(report);
         }
         if let Some(r) = &self.raw {
             let report = r.report();
-            st.send_syscalls += report.kicks;
+            st.counters.send_syscalls += report.kicks;
             st.raw_tx = Some(report);
         }
-        st.syscalls_per_response = if st.responses > 0 {
-            (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
-        } else {
-            0.0
-        };
+        st.derive_ratios();
         st
     }
 }
@@ -264,11 +259,11 @@ fn watch(ep: &Epoll, fd: impl AsFd, token: u64) -> Result<(), ServerError> {
 fn rx_counters(path: &RxPath, st: &mut ServerStats) {
     let skips = path.skips();
     let ring = path.take_ring_stats();
-    st.ring_fragments = skips.fragments;
-    st.ring_skipped = skips.other;
-    st.ring_bad_checksums = skips.bad_checksums;
-    st.ring_drops = ring.drops;
-    st.ring_freezes = ring.freezes;
+    st.counters.ring_fragments = skips.fragments;
+    st.counters.ring_skipped = skips.other;
+    st.counters.ring_bad_checksums = skips.bad_checksums;
+    st.counters.ring_drops = ring.drops;
+    st.counters.ring_freezes = ring.freezes;
     if let RxPath::Adaptive(a) = path {
         st.adaptive_switches = Some(a.switches());
         st.adaptive_block = Some(a.active_block());
@@ -277,7 +272,7 @@ fn rx_counters(path: &RxPath, st: &mut ServerStats) {
     if let RxPath::Xdp(x) = path {
         let xs = x.stats();
         let (redirected, passed) = x.counts();
-        st.ring_drops = xs.rx_dropped + xs.rx_ring_full;
+        st.counters.ring_drops = xs.rx_dropped + xs.rx_ring_full;
         st.xdp = Some(XdpReport {
             mode: x.xdp_mode().into(),
             zero_copy: x.zero_copy(),

@@ -69,39 +69,20 @@ pub(super) fn serve_lanes(
     let mut report = LanesReport { device: dev.to_string(), lanes: Vec::new(), by_napi_id, by_hash };
     for (i, l) in per.iter().enumerate() {
         st.seconds = st.seconds.max(l.seconds);
-        st.frames += l.frames;
-        st.responses += l.responses;
-        st.datagrams_sent += l.datagrams_sent;
-        st.bytes_sent += l.bytes_sent;
-        st.gso_sends += l.gso_sends;
-        st.refused_malformed += l.refused_malformed;
-        st.refused_not_request += l.refused_not_request;
-        st.refused_too_large += l.refused_too_large;
-        st.send_dropped += l.send_dropped;
-        st.send_errors += l.send_errors;
-        st.recv_errors += l.recv_errors;
-        st.wakeups += l.wakeups;
-        st.polls += l.polls;
-        st.recv_syscalls += l.recv_syscalls;
-        st.send_syscalls += l.send_syscalls;
+        st.counters.add(&l.counters);
         st.cpu_s += l.cpu_s;
         report.lanes.push(RrLane {
             lane: i,
             cpu: cpus[i],
             napi_ids: owned[i].clone(),
-            frames: l.frames,
-            responses: l.responses,
+            frames: l.counters.frames,
+            responses: l.counters.responses,
             cpu_s: l.cpu_s,
         });
     }
     let n = per.len().max(1) as f64;
     st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };
-    st.frames_per_wakeup = if st.wakeups > 0 { st.frames as f64 / st.wakeups as f64 } else { 0.0 };
-    st.syscalls_per_response = if st.responses > 0 {
-        (st.recv_syscalls + st.send_syscalls + st.polls) as f64 / st.responses as f64
-    } else {
-        0.0
-    };
+    st.derive_ratios();
     st.lanes = Some(report);
     Ok(st)
 }

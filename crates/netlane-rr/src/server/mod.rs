@@ -245,6 +245,60 @@ impl ServerConfig {
     }
 }
 
+netlane::counters! {
+    /// What a server, or one lane of it, counted.
+    #[derive(Serialize, schemars::JsonSchema)]
+    pub struct RrCounters, shared SharedRrCounters {
+        /// Datagrams the path delivered.
+        frames,
+        /// Requests answered.
+        responses,
+        /// Datagrams sent (a segmented response is several).
+        datagrams_sent,
+        /// Bytes sent (UDP payload).
+        bytes_sent,
+        /// Sends that carried several segments (GSO).
+        gso_sends,
+        /// Datagrams that were not valid requests.
+        refused_malformed,
+        /// Responses sent to the server.
+        refused_not_request,
+        /// Requests asking for more than the server sends (each answered with a refusal
+        /// naming the limit).
+        refused_too_large,
+        /// Requests from an unverified source answered with a Retry instead (the response
+        /// was over the ratio to the request, or over the source's byte budget).
+        retries_sent,
+        /// Requests that carried a valid cookie.
+        verified_requests,
+        /// Responses the socket would not take within a second (the client will ask again).
+        send_dropped,
+        /// Other send errors.
+        send_errors,
+        /// Receive errors (ICMP errors queued on the socket, among others).
+        recv_errors,
+        /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
+        ring_fragments,
+        /// Ring and AF_XDP paths: frames with a wrong IPv4 header or UDP checksum (the
+        /// stack drops them; so does the path).
+        ring_bad_checksums,
+        /// Ring paths: other frames that were not a whole datagram for the service.
+        ring_skipped,
+        /// Ring paths: frames the kernel dropped because the ring was full.
+        ring_drops,
+        /// TPACKET_V3: times every block was held by the server (the ring froze).
+        ring_freezes,
+        /// `epoll_wait` returns with something to read.
+        wakeups,
+        /// `epoll_wait` calls.
+        polls,
+        /// Receive system calls (including the one that found nothing).
+        recv_syscalls,
+        /// Send system calls.
+        send_syscalls,
+    }
+}
+
 /// A server's counters, returned when it stops.
 #[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
 pub struct ServerStats {
@@ -254,47 +308,11 @@ pub struct ServerStats {
     pub listen: String,
     /// Seconds served.
     pub seconds: f64,
-    /// Datagrams the path delivered.
-    pub frames: u64,
-    /// Requests answered.
-    pub responses: u64,
-    /// Datagrams sent (a segmented response is several).
-    pub datagrams_sent: u64,
-    /// Bytes sent (UDP payload).
-    pub bytes_sent: u64,
-    /// Sends that carried several segments (GSO).
-    pub gso_sends: u64,
-    /// Datagrams that were not valid requests.
-    pub refused_malformed: u64,
-    /// Responses sent to the server.
-    pub refused_not_request: u64,
-    /// Requests asking for more than the server sends (each answered with a refusal
-    /// naming the limit).
-    pub refused_too_large: u64,
-    /// Requests from an unverified source answered with a Retry instead (the response
-    /// was over the ratio to the request, or over the source's byte budget).
-    pub retries_sent: u64,
-    /// Requests that carried a valid cookie.
-    pub verified_requests: u64,
-    /// Responses the socket would not take within a second (the client will ask again).
-    pub send_dropped: u64,
-    /// Other send errors.
-    pub send_errors: u64,
-    /// Receive errors (ICMP errors queued on the socket, among others).
-    pub recv_errors: u64,
+    /// What it counted.
+    #[serde(flatten)]
+    pub counters: RrCounters,
     /// Ring paths: the interface read ("all" for every interface).
     pub iface: Option<String>,
-    /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
-    pub ring_fragments: u64,
-    /// Ring and AF_XDP paths: frames with a wrong IPv4 header or UDP checksum (the
-    /// stack drops them; so does the path).
-    pub ring_bad_checksums: u64,
-    /// Ring paths: other frames that were not a whole datagram for the service.
-    pub ring_skipped: u64,
-    /// Ring paths: frames the kernel dropped because the ring was full.
-    pub ring_drops: u64,
-    /// TPACKET_V3: times every block was held by the server (the ring froze).
-    pub ring_freezes: u64,
     /// Adaptive TPACKET_V3: ring switches, and the block size in use at the end.
     pub adaptive_switches: Option<u64>,
     /// Adaptive TPACKET_V3: block bytes of the ring in use at the end.
@@ -302,14 +320,6 @@ pub struct ServerStats {
     /// Adaptive TPACKET_V3: frames each ring delivered, by ascending block size (4 KiB
     /// first); they add up to `frames`, each frame reaching one ring.
     pub adaptive_ring_frames: Option<Vec<u64>>,
-    /// `epoll_wait` returns with something to read.
-    pub wakeups: u64,
-    /// `epoll_wait` calls.
-    pub polls: u64,
-    /// Receive system calls (including the one that found nothing).
-    pub recv_syscalls: u64,
-    /// Send system calls.
-    pub send_syscalls: u64,
     /// CPU seconds of the server thread.
     pub cpu_s: f64,
     /// Share of the time the server thread was on a CPU (1 = never idle).
@@ -329,6 +339,20 @@ pub struct ServerStats {
     pub syscalls_per_response: f64,
     /// Lanes: each lane's share, and how the selector placed datagrams.
     pub lanes: Option<LanesReport>,
+}
+
+impl ServerStats {
+    /// Sets the ratios read from the counters: datagrams per wake-up, system calls per
+    /// response.
+    fn derive_ratios(&mut self) {
+        let c = &self.counters;
+        self.frames_per_wakeup = if c.wakeups > 0 { c.frames as f64 / c.wakeups as f64 } else { 0.0 };
+        self.syscalls_per_response = if c.responses > 0 {
+            (c.recv_syscalls + c.send_syscalls + c.polls) as f64 / c.responses as f64
+        } else {
+            0.0
+        };
+    }
 }
 
 /// How a server with lanes ran.

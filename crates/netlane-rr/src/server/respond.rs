@@ -9,7 +9,7 @@ pub(super) fn flush(raw: &mut Option<RawTx>, st: &mut ServerStats) {
         && let Err(e) = r.flush()
     {
         tracing::debug!(error = %e, "transmit ring flush failed");
-        st.send_errors += 1;
+        st.counters.send_errors += 1;
     }
 }
 
@@ -21,7 +21,7 @@ pub(super) fn recv_error(e: io::Error, st: &mut ServerStats) -> bool {
         io::ErrorKind::Interrupted => true,
         _ => {
             tracing::debug!(error = %e, "receive error");
-            st.recv_errors += 1;
+            st.counters.recv_errors += 1;
             false
         }
     }
@@ -47,17 +47,17 @@ pub(super) fn answer(
             Ok((h, _)) if h.kind != Kind::Request => Err(Refusal::NotARequest),
             Ok((h, _)) => {
                 let control = if h.response_len > cfg.responder.max_response {
-                    st.refused_too_large += 1;
+                    st.counters.refused_too_large += 1;
                     Some(Header::refused(&h, cfg.responder.max_response))
                 } else {
                     let reply = cfg.responder.reply_bytes(h.response_len);
                     match guard.handle_request(from, h.offset, request.len(), reply, monotonic_ns()) {
                         Admit::Send { verified } => {
-                            st.verified_requests += u64::from(verified);
+                            st.counters.verified_requests += u64::from(verified);
                             None
                         }
                         Admit::Retry(cookie) => {
-                            st.retries_sent += 1;
+                            st.counters.retries_sent += 1;
                             Some(Header::retry(&h, cookie))
                         }
                     }
@@ -74,12 +74,12 @@ pub(super) fn answer(
     };
     match result {
         Ok(reply) => {
-            st.responses += 1;
+            st.counters.responses += 1;
             deliver(senders, &out[..reply.len], reply.segments, reply.segment_len, from, st);
         }
-        Err(Refusal::Malformed(_)) => st.refused_malformed += 1,
-        Err(Refusal::NotARequest) => st.refused_not_request += 1,
-        Err(Refusal::TooLarge { .. }) => st.refused_too_large += 1,
+        Err(Refusal::Malformed(_)) => st.counters.refused_malformed += 1,
+        Err(Refusal::NotARequest) => st.counters.refused_not_request += 1,
+        Err(Refusal::TooLarge { .. }) => st.counters.refused_too_large += 1,
     }
 }
 
@@ -95,38 +95,38 @@ fn deliver(
 ) {
     if let Some(p) = paced {
         if !p.push(reply, from) {
-            st.send_dropped += 1;
+            st.counters.send_dropped += 1;
         }
         return;
     }
     if let Some(r) = raw {
         match r.send(reply, segment_len, from) {
             Ok(Sent::Frames) => {
-                st.datagrams_sent += segments as u64;
-                st.bytes_sent += reply.len() as u64;
+                st.counters.datagrams_sent += segments as u64;
+                st.counters.bytes_sent += reply.len() as u64;
                 return;
             }
             Ok(Sent::Dropped) => {
-                st.send_dropped += 1;
+                st.counters.send_dropped += 1;
                 return;
             }
             Ok(Sent::UseSocket) => {}
             Err(e) => {
                 tracing::debug!(error = %e, %from, "frame transmit failed");
-                st.send_errors += 1;
+                st.counters.send_errors += 1;
                 return;
             }
         }
     }
     match tx.send(reply, segment_len, from) {
         Ok(()) => {
-            st.datagrams_sent += segments as u64;
-            st.bytes_sent += reply.len() as u64;
+            st.counters.datagrams_sent += segments as u64;
+            st.counters.bytes_sent += reply.len() as u64;
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.send_dropped += 1,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => st.counters.send_dropped += 1,
         Err(e) => {
             tracing::debug!(error = %e, %from, "send failed");
-            st.send_errors += 1;
+            st.counters.send_errors += 1;
         }
     }
 }

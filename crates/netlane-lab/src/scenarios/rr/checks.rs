@@ -39,7 +39,7 @@ fn worst(a: Measure, b: Measure) -> Measure {
 /// The server CPU's idle share over the run, %; degenerate when it answered nothing.
 pub(super) fn idle(r: &RrRun) -> Measure {
     let c = &r.server_cpu;
-    if r.server.responses == 0 || c.total_s <= 0.0 {
+    if r.server.counters.responses == 0 || c.total_s <= 0.0 {
         return Err("the server answered nothing, or no CPU time was counted".into());
     }
     Ok((1.0 - c.busy_s / c.total_s).clamp(0.0, 1.0) * 100.0)
@@ -59,10 +59,10 @@ pub(super) fn cost(r: &RrRun) -> Measure {
 /// the socket), %.
 pub(super) fn frames_share(r: &RrRun) -> Measure {
     let raw = r.server.raw_tx.as_ref().ok_or_else(|| "the socket sent every response".to_string())?;
-    if r.server.responses == 0 {
+    if r.server.counters.responses == 0 {
         return Err("the server answered nothing".into());
     }
-    Ok(raw.datagrams as f64 / r.server.responses as f64 * 100.0)
+    Ok(raw.datagrams as f64 / r.server.counters.responses as f64 * 100.0)
 }
 
 /// Server CPU per response of a transmit-path run, invalid when a frame path sent a

@@ -55,7 +55,7 @@ impl Measured for RrRun {
             ("server_thread_busy_pct", Some(s.busy * 100.0)),
             ("server_cpu_idle_pct", idle(self).ok()),
             ("server_cpu_us_per_response", cost(self).ok()),
-            ("wakeups_per_s", (s.seconds > 0.0).then(|| s.wakeups as f64 / s.seconds)),
+            ("wakeups_per_s", (s.seconds > 0.0).then(|| s.counters.wakeups as f64 / s.seconds)),
             ("frames_per_wakeup", Some(s.frames_per_wakeup)),
             ("retransmits", Some(c.retransmits as f64)),
             ("lost", Some(c.lost as f64)),

@@ -40,7 +40,7 @@ fn row(label: &str, rs: &[RrRun]) -> Row {
         med(rs, us(|s| s.p9999)),
         med(rs, idle),
         med(rs, cost),
-        med(rs, |r| positive(r.server.wakeups as f64 / r.server.seconds.max(1e-9), "wake-ups")),
+        med(rs, |r| positive(r.server.counters.wakeups as f64 / r.server.seconds.max(1e-9), "wake-ups")),
         med(rs, |r| positive(r.server.frames_per_wakeup, "frames per wake-up")),
         med(rs, |r| Ok(r.server.syscalls_per_response)),
         med(rs, |r| Ok((r.clients.retransmits + r.clients.lost) as f64)),

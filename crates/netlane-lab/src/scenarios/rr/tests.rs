@@ -5,7 +5,7 @@ use super::*;
 use netlane::metrics::cpu::SystemCpuDelta;
 use netlane_report::Outcome;
 use netlane_rr::clients::ClientsReport;
-use netlane_rr::server::ServerStats;
+use netlane_rr::server::{RrCounters, ServerStats};
 
 fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
     let responses = (responses_per_s * 2.0) as u64;
@@ -23,7 +23,11 @@ fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
             },
             ..ClientsReport::default()
         },
-        server: ServerStats { responses, seconds: 2.0, ..ServerStats::default() },
+        server: ServerStats {
+            counters: RrCounters { responses, ..RrCounters::default() },
+            seconds: 2.0,
+            ..ServerStats::default()
+        },
         server_cpu: SystemCpuDelta { busy_s, total_s: 2.0, cpus: 1, ..SystemCpuDelta::default() },
     }
 }
@@ -124,7 +128,7 @@ fn a_run_that_answered_nothing_is_invalid_never_met() {
     // measure the frame path, however cheap it looks.
     let mut half = run(60_000.0, 1_000_000, 0.5);
     half.server.raw_tx =
-        Some(netlane_rr::server::RawTxReport { datagrams: half.server.responses / 2, ..Default::default() });
+        Some(netlane_rr::server::RawTxReport { datagrams: half.server.counters.responses / 2, ..Default::default() });
     let r = report_with("packet, 8 KiB", half);
     assert_eq!(outcome(&r, "rr.tx-packet-8k-cost"), Outcome::Invalid);
 }
