@@ -158,10 +158,9 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
-    fn run(&self) -> Result<u8> {
-        let out = OutputArgs { json: self.json.clone(), csv: None };
-        out.validate()?;
-        let cfg = ServerConfig {
+    /// The server configuration these arguments give.
+    fn config(&self) -> Result<ServerConfig> {
+        Ok(ServerConfig {
             listen: self.listen,
             path: self.path,
             batch: self.batch,
@@ -198,7 +197,13 @@ impl ServeArgs {
                 ..GuardConfig::default()
             },
             ..ServerConfig::default()
-        };
+        })
+    }
+
+    fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let cfg = self.config()?;
         cfg.validate()?;
         let to_stdout = out.json_to_stdout();
         let stats = netlane_rr::server::serve(&cfg, &STOP, |addr| {
@@ -357,9 +362,8 @@ pub struct ClientsArgs {
 }
 
 impl ClientsArgs {
-    fn run(&self) -> Result<u8> {
-        let out = OutputArgs { json: self.json.clone(), csv: None };
-        out.validate()?;
+    /// The population these arguments give.
+    fn config(&self) -> Result<ClientsConfig> {
         if self.response < HEADER_LEN && !self.echo {
             bail!("--response {}: at least {HEADER_LEN} bytes (the header)", self.response);
         }
@@ -369,7 +373,7 @@ impl ClientsArgs {
             Some(rate) => (Load::Open { rate }, self.in_flight),
             None => (Load::Closed { think: self.think }, 1),
         };
-        let cfg = ClientsConfig {
+        Ok(ClientsConfig {
             server: self.server,
             clients: self.clients,
             threads: self.threads,
@@ -386,7 +390,13 @@ impl ClientsArgs {
             ramp: self.ramp,
             duration: self.time,
             gro: self.gro,
-        };
+        })
+    }
+
+    fn run(&self) -> Result<u8> {
+        let out = OutputArgs { json: self.json.clone(), csv: None };
+        out.validate()?;
+        let cfg = self.config()?;
         cfg.validate()?;
         let rep = netlane_rr::clients::run(&cfg, STOP.flag())?;
         if !out.json_to_stdout() {
@@ -444,5 +454,114 @@ impl ClientsArgs {
             );
         }
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use netlane_rr::proto::server::ResponderConfig;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    struct Clients {
+        #[command(flatten)]
+        args: ClientsArgs,
+    }
+
+    /// Parses `args` (after `netlane rr <command>`) as `P`.
+    fn parse<P: Parser>(args: &[String]) -> P {
+        P::try_parse_from(std::iter::once("rr").chain(args[2..].iter().map(String::as_str)))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    /// The lab runs `netlane rr serve` with the arguments it writes for a configuration:
+    /// they must give back that configuration, option by option.
+    #[test]
+    fn the_lab_s_server_arguments_give_back_its_configuration() {
+        let base = ServerConfig { listen: "10.0.0.1:7070".parse().unwrap(), cpu: Some(1), ..ServerConfig::default() };
+        let configs = [
+            ServerConfig::default(),
+            base.clone(),
+            ServerConfig {
+                path: PathKind::TpacketV3,
+                ring: RingOptions {
+                    frame_size: 4096,
+                    frames_per_block: 3,
+                    blocks: 64,
+                    retire_ms: 2,
+                    ..RingOptions::default()
+                },
+                pace: Some(PaceOptions { rate: 123_456, quantum: Duration::from_micros(150), queue: 99 }),
+                duration: Some(Duration::from_millis(2500)),
+                ..base.clone()
+            },
+            ServerConfig {
+                path: PathKind::TpacketV3,
+                ring: RingOptions { adaptive: true, ..RingOptions::default() },
+                responder: ResponderConfig { segment: Some(1472), max_response: 60_000, echo: true },
+                guard: GuardConfig { ratio: 5, budget: 1 << 20, ..GuardConfig::default() },
+                iface: Some("veth-rx".into()),
+                ..base.clone()
+            },
+            ServerConfig {
+                path: PathKind::AfXdp,
+                tx: TxKind::AfXdp,
+                xdp: XdpOptions { frames: 1024, frame_size: 4096, ring_size: 256, zero_copy: false, transmit: false },
+                batch: 32,
+                ..base.clone()
+            },
+            ServerConfig { lane_device: Some("eth0".into()), cpu: None, ..base },
+        ];
+        for cfg in configs {
+            let args = netlane_lab::scenarios::rr::serve_args(&cfg);
+            assert_eq!(args[..2], ["rr", "serve"]);
+            let parsed: Serve = parse(&args);
+            assert_eq!(format!("{:?}", parsed.args.config().unwrap()), format!("{cfg:?}"), "{args:?}");
+        }
+    }
+
+    /// The same for the lab's client populations: closed and open loop.
+    #[test]
+    fn the_lab_s_client_arguments_give_back_its_population() {
+        let closed = ClientsConfig {
+            server: "10.0.0.1:7070".parse().unwrap(),
+            clients: 64,
+            threads: 1,
+            cpus: Some(CpuList::one(0)),
+            client: ClientConfig {
+                request_len: 512,
+                response_len: 8192 - HEADER_LEN as u32,
+                echo: false,
+                timeout_ns: 500_000_000,
+                max_retries: 5,
+                max_outstanding: 1,
+            },
+            load: Load::Closed { think: Duration::from_micros(250) },
+            ramp: Duration::from_millis(300),
+            duration: Duration::from_millis(2500),
+            gro: false,
+        };
+        let open = ClientsConfig {
+            load: Load::Open { rate: 25_000.5 },
+            client: ClientConfig { max_outstanding: 8, echo: true, ..closed.client },
+            threads: 2,
+            cpus: None,
+            gro: true,
+            ..closed.clone()
+        };
+        for cfg in [closed, open] {
+            let args = netlane_lab::scenarios::rr::clients_args(&cfg);
+            assert_eq!(args[..2], ["rr", "clients"]);
+            let parsed: Clients = parse(&args);
+            assert_eq!(format!("{:?}", parsed.args.config().unwrap()), format!("{cfg:?}"), "{args:?}");
+        }
     }
 }

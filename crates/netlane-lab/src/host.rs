@@ -108,6 +108,9 @@ pub struct RoleSpec {
     /// Started once its first line of standard output begins with this (`None`: once
     /// it is running).
     pub ready: Option<String>,
+    /// The ready line is the first line of standard error that begins with `ready`
+    /// instead (for a command whose standard output is its JSON report alone).
+    pub ready_on_stderr: bool,
     /// How long it may take to say so.
     pub ready_within: Duration,
     /// What it reads on standard input (`None`: nothing, standard input closed).
@@ -128,6 +131,7 @@ impl RoleSpec {
             args: args.into_iter().map(Into::into).collect(),
             cpus: Vec::new(),
             ready: None,
+            ready_on_stderr: false,
             ready_within: Duration::from_secs(20),
             stdin: None,
         }
@@ -144,6 +148,13 @@ impl RoleSpec {
         self.ready = Some(prefix.into());
         self.ready_within = within;
         self
+    }
+
+    /// Started once a line of its standard error begins with `prefix`, within `within`
+    /// (what it writes there before is kept as its output).
+    pub fn ready_on_stderr(mut self, prefix: &str, within: Duration) -> RoleSpec {
+        self.ready_on_stderr = true;
+        self.ready_when(prefix, within)
     }
 
     /// Reads `input` on standard input.
@@ -232,9 +243,10 @@ impl RoleProcess {
         // The first line is the ready line only when one is awaited; otherwise it is
         // part of the output (a client's report).
         let (first_tx, first_rx) = mpsc::channel();
-        let first_tx = spec.ready.is_some().then_some(first_tx);
-        let stdout = out.map(|o| read_lines(o, first_tx, hook.clone()));
-        let stderr = err.map(|e| read_lines(e, None, hook));
+        let first = spec.ready.as_ref().map(|prefix| First { tx: first_tx, prefix: prefix.clone() });
+        let (out_first, err_first) = if spec.ready_on_stderr { (None, first) } else { (first, None) };
+        let stdout = out.map(|o| read_lines(o, out_first, false, hook.clone()));
+        let stderr = err.map(|e| read_lines(e, err_first, true, hook));
         // Written on a thread of its own, after the readers started: a process that
         // writes before it has read all its input never blocks the start.
         if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
@@ -382,21 +394,44 @@ fn tail(text: &str) -> String {
 /// Reads `r` to its end on a thread of its own (so the process never blocks on a full
 /// pipe): the first line to `first` when given, every other line to `hook`; the lines
 /// after the first come through the returned channel at the end.
+/// Where a reader sends the ready line: the first line, or (`scan`) the first line that
+/// begins with `prefix`.
+struct First {
+    tx: mpsc::Sender<String>,
+    prefix: String,
+}
+
 fn read_lines(
     r: impl Read + Send + 'static,
-    first: Option<mpsc::Sender<String>>,
+    first: Option<First>,
+    scan: bool,
     hook: Option<LineHook>,
 ) -> mpsc::Receiver<Vec<String>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(r).lines().map_while(Result::ok);
+        let mut before = Vec::new();
         if let Some(first) = first {
-            let _ = first.send(lines.next().unwrap_or_default());
+            let line = if scan {
+                // Lines before the ready line (warnings) are output like any other;
+                // the last one stands for the ready line a process that ended never wrote.
+                let found = lines.by_ref().find(|l| {
+                    let ready = l.starts_with(first.prefix.as_str());
+                    if !ready {
+                        before.push(l.clone());
+                    }
+                    ready
+                });
+                found.or_else(|| before.last().cloned())
+            } else {
+                lines.next()
+            };
+            let _ = first.tx.send(line.unwrap_or_default());
         }
         // The last KEPT_BYTES of it (a long-running server's log is not held whole; its
         // final report is at the end).
         let (mut kept, mut bytes) = (std::collections::VecDeque::new(), 0usize);
-        for l in lines {
+        for l in before.into_iter().chain(lines) {
             if let Some(h) = &hook {
                 h(&l);
             }
@@ -447,6 +482,23 @@ mod tests {
         let done = role.stop(Duration::from_secs(5)).unwrap();
         let report: serde_json::Value = done.json().unwrap();
         assert_eq!(report["served"], 3);
+    }
+
+    #[test]
+    fn a_role_whose_output_is_its_json_says_ready_on_stderr_after_its_warnings() {
+        let script = r#"trap 'echo "{\"served\": 4}"; exit 0' INT; echo "warning: generic XDP" >&2;
+            echo "listening on there" >&2; while :; do sleep 0.02; done"#;
+        let spec = sh("a server", script).ready_on_stderr("listening on", Duration::from_secs(5));
+        let role = RoleProcess::start(&ThisMachine, &spec, None).unwrap();
+        assert_eq!(role.first_line(), "listening on there");
+        let done = role.stop(Duration::from_secs(5)).unwrap();
+        assert_eq!(done.json::<serde_json::Value>().unwrap()["served"], 4);
+        assert!(done.stderr.contains("warning: generic XDP"), "{}", done.stderr);
+        // One that ends without the line did not start, and says what it said last.
+        let spec =
+            sh("a server", "echo 'bind: address in use' >&2").ready_on_stderr("listening on", Duration::from_secs(5));
+        let e = format!("{:#}", RoleProcess::start(&ThisMachine, &spec, None).unwrap_err());
+        assert!(e.contains("did not start") && e.contains("address in use"), "{e}");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use netlane::metrics::Summary;
 use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 use netlane::udp::UdpSocket;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use self::worker::{Part, Worker};
 use crate::proto::client::{ClientConfig, ClientConfigError, MAX_OUTSTANDING};
@@ -129,7 +129,7 @@ impl ClientsConfig {
 }
 
 /// What a population measured.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ClientsReport {
     /// Server address.
     pub server: String,

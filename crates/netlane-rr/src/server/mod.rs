@@ -33,7 +33,7 @@ use netlane::time::monotonic_ns;
 use netlane_sys::cmsg::CmsgBuf;
 use netlane_sys::consts::UDP_MAX_SEGMENTS;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 pub use paced::{MAX_PACE_QUEUE, MAX_PACE_RATE, PaceOptions, PaceReport};
@@ -247,7 +247,7 @@ impl ServerConfig {
 
 netlane::counters! {
     /// What a server, or one lane of it, counted.
-    #[derive(Serialize, schemars::JsonSchema)]
+    #[derive(Serialize, Deserialize, schemars::JsonSchema)]
     pub struct RrCounters, shared SharedRrCounters {
         /// Datagrams the path delivered.
         frames,
@@ -300,7 +300,7 @@ netlane::counters! {
 }
 
 /// A server's counters, returned when it stops.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ServerStats {
     /// The receive path.
     pub path: String,
@@ -356,7 +356,7 @@ impl ServerStats {
 }
 
 /// How a server with lanes ran.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LanesReport {
     /// The device whose queues the lanes own.
     pub device: String,
@@ -369,7 +369,7 @@ pub struct LanesReport {
 }
 
 /// One lane of a server.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RrLane {
     /// Lane number (its socket's index in the group).
     pub lane: usize,
@@ -386,7 +386,7 @@ pub struct RrLane {
 }
 
 /// How the AF_XDP path ran.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct XdpReport {
     /// Where the steering program ran: "native" (driver) or "generic" (skb).
     pub mode: String,

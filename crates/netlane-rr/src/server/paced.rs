@@ -14,7 +14,7 @@ use netlane::pace::{PaceConfig, Pacer, Quantum};
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use nix::time::{ClockId as Clock, clock_gettime};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use socket2::SockAddr;
 
 /// How responses are paced.
@@ -56,7 +56,7 @@ impl PaceOptions {
 }
 
 /// What pacing did.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PaceReport {
     /// Target responses per second.
     pub rate: u64,

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use netlane::topology::nexthop::{NextHop, NextHopStats, NextHops, Unresolved};
 use netlane_sys::packet::PacketTx;
 use netlane_sys::xsk::XskTx;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::proto::frames::{Datagram, Link};
 use crate::proto::packet::ETH_LEN;
@@ -70,7 +70,7 @@ impl FromStr for TxKind {
 }
 
 /// What the frame transmit path did.
-#[derive(Debug, Clone, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RawTxReport {
     /// Datagrams written as frames.
     pub datagrams: u64,

@@ -55,7 +55,7 @@ pub enum Unresolved {
 }
 
 /// What the resolver did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct NextHopStats {
     /// Lookups answered from the cache.
     pub hits: u64,

@@ -1,18 +1,16 @@
 //! The rr scenario's runs: the veth pairs they run on, and one exchange between the
 //! server and a client population with the server CPU's time read around it.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::mpsc;
 use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use netlane::metrics::cpu::{SystemCpu, SystemCpuDelta};
-use netlane::serve::Stop;
 use netlane::topology::TwoHosts;
 use netlane_rr::clients::{ClientsConfig, ClientsReport};
 use netlane_rr::server::ServerStats;
 use serde::Serialize;
 
+use crate::host::RoleProcess;
 use crate::runner::Measured;
 use netlane_report::format;
 
@@ -94,39 +92,28 @@ impl RrBenchArgs {
     }
 }
 
-/// One run: the server in the "rx" namespace, the clients in the "tx" one.
+/// One run: the server (a `netlane rr serve` process) in the "rx" namespace, the
+/// clients (`netlane rr clients`) in the "tx" one.
 fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
-    let stop = Stop::new().context("create the server's stop signal")?;
-    let (tx, rx) = mpsc::channel();
-    let s = stop.clone();
-    let cfg = m.server.clone();
-    let server = h.rx.spawn("rr-server", move || {
-        netlane_rr::server::serve(&cfg, &s, |a| {
-            let _ = tx.send(a);
-        })
-    })?;
-    let addr = match rx.recv_timeout(Duration::from_secs(10)) {
-        Ok(a) => a,
-        Err(_) => {
-            stop.stop();
-            return Err(match server.join() {
-                Ok(Err(e)) => anyhow!(e).context("the server did not start"),
-                _ => anyhow!("the server did not start within 10 s"),
-            });
-        }
-    };
+    let server = RoleProcess::start(&h.rx, &role::serve_spec(&m.server), None)?;
+    let addr: SocketAddr = server
+        .first_line()
+        .strip_prefix("listening on ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .with_context(|| format!("unexpected rr server output {:?}", server.first_line()))?;
     let pop = ClientsConfig { server: addr, ..m.clients.clone() };
-    // Every way out of here goes past the stop: a failure on the way must not leave
-    // the server running.
+    // Every way out of here goes past the stop (or the kill when the server is
+    // dropped): a failure on the way must not leave the server running.
     let measured = (|| {
         let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
-        let clients = h.tx.run(move || netlane_rr::clients::run(&pop, &AtomicBool::new(false)));
+        let clients = RoleProcess::start(&h.tx, &role::clients_spec(&pop), None)?
+            .wait(pop.ramp + pop.duration + Duration::from_secs(30))?;
         let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
         Ok::<_, anyhow::Error>((clients, cpu0.delta(&cpu1)))
     })();
-    stop.stop();
-    let server = server.join().map_err(|_| anyhow!("the server thread panicked"))?.context("the server failed")?;
+    let server = role::server_stats(&server.stop(Duration::from_secs(10)).context("the rr server failed")?)?;
     let (clients, server_cpu) = measured?;
-    let clients = clients?.context("the clients failed")?;
+    let clients = role::clients_report(&clients)?;
     Ok(RrRun { clients, server, server_cpu })
 }

@@ -27,6 +27,7 @@ mod measure;
 mod options;
 mod plan;
 mod report;
+mod role;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +47,7 @@ pub use self::measure::RrRun;
 pub use self::options::{Part, RrBenchArgs};
 use self::plan::*;
 pub use self::plan::{BLOCK_CLIENTS, BLOCK_SWEEP, WALL_CLIENTS, v3_block_for, v3_request_footprint};
+pub use self::role::{clients_args, clients_report, clients_spec, serve_args, serve_spec, server_stats};
 
 impl Scenario for RrBenchArgs {
     fn name(&self) -> &'static str {
