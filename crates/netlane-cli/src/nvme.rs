@@ -508,3 +508,73 @@ pub fn run(cmd: NvmeCmd) -> Result<u8> {
         NvmeCmd::Perf(a) => a.run(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use netlane_nvme::perf::CpuBinding;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Perf {
+        #[command(flatten)]
+        args: PerfArgs,
+    }
+
+    /// The lab runs `netlane nvme perf` with the arguments it writes for its options:
+    /// they must give back those options.
+    #[test]
+    fn the_lab_s_perf_arguments_give_back_its_options() {
+        let g = |s: &str| JobGroup::parse(s).unwrap();
+        let mut connect = ConnectOptions::new("10.0.0.1:4420".parse().unwrap(), DEFAULT_NQN);
+        connect.kato_ms = 10_000;
+        let base = PerfOptions {
+            connect,
+            nsid: 1,
+            groups: vec![g("name=qd1,rw=randread,bs=4k,qd=1,jobs=1,cpus=0")],
+            duration: Duration::from_millis(1500),
+            ramp: Duration::from_millis(300),
+            queues: 1,
+            read_queues: 0,
+            poll_queues: 0,
+            queue_cpus: CpuList::one(0),
+            queue_depth: 128,
+            direct_send: false,
+            batch: true,
+            caravan: None,
+            verify: VerifyMode::Off,
+            size: None,
+            target_pid: Some(4242),
+        };
+        let mut digests = base.connect.clone();
+        (digests.hdgst, digests.ddgst, digests.disable_sqflow, digests.kato_ms) = (true, true, false, 0);
+        let writer = JobGroup { cpus: CpuBinding::Unbound, ..g("name=writer,rw=write,bs=1M,qd=32,jobs=1") };
+        let all = [
+            base.clone(),
+            PerfOptions { direct_send: true, batch: false, caravan: Some(Caravan::default()), ..base.clone() },
+            PerfOptions {
+                groups: vec![g("name=readers,rw=randread,bs=4k,qd=1,jobs=16,cpus=1,hipri=1"), writer],
+                read_queues: 1,
+                poll_queues: 1,
+                queue_cpus: CpuList::new(vec![0, 1]),
+                verify: VerifyMode::Write,
+                size: Some(64 << 20),
+                target_pid: None,
+                connect: digests,
+                ..base.clone()
+            },
+            PerfOptions { verify: VerifyMode::ReadBack, ..base },
+        ];
+        for o in all {
+            let args = netlane_lab::scenarios::nvme::perf_args(&o);
+            assert_eq!(args[..2], ["nvme", "perf"]);
+            let parsed = Perf::try_parse_from(std::iter::once("perf").chain(args[2..].iter().map(String::as_str)))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            let mut back = parsed.args.options().unwrap();
+            // Without /etc/nvme/hostnqn each connection names a new host: not an option.
+            (back.connect.hostnqn, back.connect.hostid) = (o.connect.hostnqn.clone(), o.connect.hostid);
+            assert_eq!(format!("{back:?}"), format!("{o:?}"), "{args:?}");
+        }
+    }
+}

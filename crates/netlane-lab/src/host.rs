@@ -362,7 +362,8 @@ impl RoleProcess {
 }
 
 impl Finished {
-    fn stderr_tail(&self) -> String {
+    /// The end of what it wrote on standard error, for an error message.
+    pub fn stderr_tail(&self) -> String {
         let t = tail(&self.stderr);
         if t.is_empty() { "it wrote nothing on standard error".into() } else { t }
     }

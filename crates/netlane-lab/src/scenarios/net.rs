@@ -63,13 +63,13 @@ pub struct NetArgs {
     /// Receive-side NAPI of the veth.
     #[arg(long, value_enum, default_value_t = RxNapi::Threaded)]
     pub rx_napi: RxNapi,
-    /// CPU for the sender.
-    #[arg(long, default_value_t = 0)]
+    /// CPU for the sender [default: the CPU plan's generator CPU].
+    #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub tx_cpu: usize,
     /// Where netlane's sender runs.
     #[arg(long, value_enum, default_value_t = SenderPlacement::Process)]
     pub sender: SenderPlacement,
-    /// CPU for the receiver thread [default: 1, or 0 on a 1-CPU machine].
+    /// CPU for the receiver thread [default: the CPU plan's server CPU].
     #[arg(long)]
     pub rx_cpu: Option<usize>,
     /// CPU for the receiving veth's NAPI thread [default: the receiver's CPU, so the
@@ -100,7 +100,20 @@ impl NetArgs {
 
     /// The receiver's CPU.
     pub fn rx_cpu(&self) -> usize {
-        self.rx_cpu.unwrap_or(if netlane::cpus::online_count() > 1 { 1 } else { 0 })
+        self.rx_cpu.unwrap_or_else(|| crate::plan::default_cpu(crate::plan::Role::Server))
+    }
+
+    /// Where the sender, the receiver and the receiving end's NAPI thread ran, for the
+    /// report.
+    pub fn cpu_plan(&self) -> Vec<netlane_report::RoleCpus> {
+        use crate::plan::Role;
+        let (tx, rx) = ([self.tx_cpu], [self.rx_cpu()]);
+        let napi = [self.napi_cpu.unwrap_or(self.rx_cpu())];
+        let mut roles: Vec<(Role, &[usize])> = vec![(Role::Generator, &tx), (Role::Server, &rx)];
+        if self.path == PathKind::Veth && self.rx_napi == RxNapi::Threaded {
+            roles.push((Role::Napi, &napi));
+        }
+        crate::plan::as_given(&roles)
     }
 
     /// The veth link configuration.

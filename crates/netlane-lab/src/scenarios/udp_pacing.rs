@@ -281,7 +281,7 @@ impl UdpPacingArgs {
             Rate(self.offered_rate() as f64)
         )];
         let heading = Heading { title: TITLE.into(), description: DESCRIPTION.into(), headline: trade_off.headline };
-        out.report(self, heading, records, Vec::new())
+        out.report(self, heading, records, self.net.cpu_plan())
     }
 
     /// Every sweep point: rates, loss, drops at the bottleneck, sender CPU, wake-ups.

@@ -5,14 +5,14 @@ use std::sync::atomic::Ordering;
 
 use netlane::metrics::cpu::CpuTime;
 use netlane::metrics::hist::Summary;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::jobloop::JobResult;
 use super::queue::Shared;
 use super::{JobGroup, Measured, PerfOptions, VerifyMode};
 
 /// Results of one group.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GroupReport {
     /// Group name.
     pub name: String,
@@ -45,7 +45,7 @@ pub struct GroupReport {
 }
 
 /// One I/O queue of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct QueueInfo {
     /// Its map: `default`, `read` or `poll`.
     pub set: String,
@@ -56,7 +56,7 @@ pub struct QueueInfo {
 }
 
 /// Results of a run.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PerfReport {
     /// Per group.
     pub groups: Vec<GroupReport>,

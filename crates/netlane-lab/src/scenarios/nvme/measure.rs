@@ -10,6 +10,7 @@ use netlane_nvme::perf::{PerfOptions, PerfReport};
 
 use super::checks::{per_core, us};
 use super::options::NvmeBenchArgs;
+use super::role;
 use crate::host::{RoleProcess, RoleSpec, ThisMachine};
 use crate::runner::Measured;
 use crate::scenarios::net::PathKind;
@@ -71,15 +72,21 @@ impl NvmeBenchArgs {
     }
 }
 
-/// One perf run of `opts` from the host side (its namespace on the veth path); an error
-/// when any command failed or read back wrong.
+/// One perf run of `opts` from the host side (its namespace on the veth path), a
+/// `netlane nvme perf` process; an error when any command failed or read back wrong.
 pub(super) fn perf(hosts: Option<&TwoHosts>, opts: &PerfOptions, label: &str) -> Result<PerfReport> {
-    let opts = opts.clone();
-    let rep = match hosts {
-        Some(h) => h.tx.run(move || netlane_nvme::perf::run(&opts))?,
-        None => netlane_nvme::perf::run(&opts),
+    let spec = role::perf_spec(opts);
+    let limit = opts.ramp + opts.duration + Duration::from_secs(60);
+    let run = match hosts {
+        Some(h) => RoleProcess::start(&h.tx, &spec, None),
+        None => RoleProcess::start(&ThisMachine, &spec, None),
     }
+    .and_then(|p| p.wait(limit))
     .with_context(|| format!("run {label}"))?;
+    if !run.status.success() {
+        bail!("{label}: nvme perf exited with {}: {}", run.status, run.stderr_tail());
+    }
+    let rep = role::perf_report(&run).with_context(|| format!("run {label}"))?;
     let errors: u64 = rep.groups.iter().map(|g| g.errors + g.mismatches).sum();
     if errors > 0 {
         bail!("{label}: {errors} commands failed");

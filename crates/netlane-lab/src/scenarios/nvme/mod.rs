@@ -20,6 +20,7 @@ mod measure;
 mod options;
 mod plan;
 mod report;
+mod role;
 #[cfg(test)]
 mod tests;
 
@@ -37,6 +38,7 @@ use self::measure::perf;
 use self::options::size_name;
 pub use self::options::{NvmeBenchArgs, Part};
 pub use self::report::perf_table;
+pub use self::role::{perf_args, perf_report, perf_spec};
 
 impl Scenario for NvmeBenchArgs {
     fn name(&self) -> &'static str {

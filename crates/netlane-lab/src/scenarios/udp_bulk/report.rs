@@ -41,7 +41,7 @@ impl UdpBulkArgs {
             description: DESCRIPTION.into(),
             headline: self.headline(&out.checks, main.len()),
         };
-        out.report(self, heading, runs, Vec::new())
+        out.report(self, heading, runs, self.net.cpu_plan())
     }
 
     /// Every mode of the main table: rates, CPU per GB, calls, loss.
