@@ -203,22 +203,26 @@ impl ServeArgs {
     fn run(&self) -> Result<u8> {
         let out = OutputArgs { json: self.json.clone(), csv: None };
         out.validate()?;
-        let cfg = self.config()?;
+        let mut cfg = self.config()?;
         cfg.validate()?;
         let to_stdout = out.json_to_stdout();
-        let stats = netlane_rr::server::serve(&cfg, &STOP, |addr| {
-            let l = format!(
-                "listening on {addr} path={} tx={}{}",
-                self.path,
-                self.tx,
-                if self.echo { " echo" } else { "" }
-            );
-            if to_stdout {
-                eprintln!("{l}");
-            } else {
-                out::println(&l);
-            }
-        })?;
+        // The supervisor owns the time: a server that ends by itself has failed.
+        let time = cfg.duration.take();
+        let server = netlane_rr::server::Server::start(cfg)?;
+        let l = format!(
+            "listening on {} path={} tx={}{}",
+            server.local_addr(),
+            self.path,
+            self.tx,
+            if self.echo { " echo" } else { "" }
+        );
+        if to_stdout {
+            eprintln!("{l}");
+        } else {
+            out::println(&l);
+        }
+        let (_, stats) = netlane::serve::supervise(server, &STOP, time);
+        let stats = stats?;
         if !to_stdout {
             out::println(&format!(
                 "stopped after {:.1} s: frames={} responses={} datagrams_sent={} gso_sends={} refused={} retries_sent={} verified_requests={} \

@@ -10,9 +10,11 @@
 //! set-up, the loop, the counters at the end), `respond.rs` a request's answer and its
 //! delivery, `socket_tx.rs` responses through the socket (GSO), `rawtx.rs` responses as
 //! frames, `paced.rs` paced responses, `lanes.rs` a socket and thread per receive queue,
-//! `socket.rs` the service socket; this file the options, the counters and `serve`.
+//! `socket.rs` the service socket, `handle.rs` the server on a thread of its own
+//! (`Server`); this file the options, the counters and `serve`.
 
 mod event_loop;
+mod handle;
 mod lanes;
 mod paced;
 mod path;
@@ -36,6 +38,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+pub use handle::Server;
 pub use paced::{MAX_PACE_QUEUE, MAX_PACE_RATE, PaceOptions, PaceReport};
 pub use path::{
     ADAPTIVE_BLOCKS, MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues,
@@ -155,6 +158,10 @@ pub enum ServerError {
     /// A system call failed while setting up.
     #[error(transparent)]
     Io(#[from] netlane::error::IoError),
+    /// The server's thread ended without its result (it panicked), or before it was
+    /// ready without an error.
+    #[error("the server thread {0}")]
+    Thread(&'static str),
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ServerError {

@@ -5,11 +5,10 @@
 
 use std::net::SocketAddr;
 use std::process::Child;
-use std::sync::{Mutex, mpsc};
-use std::thread;
+use std::sync::Mutex;
 use std::time::Duration;
 
-use netlane::serve::Stop;
+use netlane::serve::Running;
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
@@ -49,18 +48,9 @@ static LO_QUEUE: Mutex<()> = Mutex::new(());
 /// Runs a server on `cfg` in a thread, hands its address to `f`, stops it, returns both.
 pub fn with_server<T>(cfg: ServerConfig, f: impl FnOnce(SocketAddr) -> T) -> (T, ServerStats) {
     let _turn = (cfg.path == PathKind::AfXdp).then(|| LO_QUEUE.lock().unwrap_or_else(|p| p.into_inner()));
-    let stop = Stop::new().unwrap();
-    let (tx, rx) = mpsc::channel();
-    thread::scope(|s| {
-        let h = s.spawn(|| server::serve(&cfg, &stop, |a| tx.send(a).unwrap()));
-        let addr = match rx.recv_timeout(Duration::from_secs(5)) {
-            Ok(a) => a,
-            Err(_) => panic!("the server did not come up: {:?}", h.join()),
-        };
-        let out = f(addr);
-        stop.stop();
-        (out, h.join().unwrap().expect("the server ran"))
-    })
+    let server = server::Server::start(cfg).unwrap_or_else(|e| panic!("the server did not come up: {e}"));
+    let out = f(server.local_addr());
+    (out, server.stop().expect("the server ran"))
 }
 
 /// A child process, killed and reaped on drop.
