@@ -173,6 +173,51 @@ impl RoleSpec {
     }
 }
 
+/// A command line written from a configuration: `--name value` options and `--name`
+/// flags after the subcommand's words.
+#[derive(Debug, Clone)]
+pub struct Args(Vec<String>);
+
+impl Args {
+    /// The subcommand's words (`["rr", "serve"]`).
+    pub fn new(words: &[&str]) -> Args {
+        Args(words.iter().map(|w| w.to_string()).collect())
+    }
+
+    /// `--name value`.
+    pub fn opt(&mut self, name: &str, value: impl ToString) -> &mut Args {
+        self.0.push(format!("--{name}"));
+        self.0.push(value.to_string());
+        self
+    }
+
+    /// `--name value` when there is a value.
+    pub fn opt_some(&mut self, name: &str, value: Option<impl ToString>) -> &mut Args {
+        if let Some(v) = value {
+            self.opt(name, v);
+        }
+        self
+    }
+
+    /// `--name` when `on`.
+    pub fn flag(&mut self, name: &str, on: bool) -> &mut Args {
+        if on {
+            self.0.push(format!("--{name}"));
+        }
+        self
+    }
+
+    /// A duration as the command line reads it back exactly (nanoseconds).
+    pub fn duration(&mut self, name: &str, d: Duration) -> &mut Args {
+        self.opt(name, format!("{}ns", d.as_nanos()))
+    }
+
+    /// The arguments.
+    pub fn into_vec(self) -> Vec<String> {
+        self.0
+    }
+}
+
 /// Called with every line a role writes (standard output after the first line, and
 /// standard error).
 pub type LineHook = Arc<dyn Fn(&str) + Send + Sync>;
@@ -281,6 +326,16 @@ impl RoleProcess {
     /// The line it said it was ready with.
     pub fn first_line(&self) -> &str {
         &self.first_line
+    }
+
+    /// The address a server's ready line names: `listening on ADDR ...`, the form every
+    /// netlane server writes.
+    pub fn listening_on(&self) -> Result<std::net::SocketAddr> {
+        self.first_line
+            .strip_prefix("listening on ")
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .with_context(|| format!("{} said {:?}, not the address it listens on", self.name, self.first_line))
     }
 
     /// Asks it to stop (SIGINT: servers stop at once and write their final report) and

@@ -15,7 +15,7 @@ use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, Server};
 
-use crate::host::{Program, RoleProcess, RoleSpec};
+use crate::host::{Args, Program, RoleProcess, RoleSpec};
 use crate::runner::{Runner, Turn};
 use crate::verdict::Measure;
 
@@ -103,32 +103,13 @@ pub(crate) fn memcached_spec(
 /// `netlane kv serve` as a role: on `cpu`, serving `addr` over TCP only with `threads`
 /// workers pinned there, 1 GiB, 1 MiB items and `max_conns` connections.
 pub(crate) fn netlane_kv_spec(addr: SocketAddr, cpu: usize, threads: usize, max_conns: u32) -> RoleSpec {
-    let args: Vec<String> = [
-        "kv",
-        "serve",
-        "-l",
-        &addr.ip().to_string(),
-        "-p",
-        &addr.port().to_string(),
-        "-U",
-        "0",
-        "-t",
-        &threads.to_string(),
-        "-m",
-        "1024",
-        "-I",
-        "1m",
-        "--shards",
-        "64",
-        "-c",
-        &max_conns.to_string(),
-        "--cpus",
-        &vec![cpu.to_string(); threads].join(","),
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect();
-    RoleSpec::netlane("netlane kv serve", args).on_cpus(&[cpu]).ready_when("listening on", Duration::from_secs(10))
+    let mut a = Args::new(&["kv", "serve"]);
+    a.opt("listen", addr.ip()).opt("port", addr.port()).opt("udp-port", 0).opt("threads", threads);
+    a.opt("memory-limit", 1024).opt("max-item-size", "1m").opt("shards", 64).opt("conn-limit", max_conns);
+    a.opt("cpus", vec![cpu.to_string(); threads].join(","));
+    RoleSpec::netlane("netlane kv serve", a.into_vec())
+        .on_cpus(&[cpu])
+        .ready_when("listening on", Duration::from_secs(10))
 }
 
 /// Waits (10 s at most) until a server accepts connections on `addr` from the

@@ -62,12 +62,7 @@ impl NvmeBenchArgs {
             Some(h) => RoleProcess::start(&h.rx, &spec, None)?,
             None => RoleProcess::start(&ThisMachine, &spec, None)?,
         };
-        let addr: SocketAddr = target
-            .first_line()
-            .strip_prefix("listening on ")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|a| a.parse().ok())
-            .with_context(|| format!("unexpected target output {:?}", target.first_line()))?;
+        let addr = target.listening_on()?;
         Ok((target, addr))
     }
 }

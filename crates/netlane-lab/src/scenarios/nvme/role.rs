@@ -5,55 +5,38 @@ use anyhow::{Context, Result};
 use netlane_nvme::perf::{CpuBinding, PerfOptions, PerfReport, VerifyMode};
 use serde::Deserialize;
 
-use crate::host::{Finished, RoleSpec};
+use crate::host::{Args, Finished, RoleSpec};
 
 /// The arguments after `netlane` that run `o`, every option written out (the command
 /// line's tests read them back into the same options). A caravan other than the i10
 /// default has no option, nor does a connection timeout other than the default: `o`
 /// must not ask for them.
 pub fn perf_args(o: &PerfOptions) -> Vec<String> {
-    let mut a: Vec<String> = ["nvme", "perf", "--json", "-"].map(String::from).to_vec();
-    let mut opt = |name: &str, value: String| {
-        a.push(format!("--{name}"));
-        a.push(value);
-    };
+    let mut a = Args::new(&["nvme", "perf", "--json", "-"]);
     let c = &o.connect;
-    opt("target", c.addr.to_string());
-    opt("nqn", c.subnqn.clone());
-    opt("nsid", o.nsid.to_string());
+    a.opt("target", c.addr).opt("nqn", &c.subnqn).opt("nsid", o.nsid);
     for g in &o.groups {
-        opt("group", g.to_string());
+        a.opt("group", g);
     }
-    opt("time", format!("{}ns", o.duration.as_nanos()));
-    opt("ramp", format!("{}ns", o.ramp.as_nanos()));
-    opt("queues", o.queues.to_string());
-    opt("read-queues", o.read_queues.to_string());
-    opt("poll-queues", o.poll_queues.to_string());
-    opt("queue-cpus", o.queue_cpus.to_string());
-    opt("queue-depth", o.queue_depth.to_string());
-    opt("kato", format!("{}ms", c.kato_ms));
-    if let Some(s) = o.size {
-        opt("size", s.to_string());
-    }
-    if let Some(p) = o.target_pid {
-        opt("target-pid", p.to_string());
-    }
-    let flags = [
-        ("direct-send", o.direct_send),
-        ("no-batch", !o.batch),
-        ("caravan", o.caravan.is_some()),
-        ("verify", o.verify == VerifyMode::Write),
-        ("verify-only", o.verify == VerifyMode::ReadBack),
-        ("hdgst", c.hdgst),
-        ("ddgst", c.ddgst),
-        ("sqflow", !c.disable_sqflow),
-    ];
-    for (flag, on) in flags {
-        if on {
-            a.push(format!("--{flag}"));
-        }
-    }
-    a
+    a.duration("time", o.duration)
+        .duration("ramp", o.ramp)
+        .opt("queues", o.queues)
+        .opt("read-queues", o.read_queues)
+        .opt("poll-queues", o.poll_queues)
+        .opt("queue-cpus", &o.queue_cpus)
+        .opt("queue-depth", o.queue_depth)
+        .opt("kato", format!("{}ms", c.kato_ms))
+        .opt_some("size", o.size)
+        .opt_some("target-pid", o.target_pid)
+        .flag("direct-send", o.direct_send)
+        .flag("no-batch", !o.batch)
+        .flag("caravan", o.caravan.is_some())
+        .flag("verify", o.verify == VerifyMode::Write)
+        .flag("verify-only", o.verify == VerifyMode::ReadBack)
+        .flag("hdgst", c.hdgst)
+        .flag("ddgst", c.ddgst)
+        .flag("sqflow", !c.disable_sqflow);
+    a.into_vec()
 }
 
 /// `netlane nvme perf` for `o`, pinned to the CPUs its jobs and I/O workers run on (not

@@ -96,13 +96,7 @@ impl RrBenchArgs {
 /// clients (`netlane rr clients`) in the "tx" one.
 fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
     let server = RoleProcess::start(&h.rx, &role::serve_spec(&m.server), None)?;
-    let addr: SocketAddr = server
-        .first_line()
-        .strip_prefix("listening on ")
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .with_context(|| format!("unexpected rr server output {:?}", server.first_line()))?;
-    let pop = ClientsConfig { server: addr, ..m.clients.clone() };
+    let pop = ClientsConfig { server: server.listening_on()?, ..m.clients.clone() };
     // Every way out of here goes past the stop (or the kill when the server is
     // dropped): a failure on the way must not leave the server running.
     let measured = (|| {

@@ -9,61 +9,40 @@ use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{ServerConfig, ServerStats};
 use serde::Deserialize;
 
-use crate::host::{Finished, RoleSpec};
+use crate::host::{Args, Finished, RoleSpec};
 
 /// The arguments after `netlane` that serve `cfg`: every option the command line has,
 /// written out, so the process serves exactly `cfg` whatever the defaults become (the
 /// command line's tests read them back into the same configuration).
 pub fn serve_args(cfg: &ServerConfig) -> Vec<String> {
-    let mut a: Vec<String> = ["rr", "serve", "--json", "-"].map(String::from).to_vec();
-    let mut opt = |name: &str, value: String| {
-        a.push(format!("--{name}"));
-        a.push(value);
-    };
-    let r = &cfg.responder;
-    opt("listen", cfg.listen.to_string());
-    opt("path", cfg.path.to_string());
-    opt("batch", cfg.batch.to_string());
-    opt("tx", cfg.tx.to_string());
+    let mut a = Args::new(&["rr", "serve", "--json", "-"]);
+    let (r, ring, x) = (&cfg.responder, &cfg.ring, &cfg.xdp);
+    a.opt("listen", cfg.listen).opt("path", cfg.path).opt("batch", cfg.batch).opt("tx", cfg.tx);
     if let Some(p) = &cfg.pace {
-        opt("pace", p.rate.to_string());
-        opt("pace-quantum", format!("{}ns", p.quantum.as_nanos()));
-        opt("pace-queue", p.queue.to_string());
+        a.opt("pace", p.rate).duration("pace-quantum", p.quantum).opt("pace-queue", p.queue);
     }
-    if let Some(s) = r.segment {
-        opt("segment", s.to_string());
-    }
-    opt("max-response", r.max_response.to_string());
-    opt("unverified-ratio", cfg.guard.ratio.to_string());
-    opt("unverified-budget", cfg.guard.budget.to_string());
-    if let Some(c) = cfg.cpu {
-        opt("cpu", c.to_string());
-    }
-    if let Some(d) = &cfg.lane_device {
-        opt("lane-device", d.clone());
-    }
-    if let Some(i) = &cfg.iface {
-        opt("iface", i.clone());
-    }
-    let ring = &cfg.ring;
-    opt("frame-size", ring.frame_size.to_string());
-    opt("frames", ring.frames.to_string());
-    opt("frames-per-block", ring.frames_per_block.to_string());
-    opt("blocks", ring.blocks.to_string());
-    opt("retire-ms", ring.retire_ms.to_string());
-    let x = &cfg.xdp;
-    opt("xdp-frames", x.frames.to_string());
-    opt("xdp-frame-size", x.frame_size.to_string());
-    opt("xdp-ring", x.ring_size.to_string());
+    a.opt_some("segment", r.segment)
+        .opt("max-response", r.max_response)
+        .opt("unverified-ratio", cfg.guard.ratio)
+        .opt("unverified-budget", cfg.guard.budget)
+        .opt_some("cpu", cfg.cpu)
+        .opt_some("lane-device", cfg.lane_device.as_ref())
+        .opt_some("iface", cfg.iface.as_ref())
+        .opt("frame-size", ring.frame_size)
+        .opt("frames", ring.frames)
+        .opt("frames-per-block", ring.frames_per_block)
+        .opt("blocks", ring.blocks)
+        .opt("retire-ms", ring.retire_ms)
+        .opt("xdp-frames", x.frames)
+        .opt("xdp-frame-size", x.frame_size)
+        .opt("xdp-ring", x.ring_size)
+        .flag("echo", r.echo)
+        .flag("adaptive", ring.adaptive)
+        .flag("xdp-copy", !x.zero_copy);
     if let Some(t) = cfg.duration {
-        opt("time", format!("{}ns", t.as_nanos()));
+        a.duration("time", t);
     }
-    for (flag, on) in [("echo", r.echo), ("adaptive", ring.adaptive), ("xdp-copy", !x.zero_copy)] {
-        if on {
-            a.push(format!("--{flag}"));
-        }
-    }
-    a
+    a.into_vec()
 }
 
 /// `netlane rr serve` for `cfg` on the CPUs it is pinned to (its thread's CPU), ready
@@ -89,37 +68,25 @@ pub fn server_stats(f: &Finished) -> Result<ServerStats> {
 /// The arguments after `netlane` that run the population `cfg`, every option written out
 /// (the command line's tests read them back into the same configuration).
 pub fn clients_args(cfg: &ClientsConfig) -> Vec<String> {
-    let mut a: Vec<String> = ["rr", "clients", "--json", "-"].map(String::from).to_vec();
-    let mut opt = |name: &str, value: String| {
-        a.push(format!("--{name}"));
-        a.push(value);
-    };
+    let mut a = Args::new(&["rr", "clients", "--json", "-"]);
     let c = &cfg.client;
-    opt("server", cfg.server.to_string());
-    opt("clients", cfg.clients.to_string());
-    opt("threads", cfg.threads.to_string());
-    if let Some(cpus) = &cfg.cpus {
-        opt("cpus", cpus.to_string());
-    }
-    opt("request", c.request_len.to_string());
-    opt("response", (c.response_len as usize + HEADER_LEN).to_string());
+    a.opt("server", cfg.server)
+        .opt("clients", cfg.clients)
+        .opt("threads", cfg.threads)
+        .opt_some("cpus", cfg.cpus.as_ref())
+        .opt("request", c.request_len)
+        .opt("response", c.response_len as usize + HEADER_LEN);
     match cfg.load {
-        Load::Closed { think } => opt("think", format!("{}ns", think.as_nanos())),
-        Load::Open { rate } => {
-            opt("rate", rate.to_string());
-            opt("in-flight", c.max_outstanding.to_string());
-        }
-    }
-    opt("timeout", format!("{}ns", c.timeout_ns));
-    opt("retries", c.max_retries.to_string());
-    opt("time", format!("{}ns", cfg.duration.as_nanos()));
-    opt("ramp", format!("{}ns", cfg.ramp.as_nanos()));
-    for (flag, on) in [("echo", c.echo), ("gro", cfg.gro)] {
-        if on {
-            a.push(format!("--{flag}"));
-        }
-    }
-    a
+        Load::Closed { think } => a.duration("think", think),
+        Load::Open { rate } => a.opt("rate", rate).opt("in-flight", c.max_outstanding),
+    };
+    a.duration("timeout", std::time::Duration::from_nanos(c.timeout_ns))
+        .opt("retries", c.max_retries)
+        .duration("time", cfg.duration)
+        .duration("ramp", cfg.ramp)
+        .flag("echo", c.echo)
+        .flag("gro", cfg.gro);
+    a.into_vec()
 }
 
 /// `netlane rr clients` for `cfg`, pinned to the CPUs its threads are.
