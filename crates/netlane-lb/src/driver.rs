@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::os::fd::AsFd;
 use std::time::Duration;
 
 use crate::proto::config::{Config, ConfigError, VipChange};
@@ -25,6 +26,7 @@ pub use netlane_sys::bpf::{Decap, FlowEvent, FlowKey, HintMode, XdpLink, XdpMode
 
 pub use crate::stats::{LbStats, RealStats, TagStats, VipStats, render_prometheus};
 
+use netlane::serve::Stop;
 use netlane::topology::{Rtnl, TopologyError, run_in_named};
 
 /// Why the balancer could not start or change.
@@ -467,7 +469,21 @@ impl Lb {
             return Ok(0);
         };
         let events = reader.poll(timeout).map_err(kernel("read new-flow events"))?;
-        for e in &events {
+        self.tag_flows(&events)
+    }
+
+    /// [`Lb::service_events`] that ends its wait at once when `stop` is given.
+    pub fn service_events_until(&mut self, timeout: Duration, stop: &Stop) -> Result<usize, LbError> {
+        let Some(reader) = self.events.as_mut() else {
+            stop.wait(timeout);
+            return Ok(0);
+        };
+        let events = reader.poll_or_wake(timeout, stop.as_fd()).map_err(kernel("read new-flow events"))?;
+        self.tag_flows(&events)
+    }
+
+    fn tag_flows(&mut self, events: &[FlowEvent]) -> Result<usize, LbError> {
+        for e in events {
             self.tag_flow(e)?;
         }
         Ok(events.len())

@@ -248,9 +248,9 @@ pub fn serve(opts: &ServeOptions, stop: &Stop, on: &mut dyn FnMut(Event<'_>)) ->
     while !stop.is_stopped() && opts.time.is_none_or(|t| start.elapsed() < t) {
         // The data plane forwards whatever happens here: a failure is counted, shown
         // (rate-limited) and tried again, never a reason to detach.
-        if let Err(e) = lb.service_events(Duration::from_millis(100)) {
+        if let Err(e) = lb.service_events_until(Duration::from_millis(100), stop) {
             trouble(format!("servicing new-flow events: {}", netlane::error::chain(&e)), on);
-            std::thread::sleep(Duration::from_millis(100));
+            stop.wait(Duration::from_millis(100));
         }
         let written = match reloads.try_recv() {
             Ok(Reload::Planned(planned)) => {

@@ -451,6 +451,23 @@ impl FlowEvents {
         Ok(self.queued().drain(..).collect())
     }
 
+    /// Waits up to `timeout` for events or until `wake` is readable (a stop signal's
+    /// descriptor: the wait ends at once), and returns all events that are ready.
+    pub fn poll_or_wake(&mut self, timeout: Duration, wake: BorrowedFd<'_>) -> io::Result<Vec<FlowEvent>> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        // SAFETY: the ring buffer owns its epoll descriptor and closes it only when it is
+        // dropped; `self.ring` outlives this borrow, which ends with this call.
+        let ring = unsafe { BorrowedFd::borrow_raw(self.ring.epoll_fd()) };
+        let mut fds = [PollFd::new(ring, PollFlags::POLLIN), PollFd::new(wake, PollFlags::POLLIN)];
+        let ms = PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, ms) {
+            // An interrupted wait only ends early: the caller loops.
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.drain()
+    }
+
     /// Returns the events that are ready without waiting.
     pub fn drain(&mut self) -> io::Result<Vec<FlowEvent>> {
         self.ring.consume().map_err(to_io)?;
