@@ -354,6 +354,10 @@ fn reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id() {
     assert_eq!(lanes.lanes.iter().map(|l| l.frames).sum::<u64>(), st.counters.frames);
     assert!(lanes.lanes.iter().all(|l| l.frames > 0), "32 flows over two queues reach both lanes: {lanes:?}");
     assert!(st.counters.responses >= r.responses, "{st:?}");
+    // Every lane's counters reach the total: 256-byte responses to 64-byte requests are
+    // over the unverified ratio, so each client got a Retry first and came back verified.
+    assert!(st.counters.retries_sent >= 32 && st.counters.verified_requests >= r.responses, "{st:?}");
+    assert_eq!(st.counters.frames, st.counters.responses + st.counters.retries_sent, "{st:?}");
 
     // Not a socket path, or a CPU of its own: refused before anything is built.
     for bad in [
