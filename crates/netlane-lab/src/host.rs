@@ -447,9 +447,6 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(3)..].join(" / ")
 }
 
-/// Reads `r` to its end on a thread of its own (so the process never blocks on a full
-/// pipe): the first line to `first` when given, every other line to `hook`; the lines
-/// after the first come through the returned channel at the end.
 /// Where a reader sends the ready line: the first line, or (`scan`) the first line that
 /// begins with `prefix`.
 struct First {
@@ -457,6 +454,10 @@ struct First {
     prefix: String,
 }
 
+/// Reads `r` to its end on a thread of its own (so the process never blocks on a full
+/// pipe): the ready line to `first` when given (with `scan`, the lines before it are
+/// output too), every other line to `hook`; the lines after the ready line come through
+/// the returned channel at the end (the last [`KEPT_BYTES`] of them).
 fn read_lines(
     r: impl Read + Send + 'static,
     first: Option<First>,

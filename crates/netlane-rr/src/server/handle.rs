@@ -16,7 +16,7 @@ use super::{ServerConfig, ServerError, ServerStats, io_err, serve};
 pub struct Server {
     addr: SocketAddr,
     stop: Stop,
-    failed: Arc<AtomicBool>,
+    served: Arc<AtomicBool>,
     thread: JoinHandle<Result<ServerStats, ServerError>>,
 }
 
@@ -25,21 +25,22 @@ impl Server {
     /// kept it from starting.
     pub fn start(cfg: ServerConfig) -> Result<Server, ServerError> {
         let stop = Stop::new().map_err(io_err("create the stop signal"))?;
-        let failed = Arc::new(AtomicBool::new(false));
+        // Set only when `serve` returned its counters: a panic leaves it unset too.
+        let served = Arc::new(AtomicBool::new(false));
         let (ready, addr) = std::sync::mpsc::channel();
-        let (s, f) = (stop.clone(), failed.clone());
+        let (s, done) = (stop.clone(), served.clone());
         let thread = std::thread::Builder::new()
             .name("rr-server".into())
             .spawn(move || {
                 let r = serve(&cfg, &s, |a| {
                     let _ = ready.send(a);
                 });
-                f.store(r.is_err(), Ordering::Release);
+                done.store(r.is_ok(), Ordering::Release);
                 r
             })
             .map_err(io_err("start the server thread"))?;
         match addr.recv() {
-            Ok(addr) => Ok(Server { addr, stop, failed, thread }),
+            Ok(addr) => Ok(Server { addr, stop, served, thread }),
             // The thread ended before it was ready: its error says why.
             Err(_) => Err(join(thread).err().unwrap_or(ServerError::Thread("ended before it was ready"))),
         }
@@ -58,16 +59,16 @@ fn join(thread: JoinHandle<Result<ServerStats, ServerError>>) -> Result<ServerSt
 impl Running for Server {
     type Final = Result<ServerStats, ServerError>;
 
-    /// Ended by itself: it failed (the error comes with [`Running::stop`]), or its
-    /// configuration's duration passed.
+    /// Ended by itself: it failed or panicked (the error comes with [`Running::stop`]),
+    /// or its configuration's duration passed.
     fn poll_ended(&self) -> Option<Ended> {
         if !self.thread.is_finished() {
             return None;
         }
-        Some(if self.failed.load(Ordering::Acquire) {
-            Ended::Failed("the server stopped with an error".into())
-        } else {
+        Some(if self.served.load(Ordering::Acquire) {
             Ended::Asked("it served its configured duration".into())
+        } else {
+            Ended::Failed("the server stopped with an error".into())
         })
     }
 
