@@ -94,6 +94,8 @@ pub struct KvLoad {
     pub sla_latency_us: Option<f64>,
     /// The search (with --search).
     pub search: Option<netlane_kv::loadgen::SearchReport>,
+    /// Keys stored before the run (absent with --no-warmup).
+    pub warmed_up_keys: Option<u64>,
 }
 
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.

@@ -1272,6 +1272,13 @@ fn kv_serve_answers_memcached_clients_serves_metrics_and_stops_on_sigterm() {
     assert_eq!(r["counts"]["completed"], r["counts"]["offered"], "{r}");
     assert_eq!(r["counts"]["misses"], 0, "the warm-up stored every key: {r}");
     assert!(doc["sla_met"].is_boolean() && doc["echo"].as_array().unwrap().iter().any(|e| e == "sla=p99=50ms"));
+    assert_eq!(doc["warmed_up_keys"], 1000, "{doc}");
+    // A warm-up alone (what the lab asks before its runs): the keys stored, no run.
+    let o = netlane(&["kv", "load", "--server", &addr, "--keys", "1000", "--warmup-only", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "kv-load");
+    assert_eq!(doc["warmed_up_keys"], 1000, "{doc}");
+    assert!(doc["report"].is_null() && doc["search"].is_null(), "{doc}");
     let st = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
     assert!(st.success());
     let status = child.wait().unwrap();

@@ -70,6 +70,9 @@ pub struct LoadArgs {
     /// Do not store every key before the run.
     #[arg(long)]
     pub no_warmup: bool,
+    /// Store every key, then exit without a run (a warm-up before runs of their own).
+    #[arg(long, conflicts_with_all = ["no_warmup", "search"])]
+    pub warmup_only: bool,
     /// A tail-latency objective, like p99.9=1ms: the run says whether it held.
     #[arg(long)]
     pub sla: Option<Sla>,
@@ -99,7 +102,7 @@ pub struct LoadArgs {
 }
 
 impl LoadArgs {
-    fn config(&self) -> Result<LoadConfig> {
+    pub(crate) fn config(&self) -> Result<LoadConfig> {
         let item_max = u32::try_from(self.item_max).context("--item-max is too large")?;
         Ok(LoadConfig {
             server: self.server,
@@ -120,6 +123,16 @@ impl LoadArgs {
         })
     }
 
+    /// The search's range.
+    pub(crate) fn range(&self) -> SearchConfig {
+        SearchConfig {
+            lo_per_s: self.search_lo,
+            hi_per_s: self.search_hi,
+            resolution: self.resolution,
+            max_bisections: self.max_bisections,
+        }
+    }
+
     fn options(&self) -> OptionList {
         let list = OptionList::new()
             .text("server", self.server.to_string())
@@ -138,6 +151,7 @@ impl LoadArgs {
             .duration("late-after", self.late_after)
             .int("seed", self.seed)
             .flag("no-warmup", self.no_warmup)
+            .flag("warmup-only", self.warmup_only)
             .text("sla", self.sla.map_or("none".into(), |s| s.to_string()))
             .flag("search", self.search)
     }
@@ -155,15 +169,11 @@ impl LoadArgs {
             sla_met: None,
             sla_latency_us: None,
             search: None,
+            warmed_up_keys: None,
         };
         let cfg = self.config()?;
         cfg.validate()?;
-        let range = SearchConfig {
-            lo_per_s: self.search_lo,
-            hi_per_s: self.search_hi,
-            resolution: self.resolution,
-            max_bisections: self.max_bisections,
-        };
+        let range = self.range();
         // Every option is checked before anything is written to the server.
         if self.search {
             loadgen::check_search(&cfg, range).context("--search")?;
@@ -172,6 +182,11 @@ impl LoadArgs {
             let t = Instant::now();
             let n = loadgen::warm_up(&cfg)?;
             eprintln!("warm-up: stored {n} keys in {:.1} s", t.elapsed().as_secs_f64());
+            doc.warmed_up_keys = Some(n);
+        }
+        if self.warmup_only {
+            out.write_json(&netlane_report::document("kv-load", doc))?;
+            return Ok(0);
         }
         if self.search {
             let sla = self.sla.context("--search needs --sla")?;
@@ -291,4 +306,71 @@ fn print_report(r: &LoadReport) {
             ""
         }
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use netlane_kv::load::workload::{KeyDist, SizeDist, WorkloadSpec};
+    use netlane_lab::scenarios::kv::{LoadStep, load_args};
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Load {
+        #[command(flatten)]
+        args: LoadArgs,
+    }
+
+    /// The lab runs `netlane kv load` with the arguments it writes for a configuration
+    /// and a step: they must give back that configuration, option by option, and ask
+    /// for that step.
+    #[test]
+    fn the_lab_s_load_arguments_give_back_its_configuration() {
+        let base = LoadConfig { server: "10.0.0.1:11311".parse().unwrap(), ..LoadConfig::default() };
+        let configs = [
+            LoadConfig::default(),
+            LoadConfig { threads: 2, cpus: Some(vec![0, 1]), seed: 7, ..base.clone() },
+            LoadConfig {
+                pacing: Pacing::Open(Arrivals { process: Process::Etc, rate_per_s: 12_345.678 }),
+                workload: WorkloadSpec {
+                    keys: 5_000,
+                    key_dist: KeyDist::Zipf { s: 0.99 },
+                    key_size: SizeDist::Uniform { min: 10, max: 40 },
+                    value_size: SizeDist::Etc,
+                    get_ratio: 0.75,
+                    multiget: 4,
+                    item_max: 512 << 10,
+                },
+                duration: Duration::from_millis(2500),
+                ramp: Duration::ZERO,
+                drain: Duration::from_millis(500),
+                max_in_flight: 3,
+                late_after: Duration::from_micros(250),
+                ..base.clone()
+            },
+            LoadConfig { pacing: Pacing::Closed { depth: 2 }, connections: 8, ..base },
+        ];
+        let sla: Sla = "p99=500us".parse().unwrap();
+        let range = SearchConfig { lo_per_s: 1_000.0, hi_per_s: 250_000.5, resolution: 1.1, max_bisections: 10 };
+        for cfg in configs {
+            for step in [LoadStep::WarmUp, LoadStep::Run, LoadStep::Search { sla, range }] {
+                let args = load_args(&cfg, step);
+                assert_eq!(args[..2], ["kv", "load"]);
+                let parsed = Load::try_parse_from(std::iter::once("kv").chain(args[2..].iter().map(String::as_str)))
+                    .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+                    .args;
+                assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{cfg:?}"), "{args:?}");
+                match step {
+                    LoadStep::WarmUp => assert!(parsed.warmup_only && !parsed.search, "{args:?}"),
+                    LoadStep::Run => assert!(parsed.no_warmup && !parsed.warmup_only && !parsed.search, "{args:?}"),
+                    LoadStep::Search { sla, range } => {
+                        assert!(parsed.no_warmup && parsed.search, "{args:?}");
+                        assert_eq!(parsed.sla, Some(sla));
+                        assert_eq!(parsed.range(), range);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::drive::run;
 use super::{LoadConfig, LoadError};
@@ -12,7 +12,7 @@ use crate::load::search::{Outcome, Point, RateSearch, SearchConfig, Verdict, Vot
 use crate::load::stats::{Measurement, Sla};
 
 /// A rate search's result.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SearchReport {
     /// The SLA, as given.
     pub sla: String,
@@ -32,7 +32,7 @@ pub struct SearchReport {
 }
 
 /// One run of a search.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CurvePoint {
     /// Rate asked for.
     pub rate_per_s: f64,
@@ -43,7 +43,7 @@ pub struct CurvePoint {
     /// Latency at the SLA percentile, µs (`None`: among failed requests).
     pub sla_latency_us: Option<f64>,
     /// met, missed, fell-behind, idle or generator-bound.
-    pub verdict: &'static str,
+    pub verdict: String,
     /// A confirmation of an earlier rate.
     pub confirmation: bool,
 }
@@ -60,7 +60,8 @@ fn curve_point(p: &Point) -> CurvePoint {
             Verdict::FellBehind => "fell-behind",
             Verdict::Idle => "idle",
             Verdict::GeneratorBound => "generator-bound",
-        },
+        }
+        .into(),
         confirmation: p.confirmation,
     }
 }

@@ -1,17 +1,17 @@
 //! What a run measured: the report (serialized), its counters, and the full statistics
 //! an SLA verdict needs.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::LoadConfig;
 use crate::load::schedule::Pacing;
 use crate::load::stats::{Counts, REPORTED_QUANTILES, Stats};
 
 /// What one run measured.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LoadReport {
-    /// Open or closed loop.
-    pub mode: &'static str,
+    /// Open or closed loop: `open` or `closed`.
+    pub mode: String,
     /// The offered rate asked for (open loop), requests/s.
     pub target_per_s: Option<f64>,
     /// Length of the measured window, s (after the ramp).
@@ -68,7 +68,7 @@ impl LoadReport {
             .map(|q| (format!("p{}", q * 100.0), stats.latency_at(*q).map(|ns| ns as f64 / 1e3)))
             .collect();
         LoadReport {
-            mode: if matches!(cfg.pacing, Pacing::Open(_)) { "open" } else { "closed" },
+            mode: if matches!(cfg.pacing, Pacing::Open(_)) { "open" } else { "closed" }.into(),
             target_per_s: match cfg.pacing {
                 Pacing::Open(a) => Some(a.rate_per_s),
                 Pacing::Closed { .. } => None,
@@ -89,7 +89,7 @@ impl LoadReport {
 }
 
 /// [`Counts`] for serialization.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CountsView {
     /// Scheduled.
     pub offered: u64,

@@ -3,7 +3,6 @@
 //! open one, with the server CPU's busy time around each load run.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -11,7 +10,7 @@ use netlane::metrics::cpu::SystemCpu;
 use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
-use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
 use serde::Serialize;
 
 use super::checks::cpu_per_request;
@@ -105,10 +104,10 @@ impl KvBenchArgs {
     /// One load run with the server CPU's busy time around it.
     fn measured_once(&self, h: &TwoHosts, cfg: LoadConfig) -> Result<KvRun> {
         let cpu0 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
-        let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+        let r = cache::role::run(h, &cfg)?;
         let cpu1 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
         let d = cpu0.delta(&cpu1);
-        Ok(KvRun { load: r.report, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0 })
+        Ok(KvRun { load: r, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0 })
     }
 
     /// [`Self::measured_once`], made again when the generator lagged in it.

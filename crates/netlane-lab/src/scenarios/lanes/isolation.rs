@@ -28,7 +28,7 @@ use anyhow::{Context, Result};
 use crate::scenarios::unless_generator_lagged;
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
-use netlane_kv::loadgen::{self, LoadReport};
+use netlane_kv::loadgen::LoadReport;
 use serde::Serialize;
 
 use super::{LanesBenchArgs, latency_of, mean_of, med, open};
@@ -212,7 +212,7 @@ impl LanesBenchArgs {
             let once = || -> Result<IsoRun> {
                 let before = (sink.bytes.load(Ordering::Relaxed), Instant::now(), shaper.classes()?);
                 let cfg = cfg.clone();
-                let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+                let r = cache::role::run(h, &cfg)?;
                 let secs = before.1.elapsed().as_secs_f64();
                 let bulk_per_s = (sink.bytes.load(Ordering::Relaxed) - before.0) as f64 / secs;
                 let classes = shaper
@@ -228,7 +228,7 @@ impl LanesBenchArgs {
                         c
                     })
                     .collect();
-                Ok(IsoRun { case, load: r.report, bulk_per_s, classes, discarded: 0 })
+                Ok(IsoRun { case, load: r, bulk_per_s, classes, discarded: 0 })
             };
             let run = runner.step(turn, &what, |label| {
                 let (mut run, discarded) = unless_generator_lagged(progress, label, once, |r| &r.load)?;

@@ -2,7 +2,6 @@
 //! runs, with the CPUs' busy time and the kernel's counters around each.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 
 use anyhow::{Context, Result};
 use netlane::metrics::cpu::SystemCpu;
@@ -10,7 +9,7 @@ use netlane::metrics::kstat::KernelCounters;
 use netlane::topology::TwoHosts;
 use netlane::topology::netdev::NapiSettings;
 use netlane_kv::load::search::SearchConfig;
-use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
 use serde::Serialize;
@@ -177,12 +176,12 @@ impl LanesBenchArgs {
         let once = || -> Result<LaneRun> {
             let cfg = cfg.clone();
             let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
-            let r = h.tx.run(move || loadgen::run(&cfg, &AtomicBool::new(false)))??;
+            let r = cache::role::run(h, &cfg)?;
             let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
             Ok(LaneRun {
                 connections,
                 rate,
-                load: r.report,
+                load: r,
                 busy_s: cpu0.delta(&cpu1).busy_s,
                 kernel: k0.delta(&k1),
                 discarded: 0,

@@ -2,8 +2,9 @@
 //! memcached), waiting until it accepts, the warm-up and the SLA search as steps of a
 //! round, and what makes a load run sound enough to stand for the server.
 
+pub(crate) mod role;
+
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -12,7 +13,7 @@ use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::load::workload::WorkloadSpec;
-use netlane_kv::loadgen::{self, LoadConfig, LoadReport, SearchReport};
+use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, Server};
 
 use crate::host::{Args, Program, RoleProcess, RoleSpec};
@@ -130,7 +131,7 @@ pub(crate) fn wait_until_accepting(h: &TwoHosts, addr: SocketAddr, what: &str) -
 /// Stores the key space from the generator's side, a step of `who`'s round.
 pub(crate) fn warm_up(runner: &mut Runner<'_>, turn: Turn, h: &TwoHosts, who: &str, cfg: LoadConfig) -> Result<u64> {
     runner.step(turn, &format!("{who} warm-up"), |_| {
-        let n = h.tx.run(move || loadgen::warm_up(&cfg))??;
+        let n = role::warm_up(h, &cfg)?;
         Ok((n, format!("{n} keys stored")))
     })
 }
@@ -148,7 +149,7 @@ pub(crate) fn search(
 ) -> Result<SearchReport> {
     let what = format!("{who} search {sla}");
     let r = runner.step(turn, &what, |_| {
-        let r = h.tx.run(move || loadgen::search(&cfg, sla, range, &AtomicBool::new(false), |_| {}))??;
+        let r = role::search(h, &cfg, sla, range)?;
         let line = match r.best_per_s {
             Some(b) => format!(
                 "{b:.0} requests/s{} ({} rates, {} runs)",
@@ -255,7 +256,7 @@ pub(crate) mod tests {
     pub(in crate::scenarios) fn load(rate: f64, p999_us: f64, lag: f64) -> LoadReport {
         let n = (rate * 3.0) as u64;
         LoadReport {
-            mode: "open",
+            mode: "open".into(),
             target_per_s: Some(rate),
             seconds: 3.0,
             offered_per_s: rate,

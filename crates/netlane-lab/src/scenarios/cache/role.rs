@@ -1,0 +1,123 @@
+//! The cache scenarios' load generator as a process: `netlane kv load` for a
+//! [`LoadConfig`], asked to store the key space, to make one run, or to search for the
+//! highest rate within an SLA; what it did read back from its JSON.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use netlane::topology::TwoHosts;
+use netlane_kv::load::schedule::Pacing;
+use netlane_kv::load::search::SearchConfig;
+use netlane_kv::load::stats::Sla;
+use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
+use serde::Deserialize;
+
+use crate::host::{Args, RoleProcess, RoleSpec};
+
+/// What a `netlane kv load` process is asked to do.
+#[derive(Debug, Clone, Copy)]
+pub enum LoadStep {
+    /// Store every key, then exit.
+    WarmUp,
+    /// One run.
+    Run,
+    /// The highest rate within `sla`, in `range`.
+    Search {
+        /// The objective.
+        sla: Sla,
+        /// The rates tried and how finely.
+        range: SearchConfig,
+    },
+}
+
+/// The arguments after `netlane` that do `step` with `cfg`: every option the command line
+/// has, written out, so the process does exactly that whatever the defaults become (the
+/// command line's tests read them back into the same configuration). Threads take the
+/// CPUs in ascending order.
+pub fn load_args(cfg: &LoadConfig, step: LoadStep) -> Vec<String> {
+    let mut a = Args::new(&["kv", "load", "--json", "-"]);
+    let w = &cfg.workload;
+    a.opt("server", cfg.server).opt("connections", cfg.connections).opt("threads", cfg.threads);
+    if let Some(cpus) = &cfg.cpus {
+        a.opt("cpus", cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(","));
+    }
+    match cfg.pacing {
+        Pacing::Open(arrivals) => a.opt("rate", arrivals.rate_per_s).opt("arrival", arrivals.process),
+        Pacing::Closed { depth } => a.opt("closed", depth),
+    };
+    a.opt("keys", w.keys)
+        .opt("key-dist", w.key_dist)
+        .opt("key-size", w.key_size)
+        .opt("value-size", w.value_size)
+        .opt("get-ratio", w.get_ratio)
+        .opt("multiget", w.multiget)
+        .opt("item-max", w.item_max)
+        .duration("duration", cfg.duration)
+        .duration("ramp", cfg.ramp)
+        .duration("drain", cfg.drain)
+        .opt("max-in-flight", cfg.max_in_flight)
+        .duration("late-after", cfg.late_after)
+        .opt("seed", cfg.seed);
+    match step {
+        LoadStep::WarmUp => a.flag("warmup-only", true),
+        LoadStep::Run => a.flag("no-warmup", true),
+        LoadStep::Search { sla, range } => a
+            .flag("no-warmup", true)
+            .flag("search", true)
+            .opt("sla", sla)
+            .opt("search-lo", range.lo_per_s)
+            .opt("search-hi", range.hi_per_s)
+            .opt("resolution", range.resolution)
+            .opt("max-bisections", range.max_bisections),
+    };
+    a.into_vec()
+}
+
+/// What `netlane kv load` wrote: the part the lab reads.
+#[derive(Deserialize)]
+struct KvLoad {
+    report: Option<LoadReport>,
+    search: Option<SearchReport>,
+    warmed_up_keys: Option<u64>,
+}
+
+/// Runs `netlane kv load` doing `step` with `cfg` on `h`'s generator side, pinned to the
+/// configuration's CPUs, and reads back what it wrote (a run's report also when the run
+/// failed: the report says what went wrong, and the scenario judges it).
+fn load(h: &TwoHosts, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
+    let spec = RoleSpec::netlane("netlane kv load", load_args(cfg, step));
+    let spec = match &cfg.cpus {
+        Some(cpus) => spec.on_cpus(cpus),
+        None => spec,
+    };
+    let finished = RoleProcess::start(&h.tx, &spec, None)?.wait(time_limit(cfg, step))?;
+    finished.json::<KvLoad>().context("read the load generator's report")
+}
+
+/// How long `step` may take at most before the process is killed: every run it can make,
+/// each as long as it is asked to be plus a second, and a minute more.
+fn time_limit(cfg: &LoadConfig, step: LoadStep) -> Duration {
+    let run = cfg.ramp + cfg.duration + cfg.drain + Duration::from_secs(1);
+    let runs = match step {
+        LoadStep::WarmUp => 1,
+        LoadStep::Run => 1,
+        // Two to five runs per rate: the bisections, the bounds and a confirmation.
+        LoadStep::Search { range, .. } => 5 * (range.max_bisections + 3),
+    };
+    run * runs + Duration::from_secs(60)
+}
+
+/// Stores the key space from the generator's side: the keys stored.
+pub(crate) fn warm_up(h: &TwoHosts, cfg: &LoadConfig) -> Result<u64> {
+    load(h, cfg, LoadStep::WarmUp)?.warmed_up_keys.context("the load generator stored no keys")
+}
+
+/// One run from the generator's side.
+pub(crate) fn run(h: &TwoHosts, cfg: &LoadConfig) -> Result<LoadReport> {
+    load(h, cfg, LoadStep::Run)?.report.context("the load generator reported no run")
+}
+
+/// The highest rate within `sla` in `range`, from the generator's side.
+pub(crate) fn search(h: &TwoHosts, cfg: &LoadConfig, sla: Sla, range: SearchConfig) -> Result<SearchReport> {
+    load(h, cfg, LoadStep::Search { sla, range })?.search.context("the load generator reported no search")
+}
