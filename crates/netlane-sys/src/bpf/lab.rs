@@ -109,22 +109,29 @@ impl PktGen {
         s
     }
 
-    /// Splits the flows between CPUs, as RSS keeps a flow on one queue: with `parts` > 1
-    /// a generator running on CPU c sends only the positions of a pass congruent to
-    /// c % `parts`, so generators on `parts` CPUs at once never send the same flow.
-    /// `parts` must divide the flow count; 1 sends every flow from every CPU (the default).
-    pub fn set_split(&self, parts: u32) -> io::Result<()> {
-        if parts == 0 || !self.opts.flows.is_multiple_of(parts) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{} flows cannot be split into {parts} equal parts", self.opts.flows),
-            ));
+    /// Splits the flows between generators on `cpus`, as RSS keeps a flow on one queue:
+    /// with more than one CPU, the generator on the i-th sends only the positions of a
+    /// pass congruent to i modulo their number, so they never send the same flow (CPUs
+    /// not listed must not send meanwhile). Their number must divide the flow count; one
+    /// CPU, or none, lets every CPU send every flow (the default).
+    pub fn set_split(&self, cpus: &[usize]) -> io::Result<()> {
+        let parts = cpus.len().max(1) as u32;
+        let invalid = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        if !self.opts.flows.is_multiple_of(parts) {
+            return invalid(format!("{} flows cannot be split into {parts} equal parts", self.opts.flows));
         }
-        let cpus = libbpf_rs::num_possible_cpus().map_err(to_io)?;
+        let possible = libbpf_rs::num_possible_cpus().map_err(to_io)?;
+        if let Some(c) = cpus.iter().find(|c| **c >= possible) {
+            return invalid(format!("CPU {c} is not a possible CPU (there are {possible})"));
+        }
+        if cpus.iter().enumerate().any(|(i, c)| cpus[..i].contains(c)) {
+            return invalid(format!("CPUs {cpus:?}: a CPU is listed twice"));
+        }
         // struct gen_split { u32 part; u32 parts; } for each possible CPU.
-        let values: Vec<Vec<u8>> = (0..cpus as u32)
+        let values: Vec<Vec<u8>> = (0..possible)
             .map(|c| {
-                let mut v = (c % parts).to_ne_bytes().to_vec();
+                let part = cpus.iter().position(|x| *x == c).unwrap_or(0) as u32;
+                let mut v = part.to_ne_bytes().to_vec();
                 v.extend_from_slice(&parts.to_ne_bytes());
                 v
             })
@@ -324,8 +331,8 @@ mod tests {
         // Unsplit: a CPU sends every flow, in the stride's order.
         let all = on_cpu(0, flows);
         assert_eq!(all, (0..flows).map(|k| k * 3 % flows).collect::<Vec<_>>());
-        g.set_split(2).unwrap();
-        let (a, b) = (on_cpu(0, flows), on_cpu(1, flows));
+        g.set_split(&[1, 0]).unwrap();
+        let (a, b) = (on_cpu(1, flows), on_cpu(0, flows));
         let (mut sa, mut sb) = (a.clone(), b.clone());
         sa.sort_unstable();
         sa.dedup();
@@ -333,9 +340,10 @@ mod tests {
         sb.dedup();
         assert_eq!((sa.len(), sb.len()), (5, 5), "each CPU sends its half, twice over: {a:?} {b:?}");
         assert!(sa.iter().all(|f| !sb.contains(f)), "no flow from both CPUs: {a:?} {b:?}");
-        assert!(g.set_split(3).is_err(), "10 flows do not split in 3");
-        assert!(g.set_split(0).is_err());
-        g.set_split(1).unwrap();
+        assert!(g.set_split(&[0, 1, 2]).is_err(), "10 flows do not split in 3");
+        assert!(g.set_split(&[1, 1]).is_err(), "a CPU twice");
+        assert!(g.set_split(&[0, usize::MAX]).is_err(), "no such CPU");
+        g.set_split(&[]).unwrap();
         let mut again = on_cpu(1, flows);
         again.sort_unstable();
         assert_eq!(again, (0..flows).collect::<Vec<_>>(), "split undone: every flow");

@@ -19,7 +19,7 @@ use super::counters::Program;
 use super::generator::{Feed, pin_to};
 use super::network::{Bench, TwoCores};
 use super::results::{Bare, PpsResult, Slice, Subject};
-use super::{BARE_FRAMES, GEN_CPU, LB_CPU, LEAD_IN, SEND_BATCH, SLICES, kernel, splits_in_two};
+use super::{BARE_FRAMES, LEAD_IN, SEND_BATCH, SLICES, kernel, splits_in_two};
 use crate::stats::round_order;
 
 impl Bench {
@@ -87,18 +87,18 @@ impl Bench {
         Ok(out)
     }
 
-    /// Like [`Bench::measure`] on two cores: `c`'s generator runs on both CPUs at once,
-    /// each sending its half of the flows into l1's queue of that CPU.
+    /// Like [`Bench::measure`] on two cores: `c`'s generator runs on both generator CPUs
+    /// at once, each sending its half of the flows into l1's queue of that CPU.
     fn measure_two(&self, c: &mut Contender, time: Duration) -> Result<Slice, LbError> {
         let two = self.two.as_ref().ok_or_else(|| LbError::Invalid("no two-core link was built".into()))?;
         let Feed::Frames(g, frame) = &c.feed else {
             return Err(LbError::Invalid(format!("{} has no two-core run", c.subject.label())));
         };
-        g.set_split(2).map_err(kernel("split the flows between the generators"))?;
+        g.set_split(&self.cpus.generators).map_err(kernel("split the flows between the generators"))?;
         // Program time comes from the one-core slices.
         let slice = self.measure_split(two, g, frame, &c.program, time);
-        // The one-core turns send every flow from CPU 0 again.
-        let undone = g.set_split(1).map_err(kernel("undo the generator's split"));
+        // The one-core turns send every flow from the first generator CPU again.
+        let undone = g.set_split(&[]).map_err(kernel("undo the generator's split"));
         let slice = slice?;
         undone?;
         Ok(slice)
@@ -113,22 +113,22 @@ impl Bench {
         time: Duration,
     ) -> Result<Slice, LbError> {
         let sender = g.sender();
-        let (gen_ns, g1) = (&self.gen_ns, two.g1);
+        let (gen_ns, g1, second) = (&self.gen_ns, two.g1, self.cpus.generators[1]);
         let cpu = |pid: u32| task_cpu_ns(pid).map_err(kernel("read a NAPI thread's CPU time"));
         let ready = std::sync::Barrier::new(2);
         let deadline = std::sync::OnceLock::<Instant>::new();
         std::thread::scope(|s| -> Result<Slice, LbError> {
             let helper = s.spawn(|| -> Result<(), LbError> {
-                let sent = pin_to(LB_CPU)
+                let sent = pin_to(second)
                     .and_then(|()| gen_ns.enter_on_this_thread().map_err(LbError::from))
-                    .and_then(|()| sender.send(g1, frame, LEAD_IN).map_err(kernel("run the generator on CPU 1")));
+                    .and_then(|()| sender.send(g1, frame, LEAD_IN).map_err(kernel("run the second generator")));
                 // Both waits happen whatever went wrong, so the caller is never left waiting.
                 ready.wait();
                 ready.wait();
                 sent?;
                 let end = *deadline.get().ok_or_else(|| LbError::Invalid("no deadline set".into()))?;
                 while Instant::now() < end {
-                    sender.send(g1, frame, SEND_BATCH).map_err(kernel("run the generator on CPU 1"))?;
+                    sender.send(g1, frame, SEND_BATCH).map_err(kernel("run the second generator"))?;
                 }
                 Ok(())
             });
@@ -200,9 +200,10 @@ impl Bench {
         let bare = match &c.feed {
             Feed::Frames(g, frame) => {
                 let before = c.program.counts()?;
-                let bare = pin_to(LB_CPU).and_then(|()| self.time_without_device(g, frame, c.program.fd()));
+                let bare =
+                    pin_to(self.cpus.balancers[0]).and_then(|()| self.time_without_device(g, frame, c.program.fd()));
                 // Back on the generator's CPU whatever happened: every later send is from there.
-                pin_to(GEN_CPU)?;
+                pin_to(self.cpus.generators[0])?;
                 if let (Some(b), Some(a)) = (before, c.program.counts()?) {
                     for k in 0..3 {
                         c.bare_counts[k] += a[k].saturating_sub(b[k]);

@@ -2,12 +2,13 @@
 //! a trivial XDP_TX program in the same run.
 //!
 //! Network: a generator namespace and a balancer namespace joined by a veth pair. The
-//! generator is `BPF_PROG_RUN` in live-frames mode on the generator's end (CPU 0): it
-//! rewrites a 64-byte TCP frame for the next of N flows, writes the flow's hint into the
-//! XDP metadata when hints are on (the NIC's part, emulated: veth carries metadata with
-//! the frame), and transmits it. The balancer (plain build, hints from metadata) runs in
-//! the threaded NAPI of the balancer's end, pinned to CPU 1, and sends everything back
-//! with XDP_TX into a sink. Per-core rate = packets the program ran on / CPU time of
+//! generator is `BPF_PROG_RUN` in live-frames mode on the generator's end (the first
+//! generator CPU of [`PpsCpus`]): it rewrites a 64-byte TCP frame for the next of N
+//! flows, writes the flow's hint into the XDP metadata when hints are on (the NIC's
+//! part, emulated: veth carries metadata with the frame), and transmits it. The
+//! balancer (plain build, hints from metadata) runs in the threaded NAPI of the
+//! balancer's end, pinned to the first balancer CPU, and sends everything back with
+//! XDP_TX into a sink. Per-core rate = packets the program ran on / CPU time of
 //! that NAPI thread (everything that core did for them: veth, XDP, XDP_TX), with the
 //! kernel's BPF run-time statistics off (they cost every run two clock reads; packets
 //! come from the programs' own per-CPU counters); ns per packet = those statistics for
@@ -23,15 +24,16 @@
 //! six short slices each; per-core figures are the median of a program's slices, so
 //! the machine's drift (a VM's neighbours) touches every program alike.
 //!
-//! Two cores (the talk's multi-core result on this machine's two): a second veth pair
-//! with two queues on each end. Each turn of a frames-path program has a one-core
-//! slice (above) and a two-core slice on that pair: the program's generator runs on
-//! both CPUs at once, each sending its half of the flows (as RSS keeps a flow on one
-//! queue), and veth puts a CPU's frames on the receive queue of that number; the two
-//! queues' NAPI threads run on the other CPU each, and the sink's thread for what a
-//! balancer thread sends back on the balancer thread's CPU. Per-core rate = packets /
-//! CPU time of both threads. With two CPUs every NAPI thread shares its CPU with a
-//! generator, so the two-core ceiling is the reference, not the one-core rate.
+//! Two cores (the talk's multi-core result): a second veth pair with a receive queue per
+//! CPU on each end. Each turn of a frames-path program has a one-core slice (above) and
+//! a two-core slice on that pair: the program's generator runs on both generator CPUs
+//! at once, each sending its half of the flows (as RSS keeps a flow on one queue), and
+//! veth puts a CPU's frames on the receive queue of that number, whose NAPI thread runs
+//! on the matching balancer CPU; the sink's thread for what a balancer thread sends
+//! back runs on that balancer thread's CPU. Per-core rate = packets / CPU time of both
+//! threads. Where the plan could not keep generators and balancer threads apart (two
+//! CPUs: each CPU runs one generator, the other queue's balancer thread and a sink),
+//! the two-core ceiling is the reference, not the one-core rate.
 //!
 //! No device: after its rate, each one-core slice of a frames-path program times it
 //! once more with no device in the path. The generator's frames go on to the program by a tail call
@@ -70,7 +72,7 @@ use netlane_lb::LbError;
 
 pub use self::contender::conn_entries;
 use self::network::Bench;
-pub use self::options::{PpsOptions, SKB_MAX_FLOWS, splits_in_two};
+pub use self::options::{PpsCpus, PpsOptions, SKB_MAX_FLOWS, splits_in_two};
 pub use self::results::{PpsResult, Subject};
 pub use self::warm_up::{WarmPass, WarmUp};
 
@@ -80,8 +82,6 @@ fn kernel(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LbError {
 
 const VIP: Ipv4Addr = Ipv4Addr::new(10, 100, 0, 1);
 const GEN_SRC: Ipv4Addr = Ipv4Addr::new(10, 212, 0, 0);
-const GEN_CPU: usize = 0;
-const LB_CPU: usize = 1;
 /// Frames per generator call while warming up: what the veth ring holds, so that new
 /// flows (slower than known ones) are not dropped on the way.
 const WARM_BURST: u32 = 256;
@@ -105,21 +105,21 @@ const WARM_THREADS: usize = 8;
 
 /// Runs every flow count with the XDP_TX ceiling and every balancer mode taking turns
 /// (`Bench::compare`); `progress` is told what happens. The runs happen on a thread
-/// of their own (pinned to CPU 0), which moves between the benchmark's namespaces; the
+/// of their own (pinned to the first generator's CPU), which moves between the benchmark's namespaces; the
 /// caller's thread keeps its namespace.
 pub fn run(opts: &PpsOptions, progress: &dyn Fn(&str)) -> Result<Vec<PpsResult>, LbError> {
     opts.validate()?;
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     std::thread::scope(|s| {
         let worker = s.spawn(move || -> Result<Vec<PpsResult>, LbError> {
-            netlane::cpus::pin(Some(GEN_CPU));
+            netlane::cpus::pin(Some(opts.cpus.generators[0]));
             if std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() == "1") {
                 tracing::warn!(
                     "kernel.bpf_stats_enabled is 1: run-time statistics stay on while rates are measured, and cost \
                      every program run two clock reads"
                 );
             }
-            let bench = Bench::build(opts.two_cores)?;
+            let bench = Bench::build(opts.cpus, opts.two_cores)?;
             let tell = |m: &str| {
                 let _ = tx.send(m.to_string());
             };

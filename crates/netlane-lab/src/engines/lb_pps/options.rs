@@ -24,6 +24,46 @@ pub struct PpsOptions {
     /// Also measure every frames-path program on two cores (flow counts that split
     /// evenly between two queues, see [`splits_in_two`]).
     pub two_cores: bool,
+    /// Where the generators and the balancer run.
+    pub cpus: PpsCpus,
+}
+
+/// Where the harness runs: its generators and the balancer's NAPI threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PpsCpus {
+    /// The generators' CPUs: the first sends the one-core turns, both the two-core ones.
+    pub generators: [usize; 2],
+    /// The CPUs of the balancer's NAPI threads: the first serves the one-core turns; in
+    /// the two-core turns the i-th serves the receive queue the i-th generator feeds.
+    pub balancers: [usize; 2],
+}
+
+impl PpsCpus {
+    /// Receive queues a two-core link needs: veth puts a frame on the peer's queue of
+    /// the sending CPU's number (modulo the queues), so one per CPU up to the highest
+    /// used keeps every generator and every balancer thread on a queue of its own.
+    pub fn queues(&self) -> u32 {
+        self.generators.iter().chain(&self.balancers).max().map_or(1, |c| *c as u32 + 1)
+    }
+
+    fn validate(&self, two_cores: bool) -> Result<(), LbError> {
+        let online = netlane::cpus::online_count();
+        if let Some(c) = self.generators.iter().chain(&self.balancers).find(|c| **c >= online) {
+            return Err(LbError::Invalid(format!("CPU {c} is not online (this machine has {online})")));
+        }
+        let [g0, g1] = self.generators;
+        let [b0, b1] = self.balancers;
+        if g0 == b0 {
+            return Err(LbError::Invalid(format!("the generator and the balancer share CPU {g0}")));
+        }
+        if two_cores && (g0 == g1 || b0 == b1) {
+            return Err(LbError::Invalid(format!(
+                "the two-core runs need two generator CPUs and two balancer CPUs, got {:?} and {:?}",
+                self.generators, self.balancers
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Whether `flows` flows can be measured on two cores: RSS keeps a flow on one queue,
@@ -57,6 +97,6 @@ impl PpsOptions {
         if netlane::cpus::online_count() < 2 {
             return Err(LbError::Invalid("the pps benchmark needs 2 CPUs (generator and balancer)".into()));
         }
-        Ok(())
+        self.cpus.validate(self.two_cores)
     }
 }

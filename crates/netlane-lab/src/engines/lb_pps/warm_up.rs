@@ -12,7 +12,7 @@ use serde::Serialize;
 use super::counters::{fast_path, packets_of};
 use super::generator::{SkbFeed, pin_to};
 use super::network::Bench;
-use super::{GEN_CPU, LB_CPU, WARM_BURST, WARM_ENOUGH, WARM_PASSES, WARM_THREADS, kernel};
+use super::{WARM_BURST, WARM_ENOUGH, WARM_PASSES, WARM_THREADS, kernel};
 
 /// How a balancer's warm-up went.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -110,13 +110,14 @@ impl Bench {
             frame,
             lb,
             hint,
-            WarmFrom { cpu: GEN_CPU, ifindex: self.g0, per_pass: flows, second_cpu: false },
+            WarmFrom { cpu: self.cpus.generators[0], ifindex: self.g0, per_pass: flows, second_cpu: false },
         )
     }
 
-    /// For the two-core turns: the odd half of the flows, sent from CPU 1 into l1
-    /// (whose queue-1 NAPI thread runs on CPU 0), as in those turns, until CPU 0's
-    /// per-CPU state (the rx-hash flow cache) is warm too. The balancer is attached to
+    /// For the two-core turns: the second generator's half of the flows, sent from its
+    /// CPU into l1 (whose NAPI thread for that queue runs on the second balancer CPU), as
+    /// in those turns, until that CPU's per-CPU state (the rx-hash flow cache) is warm
+    /// too. The balancer is attached to
     /// l1 meanwhile.
     pub(super) fn warm_up_second_cpu(
         &self,
@@ -131,15 +132,15 @@ impl Bench {
         let link = XdpLink::attach(lb.balancer().program_fd(), two.l1, XdpMode::Native);
         self.gen_ns.enter_on_this_thread()?;
         let _link = link.map_err(kernel("attach to l1"))?;
-        g.set_split(2).map_err(kernel("split the flows between the generators"))?;
+        g.set_split(&self.cpus.generators).map_err(kernel("split the flows between the generators"))?;
         let warm = self.warm_passes(
             g,
             frame,
             lb,
             hint,
-            WarmFrom { cpu: LB_CPU, ifindex: two.g1, per_pass: flows / 2, second_cpu: true },
+            WarmFrom { cpu: self.cpus.generators[1], ifindex: two.g1, per_pass: flows / 2, second_cpu: true },
         );
-        g.set_split(1).map_err(kernel("undo the generator's split"))?;
+        g.set_split(&[]).map_err(kernel("undo the generator's split"))?;
         warm
     }
 

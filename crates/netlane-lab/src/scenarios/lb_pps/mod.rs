@@ -10,11 +10,12 @@
 //! out and said so.
 //!
 //! The folder: `options.rs` (what can be asked, and the engine's options from it),
-//! `checks.rs` (the results by flow count and program, the paired slices the targets
+//! `plan.rs` (where the generators and the balancer's threads run), `checks.rs` (the results by flow count and program, the paired slices the targets
 //! compare, and the checks as one list), `report.rs` (its sections).
 
 mod checks;
 mod options;
+mod plan;
 mod report;
 #[cfg(test)]
 mod tests;
@@ -47,7 +48,7 @@ impl Scenario for LbPpsArgs {
     }
 
     fn validate(&self) -> Result<()> {
-        self.engine_options()?;
+        self.engine_options(plan::placement(&plan::cpu_plan()))?;
         if !netlane::topology::have_privileges() {
             bail!("lb-pps builds namespaces and loads XDP programs: run it as root");
         }
@@ -62,7 +63,8 @@ impl Scenario for LbPpsArgs {
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
-        let o = self.engine_options()?;
+        let plan = plan::cpu_plan();
+        let o = self.engine_options(plan::placement(&plan))?;
         self.validate()?;
         // The engine says what it starts; the previous step is then done.
         let last = Mutex::new(String::new());
@@ -81,6 +83,6 @@ impl Scenario for LbPpsArgs {
         {
             progress.finish(&l, "done");
         }
-        Ok(self.report(&results))
+        Ok(self.report(&results, &plan))
     }
 }

@@ -7,7 +7,7 @@ use clap::Args;
 use netlane_lb::HintMode;
 use netlane_report::options::parse_positive_duration;
 
-use crate::engines::lb_pps::PpsOptions;
+use crate::engines::lb_pps::{PpsCpus, PpsOptions};
 use crate::scenarios::from_words;
 
 /// Options of the `lb-pps` scenario.
@@ -27,8 +27,9 @@ pub struct LbPpsArgs {
     /// measured).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_skb: bool,
-    /// Skip the two-core runs (a second veth pair with two queues, a generator on each
-    /// CPU sending half of the flows, two NAPI threads; flow counts that split in two).
+    /// Skip the two-core runs (a second veth pair with a queue per CPU, a generator on
+    /// each of two CPUs sending half of the flows, two NAPI threads; flow counts that
+    /// split in two).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub no_two_cores: bool,
 }
@@ -39,7 +40,7 @@ impl LbPpsArgs {
         from_words(&[]).expect("the defaults parse")
     }
 
-    pub(super) fn engine_options(&self) -> Result<PpsOptions> {
+    pub(super) fn engine_options(&self, cpus: PpsCpus) -> Result<PpsOptions> {
         let mut modes = Vec::new();
         for m in &self.modes {
             match HintMode::from_name(m) {
@@ -53,6 +54,7 @@ impl LbPpsArgs {
             time: self.time,
             skb: !self.no_skb,
             two_cores: !self.no_two_cores,
+            cpus,
         };
         o.validate()?;
         Ok(o)

@@ -10,6 +10,7 @@ use netlane_report::{
 use super::LbPpsArgs;
 use super::checks::{Runs, checks, paired_slices};
 use crate::engines::lb_pps::{PpsResult, Subject};
+use crate::plan::CpuPlan;
 use crate::scenarios::{Heading, Sections};
 use crate::stats::{Spread, med, median, repeat_flags, values};
 use crate::verdict::{Measure, measured_median};
@@ -18,36 +19,37 @@ use crate::verdict::{Measure, measured_median};
 const TITLE: &str = "XDP load balancer: packets per second per core, hints off and on, vs XDP_TX";
 
 /// What the scenario does, for the report's reader.
-const DESCRIPTION: &str = "A generator (BPF_PROG_RUN live frames on CPU 0) sends 64-byte TCP frames of N flows over a \
-    veth pair to the balancer, which runs in the threaded NAPI of the other end pinned to CPU 1 and \
-    XDP_TXes them back into a sink. All programs of a flow count are loaded and warmed up first, then \
+const DESCRIPTION: &str = "A generator (BPF_PROG_RUN live frames on the plan's first generator CPU) sends 64-byte TCP \
+    frames of N flows over a veth pair to the balancer, which runs in the threaded NAPI of the other end pinned \
+    to the plan's first balancer (napi) CPU and XDP_TXes them back into a sink. All programs of a flow count are loaded and warmed up first, then \
     take turns on the interface (six slices each, rotating order); figures are medians of a program's \
     slices, ratios are paired slice by slice. Mpps per core = packets / CPU time of that NAPI thread \
     (veth + XDP + XDP_TX), with BPF run-time statistics off; program ns/packet from those statistics, \
     on for the last quarter of each slice. Hints arrive as \
     XDP metadata written by the generator (the emulated NIC); tags are installed by the control plane \
     from the balancer's new-flow events, as in `netlane lb`. Measured frames visit the flows in a \
-    scattered order. Two cores: the same programs, in the same turns, on a second veth pair with two \
-    queues; a generator on each CPU sends its half of the flows (as RSS keeps a flow on one queue) into \
-    the queue of its CPU, whose NAPI thread runs on the other CPU; Mpps per core = packets / CPU time of \
-    both NAPI threads, and Mpps on all cores = that x 2 (each NAPI thread shares its CPU with a \
-    generator here, so it is a capacity, not a rate seen on the wire). No device (second table): each \
+    scattered order. Two cores: the same programs, in the same turns, on a second veth pair with a \
+    queue per CPU; a generator on each generator CPU sends its half of the flows (as RSS keeps a flow on one \
+    queue) into the queue of its CPU, whose NAPI thread runs on a balancer CPU (of its own where the machine \
+    has four CPUs; otherwise the other generator's, and the two-core checks are not shown); Mpps per core = \
+    packets / CPU time of both NAPI threads, and Mpps on all cores = that x 2 (where a NAPI thread shares \
+    its CPU with a generator, a capacity, not a rate seen on the wire). No device (second table): each \
     one-core slice also runs the generator chained into its program by a tail call on the balancer's \
     CPU, and the generator's next frames into xdp_tx and xdp_tx_room, timed by the kernel's live-frames \
     runner: the differences are the programs' own cost per packet, without veth and without run-time \
     statistics (whole ns; skb-path programs are not timed this way).";
 
 impl LbPpsArgs {
-    pub(super) fn report(&self, results: &[PpsResult]) -> ScenarioReport {
+    pub(super) fn report(&self, results: &[PpsResult], plan: &CpuPlan) -> ScenarioReport {
         let runs = Runs::of(results);
         let mut out = Sections::default();
         let records = rates_section(&runs, &mut out);
         out.tables.push(bare_table(results));
-        out.checks = checks(&runs);
+        out.checks = checks(&runs, plan);
         out.charts = charts(&runs);
-        notes_section(&runs, &mut out);
+        notes_section(&runs, super::plan::two_cores_apart(plan), &mut out);
         let heading = Heading { title: TITLE.into(), description: DESCRIPTION.into(), headline: headline(&runs, &out) };
-        out.report(self, heading, records, Vec::new())
+        out.report(self, heading, records, plan.view())
     }
 }
 
@@ -232,7 +234,7 @@ fn charts(runs: &Runs<'_>) -> Vec<Chart> {
 /// The notes, in the report's order: what the flow counts did to the untagged program,
 /// the frames that came back, how rates and program time were measured, the skb path,
 /// two cores, and the times with no device.
-fn notes_section(runs: &Runs<'_>, out: &mut Sections) {
+fn notes_section(runs: &Runs<'_>, two_cores_apart: bool, out: &mut Sections) {
     out.notes.extend(cache_note(runs));
     let returned: u64 = runs
         .flows
@@ -244,7 +246,7 @@ fn notes_section(runs: &Runs<'_>, out: &mut Sections) {
     out.notes.push(format!(
         "The sink got {returned} frames back for {ran} measured program runs (plus the lead-ins after each \
          switch). The rest were dropped when the balancer's XDP_TX found the generator end's ring full (that \
-         end's NAPI shares CPU 0 with the generator); the balancer had done its work on them. Frames the \
+         end's NAPI shares the generator's CPU); the balancer had done its work on them. Frames the \
          generator sends while the balancer end's ring is full are dropped before any program runs and do \
          not count."
     ));
@@ -256,7 +258,7 @@ fn notes_section(runs: &Runs<'_>, out: &mut Sections) {
             .into(),
     );
     out.notes.push(path_note(runs.results));
-    out.notes.extend(two_core_note(runs));
+    out.notes.extend(two_core_note(runs, two_cores_apart));
     out.notes.extend(bare_note(runs.results));
 }
 
@@ -297,7 +299,7 @@ fn path_note(results: &[PpsResult]) -> String {
 
 /// Each program on two cores at the first flow count measured there, against its
 /// one-core rate.
-fn two_core_note(runs: &Runs<'_>) -> Option<String> {
+fn two_core_note(runs: &Runs<'_>, apart: bool) -> Option<String> {
     let find = |f: u32, s: Subject| runs.find(f, s);
     let f = runs.flows.iter().copied().find(|f| find(*f, Subject::TwoCoreBalancer(HintMode::Off)).is_some())?;
     let part = |s: Subject| -> Option<String> {
@@ -321,9 +323,14 @@ fn two_core_note(runs: &Runs<'_>) -> Option<String> {
     .into_iter()
     .filter_map(part)
     .collect();
+    let shared = if apart {
+        ""
+    } else {
+        " Each CPU runs a generator, a balancer NAPI thread and a sink thread here (the plan could not keep \
+         them apart)."
+    };
     Some(format!(
-        "Two cores at {f} flows: {}. Each CPU runs a generator, a balancer NAPI thread and a sink thread \
-         here (the machine has two), and the two-core turns keep the NAPI threads busier than the one-core \
+        "Two cores at {f} flows: {}.{shared} The two-core turns keep the NAPI threads busier than the one-core \
          turns do (NAPI busy %: bigger batches, fewer wake-ups per packet). So a rate on two cores against \
          the same program's on one core is not only the cost of the second core; compare programs with each \
          other and with the two-core ceiling on two cores.",

@@ -3,9 +3,13 @@
 use netlane_lb::HintMode;
 use netlane_report::{FlagKind, ScenarioReport, Value};
 
+use netlane::cpus::machine::CpuTopology;
+
 use super::LbPpsArgs;
 use super::checks::paired_slices;
-use crate::engines::lb_pps::{PpsResult, Subject};
+use super::plan::{placement, plan_on, two_cores_apart};
+use crate::engines::lb_pps::{PpsCpus, PpsResult, Subject};
+use crate::plan::CpuPlan;
 use crate::verdict::Spec;
 
 fn result(slices: Vec<Option<f64>>) -> PpsResult {
@@ -61,7 +65,7 @@ fn all(untagged_at_10k: Option<f64>) -> Vec<PpsResult> {
 #[test]
 fn checks_pair_slices_and_a_program_that_measured_nothing_is_invalid() {
     let a = LbPpsArgs::defaults();
-    let r = a.report(&all(Some(2.0)));
+    let r = a.report(&all(Some(2.0)), &four_cpus());
     let get = |r: &ScenarioReport, id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
     assert_eq!(get(&r, "lb-pps.untagged-vs-ceiling-1"), netlane_report::Outcome::Missed, "3.0 / 4.5 < 0.7");
     assert_eq!(get(&r, "lb-pps.flow-tag-vs-untagged-10000"), netlane_report::Outcome::Met);
@@ -69,7 +73,7 @@ fn checks_pair_slices_and_a_program_that_measured_nothing_is_invalid() {
     assert_eq!(get(&r, "lb-pps.dest-tag-vs-untagged-100"), netlane_report::Outcome::Met);
     assert_eq!(get(&r, "lb-pps.dest-tag-1000000-vs-100"), netlane_report::Outcome::Met, "4.3 / 4.3");
     // The untagged program's NAPI thread got no CPU in any slice at 10 K flows.
-    let r = a.report(&all(None));
+    let r = a.report(&all(None), &four_cpus());
     for id in
         ["lb-pps.untagged-vs-ceiling-10000", "lb-pps.flow-tag-vs-untagged-10000", "lb-pps.dest-tag-vs-untagged-10000"]
     {
@@ -82,7 +86,7 @@ fn checks_pair_slices_and_a_program_that_measured_nothing_is_invalid() {
 #[test]
 fn one_million_flows_against_a_hundred_divides_out_the_drift_of_the_machine() {
     let get = |v: &[PpsResult]| {
-        let r = LbPpsArgs::defaults().report(v);
+        let r = LbPpsArgs::defaults().report(v, &four_cpus());
         r.checks.iter().find(|c| c.id == "lb-pps.dest-tag-1000000-vs-100").unwrap().outcome
     };
     let set = |v: &mut Vec<PpsResult>, f: u32, s: Subject, m: f64| {
@@ -108,10 +112,18 @@ fn two_core_rows_pair_with_their_one_core_program_and_have_checks_of_their_own()
     v.push(at(100, Subject::TwoCoreBalancer(HintMode::Off), Some(2.7)));
     v.push(at(100, Subject::TwoCoreBalancer(HintMode::FlowTag), Some(3.0)));
     v.push(at(100, Subject::TwoCoreBalancer(HintMode::DestTag), Some(3.9)));
-    let r = LbPpsArgs::defaults().report(&v);
+    let r = LbPpsArgs::defaults().report(&v, &four_cpus());
     let get = |id: &str| r.checks.iter().find(|c| c.id == id).unwrap().outcome;
     assert_eq!(get("lb-pps.two-cores-dest-tag-vs-untagged-100"), netlane_report::Outcome::Met, "3.9 / 2.7");
     assert_eq!(get("lb-pps.two-cores-flow-tag-vs-untagged-100"), netlane_report::Outcome::Missed, "3.0 / 2.7");
+    // On two CPUs each balancer thread shares its CPU with a generator: not shown.
+    let two = LbPpsArgs::defaults().report(&v, &plan_on(&CpuTopology::uniform(1, 2, 1)));
+    for tag in ["flow-tag", "dest-tag"] {
+        let c = two.checks.iter().find(|c| c.id == format!("lb-pps.two-cores-{tag}-vs-untagged-100")).unwrap();
+        assert_eq!(c.outcome, netlane_report::Outcome::NotShown, "{}", c.reason);
+        assert!(c.reason.starts_with("needs 4 CPUs") && c.reason.contains("gives 2"), "{}", c.reason);
+    }
+    assert_eq!(two.cpu_plan.len(), 2, "{:?}", two.cpu_plan);
     let t = &r.tables[0];
     let col = |name: &str| t.columns.iter().position(|c| c.key == name).unwrap();
     let row = t
@@ -132,7 +144,7 @@ fn an_incomplete_warm_up_is_flagged() {
         complete: false,
         last: "only 44.0% of the frames reached the balancer".into(),
     });
-    let r = LbPpsArgs::defaults().report(&v);
+    let r = LbPpsArgs::defaults().report(&v, &four_cpus());
     assert!(r.flags.iter().any(|f| f.kind == FlagKind::Incomplete && f.message.contains("44.0%")), "{:?}", r.flags);
 }
 
@@ -144,4 +156,28 @@ fn too_few_measured_slices_make_the_check_invalid() {
     let c = Spec::at_least("t", "t", 0.7, "x").evaluate(s, "");
     assert_eq!(c.outcome, netlane_report::Outcome::Invalid);
     assert!(c.reason.contains("only 1 of 4 slices"), "{}", c.reason);
+}
+
+fn four_cpus() -> CpuPlan {
+    plan_on(&CpuTopology::uniform(1, 4, 1))
+}
+
+#[test]
+fn the_plan_keeps_generators_and_balancer_threads_apart_where_the_cpus_allow() {
+    // Two CPUs: one-core turns apart, each balancer thread on the other generator's CPU.
+    let p = placement(&plan_on(&CpuTopology::uniform(1, 2, 1)));
+    assert_eq!(p, PpsCpus { generators: [0, 1], balancers: [1, 0] });
+    assert_eq!(p.queues(), 2);
+    // Three CPUs still cannot give four threads CPUs of their own.
+    let three = plan_on(&CpuTopology::uniform(1, 3, 1));
+    assert!(!two_cores_apart(&three));
+    assert_eq!(placement(&three), PpsCpus { generators: [0, 1], balancers: [1, 0] });
+    for machine in [CpuTopology::uniform(1, 4, 1), CpuTopology::uniform(1, 8, 1), CpuTopology::uniform(2, 64, 2)] {
+        let plan = plan_on(&machine);
+        assert!(two_cores_apart(&plan), "{}", plan.describe());
+        let p = placement(&plan);
+        let all: Vec<usize> = p.generators.iter().chain(&p.balancers).copied().collect();
+        assert!(all.iter().enumerate().all(|(i, c)| !all[..i].contains(c)), "{p:?}");
+        assert!(p.queues() as usize > *all.iter().max().unwrap(), "a queue for every CPU used: {p:?}");
+    }
 }
