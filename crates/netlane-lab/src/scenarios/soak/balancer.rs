@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use super::hostile::{balancer_frames, edit_config, flood_frames};
 use super::measure::{LISTENING, Soak, run_client, start_server, watch, words};
-use super::{SoakArgs, SoakServer};
+use super::{Cpus, SoakArgs, SoakServer};
 use crate::host::RoleProcess;
 
 /// The balancer's descriptors: it holds none per client or flow, only its maps,
@@ -55,7 +55,7 @@ impl SoakArgs {
     /// `rr serve` on each real, `rr clients` to the VIP from the client as the valid
     /// load; hostile frames at the balancer from the router's side and its configuration
     /// edited all the while, well and badly.
-    pub(super) fn soak_balancer(&self, dir: &Path) -> Result<Soak> {
+    pub(super) fn soak_balancer(&self, dir: &Path, cpus: &Cpus) -> Result<Soak> {
         let vip = SocketAddrV4::new(Ipv4Addr::new(10, 210, 100, 1), 7000);
         let net = BalancerNet::build("soak-lb", *vip.ip(), 2).context("build the balancer's network")?;
         let config = dir.join("lb.toml");
@@ -75,7 +75,7 @@ impl SoakArgs {
         let _reals = net
             .reals
             .iter()
-            .map(|ns| start_server(ns, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[]))
+            .map(|ns| start_server(ns, &words(&["rr", "serve", "--listen", &listen]), LISTENING, &[], &cpus.server))
             .collect::<Result<Vec<_>>>()?;
         let gw = net.gw_mac.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":");
         let (applied, kept) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
@@ -102,6 +102,7 @@ impl SoakArgs {
                 ("netlane lb: applied the changed configuration", applied.clone()),
                 ("netlane lb: kept the running configuration", kept.clone()),
             ],
+            &cpus.server,
         )?;
         let (stop, ops, sampler) = watch(&target);
         let frames = balancer_frames((net.gw_mac, net.lb_mac), vip);
@@ -109,8 +110,9 @@ impl SoakArgs {
         let flood = net
             .router
             .spawn("soak-frames", {
-                let (stop, ops) = (stop.clone(), ops.clone());
+                let (stop, ops, cpus) = (stop.clone(), ops.clone(), cpus.clone());
                 move || -> std::io::Result<()> {
+                    cpus.pin_client_thread();
                     let tx = netlane_sys::packet::PacketTx::open(ifindex, 2048, 256)?;
                     flood_frames(tx, &frames, &stop, &ops);
                     Ok(())
@@ -123,7 +125,8 @@ impl SoakArgs {
         });
         let secs = format!("{}ms", self.time.as_millis());
         let client = words(&["rr", "clients", "--server", &listen, "--clients", "8", "--rate", "2000", "-t", &secs]);
-        let valid = run_client(&net.client, &client, SoakServer::Lb, self.time + Duration::from_secs(60));
+        let valid =
+            run_client(&net.client, &client, SoakServer::Lb, self.time + Duration::from_secs(60), &cpus.clients);
         stop.store(true, Ordering::Relaxed);
         let flooded = flood.join().map_err(|_| anyhow!("the hostile frames' thread panicked"))?;
         let edited = editor.join().map_err(|_| anyhow!("the configuration editor panicked"))?;

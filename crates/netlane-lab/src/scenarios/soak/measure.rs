@@ -13,7 +13,7 @@ use netlane::topology::Netns;
 
 use super::balancer::Forwarding;
 use super::hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
-use super::{NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
+use super::{Cpus, NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
 use crate::host::{LineHook, RoleProcess, RoleSpec};
 
 /// The server's resident memory and open descriptors at one moment.
@@ -109,33 +109,33 @@ fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
 }
 
 impl SoakArgs {
-    pub(super) fn soak(&self, server: SoakServer) -> Result<Soak> {
+    pub(super) fn soak(&self, server: SoakServer, cpus: &Cpus) -> Result<Soak> {
         let dir = std::env::temp_dir().join(format!("netlane-soak-{}-{}", std::process::id(), server.name()));
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let result = if server == SoakServer::Lb {
-            self.soak_balancer(&dir)
+            self.soak_balancer(&dir, cpus)
         } else {
             Netns::create(&format!("soak-{}", server.name()))
                 .context("create the soak's namespace")
-                .and_then(|ns| self.soak_in(server, &ns, &dir))
+                .and_then(|ns| self.soak_in(server, &ns, &dir, cpus))
         };
         let _ = std::fs::remove_dir_all(&dir);
         result
     }
 
-    fn soak_in(&self, server: SoakServer, ns: &Netns, dir: &Path) -> Result<Soak> {
+    fn soak_in(&self, server: SoakServer, ns: &Netns, dir: &Path, cpus: &Cpus) -> Result<Soak> {
         let (addr, server_args, client_args) = self.commands(server, dir)?;
-        let target = start_server(ns, &server_args, LISTENING, &[])?;
+        let target = start_server(ns, &server_args, LISTENING, &[], &cpus.server)?;
         let (stop, ops, sampler) = watch(&target);
-        let attackers = self.attack(ns, server, addr, &stop, &ops)?;
-        let valid = run_client(ns, &client_args, server, self.time + Duration::from_secs(60));
+        let attackers = self.attack(ns, server, addr, (&stop, &ops), cpus)?;
+        let valid = run_client(ns, &client_args, server, self.time + Duration::from_secs(60), &cpus.clients);
         stop.store(true, Ordering::Relaxed);
         for a in attackers {
             let _ = a.join();
         }
         let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
         let valid = valid?;
-        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, &server_args, target));
+        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, &server_args, target, cpus));
         Ok(Soak {
             server,
             samples,
@@ -224,30 +224,34 @@ impl SoakArgs {
         })
     }
 
-    /// The hostile clients of `server` in `ns`, until `stop`, counting into `ops`.
+    /// The hostile clients of `server` in `ns`, on the clients' CPU, until `stop`,
+    /// counting into `ops`.
     fn attack(
         &self,
         ns: &Netns,
         server: SoakServer,
         addr: SocketAddr,
-        stop: &Arc<AtomicBool>,
-        ops: &Arc<AtomicU64>,
+        (stop, ops): (&Arc<AtomicBool>, &Arc<AtomicU64>),
+        cpus: &Cpus,
     ) -> Result<Vec<std::thread::JoinHandle<()>>> {
         let hold = self.hostile_connections;
         ns.run({
-            let (stop, ops) = (stop.clone(), ops.clone());
-            move || match server {
-                SoakServer::Kv => hostile_tcp(addr, hold, b"set k 0 0 100\r\nab".to_vec(), kv_garbage, stop, ops),
-                SoakServer::Nvme => {
-                    let mut icreq = Vec::new();
-                    netlane_nvme::proto::pdu::TxConfig::ic_req(
-                        &mut icreq,
-                        &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 3 },
-                    );
-                    hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
+            let (stop, ops, cpus) = (stop.clone(), ops.clone(), cpus.clone());
+            move || {
+                cpus.pin_client_thread();
+                match server {
+                    SoakServer::Kv => hostile_tcp(addr, hold, b"set k 0 0 100\r\nab".to_vec(), kv_garbage, stop, ops),
+                    SoakServer::Nvme => {
+                        let mut icreq = Vec::new();
+                        netlane_nvme::proto::pdu::TxConfig::ic_req(
+                            &mut icreq,
+                            &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 3 },
+                        );
+                        hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
+                    }
+                    SoakServer::Rr => hostile_udp(addr, stop, ops),
+                    SoakServer::Lb => unreachable!("the balancer's soak has a network of its own"),
                 }
-                SoakServer::Rr => hostile_udp(addr, stop, ops),
-                SoakServer::Lb => unreachable!("the balancer's soak has a network of its own"),
             }
         })
         .context("start the hostile clients in the namespace")
@@ -255,11 +259,11 @@ impl SoakArgs {
 }
 
 /// SIGKILL, then the same file again: every block the client wrote must read back.
-fn read_back(ns: &Netns, server_args: &[String], target: RoleProcess) -> Result<u64, String> {
+fn read_back(ns: &Netns, server_args: &[String], target: RoleProcess, cpus: &Cpus) -> Result<u64, String> {
     let bs = NVME_BLOCK.to_string();
     // Dropped unstopped: killed (SIGKILL), as a crash would end it.
     drop(target);
-    let again = start_server(ns, server_args, LISTENING, &[]).map_err(|e| format!("{e:#}"))?;
+    let again = start_server(ns, server_args, LISTENING, &[], &cpus.server).map_err(|e| format!("{e:#}"))?;
     let check = words(&[
         "nvme",
         "perf",
@@ -273,7 +277,8 @@ fn read_back(ns: &Netns, server_args: &[String], target: RoleProcess) -> Result<
         "-t",
         "60s",
     ]);
-    let r = run_client(ns, &check, SoakServer::Nvme, Duration::from_secs(90)).map_err(|e| format!("{e:#}"))?;
+    let r = run_client(ns, &check, SoakServer::Nvme, Duration::from_secs(90), &cpus.clients)
+        .map_err(|e| format!("{e:#}"))?;
     drop(again);
     let read = r.detail.pointer("/report/ops").and_then(|v| v.as_u64()).unwrap_or(0);
     if r.exit_ok && r.failed == 0 && read > 0 { Ok(read) } else { Err(format!("verify-only: {}", r.detail)) }
@@ -286,14 +291,15 @@ pub(super) fn words(w: &[&str]) -> Vec<String> {
 /// What a server's first line starts with once it serves.
 pub(super) const LISTENING: &str = "listening on";
 
-/// Starts a server in `ns` and waits for its first line on standard output to start
-/// with `ready`; afterwards, every line of its output (standard output and error)
-/// starting with one of `count`'s texts adds one to that counter.
+/// Starts a server in `ns` on `cpus` and waits for its first line on standard output
+/// to start with `ready`; afterwards, every line of its output (standard output and
+/// error) starting with one of `count`'s texts adds one to that counter.
 pub(super) fn start_server(
     ns: &Netns,
     args: &[String],
     ready: &str,
     count: &[(&'static str, Arc<AtomicU64>)],
+    cpus: &[usize],
 ) -> Result<RoleProcess> {
     let count = count.to_vec();
     let hook: LineHook = Arc::new(move |line: &str| {
@@ -302,16 +308,24 @@ pub(super) fn start_server(
         }
     });
     let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned())
-        .ready_when(ready, Duration::from_secs(20));
+        .ready_when(ready, Duration::from_secs(20))
+        .on_cpus(cpus);
     RoleProcess::start(ns, &spec, Some(hook))
 }
 
-/// Runs a client in `ns` to the end (at most `limit`) and reads its JSON report.
-pub(super) fn run_client(ns: &Netns, args: &[String], server: SoakServer, limit: Duration) -> Result<Valid> {
+/// Runs a client in `ns` on `cpus` to the end (at most `limit`) and reads its JSON
+/// report.
+pub(super) fn run_client(
+    ns: &Netns,
+    args: &[String],
+    server: SoakServer,
+    limit: Duration,
+    cpus: &[usize],
+) -> Result<Valid> {
     let out_file: PathBuf = std::env::temp_dir().join(format!("netlane-soak-client-{}.json", std::process::id()));
     let mut args = args.to_vec();
     args.extend(["--json".to_string(), out_file.to_string_lossy().into_owned()]);
-    let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned());
+    let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned()).on_cpus(cpus);
     let status = RoleProcess::start(ns, &spec, None)?.wait(limit)?.status;
     let text = std::fs::read_to_string(&out_file).unwrap_or_default();
     let _ = std::fs::remove_file(&out_file);

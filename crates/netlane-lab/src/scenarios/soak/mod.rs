@@ -21,6 +21,7 @@ use netlane_report::ScenarioReport;
 use netlane_report::options::{OptionList, parse_positive_duration};
 
 use super::Scenario;
+use crate::plan::{CpuPlan, Role};
 use crate::progress::Progress;
 
 /// The servers a soak runs.
@@ -71,6 +72,32 @@ const NVME_BLOCK: u64 = 4096;
 /// The server's connection limit: room for the hostile clients and the valid ones.
 const VALID_CONNECTIONS: usize = 8;
 
+/// Where the soak's roles run: each server (the balancer and its reals too) on the plan's
+/// server CPU, the valid client and the hostile ones on its generator CPU.
+fn cpu_plan() -> CpuPlan {
+    crate::plan::server_and_generator(&netlane::cpus::machine::CpuTopology::read())
+}
+
+/// The CPUs of the soak's two sides, from its plan.
+#[derive(Debug, Clone)]
+struct Cpus {
+    /// The server's processes.
+    server: Vec<usize>,
+    /// The valid client's process and the hostile clients' threads.
+    clients: Vec<usize>,
+}
+
+impl Cpus {
+    fn of(plan: &CpuPlan) -> Cpus {
+        Cpus { server: plan.cpus(Role::Server).to_vec(), clients: plan.cpus(Role::Generator).to_vec() }
+    }
+
+    /// Pins the calling thread (and so every thread it starts) to the clients' CPU.
+    fn pin_client_thread(&self) {
+        netlane::cpus::pin(self.clients.first().copied());
+    }
+}
+
 impl SoakArgs {
     /// The defaults, as `netlane bench soak` has them.
     pub fn defaults() -> SoakArgs {
@@ -118,13 +145,15 @@ impl Scenario for SoakArgs {
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        let plan = cpu_plan();
+        let cpus = Cpus::of(&plan);
         let mut soaks = Vec::new();
         for &server in &self.servers {
             progress.start(&server.name());
-            let s = self.soak(server).with_context(|| format!("soak of {}", server.name()))?;
+            let s = self.soak(server, &cpus).with_context(|| format!("soak of {}", server.name()))?;
             progress.finish(&server.name(), &s.summary());
             soaks.push(s);
         }
-        Ok(self.report(&soaks))
+        Ok(self.report(&soaks, &plan))
     }
 }

@@ -13,7 +13,7 @@ fn mib(b: u64) -> f64 {
 }
 
 impl SoakArgs {
-    pub(super) fn report(&self, soaks: &[Soak]) -> ScenarioReport {
+    pub(super) fn report(&self, soaks: &[Soak], plan: &crate::plan::CpuPlan) -> ScenarioReport {
         let mut table = Table::new(
             "soak",
             format!("Each server for {:?} under valid load beside hostile clients", self.time),
@@ -45,7 +45,7 @@ impl SoakArgs {
             description: DESCRIPTION.into(),
             headline: format!("{met} of {} soak checks met", out.checks.len()),
         };
-        out.report(self, heading, runs, Vec::new())
+        out.report(self, heading, runs, plan.view())
     }
 
     /// One server's checks.
