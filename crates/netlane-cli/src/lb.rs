@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::documents::{LbCheck, LbRun};
@@ -262,17 +263,25 @@ fn show(e: Event<'_>, quiet: bool, iface: &str) {
 fn run_lb(a: &RunArgs) -> Result<()> {
     let out = OutputArgs { json: a.json.clone(), csv: None };
     out.validate()?;
-    let opts = a.options()?;
+    let mut opts = a.options()?;
     server::check(&opts)?;
     let quiet = out.json_to_stdout();
     let start = Instant::now();
-    let mut mode = String::new();
-    let stats = server::serve(&opts, &STOP, &mut |e| {
-        if let Event::Attached { mode: m, .. } = &e {
-            mode = m.name().to_string();
+    let mode = Arc::new(Mutex::new(String::new()));
+    // The supervisor owns the time: the balancer serves until it is stopped.
+    let time = opts.time.take();
+    let server = server::Server::start(opts, {
+        let (mode, iface) = (mode.clone(), a.iface.clone());
+        move |e| {
+            if let (Event::Attached { mode: m, .. }, Ok(mut mode)) = (&e, mode.lock()) {
+                *mode = m.name().to_string();
+            }
+            show(e, quiet, &iface)
         }
-        show(e, quiet, &a.iface)
     })?;
+    let (_, stats) = netlane::serve::supervise(server, &STOP, time);
+    let stats = stats?;
+    let mode = mode.lock().map(|m| m.clone()).unwrap_or_default();
     let secs = start.elapsed().as_secs_f64();
     let line = format!("netlane lb: detached from {} after {secs:.1} s", a.iface);
     if quiet {

@@ -198,6 +198,80 @@ pub fn check(opts: &ServeOptions) -> Result<Config, LbError> {
 /// Loads and attaches the balancer, serves until `stop` is set or the time is up, and
 /// detaches. Returns the last statistics.
 pub fn serve(opts: &ServeOptions, stop: &Stop, on: &mut dyn FnMut(Event<'_>)) -> Result<LbStats, LbError> {
+    serve_then(opts, stop, on, &mut || {})
+}
+
+/// A balancer serving on a thread of its own (in the namespace of the thread that
+/// started it): [`Server::start`] returns once it is attached, or with why it could not
+/// be; [`Server::stop`] detaches it and returns its last statistics.
+#[derive(Debug)]
+pub struct Server {
+    stop: Stop,
+    thread: std::thread::JoinHandle<Result<LbStats, LbError>>,
+}
+
+impl Server {
+    /// Loads and attaches the balancer as `opts` says and serves until stopped (or its
+    /// time is up); `on` sees every [`Event`], on the server's thread.
+    pub fn start(opts: ServeOptions, mut on: impl FnMut(Event<'_>) + Send + 'static) -> Result<Server, LbError> {
+        let stop = Stop::new().map_err(LbError::kernel("create the balancer's stop signal"))?;
+        let (ready_tx, ready) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("lb-control".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    serve_then(&opts, &stop, &mut on, &mut || {
+                        let _ = ready_tx.send(());
+                    })
+                }
+            })
+            .map_err(LbError::kernel("start the balancer's control thread"))?;
+        match ready.recv() {
+            Ok(()) => Ok(Server { stop, thread }),
+            // It ended before it was attached: its error says why.
+            Err(_) => match join(thread) {
+                Err(e) => Err(e),
+                Ok(_) => Err(LbError::Invalid("the balancer ended before it was attached".into())),
+            },
+        }
+    }
+
+    /// Detaches the balancer and returns its last statistics.
+    pub fn stop(self) -> Result<LbStats, LbError> {
+        self.stop.stop();
+        self.wait()
+    }
+
+    /// Waits until it ends by itself (its time is up, or it failed).
+    pub fn wait(self) -> Result<LbStats, LbError> {
+        join(self.thread)
+    }
+}
+
+impl netlane::serve::Running for Server {
+    type Final = Result<LbStats, LbError>;
+
+    fn poll_ended(&self) -> Option<netlane::serve::Ended> {
+        self.thread.is_finished().then(|| netlane::serve::Ended::Failed("the balancer's control loop ended".into()))
+    }
+
+    fn stop(self) -> Self::Final {
+        Server::stop(self)
+    }
+}
+
+fn join(thread: std::thread::JoinHandle<Result<LbStats, LbError>>) -> Result<LbStats, LbError> {
+    thread.join().unwrap_or_else(|_| Err(LbError::Invalid("the balancer's control thread panicked".into())))
+}
+
+/// [`serve`], calling `ready` once the balancer is attached and its configuration shown.
+fn serve_then(
+    opts: &ServeOptions,
+    stop: &Stop,
+    on: &mut dyn FnMut(Event<'_>),
+    ready: &mut dyn FnMut(),
+) -> Result<LbStats, LbError> {
     // Taken before the file is read: an edit made while the data plane loads is seen.
     let seen = stamp(&opts.config);
     let config = check(opts)?;
@@ -231,6 +305,7 @@ pub fn serve(opts: &ServeOptions, stop: &Stop, on: &mut dyn FnMut(Event<'_>)) ->
     if let Some(m) = &metrics {
         on(Event::Metrics(m.local_addr()));
     }
+    ready();
     let start = Instant::now();
     let mut next_stats = start;
     let mut publisher = Publisher::start(opts, latest)?;

@@ -94,7 +94,12 @@ fn serve(ns: &Netns, id: u8, stop: Arc<AtomicBool>) -> Vec<NsThread<()>> {
 }
 
 fn build() -> Net {
-    let net = BalancerNet::build("lbe", VIP, 3).unwrap();
+    build_with("lbe", 3)
+}
+
+/// [`BalancerNet`] named `label` with `reals` reals, each serving.
+fn build_with(label: &str, reals: usize) -> Net {
+    let net = BalancerNet::build(label, VIP, reals).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let servers = net.reals.iter().enumerate().flat_map(|(i, ns)| serve(ns, i as u8, stop.clone())).collect();
     Net { stop, servers, net }
@@ -398,4 +403,53 @@ fn the_classifier_tags_frames_whose_headers_are_not_in_the_linear_part() {
     // MLD reports) pass the classifier too: they are seen but match no rule.
     assert_eq!(tagged, 5, "every frame of the flow tagged, and only those (seen {seen})");
     assert!(seen >= 5, "the classifier saw every frame (seen {seen})");
+}
+
+/// The server's lifecycle: `start` returns attached (or with why it could not attach),
+/// the balancer forwards while it runs, and `stop` detaches it with its last counters.
+#[test]
+fn the_server_handle_forwards_until_stopped_and_returns_its_last_counters() {
+    if !netlane_testkit::privileged("the_server_handle_forwards_until_stopped_and_returns_its_last_counters") {
+        return;
+    }
+    use netlane_lb::server::{ServeOptions, Server};
+    let net = build_with("lbh", 2);
+    let dir = std::env::temp_dir().join(format!("netlane-lb-handle-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("lb.toml");
+    let mut toml = format!(
+        "ring_size = 4099\nconn_entries = 4096\n[[vip]]\naddress = \"{VIP}\"\nport = {UDP_PORT}\nproto = \"udp\"\n"
+    );
+    for i in 0..2 {
+        toml += &format!("[[vip.real]]\naddress = \"{}\"\nweight = 1\n", real_addr(i));
+    }
+    std::fs::write(&file, toml).unwrap();
+    let opts = |iface: &str| ServeOptions {
+        config: file.clone(),
+        lb: LbOptions::new(iface, net.gw_mac),
+        classifier: None,
+        stats_interval: Duration::from_secs(1),
+        stats_json: None,
+        prometheus: None,
+        metrics_addr: None,
+        time: None,
+    };
+    // No such interface: start says so, nothing is left running.
+    let bad = opts("no-such-if0");
+    let e = net.lb.run(move || Server::start(bad, |_| {})).unwrap().unwrap_err();
+    let why = netlane::error::chain(&e).to_string();
+    assert!(why.contains("no-such-if0"), "{why}");
+    let good = opts(netlane_lb::testnet::LB_IFACE);
+    let server = net.lb.run(move || Server::start(good, |_| {})).unwrap().unwrap();
+    let flows = udp_flows(&net, 8);
+    let ids: Vec<u8> = flows.iter().map(|s| udp_round(s, b"through the handle")).collect();
+    assert!(ids.iter().all(|i| *i < 2), "{ids:?}");
+    let last = server.stop().unwrap();
+    assert!(last.global.get("tx").copied().unwrap_or(0) >= 8, "every datagram forwarded: {:?}", last.global);
+    // Detached: the VIP no longer answers.
+    let s = &udp_flows(&net, 1)[0];
+    s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    s.send(b"after the stop").unwrap();
+    assert!(s.recv(&mut [0u8; 64]).is_err(), "the balancer was detached");
+    let _ = std::fs::remove_dir_all(&dir);
 }
