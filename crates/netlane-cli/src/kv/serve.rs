@@ -461,3 +461,70 @@ impl ServeArgs {
         Ok(0)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    /// The lab runs `netlane kv serve` with the arguments it writes for a configuration:
+    /// they must give back that configuration, option by option (the lane device is
+    /// looked up when the server resolves its lanes, so it is compared as given).
+    #[test]
+    fn the_lab_s_server_arguments_give_back_its_configuration() {
+        let base = ServerConfig {
+            listen: "10.0.0.1:11311".parse().unwrap(),
+            threads: 2,
+            cpus: Some(vec![0, 1]),
+            store: StoreConfig::new(1 << 30, 1 << 20, 64),
+            max_conns: 264,
+            ..ServerConfig::default()
+        };
+        let configs = [
+            ServerConfig::default(),
+            base.clone(),
+            ServerConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                udp_port: Some(11400),
+                store: StoreConfig { memory: 3 << 20, item_max: 512 << 10, cas: false, evictions: false, ..base.store },
+                backlog: 17,
+                idle_timeout: Some(Duration::from_secs(9)),
+                ..base.clone()
+            },
+            ServerConfig {
+                steer: Steer::Acceptor,
+                lane_device: Some("veth-rx".into()),
+                xps_rxqs: true,
+                busy_poll: Some("50,8,prefer".parse().unwrap()),
+                napi: NapiSettings {
+                    defer_hard_irqs: Some(100),
+                    gro_flush_timeout_ns: Some(20_000),
+                    irq_suspend_timeout_ns: Some(2_000_000),
+                },
+                max_lanes: Some(4),
+                ..base.clone()
+            },
+            ServerConfig { steer: Steer::Reuseport, lane_device: Some("eth0".into()), ..base },
+        ];
+        for cfg in configs {
+            let args = netlane_lab::scenarios::kv::kv_serve_args(&cfg);
+            assert_eq!(args[..2], ["kv", "serve"]);
+            let parsed = Serve::try_parse_from(std::iter::once("kv").chain(args[2..].iter().map(String::as_str)))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+                .args;
+            assert_eq!(parsed.lane_device, cfg.lane_device, "{args:?}");
+            let mut want = cfg.clone();
+            // Unset, the classes are memcached's defaults for the item size.
+            want.store.classes = want.store.classes.or(Some(ClassConfig::for_item_max(want.store.item_max)));
+            want.lane_device = None;
+            assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{want:?}"), "{args:?}");
+        }
+    }
+}

@@ -19,10 +19,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use netlane::lanes::{Knob, LaneId, LaneMap, ReuseportSteering, Why};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// How a new connection finds its lane.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Steer {
     /// Each new connection to the next lane (plain epoll workers: no alignment).
@@ -236,7 +236,7 @@ impl Lanes {
 }
 
 /// What the lanes did, for `stats` and the final counters.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LanesView {
     /// How connections find their lane.
     pub steer: Steer,
@@ -251,7 +251,7 @@ pub struct LanesView {
 }
 
 /// One lane.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LaneView {
     /// Its number.
     pub lane: usize,
@@ -280,7 +280,7 @@ pub struct LaneView {
 }
 
 /// One knob.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct KnobView {
     /// The lane it is for (none: the whole server or device).
     pub lane: Option<usize>,

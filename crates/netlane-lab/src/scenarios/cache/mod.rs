@@ -14,9 +14,10 @@ use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
-use netlane_kv::server::{LanesView, Server};
+use netlane_kv::server::{LanesView, ServerConfig};
+use netlane_kv::store::StoreConfig;
 
-use crate::host::{Args, Program, RoleProcess, RoleSpec};
+use crate::host::{Program, RoleProcess, RoleSpec};
 use crate::runner::{Runner, Turn};
 use crate::verdict::Measure;
 
@@ -33,50 +34,33 @@ pub(crate) fn open(rate: f64) -> Pacing {
     Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
 }
 
-/// A cache server running in the rx namespace; stopped (or killed) on drop.
-pub(crate) enum CacheServer {
-    /// netlane's, in this process.
-    Netlane(Option<Box<Server>>),
-    /// A server's process (memcached, or `netlane kv serve`), and the busy_poll sysctl
-    /// it runs with (restored when this drops).
-    Process {
-        /// The process.
-        _process: RoleProcess,
-        /// `net.core.busy_poll` as set for it, if it was.
-        _busy_poll: Option<netlane::installed::Sysctl>,
-    },
+/// A cache server's process in the rx namespace, netlane's or memcached; killed by the
+/// PID we started when dropped.
+pub(crate) struct CacheServer {
+    process: RoleProcess,
+    /// Whether it is netlane's, which writes its final counters when it stops.
+    netlane: bool,
+    /// `net.core.busy_poll` as set for it, if it was (put back when this drops).
+    _busy_poll: Option<netlane::installed::Sysctl>,
 }
 
 impl CacheServer {
-    /// The server `spec` describes, started in the server's namespace.
-    pub(crate) fn process(
+    /// The server `spec` describes (`netlane`: netlane's own), started in the server's
+    /// namespace.
+    pub(crate) fn start(
         h: &TwoHosts,
         spec: &RoleSpec,
+        netlane: bool,
         busy_poll: Option<netlane::installed::Sysctl>,
     ) -> Result<CacheServer> {
-        Ok(CacheServer::Process { _process: RoleProcess::start(&h.rx, spec, None)?, _busy_poll: busy_poll })
+        Ok(CacheServer { process: RoleProcess::start(&h.rx, spec, None)?, netlane, _busy_poll: busy_poll })
     }
 
-    /// netlane's lanes now, when it is netlane's server.
-    pub(crate) fn lanes(&self) -> Option<LanesView> {
-        match self {
-            CacheServer::Netlane(Some(s)) => Some(s.lanes()),
-            _ => None,
-        }
-    }
-}
-
-impl Drop for CacheServer {
-    fn drop(&mut self) {
-        match self {
-            CacheServer::Netlane(s) => {
-                if let Some(s) = s.take() {
-                    s.stop();
-                }
-            }
-            // Dropped with it: killed by the PID we started.
-            CacheServer::Process { .. } => {}
-        }
+    /// Stops it (SIGINT) and, when it is netlane's, reads what its lanes did from its
+    /// final counters.
+    pub(crate) fn stop(self) -> Result<Option<LanesView>> {
+        let finished = self.process.stop(Duration::from_secs(10))?;
+        if self.netlane { role::kv_serve_lanes(&finished).map(Some) } else { Ok(None) }
     }
 }
 
@@ -104,13 +88,15 @@ pub(crate) fn memcached_spec(
 /// `netlane kv serve` as a role: on `cpu`, serving `addr` over TCP only with `threads`
 /// workers pinned there, 1 GiB, 1 MiB items and `max_conns` connections.
 pub(crate) fn netlane_kv_spec(addr: SocketAddr, cpu: usize, threads: usize, max_conns: u32) -> RoleSpec {
-    let mut a = Args::new(&["kv", "serve"]);
-    a.opt("listen", addr.ip()).opt("port", addr.port()).opt("udp-port", 0).opt("threads", threads);
-    a.opt("memory-limit", 1024).opt("max-item-size", "1m").opt("shards", 64).opt("conn-limit", max_conns);
-    a.opt("cpus", vec![cpu.to_string(); threads].join(","));
-    RoleSpec::netlane("netlane kv serve", a.into_vec())
-        .on_cpus(&[cpu])
-        .ready_when("listening on", Duration::from_secs(10))
+    let cfg = ServerConfig {
+        listen: addr,
+        threads,
+        cpus: Some(vec![cpu; threads]),
+        store: StoreConfig::new(1 << 30, 1 << 20, 64),
+        max_conns: max_conns as usize,
+        ..ServerConfig::default()
+    };
+    role::kv_serve_spec(&cfg, &[cpu])
 }
 
 /// Waits (10 s at most) until a server accepts connections on `addr` from the

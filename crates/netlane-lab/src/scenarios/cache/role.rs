@@ -1,6 +1,8 @@
-//! The cache scenarios' load generator as a process: `netlane kv load` for a
-//! [`LoadConfig`], asked to store the key space, to make one run, or to search for the
-//! highest rate within an SLA; what it did read back from its JSON.
+//! The cache scenarios' roles as processes: netlane's cache server, `netlane kv serve`
+//! for a [`ServerConfig`], its lanes read back from its final report; and the load
+//! generator, `netlane kv load` for a [`LoadConfig`], asked to store the key space, to
+//! make one run, or to search for the highest rate within an SLA, what it did read back
+//! from its JSON.
 
 use std::time::Duration;
 
@@ -10,9 +12,76 @@ use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
+use netlane_kv::server::{LanesView, ServerConfig};
 use serde::Deserialize;
 
-use crate::host::{Args, RoleProcess, RoleSpec};
+use crate::host::{Args, Finished, RoleProcess, RoleSpec};
+
+/// The arguments after `netlane` that serve `cfg` over TCP, writing the final counters
+/// as JSON on stdout: every option a `ServerConfig` sets that the scenarios use,
+/// written out (the command line's tests read them back into the same configuration).
+/// The server is TCP only unless `cfg` asks for UDP; a Unix socket is not written.
+pub fn kv_serve_args(cfg: &ServerConfig) -> Vec<String> {
+    // memcached's ports: 0 is off, -1 a free port.
+    let port = |p: Option<u16>| match p {
+        None => "0".to_string(),
+        Some(0) => "-1".to_string(),
+        Some(p) => p.to_string(),
+    };
+    let (st, napi) = (&cfg.store, &cfg.napi);
+    let mut a = Args::new(&["kv", "serve", "--json", "-"]);
+    a.opt("listen", cfg.listen.ip())
+        .opt("port", port(cfg.tcp.then_some(cfg.listen.port())))
+        .opt("udp-port", port(cfg.udp_port))
+        .opt("threads", cfg.threads)
+        .opt("memory-limit", format!("{}b", st.memory))
+        .opt("max-item-size", format!("{}b", st.item_max))
+        .opt("shards", st.shards)
+        .flag("disable-cas", !st.cas)
+        .flag("disable-evictions", !st.evictions)
+        .opt("conn-limit", cfg.max_conns)
+        .opt("listen-backlog", cfg.backlog)
+        .opt("steer", cfg.steer)
+        .opt_some("busy-poll", cfg.busy_poll)
+        .opt_some("lane-device", cfg.lane_device.as_ref())
+        .opt_some("napi-defer-hard-irqs", napi.defer_hard_irqs)
+        .opt_some("max-lanes", cfg.max_lanes)
+        .flag("xps-rxqs", cfg.xps_rxqs);
+    if let Some(cpus) = &cfg.cpus {
+        a.opt("cpus", cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(","));
+    }
+    if let Some(ns) = napi.gro_flush_timeout_ns {
+        a.duration("gro-flush-timeout", Duration::from_nanos(ns));
+    }
+    if let Some(ns) = napi.irq_suspend_timeout_ns {
+        a.duration("irq-suspend-timeout", Duration::from_nanos(ns));
+    }
+    if let Some(t) = cfg.idle_timeout {
+        a.duration("idle-timeout", t);
+    }
+    a.into_vec()
+}
+
+/// `netlane kv serve` for `cfg`, on `cpus` (its workers' CPUs), ready when it says it
+/// listens.
+pub(crate) fn kv_serve_spec(cfg: &ServerConfig, cpus: &[usize]) -> RoleSpec {
+    RoleSpec::netlane("netlane kv serve", kv_serve_args(cfg))
+        .on_cpus(cpus)
+        .ready_on_stderr("listening on", Duration::from_secs(10))
+}
+
+/// What netlane's cache server's lanes did, from the report it wrote when it stopped.
+pub(crate) fn kv_serve_lanes(f: &Finished) -> Result<LanesView> {
+    #[derive(Deserialize)]
+    struct KvServe {
+        stats: Stats,
+    }
+    #[derive(Deserialize)]
+    struct Stats {
+        lanes: LanesView,
+    }
+    Ok(f.json::<KvServe>().context("read the cache server's final counters")?.stats.lanes)
+}
 
 /// What a `netlane kv load` process is asked to do.
 #[derive(Debug, Clone, Copy)]

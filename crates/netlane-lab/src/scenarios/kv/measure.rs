@@ -89,12 +89,12 @@ impl KvBenchArgs {
         let running = match kind {
             ServerKind::Netlane => {
                 let spec = netlane_kv_spec(addr, self.server_cpu, self.threads, self.connections + 64);
-                CacheServer::process(h, &spec, None)?
+                CacheServer::start(h, &spec, true, None)?
             }
             ServerKind::Memcached => {
                 let spec =
                     memcached_spec(&self.memcached, addr, &[self.server_cpu], self.threads, self.connections + 64);
-                CacheServer::process(h, &spec, None)?
+                CacheServer::start(h, &spec, false, None)?
             }
         };
         wait_until_accepting(h, addr, &kind.name())?;

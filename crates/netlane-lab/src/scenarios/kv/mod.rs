@@ -42,7 +42,7 @@ use crate::runner::Runner;
 
 pub use self::measure::{KvRound, KvRun};
 pub use self::options::{KvBenchArgs, WorkloadArgs};
-pub use crate::scenarios::cache::role::{LoadStep, load_args};
+pub use crate::scenarios::cache::role::{LoadStep, kv_serve_args, load_args};
 
 /// A part of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]

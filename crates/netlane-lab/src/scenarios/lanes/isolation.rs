@@ -29,6 +29,8 @@ use crate::scenarios::unless_generator_lagged;
 use netlane::lanes::apps::{self, AppCgroup, AppSpec, ClassReport, Shaper};
 use netlane::topology::TwoHosts;
 use netlane_kv::loadgen::LoadReport;
+use netlane_kv::server::ServerConfig;
+use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
 use super::{LanesBenchArgs, latency_of, mean_of, med, open};
@@ -254,17 +256,14 @@ impl LanesBenchArgs {
 /// CPUs.
 fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<RoleProcess> {
     let lanes = super::cpu_plan().cpus(crate::plan::Role::Lane).to_vec();
-    let cpus = lanes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    let spec = RoleSpec::netlane(
-        "the cache server (netlane kv serve)",
-        ["kv", "serve", "--listen", &addr.to_string(), "--memory", "256M"].into_iter().map(String::from).chain([
-            "--threads".into(),
-            lanes.len().to_string(),
-            "--cpus".into(),
-            cpus,
-        ]),
-    )
-    .on_cpus(&lanes);
+    let cfg = ServerConfig {
+        listen: addr,
+        threads: lanes.len(),
+        cpus: Some(lanes.clone()),
+        store: StoreConfig { memory: 256 << 20, ..StoreConfig::default() },
+        ..ServerConfig::default()
+    };
+    let spec = cache::role::kv_serve_spec(&cfg, &lanes);
     let server = RoleProcess::start(&InCgroup { host: &h.rx, cgroup: cg }, &spec, None)?;
     wait_until_accepting(h, addr, "the cache server (netlane kv serve)")?;
     Ok(server)

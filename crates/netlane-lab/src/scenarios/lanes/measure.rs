@@ -10,7 +10,7 @@ use netlane::topology::TwoHosts;
 use netlane::topology::netdev::NapiSettings;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
-use netlane_kv::server::{LanesView, Server, ServerConfig, Steer};
+use netlane_kv::server::{LanesView, ServerConfig, Steer};
 use netlane_kv::store::StoreConfig;
 use serde::Serialize;
 
@@ -124,11 +124,10 @@ impl LanesBenchArgs {
             if mode == Mode::MemcachedN {
                 spec.args.extend(["-N".into(), lanes.len().to_string()]);
             }
-            CacheServer::process(h, &spec, guard)?
+            CacheServer::start(h, &spec, false, guard)?
         } else {
             let cfg = self.server_config(h, lanes, addr, mode, max_conns);
-            let s = h.rx.run(move || Server::start(cfg))??;
-            CacheServer::Netlane(Some(Box::new(s)))
+            CacheServer::start(h, &cache::role::kv_serve_spec(&cfg, lanes), true, None)?
         };
         wait_until_accepting(h, addr, &mode.name())?;
         Ok(running)
@@ -226,8 +225,7 @@ impl LanesBenchArgs {
                 out.runs.push(self.measured(runner, turn, &format!("{who} {c} connections {rate}/s"), h, rate, cfg)?);
             }
         }
-        out.lanes = server.lanes();
-        drop(server);
+        out.lanes = server.stop()?;
         if mode == Mode::NapiBusy {
             self.reset_napi(h)?;
         }
