@@ -257,3 +257,43 @@ fn paced_responses_leave_no_faster_than_the_schedule_and_none_is_lost() {
     assert!(p.queue_max > 2 && p.mean_wait_us > 0.0, "responses waited for their turn: {p:?}");
     assert!(p.sent as f64 <= 3.0 * p.releases as f64, "a release is two responses, one more with the carry: {p:?}");
 }
+
+/// Requests that arrive faster than they are answered (the socket never goes empty)
+/// cannot hold a stop off: a wake-up answers a bounded number of batches, then the loop
+/// looks at its stop again.
+#[test]
+fn a_flood_of_requests_does_not_hold_off_a_stop() {
+    use netlane::serve::Running;
+    use netlane_rr::proto::wire::{Header, encode};
+    let server =
+        server::Server::start(ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() })
+            .expect("the server starts");
+    let addr = server.local_addr();
+    let mut request = vec![0u8; 64];
+    let n = encode(&Header::request(1, 0, 0, 32), &mut request).unwrap();
+    request.truncate(n);
+    let flooding = std::sync::Arc::new(AtomicBool::new(true));
+    let floods: Vec<_> = (0..3)
+        .map(|_| {
+            let (flooding, request) = (flooding.clone(), request.clone());
+            thread::spawn(move || {
+                let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+                s.connect(addr).unwrap();
+                while flooding.load(Ordering::Relaxed) {
+                    let _ = s.send(&request);
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = std::time::Instant::now();
+    thread::spawn(move || tx.send(server.stop()).unwrap());
+    let stopped = rx.recv_timeout(Duration::from_secs(5));
+    let took = started.elapsed();
+    flooding.store(false, Ordering::Relaxed);
+    floods.into_iter().for_each(|f| f.join().unwrap());
+    let stats = stopped.expect("the server stops within 5 s under a flood").expect("the server ran");
+    assert!(stats.counters.frames > 1000, "the flood reached the server: {stats:?}");
+    assert!(took < Duration::from_secs(2), "stopping took {took:?}");
+}

@@ -12,6 +12,15 @@ const ROUTES: u64 = 2;
 const PACE: u64 = 3;
 const STOP: u64 = 4;
 
+/// Receive calls per wake-up and path, at most: a call takes a batch (a block of a
+/// TPACKET_V3 ring), so a wake-up answers thousands of requests before the loop looks
+/// at its stop and its other descriptors again.
+const DRAIN_CALLS: u32 = 64;
+
+/// Receive calls of the last drain after a stop: a thousand batches or blocks already
+/// received are answered, and requests that keep coming cannot keep it from ending.
+const FINAL_DRAIN_CALLS: u32 = 1024;
+
 /// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
 pub(super) fn serve_on(
     cfg: &ServerConfig,
@@ -119,7 +128,7 @@ impl<'a> Serving<'a> {
                 r.process_events();
             }
             if frames_ready {
-                self.drain_path(guard);
+                self.drain_path(guard, DRAIN_CALLS);
             }
             if stack_ready {
                 self.drain_stack(guard);
@@ -136,16 +145,22 @@ impl<'a> Serving<'a> {
         // answered and counted, not left behind: a client's late retry would otherwise
         // be redirected to the socket but never read.
         if self.cfg.path.is_frames() {
-            self.drain_path(guard);
+            self.drain_path(guard, FINAL_DRAIN_CALLS);
         }
         Ok(())
     }
 
-    /// Answers what the receive path has.
-    fn drain_path(&mut self, guard: &mut Guard) {
-        // Drain: the path returns what it has; stop when it says it is empty.
+    /// Answers what the receive path has, in at most `calls` receive calls.
+    fn drain_path(&mut self, guard: &mut Guard, calls: u32) {
+        // Drain: the path returns what it has; stop when it says it is empty, or when
+        // the budget is spent (requests arriving as fast as they are answered would keep
+        // the path from ever being empty; readiness is level-triggered, so what is left
+        // wakes the next turn at once).
         let mut more = true;
-        while more {
+        for _ in 0..calls {
+            if !more {
+                break;
+            }
             let mut got = 0;
             let r = self.path.recv(self.sock, &mut |data, from| {
                 got += 1;
@@ -178,7 +193,10 @@ impl<'a> Serving<'a> {
     /// socket has some (no extra system call per wake-up otherwise).
     fn drain_stack(&mut self, guard: &mut Guard) {
         let mut more = true;
-        while more {
+        for _ in 0..DRAIN_CALLS {
+            if !more {
+                break;
+            }
             self.st.counters.recv_syscalls += 1;
             let r = self.path.recv_stack(self.sock, &mut |data, from| {
                 answer(

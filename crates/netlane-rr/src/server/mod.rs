@@ -4,7 +4,9 @@
 //! The UDP socket stays bound on every path, so the kernel never answers the service's
 //! port with ICMP port unreachable, and other sockets and capture tools keep working. The
 //! thread sleeps in `epoll_wait` on the path's file descriptor when there is nothing to
-//! read; a wake-up drains what is there (until `EAGAIN`), answers, and sleeps again.
+//! read; a wake-up drains what is there (until `EAGAIN`, or 64 receive calls, so that
+//! requests arriving as fast as they are answered cannot hold off a stop), answers, and
+//! sleeps again.
 //!
 //! Files: `path/` the receive paths, `event_loop.rs` one thread serving one socket (the
 //! set-up, the loop, the counters at the end), `respond.rs` a request's answer and its
