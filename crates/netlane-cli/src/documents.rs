@@ -77,14 +77,14 @@ pub struct KvServe {
     pub stats: netlane_kv::server::ServerStats,
 }
 
-/// `netlane kv load --json`: one run, or a rate search.
+/// `netlane kv load --json`: one run, a rate search, or a warm-up alone.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct KvLoad {
     /// The resolved options, typed.
     pub options: serde_json::Map<String, serde_json::Value>,
     /// The same options as `key=value` the command line reads back.
     pub echo: Vec<String>,
-    /// The run (without --search).
+    /// The run (null with --search or --warmup-only).
     pub report: Option<netlane_kv::loadgen::LoadReport>,
     /// The SLA, when one was given.
     pub sla: Option<String>,
@@ -94,7 +94,7 @@ pub struct KvLoad {
     pub sla_latency_us: Option<f64>,
     /// The search (with --search).
     pub search: Option<netlane_kv::loadgen::SearchReport>,
-    /// Keys stored before the run (absent with --no-warmup).
+    /// Keys stored before the run (null with --no-warmup).
     pub warmed_up_keys: Option<u64>,
 }
 

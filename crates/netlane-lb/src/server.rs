@@ -203,11 +203,15 @@ pub fn serve(opts: &ServeOptions, stop: &Stop, on: &mut dyn FnMut(Event<'_>)) ->
 
 /// A balancer serving on a thread of its own (in the namespace of the thread that
 /// started it): [`Server::start`] returns once it is attached, or with why it could not
-/// be; [`Server::stop`] detaches it and returns its last statistics.
+/// be; [`Server::stop`] detaches it and returns its last statistics. Dropped, it is
+/// stopped and detached too.
 #[derive(Debug)]
 pub struct Server {
     stop: Stop,
-    thread: std::thread::JoinHandle<Result<LbStats, LbError>>,
+    thread: Option<std::thread::JoinHandle<Result<LbStats, LbError>>>,
+    /// Whether the control loop failed: cleared when it ends well (its time up), so a
+    /// panic counts as a failure.
+    failed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Server {
@@ -215,20 +219,23 @@ impl Server {
     /// time is up); `on` sees every [`Event`], on the server's thread.
     pub fn start(opts: ServeOptions, mut on: impl FnMut(Event<'_>) + Send + 'static) -> Result<Server, LbError> {
         let stop = Stop::new().map_err(LbError::kernel("create the balancer's stop signal"))?;
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let (ready_tx, ready) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("lb-control".into())
             .spawn({
-                let stop = stop.clone();
+                let (stop, failed) = (stop.clone(), failed.clone());
                 move || {
-                    serve_then(&opts, &stop, &mut on, &mut || {
+                    let r = serve_then(&opts, &stop, &mut on, &mut || {
                         let _ = ready_tx.send(());
-                    })
+                    });
+                    failed.store(r.is_err(), std::sync::atomic::Ordering::Release);
+                    r
                 }
             })
             .map_err(LbError::kernel("start the balancer's control thread"))?;
         match ready.recv() {
-            Ok(()) => Ok(Server { stop, thread }),
+            Ok(()) => Ok(Server { stop, thread: Some(thread), failed }),
             // It ended before it was attached: its error says why.
             Err(_) => match join(thread) {
                 Err(e) => Err(e),
@@ -238,14 +245,30 @@ impl Server {
     }
 
     /// Detaches the balancer and returns its last statistics.
-    pub fn stop(self) -> Result<LbStats, LbError> {
+    pub fn stop(mut self) -> Result<LbStats, LbError> {
         self.stop.stop();
-        self.wait()
+        self.finish()
     }
 
     /// Waits until it ends by itself (its time is up, or it failed).
-    pub fn wait(self) -> Result<LbStats, LbError> {
-        join(self.thread)
+    pub fn wait(mut self) -> Result<LbStats, LbError> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<LbStats, LbError> {
+        match self.thread.take() {
+            Some(t) => join(t),
+            None => Err(LbError::Invalid("the balancer was already stopped".into())),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.thread.is_some() {
+            self.stop.stop();
+            let _ = self.finish();
+        }
     }
 }
 
@@ -253,7 +276,15 @@ impl netlane::serve::Running for Server {
     type Final = Result<LbStats, LbError>;
 
     fn poll_ended(&self) -> Option<netlane::serve::Ended> {
-        self.thread.is_finished().then(|| netlane::serve::Ended::Failed("the balancer's control loop ended".into()))
+        use netlane::serve::Ended;
+        let t = self.thread.as_ref()?;
+        t.is_finished().then(|| {
+            if self.failed.load(std::sync::atomic::Ordering::Acquire) {
+                Ended::Failed("the balancer's control loop failed".into())
+            } else {
+                Ended::Asked("its time was up".into())
+            }
+        })
     }
 
     fn stop(self) -> Self::Final {

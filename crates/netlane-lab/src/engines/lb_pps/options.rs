@@ -51,6 +51,13 @@ impl PpsCpus {
         if let Some(c) = self.generators.iter().chain(&self.balancers).find(|c| **c >= online) {
             return Err(LbError::Invalid(format!("CPU {c} is not online (this machine has {online})")));
         }
+        // veth has at most 64 queues a side, one per CPU number here.
+        if self.queues() > 64 {
+            return Err(LbError::Invalid(format!(
+                "CPUs {:?} and {:?}: the two-core link has a queue per CPU number, and veth at most 64",
+                self.generators, self.balancers
+            )));
+        }
         let [g0, g1] = self.generators;
         let [b0, b1] = self.balancers;
         if g0 == b0 {

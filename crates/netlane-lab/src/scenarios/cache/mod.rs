@@ -34,15 +34,19 @@ pub(crate) fn open(rate: f64) -> Pacing {
     Pacing::Open(Arrivals { process: Process::Poisson, rate_per_s: rate })
 }
 
-/// A cache server's process in the rx namespace, netlane's or memcached; killed by the
-/// PID we started when dropped.
+/// A cache server's process in the rx namespace, netlane's or memcached; stopped with
+/// SIGINT when dropped (netlane's then puts back the device settings its lanes changed),
+/// killed by the PID we started if it does not end.
 pub(crate) struct CacheServer {
-    process: RoleProcess,
+    process: Option<RoleProcess>,
     /// Whether it is netlane's, which writes its final counters when it stops.
     netlane: bool,
     /// `net.core.busy_poll` as set for it, if it was (put back when this drops).
     _busy_poll: Option<netlane::installed::Sysctl>,
 }
+
+/// How long a cache server may take to stop.
+const STOP_GRACE: Duration = Duration::from_secs(10);
 
 impl CacheServer {
     /// The server `spec` describes (`netlane`: netlane's own), started in the server's
@@ -53,14 +57,25 @@ impl CacheServer {
         netlane: bool,
         busy_poll: Option<netlane::installed::Sysctl>,
     ) -> Result<CacheServer> {
-        Ok(CacheServer { process: RoleProcess::start(&h.rx, spec, None)?, netlane, _busy_poll: busy_poll })
+        Ok(CacheServer { process: Some(RoleProcess::start(&h.rx, spec, None)?), netlane, _busy_poll: busy_poll })
     }
 
-    /// Stops it (SIGINT) and, when it is netlane's, reads what its lanes did from its
-    /// final counters.
-    pub(crate) fn stop(self) -> Result<Option<LanesView>> {
-        let finished = self.process.stop(Duration::from_secs(10))?;
+    /// Stops it and, when it is netlane's, reads what its lanes did from its final
+    /// counters.
+    pub(crate) fn stop(mut self) -> Result<Option<LanesView>> {
+        let Some(process) = self.process.take() else { return Ok(None) };
+        let finished = process.stop(STOP_GRACE)?;
         if self.netlane { role::kv_serve_lanes(&finished).map(Some) } else { Ok(None) }
+    }
+}
+
+impl Drop for CacheServer {
+    fn drop(&mut self) {
+        if let Some(p) = self.process.take()
+            && let Err(e) = p.stop(STOP_GRACE)
+        {
+            tracing::warn!("stopping the cache server: {e:#}");
+        }
     }
 }
 
@@ -91,7 +106,7 @@ pub(crate) fn netlane_kv_spec(addr: SocketAddr, cpu: usize, threads: usize, max_
     let cfg = ServerConfig {
         listen: addr,
         threads,
-        cpus: Some(vec![cpu; threads]),
+        cpus: Some(vec![cpu]),
         store: StoreConfig::new(1 << 30, 1 << 20, 64),
         max_conns: max_conns as usize,
         ..ServerConfig::default()

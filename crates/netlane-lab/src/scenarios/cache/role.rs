@@ -164,16 +164,18 @@ fn load(h: &TwoHosts, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
 }
 
 /// How long `step` may take at most before the process is killed: every run it can make,
-/// each as long as it is asked to be plus a second, and a minute more.
+/// each as long as it is asked to be plus a second, and a minute more (a warm-up: a
+/// millisecond a key, and a minute).
 fn time_limit(cfg: &LoadConfig, step: LoadStep) -> Duration {
     let run = cfg.ramp + cfg.duration + cfg.drain + Duration::from_secs(1);
-    let runs = match step {
-        LoadStep::WarmUp => 1,
-        LoadStep::Run => 1,
-        // Two to five runs per rate: the bisections, the bounds and a confirmation.
-        LoadStep::Search { range, .. } => 5 * (range.max_bisections + 3),
-    };
-    run * runs + Duration::from_secs(60)
+    let minute = Duration::from_secs(60);
+    match step {
+        LoadStep::WarmUp => minute + Duration::from_millis(cfg.workload.keys),
+        LoadStep::Run => run + minute,
+        // Up to five runs per rate; the rates: the floor, each bisection, and as many
+        // confirmations again (a failed one confirms the next lower rate).
+        LoadStep::Search { range, .. } => run * 5 * (2 * range.max_bisections + 2) + minute,
+    }
 }
 
 /// Stores the key space from the generator's side: the keys stored.

@@ -225,7 +225,11 @@ impl LanesBenchArgs {
                 out.runs.push(self.measured(runner, turn, &format!("{who} {c} connections {rate}/s"), h, rate, cfg)?);
             }
         }
-        out.lanes = server.stop()?;
+        // What the lanes did is a table of the report; the runs stand without it.
+        out.lanes = server.stop().unwrap_or_else(|e| {
+            tracing::warn!("{who}: the cache server's lanes were not read back: {e:#}");
+            None
+        });
         if mode == Mode::NapiBusy {
             self.reset_napi(h)?;
         }

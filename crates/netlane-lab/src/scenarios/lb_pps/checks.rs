@@ -152,7 +152,7 @@ pub(super) fn checks(runs: &Runs<'_>, plan: &CpuPlan) -> Vec<Check> {
                     plan.needs(&[Role::Generator, Role::Napi]),
                     plan.available(),
                     "two generators and the balancer's two NAPI threads apart",
-                    &plan.describe(),
+                    &super::plan::describe(plan),
                 )
             });
         }

@@ -5,8 +5,10 @@
 
 use netlane::cpus::machine::CpuTopology;
 
+use netlane_report::RoleCpus;
+
 use crate::engines::lb_pps::PpsCpus;
-use crate::plan::{Ask, CpuPlan, Role};
+use crate::plan::{Ask, CpuPlan, Role, as_given};
 
 /// The plan on this machine.
 pub(crate) fn cpu_plan() -> CpuPlan {
@@ -36,4 +38,25 @@ pub(crate) fn placement(plan: &CpuPlan) -> PpsCpus {
         [generators[1], generators[0]]
     };
     PpsCpus { generators, balancers }
+}
+
+/// Where the roles ran, as the report shows it: the engine's placement (beside the
+/// generators, each balancer thread is on the other generator's CPU, which the plan's
+/// own view does not say).
+pub(crate) fn view(plan: &CpuPlan) -> Vec<RoleCpus> {
+    let p = placement(plan);
+    as_given(&[(Role::Generator, &p.generators), (Role::Napi, &p.balancers)])
+}
+
+/// One line for a check not shown: where the roles ran, and what keeping them apart needs.
+pub(crate) fn describe(plan: &CpuPlan) -> String {
+    let p = placement(plan);
+    let list = |c: &[usize; 2]| format!("{},{}", c[0], c[1]);
+    format!(
+        "generators on CPUs {}, the balancer's NAPI threads on {}; {} CPUs, {} would keep every role apart",
+        list(&p.generators),
+        list(&p.balancers),
+        plan.available(),
+        plan.needs_apart()
+    )
 }

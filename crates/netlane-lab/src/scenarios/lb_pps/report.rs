@@ -49,7 +49,7 @@ impl LbPpsArgs {
         out.charts = charts(&runs);
         notes_section(&runs, super::plan::two_cores_apart(plan), &mut out);
         let heading = Heading { title: TITLE.into(), description: DESCRIPTION.into(), headline: headline(&runs, &out) };
-        out.report(self, heading, records, plan.view())
+        out.report(self, heading, records, super::plan::view(plan))
     }
 }
 

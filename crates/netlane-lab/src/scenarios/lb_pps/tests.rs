@@ -124,6 +124,8 @@ fn two_core_rows_pair_with_their_one_core_program_and_have_checks_of_their_own()
         assert!(c.reason.starts_with("needs 4 CPUs") && c.reason.contains("gives 2"), "{}", c.reason);
     }
     assert_eq!(two.cpu_plan.len(), 2, "{:?}", two.cpu_plan);
+    let napi = two.cpu_plan.iter().find(|r| r.role == "napi").unwrap();
+    assert_eq!((napi.cpus.clone(), napi.beside.as_deref()), (vec![1, 0], Some("generator")), "where they ran");
     let t = &r.tables[0];
     let col = |name: &str| t.columns.iter().position(|c| c.key == name).unwrap();
     let row = t
@@ -178,6 +180,6 @@ fn the_plan_keeps_generators_and_balancer_threads_apart_where_the_cpus_allow() {
         let p = placement(&plan);
         let all: Vec<usize> = p.generators.iter().chain(&p.balancers).copied().collect();
         assert!(all.iter().enumerate().all(|(i, c)| !all[..i].contains(c)), "{p:?}");
-        assert!(p.queues() as usize > *all.iter().max().unwrap(), "a queue for every CPU used: {p:?}");
+        assert!(p.queues() <= 64, "veth's most queues: {p:?}");
     }
 }

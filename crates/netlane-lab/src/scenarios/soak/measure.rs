@@ -124,7 +124,7 @@ impl SoakArgs {
     }
 
     fn soak_in(&self, server: SoakServer, ns: &Netns, dir: &Path, cpus: &Cpus) -> Result<Soak> {
-        let (addr, server_args, client_args) = self.commands(server, dir)?;
+        let (addr, server_args, client_args) = self.commands(server, dir, cpus)?;
         let target = start_server(ns, &server_args, LISTENING, &[], &cpus.server)?;
         let (stop, ops, sampler) = watch(&target);
         let attackers = self.attack(ns, server, addr, (&stop, &ops), cpus)?;
@@ -149,12 +149,15 @@ impl SoakArgs {
     }
 
     /// The server's address, its command line and the valid client's.
-    fn commands(&self, server: SoakServer, dir: &Path) -> Result<(SocketAddr, Vec<String>, Vec<String>)> {
+    fn commands(&self, server: SoakServer, dir: &Path, cpus: &Cpus) -> Result<(SocketAddr, Vec<String>, Vec<String>)> {
         let secs = format!("{}ms", self.time.as_millis());
         let bs = NVME_BLOCK.to_string();
         let conns = self.max_connections().to_string();
         let image = dir.join("ns.img");
         let image_arg = format!("file:{}:{}", image.display(), NVME_IMAGE_BYTES);
+        // The target pins a reactor to each of its CPUs itself (every online CPU unless
+        // told): told the plan's, it stays there.
+        let target_cpus = cpus.server.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
         Ok(match server {
             SoakServer::Kv => (
                 "127.0.0.1:11211".parse()?,
@@ -202,6 +205,8 @@ impl SoakArgs {
                     &image_arg,
                     "--max-connections",
                     &conns,
+                    "--cpus",
+                    &target_cpus,
                 ]),
                 words(&[
                     "nvme",
