@@ -604,3 +604,56 @@ fn the_binary_protocol_answers_as_memcached_does() {
 fn strip_cas(packets: &[Vec<u8>]) -> Vec<Vec<u8>> {
     packets.iter().map(|p| [&p[..16], &p[24..]].concat()).collect()
 }
+
+/// A client streaming a get line without end (a lookup per few bytes) neither starves
+/// the other connections of its worker nor holds off a stop: a connection's turn reads
+/// a bounded amount, then the others get theirs.
+#[test]
+fn a_pipelining_flood_neither_starves_other_connections_nor_holds_off_a_stop() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let server =
+        Server::start(ServerConfig { threads: 1, store: StoreConfig::new(64 << 20, 1 << 20, 4), ..config() }).unwrap();
+    let addr = server.tcp_addr().unwrap();
+    // One get line that never ends: each key costs the server a lookup, the client a
+    // few bytes.
+    let keys: Vec<u8> = (0..4096).flat_map(|i| format!(" k{i:07}").into_bytes()).collect();
+    let flooding = Arc::new(AtomicBool::new(true));
+    let floods: Vec<_> = (0..2)
+        .map(|_| {
+            let (flooding, batch) = (flooding.clone(), keys.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_write_timeout(Some(Duration::from_millis(200))).unwrap();
+                s.write_all(b"get").unwrap();
+                while flooding.load(Ordering::Relaxed) {
+                    if let Err(e) = s.write_all(&batch)
+                        && !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+                    {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    // Another connection of the same worker is answered meanwhile.
+    let mut probe = connect(addr);
+    let asked = Instant::now();
+    probe.write_all(b"get nothing-here\r\n").unwrap();
+    let got = read_exact_or_timeout(&mut probe, 5);
+    let answered_in = asked.elapsed();
+    // And the server stops.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stopping = Instant::now();
+    std::thread::spawn(move || tx.send(server.stop()).unwrap());
+    let stopped = rx.recv_timeout(Duration::from_secs(5));
+    let stop_took = stopping.elapsed();
+    flooding.store(false, Ordering::Relaxed);
+    floods.into_iter().for_each(|f| f.join().unwrap());
+    assert_eq!(show(&got), "END\r\n", "the probe was answered");
+    assert!(answered_in < Duration::from_secs(1), "the probe waited {answered_in:?}");
+    let stats = stopped.expect("the server stops within 5 s under a flood");
+    assert!(stats.protocol.0.get("get_misses").copied().unwrap_or(0) > 10_000, "the flood reached the server");
+    assert!(stop_took < Duration::from_secs(2), "stopping took {stop_took:?}");
+}

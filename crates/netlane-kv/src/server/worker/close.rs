@@ -70,7 +70,9 @@ pub(super) fn linger(e: &mut Entry, c: &mut Counters) -> bool {
         }
     }
     let mut sink = [0u8; 16384];
-    loop {
+    // A bounded step, like a turn: a peer that keeps sending brings another edge (and a
+    // lingering connection is closed at its deadline whatever it sends).
+    for _ in 0..LINGER_READS {
         match e.stream.read(&mut sink) {
             Ok(0) => return true,
             Ok(_) => {}
@@ -79,4 +81,8 @@ pub(super) fn linger(e: &mut Entry, c: &mut Counters) -> bool {
             Err(_) => return true,
         }
     }
+    false
 }
+
+/// Reads of discarded input one lingering step makes at most.
+const LINGER_READS: u32 = 16;

@@ -33,6 +33,11 @@ use netlane::lanes::{BusyPoll, LaneId};
 use netlane::serve::{AcceptBackoff, Admitted, Stop};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
+/// Reads one connection's turn makes at most (each up to its read buffer's space,
+/// 16 KiB): about 256 KiB of requests before the worker's other connections, its
+/// datagrams and its stop get a look.
+const READS_PER_TURN: u32 = 16;
+
 use super::Mail;
 use super::host::{Shared, WorkerHost};
 use super::stream::Stream;
@@ -319,7 +324,10 @@ impl Worker {
         self.drive(idx);
     }
 
-    /// Reads, runs and writes for connection `idx` until it would block or yields.
+    /// Reads, runs and writes for connection `idx` until it would block or yields, or
+    /// its turn's reads are spent (then it waits in the ready queue like a yielded turn:
+    /// a peer whose socket never empties must not keep the worker from its other
+    /// connections and its stop).
     fn drive(&mut self, idx: usize) {
         let clock = self.shared.clock();
         let host = WorkerHost { shared: &self.shared, worker: self.id };
@@ -337,8 +345,17 @@ impl Worker {
             counters: &mut self.counters,
             settings: &self.shared.settings.proto,
         };
+        let mut reads_left = READS_PER_TURN;
         let close = loop {
             if e.can_read && !e.peer_done {
+                if reads_left == 0 {
+                    if !e.queued {
+                        e.queued = true;
+                        self.ready.push_back(idx);
+                    }
+                    break false;
+                }
+                reads_left -= 1;
                 let space = e.conn.read_space();
                 let len = space.len();
                 if len > 0 {
