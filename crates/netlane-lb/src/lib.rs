@@ -18,6 +18,8 @@
 pub mod proto;
 
 #[cfg(feature = "drivers")]
+mod classifier;
+#[cfg(feature = "drivers")]
 mod driver;
 #[cfg(feature = "drivers")]
 pub mod server;
