@@ -16,6 +16,8 @@ mod nvme;
 mod out;
 mod rr;
 mod signals;
+#[cfg(test)]
+mod testing;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

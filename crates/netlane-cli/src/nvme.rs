@@ -511,16 +511,10 @@ pub fn run(cmd: NvmeCmd) -> Result<u8> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use netlane_nvme::perf::CpuBinding;
 
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Perf {
-        #[command(flatten)]
-        args: PerfArgs,
-    }
+    use crate::testing::parse_command;
 
     /// The lab runs `netlane nvme perf` with the arguments it writes for its options:
     /// they must give back those options.
@@ -569,9 +563,7 @@ mod tests {
         for o in all {
             let args = netlane_lab::scenarios::nvme::perf_args(&o);
             assert_eq!(args[..2], ["nvme", "perf"]);
-            let parsed = Perf::try_parse_from(std::iter::once("perf").chain(args[2..].iter().map(String::as_str)))
-                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
-            let mut back = parsed.args.options().unwrap();
+            let mut back = parse_command::<PerfArgs>(&args).options().unwrap();
             // Without /etc/nvme/hostnqn each connection names a new host: not an option.
             (back.connect.hostnqn, back.connect.hostid) = (o.connect.hostnqn.clone(), o.connect.hostid);
             assert_eq!(format!("{back:?}"), format!("{o:?}"), "{args:?}");

@@ -463,28 +463,10 @@ impl ClientsArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use netlane_rr::proto::server::ResponderConfig;
 
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Serve {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
-
-    #[derive(Debug, Parser)]
-    struct Clients {
-        #[command(flatten)]
-        args: ClientsArgs,
-    }
-
-    /// Parses `args` (after `netlane rr <command>`) as `P`.
-    fn parse<P: Parser>(args: &[String]) -> P {
-        P::try_parse_from(std::iter::once("rr").chain(args[2..].iter().map(String::as_str)))
-            .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-    }
+    use crate::testing::parse_command;
 
     /// The lab runs `netlane rr serve` with the arguments it writes for a configuration:
     /// they must give back that configuration, option by option.
@@ -527,8 +509,8 @@ mod tests {
         for cfg in configs {
             let args = netlane_lab::scenarios::rr::serve_args(&cfg);
             assert_eq!(args[..2], ["rr", "serve"]);
-            let parsed: Serve = parse(&args);
-            assert_eq!(format!("{:?}", parsed.args.config().unwrap()), format!("{cfg:?}"), "{args:?}");
+            let parsed = parse_command::<ServeArgs>(&args);
+            assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{cfg:?}"), "{args:?}");
         }
     }
 
@@ -564,8 +546,8 @@ mod tests {
         for cfg in [closed, open] {
             let args = netlane_lab::scenarios::rr::clients_args(&cfg);
             assert_eq!(args[..2], ["rr", "clients"]);
-            let parsed: Clients = parse(&args);
-            assert_eq!(format!("{:?}", parsed.args.config().unwrap()), format!("{cfg:?}"), "{args:?}");
+            let parsed = parse_command::<ClientsArgs>(&args);
+            assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{cfg:?}"), "{args:?}");
         }
     }
 }

@@ -310,17 +310,11 @@ fn print_report(r: &LoadReport) {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
     use netlane_kv::load::workload::{KeyDist, SizeDist, WorkloadSpec};
     use netlane_lab::scenarios::kv::{LoadStep, load_args};
 
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Load {
-        #[command(flatten)]
-        args: LoadArgs,
-    }
+    use crate::testing::parse_command;
 
     /// The lab runs `netlane kv load` with the arguments it writes for a configuration
     /// and a step: they must give back that configuration, option by option, and ask
@@ -357,9 +351,7 @@ mod tests {
             for step in [LoadStep::WarmUp, LoadStep::Run, LoadStep::Search { sla, range }] {
                 let args = load_args(&cfg, step);
                 assert_eq!(args[..2], ["kv", "load"]);
-                let parsed = Load::try_parse_from(std::iter::once("kv").chain(args[2..].iter().map(String::as_str)))
-                    .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-                    .args;
+                let parsed = parse_command::<LoadArgs>(&args);
                 assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{cfg:?}"), "{args:?}");
                 match step {
                     LoadStep::WarmUp => assert!(parsed.warmup_only && !parsed.search, "{args:?}"),

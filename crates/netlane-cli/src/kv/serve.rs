@@ -464,15 +464,8 @@ impl ServeArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-
-    #[derive(Debug, Parser)]
-    struct Serve {
-        #[command(flatten)]
-        args: ServeArgs,
-    }
+    use crate::testing::parse_command;
 
     /// The lab runs `netlane kv serve` with the arguments it writes for a configuration:
     /// they must give back that configuration, option by option (the lane device is
@@ -516,9 +509,7 @@ mod tests {
         for cfg in configs {
             let args = netlane_lab::scenarios::kv::kv_serve_args(&cfg);
             assert_eq!(args[..2], ["kv", "serve"]);
-            let parsed = Serve::try_parse_from(std::iter::once("kv").chain(args[2..].iter().map(String::as_str)))
-                .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-                .args;
+            let parsed = parse_command::<ServeArgs>(&args);
             assert_eq!(parsed.lane_device, cfg.lane_device, "{args:?}");
             let mut want = cfg.clone();
             // Unset, the classes are memcached's defaults for the item size.
