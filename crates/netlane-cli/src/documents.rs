@@ -1,5 +1,5 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
-//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`), and the JSON Schema of every
+//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`, `bulk send`, `bulk recv`), and the JSON Schema of every
 //! document kind.
 //! Each is wrapped in a [`netlane_report::Document`]: the same header everywhere.
 
@@ -98,6 +98,24 @@ pub struct KvLoad {
     pub warmed_up_keys: Option<u64>,
 }
 
+/// `netlane bulk send --json`: what the sender did.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BulkSend {
+    /// The receiver's address.
+    pub to: String,
+    /// What it did.
+    pub report: netlane_lab::engines::bulk::TxReport,
+}
+
+/// `netlane bulk recv --json`: what arrived.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct BulkRecv {
+    /// The address it received on.
+    pub listen: String,
+    /// What it saw.
+    pub report: netlane_lab::engines::bulk::RxReport,
+}
+
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.
 #[cfg(test)]
 fn schemas() -> Vec<(&'static str, serde_json::Value)> {
@@ -114,6 +132,8 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("rr-clients", s(schemars::schema_for!(Document<RrClients>))),
         ("kv-serve", s(schemars::schema_for!(Document<KvServe>))),
         ("kv-load", s(schemars::schema_for!(Document<KvLoad>))),
+        ("bulk-send", s(schemars::schema_for!(Document<BulkSend>))),
+        ("bulk-recv", s(schemars::schema_for!(Document<BulkRecv>))),
     ]
 }
 

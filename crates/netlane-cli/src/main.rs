@@ -8,6 +8,7 @@
 
 mod app;
 mod bench;
+mod bulk;
 mod documents;
 mod kv;
 mod lab;
@@ -69,6 +70,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: nvme::NvmeCmd,
     },
+    /// Bulk transfer (UDP with GSO, batching, zerocopy, pacing; or TCP): the sender and
+    /// the receiver, measured from both ends.
+    Bulk {
+        #[command(subcommand)]
+        cmd: bulk::BulkCmd,
+    },
     /// Datagram request/response IPC: the server on five receive paths and the client
     /// population.
     Rr {
@@ -105,10 +112,6 @@ enum Cmd {
         /// Where to write them (created if missing).
         dir: PathBuf,
     },
-    /// Internal: run one bulk sender job read as JSON from stdin, print its report as
-    /// JSON (how benchmarks run the sender in a process of its own).
-    #[command(name = "__bulk-tx", hide = true)]
-    BulkTx,
 }
 
 #[derive(Debug, Subcommand)]
@@ -227,6 +230,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Lb { cmd } => lb::run(cmd).map(|()| 0),
         Cmd::Nvme { cmd } => nvme::run(cmd),
         Cmd::Rr { cmd } => rr::run(cmd),
+        Cmd::Bulk { cmd } => bulk::run(cmd),
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),
@@ -238,7 +242,6 @@ fn run(cli: Cli) -> Result<u8> {
             Ok(0)
         }
         Cmd::Man { dir } => man(&dir).map(|()| 0),
-        Cmd::BulkTx => netlane_lab::engines::bulk::sender_process_main().map(|()| 0).map_err(anyhow::Error::new),
     }
 }
 
@@ -264,13 +267,14 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
 
-    // The sender process stays single-threaded: no handler thread, no namespaces.
+    // The sender stays single-threaded: no handler thread, no namespaces.
     match &cli.cmd {
-        Cmd::BulkTx | Cmd::Completions { .. } | Cmd::Man { .. } => {}
+        Cmd::Bulk { cmd: bulk::BulkCmd::Send(_) } | Cmd::Completions { .. } | Cmd::Man { .. } => {}
         Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) }
         | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) }
         | Cmd::Rr { cmd: rr::RrCmd::Serve(_) }
         | Cmd::Kv { cmd: kv::KvCmd::Serve(_) }
+        | Cmd::Bulk { cmd: bulk::BulkCmd::Recv(_) }
         | Cmd::App { .. } => signals::install(signals::Mode::Server),
         _ => signals::install(signals::Mode::Job),
     }

@@ -4,30 +4,15 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn netlane(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+mod common;
+use common::{Reaped, netlane, stderr, stdout, temp_dir, valid_document};
 
 fn privileged(test: &str) -> bool {
     netlane_testkit::privileged(test)
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("netlane-cli-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 /// Two namespaces `<label>-a` and `<label>-b` joined by a veth pair named `names`,
@@ -45,27 +30,6 @@ fn veth_pair(label: &str, names: (&str, &str), subnet: u8) -> (netlane::topology
     )
     .unwrap();
     (a, b)
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Parses `text` as JSON and validates it against `docs/schema/<kind>.schema.json`.
-fn valid_document(text: &str, kind: &str) -> serde_json::Value {
-    let doc: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
-    let path = repo().join(format!("docs/schema/{kind}.schema.json"));
-    let schema: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
-            .unwrap();
-    let v = jsonschema::validator_for(&schema).expect("a valid schema");
-    let errors: Vec<String> = v.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
-    assert!(errors.is_empty(), "{kind} document does not match its schema:\n{}", errors.join("\n"));
-    assert_eq!(doc["schema_version"], 1);
-    assert_eq!(doc["provenance"]["tool"], "netlane");
-    assert!(doc["provenance"]["git_commit"].as_str().is_some_and(|c| !c.is_empty()));
-    assert!(doc["host"]["cpus"].as_u64().unwrap() >= 1);
-    doc
 }
 
 #[test]
@@ -232,7 +196,7 @@ fn loopback_bench_runs_without_root_and_writes_json_and_csv() {
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
     // neper-style echo of every resolved option, in the command line's own syntax.
-    for key in ["path=loopback", "gso-size=1400", "segments=46", "quantum=auto", "sender=process", "verify=full"] {
+    for key in ["path=loopback", "gso-size=1400", "segments=46", "quantum=auto", "ends=process", "verify=full"] {
         assert!(out.contains(&format!("\n{key}\n")), "missing {key} in:\n{out}");
     }
     assert!(out.contains("Verdict:"), "{out}");
@@ -368,30 +332,6 @@ fn lb_check_json_validates() {
 
 /// A child process that is killed and reaped when dropped unless it already exited, so
 /// a failing assertion never leaves a server running.
-struct Reaped(std::process::Child);
-
-impl std::ops::Deref for Reaped {
-    type Target = std::process::Child;
-    fn deref(&self) -> &Self::Target {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for Reaped {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
-    }
-}
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
 /// A `netlane nvme target` process on loopback; killed (by the PID we started) on drop.
 struct Target {
     child: std::process::Child,
@@ -873,13 +813,14 @@ fn ctrl_c_removes_the_namespaces_and_the_sender() {
     let ours = || -> Vec<String> {
         netlane::topology::netns_names().into_iter().filter(|n: &String| n.starts_with(&prefix)).collect()
     };
-    // Wait until the run is under way: its namespaces exist and its sender process runs.
+    // Wait until the run is under way: its namespaces exist and its sender process
+    // (`netlane bulk send`) runs.
     let deadline = Instant::now() + Duration::from_secs(20);
     let sender_running = || {
         std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
             std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
                 let c = String::from_utf8_lossy(&c);
-                c.contains("__bulk-tx")
+                c.contains("bulk\0send\0")
                     && std::fs::read_to_string(e.path().join("stat"))
                         .is_ok_and(|st| st.split_whitespace().nth(3) == Some(&pid.to_string()))
             })

@@ -6,14 +6,14 @@ use std::time::Duration;
 use netlane::pace::Quantum;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane::udp::{Batching, GsoMode, RxBatching};
-use netlane_lab::engines::bulk::{self, BulkRun, Endpoints, Pacing, RxSpec, TxSource, TxSpec, Verify};
+use netlane_lab::engines::bulk::{self, BulkRun, Endpoints, Pacing, Roles, RxSpec, TxSource, TxSpec, Verify};
 
 fn hosts(label: &str, rx: RxTuning) -> TwoHosts {
     TwoHosts::create(label, LinkConfig { rx, ..LinkConfig::default() }).expect("build topology")
 }
 
 fn bulk_run(tx: TxSpec, rx: RxSpec, ipv6: bool) -> BulkRun {
-    BulkRun { tx: TxSource::Netlane(tx), rx, ipv6, run_id: 7 }
+    BulkRun { tx: TxSource::Netlane(tx), rx, ipv6, run_id: 7, roles: Roles::Threads }
 }
 
 #[test]

@@ -151,7 +151,7 @@ pub struct Release {
 }
 
 /// Counters kept by a [`Pacer`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PaceStats {
     /// Releases made.
     pub releases: u64,

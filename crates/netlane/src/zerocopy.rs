@@ -25,7 +25,7 @@ use netlane_sys::errqueue::ZerocopyRange;
 use serde::Serialize;
 
 /// Counters kept by a [`Tracker`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ZerocopyStats {
     /// Zerocopy send calls registered.
     pub sends: u64,

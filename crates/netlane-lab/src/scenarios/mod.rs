@@ -39,7 +39,7 @@ use crate::machine::Monitor;
 use crate::progress::{Progress, Reporter};
 use netlane_report::{Results, ScenarioReport, Tally};
 
-pub use net::{NetArgs, PathKind, RxNapi, SENDER_SUBCOMMAND, SenderPlacement};
+pub use net::{NetArgs, PathKind, Placement, RxNapi};
 
 /// A scenario, configured and ready to run.
 pub trait Scenario {

@@ -5,12 +5,8 @@ use anyhow::{Context, Result, bail};
 use clap::{ArgAction, Args, ValueEnum};
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 
-use crate::engines::bulk::{self, BulkError, BulkResult, BulkRun, Endpoints, SenderProcess, TxSource, TxSpec};
+use crate::engines::bulk::{self, BulkError, BulkResult, BulkRun, Endpoints, Roles};
 use netlane_report::options::OptionList;
-
-/// The hidden subcommand a sender process runs (see
-/// [`crate::engines::bulk::sender_process_main`]).
-pub const SENDER_SUBCOMMAND: &str = "__bulk-tx";
 
 /// Where sender and receiver run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -37,14 +33,15 @@ pub enum RxNapi {
     Off,
 }
 
-/// Where netlane's sender runs.
+/// Where netlane's two ends run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum SenderPlacement {
-    /// In a child process of its own, single-threaded and measured with wait4, like
-    /// the kernel's selftest sender (and like a sending host apart from the receiver).
+pub enum Placement {
+    /// Each in a process of its own (`netlane bulk send`, `netlane bulk recv`),
+    /// single-threaded, the sender measured with wait4 like the kernel's selftest sender
+    /// (and like hosts apart).
     Process,
-    /// On a thread of the benchmark process (shares the file table with the receiver,
-    /// which costs every system call an atomic reference count).
+    /// On threads of the benchmark process (they share its file table, which costs
+    /// every system call an atomic reference count).
     Thread,
 }
 
@@ -66,9 +63,9 @@ pub struct NetArgs {
     /// CPU for the sender [default: the CPU plan's generator CPU].
     #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub tx_cpu: usize,
-    /// Where netlane's sender runs.
-    #[arg(long, value_enum, default_value_t = SenderPlacement::Process)]
-    pub sender: SenderPlacement,
+    /// Where netlane's sender and receiver run.
+    #[arg(long, value_enum, default_value_t = Placement::Process)]
+    pub ends: Placement,
     /// CPU for the receiver thread [default: the CPU plan's server CPU].
     #[arg(long)]
     pub rx_cpu: Option<usize>,
@@ -149,27 +146,22 @@ impl NetArgs {
             }
         }
         o.text(
-            "sender",
-            match self.sender {
-                SenderPlacement::Process => "process",
-                SenderPlacement::Thread => "thread",
+            "ends",
+            match self.ends {
+                Placement::Process => "process",
+                Placement::Thread => "thread",
             },
         )
         .int("tx-cpu", self.tx_cpu as u64)
         .int("rx-cpu", self.rx_cpu() as u64)
     }
 
-    /// netlane's sender for `spec`, placed as `--sender` says.
-    pub fn sender(&self, spec: TxSpec) -> TxSource {
-        match self.sender {
-            SenderPlacement::Thread => TxSource::Netlane(spec),
-            SenderPlacement::Process => match std::env::current_exe() {
-                Ok(program) => TxSource::Process(spec, SenderProcess { program, args: vec![SENDER_SUBCOMMAND.into()] }),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot find the netlane binary; the sender runs on a thread");
-                    TxSource::Netlane(spec)
-                }
-            },
+    /// Processes or threads, as the options say.
+    pub fn roles(&self) -> Roles {
+        match self.ends {
+            Placement::Thread => Roles::Threads,
+            // /proc/self/exe is this program too, only a less readable name for it.
+            Placement::Process => Roles::Processes(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into())),
         }
     }
 

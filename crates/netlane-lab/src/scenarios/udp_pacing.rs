@@ -16,7 +16,7 @@ use netlane::udp::gso::GsoLimits;
 
 use super::net::{NetArgs, PathKind, run_one, summary_line};
 use super::{Heading, Scenario, Sections, from_words};
-use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSpec};
+use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSource, TxSpec};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
 use crate::stats::{self, median, repeat_flags, sig};
@@ -158,10 +158,11 @@ impl UdpPacingArgs {
             SweepPoint::Quantum(ns) => TxSpec { pacing: Some(Pacing { rate, quantum: Quantum::Fixed(ns) }), ..base },
         };
         BulkRun {
-            tx: self.net.sender(tx),
+            tx: TxSource::Netlane(tx),
             rx: RxSpec { cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() },
             ipv6: self.net.ipv6,
             run_id,
+            roles: self.net.roles(),
         }
     }
 }

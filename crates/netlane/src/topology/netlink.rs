@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::io;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::RawFd;
 
 use netlink_packet_core::{
@@ -566,6 +566,43 @@ impl Rtnl {
                 _ => None,
             })
             .collect())
+    }
+
+    /// The kernel's route for packets to `dst` (from `src` when it is one of our
+    /// addresses), as `ip route get` asks; `None` when there is none (unreachable).
+    pub fn get_route(&mut self, dst: IpAddr, src: IpAddr) -> Result<Option<RouteMessage>, NetlinkError> {
+        let op = format!("route to {dst}");
+        let mut msg = RouteMessage::default();
+        let full = if dst.is_ipv4() { 32 } else { 128 };
+        msg.header.address_family = if dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+        msg.header.destination_prefix_length = full;
+        msg.header.table = RouteHeader::RT_TABLE_UNSPEC;
+        msg.attributes.push(RouteAttribute::Destination(dst.into()));
+        if !src.is_unspecified() && src.is_ipv4() == dst.is_ipv4() {
+            msg.header.source_prefix_length = full;
+            msg.attributes.push(RouteAttribute::Source(src.into()));
+        }
+        match self.request(&op, RouteNetlinkMessage::GetRoute(msg), NLM_F_ACK) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewRoute(r) => Some(r),
+                _ => None,
+            })),
+            // No route at all (ENETUNREACH, EHOSTUNREACH, ...): an answer, not a failure.
+            Err(e) if matches!(e.errno(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EINVAL)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The interface packets to `dst` leave through, when a route has one.
+    pub fn output_interface(&mut self, dst: IpAddr) -> Result<Option<u32>, NetlinkError> {
+        let unspecified: IpAddr =
+            if dst.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { Ipv6Addr::UNSPECIFIED.into() };
+        Ok(self.get_route(dst, unspecified)?.and_then(|r| {
+            r.attributes.iter().find_map(|a| match a {
+                RouteAttribute::Oif(i) => Some(*i),
+                _ => None,
+            })
+        }))
     }
 
     /// Kind and counters of the root qdisc of `index` ("noqueue" for a veth without

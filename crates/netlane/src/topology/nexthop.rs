@@ -20,11 +20,11 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
 use netlink_packet_core::{NLM_F_ACK, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::AddressFamily;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkLayerType, LinkMessage};
 use netlink_packet_route::neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMessage, RouteMetric, RouteType};
-use netlink_packet_route::{AddressFamily, route::RouteHeader};
+use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteMetric, RouteType};
 use netlink_sys::Socket;
 use netlink_sys::protocols::NETLINK_ROUTE;
 
@@ -166,29 +166,7 @@ impl NextHops {
     }
 
     fn query(&mut self, dst: IpAddr, src: IpAddr) -> io::Result<Entry> {
-        let op = format!("route to {dst}");
-        let mut msg = RouteMessage::default();
-        let full = if dst.is_ipv4() { 32 } else { 128 };
-        msg.header.address_family = if dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
-        msg.header.destination_prefix_length = full;
-        msg.header.table = RouteHeader::RT_TABLE_UNSPEC;
-        msg.attributes.push(RouteAttribute::Destination(dst.into()));
-        if !src.is_unspecified() && src.is_ipv4() == dst.is_ipv4() {
-            msg.header.source_prefix_length = full;
-            msg.attributes.push(RouteAttribute::Source(src.into()));
-        }
-        let replies = match self.rtnl.request(&op, RouteNetlinkMessage::GetRoute(msg), NLM_F_ACK) {
-            Ok(r) => r,
-            // No route at all (ENETUNREACH, EHOSTUNREACH, ...): an answer, not a failure.
-            Err(e) if matches!(e.errno(), Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EINVAL)) => {
-                return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
-            }
-            Err(e) => return Err(io_err(&op, e)),
-        };
-        let Some(route) = replies.into_iter().find_map(|m| match m {
-            RouteNetlinkMessage::NewRoute(r) => Some(r),
-            _ => None,
-        }) else {
+        let Some(route) = self.rtnl.get_route(dst, src).map_err(|e| io_err(&format!("route to {dst}"), e))? else {
             return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
         };
         if !matches!(route.header.kind, RouteType::Unicast | RouteType::Local) {

@@ -117,6 +117,64 @@ pub enum Batching {
     Mmsg,
 }
 
+impl GsoMode {
+    /// Every mode, by the name [`GsoMode::name`] gives.
+    pub const ALL: [GsoMode; 3] = [GsoMode::Off, GsoMode::Cmsg, GsoMode::Sockopt];
+
+    /// `off`, `cmsg` or `sockopt`.
+    pub fn name(self) -> &'static str {
+        match self {
+            GsoMode::Off => "off",
+            GsoMode::Cmsg => "cmsg",
+            GsoMode::Sockopt => "sockopt",
+        }
+    }
+}
+
+impl std::fmt::Display for GsoMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for GsoMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        GsoMode::ALL
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("GSO mode {s:?}: expected off, cmsg or sockopt"))
+    }
+}
+
+impl Batching {
+    /// `single` or `mmsg`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Batching::Single => "single",
+            Batching::Mmsg => "mmsg",
+        }
+    }
+}
+
+impl std::fmt::Display for Batching {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Batching {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Batching::Single, Batching::Mmsg]
+            .into_iter()
+            .find(|m| m.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("batching {s:?}: expected single or mmsg"))
+    }
+}
+
 /// Sender configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SenderConfig {

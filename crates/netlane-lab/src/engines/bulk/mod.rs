@@ -4,8 +4,9 @@
 //! A run is a [`TxSource`] (netlane's own sender in one of its modes, or an external
 //! program such as the kernel's `udpgso_bench_tx`) and an [`RxSpec`], placed on
 //! [`Endpoints`]: loopback in the current namespace, or the two hosts of a
-//! [`TwoHosts`] veth topology. [`run`] starts the receiver, runs the sender on its own
-//! (pinned) thread, lets the receiver drain, and returns a [`BulkResult`] with rates,
+//! [`TwoHosts`] veth topology, each end a process (`netlane bulk send`, `netlane bulk
+//! recv`: [`Roles::Processes`]) or a thread of the caller. [`run`] starts the receiver,
+//! runs the sender (pinned), lets the receiver drain, and returns a [`BulkResult`] with rates,
 //! CPU cost per gigabyte (sender thread, receiver thread, whole machine), system
 //! calls per datagram, loss, integrity, zerocopy completions, pacing accuracy and
 //! burstiness, and which kernel paths actually ran.
@@ -15,12 +16,13 @@ mod process;
 mod receiver;
 mod result;
 
+pub use process::{recv_args, send_args};
 use process::{run_external, run_sender_process};
 mod tcp_tx;
 mod udp_tx;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -37,7 +39,7 @@ pub use payload::{Integrity, Verify};
 pub use result::{BulkResult, PaceReport, RxReport, TxReport};
 
 /// Transport protocol.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Transport {
     /// UDP datagrams.
@@ -144,24 +146,22 @@ pub struct ExternalCounts {
 /// Who sends.
 #[derive(Debug, Clone, Serialize)]
 pub enum TxSource {
-    /// netlane's sender, on a thread of this process.
+    /// netlane's sender.
     Netlane(TxSpec),
-    /// netlane's sender in a child process of its own (single-threaded, so its system
-    /// calls pay no shared-file-table cost, and its CPU is measured like an external
-    /// program's). The program reads a [`SenderJob`] as JSON on stdin and writes a
-    /// [`TxReport`] as JSON on stdout: see [`run_sender_job`].
-    Process(TxSpec, SenderProcess),
-    /// Another program.
+    /// Another program (always a process).
     External(ExternalTx),
 }
 
-/// How to start netlane's sender as a process.
-#[derive(Debug, Clone, Serialize)]
-pub struct SenderProcess {
-    /// The program (usually the running `netlane` binary).
-    pub program: PathBuf,
-    /// Its arguments (e.g. the hidden subcommand that calls [`run_sender_job`]).
-    pub args: Vec<String>,
+/// How netlane's two ends run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Roles {
+    /// Each end a process of its own running this netlane program: `bulk send` and
+    /// `bulk recv`, pinned by `taskset`, their reports read from their JSON. A
+    /// single-threaded sender pays no shared-file-table cost in its system calls, and
+    /// its CPU is measured like an external program's (the whole process, from wait4).
+    Processes(PathBuf),
+    /// Both ends threads of the calling process.
+    Threads,
 }
 
 /// How SO_TXTIME can be used on the sender's path.
@@ -173,45 +173,89 @@ pub enum Txtime {
     Unsupported(String),
 }
 
-/// Everything a sender process needs.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+/// Everything a sender needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SenderJob {
     /// What to send.
     pub spec: TxSpec,
-    /// Where to.
+    /// Where to (its family is the run's).
     pub dst: SocketAddr,
-    /// IPv6.
-    pub ipv6: bool,
     /// Run id for the datagram headers.
     pub run_id: u32,
-    /// SO_TXTIME support on this path.
-    pub txtime: Txtime,
 }
 
-/// Runs the sender described by `job` on the calling thread (pinned as the job says).
-/// This is what a sender process does between reading its job and printing its report.
+impl SenderJob {
+    /// Checks the job for values that cannot work (see [`TxSpec::validate`]).
+    pub fn validate(&self) -> Result<(), BulkError> {
+        self.spec.validate(self.dst.is_ipv6(), None)
+    }
+}
+
+/// Runs the sender described by `job` on the calling thread (pinned as the job says), in
+/// the calling thread's network namespace. This is all `netlane bulk send` does between
+/// its options and its report.
 pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
+    job.validate()?;
     netlane::cpus::pin(job.spec.cpu);
     match job.spec.transport {
-        Transport::Udp => udp_tx::send(&job.spec, job.dst, job.ipv6, job.run_id, &job.txtime),
+        Transport::Udp => {
+            let txtime = if job.spec.pacing.is_some() {
+                txtime_support(job.dst.ip())?
+            } else {
+                Txtime::Unsupported("not paced".into())
+            };
+            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, &txtime)
+        }
         Transport::Tcp => tcp_tx::send(&job.spec, job.dst),
     }
 }
 
-/// The sender-process side of [`TxSource::Process`]: reads a [`SenderJob`] as JSON on
-/// stdin, runs it on this (single) thread, writes the [`TxReport`] as JSON on stdout.
-/// The process dies with the benchmark that started it, whatever killed it.
-pub fn sender_process_main() -> Result<(), BulkError> {
-    use std::io::{Read, Write};
-    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
-        .map_err(|e| io_err("set the parent-death signal")(e.into()))?;
-    let mut input = String::new();
-    std::io::stdin().read_to_string(&mut input).map_err(io_err("read the sender job"))?;
-    let job: SenderJob =
-        serde_json::from_str(&input).map_err(|e| BulkError::Config(format!("decode the sender job: {e}")))?;
-    let report = run_sender_job(&job)?;
-    let out = serde_json::to_string(&report).map_err(|e| BulkError::Config(format!("encode the report: {e}")))?;
-    writeln!(std::io::stdout(), "{out}").map_err(io_err("write the report"))
+/// Everything a receiver needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RecvJob {
+    /// Address to bind (port 0 picks one).
+    pub listen: SocketAddr,
+    /// What the receiver does.
+    pub spec: RxSpec,
+    /// The run id the sender writes in its datagram headers.
+    pub run_id: u32,
+    /// The datagram size the sender uses (what full checks expect).
+    pub datagram_size: usize,
+}
+
+/// A receiver whose socket is bound (made in the calling thread's namespace, before any
+/// sender starts, so no early datagram meets a closed port).
+#[derive(Debug)]
+pub struct BoundReceiver {
+    socket: receiver::RxSocket,
+    job: RecvJob,
+    drops_before: u64,
+}
+
+impl BoundReceiver {
+    /// Binds `job`'s socket.
+    pub fn bind(job: RecvJob) -> Result<BoundReceiver, BulkError> {
+        job.spec.validate()?;
+        let socket = receiver::RxSocket::bind(job.listen, &job.spec)?;
+        Ok(BoundReceiver { socket, job, drops_before: thread_udp_rcvbuf_errors() })
+    }
+
+    /// The address it receives on.
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.job.listen.ip(), self.socket.port())
+    }
+
+    /// Receives on the calling thread (pinned as the job says) until `done` is set and
+    /// the socket has gone quiet (or a TCP stream ended), then reports, with the
+    /// datagrams the kernel dropped for a full receive buffer meanwhile (UDP
+    /// RcvbufErrors of the namespace: other UDP receivers there count too).
+    pub fn receive(self, done: &AtomicBool) -> Result<RxReport, BulkError> {
+        netlane::cpus::pin(self.job.spec.cpu);
+        let j = self.job;
+        let mut report = self.socket.receive(&j.spec, j.run_id, j.datagram_size, done)?;
+        report.kernel_drops = thread_udp_rcvbuf_errors().saturating_sub(self.drops_before);
+        Ok(report)
+    }
 }
 
 /// What the receiver does.
@@ -251,6 +295,29 @@ impl RxSpec {
     /// A TCP receiver.
     pub fn tcp() -> Self {
         Self { transport: Transport::Tcp, ..Self::udp() }
+    }
+
+    /// Checks for values that cannot work.
+    pub fn validate(&self) -> Result<(), BulkError> {
+        if let RxBatching::Mmsg(n) = self.batching
+            && !(1..=netlane_sys::msg::MAX_MMSG).contains(&n)
+        {
+            return Err(BulkError::Config(format!(
+                "reads per recvmmsg must be 1..={}, got {n}",
+                netlane_sys::msg::MAX_MMSG
+            )));
+        }
+        if !(payload::HEADER_LEN..=65_535).contains(&self.max_datagram) {
+            return Err(BulkError::Config(format!(
+                "largest datagram must be {}..=65535 bytes, got {}",
+                payload::HEADER_LEN,
+                self.max_datagram
+            )));
+        }
+        if self.rcvbuf == 0 {
+            return Err(BulkError::Config("receive buffer size must be positive".into()));
+        }
+        Ok(())
     }
 }
 
@@ -302,6 +369,8 @@ pub struct BulkRun {
     pub ipv6: bool,
     /// Identifies the run in every datagram header.
     pub run_id: u32,
+    /// Processes or threads.
+    pub roles: Roles,
 }
 
 /// Why a run failed.
@@ -333,19 +402,29 @@ impl BulkRun {
     /// netlane's sender specification, if netlane sends.
     pub fn netlane_spec(&self) -> Option<&TxSpec> {
         match &self.tx {
-            TxSource::Netlane(t) | TxSource::Process(t, _) => Some(t),
+            TxSource::Netlane(t) => Some(t),
             TxSource::External(_) => None,
         }
     }
 
     /// Checks the run for values that cannot work, with messages for the user.
     pub fn validate(&self, path_mtu: Option<u32>) -> Result<(), BulkError> {
+        self.rx.validate()?;
         let Some(tx) = self.netlane_spec() else { return Ok(()) };
-        if tx.duration.is_zero() {
-            return Err(BulkError::Config("duration must be positive".into()));
-        }
         if tx.transport != self.rx.transport {
             return Err(BulkError::Config("sender and receiver must use the same transport".into()));
+        }
+        tx.validate(self.ipv6, path_mtu)
+    }
+}
+
+impl TxSpec {
+    /// Checks for values that cannot work over IPv6 (`ipv6`) or IPv4, and a path MTU
+    /// when it is known.
+    pub fn validate(&self, ipv6: bool, path_mtu: Option<u32>) -> Result<(), BulkError> {
+        let tx = self;
+        if tx.duration.is_zero() {
+            return Err(BulkError::Config("duration must be positive".into()));
         }
         if tx.transport == Transport::Tcp {
             if tx.tcp_write == 0 {
@@ -360,7 +439,7 @@ impl BulkRun {
                 payload::HEADER_LEN
             )));
         }
-        let limits = netlane::udp::gso::GsoLimits::for_family(self.ipv6);
+        let limits = netlane::udp::gso::GsoLimits::for_family(ipv6);
         if tx.datagram_size > limits.max_payload {
             return Err(BulkError::Config(format!(
                 "datagram size {} exceeds the largest UDP payload ({})",
@@ -368,12 +447,12 @@ impl BulkRun {
             )));
         }
         if let Some(mtu) = path_mtu {
-            let max = netlane::udp::max_payload_for_mtu(mtu as usize, self.ipv6);
+            let max = netlane::udp::max_payload_for_mtu(mtu as usize, ipv6);
             if tx.datagram_size > max {
                 return Err(BulkError::Config(format!(
                     "datagram (gso) size {} is above the path MTU: a {mtu}-byte MTU leaves {max} bytes of UDP payload over {}",
                     tx.datagram_size,
-                    if self.ipv6 { "IPv6" } else { "IPv4" }
+                    if ipv6 { "IPv6" } else { "IPv4" }
                 )));
             }
         }
@@ -453,12 +532,10 @@ pub(crate) fn udp_rcvbuf_errors(snmp: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn read_snmp(ns: Option<&Netns>) -> u64 {
-    let text = match ns {
-        Some(ns) => ns.read_proc_net("snmp").unwrap_or_default(),
-        None => std::fs::read_to_string("/proc/net/snmp").unwrap_or_default(),
-    };
-    udp_rcvbuf_errors(&text)
+/// UDP RcvbufErrors of the calling thread's network namespace (`/proc/net` is the
+/// process's, which a thread that entered another namespace has left).
+fn thread_udp_rcvbuf_errors() -> u64 {
+    udp_rcvbuf_errors(&std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap_or_default())
 }
 
 /// Runs one bulk transfer.
@@ -468,72 +545,88 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
         Endpoints::Loopback => None,
     };
     spec.validate(mtu)?;
-    let rx_ip = endpoints.rx_addr(spec.ipv6);
-    let rx_spec = spec.rx;
-    let datagram_size = match spec.netlane_spec() {
-        Some(t) => t.datagram_size,
-        None => rx_spec.max_datagram,
+    let recv = RecvJob {
+        listen: SocketAddr::new(endpoints.rx_addr(spec.ipv6), 0),
+        spec: spec.rx,
+        run_id: spec.run_id,
+        datagram_size: spec.netlane_spec().map_or(spec.rx.max_datagram, |t| t.datagram_size),
     };
+    let (tx, rx, system) = match &spec.roles {
+        Roles::Processes(program) => run_processes(endpoints, spec, program, recv)?,
+        Roles::Threads => run_threads(endpoints, spec, recv)?,
+    };
+    Ok(BulkResult { tx, rx, system, transport: spec.rx.transport })
+}
 
-    // The receiving socket is made inside the receiver's namespace, before the sender
-    // starts, so no early datagram meets a closed port.
-    let bind = SocketAddr::new(rx_ip, 0);
-    let listener = match endpoints.rx_ns() {
-        Some(ns) => ns.run(move || receiver::RxSocket::bind(bind, &rx_spec))??,
-        None => receiver::RxSocket::bind(bind, &rx_spec)?,
+type EndReports = (TxReport, RxReport, SystemCpuDelta);
+
+/// Each end a process: `netlane bulk recv` first (bound before the sender starts), then
+/// the sender to its end, then the receiver asked to drain and stop.
+fn run_processes(
+    endpoints: Endpoints<'_>,
+    spec: &BulkRun,
+    program: &Path,
+    recv: RecvJob,
+) -> Result<EndReports, BulkError> {
+    let receiver = process::start_receiver(endpoints.rx_ns(), program, &recv)?;
+    let dst = receiver.address;
+    let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let tx = match &spec.tx {
+        TxSource::Netlane(tx) => {
+            let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
+            run_sender_process(endpoints.tx_ns(), program, &job)
+        }
+        TxSource::External(ext) => run_external(endpoints.tx_ns(), ext, dst),
     };
-    let dst = SocketAddr::new(rx_ip, listener.port());
+    let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    // The receiver is stopped even when the sender failed: the sender's error is the
+    // one to report.
+    let rx = receiver.finish();
+    Ok((tx?, rx?, sys0.delta(&sys1)))
+}
+
+/// Both ends threads of this process (in their namespaces).
+fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Result<EndReports, BulkError> {
+    let bound = match endpoints.rx_ns() {
+        Some(ns) => ns.run(move || BoundReceiver::bind(recv))??,
+        None => BoundReceiver::bind(recv)?,
+    };
+    let dst = bound.local_addr();
     let sender_done = Arc::new(AtomicBool::new(false));
-    let drops_before = read_snmp(endpoints.rx_ns());
-
     let done = sender_done.clone();
-    let run_id = spec.run_id;
-    let receiver = Worker::spawn(endpoints.rx_ns(), "netlane-rx", move || {
-        netlane::cpus::pin(rx_spec.cpu);
-        listener.receive(&rx_spec, run_id, datagram_size, &done)
-    })?;
-
-    let txtime = txtime_support(endpoints)?;
+    let receiver = Worker::spawn(endpoints.rx_ns(), "netlane-rx", move || bound.receive(&done))?;
     let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
-            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
+            let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
             let sender = Worker::spawn(endpoints.tx_ns(), "netlane-tx", move || run_sender_job(&job))?;
             sender.join("sender")
-        }
-        TxSource::Process(tx, process) => {
-            let job = SenderJob { spec: tx.clone(), dst, ipv6: spec.ipv6, run_id, txtime };
-            Ok(run_sender_process(endpoints.tx_ns(), process, &job))
         }
         TxSource::External(ext) => Ok(run_external(endpoints.tx_ns(), ext, dst)),
     };
     let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     sender_done.store(true, Ordering::Release);
     let rx_result = receiver.join("receiver");
-    let tx = tx_result??;
-    let mut rx = rx_result??;
-    rx.kernel_drops = read_snmp(endpoints.rx_ns()).saturating_sub(drops_before);
-    Ok(summarise(tx, rx, sys0.delta(&sys1), spec))
+    Ok((tx_result??, rx_result??, sys0.delta(&sys1)))
 }
 
 /// Qdiscs that hold packets until their SO_TXTIME release time.
 const TXTIME_QDISCS: [&str; 3] = ["fq", "etf", "taprio"];
 
-/// Whether the sender's egress honours SO_TXTIME.
-fn txtime_support(endpoints: Endpoints<'_>) -> Result<Txtime, BulkError> {
-    let kind = match endpoints {
-        Endpoints::Loopback => "noqueue".to_string(),
-        Endpoints::Veth(h) => h.egress_qdisc()?.0,
+/// Whether packets to `dst` leave, in the calling thread's namespace, through a qdisc
+/// that honours SO_TXTIME.
+fn txtime_support(dst: IpAddr) -> Result<Txtime, BulkError> {
+    let mut rtnl = netlane::topology::Rtnl::open().map_err(io_err("open a route netlink socket"))?;
+    let route_err = |e: netlane::topology::NetlinkError| BulkError::Topology(e.into());
+    let kind = match rtnl.output_interface(dst).map_err(route_err)? {
+        Some(index) => rtnl.root_qdisc(index).map_err(route_err)?.map_or_else(|| "noqueue".to_string(), |(k, _)| k),
+        None => return Ok(Txtime::Unsupported(format!("no route to {dst}"))),
     };
     Ok(if TXTIME_QDISCS.contains(&kind.as_str()) {
         Txtime::Kernel
     } else {
         Txtime::Unsupported(format!("egress qdisc {kind} ignores release times; only fq, etf and taprio honour them"))
     })
-}
-
-fn summarise(tx: TxReport, rx: RxReport, system: SystemCpuDelta, spec: &BulkRun) -> BulkResult {
-    BulkResult { tx, rx, system, transport: spec.rx.transport }
 }
 
 #[cfg(test)]
@@ -548,7 +641,7 @@ mod tests {
     }
 
     fn run_with(tx: TxSpec) -> BulkRun {
-        BulkRun { tx: TxSource::Netlane(tx), rx: RxSpec::udp(), ipv6: false, run_id: 1 }
+        BulkRun { tx: TxSource::Netlane(tx), rx: RxSpec::udp(), ipv6: false, run_id: 1, roles: Roles::Threads }
     }
 
     #[test]

@@ -65,7 +65,7 @@ pub fn parse_header(d: &[u8], run: u32) -> Option<u64> {
 }
 
 /// How much of each datagram the receiver checks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 pub enum Verify {
     /// Count bytes only (for peers that do not send our format, e.g. udpgso_bench_tx).
     Count,
@@ -76,7 +76,7 @@ pub enum Verify {
 }
 
 /// What the receiver found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Integrity {
     /// Datagrams with a valid header for this run, counted once each.
     pub unique: u64,

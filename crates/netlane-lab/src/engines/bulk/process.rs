@@ -1,12 +1,17 @@
-//! Senders that are processes: an external program (the kernel's `udpgso_bench_tx`) or
-//! netlane itself running one [`SenderJob`], each reaped with its CPU use and output.
+//! The ends as processes: an external sender (the kernel's `udpgso_bench_tx`), `netlane
+//! bulk send` running one [`SenderJob`], `netlane bulk recv` running one [`RecvJob`];
+//! the arguments that run them, and their reports read back.
 
 use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
 
 use netlane::topology::Netns;
+use netlane::udp::{Batching, RxBatching};
 
-use super::{BulkError, ExternalTx, SenderJob, SenderProcess, TxReport};
-use crate::host::{Finished, Program, RoleProcess, RoleSpec, ThisMachine};
+use super::{BulkError, ExternalTx, RecvJob, RxReport, SenderJob, TxReport};
+use crate::host::{Args, Finished, Program, RoleProcess, RoleSpec, ThisMachine};
+use crate::scenarios::value_name;
 
 /// Runs `program args` (inside `ns`, pinned to `cpu`) as a role, feeding `stdin`, to its
 /// end: its CPU use (the whole process, from wait4) and its output. A failed exit is an
@@ -43,7 +48,7 @@ fn run_child(
 }
 
 /// The longest a sender process may run (a run is seconds; this only ends a hung one).
-const CHILD_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+const CHILD_LIMIT: Duration = Duration::from_secs(600);
 
 pub(super) fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
     let args: Vec<String> = ext
@@ -71,23 +76,103 @@ pub(super) fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr
     })
 }
 
-/// Runs netlane's sender as a child process. Its CPU is the whole process's (from
-/// wait4, like an external sender's), not the sending thread's own measurement.
-pub(super) fn run_sender_process(
-    ns: Option<&Netns>,
-    process: &SenderProcess,
-    job: &SenderJob,
-) -> Result<TxReport, BulkError> {
-    let input = serde_json::to_vec(job).map_err(|e| BulkError::Config(format!("encode sender job: {e}")))?;
-    let child = run_child(ns, &process.program, &process.args, Some(&input), job.spec.cpu)?;
-    let mut report: TxReport = serde_json::from_str(child.stdout.trim()).map_err(|e| {
-        BulkError::Config(format!(
-            "the sender process {} wrote no report ({e}): {}",
-            process.program.display(),
-            child.stderr.trim()
-        ))
-    })?;
+/// The arguments after `netlane` that run `job`: every option `bulk send` has, written
+/// out (the command line's tests read them back into the same job).
+pub fn send_args(job: &SenderJob) -> Vec<String> {
+    let t = &job.spec;
+    let mut a = Args::new(&["bulk", "send", "--json", "-"]);
+    a.opt("to", job.dst)
+        .opt("transport", value_name(&t.transport))
+        .opt("size", t.datagram_size)
+        .opt("gso", t.gso)
+        .opt("segments", t.segments_per_send)
+        .opt("batching", t.batching)
+        .flag("zerocopy", t.zerocopy)
+        .opt("tcp-write", t.tcp_write)
+        .duration("time", t.duration)
+        .opt_some("cpu", t.cpu)
+        .opt_some("sndbuf", t.sndbuf)
+        .opt_some("limit", t.limit_bytes)
+        .opt("run-id", job.run_id);
+    if let Some(p) = t.pacing {
+        a.opt("rate", p.rate).opt("quantum", netlane_report::options::quantum_name(p.quantum));
+    }
+    a.into_vec()
+}
+
+/// The arguments after `netlane` that run `job` for at most `limit`: every option `bulk
+/// recv` has, written out (the command line's tests read them back into the same job).
+pub fn recv_args(job: &RecvJob, limit: Duration) -> Vec<String> {
+    let r = &job.spec;
+    let (batching, batch) = match r.batching {
+        RxBatching::Single => (Batching::Single, None),
+        RxBatching::Mmsg(n) => (Batching::Mmsg, Some(n)),
+    };
+    let mut a = Args::new(&["bulk", "recv", "--json", "-"]);
+    a.opt("listen", job.listen)
+        .opt("transport", value_name(&r.transport))
+        .opt("batching", batching)
+        .opt_some("batch", batch)
+        .flag("gro", r.gro)
+        .opt("verify", value_name(&r.verify))
+        .opt("rcvbuf", r.rcvbuf)
+        .opt("max-datagram", r.max_datagram)
+        .opt("size", job.datagram_size)
+        .opt("run-id", job.run_id)
+        .opt_some("cpu", r.cpu)
+        .duration("time", limit);
+    a.into_vec()
+}
+
+/// Runs `netlane bulk send` for `job` (inside `ns`, pinned to the job's CPU) to its end.
+/// Its CPU is the whole process's (from wait4, like an external sender's), not the
+/// sending thread's own measurement.
+pub(super) fn run_sender_process(ns: Option<&Netns>, program: &Path, job: &SenderJob) -> Result<TxReport, BulkError> {
+    let child = run_child(ns, program, &send_args(job), None, job.spec.cpu)?;
+    #[derive(serde::Deserialize)]
+    struct BulkSend {
+        report: TxReport,
+    }
+    let mut report =
+        child.json::<BulkSend>().map_err(|e| BulkError::Config(format!("netlane bulk send: {e:#}")))?.report;
     report.cpu = child.cpu;
     report.path.push("sender: own process".into());
     Ok(report)
+}
+
+/// A receiver process (`netlane bulk recv`), bound and receiving.
+pub(super) struct ReceiverProcess {
+    role: RoleProcess,
+    /// The address it receives on.
+    pub(super) address: SocketAddr,
+}
+
+/// Longest a receiver takes to drain and report once asked to stop.
+const RECEIVER_GRACE: Duration = Duration::from_secs(10);
+
+/// Starts `netlane bulk recv` for `job` inside `ns`, pinned to its CPU; returns once it
+/// has bound its socket.
+pub(super) fn start_receiver(ns: Option<&Netns>, program: &Path, job: &RecvJob) -> Result<ReceiverProcess, BulkError> {
+    let spec = RoleSpec::program("netlane bulk recv", Program::Other(program.into()), recv_args(job, CHILD_LIMIT))
+        .on_cpus(job.spec.cpu.as_slice())
+        .ready_on_stderr("listening on ", Duration::from_secs(10));
+    let role = match ns {
+        Some(ns) => RoleProcess::start(ns, &spec, None),
+        None => RoleProcess::start(&ThisMachine, &spec, None),
+    }
+    .map_err(|e| BulkError::Config(format!("{e:#}")))?;
+    let address = role.listening_on().map_err(|e| BulkError::Config(format!("{e:#}")))?;
+    Ok(ReceiverProcess { role, address })
+}
+
+impl ReceiverProcess {
+    /// Asks it to stop (it drains first) and reads its report.
+    pub(super) fn finish(self) -> Result<RxReport, BulkError> {
+        #[derive(serde::Deserialize)]
+        struct BulkRecv {
+            report: RxReport,
+        }
+        let done = self.role.stop(RECEIVER_GRACE).map_err(|e| BulkError::Config(format!("{e:#}")))?;
+        Ok(done.json::<BulkRecv>().map_err(|e| BulkError::Config(format!("netlane bulk recv: {e:#}")))?.report)
+    }
 }

@@ -11,7 +11,7 @@ use super::{Integrity, Transport};
 use crate::verdict::{Measure, finite, per_gb, positive, rate, ratio};
 
 /// Pacing accuracy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PaceReport {
     /// Target rate, bytes/s.
     pub target_rate_bytes_per_s: u64,
@@ -30,7 +30,7 @@ pub struct PaceReport {
 }
 
 /// What the sender did.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct TxReport {
     /// Datagrams sent (UDP) or send calls (TCP).
     pub datagrams: u64,
@@ -60,7 +60,7 @@ pub struct TxReport {
 }
 
 /// What the receiver saw.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct RxReport {
     /// Datagrams (UDP) or read calls (TCP) received.
     pub datagrams: u64,

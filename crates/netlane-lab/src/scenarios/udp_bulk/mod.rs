@@ -27,7 +27,7 @@ use crate::engines::bulk::{BulkResult, BulkRun};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
 
-pub use self::options::{Mode, UdpBulkArgs, VerifyArg};
+pub use self::options::{Mode, UdpBulkArgs};
 
 impl Scenario for UdpBulkArgs {
     fn name(&self) -> &'static str {
@@ -46,7 +46,7 @@ impl Scenario for UdpBulkArgs {
             .int("segments", self.segments() as u64)
             .rates("rates", &self.rates)
             .text("quantum", quantum_name(self.quantum))
-            .text("verify", self.verify.name())
+            .text("verify", crate::scenarios::value_name(&self.verify))
             .flag("no-selftest", self.no_selftest);
         match self.selftest_binary() {
             Some(p) => o.text("selftest", p.display().to_string()),

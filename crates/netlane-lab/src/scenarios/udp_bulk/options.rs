@@ -41,33 +41,6 @@ impl Mode {
     }
 }
 
-/// Receiver checks on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum VerifyArg {
-    /// Count only.
-    Count,
-    /// Sequence numbers: loss, duplicates, reordering.
-    Header,
-    /// Sequence numbers and every payload byte.
-    Full,
-}
-
-impl VerifyArg {
-    pub(super) fn name(self) -> String {
-        crate::scenarios::value_name(&self)
-    }
-}
-
-impl From<VerifyArg> for Verify {
-    fn from(v: VerifyArg) -> Self {
-        match v {
-            VerifyArg::Count => Verify::Count,
-            VerifyArg::Header => Verify::Header,
-            VerifyArg::Full => Verify::Full,
-        }
-    }
-}
-
 /// Options of the `udp-bulk` scenario.
 #[derive(Debug, Clone, Args)]
 pub struct UdpBulkArgs {
@@ -102,8 +75,8 @@ pub struct UdpBulkArgs {
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
     /// What the receiver verifies.
-    #[arg(long, value_enum, default_value_t = VerifyArg::Header)]
-    pub verify: VerifyArg,
+    #[arg(long, value_enum, default_value_t = Verify::Header)]
+    pub verify: Verify,
     /// The kernel's udpgso_bench_tx, to compare senders [default: target/kselftest/udpgso_bench_tx or $NETLANE_UDPGSO_BENCH_TX].
     #[arg(long)]
     pub selftest: Option<PathBuf>,

@@ -51,7 +51,7 @@ impl UdpBulkArgs {
     }
 
     pub(super) fn rx(&self) -> RxSpec {
-        RxSpec { verify: self.verify.into(), cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() }
+        RxSpec { verify: self.verify, cpu: Some(self.net.rx_cpu()), ..RxSpec::udp() }
     }
 
     /// Sender and receiver for `mode` (and `rate` for the paced mode).
@@ -86,7 +86,7 @@ impl UdpBulkArgs {
         Arm {
             label,
             role: Role::Main(mode, rate),
-            run: BulkRun { tx: self.net.sender(tx), rx, ipv6: self.net.ipv6, run_id: 0 },
+            run: BulkRun { tx: TxSource::Netlane(tx), rx, ipv6: self.net.ipv6, run_id: 0, roles: self.net.roles() },
         }
     }
 
@@ -130,7 +130,13 @@ impl UdpBulkArgs {
                 arms.push(Arm {
                     label: format!("udpgso_bench_tx{}", if gso { " -S" } else { "" }),
                     role: Role::Kernel(gso),
-                    run: BulkRun { tx: TxSource::External(ext), rx: counting, ipv6: self.net.ipv6, run_id: 0 },
+                    run: BulkRun {
+                        tx: TxSource::External(ext),
+                        rx: counting,
+                        ipv6: self.net.ipv6,
+                        run_id: 0,
+                        roles: self.net.roles(),
+                    },
                 });
             }
         }

@@ -1,0 +1,71 @@
+//! What the command line's integration tests share: running `netlane`, its output, its
+//! JSON documents checked against their schema, child processes that are reaped.
+
+#![allow(dead_code)] // each test binary uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn netlane(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("netlane-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Parses `text` as JSON and validates it against `docs/schema/<kind>.schema.json`.
+pub fn valid_document(text: &str, kind: &str) -> serde_json::Value {
+    let doc: serde_json::Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let path = repo().join(format!("docs/schema/{kind}.schema.json"));
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+            .unwrap();
+    let v = jsonschema::validator_for(&schema).expect("a valid schema");
+    let errors: Vec<String> = v.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
+    assert!(errors.is_empty(), "{kind} document does not match its schema:\n{}", errors.join("\n"));
+    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["provenance"]["tool"], "netlane");
+    assert!(doc["provenance"]["git_commit"].as_str().is_some_and(|c| !c.is_empty()));
+    assert!(doc["host"]["cpus"].as_u64().unwrap() >= 1);
+    doc
+}
+
+/// A child process killed and reaped on drop (by the PID this test started).
+pub struct Reaped(pub std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
