@@ -14,7 +14,9 @@ use netlane::udp::{Batching, GsoMode, RxBatching};
 use netlane_lab::engines::bulk::{
     BoundReceiver, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport, TxSpec, Verify, run_sender_job,
 };
-use netlane_report::options::{parse_positive_duration, parse_quantum, parse_rate, parse_size, parse_size_usize};
+use netlane_report::options::{
+    parse_cpu, parse_positive_duration, parse_quantum, parse_rate, parse_size, parse_size_usize,
+};
 
 use crate::documents::{BulkRecv, BulkSend};
 use crate::out::{self, OutputArgs};
@@ -37,14 +39,6 @@ pub fn run(cmd: BulkCmd) -> Result<u8> {
     match cmd {
         BulkCmd::Send(a) => a.run(),
         BulkCmd::Recv(a) => a.run(),
-    }
-}
-
-fn cpu(s: &str) -> Result<usize, String> {
-    let l = netlane::cpus::parse_online(s)?;
-    match l.as_slice() {
-        [c] => Ok(*c),
-        _ => Err(format!("{s}: one CPU")),
     }
 }
 
@@ -92,7 +86,7 @@ pub struct SendArgs {
     #[arg(long, value_parser = parse_size)]
     pub limit: Option<u64>,
     /// CPU to pin the sender to.
-    #[arg(long, value_parser = cpu)]
+    #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<usize>,
     /// Send buffer size [default: the kernel's].
     #[arg(long, value_parser = parse_size_usize)]
@@ -195,7 +189,7 @@ pub struct RecvArgs {
     #[arg(long, default_value_t = 1)]
     pub run_id: u32,
     /// CPU to pin the receiver to.
-    #[arg(long, value_parser = cpu)]
+    #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<usize>,
     /// Stop after this long [default: run until SIGINT/SIGTERM, or a TCP stream's end].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]

@@ -203,6 +203,11 @@ mod tests {
         let e =
             anyhow::Error::new(netlane_lb::LbError::kernel("open /nonexistent")(std::io::ErrorKind::NotFound.into()));
         said_once(&error_line(&e));
+        // A netlink request the kernel refused, as the topology reports it.
+        let refused = netlane::topology::Rtnl::open().unwrap().link_index("nl-nonesuch0").unwrap_err();
+        let e = anyhow::Error::new(netlane::topology::TopologyError::from(refused)).context("build the lab");
+        said_once(&error_line(&e));
+        assert!(error_line(&e).starts_with("build the lab: look up interface nl-nonesuch0: "), "{}", error_line(&e));
     }
 
     #[test]

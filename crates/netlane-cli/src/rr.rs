@@ -7,7 +7,7 @@ use crate::documents::{RrClients, RrServe};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
+use netlane_report::options::{parse_cpu, parse_duration, parse_positive_duration, parse_size_usize};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::guard::GuardConfig;
@@ -39,14 +39,6 @@ pub fn run(cmd: RrCmd) -> Result<u8> {
 
 fn parse_size_u32(s: &str) -> Result<u32, String> {
     u32::try_from(parse_size_usize(s)?).map_err(|_| format!("{s} is too large"))
-}
-
-fn cpu(s: &str) -> Result<usize, String> {
-    let l = netlane::cpus::parse_online(s)?;
-    match l.as_slice() {
-        [c] => Ok(*c),
-        _ => Err(format!("{s}: one CPU")),
-    }
 }
 
 /// `netlane rr serve`.
@@ -103,7 +95,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub echo: bool,
     /// CPU the server thread is pinned to.
-    #[arg(long, value_parser = cpu)]
+    #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<usize>,
     /// Lanes: a thread per receive queue of this device, each pinned to its queue's CPU
     /// with its own socket in an SO_REUSEPORT group; a BPF selector gives each datagram

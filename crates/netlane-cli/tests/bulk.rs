@@ -1,35 +1,18 @@
 //! `netlane bulk send` and `netlane bulk recv` as a user runs them: two processes on
 //! loopback, each writing a JSON document; the receiver counts what the sender sent.
 
-use std::io::{BufRead, BufReader, Read};
-use std::process::{Command, Stdio};
+use std::io::{BufReader, Read};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Reaped, netlane, stderr, stdout, temp_dir, valid_document};
+use common::{Reaped, netlane, start_listening, stderr, stdout, temp_dir, valid_document};
 
 /// A `netlane bulk recv` process and the address it said it receives on.
 fn receiver(extra: &[&str], json: &std::path::Path) -> (Reaped, String, BufReader<std::process::ChildStdout>) {
-    let mut child = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(["bulk", "recv", "--listen", "127.0.0.1:0", "-t", "60s", "--json"])
-            .arg(json)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start bulk recv"),
-    );
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
-    if addr.is_empty() {
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        panic!("unexpected recv output {line:?}, stderr {err:?}");
-    }
-    (child, addr.to_string(), out)
+    let mut args = vec!["bulk", "recv", "--listen", "127.0.0.1:0", "-t", "60s", "--json", json.to_str().unwrap()];
+    args.extend(extra);
+    start_listening(&args)
 }
 
 /// Ends the receiver the way the lab does (SIGINT: it drains, reports, exits 0).

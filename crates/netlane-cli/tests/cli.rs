@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Reaped, netlane, stderr, stdout, temp_dir, valid_document};
+use common::{Reaped, netlane, start_listening, stderr, stdout, temp_dir, valid_document};
 
 fn privileged(test: &str) -> bool {
     netlane_testkit::privileged(test)
@@ -1078,24 +1078,20 @@ fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
     let dir = temp_dir("rr-json");
     std::fs::create_dir_all(&dir).unwrap();
     let serve_json = dir.join("serve.json");
-    let mut child = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(["rr", "serve", "--listen", "127.0.0.1:0", "--path", "recvfrom", "-t", "60s", "--json"])
-            .arg(&serve_json)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start rr serve"),
-    );
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
-    if addr.is_empty() {
-        let mut err = String::new();
-        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        panic!("unexpected serve output {line:?}, stderr {err:?}");
-    }
+    let serve_json_arg = serve_json.to_str().unwrap();
+    let (mut child, addr, mut out) = start_listening(&[
+        "rr",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--path",
+        "recvfrom",
+        "-t",
+        "60s",
+        "--json",
+        serve_json_arg,
+    ]);
+    let addr = addr.as_str();
     let o = netlane(&["rr", "clients", "--server", addr, "--clients", "8", "-t", "500ms", "--ramp", "100ms", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc = valid_document(&stdout(&o), "rr-clients");

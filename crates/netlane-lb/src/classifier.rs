@@ -61,15 +61,13 @@ impl Classifier for TcClassifier {
 /// The interface index of `name` in the calling thread's namespace.
 pub fn if_index(name: &str) -> Result<u32, LbError> {
     let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
-    r.link_index(name).map_err(|e| LbError::Invalid(format!("interface {name:?}: {}", netlane::error::chain(&e))))
+    r.link_index(name).map_err(|e| LbError::Topology(e.into()))
 }
 
 /// The MAC address of `name` in the calling thread's namespace.
 pub fn if_mac(name: &str) -> Result<[u8; 6], LbError> {
     let mut r = Rtnl::open().map_err(kernel("open rtnetlink"))?;
-    let i = r
-        .link_index(name)
-        .map_err(|e| LbError::Invalid(format!("interface {name:?}: {}", netlane::error::chain(&e))))?;
-    let mac = r.link_mac(i).map_err(|e| LbError::Invalid(format!("MAC of {name}: {}", netlane::error::chain(&e))))?;
+    let i = r.link_index(name).map_err(|e| LbError::Topology(e.into()))?;
+    let mac = r.link_mac(i).map_err(|e| LbError::Topology(e.into()))?;
     mac.try_into().map_err(|_| LbError::Invalid(format!("{name} has no Ethernet address")))
 }

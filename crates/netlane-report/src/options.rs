@@ -163,6 +163,14 @@ pub fn parse_size_usize(s: &str) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("{s} is too large"))
 }
 
+/// clap parser: one online CPU (`3`).
+pub fn parse_cpu(s: &str) -> Result<usize, String> {
+    match netlane::cpus::parse_online(s)?.as_slice() {
+        [c] => Ok(*c),
+        _ => Err(format!("{s}: one CPU")),
+    }
+}
+
 /// clap parser: a pacing quantum, `auto` or a duration.
 pub fn parse_quantum(s: &str) -> Result<netlane::pace::Quantum, String> {
     if s.eq_ignore_ascii_case("auto") {

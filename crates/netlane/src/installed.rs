@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::chain;
 use crate::topology::netdev::{NapiSettings, Netdev};
 
 /// Where records live (tmpfs: a reboot undoes every change anyway).
@@ -178,8 +179,8 @@ fn napi_still(now: &NapiSettings, value: &NapiSettings) -> bool {
 /// The settings of NAPI instance `id` of device `ifindex`, read in the calling thread's
 /// namespace (`None`: the instance is gone).
 fn napi_now(ifindex: u32, id: u32) -> Result<Option<NapiSettings>, String> {
-    let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {e}"))?;
-    let all = nd.napis(ifindex).map_err(|e| format!("list NAPI instances: {e}"))?;
+    let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {}", chain(&e)))?;
+    let all = nd.napis(ifindex).map_err(|e| format!("list NAPI instances: {}", chain(&e)))?;
     Ok(all.into_iter().find(|n| n.id == id).map(|n| NapiSettings {
         defer_hard_irqs: n.defer_hard_irqs,
         gro_flush_timeout_ns: n.gro_flush_timeout_ns,
@@ -351,9 +352,9 @@ fn undo(change: &Change) -> Result<String, String> {
             if r.link_name(*ifindex).ok().as_deref() != Some(ifname.as_str()) {
                 return Ok(format!("{ifname} is gone"));
             }
-            match r.root_qdisc(*ifindex).map_err(|e| format!("read {ifname}'s root qdisc: {e}"))? {
+            match r.root_qdisc(*ifindex).map_err(|e| format!("read {ifname}'s root qdisc: {}", chain(&e)))? {
                 Some((kind, _)) if kind == *qdisc => {
-                    r.del_root_qdisc(*ifindex).map_err(|e| format!("remove it: {e}"))?;
+                    r.del_root_qdisc(*ifindex).map_err(|e| format!("remove it: {}", chain(&e)))?;
                     Ok("removed".into())
                 }
                 Some((kind, _)) => Ok(format!("left alone: {ifname}'s root qdisc is {kind} now")),
@@ -390,8 +391,8 @@ fn undo(change: &Change) -> Result<String, String> {
                 gro_flush_timeout_ns: value.gro_flush_timeout_ns.and(before.gro_flush_timeout_ns),
                 irq_suspend_timeout_ns: value.irq_suspend_timeout_ns.and(before.irq_suspend_timeout_ns),
             };
-            let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {e}"))?;
-            nd.napi_set(*id, &back).map_err(|e| format!("restore it: {e}"))?;
+            let mut nd = Netdev::open().map_err(|e| format!("open netdev netlink: {}", chain(&e)))?;
+            nd.napi_set(*id, &back).map_err(|e| format!("restore it: {}", chain(&e)))?;
             Ok(format!("restored to {}", napi_words(&back, value)))
         }),
         Change::DeviceFile { place, path, before, value } => place.run(|| {

@@ -240,7 +240,10 @@ pub fn busy_poll() -> Support {
 pub fn qdiscs(kinds: &[&'static str]) -> Vec<(&'static str, Support)> {
     match try_qdiscs(kinds) {
         Ok(v) => v,
-        Err(e) => kinds.iter().map(|k| (*k, Support::Unknown(format!("could not check: {e}")))).collect(),
+        Err(e) => {
+            let why = format!("could not check: {}", crate::error::chain(&e));
+            kinds.iter().map(|k| (*k, Support::Unknown(why.clone()))).collect()
+        }
     }
 }
 

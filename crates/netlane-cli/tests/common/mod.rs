@@ -3,8 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses its own part
 
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{ChildStdout, Command, Output, Stdio};
 
 pub fn netlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
@@ -68,4 +69,28 @@ impl Drop for Reaped {
             let _ = self.0.wait();
         }
     }
+}
+
+/// Starts `netlane args...` (a server) and reads its first line, `listening on ADDR ...`:
+/// the process, the address, and the rest of its standard output.
+pub fn start_listening(args: &[&str]) -> (Reaped, String, BufReader<ChildStdout>) {
+    let mut child = Reaped(
+        Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start netlane {args:?}: {e}")),
+    );
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
+    if addr.is_empty() {
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        panic!("netlane {args:?} said {line:?}, stderr {err:?}");
+    }
+    let addr = addr.to_string();
+    (child, addr, out)
 }

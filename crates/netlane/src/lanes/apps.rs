@@ -500,7 +500,7 @@ impl Shaper {
 
     /// Lays the plan out for mqprio and asks the kernel for it; says why not.
     fn try_mqprio(rtnl: &mut Rtnl, ifindex: u32, plan: &ShapingPlan) -> Result<MqprioChannel, String> {
-        let tx_queues = rtnl.link_tx_queues(ifindex).map_err(|e| e.to_string())?;
+        let tx_queues = rtnl.link_tx_queues(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
         let layout = plan.mqprio_layout(tx_queues)?;
         match rtnl.add_mqprio_channel(ifindex, &layout) {
             Ok(()) => Ok(layout),
@@ -641,8 +641,9 @@ impl Shaper {
 }
 
 /// Why the kernel refused mqprio channel mode, in words.
-fn mqprio_refusal(e: &NetlinkError) -> String {
-    match e.errno() {
+fn mqprio_refusal(refused: &NetlinkError) -> String {
+    let e = crate::error::chain(refused);
+    match refused.errno() {
         Some(libc::ENOENT) => format!("this kernel has no mqprio qdisc ({e})"),
         Some(libc::EOPNOTSUPP) => format!("the device's driver does not offload mqprio channel mode ({e})"),
         Some(libc::EINVAL) => format!(

@@ -203,7 +203,7 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
     let mut nd = match Netdev::open() {
         Ok(nd) => Some(nd),
         Err(e) => {
-            out.push(Knob::refused("netdev netlink", "napi-set", e));
+            out.push(Knob::refused("netdev netlink", "napi-set", crate::error::chain(&e)));
             None
         }
     };
@@ -249,7 +249,7 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
             }
             Err(e) => {
                 refused = true;
-                out.push(Knob::refused(name, describe(settings), e));
+                out.push(Knob::refused(name, describe(settings), crate::error::chain(&e)));
             }
         }
     }

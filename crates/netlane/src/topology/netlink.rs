@@ -36,9 +36,11 @@ pub struct NetlinkError {
     pub message: Option<String>,
 }
 
+/// What was being done (and what the kernel said of it); the error itself is the
+/// [`std::error::Error::source`], said once by whoever prints the chain.
 impl fmt::Display for NetlinkError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.op, self.source)?;
+        f.write_str(&self.op)?;
         if let Some(m) = &self.message {
             write!(f, " (kernel says: {m})")?;
         }

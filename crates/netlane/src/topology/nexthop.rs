@@ -30,6 +30,9 @@ use netlink_sys::protocols::NETLINK_ROUTE;
 
 use super::netlink::{NetlinkError, Rtnl};
 
+/// Most notification reads one [`NextHops::process_events`] makes.
+const MAX_READS_PER_CALL: usize = 64;
+
 /// Where frames to one destination go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NextHop {
@@ -112,8 +115,9 @@ pub struct NextHops {
     buf: Vec<u8>,
 }
 
-fn io_err(op: &str, e: NetlinkError) -> io::Error {
-    io::Error::new(e.source.kind(), format!("{op}: {e}"))
+/// A failed query as the `io::Error` this module returns: what was asked, then why.
+fn io_err(e: NetlinkError) -> io::Error {
+    io::Error::new(e.source.kind(), crate::error::chain(&e).to_string())
 }
 
 impl NextHops {
@@ -166,7 +170,7 @@ impl NextHops {
     }
 
     fn query(&mut self, dst: IpAddr, src: IpAddr) -> io::Result<Entry> {
-        let Some(route) = self.rtnl.get_route(dst, src).map_err(|e| io_err(&format!("route to {dst}"), e))? else {
+        let Some(route) = self.rtnl.get_route(dst, src).map_err(io_err)? else {
             return Ok(Entry { via: dst, answer: Err(Unresolved::NoRoute), at: Instant::now() });
         };
         if !matches!(route.header.kind, RouteType::Unicast | RouteType::Local) {
@@ -217,8 +221,7 @@ impl NextHops {
         let op = format!("read interface {ifindex}");
         let mut msg = LinkMessage::default();
         msg.header.index = ifindex;
-        let replies =
-            self.rtnl.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK).map_err(|e| io_err(&op, e))?;
+        let replies = self.rtnl.request(&op, RouteNetlinkMessage::GetLink(msg), NLM_F_ACK).map_err(io_err)?;
         let Some(l) = replies.into_iter().find_map(|m| match m {
             RouteNetlinkMessage::NewLink(l) => Some(l),
             _ => None,
@@ -256,7 +259,7 @@ impl NextHops {
         let replies = match self.rtnl.request(&op, RouteNetlinkMessage::GetNeighbour(msg), NLM_F_ACK) {
             Ok(r) => r,
             Err(e) if e.errno() == Some(libc::ENOENT) => return Ok(None),
-            Err(e) => return Err(io_err(&op, e)),
+            Err(e) => return Err(io_err(e)),
         };
         Ok(replies.iter().find_map(|m| match m {
             RouteNetlinkMessage::NewNeighbour(n) => usable(n),
@@ -264,11 +267,13 @@ impl NextHops {
         }))
     }
 
-    /// Reads every pending notification and drops what it makes stale. Returns how
-    /// many it read.
+    /// Reads the pending notifications (up to 64 reads' worth) and drops what they make
+    /// stale. Returns how many it read.
     pub fn process_events(&mut self) -> usize {
         let mut n = 0;
-        loop {
+        // Bounded: a storm of neighbour changes cannot hold the caller's loop; what is
+        // left keeps the socket readable for the next call.
+        for _ in 0..MAX_READS_PER_CALL {
             let got = match self.monitor.recv(&mut &mut self.buf[..], libc::MSG_DONTWAIT) {
                 Ok(0) => break,
                 Ok(len) => len,

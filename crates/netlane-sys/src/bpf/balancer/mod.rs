@@ -427,6 +427,9 @@ fn delete_if_present(map: &MapHandle, key: &[u8]) -> io::Result<()> {
     }
 }
 
+/// Most new-flow events one [`FlowEvents::drain`] takes from the ring.
+pub const MAX_EVENTS_PER_CALL: usize = 4096;
+
 /// New-flow events from the data plane's ring buffer.
 pub struct FlowEvents {
     ring: libbpf_rs::RingBuffer<'static>,
@@ -452,7 +455,8 @@ impl FlowEvents {
     }
 
     /// Waits up to `timeout` for events or until `wake` is readable (a stop signal's
-    /// descriptor: the wait ends at once), and returns all events that are ready.
+    /// descriptor: the wait ends at once), and returns the events that are ready, at
+    /// most [`MAX_EVENTS_PER_CALL`].
     pub fn poll_or_wake(&mut self, timeout: Duration, wake: BorrowedFd<'_>) -> io::Result<Vec<FlowEvent>> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         // SAFETY: the ring buffer owns its epoll descriptor and closes it only when it is
@@ -468,9 +472,15 @@ impl FlowEvents {
         self.drain()
     }
 
-    /// Returns the events that are ready without waiting.
+    /// Returns the events that are ready without waiting, at most
+    /// [`MAX_EVENTS_PER_CALL`]: the rest stay in the ring for the next call, so a flood
+    /// of new flows (the data plane refills the ring while it is read) cannot hold the
+    /// caller's loop, and with it a stop, statistics or an edit.
     pub fn drain(&mut self) -> io::Result<Vec<FlowEvent>> {
-        self.ring.consume().map_err(to_io)?;
+        let n = self.ring.consume_raw_n(MAX_EVENTS_PER_CALL);
+        if n < 0 {
+            return Err(io::Error::from_raw_os_error(-n));
+        }
         Ok(self.queued().drain(..).collect())
     }
 
