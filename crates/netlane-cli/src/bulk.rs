@@ -259,11 +259,9 @@ impl RecvArgs {
         Ok(0)
     }
 
-    fn transport_name(&self) -> &'static str {
-        match self.transport {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-        }
+    fn transport_name(&self) -> String {
+        use clap::ValueEnum;
+        self.transport.to_possible_value().map(|v| v.get_name().to_string()).unwrap_or_default()
     }
 }
 
@@ -272,7 +270,7 @@ fn received_line(r: &RxReport) -> String {
     let i = &r.integrity;
     format!(
         "received {}B in {} datagrams ({} reads, {} GRO) over {:.2} s: {}; missing below the highest {} duplicates {} \
-         reordered {} corrupt {} foreign {} truncated {} kernel drops {}; {} system calls, cpu {:.3} s",
+         reordered {} corrupt {} wrong length {} foreign {} truncated {} kernel drops {}; {} system calls, cpu {:.3} s",
         netlane_report::format::si(r.bytes as f64),
         r.datagrams,
         r.reads,
@@ -283,6 +281,7 @@ fn received_line(r: &RxReport) -> String {
         i.duplicates,
         i.reordered,
         i.corrupt,
+        i.bad_length,
         i.foreign,
         r.truncated,
         r.kernel_drops,
