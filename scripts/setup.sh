@@ -17,7 +17,9 @@
 #                             cache (scripts/memcached-suite.sh);
 #                             rt-tests, whose cyclictest measures how long this
 #                             machine stalls a ready thread: the floor under the kv
-#                             scenario's tail latencies)
+#                             scenario's tail latencies; openssh-server, whose sshd
+#                             in namespaces stands for the other hosts the lab reaches
+#                             over SSH in its tests)
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -28,7 +30,7 @@ set -euo pipefail
 want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
       libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
       python3 python3-prometheus-client socat tcpdump memcached libmemcached-tools
-      python3-pymemcache rt-tests perl)
+      python3-pymemcache rt-tests perl openssh-server)
 if [[ "${1:-}" == "--lab" ]]; then
   want+=(linux-source-6.1)
 fi
@@ -54,6 +56,12 @@ if ((${#missing[@]})); then
   if [[ " ${missing[*]} " == *" memcached "* ]] && [[ -d /run/systemd/system ]]; then
     echo "setup: stopping and disabling the memcached service the package started"
     systemctl disable --now memcached >/dev/null 2>&1 || true
+  fi
+  # Only sshd's binary is wanted (the tests start their own, in namespaces): a server
+  # on this machine's own addresses is not ours to open.
+  if [[ " ${missing[*]} " == *" openssh-server "* ]] && [[ -d /run/systemd/system ]]; then
+    echo "setup: stopping and disabling the ssh service the package started"
+    systemctl disable --now ssh >/dev/null 2>&1 || true
   fi
 fi
 

@@ -15,6 +15,7 @@ mod lab;
 mod lb;
 mod nvme;
 mod out;
+mod role;
 mod rr;
 mod signals;
 #[cfg(test)]
@@ -88,6 +89,11 @@ enum Cmd {
         #[command(subcommand)]
         cmd: app::AppCmd,
     },
+    /// Run a program as a lab role for a lab on another machine, which starts this over
+    /// SSH: orders on standard input, one signal name a line (INT, TERM, HUP, KILL); at
+    /// the end of input the program gets SIGTERM, and SIGKILL --grace later; the last line
+    /// of standard error says how it ended and its CPU use, as JSON.
+    Role(role::RoleArgs),
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
         #[command(flatten)]
@@ -232,6 +238,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Rr { cmd } => rr::run(cmd),
         Cmd::Bulk { cmd } => bulk::run(cmd),
         Cmd::App { cmd } => app::run(cmd),
+        Cmd::Role(a) => a.run(),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),
         Cmd::Topo { cmd } => topo(&cmd),
@@ -269,7 +276,8 @@ fn main() -> ExitCode {
 
     // The sender stays single-threaded: no handler thread, no namespaces.
     match &cli.cmd {
-        Cmd::Bulk { cmd: bulk::BulkCmd::Send(_) } | Cmd::Completions { .. } | Cmd::Man { .. } => {}
+        // The supervisor passes its signals on to its role.
+        Cmd::Bulk { cmd: bulk::BulkCmd::Send(_) } | Cmd::Role(_) | Cmd::Completions { .. } | Cmd::Man { .. } => {}
         Cmd::Lb { cmd: lb::LbCmd::Run(_) | lb::LbCmd::Decap(_) }
         | Cmd::Nvme { cmd: nvme::NvmeCmd::Target(_) }
         | Cmd::Rr { cmd: rr::RrCmd::Serve(_) }

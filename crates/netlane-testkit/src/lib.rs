@@ -5,9 +5,11 @@
 //! unless `NETLANE_REQUIRE_PRIVILEGED=1` (set by `make test` as root, and so in CI), in
 //! which case a missing privilege fails the test instead of skipping it.
 //!
-//! [`guest`] boots a stock Linux kernel under QEMU for tests against real kernel peers.
+//! [`guest`] boots a stock Linux kernel under QEMU for tests against real kernel peers;
+//! [`sshd`] makes hosts reached over SSH out of namespaces running OpenSSH's server.
 
 pub mod guest;
+pub mod sshd;
 
 /// Whether privileged tests can run (see the module documentation).
 ///

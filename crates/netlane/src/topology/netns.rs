@@ -171,6 +171,16 @@ impl Netns {
         .map_err(|_| TopologyError::Invalid("namespace helper thread panicked".into()))?
     }
 
+    /// The processes running inside it (PID and command name), this one excepted.
+    pub fn processes(&self) -> Vec<(u32, String)> {
+        registry::processes_in(&self.path)
+    }
+
+    /// Ends every process inside it (SIGTERM, SIGKILL a second later); returns them.
+    pub fn end_processes(&self) -> Vec<(u32, String)> {
+        registry::end_processes_in(&self.path)
+    }
+
     /// The namespace's name (usable with `ip netns exec`).
     pub fn name(&self) -> &str {
         &self.name

@@ -90,7 +90,7 @@ pub fn clean_stale() -> std::io::Result<Cleaned> {
 }
 
 /// Processes whose network namespace is the one bound at `ns` (same nsfs inode).
-fn processes_in(ns: &Path) -> Vec<(u32, String)> {
+pub(super) fn processes_in(ns: &Path) -> Vec<(u32, String)> {
     use std::os::unix::fs::MetadataExt;
     let Ok(target) = fs::metadata(ns) else { return Vec::new() };
     let own = std::process::id();
@@ -107,7 +107,7 @@ fn processes_in(ns: &Path) -> Vec<(u32, String)> {
 }
 
 /// Ends the processes inside the namespace at `ns`; returns them.
-fn end_processes_in(ns: &Path) -> Vec<(u32, String)> {
+pub(super) fn end_processes_in(ns: &Path) -> Vec<(u32, String)> {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
     let found = processes_in(ns);

@@ -1,222 +1,17 @@
-//! Where a role runs, and a role as a process.
-//!
-//! A [`Host`] is somewhere processes run: today a network namespace of this machine
-//! ([`Netns`]) or the machine's own namespace ([`ThisMachine`]), either of them with its
-//! processes inside an application's cgroup ([`InCgroup`]); real interfaces and other
-//! machines are the next kinds. A role (a server, a load generator, a sender,
-//! memcached, cyclictest) starts as a [`RoleProcess`] from a [`RoleSpec`]: the program
-//! (`netlane` itself with a public subcommand, or a peer's own binary), its arguments,
-//! and the CPUs the plan gives it. The process is pinned before it runs (through
-//! `taskset`, so every thread it starts inherits the CPUs), dies with the thread that
-//! started it, says it is ready on its first line of output, stops on SIGINT with its
-//! final report, and is killed (by the PID we started) if it is dropped unstopped.
+//! A role's process: started on a [`Host`], ready on its first line, stopped with its
+//! final report.
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use netlane::cpus::CpuList;
-use netlane::lanes::apps::AppCgroup;
 use netlane::metrics::CpuTime;
-use netlane::topology::Netns;
 use nix::sys::signal::Signal;
 
-/// Somewhere a role's process runs.
-pub trait Host {
-    /// What to call it in messages.
-    fn name(&self) -> String;
-
-    /// A command that runs `program` there.
-    fn command(&self, program: &Path) -> Command;
-}
-
-impl Host for Netns {
-    fn name(&self) -> String {
-        format!("namespace {}", Netns::name(self))
-    }
-
-    fn command(&self, program: &Path) -> Command {
-        Netns::command(self, program)
-    }
-}
-
-/// This machine's own network namespace (loopback paths).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ThisMachine;
-
-impl Host for ThisMachine {
-    fn name(&self) -> String {
-        "this machine".into()
-    }
-
-    fn command(&self, program: &Path) -> Command {
-        Command::new(program)
-    }
-}
-
-/// A host whose processes start inside an application's cgroup (its socket priority,
-/// mark and shaping class apply from their first socket on).
-pub struct InCgroup<'a> {
-    /// Where the processes run.
-    pub host: &'a dyn Host,
-    /// The cgroup they start in.
-    pub cgroup: &'a AppCgroup,
-}
-
-impl std::fmt::Debug for InCgroup<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&Host::name(self))
-    }
-}
-
-impl Host for InCgroup<'_> {
-    fn name(&self) -> String {
-        format!("{}, in an application's cgroup", self.host.name())
-    }
-
-    fn command(&self, program: &Path) -> Command {
-        let mut cmd = self.host.command(program);
-        self.cgroup.command(&mut cmd);
-        cmd
-    }
-}
-
-/// The program a role runs.
-#[derive(Debug, Clone)]
-pub enum Program {
-    /// This netlane executable (a public subcommand with its JSON output).
-    Netlane,
-    /// Another program (a peer's own binary), found on `PATH` or at this path.
-    Other(PathBuf),
-}
-
-/// One role's process: what runs, where on the machine's CPUs, and when it counts as
-/// started.
-#[derive(Debug, Clone)]
-pub struct RoleSpec {
-    /// What to call it in messages and errors ("the nvme target").
-    pub name: String,
-    /// What it runs.
-    pub program: Program,
-    /// Its arguments.
-    pub args: Vec<String>,
-    /// The CPUs the plan gives it (empty: not pinned).
-    pub cpus: Vec<usize>,
-    /// Started once its first line of standard output begins with this (`None`: once
-    /// it is running).
-    pub ready: Option<String>,
-    /// The ready line is the first line of standard error that begins with `ready`
-    /// instead (for a command whose standard output is its JSON report alone).
-    pub ready_on_stderr: bool,
-    /// How long it may take to say so.
-    pub ready_within: Duration,
-    /// What it reads on standard input (`None`: nothing, standard input closed).
-    pub stdin: Option<Vec<u8>>,
-}
-
-impl RoleSpec {
-    /// `netlane args...`, unpinned, started once running.
-    pub fn netlane(name: &str, args: impl IntoIterator<Item = impl Into<String>>) -> RoleSpec {
-        RoleSpec::program(name, Program::Netlane, args)
-    }
-
-    /// `program args...`, unpinned, started once running.
-    pub fn program(name: &str, program: Program, args: impl IntoIterator<Item = impl Into<String>>) -> RoleSpec {
-        RoleSpec {
-            name: name.into(),
-            program,
-            args: args.into_iter().map(Into::into).collect(),
-            cpus: Vec::new(),
-            ready: None,
-            ready_on_stderr: false,
-            ready_within: Duration::from_secs(20),
-            stdin: None,
-        }
-    }
-
-    /// Pinned to `cpus`.
-    pub fn on_cpus(mut self, cpus: &[usize]) -> RoleSpec {
-        self.cpus = cpus.to_vec();
-        self
-    }
-
-    /// Started once its first line begins with `prefix`, within `within`.
-    pub fn ready_when(mut self, prefix: &str, within: Duration) -> RoleSpec {
-        self.ready = Some(prefix.into());
-        self.ready_within = within;
-        self
-    }
-
-    /// Started once a line of its standard error begins with `prefix`, within `within`
-    /// (what it writes there before is kept as its output).
-    pub fn ready_on_stderr(mut self, prefix: &str, within: Duration) -> RoleSpec {
-        self.ready_on_stderr = true;
-        self.ready_when(prefix, within)
-    }
-
-    /// Reads `input` on standard input.
-    pub fn with_stdin(mut self, input: Vec<u8>) -> RoleSpec {
-        self.stdin = Some(input);
-        self
-    }
-
-    /// The command line, for messages.
-    pub fn describe(&self) -> String {
-        let program = match &self.program {
-            Program::Netlane => "netlane".to_string(),
-            Program::Other(p) => p.display().to_string(),
-        };
-        format!("{program} {}", self.args.join(" ")).trim_end().to_string()
-    }
-}
-
-/// A command line written from a configuration: `--name value` options and `--name`
-/// flags after the subcommand's words.
-#[derive(Debug, Clone)]
-pub struct Args(Vec<String>);
-
-impl Args {
-    /// The subcommand's words (`["rr", "serve"]`).
-    pub fn new(words: &[&str]) -> Args {
-        Args(words.iter().map(|w| w.to_string()).collect())
-    }
-
-    /// `--name value`.
-    pub fn opt(&mut self, name: &str, value: impl ToString) -> &mut Args {
-        self.0.push(format!("--{name}"));
-        self.0.push(value.to_string());
-        self
-    }
-
-    /// `--name value` when there is a value.
-    pub fn opt_some(&mut self, name: &str, value: Option<impl ToString>) -> &mut Args {
-        if let Some(v) = value {
-            self.opt(name, v);
-        }
-        self
-    }
-
-    /// `--name` when `on`.
-    pub fn flag(&mut self, name: &str, on: bool) -> &mut Args {
-        if on {
-            self.0.push(format!("--{name}"));
-        }
-        self
-    }
-
-    /// A duration as the command line reads it back exactly (nanoseconds).
-    pub fn duration(&mut self, name: &str, d: Duration) -> &mut Args {
-        self.opt(name, format!("{}ns", d.as_nanos()))
-    }
-
-    /// The arguments.
-    pub fn into_vec(self) -> Vec<String> {
-        self.0
-    }
-}
+use super::supervisor::{RoleEnd, order};
+use super::{Control, Host, RoleSpec};
 
 /// Called with every line a role writes (standard output after the first line, and
 /// standard error).
@@ -226,6 +21,9 @@ pub type LineHook = Arc<dyn Fn(&str) + Send + Sync>;
 pub struct RoleProcess {
     name: String,
     child: Option<Child>,
+    control: Control,
+    /// A supervised role's orders (its supervisor's standard input).
+    orders: Option<ChildStdin>,
     first_line: String,
     stdout: Option<mpsc::Receiver<Vec<String>>>,
     stderr: Option<mpsc::Receiver<Vec<String>>>,
@@ -266,24 +64,23 @@ impl RoleProcess {
     /// Starts `spec` on `host`, feeding nothing on standard input, and waits until it
     /// says it is ready. `hook` sees every later line it writes.
     pub fn start(host: &dyn Host, spec: &RoleSpec, hook: Option<LineHook>) -> Result<RoleProcess> {
-        let program = match &spec.program {
-            Program::Netlane => std::env::current_exe().context("find the netlane executable")?,
-            Program::Other(p) => p.clone(),
+        let launch = host.launch(&spec.program, &spec.args, &spec.cpus)?;
+        let (mut cmd, control) = (launch.command, launch.control);
+        let stdin = match (control, &spec.stdin) {
+            (Control::Supervised, None) => Stdio::piped(),
+            (Control::Supervised, Some(_)) => {
+                bail!("{} reads input, which a role on {} cannot", spec.name, host.name())
+            }
+            (Control::Signals, Some(_)) => Stdio::piped(),
+            (Control::Signals, None) => Stdio::null(),
         };
-        let mut cmd = if spec.cpus.is_empty() {
-            host.command(&program)
-        } else {
-            // taskset pins, then executes the program: its PID is the program's, and
-            // every thread it starts inherits the CPUs.
-            let mut c = host.command(Path::new("taskset"));
-            c.args(["-c", &CpuList::new(spec.cpus.clone()).to_string()]).arg(&program);
-            c
-        };
-        let stdin = if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() };
-        cmd.args(&spec.args).stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // A lab that dies takes its roles with it (the starting thread outlives them).
+        cmd.stdin(stdin).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // A lab that dies takes its roles with it (the starting thread outlives them; a
+        // supervised role ends with its session).
         netlane_sys::process::kill_with_parent(&mut cmd);
-        let mut child = cmd.spawn().with_context(|| format!("start {} ({})", spec.name, spec.describe()))?;
+        let mut child =
+            cmd.spawn().with_context(|| format!("start {} ({}) on {}", spec.name, spec.describe(), host.name()))?;
+        let orders = if control == Control::Supervised { child.stdin.take() } else { None };
         let (out, err) = (child.stdout.take(), child.stderr.take());
         // The first line is the ready line only when one is awaited; otherwise it is
         // part of the output (a client's report).
@@ -296,13 +93,19 @@ impl RoleProcess {
         // writes before it has read all its input never blocks the start.
         if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
             std::thread::spawn(move || {
-                use std::io::Write;
                 // A process that exits early closes the pipe; how it exited tells why.
                 let _ = pipe.write_all(&input);
             });
         }
-        let mut role =
-            RoleProcess { name: spec.name.clone(), child: Some(child), first_line: String::new(), stdout, stderr };
+        let mut role = RoleProcess {
+            name: spec.name.clone(),
+            child: Some(child),
+            control,
+            orders,
+            first_line: String::new(),
+            stdout,
+            stderr,
+        };
         if let Some(prefix) = &spec.ready {
             match first_rx.recv_timeout(spec.ready_within) {
                 Ok(line) if line.starts_with(prefix.as_str()) => role.first_line = line,
@@ -348,9 +151,7 @@ impl RoleProcess {
     /// [`RoleProcess::stop`] with another signal (the balancer stops on SIGTERM as a
     /// service manager would stop it).
     pub fn stop_with(mut self, signal: Signal, grace: Duration) -> Result<Finished> {
-        if let Some(pid) = self.pid() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
-        }
+        self.signal(signal);
         let f = self.finish(grace, Some(signal))?;
         if !f.status.success() {
             bail!("{} exited with {} on {signal}: {}", self.name, f.status, f.stderr_tail());
@@ -364,24 +165,56 @@ impl RoleProcess {
         self.finish(limit, None)
     }
 
+    /// Sends `signal` to the role: to the PID we started, or as an order to its supervisor.
+    fn signal(&mut self, signal: Signal) {
+        match (self.control, self.child.as_ref(), self.orders.as_mut()) {
+            (Control::Signals, Some(c), _) => {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);
+            }
+            // A broken pipe: the session has ended, and the role with it.
+            (Control::Supervised, _, Some(o)) => {
+                let _ = o.write_all(order(signal).as_bytes()).and_then(|()| o.flush());
+            }
+            _ => {}
+        }
+    }
+
+    /// Kills it: a supervised role is ordered to die and its session closed (the ssh
+    /// client killed if it does not end within [`SESSION_GRACE`]).
+    fn kill(&mut self) {
+        if self.control == Control::Supervised {
+            self.signal(Signal::SIGKILL);
+            self.orders = None;
+            let deadline = Instant::now() + SESSION_GRACE;
+            while self.child.as_ref().is_some_and(|c| !exited(c)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+        }
+    }
+
     fn finish(&mut self, limit: Duration, stopped_by: Option<Signal>) -> Result<Finished> {
         let deadline = Instant::now() + limit;
-        let mut child = self.child.take().context("the role's process was already reaped")?;
         let mut killed = false;
         loop {
-            if exited(&child) {
+            let child = self.child.as_ref().context("the role's process was already reaped")?;
+            if exited(child) {
                 break;
             }
             if Instant::now() >= deadline {
-                let _ = child.kill();
+                self.kill();
                 killed = true;
                 break;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+        let mut child = self.child.take().context("the role's process was already reaped")?;
+        self.orders = None;
         let usage =
             netlane_sys::process::wait_with_usage(&mut child).with_context(|| format!("wait for {}", self.name))?;
-        let finished = Finished {
+        let mut finished = Finished {
             status: usage.status,
             cpu: CpuTime {
                 user_s: usage.user.as_secs_f64(),
@@ -392,6 +225,19 @@ impl RoleProcess {
             stdout: join_lines(self.stdout.take(), killed),
             stderr: join_lines(self.stderr.take(), killed),
         };
+        if self.control == Control::Supervised {
+            // The role's own end and CPU, not the ssh client's.
+            match take_trailer(&mut finished.stderr) {
+                Some(end) => (finished.status, finished.cpu) = (end.status(), end.cpu()),
+                None if !killed => bail!(
+                    "lost {}: its session ended before it did (ssh exited with {}: {})",
+                    self.name,
+                    finished.status,
+                    finished.stderr_tail()
+                ),
+                None => {}
+            }
+        }
         if killed {
             let how = match stopped_by {
                 Some(s) => format!("did not stop within {limit:?} of {s}"),
@@ -404,9 +250,7 @@ impl RoleProcess {
 
     /// Kills it now, for an error path: what it wrote so far.
     fn stop_now(&mut self) -> Finished {
-        if let Some(c) = self.child.as_mut() {
-            let _ = c.kill();
-        }
+        self.kill();
         self.finish(Duration::from_secs(2), None).unwrap_or_else(|e| Finished {
             status: std::os::unix::process::ExitStatusExt::from_raw(0),
             cpu: CpuTime::default(),
@@ -426,12 +270,28 @@ impl Finished {
 
 impl Drop for RoleProcess {
     fn drop(&mut self) {
+        if self.child.is_some() {
+            self.kill();
+        }
         if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
             let _ = c.wait();
         }
     }
 }
+
+/// Removes the supervisor's trailer from a role's standard error and reads it.
+fn take_trailer(stderr: &mut String) -> Option<RoleEnd> {
+    let (rest, last) = match stderr.rsplit_once('\n') {
+        Some((rest, last)) => (rest.to_string(), last),
+        None => (String::new(), stderr.as_str()),
+    };
+    let end = RoleEnd::parse(last.trim_end())?;
+    *stderr = rest;
+    Some(end)
+}
+
+/// How long a supervised role's session may take to end once it is told to die.
+const SESSION_GRACE: Duration = Duration::from_secs(5);
 
 /// Whether `child` has exited, without reaping it (wait4 reaps it with its resource
 /// usage afterwards).
@@ -524,6 +384,7 @@ const KEPT_BYTES: usize = 16 << 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::{Program, ThisMachine};
 
     fn sh(name: &str, script: &str) -> RoleSpec {
         RoleSpec::program(name, Program::Other("sh".into()), ["-c", script])

@@ -1,0 +1,54 @@
+//! `netlane role`: runs one program as a lab role on this machine for a lab on another
+//! (started over SSH): its orders on standard input, its end on the last line.
+
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::Result;
+use clap::Args;
+use netlane_lab::host::supervisor::{Supervised, obey};
+use netlane_report::options::parse_duration;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+/// `netlane role`.
+#[derive(Debug, Args)]
+pub struct RoleArgs {
+    /// How long the program has to stop after its orders end (then SIGKILL).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub grace: Duration,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    pub command: Vec<String>,
+}
+
+impl RoleArgs {
+    /// Runs the program to its end; exits as it did (128 + the signal that ended it).
+    pub fn run(&self) -> Result<u8> {
+        // Signals given to the supervisor (Ctrl-C where it runs by hand) are the role's:
+        // it stops with its report, and the supervisor waits for it. Caught from before
+        // the role starts, so none ends the supervisor instead.
+        let signals = Signals::new([SIGINT, SIGTERM, SIGHUP]);
+        let role = Supervised::start(&self.command)?;
+        let orders = role.signaller();
+        let grace = self.grace;
+        std::thread::spawn(move || obey(std::io::stdin().lock(), &orders, grace));
+        match signals {
+            Ok(mut signals) => {
+                let forward = role.signaller();
+                std::thread::spawn(move || {
+                    for s in signals.forever() {
+                        if let Ok(s) = nix::sys::signal::Signal::try_from(s) {
+                            forward.send(s);
+                        }
+                    }
+                });
+            }
+            Err(e) => eprintln!("warning: signals reach the supervisor only ({e})"),
+        }
+        let end = role.wait()?;
+        // Nobody may be left to read it (the session dropped).
+        let _ = writeln!(std::io::stderr(), "{}", end.line());
+        Ok(end.exit_code())
+    }
+}

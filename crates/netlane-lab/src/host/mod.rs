@@ -1,0 +1,265 @@
+//! Where a role runs, and a role as a process.
+//!
+//! A [`Host`] is somewhere processes run: a network namespace of this machine
+//! ([`Netns`]), the machine's own namespace ([`ThisMachine`]), either of them with its
+//! processes inside an application's cgroup ([`InCgroup`]), or another machine reached
+//! with OpenSSH ([`SshHost`]). A role (a server, a load generator, a sender, memcached,
+//! cyclictest) starts as a [`RoleProcess`] from a [`RoleSpec`]: the program (`netlane`
+//! itself with a public subcommand, or a peer's own binary), its arguments, and the CPUs
+//! the plan gives it. The process is pinned before it runs (through `taskset`, so every
+//! thread it starts inherits the CPUs), dies with the thread that started it (on another
+//! machine: with its SSH session), says it is ready on its first line of output, stops on
+//! SIGINT with its final report, and is killed if it is dropped unstopped.
+
+mod process;
+mod ssh;
+pub mod supervisor;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use netlane::cpus::CpuList;
+use netlane::lanes::apps::AppCgroup;
+use netlane::topology::Netns;
+
+pub use process::{Finished, LineHook, RoleProcess};
+pub use ssh::{SshHost, SshSpec};
+
+/// Somewhere a role's process runs.
+pub trait Host {
+    /// What to call it in messages.
+    fn name(&self) -> String;
+
+    /// How `program args`, pinned to `cpus` (none: not pinned), starts there.
+    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch>;
+}
+
+/// A role's process as this machine starts it.
+#[derive(Debug)]
+pub struct Launch {
+    /// The command this machine runs.
+    pub command: Command,
+    /// How the role is told to stop, and where its end is read.
+    pub control: Control,
+}
+
+/// How a started role is controlled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// The command is the role: signals go to the PID we started, and its CPU is what
+    /// `wait4` says.
+    Signals,
+    /// The command reaches a [`supervisor`] on another machine (the ssh client): a signal
+    /// is a line on its standard input, closing that input stops the role, and the
+    /// supervisor's last line of standard error says how the role ended and its CPU.
+    Supervised,
+}
+
+/// A local command that runs `program args` (through `taskset` when pinned to `cpus`,
+/// which then executes the program: its PID is the program's), `base` making the
+/// command for the program it is given.
+fn local_launch(base: impl Fn(&Path) -> Command, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
+    let program = match program {
+        Program::Netlane => std::env::current_exe().context("find the netlane executable")?,
+        Program::Other(p) => p.clone(),
+    };
+    let mut command = if cpus.is_empty() {
+        base(&program)
+    } else {
+        let mut c = base(Path::new("taskset"));
+        c.args(["-c", &CpuList::new(cpus.to_vec()).to_string()]).arg(&program);
+        c
+    };
+    command.args(args);
+    Ok(Launch { command, control: Control::Signals })
+}
+
+impl Host for Netns {
+    fn name(&self) -> String {
+        format!("namespace {}", Netns::name(self))
+    }
+
+    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
+        local_launch(|p| Netns::command(self, p), program, args, cpus)
+    }
+}
+
+/// This machine's own network namespace (loopback paths).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ThisMachine;
+
+impl Host for ThisMachine {
+    fn name(&self) -> String {
+        "this machine".into()
+    }
+
+    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
+        local_launch(|p| Command::new(p), program, args, cpus)
+    }
+}
+
+/// A host whose processes start inside an application's cgroup (its socket priority,
+/// mark and shaping class apply from their first socket on).
+pub struct InCgroup<'a> {
+    /// Where the processes run: this machine, or one of its namespaces.
+    pub host: &'a dyn Host,
+    /// The cgroup they start in.
+    pub cgroup: &'a AppCgroup,
+}
+
+impl std::fmt::Debug for InCgroup<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&Host::name(self))
+    }
+}
+
+impl Host for InCgroup<'_> {
+    fn name(&self) -> String {
+        format!("{}, in an application's cgroup", self.host.name())
+    }
+
+    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
+        let mut launch = self.host.launch(program, args, cpus)?;
+        if launch.control != Control::Signals {
+            bail!("an application's cgroup is on this machine, and {} is not", self.host.name());
+        }
+        self.cgroup.command(&mut launch.command);
+        Ok(launch)
+    }
+}
+
+/// The program a role runs.
+#[derive(Debug, Clone)]
+pub enum Program {
+    /// This netlane executable (a public subcommand with its JSON output).
+    Netlane,
+    /// Another program (a peer's own binary), found on `PATH` or at this path.
+    Other(PathBuf),
+}
+
+/// One role's process: what runs, where on the machine's CPUs, and when it counts as
+/// started.
+#[derive(Debug, Clone)]
+pub struct RoleSpec {
+    /// What to call it in messages and errors ("the nvme target").
+    pub name: String,
+    /// What it runs.
+    pub program: Program,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The CPUs the plan gives it (empty: not pinned).
+    pub cpus: Vec<usize>,
+    /// Started once its first line of standard output begins with this (`None`: once
+    /// it is running).
+    pub ready: Option<String>,
+    /// The ready line is the first line of standard error that begins with `ready`
+    /// instead (for a command whose standard output is its JSON report alone).
+    pub ready_on_stderr: bool,
+    /// How long it may take to say so.
+    pub ready_within: Duration,
+    /// What it reads on standard input (`None`: nothing, standard input closed).
+    pub stdin: Option<Vec<u8>>,
+}
+
+impl RoleSpec {
+    /// `netlane args...`, unpinned, started once running.
+    pub fn netlane(name: &str, args: impl IntoIterator<Item = impl Into<String>>) -> RoleSpec {
+        RoleSpec::program(name, Program::Netlane, args)
+    }
+
+    /// `program args...`, unpinned, started once running.
+    pub fn program(name: &str, program: Program, args: impl IntoIterator<Item = impl Into<String>>) -> RoleSpec {
+        RoleSpec {
+            name: name.into(),
+            program,
+            args: args.into_iter().map(Into::into).collect(),
+            cpus: Vec::new(),
+            ready: None,
+            ready_on_stderr: false,
+            ready_within: Duration::from_secs(20),
+            stdin: None,
+        }
+    }
+
+    /// Pinned to `cpus`.
+    pub fn on_cpus(mut self, cpus: &[usize]) -> RoleSpec {
+        self.cpus = cpus.to_vec();
+        self
+    }
+
+    /// Started once its first line begins with `prefix`, within `within`.
+    pub fn ready_when(mut self, prefix: &str, within: Duration) -> RoleSpec {
+        self.ready = Some(prefix.into());
+        self.ready_within = within;
+        self
+    }
+
+    /// Started once a line of its standard error begins with `prefix`, within `within`
+    /// (what it writes there before is kept as its output).
+    pub fn ready_on_stderr(mut self, prefix: &str, within: Duration) -> RoleSpec {
+        self.ready_on_stderr = true;
+        self.ready_when(prefix, within)
+    }
+
+    /// Reads `input` on standard input.
+    pub fn with_stdin(mut self, input: Vec<u8>) -> RoleSpec {
+        self.stdin = Some(input);
+        self
+    }
+
+    /// The command line, for messages.
+    pub fn describe(&self) -> String {
+        let program = match &self.program {
+            Program::Netlane => "netlane".to_string(),
+            Program::Other(p) => p.display().to_string(),
+        };
+        format!("{program} {}", self.args.join(" ")).trim_end().to_string()
+    }
+}
+
+/// A command line written from a configuration: `--name value` options and `--name`
+/// flags after the subcommand's words.
+#[derive(Debug, Clone)]
+pub struct Args(Vec<String>);
+
+impl Args {
+    /// The subcommand's words (`["rr", "serve"]`).
+    pub fn new(words: &[&str]) -> Args {
+        Args(words.iter().map(|w| w.to_string()).collect())
+    }
+
+    /// `--name value`.
+    pub fn opt(&mut self, name: &str, value: impl ToString) -> &mut Args {
+        self.0.push(format!("--{name}"));
+        self.0.push(value.to_string());
+        self
+    }
+
+    /// `--name value` when there is a value.
+    pub fn opt_some(&mut self, name: &str, value: Option<impl ToString>) -> &mut Args {
+        if let Some(v) = value {
+            self.opt(name, v);
+        }
+        self
+    }
+
+    /// `--name` when `on`.
+    pub fn flag(&mut self, name: &str, on: bool) -> &mut Args {
+        if on {
+            self.0.push(format!("--{name}"));
+        }
+        self
+    }
+
+    /// A duration as the command line reads it back exactly (nanoseconds).
+    pub fn duration(&mut self, name: &str, d: Duration) -> &mut Args {
+        self.opt(name, format!("{}ns", d.as_nanos()))
+    }
+
+    /// The arguments.
+    pub fn into_vec(self) -> Vec<String> {
+        self.0
+    }
+}
