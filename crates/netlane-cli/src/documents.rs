@@ -96,6 +96,10 @@ pub struct KvLoad {
     pub search: Option<netlane_kv::loadgen::SearchReport>,
     /// Keys stored before the run (null with --no-warmup).
     pub warmed_up_keys: Option<u64>,
+    /// An agent's run whole: every counter and the latency histogram (with --agent).
+    pub agent: Option<netlane_kv::loadgen::AgentOutput>,
+    /// Each run's agents: host, connections, rates, lag, CPU (with --agents).
+    pub agents: Option<Vec<netlane_lab::scenarios::kv::AgentsStep>>,
 }
 
 /// `netlane bulk send --json`: what the sender did.

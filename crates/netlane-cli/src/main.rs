@@ -90,7 +90,7 @@ enum Cmd {
         cmd: app::AppCmd,
     },
     /// Run a program as a lab role for a lab on another machine, which starts this over
-    /// SSH: orders on standard input, one signal name a line (INT, TERM, HUP, KILL); at
+    /// SSH: orders on standard input, one signal name a line (INT, TERM, HUP, KILL, USR1); at
     /// the end of input the program gets SIGTERM, and SIGKILL --grace later; the last line
     /// of standard error says how it ended and its CPU use, as JSON.
     Role(role::RoleArgs),

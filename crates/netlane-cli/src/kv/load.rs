@@ -13,6 +13,7 @@ use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
 use netlane_lab::scenarios::kv::WorkloadArgs;
 use netlane_report::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
 
+use super::agents;
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
 
@@ -95,6 +96,25 @@ pub struct LoadArgs {
     /// Exit 3 when the SLA was missed (a search: when no rate held it).
     #[arg(long, requires = "sla")]
     pub strict: bool,
+    /// Drive the load from these hosts instead (SSH destinations, comma-separated; the
+    /// same netlane version must be on each): each runs `netlane kv load --agent` with
+    /// its share of --connections and --rate, all start together, and their latency
+    /// histograms are merged exactly (a search bisects over the merged percentile; an
+    /// agent that lags behind its schedule spoils its run). --threads and --cpus are each
+    /// agent's. The warm-up runs from the first.
+    #[arg(long, value_delimiter = ',', value_name = "HOST,...", conflicts_with = "agent")]
+    pub agents: Vec<String>,
+    /// The ssh configuration file for --agents (ssh -F) [default: the user's].
+    #[arg(long, value_name = "FILE")]
+    pub ssh_config: Option<std::path::PathBuf>,
+    /// The netlane executable on the --agents hosts (a bare name: found on their PATH).
+    #[arg(long, default_value = "netlane", value_name = "PATH")]
+    pub agent_netlane: String,
+    /// Run as one agent of a run that `--agents` coordinates (it starts this): open every
+    /// connection, say `ready` on standard error, start the schedule on SIGUSR1 (within a
+    /// minute), and write the run's whole latency histogram with its report. No warm-up.
+    #[arg(long, conflicts_with_all = ["search", "warmup_only"])]
+    pub agent: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
     /// is given; nothing else is written to stdout then).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
@@ -154,6 +174,8 @@ impl LoadArgs {
             .flag("warmup-only", self.warmup_only)
             .text("sla", self.sla.map_or("none".into(), |s| s.to_string()))
             .flag("search", self.search)
+            .words("agents", &self.agents)
+            .flag("agent", self.agent)
     }
 
     pub(super) fn run(&self) -> Result<u8> {
@@ -170,6 +192,8 @@ impl LoadArgs {
             sla_latency_us: None,
             search: None,
             warmed_up_keys: None,
+            agent: None,
+            agents: None,
         };
         let cfg = self.config()?;
         cfg.validate()?;
@@ -178,9 +202,20 @@ impl LoadArgs {
         if self.search {
             loadgen::check_search(&cfg, range).context("--search")?;
         }
+        if !self.agents.is_empty() {
+            loadgen::split(&cfg, self.agents.len()).context("--agents")?;
+        }
+        if self.agent {
+            return agents::run_as_agent(&cfg, doc, &out);
+        }
+        // Agents on other hosts, connected (and their netlane checked) before anything runs.
+        let coordinator = if self.agents.is_empty() { None } else { Some(agents::Coordinator::connect(self)?) };
         if !self.no_warmup {
             let t = Instant::now();
-            let n = loadgen::warm_up(&cfg)?;
+            let n = match &coordinator {
+                Some(c) => c.warm_up(&cfg)?,
+                None => loadgen::warm_up(&cfg)?,
+            };
             eprintln!("warm-up: stored {n} keys in {:.1} s", t.elapsed().as_secs_f64());
             doc.warmed_up_keys = Some(n);
         }
@@ -190,49 +225,33 @@ impl LoadArgs {
         }
         if self.search {
             let sla = self.sla.context("--search needs --sla")?;
-            let r = loadgen::search(&cfg, sla, range, STOP.flag(), |p| {
-                let m = &p.measured;
-                eprintln!(
-                    "  rate {:>10.0}/s run {}: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
-                    p.rate_per_s,
-                    p.vote,
-                    m.offered_per_s,
-                    m.achieved_per_s,
-                    sla,
-                    m.sla_latency_ns.map_or("beyond every answer".to_string(), |n| format!("{:.0} us", n as f64 / 1e3)),
-                    if p.met {
-                        "held"
-                    } else if m.lag_share > GENERATOR_LAG_MAX {
-                        "missed (the generator lagged: it measured itself)"
-                    } else {
-                        "missed"
-                    }
-                );
-            })?;
-            let line = match r.best_per_s {
-                Some(b) => format!(
-                    "highest rate within {}: {b:.0} requests/s{} ({} runs)",
-                    r.sla,
-                    if r.capped {
-                        " (the upper bound: the server may hold more)"
-                    } else if r.generator_limited {
-                        " (the generator's limit: above it, it could not keep its schedule)"
-                    } else {
-                        ""
-                    },
-                    r.runs
-                ),
-                None => format!("no rate from {} requests/s held {}", self.search_lo, r.sla),
+            let r = match &coordinator {
+                Some(c) => {
+                    let (r, steps) = c.search(&cfg, sla, range)?;
+                    doc.agents = Some(steps);
+                    r
+                }
+                None => loadgen::search(&cfg, sla, range, STOP.flag(), |p| eprintln!("{}", progress_line(p, sla)))?,
             };
             if !quiet {
-                out::println(&line);
+                out::println(&self.search_line(&r));
             }
             let held = r.best_per_s.is_some();
             doc.search = Some(r);
             out.write_json(&netlane_report::document("kv-load", doc))?;
             return Ok(if self.strict && !held { 3 } else { 0 });
         }
-        let r = loadgen::run(&cfg, STOP.flag())?;
+        let r = match &coordinator {
+            Some(c) => {
+                let (run, step) = c.run(&cfg)?;
+                if !quiet {
+                    agents::print_agents(&step.agents);
+                }
+                doc.agents = Some(vec![step]);
+                run
+            }
+            None => loadgen::run(&cfg, STOP.flag())?,
+        };
         if !quiet {
             print_report(&r.report);
         }
@@ -264,7 +283,49 @@ impl LoadArgs {
     }
 }
 
-fn print_report(r: &LoadReport) {
+impl LoadArgs {
+    /// What a search found, on one line.
+    pub(super) fn search_line(&self, r: &loadgen::SearchReport) -> String {
+        match r.best_per_s {
+            Some(b) => format!(
+                "highest rate within {}: {b:.0} requests/s{} ({} runs)",
+                r.sla,
+                if r.capped {
+                    " (the upper bound: the server may hold more)"
+                } else if r.generator_limited {
+                    " (the generator's limit: above it, it could not keep its schedule)"
+                } else {
+                    ""
+                },
+                r.runs
+            ),
+            None => format!("no rate from {} requests/s held {}", self.search_lo, r.sla),
+        }
+    }
+}
+
+/// One run of a search, as it ends.
+pub(super) fn progress_line(p: &loadgen::RunPoint, sla: Sla) -> String {
+    let m = &p.measured;
+    format!(
+        "  rate {:>10.0}/s run {}: offered {:>10.0}/s achieved {:>10.0}/s {} {} {}",
+        p.rate_per_s,
+        p.vote,
+        m.offered_per_s,
+        m.achieved_per_s,
+        sla,
+        m.sla_latency_ns.map_or("beyond every answer".to_string(), |n| format!("{:.0} us", n as f64 / 1e3)),
+        if p.met {
+            "held"
+        } else if m.lag_share > GENERATOR_LAG_MAX {
+            "missed (the generator lagged: it measured itself)"
+        } else {
+            "missed"
+        }
+    )
+}
+
+pub(super) fn print_report(r: &LoadReport) {
     let c = &r.counts;
     out::println(&format!(
         "{} loop: offered {:.0}/s achieved {:.0}/s over {:.1} s{}",
@@ -348,14 +409,17 @@ mod tests {
         let sla: Sla = "p99=500us".parse().unwrap();
         let range = SearchConfig { lo_per_s: 1_000.0, hi_per_s: 250_000.5, resolution: 1.1, max_bisections: 10 };
         for cfg in configs {
-            for step in [LoadStep::WarmUp, LoadStep::Run, LoadStep::Search { sla, range }] {
+            for step in [LoadStep::WarmUp, LoadStep::Run, LoadStep::Agent, LoadStep::Search { sla, range }] {
                 let args = load_args(&cfg, step);
                 assert_eq!(args[..2], ["kv", "load"]);
                 let parsed = parse_command::<LoadArgs>(&args);
                 assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{cfg:?}"), "{args:?}");
                 match step {
                     LoadStep::WarmUp => assert!(parsed.warmup_only && !parsed.search, "{args:?}"),
-                    LoadStep::Run => assert!(parsed.no_warmup && !parsed.warmup_only && !parsed.search, "{args:?}"),
+                    LoadStep::Run => {
+                        assert!(parsed.no_warmup && !parsed.warmup_only && !parsed.search && !parsed.agent, "{args:?}")
+                    }
+                    LoadStep::Agent => assert!(parsed.no_warmup && parsed.agent && !parsed.search, "{args:?}"),
                     LoadStep::Search { sla, range } => {
                         assert!(parsed.no_warmup && parsed.search, "{args:?}");
                         assert_eq!(parsed.sla, Some(sla));

@@ -1,6 +1,7 @@
 //! `netlane kv`: the memcached-protocol cache (`serve`, with memcached's options in
 //! `memcached_options`) and its load generator (`load`).
 
+mod agents;
 mod load;
 mod memcached_options;
 mod serve;

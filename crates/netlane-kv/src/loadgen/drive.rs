@@ -51,6 +51,16 @@ fn thread_cpu_s() -> f64 {
 /// Runs the load for `cfg.duration` (or until `stop`), then waits `cfg.drain` for the
 /// last replies.
 pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
+    run_gated(cfg, stop, || Ok(()))
+}
+
+/// [`run`], its schedule started only once every connection is open and `gate` has
+/// returned (an agent waits there for its coordinator's start).
+pub fn run_gated(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    gate: impl FnOnce() -> Result<(), LoadError>,
+) -> Result<Run, LoadError> {
     cfg.validate()?;
     let workload = Workload::new(cfg.workload).map_err(|e| LoadError::Config(e.to_string()))?;
     let pacing = match cfg.pacing {
@@ -66,6 +76,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
         s.set_nonblocking(true).map_err(io_err("non-blocking"))?;
         streams[i as usize % cfg.threads].push((i, s));
     }
+    gate()?;
     let barrier = Arc::new(Barrier::new(cfg.threads));
     let start_ns = monotonic_ns() + 50_000_000;
     let measure_from_ns = start_ns + cfg.ramp.as_nanos() as u64;
@@ -109,7 +120,7 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
         wall += r.wall_s;
     }
     let report = LoadReport::summarize(cfg, &stats, failures, cpu, wall);
-    Ok(Run { report, stats })
+    Ok(Run { report, stats, threads_wall_s: wall })
 }
 
 /// One thread's event loop.

@@ -14,8 +14,12 @@
 //! - `warmup.rs`: every key stored once before the runs ([`warm_up`]);
 //! - `drive.rs`: a run ([`run`]): the connections spread over threads, each thread's
 //!   event loop;
-//! - `rate_search.rs`: the highest rate that holds an SLA ([`search`]).
+//! - `rate_search.rs`: the highest rate that holds an SLA ([`search`], and
+//!   [`search_with`] over any way of making a run);
+//! - `agents.rs`: one run made by several generator processes (agents, on hosts of
+//!   their own): its [`split`], what each sends back ([`AgentOutput`]), their [`merge`].
 
+mod agents;
 mod drive;
 mod rate_search;
 mod report;
@@ -27,8 +31,9 @@ use std::time::Duration;
 use crate::load::schedule::{Arrivals, Pacing};
 use crate::load::workload::{Workload, WorkloadSpec};
 
-pub use drive::run;
-pub use rate_search::{CurvePoint, RunPoint, SearchReport, check_search, search};
+pub use agents::{AgentOutput, merge, split};
+pub use drive::{run, run_gated};
+pub use rate_search::{CurvePoint, RunPoint, SearchReport, check_search, search, search_with};
 pub use report::{CountsView, LoadReport, Run};
 pub use warmup::warm_up;
 

@@ -85,10 +85,24 @@ pub fn search(
     sla: Sla,
     range: SearchConfig,
     stop: &AtomicBool,
-    mut progress: impl FnMut(&RunPoint),
+    progress: impl FnMut(&RunPoint),
 ) -> Result<SearchReport, LoadError> {
+    let window = cfg.duration.as_nanos() as u64;
+    search_with(cfg, sla, range, stop, progress, |c| run(c, stop).map(|r| r.stats.measure(&sla, window)))
+}
+
+/// [`search`], each run made by `run_one` (several agents, say) and judged by what it
+/// returns: the run of a configuration measured against `sla`.
+pub fn search_with<E: From<LoadError>>(
+    cfg: &LoadConfig,
+    sla: Sla,
+    range: SearchConfig,
+    stop: &AtomicBool,
+    mut progress: impl FnMut(&RunPoint),
+    mut run_one: impl FnMut(&LoadConfig) -> Result<Measurement, E>,
+) -> Result<SearchReport, E> {
     let Pacing::Open(arrivals) = cfg.pacing else {
-        return Err(LoadError::Config("a search needs open loop (a rate, not a closed loop)".into()));
+        return Err(LoadError::Config("a search needs open loop (a rate, not a closed loop)".into()).into());
     };
     let mut s = RateSearch::new(range).map_err(|e| LoadError::Config(e.to_string()))?;
     let mut run_cfg = cfg.clone();
@@ -105,8 +119,7 @@ pub fn search(
         let bound = sla.latency_ns() as f64;
         let held = loop {
             run_cfg.seed = run_cfg.seed.wrapping_add(1);
-            let r = run(&run_cfg, stop)?;
-            let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
+            let m = run_one(&run_cfg)?;
             runs += 1;
             let held = holds(&m, rate);
             progress(&RunPoint { rate_per_s: rate, vote: votes.len() + 1, met: held, measured: m });

@@ -58,9 +58,9 @@ impl LoadReport {
         }
     }
 
-    /// The summary of a run of `cfg`: its threads' statistics merged, the connections
-    /// that failed, and the threads' CPU time and wall time, s.
-    pub(super) fn summarize(cfg: &LoadConfig, stats: &Stats, failures: u64, cpu: f64, wall: f64) -> LoadReport {
+    /// The summary of a run of `cfg`: its threads' (or agents') statistics merged, the
+    /// connections that failed, and the threads' CPU time and wall time, s.
+    pub fn summarize(cfg: &LoadConfig, stats: &Stats, failures: u64, cpu: f64, wall: f64) -> LoadReport {
         let seconds = cfg.duration.as_secs_f64();
         let c = *stats.counts();
         let latency_us = REPORTED_QUANTILES
@@ -143,4 +143,6 @@ pub struct Run {
     pub report: LoadReport,
     /// Counters and histogram.
     pub stats: Stats,
+    /// The generator threads' wall time, summed, s (what their CPU time is a share of).
+    pub threads_wall_s: f64,
 }

@@ -165,8 +165,9 @@ impl RoleProcess {
         self.finish(limit, None)
     }
 
-    /// Sends `signal` to the role: to the PID we started, or as an order to its supervisor.
-    fn signal(&mut self, signal: Signal) {
+    /// Sends `signal` to the role: to the PID we started, or as an order to its
+    /// supervisor.
+    pub fn signal(&mut self, signal: Signal) {
         match (self.control, self.child.as_ref(), self.orders.as_mut()) {
             (Control::Signals, Some(c), _) => {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), signal);

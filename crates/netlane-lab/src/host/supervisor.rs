@@ -4,7 +4,7 @@
 //! Without a terminal, ssh gives a remote command no signals, and a dropped connection
 //! goes unnoticed there until the command writes. So the supervisor runs the role as its
 //! child and takes orders on its standard input, one signal name a line (`INT`, `TERM`,
-//! `HUP`, `KILL`); the end of that input (the session ended, the connection dropped, the
+//! `HUP`, `KILL`, and `USR1`: an agent's start); the end of that input (the session ended, the connection dropped, the
 //! lab was killed) stops the role: SIGTERM, then SIGKILL after a grace. When the role has
 //! ended, the supervisor's last line of standard error is [`TRAILER`] and a [`RoleEnd`]
 //! as JSON: the role's wait status and CPU use, which the ssh client's own cannot tell.
@@ -89,6 +89,7 @@ fn parse_order(line: &str) -> Option<Signal> {
         "TERM" => Some(Signal::SIGTERM),
         "HUP" => Some(Signal::SIGHUP),
         "KILL" => Some(Signal::SIGKILL),
+        "USR1" => Some(Signal::SIGUSR1),
         _ => None,
     }
 }
@@ -167,7 +168,7 @@ pub fn obey(input: impl BufRead, role: &Signaller, grace: Duration) {
         let Ok(line) = line else { break };
         match parse_order(&line) {
             Some(signal) => role.send(signal),
-            None => tracing::warn!(line, "not an order (INT, TERM, HUP or KILL); ignored"),
+            None => tracing::warn!(line, "not an order (INT, TERM, HUP, KILL or USR1); ignored"),
         }
     }
     role.send(Signal::SIGTERM);
@@ -224,7 +225,7 @@ mod tests {
     #[test]
     fn orders_are_signal_names() {
         assert_eq!(order(Signal::SIGINT), "INT\n");
-        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGKILL] {
+        for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGKILL, Signal::SIGUSR1] {
             assert_eq!(parse_order(&order(s)), Some(s));
         }
         assert_eq!(parse_order("STOP"), None);

@@ -2,6 +2,7 @@
 //! memcached), waiting until it accepts, the warm-up and the SLA search as steps of a
 //! round, and what makes a load run sound enough to stand for the server.
 
+pub(crate) mod agents;
 pub(crate) mod role;
 
 use std::net::{SocketAddr, TcpStream};

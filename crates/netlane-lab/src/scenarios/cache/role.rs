@@ -11,11 +11,11 @@ use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
-use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
+use netlane_kv::loadgen::{AgentOutput, LoadConfig, LoadReport, SearchReport};
 use netlane_kv::server::{LanesView, ServerConfig};
 use serde::Deserialize;
 
-use crate::host::{Args, Finished, RoleProcess, RoleSpec};
+use crate::host::{Args, Finished, Host, RoleProcess, RoleSpec};
 
 /// The arguments after `netlane` that serve `cfg` over TCP, writing the final counters
 /// as JSON on stdout: every option a `ServerConfig` sets that the scenarios use,
@@ -90,6 +90,9 @@ pub enum LoadStep {
     WarmUp,
     /// One run.
     Run,
+    /// One run as an agent of a coordinated run: connect, say `ready`, start on SIGUSR1,
+    /// write the whole histogram.
+    Agent,
     /// The highest rate within `sla`, in `range`.
     Search {
         /// The objective.
@@ -130,6 +133,7 @@ pub fn load_args(cfg: &LoadConfig, step: LoadStep) -> Vec<String> {
     match step {
         LoadStep::WarmUp => a.flag("warmup-only", true),
         LoadStep::Run => a.flag("no-warmup", true),
+        LoadStep::Agent => a.flag("no-warmup", true).flag("agent", true),
         LoadStep::Search { sla, range } => a
             .flag("no-warmup", true)
             .flag("search", true)
@@ -144,34 +148,44 @@ pub fn load_args(cfg: &LoadConfig, step: LoadStep) -> Vec<String> {
 
 /// What `netlane kv load` wrote: the part the lab reads.
 #[derive(Deserialize)]
-struct KvLoad {
-    report: Option<LoadReport>,
-    search: Option<SearchReport>,
-    warmed_up_keys: Option<u64>,
+pub(crate) struct KvLoad {
+    pub(crate) report: Option<LoadReport>,
+    pub(crate) search: Option<SearchReport>,
+    pub(crate) warmed_up_keys: Option<u64>,
+    pub(crate) agent: Option<AgentOutput>,
 }
 
-/// Runs `netlane kv load` doing `step` with `cfg` on `h`'s generator side, pinned to the
-/// configuration's CPUs, and reads back what it wrote (a run's report also when the run
-/// failed: the report says what went wrong, and the scenario judges it).
-fn load(h: &TwoHosts, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
-    let spec = RoleSpec::netlane("netlane kv load", load_args(cfg, step));
-    let spec = match &cfg.cpus {
+/// `netlane kv load` doing `step` with `cfg`, pinned to the configuration's CPUs.
+pub(crate) fn load_spec(name: &str, cfg: &LoadConfig, step: LoadStep) -> RoleSpec {
+    let spec = RoleSpec::netlane(name, load_args(cfg, step));
+    match &cfg.cpus {
         Some(cpus) => spec.on_cpus(cpus),
         None => spec,
-    };
-    let finished = RoleProcess::start(&h.tx, &spec, None)?.wait(time_limit(cfg, step))?;
+    }
+}
+
+/// Runs `netlane kv load` doing `step` with `cfg` on `host`, and reads back what it
+/// wrote (a run's report also when the run failed: the report says what went wrong, and
+/// the scenario judges it).
+pub(crate) fn load_on(host: &dyn Host, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
+    let spec = load_spec("netlane kv load", cfg, step);
+    let finished = RoleProcess::start(host, &spec, None)?.wait(time_limit(cfg, step))?;
     finished.json::<KvLoad>().context("read the load generator's report")
+}
+
+fn load(h: &TwoHosts, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
+    load_on(&h.tx, cfg, step)
 }
 
 /// How long `step` may take at most before the process is killed: every run it can make,
 /// each as long as it is asked to be plus a second, and a minute more (a warm-up: a
 /// millisecond a key, and a minute).
-fn time_limit(cfg: &LoadConfig, step: LoadStep) -> Duration {
+pub(crate) fn time_limit(cfg: &LoadConfig, step: LoadStep) -> Duration {
     let run = cfg.ramp + cfg.duration + cfg.drain + Duration::from_secs(1);
     let minute = Duration::from_secs(60);
     match step {
         LoadStep::WarmUp => minute + Duration::from_millis(cfg.workload.keys),
-        LoadStep::Run => run + minute,
+        LoadStep::Run | LoadStep::Agent => run + minute,
         // Up to five runs per rate; the rates: the floor, each bisection, and as many
         // confirmations again (a failed one confirms the next lower rate).
         LoadStep::Search { range, .. } => run * 5 * (2 * range.max_bisections + 2) + minute,

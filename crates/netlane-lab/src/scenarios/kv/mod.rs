@@ -42,6 +42,9 @@ use crate::runner::Runner;
 
 pub use self::measure::{KvRound, KvRun};
 pub use self::options::{KvBenchArgs, WorkloadArgs};
+pub use crate::scenarios::cache::agents::{
+    Agent, AgentSummary, AgentsRun, AgentsStep, run_agents, search_agents, warm_up_agents,
+};
 pub use crate::scenarios::cache::role::{LoadStep, kv_serve_args, load_args};
 
 /// A part of the scenario.

@@ -26,6 +26,9 @@ use thiserror::Error;
 
 use super::codec::{Reply, ReplyError, SetReply};
 
+mod wire;
+pub use wire::{MAX_ENCODED, WireError};
+
 /// The percentiles a report shows.
 pub const REPORTED_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];
 
@@ -34,6 +37,7 @@ pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
 
 /// Counters of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "drivers", derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema))]
 pub struct Counts {
     /// Requests scheduled (closed loop: sent).
     pub offered: u64,
@@ -250,6 +254,15 @@ impl Stats {
     }
 }
 
+/// `latencies` recorded as answered gets (for the tests of what merges runs).
+#[cfg(test)]
+pub(crate) fn record_for_tests(stats: &mut Stats, latencies: &[u64]) {
+    for &ns in latencies {
+        stats.sent(false, false);
+        stats.replied(Reply::Get { hits: 1, misses: 0 }, ns);
+    }
+}
+
 /// A run judged against an SLA: what the rate search needs.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measurement {
@@ -344,11 +357,8 @@ impl fmt::Display for Sla {
 mod tests {
     use super::*;
 
-    fn ok(stats: &mut Stats, latencies: impl IntoIterator<Item = u64>) {
-        for ns in latencies {
-            stats.sent(false, false);
-            stats.replied(Reply::Get { hits: 1, misses: 0 }, ns);
-        }
+    pub(super) fn ok(stats: &mut Stats, latencies: impl IntoIterator<Item = u64>) {
+        record_for_tests(stats, &latencies.into_iter().collect::<Vec<_>>());
     }
 
     fn sla(s: &str) -> Sla {

@@ -1,0 +1,123 @@
+//! `netlane kv load --agents` (the coordinator: agents on other hosts over SSH, one
+//! merged measurement) and `netlane kv load --agent` (one agent, as the coordinator
+//! starts it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use netlane_kv::load::schedule::Pacing;
+use netlane_kv::load::search::SearchConfig;
+use netlane_kv::load::stats::Sla;
+use netlane_kv::loadgen::{self, AgentOutput, LoadConfig, LoadError, Run, SearchReport};
+use netlane_lab::host::{SshHost, SshSpec};
+use netlane_lab::scenarios::kv::{Agent, AgentSummary, AgentsStep, run_agents, search_agents, warm_up_agents};
+
+use super::load::{LoadArgs, progress_line};
+use crate::documents::KvLoad;
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
+
+/// How long an agent waits for its start.
+const START_WITHIN: Duration = Duration::from_secs(60);
+
+/// `--agent`: opens every connection, says `ready`, starts on SIGUSR1, and writes the
+/// run with its whole histogram. The coordinator judges it, so a run that measured
+/// nothing is written and exits 0 like any other.
+pub(super) fn run_as_agent(cfg: &LoadConfig, mut doc: KvLoad, out: &OutputArgs) -> Result<u8> {
+    let go = Arc::new(AtomicBool::new(false));
+    // Registered before `ready` is said: the word cannot come too early.
+    signal_hook::flag::register(signal_hook::consts::SIGUSR1, go.clone()).context("catch SIGUSR1")?;
+    let run = loadgen::run_gated(cfg, STOP.flag(), || {
+        eprintln!("ready: {} connections to {}", cfg.connections, cfg.server);
+        let deadline = Instant::now() + START_WITHIN;
+        while !go.load(Ordering::Relaxed) {
+            if Instant::now() >= deadline {
+                return Err(LoadError::Config(format!("no start (SIGUSR1) within {START_WITHIN:?}")));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        Ok(())
+    })?;
+    doc.agent = Some(AgentOutput::of(&run));
+    doc.report = Some(run.report);
+    out.write_json(&netlane_report::document("kv-load", doc))?;
+    Ok(0)
+}
+
+/// The agents' hosts, connected.
+pub(super) struct Coordinator {
+    hosts: Vec<SshHost>,
+}
+
+impl Coordinator {
+    /// Connects to every host of `--agents` (their netlane checked).
+    pub(super) fn connect(a: &LoadArgs) -> Result<Coordinator> {
+        let hosts = a
+            .agents
+            .iter()
+            .map(|d| {
+                let spec =
+                    SshSpec { destination: d.clone(), config: a.ssh_config.clone(), netlane: a.agent_netlane.clone() };
+                SshHost::connect(&spec).with_context(|| format!("agent {d}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Coordinator { hosts })
+    }
+
+    fn agents(&self) -> Vec<Agent<'_>> {
+        self.hosts.iter().map(|h| Agent { host: h, cpus: Vec::new() }).collect()
+    }
+
+    /// Stores every key from the first agent's host.
+    pub(super) fn warm_up(&self, cfg: &LoadConfig) -> Result<u64> {
+        warm_up_agents(&self.agents(), cfg)
+    }
+
+    /// One run, merged, and what each agent did.
+    pub(super) fn run(&self, cfg: &LoadConfig) -> Result<(Run, AgentsStep)> {
+        let r = run_agents(&self.agents(), cfg)?;
+        let rate = match cfg.pacing {
+            Pacing::Open(a) => a.rate_per_s,
+            Pacing::Closed { .. } => 0.0,
+        };
+        Ok((r.run, AgentsStep { rate_per_s: rate, agents: r.agents }))
+    }
+
+    /// A search over merged runs.
+    pub(super) fn search(
+        &self,
+        cfg: &LoadConfig,
+        sla: Sla,
+        range: SearchConfig,
+    ) -> Result<(SearchReport, Vec<AgentsStep>)> {
+        search_agents(&self.agents(), cfg, sla, range, STOP.flag(), |p, agents| {
+            eprintln!("{}", progress_line(p, sla));
+            for a in agents {
+                eprintln!("    {}", agent_line(a));
+            }
+        })
+    }
+}
+
+fn agent_line(a: &AgentSummary) -> String {
+    format!(
+        "{}: {} connections, offered {:.0}/s achieved {:.0}/s, lagged {:.2}%, CPU {:.2} s ({:.0}% busy){}",
+        a.host,
+        a.connections,
+        a.offered_per_s,
+        a.achieved_per_s,
+        a.lag_share * 100.0,
+        a.cpu_s,
+        a.cpu_busy * 100.0,
+        if a.connection_failures > 0 { format!(", {} connections failed", a.connection_failures) } else { "".into() }
+    )
+}
+
+/// Each agent's part of a run, a line each.
+pub(super) fn print_agents(agents: &[AgentSummary]) {
+    for a in agents {
+        out::println(&format!("agent {}", agent_line(a)));
+    }
+}

@@ -1,0 +1,152 @@
+//! `netlane kv load --agents`: the load generator on two SSH hosts against a cache
+//! server on a third, one merged measurement. The hosts are namespaces running Debian's
+//! sshd (`netlane_testkit::sshd`) on one bridged network; the coordinator reaches them
+//! only through `ssh`. Needs root and openssh-server.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use netlane_lab::host::{RoleProcess, RoleSpec, SshHost, SshSpec};
+use netlane_testkit::sshd::SshHosts;
+
+/// `ip -n NS args...`, which must work.
+fn ip(ns: &str, args: &str) {
+    let out = Command::new("ip").args(["-n", ns]).args(args.split_whitespace()).output().unwrap();
+    assert!(out.status.success(), "ip -n {ns} {args}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// A bridge in the first host's namespace at 10.77.0.1/24, every other host on it at
+/// 10.77.0.(i+1) (links go with the namespaces).
+fn bridge(hosts: &SshHosts) {
+    let hub = hosts.hosts[0].ns.name();
+    ip(hub, "link add br0 type bridge");
+    ip(hub, "addr add 10.77.0.1/24 dev br0");
+    ip(hub, "link set br0 up");
+    for (i, h) in hosts.hosts.iter().enumerate().skip(1) {
+        ip(hub, &format!("link add p{i} type veth peer name eth0 netns {}", h.ns.name()));
+        ip(hub, &format!("link set p{i} master br0 up"));
+        ip(h.ns.name(), &format!("addr add 10.77.0.{}/24 dev eth0", i + 1));
+        ip(h.ns.name(), "link set eth0 up");
+    }
+}
+
+fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
+    let config = hosts.config.display().to_string();
+    let mut args = vec![
+        "kv",
+        "load",
+        "--agents",
+        agents,
+        "--ssh-config",
+        &config,
+        "--agent-netlane",
+        env!("CARGO_BIN_EXE_netlane"),
+        "--server",
+        "10.77.0.1:11211",
+        "--connections",
+        "6",
+        "--keys",
+        "2000",
+        "--json",
+        "-",
+    ];
+    args.extend(extra);
+    let o = common::netlane(&args);
+    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+    common::valid_document(&common::stdout(&o), "kv-load")
+}
+
+#[test]
+fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
+    if !netlane_testkit::privileged("two_agents_make_one_measurement_and_a_search_over_their_merged_runs") {
+        return;
+    }
+    let hosts = SshHosts::start(&["kvserver", "agent1", "agent2"]).unwrap();
+    bridge(&hosts);
+    let server_host = SshHost::connect(&SshSpec {
+        destination: "kvserver".into(),
+        config: Some(hosts.config.clone()),
+        netlane: env!("CARGO_BIN_EXE_netlane").into(),
+    })
+    .unwrap();
+    let args = ["kv", "serve", "--json", "-", "--listen", "10.77.0.1", "--port", "11211", "--threads", "1"];
+    let serve = RoleSpec::netlane("netlane kv serve", args).ready_on_stderr("listening on", Duration::from_secs(20));
+    let server = RoleProcess::start(&server_host, &serve, None).unwrap();
+
+    // One run: each agent offers its share, and the merged run is every agent's requests.
+    let doc = load(&hosts, "agent1,agent2", &["--rate", "3000", "--duration", "1s", "--sla", "p99=100ms"]);
+    assert_eq!(doc["warmed_up_keys"], 2000);
+    let steps = doc["agents"].as_array().unwrap();
+    assert_eq!(steps.len(), 1);
+    let agents = steps[0]["agents"].as_array().unwrap();
+    assert_eq!(agents.iter().map(|a| a["host"].as_str().unwrap()).collect::<Vec<_>>(), ["host agent1", "host agent2"]);
+    assert_eq!(agents.iter().map(|a| a["connections"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 3]);
+    let report = &doc["report"];
+    let offered: f64 = agents.iter().map(|a| a["offered_per_s"].as_f64().unwrap()).sum();
+    let achieved: f64 = agents.iter().map(|a| a["achieved_per_s"].as_f64().unwrap()).sum();
+    assert!((offered - report["offered_per_s"].as_f64().unwrap()).abs() < 1e-6, "{doc}");
+    assert!((achieved - report["achieved_per_s"].as_f64().unwrap()).abs() < 1e-6, "{doc}");
+    // Both agents sent (a Poisson second at 1500/s is far from none), and every request
+    // they offered was answered.
+    for a in agents {
+        assert!(a["offered_per_s"].as_f64().unwrap() > 500.0, "{a}");
+    }
+    assert_eq!(report["counts"]["completed"], report["counts"]["offered"], "{report}");
+    assert_eq!(doc["sla_met"], true, "{doc}");
+
+    // A search whose every run is the agents' merge.
+    let doc = load(
+        &hosts,
+        "agent1,agent2",
+        &[
+            "--no-warmup",
+            "--duration",
+            "200ms",
+            "--ramp",
+            "50ms",
+            "--sla",
+            "p99=100ms",
+            "--search",
+            "--search-lo",
+            "500",
+            "--search-hi",
+            "2000",
+            "--resolution",
+            "1.5",
+            "--max-bisections",
+            "1",
+        ],
+    );
+    let search = &doc["search"];
+    // Far below what the server holds within 100 ms: every rate meets, and the search
+    // (one bisection) ends capped.
+    assert_eq!(search["capped"], true, "{search}");
+    assert!(search["best_per_s"].as_f64().is_some_and(|b| b >= 1000.0), "{search}");
+    let steps = doc["agents"].as_array().unwrap();
+    assert_eq!(steps.len() as u64, search["runs"].as_u64().unwrap());
+    assert!(steps.iter().all(|s| s["agents"].as_array().unwrap().len() == 2), "{doc}");
+
+    let stopped = server.stop(Duration::from_secs(10)).unwrap();
+    let served: serde_json::Value = stopped.json().unwrap();
+    assert!(served["stats"]["cmd_get"].as_u64().unwrap() > 0, "{served}");
+    // Nothing is left on any host once the coordinator is done.
+    drop(server_host);
+    for h in &hosts.hosts {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !h.processes().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "left on {}: {:?}", h.alias, h.processes());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn agents_are_refused_before_anything_runs_when_they_cannot_be() {
+    let o = common::netlane(&["kv", "load", "--agents", "a,b", "--agent"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    let o = common::netlane(&["kv", "load", "--agents", "a,b,c", "--connections", "2", "--no-warmup"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::stderr(&o).contains("3 agents for 2 connections"), "{}", common::stderr(&o));
+}
