@@ -5,32 +5,10 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use netlane_lab::host::{RoleProcess, RoleSpec, SshHost, SshSpec};
 use netlane_testkit::sshd::SshHosts;
-
-/// `ip -n NS args...`, which must work.
-fn ip(ns: &str, args: &str) {
-    let out = Command::new("ip").args(["-n", ns]).args(args.split_whitespace()).output().unwrap();
-    assert!(out.status.success(), "ip -n {ns} {args}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A bridge in the first host's namespace at 10.77.0.1/24, every other host on it at
-/// 10.77.0.(i+1) (links go with the namespaces).
-fn bridge(hosts: &SshHosts) {
-    let hub = hosts.hosts[0].ns.name();
-    ip(hub, "link add br0 type bridge");
-    ip(hub, "addr add 10.77.0.1/24 dev br0");
-    ip(hub, "link set br0 up");
-    for (i, h) in hosts.hosts.iter().enumerate().skip(1) {
-        ip(hub, &format!("link add p{i} type veth peer name eth0 netns {}", h.ns.name()));
-        ip(hub, &format!("link set p{i} master br0 up"));
-        ip(h.ns.name(), &format!("addr add 10.77.0.{}/24 dev eth0", i + 1));
-        ip(h.ns.name(), "link set eth0 up");
-    }
-}
 
 fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
     let config = hosts.config.display().to_string();
@@ -64,7 +42,7 @@ fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
         return;
     }
     let hosts = SshHosts::start(&["kvserver", "agent1", "agent2"]).unwrap();
-    bridge(&hosts);
+    hosts.bridge("10.77.0").unwrap();
     let server_host = SshHost::connect(&SshSpec {
         destination: "kvserver".into(),
         config: Some(hosts.config.clone()),

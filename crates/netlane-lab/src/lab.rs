@@ -29,6 +29,11 @@ pub struct LabArgs {
     /// Use IPv6 instead of IPv4 where a scenario offers both.
     #[arg(short = '6', long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub ipv6: bool,
+    /// Run on the machines this testbed file names (the server on one host, the load
+    /// from the client hosts, over SSH): the scenarios that run across hosts (kv so
+    /// far); the others are named and left out.
+    #[arg(long, value_name = "FILE")]
+    pub testbed: Option<PathBuf>,
 }
 
 /// A lab that is ready to run: options checked, report directory made.
@@ -38,6 +43,8 @@ pub struct Lab {
     pub dir: PathBuf,
     latest: bool,
     plans: Vec<ScenarioName>,
+    /// Scenarios asked for that a testbed cannot run.
+    left_out: Vec<ScenarioName>,
     profile: LabProfile,
 }
 
@@ -45,24 +52,37 @@ impl LabArgs {
     /// Checks everything before any work starts: privileges, every scenario's plan,
     /// and the report directory (created now, so a bad path fails at once).
     pub fn prepare(&self, stamp: &str) -> Result<Lab> {
-        if !netlane::topology::have_privileges() {
+        if self.testbed.is_none() && !netlane::topology::have_privileges() {
             bail!(
                 "the lab builds its own network (namespaces, veth pairs, qdiscs) and needs root; run it as root \
                  (`sudo make lab`), or run single benchmarks on loopback: netlane bench udp-bulk --path loopback"
             );
         }
-        let plans: Vec<ScenarioName> = if self.only.is_empty() {
+        let mut plans: Vec<ScenarioName> = if self.only.is_empty() {
             ScenarioName::ALL.to_vec()
         } else {
             ScenarioName::ALL.into_iter().filter(|s| self.only.contains(s)).collect()
         };
-        let profile = LabProfile { quick: self.quick, ipv6: self.ipv6, selftest: self.selftest.clone() };
+        let mut left_out = Vec::new();
+        if self.testbed.is_some() {
+            left_out = plans.iter().copied().filter(|s| !s.across_hosts()).collect();
+            plans.retain(|s| s.across_hosts());
+            if plans.is_empty() {
+                bail!("no scenario asked for runs across hosts (kv does)");
+            }
+        }
+        let profile = LabProfile {
+            quick: self.quick,
+            ipv6: self.ipv6,
+            selftest: self.selftest.clone(),
+            testbed: self.testbed.clone(),
+        };
         for p in &plans {
             scenarios::lab_plan(*p, &profile)?;
         }
         let dir = self.out.clone().unwrap_or_else(|| Path::new("lab-report").join(stamp));
         std::fs::create_dir_all(&dir).with_context(|| format!("create the report directory {}", dir.display()))?;
-        Ok(Lab { dir, latest: self.out.is_none(), plans, profile })
+        Ok(Lab { dir, latest: self.out.is_none(), plans, left_out, profile })
     }
 }
 
@@ -87,6 +107,13 @@ impl Lab {
             if self.profile.quick { " (quick)" } else { "" },
             self.dir.display()
         ));
+        if !self.left_out.is_empty() {
+            let names: Vec<String> = self.left_out.iter().map(crate::scenarios::value_name).collect();
+            progress.println(&format!(
+                "not run on the testbed (they build their network on this machine, for now): {}",
+                names.join(", ")
+            ));
+        }
         let refs: Vec<&dyn Scenario> = list.iter().map(|s| s.as_ref()).collect();
         let results = scenarios::run_all(&refs, progress, each)?;
         let doc = netlane_report::document("lab", results);

@@ -15,6 +15,8 @@
 //! - [`machine`]: the machine's state around a run; [`plan`]: which CPUs each role
 //!   of a scenario runs on;
 //! - [`progress`]: k/N and ETA on a terminal or as lines;
+//! - [`host`]: where a role runs (a namespace, this machine, another over SSH) and a
+//!   role as a process; [`testbed`]: the machines a lab across hosts runs on;
 //! - [`lab`]: `netlane lab`.
 
 #![forbid(unsafe_code)]
@@ -30,4 +32,5 @@ pub mod report;
 pub mod runner;
 pub mod scenarios;
 pub mod stats;
+pub mod testbed;
 pub mod verdict;

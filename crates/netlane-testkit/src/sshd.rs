@@ -130,6 +130,28 @@ impl SshHosts {
     }
 }
 
+impl SshHosts {
+    /// Joins the hosts on one network: a bridge in the first host's namespace at
+    /// `PREFIX.1/24`, every other host on it at `PREFIX.(i+1)` (on its `eth0`). The
+    /// links go with the namespaces.
+    pub fn bridge(&self, prefix: &str) -> Result<(), String> {
+        let ip = |ns: &str, args: String| {
+            run(Command::new("ip").args(["-n", ns]).args(args.split_whitespace()), &format!("ip -n {ns} {args}"))
+        };
+        let hub = self.hosts.first().ok_or("no hosts")?.ns.name();
+        ip(hub, "link add br0 type bridge".into())?;
+        ip(hub, format!("addr add {prefix}.1/24 dev br0"))?;
+        ip(hub, "link set br0 up".into())?;
+        for (i, h) in self.hosts.iter().enumerate().skip(1) {
+            ip(hub, format!("link add p{i} type veth peer name eth0 netns {}", h.ns.name()))?;
+            ip(hub, format!("link set p{i} master br0 up"))?;
+            ip(h.ns.name(), format!("addr add {prefix}.{}/24 dev eth0", i + 1))?;
+            ip(h.ns.name(), "link set eth0 up".into())?;
+        }
+        Ok(())
+    }
+}
+
 impl SshdHost {
     /// The processes in its namespace other than its sshd's listener: connections (sshd
     /// and the proxy that carries one in) and what their sessions run.

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::host::{Program, RoleProcess, RoleSpec, ThisMachine};
+use crate::host::{Host, Program, RoleProcess, RoleSpec};
 
 /// Histogram buckets, 1 us each: latencies beyond count as overflows.
 const BUCKETS_US: u64 = 20_000;
@@ -70,8 +70,8 @@ pub enum StallError {
     Output(String),
 }
 
-/// Runs cyclictest on `cpu` for `duration`, waking every `interval`.
-pub fn probe(cpu: usize, duration: Duration, interval: Duration) -> Result<Stalls, StallError> {
+/// Runs cyclictest on `host`'s `cpu` for `duration`, waking every `interval`.
+pub fn probe(host: &dyn Host, cpu: usize, duration: Duration, interval: Duration) -> Result<Stalls, StallError> {
     let secs = duration.as_secs().max(1);
     let args = [
         "-q".to_string(),
@@ -93,7 +93,7 @@ pub fn probe(cpu: usize, duration: Duration, interval: Duration) -> Result<Stall
     // with this thread, which waits for it), and its output (about 20,000 short lines)
     // is read while it runs, so a full pipe cannot stop it. It pins itself (`-a`).
     let spec = RoleSpec::program("cyclictest", Program::Other("cyclictest".into()), args);
-    let ran = RoleProcess::start(&ThisMachine, &spec, None)
+    let ran = RoleProcess::start(host, &spec, None)
         .and_then(|p| p.wait(Duration::from_secs(secs + 10)))
         .map_err(|e| StallError::Run(format!("{e:#}")))?;
     if !ran.status.success() {

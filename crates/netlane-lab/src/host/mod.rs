@@ -16,7 +16,7 @@ mod ssh;
 pub mod supervisor;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -27,13 +27,69 @@ use netlane::topology::Netns;
 pub use process::{Finished, LineHook, RoleProcess};
 pub use ssh::{SshHost, SshSpec};
 
-/// Somewhere a role's process runs.
-pub trait Host {
+/// Somewhere a role's process runs (shared by the threads that start roles there).
+pub trait Host: Sync {
     /// What to call it in messages.
     fn name(&self) -> String;
 
     /// How `program args`, pinned to `cpus` (none: not pinned), starts there.
     fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch>;
+
+    /// Runs `words` (a program and its arguments) there to its end, at most
+    /// [`RUN_WITHIN`]: a check or a reading, not a role.
+    fn run(&self, words: &[String]) -> Result<Output> {
+        let (program, args) = words.split_first().context("no program to run")?;
+        let launch = self.launch(&Program::Other(program.into()), args, &[])?;
+        output_within(launch.command, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
+    }
+
+    /// The text of the file at `path` there.
+    fn read_file(&self, path: &str) -> Result<String> {
+        let out = self.run(&["cat".to_string(), path.to_string()])?;
+        if !out.status.success() {
+            bail!("read {path} on {}: {}", self.name(), String::from_utf8_lossy(&out.stderr).trim());
+        }
+        String::from_utf8(out.stdout).with_context(|| format!("read {path} on {}: not UTF-8", self.name()))
+    }
+}
+
+/// The longest a [`Host::run`] may take.
+pub const RUN_WITHIN: Duration = Duration::from_secs(20);
+
+/// Runs `cmd` (its input closed) to its end within `limit`, its output read as it comes;
+/// killed past the limit, which is an error naming `what`.
+pub(crate) fn output_within(mut cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+    use std::io::Read;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("start {what}"))?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().with_context(|| format!("wait for {what}"))? {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Ok(Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() })
 }
 
 /// A role's process as this machine starts it.
@@ -93,6 +149,10 @@ pub struct ThisMachine;
 impl Host for ThisMachine {
     fn name(&self) -> String {
         "this machine".into()
+    }
+
+    fn read_file(&self, path: &str) -> Result<String> {
+        std::fs::read_to_string(path).with_context(|| format!("read {path}"))
     }
 
     fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {

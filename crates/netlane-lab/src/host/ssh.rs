@@ -6,7 +6,6 @@
 //! so it stops on our orders and dies with its session. The host's netlane must be this
 //! one's version: results from two builds are not one measurement.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -15,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use netlane::cpus::CpuList;
 
-use super::{Control, Host, Launch, Program};
+use super::{Control, Host, Launch, Program, RUN_WITHIN, output_within};
 
 /// How to reach a host over SSH.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +45,6 @@ pub struct SshHost {
 
 /// How long the master connection may take to come up.
 const CONNECT_WITHIN: Duration = Duration::from_secs(20);
-
-/// How long a one-off command there (a version check) may take.
-const COMMAND_WITHIN: Duration = Duration::from_secs(20);
 
 /// Options every ssh invocation gets: no prompts (a lab never waits on a password), a
 /// connection that is dead after 15 s without answers is given up.
@@ -138,37 +134,6 @@ impl SshHost {
         cmd
     }
 
-    /// Runs `words` there to its end (at most [`COMMAND_WITHIN`]).
-    pub fn run(&self, words: &[String]) -> Result<Output> {
-        let mut child = self
-            .session(words)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("start ssh (the OpenSSH client)")?;
-        let deadline = Instant::now() + COMMAND_WITHIN;
-        let status = loop {
-            if let Some(status) = child.try_wait().context("wait for ssh")? {
-                break status;
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("`{}` on {} did not end within {COMMAND_WITHIN:?}", words.join(" "), self.spec.destination);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-        if let Some(mut o) = child.stdout.take() {
-            let _ = o.read_to_end(&mut stdout);
-        }
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_end(&mut stderr);
-        }
-        Ok(Output { status, stdout, stderr })
-    }
-
     /// Refuses a host whose netlane is missing or another version.
     fn check_version(&self) -> Result<()> {
         let out = self.run(&[self.spec.netlane.clone(), "--version".into()])?;
@@ -188,6 +153,11 @@ impl SshHost {
 impl Host for SshHost {
     fn name(&self) -> String {
         format!("host {}", self.spec.destination)
+    }
+
+    /// Runs `words` there directly (no supervisor: it ends by itself).
+    fn run(&self, words: &[String]) -> Result<Output> {
+        output_within(self.session(words), RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
     fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {

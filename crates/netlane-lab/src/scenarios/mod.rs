@@ -77,6 +77,12 @@ pub enum ScenarioName {
 }
 
 impl ScenarioName {
+    /// Whether it runs on a testbed's machines (the others build their network on this
+    /// one, for now).
+    pub fn across_hosts(self) -> bool {
+        matches!(self, ScenarioName::Kv)
+    }
+
     /// Every scenario, in the lab's order.
     pub const ALL: [ScenarioName; 8] = [
         ScenarioName::UdpBulk,
@@ -99,6 +105,8 @@ pub struct LabProfile {
     pub ipv6: bool,
     /// The kernel's `udpgso_bench_tx`.
     pub selftest: Option<PathBuf>,
+    /// The testbed file of a lab across machines.
+    pub testbed: Option<PathBuf>,
 }
 
 /// What a scenario's report is built of, section by section: each section of a
@@ -248,6 +256,16 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.rates = vec![10_000, 20_000];
                 o.workload.keys = 20_000;
                 o.time = Duration::from_millis(500);
+            }
+            if let Some(path) = &p.testbed {
+                // The server host's first CPU, when the file gives it CPUs.
+                let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
+                let spec = crate::testbed::TestbedSpec::parse(&text)
+                    .with_context(|| format!("the testbed {}", path.display()))?;
+                if let Some(cpu) = spec.server.cpus.as_ref().and_then(|c| c.as_slice().first()) {
+                    o.server_cpu = *cpu;
+                }
+                o.testbed = Some(path.clone());
             }
             Box::new(o)
         }

@@ -4,12 +4,14 @@
 
 pub(crate) mod agents;
 pub(crate) mod role;
+mod site;
 
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+pub(crate) use site::CacheSite;
+
+use std::net::SocketAddr;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
-use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
@@ -50,15 +52,15 @@ pub(crate) struct CacheServer {
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 impl CacheServer {
-    /// The server `spec` describes (`netlane`: netlane's own), started in the server's
-    /// namespace.
+    /// The server `spec` describes (`netlane`: netlane's own), started on the site's
+    /// server host.
     pub(crate) fn start(
-        h: &TwoHosts,
+        site: &CacheSite<'_>,
         spec: &RoleSpec,
         netlane: bool,
         busy_poll: Option<netlane::installed::Sysctl>,
     ) -> Result<CacheServer> {
-        Ok(CacheServer { process: Some(RoleProcess::start(&h.rx, spec, None)?), netlane, _busy_poll: busy_poll })
+        Ok(CacheServer { process: Some(RoleProcess::start(site.server, spec, None)?), netlane, _busy_poll: busy_poll })
     }
 
     /// Stops it and, when it is netlane's, reads what its lanes did from its final
@@ -115,25 +117,16 @@ pub(crate) fn netlane_kv_spec(addr: SocketAddr, cpu: usize, threads: usize, max_
     role::kv_serve_spec(&cfg, &[cpu])
 }
 
-/// Waits (10 s at most) until a server accepts connections on `addr` from the
-/// generator's side; `what` names it in the error.
-pub(crate) fn wait_until_accepting(h: &TwoHosts, addr: SocketAddr, what: &str) -> Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if h.tx.run(move || TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok())? {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!("{what} did not accept connections on {addr} within 10 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Stores the key space from the generator's side, a step of `who`'s round.
-pub(crate) fn warm_up(runner: &mut Runner<'_>, turn: Turn, h: &TwoHosts, who: &str, cfg: LoadConfig) -> Result<u64> {
+pub(crate) fn warm_up(
+    runner: &mut Runner<'_>,
+    turn: Turn,
+    site: &CacheSite<'_>,
+    who: &str,
+    cfg: LoadConfig,
+) -> Result<u64> {
     runner.step(turn, &format!("{who} warm-up"), |_| {
-        let n = role::warm_up(h, &cfg)?;
+        let n = site.warm_up(&cfg)?;
         Ok((n, format!("{n} keys stored")))
     })
 }
@@ -143,7 +136,7 @@ pub(crate) fn warm_up(runner: &mut Runner<'_>, turn: Turn, h: &TwoHosts, who: &s
 pub(crate) fn search(
     runner: &mut Runner<'_>,
     turn: Turn,
-    h: &TwoHosts,
+    site: &CacheSite<'_>,
     who: &str,
     cfg: LoadConfig,
     sla: Sla,
@@ -151,7 +144,7 @@ pub(crate) fn search(
 ) -> Result<SearchReport> {
     let what = format!("{who} search {sla}");
     let r = runner.step(turn, &what, |_| {
-        let r = role::search(h, &cfg, sla, range)?;
+        let r = site.search(&cfg, sla, range)?;
         let line = match r.best_per_s {
             Some(b) => format!(
                 "{b:.0} requests/s{} ({} rates, {} runs)",
@@ -219,7 +212,7 @@ pub(crate) fn load_config(
         server,
         connections,
         threads,
-        cpus: Some(cpus),
+        cpus: (!cpus.is_empty()).then_some(cpus),
         pacing,
         workload,
         duration,

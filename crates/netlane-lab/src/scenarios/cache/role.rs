@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use netlane::topology::TwoHosts;
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
@@ -173,10 +172,6 @@ pub(crate) fn load_on(host: &dyn Host, cfg: &LoadConfig, step: LoadStep) -> Resu
     finished.json::<KvLoad>().context("read the load generator's report")
 }
 
-fn load(h: &TwoHosts, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
-    load_on(&h.tx, cfg, step)
-}
-
 /// How long `step` may take at most before the process is killed: every run it can make,
 /// each as long as it is asked to be plus a second, and a minute more (a warm-up: a
 /// millisecond a key, and a minute).
@@ -190,19 +185,4 @@ pub(crate) fn time_limit(cfg: &LoadConfig, step: LoadStep) -> Duration {
         // confirmations again (a failed one confirms the next lower rate).
         LoadStep::Search { range, .. } => run * 5 * (2 * range.max_bisections + 2) + minute,
     }
-}
-
-/// Stores the key space from the generator's side: the keys stored.
-pub(crate) fn warm_up(h: &TwoHosts, cfg: &LoadConfig) -> Result<u64> {
-    load(h, cfg, LoadStep::WarmUp)?.warmed_up_keys.context("the load generator stored no keys")
-}
-
-/// One run from the generator's side.
-pub(crate) fn run(h: &TwoHosts, cfg: &LoadConfig) -> Result<LoadReport> {
-    load(h, cfg, LoadStep::Run)?.report.context("the load generator reported no run")
-}
-
-/// The highest rate within `sla` in `range`, from the generator's side.
-pub(crate) fn search(h: &TwoHosts, cfg: &LoadConfig, sla: Sla, range: SearchConfig) -> Result<SearchReport> {
-    load(h, cfg, LoadStep::Search { sla, range })?.search.context("the load generator reported no search")
 }

@@ -5,9 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
-use netlane::metrics::cpu::SystemCpu;
-use netlane::topology::TwoHosts;
+use anyhow::{Result, bail};
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
@@ -18,7 +16,7 @@ use super::{KvBenchArgs, Part, ServerKind};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner, Turn};
-use crate::scenarios::cache::{self, CacheServer, memcached_spec, netlane_kv_spec, open, pct, wait_until_accepting};
+use crate::scenarios::cache::{self, CacheServer, CacheSite, memcached_spec, netlane_kv_spec, open, pct};
 use crate::scenarios::unless_generator_lagged;
 
 /// One fixed-rate (or closed-loop) run: what the generator measured and the server
@@ -85,35 +83,35 @@ impl Measured for KvRun {
 }
 
 impl KvBenchArgs {
-    fn start(&self, h: &TwoHosts, addr: SocketAddr, kind: ServerKind) -> Result<CacheServer> {
+    fn start(&self, site: &CacheSite<'_>, addr: SocketAddr, kind: ServerKind) -> Result<CacheServer> {
         let running = match kind {
             ServerKind::Netlane => {
                 let spec = netlane_kv_spec(addr, self.server_cpu, self.threads, self.connections + 64);
-                CacheServer::start(h, &spec, true, None)?
+                CacheServer::start(site, &spec, true, None)?
             }
             ServerKind::Memcached => {
                 let spec =
                     memcached_spec(&self.memcached, addr, &[self.server_cpu], self.threads, self.connections + 64);
-                CacheServer::start(h, &spec, false, None)?
+                CacheServer::start(site, &spec, false, None)?
             }
         };
-        wait_until_accepting(h, addr, &kind.name())?;
+        site.wait_until_accepting(addr, &kind.name())?;
         Ok(running)
     }
 
     /// One load run with the server CPU's busy time around it.
-    fn measured_once(&self, h: &TwoHosts, cfg: LoadConfig) -> Result<KvRun> {
-        let cpu0 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
-        let r = cache::role::run(h, &cfg)?;
-        let cpu1 = SystemCpu::read_cpu(self.server_cpu).context("read /proc/stat")?;
+    fn measured_once(&self, site: &CacheSite<'_>, cfg: LoadConfig) -> Result<KvRun> {
+        let cpu0 = site.server_cpu(self.server_cpu)?;
+        let r = site.run(&cfg)?;
+        let cpu1 = site.server_cpu(self.server_cpu)?;
         let d = cpu0.delta(&cpu1);
         Ok(KvRun { load: r, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0 })
     }
 
     /// [`Self::measured_once`], made again when the generator lagged in it.
-    fn unlagged(&self, progress: &dyn Progress, label: &str, h: &TwoHosts, cfg: LoadConfig) -> Result<KvRun> {
+    fn unlagged(&self, progress: &dyn Progress, label: &str, site: &CacheSite<'_>, cfg: LoadConfig) -> Result<KvRun> {
         let (mut run, discarded) =
-            unless_generator_lagged(progress, label, || self.measured_once(h, cfg.clone()), |r| &r.load)?;
+            unless_generator_lagged(progress, label, || self.measured_once(site, cfg.clone()), |r| &r.load)?;
         run.discarded = discarded;
         Ok(run)
     }
@@ -124,29 +122,29 @@ impl KvBenchArgs {
         runner: &mut Runner<'_>,
         turn: Turn,
         what: &str,
-        h: &TwoHosts,
+        site: &CacheSite<'_>,
         cfg: LoadConfig,
     ) -> Result<KvRun> {
         let progress = runner.progress();
-        runner.measure(turn, what, |label| self.unlagged(progress, label, h, cfg))
+        runner.measure(turn, what, |label| self.unlagged(progress, label, site, cfg))
     }
 
     /// One server's round: started fresh, the key space stored, then each part asked.
     pub(super) fn round(
         &self,
         runner: &mut Runner<'_>,
-        h: &TwoHosts,
+        site: &CacheSite<'_>,
         addr: SocketAddr,
         kind: ServerKind,
         turn: Turn,
     ) -> Result<KvRound> {
         let who = kind.name();
-        let _server = self.start(h, addr, kind)?;
-        cache::warm_up(runner, turn, h, &who, self.load(addr, open(self.search_lo), self.step))?;
+        let _server = self.start(site, addr, kind)?;
+        cache::warm_up(runner, turn, site, &who, self.load(addr, open(self.search_lo), self.step))?;
         let mut out =
             KvRound { server: who.clone(), searches: Vec::new(), rates: Vec::new(), closed: None, floor: None };
         if self.probes_stalls() {
-            out.floor = Some(self.floor(runner, turn, h, addr, &who)?);
+            out.floor = Some(self.floor(runner, turn, site, addr, &who)?);
         }
         if self.parts.contains(&Part::Sla) {
             for sla in [self.sla, self.tight_sla] {
@@ -157,17 +155,17 @@ impl KvBenchArgs {
                     max_bisections: 12,
                 };
                 let cfg = self.load(addr, open(self.search_lo), self.step);
-                out.searches.push(cache::search(runner, turn, h, &who, cfg, sla, range)?);
+                out.searches.push(cache::search(runner, turn, site, &who, cfg, sla, range)?);
             }
         }
         if self.parts.contains(&Part::Rates) {
             for rate in &self.rates {
                 let cfg = self.load(addr, open(*rate as f64), self.time);
-                out.rates.push(self.measured(runner, turn, &format!("{who} {rate}/s"), h, cfg)?);
+                out.rates.push(self.measured(runner, turn, &format!("{who} {rate}/s"), site, cfg)?);
             }
         }
         if self.parts.contains(&Part::Closed) {
-            out.closed = Some(self.closed_and_open(runner, turn, h, addr, &who)?);
+            out.closed = Some(self.closed_and_open(runner, turn, site, addr, &who)?);
         }
         Ok(out)
     }
@@ -177,7 +175,7 @@ impl KvBenchArgs {
         &self,
         runner: &mut Runner<'_>,
         turn: Turn,
-        h: &TwoHosts,
+        site: &CacheSite<'_>,
         addr: SocketAddr,
         who: &str,
     ) -> Result<(KvRun, Stalls)> {
@@ -185,8 +183,9 @@ impl KvBenchArgs {
         let floor = runner.step(turn, &format!("{what} with cyclictest"), |_| {
             let (cpu, dur) = (self.server_cpu, self.stall_probe);
             let (run, st) = std::thread::scope(|sc| {
-                let probe = sc.spawn(move || stalls::probe(cpu, dur, Duration::from_millis(1)));
-                let run = self.measured_once(h, self.load(addr, open(self.search_lo), dur));
+                let server = site.server;
+                let probe = sc.spawn(move || stalls::probe(server, cpu, dur, Duration::from_millis(1)));
+                let run = self.measured_once(site, self.load(addr, open(self.search_lo), dur));
                 (run, probe.join().unwrap_or_else(|_| Err(stalls::StallError::Output("the probe panicked".into()))))
             });
             let (run, st) = (run?, st?);
@@ -208,12 +207,12 @@ impl KvBenchArgs {
         &self,
         runner: &mut Runner<'_>,
         turn: Turn,
-        h: &TwoHosts,
+        site: &CacheSite<'_>,
         addr: SocketAddr,
         who: &str,
     ) -> Result<(KvRun, KvRun)> {
         let cfg = self.load(addr, Pacing::Closed { depth: self.closed_depth }, self.time);
-        let closed = self.measured(runner, turn, &format!("{who} closed loop"), h, cfg)?;
+        let closed = self.measured(runner, turn, &format!("{who} closed loop"), site, cfg)?;
         // A closed loop runs the generator flat out; the open loop is offered a share
         // of that rate so that the generator keeps its schedule.
         let rate = closed.load.achieved_per_s * OPEN_SHARE;
@@ -222,7 +221,7 @@ impl KvBenchArgs {
         }
         let progress = runner.progress();
         let opened = runner.step(turn, &format!("{who} open loop at 80% of the closed loop's rate"), |label| {
-            let run = self.unlagged(progress, label, h, self.load(addr, open(rate), self.time))?;
+            let run = self.unlagged(progress, label, site, self.load(addr, open(rate), self.time))?;
             let line = run.summary();
             Ok((run, line))
         })?;

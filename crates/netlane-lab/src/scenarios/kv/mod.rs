@@ -36,9 +36,10 @@ use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
 use super::Scenario;
-use super::cache::{open, program_exists};
+use super::cache::{CacheSite, open, program_exists};
 use crate::progress::Progress;
 use crate::runner::Runner;
+use crate::testbed::{Needs, Testbed};
 
 pub use self::measure::{KvRound, KvRun};
 pub use self::options::{KvBenchArgs, WorkloadArgs};
@@ -108,13 +109,16 @@ impl Scenario for KvBenchArgs {
             .int("server-cpu", self.server_cpu as u64)
             .int("client-cpu", self.client_cpu as u64)
             .text("memcached", self.memcached.clone())
+            .text("testbed", self.testbed.as_ref().map_or("none".into(), |p| p.display().to_string()))
     }
 
     fn validate(&self) -> Result<()> {
-        let n = netlane::cpus::online_count();
-        for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
-            if c >= n {
-                bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+        if self.testbed.is_none() {
+            let n = netlane::cpus::online_count();
+            for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
+                if c >= n {
+                    bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
+                }
             }
         }
         if self.parts.is_empty() || self.servers.is_empty() {
@@ -141,6 +145,9 @@ impl Scenario for KvBenchArgs {
         if self.stall_probe > Duration::from_secs(600) {
             bail!("--stall-probe {:?}: at most 600s", self.stall_probe);
         }
+        if let Some(path) = &self.testbed {
+            return self.check_testbed(&Testbed::open(path)?);
+        }
         if self.probes_stalls() && !program_exists("cyclictest") {
             bail!("cyclictest: not found (scripts/setup.sh installs rt-tests; --stall-probe 0s skips the probe)");
         }
@@ -165,6 +172,16 @@ impl Scenario for KvBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
+        if let Some(path) = &self.testbed {
+            let t = Testbed::open(path)?;
+            self.check_testbed(&t)?;
+            let generators = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
+            let site = CacheSite { server: t.server.host(), generators };
+            let addr = SocketAddr::new(t.server_addr(), 11211);
+            let mut report = self.rounds(progress, &site, addr)?;
+            report.notes.insert(0, t.describe());
+            return Ok(report);
+        }
         let h = TwoHosts::create(
             "kv",
             LinkConfig { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi_on(self.server_cpu) },
@@ -177,17 +194,44 @@ impl Scenario for KvBenchArgs {
         // threaded NAPI or RPS on its own CPU would cost an inter-processor wake-up per
         // packet, which the generator cannot spare (docs/results.md).
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        let report = self.rounds(progress, &CacheSite::two_hosts(&h), addr);
+        drop(h);
+        report
+    }
+}
+
+impl KvBenchArgs {
+    /// Every round, on `site`, the servers at `addr`.
+    fn rounds(&self, progress: &dyn Progress, site: &CacheSite<'_>, addr: SocketAddr) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             self.servers.len(),
             |_| self.repeat,
             |runner, i, turn| {
                 let kind = self.servers[i];
-                self.round(runner, &h, addr, kind, turn)
+                self.round(runner, site, addr, kind, turn)
                     .with_context(|| format!("{} round {}", kind.name(), turn.round + 1))
             },
         )?;
-        drop(h);
         Ok(self.report(&all, runner.into_records()))
+    }
+
+    /// Refuses a testbed that lacks what this run needs: cyclictest (as root, for its
+    /// SCHED_FIFO probe) and memcached where they run, --server-cpu on the server host.
+    fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        let mut server = Needs::default();
+        if self.probes_stalls() {
+            server.root = true;
+            server.programs.push("cyclictest".into());
+        }
+        if self.servers.contains(&ServerKind::Memcached) {
+            server.programs.push(self.memcached.clone());
+        }
+        t.check(&server, &Needs::default())?;
+        let cpus = t.server.cpus()?;
+        if !cpus.as_slice().contains(&self.server_cpu) {
+            bail!("--server-cpu {}: the testbed's server has CPUs {cpus}", self.server_cpu);
+        }
+        Ok(())
     }
 }

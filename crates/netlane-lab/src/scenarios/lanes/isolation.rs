@@ -37,7 +37,7 @@ use super::{LanesBenchArgs, latency_of, mean_of, med, open};
 use crate::host::{InCgroup, Program, RoleProcess, RoleSpec};
 use crate::runner::{Runner, Turn};
 use crate::scenarios::cache;
-use crate::scenarios::cache::wait_until_accepting;
+use crate::scenarios::cache::CacheSite;
 use crate::stats::round_order;
 use crate::verdict::{Measure, Spec, paired};
 use netlane_report::Check;
@@ -189,7 +189,13 @@ impl LanesBenchArgs {
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), CACHE_PORT);
         let _server = start_cache(h, &cache_cg, addr)?;
         let sink = Sink::start(h)?;
-        cache::warm_up(runner, turn, h, "isolation", self.load(addr, 8, open(self.search_lo), self.step))?;
+        cache::warm_up(
+            runner,
+            turn,
+            &CacheSite::two_hosts(h),
+            "isolation",
+            self.load(addr, 8, open(self.search_lo), self.step),
+        )?;
         let progress = runner.progress();
         let mut out = Vec::new();
         for i in round_order(Case::ALL.len(), turn.round) {
@@ -214,7 +220,7 @@ impl LanesBenchArgs {
             let once = || -> Result<IsoRun> {
                 let before = (sink.bytes.load(Ordering::Relaxed), Instant::now(), shaper.classes()?);
                 let cfg = cfg.clone();
-                let r = cache::role::run(h, &cfg)?;
+                let r = CacheSite::two_hosts(h).run(&cfg)?;
                 let secs = before.1.elapsed().as_secs_f64();
                 let bulk_per_s = (sink.bytes.load(Ordering::Relaxed) - before.0) as f64 / secs;
                 let classes = shaper
@@ -265,7 +271,7 @@ fn start_cache(h: &TwoHosts, cg: &AppCgroup, addr: SocketAddr) -> Result<RolePro
     };
     let spec = cache::role::kv_serve_spec(&cfg, &lanes);
     let server = RoleProcess::start(&InCgroup { host: &h.rx, cgroup: cg }, &spec, None)?;
-    wait_until_accepting(h, addr, "the cache server (netlane kv serve)")?;
+    CacheSite::two_hosts(h).wait_until_accepting(addr, "the cache server (netlane kv serve)")?;
     Ok(server)
 }
 

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::plan::{CpuPlan, Role};
 use crate::runner::{Measured, Runner, Turn};
-use crate::scenarios::cache::{self, CacheServer, memcached_spec, open, wait_until_accepting};
+use crate::scenarios::cache::{self, CacheServer, CacheSite, memcached_spec, open};
 use crate::scenarios::unless_generator_lagged;
 
 use super::*;
@@ -124,12 +124,12 @@ impl LanesBenchArgs {
             if mode == Mode::MemcachedN {
                 spec.args.extend(["-N".into(), lanes.len().to_string()]);
             }
-            CacheServer::start(h, &spec, false, guard)?
+            CacheServer::start(&CacheSite::two_hosts(h), &spec, false, guard)?
         } else {
             let cfg = self.server_config(h, lanes, addr, mode, max_conns);
-            CacheServer::start(h, &cache::role::kv_serve_spec(&cfg, lanes), true, None)?
+            CacheServer::start(&CacheSite::two_hosts(h), &cache::role::kv_serve_spec(&cfg, lanes), true, None)?
         };
-        wait_until_accepting(h, addr, &mode.name())?;
+        CacheSite::two_hosts(h).wait_until_accepting(addr, &mode.name())?;
         Ok(running)
     }
 
@@ -175,7 +175,7 @@ impl LanesBenchArgs {
         let once = || -> Result<LaneRun> {
             let cfg = cfg.clone();
             let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
-            let r = cache::role::run(h, &cfg)?;
+            let r = CacheSite::two_hosts(h).run(&cfg)?;
             let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
             Ok(LaneRun {
                 connections,
@@ -207,7 +207,13 @@ impl LanesBenchArgs {
     ) -> Result<LaneRound> {
         let who = mode.name();
         let server = self.start(h, plan, addr, mode)?;
-        cache::warm_up(runner, turn, h, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
+        cache::warm_up(
+            runner,
+            turn,
+            &CacheSite::two_hosts(h),
+            &who,
+            self.load(addr, 8, open(self.search_lo), self.step),
+        )?;
         let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
         if !self.no_search {
             let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
@@ -217,7 +223,7 @@ impl LanesBenchArgs {
                 resolution: self.resolution,
                 max_bisections: 10,
             };
-            out.search = Some(cache::search(runner, turn, h, &who, cfg, self.sla, range)?);
+            out.search = Some(cache::search(runner, turn, &CacheSite::two_hosts(h), &who, cfg, self.sla, range)?);
         }
         for &c in &self.connections {
             for &rate in &self.rates {

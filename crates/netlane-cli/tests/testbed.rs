@@ -1,0 +1,97 @@
+//! `netlane lab --testbed`: the lab on machines it reaches only over SSH (namespaces of
+//! this machine running Debian's sshd, `netlane_testkit::sshd`, on one bridged network):
+//! the kv scenario's servers on the server host, its load from two client hosts as
+//! agents of one merged measurement. Needs root and openssh-server.
+
+mod common;
+
+use std::path::Path;
+
+use netlane_testkit::sshd::SshHosts;
+
+fn testbed(hosts: &SshHosts, dir: &Path, extra_client: &str) -> std::path::PathBuf {
+    let file = dir.join("testbed.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "ssh_config = {:?}\nnetlane = {:?}\n\n[server]\nssh = \"server\"\naddr = \"10.78.0.1\"\ncpus = \"1\"\n\n\
+             [[clients]]\nssh = \"client1\"\ncpus = \"0\"\n{extra_client}\n[[clients]]\nssh = \"client2\"\ncpus = \"0\"\n",
+            hosts.config.display().to_string(),
+            env!("CARGO_BIN_EXE_netlane"),
+        ),
+    )
+    .unwrap();
+    file
+}
+
+#[test]
+fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
+    if !netlane_testkit::privileged("the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind") {
+        return;
+    }
+    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
+    hosts.bridge("10.78.0").unwrap();
+    let dir = common::temp_dir("testbed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = testbed(&hosts, &dir, "");
+    let out = dir.join("report");
+    let o = common::netlane(&[
+        "lab",
+        "--quick",
+        "--testbed",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+        "-",
+    ]);
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    // Every scenario that builds its network here is named as left out.
+    assert!(err.contains("not run on the testbed") && err.contains("udp-bulk") && err.contains("soak"), "{err}");
+    let doc = common::valid_document(&common::stdout(&o), "results");
+    let scenarios = doc["scenarios"].as_array().unwrap();
+    assert_eq!(scenarios.len(), 1, "{doc}");
+    let kv = &scenarios[0];
+    assert_eq!(kv["name"], "kv");
+    let note = kv["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("the server on host server at 10.78.0.1")
+            && note.contains("host client1, host client2 (agents of one merged measurement)"),
+        "{note}"
+    );
+    // Both servers ran at both rates, each run measured (merged from both agents).
+    let runs = kv["runs"].as_array().unwrap();
+    for who in ["netlane 10000/s", "netlane 20000/s", "memcached 10000/s", "memcached 20000/s"] {
+        let run = runs.iter().find(|r| r["label"].as_str().is_some_and(|w| w.starts_with(who)));
+        let run = run.unwrap_or_else(|| panic!("no run {who}: {runs:?}"));
+        let achieved = run["metrics"]["achieved_per_s"].as_f64().unwrap_or(0.0);
+        assert!(achieved > 1000.0, "{who}: {run}");
+    }
+    assert!(kv["checks"].as_array().is_some_and(|c| !c.is_empty()), "{kv}");
+    for h in &hosts.hosts {
+        assert!(h.processes().is_empty(), "left on {}: {:?}", h.alias, h.processes());
+    }
+}
+
+#[test]
+fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
+    if !netlane_testkit::privileged("a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host") {
+        return;
+    }
+    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
+    let dir = common::temp_dir("testbed-refused");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = testbed(&hosts, &dir, "iface = \"nosuch0\"\n");
+    let text = std::fs::read_to_string(&file).unwrap().replace("cpus = \"1\"", "cpus = \"1,4095\"");
+    std::fs::write(&file, text).unwrap();
+    let o = common::netlane(&["lab", "--quick", "--only", "kv", "--testbed", file.to_str().unwrap(), "--json", "-"]);
+    let err = common::stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("server (host server): no CPU 4095"), "{err}");
+    assert!(err.contains("client 1 (host client1): no interface nosuch0"), "{err}");
+    assert!(common::stdout(&o).is_empty());
+    // A scenario that cannot run across hosts, asked for alone.
+    let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
+    assert!(common::stderr(&o).contains("no scenario asked for runs across hosts (kv does)"), "{}", common::stderr(&o));
+}

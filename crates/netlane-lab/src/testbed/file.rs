@@ -1,0 +1,217 @@
+//! The testbed file: which machines a lab runs on, and what each is for. Read and
+//! checked without touching any host (sans-IO).
+//!
+//! ```toml
+//! ssh_config = "/root/.ssh/lab_config"  # ssh -F (default: the user's configuration)
+//! netlane = "/usr/local/bin/netlane"     # netlane on the hosts (default: found on their PATH)
+//!
+//! [server]
+//! ssh = "root@10.0.0.2"   # no `ssh`: this machine
+//! addr = "10.0.1.2"       # the address the clients reach the server at
+//! iface = "ens1f0"        # the interface that address is on
+//! cpus = "8-15"           # the CPUs the server's roles take there
+//!
+//! [[clients]]
+//! ssh = "root@10.0.0.3"
+//! cpus = "0-7"
+//!
+//! [[clients]]
+//! ssh = "root@10.0.0.4"
+//! ```
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use netlane::cpus::CpuList;
+use serde::Deserialize;
+
+/// The most client hosts a testbed names.
+pub const MAX_CLIENTS: usize = 64;
+
+/// A testbed, as its file says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestbedSpec {
+    /// The SSH configuration file every `ssh` reads instead of the user's.
+    pub ssh_config: Option<PathBuf>,
+    /// The server's host.
+    pub server: HostSpec,
+    /// The client hosts.
+    pub clients: Vec<HostSpec>,
+}
+
+/// One host of a testbed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostSpec {
+    /// What to call it (`server`, `client 2`).
+    pub role: String,
+    /// Its SSH destination (`None`: this machine).
+    pub ssh: Option<String>,
+    /// The netlane executable there.
+    pub netlane: String,
+    /// The address others reach it at.
+    pub addr: Option<IpAddr>,
+    /// The interface that address is on.
+    pub iface: Option<String>,
+    /// The CPUs its roles take (`None`: as the scenario plans them).
+    pub cpus: Option<CpuList>,
+}
+
+/// A testbed file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TestbedError {
+    /// Not TOML of the testbed's shape.
+    #[error("not a testbed file")]
+    Syntax(#[source] toml::de::Error),
+    /// A value that cannot be used.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    ssh_config: Option<PathBuf>,
+    netlane: Option<String>,
+    server: RawHost,
+    #[serde(default)]
+    clients: Vec<RawHost>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHost {
+    ssh: Option<String>,
+    netlane: Option<String>,
+    addr: Option<IpAddr>,
+    iface: Option<String>,
+    cpus: Option<String>,
+}
+
+impl TestbedSpec {
+    /// Reads a testbed file's text.
+    pub fn parse(text: &str) -> Result<TestbedSpec, TestbedError> {
+        let raw: RawFile = toml::from_str(text).map_err(TestbedError::Syntax)?;
+        let netlane = raw.netlane.unwrap_or_else(|| "netlane".into());
+        let host = |role: String, h: RawHost| -> Result<HostSpec, TestbedError> {
+            let bad = |what: String| Err(TestbedError::Invalid(format!("{role}: {what}")));
+            if let Some(d) = &h.ssh
+                && (d.is_empty() || d.starts_with('-') || d.chars().any(char::is_whitespace))
+            {
+                return bad(format!("`ssh` {d:?} is not an SSH destination"));
+            }
+            if let Some(i) = &h.iface
+                && (i.is_empty() || i.len() > 15 || i.contains('/') || i.chars().any(char::is_whitespace))
+            {
+                return bad(format!("`iface` {i:?} is not an interface name"));
+            }
+            if let Some(a) = h.addr
+                && (a.is_unspecified() || a.is_multicast())
+            {
+                return bad(format!("`addr` {a} is not a host's address"));
+            }
+            let netlane = h.netlane.unwrap_or_else(|| netlane.clone());
+            if netlane.is_empty() {
+                return bad("`netlane` is empty".into());
+            }
+            let cpus = match h.cpus {
+                Some(c) => match c.parse::<CpuList>() {
+                    Ok(list) if !list.is_empty() => Some(list),
+                    Ok(_) => return bad("`cpus` is empty".into()),
+                    Err(e) => return bad(format!("`cpus` {c:?}: {e}")),
+                },
+                None => None,
+            };
+            Ok(HostSpec { role, ssh: h.ssh, netlane, addr: h.addr, iface: h.iface, cpus })
+        };
+        let server = host("server".into(), raw.server)?;
+        if server.addr.is_none() {
+            return Err(TestbedError::Invalid(
+                "server: `addr` is missing (the address the clients reach it at)".into(),
+            ));
+        }
+        if raw.clients.is_empty() || raw.clients.len() > MAX_CLIENTS {
+            return Err(TestbedError::Invalid(format!(
+                "{} client hosts: a testbed has 1 to {MAX_CLIENTS} ([[clients]] entries)",
+                raw.clients.len()
+            )));
+        }
+        let clients = raw
+            .clients
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| host(format!("client {}", i + 1), c))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TestbedSpec { ssh_config: raw.ssh_config, server, clients })
+    }
+
+    /// Every host: the server, then the clients.
+    pub fn hosts(&self) -> impl Iterator<Item = &HostSpec> {
+        std::iter::once(&self.server).chain(&self.clients)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+        ssh_config = "/etc/lab/ssh_config"
+        netlane = "/opt/netlane"
+
+        [server]
+        ssh = "root@10.0.0.2"
+        addr = "10.0.1.2"
+        iface = "ens1f0"
+        cpus = "8-11"
+
+        [[clients]]
+        ssh = "root@10.0.0.3"
+        cpus = "0-3"
+
+        [[clients]]
+        ssh = "lab4"
+        netlane = "netlane"
+    "#;
+
+    #[test]
+    fn a_testbed_file_names_its_hosts_and_what_each_is_for() {
+        let t = TestbedSpec::parse(FULL).unwrap();
+        assert_eq!(t.ssh_config, Some(PathBuf::from("/etc/lab/ssh_config")));
+        assert_eq!(t.server.role, "server");
+        assert_eq!(t.server.ssh.as_deref(), Some("root@10.0.0.2"));
+        assert_eq!(t.server.addr, Some("10.0.1.2".parse().unwrap()));
+        assert_eq!(t.server.iface.as_deref(), Some("ens1f0"));
+        assert_eq!(t.server.cpus.as_ref().map(|c| c.as_slice().to_vec()), Some(vec![8, 9, 10, 11]));
+        assert_eq!(t.server.netlane, "/opt/netlane");
+        assert_eq!(t.clients.len(), 2);
+        assert_eq!((t.clients[0].role.as_str(), t.clients[1].role.as_str()), ("client 1", "client 2"));
+        assert_eq!(t.clients[1].netlane, "netlane");
+        assert_eq!(t.clients[1].cpus, None);
+        assert_eq!(t.hosts().count(), 3);
+        // The server on this machine: no `ssh`.
+        let t = TestbedSpec::parse("[server]\naddr = \"10.0.1.1\"\n[[clients]]\nssh = \"c\"").unwrap();
+        assert_eq!(t.server.ssh, None);
+        assert_eq!(t.server.netlane, "netlane");
+    }
+
+    #[test]
+    fn a_bad_testbed_file_says_what_is_wrong_where() {
+        let cases = [
+            ("[server]\naddr = \"10.0.0.1\"", "0 client hosts"),
+            ("[[clients]]\nssh = \"c\"", "not a testbed file"),
+            ("[server]\n[[clients]]\nssh = \"c\"", "server: `addr` is missing"),
+            ("[server]\naddr = \"0.0.0.0\"\n[[clients]]\nssh = \"c\"", "is not a host's address"),
+            ("[server]\naddr = \"10.0.0.1\"\n[[clients]]\nssh = \"-oProxyCommand=x\"", "client 1: `ssh`"),
+            ("[server]\naddr = \"10.0.0.1\"\ncpus = \"3-1\"\n[[clients]]\nssh = \"c\"", "server: `cpus` \"3-1\""),
+            ("[server]\naddr = \"10.0.0.1\"\niface = \"a/b\"\n[[clients]]\nssh = \"c\"", "not an interface name"),
+            ("[server]\naddr = \"10.0.0.1\"\nport = 1\n[[clients]]\nssh = \"c\"", "not a testbed file"),
+        ];
+        for (text, says) in cases {
+            let e = TestbedSpec::parse(text).unwrap_err();
+            let full = netlane::error::chain(&e).to_string();
+            assert!(full.contains(says), "{text:?}: {full}");
+        }
+        let many = format!("[server]\naddr = \"10.0.0.1\"\n{}", "[[clients]]\nssh = \"c\"\n".repeat(MAX_CLIENTS + 1));
+        assert!(TestbedSpec::parse(&many).unwrap_err().to_string().contains("65 client hosts"));
+    }
+}

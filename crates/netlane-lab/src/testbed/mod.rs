@@ -1,0 +1,191 @@
+//! A lab across machines: the hosts a testbed file names, reached (over SSH, or this
+//! machine itself) and checked for what the scenarios need before anything runs.
+
+mod file;
+
+use std::fmt;
+use std::net::IpAddr;
+
+use anyhow::{Context, Result, bail};
+use netlane::cpus::CpuList;
+
+pub use file::{HostSpec, MAX_CLIENTS, TestbedError, TestbedSpec};
+
+use crate::host::{Host, SshHost, SshSpec, ThisMachine};
+
+/// One host of a testbed, reached.
+pub struct TestbedHost {
+    /// What the file says of it.
+    pub spec: HostSpec,
+    host: Box<dyn Host + Send + Sync>,
+}
+
+impl fmt::Debug for TestbedHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TestbedHost").field("role", &self.spec.role).field("host", &self.host.name()).finish()
+    }
+}
+
+impl TestbedHost {
+    /// Where its roles run.
+    pub fn host(&self) -> &dyn Host {
+        self.host.as_ref()
+    }
+
+    /// `role (host)`, for messages.
+    pub fn label(&self) -> String {
+        format!("{} ({})", self.spec.role, self.host.name())
+    }
+
+    /// The CPUs the file gives its roles (none: not pinned).
+    pub fn pinned(&self) -> Vec<usize> {
+        self.spec.cpus.as_ref().map_or_else(Vec::new, |c| c.as_slice().to_vec())
+    }
+
+    /// The CPUs its roles take: the file's, or every CPU it has.
+    pub fn cpus(&self) -> Result<CpuList> {
+        if let Some(c) = &self.spec.cpus {
+            return Ok(c.clone());
+        }
+        self.online()
+    }
+
+    fn online(&self) -> Result<CpuList> {
+        let text = self.host.read_file("/sys/devices/system/cpu/online")?;
+        netlane::cpus::parse_online(text.trim())
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("{}: its online CPUs", self.label()))
+    }
+
+    /// What it lacks of `needs`, one line each.
+    fn missing(&self, needs: &Needs) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut say = |what: String| out.push(format!("{}: {what}", self.label()));
+        if needs.root {
+            match self.host.run(&words(&["id", "-u"])) {
+                Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "0" => {}
+                Ok(_) => say("not root (its roles build namespaces, load BPF and set devices)".into()),
+                Err(e) => say(format!("cannot run `id -u`: {e:#}")),
+            }
+        }
+        match (self.online(), &self.spec.cpus) {
+            (Ok(online), Some(asked)) => {
+                let absent: Vec<usize> =
+                    asked.as_slice().iter().copied().filter(|c| !online.as_slice().contains(c)).collect();
+                if !absent.is_empty() {
+                    say(format!("no CPU {} (it has {online})", CpuList::new(absent)));
+                }
+            }
+            (Ok(_), None) => {}
+            (Err(e), _) => say(format!("{e:#}")),
+        }
+        if let Some(iface) = &self.spec.iface {
+            match self.host.read_file(&format!("/sys/class/net/{iface}/ifindex")) {
+                Ok(_) => {
+                    if let Some(addr) = self.spec.addr
+                        && !self.has_address(iface, addr)
+                    {
+                        say(format!("{addr} is not an address of {iface}"));
+                    }
+                }
+                Err(_) => say(format!("no interface {iface}")),
+            }
+        }
+        for program in &needs.programs {
+            let found = self.host.run(&words(&["sh", "-c", &format!("command -v {program}")]));
+            if !found.is_ok_and(|o| o.status.success()) {
+                say(format!("{program} is not installed"));
+            }
+        }
+        out
+    }
+
+    fn has_address(&self, iface: &str, addr: IpAddr) -> bool {
+        self.host
+            .run(&words(&["ip", "-o", "addr", "show", "dev", iface]))
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {addr}/")))
+    }
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+/// What a scenario needs of a host.
+#[derive(Debug, Clone, Default)]
+pub struct Needs {
+    /// Root.
+    pub root: bool,
+    /// Programs on its `PATH` (a peer's binary, cyclictest).
+    pub programs: Vec<String>,
+}
+
+/// A testbed's hosts, reached.
+#[derive(Debug)]
+pub struct Testbed {
+    /// The server's host.
+    pub server: TestbedHost,
+    /// The client hosts.
+    pub clients: Vec<TestbedHost>,
+}
+
+impl Testbed {
+    /// Reads the testbed file at `path` and reaches its hosts.
+    pub fn open(path: &std::path::Path) -> Result<Testbed> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("read the testbed {}", path.display()))?;
+        let spec = TestbedSpec::parse(&text).with_context(|| format!("the testbed {}", path.display()))?;
+        Testbed::connect(&spec)
+    }
+
+    /// Where its roles ran, for a report.
+    pub fn describe(&self) -> String {
+        let clients: Vec<String> = self.clients.iter().map(|c| c.host.name()).collect();
+        format!(
+            "Ran on a testbed: the server on {} at {}, the load from {}{}.",
+            self.server.host.name(),
+            self.server_addr(),
+            clients.join(", "),
+            if clients.len() > 1 { " (agents of one merged measurement)" } else { "" }
+        )
+    }
+
+    /// Reaches every host of `spec` (each SSH host's netlane checked against this one).
+    pub fn connect(spec: &TestbedSpec) -> Result<Testbed> {
+        let reach = |h: &HostSpec| -> Result<TestbedHost> {
+            let host: Box<dyn Host + Send + Sync> = match &h.ssh {
+                Some(d) => Box::new(
+                    SshHost::connect(&SshSpec {
+                        destination: d.clone(),
+                        config: spec.ssh_config.clone(),
+                        netlane: h.netlane.clone(),
+                    })
+                    .with_context(|| format!("testbed {}", h.role))?,
+                ),
+                None => Box::new(ThisMachine),
+            };
+            Ok(TestbedHost { spec: h.clone(), host })
+        };
+        let server = reach(&spec.server)?;
+        let clients = spec.clients.iter().map(reach).collect::<Result<Vec<_>>>()?;
+        Ok(Testbed { server, clients })
+    }
+
+    /// Refuses a testbed whose server lacks `server` or whose clients lack `clients`,
+    /// saying everything missing, host by host.
+    pub fn check(&self, server: &Needs, clients: &Needs) -> Result<()> {
+        let mut missing = self.server.missing(server);
+        for c in &self.clients {
+            missing.extend(c.missing(clients));
+        }
+        if !missing.is_empty() {
+            bail!("the testbed cannot run this:\n  {}", missing.join("\n  "));
+        }
+        Ok(())
+    }
+
+    /// The address the clients reach the server at.
+    pub fn server_addr(&self) -> IpAddr {
+        // The file is refused without one.
+        self.server.spec.addr.unwrap_or(IpAddr::from([127, 0, 0, 1]))
+    }
+}
