@@ -128,6 +128,7 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
     vec![
         ("results", s(schemars::schema_for!(Document<Results>))),
         ("probe", s(schemars::schema_for!(Document<netlane::probe::ProbeReport>))),
+        ("nic-show", s(schemars::schema_for!(Document<netlane::nic::NicView>))),
         ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),

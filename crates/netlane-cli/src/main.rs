@@ -13,6 +13,7 @@ mod documents;
 mod kv;
 mod lab;
 mod lb;
+mod nic;
 mod nvme;
 mod out;
 mod role;
@@ -94,6 +95,11 @@ enum Cmd {
     /// the end of input the program gets SIGTERM, and SIGKILL --grace later; the last line
     /// of standard error says how it ended and its CPU use, as JSON.
     Role(role::RoleArgs),
+    /// Network devices: what the lab would use of one.
+    Nic {
+        #[command(subcommand)]
+        cmd: nic::NicCmd,
+    },
     /// Show which kernel fast paths work on this machine, and why not.
     Probe {
         #[command(flatten)]
@@ -239,6 +245,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Bulk { cmd } => bulk::run(cmd),
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Role(a) => a.run(),
+        Cmd::Nic { cmd } => nic::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),
         Cmd::Topo { cmd } => topo(&cmd),

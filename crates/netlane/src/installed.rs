@@ -1,6 +1,7 @@
 //! What netlane changes in the kernel that would outlive the process that changed it: a
 //! root qdisc on a device, a cgroup, a sysctl, a NAPI instance's settings, a device's
-//! file in sysfs (XPS maps, the device-wide NAPI knobs). Each change is recorded in a file under
+//! file in sysfs (XPS maps, the device-wide NAPI knobs), a device's ethtool settings
+//! (channels, rings, coalescing), an interrupt's CPUs. Each change is recorded in a file under
 //! [`DIR`] when it is made and the record is removed when the change is undone, so a
 //! process killed with SIGKILL (whose destructors never run) leaves records behind, and
 //! [`clean_stale`] (`netlane clean`) undoes what they describe.
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use serde::{Deserialize, Serialize};
 
 use crate::error::chain;
+use crate::topology::ethtool::{Ethtool, Group, Values};
 use crate::topology::netdev::{NapiSettings, Netdev};
 
 /// Where records live (tmpfs: a reboot undoes every change anyway).
@@ -116,6 +118,29 @@ pub enum Change {
         /// The settings written.
         value: NapiSettings,
     },
+    /// Ethtool settings of device `ifname` (one group: channels, rings or coalescing);
+    /// only the settings in `value` were written.
+    Ethtool {
+        /// Where.
+        place: Place,
+        /// The device.
+        ifname: String,
+        /// Which group.
+        group: Group,
+        /// Those settings before.
+        before: Values,
+        /// As written.
+        value: Values,
+    },
+    /// Interrupt `irq`'s CPUs (`/proc/irq/N/smp_affinity_list`) set to `value`.
+    IrqAffinity {
+        /// The interrupt.
+        irq: u32,
+        /// Its CPUs before.
+        before: String,
+        /// As set.
+        value: String,
+    },
     /// A network device's file under `/sys/class/net` (as the namespace's own sysfs
     /// shows it) set to `value`.
     DeviceFile {
@@ -150,6 +175,10 @@ impl std::fmt::Display for Change {
             Change::DeviceFile { path, before, value, .. } => {
                 write!(f, "{} = {value} (was {before})", path.display())
             }
+            Change::Ethtool { ifname, group, before, value, .. } => {
+                write!(f, "{group} of {ifname}: {} (was {})", values_words(value, value), values_words(before, value))
+            }
+            Change::IrqAffinity { irq, before, value } => write!(f, "IRQ {irq} on CPUs {value} (was {before})"),
         }
     }
 }
@@ -167,6 +196,20 @@ fn napi_words(s: &NapiSettings, which: &NapiSettings) -> String {
         v.push(format!("irq-suspend-timeout={}ns", s.irq_suspend_timeout_ns.map_or("?".into(), |x| x.to_string())));
     }
     v.join(",")
+}
+
+/// The settings `which` names, as `s` has them.
+fn values_words(s: &Values, which: &Values) -> String {
+    which
+        .keys()
+        .map(|k| format!("{k}={}", s.get(k).map_or("?".into(), |v| v.to_string())))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Where an interrupt's CPUs are set.
+pub fn irq_affinity_path(irq: u32) -> PathBuf {
+    PathBuf::from(format!("/proc/irq/{irq}/smp_affinity_list"))
 }
 
 /// Whether `now` has every setting `value` wrote.
@@ -291,6 +334,8 @@ impl Change {
             Change::Sysctl { place, path, .. } => format!("sysctl {} {}", place.netns_inode, path.display()),
             Change::Napi { id, .. } => format!("napi {id}"),
             Change::DeviceFile { place, path, .. } => format!("file {} {}", place.netns_inode, path.display()),
+            Change::Ethtool { place, ifname, group, .. } => format!("ethtool {} {ifname} {group}", place.netns_inode),
+            Change::IrqAffinity { irq, .. } => format!("irq {irq}"),
         }
     }
 }
@@ -395,6 +440,33 @@ fn undo(change: &Change) -> Result<String, String> {
             nd.napi_set(*id, &back).map_err(|e| format!("restore it: {}", chain(&e)))?;
             Ok(format!("restored to {}", napi_words(&back, value)))
         }),
+        Change::Ethtool { place, ifname, group, before, value } => place.run(|| {
+            let mut e = Ethtool::open().map_err(|e| format!("open ethtool netlink: {}", chain(&e)))?;
+            let now = match e.settings(ifname, *group) {
+                Ok(now) => now,
+                Err(err) if err.errno() == Some(libc::ENODEV) => return Ok("gone with its device".into()),
+                Err(err) => return Err(format!("read them: {}", chain(&err))),
+            };
+            if value.iter().any(|(k, v)| now.get(k) != Some(v)) {
+                return Ok(format!("left alone: they are {} now", values_words(&now, value)));
+            }
+            let back: Values = value.keys().filter_map(|k| before.get(k).map(|v| (k.clone(), *v))).collect();
+            e.set_settings(ifname, *group, &back).map_err(|e| format!("restore them: {}", chain(&e)))?;
+            Ok(format!("restored to {}", values_words(&back, value)))
+        }),
+        Change::IrqAffinity { irq, before, value } => {
+            let path = irq_affinity_path(*irq);
+            let now = match fs::read_to_string(&path) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok("gone with its device".into()),
+                Err(e) => return Err(format!("read it: {e}")),
+            };
+            if now.trim() != value.trim() {
+                return Ok(format!("left alone: it is {} now", now.trim()));
+            }
+            fs::write(&path, before).map_err(|e| format!("restore it: {e}"))?;
+            Ok(format!("restored to {before}"))
+        }
         Change::DeviceFile { place, path, before, value } => place.run(|| {
             with_own_sysfs(|| {
                 let now = match fs::read_to_string(path) {
@@ -604,6 +676,22 @@ mod tests {
         assert_eq!(fs::read_to_string(&value).unwrap(), "7");
         assert!(d.join("4194305-2.json").exists());
         let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn device_settings_of_a_device_that_is_gone_went_with_it() {
+        let place = Place::here().unwrap();
+        let v = |n: u32| Values::from([("combined".to_string(), n)]);
+        let ethtool =
+            Change::Ethtool { place, ifname: "nosuch0".into(), group: Group::Channels, before: v(8), value: v(2) };
+        assert_eq!(ethtool.to_string(), "channels of nosuch0: combined=2 (was combined=8)");
+        assert_eq!(undo(&ethtool), Ok("gone with its device".into()));
+        let irq = Change::IrqAffinity { irq: 999_999, before: "0-1".into(), value: "1".into() };
+        assert_eq!(irq.to_string(), "IRQ 999999 on CPUs 1 (was 0-1)");
+        assert_eq!(undo(&irq), Ok("gone with its device".into()));
+        // A record reads back as the change it was.
+        let text = serde_json::to_string(&ethtool).unwrap();
+        assert_eq!(serde_json::from_str::<Change>(&text).unwrap(), ethtool);
     }
 
     /// A record names its process by pid and start time: another process that was

@@ -35,6 +35,7 @@ pub mod installed;
 pub mod lanes;
 pub mod memory;
 pub mod metrics;
+pub mod nic;
 pub mod pace;
 pub mod probe;
 pub mod ratelimit;

@@ -1,5 +1,7 @@
 //! Device offload features over ethtool netlink (Linux 5.6): the equivalent of
-//! `ethtool -K dev rx-gro on rx-udp-gro-forwarding on`.
+//! `ethtool -K dev rx-gro on rx-udp-gro-forwarding on`; and a device's channels, ring
+//! sizes and interrupt coalescing (`ethtool -l/-L`, `-g/-G`, `-c/-C`), read and set by
+//! name ([`Group`]).
 //!
 //! The `ethtool` crate can read features but not set them, so this module speaks the
 //! generic-netlink family directly with `netlink-packet-generic` framing. Features are
@@ -11,12 +13,20 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 
+use serde::{Deserialize, Serialize};
+
 use super::genl::{Attr, Family, GenlSocket, attr_str, attrs};
 use super::netlink::NetlinkError;
 
 // include/uapi/linux/ethtool_netlink.h
 const ETHTOOL_MSG_FEATURES_GET: u8 = 11;
 const ETHTOOL_MSG_FEATURES_SET: u8 = 12;
+const ETHTOOL_MSG_RINGS_GET: u8 = 15;
+const ETHTOOL_MSG_RINGS_SET: u8 = 16;
+const ETHTOOL_MSG_CHANNELS_GET: u8 = 17;
+const ETHTOOL_MSG_CHANNELS_SET: u8 = 18;
+const ETHTOOL_MSG_COALESCE_GET: u8 = 19;
+const ETHTOOL_MSG_COALESCE_SET: u8 = 20;
 const ETHTOOL_A_HEADER_DEV_NAME: u16 = 2;
 const ETHTOOL_A_FEATURES_HEADER: u16 = 1;
 const ETHTOOL_A_FEATURES_WANTED: u16 = 3;
@@ -101,6 +111,54 @@ impl Ethtool {
         }
     }
 
+    /// Every setting of `group` the device reports, by name (a flag as 0 or 1). A
+    /// device without the group's operations is an error whose cause is the kernel's
+    /// (EOPNOTSUPP).
+    pub fn settings(&mut self, dev: &str, group: Group) -> Result<Values, NetlinkError> {
+        let op = format!("ethtool {} {dev}", group.get_flag());
+        let (get, _) = group.commands();
+        let replies = self.call(&op, get, vec![Self::header(dev)])?;
+        let mut out = Values::new();
+        for raw in &replies {
+            for (kind, value) in attrs(raw) {
+                if let Some(s) = group.table().iter().find(|s| s.attr == kind) {
+                    let v = match s.width {
+                        Width::U8 => value.first().map(|b| u32::from(*b)),
+                        Width::U32 => super::genl::attr_u32(value),
+                    };
+                    if let Some(v) = v {
+                        out.insert(s.name.to_string(), v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sets the settings of `group` named in `values` (the others stay as they are). A
+    /// name the group does not have, or one that only reports (a maximum), is refused
+    /// before anything is sent.
+    pub fn set_settings(&mut self, dev: &str, group: Group, values: &Values) -> Result<(), NetlinkError> {
+        let words: Vec<String> = values.iter().map(|(n, v)| format!("{n} {v}")).collect();
+        let op = format!("ethtool {} {dev} {}", group.set_flag(), words.join(" "));
+        let mut attrs = vec![Self::header(dev)];
+        for (name, v) in values {
+            let Some(s) = group.table().iter().find(|s| s.name == name && s.settable) else {
+                return Err(NetlinkError {
+                    op,
+                    source: io::Error::from_raw_os_error(libc::EINVAL),
+                    message: Some(format!("{name} is not a setting of {} (it has {})", group.name(), group.settable())),
+                });
+            };
+            attrs.push(match s.width {
+                Width::U8 => Attr::U8(s.attr, u8::from(*v != 0)),
+                Width::U32 => Attr::U32(s.attr, *v),
+            });
+        }
+        let (_, set) = group.commands();
+        self.call(&op, set, attrs).map(|_| ())
+    }
+
     /// The device's active features, by name: only features that are on appear (a missing name means off).
     pub fn active_features(&mut self, dev: &str) -> Result<BTreeMap<String, bool>, NetlinkError> {
         let op = format!("ethtool -k {dev}");
@@ -114,6 +172,141 @@ impl Ethtool {
             }
         }
         Ok(out)
+    }
+}
+
+/// Settings by name, as numbers (a flag: 0 or 1).
+pub type Values = BTreeMap<String, u32>;
+
+/// A group of a device's settings that one ethtool message reads and another sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Group {
+    /// Queue counts: `rx`, `tx`, `other`, `combined` (and their `-max`).
+    Channels,
+    /// Ring sizes: `rx`, `rx-mini`, `rx-jumbo`, `tx` (and their `-max`).
+    Rings,
+    /// Interrupt coalescing: `rx-usecs`, `rx-frames`, `tx-usecs`, `tx-frames`,
+    /// `adaptive-rx`, `adaptive-tx`.
+    Coalesce,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Width {
+    U8,
+    U32,
+}
+
+/// One setting: its name, attribute, width, and whether it can be set.
+#[derive(Debug, Clone, Copy)]
+struct Setting {
+    name: &'static str,
+    attr: u16,
+    width: Width,
+    settable: bool,
+}
+
+const fn ro(name: &'static str, attr: u16) -> Setting {
+    Setting { name, attr, width: Width::U32, settable: false }
+}
+
+const fn rw(name: &'static str, attr: u16) -> Setting {
+    Setting { name, attr, width: Width::U32, settable: true }
+}
+
+const fn flag(name: &'static str, attr: u16) -> Setting {
+    Setting { name, attr, width: Width::U8, settable: true }
+}
+
+// include/uapi/linux/ethtool_netlink.h: ETHTOOL_A_CHANNELS_*, _RINGS_*, _COALESCE_*.
+const CHANNELS: [Setting; 8] = [
+    ro("rx-max", 2),
+    ro("tx-max", 3),
+    ro("other-max", 4),
+    ro("combined-max", 5),
+    rw("rx", 6),
+    rw("tx", 7),
+    rw("other", 8),
+    rw("combined", 9),
+];
+const RINGS: [Setting; 8] = [
+    ro("rx-max", 2),
+    ro("rx-mini-max", 3),
+    ro("rx-jumbo-max", 4),
+    ro("tx-max", 5),
+    rw("rx", 6),
+    rw("rx-mini", 7),
+    rw("rx-jumbo", 8),
+    rw("tx", 9),
+];
+const COALESCE: [Setting; 6] = [
+    rw("rx-usecs", 2),
+    rw("rx-frames", 3),
+    rw("tx-usecs", 6),
+    rw("tx-frames", 7),
+    flag("adaptive-rx", 12),
+    flag("adaptive-tx", 13),
+];
+
+impl Group {
+    /// Every group.
+    pub const ALL: [Group; 3] = [Group::Channels, Group::Rings, Group::Coalesce];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Group::Channels => "channels",
+            Group::Rings => "rings",
+            Group::Coalesce => "coalesce",
+        }
+    }
+
+    fn table(self) -> &'static [Setting] {
+        match self {
+            Group::Channels => &CHANNELS,
+            Group::Rings => &RINGS,
+            Group::Coalesce => &COALESCE,
+        }
+    }
+
+    fn commands(self) -> (u8, u8) {
+        match self {
+            Group::Channels => (ETHTOOL_MSG_CHANNELS_GET, ETHTOOL_MSG_CHANNELS_SET),
+            Group::Rings => (ETHTOOL_MSG_RINGS_GET, ETHTOOL_MSG_RINGS_SET),
+            Group::Coalesce => (ETHTOOL_MSG_COALESCE_GET, ETHTOOL_MSG_COALESCE_SET),
+        }
+    }
+
+    fn get_flag(self) -> &'static str {
+        match self {
+            Group::Channels => "-l",
+            Group::Rings => "-g",
+            Group::Coalesce => "-c",
+        }
+    }
+
+    fn set_flag(self) -> &'static str {
+        match self {
+            Group::Channels => "-L",
+            Group::Rings => "-G",
+            Group::Coalesce => "-C",
+        }
+    }
+
+    /// The names it can set, comma separated.
+    pub fn settable(self) -> String {
+        self.table().iter().filter(|s| s.settable).map(|s| s.name).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Whether `name` is one of its settings that can be set.
+    pub fn can_set(self, name: &str) -> bool {
+        self.table().iter().any(|s| s.settable && s.name == name)
+    }
+}
+
+impl fmt::Display for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -197,6 +390,22 @@ mod tests {
         let mut out = BTreeMap::new();
         parse_bitset(nla.value(), &mut out);
         assert_eq!(out.get("rx-gro"), Some(&true));
+    }
+
+    #[test]
+    fn every_group_names_its_settings_once_and_refuses_others_before_sending() {
+        for g in Group::ALL {
+            let mut names: Vec<&str> = g.table().iter().map(|s| s.name).collect();
+            names.sort_unstable();
+            names.dedup();
+            assert_eq!(names.len(), g.table().len(), "{g}");
+            assert!(!g.settable().is_empty());
+        }
+        assert!(Group::Channels.can_set("combined") && !Group::Channels.can_set("combined-max"));
+        let mut e = Ethtool::open().unwrap();
+        let err = e.set_settings("lo", Group::Channels, &Values::from([("combined-max".into(), 4)])).unwrap_err();
+        assert_eq!(err.errno(), Some(libc::EINVAL));
+        assert!(err.to_string().contains("ethtool -L lo combined-max 4"), "{err}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ use super::netlink::{NetlinkError, open_socket, transact};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attr {
     Str(u16, String),
+    U8(u16, u8),
     U32(u16, u32),
     U64(u16, u64),
     Flag(u16),
@@ -30,6 +31,7 @@ impl Nla for Attr {
     fn value_len(&self) -> usize {
         match self {
             Attr::Str(_, s) => s.len() + 1,
+            Attr::U8(..) => 1,
             Attr::U32(..) => 4,
             Attr::U64(..) => 8,
             Attr::Flag(_) => 0,
@@ -39,7 +41,7 @@ impl Nla for Attr {
 
     fn kind(&self) -> u16 {
         match self {
-            Attr::Str(k, _) | Attr::U32(k, _) | Attr::U64(k, _) | Attr::Flag(k) => *k,
+            Attr::Str(k, _) | Attr::U8(k, _) | Attr::U32(k, _) | Attr::U64(k, _) | Attr::Flag(k) => *k,
             Attr::Nest(k, _) => *k | NLA_F_NESTED,
         }
     }
@@ -50,6 +52,7 @@ impl Nla for Attr {
                 buffer[..s.len()].copy_from_slice(s.as_bytes());
                 buffer[s.len()] = 0;
             }
+            Attr::U8(_, v) => buffer[0] = *v,
             Attr::U32(_, v) => buffer[..4].copy_from_slice(&v.to_ne_bytes()),
             Attr::U64(_, v) => buffer[..8].copy_from_slice(&v.to_ne_bytes()),
             Attr::Flag(_) => {}

@@ -13,9 +13,29 @@ use serde::{Deserialize, Serialize};
 use super::genl::{Attr, Family, GenlSocket, attr_u32, attr_uint, attrs};
 use super::netlink::NetlinkError;
 
+const NETDEV_CMD_DEV_GET: u8 = 1;
 const NETDEV_CMD_QUEUE_GET: u8 = 10;
 const NETDEV_CMD_NAPI_GET: u8 = 11;
 const NETDEV_CMD_NAPI_SET: u8 = 14;
+
+const NETDEV_A_DEV_IFINDEX: u16 = 1;
+const NETDEV_A_DEV_XDP_FEATURES: u16 = 3;
+const NETDEV_A_DEV_XDP_ZC_MAX_SEGS: u16 = 4;
+const NETDEV_A_DEV_XDP_RX_METADATA_FEATURES: u16 = 5;
+
+/// `enum netdev_xdp_act`, bit by bit.
+const XDP_ACTIONS: [(u64, &str); 7] = [
+    (1, "basic"),
+    (2, "redirect"),
+    (4, "ndo-xmit"),
+    (8, "xsk-zerocopy"),
+    (16, "hw-offload"),
+    (32, "rx-sg"),
+    (64, "ndo-xmit-sg"),
+];
+
+/// `enum netdev_xdp_rx_metadata`, bit by bit.
+const XDP_RX_METADATA: [(u64, &str); 3] = [(1, "timestamp"), (2, "hash"), (4, "vlan-tag")];
 
 const NETDEV_A_NAPI_IFINDEX: u16 = 1;
 const NETDEV_A_NAPI_ID: u16 = 2;
@@ -79,6 +99,35 @@ pub struct Queue {
     pub napi_id: Option<u32>,
 }
 
+/// What a device's driver does for XDP, as `dev-get` reports it (Linux 6.3+; the
+/// receive metadata 6.8+).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct XdpFeatures {
+    /// XDP actions and abilities: `basic`, `redirect`, `ndo-xmit`, `xsk-zerocopy`
+    /// (AF_XDP zero-copy), `hw-offload`, `rx-sg`, `ndo-xmit-sg`; empty: native XDP is
+    /// not supported (generic XDP still is).
+    pub actions: Vec<String>,
+    /// Receive metadata an XDP program can read from the NIC: `timestamp`, `hash`,
+    /// `vlan-tag`.
+    pub rx_metadata: Vec<String>,
+    /// Most fragments of a zero-copy AF_XDP frame.
+    pub zc_max_segs: Option<u32>,
+}
+
+/// The names of the bits of `mask` that `table` knows, and `bit N` for the others.
+fn bit_names(mask: u64, table: &[(u64, &str)]) -> Vec<String> {
+    (0..64)
+        .map(|b| 1u64 << b)
+        .filter(|bit| mask & bit != 0)
+        .map(|bit| {
+            table
+                .iter()
+                .find(|(v, _)| *v == bit)
+                .map_or(format!("bit {}", bit.trailing_zeros()), |(_, n)| n.to_string())
+        })
+        .collect()
+}
+
 /// Per-NAPI settings to write with `napi-set`; `None` leaves one as it is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NapiSettings {
@@ -122,6 +171,26 @@ impl Netdev {
         let replies =
             self.sock.call(&op, NETDEV_CMD_NAPI_GET, vec![Attr::U32(NETDEV_A_NAPI_IFINDEX, ifindex)], true)?;
         Ok(replies.iter().filter_map(|raw| parse_napi(raw, ifindex)).collect())
+    }
+
+    /// What interface `ifindex`'s driver does for XDP.
+    pub fn xdp_features(&mut self, ifindex: u32) -> Result<XdpFeatures, NetlinkError> {
+        let op = format!("read the XDP features of interface {ifindex}");
+        let replies = self.sock.call(&op, NETDEV_CMD_DEV_GET, vec![Attr::U32(NETDEV_A_DEV_IFINDEX, ifindex)], false)?;
+        let mut f = XdpFeatures::default();
+        for raw in &replies {
+            for (kind, v) in attrs(raw) {
+                match kind {
+                    NETDEV_A_DEV_XDP_FEATURES => f.actions = bit_names(attr_uint(v).unwrap_or(0), &XDP_ACTIONS),
+                    NETDEV_A_DEV_XDP_RX_METADATA_FEATURES => {
+                        f.rx_metadata = bit_names(attr_uint(v).unwrap_or(0), &XDP_RX_METADATA)
+                    }
+                    NETDEV_A_DEV_XDP_ZC_MAX_SEGS => f.zc_max_segs = attr_u32(v),
+                    _ => {}
+                }
+            }
+        }
+        Ok(f)
     }
 
     /// The queues of interface `ifindex`, receive then transmit, each by index.
@@ -204,6 +273,20 @@ fn parse_queue(raw: &[u8], ifindex: u32) -> Option<Queue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn xdp_feature_bits_are_named_and_unknown_ones_numbered() {
+        assert_eq!(bit_names(1 | 2 | 8, &XDP_ACTIONS), ["basic", "redirect", "xsk-zerocopy"]);
+        assert_eq!(bit_names(2 | 1 << 9, &XDP_RX_METADATA), ["hash", "bit 9"]);
+        assert!(bit_names(0, &XDP_ACTIONS).is_empty());
+    }
+
+    #[test]
+    fn loopback_has_no_native_xdp_and_a_missing_device_is_the_kernel_s_error() {
+        let mut nd = Netdev::open().unwrap();
+        assert!(nd.xdp_features(1).unwrap().actions.is_empty());
+        assert_eq!(nd.xdp_features(999_999).unwrap_err().errno(), Some(libc::ENODEV));
+    }
 
     fn attr(kind: u16, v: &[u8]) -> Vec<u8> {
         let len = 4 + v.len();

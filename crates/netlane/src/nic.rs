@@ -1,0 +1,252 @@
+//! A network device as the lab would use it ([`show`]: queues, NAPI instances with
+//! their interrupts, threads and CPUs, channels, rings, coalescing, offloads, XDP
+//! features, XPS), and its settings changed for as long as a guard lives: channels,
+//! rings and coalescing over ethtool netlink ([`set_group`]), an interrupt's CPUs
+//! ([`set_irq_cpus`]). Each change is reported applied (with the value read back) or
+//! refused (with the kernel's reason), recorded before it is made (so `netlane clean`
+//! puts it back after a SIGKILL), and put back when its guard drops unless someone
+//! changed it since. Everything here acts in the calling thread's network namespace.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use serde::Serialize;
+
+use crate::cpus::CpuList;
+use crate::error::chain;
+use crate::installed::{Change, Held, Place, irq_affinity_path};
+use crate::topology::ethtool::{Ethtool, Group, Values};
+use crate::topology::netdev::{Netdev, QueueKind, XdpFeatures};
+use crate::topology::{Rtnl, TopologyError};
+
+/// The offloads [`show`] reports (those a fast path depends on).
+pub const SHOWN_FEATURES: [&str; 10] = [
+    "rx-gro",
+    "rx-gro-hw",
+    "rx-gro-list",
+    "rx-udp-gro-forwarding",
+    "tx-tcp-segmentation",
+    "tx-udp-segmentation",
+    "rx-hashing",
+    "rx-ntuple-filter",
+    "hw-tc-offload",
+    "rx-checksum",
+];
+
+/// A device as [`show`] found it. What could not be read says why instead.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct NicView {
+    /// Its name.
+    pub ifname: String,
+    /// Its index.
+    pub ifindex: u32,
+    /// Its driver (`None`: a virtual device without one, like veth).
+    pub driver: Option<String>,
+    /// Receive queues.
+    pub rx_queues: usize,
+    /// Transmit queues.
+    pub tx_queues: usize,
+    /// Its NAPI instances.
+    pub napis: Vec<NapiView>,
+    /// Whether its NAPI runs in kernel threads (`/sys/class/net/DEV/threaded`).
+    pub threaded_napi: Option<bool>,
+    /// Channels, rings and coalescing: each group's settings, or why not.
+    pub groups: BTreeMap<String, Readout<Values>>,
+    /// The offloads of [`SHOWN_FEATURES`] that are on.
+    pub features_on: Vec<String>,
+    /// What its driver does for XDP, or why that is unknown.
+    pub xdp: Readout<XdpFeatures>,
+    /// Each transmit queue's XPS map (`xps_cpus`), where it has one.
+    pub xps_cpus: Vec<(u32, String)>,
+}
+
+/// What was read, or why it could not be.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct Readout<T> {
+    /// The value.
+    pub value: Option<T>,
+    /// Why there is none (the kernel's reason).
+    pub unavailable: Option<String>,
+}
+
+impl<T> Readout<T> {
+    fn of<E: std::error::Error + 'static>(r: Result<T, E>) -> Readout<T> {
+        match r {
+            Ok(value) => Readout { value: Some(value), unavailable: None },
+            Err(e) => Readout { value: None, unavailable: Some(reason(&e)) },
+        }
+    }
+}
+
+/// One NAPI instance: its interrupt and the CPUs it may run on, its thread and its CPUs.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct NapiView {
+    /// The NAPI id.
+    pub id: u32,
+    /// Its interrupt (none on veth).
+    pub irq: Option<u32>,
+    /// That interrupt's CPUs (`/proc/irq/N/smp_affinity_list`).
+    pub irq_cpus: Option<String>,
+    /// Its kernel thread, when NAPI is threaded.
+    pub thread: Option<u32>,
+    /// That thread's CPUs.
+    pub thread_cpus: Option<String>,
+}
+
+/// Reads everything [`show`] reports of `dev`.
+pub fn show(dev: &str) -> Result<NicView, TopologyError> {
+    let mut rtnl = Rtnl::open().map_err(|e| TopologyError::Io(crate::error::IoError::new("open rtnetlink", e)))?;
+    let ifindex = rtnl.link_index(dev).map_err(TopologyError::from)?;
+    let mut netdev = Netdev::open().map_err(TopologyError::from)?;
+    let queues = netdev.queues(ifindex).map_err(TopologyError::from)?;
+    let napis = netdev
+        .napis(ifindex)
+        .map_err(TopologyError::from)?
+        .into_iter()
+        .map(|n| NapiView {
+            id: n.id,
+            irq: n.irq,
+            irq_cpus: n.irq.and_then(|i| read_trim(&irq_affinity_path(i).to_string_lossy())),
+            thread: n.pid,
+            thread_cpus: n.pid.and_then(thread_cpus),
+        })
+        .collect();
+    let mut ethtool = Ethtool::open().map_err(TopologyError::from)?;
+    let groups = Group::ALL.iter().map(|g| (g.name().to_string(), Readout::of(ethtool.settings(dev, *g)))).collect();
+    let features = ethtool.active_features(dev).map_err(TopologyError::from)?;
+    let sys = format!("/sys/class/net/{dev}");
+    let tx_queues = queues.iter().filter(|q| q.kind == QueueKind::Tx).count();
+    Ok(NicView {
+        ifname: dev.to_string(),
+        ifindex,
+        driver: std::fs::read_link(format!("{sys}/device/driver"))
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
+        rx_queues: queues.iter().filter(|q| q.kind == QueueKind::Rx).count(),
+        tx_queues,
+        napis,
+        threaded_napi: read_trim(&format!("{sys}/threaded")).map(|t| t != "0"),
+        groups,
+        features_on: SHOWN_FEATURES
+            .iter()
+            .filter(|f| features.get(**f).copied().unwrap_or(false))
+            .map(|f| f.to_string())
+            .collect(),
+        xdp: Readout::of(netdev.xdp_features(ifindex)),
+        xps_cpus: (0..tx_queues as u32)
+            .filter_map(|q| read_trim(&format!("{sys}/queues/tx-{q}/xps_cpus")).map(|m| (q, m)))
+            .collect(),
+    })
+}
+
+fn read_trim(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+}
+
+fn thread_cpus(pid: u32) -> Option<String> {
+    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(pid as i32)).ok()?;
+    let cpus = (0..nix::sched::CpuSet::count()).filter(|c| set.is_set(*c).unwrap_or(false)).collect();
+    Some(CpuList::new(cpus).to_string())
+}
+
+/// An error as the reason a setting was refused: what the kernel said, once.
+fn reason(e: &(dyn std::error::Error + 'static)) -> String {
+    chain(e).to_string()
+}
+
+/// What became of a setting asked of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Outcome {
+    /// What was asked (`channels of eth1: combined=4`).
+    pub asked: String,
+    /// Applied: the value read back afterwards (which may differ from the asked one
+    /// where the driver rounds).
+    pub applied: Option<String>,
+    /// Refused: the kernel's reason.
+    pub refused: Option<String>,
+}
+
+impl Outcome {
+    fn refused(asked: String, why: String) -> Outcome {
+        Outcome { asked, applied: None, refused: Some(why) }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.applied, &self.refused) {
+            (Some(v), _) => write!(f, "{}: applied, reads {v}", self.asked),
+            (None, Some(why)) => write!(f, "{}: refused: {why}", self.asked),
+            (None, None) => write!(f, "{}: not tried", self.asked),
+        }
+    }
+}
+
+fn words(values: &Values, which: &Values) -> String {
+    which
+        .keys()
+        .map(|k| format!("{k}={}", values.get(k).map_or("?".into(), |v| v.to_string())))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Sets `values` of `group` on `dev` until the returned guard drops (`None` when
+/// refused).
+pub fn set_group(dev: &str, group: Group, values: &Values) -> (Outcome, Option<Held>) {
+    let asked = format!("{group} of {dev}: {}", words(values, values));
+    if let Some(bad) = values.keys().find(|k| !group.can_set(k)) {
+        return (
+            Outcome::refused(asked, format!("{bad} is not a setting of {group} (it has {})", group.settable())),
+            None,
+        );
+    }
+    let mut e = match Ethtool::open() {
+        Ok(e) => e,
+        Err(err) => return (Outcome::refused(asked, reason(&err)), None),
+    };
+    let before = match e.settings(dev, group) {
+        Ok(b) => b,
+        Err(err) => return (Outcome::refused(asked, reason(&err)), None),
+    };
+    let place = match Place::here() {
+        Ok(p) => p,
+        Err(err) => return (Outcome::refused(asked, format!("find this namespace: {err}")), None),
+    };
+    let change = Change::Ethtool {
+        place,
+        ifname: dev.to_string(),
+        group,
+        before: values.keys().filter_map(|k| before.get(k).map(|v| (k.clone(), *v))).collect(),
+        value: values.clone(),
+    };
+    let made = Held::make(change, || {
+        e.set_settings(dev, group, values).map_err(|err| io::Error::new(err.source.kind(), reason(&err)))
+    });
+    match made {
+        Ok(held) => {
+            let now = e
+                .settings(dev, group)
+                .map_or_else(|err| format!("unreadable: {}", reason(&err)), |n| words(&n, values));
+            (Outcome { asked, applied: Some(now), refused: None }, Some(held))
+        }
+        Err(err) => (Outcome::refused(asked, err.to_string()), None),
+    }
+}
+
+/// Moves interrupt `irq` to `cpus` until the returned guard drops (`None` when refused).
+pub fn set_irq_cpus(irq: u32, cpus: &CpuList) -> (Outcome, Option<Held>) {
+    let asked = format!("IRQ {irq} on CPUs {cpus}");
+    let path = irq_affinity_path(irq);
+    let before = match std::fs::read_to_string(&path) {
+        Ok(b) => b.trim().to_string(),
+        Err(err) => return (Outcome::refused(asked, format!("read {}: {err}", path.display())), None),
+    };
+    let change = Change::IrqAffinity { irq, before, value: cpus.to_string() };
+    match Held::make(change, || std::fs::write(&path, cpus.to_string())) {
+        Ok(held) => {
+            let now = read_trim(&path.to_string_lossy()).unwrap_or_else(|| "unreadable".into());
+            (Outcome { asked, applied: Some(now), refused: None }, Some(held))
+        }
+        Err(err) => (Outcome::refused(asked, err.to_string()), None),
+    }
+}
