@@ -129,6 +129,7 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("results", s(schemars::schema_for!(Document<Results>))),
         ("probe", s(schemars::schema_for!(Document<netlane::probe::ProbeReport>))),
         ("nic-show", s(schemars::schema_for!(Document<netlane::nic::NicView>))),
+        ("nic-try", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
         ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),

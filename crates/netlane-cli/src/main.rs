@@ -95,7 +95,7 @@ enum Cmd {
     /// the end of input the program gets SIGTERM, and SIGKILL --grace later; the last line
     /// of standard error says how it ended and its CPU use, as JSON.
     Role(role::RoleArgs),
-    /// Network devices: what the lab would use of one.
+    /// Network devices: what the lab would use of one, and which settings it takes.
     Nic {
         #[command(subcommand)]
         cmd: nic::NicCmd,

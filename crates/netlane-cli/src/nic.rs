@@ -2,7 +2,9 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use netlane::cpus::CpuList;
 use netlane::nic::{NicView, Readout};
+use netlane::topology::ethtool::{Group, Values};
 
 use crate::out::{self, OutputArgs};
 
@@ -14,6 +16,51 @@ pub enum NicCmd {
     /// interrupt coalescing, the offloads fast paths depend on, what its driver does for
     /// XDP (native XDP, AF_XDP zero-copy, receive metadata) and its XPS maps. Read only.
     Show(ShowArgs),
+    /// Which settings a device takes: applies each (channels, ring sizes, coalescing,
+    /// an interrupt's CPUs), says what it reads back or the kernel's reason for refusing
+    /// it, then puts everything back and shows that it is as it was. Needs root.
+    Try(TryArgs),
+}
+
+/// `netlane nic try`.
+#[derive(Debug, Args)]
+pub struct TryArgs {
+    /// The device (in this network namespace).
+    pub dev: String,
+    /// A setting: GROUP.NAME=VALUE, GROUP one of channels (rx, tx, other, combined), rings
+    /// (rx, rx-mini, rx-jumbo, tx) or coalesce (rx-usecs, rx-frames, tx-usecs, tx-frames,
+    /// adaptive-rx, adaptive-tx: on or off). Repeat for more.
+    #[arg(long = "set", value_name = "GROUP.NAME=VALUE", value_parser = parse_setting)]
+    pub set: Vec<(Group, String, u32)>,
+    /// An interrupt's CPUs: IRQ=CPUS (a CPU list). Repeat for more.
+    #[arg(long = "irq", value_name = "IRQ=CPUS", value_parser = parse_irq)]
+    pub irq: Vec<(u32, CpuList)>,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
+    let (key, value) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected GROUP.NAME=VALUE"))?;
+    let (group, name) = key.split_once('.').ok_or_else(|| format!("{key:?}: expected GROUP.NAME"))?;
+    let group = Group::ALL
+        .into_iter()
+        .find(|g| g.name() == group)
+        .ok_or_else(|| format!("{group:?}: not a group (channels, rings or coalesce)"))?;
+    if !group.can_set(name) {
+        return Err(format!("{name:?} is not a setting of {group} (it has {})", group.settable()));
+    }
+    let value = match value {
+        "on" => 1,
+        "off" => 0,
+        v => v.parse::<u32>().map_err(|_| format!("{v:?}: a number (or on, off)"))?,
+    };
+    Ok((group, name.to_string(), value))
+}
+
+fn parse_irq(s: &str) -> Result<(u32, CpuList), String> {
+    let (irq, cpus) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected IRQ=CPUS"))?;
+    let irq = irq.parse::<u32>().map_err(|_| format!("{irq:?}: not an interrupt number"))?;
+    Ok((irq, netlane::cpus::parse_online(cpus)?))
 }
 
 /// `netlane nic show`.
@@ -29,7 +76,45 @@ pub struct ShowArgs {
 pub fn run(cmd: NicCmd) -> Result<u8> {
     match cmd {
         NicCmd::Show(a) => show(&a).map(|()| 0),
+        NicCmd::Try(a) => try_settings(&a),
     }
+}
+
+/// Exits 1 when something was not put back (its record stays for `netlane clean`).
+fn try_settings(a: &TryArgs) -> Result<u8> {
+    a.out.validate()?;
+    if a.set.is_empty() && a.irq.is_empty() {
+        anyhow::bail!("nothing to try: give --set or --irq");
+    }
+    let mut groups: Vec<(Group, Values)> = Vec::new();
+    for (g, name, v) in &a.set {
+        match groups.iter_mut().find(|(have, _)| have == g) {
+            Some((_, values)) => {
+                values.insert(name.clone(), *v);
+            }
+            None => groups.push((*g, Values::from([(name.clone(), *v)]))),
+        }
+    }
+    let tried = netlane::nic::try_settings(&a.dev, &groups, &a.irq);
+    if !a.out.json_to_stdout() {
+        for o in &tried.outcomes {
+            out::println(&o.to_string());
+        }
+        for p in &tried.put_back {
+            out::println(&format!(
+                "{}: {} {}",
+                p.what,
+                if p.restored() { "put back to" } else { "NOT put back: reads" },
+                if p.restored() { p.before.clone() } else { format!("{} (was {})", p.now, p.before) }
+            ));
+        }
+    }
+    let failed = tried.put_back.iter().filter(|p| !p.restored()).count();
+    a.out.write_json(&netlane_report::document("nic-try", tried))?;
+    if failed > 0 {
+        anyhow::bail!("{failed} settings were not put back (netlane clean tries again)");
+    }
+    Ok(0)
 }
 
 fn show(a: &ShowArgs) -> Result<()> {
@@ -60,6 +145,9 @@ fn lines(v: &NicView) -> Vec<String> {
         v.tx_queues,
         v.threaded_napi.map_or("unknown", |t| if t { "on" } else { "off" })
     )];
+    if let Some(why) = &v.napis_unavailable {
+        l.push(format!("  NAPI instances: unavailable: {why}"));
+    }
     for n in &v.napis {
         l.push(format!(
             "  NAPI {}: IRQ {} on CPUs {}, thread {} on CPUs {}",

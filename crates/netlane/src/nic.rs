@@ -16,7 +16,7 @@ use crate::cpus::CpuList;
 use crate::error::chain;
 use crate::installed::{Change, Held, Place, irq_affinity_path};
 use crate::topology::ethtool::{Ethtool, Group, Values};
-use crate::topology::netdev::{Netdev, QueueKind, XdpFeatures};
+use crate::topology::netdev::{Netdev, XdpFeatures};
 use crate::topology::{Rtnl, TopologyError};
 
 /// The offloads [`show`] reports (those a fast path depends on).
@@ -48,6 +48,8 @@ pub struct NicView {
     pub tx_queues: usize,
     /// Its NAPI instances.
     pub napis: Vec<NapiView>,
+    /// Why its NAPI instances could not be listed (netdev netlink needs Linux 6.8+).
+    pub napis_unavailable: Option<String>,
     /// Whether its NAPI runs in kernel threads (`/sys/class/net/DEV/threaded`).
     pub threaded_napi: Option<bool>,
     /// Channels, rings and coalescing: each group's settings, or why not.
@@ -97,34 +99,49 @@ pub struct NapiView {
 pub fn show(dev: &str) -> Result<NicView, TopologyError> {
     let mut rtnl = Rtnl::open().map_err(|e| TopologyError::Io(crate::error::IoError::new("open rtnetlink", e)))?;
     let ifindex = rtnl.link_index(dev).map_err(TopologyError::from)?;
-    let mut netdev = Netdev::open().map_err(TopologyError::from)?;
-    let queues = netdev.queues(ifindex).map_err(TopologyError::from)?;
-    let napis = netdev
-        .napis(ifindex)
-        .map_err(TopologyError::from)?
-        .into_iter()
-        .map(|n| NapiView {
-            id: n.id,
-            irq: n.irq,
-            irq_cpus: n.irq.and_then(|i| read_trim(&irq_affinity_path(i).to_string_lossy())),
-            thread: n.pid,
-            thread_cpus: n.pid.and_then(thread_cpus),
-        })
-        .collect();
+    let sys = format!("/sys/class/net/{dev}");
+    // The queues the device has now (sysfs lists them whether it is up or not; netdev
+    // netlink only while it is up).
+    let count = |kind: &str| {
+        std::fs::read_dir(format!("{sys}/queues"))
+            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(kind)).count())
+            .unwrap_or(0)
+    };
+    let (rx_queues, tx_queues) = (count("rx-"), count("tx-"));
+    let listed = Netdev::open().and_then(|mut nd| Ok((nd.napis(ifindex)?, nd.xdp_features(ifindex))));
+    let (napis, napis_unavailable, xdp) = match listed {
+        Ok((napis, xdp)) => (
+            napis
+                .into_iter()
+                .map(|n| NapiView {
+                    id: n.id,
+                    irq: n.irq,
+                    irq_cpus: n.irq.and_then(|i| read_trim(&irq_affinity_path(i).to_string_lossy())),
+                    thread: n.pid,
+                    thread_cpus: n.pid.and_then(thread_cpus),
+                })
+                .collect(),
+            None,
+            Readout::of(xdp),
+        ),
+        Err(e) => {
+            let why = reason(&e);
+            (Vec::new(), Some(why.clone()), Readout { value: None, unavailable: Some(why) })
+        }
+    };
     let mut ethtool = Ethtool::open().map_err(TopologyError::from)?;
     let groups = Group::ALL.iter().map(|g| (g.name().to_string(), Readout::of(ethtool.settings(dev, *g)))).collect();
     let features = ethtool.active_features(dev).map_err(TopologyError::from)?;
-    let sys = format!("/sys/class/net/{dev}");
-    let tx_queues = queues.iter().filter(|q| q.kind == QueueKind::Tx).count();
     Ok(NicView {
         ifname: dev.to_string(),
         ifindex,
         driver: std::fs::read_link(format!("{sys}/device/driver"))
             .ok()
             .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
-        rx_queues: queues.iter().filter(|q| q.kind == QueueKind::Rx).count(),
+        rx_queues,
         tx_queues,
         napis,
+        napis_unavailable,
         threaded_napi: read_trim(&format!("{sys}/threaded")).map(|t| t != "0"),
         groups,
         features_on: SHOWN_FEATURES
@@ -132,7 +149,7 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
             .filter(|f| features.get(**f).copied().unwrap_or(false))
             .map(|f| f.to_string())
             .collect(),
-        xdp: Readout::of(netdev.xdp_features(ifindex)),
+        xdp,
         xps_cpus: (0..tx_queues as u32)
             .filter_map(|q| read_trim(&format!("{sys}/queues/tx-{q}/xps_cpus")).map(|m| (q, m)))
             .collect(),
@@ -155,7 +172,7 @@ fn reason(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// What became of a setting asked of a device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// What was asked (`channels of eth1: combined=4`).
     pub asked: String,
@@ -249,4 +266,88 @@ pub fn set_irq_cpus(irq: u32, cpus: &CpuList) -> (Outcome, Option<Held>) {
         }
         Err(err) => (Outcome::refused(asked, err.to_string()), None),
     }
+}
+
+/// What [`try_settings`] found: what each setting did, and whether each was put back.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Tried {
+    /// Each setting asked, applied (read back) or refused (the kernel's reason).
+    pub outcomes: Vec<Outcome>,
+    /// For each applied one, what it reads after it was put back, and whether that is
+    /// what it was before.
+    pub put_back: Vec<PutBack>,
+}
+
+/// One setting after it was put back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+pub struct PutBack {
+    /// The setting (`channels of eth1: combined`).
+    pub what: String,
+    /// Its value before.
+    pub before: String,
+    /// Its value now.
+    pub now: String,
+}
+
+impl PutBack {
+    /// Whether it reads as it did before.
+    pub fn restored(&self) -> bool {
+        self.before == self.now
+    }
+}
+
+/// Where a setting that was changed is read again.
+enum Reading {
+    Ethtool { dev: String, group: Group, key: String },
+    Irq(u32),
+}
+
+impl Reading {
+    fn now(&self) -> String {
+        match self {
+            Reading::Ethtool { dev, group, key } => Ethtool::open()
+                .ok()
+                .and_then(|mut e| e.settings(dev, *group).ok())
+                .and_then(|now| now.get(key).map(|v| v.to_string())),
+            Reading::Irq(irq) => read_trim(&irq_affinity_path(*irq).to_string_lossy()),
+        }
+        .unwrap_or_else(|| "?".into())
+    }
+}
+
+/// Applies each of `groups` (one group's settings each) and each interrupt's CPUs to
+/// `dev`, reads each back, then puts everything back and reads it again: which settings
+/// a device takes, and proof that it is as it was.
+pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Tried {
+    let mut outcomes = Vec::new();
+    let mut held = Vec::new();
+    let mut watch: Vec<(String, String, Reading)> = Vec::new();
+    for (group, values) in groups {
+        let before = Ethtool::open().ok().and_then(|mut e| e.settings(dev, *group).ok());
+        let (outcome, h) = set_group(dev, *group, values);
+        if let (Some(h), Some(before)) = (h, before) {
+            held.push(h);
+            for key in values.keys() {
+                let was = before.get(key).map_or("?".into(), |v| v.to_string());
+                let reading = Reading::Ethtool { dev: dev.to_string(), group: *group, key: key.clone() };
+                watch.push((format!("{group} of {dev}: {key}"), was, reading));
+            }
+        }
+        outcomes.push(outcome);
+    }
+    for (irq, cpus) in irqs {
+        let before = Reading::Irq(*irq).now();
+        let (outcome, h) = set_irq_cpus(*irq, cpus);
+        if let Some(h) = h {
+            held.push(h);
+            watch.push((format!("IRQ {irq}'s CPUs"), before, Reading::Irq(*irq)));
+        }
+        outcomes.push(outcome);
+    }
+    // Put back in the reverse order they were made.
+    while let Some(h) = held.pop() {
+        drop(h);
+    }
+    let put_back = watch.into_iter().map(|(what, before, r)| PutBack { what, before, now: r.now() }).collect();
+    Tried { outcomes, put_back }
 }

@@ -28,6 +28,8 @@ fn a_veth_is_shown_and_its_channels_change_and_come_back_while_coalescing_is_ref
         let v = nic::show("va").unwrap();
         assert_eq!((v.rx_queues, v.tx_queues), (4, 4), "{v:?}");
         assert_eq!(v.driver, None, "veth has no device driver");
+        // veth runs NAPI only with GRO or XDP on: none here, and that is no error.
+        assert!(v.napis.is_empty() && v.napis_unavailable.is_none(), "{v:?}");
         let channels = v.groups["channels"].value.as_ref().unwrap();
         assert_eq!((channels["rx"], channels["tx"], channels["rx-max"]), (4, 4, 4), "{channels:?}");
         assert!(
@@ -58,6 +60,16 @@ fn a_veth_is_shown_and_its_channels_change_and_come_back_while_coalescing_is_ref
             assert!(held.is_none() && outcome.applied.is_none(), "{outcome}");
             assert!(outcome.refused.as_deref().is_some_and(|r| r.contains(says)), "{outcome}");
         }
+        // Tried: applied and read back, refused with the reason, and put back.
+        let tried = nic::try_settings(
+            "va",
+            &[(Group::Channels, values(&[("rx", 1), ("tx", 3)])), (Group::Coalesce, values(&[("adaptive-rx", 1)]))],
+            &[],
+        );
+        assert_eq!(tried.outcomes[0].applied.as_deref(), Some("rx=1,tx=3"), "{tried:?}");
+        assert!(tried.outcomes[1].refused.as_deref().is_some_and(|r| r.contains("not supported")), "{tried:?}");
+        assert_eq!(tried.put_back.len(), 2, "{tried:?}");
+        assert!(tried.put_back.iter().all(|p| p.restored() && p.now == "4"), "{tried:?}");
         // A change someone else made since is left as they made it.
         let (_, held) = nic::set_group("va", Group::Channels, &values(&[("rx", 3)]));
         let (_, other) = nic::set_group("va", Group::Channels, &values(&[("rx", 1)]));
