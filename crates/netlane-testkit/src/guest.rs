@@ -74,13 +74,36 @@ pub struct GuestSpec {
     pub cpus: u32,
     /// The whole run's limit: the guest is killed when it is reached.
     pub timeout: Duration,
+    /// Host files put into the guest, at these paths (relative to its root).
+    pub files: Vec<(PathBuf, String)>,
+    /// Whether it has the user-mode network device (`eth0`, 10.0.2.15).
+    pub user_net: bool,
+    /// More QEMU arguments (another network device, say).
+    pub qemu_args: Vec<String>,
+    /// A network namespace of this machine QEMU runs in (where its tap device is).
+    pub netns: Option<String>,
 }
 
 impl GuestSpec {
     /// A 1 GiB, 2-CPU guest running `script`, for at most `timeout`.
     pub fn new(script: &str, timeout: Duration) -> GuestSpec {
-        GuestSpec { script: script.to_string(), forwards: Vec::new(), memory_mib: 1024, cpus: 2, timeout }
+        GuestSpec {
+            script: script.to_string(),
+            forwards: Vec::new(),
+            memory_mib: 1024,
+            cpus: 2,
+            timeout,
+            files: Vec::new(),
+            user_net: true,
+            qemu_args: Vec::new(),
+            netns: None,
+        }
     }
+}
+
+/// The test archive's folder, beside `/test.sh`.
+fn spec_dir(script: &std::path::Path) -> PathBuf {
+    script.parent().map(PathBuf::from).unwrap_or_default()
 }
 
 /// A running guest; killed (by the PID this process started) when dropped.
@@ -116,7 +139,22 @@ impl Guest {
             .stdout(Stdio::piped())
             .spawn()
             .map_err(|e| format!("run cpio: {e}"))?;
-        cpio.stdin.take().ok_or("cpio stdin")?.write_all(b"test.sh\n").map_err(|e| e.to_string())?;
+        let mut list = vec!["test.sh".to_string()];
+        for (host, at) in &spec.files {
+            let at = at.trim_start_matches('/');
+            let mut dir = String::new();
+            for part in at.split('/').collect::<Vec<_>>().split_last().map_or(&[][..], |(_, d)| d) {
+                dir = if dir.is_empty() { part.to_string() } else { format!("{dir}/{part}") };
+                if !list.contains(&dir) {
+                    std::fs::create_dir_all(spec_dir(&script).join(&dir)).map_err(|e| e.to_string())?;
+                    list.push(dir.clone());
+                }
+            }
+            std::fs::copy(host, spec_dir(&script).join(at)).map_err(|e| format!("{}: {e}", host.display()))?;
+            list.push(at.to_string());
+        }
+        let names = list.join("\n") + "\n";
+        cpio.stdin.take().ok_or("cpio stdin")?.write_all(names.as_bytes()).map_err(|e| e.to_string())?;
         let out = cpio.wait_with_output().map_err(|e| e.to_string())?;
         let mut initrd = out.stdout;
         initrd.extend(std::fs::read(base.join("base.cpio.gz")).map_err(|e| format!("{}: {e}", base.display()))?);
@@ -127,7 +165,18 @@ impl Guest {
         for (host, guest) in &spec.forwards {
             netdev.push_str(&format!(",hostfwd=tcp:127.0.0.1:{host}-:{guest}"));
         }
-        let mut child = Command::new("qemu-system-x86_64")
+        let mut qemu = match &spec.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "qemu-system-x86_64"]);
+                c
+            }
+            None => Command::new("qemu-system-x86_64"),
+        };
+        if spec.user_net {
+            qemu.args(["-netdev", &netdev, "-device", "virtio-net-pci,netdev=n0"]);
+        }
+        let mut child = qemu
             .args(["-accel", "tcg,thread=multi", "-cpu", "max", "-nodefaults", "-no-reboot"])
             .args(["-m", &spec.memory_mib.to_string(), "-smp", &spec.cpus.to_string()])
             .arg("-kernel")
@@ -136,7 +185,7 @@ impl Guest {
             .arg(&initrd_path)
             .args(["-append", "console=ttyS0 quiet panic=1 oops=panic"])
             .args(["-display", "none", "-serial", "stdio", "-monitor", "none"])
-            .args(["-netdev", &netdev, "-device", "virtio-net-pci,netdev=n0"])
+            .args(&spec.qemu_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

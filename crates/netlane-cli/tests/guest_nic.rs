@@ -1,0 +1,88 @@
+//! `netlane nic show` and `nic try` on a device with real queues and interrupts: a
+//! multi-queue virtio-net device in a QEMU guest running Debian's kernel (its driver has
+//! real NAPI and MSI-X interrupts), backed by a multi-queue tap inside a namespace this
+//! test makes. Channels and an interrupt's CPUs are changed and put back; a ring size
+//! past the device's maximum is refused with the kernel's reason.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use netlane::topology::Netns;
+use netlane_testkit::guest::{Guest, GuestSpec, guest_available};
+
+fn ip(ns: &Netns, args: &[&str]) {
+    let o = Command::new("ip").args(["-n", ns.name()]).args(args).output().unwrap();
+    assert!(o.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// This netlane without its symbols (a smaller initramfs), and the libraries it needs
+/// that the guest lacks.
+fn files(dir: &std::path::Path) -> Vec<(PathBuf, String)> {
+    let bin = dir.join("netlane");
+    std::fs::copy(env!("CARGO_BIN_EXE_netlane"), &bin).unwrap();
+    assert!(Command::new("strip").arg(&bin).status().unwrap().success());
+    let lib = |name: &str| {
+        let host = std::fs::canonicalize(format!("/lib/x86_64-linux-gnu/{name}")).unwrap();
+        (host, format!("lib/x86_64-linux-gnu/{name}"))
+    };
+    vec![(bin, "bin/netlane".into()), lib("libelf.so.1"), lib("libgcc_s.so.1")]
+}
+
+#[test]
+fn a_multi_queue_virtio_net_device_takes_channels_and_irq_cpus_and_gets_them_back() {
+    if !netlane_testkit::privileged("a_multi_queue_virtio_net_device_takes_channels_and_irq_cpus_and_gets_them_back")
+        || !guest_available("a_multi_queue_virtio_net_device_takes_channels_and_irq_cpus_and_gets_them_back")
+    {
+        return;
+    }
+    let ns = Netns::create("guest-nic").unwrap();
+    ip(&ns, &["tuntap", "add", "dev", "tap0", "mode", "tap", "multi_queue"]);
+    ip(&ns, &["link", "set", "tap0", "up"]);
+    let dir = std::env::temp_dir().join(format!("netlane-guest-nic-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = r#"
+M="NETLANE-GUEST: "
+IRQ=$(grep 'virtio0-input.0' /proc/interrupts | cut -d: -f1 | tr -d ' ')
+echo "${M}irq ${IRQ}"
+/bin/netlane nic show eth0 2>&1 | sed "s/^/${M}before /"
+/bin/netlane nic try eth0 --set channels.combined=3 --set rings.rx=1000000 --irq "${IRQ}=1" 2>&1 | sed "s/^/${M}try /"
+/bin/netlane nic show eth0 2>&1 | sed "s/^/${M}after /"
+"#;
+    let mut spec = GuestSpec::new(script, Duration::from_secs(300));
+    spec.user_net = false;
+    spec.netns = Some(ns.name().to_string());
+    spec.files = files(&dir);
+    spec.qemu_args = [
+        "-netdev",
+        "tap,id=n1,ifname=tap0,script=no,downscript=no,queues=4,vhost=off",
+        "-device",
+        "virtio-net-pci,netdev=n1,mq=on,vectors=10",
+    ]
+    .map(String::from)
+    .to_vec();
+    let lines = Guest::boot(&spec).unwrap().finish().unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_dir_all(&dir);
+    let all = lines.join("\n");
+    let irq = lines.iter().find_map(|l| l.strip_prefix("irq ")).unwrap_or_else(|| panic!("{all}"));
+    assert!(irq.parse::<u32>().is_ok(), "no interrupt for the first receive queue: {all}");
+    // Four queue pairs offered; the driver uses as many as the guest has CPUs.
+    let before = lines.iter().find(|l| l.starts_with("before   channels:")).unwrap_or_else(|| panic!("{all}"));
+    assert!(before.contains("combined=2") && before.contains("combined-max=4"), "{all}");
+    let head =
+        |l: &&String| l.starts_with("before eth0 (") && l.contains("driver virtio_net): 2 receive and 2 transmit");
+    assert!(lines.iter().any(|l| head(&l)), "{all}");
+    let tried = |text: &str| lines.iter().any(|l| l.starts_with("try ") && l.contains(text));
+    assert!(tried("channels of eth0: combined=3: applied, reads combined=3"), "{all}");
+    assert!(
+        tried(
+            "rings of eth0: rx=1000000: refused: ethtool -G eth0 rx 1000000 (kernel says: requested ring size exceeds maximum): Invalid argument"
+        ),
+        "{all}"
+    );
+    assert!(tried(&format!("IRQ {irq} on CPUs 1: applied, reads 1")), "{all}");
+    assert!(tried("channels of eth0: combined: put back to 2"), "{all}");
+    assert!(tried(&format!("IRQ {irq}'s CPUs: put back to")), "{all}");
+    let after = lines.iter().find(|l| l.starts_with("after   channels:")).unwrap_or_else(|| panic!("{all}"));
+    assert!(after.contains("combined=2"), "{all}");
+}
