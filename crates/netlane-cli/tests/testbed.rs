@@ -95,3 +95,51 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
     assert!(common::stderr(&o).contains("no scenario asked for runs across hosts (kv does)"), "{}", common::stderr(&o));
 }
+
+#[test]
+fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
+    if !netlane_testkit::privileged("a_lab_killed_mid_run_leaves_nothing_on_any_host") {
+        return;
+    }
+    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
+    hosts.bridge("10.78.0").unwrap();
+    let dir = common::temp_dir("testbed-killed");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = testbed(&hosts, &dir, "");
+    let mut lab = common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args([
+                "lab",
+                "--quick",
+                "--testbed",
+                file.to_str().unwrap(),
+                "--out",
+                dir.join("report").to_str().unwrap(),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    // Killed outright (no handler runs) once a server and the agents are up.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let busy = |h: &netlane_testkit::sshd::SshdHost| !h.roles().is_empty();
+    while !(busy(&hosts.hosts[0]) && busy(&hosts.hosts[1])) {
+        assert!(std::time::Instant::now() < deadline, "the lab never ran its roles");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.id() as i32), nix::sys::signal::SIGKILL).unwrap();
+    lab.wait().unwrap();
+    for h in &hosts.hosts {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while !h.processes().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "left on {} after the lab died: {:?}",
+                h.alias,
+                h.processes()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}

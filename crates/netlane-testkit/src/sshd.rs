@@ -109,13 +109,15 @@ impl SshHosts {
             ),
         )
         .map_err(|e| format!("write {}: {e}", config.display()))?;
+        // Its log (a line per connection the readiness probe below opens) goes to a file.
+        let log = std::fs::File::create(self.dir.join(format!("sshd_{alias}.log"))).map_err(|e| e.to_string())?;
         let sshd = ns
             .command(SSHD)
             .args(["-D", "-e", "-f"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .map_err(|e| format!("start sshd for {alias}: {e}"))?;
         let host = SshdHost { alias: alias.into(), ns, sshd };
