@@ -47,6 +47,7 @@ fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
         destination: "kvserver".into(),
         config: Some(hosts.config.clone()),
         netlane: env!("CARGO_BIN_EXE_netlane").into(),
+        deploy: None,
     })
     .unwrap();
     let args = ["kv", "serve", "--json", "-", "--listen", "10.77.0.1", "--port", "11211", "--threads", "1"];

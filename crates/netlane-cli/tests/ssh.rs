@@ -14,6 +14,7 @@ fn spec(hosts: &SshHosts, alias: &str) -> SshSpec {
         destination: alias.into(),
         config: Some(hosts.config.clone()),
         netlane: env!("CARGO_BIN_EXE_netlane").into(),
+        deploy: None,
     }
 }
 
@@ -132,6 +133,19 @@ fn a_host_without_this_netlane_or_out_of_reach_is_refused_with_the_reason() {
     let e = format!("{:#}", SshHost::connect(&other).unwrap_err());
     assert!(e.contains("no netlane at \"/nonexistent/netlane\" on b"), "{e}");
 
+    // Asked to, this netlane is copied there and used.
+    let mut deploying = spec(&hosts, "b");
+    deploying.netlane = "/nonexistent/netlane".into();
+    deploying.deploy = Some(env!("CARGO_BIN_EXE_netlane").into());
+    let deployed = SshHost::connect(&deploying).unwrap();
+    let path = deployed.netlane().to_string();
+    assert!(path.ends_with(&format!("/.cache/netlane/netlane-{}", netlane_report::provenance::GIT_COMMIT)), "{path}");
+    let role = RoleSpec::netlane("netlane --version", ["--version"]);
+    let out = RoleProcess::start(&deployed, &role, None).unwrap().wait(Duration::from_secs(20)).unwrap();
+    assert_eq!(out.stdout.trim(), format!("netlane {}", netlane_report::provenance::VERSION_LINE));
+    drop(deployed);
+    std::fs::remove_file(&path).unwrap();
+
     // A host whose connection closes at once (its proxy fails), and one that refuses the key.
     let config = hosts.config.with_extension("broken");
     let text = std::fs::read_to_string(&hosts.config).unwrap();
@@ -144,7 +158,8 @@ fn a_host_without_this_netlane_or_out_of_reach_is_refused_with_the_reason() {
     )
     .unwrap();
     for (alias, says) in [("closed", "cannot reach closed over SSH"), ("nokey", "Permission denied")] {
-        let s = SshSpec { destination: alias.into(), config: Some(config.clone()), netlane: "netlane".into() };
+        let s = SshSpec::new(alias);
+        let s = SshSpec { config: Some(config.clone()), ..s };
         let started = Instant::now();
         let e = format!("{:#}", SshHost::connect(&s).unwrap_err());
         assert!(e.contains(says) && e.contains("ssh exited with"), "{alias}: {e}");

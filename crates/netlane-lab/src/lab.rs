@@ -34,6 +34,10 @@ pub struct LabArgs {
     /// far); the others are named and left out.
     #[arg(long, value_name = "FILE")]
     pub testbed: Option<PathBuf>,
+    /// Where a testbed host has no netlane of this version, copy this one there (over
+    /// SSH, into ~/.cache/netlane/) and use that.
+    #[arg(long, requires = "testbed")]
+    pub deploy: bool,
 }
 
 /// A lab that is ready to run: options checked, report directory made.
@@ -76,6 +80,7 @@ impl LabArgs {
             ipv6: self.ipv6,
             selftest: self.selftest.clone(),
             testbed: self.testbed.clone(),
+            deploy: self.deploy,
         };
         for p in &plans {
             scenarios::lab_plan(*p, &profile)?;

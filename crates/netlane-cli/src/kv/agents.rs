@@ -54,12 +54,17 @@ pub(super) struct Coordinator {
 impl Coordinator {
     /// Connects to every host of `--agents` (their netlane checked).
     pub(super) fn connect(a: &LoadArgs) -> Result<Coordinator> {
+        let exe = if a.deploy { Some(std::env::current_exe().context("find the netlane executable")?) } else { None };
         let hosts = a
             .agents
             .iter()
             .map(|d| {
-                let spec =
-                    SshSpec { destination: d.clone(), config: a.ssh_config.clone(), netlane: a.agent_netlane.clone() };
+                let spec = SshSpec {
+                    destination: d.clone(),
+                    config: a.ssh_config.clone(),
+                    netlane: a.agent_netlane.clone(),
+                    deploy: exe.clone(),
+                };
                 SshHost::connect(&spec).with_context(|| format!("agent {d}"))
             })
             .collect::<Result<Vec<_>>>()?;

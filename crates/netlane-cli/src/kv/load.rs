@@ -110,6 +110,10 @@ pub struct LoadArgs {
     /// The netlane executable on the --agents hosts (a bare name: found on their PATH).
     #[arg(long, default_value = "netlane", value_name = "PATH")]
     pub agent_netlane: String,
+    /// Where an --agents host has no netlane of this version, copy this one there (over
+    /// SSH, into ~/.cache/netlane/) and use that.
+    #[arg(long)]
+    pub deploy: bool,
     /// Run as one agent of a run that `--agents` coordinates (it starts this): open every
     /// connection, say `ready` on standard error, start the schedule on SIGUSR1 (within a
     /// minute), and write the run's whole latency histogram with its report. No warm-up.

@@ -40,7 +40,7 @@ pub trait Host: Sync {
     fn run(&self, words: &[String]) -> Result<Output> {
         let (program, args) = words.split_first().context("no program to run")?;
         let launch = self.launch(&Program::Other(program.into()), args, &[])?;
-        output_within(launch.command, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
+        output_within(launch.command, None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
     /// The text of the file at `path` there.
@@ -56,12 +56,17 @@ pub trait Host: Sync {
 /// The longest a [`Host::run`] may take.
 pub const RUN_WITHIN: Duration = Duration::from_secs(20);
 
-/// Runs `cmd` (its input closed) to its end within `limit`, its output read as it comes;
-/// killed past the limit, which is an error naming `what`.
-pub(crate) fn output_within(mut cmd: Command, limit: Duration, what: &str) -> Result<Output> {
+/// Runs `cmd` (reading `input`, or nothing) to its end within `limit`, its output read
+/// as it comes; killed past the limit, which is an error naming `what`.
+pub(crate) fn output_within(
+    mut cmd: Command,
+    input: Option<std::fs::File>,
+    limit: Duration,
+    what: &str,
+) -> Result<Output> {
     use std::io::Read;
     let mut child = cmd
-        .stdin(Stdio::null())
+        .stdin(input.map_or_else(Stdio::null, Stdio::from))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -25,12 +25,15 @@ pub struct SshSpec {
     pub config: Option<PathBuf>,
     /// The netlane executable there (a bare name is looked up on its `PATH`).
     pub netlane: String,
+    /// Where the host has no netlane of this version, copy this executable (this very
+    /// netlane) there, over SSH into `~/.cache/netlane/` on it, and use that.
+    pub deploy: Option<PathBuf>,
 }
 
 impl SshSpec {
     /// `destination` with the user's configuration and `netlane` on the host's `PATH`.
     pub fn new(destination: &str) -> SshSpec {
-        SshSpec { destination: destination.into(), config: None, netlane: "netlane".into() }
+        SshSpec { destination: destination.into(), config: None, netlane: "netlane".into(), deploy: None }
     }
 }
 
@@ -42,6 +45,9 @@ pub struct SshHost {
     dir: PathBuf,
     master: Child,
 }
+
+/// How long copying netlane to a host may take.
+const COPY_WITHIN: Duration = Duration::from_secs(600);
 
 /// How long the master connection may take to come up.
 const CONNECT_WITHIN: Duration = Duration::from_secs(20);
@@ -88,7 +94,14 @@ impl SshHost {
         };
         let mut host = SshHost { spec: spec.clone(), dir, master };
         host.wait_for_master()?;
-        host.check_version()?;
+        match (host.check_version(), &spec.deploy) {
+            (Err(e), Some(exe)) => {
+                tracing::info!(host = %spec.destination, why = %format!("{e:#}"), "copying this netlane there");
+                host.deploy(exe)?;
+                host.check_version().context("the netlane copied there")?;
+            }
+            (checked, _) => checked?,
+        }
         Ok(host)
     }
 
@@ -134,6 +147,48 @@ impl SshHost {
         cmd
     }
 
+    /// Copies this netlane to `~/.cache/netlane/netlane-COMMIT` there (streamed through the
+    /// master connection; written under another name and renamed, so a half-copied file is
+    /// never run) and uses it from now on.
+    fn deploy(&mut self, exe: &std::path::Path) -> Result<()> {
+        let commit = netlane_report::provenance::GIT_COMMIT;
+        let made =
+            self.run(&["sh".into(), "-c".into(), "mkdir -p ~/.cache/netlane && cd ~/.cache/netlane && pwd".into()])?;
+        let dir = String::from_utf8_lossy(&made.stdout).trim().to_string();
+        if !made.status.success() || !dir.starts_with('/') {
+            bail!(
+                "make ~/.cache/netlane on {}: {}",
+                self.spec.destination,
+                String::from_utf8_lossy(&made.stderr).trim()
+            );
+        }
+        let path = format!("{dir}/netlane-{commit}");
+        let partial = format!("{path}.part-{}", std::process::id());
+        let file = std::fs::File::open(exe).with_context(|| format!("open {}", exe.display()))?;
+        // Streamed through the session (no SFTP server needed there).
+        let copy = self.session(&["sh".into(), "-c".into(), format!("cat > {}", quote(&partial))]);
+        let copied =
+            output_within(copy, Some(file), COPY_WITHIN, &format!("copy netlane to {}", self.spec.destination))?;
+        if !copied.status.success() {
+            bail!("copy netlane to {}: {}", self.spec.destination, String::from_utf8_lossy(&copied.stderr).trim());
+        }
+        let placed = self.run(&[
+            "sh".into(),
+            "-c".into(),
+            format!("chmod 0755 {p} && mv -f {p} {}", quote(&path), p = quote(&partial)),
+        ])?;
+        if !placed.status.success() {
+            bail!("install netlane on {}: {}", self.spec.destination, String::from_utf8_lossy(&placed.stderr).trim());
+        }
+        self.spec.netlane = path;
+        Ok(())
+    }
+
+    /// The netlane executable used there.
+    pub fn netlane(&self) -> &str {
+        &self.spec.netlane
+    }
+
     /// Refuses a host whose netlane is missing or another version.
     fn check_version(&self) -> Result<()> {
         let out = self.run(&[self.spec.netlane.clone(), "--version".into()])?;
@@ -157,7 +212,7 @@ impl Host for SshHost {
 
     /// Runs `words` there directly (no supervisor: it ends by itself).
     fn run(&self, words: &[String]) -> Result<Output> {
-        output_within(self.session(words), RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
+        output_within(self.session(words), None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
     fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {

@@ -107,6 +107,8 @@ pub struct LabProfile {
     pub selftest: Option<PathBuf>,
     /// The testbed file of a lab across machines.
     pub testbed: Option<PathBuf>,
+    /// Copy this netlane to testbed hosts that lack it.
+    pub deploy: bool,
 }
 
 /// What a scenario's report is built of, section by section: each section of a
@@ -266,6 +268,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                     o.server_cpu = *cpu;
                 }
                 o.testbed = Some(path.clone());
+                o.deploy = p.deploy;
             }
             Box::new(o)
         }

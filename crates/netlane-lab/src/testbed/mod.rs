@@ -130,11 +130,11 @@ pub struct Testbed {
 }
 
 impl Testbed {
-    /// Reads the testbed file at `path` and reaches its hosts.
-    pub fn open(path: &std::path::Path) -> Result<Testbed> {
+    /// Reads the testbed file at `path` and reaches its hosts ([`Testbed::connect`]).
+    pub fn open(path: &std::path::Path, deploy: bool) -> Result<Testbed> {
         let text = std::fs::read_to_string(path).with_context(|| format!("read the testbed {}", path.display()))?;
         let spec = TestbedSpec::parse(&text).with_context(|| format!("the testbed {}", path.display()))?;
-        Testbed::connect(&spec)
+        Testbed::connect(&spec, deploy)
     }
 
     /// Where its roles ran, for a report.
@@ -149,8 +149,10 @@ impl Testbed {
         )
     }
 
-    /// Reaches every host of `spec` (each SSH host's netlane checked against this one).
-    pub fn connect(spec: &TestbedSpec) -> Result<Testbed> {
+    /// Reaches every host of `spec` (each SSH host's netlane checked against this one;
+    /// with `deploy`, this one copied where it differs).
+    pub fn connect(spec: &TestbedSpec, deploy: bool) -> Result<Testbed> {
+        let exe = if deploy { Some(std::env::current_exe().context("find the netlane executable")?) } else { None };
         let reach = |h: &HostSpec| -> Result<TestbedHost> {
             let host: Box<dyn Host + Send + Sync> = match &h.ssh {
                 Some(d) => Box::new(
@@ -158,6 +160,7 @@ impl Testbed {
                         destination: d.clone(),
                         config: spec.ssh_config.clone(),
                         netlane: h.netlane.clone(),
+                        deploy: exe.clone(),
                     })
                     .with_context(|| format!("testbed {}", h.role))?,
                 ),

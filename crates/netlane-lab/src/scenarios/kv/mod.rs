@@ -146,7 +146,7 @@ impl Scenario for KvBenchArgs {
             bail!("--stall-probe {:?}: at most 600s", self.stall_probe);
         }
         if let Some(path) = &self.testbed {
-            return self.check_testbed(&Testbed::open(path)?);
+            return self.check_testbed(&Testbed::open(path, self.deploy)?);
         }
         if self.probes_stalls() && !program_exists("cyclictest") {
             bail!("cyclictest: not found (scripts/setup.sh installs rt-tests; --stall-probe 0s skips the probe)");
@@ -173,7 +173,7 @@ impl Scenario for KvBenchArgs {
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
         if let Some(path) = &self.testbed {
-            let t = Testbed::open(path)?;
+            let t = Testbed::open(path, self.deploy)?;
             self.check_testbed(&t)?;
             let generators = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
             let site = CacheSite { server: t.server.host(), generators };

@@ -132,6 +132,10 @@ pub struct KvBenchArgs {
     /// of the server host; each client host's `cpus` replace --client-cpu.
     #[arg(long, value_name = "FILE")]
     pub testbed: Option<std::path::PathBuf>,
+    /// Where a testbed host has no netlane of this version, copy this one there (over
+    /// SSH, into ~/.cache/netlane/) and use that.
+    #[arg(long, requires = "testbed")]
+    pub deploy: bool,
 }
 
 impl KvBenchArgs {
