@@ -69,6 +69,11 @@ fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
         assert!(achieved > 1000.0, "{who}: {run}");
     }
     assert!(kv["checks"].as_array().is_some_and(|c| !c.is_empty()), "{kv}");
+    // Each agent's part beside the merged runs, and the CPUs named by host.
+    let agents = kv["tables"].as_array().unwrap().iter().find(|t| t["name"] == "kv-agents").expect("an agents table");
+    assert_eq!(agents["rows"].as_array().unwrap().len(), 8, "2 servers x 2 rates x 2 agents: {agents}");
+    let plan: Vec<&str> = kv["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(plan, ["server on host server", "generator on host client1", "generator on host client2"]);
     for h in &hosts.hosts {
         assert!(h.processes().is_empty(), "left on {}: {:?}", h.alias, h.processes());
     }

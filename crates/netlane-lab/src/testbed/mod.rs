@@ -137,6 +137,19 @@ impl Testbed {
         Testbed::connect(&spec, deploy)
     }
 
+    /// The CPUs each host's roles ran on: the server's `server_cpus` on its host, each
+    /// client's (empty: not pinned), named by host.
+    pub fn cpu_plan(&self, server_cpus: &[usize]) -> Vec<netlane_report::RoleCpus> {
+        let role = |r: &str, h: &TestbedHost, cpus: Vec<usize>| netlane_report::RoleCpus {
+            role: format!("{r} on {}", h.host.name()),
+            cpus,
+            beside: None,
+        };
+        std::iter::once(role("server", &self.server, server_cpus.to_vec()))
+            .chain(self.clients.iter().map(|c| role("generator", c, c.pinned())))
+            .collect()
+    }
+
     /// Where its roles ran, for a report.
     pub fn describe(&self) -> String {
         let clients: Vec<String> = self.clients.iter().map(|c| c.host.name()).collect();

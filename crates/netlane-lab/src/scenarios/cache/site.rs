@@ -13,7 +13,7 @@ use netlane_kv::load::stats::Sla;
 use netlane_kv::load::workload::WorkloadSpec;
 use netlane_kv::loadgen::{LoadConfig, LoadReport, SearchReport};
 
-use super::agents::{Agent, run_agents, search_agents};
+use super::agents::{Agent, AgentSummary, run_agents, search_agents};
 use super::role::{LoadStep, load_on};
 use crate::host::Host;
 
@@ -50,11 +50,20 @@ impl<'a> CacheSite<'a> {
 
     /// One run: the generator's, or the agents' merged.
     pub(crate) fn run(&self, cfg: &LoadConfig) -> Result<LoadReport> {
+        self.run_with_agents(cfg).map(|(r, _)| r)
+    }
+
+    /// [`CacheSite::run`], with each agent's part (none from one generator alone).
+    pub(crate) fn run_with_agents(&self, cfg: &LoadConfig) -> Result<(LoadReport, Vec<AgentSummary>)> {
         match self.alone(cfg) {
             Some((host, cfg)) => {
-                load_on(host, &cfg, LoadStep::Run)?.report.context("the load generator reported no run")
+                let r = load_on(host, &cfg, LoadStep::Run)?.report.context("the load generator reported no run")?;
+                Ok((r, Vec::new()))
             }
-            None => Ok(run_agents(&self.generators, cfg)?.run.report),
+            None => {
+                let r = run_agents(&self.generators, cfg)?;
+                Ok((r.run.report, r.agents))
+            }
         }
     }
 

@@ -16,6 +16,7 @@ use super::{KvBenchArgs, Part, ServerKind};
 use crate::engines::stalls::{self, Stalls};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner, Turn};
+use crate::scenarios::cache::agents::AgentSummary;
 use crate::scenarios::cache::{self, CacheServer, CacheSite, memcached_spec, netlane_kv_spec, open, pct};
 use crate::scenarios::unless_generator_lagged;
 
@@ -31,6 +32,8 @@ pub struct KvRun {
     pub server_total_s: f64,
     /// Runs made before this one and discarded: the generator lagged in them.
     pub discarded: u32,
+    /// Each load generator agent's part of the run (none from one generator alone).
+    pub agents: Vec<AgentSummary>,
 }
 
 /// One server's round.
@@ -102,10 +105,10 @@ impl KvBenchArgs {
     /// One load run with the server CPU's busy time around it.
     fn measured_once(&self, site: &CacheSite<'_>, cfg: LoadConfig) -> Result<KvRun> {
         let cpu0 = site.server_cpu(self.server_cpu)?;
-        let r = site.run(&cfg)?;
+        let (r, agents) = site.run_with_agents(&cfg)?;
         let cpu1 = site.server_cpu(self.server_cpu)?;
         let d = cpu0.delta(&cpu1);
-        Ok(KvRun { load: r, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0 })
+        Ok(KvRun { load: r, server_busy_s: d.busy_s, server_total_s: d.total_s, discarded: 0, agents })
     }
 
     /// [`Self::measured_once`], made again when the generator lagged in it.

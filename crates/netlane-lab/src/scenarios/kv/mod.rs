@@ -180,6 +180,7 @@ impl Scenario for KvBenchArgs {
             let addr = SocketAddr::new(t.server_addr(), 11211);
             let mut report = self.rounds(progress, &site, addr)?;
             report.notes.insert(0, t.describe());
+            report.cpu_plan = t.cpu_plan(&[self.server_cpu]);
             return Ok(report);
         }
         let h = TwoHosts::create(

@@ -44,6 +44,7 @@ impl KvBenchArgs {
         }
         if self.parts.contains(&Part::Rates) {
             self.rates_section(all, &mut out);
+            out.tables.extend(agents_table(all));
         }
         if self.parts.contains(&Part::Closed) {
             self.closed_section(all, &mut out);
@@ -375,4 +376,43 @@ impl KvBenchArgs {
         }
         t
     }
+}
+
+/// Each load generator agent's part of the fixed-rate runs of the first round, beside
+/// the merged run the other tables show (none when one generator made them).
+fn agents_table(all: &[Vec<KvRound>]) -> Option<Table> {
+    let first = all.iter().filter_map(|rounds| rounds.first());
+    let runs: Vec<(&str, &KvRun)> = first.flat_map(|r| r.rates.iter().map(move |k| (r.server.as_str(), k))).collect();
+    if runs.iter().all(|(_, r)| r.agents.is_empty()) {
+        return None;
+    }
+    let mut t = Table::new(
+        "kv-agents",
+        "Each load generator agent's part of the fixed-rate runs (first round)",
+        vec![
+            Column::new("run", "server, offered (merged)", 0),
+            Column::new("agent", "agent", 0),
+            Column::new("connections", "connections", 0),
+            Column::new("offered_per_s", "offered/s", 0),
+            Column::new("achieved_per_s", "achieved/s", 0),
+            Column::new("lag_pct", "lag %", 2),
+            Column::new("cpu_s", "CPU s", 2),
+            Column::new("cpu_busy_pct", "CPU busy %", 0),
+        ],
+    );
+    for (server, run) in runs {
+        for a in &run.agents {
+            t.push(Row::new(vec![
+                Value::text(format!("{server} {:.0}/s", run.load.offered_per_s)),
+                Value::text(a.host.clone()),
+                Value::num(f64::from(a.connections)),
+                Value::num(a.offered_per_s),
+                Value::num(a.achieved_per_s),
+                Value::num(a.lag_share * 100.0),
+                Value::num(a.cpu_s),
+                Value::num(a.cpu_busy * 100.0),
+            ]));
+        }
+    }
+    Some(t)
 }

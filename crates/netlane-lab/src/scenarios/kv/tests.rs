@@ -10,7 +10,13 @@ use crate::scenarios::cache::tests::load;
 use netlane_report::Outcome;
 
 fn run(rate: f64, p999_us: f64, busy_s: f64, late: f64) -> KvRun {
-    KvRun { load: load(rate, p999_us, late), server_busy_s: busy_s, server_total_s: 3.0, discarded: 0 }
+    KvRun {
+        load: load(rate, p999_us, late),
+        server_busy_s: busy_s,
+        server_total_s: 3.0,
+        discarded: 0,
+        agents: Vec::new(),
+    }
 }
 
 fn search(best: Option<f64>, capped: bool) -> SearchReport {
@@ -139,4 +145,27 @@ fn a_search_that_found_no_rate_shows_its_servers_floor() {
         "{:?}",
         r.notes
     );
+}
+
+#[test]
+fn runs_made_by_agents_show_each_agent_beside_the_merged_run() {
+    let args = KvBenchArgs { parts: vec![Part::Rates], rates: vec![10_000], ..KvBenchArgs::defaults() };
+    let mut r = round(ServerKind::Netlane, None, 1.0, 0.0);
+    r.rates = vec![run(10_000.0, 200.0, 1.0, 0.0)];
+    let report = args.report(&[vec![r.clone()], vec![r.clone()]], Vec::new());
+    assert!(report.tables.iter().all(|t| t.name != "kv-agents"), "one generator: no agents table");
+    let agent = |host: &str, offered: f64| AgentSummary {
+        host: host.into(),
+        connections: 100,
+        offered_per_s: offered,
+        achieved_per_s: offered,
+        lag_share: 0.001,
+        cpu_s: 0.5,
+        cpu_busy: 0.2,
+        connection_failures: 0,
+    };
+    r.rates[0].agents = vec![agent("host c1", 5_010.0), agent("host c2", 4_990.0)];
+    let report = args.report(&[vec![r.clone()], vec![r]], Vec::new());
+    let t = report.tables.iter().find(|t| t.name == "kv-agents").expect("an agents table");
+    assert_eq!(t.rows.len(), 4, "two agents of each server's run");
 }
