@@ -198,8 +198,8 @@ fn napi_words(s: &NapiSettings, which: &NapiSettings) -> String {
     v.join(",")
 }
 
-/// The settings `which` names, as `s` has them.
-fn values_words(s: &Values, which: &Values) -> String {
+/// The settings `which` names, as `s` has them (`combined=4,rx=2`; `?` where `s` lacks one).
+pub(crate) fn values_words(s: &Values, which: &Values) -> String {
     which
         .keys()
         .map(|k| format!("{k}={}", s.get(k).map_or("?".into(), |v| v.to_string())))

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::cpus::CpuList;
 use crate::error::chain;
-use crate::installed::{Change, Held, Place, irq_affinity_path};
+use crate::installed::{Change, Held, Place, irq_affinity_path, values_words};
 use crate::topology::ethtool::{Ethtool, Group, Values};
 use crate::topology::netdev::{Netdev, XdpFeatures};
 use crate::topology::{Rtnl, TopologyError};
@@ -199,18 +199,10 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-fn words(values: &Values, which: &Values) -> String {
-    which
-        .keys()
-        .map(|k| format!("{k}={}", values.get(k).map_or("?".into(), |v| v.to_string())))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// Sets `values` of `group` on `dev` until the returned guard drops (`None` when
 /// refused).
 pub fn set_group(dev: &str, group: Group, values: &Values) -> (Outcome, Option<Held>) {
-    let asked = format!("{group} of {dev}: {}", words(values, values));
+    let asked = format!("{group} of {dev}: {}", values_words(values, values));
     if let Some(bad) = values.keys().find(|k| !group.can_set(k)) {
         return (
             Outcome::refused(asked, format!("{bad} is not a setting of {group} (it has {})", group.settable())),
@@ -243,7 +235,7 @@ pub fn set_group(dev: &str, group: Group, values: &Values) -> (Outcome, Option<H
         Ok(held) => {
             let now = e
                 .settings(dev, group)
-                .map_or_else(|err| format!("unreadable: {}", reason(&err)), |n| words(&n, values));
+                .map_or_else(|err| format!("unreadable: {}", reason(&err)), |n| values_words(&n, values));
             (Outcome { asked, applied: Some(now), refused: None }, Some(held))
         }
         Err(err) => (Outcome::refused(asked, err.to_string()), None),
