@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
@@ -169,7 +169,14 @@ pub(crate) fn load_spec(name: &str, cfg: &LoadConfig, step: LoadStep) -> RoleSpe
 pub(crate) fn load_on(host: &dyn Host, cfg: &LoadConfig, step: LoadStep) -> Result<KvLoad> {
     let spec = load_spec("netlane kv load", cfg, step);
     let finished = RoleProcess::start(host, &spec, None)?.wait(time_limit(cfg, step))?;
-    finished.json::<KvLoad>().context("read the load generator's report")
+    match finished.json::<KvLoad>() {
+        Ok(doc) => Ok(doc),
+        // No report at all: what it said on its way out is the reason.
+        Err(_) if !finished.status.success() => {
+            bail!("netlane kv load on {} failed ({}): {}", host.name(), finished.status, finished.stderr_tail())
+        }
+        Err(e) => Err(e).context("read the load generator's report"),
+    }
 }
 
 /// How long `step` may take at most before the process is killed: every run it can make,
