@@ -54,6 +54,9 @@ fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
         "off" => 0,
         v => v.parse::<u32>().map_err(|_| format!("{v:?}: a number (or on, off)"))?,
     };
+    if name.starts_with("adaptive-") && value > 1 {
+        return Err(format!("{name} {value}: on or off (1 or 0)"));
+    }
     Ok((group, name.to_string(), value))
 }
 

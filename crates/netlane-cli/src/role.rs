@@ -47,8 +47,9 @@ impl RoleArgs {
             Err(e) => eprintln!("warning: signals reach the supervisor only ({e})"),
         }
         let end = role.wait()?;
-        // Nobody may be left to read it (the session dropped).
-        let _ = writeln!(std::io::stderr(), "{}", end.line());
+        // On a line of its own, whatever the program last wrote; nobody may be left to
+        // read it (the session dropped).
+        let _ = writeln!(std::io::stderr(), "\n{}", end.line());
         Ok(end.exit_code())
     }
 }

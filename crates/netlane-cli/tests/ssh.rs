@@ -144,6 +144,12 @@ fn a_host_without_this_netlane_or_out_of_reach_is_refused_with_the_reason() {
     let out = RoleProcess::start(&deployed, &role, None).unwrap().wait(Duration::from_secs(20)).unwrap();
     assert_eq!(out.stdout.trim(), format!("netlane {}", netlane_report::provenance::VERSION_LINE));
     drop(deployed);
+    // Connected again, the copy there is used as it is.
+    let again = SshHost::connect(&deploying).unwrap();
+    assert_eq!(again.netlane(), path);
+    drop(again);
+    let dir = std::path::Path::new(&path).parent().unwrap();
+    assert!(std::fs::read_dir(dir).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().contains(".part-")));
     std::fs::remove_file(&path).unwrap();
 
     // A host whose connection closes at once (its proxy fails), and one that refuses the key.

@@ -52,7 +52,9 @@ impl SshHosts {
         if !Path::new(SSHD).is_file() {
             return Err(format!("{SSHD} is missing: scripts/setup.sh installs openssh-server"));
         }
-        let dir = std::env::temp_dir().join(format!("netlane-sshd-{}-{}", std::process::id(), aliases.join("-")));
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("netlane-sshd-{}-{n}-{}", std::process::id(), aliases.join("-")));
         let _ = std::fs::remove_dir_all(&dir);
         std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
             .create(&dir)
@@ -162,9 +164,11 @@ impl SshdHost {
         self.ns.processes().into_iter().filter(|(p, _)| *p != listener).collect()
     }
 
-    /// What sessions run there: its processes other than sshd's and the proxies'.
+    /// What sessions run there: its processes other than sshd's (`sshd-session` from
+    /// OpenSSH 9.8) and the proxies'.
     pub fn roles(&self) -> Vec<(u32, String)> {
-        self.processes().into_iter().filter(|(_, comm)| comm != "sshd" && comm != "socat").collect()
+        let ours = |comm: &str| comm == "sshd" || comm.starts_with("sshd-") || comm == "socat";
+        self.processes().into_iter().filter(|(_, comm)| !ours(comm)).collect()
     }
 }
 
@@ -172,7 +176,8 @@ impl Drop for SshdHost {
     fn drop(&mut self) {
         let _ = self.sshd.kill();
         let _ = self.sshd.wait();
-        // Sessions outlive the listener; none may outlive the host.
+        // Sessions outlive the listener; none may outlive the host. Every process in this
+        // namespace is the listener's or its sessions': ours.
         self.ns.end_processes();
     }
 }

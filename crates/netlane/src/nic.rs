@@ -108,9 +108,10 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
             .unwrap_or(0)
     };
     let (rx_queues, tx_queues) = (count("rx-"), count("tx-"));
-    let listed = Netdev::open().and_then(|mut nd| Ok((nd.napis(ifindex)?, nd.xdp_features(ifindex))));
-    let (napis, napis_unavailable, xdp) = match listed {
-        Ok((napis, xdp)) => (
+    // Each asked on its own: a kernel may have the one (dev-get, 6.3) and not the other
+    // (napi-get, 6.8).
+    let (napis, napis_unavailable) = match Netdev::open().and_then(|mut nd| nd.napis(ifindex)) {
+        Ok(napis) => (
             napis
                 .into_iter()
                 .map(|n| NapiView {
@@ -122,13 +123,10 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
                 })
                 .collect(),
             None,
-            Readout::of(xdp),
         ),
-        Err(e) => {
-            let why = reason(&e);
-            (Vec::new(), Some(why.clone()), Readout { value: None, unavailable: Some(why) })
-        }
+        Err(e) => (Vec::new(), Some(reason(&e))),
     };
+    let xdp = Readout::of(Netdev::open().and_then(|mut nd| nd.xdp_features(ifindex)));
     let mut ethtool = Ethtool::open().map_err(TopologyError::from)?;
     let groups = Group::ALL.iter().map(|g| (g.name().to_string(), Readout::of(ethtool.settings(dev, *g)))).collect();
     let features = ethtool.active_features(dev).map_err(TopologyError::from)?;
@@ -221,23 +219,31 @@ pub fn set_group(dev: &str, group: Group, values: &Values) -> (Outcome, Option<H
         Ok(p) => p,
         Err(err) => return (Outcome::refused(asked, format!("find this namespace: {err}")), None),
     };
-    let change = Change::Ethtool {
-        place,
+    let before: Values = values.keys().filter_map(|k| before.get(k).map(|v| (k.clone(), *v))).collect();
+    let change = |value: Values| Change::Ethtool {
+        place: place.clone(),
         ifname: dev.to_string(),
         group,
-        before: values.keys().filter_map(|k| before.get(k).map(|v| (k.clone(), *v))).collect(),
-        value: values.clone(),
+        before: before.clone(),
+        value,
     };
-    let made = Held::make(change, || {
+    let made = Held::make(change(values.clone()), || {
         e.set_settings(dev, group, values).map_err(|err| io::Error::new(err.source.kind(), reason(&err)))
     });
     match made {
-        Ok(held) => {
-            let now = e
-                .settings(dev, group)
-                .map_or_else(|err| format!("unreadable: {}", reason(&err)), |n| values_words(&n, values));
-            (Outcome { asked, applied: Some(now), refused: None }, Some(held))
-        }
+        Ok(mut held) => match e.settings(dev, group) {
+            Ok(now) => {
+                // What the driver made of it (it may round): what is put back from.
+                let read: Values = values.keys().filter_map(|k| now.get(k).map(|v| (k.clone(), *v))).collect();
+                if let Err(err) = held.amend(change(read)) {
+                    tracing::warn!(error = %err, "could not amend the record of a device setting");
+                }
+                (Outcome { asked, applied: Some(values_words(&now, values)), refused: None }, Some(held))
+            }
+            Err(err) => {
+                (Outcome { asked, applied: Some(format!("unreadable: {}", reason(&err))), refused: None }, Some(held))
+            }
+        },
         Err(err) => (Outcome::refused(asked, err.to_string()), None),
     }
 }
@@ -250,10 +256,18 @@ pub fn set_irq_cpus(irq: u32, cpus: &CpuList) -> (Outcome, Option<Held>) {
         Ok(b) => b.trim().to_string(),
         Err(err) => return (Outcome::refused(asked, format!("read {}: {err}", path.display())), None),
     };
+    let was = before.clone();
     let change = Change::IrqAffinity { irq, before, value: cpus.to_string() };
     match Held::make(change, || std::fs::write(&path, cpus.to_string())) {
-        Ok(held) => {
-            let now = read_trim(&path.to_string_lossy()).unwrap_or_else(|| "unreadable".into());
+        Ok(mut held) => {
+            let read = read_trim(&path.to_string_lossy());
+            // The kernel's spelling of the list (`1-2` for `1,2`): what is put back from.
+            if let Some(now) = &read
+                && let Err(err) = held.amend(Change::IrqAffinity { irq, before: was.clone(), value: now.clone() })
+            {
+                tracing::warn!(error = %err, "could not amend the record of an interrupt's CPUs");
+            }
+            let now = read.unwrap_or_else(|| "unreadable".into());
             (Outcome { asked, applied: Some(now), refused: None }, Some(held))
         }
         Err(err) => (Outcome::refused(asked, err.to_string()), None),
@@ -317,8 +331,9 @@ pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList
     for (group, values) in groups {
         let before = Ethtool::open().ok().and_then(|mut e| e.settings(dev, *group).ok());
         let (outcome, h) = set_group(dev, *group, values);
-        if let (Some(h), Some(before)) = (h, before) {
-            held.push(h);
+        let applied = h.is_some();
+        held.extend(h);
+        if let (true, Some(before)) = (applied, before) {
             for key in values.keys() {
                 let was = before.get(key).map_or("?".into(), |v| v.to_string());
                 let reading = Reading::Ethtool { dev: dev.to_string(), group: *group, key: key.clone() };

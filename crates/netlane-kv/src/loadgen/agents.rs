@@ -45,6 +45,9 @@ pub fn split(cfg: &LoadConfig, agents: usize) -> Result<Vec<LoadConfig>, LoadErr
         .collect())
 }
 
+/// Threads' seconds no run reaches (a thousand threads for a day).
+const MAX_SECONDS: f64 = 1000.0 * 86_400.0;
+
 /// Apart enough that no two agents' seeds meet (the golden ratio's odd 64-bit step).
 const SEED_STRIDE: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -76,8 +79,16 @@ impl AgentOutput {
         }
     }
 
-    /// Its statistics, checked ([`Stats::from_parts`]).
+    /// Its statistics, checked ([`Stats::from_parts`]; times finite, at most a day of a
+    /// thousand threads).
     pub fn stats(&self) -> Result<Stats, LoadError> {
+        let sane = |t: f64| t.is_finite() && (0.0..=MAX_SECONDS).contains(&t);
+        if !sane(self.cpu_s) || !sane(self.wall_s) || self.connection_failures > u64::from(u32::MAX) {
+            return Err(LoadError::Config(format!(
+                "an agent's run: CPU {} s, wall {} s, {} failed connections are not a run's",
+                self.cpu_s, self.wall_s, self.connection_failures
+            )));
+        }
         Stats::from_parts(self.counts, &self.latency_hdr).map_err(|e| LoadError::Config(format!("an agent's run: {e}")))
     }
 }
@@ -135,6 +146,7 @@ mod tests {
         assert_eq!(parts.iter().map(|p| p.threads).collect::<Vec<_>>(), [2, 1, 1, 1]);
         let mut seeds: Vec<u64> = parts.iter().map(|p| p.seed).collect();
         assert_eq!(seeds[0], 42);
+        seeds.sort_unstable();
         seeds.dedup();
         assert_eq!(seeds.len(), 4);
         // One agent is the generator itself.
@@ -181,5 +193,11 @@ mod tests {
         let mut bad = out(&a, 0.5);
         bad.counts.completed += 1;
         assert!(merge(&cfg, &[bad]).unwrap_err().to_string().contains("an agent's run"));
+        for (cpu, wall) in [(f64::NAN, 1.0), (1.0, f64::INFINITY), (-1.0, 1.0)] {
+            let odd = AgentOutput { cpu_s: cpu, wall_s: wall, ..out(&a, 0.5) };
+            assert!(merge(&cfg, &[odd]).unwrap_err().to_string().contains("are not a run's"));
+        }
+        let odd = AgentOutput { connection_failures: u64::MAX, ..out(&a, 0.5) };
+        assert!(merge(&cfg, &[odd.clone(), odd]).is_err());
     }
 }

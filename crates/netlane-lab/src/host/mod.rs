@@ -53,6 +53,9 @@ pub trait Host: Sync {
     }
 }
 
+/// How much of a [`Host::run`]'s output is kept (a check's or a file's: far less).
+const OUTPUT_KEPT: u64 = 16 << 20;
+
 /// The longest a [`Host::run`] may take.
 pub const RUN_WITHIN: Duration = Duration::from_secs(20);
 
@@ -71,11 +74,13 @@ pub(crate) fn output_within(
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("start {what}"))?;
+    // Read to the end (the process never blocks on a full pipe), kept up to a bound.
     let read = |pipe: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(mut p) = pipe {
-                let _ = p.read_to_end(&mut buf);
+                let _ = (&mut p).take(OUTPUT_KEPT).read_to_end(&mut buf);
+                let _ = std::io::copy(&mut p, &mut std::io::sink());
             }
             buf
         })

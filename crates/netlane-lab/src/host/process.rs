@@ -280,14 +280,19 @@ impl Drop for RoleProcess {
     }
 }
 
-/// Removes the supervisor's trailer from a role's standard error and reads it.
+/// Removes the supervisor's trailer from a role's standard error and reads it. The
+/// supervisor starts it on a line of its own (a newline first: the role's last write may
+/// not have ended its line), so that empty line goes too.
 fn take_trailer(stderr: &mut String) -> Option<RoleEnd> {
-    let (rest, last) = match stderr.rsplit_once('\n') {
-        Some((rest, last)) => (rest.to_string(), last),
-        None => (String::new(), stderr.as_str()),
-    };
-    let end = RoleEnd::parse(last.trim_end())?;
-    *stderr = rest;
+    let mut lines: Vec<&str> = stderr.lines().collect();
+    while lines.last().is_some_and(|l| l.trim().is_empty()) {
+        lines.pop();
+    }
+    let end = RoleEnd::parse(lines.pop()?.trim_end())?;
+    if lines.last().is_some_and(|l| l.is_empty()) {
+        lines.pop();
+    }
+    *stderr = lines.join("\n");
     Some(end)
 }
 
@@ -327,8 +332,9 @@ fn read_lines(
 ) -> mpsc::Receiver<Vec<String>> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut lines = BufReader::new(r).lines().map_while(Result::ok);
-        let mut before = Vec::new();
+        let mut lines = bounded_lines(r);
+        let mut before = std::collections::VecDeque::new();
+        let mut before_bytes = 0usize;
         if let Some(first) = first {
             let line = if scan {
                 // Lines before the ready line (warnings) are output like any other;
@@ -336,11 +342,15 @@ fn read_lines(
                 let found = lines.by_ref().find(|l| {
                     let ready = l.starts_with(first.prefix.as_str());
                     if !ready {
-                        before.push(l.clone());
+                        before_bytes += l.len() + 1;
+                        before.push_back(l.clone());
+                        while before_bytes > KEPT_BYTES {
+                            before_bytes -= before.pop_front().map_or(0, |d: String| d.len() + 1);
+                        }
                     }
                     ready
                 });
-                found.or_else(|| before.last().cloned())
+                found.or_else(|| before.back().cloned())
             } else {
                 lines.next()
             };
@@ -363,6 +373,40 @@ fn read_lines(
     });
     rx
 }
+
+/// The lines of `r`, each at most [`MAX_LINE`] bytes (the rest of a longer one is
+/// dropped), bytes that are not UTF-8 replaced: whatever a process writes, its pipe is
+/// read to its end and memory stays bounded.
+fn bounded_lines(r: impl Read) -> impl Iterator<Item = String> {
+    let mut r = BufReader::new(r);
+    std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        let n = (&mut r).take(MAX_LINE as u64).read_until(b'\n', &mut line).ok()?;
+        if n == 0 {
+            return None;
+        }
+        if line.last() != Some(&b'\n') && line.len() >= MAX_LINE {
+            let mut rest = Vec::new();
+            loop {
+                rest.clear();
+                let k = (&mut r).take(64 << 10).read_until(b'\n', &mut rest).ok()?;
+                if k == 0 || rest.last() == Some(&b'\n') {
+                    break;
+                }
+            }
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+        }
+        Some(String::from_utf8_lossy(&line).into_owned())
+    })
+}
+
+/// The longest line of a role's output that is kept whole.
+const MAX_LINE: usize = 4 << 20;
 
 /// The lines read from a pipe of a process that has ended. A process it started may
 /// still hold the pipe open: after [`PIPE_GRACE`] what was read is given up on (the
@@ -389,6 +433,35 @@ mod tests {
 
     fn sh(name: &str, script: &str) -> RoleSpec {
         RoleSpec::program(name, Program::Other("sh".into()), ["-c", script])
+    }
+
+    #[test]
+    fn output_is_read_to_its_end_in_bounded_lines() {
+        let mut text = b"one\r\n\xff\xfetwo\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_LINE + 10));
+        text.extend(b"\nlast");
+        let lines: Vec<String> = bounded_lines(&text[..]).collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!((lines[0].as_str(), lines[1].as_str(), lines[3].as_str()), ("one", "\u{fffd}\u{fffd}two", "last"));
+        assert_eq!(lines[2].len(), MAX_LINE);
+    }
+
+    #[test]
+    fn the_trailer_is_found_after_a_line_the_role_left_open() {
+        let end =
+            RoleEnd { wait_status: 0, user_s: 0.5, system_s: 0.25, voluntary_switches: 1, involuntary_switches: 2 };
+        for (text, left) in [
+            (format!("warned\n\n{}\n", end.line()), "warned"),
+            (format!("no newline\n{}", end.line()), "no newline"),
+            (format!("\n{}\n\n", end.line()), ""),
+        ] {
+            let mut stderr = text.clone();
+            assert_eq!(take_trailer(&mut stderr), Some(end), "{text:?}");
+            assert_eq!(stderr, left, "{text:?}");
+        }
+        let mut none = "just output".to_string();
+        assert_eq!(take_trailer(&mut none), None);
+        assert_eq!(none, "just output");
     }
 
     #[test]

@@ -4,10 +4,13 @@
 //! Without a terminal, ssh gives a remote command no signals, and a dropped connection
 //! goes unnoticed there until the command writes. So the supervisor runs the role as its
 //! child and takes orders on its standard input, one signal name a line (`INT`, `TERM`,
-//! `HUP`, `KILL`, and `USR1`: an agent's start); the end of that input (the session ended, the connection dropped, the
-//! lab was killed) stops the role: SIGTERM, then SIGKILL after a grace. When the role has
-//! ended, the supervisor's last line of standard error is [`TRAILER`] and a [`RoleEnd`]
-//! as JSON: the role's wait status and CPU use, which the ssh client's own cannot tell.
+//! `HUP`, `KILL`, and `USR1`: an agent's start); the end of that input (the session ended, the
+//! lab was killed, the master connection ended) stops the role: SIGTERM, then SIGKILL
+//! after a grace. A connection that breaks without closing is only noticed there when
+//! the remote sshd's keepalives give up, so the role outlives it until then. When the role
+//! has ended, the supervisor's last line of standard error (after a newline of its own)
+//! is [`TRAILER`] and a [`RoleEnd`] as JSON: the role's wait status and CPU use, which
+//! the ssh client's own cannot tell.
 
 use std::io::BufRead;
 use std::os::unix::process::ExitStatusExt;

@@ -92,7 +92,8 @@ impl TestbedHost {
             }
         }
         for program in &needs.programs {
-            let found = self.host.run(&words(&["sh", "-c", &format!("command -v {program}")]));
+            // The name as an argument of the shell, never as its script.
+            let found = self.host.run(&words(&["sh", "-c", "command -v \"$1\"", "sh", program]));
             if !found.is_ok_and(|o| o.status.success()) {
                 say(format!("{program} is not installed"));
             }

@@ -98,10 +98,10 @@ pub fn run_agents(agents: &[Agent<'_>], cfg: &LoadConfig) -> Result<AgentsRun> {
     let mut summaries = Vec::with_capacity(roles.len());
     for (role, (host, share)) in roles.into_iter().zip(placed) {
         let finished = role.wait(time_limit(&share, LoadStep::Agent))?;
-        let doc: KvLoad = finished.json().with_context(|| format!("read the report of the agent on {host}"))?;
         if !finished.status.success() {
             bail!("the agent on {host} failed ({}): {}", finished.status, finished.stderr_tail());
         }
+        let doc: KvLoad = finished.json().with_context(|| format!("read the report of the agent on {host}"))?;
         let output = doc.agent.with_context(|| format!("the agent on {host} sent no histogram"))?;
         let stats = output.stats().with_context(|| format!("the agent on {host}"))?;
         let own = LoadReport::summarize(&share, &stats, output.connection_failures, output.cpu_s, output.wall_s);

@@ -231,7 +231,10 @@ impl KvBenchArgs {
         t.check(&server, &Needs::default())?;
         let cpus = t.server.cpus()?;
         if !cpus.as_slice().contains(&self.server_cpu) {
-            bail!("--server-cpu {}: the testbed's server has CPUs {cpus}", self.server_cpu);
+            bail!(
+                "the servers' CPU {} (--server-cpu, or the first of the testbed server's `cpus`): its host has CPUs {cpus}",
+                self.server_cpu
+            );
         }
         Ok(())
     }
