@@ -113,11 +113,7 @@ fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
     // Nothing is left on any host once the coordinator is done.
     drop(server_host);
     for h in &hosts.hosts {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !h.processes().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "left on {}: {:?}", h.alias, h.processes());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        h.wait_until_bare(false, Duration::from_secs(10)).unwrap();
     }
 }
 

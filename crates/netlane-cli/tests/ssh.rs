@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use netlane_lab::host::{Host, Program, RoleProcess, RoleSpec, SshHost, SshSpec};
-use netlane_testkit::sshd::{SshHosts, SshdHost};
+use netlane_testkit::sshd::SshHosts;
 
 fn spec(hosts: &SshHosts, alias: &str) -> SshSpec {
     SshSpec {
@@ -20,17 +20,6 @@ fn spec(hosts: &SshHosts, alias: &str) -> SshSpec {
 
 fn sh(name: &str, script: &str) -> RoleSpec {
     RoleSpec::program(name, Program::Other("sh".into()), ["-c", script])
-}
-
-/// Waits (10 s at most) until no role runs on `host` (with `connections`: no SSH
-/// connection either, only its sshd's listener).
-fn until_gone(host: &SshdHost, connections: bool) {
-    let left = || if connections { host.processes() } else { host.roles() };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !left().is_empty() {
-        assert!(Instant::now() < deadline, "still running on {}: {:?}", host.alias, left());
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -84,9 +73,9 @@ fn a_server_on_an_ssh_host_serves_stops_with_its_report_and_runs_on_its_cpus() {
     let out = RoleProcess::start(&ssh, &failing, None).unwrap().wait(Duration::from_secs(20)).unwrap();
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(out.stderr, "no");
-    until_gone(h, false);
+    h.wait_until_bare(true, Duration::from_secs(10)).unwrap();
     drop(ssh);
-    until_gone(h, true);
+    h.wait_until_bare(false, Duration::from_secs(10)).unwrap();
 }
 
 fn num_cpus() -> usize {
@@ -107,7 +96,7 @@ fn a_role_dies_with_its_session_when_the_lab_or_the_link_goes() {
     let role = RoleProcess::start(&ssh, &sleeper(), None).unwrap();
     assert!(h.roles().iter().any(|(_, c)| c == "sleep"), "{:?}", h.roles());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(role.pid().unwrap() as i32), nix::sys::signal::SIGKILL).unwrap();
-    until_gone(h, false);
+    h.wait_until_bare(true, Duration::from_secs(10)).unwrap();
     let e = format!("{:#}", role.wait(Duration::from_secs(5)).unwrap_err());
     assert!(e.contains("lost a sleeper"), "{e}");
 
@@ -115,7 +104,7 @@ fn a_role_dies_with_its_session_when_the_lab_or_the_link_goes() {
     let roles: Vec<RoleProcess> = (0..3).map(|_| RoleProcess::start(&ssh, &sleeper(), None).unwrap()).collect();
     assert_eq!(h.roles().iter().filter(|(_, c)| c == "sleep").count(), 3, "{:?}", h.roles());
     drop(ssh);
-    until_gone(h, true);
+    h.wait_until_bare(false, Duration::from_secs(10)).unwrap();
     drop(roles);
 }
 
@@ -172,5 +161,5 @@ fn a_host_without_this_netlane_or_out_of_reach_is_refused_with_the_reason() {
         assert!(started.elapsed() < Duration::from_secs(15), "{alias}: {:?}", started.elapsed());
     }
     // Nothing is left where the refusals ran.
-    until_gone(&hosts.hosts[0], true);
+    hosts.hosts[0].wait_until_bare(false, Duration::from_secs(10)).unwrap();
 }

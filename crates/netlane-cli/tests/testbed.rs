@@ -76,11 +76,7 @@ fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
     assert_eq!(plan, ["server on host server", "generator on host client1", "generator on host client2"]);
     // The sessions' sshd processes end as their connections close.
     for h in &hosts.hosts {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        while !h.processes().is_empty() {
-            assert!(std::time::Instant::now() < deadline, "left on {}: {:?}", h.alias, h.processes());
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
 }
 
@@ -141,15 +137,6 @@ fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(lab.id() as i32), nix::sys::signal::SIGKILL).unwrap();
     lab.wait().unwrap();
     for h in &hosts.hosts {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        while !h.processes().is_empty() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "left on {} after the lab died: {:?}",
-                h.alias,
-                h.processes()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
 }

@@ -164,6 +164,20 @@ impl SshdHost {
         self.ns.processes().into_iter().filter(|(p, _)| *p != listener).collect()
     }
 
+    /// Waits (at most `within`) until nothing but sshd's listener runs there (`roles_only`:
+    /// until no role runs, connections may stay); what is still running when it fails.
+    pub fn wait_until_bare(&self, roles_only: bool, within: Duration) -> Result<(), String> {
+        let left = || if roles_only { self.roles() } else { self.processes() };
+        let deadline = Instant::now() + within;
+        while !left().is_empty() {
+            if Instant::now() >= deadline {
+                return Err(format!("still running on {} after {within:?}: {:?}", self.alias, left()));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
     /// What sessions run there: its processes other than sshd's (`sshd-session` from
     /// OpenSSH 9.8) and the proxies'.
     pub fn roles(&self) -> Vec<(u32, String)> {
