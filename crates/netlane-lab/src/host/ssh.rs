@@ -105,11 +105,6 @@ impl SshHost {
         Ok(host)
     }
 
-    /// The destination, as given.
-    pub fn destination(&self) -> &str {
-        &self.spec.destination
-    }
-
     /// Waits until the master connection is up (its control socket exists).
     fn wait_for_master(&mut self) -> Result<()> {
         let deadline = Instant::now() + CONNECT_WITHIN;

@@ -144,10 +144,6 @@ impl TestbedSpec {
         Ok(TestbedSpec { ssh_config: raw.ssh_config, server, clients })
     }
 
-    /// Every host: the server, then the clients.
-    pub fn hosts(&self) -> impl Iterator<Item = &HostSpec> {
-        std::iter::once(&self.server).chain(&self.clients)
-    }
 }
 
 #[cfg(test)]
@@ -187,7 +183,6 @@ mod tests {
         assert_eq!((t.clients[0].role.as_str(), t.clients[1].role.as_str()), ("client 1", "client 2"));
         assert_eq!(t.clients[1].netlane, "netlane");
         assert_eq!(t.clients[1].cpus, None);
-        assert_eq!(t.hosts().count(), 3);
         // The server on this machine: no `ssh`.
         let t = TestbedSpec::parse("[server]\naddr = \"10.0.1.1\"\n[[clients]]\nssh = \"c\"").unwrap();
         assert_eq!(t.server.ssh, None);
