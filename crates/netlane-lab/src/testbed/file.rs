@@ -143,7 +143,6 @@ impl TestbedSpec {
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TestbedSpec { ssh_config: raw.ssh_config, server, clients })
     }
-
 }
 
 #[cfg(test)]
