@@ -62,7 +62,7 @@ impl Acceptor {
             }
             if last_reap.elapsed() >= REAP_EVERY {
                 last_reap = Instant::now();
-                self.shared.store.reap(self.shared.clock().now_ms, REAP_BUDGET);
+                self.shared.store.reap(self.shared.now_ms(), REAP_BUDGET);
             }
         }
     }

@@ -77,7 +77,6 @@ pub(crate) struct Shared {
     /// Mailboxes by lane.
     mailboxes: Vec<Arc<Mailbox>>,
     started: Instant,
-    epoch_ms: u64,
     verbosity: AtomicU32,
     /// `stats reset` subtracts this from what workers published.
     baseline: Mutex<Counters>,
@@ -144,7 +143,6 @@ impl Shared {
         mailboxes: Vec<Arc<Mailbox>>,
         conn_memory: Arc<ConnMemory>,
     ) -> Shared {
-        let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
         Shared {
             store,
             workers: (0..lane_slots).map(|_| SharedCounters::default()).collect(),
@@ -155,7 +153,6 @@ impl Shared {
             lanes,
             mailboxes,
             started: Instant::now(),
-            epoch_ms,
             verbosity: AtomicU32::new(0),
             baseline: Mutex::new(Counters::default()),
             clock_offset_s: AtomicI64::new(0),
@@ -183,8 +180,20 @@ impl Shared {
 
     /// The protocol clock now.
     pub fn clock(&self) -> Clock {
-        let clock = Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: self.epoch_ms };
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        // The epoch is read from the wall clock each time, not once at the start: a
+        // client's absolute expiry time is its wall clock's, and a system clock stepped
+        // since the start (NTP, a VM resumed) moves both alike.
+        let wall_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let clock = Clock { now_ms, epoch_ms: wall_ms.saturating_sub(now_ms) };
         clock.advanced(self.clock_offset_s.load(Ordering::Relaxed))
+    }
+
+    /// The store's time now, milliseconds (the protocol clock's `now_ms`, without
+    /// reading the wall clock).
+    pub fn now_ms(&self) -> u64 {
+        let clock = Clock { now_ms: self.started.elapsed().as_millis() as u64, epoch_ms: 0 };
+        clock.advanced(self.clock_offset_s.load(Ordering::Relaxed)).now_ms
     }
 
     /// Sum of the published counters, with `own` in place of worker `me`'s.

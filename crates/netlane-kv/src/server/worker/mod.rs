@@ -248,7 +248,7 @@ impl Worker {
                 }
                 self.drive(i);
             }
-            let now = self.shared.clock().now_ms;
+            let now = self.shared.now_ms();
             if now >= last_idle_check + 1000 {
                 last_idle_check = now;
                 self.kick_idle(now);
@@ -263,7 +263,7 @@ impl Worker {
         for mail in self.shared.mailbox(self.id).take() {
             match mail {
                 Mail::Conn { stream, napi_id, admitted } => {
-                    let now = self.shared.clock().now_ms;
+                    let now = self.shared.now_ms();
                     let conn = Conn::new(self.limits, self.shared.store.item_max())
                         .with_budget(self.shared.conn_memory.clone());
                     let e = Entry {
