@@ -68,6 +68,8 @@ pub struct RrServe {
 pub struct RrClients {
     /// The measurements.
     pub report: netlane_rr::clients::ClientsReport,
+    /// An agent's latency histogram (with --agent).
+    pub agent: Option<netlane_rr::clients::AgentOutput>,
 }
 
 /// `netlane kv serve --json`: the server's final counters.

@@ -16,7 +16,7 @@ use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{PaceOptions, PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
 
 use crate::out::{self, OutputArgs};
-use crate::signals::STOP;
+use crate::signals::{STOP, StartGate};
 
 /// Datagram request/response service.
 #[derive(Debug, Subcommand)]
@@ -351,6 +351,15 @@ pub struct ClientsArgs {
     /// Time before measuring starts.
     #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pub ramp: Duration,
+    /// Mixed into the open loop's arrival times (runs with different seeds send at
+    /// different moments).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Run as one agent of a population that the lab coordinates (it starts this): make
+    /// every socket, say `ready` on standard error, start on SIGUSR1 (within a minute),
+    /// and write the run's whole latency histogram with its report.
+    #[arg(long)]
+    pub agent: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
     /// is given; nothing else is written to stdout then).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
@@ -386,6 +395,7 @@ impl ClientsArgs {
             ramp: self.ramp,
             duration: self.time,
             gro: self.gro,
+            seed: self.seed,
         })
     }
 
@@ -394,6 +404,18 @@ impl ClientsArgs {
         out.validate()?;
         let cfg = self.config()?;
         cfg.validate()?;
+        if self.agent {
+            // The coordinator judges the run, so one that measured nothing is written and
+            // exits 0 like any other.
+            let gate = StartGate::register()?;
+            let ready = format!("ready: {} clients to {}", cfg.clients, cfg.server);
+            let (report, hist) = netlane_rr::clients::run_gated(&cfg, STOP.flag(), || {
+                gate.wait(&ready).map_err(netlane_rr::clients::ClientsError::Invalid)
+            })?;
+            let agent = Some(netlane_rr::clients::AgentOutput::of(&hist));
+            out.write_json(&netlane_report::document("rr-clients", RrClients { report, agent }))?;
+            return Ok(0);
+        }
         let rep = netlane_rr::clients::run(&cfg, STOP.flag())?;
         if !out.json_to_stdout() {
             let l = &rep.latency_ns;
@@ -435,7 +457,7 @@ impl ClientsArgs {
             ));
         }
         let nothing = rep.responses == 0;
-        let doc = netlane_report::document("rr-clients", RrClients { report: rep });
+        let doc = netlane_report::document("rr-clients", RrClients { report: rep, agent: None });
         out.write_json(&doc)?;
         if nothing {
             let r = &doc.body.report;
@@ -526,6 +548,7 @@ mod tests {
             ramp: Duration::from_millis(300),
             duration: Duration::from_millis(2500),
             gro: false,
+            seed: 0,
         };
         let open = ClientsConfig {
             load: Load::Open { rate: 25_000.5 },
@@ -533,6 +556,7 @@ mod tests {
             threads: 2,
             cpus: None,
             gro: true,
+            seed: 3,
             ..closed.clone()
         };
         for cfg in [closed, open] {

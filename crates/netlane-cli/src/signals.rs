@@ -77,3 +77,36 @@ pub fn install(mode: Mode) {
         eprintln!("warning: no signal handler thread ({e})");
     }
 }
+
+/// An agent's start: SIGUSR1 from the coordinator that started it.
+pub struct StartGate {
+    go: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How long an agent waits for its start.
+pub const START_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl StartGate {
+    /// Catches SIGUSR1 from now on: registered before an agent says it is ready, the
+    /// word cannot come too early.
+    pub fn register() -> anyhow::Result<StartGate> {
+        use anyhow::Context as _;
+        let go = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR1, go.clone()).context("catch SIGUSR1")?;
+        Ok(StartGate { go })
+    }
+
+    /// Says `ready` on standard error and waits for the start (at most
+    /// [`START_WITHIN`]).
+    pub fn wait(&self, ready: &str) -> Result<(), String> {
+        eprintln!("{ready}");
+        let deadline = std::time::Instant::now() + START_WITHIN;
+        while !self.go.load(std::sync::atomic::Ordering::Relaxed) {
+            if std::time::Instant::now() >= deadline {
+                return Err(format!("no start (SIGUSR1) within {START_WITHIN:?}"));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+        Ok(())
+    }
+}

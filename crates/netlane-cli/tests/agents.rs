@@ -1,7 +1,7 @@
 //! `netlane kv load --agents`: the load generator on two SSH hosts against a cache
 //! server on a third, one merged measurement. The hosts are namespaces running Debian's
 //! sshd (`netlane_testkit::sshd`) on one bridged network; the coordinator reaches them
-//! only through `ssh`. Needs root and openssh-server.
+//! only through `ssh`. Needs root and openssh-server. Also `rr clients --agent` alone.
 
 mod common;
 
@@ -124,4 +124,39 @@ fn agents_are_refused_before_anything_runs_when_they_cannot_be() {
     let o = common::netlane(&["kv", "load", "--agents", "a,b,c", "--connections", "2", "--no-warmup"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(common::stderr(&o).contains("3 agents for 2 connections"), "{}", common::stderr(&o));
+}
+
+/// `rr clients --agent`, as the lab starts one on each client host: it makes its sockets,
+/// says it is ready, starts on SIGUSR1, and writes its report with the whole latency
+/// histogram (one latency per response).
+#[test]
+fn an_rr_clients_agent_starts_on_its_word_and_sends_its_whole_histogram() {
+    use std::io::{BufRead as _, Read as _};
+    let (server, addr, _) = common::start_listening(&["rr", "serve", "--listen", "127.0.0.1:0", "-t", "60s"]);
+    let mut agent = common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["rr", "clients", "--agent", "--server", &addr, "--clients", "4", "-t", "300ms", "--ramp", "50ms"])
+            .args(["--response", "1K", "--json", "-"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = std::io::BufReader::new(agent.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), format!("ready: 4 clients to {addr}"));
+    // Not started yet: it is still waiting a moment later.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(agent.try_wait().unwrap().is_none(), "the agent ran before its start");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent.id() as i32), nix::sys::signal::SIGUSR1).unwrap();
+    let mut out = String::new();
+    agent.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(agent.wait().unwrap().success());
+    let doc = common::valid_document(&out, "rr-clients");
+    let responses = doc["report"]["responses"].as_u64().unwrap();
+    assert!(responses > 50, "{doc}");
+    let hist = netlane::metrics::hist::Hist::decode(doc["agent"]["latency_hdr"].as_str().unwrap()).unwrap();
+    assert_eq!(hist.count(), responses);
+    drop(server);
 }

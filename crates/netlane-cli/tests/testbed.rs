@@ -1,7 +1,7 @@
 //! `netlane lab --testbed`: the lab on machines it reaches only over SSH (namespaces of
 //! this machine running Debian's sshd, `netlane_testkit::sshd`, on one bridged network):
-//! the kv scenario's servers on the server host, its load from two client hosts as
-//! agents of one merged measurement. Needs root and openssh-server.
+//! the kv and rr scenarios' servers on the server host, their load from two client hosts
+//! as agents of one merged measurement. Needs root and openssh-server.
 
 mod common;
 
@@ -25,8 +25,9 @@ fn testbed(hosts: &SshHosts, dir: &Path, extra_client: &str) -> std::path::PathB
 }
 
 #[test]
-fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
-    if !netlane_testkit::privileged("the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind") {
+fn the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
+    if !netlane_testkit::privileged("the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind")
+    {
         return;
     }
     let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
@@ -51,9 +52,10 @@ fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
     assert!(err.contains("not run on the testbed") && err.contains("udp-bulk") && err.contains("soak"), "{err}");
     let doc = common::valid_document(&common::stdout(&o), "results");
     let scenarios = doc["scenarios"].as_array().unwrap();
-    assert_eq!(scenarios.len(), 1, "{doc}");
-    let kv = &scenarios[0];
-    assert_eq!(kv["name"], "kv");
+    let names: Vec<&str> = scenarios.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["rr", "kv"], "{doc}");
+    rr_ran_across_hosts(&scenarios[0]);
+    let kv = &scenarios[1];
     let note = kv["notes"][0].as_str().unwrap();
     assert!(
         note.contains("the server on host server at 10.78.0.1")
@@ -80,6 +82,27 @@ fn the_quick_lab_runs_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
     }
 }
 
+/// The rr scenario's server on the server host, each run's clients split between the
+/// two client hosts and merged; the MTU 9000 mode left out (the testbed's network is
+/// MTU 1500) and said so.
+fn rr_ran_across_hosts(rr: &serde_json::Value) {
+    let notes: Vec<&str> = rr["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes[0].contains("the server on host server at 10.78.0.1"), "{notes:?}");
+    assert!(notes[1].starts_with("Left out on this testbed") && notes[1].contains("MTU 9000"), "{notes:?}");
+    let runs = rr["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 5 + 2, "five paths, two large modes: {runs:?}");
+    for run in runs {
+        let per_s = run["metrics"]["responses_per_s"].as_f64().unwrap_or(0.0);
+        assert!(per_s > 1000.0, "{run}");
+        assert_eq!(run["metrics"]["lost"].as_f64(), Some(0.0), "{run}");
+    }
+    let agents = rr["tables"].as_array().unwrap().iter().find(|t| t["name"] == "rr-agents").expect("an agents table");
+    let rows = agents["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7 * 2, "7 runs x 2 agents: {agents}");
+    let plan: Vec<&str> = rr["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(plan, ["server on host server", "generator on host client1", "generator on host client2"]);
+}
+
 #[test]
 fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     if !netlane_testkit::privileged("a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host") {
@@ -99,7 +122,11 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     assert!(common::stdout(&o).is_empty());
     // A scenario that cannot run across hosts, asked for alone.
     let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
-    assert!(common::stderr(&o).contains("no scenario asked for runs across hosts (kv does)"), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o).contains("no scenario asked for runs across hosts (kv and rr do)"),
+        "{}",
+        common::stderr(&o)
+    );
 }
 
 #[test]

@@ -2,10 +2,6 @@
 //! merged measurement) and `netlane kv load --agent` (one agent, as the coordinator
 //! starts it).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-
 use anyhow::{Context, Result};
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
@@ -17,29 +13,15 @@ use netlane_lab::scenarios::kv::{Agent, AgentSummary, AgentsStep, run_agents, se
 use super::load::{LoadArgs, progress_line};
 use crate::documents::KvLoad;
 use crate::out::{self, OutputArgs};
-use crate::signals::STOP;
-
-/// How long an agent waits for its start.
-const START_WITHIN: Duration = Duration::from_secs(60);
+use crate::signals::{STOP, StartGate};
 
 /// `--agent`: opens every connection, says `ready`, starts on SIGUSR1, and writes the
 /// run with its whole histogram. The coordinator judges it, so a run that measured
 /// nothing is written and exits 0 like any other.
 pub(super) fn run_as_agent(cfg: &LoadConfig, mut doc: KvLoad, out: &OutputArgs) -> Result<u8> {
-    let go = Arc::new(AtomicBool::new(false));
-    // Registered before `ready` is said: the word cannot come too early.
-    signal_hook::flag::register(signal_hook::consts::SIGUSR1, go.clone()).context("catch SIGUSR1")?;
-    let run = loadgen::run_gated(cfg, STOP.flag(), || {
-        eprintln!("ready: {} connections to {}", cfg.connections, cfg.server);
-        let deadline = Instant::now() + START_WITHIN;
-        while !go.load(Ordering::Relaxed) {
-            if Instant::now() >= deadline {
-                return Err(LoadError::Config(format!("no start (SIGUSR1) within {START_WITHIN:?}")));
-            }
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        Ok(())
-    })?;
+    let gate = StartGate::register()?;
+    let ready = format!("ready: {} connections to {}", cfg.connections, cfg.server);
+    let run = loadgen::run_gated(cfg, STOP.flag(), || gate.wait(&ready).map_err(LoadError::Config))?;
     doc.agent = Some(AgentOutput::of(&run));
     doc.report = Some(run.report);
     out.write_json(&netlane_report::document("kv-load", doc))?;

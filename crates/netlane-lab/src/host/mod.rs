@@ -152,6 +152,51 @@ impl Host for Netns {
     }
 }
 
+/// Where one agent of a measurement runs: a host, and the CPUs its threads take there
+/// (none: as the configuration says).
+pub struct Agent<'a> {
+    /// The host.
+    pub host: &'a dyn Host,
+    /// Its CPUs there.
+    pub cpus: Vec<usize>,
+}
+
+impl std::fmt::Debug for Agent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("host", &self.host.name()).field("cpus", &self.cpus).finish()
+    }
+}
+
+impl Agent<'_> {
+    /// Its CPUs, when it has some of its own.
+    pub fn own_cpus(&self) -> Option<Vec<usize>> {
+        (!self.cpus.is_empty()).then(|| self.cpus.clone())
+    }
+}
+
+/// Starts every agent of one measurement (each says it is ready as its spec expects),
+/// then gives them all the word at once (SIGUSR1): they start together to within an
+/// order's trip.
+pub fn start_together(roles: &[(&dyn Host, RoleSpec)]) -> Result<Vec<RoleProcess>> {
+    let mut started = Vec::with_capacity(roles.len());
+    for (host, spec) in roles {
+        started.push(RoleProcess::start(*host, spec, None)?);
+    }
+    for role in &mut started {
+        role.signal(nix::sys::signal::Signal::SIGUSR1);
+    }
+    Ok(started)
+}
+
+/// `host`'s CPU `cpu` counters from its `/proc/stat`, now.
+pub fn cpu_counters(host: &dyn Host, cpu: usize) -> Result<netlane::metrics::cpu::SystemCpu> {
+    let text = host.read_file("/proc/stat")?;
+    let at = netlane::time::monotonic_ns();
+    netlane::metrics::cpu::SystemCpu::parse_cpu(&text, cpu)
+        .map(|s| s.at(at))
+        .with_context(|| format!("no cpu{cpu} line in /proc/stat on {}", host.name()))
+}
+
 /// This machine's own network namespace (loopback paths).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ThisMachine;

@@ -80,7 +80,7 @@ impl ScenarioName {
     /// Whether it runs on a testbed's machines (the others build their network on this
     /// one, for now).
     pub fn across_hosts(self) -> bool {
-        matches!(self, ScenarioName::Kv)
+        matches!(self, ScenarioName::Kv | ScenarioName::Rr)
     }
 
     /// Every scenario, in the lab's order.
@@ -248,6 +248,11 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
+            if let Some(path) = &p.testbed {
+                let (on, cpu) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                o.server_cpu = cpu.unwrap_or(o.server_cpu);
+                o.on = on;
+            }
             Box::new(o)
         }
         ScenarioName::Kv => {
@@ -260,15 +265,9 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.time = Duration::from_millis(500);
             }
             if let Some(path) = &p.testbed {
-                // The server host's first CPU, when the file gives it CPUs.
-                let text = std::fs::read_to_string(path).with_context(|| format!("read {}", path.display()))?;
-                let spec = crate::testbed::TestbedSpec::parse(&text)
-                    .with_context(|| format!("the testbed {}", path.display()))?;
-                if let Some(cpu) = spec.server.cpus.as_ref().and_then(|c| c.as_slice().first()) {
-                    o.server_cpu = *cpu;
-                }
-                o.testbed = Some(path.clone());
-                o.deploy = p.deploy;
+                let (on, cpu) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                o.server_cpu = cpu.unwrap_or(o.server_cpu);
+                o.on = on;
             }
             Box::new(o)
         }

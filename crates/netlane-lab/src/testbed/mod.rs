@@ -121,6 +121,42 @@ pub struct Needs {
     pub programs: Vec<String>,
 }
 
+/// The options of a scenario that runs across machines.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TestbedArgs {
+    /// Run on the machines a testbed file names instead of two namespaces of this one:
+    /// the servers on its server host at its `addr`, the clients on its client hosts
+    /// (several: agents of one merged measurement). --server-cpu then names a CPU of the
+    /// server host; each client host's `cpus` replace --client-cpu.
+    #[arg(long, value_name = "FILE")]
+    pub testbed: Option<std::path::PathBuf>,
+    /// Where a testbed host has no netlane of this version, copy this one there (over
+    /// SSH, into ~/.cache/netlane/) and use that.
+    #[arg(long, requires = "testbed")]
+    pub deploy: bool,
+}
+
+impl TestbedArgs {
+    /// The testbed, reached (none: this machine's namespaces).
+    pub fn open(&self) -> Result<Option<Testbed>> {
+        self.testbed.as_ref().map(|path| Testbed::open(path, self.deploy)).transpose()
+    }
+
+    /// The file, or `none`, for the options a report lists.
+    pub fn describe(&self) -> String {
+        self.testbed.as_ref().map_or("none".into(), |p| p.display().to_string())
+    }
+
+    /// The lab's: `testbed` with `deploy`, and the first CPU the file gives the server
+    /// host (the one a server is pinned to there).
+    pub fn for_lab(testbed: &std::path::Path, deploy: bool) -> Result<(TestbedArgs, Option<usize>)> {
+        let text = std::fs::read_to_string(testbed).with_context(|| format!("read {}", testbed.display()))?;
+        let spec = TestbedSpec::parse(&text).with_context(|| format!("the testbed {}", testbed.display()))?;
+        let cpu = spec.server.cpus.as_ref().and_then(|c| c.as_slice().first().copied());
+        Ok((TestbedArgs { testbed: Some(testbed.to_path_buf()), deploy }, cpu))
+    }
+}
+
 /// A testbed's hosts, reached.
 #[derive(Debug)]
 pub struct Testbed {
@@ -196,6 +232,17 @@ impl Testbed {
         }
         if !missing.is_empty() {
             bail!("the testbed cannot run this:\n  {}", missing.join("\n  "));
+        }
+        Ok(())
+    }
+
+    /// Refuses `cpu` for the servers when their host does not have it.
+    pub fn check_server_cpu(&self, cpu: usize) -> Result<()> {
+        let cpus = self.server.cpus()?;
+        if !cpus.as_slice().contains(&cpu) {
+            bail!(
+                "the server's CPU {cpu} (--server-cpu, or the first of the testbed server's `cpus`): its host has CPUs {cpus}"
+            );
         }
         Ok(())
     }

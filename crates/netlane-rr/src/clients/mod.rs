@@ -11,6 +11,7 @@
 //! Files: this one the options, the report and the run (sockets made, threads started,
 //! their parts added up); `worker.rs` one client thread.
 
+mod agents;
 mod worker;
 
 use std::io;
@@ -25,6 +26,7 @@ use netlane::time::monotonic_ns;
 use netlane::udp::UdpSocket;
 use serde::{Deserialize, Serialize};
 
+pub use self::agents::{AgentOutput, merge, split};
 use self::worker::{Part, Worker};
 use crate::proto::client::{ClientConfig, ClientConfigError, MAX_OUTSTANDING};
 use crate::proto::wire::MAX_DATAGRAM;
@@ -72,6 +74,9 @@ pub struct ClientsConfig {
     pub duration: Duration,
     /// Read responses with `UDP_GRO` (segmented responses arrive coalesced).
     pub gro: bool,
+    /// Mixed into the open loop's arrival times (agents of one measurement each have
+    /// their own, so their arrivals are not the same).
+    pub seed: u64,
 }
 
 /// Why a population could not run.
@@ -190,6 +195,16 @@ pub const HERD: u64 = 8;
 
 /// Runs the population until the measured time has passed or `stop` is set.
 pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, ClientsError> {
+    run_gated(cfg, stop, || Ok(())).map(|(report, _)| report)
+}
+
+/// [`run`], with `gate` called once every socket is made and before anything is sent
+/// (an agent says it is ready there and waits for its start); also the latencies.
+pub fn run_gated(
+    cfg: &ClientsConfig,
+    stop: &AtomicBool,
+    gate: impl FnOnce() -> Result<(), ClientsError>,
+) -> Result<(ClientsReport, Hist), ClientsError> {
     cfg.validate()?;
     let per = |t: usize| cfg.clients / cfg.threads + usize::from(t < cfg.clients % cfg.threads);
     // Sockets are made here, before any thread starts, so a failure is an error of the
@@ -208,6 +223,7 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
         groups.push((first, socks));
         first += n;
     }
+    gate()?;
     let start_ns = monotonic_ns();
     let measure_from = start_ns + cfg.ramp.as_nanos() as u64;
     let measure_to = measure_from + cfg.duration.as_nanos() as u64;
@@ -229,16 +245,7 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
             .collect()
     });
     let mut hist = Hist::new();
-    let mut rep = ClientsReport {
-        server: cfg.server.to_string(),
-        clients: cfg.clients,
-        threads: cfg.threads,
-        load: match cfg.load {
-            Load::Closed { .. } => "closed".into(),
-            Load::Open { .. } => "open".into(),
-        },
-        ..ClientsReport::default()
-    };
+    let mut rep = ClientsReport::empty(cfg);
     let mut end_ns = measure_from;
     for r in results {
         let p = r.map_err(|source| ClientsError::Io(netlane::error::IoError::new("client thread", source)))?;
@@ -247,30 +254,81 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
         }
         hist.merge(&p.hist);
         let d = p.measured;
-        rep.requests += d.requests;
-        rep.responses += d.responses;
-        rep.retransmits += d.retransmits;
-        rep.server_retries += d.retried;
-        rep.lost += d.lost;
-        rep.late += d.late;
-        rep.duplicates += d.duplicates;
-        rep.corrupt += d.corrupt;
-        rep.mismatched += d.mismatched;
-        rep.arrivals_dropped += p.arrivals_dropped;
-        rep.send_errors += p.send_errors;
-        rep.recv_errors += p.recv_errors;
-        rep.in_flight_at_end += p.in_flight;
-        rep.cpu_s += p.cpu_s;
-        rep.wakeups += p.wakeups;
-        rep.woken_sockets += p.woken_sockets;
-        rep.max_woken_sockets = rep.max_woken_sockets.max(p.max_woken_sockets);
-        rep.herd_woken_sockets += p.herd_woken_sockets;
+        rep.add(&ClientsReport {
+            requests: d.requests,
+            responses: d.responses,
+            retransmits: d.retransmits,
+            server_retries: d.retried,
+            lost: d.lost,
+            late: d.late,
+            duplicates: d.duplicates,
+            corrupt: d.corrupt,
+            mismatched: d.mismatched,
+            arrivals_dropped: p.arrivals_dropped,
+            send_errors: p.send_errors,
+            recv_errors: p.recv_errors,
+            in_flight_at_end: p.in_flight,
+            cpu_s: p.cpu_s,
+            wakeups: p.wakeups,
+            woken_sockets: p.woken_sockets,
+            max_woken_sockets: p.max_woken_sockets,
+            herd_woken_sockets: p.herd_woken_sockets,
+            ..ClientsReport::default()
+        });
         end_ns = end_ns.max(p.end_ns);
     }
-    rep.seconds = end_ns.saturating_sub(measure_from) as f64 / 1e9;
-    rep.responses_per_s = if rep.seconds > 0.0 { rep.responses as f64 / rep.seconds } else { 0.0 };
-    rep.latency_ns = hist.summary();
-    Ok(rep)
+    rep.finish(end_ns.saturating_sub(measure_from) as f64 / 1e9, &hist);
+    Ok((rep, hist))
+}
+
+impl ClientsReport {
+    /// `cfg`'s report before anything is counted.
+    fn empty(cfg: &ClientsConfig) -> ClientsReport {
+        ClientsReport {
+            server: cfg.server.to_string(),
+            clients: cfg.clients,
+            threads: cfg.threads,
+            load: match cfg.load {
+                Load::Closed { .. } => "closed".into(),
+                Load::Open { .. } => "open".into(),
+            },
+            ..ClientsReport::default()
+        }
+    }
+
+    /// Adds `o`'s counts (saturating: an agent's counts may be anything) and CPU.
+    fn add(&mut self, o: &ClientsReport) {
+        let pairs = [
+            (&mut self.requests, o.requests),
+            (&mut self.responses, o.responses),
+            (&mut self.retransmits, o.retransmits),
+            (&mut self.server_retries, o.server_retries),
+            (&mut self.lost, o.lost),
+            (&mut self.late, o.late),
+            (&mut self.duplicates, o.duplicates),
+            (&mut self.corrupt, o.corrupt),
+            (&mut self.mismatched, o.mismatched),
+            (&mut self.arrivals_dropped, o.arrivals_dropped),
+            (&mut self.send_errors, o.send_errors),
+            (&mut self.recv_errors, o.recv_errors),
+            (&mut self.in_flight_at_end, o.in_flight_at_end),
+            (&mut self.wakeups, o.wakeups),
+            (&mut self.woken_sockets, o.woken_sockets),
+            (&mut self.herd_woken_sockets, o.herd_woken_sockets),
+        ];
+        for (mine, theirs) in pairs {
+            *mine = mine.saturating_add(theirs);
+        }
+        self.max_woken_sockets = self.max_woken_sockets.max(o.max_woken_sockets);
+        self.cpu_s += o.cpu_s;
+    }
+
+    /// Sets the measured time, the rate over it and the latencies of `hist`.
+    fn finish(&mut self, seconds: f64, hist: &Hist) {
+        self.seconds = seconds;
+        self.responses_per_s = if seconds > 0.0 { self.responses as f64 / seconds } else { 0.0 };
+        self.latency_ns = hist.summary();
+    }
 }
 
 fn socket(cfg: &ClientsConfig) -> io::Result<UdpSocket> {

@@ -96,7 +96,11 @@ impl<'a> Worker<'a> {
             refused: None,
             next_arrival: 0,
             rr: 0,
-            rng: 0x9e37_79b9_7f4a_7c15 ^ (thread as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed69),
+            // Never 0: xorshift stays there.
+            rng: (0x9e37_79b9_7f4a_7c15
+                ^ (thread as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed69)
+                ^ cfg.seed.wrapping_mul(0x94d0_49bb_1331_11eb))
+            .max(1),
         }
     }
 

@@ -39,6 +39,7 @@ pub fn population(server: SocketAddr, clients: usize, c: ClientConfig) -> Client
         ramp: Duration::from_millis(100),
         duration: Duration::from_millis(500),
         gro: false,
+        seed: 0,
     }
 }
 

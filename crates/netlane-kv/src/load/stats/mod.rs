@@ -27,7 +27,7 @@ use thiserror::Error;
 use super::codec::{Reply, ReplyError, SetReply};
 
 mod wire;
-pub use wire::{MAX_ENCODED, WireError};
+pub use wire::WireError;
 
 /// The percentiles a report shows.
 pub const REPORTED_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];

@@ -1,8 +1,7 @@
 //! A run's statistics as another process sends them: its counters and its latency
 //! histogram in HdrHistogram's standard serialized form, checked before they are taken.
 
-use base64::Engine as _;
-use hdrhistogram::Histogram;
+use netlane::metrics::hist;
 use thiserror::Error;
 
 use super::{Counts, MAX_LATENCY_NS, Stats};
@@ -11,34 +10,15 @@ impl Stats {
     /// The latency histogram in HdrHistogram's standard serialized form (V2), base64:
     /// what another process merges exactly, and HdrHistogram's own tools read.
     pub fn latency_encoded(&self) -> String {
-        let mut bytes = Vec::new();
-        // Into a Vec, of a histogram within its own bounds: nothing can fail.
-        use hdrhistogram::serialization::Serializer as _;
-        let _ = hdrhistogram::serialization::V2Serializer::new().serialize(&self.latency, &mut bytes);
-        base64::engine::general_purpose::STANDARD.encode(bytes)
+        hist::encode(&self.latency)
     }
 
     /// A run's statistics from its counters and its [`Stats::latency_encoded`]
-    /// histogram, checked before anything is allocated: at most [`MAX_ENCODED`] bytes, a
-    /// V2 histogram of this module's bounds (1 ns to 60 s, 3 digits) whose payload is
-    /// what it says, and one latency per completed request.
+    /// histogram, checked before anything is allocated ([`hist::decode`]: a V2
+    /// histogram of this module's bounds, 1 ns to 60 s at 3 digits), with one latency per
+    /// completed request.
     pub fn from_parts(counts: Counts, latency: &str) -> Result<Stats, WireError> {
-        if latency.len() > MAX_ENCODED {
-            return Err(WireError::TooLarge(latency.len()));
-        }
-        let bytes = base64::engine::general_purpose::STANDARD.decode(latency).map_err(|_| WireError::Base64)?;
-        let field =
-            |at: usize, n: usize| bytes.get(at..at + n).map(|b| b.iter().fold(0u64, |v, &x| v << 8 | u64::from(x)));
-        let header = (field(0, 4), field(4, 4), field(12, 4), field(16, 8), field(24, 8));
-        let (Some(V2_COOKIE), Some(payload), Some(3), Some(1), Some(MAX_LATENCY_NS)) = header else {
-            return Err(WireError::NotOurs);
-        };
-        if bytes.len().checked_sub(V2_HEADER) != Some(payload as usize) {
-            return Err(WireError::NotOurs);
-        }
-        let latency: Histogram<u64> = hdrhistogram::serialization::Deserializer::new()
-            .deserialize(&mut bytes.as_slice())
-            .map_err(|e| WireError::Histogram(format!("{e:?}")))?;
+        let latency = hist::decode(latency, LATENCY_BOUNDS)?;
         if latency.len() != counts.completed {
             return Err(WireError::Mismatch { latencies: latency.len(), completed: counts.completed });
         }
@@ -74,37 +54,19 @@ impl Stats {
     }
 }
 
-/// The most base64 a [`Stats::from_parts`] histogram may have (a full 60 s range at 3
-/// digits is tens of KiB).
-pub const MAX_ENCODED: usize = 1 << 20;
+/// The bounds of a run's latency histogram.
+const LATENCY_BOUNDS: hist::Bounds = hist::Bounds { lowest: 1, highest: MAX_LATENCY_NS, digits: 3 };
 
 /// More than any run counts of anything (a million requests a second for a day, over
 /// a thousand times): counts past it are not a run's, and sums of them cannot overflow.
 const MAX_REQUESTS: u64 = 1 << 47;
 
-/// HdrHistogram's V2 cookie (0x1c849303, with the word size bits the Rust and Java
-/// implementations set).
-const V2_COOKIE: u64 = 0x1c84_9313;
-
-/// A V2 histogram's header: cookie, payload length, normalizing offset, digits, lowest
-/// and highest trackable values, integer-to-double ratio.
-const V2_HEADER: usize = 40;
-
 /// Statistics from another process that cannot be taken.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum WireError {
-    /// Over [`MAX_ENCODED`].
-    #[error("a histogram of {0} bytes: at most 1 MiB is taken")]
-    TooLarge(usize),
-    /// Not base64.
-    #[error("the histogram is not base64")]
-    Base64,
-    /// Not a V2 histogram of 1 ns to 60 s at 3 digits.
-    #[error("the histogram is not a V2 HdrHistogram of 1 ns to 60 s at 3 significant digits")]
-    NotOurs,
-    /// The payload did not decode.
-    #[error("the histogram does not decode: {0}")]
-    Histogram(String),
+    /// The histogram is not one to take.
+    #[error(transparent)]
+    Histogram(#[from] hist::HistWireError),
     /// Latencies and completed requests differ in number.
     #[error("{latencies} latencies for {completed} completed requests")]
     Mismatch {
@@ -151,28 +113,11 @@ mod tests {
         let mut c = *a.counts();
         c.completed += 1;
         assert!(matches!(Stats::from_parts(c, &encoded), Err(WireError::Mismatch { .. })));
-        assert_eq!(Stats::from_parts(*a.counts(), "not base64!").unwrap_err(), WireError::Base64);
-        assert_eq!(
-            Stats::from_parts(*a.counts(), &"A".repeat(MAX_ENCODED + 4)).unwrap_err(),
-            WireError::TooLarge(MAX_ENCODED + 4)
-        );
-        let other = Histogram::<u64>::new_with_bounds(1, 1_000, 2).unwrap();
-        let mut bytes = Vec::new();
-        use hdrhistogram::serialization::Serializer as _;
-        hdrhistogram::serialization::V2Serializer::new().serialize(&other, &mut bytes).unwrap();
-        let other = base64::engine::general_purpose::STANDARD.encode(&bytes);
-        assert_eq!(Stats::from_parts(Counts::default(), &other).unwrap_err(), WireError::NotOurs);
-        // A header that claims more payload than it carries is refused before any allocation.
-        let mut raw = base64::engine::general_purpose::STANDARD.decode(&encoded).unwrap();
-        raw[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
-        let lying = base64::engine::general_purpose::STANDARD.encode(&raw);
-        assert_eq!(Stats::from_parts(*a.counts(), &lying).unwrap_err(), WireError::NotOurs);
+        // The histogram's own checks are the core's (`netlane::metrics::hist::decode`).
+        assert!(matches!(Stats::from_parts(*a.counts(), "not base64!"), Err(WireError::Histogram(_))));
         let mut huge = *a.counts();
         huge.offered = u64::MAX;
         huge.not_sent = u64::MAX;
         assert_eq!(Stats::from_parts(huge, &encoded).unwrap_err(), WireError::Counts);
-        raw.truncate(V2_HEADER - 1);
-        let short = base64::engine::general_purpose::STANDARD.encode(&raw);
-        assert_eq!(Stats::from_parts(*a.counts(), &short).unwrap_err(), WireError::NotOurs);
     }
 }

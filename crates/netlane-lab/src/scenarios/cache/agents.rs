@@ -14,20 +14,11 @@ use anyhow::{Context, Result, bail};
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport, Run, RunPoint, SearchReport};
-use nix::sys::signal::Signal;
 use serde::{Deserialize, Serialize};
 
 use super::role::{KvLoad, LoadStep, load_on, load_spec, time_limit};
-use crate::host::{Host, RoleProcess};
-
-/// Where one agent runs: a host, and the CPUs its threads take there (none: as the
-/// configuration says).
-pub struct Agent<'a> {
-    /// The host.
-    pub host: &'a dyn Host,
-    /// Its CPUs there.
-    pub cpus: Vec<usize>,
-}
+pub use crate::host::Agent;
+use crate::host::start_together;
 
 /// What one agent did in a run.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -59,12 +50,6 @@ pub struct AgentsRun {
     pub agents: Vec<AgentSummary>,
 }
 
-impl std::fmt::Debug for Agent<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Agent").field("host", &self.host.name()).field("cpus", &self.cpus).finish()
-    }
-}
-
 impl AgentsRun {
     /// The run judged against `sla` over a window of `cfg`'s length, its lag the worst
     /// agent's (one agent behind its schedule spoils the run, however many kept theirs).
@@ -81,19 +66,15 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 /// One run of `cfg` made by `agents`, split between them.
 pub fn run_agents(agents: &[Agent<'_>], cfg: &LoadConfig) -> Result<AgentsRun> {
     let shares = loadgen::split(cfg, agents.len())?;
-    let mut roles = Vec::with_capacity(agents.len());
+    let mut specs = Vec::with_capacity(agents.len());
     let mut placed = Vec::with_capacity(agents.len());
     for (i, (agent, share)) in agents.iter().zip(shares).enumerate() {
-        let share = LoadConfig { cpus: (!agent.cpus.is_empty()).then(|| agent.cpus.clone()).or(share.cpus), ..share };
+        let share = LoadConfig { cpus: agent.own_cpus().or(share.cpus), ..share };
         let name = format!("kv load agent {} on {}", i + 1, agent.host.name());
-        let spec = load_spec(&name, &share, LoadStep::Agent).ready_on_stderr("ready", READY_WITHIN);
-        roles.push(RoleProcess::start(agent.host, &spec, None)?);
+        specs.push((agent.host, load_spec(&name, &share, LoadStep::Agent).ready_on_stderr("ready", READY_WITHIN)));
         placed.push((agent.host.name(), share));
     }
-    // Every agent is connected: they start together (to within an order's trip).
-    for role in &mut roles {
-        role.signal(Signal::SIGUSR1);
-    }
+    let roles = start_together(&specs)?;
     let mut outputs = Vec::with_capacity(roles.len());
     let mut summaries = Vec::with_capacity(roles.len());
     for (role, (host, share)) in roles.into_iter().zip(placed) {

@@ -34,10 +34,7 @@ impl<'a> CacheSite<'a> {
     /// `cfg` on the only generator (its CPUs when it has some).
     fn alone(&self, cfg: &LoadConfig) -> Option<(&'a dyn Host, LoadConfig)> {
         match self.generators.as_slice() {
-            [one] => {
-                let cpus = (!one.cpus.is_empty()).then(|| one.cpus.clone()).or(cfg.cpus.clone());
-                Some((one.host, LoadConfig { cpus, ..cfg.clone() }))
-            }
+            [one] => Some((one.host, LoadConfig { cpus: one.own_cpus().or(cfg.cpus.clone()), ..cfg.clone() })),
             _ => None,
         }
     }
@@ -82,11 +79,7 @@ impl<'a> CacheSite<'a> {
 
     /// The server host's CPU `cpu` counters, now.
     pub(crate) fn server_cpu(&self, cpu: usize) -> Result<SystemCpu> {
-        let text = self.server.read_file("/proc/stat")?;
-        let at = netlane::time::monotonic_ns();
-        SystemCpu::parse_cpu(&text, cpu)
-            .map(|s| s.at(at))
-            .with_context(|| format!("no cpu{cpu} line in /proc/stat on {}", self.server.name()))
+        crate::host::cpu_counters(self.server, cpu)
     }
 
     /// Waits (10 s at most) until a server accepts on `addr` from the generator's side

@@ -109,11 +109,11 @@ impl Scenario for KvBenchArgs {
             .int("server-cpu", self.server_cpu as u64)
             .int("client-cpu", self.client_cpu as u64)
             .text("memcached", self.memcached.clone())
-            .text("testbed", self.testbed.as_ref().map_or("none".into(), |p| p.display().to_string()))
+            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {
-        if self.testbed.is_none() {
+        if self.on.testbed.is_none() {
             let n = netlane::cpus::online_count();
             for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
                 if c >= n {
@@ -145,8 +145,8 @@ impl Scenario for KvBenchArgs {
         if self.stall_probe > Duration::from_secs(600) {
             bail!("--stall-probe {:?}: at most 600s", self.stall_probe);
         }
-        if let Some(path) = &self.testbed {
-            return self.check_testbed(&Testbed::open(path, self.deploy)?);
+        if let Some(t) = self.on.open()? {
+            return self.check_testbed(&t);
         }
         if self.probes_stalls() && !program_exists("cyclictest") {
             bail!("cyclictest: not found (scripts/setup.sh installs rt-tests; --stall-probe 0s skips the probe)");
@@ -172,8 +172,7 @@ impl Scenario for KvBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
-        if let Some(path) = &self.testbed {
-            let t = Testbed::open(path, self.deploy)?;
+        if let Some(t) = self.on.open()? {
             self.check_testbed(&t)?;
             let generators = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
             let site = CacheSite { server: t.server.host(), generators };
@@ -229,13 +228,6 @@ impl KvBenchArgs {
             server.programs.push(self.memcached.clone());
         }
         t.check(&server, &Needs::default())?;
-        let cpus = t.server.cpus()?;
-        if !cpus.as_slice().contains(&self.server_cpu) {
-            bail!(
-                "the servers' CPU {} (--server-cpu, or the first of the testbed server's `cpus`): its host has CPUs {cpus}",
-                self.server_cpu
-            );
-        }
-        Ok(())
+        t.check_server_cpu(self.server_cpu)
     }
 }

@@ -126,16 +126,9 @@ pub struct KvBenchArgs {
     /// The memcached binary.
     #[arg(long, default_value = "memcached")]
     pub memcached: String,
-    /// Run on the machines a testbed file names instead of two namespaces of this one:
-    /// the servers on its server host at its `addr`, the load generator on its client
-    /// hosts (several: agents of one merged measurement). --server-cpu then names a CPU
-    /// of the server host; each client host's `cpus` replace --client-cpu.
-    #[arg(long, value_name = "FILE")]
-    pub testbed: Option<std::path::PathBuf>,
-    /// Where a testbed host has no netlane of this version, copy this one there (over
-    /// SSH, into ~/.cache/netlane/) and use that.
-    #[arg(long, requires = "testbed")]
-    pub deploy: bool,
+    /// The testbed it runs on (none: two namespaces of this machine).
+    #[command(flatten)]
+    pub on: crate::testbed::TestbedArgs,
 }
 
 impl KvBenchArgs {
@@ -150,7 +143,7 @@ impl KvBenchArgs {
 
     pub(super) fn load(&self, server: SocketAddr, pacing: Pacing, duration: Duration) -> LoadConfig {
         // On a testbed the client hosts' own CPUs place the generator (or nothing does).
-        let cpus = if self.testbed.is_some() { Vec::new() } else { vec![self.client_cpu] };
+        let cpus = if self.on.testbed.is_some() { Vec::new() } else { vec![self.client_cpu] };
         crate::scenarios::cache::load_config(server, (self.connections, 1), cpus, pacing, self.workload(), duration)
     }
 

@@ -4,13 +4,15 @@
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use netlane::metrics::cpu::{SystemCpu, SystemCpuDelta};
+use netlane::metrics::cpu::SystemCpuDelta;
 use netlane::topology::TwoHosts;
 use netlane_rr::clients::{ClientsConfig, ClientsReport};
+
+use super::agents::{RrAgent, run_clients};
 use netlane_rr::server::ServerStats;
 use serde::Serialize;
 
-use crate::host::RoleProcess;
+use crate::host::{Agent, Host, RoleProcess, cpu_counters};
 use crate::runner::Measured;
 use netlane_report::format;
 
@@ -26,6 +28,9 @@ pub struct RrRun {
     pub server: ServerStats,
     /// The server CPU over the clients' run (warm-up included).
     pub server_cpu: SystemCpuDelta,
+    /// Each client host's part, when several ran the population (agents of one
+    /// measurement).
+    pub agents: Vec<RrAgent>,
 }
 
 impl Measured for RrRun {
@@ -61,6 +66,20 @@ impl Measured for RrRun {
     }
 }
 
+/// Where a run's roles are: the server's host, the clients' hosts (several: agents of
+/// one measurement).
+pub(super) struct RrSite<'a> {
+    pub(super) server: &'a dyn Host,
+    pub(super) clients: Vec<Agent<'a>>,
+}
+
+impl<'a> RrSite<'a> {
+    /// The server in `h`'s receiving namespace, the clients in its sending one.
+    pub(super) fn two_hosts(h: &'a TwoHosts) -> RrSite<'a> {
+        RrSite { server: &h.rx, clients: vec![Agent { host: &h.tx, cpus: Vec::new() }] }
+    }
+}
+
 impl RrBenchArgs {
     /// A veth pair per MTU the modes use, in the order they first need it.
     pub(super) fn networks(&self, modes: &[Mode]) -> Result<Vec<(u32, TwoHosts)>> {
@@ -79,11 +98,11 @@ impl RrBenchArgs {
         Ok(nets)
     }
 
-    /// One run of `m`, said as `label`, on the veth pair of its MTU. Corrupted or
-    /// mismatched responses stop the scenario: its figures would not be the server's.
-    pub(super) fn run_one(&self, nets: &[(u32, TwoHosts)], m: &Mode, label: &str) -> Result<RrRun> {
-        let h = &nets.iter().find(|(mtu, _)| *mtu == m.mtu).context("a network for the mode's MTU")?.1;
-        let r = exchange(h, m, self.server_cpu).with_context(|| format!("run {label}"))?;
+    /// One run of `m`, said as `label`, on the site of its MTU. Corrupted or mismatched
+    /// responses stop the scenario: its figures would not be the server's.
+    pub(super) fn run_one(&self, sites: &[(u32, RrSite<'_>)], m: &Mode, label: &str) -> Result<RrRun> {
+        let site = &sites.iter().find(|(mtu, _)| *mtu == m.mtu).context("a network for the mode's MTU")?.1;
+        let r = exchange(site, m, self.server_cpu).with_context(|| format!("run {label}"))?;
         let c = &r.clients;
         if c.corrupt + c.mismatched > 0 {
             bail!("{label}: {} corrupted and {} mismatched responses", c.corrupt, c.mismatched);
@@ -92,22 +111,20 @@ impl RrBenchArgs {
     }
 }
 
-/// One run: the server (a `netlane rr serve` process) in the "rx" namespace, the
-/// clients (`netlane rr clients`) in the "tx" one.
-fn exchange(h: &TwoHosts, m: &Mode, server_cpu: usize) -> Result<RrRun> {
-    let server = RoleProcess::start(&h.rx, &role::serve_spec(&m.server), None)?;
+/// One run: the server (a `netlane rr serve` process) on the site's server host, the
+/// clients (`netlane rr clients`, or its agents) on its client hosts.
+fn exchange(site: &RrSite<'_>, m: &Mode, server_cpu: usize) -> Result<RrRun> {
+    let server = RoleProcess::start(site.server, &role::serve_spec(&m.server), None)?;
     let pop = ClientsConfig { server: server.listening_on()?, ..m.clients.clone() };
     // Every way out of here goes past the stop (or the kill when the server is
     // dropped): a failure on the way must not leave the server running.
     let measured = (|| {
-        let cpu0 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
-        let clients = RoleProcess::start(&h.tx, &role::clients_spec(&pop), None)?
-            .wait(pop.ramp + pop.duration + Duration::from_secs(30))?;
-        let cpu1 = SystemCpu::read_cpu(server_cpu).context("read /proc/stat")?;
+        let cpu0 = cpu_counters(site.server, server_cpu)?;
+        let clients = run_clients(&site.clients, &pop)?;
+        let cpu1 = cpu_counters(site.server, server_cpu)?;
         Ok::<_, anyhow::Error>((clients, cpu0.delta(&cpu1)))
     })();
     let server = role::server_stats(&server.stop(Duration::from_secs(10)).context("the rr server failed")?)?;
-    let (clients, server_cpu) = measured?;
-    let clients = role::clients_report(&clients)?;
-    Ok(RrRun { clients, server, server_cpu })
+    let ((clients, agents), server_cpu) = measured?;
+    Ok(RrRun { clients, server, server_cpu, agents })
 }

@@ -22,6 +22,7 @@
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 //! Throughput and latency are measured by the clients, at the receiving side.
 
+mod agents;
 mod checks;
 mod measure;
 mod options;
@@ -36,14 +37,18 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result, bail};
 use netlane::topology::TwoHosts;
 
+use crate::host::Agent;
 use crate::progress::Progress;
 use crate::runner::Runner;
 use crate::scenarios::Scenario;
+use crate::testbed::{Needs, Testbed};
 use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
+pub use self::agents::{RrAgent, run_clients};
 use self::checks::*;
 pub use self::measure::RrRun;
+use self::measure::RrSite;
 pub use self::options::{Part, RrBenchArgs};
 use self::plan::*;
 pub use self::plan::{BLOCK_CLIENTS, BLOCK_SWEEP, WALL_CLIENTS, v3_block_for, v3_request_footprint};
@@ -76,11 +81,14 @@ impl Scenario for RrBenchArgs {
             .int("server-cpu", self.server_cpu as u64)
             .int("client-cpu", self.client_cpu as u64)
             .int("mtu", u64::from(self.mtu))
+            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {
         self.check_arguments()?;
-        if !netlane::topology::have_privileges() {
+        if let Some(t) = self.on.open()? {
+            self.check_testbed(&t)?;
+        } else if !netlane::topology::have_privileges() {
             bail!("the rr scenario builds two network namespaces and packet rings: run it as root");
         }
         // Every server configuration must be buildable before the first run.
@@ -97,18 +105,72 @@ impl Scenario for RrBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
-        let modes = self.modes(SocketAddr::new(TwoHosts::RX_V4.into(), 7070));
+        if let Some(t) = self.on.open()? {
+            return self.run_on_testbed(&t, progress);
+        }
+        let modes = self.modes(SocketAddr::new(TwoHosts::RX_V4.into(), PORT));
         let nets = self.networks(&modes)?;
+        let sites: Vec<(u32, RrSite<'_>)> = nets.iter().map(|(mtu, h)| (*mtu, RrSite::two_hosts(h))).collect();
+        let report = self.rounds(progress, &modes, &sites);
+        drop(sites);
+        drop(nets);
+        report
+    }
+}
+
+/// The server's port.
+const PORT: u16 = 7070;
+
+impl RrBenchArgs {
+    /// Every mode's rounds on `sites` (one per MTU).
+    fn rounds(&self, progress: &dyn Progress, modes: &[Mode], sites: &[(u32, RrSite<'_>)]) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             modes.len(),
             |_| self.repeat,
             |runner, i, turn| {
                 let m = &modes[i];
-                runner.measure(turn, &m.what(), |label| self.run_one(&nets, m, label))
+                runner.measure(turn, &m.what(), |label| self.run_one(sites, m, label))
             },
         )?;
-        drop(nets);
-        Ok(self.report(&modes, &all, runner.into_records()))
+        Ok(self.report(modes, &all, runner.into_records()))
+    }
+
+    /// The modes whose MTU is the server interface's, the server on the testbed's
+    /// server host, the clients on its client hosts; the other modes named as left out.
+    fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
+        let mtu = match &t.server.spec.iface {
+            Some(iface) => {
+                let text = t.server.host().read_file(&format!("/sys/class/net/{iface}/mtu"))?;
+                text.trim().parse::<u32>().with_context(|| format!("the MTU of {iface} on {}", t.server.label()))?
+            }
+            None => self.mtu,
+        };
+        let (modes, left): (Vec<Mode>, Vec<Mode>) =
+            self.modes(SocketAddr::new(t.server_addr(), PORT)).into_iter().partition(|m| m.mtu == mtu);
+        if modes.is_empty() {
+            bail!("no mode of the parts asked for runs at the MTU of the testbed server's interface ({mtu})");
+        }
+        let clients = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
+        let sites = [(mtu, RrSite { server: t.server.host(), clients })];
+        let mut report = self.rounds(progress, &modes, &sites)?;
+        report.notes.insert(0, t.describe());
+        if !left.is_empty() {
+            let labels: Vec<String> = left.iter().map(|m| format!("{} (MTU {})", m.what(), m.mtu)).collect();
+            let why = match &t.server.spec.iface {
+                Some(iface) => format!("{iface} on the server has MTU {mtu}"),
+                None => format!("the testbed names no server interface: MTU {mtu} is assumed"),
+            };
+            report.notes.insert(1, format!("Left out on this testbed ({why}): {}.", labels.join(", ")));
+        }
+        report.cpu_plan = t.cpu_plan(&[self.server_cpu]);
+        Ok(report)
+    }
+
+    /// Refuses a testbed whose server host is not root (packet rings, AF_XDP) or lacks
+    /// --server-cpu.
+    fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        t.check(&Needs { root: true, ..Needs::default() }, &Needs::default())?;
+        t.check_server_cpu(self.server_cpu)
     }
 }

@@ -94,6 +94,9 @@ pub struct RrBenchArgs {
     /// MTU of the veth pair for every part but large (which uses 1500 and 9000).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
+    /// The testbed it runs on (none: two namespaces of this machine).
+    #[command(flatten)]
+    pub on: crate::testbed::TestbedArgs,
 }
 
 impl RrBenchArgs {
@@ -105,7 +108,13 @@ impl RrBenchArgs {
     /// The arguments' own checks: CPUs this machine has, sizes, counts and ranges.
     pub(super) fn check_arguments(&self) -> Result<()> {
         let n = netlane::cpus::online_count();
-        for (what, c) in [("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)] {
+        // On a testbed the CPUs are its hosts' (checked there).
+        let here = if self.on.testbed.is_none() {
+            &[("--server-cpu", self.server_cpu), ("--client-cpu", self.client_cpu)][..]
+        } else {
+            &[]
+        };
+        for &(what, c) in here {
             if c >= n {
                 bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
             }

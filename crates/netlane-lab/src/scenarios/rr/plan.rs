@@ -189,6 +189,7 @@ impl RrBenchArgs {
             ramp: self.ramp,
             duration: time,
             gro: false,
+            seed: 0,
         }
     }
 

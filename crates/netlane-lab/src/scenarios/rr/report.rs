@@ -80,20 +80,12 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Pace) {
             self.pace_section(&runs, &mut out);
         }
+        out.tables.extend(agents_table(modes, all));
         out.checks = self.checks(&runs);
         let heading = Heading {
             title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing"
                 .into(),
-            description: format!(
-                "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
-                 NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
-                 another, joined by a veth pair (MTU {} but in the large part; the clients' end has threaded NAPI and GRO but \
-                 not rx-udp-gro-forwarding, with which veth loses IP-fragmented responses). Throughput and latency are the \
-                 clients' (the receiving side); the server CPU's idle share and CPU per response count everything on \
-                 that CPU (the server thread, its NAPI, softirqs) over the clients' run. AF_XDP runs in native \
-                 XDP, copy mode (veth has no zero-copy).",
-                self.server_cpu, self.client_cpu, self.mtu
-            ),
+            description: self.description(),
             headline: self.headline(&out.checks, modes.len()),
         };
         let plan = crate::plan::as_given(&[
@@ -101,6 +93,29 @@ impl RrBenchArgs {
             (crate::plan::Role::Server, &[self.server_cpu]),
         ]);
         out.report(self, heading, records, plan)
+    }
+
+    /// Where the roles ran and what the figures count.
+    fn description(&self) -> String {
+        let figures = "Throughput and latency are the clients' (the receiving side); the server CPU's idle share and \
+                       CPU per response count everything on that CPU (the server thread, its NAPI, softirqs) over the \
+                       clients' run.";
+        if self.on.testbed.is_some() {
+            return format!(
+                "A stateless UDP request/response server (one thread, pinned to CPU {} of the testbed's server host) \
+                 and closed-loop clients (each its own socket) on the testbed's client hosts: several run their shares \
+                 as agents of one measurement, started together, their latency histograms merged. {figures}",
+                self.server_cpu
+            );
+        }
+        format!(
+            "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
+             NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
+             another, joined by a veth pair (MTU {} but in the large part; the clients' end has threaded NAPI and GRO \
+             but not rx-udp-gro-forwarding, with which veth loses IP-fragmented responses). {figures} AF_XDP runs in \
+             native XDP, copy mode (veth has no zero-copy).",
+            self.server_cpu, self.client_cpu, self.mtu
+        )
     }
 
     /// Every receive path at `--clients`: the table, the throughput chart, and a note
@@ -144,10 +159,11 @@ impl RrBenchArgs {
         if let Some((p, v)) = best_idle
             && v > 20.0
         {
+            let clients = if self.on.testbed.is_some() { "the client hosts" } else { "one client CPU" };
             out.notes.push(format!(
-                "The server CPU was idle {v:.0}% of the time even on {p}: one client CPU cannot drive one server \
-                 CPU to saturation here, so responses/s measure the clients as much as the server; the paths are \
-                 compared by server CPU per response."
+                "The server CPU was idle {v:.0}% of the time even on {p}: {clients} cannot drive one server CPU to \
+                 saturation here, so responses/s measure the clients as much as the server; the paths are compared \
+                 by server CPU per response."
             ));
         }
     }
@@ -491,4 +507,42 @@ fn fixed_idle_bound(runs: &Runs<'_>, clients: usize, rounds: usize) -> Option<f6
         })
         .collect();
     (!bound.is_empty()).then(|| median(bound))
+}
+
+/// Each client agent's part of the first round's runs, beside the merged run the other
+/// tables show (none when one host ran the clients).
+fn agents_table(modes: &[Mode], all: &[Vec<RrRun>]) -> Option<Table> {
+    let runs: Vec<(&Mode, &RrRun)> = modes.iter().zip(all).filter_map(|(m, rs)| rs.first().map(|r| (m, r))).collect();
+    if runs.iter().all(|(_, r)| r.agents.is_empty()) {
+        return None;
+    }
+    let mut t = Table::new(
+        "rr-agents",
+        "Each client agent's part of the runs (first round)",
+        vec![
+            Column::new("run", "run (merged)", 0),
+            Column::new("agent", "agent", 0),
+            Column::new("clients", "clients", 0),
+            Column::new("responses_per_s", "responses/s", 0),
+            Column::new("p50_us", "p50 us", 1),
+            Column::new("p99_us", "p99 us", 1),
+            Column::new("lost", "lost", 0),
+            Column::new("cpu_s", "CPU s", 2),
+        ],
+    );
+    for (m, run) in runs {
+        for a in &run.agents {
+            t.push(Row::new(vec![
+                Value::text(m.what()),
+                Value::text(a.host.clone()),
+                Value::num(a.clients as f64),
+                Value::num(a.responses_per_s),
+                Value::num(a.p50_us),
+                Value::num(a.p99_us),
+                Value::num(a.lost as f64),
+                Value::num(a.cpu_s),
+            ]));
+        }
+    }
+    Some(t)
 }

@@ -84,6 +84,7 @@ pub fn clients_args(cfg: &ClientsConfig) -> Vec<String> {
         .opt("retries", c.max_retries)
         .duration("time", cfg.duration)
         .duration("ramp", cfg.ramp)
+        .opt("seed", cfg.seed)
         .flag("echo", c.echo)
         .flag("gro", cfg.gro);
     a.into_vec()
@@ -91,7 +92,18 @@ pub fn clients_args(cfg: &ClientsConfig) -> Vec<String> {
 
 /// `netlane rr clients` for `cfg`, pinned to the CPUs its threads are.
 pub fn clients_spec(cfg: &ClientsConfig) -> RoleSpec {
-    let spec = RoleSpec::netlane("netlane rr clients", clients_args(cfg));
+    pinned(RoleSpec::netlane("netlane rr clients", clients_args(cfg)), cfg)
+}
+
+/// `netlane rr clients --agent` for `cfg`, called `name`: ready when it says so (its
+/// sockets made), it starts on SIGUSR1.
+pub fn agent_spec(name: &str, cfg: &ClientsConfig) -> RoleSpec {
+    let mut args = clients_args(cfg);
+    args.push("--agent".into());
+    pinned(RoleSpec::netlane(name, args), cfg).ready_on_stderr("ready", Duration::from_secs(30))
+}
+
+fn pinned(spec: RoleSpec, cfg: &ClientsConfig) -> RoleSpec {
     match &cfg.cpus {
         Some(cpus) => spec.on_cpus(cpus.as_slice()),
         None => spec,

@@ -29,6 +29,7 @@ fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
             ..ServerStats::default()
         },
         server_cpu: SystemCpuDelta { busy_s, total_s: 2.0, cpus: 1, ..SystemCpuDelta::default() },
+        agents: Vec::new(),
     }
 }
 

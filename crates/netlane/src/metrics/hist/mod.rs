@@ -1,7 +1,11 @@
 //! HDR histograms of nanosecond (or any integer) values, summarised as percentiles.
 
+mod wire;
+
 use hdrhistogram::Histogram;
 use serde::Serialize;
+
+pub use wire::{Bounds, HistWireError, MAX_ENCODED, decode, encode};
 
 /// A histogram of values from 1 to one hour in nanoseconds, 3 significant digits.
 /// Zero is recorded as zero; values above an hour are clamped (and so still counted).
@@ -41,13 +45,17 @@ pub struct Summary {
 
 const HIGHEST: u64 = 3_600_000_000_000;
 
+/// A [`Hist`]'s bounds: what [`Hist::decode`] takes.
+pub const HIST_BOUNDS: Bounds = Bounds { lowest: 1, highest: HIGHEST, digits: 3 };
+
 impl Hist {
     /// An empty histogram.
     pub fn new() -> Self {
         Self {
             // 1..=1h with 3 significant digits is a valid configuration
             // (hdrhistogram: sigfig <= 5 and high >= 2 * low).
-            h: Histogram::new_with_bounds(1, HIGHEST, 3).expect("valid histogram bounds"),
+            h: Histogram::new_with_bounds(HIST_BOUNDS.lowest, HIST_BOUNDS.highest, HIST_BOUNDS.digits)
+                .expect("valid histogram bounds"),
         }
     }
 
@@ -60,6 +68,16 @@ impl Hist {
     pub fn merge(&mut self, other: &Hist) {
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.h.add(&other.h);
+    }
+
+    /// In HdrHistogram's serialized form ([`encode`]).
+    pub fn encoded(&self) -> String {
+        encode(&self.h)
+    }
+
+    /// A histogram another process sent ([`Hist::encoded`]), checked ([`decode`]).
+    pub fn decode(text: &str) -> Result<Hist, HistWireError> {
+        decode(text, HIST_BOUNDS).map(|h| Hist { h })
     }
 
     /// Number of values.
@@ -111,5 +129,7 @@ mod tests {
         h.merge(&other);
         assert_eq!(h.count(), 1001);
         assert_eq!(Hist::new().summary(), Summary::default());
+        let back = Hist::decode(&h.encoded()).unwrap();
+        assert_eq!((back.count(), back.summary()), (h.count(), h.summary()));
     }
 }
