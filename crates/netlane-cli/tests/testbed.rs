@@ -1,7 +1,8 @@
 //! `netlane lab --testbed`: the lab on machines it reaches only over SSH (namespaces of
 //! this machine running Debian's sshd, `netlane_testkit::sshd`, on one bridged network):
 //! the kv and rr scenarios' servers on the server host, their load from two client hosts
-//! as agents of one merged measurement. Needs root and openssh-server.
+//! as agents of one merged measurement; nvme's target there, nvme perf on the first
+//! client host. Needs root and openssh-server.
 
 mod common;
 
@@ -25,9 +26,10 @@ fn testbed(hosts: &SshHosts, dir: &Path, extra_client: &str) -> std::path::PathB
 }
 
 #[test]
-fn the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
-    if !netlane_testkit::privileged("the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind")
-    {
+fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
+    if !netlane_testkit::privileged(
+        "the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind",
+    ) {
         return;
     }
     let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
@@ -53,9 +55,10 @@ fn the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_beh
     let doc = common::valid_document(&common::stdout(&o), "results");
     let scenarios = doc["scenarios"].as_array().unwrap();
     let names: Vec<&str> = scenarios.iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["rr", "kv"], "{doc}");
-    rr_ran_across_hosts(&scenarios[0]);
-    let kv = &scenarios[1];
+    assert_eq!(names, ["nvme", "rr", "kv"], "{doc}");
+    nvme_ran_across_hosts(&scenarios[0]);
+    rr_ran_across_hosts(&scenarios[1]);
+    let kv = &scenarios[2];
     let note = kv["notes"][0].as_str().unwrap();
     assert!(
         note.contains("the server on host server at 10.78.0.1")
@@ -80,6 +83,21 @@ fn the_quick_lab_runs_kv_and_rr_on_a_testbed_of_ssh_hosts_and_leaves_nothing_beh
     for h in &hosts.hosts {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
+}
+
+/// The nvme target on the server host, nvme perf on the first client host; the
+/// affinity part left out (that host's `cpus` is one CPU) and said so.
+fn nvme_ran_across_hosts(nvme: &serde_json::Value) {
+    let notes: Vec<&str> = nvme["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes[0].contains("the target on host server at 10.78.0.1, nvme perf on host client1"), "{notes:?}");
+    assert!(notes[1].contains("Left out on this testbed: the affinity part"), "{notes:?}");
+    let runs = nvme["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3 + 3 + 3 + 8, "qd1, qd32, mixed, the caravan sweep's ends: {runs:?}");
+    for run in runs {
+        assert!(run["metrics"]["iops"].as_f64().unwrap_or(0.0) > 100.0, "{run}");
+    }
+    let plan: Vec<&str> = nvme["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(plan, ["target on host server", "host on host client1"]);
 }
 
 /// The rr scenario's server on the server host, each run's clients split between the
@@ -123,7 +141,7 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     // A scenario that cannot run across hosts, asked for alone.
     let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
     assert!(
-        common::stderr(&o).contains("no scenario asked for runs across hosts (kv and rr do)"),
+        common::stderr(&o).contains("no scenario asked for runs across hosts (nvme, rr and kv do)"),
         "{}",
         common::stderr(&o)
     );

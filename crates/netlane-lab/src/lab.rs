@@ -72,7 +72,7 @@ impl LabArgs {
             left_out = plans.iter().copied().filter(|s| !s.across_hosts()).collect();
             plans.retain(|s| s.across_hosts());
             if plans.is_empty() {
-                bail!("no scenario asked for runs across hosts (kv and rr do)");
+                bail!("no scenario asked for runs across hosts (nvme, rr and kv do)");
             }
         }
         let profile = LabProfile {

@@ -80,7 +80,7 @@ impl ScenarioName {
     /// Whether it runs on a testbed's machines (the others build their network on this
     /// one, for now).
     pub fn across_hosts(self) -> bool {
-        matches!(self, ScenarioName::Kv | ScenarioName::Rr)
+        matches!(self, ScenarioName::Kv | ScenarioName::Rr | ScenarioName::Nvme)
     }
 
     /// Every scenario, in the lab's order.
@@ -231,6 +231,12 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 // The sweep's ends: the smallest request and the largest.
                 o.caravan_sizes = vec![512, 128 << 10];
             }
+            if let Some(path) = &p.testbed {
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                o.target_cpu = spec.server.first_cpu().unwrap_or(o.target_cpu);
+                o.host_cpu = spec.clients.first().and_then(|c| c.first_cpu()).unwrap_or(o.host_cpu);
+                o.on = on;
+            }
             Box::new(o)
         }
         ScenarioName::LbPps => {
@@ -249,8 +255,8 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
             if let Some(path) = &p.testbed {
-                let (on, cpu) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
-                o.server_cpu = cpu.unwrap_or(o.server_cpu);
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }
             Box::new(o)
@@ -265,8 +271,8 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.time = Duration::from_millis(500);
             }
             if let Some(path) = &p.testbed {
-                let (on, cpu) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
-                o.server_cpu = cpu.unwrap_or(o.server_cpu);
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }
             Box::new(o)

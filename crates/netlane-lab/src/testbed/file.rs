@@ -56,6 +56,13 @@ pub struct HostSpec {
     pub cpus: Option<CpuList>,
 }
 
+impl HostSpec {
+    /// The first CPU the file gives it (the one a role is pinned to there).
+    pub fn first_cpu(&self) -> Option<usize> {
+        self.cpus.as_ref().and_then(|c| c.as_slice().first().copied())
+    }
+}
+
 /// A testbed file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TestbedError {

@@ -147,13 +147,12 @@ impl TestbedArgs {
         self.testbed.as_ref().map_or("none".into(), |p| p.display().to_string())
     }
 
-    /// The lab's: `testbed` with `deploy`, and the first CPU the file gives the server
-    /// host (the one a server is pinned to there).
-    pub fn for_lab(testbed: &std::path::Path, deploy: bool) -> Result<(TestbedArgs, Option<usize>)> {
+    /// The lab's: `testbed` with `deploy`, and what the file says (the CPUs it gives
+    /// the hosts place the roles there).
+    pub fn for_lab(testbed: &std::path::Path, deploy: bool) -> Result<(TestbedArgs, TestbedSpec)> {
         let text = std::fs::read_to_string(testbed).with_context(|| format!("read {}", testbed.display()))?;
         let spec = TestbedSpec::parse(&text).with_context(|| format!("the testbed {}", testbed.display()))?;
-        let cpu = spec.server.cpus.as_ref().and_then(|c| c.as_slice().first().copied());
-        Ok((TestbedArgs { testbed: Some(testbed.to_path_buf()), deploy }, cpu))
+        Ok((TestbedArgs { testbed: Some(testbed.to_path_buf()), deploy }, spec))
     }
 }
 

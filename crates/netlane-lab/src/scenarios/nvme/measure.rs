@@ -11,7 +11,7 @@ use netlane_nvme::perf::{PerfOptions, PerfReport};
 use super::checks::{per_core, us};
 use super::options::NvmeBenchArgs;
 use super::role;
-use crate::host::{RoleProcess, RoleSpec, ThisMachine};
+use crate::host::{Host, RoleProcess, RoleSpec, ThisMachine};
 use crate::runner::Measured;
 use crate::scenarios::net::PathKind;
 use netlane_report::format;
@@ -32,14 +32,10 @@ impl NvmeBenchArgs {
         })
     }
 
-    /// `netlane nvme target` on the target's CPU (in the receiving namespace on the veth
-    /// path), and the address it listens on. A role process: stopped with its report
-    /// at the end, killed (by the PID we started) if the run fails first.
-    pub(super) fn start_target(&self, hosts: Option<&TwoHosts>) -> Result<(RoleProcess, SocketAddr)> {
-        let listen = match hosts {
-            Some(h) => SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
-            None => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
-        };
+    /// `netlane nvme target` on the target's CPU on `site`'s target host, and the address
+    /// it listens on. A role process: stopped with its report at the end, killed (by
+    /// the PID we started) if the run fails first.
+    pub(super) fn start_target(&self, site: &NvmeSite<'_>) -> Result<(RoleProcess, SocketAddr)> {
         let cpu = self.target_cpu();
         let spec = RoleSpec::netlane(
             "the nvme target",
@@ -47,7 +43,7 @@ impl NvmeBenchArgs {
                 "nvme".to_string(),
                 "target".into(),
                 "--listen".into(),
-                listen.to_string(),
+                site.listen.to_string(),
                 "--cpus".into(),
                 cpu.to_string(),
                 "--ns".into(),
@@ -58,26 +54,45 @@ impl NvmeBenchArgs {
         )
         .on_cpus(&[cpu])
         .ready_when("listening on ", Duration::from_secs(10));
-        let target = match hosts {
-            Some(h) => RoleProcess::start(&h.rx, &spec, None)?,
-            None => RoleProcess::start(&ThisMachine, &spec, None)?,
-        };
+        let target = RoleProcess::start(site.target, &spec, None)?;
         let addr = target.listening_on()?;
         Ok((target, addr))
     }
 }
 
-/// One perf run of `opts` from the host side (its namespace on the veth path), a
-/// `netlane nvme perf` process; an error when any command failed or read back wrong.
-pub(super) fn perf(hosts: Option<&TwoHosts>, opts: &PerfOptions, label: &str) -> Result<PerfReport> {
+/// Where the target and the host run, and where the target listens.
+pub(super) struct NvmeSite<'a> {
+    pub(super) target: &'a dyn Host,
+    pub(super) host: &'a dyn Host,
+    pub(super) listen: SocketAddr,
+}
+
+impl<'a> NvmeSite<'a> {
+    /// Two namespaces of the veth path, or this machine on loopback.
+    pub(super) fn here(hosts: Option<&'a TwoHosts>) -> NvmeSite<'a> {
+        match hosts {
+            Some(h) => NvmeSite {
+                target: &h.rx,
+                host: &h.tx,
+                listen: SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
+            },
+            None => NvmeSite {
+                target: &ThisMachine,
+                host: &ThisMachine,
+                listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+            },
+        }
+    }
+}
+
+/// One perf run of `opts` from `site`'s host side, a `netlane nvme perf` process; an
+/// error when any command failed or read back wrong.
+pub(super) fn perf(site: &NvmeSite<'_>, opts: &PerfOptions, label: &str) -> Result<PerfReport> {
     let spec = role::perf_spec(opts);
     let limit = opts.ramp + opts.duration + Duration::from_secs(60);
-    let run = match hosts {
-        Some(h) => RoleProcess::start(&h.tx, &spec, None),
-        None => RoleProcess::start(&ThisMachine, &spec, None),
-    }
-    .and_then(|p| p.wait(limit))
-    .with_context(|| format!("run {label}"))?;
+    let run = RoleProcess::start(site.host, &spec, None)
+        .and_then(|p| p.wait(limit))
+        .with_context(|| format!("run {label}"))?;
     if !run.status.success() {
         bail!("{label}: nvme perf exited with {}: {}", run.status, run.stderr_tail());
     }

@@ -24,9 +24,10 @@ mod role;
 #[cfg(test)]
 mod tests;
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::progress::Progress;
 use crate::runner::Runner;
@@ -34,11 +35,14 @@ use crate::scenarios::Scenario;
 use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
-use self::measure::perf;
+use self::measure::{NvmeSite, perf};
 use self::options::size_name;
 pub use self::options::{NvmeBenchArgs, Part};
+use self::plan::Mode;
 pub use self::report::perf_table;
 pub use self::role::{perf_args, perf_report, perf_spec};
+use crate::host::RoleProcess;
+use crate::testbed::{Needs, Testbed};
 
 impl Scenario for NvmeBenchArgs {
     fn name(&self) -> &'static str {
@@ -58,10 +62,15 @@ impl Scenario for NvmeBenchArgs {
             .int("target-cpu", self.target_cpu() as u64)
             .size("ns-size", self.ns_size)
             .words("caravan-sizes", &self.caravan_sizes.iter().map(|b| size_name(*b)).collect::<Vec<_>>())
+            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {
-        self.validate_options()
+        self.validate_options()?;
+        if let Some(t) = self.on.open()? {
+            self.check_testbed(&t)?;
+        }
+        Ok(())
     }
 
     fn runs(&self) -> usize {
@@ -70,16 +79,33 @@ impl Scenario for NvmeBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
+        if let Some(t) = self.on.open()? {
+            return self.run_on_testbed(&t, progress);
+        }
         let hosts = self.network()?;
-        let (target, addr) = self.start_target(hosts.as_ref())?;
-        let modes = self.modes(addr, target.pid().context("the target's process ID")?)?;
+        let site = NvmeSite::here(hosts.as_ref());
+        let (target, addr) = self.start_target(&site)?;
+        let modes = self.modes(addr, Some(target.pid().context("the target's process ID")?), self.target_cpu())?;
+        self.run_modes(progress, &site, target, &modes)
+    }
+}
+
+impl NvmeBenchArgs {
+    /// Every mode's rounds against `target`, then the target stopped.
+    fn run_modes(
+        &self,
+        progress: &dyn Progress,
+        site: &NvmeSite<'_>,
+        target: RoleProcess,
+        modes: &[Mode],
+    ) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             modes.len(),
             |i| self.rounds(modes[i].part),
             |runner, i, turn| {
                 let m = &modes[i];
-                runner.measure(turn, &m.what(), |label| perf(hosts.as_ref(), &m.opts, label))
+                runner.measure(turn, &m.what(), |label| perf(site, &m.opts, label))
             },
         )?;
         // Every round is measured by now: a target that stops badly is said, not a
@@ -87,6 +113,72 @@ impl Scenario for NvmeBenchArgs {
         if let Err(e) = target.stop(Duration::from_secs(5)) {
             progress.say(&format!("nvme: the target did not stop cleanly: {e:#}"));
         }
-        Ok(self.report(&modes, &all, runner.into_records()))
+        Ok(self.report(modes, &all, runner.into_records()))
+    }
+
+    /// The target on the testbed's server host, nvme perf on its first client host. The
+    /// affinity part crosses to another CPU of that host (left out when it has one).
+    fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
+        let first = t.clients.first().context("the testbed has no client host")?;
+        let site = NvmeSite {
+            target: t.server.host(),
+            host: first.host(),
+            listen: SocketAddr::new(t.server_addr(), netlane_nvme::DEFAULT_PORT),
+        };
+        let crossed = first.cpus()?.as_slice().iter().copied().find(|c| *c != self.host_cpu);
+        let mut this = self.clone();
+        let mut notes = vec![format!(
+            "Ran on a testbed: the target on {} at {}, nvme perf on {}{}. The target's CPU per I/O is not measured \
+             across machines (nvme perf reads it from the target's process on its own machine).",
+            t.server.host().name(),
+            t.server_addr(),
+            first.host().name(),
+            if t.clients.len() > 1 { " (one NVMe host per run: the other client hosts stay idle)" } else { "" }
+        )];
+        if crossed.is_none() && this.parts.contains(&Part::Affinity) {
+            this.parts.retain(|p| *p != Part::Affinity);
+            notes.push(format!(
+                "Left out on this testbed: the affinity part ({} has no CPU but {} to cross to).",
+                first.label(),
+                self.host_cpu
+            ));
+            if this.parts.is_empty() {
+                bail!("nothing to run on this testbed: {}", notes[1]);
+            }
+        }
+        let (target, addr) = this.start_target(&site)?;
+        let modes = this.modes(addr, None, crossed.unwrap_or(self.host_cpu))?;
+        let mut report = this.run_modes(progress, &site, target, &modes)?;
+        report.notes.splice(0..0, notes);
+        report.cpu_plan = vec![
+            netlane_report::RoleCpus {
+                role: format!("target on {}", t.server.host().name()),
+                cpus: vec![self.target_cpu()],
+                beside: None,
+            },
+            netlane_report::RoleCpus {
+                role: format!("host on {}", first.host().name()),
+                cpus: vec![self.host_cpu],
+                beside: None,
+            },
+        ];
+        Ok(report)
+    }
+
+    /// Refuses a testbed that lacks --target-cpu on its server host or --host-cpu on its
+    /// first client host.
+    fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        t.check(&Needs::default(), &Needs::default())?;
+        t.check_server_cpu(self.target_cpu())?;
+        let first = t.clients.first().context("the testbed has no client host")?;
+        let cpus = first.cpus()?;
+        if !cpus.as_slice().contains(&self.host_cpu) {
+            bail!(
+                "the NVMe host's CPU {} (--host-cpu, or the first of the first client's `cpus`): {} has CPUs {cpus}",
+                self.host_cpu,
+                first.label()
+            );
+        }
+        Ok(())
     }
 }

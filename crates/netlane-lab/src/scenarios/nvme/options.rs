@@ -67,6 +67,10 @@ pub struct NvmeBenchArgs {
     /// Request sizes of the caravan sweep (comma separated; 512 to 128K, multiples of 512).
     #[arg(long, value_delimiter = ',', default_value = "512,4K,32K,128K", value_parser = parse_sweep_size)]
     pub caravan_sizes: Vec<u32>,
+    /// The testbed it runs on (none: this machine). The target runs on its server host,
+    /// nvme perf on its first client host; --host-cpu then names a CPU there.
+    #[command(flatten)]
+    pub on: crate::testbed::TestbedArgs,
 }
 
 /// A caravan sweep request size: 512 bytes to 128 KiB, whole 512-byte blocks.
@@ -94,8 +98,10 @@ impl NvmeBenchArgs {
     /// the mixed workload fits in, and root for the veth path.
     pub(super) fn validate_options(&self) -> Result<()> {
         let n = netlane::cpus::online_count();
-        for (what, c) in [("--host-cpu", self.host_cpu), ("--target-cpu", self.target_cpu())] {
-            if c >= n {
+        // On a testbed the CPUs are its hosts' (checked there).
+        let here = [("--host-cpu", self.host_cpu), ("--target-cpu", self.target_cpu())];
+        for (what, c) in if self.on.testbed.is_none() { &here[..] } else { &[] } {
+            if *c >= n {
                 bail!("{what} {c}: this machine has CPUs 0-{}", n - 1);
             }
         }
@@ -108,7 +114,7 @@ impl NvmeBenchArgs {
         if self.ns_size < 64 << 20 {
             bail!("--ns-size {}: at least 64M (the mixed workload's writer alone covers 32M)", self.ns_size);
         }
-        if self.path == PathKind::Veth && !netlane::topology::have_privileges() {
+        if self.on.testbed.is_none() && self.path == PathKind::Veth && !netlane::topology::have_privileges() {
             bail!("the veth path needs root (CAP_NET_ADMIN and CAP_SYS_ADMIN); run as root or use --path loopback");
         }
         Ok(())

@@ -73,7 +73,7 @@ impl NvmeBenchArgs {
 
     /// What every mode shares: one queue on the host CPU, batching on, the target's
     /// process named so that its CPU time is read.
-    fn base(&self, addr: SocketAddr, target_pid: u32, groups: Vec<JobGroup>) -> PerfOptions {
+    fn base(&self, addr: SocketAddr, target_pid: Option<u32>, groups: Vec<JobGroup>) -> PerfOptions {
         PerfOptions {
             connect: {
                 let mut c = ConnectOptions::new(addr, DEFAULT_NQN);
@@ -94,11 +94,14 @@ impl NvmeBenchArgs {
             caravan: None,
             verify: netlane_nvme::perf::VerifyMode::Off,
             size: None,
-            target_pid: Some(target_pid),
+            target_pid,
         }
     }
 
-    pub(super) fn modes(&self, addr: SocketAddr, target_pid: u32) -> Result<Vec<Mode>> {
+    /// Every part's modes against the target at `addr`: its process's CPU read by perf
+    /// when it is `target_pid` on perf's machine; the affinity part's crossed I/O worker
+    /// on `crossed`.
+    pub(super) fn modes(&self, addr: SocketAddr, target_pid: Option<u32>, crossed: usize) -> Result<Vec<Mode>> {
         let host = self.host_cpu;
         let base = |groups: Vec<JobGroup>| self.base(addr, target_pid, groups);
         let g = |spec: &str| JobGroup::parse(spec).map_err(anyhow::Error::msg);
@@ -139,7 +142,7 @@ impl NvmeBenchArgs {
                     // The blk-mq map sends the host CPU's commands to its queue either way;
                     // what changes is where that queue's I/O worker runs. Crossed, it runs
                     // on the other CPU (on this machine also the target's).
-                    let other = CpuList::one(self.target_cpu());
+                    let other = CpuList::one(crossed);
                     let qd1 = g(&format!("name=qd1,rw=randread,bs=4k,qd=1,jobs=1,cpus={host}"))?;
                     let qd32 = g(&format!("name=qd32,rw=randread,bs=4k,qd=32,jobs=1,cpus={host}"))?;
                     modes.push(m("QD1 aligned", base(vec![qd1.clone()])));

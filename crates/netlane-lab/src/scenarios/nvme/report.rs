@@ -93,6 +93,17 @@ impl NvmeBenchArgs {
 
     /// The setup: the path, and where host and target run on this machine.
     fn description(&self) -> String {
+        if self.on.testbed.is_some() {
+            return format!(
+                "A user-space NVMe/TCP host (netlane nvme perf, its jobs and queue workers on CPU {} of the testbed's \
+                 first client host) against netlane's target (one reactor on CPU {} of its server host), over the \
+                 testbed's network; the mixed workload's writer is unbound. Latency is from submission to \
+                 completion in the job thread. In the affinity part, \"crossed\" runs the queue's I/O worker on \
+                 another CPU of the host's machine.",
+                self.host_cpu,
+                self.target_cpu()
+            );
+        }
         format!(
             "A user-space NVMe/TCP host (netlane nvme perf) against netlane's target over {}. CPU split on this \
              {}-CPU machine: the host (jobs, queue workers{}) on CPU {}, the target (one reactor{}) on CPU {}; the \

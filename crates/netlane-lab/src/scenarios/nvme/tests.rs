@@ -56,7 +56,7 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
 
 fn setup() -> (NvmeBenchArgs, Vec<Mode>) {
     let a = NvmeBenchArgs::defaults();
-    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), 1).unwrap();
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), Some(1), a.target_cpu).unwrap();
     (a, modes)
 }
 
