@@ -50,7 +50,8 @@ fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothin
     ]);
     let err = common::stderr(&o);
     assert!(o.status.success(), "{err}");
-    // Every scenario that builds its network here is named as left out.
+    // Every scenario that builds its network here is named as left out, and udp-bulk
+    // (the first client has no `addr` to receive at; its own test below gives one).
     assert!(err.contains("not run on the testbed") && err.contains("udp-bulk") && err.contains("soak"), "{err}");
     let doc = common::valid_document(&common::stdout(&o), "results");
     let scenarios = doc["scenarios"].as_array().unwrap();
@@ -121,6 +122,68 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
     assert_eq!(plan, ["server on host server", "generator on host client1", "generator on host client2"]);
 }
 
+/// `bench udp-bulk --testbed`: the sender on the server host, the receiver on the first
+/// client host at its `addr`, each end a process there; both machines' CPU counted.
+#[test]
+fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
+    if !netlane_testkit::privileged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") {
+        return;
+    }
+    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
+    hosts.bridge("10.78.0").unwrap();
+    let dir = common::temp_dir("testbed-bulk");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = testbed(&hosts, &dir, "addr = \"10.78.0.2\"\n");
+    let o = common::netlane(&[
+        "bench",
+        "udp-bulk",
+        "--testbed",
+        file.to_str().unwrap(),
+        "--tx-cpu",
+        "1",
+        "--rx-cpu",
+        "0",
+        "--modes",
+        "tcp,udp,gso",
+        "--repeat",
+        "1",
+        "-t",
+        "500ms",
+        "--json",
+        "-",
+    ]);
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let doc = common::valid_document(&common::stdout(&o), "results");
+    let r = &doc["scenarios"][0];
+    assert!(
+        r["notes"][0]
+            .as_str()
+            .unwrap()
+            .contains("the sender on host server, the receiver on host client1 at 10.78.0.2"),
+        "{r}"
+    );
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "tcp, udp, gso; no udpgso_bench_tx across hosts: {runs:?}");
+    for run in runs {
+        let m = &run["metrics"];
+        assert!(m["rx_mb_per_s"].as_f64().unwrap_or(0.0) > 1.0, "{run}");
+        assert!(m["system_cpu_s_per_gb"].as_f64().unwrap_or(0.0) > 0.0, "{run}");
+    }
+    let plan: Vec<&str> = r["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
+    assert_eq!(plan, ["sender on host server", "receiver on host client1"]);
+    for h in &hosts.hosts {
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
+    }
+    // Threads cannot run on another machine: said before anything runs.
+    let o = common::netlane(&["bench", "udp-bulk", "--testbed", file.to_str().unwrap(), "--ends", "thread"]);
+    assert!(
+        common::stderr(&o).contains("--ends thread: on a testbed each end runs as a process"),
+        "{}",
+        common::stderr(&o)
+    );
+}
+
 #[test]
 fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     if !netlane_testkit::privileged("a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host") {
@@ -141,7 +204,7 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     // A scenario that cannot run across hosts, asked for alone.
     let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
     assert!(
-        common::stderr(&o).contains("no scenario asked for runs across hosts (nvme, rr and kv do)"),
+        common::stderr(&o).contains("no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, nvme, rr and kv do)"),
         "{}",
         common::stderr(&o)
     );

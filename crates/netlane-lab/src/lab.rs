@@ -68,11 +68,20 @@ impl LabArgs {
             ScenarioName::ALL.into_iter().filter(|s| self.only.contains(s)).collect()
         };
         let mut left_out = Vec::new();
-        if self.testbed.is_some() {
-            left_out = plans.iter().copied().filter(|s| !s.across_hosts()).collect();
-            plans.retain(|s| s.across_hosts());
+        if let Some(path) = &self.testbed {
+            let (_, spec) = crate::testbed::TestbedArgs::for_lab(path, self.deploy)?;
+            // udp-bulk receives on the first client host: at the address the file gives it.
+            let runs = |s: &ScenarioName| {
+                s.across_hosts()
+                    && (*s != ScenarioName::UdpBulk || spec.clients.first().is_some_and(|c| c.addr.is_some()))
+            };
+            left_out = plans.iter().copied().filter(|s| !runs(s)).collect();
+            plans.retain(runs);
             if plans.is_empty() {
-                bail!("no scenario asked for runs across hosts (nvme, rr and kv do)");
+                bail!(
+                    "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, nvme, rr \
+                     and kv do)"
+                );
             }
         }
         let profile = LabProfile {

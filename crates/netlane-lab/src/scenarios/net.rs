@@ -160,8 +160,7 @@ impl NetArgs {
     pub fn roles(&self) -> Roles {
         match self.ends {
             Placement::Thread => Roles::Threads,
-            // /proc/self/exe is this program too, only a less readable name for it.
-            Placement::Process => Roles::Processes(std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into())),
+            Placement::Process => Roles::Processes,
         }
     }
 
@@ -182,9 +181,9 @@ pub fn endpoints(hosts: &Option<TwoHosts>) -> Endpoints<'_> {
     }
 }
 
-/// Runs one transfer, with the run's label in any error.
-pub fn run_one(hosts: &Option<TwoHosts>, label: &str, run: &BulkRun) -> Result<BulkResult> {
-    bulk::run(endpoints(hosts), run).map_err(|e| match e {
+/// Runs one transfer between `ends`, with the run's label in any error.
+pub fn run_one(ends: Endpoints<'_>, label: &str, run: &BulkRun) -> Result<BulkResult> {
+    bulk::run(ends, run).map_err(|e| match e {
         BulkError::Config(m) => anyhow::anyhow!("{label}: {m}"),
         other => anyhow::Error::new(other).context(format!("{label} run failed")),
     })

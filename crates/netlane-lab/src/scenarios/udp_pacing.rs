@@ -14,7 +14,7 @@ use netlane::topology::QdiscStats;
 use netlane::udp::GsoMode;
 use netlane::udp::gso::GsoLimits;
 
-use super::net::{NetArgs, PathKind, run_one, summary_line};
+use super::net::{NetArgs, PathKind, endpoints, run_one, summary_line};
 use super::{Heading, Scenario, Sections, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Pacing, RxSpec, TxSource, TxSpec};
 use crate::progress::Progress;
@@ -226,7 +226,7 @@ impl Scenario for UdpPacingArgs {
                 let run = self.run_for(p, runner.next_index());
                 runner.measure(turn, &p.name(), |label| {
                     let before = h.egress_qdisc()?.1;
-                    let result = run_one(&hosts, label, &run)?;
+                    let result = run_one(endpoints(&hosts), label, &run)?;
                     let after = h.egress_qdisc()?.1;
                     let qdisc = QdiscStats {
                         bytes: after.bytes.saturating_sub(before.bytes),

@@ -142,9 +142,13 @@ impl TestbedArgs {
         self.testbed.as_ref().map(|path| Testbed::open(path, self.deploy)).transpose()
     }
 
-    /// The file, or `none`, for the options a report lists.
-    pub fn describe(&self) -> String {
-        self.testbed.as_ref().map_or("none".into(), |p| p.display().to_string())
+    /// `o` with the file, when there is one (the options a report lists; they read
+    /// back as the same options).
+    pub fn listed(&self, o: netlane_report::options::OptionList) -> netlane_report::options::OptionList {
+        match &self.testbed {
+            Some(p) => o.text("testbed", p.display().to_string()),
+            None => o,
+        }
     }
 
     /// The lab's: `testbed` with `deploy`, and what the file says (the CPUs it gives

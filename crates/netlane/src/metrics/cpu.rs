@@ -130,6 +130,23 @@ pub struct SystemCpuDelta {
     pub cpus: u32,
 }
 
+impl SystemCpuDelta {
+    /// This and `o` as one (two machines' CPUs together).
+    pub fn plus(&self, o: &SystemCpuDelta) -> SystemCpuDelta {
+        SystemCpuDelta {
+            busy_s: self.busy_s + o.busy_s,
+            busy_sampled_s: self.busy_sampled_s + o.busy_sampled_s,
+            user_s: self.user_s + o.user_s,
+            system_s: self.system_s + o.system_s,
+            softirq_s: self.softirq_s + o.softirq_s,
+            irq_s: self.irq_s + o.irq_s,
+            steal_s: self.steal_s + o.steal_s,
+            total_s: self.total_s + o.total_s,
+            cpus: self.cpus + o.cpus,
+        }
+    }
+}
+
 impl SystemCpu {
     /// Reads `/proc/stat`.
     pub fn read() -> io::Result<Self> {

@@ -23,7 +23,7 @@ mod tcp_tx;
 mod udp_tx;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -34,6 +34,8 @@ use serde::Serialize;
 use netlane::metrics::{SystemCpu, SystemCpuDelta};
 use netlane::pace::Quantum;
 use netlane::topology::{Netns, NsThread, TopologyError, TwoHosts};
+
+use crate::host::{Host, ThisMachine};
 use netlane::udp::{Batching, GsoMode, RxBatching, SendError};
 
 pub use jobs::{BoundReceiver, RecvJob, SenderJob, Txtime, run_sender_job};
@@ -157,11 +159,12 @@ pub enum TxSource {
 /// How netlane's two ends run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Roles {
-    /// Each end a process of its own running this netlane program: `bulk send` and
-    /// `bulk recv`, pinned by `taskset`, their reports read from their JSON. A
-    /// single-threaded sender pays no shared-file-table cost in its system calls, and
-    /// its CPU is measured like an external program's (the whole process, from wait4).
-    Processes(PathBuf),
+    /// Each end a process of its own running netlane (this program on this machine, the
+    /// host's on another): `bulk send` and `bulk recv`, pinned by `taskset`, their
+    /// reports read from their JSON. A single-threaded sender pays no shared-file-table
+    /// cost in its system calls, and its CPU is measured like an external program's (the
+    /// whole process, from wait4).
+    Processes,
     /// Both ends threads of the calling process.
     Threads,
 }
@@ -230,26 +233,68 @@ impl RxSpec {
 }
 
 /// Where the two ends run.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub enum Endpoints<'a> {
     /// Both on loopback in the current namespace (no root needed).
     Loopback,
     /// Sender in `hosts.tx`, receiver in `hosts.rx`, across their veth pair.
     Veth(&'a TwoHosts),
+    /// Sender on `tx`, receiver on `rx` at `rx_addr` (a testbed's machines): each end a
+    /// process, the machine CPU both hosts' together (once when they are one machine).
+    Hosts {
+        /// The sender's host.
+        tx: &'a dyn Host,
+        /// The receiver's host.
+        rx: &'a dyn Host,
+        /// The receiver's address.
+        rx_addr: IpAddr,
+        /// The path's MTU, when known.
+        mtu: Option<u32>,
+    },
+}
+
+impl std::fmt::Debug for Endpoints<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Endpoints::Loopback => f.write_str("Loopback"),
+            Endpoints::Veth(h) => f.debug_tuple("Veth").field(h).finish(),
+            Endpoints::Hosts { tx, rx, rx_addr, mtu } => f
+                .debug_struct("Hosts")
+                .field("tx", &tx.name())
+                .field("rx", &rx.name())
+                .field("rx_addr", rx_addr)
+                .field("mtu", mtu)
+                .finish(),
+        }
+    }
 }
 
 impl Endpoints<'_> {
-    fn tx_ns(&self) -> Option<&Netns> {
+    /// The namespaces of this machine the ends' threads run in (none: this one's own);
+    /// another machine's ends are processes only.
+    fn namespaces(&self) -> Result<(Option<&Netns>, Option<&Netns>), BulkError> {
         match self {
-            Endpoints::Loopback => None,
-            Endpoints::Veth(h) => Some(&h.tx),
+            Endpoints::Loopback => Ok((None, None)),
+            Endpoints::Veth(h) => Ok((Some(&h.tx), Some(&h.rx))),
+            Endpoints::Hosts { .. } => {
+                Err(BulkError::Config("on other machines each end runs as a process, not a thread".into()))
+            }
         }
     }
 
-    fn rx_ns(&self) -> Option<&Netns> {
+    fn tx_host(&self) -> &dyn Host {
         match self {
-            Endpoints::Loopback => None,
-            Endpoints::Veth(h) => Some(&h.rx),
+            Endpoints::Loopback => &ThisMachine,
+            Endpoints::Veth(h) => &h.tx,
+            Endpoints::Hosts { tx, .. } => *tx,
+        }
+    }
+
+    fn rx_host(&self) -> &dyn Host {
+        match self {
+            Endpoints::Loopback => &ThisMachine,
+            Endpoints::Veth(h) => &h.rx,
+            Endpoints::Hosts { rx, .. } => *rx,
         }
     }
 
@@ -259,8 +304,44 @@ impl Endpoints<'_> {
             Endpoints::Loopback if ipv6 => Ipv6Addr::LOCALHOST.into(),
             Endpoints::Loopback => Ipv4Addr::LOCALHOST.into(),
             Endpoints::Veth(h) => h.rx_addr(ipv6),
+            Endpoints::Hosts { rx_addr, .. } => *rx_addr,
         }
     }
+
+    /// The path's MTU, when known.
+    fn mtu(&self) -> Option<u32> {
+        match self {
+            Endpoints::Veth(h) => Some(h.config.mtu),
+            Endpoints::Hosts { mtu, .. } => *mtu,
+            Endpoints::Loopback => None,
+        }
+    }
+
+    /// The machines' CPU counters now: this machine's, or both hosts'.
+    fn machine_cpu(&self) -> Result<Vec<SystemCpu>, BulkError> {
+        let Endpoints::Hosts { tx, rx, .. } = self else {
+            return Ok(vec![SystemCpu::read().map_err(io_err("read /proc/stat"))?]);
+        };
+        // Two hosts that are one machine (namespaces of it, as in tests) count it once.
+        let boot = |h: &dyn Host| h.read_file("/proc/sys/kernel/random/boot_id").ok();
+        let one = boot(*tx).is_some_and(|b| Some(b) == boot(*rx));
+        let hosts: &[&dyn Host] = if one { &[*tx] } else { &[*tx, *rx] };
+        hosts
+            .iter()
+            .map(|h| {
+                let text = h.read_file("/proc/stat").map_err(|e| BulkError::Config(format!("{e:#}")))?;
+                let at = netlane::time::monotonic_ns();
+                SystemCpu::parse(&text)
+                    .map(|c| c.at(at))
+                    .ok_or_else(|| BulkError::Config(format!("/proc/stat on {} is not as expected", h.name())))
+            })
+            .collect()
+    }
+}
+
+/// The machines' CPU from `before` to `after` ([`Endpoints::machine_cpu`]), summed.
+fn machine_delta(before: &[SystemCpu], after: &[SystemCpu]) -> SystemCpuDelta {
+    before.iter().zip(after).map(|(a, b)| a.delta(b)).fold(SystemCpuDelta::default(), |t, d| t.plus(&d))
 }
 
 /// Fewest pacing releases a paced run must have.
@@ -430,11 +511,7 @@ impl<R: Send + 'static> Worker<R> {
 
 /// Runs one bulk transfer.
 pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkError> {
-    let mtu = match endpoints {
-        Endpoints::Veth(h) => Some(h.config.mtu),
-        Endpoints::Loopback => None,
-    };
-    spec.validate(mtu)?;
+    spec.validate(endpoints.mtu())?;
     let recv = RecvJob {
         listen: SocketAddr::new(endpoints.rx_addr(spec.ipv6), 0),
         spec: spec.rx,
@@ -442,7 +519,7 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
         datagram_size: spec.netlane_spec().map_or(spec.rx.max_datagram, |t| t.datagram_size),
     };
     let (tx, rx, system) = match &spec.roles {
-        Roles::Processes(program) => run_processes(endpoints, spec, program, recv)?,
+        Roles::Processes => run_processes(endpoints, spec, recv)?,
         Roles::Threads => run_threads(endpoints, spec, recv)?,
     };
     Ok(BulkResult { tx, rx, system, transport: spec.rx.transport })
@@ -452,47 +529,43 @@ type EndReports = (TxReport, RxReport, SystemCpuDelta);
 
 /// Each end a process: `netlane bulk recv` first (bound before the sender starts), then
 /// the sender to its end, then the receiver asked to drain and stop.
-fn run_processes(
-    endpoints: Endpoints<'_>,
-    spec: &BulkRun,
-    program: &Path,
-    recv: RecvJob,
-) -> Result<EndReports, BulkError> {
-    let receiver = process::start_receiver(endpoints.rx_ns(), program, &recv)?;
+fn run_processes(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Result<EndReports, BulkError> {
+    let receiver = process::start_receiver(endpoints.rx_host(), &recv)?;
     let dst = receiver.address;
-    let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let sys0 = endpoints.machine_cpu()?;
     let tx = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
-            run_sender_process(endpoints.tx_ns(), program, &job)
+            run_sender_process(endpoints.tx_host(), &job)
         }
-        TxSource::External(ext) => run_external(endpoints.tx_ns(), ext, dst),
+        TxSource::External(ext) => run_external(endpoints.tx_host(), ext, dst),
     };
-    let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let sys1 = endpoints.machine_cpu();
     // The receiver is stopped even when the sender failed: the sender's error is the
     // one to report.
     let rx = receiver.finish();
-    Ok((tx?, rx?, sys0.delta(&sys1)))
+    Ok((tx?, rx?, machine_delta(&sys0, &sys1?)))
 }
 
 /// Both ends threads of this process (in their namespaces).
 fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Result<EndReports, BulkError> {
-    let bound = match endpoints.rx_ns() {
+    let (tx_ns, rx_ns) = endpoints.namespaces()?;
+    let bound = match rx_ns {
         Some(ns) => ns.run(move || BoundReceiver::bind(recv))??,
         None => BoundReceiver::bind(recv)?,
     };
     let dst = bound.local_addr();
     let sender_done = Arc::new(AtomicBool::new(false));
     let done = sender_done.clone();
-    let receiver = Worker::spawn(endpoints.rx_ns(), "netlane-rx", move || bound.receive(&done))?;
+    let receiver = Worker::spawn(rx_ns, "netlane-rx", move || bound.receive(&done))?;
     let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
-            let sender = Worker::spawn(endpoints.tx_ns(), "netlane-tx", move || run_sender_job(&job))?;
+            let sender = Worker::spawn(tx_ns, "netlane-tx", move || run_sender_job(&job))?;
             sender.join("sender")
         }
-        TxSource::External(ext) => Ok(run_external(endpoints.tx_ns(), ext, dst)),
+        TxSource::External(ext) => Ok(run_external(endpoints.tx_host(), ext, dst)),
     };
     let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     sender_done.store(true, Ordering::Release);

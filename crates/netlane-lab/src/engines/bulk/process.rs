@@ -1,44 +1,31 @@
-//! The ends as processes: an external sender (the kernel's `udpgso_bench_tx`), `netlane
-//! bulk send` running one [`SenderJob`], `netlane bulk recv` running one [`RecvJob`];
-//! the arguments that run them, and their reports read back.
+//! The ends as processes on their hosts: an external sender (the kernel's
+//! `udpgso_bench_tx`), `netlane bulk send` running one [`SenderJob`], `netlane bulk recv`
+//! running one [`RecvJob`]; the arguments that run them, and their reports read back.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
-use netlane::topology::Netns;
 use netlane::udp::{Batching, RxBatching};
 
 use super::{BulkError, ExternalTx, RecvJob, RxReport, SenderJob, TxReport};
-use crate::host::{Args, Finished, Program, RoleProcess, RoleSpec, ThisMachine};
+use crate::host::{Args, Finished, Host, Program, RoleProcess, RoleSpec};
 use crate::scenarios::value_name;
 
-/// Runs `program args` (inside `ns`, pinned to `cpu`) as a role, feeding `stdin`, to its
-/// end: its CPU use (the whole process, from wait4) and its output. A failed exit is an
-/// error carrying its output.
-fn run_child(
-    ns: Option<&Netns>,
-    program: &std::path::Path,
-    args: &[String],
-    stdin: Option<&[u8]>,
-    cpu: Option<usize>,
-) -> Result<Finished, BulkError> {
-    let mut spec =
-        RoleSpec::program(&program.display().to_string(), Program::Other(program.into()), args.iter().cloned())
-            .on_cpus(cpu.as_slice());
-    if let Some(input) = stdin {
-        spec = spec.with_stdin(input.to_vec());
-    }
-    let ran = match ns {
-        Some(ns) => RoleProcess::start(ns, &spec, None),
-        None => RoleProcess::start(&ThisMachine, &spec, None),
-    }
-    .and_then(|p| p.wait(CHILD_LIMIT))
-    .map_err(|e| BulkError::Config(format!("{e:#}")))?;
+/// Runs `program args` on `host` (pinned to `cpu`) as a role to its end: its CPU use
+/// (the whole process, from wait4) and its output. A failed exit is an error carrying
+/// its output.
+fn run_child(host: &dyn Host, program: Program, args: &[String], cpu: Option<usize>) -> Result<Finished, BulkError> {
+    let name = match &program {
+        Program::Other(p) => p.display().to_string(),
+        Program::Netlane => "netlane".to_string(),
+    };
+    let spec = RoleSpec::program(&name, program, args.iter().cloned()).on_cpus(cpu.as_slice());
+    let ran = RoleProcess::start(host, &spec, None)
+        .and_then(|p| p.wait(CHILD_LIMIT))
+        .map_err(|e| BulkError::Config(format!("{e:#}")))?;
     if !ran.status.success() {
         return Err(BulkError::Config(format!(
-            "{} {} failed ({}): {}",
-            program.display(),
+            "{name} {} failed ({}): {}",
             args.join(" "),
             ran.status,
             format!("{}\n{}", ran.stdout, ran.stderr).trim()
@@ -50,13 +37,13 @@ fn run_child(
 /// The longest a sender process may run (a run is seconds; this only ends a hung one).
 const CHILD_LIMIT: Duration = Duration::from_secs(600);
 
-pub(super) fn run_external(ns: Option<&Netns>, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
+pub(super) fn run_external(host: &dyn Host, ext: &ExternalTx, dst: SocketAddr) -> Result<TxReport, BulkError> {
     let args: Vec<String> = ext
         .args
         .iter()
         .map(|a| a.replace("{addr}", &dst.ip().to_string()).replace("{port}", &dst.port().to_string()))
         .collect();
-    let child = run_child(ns, &ext.program, &args, None, ext.cpu)?;
+    let child = run_child(host, Program::Other(ext.program.clone()), &args, ext.cpu)?;
     let text = format!("{}\n{}", child.stdout, child.stderr);
     let report = (ext.parse)(&text).ok_or_else(|| {
         BulkError::Config(format!(
@@ -124,11 +111,11 @@ pub fn recv_args(job: &RecvJob, limit: Duration) -> Vec<String> {
     a.into_vec()
 }
 
-/// Runs `netlane bulk send` for `job` (inside `ns`, pinned to the job's CPU) to its end.
+/// Runs `netlane bulk send` for `job` (on `host`, pinned to the job's CPU) to its end.
 /// Its CPU is the whole process's (from wait4, like an external sender's), not the
 /// sending thread's own measurement.
-pub(super) fn run_sender_process(ns: Option<&Netns>, program: &Path, job: &SenderJob) -> Result<TxReport, BulkError> {
-    let child = run_child(ns, program, &send_args(job), None, job.spec.cpu)?;
+pub(super) fn run_sender_process(host: &dyn Host, job: &SenderJob) -> Result<TxReport, BulkError> {
+    let child = run_child(host, Program::Netlane, &send_args(job), job.spec.cpu)?;
     #[derive(serde::Deserialize)]
     struct BulkSend {
         report: TxReport,
@@ -150,17 +137,13 @@ pub(super) struct ReceiverProcess {
 /// Longest a receiver takes to drain and report once asked to stop.
 const RECEIVER_GRACE: Duration = Duration::from_secs(10);
 
-/// Starts `netlane bulk recv` for `job` inside `ns`, pinned to its CPU; returns once it
-/// has bound its socket.
-pub(super) fn start_receiver(ns: Option<&Netns>, program: &Path, job: &RecvJob) -> Result<ReceiverProcess, BulkError> {
-    let spec = RoleSpec::program("netlane bulk recv", Program::Other(program.into()), recv_args(job, CHILD_LIMIT))
+/// Starts `netlane bulk recv` for `job` on `host`, pinned to its CPU; returns once it has
+/// bound its socket.
+pub(super) fn start_receiver(host: &dyn Host, job: &RecvJob) -> Result<ReceiverProcess, BulkError> {
+    let spec = RoleSpec::netlane("netlane bulk recv", recv_args(job, CHILD_LIMIT))
         .on_cpus(job.spec.cpu.as_slice())
         .ready_on_stderr("listening on ", Duration::from_secs(10));
-    let role = match ns {
-        Some(ns) => RoleProcess::start(ns, &spec, None),
-        None => RoleProcess::start(&ThisMachine, &spec, None),
-    }
-    .map_err(|e| BulkError::Config(format!("{e:#}")))?;
+    let role = RoleProcess::start(host, &spec, None).map_err(|e| BulkError::Config(format!("{e:#}")))?;
     let address = role.listening_on().map_err(|e| BulkError::Config(format!("{e:#}")))?;
     Ok(ReceiverProcess { role, address })
 }

@@ -88,7 +88,9 @@ impl Scenario for KvBenchArgs {
     fn options(&self) -> OptionList {
         let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
         let servers: Vec<String> = self.servers.iter().map(|s| s.name()).collect();
-        let list = OptionList::new()
+        let list = self
+            .on
+            .listed(OptionList::new())
             .words("parts", &parts)
             .words("servers", &servers)
             .int("connections", u64::from(self.connections))
@@ -109,7 +111,6 @@ impl Scenario for KvBenchArgs {
             .int("server-cpu", self.server_cpu as u64)
             .int("client-cpu", self.client_cpu as u64)
             .text("memcached", self.memcached.clone())
-            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {

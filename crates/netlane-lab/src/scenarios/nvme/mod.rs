@@ -51,7 +51,8 @@ impl Scenario for NvmeBenchArgs {
 
     fn options(&self) -> OptionList {
         let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
-        OptionList::new()
+        self.on
+            .listed(OptionList::new())
             .text("path", self.path.name())
             .int("mtu", u64::from(self.mtu))
             .words("parts", &parts)
@@ -62,7 +63,6 @@ impl Scenario for NvmeBenchArgs {
             .int("target-cpu", self.target_cpu() as u64)
             .size("ns-size", self.ns_size)
             .words("caravan-sizes", &self.caravan_sizes.iter().map(|b| size_name(*b)).collect::<Vec<_>>())
-            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {

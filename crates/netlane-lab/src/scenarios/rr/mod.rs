@@ -62,7 +62,8 @@ impl Scenario for RrBenchArgs {
     fn options(&self) -> OptionList {
         let parts: Vec<String> = self.parts.iter().map(|p| p.name()).collect();
         let paths: Vec<&str> = self.paths.iter().map(|p| p.name()).collect();
-        OptionList::new()
+        self.on
+            .listed(OptionList::new())
             .words("parts", &parts)
             .words("paths", &paths)
             .int("clients", self.clients as u64)
@@ -81,7 +82,6 @@ impl Scenario for RrBenchArgs {
             .int("server-cpu", self.server_cpu as u64)
             .int("client-cpu", self.client_cpu as u64)
             .int("mtu", u64::from(self.mtu))
-            .text("testbed", self.on.describe())
     }
 
     fn validate(&self) -> Result<()> {

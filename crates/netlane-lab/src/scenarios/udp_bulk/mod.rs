@@ -17,15 +17,16 @@ mod report;
 #[cfg(test)]
 mod tests;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use netlane_report::ScenarioReport;
 use netlane_report::options::{OptionList, quantum_name};
 
 use super::Scenario;
-use super::net::{run_one, summary_line};
-use crate::engines::bulk::{BulkResult, BulkRun};
+use super::net::{Placement, endpoints, run_one, summary_line};
+use crate::engines::bulk::{BulkResult, BulkRun, Endpoints};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
+use crate::testbed::{Needs, Testbed};
 
 pub use self::options::{Mode, UdpBulkArgs};
 
@@ -36,9 +37,17 @@ impl Scenario for UdpBulkArgs {
 
     fn options(&self) -> OptionList {
         let modes: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
+        // On a testbed the path is the testbed's network: no veth, MTU or NAPI of ours.
+        let net = match self.on.testbed {
+            Some(_) => OptionList::new()
+                .flag("ipv6", self.net.ipv6)
+                .int("tx-cpu", self.net.tx_cpu as u64)
+                .int("rx-cpu", self.net.rx_cpu() as u64),
+            None => self.net.options(),
+        };
         let o = self
-            .net
-            .options()
+            .on
+            .listed(net)
             .words("modes", &modes)
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
@@ -55,7 +64,10 @@ impl Scenario for UdpBulkArgs {
     }
 
     fn validate(&self) -> Result<()> {
-        self.net.validate()?;
+        match self.on.open()? {
+            Some(t) => self.check_testbed(&t)?,
+            None => self.net.validate()?,
+        }
         if self.modes.is_empty() {
             bail!("--modes: no modes given");
         }
@@ -65,7 +77,8 @@ impl Scenario for UdpBulkArgs {
         if self.modes.contains(&Mode::Paced) && self.rates.is_empty() {
             bail!("the paced mode needs at least one --rates value");
         }
-        let mtu = Some(self.net.path_mtu());
+        // A testbed's path MTU is its network's (checked by the kernel, not here).
+        let mtu = self.on.testbed.is_none().then(|| self.net.path_mtu());
         for arm in self.arms() {
             arm.run.validate(mtu).map_err(|e| anyhow::Error::new(e).context(arm.label.clone()))?;
         }
@@ -78,8 +91,18 @@ impl Scenario for UdpBulkArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
-        let arms = self.arms();
+        if let Some(t) = self.on.open()? {
+            return self.run_on_testbed(&t, progress);
+        }
         let hosts = self.net.build("udp-bulk")?;
+        self.rounds(progress, endpoints(&hosts))
+    }
+}
+
+impl UdpBulkArgs {
+    /// Every arm's rounds between `ends`.
+    fn rounds(&self, progress: &dyn Progress, ends: Endpoints<'_>) -> Result<ScenarioReport> {
+        let arms = self.arms();
         let mut runner = Runner::new(progress);
         let results = runner.rounds(
             arms.len(),
@@ -87,11 +110,71 @@ impl Scenario for UdpBulkArgs {
             |runner, a, turn| {
                 let arm = &arms[a];
                 let run = BulkRun { run_id: runner.next_index(), ..arm.run.clone() };
-                runner.measure(turn, &arm.label, |label| run_one(&hosts, label, &run))
+                runner.measure(turn, &arm.label, |label| run_one(ends, label, &run))
             },
         )?;
         let records = runner.into_records();
         Ok(self.report(&arms, &results, records))
+    }
+
+    /// The sender on the testbed's server host, the receiver on its first client host.
+    fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
+        let (receiver, rx_addr) = receiver(t)?;
+        let mtu = match &t.server.spec.iface {
+            Some(iface) => {
+                let text = t.server.host().read_file(&format!("/sys/class/net/{iface}/mtu"))?;
+                Some(
+                    text.trim()
+                        .parse::<u32>()
+                        .with_context(|| format!("the MTU of {iface} on {}", t.server.label()))?,
+                )
+            }
+            None => None,
+        };
+        let ends = Endpoints::Hosts { tx: t.server.host(), rx: receiver.host(), rx_addr, mtu };
+        let mut report = self.rounds(progress, ends)?;
+        report.notes.insert(
+            0,
+            format!(
+                "Ran on a testbed: the sender on {}, the receiver on {} at {rx_addr}; \"machine CPU\" is both hosts' \
+                 together. The kernel's udpgso_bench_tx is not compared here.",
+                t.server.host().name(),
+                receiver.host().name()
+            ),
+        );
+        let role = |r: &str, h: &crate::testbed::TestbedHost, cpu: usize| netlane_report::RoleCpus {
+            role: format!("{r} on {}", h.host().name()),
+            cpus: vec![cpu],
+            beside: None,
+        };
+        report.cpu_plan =
+            vec![role("sender", &t.server, self.net.tx_cpu), role("receiver", receiver, self.net.rx_cpu())];
+        Ok(report)
+    }
+
+    /// Refuses a testbed whose hosts lack the ends' CPUs or whose first client host has
+    /// no address, and ends that are threads (another machine's end is a process).
+    fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        if self.net.ends == Placement::Thread {
+            bail!("--ends thread: on a testbed each end runs as a process on its host");
+        }
+        t.check(&Needs::default(), &Needs::default())?;
+        let (receiver, addr) = receiver(t)?;
+        if addr.is_ipv6() != self.net.ipv6 {
+            bail!(
+                "the receiver's address {addr} (the first client's `addr`) is not {}",
+                if self.net.ipv6 { "IPv6 (-6 was given)" } else { "IPv4 (give -6 for IPv6)" }
+            );
+        }
+        let cpus = t.server.cpus()?;
+        if !cpus.as_slice().contains(&self.net.tx_cpu) {
+            bail!("the sender's CPU {} (--tx-cpu): {} has CPUs {cpus}", self.net.tx_cpu, t.server.label());
+        }
+        let cpus = receiver.cpus()?;
+        if !cpus.as_slice().contains(&self.net.rx_cpu()) {
+            bail!("the receiver's CPU {} (--rx-cpu): {} has CPUs {cpus}", self.net.rx_cpu(), receiver.label());
+        }
+        Ok(())
     }
 }
 
@@ -120,4 +203,13 @@ impl Measured for BulkResult {
     fn path(&self) -> Vec<String> {
         self.tx.path.clone()
     }
+}
+
+/// The receiver's host (the testbed's first client) and its address.
+fn receiver(t: &Testbed) -> Result<(&crate::testbed::TestbedHost, std::net::IpAddr)> {
+    let first = t.clients.first().context("the testbed has no client host")?;
+    let addr = first.spec.addr.with_context(|| {
+        format!("{}: no `addr` (udp-bulk receives there, at the address the server reaches it at)", first.label())
+    })?;
+    Ok((first, addr))
 }

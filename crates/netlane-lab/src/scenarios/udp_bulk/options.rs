@@ -83,4 +83,9 @@ pub struct UdpBulkArgs {
     /// Skip the comparison with udpgso_bench_tx.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub no_selftest: bool,
+    /// The testbed it runs on (none: this machine). The sender runs on its server host,
+    /// the receiver on its first client host at that host's `addr`; --tx-cpu and --rx-cpu
+    /// then name CPUs there; each end is a process; udpgso_bench_tx is not compared.
+    #[command(flatten)]
+    pub on: crate::testbed::TestbedArgs,
 }

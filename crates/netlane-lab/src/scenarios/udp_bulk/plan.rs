@@ -91,7 +91,8 @@ impl UdpBulkArgs {
     }
 
     pub(super) fn selftest_binary(&self) -> Option<PathBuf> {
-        if self.no_selftest { None } else { selftest::locate(self.selftest.as_deref()) }
+        // The kernel's sender is a binary of this machine: not on a testbed's.
+        if self.no_selftest || self.on.testbed.is_some() { None } else { selftest::locate(self.selftest.as_deref()) }
     }
 
     /// Every arm: the modes, then the two sides of the comparison with the kernel's sender.

@@ -38,7 +38,7 @@ impl UdpBulkArgs {
         out.charts = charts(arms, results, &main);
         let heading = Heading {
             title: TITLE.into(),
-            description: DESCRIPTION.into(),
+            description: if self.on.testbed.is_some() { TESTBED_DESCRIPTION } else { DESCRIPTION }.into(),
             headline: self.headline(&out.checks, main.len()),
         };
         out.report(self, heading, runs, self.net.cpu_plan())
@@ -287,6 +287,13 @@ fn charts(arms: &[Arm], results: &[Vec<BulkResult>], main: &[usize]) -> Vec<Char
 }
 
 /// What the scenario does, for the report.
+const TESTBED_DESCRIPTION: &str = "A sender on the testbed's server host and a receiver on its first client host \
+        move data for a fixed time in each mode: TCP (the baseline), plain UDP, sendmmsg, UDP GSO (cmsg and socket \
+        option), GSO to a UDP_GRO receiver, GSO with MSG_ZEROCOPY, and GSO paced at several rates. CPU is measured \
+        per process (sender, receiver) and for both machines together from their /proc/stat (once when they are one \
+        machine), as seconds per GB: \
+        per GB sent and per GB delivered for the sender. Rates are measured at both ends.";
+
 const DESCRIPTION: &str = "A sender and a receiver in two namespaces joined by veth move data for a fixed time in each \
         mode: TCP (the baseline), plain UDP, sendmmsg, UDP GSO (cmsg and socket option), GSO to a UDP_GRO \
         receiver, GSO with MSG_ZEROCOPY, and GSO paced at several rates. CPU is measured per thread (sender, \
