@@ -132,6 +132,7 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("probe", s(schemars::schema_for!(Document<netlane::probe::ProbeReport>))),
         ("nic-show", s(schemars::schema_for!(Document<netlane::nic::NicView>))),
         ("nic-try", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
+        ("nic-hold", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
         ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),

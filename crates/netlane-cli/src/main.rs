@@ -290,6 +290,7 @@ fn main() -> ExitCode {
         | Cmd::Rr { cmd: rr::RrCmd::Serve(_) }
         | Cmd::Kv { cmd: kv::KvCmd::Serve(_) }
         | Cmd::Bulk { cmd: bulk::BulkCmd::Recv(_) }
+        | Cmd::Nic { cmd: nic::NicCmd::Hold(_) }
         | Cmd::App { .. } => signals::install(signals::Mode::Server),
         _ => signals::install(signals::Mode::Job),
     }

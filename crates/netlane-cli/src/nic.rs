@@ -20,6 +20,24 @@ pub enum NicCmd {
     /// an interrupt's CPUs), says what it reads back or the kernel's reason for refusing
     /// it, then puts everything back and shows that it is as it was. Needs root.
     Try(TryArgs),
+    /// Applies settings as `try` does and holds them until SIGINT or SIGTERM (the lab
+    /// holds a testbed server's NIC settings so, under `netlane role`, whose session's
+    /// end stops it), then puts everything back and shows that it is as it was. Needs
+    /// root.
+    Hold(HoldArgs),
+}
+
+/// `netlane nic hold`.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The settings, as `try` takes them.
+    #[command(flatten)]
+    pub settings: TryArgs,
+    /// Every interrupt of the device on these CPUs, one CPU each in turn (a CPU list;
+    /// wrapping): its NAPI instances' interrupts, or its MSI vectors where the kernel
+    /// does not say which NAPI instance has which.
+    #[arg(long, value_name = "CPUS", value_parser = netlane::cpus::parse_online)]
+    pub irqs: Option<CpuList>,
 }
 
 /// `netlane nic try`.
@@ -40,24 +58,7 @@ pub struct TryArgs {
 }
 
 fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
-    let (key, value) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected GROUP.NAME=VALUE"))?;
-    let (group, name) = key.split_once('.').ok_or_else(|| format!("{key:?}: expected GROUP.NAME"))?;
-    let group = Group::ALL
-        .into_iter()
-        .find(|g| g.name() == group)
-        .ok_or_else(|| format!("{group:?}: not a group (channels, rings or coalesce)"))?;
-    if !group.can_set(name) {
-        return Err(format!("{name:?} is not a setting of {group} (it has {})", group.settable()));
-    }
-    let value = match value {
-        "on" => 1,
-        "off" => 0,
-        v => v.parse::<u32>().map_err(|_| format!("{v:?}: a number (or on, off)"))?,
-    };
-    if name.starts_with("adaptive-") && value > 1 {
-        return Err(format!("{name} {value}: on or off (1 or 0)"));
-    }
-    Ok((group, name.to_string(), value))
+    Group::parse_setting(s)
 }
 
 fn parse_irq(s: &str) -> Result<(u32, CpuList), String> {
@@ -80,7 +81,22 @@ pub fn run(cmd: NicCmd) -> Result<u8> {
     match cmd {
         NicCmd::Show(a) => show(&a).map(|()| 0),
         NicCmd::Try(a) => try_settings(&a),
+        NicCmd::Hold(a) => hold(&a),
     }
+}
+
+/// The settings of `set`, one entry per group.
+fn groups(set: &[(Group, String, u32)]) -> Vec<(Group, Values)> {
+    let mut groups: Vec<(Group, Values)> = Vec::new();
+    for (g, name, v) in set {
+        match groups.iter_mut().find(|(have, _)| have == g) {
+            Some((_, values)) => {
+                values.insert(name.clone(), *v);
+            }
+            None => groups.push((*g, Values::from([(name.clone(), *v)]))),
+        }
+    }
+    groups
 }
 
 /// Exits 1 when something was not put back (its record stays for `netlane clean`).
@@ -89,17 +105,68 @@ fn try_settings(a: &TryArgs) -> Result<u8> {
     if a.set.is_empty() && a.irq.is_empty() {
         anyhow::bail!("nothing to try: give --set or --irq");
     }
-    let mut groups: Vec<(Group, Values)> = Vec::new();
-    for (g, name, v) in &a.set {
-        match groups.iter_mut().find(|(have, _)| have == g) {
-            Some((_, values)) => {
-                values.insert(name.clone(), *v);
-            }
-            None => groups.push((*g, Values::from([(name.clone(), *v)]))),
-        }
+    let tried = netlane::nic::try_settings(&a.dev, &groups(&a.set), &a.irq);
+    report_tried(&a.out, "nic-try", tried)
+}
+
+/// Holds until stopped; exits 1 when something was not put back.
+fn hold(a: &HoldArgs) -> Result<u8> {
+    let s = &a.settings;
+    s.out.validate()?;
+    let mut irqs = s.irq.clone();
+    if let Some(cpus) = &a.irqs {
+        let of_device = device_irqs(&s.dev)?;
+        irqs.extend(
+            of_device
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, irq)| cpus.nth_wrapping(i).map(|c| (irq, CpuList::one(c)))),
+        );
     }
-    let tried = netlane::nic::try_settings(&a.dev, &groups, &a.irq);
-    if !a.out.json_to_stdout() {
+    if s.set.is_empty() && irqs.is_empty() {
+        anyhow::bail!("nothing to hold: give --set, --irq or --irqs");
+    }
+    let holding = netlane::nic::hold_settings(&s.dev, &groups(&s.set), &irqs);
+    for o in &holding.outcomes {
+        eprintln!("{o}");
+    }
+    let refused = holding.outcomes.iter().filter(|o| o.refused.is_some()).count();
+    let applied = holding.outcomes.len() - refused;
+    eprintln!("holding {applied} settings of {} ({refused} refused) until SIGINT or SIGTERM", s.dev);
+    while !crate::signals::STOP.wait(std::time::Duration::from_secs(3600)) {}
+    report_tried(&s.out, "nic-hold", holding.put_back())
+}
+
+/// The interrupts of `dev`: its NAPI instances' (netdev netlink), or where the kernel
+/// does not say (before Linux 6.8), its PCI device's MSI vectors.
+fn device_irqs(dev: &str) -> Result<Vec<u32>> {
+    let v = netlane::nic::show(dev).with_context(|| format!("read device {dev}"))?;
+    let napi: Vec<u32> = v.napis.iter().filter_map(|n| n.irq).collect();
+    if !napi.is_empty() {
+        return Ok(napi);
+    }
+    // The device's own, or its parent's: a virtio device's vectors are its PCI
+    // transport's.
+    let mut msi: Vec<u32> = ["device/msi_irqs", "device/../msi_irqs"]
+        .iter()
+        .find_map(|d| std::fs::read_dir(format!("/sys/class/net/{dev}/{d}")).ok())
+        .map(|entries| entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+        .unwrap_or_default();
+    msi.sort_unstable();
+    if msi.is_empty() {
+        anyhow::bail!(
+            "--irqs: {dev} has no interrupts to move ({})",
+            v.napis_unavailable.as_deref().unwrap_or("no NAPI instance has one, and it has no MSI vectors")
+        );
+    }
+    Ok(msi)
+}
+
+/// Prints what was tried and put back, writes it as `kind`; exits 1 when something was
+/// not put back.
+fn report_tried(out: &OutputArgs, kind: &str, tried: netlane::nic::Tried) -> Result<u8> {
+    let a = out;
+    if !a.json_to_stdout() {
         for o in &tried.outcomes {
             out::println(&o.to_string());
         }
@@ -113,7 +180,7 @@ fn try_settings(a: &TryArgs) -> Result<u8> {
         }
     }
     let failed = tried.put_back.iter().filter(|p| !p.restored()).count();
-    a.out.write_json(&netlane_report::document("nic-try", tried))?;
+    a.write_json(&netlane_report::document(kind, tried))?;
     if failed > 0 {
         anyhow::bail!("{failed} settings were not put back (netlane clean tries again)");
     }

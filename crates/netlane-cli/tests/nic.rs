@@ -66,3 +66,57 @@ fn nic_try_on_a_veth_applies_refuses_and_puts_back() {
     assert_eq!(doc["put_back"][0]["before"], "2", "{doc}");
     assert_eq!(doc["put_back"][0]["now"], "2", "{doc}");
 }
+
+/// `nic hold`: the settings stay while it runs and are put back when it is stopped
+/// (SIGTERM, as a remote role's supervisor sends when its session ends).
+#[test]
+fn nic_hold_keeps_settings_until_stopped_then_puts_them_back() {
+    if !netlane_testkit::privileged("nic_hold_keeps_settings_until_stopped_then_puts_them_back") {
+        return;
+    }
+    use std::io::{BufRead as _, Read as _};
+    let (a, b) = (
+        netlane::topology::Netns::create("nichold-a").unwrap(),
+        netlane::topology::Netns::create("nichold-b").unwrap(),
+    );
+    netlane::topology::veth_link_queues(
+        netlane::topology::End { ns: &a, name: "va", addrs: &[] },
+        netlane::topology::End { ns: &b, name: "vb", addrs: &[] },
+        1500,
+        2,
+    )
+    .unwrap();
+    let channels = || {
+        let o = std::process::Command::new("ip")
+            .args(["netns", "exec", a.name(), env!("CARGO_BIN_EXE_netlane"), "nic", "show", "va", "--json", "-"])
+            .output()
+            .unwrap();
+        valid_document(&stdout(&o), "nic-show")["groups"]["channels"]["value"]["rx"].as_u64().unwrap()
+    };
+    assert_eq!(channels(), 2);
+    let mut hold = common::Reaped(
+        std::process::Command::new("ip")
+            .args(["netns", "exec", a.name(), env!("CARGO_BIN_EXE_netlane"), "nic", "hold", "va"])
+            .args(["--set", "channels.rx=1", "--set", "coalesce.rx-usecs=10", "--json", "-"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = std::io::BufReader::new(hold.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("holding") {
+        assert!(err.read_line(&mut said).unwrap() > 0, "it ended before holding: {said}");
+    }
+    assert!(said.contains("channels of va: rx=1: applied, reads rx=1"), "{said}");
+    assert!(said.contains("coalesce of va: rx-usecs=10: refused"), "{said}");
+    assert!(said.contains("holding 1 settings of va (1 refused)"), "{said}");
+    assert_eq!(channels(), 1, "held while it runs");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(hold.id() as i32), nix::sys::signal::SIGTERM).unwrap();
+    let mut out = String::new();
+    hold.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(hold.wait().unwrap().success());
+    let doc = valid_document(&out, "nic-hold");
+    assert_eq!(doc["put_back"][0]["now"], "2", "{doc}");
+    assert_eq!(channels(), 2, "put back once stopped");
+}

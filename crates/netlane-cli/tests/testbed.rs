@@ -123,7 +123,8 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
 }
 
 /// `bench udp-bulk --testbed`: the sender on the server host, the receiver on the first
-/// client host at its `addr`, each end a process there; both machines' CPU counted.
+/// client host at its `addr`, each end a process there; both machines' CPU counted; the
+/// NIC settings the file gives held on each host while it runs and put back.
 #[test]
 fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
     if !netlane_testkit::privileged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") {
@@ -133,7 +134,15 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
     hosts.bridge("10.78.0").unwrap();
     let dir = common::temp_dir("testbed-bulk");
     std::fs::create_dir_all(&dir).unwrap();
-    let file = testbed(&hosts, &dir, "addr = \"10.78.0.2\"\n");
+    let file = testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\n");
+    // NIC settings held while it runs: one the server's bridge refuses, one the client's
+    // veth takes; both said, and the taken one put back.
+    let text = std::fs::read_to_string(&file).unwrap().replacen(
+        "cpus = \"1\"\n",
+        "cpus = \"1\"\niface = \"br0\"\nnic = [\"coalesce.rx-usecs=10\"]\n",
+        1,
+    );
+    std::fs::write(&file, text).unwrap();
     let o = common::netlane(&[
         "bench",
         "udp-bulk",
@@ -163,6 +172,15 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
             .contains("the sender on host server, the receiver on host client1 at 10.78.0.2"),
         "{r}"
     );
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    let held = |who: &str| notes.iter().find(|n| n.starts_with(&format!("NIC settings held on {who}")));
+    let server = held("server (host server) br0").unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(
+        server.contains("coalesce of br0: rx-usecs=10: refused: ") && server.contains("Operation not supported"),
+        "{server}"
+    );
+    let client = held("client 1 (host client1) eth0").unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(client.contains("channels of eth0: rx=1: applied, reads rx=1. All put back as they were."), "{client}");
     let runs = r["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "tcp, udp, gso; no udpgso_bench_tx across hosts: {runs:?}");
     for run in runs {

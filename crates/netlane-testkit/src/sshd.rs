@@ -113,9 +113,10 @@ impl SshHosts {
         .map_err(|e| format!("write {}: {e}", config.display()))?;
         // Its log (a line per connection the readiness probe below opens) goes to a file.
         let log = std::fs::File::create(self.dir.join(format!("sshd_{alias}.log"))).map_err(|e| e.to_string())?;
-        let sshd = ns
-            .command(SSHD)
-            .args(["-D", "-e", "-f"])
+        // Through `ip netns exec`, which also mounts a sysfs of the namespace: what runs
+        // there reads its own devices under /sys, as on a machine of its own.
+        let sshd = Command::new("ip")
+            .args(["netns", "exec", ns.name(), SSHD, "-D", "-e", "-f"])
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

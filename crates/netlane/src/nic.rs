@@ -170,7 +170,7 @@ fn reason(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// What became of a setting asked of a device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Outcome {
     /// What was asked (`channels of eth1: combined=4`).
     pub asked: String,
@@ -275,7 +275,7 @@ pub fn set_irq_cpus(irq: u32, cpus: &CpuList) -> (Outcome, Option<Held>) {
 }
 
 /// What [`try_settings`] found: what each setting did, and whether each was put back.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Tried {
     /// Each setting asked, applied (read back) or refused (the kernel's reason).
     pub outcomes: Vec<Outcome>,
@@ -285,7 +285,7 @@ pub struct Tried {
 }
 
 /// One setting after it was put back.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PutBack {
     /// The setting (`channels of eth1: combined`).
     pub what: String,
@@ -321,10 +321,43 @@ impl Reading {
     }
 }
 
+/// Settings applied and held until [`Holding::put_back`] (or until dropped, which puts
+/// them back too, unread).
+pub struct Holding {
+    /// Each setting asked, applied (read back) or refused (the kernel's reason).
+    pub outcomes: Vec<Outcome>,
+    held: Vec<Held>,
+    watch: Vec<(String, String, Reading)>,
+}
+
+impl std::fmt::Debug for Holding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holding").field("outcomes", &self.outcomes).field("held", &self.held.len()).finish()
+    }
+}
+
+impl Holding {
+    /// How many settings it holds.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Puts everything back (in the reverse order it was made) and reads it again.
+    pub fn put_back(mut self) -> Tried {
+        while let Some(h) = self.held.pop() {
+            drop(h);
+        }
+        let put_back = std::mem::take(&mut self.watch)
+            .into_iter()
+            .map(|(what, before, r)| PutBack { what, before, now: r.now() })
+            .collect();
+        Tried { outcomes: std::mem::take(&mut self.outcomes), put_back }
+    }
+}
+
 /// Applies each of `groups` (one group's settings each) and each interrupt's CPUs to
-/// `dev`, reads each back, then puts everything back and reads it again: which settings
-/// a device takes, and proof that it is as it was.
-pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Tried {
+/// `dev` and reads each back; they stay until the [`Holding`] puts them back.
+pub fn hold_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Holding {
     let mut outcomes = Vec::new();
     let mut held = Vec::new();
     let mut watch: Vec<(String, String, Reading)> = Vec::new();
@@ -351,10 +384,12 @@ pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList
         }
         outcomes.push(outcome);
     }
-    // Put back in the reverse order they were made.
-    while let Some(h) = held.pop() {
-        drop(h);
-    }
-    let put_back = watch.into_iter().map(|(what, before, r)| PutBack { what, before, now: r.now() }).collect();
-    Tried { outcomes, put_back }
+    Holding { outcomes, held, watch }
+}
+
+/// Applies each of `groups` (one group's settings each) and each interrupt's CPUs to
+/// `dev`, reads each back, then puts everything back and reads it again: which settings
+/// a device takes, and proof that it is as it was.
+pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Tried {
+    hold_settings(dev, groups, irqs).put_back()
 }

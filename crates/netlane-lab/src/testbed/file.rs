@@ -54,6 +54,12 @@ pub struct HostSpec {
     pub iface: Option<String>,
     /// The CPUs its roles take (`None`: as the scenario plans them).
     pub cpus: Option<CpuList>,
+    /// Settings of `iface` held while the scenarios run, then put back
+    /// (`GROUP.NAME=VALUE`, as `netlane nic hold --set` takes them).
+    pub nic: Vec<String>,
+    /// The CPUs `iface`'s interrupts are moved to while the scenarios run (one each in
+    /// turn), then put back.
+    pub irqs: Option<CpuList>,
 }
 
 impl HostSpec {
@@ -92,6 +98,9 @@ struct RawHost {
     addr: Option<IpAddr>,
     iface: Option<String>,
     cpus: Option<String>,
+    #[serde(default)]
+    nic: Vec<String>,
+    irqs: Option<String>,
 }
 
 impl TestbedSpec {
@@ -120,15 +129,25 @@ impl TestbedSpec {
             if netlane.is_empty() {
                 return bad("`netlane` is empty".into());
             }
-            let cpus = match h.cpus {
+            let list = |what: &str, c: Option<String>| match c {
                 Some(c) => match c.parse::<CpuList>() {
-                    Ok(list) if !list.is_empty() => Some(list),
-                    Ok(_) => return bad("`cpus` is empty".into()),
-                    Err(e) => return bad(format!("`cpus` {c:?}: {e}")),
+                    Ok(list) if !list.is_empty() => Ok(Some(list)),
+                    Ok(_) => Err(TestbedError::Invalid(format!("{role}: `{what}` is empty"))),
+                    Err(e) => Err(TestbedError::Invalid(format!("{role}: `{what}` {c:?}: {e}"))),
                 },
-                None => None,
+                None => Ok(None),
             };
-            Ok(HostSpec { role, ssh: h.ssh, netlane, addr: h.addr, iface: h.iface, cpus })
+            let cpus = list("cpus", h.cpus)?;
+            let irqs = list("irqs", h.irqs)?;
+            for n in &h.nic {
+                if let Err(e) = netlane::topology::ethtool::Group::parse_setting(n) {
+                    return bad(format!("`nic`: {e}"));
+                }
+            }
+            if (!h.nic.is_empty() || irqs.is_some()) && h.iface.is_none() {
+                return bad("`nic` and `irqs` set an interface: `iface` is missing".into());
+            }
+            Ok(HostSpec { role, ssh: h.ssh, netlane, addr: h.addr, iface: h.iface, cpus, nic: h.nic, irqs })
         };
         let server = host("server".into(), raw.server)?;
         if server.addr.is_none() {
@@ -165,6 +184,8 @@ mod tests {
         addr = "10.0.1.2"
         iface = "ens1f0"
         cpus = "8-11"
+        nic = ["coalesce.adaptive-rx=off", "channels.combined=4"]
+        irqs = "8-11"
 
         [[clients]]
         ssh = "root@10.0.0.3"
@@ -185,6 +206,9 @@ mod tests {
         assert_eq!(t.server.iface.as_deref(), Some("ens1f0"));
         assert_eq!(t.server.cpus.as_ref().map(|c| c.as_slice().to_vec()), Some(vec![8, 9, 10, 11]));
         assert_eq!(t.server.netlane, "/opt/netlane");
+        assert_eq!(t.server.nic, ["coalesce.adaptive-rx=off", "channels.combined=4"]);
+        assert_eq!(t.server.irqs.as_ref().map(|c| c.as_slice().to_vec()), Some(vec![8, 9, 10, 11]));
+        assert!(t.clients[0].nic.is_empty() && t.clients[0].irqs.is_none());
         assert_eq!(t.clients.len(), 2);
         assert_eq!((t.clients[0].role.as_str(), t.clients[1].role.as_str()), ("client 1", "client 2"));
         assert_eq!(t.clients[1].netlane, "netlane");
@@ -206,6 +230,11 @@ mod tests {
             ("[server]\naddr = \"10.0.0.1\"\ncpus = \"3-1\"\n[[clients]]\nssh = \"c\"", "server: `cpus` \"3-1\""),
             ("[server]\naddr = \"10.0.0.1\"\niface = \"a/b\"\n[[clients]]\nssh = \"c\"", "not an interface name"),
             ("[server]\naddr = \"10.0.0.1\"\nport = 1\n[[clients]]\nssh = \"c\"", "not a testbed file"),
+            ("[server]\naddr = \"10.0.0.1\"\nirqs = \"1\"\n[[clients]]\nssh = \"c\"", "`iface` is missing"),
+            (
+                "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nnic = [\"rings.rx=x\"]\n[[clients]]\nssh = \"c\"",
+                "server: `nic`: \"x\": a number",
+            ),
         ];
         for (text, says) in cases {
             let e = TestbedSpec::parse(text).unwrap_err();

@@ -11,7 +11,7 @@ use netlane::cpus::CpuList;
 
 pub use file::{HostSpec, MAX_CLIENTS, TestbedError, TestbedSpec};
 
-use crate::host::{Host, SshHost, SshSpec, ThisMachine};
+use crate::host::{Host, RoleProcess, RoleSpec, SshHost, SshSpec, ThisMachine};
 
 /// One host of a testbed, reached.
 pub struct TestbedHost {
@@ -61,7 +61,8 @@ impl TestbedHost {
     fn missing(&self, needs: &Needs) -> Vec<String> {
         let mut out = Vec::new();
         let mut say = |what: String| out.push(format!("{}: {what}", self.label()));
-        if needs.root {
+        // Setting a device's NIC takes root too.
+        if needs.root || !self.spec.nic.is_empty() || self.spec.irqs.is_some() {
             match self.host.run(&words(&["id", "-u"])) {
                 Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "0" => {}
                 Ok(_) => say("not root (its roles build namespaces, load BPF and set devices)".into()),
@@ -160,6 +161,56 @@ impl TestbedArgs {
     }
 }
 
+/// NIC settings held on a testbed's hosts while scenarios run.
+#[derive(Debug, Default)]
+pub struct NicHold {
+    holds: Vec<(String, RoleProcess)>,
+}
+
+impl NicHold {
+    /// Puts every setting back: what each was, what it did, and whether it is as it
+    /// was, one note per device.
+    pub fn finish(mut self) -> Result<Vec<String>> {
+        let mut notes = Vec::new();
+        for (what, role) in std::mem::take(&mut self.holds) {
+            let done = role.stop_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN)?;
+            let tried: netlane::nic::Tried =
+                done.json().with_context(|| format!("read what nic hold did on {what}"))?;
+            let said: Vec<String> = tried.outcomes.iter().map(|o| o.to_string()).collect();
+            let left: Vec<String> = tried
+                .put_back
+                .iter()
+                .filter(|p| !p.restored())
+                .map(|p| format!("{} reads {} (was {})", p.what, p.now, p.before))
+                .collect();
+            notes.push(format!(
+                "NIC settings held on {what} while it ran: {}. {}",
+                said.join("; "),
+                if left.is_empty() {
+                    "All put back as they were.".to_string()
+                } else {
+                    format!("NOT put back: {}.", left.join("; "))
+                }
+            ));
+        }
+        Ok(notes)
+    }
+}
+
+impl Drop for NicHold {
+    fn drop(&mut self) {
+        // A scenario that failed: its settings are put back all the same.
+        for (what, role) in self.holds.drain(..) {
+            if let Err(e) = role.stop_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN) {
+                tracing::warn!(device = %what, error = %format!("{e:#}"), "nic hold did not stop cleanly");
+            }
+        }
+    }
+}
+
+/// How long `netlane nic hold` may take to put its settings back.
+const STOP_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
+
 /// A testbed's hosts, reached.
 #[derive(Debug)]
 pub struct Testbed {
@@ -237,6 +288,29 @@ impl Testbed {
             bail!("the testbed cannot run this:\n  {}", missing.join("\n  "));
         }
         Ok(())
+    }
+
+    /// Holds the NIC settings the file gives each host (`nic`, `irqs` of its `iface`)
+    /// until the returned hold finishes or drops: a `netlane nic hold` on that host,
+    /// which puts them back when stopped (also when its SSH session ends).
+    pub fn hold_nic(&self) -> Result<NicHold> {
+        let mut holds = Vec::new();
+        for h in std::iter::once(&self.server).chain(&self.clients) {
+            let (Some(iface), true) = (&h.spec.iface, !h.spec.nic.is_empty() || h.spec.irqs.is_some()) else {
+                continue;
+            };
+            let mut args = words(&["nic", "hold", iface, "--json", "-"]);
+            for n in &h.spec.nic {
+                args.extend(["--set".to_string(), n.clone()]);
+            }
+            if let Some(c) = &h.spec.irqs {
+                args.extend(["--irqs".to_string(), c.to_string()]);
+            }
+            let spec = RoleSpec::netlane(&format!("nic hold on {}", h.label()), args)
+                .ready_on_stderr("holding ", std::time::Duration::from_secs(20));
+            holds.push((format!("{} {iface}", h.label()), RoleProcess::start(h.host(), &spec, None)?));
+        }
+        Ok(NicHold { holds })
     }
 
     /// Refuses `cpu` for the servers when their host does not have it.

@@ -249,6 +249,29 @@ const COALESCE: [Setting; 6] = [
 ];
 
 impl Group {
+    /// A setting as `GROUP.NAME=VALUE` (`channels.combined=4`, `coalesce.adaptive-rx=off`):
+    /// its group, name and value, or why it is not one.
+    pub fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
+        let (key, value) = s.split_once('=').ok_or_else(|| format!("{s:?}: expected GROUP.NAME=VALUE"))?;
+        let (group, name) = key.split_once('.').ok_or_else(|| format!("{key:?}: expected GROUP.NAME"))?;
+        let group = Group::ALL
+            .into_iter()
+            .find(|g| g.name() == group)
+            .ok_or_else(|| format!("{group:?}: not a group (channels, rings or coalesce)"))?;
+        if !group.can_set(name) {
+            return Err(format!("{name:?} is not a setting of {group} (it has {})", group.settable()));
+        }
+        let value = match value {
+            "on" => 1,
+            "off" => 0,
+            v => v.parse::<u32>().map_err(|_| format!("{v:?}: a number (or on, off)"))?,
+        };
+        if name.starts_with("adaptive-") && value > 1 {
+            return Err(format!("{name} {value}: on or off (1 or 0)"));
+        }
+        Ok((group, name.to_string(), value))
+    }
+
     /// Every group.
     pub const ALL: [Group; 3] = [Group::Channels, Group::Rings, Group::Coalesce];
 

@@ -178,8 +178,10 @@ impl Scenario for KvBenchArgs {
             let generators = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
             let site = CacheSite { server: t.server.host(), generators };
             let addr = SocketAddr::new(t.server_addr(), 11211);
+            let nic = t.hold_nic()?;
             let mut report = self.rounds(progress, &site, addr)?;
             report.notes.insert(0, t.describe());
+            report.notes.extend(nic.finish()?);
             report.cpu_plan = t.cpu_plan(&[self.server_cpu]);
             return Ok(report);
         }

@@ -146,9 +146,11 @@ impl NvmeBenchArgs {
                 bail!("nothing to run on this testbed: {}", notes[1]);
             }
         }
+        let nic = t.hold_nic()?;
         let (target, addr) = this.start_target(&site)?;
         let modes = this.modes(addr, None, crossed.unwrap_or(self.host_cpu))?;
         let mut report = this.run_modes(progress, &site, target, &modes)?;
+        report.notes.extend(nic.finish()?);
         report.notes.splice(0..0, notes);
         report.cpu_plan = vec![
             netlane_report::RoleCpus {
