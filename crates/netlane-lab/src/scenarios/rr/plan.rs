@@ -170,7 +170,8 @@ impl RrBenchArgs {
         }
     }
 
-    /// `n` closed-loop clients on the client CPU, pausing `think` between requests.
+    /// `n` closed-loop clients on the client CPU (on a testbed: its client hosts'),
+    /// pausing `think` between requests.
     fn population(
         &self,
         addr: SocketAddr,
@@ -183,7 +184,8 @@ impl RrBenchArgs {
             server: addr,
             clients: n,
             threads: 1,
-            cpus: Some(CpuList::one(self.client_cpu)),
+            // On a testbed the client hosts' own CPUs place the clients (or nothing does).
+            cpus: self.on.testbed.is_none().then(|| CpuList::one(self.client_cpu)),
             client: self.client(response),
             load: Load::Closed { think },
             ramp: self.ramp,
