@@ -17,6 +17,11 @@ pub struct RoleArgs {
     /// How long the program has to stop after its orders end (then SIGKILL).
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub grace: Duration,
+    /// Take the orders as ended when standard input is silent this long (the lab writes
+    /// an empty line every 5 s: a connection that died without closing then ends the
+    /// program too) [default: wait for the input to end].
+    #[arg(long, value_parser = parse_duration)]
+    pub silence: Option<Duration>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -31,8 +36,8 @@ impl RoleArgs {
         let signals = Signals::new([SIGINT, SIGTERM, SIGHUP]);
         let role = Supervised::start(&self.command)?;
         let orders = role.signaller();
-        let grace = self.grace;
-        std::thread::spawn(move || obey(std::io::stdin().lock(), &orders, grace));
+        let (grace, silence) = (self.grace, self.silence);
+        std::thread::spawn(move || obey(std::io::BufReader::new(std::io::stdin()), &orders, grace, silence));
         match signals {
             Ok(mut signals) => {
                 let forward = role.signaller();

@@ -11,9 +11,16 @@ use common::Reaped;
 /// `netlane role -- sh -c SCRIPT`, its input and output piped; returns once the script
 /// said `up` (its traps are set by then).
 fn start(script: &str) -> (Reaped, BufReader<std::process::ChildStdout>) {
+    start_with(&[], script)
+}
+
+/// [`start`] with more of `netlane role`'s options.
+fn start_with(options: &[&str], script: &str) -> (Reaped, BufReader<std::process::ChildStdout>) {
     let mut child = Reaped(
         Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(["role", "--grace", "300ms", "--", "sh", "-c", script])
+            .args(["role", "--grace", "300ms"])
+            .args(options)
+            .args(["--", "sh", "-c", script])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -56,6 +63,27 @@ fn the_end_of_its_input_ends_the_program_sigkill_after_the_grace() {
     assert_eq!(status.code(), Some(128 + 9));
     assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
     assert_eq!(trailer(&mut child)["wait_status"], 9);
+}
+
+/// With --silence (as the lab starts it over SSH), input that stays open but says
+/// nothing, as from a connection that died without closing, ends the program; empty
+/// lines (the lab's heartbeat) keep it running.
+#[test]
+fn input_silent_past_its_limit_ends_the_program_and_heartbeats_keep_it() {
+    let (mut child, _out) =
+        start_with(&["--silence", "600ms"], "trap 'exit 3' TERM; echo up; while :; do sleep 0.01; done");
+    let mut orders = child.stdin.take().unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(300));
+        orders.write_all(b"\n").unwrap();
+    }
+    assert!(child.try_wait().unwrap().is_none(), "heartbeats keep it running");
+    let status = child.wait().unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(1500 + 600), "{:?}", started.elapsed());
+    assert_eq!(status.code(), Some(3), "stopped with SIGTERM");
+    drop(orders);
+    assert_eq!(trailer(&mut child)["wait_status"], 3 << 8);
 }
 
 #[test]

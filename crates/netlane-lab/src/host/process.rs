@@ -3,14 +3,14 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Stdio};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use netlane::metrics::CpuTime;
 use nix::sys::signal::Signal;
 
-use super::supervisor::{RoleEnd, order};
+use super::supervisor::{HEARTBEAT, RoleEnd, order};
 use super::{Control, Host, RoleSpec};
 
 /// Called with every line a role writes (standard output after the first line, and
@@ -22,8 +22,9 @@ pub struct RoleProcess {
     name: String,
     child: Option<Child>,
     control: Control,
-    /// A supervised role's orders (its supervisor's standard input).
-    orders: Option<ChildStdin>,
+    /// A supervised role's orders (its supervisor's standard input; a heartbeat thread
+    /// writes there too while it is open).
+    orders: Option<Arc<Mutex<ChildStdin>>>,
     first_line: String,
     stdout: Option<mpsc::Receiver<Vec<String>>>,
     stderr: Option<mpsc::Receiver<Vec<String>>>,
@@ -60,6 +61,25 @@ impl Finished {
     }
 }
 
+/// `pipe` shared with a thread that writes an empty line to it every [`HEARTBEAT`]
+/// until the role closes it (drops the last strong reference) or it breaks: the remote
+/// supervisor's sign that the lab is still there.
+fn heartbeat(pipe: ChildStdin) -> Arc<Mutex<ChildStdin>> {
+    let shared = Arc::new(Mutex::new(pipe));
+    let weak = Arc::downgrade(&shared);
+    std::thread::spawn(move || {
+        loop {
+            std::thread::sleep(HEARTBEAT);
+            let Some(pipe) = weak.upgrade() else { break };
+            let mut p = pipe.lock().unwrap_or_else(|e| e.into_inner());
+            if p.write_all(b"\n").and_then(|()| p.flush()).is_err() {
+                break;
+            }
+        }
+    });
+    shared
+}
+
 impl RoleProcess {
     /// Starts `spec` on `host`, feeding nothing on standard input, and waits until it
     /// says it is ready. `hook` sees every later line it writes.
@@ -80,7 +100,7 @@ impl RoleProcess {
         netlane_sys::process::kill_with_parent(&mut cmd);
         let mut child =
             cmd.spawn().with_context(|| format!("start {} ({}) on {}", spec.name, spec.describe(), host.name()))?;
-        let orders = if control == Control::Supervised { child.stdin.take() } else { None };
+        let orders = if control == Control::Supervised { child.stdin.take().map(heartbeat) } else { None };
         let (out, err) = (child.stdout.take(), child.stderr.take());
         // The first line is the ready line only when one is awaited; otherwise it is
         // part of the output (a client's report).
@@ -174,6 +194,7 @@ impl RoleProcess {
             }
             // A broken pipe: the session has ended, and the role with it.
             (Control::Supervised, _, Some(o)) => {
+                let mut o = o.lock().unwrap_or_else(|p| p.into_inner());
                 let _ = o.write_all(order(signal).as_bytes()).and_then(|()| o.flush());
             }
             _ => {}

@@ -224,7 +224,8 @@ impl Host for SshHost {
     }
 
     fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
-        let mut words = vec![self.spec.netlane.clone(), "role".into(), "--".into()];
+        let silence = format!("{}s", super::supervisor::SILENCE.as_secs());
+        let mut words = vec![self.spec.netlane.clone(), "role".into(), "--silence".into(), silence, "--".into()];
         if !cpus.is_empty() {
             words.extend(["taskset".into(), "-c".into(), CpuList::new(cpus.to_vec()).to_string()]);
         }

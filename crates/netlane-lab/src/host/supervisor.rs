@@ -165,10 +165,38 @@ impl Supervised {
 }
 
 /// Passes the orders read from `input` on to the role until the input ends, then stops
-/// it: SIGTERM, and SIGKILL `grace` later if it still runs.
-pub fn obey(input: impl BufRead, role: &Signaller, grace: Duration) {
-    for line in input.lines() {
-        let Ok(line) = line else { break };
+/// it: SIGTERM, and SIGKILL `grace` later if it still runs. With `silence`, input that
+/// says nothing for that long counts as ended: the lab writes an empty line every
+/// [`HEARTBEAT`], so a connection that died without closing ends the role too.
+pub fn obey(input: impl BufRead + Send + 'static, role: &Signaller, grace: Duration, silence: Option<Duration>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Read on a thread of its own so that a silent input can be given up on.
+    std::thread::spawn(move || {
+        for line in input.lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    loop {
+        let line = match silence {
+            Some(limit) => match rx.recv_timeout(limit) {
+                Ok(line) => line,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    tracing::warn!(?limit, "no word from the lab: its connection is taken for lost");
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(line) => line,
+                Err(_) => break,
+            },
+        };
+        if line.is_empty() {
+            continue;
+        }
         match parse_order(&line) {
             Some(signal) => role.send(signal),
             None => tracing::warn!(line, "not an order (INT, TERM, HUP, KILL or USR1); ignored"),
@@ -178,6 +206,13 @@ pub fn obey(input: impl BufRead, role: &Signaller, grace: Duration) {
     std::thread::sleep(grace);
     role.send(Signal::SIGKILL);
 }
+
+/// How often the lab tells a remote role it is still there (an empty line).
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
+/// How long a remote role waits for a word from the lab before it stops: six
+/// heartbeats missed.
+pub const SILENCE: Duration = Duration::from_secs(30);
 
 #[cfg(test)]
 mod tests {
@@ -205,7 +240,9 @@ mod tests {
         let role = trapping("int", "trap 'exit 7' INT; trap '' TERM");
         let s = role.signaller();
         // Not joined: it sends SIGKILL only to a role that still runs a minute on.
-        std::thread::spawn(move || obey(std::io::Cursor::new(order(Signal::SIGINT)), &s, Duration::from_secs(60)));
+        std::thread::spawn(move || {
+            obey(std::io::Cursor::new(order(Signal::SIGINT)), &s, Duration::from_secs(60), None)
+        });
         let end = role.wait().unwrap();
         assert_eq!(end.status().code(), Some(7));
         assert_eq!(end.exit_code(), 7);
@@ -218,11 +255,28 @@ mod tests {
     fn the_end_of_input_stops_a_role_that_ignores_sigterm_with_sigkill() {
         let role = trapping("term", "trap '' TERM");
         let s = role.signaller();
-        let orders = std::thread::spawn(move || obey(std::io::empty(), &s, Duration::from_millis(50)));
+        let orders = std::thread::spawn(move || obey(std::io::empty(), &s, Duration::from_millis(50), None));
         let end = role.wait().unwrap();
         orders.join().unwrap();
         assert_eq!(end.status().signal(), Some(libc::SIGKILL));
         assert_eq!(end.exit_code(), 128 + 9);
+    }
+
+    #[test]
+    fn input_that_stays_open_but_silent_past_the_limit_stops_the_role() {
+        let role = trapping("silent", "trap 'exit 9' TERM");
+        let s = role.signaller();
+        // The writer is kept open: the input never ends, it only goes quiet after two
+        // heartbeats.
+        let (r, mut w) = std::io::pipe().unwrap();
+        std::io::Write::write_all(&mut w, b"\n\n").unwrap();
+        let started = std::time::Instant::now();
+        let input = std::io::BufReader::new(r);
+        std::thread::spawn(move || obey(input, &s, Duration::from_secs(60), Some(Duration::from_millis(300))));
+        let end = role.wait().unwrap();
+        assert_eq!(end.exit_code(), 9, "stopped with SIGTERM");
+        assert!(started.elapsed() >= Duration::from_millis(300), "{:?}", started.elapsed());
+        drop(w);
     }
 
     #[test]
