@@ -3,14 +3,16 @@
 //!
 //! A run is a [`TxSource`] (netlane's own sender in one of its modes, or an external
 //! program such as the kernel's `udpgso_bench_tx`) and an [`RxSpec`], placed on
-//! [`Endpoints`]: loopback in the current namespace, or the two hosts of a
-//! [`TwoHosts`] veth topology, each end a process (`netlane bulk send`, `netlane bulk
-//! recv`: [`Roles::Processes`]) or a thread of the caller. [`run`] starts the receiver,
+//! [`Endpoints`]: loopback in the current namespace, the two hosts of a
+//! [`netlane::topology::TwoHosts`] veth topology, or two hosts of a testbed; each end a
+//! process (`netlane bulk send`, `netlane bulk recv`: [`Roles::Processes`]) or, on this
+//! machine, a thread of the caller. [`run`] starts the receiver,
 //! runs the sender (pinned), lets the receiver drain, and returns a [`BulkResult`] with rates,
 //! CPU cost per gigabyte (sender thread, receiver thread, whole machine), system
 //! calls per datagram, loss, integrity, zerocopy completions, pacing accuracy and
 //! burstiness, and which kernel paths actually ran.
 
+mod endpoints;
 mod jobs;
 pub mod payload;
 mod process;
@@ -22,7 +24,7 @@ use process::{run_external, run_sender_process};
 mod tcp_tx;
 mod udp_tx;
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -33,11 +35,12 @@ use serde::Serialize;
 
 use netlane::metrics::{SystemCpu, SystemCpuDelta};
 use netlane::pace::Quantum;
-use netlane::topology::{Netns, NsThread, TopologyError, TwoHosts};
+use netlane::topology::{Netns, NsThread, TopologyError};
 
-use crate::host::{Host, ThisMachine};
 use netlane::udp::{Batching, GsoMode, RxBatching, SendError};
 
+pub use endpoints::Endpoints;
+use endpoints::machine_delta;
 pub use jobs::{BoundReceiver, RecvJob, SenderJob, Txtime, run_sender_job};
 pub use payload::{Integrity, Verify};
 pub use result::{BulkResult, PaceReport, RxReport, TxReport};
@@ -230,118 +233,6 @@ impl RxSpec {
         }
         Ok(())
     }
-}
-
-/// Where the two ends run.
-#[derive(Clone, Copy)]
-pub enum Endpoints<'a> {
-    /// Both on loopback in the current namespace (no root needed).
-    Loopback,
-    /// Sender in `hosts.tx`, receiver in `hosts.rx`, across their veth pair.
-    Veth(&'a TwoHosts),
-    /// Sender on `tx`, receiver on `rx` at `rx_addr` (a testbed's machines): each end a
-    /// process, the machine CPU both hosts' together (once when they are one machine).
-    Hosts {
-        /// The sender's host.
-        tx: &'a dyn Host,
-        /// The receiver's host.
-        rx: &'a dyn Host,
-        /// The receiver's address.
-        rx_addr: IpAddr,
-        /// The path's MTU, when known.
-        mtu: Option<u32>,
-    },
-}
-
-impl std::fmt::Debug for Endpoints<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoints::Loopback => f.write_str("Loopback"),
-            Endpoints::Veth(h) => f.debug_tuple("Veth").field(h).finish(),
-            Endpoints::Hosts { tx, rx, rx_addr, mtu } => f
-                .debug_struct("Hosts")
-                .field("tx", &tx.name())
-                .field("rx", &rx.name())
-                .field("rx_addr", rx_addr)
-                .field("mtu", mtu)
-                .finish(),
-        }
-    }
-}
-
-impl Endpoints<'_> {
-    /// The namespaces of this machine the ends' threads run in (none: this one's own);
-    /// another machine's ends are processes only.
-    fn namespaces(&self) -> Result<(Option<&Netns>, Option<&Netns>), BulkError> {
-        match self {
-            Endpoints::Loopback => Ok((None, None)),
-            Endpoints::Veth(h) => Ok((Some(&h.tx), Some(&h.rx))),
-            Endpoints::Hosts { .. } => {
-                Err(BulkError::Config("on other machines each end runs as a process, not a thread".into()))
-            }
-        }
-    }
-
-    fn tx_host(&self) -> &dyn Host {
-        match self {
-            Endpoints::Loopback => &ThisMachine,
-            Endpoints::Veth(h) => &h.tx,
-            Endpoints::Hosts { tx, .. } => *tx,
-        }
-    }
-
-    fn rx_host(&self) -> &dyn Host {
-        match self {
-            Endpoints::Loopback => &ThisMachine,
-            Endpoints::Veth(h) => &h.rx,
-            Endpoints::Hosts { rx, .. } => *rx,
-        }
-    }
-
-    /// The receiver's address.
-    pub fn rx_addr(&self, ipv6: bool) -> IpAddr {
-        match self {
-            Endpoints::Loopback if ipv6 => Ipv6Addr::LOCALHOST.into(),
-            Endpoints::Loopback => Ipv4Addr::LOCALHOST.into(),
-            Endpoints::Veth(h) => h.rx_addr(ipv6),
-            Endpoints::Hosts { rx_addr, .. } => *rx_addr,
-        }
-    }
-
-    /// The path's MTU, when known.
-    fn mtu(&self) -> Option<u32> {
-        match self {
-            Endpoints::Veth(h) => Some(h.config.mtu),
-            Endpoints::Hosts { mtu, .. } => *mtu,
-            Endpoints::Loopback => None,
-        }
-    }
-
-    /// The machines' CPU counters now: this machine's, or both hosts'.
-    fn machine_cpu(&self) -> Result<Vec<SystemCpu>, BulkError> {
-        let Endpoints::Hosts { tx, rx, .. } = self else {
-            return Ok(vec![SystemCpu::read().map_err(io_err("read /proc/stat"))?]);
-        };
-        // Two hosts that are one machine (namespaces of it, as in tests) count it once.
-        let boot = |h: &dyn Host| h.read_file("/proc/sys/kernel/random/boot_id").ok();
-        let one = boot(*tx).is_some_and(|b| Some(b) == boot(*rx));
-        let hosts: &[&dyn Host] = if one { &[*tx] } else { &[*tx, *rx] };
-        hosts
-            .iter()
-            .map(|h| {
-                let text = h.read_file("/proc/stat").map_err(|e| BulkError::Config(format!("{e:#}")))?;
-                let at = netlane::time::monotonic_ns();
-                SystemCpu::parse(&text)
-                    .map(|c| c.at(at))
-                    .ok_or_else(|| BulkError::Config(format!("/proc/stat on {} is not as expected", h.name())))
-            })
-            .collect()
-    }
-}
-
-/// The machines' CPU from `before` to `after` ([`Endpoints::machine_cpu`]), summed.
-fn machine_delta(before: &[SystemCpu], after: &[SystemCpu]) -> SystemCpuDelta {
-    before.iter().zip(after).map(|(a, b)| a.delta(b)).fold(SystemCpuDelta::default(), |t, d| t.plus(&d))
 }
 
 /// Fewest pacing releases a paced run must have.
