@@ -26,7 +26,11 @@ use thiserror::Error;
 
 use super::codec::{Reply, ReplyError, SetReply};
 
+// Statistics between processes (the load generator's agents): a driver's concern, on the
+// core's histogram encoding.
+#[cfg(feature = "drivers")]
 mod wire;
+#[cfg(feature = "drivers")]
 pub use wire::WireError;
 
 /// The percentiles a report shows.
