@@ -115,7 +115,11 @@ fn hold(a: &HoldArgs) -> Result<u8> {
     s.out.validate()?;
     let mut irqs = s.irq.clone();
     if let Some(cpus) = &a.irqs {
-        let of_device = device_irqs(&s.dev)?;
+        // Each interrupt once, and not one --irq already places.
+        let mut of_device = device_irqs(&s.dev)?;
+        of_device.sort_unstable();
+        of_device.dedup();
+        of_device.retain(|irq| !s.irq.iter().any(|(given, _)| given == irq));
         irqs.extend(
             of_device
                 .into_iter()

@@ -266,3 +266,46 @@ fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
 }
+
+/// rr's wall on a testbed of two client hosts: a population of one client runs on one
+/// host, larger ones on both as agents.
+#[test]
+fn an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients() {
+    if !netlane_testkit::privileged("an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients")
+    {
+        return;
+    }
+    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
+    hosts.bridge("10.78.0").unwrap();
+    let dir = common::temp_dir("testbed-wall");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = testbed(&hosts, &dir, "");
+    let o = common::netlane(&[
+        "bench",
+        "rr",
+        "--testbed",
+        file.to_str().unwrap(),
+        "--parts",
+        "wall",
+        "--paths",
+        "recvfrom",
+        "--repeat",
+        "1",
+        "-t",
+        "200ms",
+        "--ramp",
+        "100ms",
+        "--json",
+        "-",
+    ]);
+    let err = common::stderr(&o);
+    assert!(o.status.success(), "{err}");
+    let doc = common::valid_document(&common::stdout(&o), "results");
+    let r = &doc["scenarios"][0];
+    assert_eq!(r["runs"].as_array().unwrap().len(), 8, "{r}");
+    let agents = r["tables"].as_array().unwrap().iter().find(|t| t["name"] == "rr-agents").expect("an agents table");
+    let rows = |run: &str| agents["rows"].as_array().unwrap().iter().filter(|row| row["run"] == run).count();
+    assert_eq!(rows("wall recvfrom x1"), 0, "one client: one host alone, no agents: {agents}");
+    assert_eq!(rows("wall recvfrom x2"), 2, "{agents}");
+    assert_eq!(rows("wall recvfrom x128"), 2, "{agents}");
+}

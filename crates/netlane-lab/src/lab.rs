@@ -123,8 +123,10 @@ impl Lab {
         ));
         if !self.left_out.is_empty() {
             let names: Vec<String> = self.left_out.iter().map(crate::scenarios::value_name).collect();
+            let bulk = self.left_out.contains(&ScenarioName::UdpBulk);
             progress.println(&format!(
-                "not run on the testbed (they build their network on this machine, for now): {}",
+                "not run on the testbed (they build their network on this machine, for now{}): {}",
+                if bulk { "; udp-bulk needs an `addr` for the first client" } else { "" },
                 names.join(", ")
             ));
         }

@@ -43,6 +43,12 @@ pub trait Host: Sync {
         output_within(launch.command, None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
+    /// Whether it is another machine, whose readings reach us a round trip late (not
+    /// time-stamped with this machine's clock).
+    fn remote(&self) -> bool {
+        false
+    }
+
     /// The text of the file at `path` there.
     fn read_file(&self, path: &str) -> Result<String> {
         let out = self.run(&["cat".to_string(), path.to_string()])?;
@@ -191,10 +197,16 @@ pub fn start_together(roles: &[(&dyn Host, RoleSpec)]) -> Result<Vec<RoleProcess
 /// `host`'s CPU `cpu` counters from its `/proc/stat`, now.
 pub fn cpu_counters(host: &dyn Host, cpu: usize) -> Result<netlane::metrics::cpu::SystemCpu> {
     let text = host.read_file("/proc/stat")?;
-    let at = netlane::time::monotonic_ns();
     netlane::metrics::cpu::SystemCpu::parse_cpu(&text, cpu)
-        .map(|s| s.at(at))
+        .map(|s| stamped(host, s))
         .with_context(|| format!("no cpu{cpu} line in /proc/stat on {}", host.name()))
+}
+
+/// `reading` (just taken from `host`) time-stamped with this machine's clock when the
+/// host is this machine; another machine's is left without a time, so that its busy time
+/// comes from its own counters, not from our clock around an SSH round trip.
+pub fn stamped(host: &dyn Host, reading: netlane::metrics::cpu::SystemCpu) -> netlane::metrics::cpu::SystemCpu {
+    if host.remote() { reading } else { reading.at(netlane::time::monotonic_ns()) }
 }
 
 /// This machine's own network namespace (loopback paths).

@@ -168,6 +168,13 @@ impl RoleProcess {
         self.stop_with(Signal::SIGINT, grace)
     }
 
+    /// Sends `signal` and waits at most `grace` for its end (then kills it), however it
+    /// exits: what it left, for the caller to judge.
+    pub fn end_with(mut self, signal: Signal, grace: Duration) -> Result<Finished> {
+        self.signal(signal);
+        self.finish(grace, Some(signal))
+    }
+
     /// [`RoleProcess::stop`] with another signal (the balancer stops on SIGTERM as a
     /// service manager would stop it).
     pub fn stop_with(mut self, signal: Signal, grace: Duration) -> Result<Finished> {

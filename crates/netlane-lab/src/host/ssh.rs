@@ -218,6 +218,10 @@ impl Host for SshHost {
         format!("host {}", self.spec.destination)
     }
 
+    fn remote(&self) -> bool {
+        true
+    }
+
     /// Runs `words` there directly (no supervisor: it ends by itself).
     fn run(&self, words: &[String]) -> Result<Output> {
         output_within(self.session(words), None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))

@@ -6,8 +6,9 @@
 //! child and takes orders on its standard input, one signal name a line (`INT`, `TERM`,
 //! `HUP`, `KILL`, and `USR1`: an agent's start); the end of that input (the session ended, the
 //! lab was killed, the master connection ended) stops the role: SIGTERM, then SIGKILL
-//! after a grace. A connection that breaks without closing is only noticed there when
-//! the remote sshd's keepalives give up, so the role outlives it until then. When the role
+//! after a grace. A connection that breaks without closing says nothing at all: with
+//! `--silence` (as the lab starts every remote role) input that stays quiet that long
+//! counts as ended too, the lab writing an empty line every [`HEARTBEAT`]. When the role
 //! has ended, the supervisor's last line of standard error (after a newline of its own)
 //! is [`TRAILER`] and a [`RoleEnd`] as JSON: the role's wait status and CPU use, which
 //! the ssh client's own cannot tell.

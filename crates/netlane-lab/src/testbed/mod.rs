@@ -168,40 +168,54 @@ pub struct NicHold {
 }
 
 impl NicHold {
-    /// Puts every setting back: what each was, what it did, and whether it is as it
-    /// was, one note per device.
-    pub fn finish(mut self) -> Result<Vec<String>> {
+    /// Puts every setting back (the last held first): one note per device, saying what
+    /// each setting did and whether it is as it was, or why that is not known. Every
+    /// hold is stopped whatever became of the others.
+    pub fn finish(mut self) -> Vec<String> {
         let mut notes = Vec::new();
-        for (what, role) in std::mem::take(&mut self.holds) {
-            let done = role.stop_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN)?;
-            let tried: netlane::nic::Tried =
-                done.json().with_context(|| format!("read what nic hold did on {what}"))?;
-            let said: Vec<String> = tried.outcomes.iter().map(|o| o.to_string()).collect();
-            let left: Vec<String> = tried
-                .put_back
-                .iter()
-                .filter(|p| !p.restored())
-                .map(|p| format!("{} reads {} (was {})", p.what, p.now, p.before))
-                .collect();
-            notes.push(format!(
-                "NIC settings held on {what} while it ran: {}. {}",
-                said.join("; "),
-                if left.is_empty() {
-                    "All put back as they were.".to_string()
-                } else {
-                    format!("NOT put back: {}.", left.join("; "))
-                }
-            ));
+        while let Some((what, role)) = self.holds.pop() {
+            notes.push(match role.end_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN) {
+                Ok(done) => match done.json::<netlane::nic::Tried>() {
+                    Ok(tried) => held_note(&what, &tried),
+                    Err(e) => format!(
+                        "NIC settings held on {what}: what was put back is not known ({e:#}; nic hold {}: {})",
+                        done.status,
+                        done.stderr_tail()
+                    ),
+                },
+                Err(e) => format!("NIC settings held on {what}: what was put back is not known ({e:#})"),
+            });
         }
-        Ok(notes)
+        notes.reverse();
+        notes
     }
+}
+
+/// What `nic hold` on `what` did and put back, as a report's note.
+fn held_note(what: &str, tried: &netlane::nic::Tried) -> String {
+    let said: Vec<String> = tried.outcomes.iter().map(|o| o.to_string()).collect();
+    let left: Vec<String> = tried
+        .put_back
+        .iter()
+        .filter(|p| !p.restored())
+        .map(|p| format!("{} reads {} (was {})", p.what, p.now, p.before))
+        .collect();
+    format!(
+        "NIC settings held on {what} while it ran: {}. {}",
+        said.join("; "),
+        if left.is_empty() {
+            "All put back as they were.".to_string()
+        } else {
+            format!("NOT put back (netlane clean on that host tries again): {}.", left.join("; "))
+        }
+    )
 }
 
 impl Drop for NicHold {
     fn drop(&mut self) {
-        // A scenario that failed: its settings are put back all the same.
-        for (what, role) in self.holds.drain(..) {
-            if let Err(e) = role.stop_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN) {
+        // A scenario that failed: its settings are put back all the same, the last first.
+        while let Some((what, role)) = self.holds.pop() {
+            if let Err(e) = role.end_with(nix::sys::signal::Signal::SIGTERM, STOP_WITHIN) {
                 tracing::warn!(device = %what, error = %format!("{e:#}"), "nic hold did not stop cleanly");
             }
         }
@@ -294,7 +308,9 @@ impl Testbed {
     /// until the returned hold finishes or drops: a `netlane nic hold` on that host,
     /// which puts them back when stopped (also when its SSH session ends).
     pub fn hold_nic(&self) -> Result<NicHold> {
-        let mut holds = Vec::new();
+        // Each started one goes into the hold at once: a later one that fails to start
+        // drops it, which puts back what the others set.
+        let mut hold = NicHold::default();
         for h in std::iter::once(&self.server).chain(&self.clients) {
             let (Some(iface), true) = (&h.spec.iface, !h.spec.nic.is_empty() || h.spec.irqs.is_some()) else {
                 continue;
@@ -308,9 +324,9 @@ impl Testbed {
             }
             let spec = RoleSpec::netlane(&format!("nic hold on {}", h.label()), args)
                 .ready_on_stderr("holding ", std::time::Duration::from_secs(20));
-            holds.push((format!("{} {iface}", h.label()), RoleProcess::start(h.host(), &spec, None)?));
+            hold.holds.push((format!("{} {iface}", h.label()), RoleProcess::start(h.host(), &spec, None)?));
         }
-        Ok(NicHold { holds })
+        Ok(hold)
     }
 
     /// Refuses `cpu` for the servers when their host does not have it.

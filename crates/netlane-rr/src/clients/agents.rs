@@ -21,6 +21,10 @@ impl AgentOutput {
     }
 }
 
+/// More than any run counts (ten million a second for four days, over a hundred times):
+/// an agent's counts past it are not a run's, and sums of them cannot overflow.
+const MAX_COUNT: u64 = 1 << 47;
+
 /// `cfg` split between `n` agents: the clients as evenly as they go, each agent's
 /// threads at most its clients, an open-loop rate in proportion to the clients, and a
 /// seed of its own.
@@ -55,6 +59,14 @@ pub fn merge(cfg: &ClientsConfig, parts: &[(ClientsReport, Hist)]) -> Result<Cli
     let mut hist = Hist::new();
     let mut seconds: f64 = 0.0;
     for (i, (report, h)) in parts.iter().enumerate() {
+        if report.responses > MAX_COUNT || report.requests > MAX_COUNT {
+            return Err(ClientsError::Invalid(format!(
+                "agent {}: {} requests and {} responses: more than any run makes",
+                i + 1,
+                report.requests,
+                report.responses
+            )));
+        }
         if h.count() != report.responses {
             return Err(ClientsError::Invalid(format!(
                 "agent {}: {} latencies for {} responses",
@@ -141,5 +153,8 @@ mod tests {
         short.0.responses = 11;
         assert!(merge(&c, &[short]).is_err());
         assert!(merge(&c, &[part(1, f64::NAN, 1)]).is_err());
+        let mut huge = part(1, 1.0, 1);
+        huge.0.requests = u64::MAX;
+        assert!(merge(&c, &[huge]).is_err());
     }
 }

@@ -107,9 +107,8 @@ impl Endpoints<'_> {
             .iter()
             .map(|h| {
                 let text = h.read_file("/proc/stat").map_err(|e| BulkError::Config(format!("{e:#}")))?;
-                let at = netlane::time::monotonic_ns();
                 SystemCpu::parse(&text)
-                    .map(|c| c.at(at))
+                    .map(|c| crate::host::stamped(*h, c))
                     .ok_or_else(|| BulkError::Config(format!("/proc/stat on {} is not as expected", h.name())))
             })
             .collect()

@@ -181,7 +181,7 @@ impl Scenario for KvBenchArgs {
             let nic = t.hold_nic()?;
             let mut report = self.rounds(progress, &site, addr)?;
             report.notes.insert(0, t.describe());
-            report.notes.extend(nic.finish()?);
+            report.notes.extend(nic.finish());
             report.cpu_plan = t.cpu_plan(&[self.server_cpu]);
             return Ok(report);
         }

@@ -150,7 +150,7 @@ impl NvmeBenchArgs {
         let (target, addr) = this.start_target(&site)?;
         let modes = this.modes(addr, None, crossed.unwrap_or(self.host_cpu))?;
         let mut report = this.run_modes(progress, &site, target, &modes)?;
-        report.notes.extend(nic.finish()?);
+        report.notes.extend(nic.finish());
         report.notes.splice(0..0, notes);
         report.cpu_plan = vec![
             netlane_report::RoleCpus {

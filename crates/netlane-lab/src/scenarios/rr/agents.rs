@@ -35,16 +35,24 @@ pub struct RrAgent {
 }
 
 /// The population `cfg` from `agents`: one host runs it alone (no parts to show), several
-/// run their shares as agents of one merged measurement (each one's part shown).
-pub fn run_clients(agents: &[Agent<'_>], cfg: &ClientsConfig) -> Result<(ClientsReport, Vec<RrAgent>)> {
+/// run their shares as agents of one measurement (each one's part shown); a population
+/// of fewer clients than hosts runs on as many hosts as it has clients. `started` is
+/// called once every host has its word to start (a reading taken around the run).
+pub fn run_clients<T>(
+    agents: &[Agent<'_>],
+    cfg: &ClientsConfig,
+    started: impl FnOnce() -> Result<T>,
+) -> Result<(ClientsReport, Vec<RrAgent>, T)> {
     let limit = cfg.ramp + cfg.duration + Duration::from_secs(30);
     let placed = |a: &Agent<'_>, c: &ClientsConfig| ClientsConfig {
         cpus: a.own_cpus().map(CpuList::new).or(c.cpus.clone()),
         ..c.clone()
     };
+    let agents = &agents[..agents.len().min(cfg.clients)];
     if let [one] = agents {
-        let finished = RoleProcess::start(one.host, &clients_spec(&placed(one, cfg)), None)?.wait(limit)?;
-        return Ok((clients_report(&finished)?, Vec::new()));
+        let role = RoleProcess::start(one.host, &clients_spec(&placed(one, cfg)), None)?;
+        let reading = started()?;
+        return Ok((clients_report(&role.wait(limit)?)?, Vec::new(), reading));
     }
     let shares: Vec<ClientsConfig> =
         clients::split(cfg, agents.len())?.iter().zip(agents).map(|(s, a)| placed(a, s)).collect();
@@ -55,6 +63,7 @@ pub fn run_clients(agents: &[Agent<'_>], cfg: &ClientsConfig) -> Result<(Clients
         .map(|(i, (a, share))| (a.host, agent_spec(&format!("rr clients agent {} on {}", i + 1, a.host.name()), share)))
         .collect();
     let roles = start_together(&specs)?;
+    let reading = started()?;
     let mut parts = Vec::with_capacity(roles.len());
     let mut summaries = Vec::with_capacity(roles.len());
     for ((role, a), share) in roles.into_iter().zip(agents).zip(&shares) {
@@ -83,5 +92,5 @@ pub fn run_clients(agents: &[Agent<'_>], cfg: &ClientsConfig) -> Result<(Clients
         });
         parts.push((doc.report, hist));
     }
-    Ok((clients::merge(cfg, &parts)?, summaries))
+    Ok((clients::merge(cfg, &parts)?, summaries, reading))
 }

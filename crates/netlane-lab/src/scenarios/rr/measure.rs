@@ -119,12 +119,12 @@ fn exchange(site: &RrSite<'_>, m: &Mode, server_cpu: usize) -> Result<RrRun> {
     // Every way out of here goes past the stop (or the kill when the server is
     // dropped): a failure on the way must not leave the server running.
     let measured = (|| {
-        let cpu0 = cpu_counters(site.server, server_cpu)?;
-        let clients = run_clients(&site.clients, &pop)?;
+        // From when every client host has its word: not their setup.
+        let (clients, agents, cpu0) = run_clients(&site.clients, &pop, || cpu_counters(site.server, server_cpu))?;
         let cpu1 = cpu_counters(site.server, server_cpu)?;
-        Ok::<_, anyhow::Error>((clients, cpu0.delta(&cpu1)))
+        Ok::<_, anyhow::Error>((clients, agents, cpu0.delta(&cpu1)))
     })();
     let server = role::server_stats(&server.stop(Duration::from_secs(10)).context("the rr server failed")?)?;
-    let ((clients, agents), server_cpu) = measured?;
+    let (clients, agents, server_cpu) = measured?;
     Ok(RrRun { clients, server, server_cpu, agents })
 }

@@ -155,7 +155,7 @@ impl RrBenchArgs {
         let sites = [(mtu, RrSite { server: t.server.host(), clients })];
         let nic = t.hold_nic()?;
         let mut report = self.rounds(progress, &modes, &sites)?;
-        report.notes.extend(nic.finish()?);
+        report.notes.extend(nic.finish());
         report.notes.insert(0, t.describe());
         if !left.is_empty() {
             let labels: Vec<String> = left.iter().map(|m| format!("{} (MTU {})", m.what(), m.mtu)).collect();

@@ -134,7 +134,7 @@ impl UdpBulkArgs {
         let ends = Endpoints::Hosts { tx: t.server.host(), rx: receiver.host(), rx_addr, mtu };
         let nic = t.hold_nic()?;
         let mut report = self.rounds(progress, ends)?;
-        report.notes.extend(nic.finish()?);
+        report.notes.extend(nic.finish());
         report.notes.insert(
             0,
             format!(
