@@ -25,17 +25,33 @@ fn testbed(hosts: &SshHosts, dir: &Path, extra_client: &str) -> std::path::PathB
     file
 }
 
-#[test]
-fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
-    if !netlane_testkit::privileged(
-        "the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind",
-    ) {
-        return;
+/// Three SSH hosts on one bridge (the server at 10.78.0.1, the clients at .2 and .3) and
+/// a folder for `test` (none when it cannot run here: not root, said by the testkit).
+fn bridged(test: &str) -> Option<(SshHosts, std::path::PathBuf)> {
+    if !netlane_testkit::privileged(test) {
+        return None;
     }
     let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
     hosts.bridge("10.78.0").unwrap();
-    let dir = common::temp_dir("testbed");
+    let dir = common::temp_dir(test);
     std::fs::create_dir_all(&dir).unwrap();
+    Some((hosts, dir))
+}
+
+/// `netlane bench ARGS --json -`, which must succeed: its one scenario's report.
+fn bench(args: &[&str]) -> serde_json::Value {
+    let o = common::netlane(&[&["bench"], args, &["--json", "-"]].concat());
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    common::valid_document(&common::stdout(&o), "results")["scenarios"][0].clone()
+}
+
+#[test]
+fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
+    let Some((hosts, dir)) =
+        bridged("the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind")
+    else {
+        return;
+    };
     let file = testbed(&hosts, &dir, "");
     let out = dir.join("report");
     let o = common::netlane(&[
@@ -127,13 +143,7 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
 /// NIC settings the file gives held on each host while it runs and put back.
 #[test]
 fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
-    if !netlane_testkit::privileged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") {
-        return;
-    }
-    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
-    hosts.bridge("10.78.0").unwrap();
-    let dir = common::temp_dir("testbed-bulk");
-    std::fs::create_dir_all(&dir).unwrap();
+    let Some((hosts, dir)) = bridged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") else { return };
     let file = testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\n");
     // NIC settings held while it runs: one the server's bridge refuses, one the client's
     // veth takes; both said, and the taken one put back.
@@ -143,8 +153,7 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
         1,
     );
     std::fs::write(&file, text).unwrap();
-    let o = common::netlane(&[
-        "bench",
+    let r = &bench(&[
         "udp-bulk",
         "--testbed",
         file.to_str().unwrap(),
@@ -158,13 +167,7 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
         "1",
         "-t",
         "500ms",
-        "--json",
-        "-",
     ]);
-    let err = common::stderr(&o);
-    assert!(o.status.success(), "{err}");
-    let doc = common::valid_document(&common::stdout(&o), "results");
-    let r = &doc["scenarios"][0];
     assert!(
         r["notes"][0]
             .as_str()
@@ -230,13 +233,7 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
 
 #[test]
 fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
-    if !netlane_testkit::privileged("a_lab_killed_mid_run_leaves_nothing_on_any_host") {
-        return;
-    }
-    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
-    hosts.bridge("10.78.0").unwrap();
-    let dir = common::temp_dir("testbed-killed");
-    std::fs::create_dir_all(&dir).unwrap();
+    let Some((hosts, dir)) = bridged("a_lab_killed_mid_run_leaves_nothing_on_any_host") else { return };
     let file = testbed(&hosts, &dir, "");
     let mut lab = common::Reaped(
         std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
@@ -271,17 +268,13 @@ fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
 /// host, larger ones on both as agents.
 #[test]
 fn an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients() {
-    if !netlane_testkit::privileged("an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients")
-    {
+    let Some((hosts, dir)) =
+        bridged("an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients")
+    else {
         return;
-    }
-    let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
-    hosts.bridge("10.78.0").unwrap();
-    let dir = common::temp_dir("testbed-wall");
-    std::fs::create_dir_all(&dir).unwrap();
+    };
     let file = testbed(&hosts, &dir, "");
-    let o = common::netlane(&[
-        "bench",
+    let r = &bench(&[
         "rr",
         "--testbed",
         file.to_str().unwrap(),
@@ -295,13 +288,7 @@ fn an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clie
         "200ms",
         "--ramp",
         "100ms",
-        "--json",
-        "-",
     ]);
-    let err = common::stderr(&o);
-    assert!(o.status.success(), "{err}");
-    let doc = common::valid_document(&common::stdout(&o), "results");
-    let r = &doc["scenarios"][0];
     assert_eq!(r["runs"].as_array().unwrap().len(), 8, "{r}");
     let agents = r["tables"].as_array().unwrap().iter().find(|t| t["name"] == "rr-agents").expect("an agents table");
     let rows = |run: &str| agents["rows"].as_array().unwrap().iter().filter(|row| row["run"] == run).count();
