@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use netlane_lab::host::supervisor::{Supervised, obey};
-use netlane_report::options::parse_duration;
+use netlane_report::options::{parse_duration, parse_positive_duration};
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -20,7 +20,7 @@ pub struct RoleArgs {
     /// Take the orders as ended when standard input is silent this long (the lab writes
     /// an empty line every 5 s: a connection that died without closing then ends the
     /// program too) [default: wait for the input to end].
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_positive_duration)]
     pub silence: Option<Duration>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]

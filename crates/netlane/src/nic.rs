@@ -337,11 +337,6 @@ impl std::fmt::Debug for Holding {
 }
 
 impl Holding {
-    /// How many settings it holds.
-    pub fn held(&self) -> usize {
-        self.held.len()
-    }
-
     /// Puts everything back (in the reverse order it was made) and reads it again.
     pub fn put_back(mut self) -> Tried {
         while let Some(h) = self.held.pop() {

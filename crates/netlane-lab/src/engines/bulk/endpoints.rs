@@ -27,6 +27,8 @@ pub enum Endpoints<'a> {
         rx_addr: IpAddr,
         /// The path's MTU, when known.
         mtu: Option<u32>,
+        /// The two hosts are one machine (their CPU is counted once).
+        one_machine: bool,
     },
 }
 
@@ -35,12 +37,13 @@ impl std::fmt::Debug for Endpoints<'_> {
         match self {
             Endpoints::Loopback => f.write_str("Loopback"),
             Endpoints::Veth(h) => f.debug_tuple("Veth").field(h).finish(),
-            Endpoints::Hosts { tx, rx, rx_addr, mtu } => f
+            Endpoints::Hosts { tx, rx, rx_addr, mtu, one_machine } => f
                 .debug_struct("Hosts")
                 .field("tx", &tx.name())
                 .field("rx", &rx.name())
                 .field("rx_addr", rx_addr)
                 .field("mtu", mtu)
+                .field("one_machine", one_machine)
                 .finish(),
         }
     }
@@ -94,15 +97,20 @@ impl Endpoints<'_> {
         }
     }
 
-    /// The machines' CPU counters now: this machine's, or both hosts'.
+    /// Whether `a` and `b` are one machine (namespaces of it, as in tests): the same
+    /// boot id.
+    pub fn one_machine(a: &dyn Host, b: &dyn Host) -> bool {
+        let boot = |h: &dyn Host| h.read_file("/proc/sys/kernel/random/boot_id").ok();
+        boot(a).is_some_and(|id| Some(id) == boot(b))
+    }
+
+    /// The machines' CPU counters now: this machine's, or both hosts' (once when they
+    /// are one machine).
     pub(super) fn machine_cpu(&self) -> Result<Vec<SystemCpu>, BulkError> {
-        let Endpoints::Hosts { tx, rx, .. } = self else {
+        let Endpoints::Hosts { tx, rx, one_machine, .. } = self else {
             return Ok(vec![SystemCpu::read().map_err(io_err("read /proc/stat"))?]);
         };
-        // Two hosts that are one machine (namespaces of it, as in tests) count it once.
-        let boot = |h: &dyn Host| h.read_file("/proc/sys/kernel/random/boot_id").ok();
-        let one = boot(*tx).is_some_and(|b| Some(b) == boot(*rx));
-        let hosts: &[&dyn Host] = if one { &[*tx] } else { &[*tx, *rx] };
+        let hosts: &[&dyn Host] = if *one_machine { &[*tx] } else { &[*tx, *rx] };
         hosts
             .iter()
             .map(|h| {

@@ -131,7 +131,8 @@ impl UdpBulkArgs {
             }
             None => None,
         };
-        let ends = Endpoints::Hosts { tx: t.server.host(), rx: receiver.host(), rx_addr, mtu };
+        let (tx, rx) = (t.server.host(), receiver.host());
+        let ends = Endpoints::Hosts { tx, rx, rx_addr, mtu, one_machine: Endpoints::one_machine(tx, rx) };
         let nic = t.hold_nic()?;
         let mut report = self.rounds(progress, ends)?;
         report.notes.extend(nic.finish());
