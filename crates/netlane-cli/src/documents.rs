@@ -70,6 +70,8 @@ pub struct RrClients {
     pub report: netlane_rr::clients::ClientsReport,
     /// An agent's latency histogram (with --agent).
     pub agent: Option<netlane_rr::clients::AgentOutput>,
+    /// Each agent's part of the run (with --agents on more than one host).
+    pub agents: Option<Vec<netlane_lab::scenarios::rr::RrAgent>>,
 }
 
 /// `netlane kv serve --json`: the server's final counters.

@@ -6,6 +6,7 @@
 
 #![forbid(unsafe_code)]
 
+mod agents;
 mod app;
 mod bench;
 mod bulk;

@@ -1,7 +1,8 @@
-//! `netlane kv load --agents`: the load generator on two SSH hosts against a cache
-//! server on a third, one merged measurement. The hosts are namespaces running Debian's
-//! sshd (`netlane_testkit::sshd`) on one bridged network; the coordinator reaches them
-//! only through `ssh`. Needs root and openssh-server. Also `rr clients --agent` alone.
+//! `netlane kv load --agents` and `netlane rr clients --agents`: the load on two SSH
+//! hosts against a server on a third, one merged measurement. The hosts are namespaces
+//! running Debian's sshd (`netlane_testkit::sshd`) on one bridged network; the
+//! coordinator reaches them only through `ssh`. Needs root and openssh-server. Also
+//! `rr clients --agent` alone.
 
 mod common;
 
@@ -37,7 +38,7 @@ fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
+fn two_agents_make_one_measurement_for_kv_and_rr_and_a_search_over_their_merged_runs() {
     if !netlane_testkit::privileged("two_agents_make_one_measurement_and_a_search_over_their_merged_runs") {
         return;
     }
@@ -110,6 +111,59 @@ fn two_agents_make_one_measurement_and_a_search_over_their_merged_runs() {
     let stopped = server.stop(Duration::from_secs(10)).unwrap();
     let served: serde_json::Value = stopped.json().unwrap();
     assert!(served["stats"]["cmd_get"].as_u64().unwrap() > 0, "{served}");
+
+    // The datagram service's clients the same way: an open-loop population split
+    // between the two hosts, merged into one report.
+    let args = ["rr", "serve", "--listen", "10.77.0.1:7070", "--json", "-"];
+    let serve = RoleSpec::netlane("netlane rr serve", args).ready_on_stderr("listening on", Duration::from_secs(20));
+    let server = RoleProcess::start(&server_host, &serve, None).unwrap();
+    let config = hosts.config.display().to_string();
+    let args = [
+        "rr",
+        "clients",
+        "--agents",
+        "agent1,agent2",
+        "--ssh-config",
+        &config,
+        "--agent-netlane",
+        env!("CARGO_BIN_EXE_netlane"),
+        "--server",
+        "10.77.0.1:7070",
+        "--clients",
+        "5",
+        "--rate",
+        "2000",
+        "--response",
+        "1K",
+        "-t",
+        "1s",
+        "--ramp",
+        "100ms",
+        "--json",
+        "-",
+    ];
+    let o = common::netlane(&args);
+    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+    let doc = common::valid_document(&common::stdout(&o), "rr-clients");
+    let parts = doc["agents"].as_array().unwrap();
+    assert_eq!(parts.iter().map(|a| a["host"].as_str().unwrap()).collect::<Vec<_>>(), ["host agent1", "host agent2"]);
+    assert_eq!(parts.iter().map(|a| a["clients"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 2]);
+    let report = &doc["report"];
+    assert_eq!(report["clients"], 5, "{report}");
+    // Both hosts' clients were answered (1200/s and 800/s for a second are far from
+    // none), and the merged rate is theirs together.
+    for a in parts {
+        assert!(a["responses_per_s"].as_f64().unwrap() > 300.0, "{a}");
+    }
+    let sum: f64 = parts.iter().map(|a| a["responses_per_s"].as_f64().unwrap()).sum();
+    let merged = report["responses_per_s"].as_f64().unwrap();
+    assert!((sum - merged).abs() < 0.05 * merged, "{sum} vs {merged}: {doc}");
+    assert_eq!(report["lost"], 0, "{report}");
+    let served: serde_json::Value = server.stop(Duration::from_secs(10)).unwrap().json().unwrap();
+    assert!(
+        served["stats"]["responses"].as_u64().unwrap() >= report["responses"].as_u64().unwrap(),
+        "{served}"
+    );
     // Nothing is left on any host once the coordinator is done.
     drop(server_host);
     for h in &hosts.hosts {

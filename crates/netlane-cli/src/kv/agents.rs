@@ -2,15 +2,15 @@
 //! merged measurement) and `netlane kv load --agent` (one agent, as the coordinator
 //! starts it).
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use netlane_kv::load::schedule::Pacing;
 use netlane_kv::load::search::SearchConfig;
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, AgentOutput, LoadConfig, LoadError, Run, SearchReport};
-use netlane_lab::host::{SshHost, SshSpec};
 use netlane_lab::scenarios::kv::{Agent, AgentSummary, AgentsStep, run_agents, search_agents, warm_up_agents};
 
 use super::load::{LoadArgs, progress_line};
+use crate::agents::AgentHosts;
 use crate::documents::KvLoad;
 use crate::out::{self, OutputArgs};
 use crate::signals::{STOP, StartGate};
@@ -30,31 +30,17 @@ pub(super) fn run_as_agent(cfg: &LoadConfig, mut doc: KvLoad, out: &OutputArgs) 
 
 /// The agents' hosts, connected.
 pub(super) struct Coordinator {
-    hosts: Vec<SshHost>,
+    hosts: AgentHosts,
 }
 
 impl Coordinator {
     /// Connects to every host of `--agents` (their netlane checked).
     pub(super) fn connect(a: &LoadArgs) -> Result<Coordinator> {
-        let exe = if a.deploy { Some(std::env::current_exe().context("find the netlane executable")?) } else { None };
-        let hosts = a
-            .agents
-            .iter()
-            .map(|d| {
-                let spec = SshSpec {
-                    destination: d.clone(),
-                    config: a.ssh_config.clone(),
-                    netlane: a.agent_netlane.clone(),
-                    deploy: exe.clone(),
-                };
-                SshHost::connect(&spec).with_context(|| format!("agent {d}"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Coordinator { hosts })
+        Ok(Coordinator { hosts: a.hosts.connect()? })
     }
 
     fn agents(&self) -> Vec<Agent<'_>> {
-        self.hosts.iter().map(|h| Agent { host: h, cpus: Vec::new() }).collect()
+        self.hosts.agents()
     }
 
     /// Stores every key from the first agent's host.

@@ -14,6 +14,7 @@ use netlane_lab::scenarios::kv::WorkloadArgs;
 use netlane_report::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
 
 use super::agents;
+use crate::agents::AgentHostsArgs;
 use crate::out::{self, OutputArgs};
 use crate::signals::STOP;
 
@@ -68,7 +69,7 @@ pub struct LoadArgs {
     /// Seed of every random draw.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Do not store every key before the run.
+    /// Do not store every key before the run (which, with --agents, the first agent's host does).
     #[arg(long)]
     pub no_warmup: bool,
     /// Store every key, then exit without a run (a warm-up before runs of their own).
@@ -96,24 +97,8 @@ pub struct LoadArgs {
     /// Exit 3 when the SLA was missed (a search: when no rate held it).
     #[arg(long, requires = "sla")]
     pub strict: bool,
-    /// Drive the load from these hosts instead (SSH destinations, comma-separated; the
-    /// same netlane version must be on each): each runs `netlane kv load --agent` with
-    /// its share of --connections and --rate, all start together, and their latency
-    /// histograms are merged exactly (a search bisects over the merged percentile; an
-    /// agent that lags behind its schedule spoils its run). --threads and --cpus are each
-    /// agent's. The warm-up runs from the first.
-    #[arg(long, value_delimiter = ',', value_name = "HOST,...", conflicts_with = "agent")]
-    pub agents: Vec<String>,
-    /// The ssh configuration file for --agents (ssh -F) [default: the user's].
-    #[arg(long, value_name = "FILE")]
-    pub ssh_config: Option<std::path::PathBuf>,
-    /// The netlane executable on the --agents hosts (a bare name: found on their PATH).
-    #[arg(long, default_value = "netlane", value_name = "PATH")]
-    pub agent_netlane: String,
-    /// Where an --agents host has no netlane of this version, copy this one there (over
-    /// SSH, into ~/.cache/netlane/) and use that.
-    #[arg(long)]
-    pub deploy: bool,
+    #[command(flatten)]
+    pub hosts: AgentHostsArgs,
     /// Run as one agent of a run that `--agents` coordinates (it starts this): open every
     /// connection, say `ready` on standard error, start the schedule on SIGUSR1 (within a
     /// minute), and write the run's whole latency histogram with its report. No warm-up.
@@ -178,7 +163,7 @@ impl LoadArgs {
             .flag("warmup-only", self.warmup_only)
             .text("sla", self.sla.map_or("none".into(), |s| s.to_string()))
             .flag("search", self.search)
-            .words("agents", &self.agents)
+            .words("agents", &self.hosts.agents)
             .flag("agent", self.agent)
     }
 
@@ -206,14 +191,14 @@ impl LoadArgs {
         if self.search {
             loadgen::check_search(&cfg, range).context("--search")?;
         }
-        if !self.agents.is_empty() {
-            loadgen::split(&cfg, self.agents.len()).context("--agents")?;
+        if !self.hosts.agents.is_empty() {
+            loadgen::split(&cfg, self.hosts.agents.len()).context("--agents")?;
         }
         if self.agent {
             return agents::run_as_agent(&cfg, doc, &out);
         }
         // Agents on other hosts, connected (and their netlane checked) before anything runs.
-        let coordinator = if self.agents.is_empty() { None } else { Some(agents::Coordinator::connect(self)?) };
+        let coordinator = if self.hosts.agents.is_empty() { None } else { Some(agents::Coordinator::connect(self)?) };
         if !self.no_warmup {
             let t = Instant::now();
             let n = match &coordinator {
