@@ -6,12 +6,12 @@ use clap::Args;
 use netlane_lab::host::{Agent, SshHost, SshSpec};
 
 /// Where the load comes from when it is not this process.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct AgentHostsArgs {
     /// Drive the load from these hosts instead (SSH destinations, comma-separated; the
-    /// same netlane version must be on each): each runs this command as an `--agent` with
-    /// its share of the connections or clients and of the rate, all start together, and
-    /// their latency histograms are merged exactly. --threads and --cpus are each agent's.
+    /// same netlane version must be on each): each runs this command as an `--agent`
+    /// (which says what part of the load each gets), all start together, and their
+    /// latency histograms are merged exactly into one result.
     #[arg(long, value_delimiter = ',', value_name = "HOST,...", conflicts_with = "agent")]
     pub agents: Vec<String>,
     /// The ssh configuration file for --agents (ssh -F) [default: the user's].

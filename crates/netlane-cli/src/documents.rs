@@ -37,8 +37,12 @@ pub struct NvmePerf {
     pub options: serde_json::Map<String, serde_json::Value>,
     /// The same options as `key=value` the command line reads back.
     pub echo: Vec<String>,
-    /// What the run measured.
+    /// What the run measured (with --agents: every agent's run merged).
     pub report: netlane_nvme::perf::PerfReport,
+    /// An agent's groups' latency histograms (with --agent).
+    pub agent: Option<netlane_nvme::perf::AgentOutput>,
+    /// Each agent's part of the run (with --agents).
+    pub agents: Option<Vec<netlane_lab::scenarios::nvme::NvmeAgent>>,
 }
 
 /// `netlane nvme target --json`: the final counters.

@@ -160,10 +160,7 @@ fn two_agents_make_one_measurement_for_kv_and_rr_and_a_search_over_their_merged_
     assert!((sum - merged).abs() < 0.05 * merged, "{sum} vs {merged}: {doc}");
     assert_eq!(report["lost"], 0, "{report}");
     let served: serde_json::Value = server.stop(Duration::from_secs(10)).unwrap().json().unwrap();
-    assert!(
-        served["stats"]["responses"].as_u64().unwrap() >= report["responses"].as_u64().unwrap(),
-        "{served}"
-    );
+    assert!(served["stats"]["responses"].as_u64().unwrap() >= report["responses"].as_u64().unwrap(), "{served}");
     // Nothing is left on any host once the coordinator is done.
     drop(server_host);
     for h in &hosts.hosts {
@@ -178,6 +175,21 @@ fn agents_are_refused_before_anything_runs_when_they_cannot_be() {
     let o = common::netlane(&["kv", "load", "--agents", "a,b,c", "--connections", "2", "--no-warmup"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(common::stderr(&o).contains("3 agents for 2 connections"), "{}", common::stderr(&o));
+    let o = common::netlane(&["rr", "clients", "--agents", "a,b,c", "--clients", "2"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(common::stderr(&o).contains("2 clients cannot be split between 3 agents"), "{}", common::stderr(&o));
+    for flag in ["--verify", "--verify-only", "--target-pid=1"] {
+        let o = common::netlane(&["nvme", "perf", "--agents", "a,b", flag]);
+        assert_eq!(o.status.code(), Some(1), "{flag}");
+        let flag = flag.split('=').next().unwrap();
+        assert!(
+            common::stderr(&o).contains(&format!("--agents cannot be combined with {flag}")),
+            "{}",
+            common::stderr(&o)
+        );
+    }
+    let o = common::netlane(&["nvme", "perf", "--agents", "a", "--agent"]);
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
 }
 
 /// `rr clients --agent`, as the lab starts one on each client host: it makes its sockets,

@@ -99,9 +99,11 @@ pub struct LoadArgs {
     pub strict: bool,
     #[command(flatten)]
     pub hosts: AgentHostsArgs,
-    /// Run as one agent of a run that `--agents` coordinates (it starts this): open every
-    /// connection, say `ready` on standard error, start the schedule on SIGUSR1 (within a
-    /// minute), and write the run's whole latency histogram with its report. No warm-up.
+    /// Run as one agent of a run that `--agents` coordinates (it starts this, with this
+    /// agent's share of --connections and --rate; --threads and --cpus as given): open
+    /// every connection, say `ready` on standard error, start the schedule on SIGUSR1
+    /// (within a minute), and write the run's whole latency histogram with its report. No
+    /// warm-up.
     #[arg(long, conflicts_with_all = ["search", "warmup_only"])]
     pub agent: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE

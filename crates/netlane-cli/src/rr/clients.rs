@@ -72,8 +72,10 @@ pub struct ClientsArgs {
     #[command(flatten)]
     pub hosts: AgentHostsArgs,
     /// Run as one agent of a population that `--agents` or the lab coordinates (it starts
-    /// this): make every socket, say `ready` on standard error, start on SIGUSR1 (within
-    /// a minute), and write the run's whole latency histogram with its report.
+    /// this, with this agent's share of --clients and --rate; --threads at most its
+    /// clients, --cpus as given): make every socket, say `ready` on standard error, start
+    /// on SIGUSR1 (within a minute), and write the run's whole latency histogram with its
+    /// report.
     #[arg(long)]
     pub agent: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE

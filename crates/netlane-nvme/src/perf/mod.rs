@@ -25,6 +25,7 @@
 //! `job.rs` has the job groups, `queue.rs` the queues and their workers, `jobloop.rs`
 //! the job threads, `report.rs` what a run reports.
 
+mod agents;
 mod job;
 mod jobloop;
 mod queue;
@@ -44,6 +45,7 @@ use serde::Serialize;
 use crate::host::{ConnectOptions, Controller, HostError};
 use crate::proto::host::Completion;
 use crate::wire::RxBuf;
+pub use agents::{AgentOutput, GroupLatencies, merge};
 pub use job::{CpuBinding, JobGroup};
 use jobloop::{JobResult, JobSpec, run_job};
 use netlane::cpus::CpuList;
@@ -176,6 +178,17 @@ pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {
 
 /// [`run`], telling `status` where the run is every [`STATUS_EVERY`].
 pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Result<PerfReport, PerfError> {
+    Ok(run_gated(opts, status, &mut || Ok(()))?.0)
+}
+
+/// [`run_observed`] as one agent of several hosts' run: once every queue is connected,
+/// `gate` returns when the jobs are to start (an error ends the run before any command).
+/// Also returns each group's latencies, for the agents' merge.
+pub fn run_gated(
+    opts: &PerfOptions,
+    status: &mut dyn FnMut(&Status),
+    gate: &mut dyn FnMut() -> Result<(), PerfError>,
+) -> Result<(PerfReport, Vec<GroupLatencies>), PerfError> {
     let (n_default, total) = check_options(opts)?;
     let ctrl = Controller::connect(&opts.connect, total as u16)?;
     if u32::from(ctrl.io_queues) < total {
@@ -184,6 +197,7 @@ pub fn run_observed(opts: &PerfOptions, status: &mut dyn FnMut(&Status)) -> Resu
     let (block, size) = check_namespace(opts, &ctrl)?;
     let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
     let Started { shared, job_rx, workers } = start_queues(opts, &ctrl, n_default, njobs)?;
+    gate().inspect_err(|_| shared.stop_all())?;
     // A run that fails to start its jobs stops the workers it started.
     let jobs = start_jobs(opts, &shared, job_rx, block, size).inspect_err(|_| shared.stop_all())?;
     // Measure CPU over the window; tell the caller where the run is meanwhile.

@@ -7,6 +7,7 @@ use netlane::metrics::cpu::CpuTime;
 use netlane::metrics::hist::Summary;
 use serde::{Deserialize, Serialize};
 
+use super::agents::GroupLatencies;
 use super::jobloop::JobResult;
 use super::queue::Shared;
 use super::{JobGroup, Measured, PerfOptions, VerifyMode};
@@ -97,13 +98,14 @@ pub(super) fn summarize(
     results: &[(String, JobResult)],
     m: Measured,
     queue_failures: u64,
-) -> PerfReport {
+) -> (PerfReport, Vec<GroupLatencies>) {
     let secs = match opts.verify {
         // A verify-only sweep reads from the jobs' start and ends with its last block.
         VerifyMode::ReadBack => (m.ended.min(m.window.1).saturating_sub(m.start) as f64 / 1e9).max(1e-9),
         _ => opts.duration.as_secs_f64(),
     };
-    let groups: Vec<GroupReport> = opts.groups.iter().map(|g| group_report(g, results, secs)).collect();
+    let (groups, latencies): (Vec<GroupReport>, Vec<GroupLatencies>) =
+        opts.groups.iter().map(|g| group_report(g, results, secs)).unzip();
     let all_ops: u64 = groups.iter().map(|g| g.ops).sum();
     let host_cpu = m.host_cpu;
     // Undefined (None), not 0, when nothing completed.
@@ -114,7 +116,7 @@ pub(super) fn summarize(
         _ => None,
     };
     let names = ["default", "read", "poll"];
-    PerfReport {
+    let report = PerfReport {
         groups,
         seconds: secs,
         ops: all_ops,
@@ -134,11 +136,13 @@ pub(super) fn summarize(
             .collect(),
         queue_failures,
         verified: opts.verify != VerifyMode::Off,
-    }
+    };
+    (report, latencies)
 }
 
-/// One group's results: its jobs' counts and latencies summed, rates over `secs`.
-fn group_report(g: &JobGroup, results: &[(String, JobResult)], secs: f64) -> GroupReport {
+/// One group's results: its jobs' counts and latencies summed, rates over `secs`; and
+/// those latencies.
+fn group_report(g: &JobGroup, results: &[(String, JobResult)], secs: f64) -> (GroupReport, GroupLatencies) {
     let mut agg = JobResult::default();
     for (_, r) in results.iter().filter(|(n, _)| *n == g.name) {
         agg.read_lat.merge(&r.read_lat);
@@ -150,7 +154,7 @@ fn group_report(g: &JobGroup, results: &[(String, JobResult)], secs: f64) -> Gro
         agg.mismatches += r.mismatches;
     }
     let ops = agg.reads + agg.writes;
-    GroupReport {
+    let report = GroupReport {
         name: g.name.clone(),
         rw: g.rw_name(),
         bs_bytes: g.bs,
@@ -165,5 +169,6 @@ fn group_report(g: &JobGroup, results: &[(String, JobResult)], secs: f64) -> Gro
         write_lat_ns: agg.write_lat.summary(),
         errors: agg.errors,
         mismatches: agg.mismatches,
-    }
+    };
+    (report, GroupLatencies { name: g.name.clone(), read: agg.read_lat, write: agg.write_lat })
 }

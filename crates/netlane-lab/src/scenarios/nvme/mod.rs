@@ -15,6 +15,7 @@
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 
+mod agents;
 mod checks;
 mod measure;
 mod options;
@@ -35,12 +36,13 @@ use crate::scenarios::Scenario;
 use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
+pub use self::agents::{NvmeAgent, run_perf};
 use self::measure::{NvmeSite, perf};
 use self::options::size_name;
 pub use self::options::{NvmeBenchArgs, Part};
 use self::plan::Mode;
 pub use self::report::perf_table;
-pub use self::role::{perf_args, perf_report, perf_spec};
+pub use self::role::{perf_agent_spec, perf_args, perf_report, perf_spec};
 use crate::host::RoleProcess;
 use crate::testbed::{Needs, Testbed};
 

@@ -55,6 +55,15 @@ pub fn perf_spec(o: &PerfOptions) -> RoleSpec {
     spec.on_cpus(&cpus)
 }
 
+/// `netlane nvme perf --agent` for `o`, called `name`: ready when it says so (its queues
+/// connected), its jobs start on SIGUSR1.
+pub fn perf_agent_spec(name: &str, o: &PerfOptions) -> RoleSpec {
+    let mut spec = perf_spec(o);
+    spec.name = name.to_string();
+    spec.args.push("--agent".into());
+    spec.ready_on_stderr("ready", std::time::Duration::from_secs(60))
+}
+
 /// What the run measured, from the JSON document it wrote.
 pub fn perf_report(f: &Finished) -> Result<PerfReport> {
     #[derive(Deserialize)]

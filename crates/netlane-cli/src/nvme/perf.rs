@@ -1,194 +1,23 @@
-//! `netlane nvme target` and `netlane nvme perf`: arguments in, library calls, output.
+//! `netlane nvme perf`: alone, as one agent, or coordinating agents on other hosts.
 
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::documents::{NvmePerf, NvmeTarget};
+use crate::documents::NvmePerf;
 use anyhow::{Context, Result, bail};
-use clap::{Args, Subcommand};
+use clap::Args;
 use netlane::cpus::CpuList;
-use netlane::metrics::CounterSet;
-use netlane_lab::scenarios::nvme::perf_table;
+use netlane_lab::scenarios::nvme::{NvmeAgent, perf_table};
 use netlane_nvme::host::ConnectOptions;
-use netlane_nvme::perf::{Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
-use netlane_nvme::proto::target::{Subsystem, TargetConfig};
-use netlane_nvme::target::{DEFAULT_NQN, TargetOptions, TargetServer};
+use netlane_nvme::perf::{AgentOutput, Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
+use netlane_nvme::target::DEFAULT_NQN;
 use netlane_report::options::{OptionList, parse_duration, parse_positive_duration};
 use netlane_report::terminal;
 
+use crate::agents::AgentHostsArgs;
 use crate::out::{self, OutputArgs};
-use crate::signals::STOP;
-
-/// NVMe/TCP target and host.
-#[derive(Debug, Subcommand)]
-pub enum NvmeCmd {
-    /// Serve namespaces over NVMe/TCP until SIGINT/SIGTERM (or --time); then print the
-    /// final counters and exit 0.
-    Target(Box<TargetArgs>),
-    /// Connect to a target and run a fio-like workload (fio's option names work too).
-    Perf(Box<PerfArgs>),
-}
-
-fn parse_size_u32(s: &str) -> Result<u32, String> {
-    let v = netlane::metrics::units::parse_size(s).map_err(|e| e.to_string())?;
-    u32::try_from(v).map_err(|_| format!("{s} is too large"))
-}
-
-/// `netlane nvme target`.
-#[derive(Debug, Args)]
-pub struct TargetArgs {
-    /// Address to listen on. Repeat for more ports (a host connecting to two has two
-    /// paths: multipath).
-    #[arg(long, default_value = "127.0.0.1:4420")]
-    pub listen: Vec<SocketAddr>,
-    /// An address the discovery log tells hosts to connect to, when it is not what the
-    /// target listens on (NAT, a VM's forwarded port). Repeat for more ports.
-    #[arg(long)]
-    pub advertise: Vec<SocketAddr>,
-    /// Subsystem NQN.
-    #[arg(long, default_value = DEFAULT_NQN)]
-    pub nqn: String,
-    /// A namespace: mem:SIZE[:BS] or file:PATH[:SIZE[:BS]]. Repeat for more (NSIDs 1, 2, ...).
-    #[arg(long = "ns", default_value = "mem:256M")]
-    pub namespaces: Vec<String>,
-    /// Reactor CPUs, one reactor each, as a CPU list (0-3,5) [default: every CPU].
-    #[arg(long, value_parser = netlane::cpus::parse_online)]
-    pub cpus: Option<CpuList>,
-    /// Busy-poll the sockets (SO_BUSY_POLL microseconds) and spin instead of sleeping.
-    #[arg(long)]
-    pub busy_poll: Option<u32>,
-    /// Spin on epoll with a zero timeout (without SO_BUSY_POLL).
-    #[arg(long)]
-    pub spin: bool,
-    /// Never complete reads with the C2HData SUCCESS flag (always send a response capsule).
-    #[arg(long)]
-    pub no_c2h_success: bool,
-    /// MAXH2CDATA offered to hosts, bytes.
-    #[arg(long, default_value = "128K", value_parser = parse_size_u32)]
-    pub maxh2cdata: u32,
-    /// In-capsule data accepted on I/O queues, bytes.
-    #[arg(long, default_value = "8K", value_parser = parse_size_u32)]
-    pub in_capsule: u32,
-    /// Largest C2HData PDU; longer reads are split.
-    #[arg(long, default_value = "128K", value_parser = parse_size_u32)]
-    pub c2h_max: u32,
-    /// Largest R2T; longer writes take several.
-    #[arg(long, default_value = "4M", value_parser = parse_size_u32)]
-    pub r2t_max: u32,
-    /// MDTS: largest transfer is 4 KiB << MDTS.
-    #[arg(long, default_value_t = 9)]
-    pub mdts: u8,
-    /// Data one queue may hold for its commands (reads not yet sent, write buffers);
-    /// at least one largest transfer.
-    #[arg(long, default_value = "4M", value_parser = parse_size_u32)]
-    pub queue_budget: u32,
-    /// Most connections at once; more are closed as soon as accepted.
-    #[arg(long, default_value_t = 1024)]
-    pub max_connections: usize,
-    /// Most connections from one source address that have not yet finished ICReq and
-    /// Connect; more from it are closed as soon as accepted.
-    #[arg(long, default_value_t = netlane_nvme::target::DEFAULT_SETUP_PER_SOURCE)]
-    pub max_setup_per_source: usize,
-    /// Threads for storage operations that may block (file namespaces).
-    #[arg(long, default_value_t = 4)]
-    pub storage_threads: usize,
-    /// A connection must finish ICReq and Connect within this.
-    #[arg(long, default_value = "10s", value_parser = parse_positive_duration)]
-    pub setup_timeout: Duration,
-    /// Serve Prometheus metrics at http://ADDR/metrics (a loopback address): per-queue
-    /// commands, bytes, errors by status, latency histogram; connections.
-    #[arg(long, value_name = "ADDR:PORT")]
-    pub metrics_addr: Option<std::net::SocketAddr>,
-    /// Stop after this long [default: run until SIGINT/SIGTERM].
-    #[arg(short = 't', long, value_parser = parse_positive_duration)]
-    pub time: Option<Duration>,
-    /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
-    /// `listening on ...`, then goes to stderr).
-    #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
-    pub json: Option<std::path::PathBuf>,
-}
-
-impl TargetArgs {
-    fn run(&self) -> Result<u8> {
-        let out = OutputArgs { json: self.json.clone(), csv: None };
-        out.validate()?;
-        let mut namespaces = Vec::new();
-        for spec in &self.namespaces {
-            namespaces.push(netlane_nvme::store::open_namespace(spec).map_err(anyhow::Error::msg)?);
-        }
-        let config = TargetConfig {
-            nqn: self.nqn.clone(),
-            mdts: self.mdts,
-            maxh2cdata: self.maxh2cdata,
-            in_capsule: self.in_capsule,
-            c2h_max: self.c2h_max,
-            r2t_max: self.r2t_max,
-            c2h_success: !self.no_c2h_success,
-            queue_budget: self.queue_budget,
-            setup_timeout_ms: u32::try_from(self.setup_timeout.as_millis()).unwrap_or(u32::MAX),
-            ports: self.advertise.clone(),
-            ..TargetConfig::default()
-        };
-        let subsys = Subsystem::new(config, namespaces).map_err(anyhow::Error::msg)?;
-        let cpus = self.cpus.clone().unwrap_or_else(CpuList::online);
-        let opts = TargetOptions {
-            listen: self.listen.clone(),
-            cpus: cpus.as_slice().to_vec(),
-            busy_poll: self.busy_poll,
-            spin: self.spin,
-            max_connections: self.max_connections,
-            max_setup_per_source: self.max_setup_per_source,
-            storage_threads: self.storage_threads,
-            metrics_addr: self.metrics_addr,
-        };
-        let server = TargetServer::start(subsys, &opts).context("start the target")?;
-        let addrs: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
-        let addr = addrs.join(",");
-        let line =
-            format!("listening on {addr} nqn={} reactors={cpus} namespaces={}", self.nqn, self.namespaces.join(","));
-        let metrics = server.metrics_addr().map(|a| format!("metrics at http://{a}/metrics"));
-        for l in std::iter::once(line).chain(metrics) {
-            if out.json_to_stdout() {
-                eprintln!("{l}");
-            } else {
-                out::println(&l);
-            }
-        }
-        let start = Instant::now();
-        let stats = server.serve(&STOP, self.time).context("the target failed")?;
-        let doc = netlane_report::document(
-            "nvme-target",
-            NvmeTarget {
-                listen: addr.clone(),
-                nqn: self.nqn.clone(),
-                namespaces: self.namespaces.clone(),
-                seconds: start.elapsed().as_secs_f64(),
-                stats,
-            },
-        );
-        if !out.json_to_stdout() {
-            let s = &doc.body.stats;
-            let mut line = format!(
-                "stopped after {:.1} s: connections={} refused={} refused_in_setup={} commands={} errors={} rounds={} \
-                 sends={} reactor_cpu_s={:.3}",
-                doc.body.seconds,
-                s.connections,
-                s.refused,
-                s.refused_in_setup,
-                s.commands,
-                s.errors.values().sum::<u64>(),
-                s.rounds,
-                s.sends,
-                s.reactor_cpu.total_s(),
-            );
-            s.subsystem.each(&mut |name, _, v| line.push_str(&format!(" {name}={v}")));
-            out::println(&line);
-        }
-        out.write_json(&doc)?;
-        Ok(0)
-    }
-}
+use crate::signals::{STOP, StartGate};
 
 /// Jobs' CPUs: a CPU list, or `any` for unbound.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -255,7 +84,8 @@ pub struct PerfArgs {
     /// Poll queues (for --hipri jobs).
     #[arg(long, default_value_t = 0)]
     pub poll_queues: u16,
-    /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every CPU].
+    /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every
+    /// CPU; with --agents, every CPU of each agent's host].
     #[arg(long, value_parser = netlane::cpus::parse_online)]
     pub queue_cpus: Option<CpuList>,
     /// Entries per I/O queue.
@@ -296,6 +126,14 @@ pub struct PerfArgs {
     /// PID of a local target process, to report its CPU per I/O.
     #[arg(long)]
     pub target_pid: Option<u32>,
+    #[command(flatten)]
+    pub hosts: AgentHostsArgs,
+    /// Run as one agent of a run that `--agents` coordinates (it starts this; every agent
+    /// runs the whole workload, as fio --client does, so N hosts make N times the load):
+    /// connect every queue, say `ready` on standard error, start the jobs on SIGUSR1
+    /// (within a minute), and write each group's whole latency histograms with the report.
+    #[arg(long)]
+    pub agent: bool,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -400,7 +238,7 @@ impl PerfArgs {
         l
     }
 
-    fn run(&self) -> Result<u8> {
+    pub(super) fn run(&self) -> Result<u8> {
         self.out.validate()?;
         let opts = self.options()?;
         let echo = self.echo(&opts);
@@ -410,12 +248,51 @@ impl PerfArgs {
                 out::println(&e);
             }
         }
-        let mut status = LiveStatus::new();
-        let r = netlane_nvme::perf::run_observed(&opts, &mut |s| status.show(s)).context("nvme perf")?;
-        status.done();
+        if self.hosts.any() {
+            // Agents on other hosts cannot see a local target, and each would write its
+            // own pattern over the same blocks.
+            for (on, flag) in [
+                (self.target_pid.is_some(), "--target-pid"),
+                (self.verify, "--verify"),
+                (self.verify_only, "--verify-only"),
+            ] {
+                if on {
+                    bail!("--agents cannot be combined with {flag}");
+                }
+            }
+        }
+        if self.agent {
+            // The coordinator judges the run, so one that failed commands is written and
+            // exits 0 like any other.
+            let gate = StartGate::register()?;
+            let ready = format!("ready: queues connected to {}", opts.connect.addr);
+            let (r, latencies) = netlane_nvme::perf::run_gated(&opts, &mut |_| {}, &mut || {
+                gate.wait(&ready).map_err(netlane_nvme::perf::PerfError::Invalid)
+            })
+            .context("nvme perf")?;
+            let agent = Some(AgentOutput::of(&latencies));
+            let doc = NvmePerf { options: echo.object(), echo: echo.echo(), report: r, agent, agents: None };
+            self.out.write_json(&netlane_report::document("nvme-perf", doc))?;
+            return Ok(0);
+        }
+        let (r, agents) = if self.hosts.any() {
+            let hosts = self.hosts.connect()?;
+            let (r, parts) = netlane_lab::scenarios::nvme::run_perf(&hosts.agents(), &opts, self.queue_cpus.is_none())?;
+            if !quiet {
+                for a in &parts {
+                    out::println(&agent_line(a));
+                }
+            }
+            (r, Some(parts))
+        } else {
+            let mut status = LiveStatus::new();
+            let r = netlane_nvme::perf::run_observed(&opts, &mut |s| status.show(s)).context("nvme perf")?;
+            status.done();
+            (r, None)
+        };
         let table = perf_table("nvme-perf", "Per group (latency of the group's main direction)", &r);
-        let doc =
-            netlane_report::document("nvme-perf", NvmePerf { options: echo.object(), echo: echo.echo(), report: r });
+        let doc = NvmePerf { options: echo.object(), echo: echo.echo(), report: r, agent: None, agents };
+        let doc = netlane_report::document("nvme-perf", doc);
         if !quiet {
             out::print(&terminal::table(&table));
             out::println(&summary(&doc.body.report, self.verify_only));
@@ -429,6 +306,18 @@ impl PerfArgs {
         }
         Ok(0)
     }
+}
+
+fn agent_line(a: &NvmeAgent) -> String {
+    format!(
+        "agent {}: {:.0} IOPS, p50 {:.1} us p99.99 {:.1} us, host CPU {} us/IO{}",
+        a.host,
+        a.iops,
+        a.p50_us,
+        a.p9999_us,
+        a.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}")),
+        if a.errors > 0 { format!(", {} commands failed", a.errors) } else { String::new() }
+    )
 }
 
 fn summary(r: &PerfReport, verify_only: bool) -> String {
@@ -498,14 +387,6 @@ impl LiveStatus {
         if self.tty && self.last.is_some() {
             eprint!("\r{:60}\r", "");
         }
-    }
-}
-
-/// Runs `netlane nvme ...`.
-pub fn run(cmd: NvmeCmd) -> Result<u8> {
-    match cmd {
-        NvmeCmd::Target(a) => a.run(),
-        NvmeCmd::Perf(a) => a.run(),
     }
 }
 
