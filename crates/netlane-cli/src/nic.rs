@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane::nic::{NicView, Readout};
+use netlane::nic::{FileSetting, NicView, Readout, Settings};
 use netlane::topology::ethtool::{Group, Values};
 
 use crate::out::{self, OutputArgs};
@@ -53,8 +53,43 @@ pub struct TryArgs {
     /// An interrupt's CPUs: IRQ=CPUS (a CPU list). Repeat for more.
     #[arg(long = "irq", value_name = "IRQ=CPUS", value_parser = parse_irq)]
     pub irq: Vec<(u32, CpuList)>,
+    /// NAPI polled by kernel threads (on) or in softirq context (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub threaded: Option<bool>,
+    /// XPS by CPU: transmit queue i taken by the i-th CPU of this list (in turn, wrapping).
+    #[arg(long, value_name = "CPUS", value_parser = netlane::cpus::parse_online, conflicts_with = "xps_rxqs")]
+    pub xps: Option<CpuList>,
+    /// XPS by receive queue (symmetric queues): transmit queue i taken by sockets whose
+    /// packets arrive on receive queue i.
+    #[arg(long)]
+    pub xps_rxqs: bool,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+impl TryArgs {
+    /// What these arguments ask of the device, interrupts besides `irqs` included.
+    fn settings(&self, irqs: Vec<(u32, CpuList)>) -> Result<Settings> {
+        let mut files = Vec::new();
+        if let Some(on) = self.threaded {
+            files.push(FileSetting::threaded_napi(on));
+        }
+        if let Some(cpus) = &self.xps {
+            files.extend(netlane::nic::xps_cpus(&self.dev, cpus).map_err(anyhow::Error::msg).context("--xps")?);
+        }
+        if self.xps_rxqs {
+            files.extend(netlane::nic::xps_rxqs(&self.dev).map_err(anyhow::Error::msg).context("--xps-rxqs")?);
+        }
+        Ok(Settings { groups: groups(&self.set), irqs, files })
+    }
+}
+
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
 }
 
 fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
@@ -102,10 +137,11 @@ fn groups(set: &[(Group, String, u32)]) -> Vec<(Group, Values)> {
 /// Exits 1 when something was not put back (its record stays for `netlane clean`).
 fn try_settings(a: &TryArgs) -> Result<u8> {
     a.out.validate()?;
-    if a.set.is_empty() && a.irq.is_empty() {
-        anyhow::bail!("nothing to try: give --set or --irq");
+    let settings = a.settings(a.irq.clone())?;
+    if settings.is_empty() {
+        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps or --xps-rxqs");
     }
-    let tried = netlane::nic::try_settings(&a.dev, &groups(&a.set), &a.irq);
+    let tried = netlane::nic::try_settings(&a.dev, &settings);
     report_tried(&a.out, "nic-try", tried)
 }
 
@@ -127,10 +163,11 @@ fn hold(a: &HoldArgs) -> Result<u8> {
                 .filter_map(|(i, irq)| cpus.nth_wrapping(i).map(|c| (irq, CpuList::one(c)))),
         );
     }
-    if s.set.is_empty() && irqs.is_empty() {
-        anyhow::bail!("nothing to hold: give --set, --irq or --irqs");
+    let settings = s.settings(irqs)?;
+    if settings.is_empty() {
+        anyhow::bail!("nothing to hold: give --set, --irq, --irqs, --threaded, --xps or --xps-rxqs");
     }
-    let holding = netlane::nic::hold_settings(&s.dev, &groups(&s.set), &irqs);
+    let holding = netlane::nic::hold_settings(&s.dev, &settings);
     for o in &holding.outcomes {
         eprintln!("{o}");
     }

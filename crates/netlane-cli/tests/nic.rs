@@ -37,7 +37,7 @@ fn nic_try_refuses_what_it_cannot_try_before_touching_anything() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
     let o = netlane(&["nic", "try", "lo"]);
-    assert_eq!(stderr(&o), "error: nothing to try: give --set or --irq\n");
+    assert_eq!(stderr(&o), "error: nothing to try: give --set, --irq, --threaded, --xps or --xps-rxqs\n");
 }
 
 #[test]
@@ -65,6 +65,29 @@ fn nic_try_on_a_veth_applies_refuses_and_puts_back() {
     assert!(doc["outcomes"][1]["refused"].as_str().unwrap().contains("Operation not supported"), "{doc}");
     assert_eq!(doc["put_back"][0]["before"], "2", "{doc}");
     assert_eq!(doc["put_back"][0]["now"], "2", "{doc}");
+
+    // The device's own files: threaded NAPI (a veth has NAPI once GRO is on) and XPS,
+    // each queue's map read back and put back.
+    a.run(|| netlane::topology::ethtool::Ethtool::open().unwrap().set_features("va", &[("rx-gro", true)]).unwrap())
+        .unwrap();
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", a.name(), env!("CARGO_BIN_EXE_netlane"), "nic", "try", "va"])
+        .args(["--threaded", "on", "--xps-rxqs", "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "nic-try");
+    let applied: Vec<_> = doc["outcomes"].as_array().unwrap().iter().map(|o| o["applied"].clone()).collect();
+    assert_eq!(applied, ["1", "1", "2"], "{doc}");
+    let put_back = doc["put_back"].as_array().unwrap();
+    assert_eq!(put_back.len(), 3, "{doc}");
+    assert!(put_back.iter().all(|p| p["before"] == p["now"]), "{doc}");
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", a.name(), env!("CARGO_BIN_EXE_netlane"), "nic", "try", "va", "--xps", "0"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("tx-1 xps_cpus (CPU 0) of va: 00000001: applied, reads 1"), "{}", stdout(&o));
 }
 
 /// `nic hold`: the settings stay while it runs and are put back when it is stopped

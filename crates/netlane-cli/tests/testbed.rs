@@ -144,7 +144,8 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
 #[test]
 fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
     let Some((hosts, dir)) = bridged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") else { return };
-    let file = testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\n");
+    let file =
+        testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\nxps = \"0\"\n");
     // NIC settings held while it runs: one the server's bridge refuses, one the client's
     // veth takes; both said, and the taken one put back.
     let text = std::fs::read_to_string(&file).unwrap().replacen(
@@ -183,7 +184,13 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
         "{server}"
     );
     let client = held("client 1 (host client1) eth0").unwrap_or_else(|| panic!("{notes:?}"));
-    assert!(client.contains("channels of eth0: rx=1: applied, reads rx=1. All put back as they were."), "{client}");
+    assert!(
+        client.contains(
+            "channels of eth0: rx=1: applied, reads rx=1; tx-0 xps_cpus (CPU 0) of eth0: 00000001: applied, reads 1. \
+             All put back as they were."
+        ),
+        "{client}"
+    );
     let runs = r["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3, "tcp, udp, gso; no udpgso_bench_tx across hosts: {runs:?}");
     for run in runs {

@@ -2,7 +2,7 @@
 //! their interrupts, threads and CPUs, channels, rings, coalescing, offloads, XDP
 //! features, XPS), and its settings changed for as long as a guard lives: channels,
 //! rings and coalescing over ethtool netlink ([`set_group`]), an interrupt's CPUs
-//! ([`set_irq_cpus`]). Each change is reported applied (with the value read back) or
+//! ([`set_irq_cpus`]), and the device's own files: threaded NAPI, XPS ([`set_file`]). Each change is reported applied (with the value read back) or
 //! refused (with the kernel's reason), recorded before it is made (so `netlane clean`
 //! puts it back after a SIGKILL), and put back when its guard drops unless someone
 //! changed it since. Everything here acts in the calling thread's network namespace.
@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::cpus::CpuList;
 use crate::error::chain;
-use crate::installed::{Change, Held, Place, irq_affinity_path, values_words};
+use crate::installed::{Change, Held, Place, hold_device_file, irq_affinity_path, values_words};
 use crate::topology::ethtool::{Ethtool, Group, Values};
 use crate::topology::netdev::{Netdev, XdpFeatures};
 use crate::topology::{Rtnl, TopologyError};
@@ -274,6 +274,96 @@ pub fn set_irq_cpus(irq: u32, cpus: &CpuList) -> (Outcome, Option<Held>) {
     }
 }
 
+/// A file of a device (under `/sys/class/net/DEV/`, as this namespace's sysfs shows it)
+/// and what to write there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileSetting {
+    /// What it sets (`threaded NAPI`, `tx-0 xps_cpus`).
+    pub what: String,
+    /// Its path under the device's directory.
+    pub rel: String,
+    /// The value.
+    pub value: String,
+}
+
+impl FileSetting {
+    /// The device's NAPI instances polled by kernel threads (or in softirq context).
+    pub fn threaded_napi(on: bool) -> FileSetting {
+        FileSetting { what: "threaded NAPI".into(), rel: "threaded".into(), value: if on { "1" } else { "0" }.into() }
+    }
+}
+
+/// The transmit queues of `dev`, by number (none when it has no such directory).
+pub fn tx_queues(dev: &str) -> Vec<usize> {
+    let mut tx: Vec<usize> = std::fs::read_dir(format!("/sys/class/net/{dev}/queues"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("tx-")).and_then(|n| n.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default();
+    tx.sort_unstable();
+    tx
+}
+
+/// The kernel's bitmap format (hexadecimal, 32-bit words separated by commas) with only
+/// bit `i` set.
+pub(crate) fn one_bit_mask(i: usize) -> String {
+    (0..=i / 32)
+        .rev()
+        .map(|w| format!("{:08x}", if w == i / 32 { 1u32 << (i % 32) } else { 0 }))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// XPS by CPU: transmit queue `i` of `dev` taken by the `i`-th CPU of `cpus` (in turn,
+/// wrapping), each CPU's sends on one queue. An error when `dev` has no transmit queues.
+pub fn xps_cpus(dev: &str, cpus: &CpuList) -> Result<Vec<FileSetting>, String> {
+    let tx = tx_queues(dev);
+    if tx.is_empty() {
+        return Err(format!("{dev} has no transmit queues under /sys/class/net/{dev}/queues"));
+    }
+    Ok(tx
+        .iter()
+        .enumerate()
+        .filter_map(|(n, &i)| {
+            let cpu = cpus.nth_wrapping(n)?;
+            let rel = format!("queues/tx-{i}/xps_cpus");
+            Some(FileSetting { what: format!("tx-{i} xps_cpus (CPU {cpu})"), rel, value: one_bit_mask(cpu) })
+        })
+        .collect())
+}
+
+/// XPS by receive queue (symmetric queues): transmit queue `i` of `dev` taken by sockets
+/// whose packets arrive on receive queue `i`. An error when `dev` has no transmit queues.
+pub fn xps_rxqs(dev: &str) -> Result<Vec<FileSetting>, String> {
+    let tx = tx_queues(dev);
+    if tx.is_empty() {
+        return Err(format!("{dev} has no transmit queues under /sys/class/net/{dev}/queues"));
+    }
+    Ok(tx
+        .into_iter()
+        .map(|i| FileSetting {
+            what: format!("tx-{i} xps_rxqs (rx-{i})"),
+            rel: format!("queues/tx-{i}/xps_rxqs"),
+            value: one_bit_mask(i),
+        })
+        .collect())
+}
+
+/// Writes `f` to `dev`'s file until the returned guard drops (`None` when refused).
+pub fn set_file(dev: &str, f: &FileSetting) -> (Outcome, Option<Held>) {
+    let asked = format!("{} of {dev}: {}", f.what, f.value);
+    let path = format!("/sys/class/net/{dev}/{}", f.rel);
+    match hold_device_file(&path, &f.value) {
+        Ok(held) => {
+            let now = read_trim(&path).unwrap_or_else(|| "unreadable".into());
+            (Outcome { asked, applied: Some(now), refused: None }, Some(held))
+        }
+        Err(err) => (Outcome::refused(asked, format!("write {path}: {err}")), None),
+    }
+}
+
 /// What [`try_settings`] found: what each setting did, and whether each was put back.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Tried {
@@ -306,6 +396,7 @@ impl PutBack {
 enum Reading {
     Ethtool { dev: String, group: Group, key: String },
     Irq(u32),
+    File(String),
 }
 
 impl Reading {
@@ -316,6 +407,7 @@ impl Reading {
                 .and_then(|mut e| e.settings(dev, *group).ok())
                 .and_then(|now| now.get(key).map(|v| v.to_string())),
             Reading::Irq(irq) => read_trim(&irq_affinity_path(*irq).to_string_lossy()),
+            Reading::File(path) => read_trim(path),
         }
         .unwrap_or_else(|| "?".into())
     }
@@ -350,9 +442,29 @@ impl Holding {
     }
 }
 
-/// Applies each of `groups` (one group's settings each) and each interrupt's CPUs to
-/// `dev` and reads each back; they stay until the [`Holding`] puts them back.
-pub fn hold_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Holding {
+/// What to set on a device: ethtool groups (one group's settings each), interrupts'
+/// CPUs, the device's files.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Ethtool settings, a group each.
+    pub groups: Vec<(Group, Values)>,
+    /// Interrupts and their CPUs.
+    pub irqs: Vec<(u32, CpuList)>,
+    /// The device's files.
+    pub files: Vec<FileSetting>,
+}
+
+impl Settings {
+    /// Whether nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty() && self.irqs.is_empty() && self.files.is_empty()
+    }
+}
+
+/// Applies each of `asked` to `dev` and reads each back; they stay until the [`Holding`]
+/// puts them back.
+pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
+    let Settings { groups, irqs, files } = asked;
     let mut outcomes = Vec::new();
     let mut held = Vec::new();
     let mut watch: Vec<(String, String, Reading)> = Vec::new();
@@ -379,12 +491,33 @@ pub fn hold_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuLis
         }
         outcomes.push(outcome);
     }
+    for f in files {
+        let path = format!("/sys/class/net/{dev}/{}", f.rel);
+        let before = read_trim(&path).unwrap_or_else(|| "?".into());
+        let (outcome, h) = set_file(dev, f);
+        if let Some(h) = h {
+            held.push(h);
+            watch.push((format!("{} of {dev}", f.what), before, Reading::File(path)));
+        }
+        outcomes.push(outcome);
+    }
     Holding { outcomes, held, watch }
 }
 
-/// Applies each of `groups` (one group's settings each) and each interrupt's CPUs to
-/// `dev`, reads each back, then puts everything back and reads it again: which settings
-/// a device takes, and proof that it is as it was.
-pub fn try_settings(dev: &str, groups: &[(Group, Values)], irqs: &[(u32, CpuList)]) -> Tried {
-    hold_settings(dev, groups, irqs).put_back()
+/// Applies each of `asked` to `dev`, reads each back, then puts everything back and reads
+/// it again: which settings a device takes, and proof that it is as it was.
+pub fn try_settings(dev: &str, asked: &Settings) -> Tried {
+    hold_settings(dev, asked).put_back()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_are_the_kernels_bitmap_format() {
+        assert_eq!(one_bit_mask(0), "00000001");
+        assert_eq!(one_bit_mask(5), "00000020");
+        assert_eq!(one_bit_mask(33), "00000002,00000000");
+    }
 }

@@ -61,11 +61,14 @@ fn a_veth_is_shown_and_its_channels_change_and_come_back_while_coalescing_is_ref
             assert!(outcome.refused.as_deref().is_some_and(|r| r.contains(says)), "{outcome}");
         }
         // Tried: applied and read back, refused with the reason, and put back.
-        let tried = nic::try_settings(
-            "va",
-            &[(Group::Channels, values(&[("rx", 1), ("tx", 3)])), (Group::Coalesce, values(&[("adaptive-rx", 1)]))],
-            &[],
-        );
+        let asked = nic::Settings {
+            groups: vec![
+                (Group::Channels, values(&[("rx", 1), ("tx", 3)])),
+                (Group::Coalesce, values(&[("adaptive-rx", 1)])),
+            ],
+            ..Default::default()
+        };
+        let tried = nic::try_settings("va", &asked);
         assert_eq!(tried.outcomes[0].applied.as_deref(), Some("rx=1,tx=3"), "{tried:?}");
         assert!(tried.outcomes[1].refused.as_deref().is_some_and(|r| r.contains("not supported")), "{tried:?}");
         assert_eq!(tried.put_back.len(), 2, "{tried:?}");

@@ -60,9 +60,47 @@ pub struct HostSpec {
     /// The CPUs `iface`'s interrupts are moved to while the scenarios run (one each in
     /// turn), then put back.
     pub irqs: Option<CpuList>,
+    /// `iface`'s NAPI polled by kernel threads (or not) while the scenarios run.
+    pub threaded: Option<bool>,
+    /// `iface`'s transmit queues' XPS maps while the scenarios run.
+    pub xps: Option<Xps>,
+}
+
+/// How a host's transmit queues are chosen (XPS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Xps {
+    /// Transmit queue i by the i-th of these CPUs (in turn).
+    Cpus(CpuList),
+    /// Transmit queue i by sockets whose packets arrive on receive queue i.
+    Rxqs,
 }
 
 impl HostSpec {
+    /// Whether the file sets anything of `iface`.
+    pub fn sets_nic(&self) -> bool {
+        !self.nic.is_empty() || self.irqs.is_some() || self.threaded.is_some() || self.xps.is_some()
+    }
+
+    /// `netlane nic hold`'s options for what the file sets.
+    pub fn nic_hold_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        for n in &self.nic {
+            args.extend(["--set".to_string(), n.clone()]);
+        }
+        if let Some(c) = &self.irqs {
+            args.extend(["--irqs".to_string(), c.to_string()]);
+        }
+        if let Some(on) = self.threaded {
+            args.extend(["--threaded".to_string(), if on { "on" } else { "off" }.to_string()]);
+        }
+        match &self.xps {
+            Some(Xps::Cpus(c)) => args.extend(["--xps".to_string(), c.to_string()]),
+            Some(Xps::Rxqs) => args.push("--xps-rxqs".to_string()),
+            None => {}
+        }
+        args
+    }
+
     /// The first CPU the file gives it (the one a role is pinned to there).
     pub fn first_cpu(&self) -> Option<usize> {
         self.cpus.as_ref().and_then(|c| c.as_slice().first().copied())
@@ -101,6 +139,8 @@ struct RawHost {
     #[serde(default)]
     nic: Vec<String>,
     irqs: Option<String>,
+    threaded: Option<bool>,
+    xps: Option<String>,
 }
 
 impl TestbedSpec {
@@ -144,10 +184,30 @@ impl TestbedSpec {
                     return bad(format!("`nic`: {e}"));
                 }
             }
-            if (!h.nic.is_empty() || irqs.is_some()) && h.iface.is_none() {
-                return bad("`nic` and `irqs` set an interface: `iface` is missing".into());
+            let xps = match h.xps.as_deref() {
+                None => None,
+                Some("rxqs") => Some(Xps::Rxqs),
+                Some(c) => match list("xps", Some(c.to_string())) {
+                    Ok(cpus) => cpus.map(Xps::Cpus),
+                    Err(_) => return bad(format!("`xps` {c:?}: `rxqs` or a CPU list")),
+                },
+            };
+            let spec = HostSpec {
+                role: role.clone(),
+                ssh: h.ssh,
+                netlane,
+                addr: h.addr,
+                iface: h.iface,
+                cpus,
+                nic: h.nic,
+                irqs,
+                threaded: h.threaded,
+                xps,
+            };
+            if spec.sets_nic() && spec.iface.is_none() {
+                return bad("`nic`, `irqs`, `threaded` and `xps` set an interface: `iface` is missing".into());
             }
-            Ok(HostSpec { role, ssh: h.ssh, netlane, addr: h.addr, iface: h.iface, cpus, nic: h.nic, irqs })
+            Ok(spec)
         };
         let server = host("server".into(), raw.server)?;
         if server.addr.is_none() {
@@ -186,10 +246,14 @@ mod tests {
         cpus = "8-11"
         nic = ["coalesce.adaptive-rx=off", "channels.combined=4"]
         irqs = "8-11"
+        threaded = true
+        xps = "rxqs"
 
         [[clients]]
         ssh = "root@10.0.0.3"
         cpus = "0-3"
+        iface = "eth1"
+        xps = "0-3"
 
         [[clients]]
         ssh = "lab4"
@@ -209,6 +273,13 @@ mod tests {
         assert_eq!(t.server.nic, ["coalesce.adaptive-rx=off", "channels.combined=4"]);
         assert_eq!(t.server.irqs.as_ref().map(|c| c.as_slice().to_vec()), Some(vec![8, 9, 10, 11]));
         assert!(t.clients[0].nic.is_empty() && t.clients[0].irqs.is_none());
+        let hold = |h: &HostSpec| h.nic_hold_args().join(" ");
+        assert_eq!(
+            hold(&t.server),
+            "--set coalesce.adaptive-rx=off --set channels.combined=4 --irqs 8-11 --threaded on --xps-rxqs"
+        );
+        assert_eq!(hold(&t.clients[0]), "--xps 0-3");
+        assert!(!t.clients[1].sets_nic());
         assert_eq!(t.clients.len(), 2);
         assert_eq!((t.clients[0].role.as_str(), t.clients[1].role.as_str()), ("client 1", "client 2"));
         assert_eq!(t.clients[1].netlane, "netlane");
@@ -231,6 +302,11 @@ mod tests {
             ("[server]\naddr = \"10.0.0.1\"\niface = \"a/b\"\n[[clients]]\nssh = \"c\"", "not an interface name"),
             ("[server]\naddr = \"10.0.0.1\"\nport = 1\n[[clients]]\nssh = \"c\"", "not a testbed file"),
             ("[server]\naddr = \"10.0.0.1\"\nirqs = \"1\"\n[[clients]]\nssh = \"c\"", "`iface` is missing"),
+            ("[server]\naddr = \"10.0.0.1\"\nthreaded = true\n[[clients]]\nssh = \"c\"", "`iface` is missing"),
+            (
+                "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nxps = \"tx\"\n[[clients]]\nssh = \"c\"",
+                "`xps` \"tx\": `rxqs` or a CPU list",
+            ),
             (
                 "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nnic = [\"rings.rx=x\"]\n[[clients]]\nssh = \"c\"",
                 "server: `nic`: \"x\": a number",

@@ -304,7 +304,8 @@ impl Testbed {
         Ok(())
     }
 
-    /// Holds the NIC settings the file gives each host (`nic`, `irqs` of its `iface`)
+    /// Holds the NIC settings the file gives each host (`nic`, `irqs`, `threaded`, `xps`
+    /// of its `iface`)
     /// until the returned hold finishes or drops: a `netlane nic hold` on that host,
     /// which puts them back when stopped (also when its SSH session ends).
     pub fn hold_nic(&self) -> Result<NicHold> {
@@ -312,16 +313,11 @@ impl Testbed {
         // drops it, which puts back what the others set.
         let mut hold = NicHold::default();
         for h in std::iter::once(&self.server).chain(&self.clients) {
-            let (Some(iface), true) = (&h.spec.iface, !h.spec.nic.is_empty() || h.spec.irqs.is_some()) else {
+            let (Some(iface), true) = (&h.spec.iface, h.spec.sets_nic()) else {
                 continue;
             };
             let mut args = words(&["nic", "hold", iface, "--json", "-"]);
-            for n in &h.spec.nic {
-                args.extend(["--set".to_string(), n.clone()]);
-            }
-            if let Some(c) = &h.spec.irqs {
-                args.extend(["--irqs".to_string(), c.to_string()]);
-            }
+            args.extend(h.spec.nic_hold_args());
             let spec = RoleSpec::netlane(&format!("nic hold on {}", h.label()), args)
                 .ready_on_stderr("holding ", std::time::Duration::from_secs(20));
             hold.holds.push((format!("{} {iface}", h.label()), RoleProcess::start(h.host(), &spec, None)?));

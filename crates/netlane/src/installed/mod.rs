@@ -210,6 +210,20 @@ pub(crate) fn values_words(s: &Values, which: &Values) -> String {
         .join(",")
 }
 
+/// Writes `value` to the device file at `path` (in the calling thread's `/sys`), held.
+/// The record keeps the value as the kernel reads it back (`00000001` reads `1`), which
+/// is what an undo compares with.
+pub(crate) fn hold_device_file(path: &str, value: &str) -> std::io::Result<Held> {
+    let before = std::fs::read_to_string(path)?.trim().to_string();
+    let place = Place::here()?;
+    let change =
+        Change::DeviceFile { place: place.clone(), path: path.into(), before: before.clone(), value: value.into() };
+    let mut held = Held::make(change, || std::fs::write(path, value))?;
+    let now = std::fs::read_to_string(path)?.trim().to_string();
+    held.amend(Change::DeviceFile { place, path: path.into(), before, value: now })?;
+    Ok(held)
+}
+
 /// Where an interrupt's CPUs are set.
 pub fn irq_affinity_path(irq: u32) -> PathBuf {
     PathBuf::from(format!("/proc/irq/{irq}/smp_affinity_list"))

@@ -162,20 +162,6 @@ impl Applied {
     }
 }
 
-/// Writes `value` to the device file at `path` (in the calling thread's `/sys`), held.
-/// The record keeps the value as the kernel reads it back (`00000001` reads `1`), which
-/// is what an undo compares with.
-fn hold_device_file(path: &str, value: &str) -> std::io::Result<Held> {
-    let before = std::fs::read_to_string(path)?.trim().to_string();
-    let place = Place::here()?;
-    let change =
-        Change::DeviceFile { place: place.clone(), path: path.into(), before: before.clone(), value: value.into() };
-    let mut held = Held::make(change, || std::fs::write(path, value))?;
-    let now = std::fs::read_to_string(path)?.trim().to_string();
-    held.amend(Change::DeviceFile { place, path: path.into(), before, value: now })?;
-    Ok(held)
-}
-
 /// Writes `settings` to each NAPI instance in `napi_ids` with `napi-set`; where the
 /// kernel refuses, falls back to the device's sysfs knobs (`napi_defer_hard_irqs`,
 /// `gro_flush_timeout`: every NAPI instance of the device at once; there is no sysfs
@@ -261,7 +247,7 @@ pub fn apply_napi_settings(dev: &str, ifindex: u32, napi_ids: &[u32], settings: 
             let Some(v) = value else { continue };
             let path = format!("/sys/class/net/{dev}/{knob}");
             let name = format!("{dev} {knob} (sysfs, every NAPI instance of the device)");
-            match hold_device_file(&path, &v.to_string()) {
+            match crate::installed::hold_device_file(&path, &v.to_string()) {
                 Ok(h) => {
                     held.push(h);
                     let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
@@ -283,14 +269,7 @@ pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Applied {
     let mut out = Vec::new();
     let mut held = Vec::new();
     let dir = format!("/sys/class/net/{dev}/queues");
-    let mut tx: Vec<usize> = std::fs::read_dir(&dir)
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("tx-")).and_then(|n| n.parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default();
-    tx.sort_unstable();
+    let tx = crate::nic::tx_queues(dev);
     if tx.is_empty() {
         out.push(Knob::refused(format!("{dev} xps_rxqs"), "tx-i -> rx-i", format!("no transmit queues under {dir}")));
     }
@@ -301,9 +280,9 @@ pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Applied {
             continue;
         }
         // A hexadecimal bitmap of receive queues, in 32-bit words separated by commas.
-        let mask = xps_mask(i);
+        let mask = crate::nic::one_bit_mask(i);
         let path = format!("{dir}/tx-{i}/xps_rxqs");
-        match hold_device_file(&path, &mask) {
+        match crate::installed::hold_device_file(&path, &mask) {
             Ok(h) => {
                 held.push(h);
                 let now = std::fs::read_to_string(&path).map(|s| s.trim().to_string()).unwrap_or_default();
@@ -313,26 +292,4 @@ pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Applied {
         }
     }
     Applied { knobs: out, held }
-}
-
-/// The `xps_rxqs` bitmap with only receive queue `i` set.
-fn xps_mask(i: usize) -> String {
-    let words = i / 32 + 1;
-    (0..words)
-        .rev()
-        .map(|w| format!("{:08x}", if w == i / 32 { 1u32 << (i % 32) } else { 0 }))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn xps_masks_are_the_kernels_bitmap_format() {
-        assert_eq!(xps_mask(0), "00000001");
-        assert_eq!(xps_mask(5), "00000020");
-        assert_eq!(xps_mask(33), "00000002,00000000");
-    }
 }
