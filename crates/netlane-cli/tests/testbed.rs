@@ -102,8 +102,9 @@ fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothin
     }
 }
 
-/// The nvme target on the server host, nvme perf on the first client host; the
-/// affinity part left out (that host's `cpus` is one CPU) and said so.
+/// The nvme target on the server host, nvme perf on the first client host, the target's
+/// CPU per I/O read there; the affinity part left out (that host's `cpus` is one CPU)
+/// and said so.
 fn nvme_ran_across_hosts(nvme: &serde_json::Value) {
     let notes: Vec<&str> = nvme["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(notes[0].contains("the target on host server at 10.78.0.1, nvme perf on host client1"), "{notes:?}");
@@ -112,7 +113,10 @@ fn nvme_ran_across_hosts(nvme: &serde_json::Value) {
     assert_eq!(runs.len(), 3 + 3 + 3 + 8, "qd1, qd32, mixed, the caravan sweep's ends: {runs:?}");
     for run in runs {
         assert!(run["metrics"]["iops"].as_f64().unwrap_or(0.0) > 100.0, "{run}");
+        // The target's CPU per I/O from its CPU on the server host, over the window.
+        assert!(run["metrics"]["target_cpu_us_per_io"].as_f64().is_some_and(|us| us > 0.0), "{run}");
     }
+    assert!(notes[0].contains("The target's CPU per I/O is its CPU's busy time there"), "{notes:?}");
     let plan: Vec<&str> = nvme["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
     assert_eq!(plan, ["target on host server", "host on host client1"]);
 }

@@ -62,7 +62,7 @@ impl TestbedHost {
         let mut out = Vec::new();
         let mut say = |what: String| out.push(format!("{}: {what}", self.label()));
         // Setting a device's NIC takes root too.
-        if needs.root || !self.spec.nic.is_empty() || self.spec.irqs.is_some() {
+        if needs.root || self.spec.sets_nic() {
             match self.host.run(&words(&["id", "-u"])) {
                 Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == "0" => {}
                 Ok(_) => say("not root (its roles build namespaces, load BPF and set devices)".into()),
@@ -305,9 +305,8 @@ impl Testbed {
     }
 
     /// Holds the NIC settings the file gives each host (`nic`, `irqs`, `threaded`, `xps`
-    /// of its `iface`)
-    /// until the returned hold finishes or drops: a `netlane nic hold` on that host,
-    /// which puts them back when stopped (also when its SSH session ends).
+    /// of its `iface`) until the returned hold finishes or drops: a `netlane nic hold` on
+    /// that host, which puts them back when stopped (also when its SSH session ends).
     pub fn hold_nic(&self) -> Result<NicHold> {
         // Each started one goes into the hold at once: a later one that fails to start
         // drops it, which puts back what the others set.

@@ -11,7 +11,7 @@ use netlane_nvme::perf::{PerfOptions, PerfReport};
 use super::checks::{per_core, us};
 use super::options::NvmeBenchArgs;
 use super::role;
-use crate::host::{Host, RoleProcess, RoleSpec, ThisMachine};
+use crate::host::{Host, RoleProcess, RoleSpec, ThisMachine, cpu_counters, start_together};
 use crate::runner::Measured;
 use crate::scenarios::net::PathKind;
 use netlane_report::format;
@@ -65,6 +65,10 @@ pub(super) struct NvmeSite<'a> {
     pub(super) target: &'a dyn Host,
     pub(super) host: &'a dyn Host,
     pub(super) listen: SocketAddr,
+    /// The target's CPU on its host when that is another machine than perf's: nvme perf
+    /// cannot read the target's process there, so the target's CPU per I/O is this
+    /// CPU's busy time over the measured window.
+    pub(super) target_cpu_across: Option<usize>,
 }
 
 impl<'a> NvmeSite<'a> {
@@ -75,11 +79,13 @@ impl<'a> NvmeSite<'a> {
                 target: &h.rx,
                 host: &h.tx,
                 listen: SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
+                target_cpu_across: None,
             },
             None => NvmeSite {
                 target: &ThisMachine,
                 host: &ThisMachine,
                 listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
+                target_cpu_across: None,
             },
         }
     }
@@ -88,15 +94,31 @@ impl<'a> NvmeSite<'a> {
 /// One perf run of `opts` from `site`'s host side, a `netlane nvme perf` process; an
 /// error when any command failed or read back wrong.
 pub(super) fn perf(site: &NvmeSite<'_>, opts: &PerfOptions, label: &str) -> Result<PerfReport> {
-    let spec = role::perf_spec(opts);
     let limit = opts.ramp + opts.duration + Duration::from_secs(60);
-    let run = RoleProcess::start(site.host, &spec, None)
-        .and_then(|p| p.wait(limit))
-        .with_context(|| format!("run {label}"))?;
+    let mut target_busy = None;
+    let run = match site.target_cpu_across {
+        None => RoleProcess::start(site.host, &role::perf_spec(opts), None).and_then(|p| p.wait(limit)),
+        Some(cpu) => (|| {
+            // perf as an agent: its jobs start on our word, so the window is known here
+            // to within the word's trip (milliseconds of a window of seconds).
+            let spec = role::perf_agent_spec("nvme perf", opts);
+            let perf = start_together(&[(site.host, spec)])?.pop().context("nvme perf did not start")?;
+            std::thread::sleep(opts.ramp);
+            let c0 = cpu_counters(site.target, cpu)?;
+            std::thread::sleep(opts.duration);
+            let c1 = cpu_counters(site.target, cpu)?;
+            target_busy = Some(c0.delta(&c1).busy_s);
+            perf.wait(limit)
+        })(),
+    }
+    .with_context(|| format!("run {label}"))?;
     if !run.status.success() {
         bail!("{label}: nvme perf exited with {}: {}", run.status, run.stderr_tail());
     }
-    let rep = role::perf_report(&run).with_context(|| format!("run {label}"))?;
+    let mut rep = role::perf_report(&run).with_context(|| format!("run {label}"))?;
+    if let Some(busy_s) = target_busy {
+        rep.target_cpu_us_per_io = (rep.ops > 0).then(|| busy_s * 1e6 / rep.ops as f64);
+    }
     let errors: u64 = rep.groups.iter().map(|g| g.errors + g.mismatches).sum();
     if errors > 0 {
         bail!("{label}: {errors} commands failed");

@@ -126,12 +126,14 @@ impl NvmeBenchArgs {
             target: t.server.host(),
             host: first.host(),
             listen: SocketAddr::new(t.server_addr(), netlane_nvme::DEFAULT_PORT),
+            target_cpu_across: Some(self.target_cpu()),
         };
         let crossed = first.cpus()?.as_slice().iter().copied().find(|c| *c != self.host_cpu);
         let mut this = self.clone();
         let mut notes = vec![format!(
-            "Ran on a testbed: the target on {} at {}, nvme perf on {}{}. The target's CPU per I/O is not measured \
-             across machines (nvme perf reads it from the target's process on its own machine).",
+            "Ran on a testbed: the target on {} at {}, nvme perf on {}{}. The target's CPU per I/O is its CPU's \
+             busy time there over each measured window (the target's threads and whatever the kernel ran on that \
+             CPU: its network receive and transmit work), not the target process's time as on one machine.",
             t.server.host().name(),
             t.server_addr(),
             first.host().name(),
