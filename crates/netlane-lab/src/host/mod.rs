@@ -24,7 +24,7 @@ use netlane::cpus::CpuList;
 use netlane::lanes::apps::AppCgroup;
 use netlane::topology::Netns;
 
-pub use process::{Finished, LineHook, RoleProcess};
+pub use process::{Finished, LineHook, RoleProcess, Starting};
 pub use ssh::{SshHost, SshSpec};
 
 /// Somewhere a role's process runs (shared by the threads that start roles there).
@@ -180,14 +180,14 @@ impl Agent<'_> {
     }
 }
 
-/// Starts every agent of one measurement (each says it is ready as its spec expects),
-/// then gives them all the word at once (SIGUSR1): they start together to within an
-/// order's trip.
+/// Starts every agent of one measurement at once and waits until each says it is ready
+/// (as its spec expects: hosts that take a second each to reach do not add up), then
+/// gives them all the word at once (SIGUSR1): they start together to within an order's
+/// trip. When one fails to start, those started are stopped.
 pub fn start_together(roles: &[(&dyn Host, RoleSpec)]) -> Result<Vec<RoleProcess>> {
-    let mut started = Vec::with_capacity(roles.len());
-    for (host, spec) in roles {
-        started.push(RoleProcess::start(*host, spec, None)?);
-    }
+    let starting =
+        roles.iter().map(|(host, spec)| RoleProcess::spawn(*host, spec, None)).collect::<Result<Vec<_>>>()?;
+    let mut started = starting.into_iter().map(Starting::ready).collect::<Result<Vec<_>>>()?;
     for role in &mut started {
         role.signal(nix::sys::signal::Signal::SIGUSR1);
     }

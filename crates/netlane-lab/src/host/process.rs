@@ -36,6 +36,32 @@ impl std::fmt::Debug for RoleProcess {
     }
 }
 
+/// A role process started, not yet ready.
+#[derive(Debug)]
+pub struct Starting {
+    role: RoleProcess,
+    first: mpsc::Receiver<String>,
+    ready: Option<String>,
+    within: Duration,
+}
+
+impl Starting {
+    /// Waits until it says it is ready (at once when its spec awaits nothing); stops it
+    /// when it says something else or nothing in time.
+    pub fn ready(self) -> Result<RoleProcess> {
+        let Starting { mut role, first, ready, within } = self;
+        if let Some(prefix) = ready {
+            let name = role.name.clone();
+            match first.recv_timeout(within) {
+                Ok(line) if line.starts_with(prefix.as_str()) => role.first_line = line,
+                Ok(line) => bail!("{name} did not start: it said {line:?} ({})", role.stop_now().stderr_tail()),
+                Err(_) => bail!("{name} did not start within {within:?} ({})", role.stop_now().stderr_tail()),
+            }
+        }
+        Ok(role)
+    }
+}
+
 /// What a role's process left when it ended.
 #[derive(Debug, Clone)]
 pub struct Finished {
@@ -84,6 +110,13 @@ impl RoleProcess {
     /// Starts `spec` on `host`, feeding nothing on standard input, and waits until it
     /// says it is ready. `hook` sees every later line it writes.
     pub fn start(host: &dyn Host, spec: &RoleSpec, hook: Option<LineHook>) -> Result<RoleProcess> {
+        RoleProcess::spawn(host, spec, hook)?.ready()
+    }
+
+    /// Starts `spec` on `host` without waiting for it to say it is ready: several can be
+    /// started at once and awaited afterwards. The process dies with this thread, which
+    /// must outlive it.
+    pub fn spawn(host: &dyn Host, spec: &RoleSpec, hook: Option<LineHook>) -> Result<Starting> {
         let launch = host.launch(&spec.program, &spec.args, &spec.cpus)?;
         let (mut cmd, control) = (launch.command, launch.control);
         let stdin = match (control, &spec.stdin) {
@@ -117,7 +150,7 @@ impl RoleProcess {
                 let _ = pipe.write_all(&input);
             });
         }
-        let mut role = RoleProcess {
+        let role = RoleProcess {
             name: spec.name.clone(),
             child: Some(child),
             control,
@@ -126,19 +159,7 @@ impl RoleProcess {
             stdout,
             stderr,
         };
-        if let Some(prefix) = &spec.ready {
-            match first_rx.recv_timeout(spec.ready_within) {
-                Ok(line) if line.starts_with(prefix.as_str()) => role.first_line = line,
-                Ok(line) => bail!("{} did not start: it said {line:?} ({})", spec.name, role.stop_now().stderr_tail()),
-                Err(_) => bail!(
-                    "{} did not start within {:?} ({})",
-                    spec.name,
-                    spec.ready_within,
-                    role.stop_now().stderr_tail()
-                ),
-            }
-        }
-        Ok(role)
+        Ok(Starting { role, first: first_rx, ready: spec.ready.clone(), within: spec.ready_within })
     }
 
     /// Its process ID.
