@@ -69,7 +69,7 @@ impl LabArgs {
         };
         let mut left_out = Vec::new();
         if let Some(path) = &self.testbed {
-            let (_, spec) = crate::testbed::TestbedArgs::for_lab(path, self.deploy)?;
+            let (_, spec) = crate::testbed::TestbedArgs::for_lab(path, self.deploy, &Default::default())?;
             // udp-bulk receives on the first client host: at the address the file gives it.
             let runs = |s: &ScenarioName| {
                 s.across_hosts()
@@ -90,6 +90,7 @@ impl LabArgs {
             selftest: self.selftest.clone(),
             testbed: self.testbed.clone(),
             deploy: self.deploy,
+            reached: Default::default(),
         };
         for p in &plans {
             scenarios::lab_plan(*p, &profile)?;

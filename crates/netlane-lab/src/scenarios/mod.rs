@@ -109,6 +109,8 @@ pub struct LabProfile {
     pub testbed: Option<PathBuf>,
     /// Copy this netlane to testbed hosts that lack it.
     pub deploy: bool,
+    /// The testbed once reached, shared by every scenario.
+    pub reached: crate::testbed::Reached,
 }
 
 /// What a scenario's report is built of, section by section: each section of a
@@ -215,7 +217,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.repeat = if p.quick { 2 } else { 3 };
             o.selftest = p.selftest.clone();
             if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
                 o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
                 o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
                 o.on = on;
@@ -238,7 +240,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.caravan_sizes = vec![512, 128 << 10];
             }
             if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
                 o.target_cpu = spec.server.first_cpu().unwrap_or(o.target_cpu);
                 o.host_cpu = spec.clients.first().and_then(|c| c.first_cpu()).unwrap_or(o.host_cpu);
                 o.on = on;
@@ -261,7 +263,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
             if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }
@@ -277,7 +279,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.time = Duration::from_millis(500);
             }
             if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy)?;
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }

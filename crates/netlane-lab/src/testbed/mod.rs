@@ -5,6 +5,7 @@ mod file;
 
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 use netlane::cpus::CpuList;
@@ -135,12 +136,35 @@ pub struct TestbedArgs {
     /// SSH, into ~/.cache/netlane/) and use that.
     #[arg(long, requires = "testbed")]
     pub deploy: bool,
+    /// The testbed once reached, shared by every copy of these options (a scenario's
+    /// checks and its run; the lab's scenarios): its hosts are reached once.
+    #[arg(skip)]
+    pub reached: Reached,
+}
+
+/// A testbed reached once and shared (see [`TestbedArgs::open`]).
+#[derive(Clone, Default)]
+pub struct Reached(Arc<Mutex<Option<Arc<Testbed>>>>);
+
+impl std::fmt::Debug for Reached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reached = self.0.lock().map(|r| r.is_some()).unwrap_or(false);
+        f.debug_tuple("Reached").field(&reached).finish()
+    }
 }
 
 impl TestbedArgs {
-    /// The testbed, reached (none: this machine's namespaces).
-    pub fn open(&self) -> Result<Option<Testbed>> {
-        self.testbed.as_ref().map(|path| Testbed::open(path, self.deploy)).transpose()
+    /// The testbed, reached (none: this machine's namespaces): connected the first time,
+    /// the same connections after that.
+    pub fn open(&self) -> Result<Option<Arc<Testbed>>> {
+        let Some(path) = &self.testbed else { return Ok(None) };
+        let mut reached = self.reached.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(t) = &*reached {
+            return Ok(Some(t.clone()));
+        }
+        let t = Arc::new(Testbed::open(path, self.deploy)?);
+        *reached = Some(t.clone());
+        Ok(Some(t))
     }
 
     /// `o` with the file, when there is one (the options a report lists; they read
@@ -152,12 +176,13 @@ impl TestbedArgs {
         }
     }
 
-    /// The lab's: `testbed` with `deploy`, and what the file says (the CPUs it gives
-    /// the hosts place the roles there).
-    pub fn for_lab(testbed: &std::path::Path, deploy: bool) -> Result<(TestbedArgs, TestbedSpec)> {
+    /// The lab's: `testbed` with `deploy`, reached once for every scenario that shares
+    /// `reached`, and what the file says (the CPUs it gives the hosts place the roles
+    /// there).
+    pub fn for_lab(testbed: &std::path::Path, deploy: bool, reached: &Reached) -> Result<(TestbedArgs, TestbedSpec)> {
         let text = std::fs::read_to_string(testbed).with_context(|| format!("read {}", testbed.display()))?;
         let spec = TestbedSpec::parse(&text).with_context(|| format!("the testbed {}", testbed.display()))?;
-        Ok((TestbedArgs { testbed: Some(testbed.to_path_buf()), deploy }, spec))
+        Ok((TestbedArgs { testbed: Some(testbed.to_path_buf()), deploy, reached: reached.clone() }, spec))
     }
 }
 
