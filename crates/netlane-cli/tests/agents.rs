@@ -38,7 +38,7 @@ fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
 }
 
 #[test]
-fn two_agents_make_one_measurement_for_kv_and_rr_and_a_search_over_their_merged_runs() {
+fn two_agents_make_one_measurement_for_kv_rr_and_nvme_and_a_search_over_their_merged_runs() {
     if !netlane_testkit::privileged("two_agents_make_one_measurement_and_a_search_over_their_merged_runs") {
         return;
     }
@@ -161,6 +161,56 @@ fn two_agents_make_one_measurement_for_kv_and_rr_and_a_search_over_their_merged_
     assert_eq!(report["lost"], 0, "{report}");
     let served: serde_json::Value = server.stop(Duration::from_secs(10)).unwrap().json().unwrap();
     assert!(served["stats"]["responses"].as_u64().unwrap() >= report["responses"].as_u64().unwrap(), "{served}");
+
+    // nvme perf the fio --client way: both hosts run the whole workload against one
+    // target, and the run is their merge.
+    let args = ["nvme", "target", "--listen", "10.77.0.1:4420", "--ns", "mem:16M", "--json", "-"];
+    let target =
+        RoleSpec::netlane("netlane nvme target", args).ready_on_stderr("listening on", Duration::from_secs(20));
+    let target = RoleProcess::start(&server_host, &target, None).unwrap();
+    let args = [
+        "nvme",
+        "perf",
+        "--agents",
+        "agent1,agent2",
+        "--ssh-config",
+        &config,
+        "--agent-netlane",
+        env!("CARGO_BIN_EXE_netlane"),
+        "--target",
+        "10.77.0.1:4420",
+        "--qd",
+        "2",
+        "-t",
+        "1s",
+        "--ramp",
+        "100ms",
+        "--json",
+        "-",
+    ];
+    let o = common::netlane(&args);
+    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
+    let doc = common::valid_document(&common::stdout(&o), "nvme-perf");
+    let parts = doc["agents"].as_array().unwrap();
+    assert_eq!(parts.iter().map(|a| a["host"].as_str().unwrap()).collect::<Vec<_>>(), ["host agent1", "host agent2"]);
+    let report = &doc["report"];
+    let group = &report["groups"][0];
+    // Each host ran the whole workload: one job each, two in the merge, and every read's
+    // latency in the merged histogram.
+    assert_eq!(group["name"], "job", "{report}");
+    assert_eq!(group["jobs"], 2, "{report}");
+    assert_eq!(group["read_lat_ns"]["count"], group["reads"], "{report}");
+    assert_eq!(group["errors"], 0, "{report}");
+    for a in parts {
+        assert!(a["iops"].as_f64().unwrap() > 50.0, "{a}");
+    }
+    let sum: f64 = parts.iter().map(|a| a["iops"].as_f64().unwrap()).sum();
+    let merged = report["iops"].as_f64().unwrap();
+    assert!((sum - merged).abs() < 0.05 * merged, "{sum} vs {merged}: {doc}");
+    assert!(report["target_cpu_us_per_io"].is_null(), "{report}");
+    // The target served at least every command the merge counts (the ramp's too).
+    let served: serde_json::Value = target.stop(Duration::from_secs(10)).unwrap().json().unwrap();
+    assert!(served["stats"]["commands"].as_u64().unwrap() >= report["ops"].as_u64().unwrap(), "{served}");
     // Nothing is left on any host once the coordinator is done.
     drop(server_host);
     for h in &hosts.hosts {

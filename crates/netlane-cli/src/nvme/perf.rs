@@ -157,8 +157,11 @@ impl PerfArgs {
         }
         let mut v: Vec<JobGroup> = Vec::new();
         for (i, g) in self.groups.iter().enumerate() {
+            let named = g.split(',').any(|kv| kv.trim().starts_with("name="));
             let mut g = JobGroup::parse(g).map_err(|e| anyhow::anyhow!("--group {g:?}: {e}"))?;
-            if g.name == "job" {
+            // Unnamed groups are numbered; a name given (`job` too, as an agent's
+            // coordinator writes it) stays.
+            if !named {
                 g.name = format!("group{i}");
             }
             if v.iter().any(|o| o.name == g.name) {
@@ -449,5 +452,19 @@ mod tests {
             (back.connect.hostnqn, back.connect.hostid) = (o.connect.hostnqn.clone(), o.connect.hostid);
             assert_eq!(format!("{back:?}"), format!("{o:?}"), "{args:?}");
         }
+    }
+
+    /// A group keeps the name it is given (an agent's `name=job` too, as its coordinator
+    /// writes the default group); unnamed ones are numbered.
+    #[test]
+    fn groups_keep_their_names_and_unnamed_ones_are_numbered() {
+        let names = |args: &[&str]| -> Vec<String> {
+            let mut all: Vec<String> = vec!["nvme".into(), "perf".into()];
+            all.extend(args.iter().map(|a| a.to_string()));
+            parse_command::<PerfArgs>(&all).groups().unwrap().into_iter().map(|g| g.name).collect()
+        };
+        assert_eq!(names(&[]), ["job"]);
+        assert_eq!(names(&["--group", "name=job,rw=read"]), ["job"]);
+        assert_eq!(names(&["--group", "rw=read", "--group", "name=w,rw=write"]), ["group0", "w"]);
     }
 }
