@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane::nic::{FileSetting, NicView, Readout, Settings};
+use netlane::nic::{Bottleneck, FileSetting, NicView, Readout, Settings};
 use netlane::topology::ethtool::{Group, Values};
 
 use crate::out::{self, OutputArgs};
@@ -63,6 +63,11 @@ pub struct TryArgs {
     /// packets arrive on receive queue i.
     #[arg(long)]
     pub xps_rxqs: bool,
+    /// A token-bucket bottleneck as the device's root qdisc: RATE,BURST,QUEUE (a byte
+    /// rate, bytes of bucket, bytes of queue beyond which packets are dropped; e.g.
+    /// 25MB/s,16K,32K). Removed again afterwards (the device's default qdisc returns).
+    #[arg(long, value_name = "RATE,BURST,QUEUE", value_parser = parse_tbf)]
+    pub tbf: Option<Bottleneck>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -80,8 +85,24 @@ impl TryArgs {
         if self.xps_rxqs {
             files.extend(netlane::nic::xps_rxqs(&self.dev).map_err(anyhow::Error::msg).context("--xps-rxqs")?);
         }
-        Ok(Settings { groups: groups(&self.set), irqs, files })
+        Ok(Settings { groups: groups(&self.set), irqs, files, bottleneck: self.tbf })
     }
+}
+
+fn parse_tbf(s: &str) -> Result<Bottleneck, String> {
+    let parts: Vec<&str> = s.split(',').collect();
+    let [rate, burst, queue] = parts[..] else {
+        return Err(format!("{s:?}: expected RATE,BURST,QUEUE"));
+    };
+    let bytes = |what: &str, v: &str| {
+        let n = netlane_report::options::parse_size(v)?;
+        u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| format!("{what} {v}: 1 byte to 4 GiB"))
+    };
+    let rate = netlane_report::options::parse_rate(rate)?;
+    if rate == 0 {
+        return Err("a bottleneck of 0 B/s sends nothing".into());
+    }
+    Ok(Bottleneck { rate, burst: bytes("burst", burst)?, limit: bytes("queue", queue)? })
 }
 
 fn parse_on_off(s: &str) -> Result<bool, String> {
@@ -139,7 +160,7 @@ fn try_settings(a: &TryArgs) -> Result<u8> {
     a.out.validate()?;
     let settings = a.settings(a.irq.clone())?;
     if settings.is_empty() {
-        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps or --xps-rxqs");
+        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs or --tbf");
     }
     let tried = netlane::nic::try_settings(&a.dev, &settings);
     report_tried(&a.out, "nic-try", tried)
@@ -165,7 +186,7 @@ fn hold(a: &HoldArgs) -> Result<u8> {
     }
     let settings = s.settings(irqs)?;
     if settings.is_empty() {
-        anyhow::bail!("nothing to hold: give --set, --irq, --irqs, --threaded, --xps or --xps-rxqs");
+        anyhow::bail!("nothing to hold: give --set, --irq, --irqs, --threaded, --xps, --xps-rxqs or --tbf");
     }
     let holding = netlane::nic::hold_settings(&s.dev, &settings);
     for o in &holding.outcomes {
@@ -292,5 +313,12 @@ fn lines(v: &NicView) -> Vec<String> {
         let maps: Vec<String> = v.xps_cpus.iter().map(|(q, m)| format!("tx-{q}={m}")).collect();
         l.push(format!("  XPS CPU masks: {}", maps.join(" ")));
     }
+    l.push(format!(
+        "  root qdisc: {}",
+        readout(&v.root_qdisc, |q| format!(
+            "{} ({} packets, {} bytes sent, {} dropped, {} times over its limit)",
+            q.kind, q.stats.packets, q.stats.bytes, q.stats.drops, q.stats.overlimits
+        ))
+    ));
     l
 }

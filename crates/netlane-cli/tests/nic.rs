@@ -37,7 +37,7 @@ fn nic_try_refuses_what_it_cannot_try_before_touching_anything() {
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
     let o = netlane(&["nic", "try", "lo"]);
-    assert_eq!(stderr(&o), "error: nothing to try: give --set, --irq, --threaded, --xps or --xps-rxqs\n");
+    assert_eq!(stderr(&o), "error: nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs or --tbf\n");
 }
 
 #[test]
@@ -88,6 +88,17 @@ fn nic_try_on_a_veth_applies_refuses_and_puts_back() {
         .unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stdout(&o).contains("tx-1 xps_cpus (CPU 0) of va: 00000001: applied, reads 1"), "{}", stdout(&o));
+
+    // A bottleneck as the root qdisc, removed again (veth's default is no qdisc).
+    let o = std::process::Command::new("ip")
+        .args(["netns", "exec", a.name(), env!("CARGO_BIN_EXE_netlane"), "nic", "try", "va"])
+        .args(["--tbf", "25MB/s,16K,32K", "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = valid_document(&stdout(&o), "nic-try");
+    assert_eq!(doc["outcomes"][0]["applied"], "tbf", "{doc}");
+    assert_eq!((&doc["put_back"][0]["before"], &doc["put_back"][0]["now"]), (&"noqueue".into(), &"noqueue".into()));
 }
 
 /// `nic hold`: the settings stay while it runs and are put back when it is stopped

@@ -207,6 +207,10 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
     for h in &hosts.hosts {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
+    udp_pacing_runs_behind_a_bottleneck_on_the_server_host(&file);
+    for h in &hosts.hosts {
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
+    }
     // Threads cannot run on another machine: said before anything runs.
     let o = common::netlane(&["bench", "udp-bulk", "--testbed", file.to_str().unwrap(), "--ends", "thread"]);
     assert!(
@@ -236,7 +240,10 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     // A scenario that cannot run across hosts, asked for alone.
     let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
     assert!(
-        common::stderr(&o).contains("no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, nvme, rr and kv do)"),
+        common::stderr(&o).contains(
+            "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, udp-pacing, \
+             with that and an `iface` for the server, nvme, rr and kv do)"
+        ),
         "{}",
         common::stderr(&o)
     );
@@ -306,4 +313,41 @@ fn an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clie
     assert_eq!(rows("wall recvfrom x1"), 0, "one client: one host alone, no agents: {agents}");
     assert_eq!(rows("wall recvfrom x2"), 2, "{agents}");
     assert_eq!(rows("wall recvfrom x128"), 2, "{agents}");
+}
+
+/// `bench udp-pacing --testbed` (on udp-bulk's testbed): the sender on the server host
+/// behind a tbf bottleneck on its `iface`, held there while the sweep runs and removed
+/// after; the bottleneck's drops read there around each run: a burst of the bytes a
+/// paced run spreads loses far more at the bottleneck than the paced run.
+fn udp_pacing_runs_behind_a_bottleneck_on_the_server_host(file: &Path) {
+    let r = &bench(&[
+        "udp-pacing",
+        "--testbed",
+        file.to_str().unwrap(),
+        "--tx-cpu",
+        "1",
+        "--rx-cpu",
+        "0",
+        "--bottleneck",
+        "10MB/s",
+        "--quanta",
+        "1ms,unpaced",
+        "--repeat",
+        "1",
+        "-t",
+        "500ms",
+    ]);
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(notes[0].contains("the sender on host server behind a tbf bottleneck on br0"), "{notes:?}");
+    let tbf = notes.iter().find(|n| n.contains("tbf root qdisc of br0")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(tbf.contains("applied, reads tbf") && tbf.contains("All put back as they were."), "{tbf}");
+    let runs = r["runs"].as_array().unwrap();
+    let drops = |label: &str| {
+        let run = runs.iter().find(|r| r["label"].as_str().is_some_and(|l| l.starts_with(label)));
+        let run = run.unwrap_or_else(|| panic!("no run {label}: {runs:?}"));
+        assert!(run["metrics"]["rx_mb_per_s"].as_f64().unwrap_or(0.0) > 1.0, "{run}");
+        run["metrics"]["bottleneck_drops"].as_f64().unwrap()
+    };
+    let (paced, unpaced) = (drops("1ms"), drops("unpaced"));
+    assert!(unpaced > 0.0 && paced < unpaced, "paced {paced} unpaced {unpaced}: {runs:?}");
 }

@@ -70,17 +70,20 @@ impl LabArgs {
         let mut left_out = Vec::new();
         if let Some(path) = &self.testbed {
             let (_, spec) = crate::testbed::TestbedArgs::for_lab(path, self.deploy, &Default::default())?;
-            // udp-bulk receives on the first client host: at the address the file gives it.
+            // udp-bulk and udp-pacing receive on the first client host: at the address the
+            // file gives it; udp-pacing's bottleneck goes on the server's interface.
+            let receives = spec.clients.first().is_some_and(|c| c.addr.is_some());
             let runs = |s: &ScenarioName| {
                 s.across_hosts()
-                    && (*s != ScenarioName::UdpBulk || spec.clients.first().is_some_and(|c| c.addr.is_some()))
+                    && (*s != ScenarioName::UdpBulk || receives)
+                    && (*s != ScenarioName::UdpPacing || (receives && spec.server.iface.is_some()))
             };
             left_out = plans.iter().copied().filter(|s| !runs(s)).collect();
             plans.retain(runs);
             if plans.is_empty() {
                 bail!(
-                    "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, nvme, rr \
-                     and kv do)"
+                    "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, \
+                     udp-pacing, with that and an `iface` for the server, nvme, rr and kv do)"
                 );
             }
         }
@@ -124,10 +127,14 @@ impl Lab {
         ));
         if !self.left_out.is_empty() {
             let names: Vec<String> = self.left_out.iter().map(crate::scenarios::value_name).collect();
-            let bulk = self.left_out.contains(&ScenarioName::UdpBulk);
+            let bulk = self.left_out.iter().any(|s| matches!(s, ScenarioName::UdpBulk | ScenarioName::UdpPacing));
             progress.println(&format!(
                 "not run on the testbed (they build their network on this machine, for now{}): {}",
-                if bulk { "; udp-bulk needs an `addr` for the first client" } else { "" },
+                if bulk {
+                    "; udp-bulk needs an `addr` for the first client, udp-pacing that and an `iface` for the server"
+                } else {
+                    ""
+                },
                 names.join(", ")
             ));
         }

@@ -80,7 +80,10 @@ impl ScenarioName {
     /// Whether it runs on a testbed's machines (the others build their network on this
     /// one, for now).
     pub fn across_hosts(self) -> bool {
-        matches!(self, ScenarioName::Kv | ScenarioName::Rr | ScenarioName::Nvme | ScenarioName::UdpBulk)
+        matches!(
+            self,
+            ScenarioName::Kv | ScenarioName::Rr | ScenarioName::Nvme | ScenarioName::UdpBulk | ScenarioName::UdpPacing
+        )
     }
 
     /// Every scenario, in the lab's order.
@@ -229,6 +232,12 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.net.ipv6 = p.ipv6;
             o.time = secs(2, 1000);
             o.repeat = if p.quick { 1 } else { 3 };
+            if let Some(path) = &p.testbed {
+                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+                o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
+                o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
+                o.on = on;
+            }
             Box::new(o)
         }
         ScenarioName::Nvme => {

@@ -33,6 +33,33 @@ impl TestbedHost {
         self.host.as_ref()
     }
 
+    /// `iface`'s root qdisc and its counters, as `netlane nic show` reads them there.
+    pub fn root_qdisc(&self, iface: &str) -> Result<netlane::nic::RootQdisc> {
+        #[derive(serde::Deserialize)]
+        struct Readout {
+            value: Option<netlane::nic::RootQdisc>,
+            unavailable: Option<String>,
+        }
+        #[derive(serde::Deserialize)]
+        struct NicShow {
+            root_qdisc: Readout,
+        }
+        let spec =
+            RoleSpec::netlane(&format!("nic show on {}", self.label()), words(&["nic", "show", iface, "--json", "-"]));
+        let done = RoleProcess::start(self.host(), &spec, None)?.wait(crate::host::RUN_WITHIN)?;
+        if !done.status.success() {
+            bail!("nic show {iface} on {}: {}", self.label(), done.stderr_tail());
+        }
+        let r = done.json::<NicShow>()?.root_qdisc;
+        r.value.with_context(|| {
+            format!(
+                "{iface}'s root qdisc on {}: {}",
+                self.label(),
+                r.unavailable.unwrap_or_else(|| "unreadable".into())
+            )
+        })
+    }
+
     /// `role (host)`, for messages.
     pub fn label(&self) -> String {
         format!("{} ({})", self.spec.role, self.host.name())
@@ -345,6 +372,34 @@ impl Testbed {
             let spec = RoleSpec::netlane(&format!("nic hold on {}", h.label()), args)
                 .ready_on_stderr("holding ", std::time::Duration::from_secs(20));
             hold.holds.push((format!("{} {iface}", h.label()), RoleProcess::start(h.host(), &spec, None)?));
+        }
+        Ok(hold)
+    }
+
+    /// A token-bucket bottleneck (`rate` bytes/s, `burst` bytes of bucket, `queue` bytes of
+    /// queue) as the root qdisc of the server host's `iface`, held (a `netlane nic hold
+    /// --tbf` there) until the returned hold finishes or drops, which removes it. An
+    /// error, with the host's reason, when it is not put there.
+    pub fn hold_bottleneck(&self, rate: u64, burst: u64, queue: u64) -> Result<NicHold> {
+        let iface = self.server.spec.iface.as_deref().context("the server host names no `iface` to shape")?;
+        let tbf = format!("{rate}B/s,{burst},{queue}");
+        let args = words(&["nic", "hold", iface, "--tbf", &tbf, "--json", "-"]);
+        let spec = RoleSpec::netlane(&format!("bottleneck on {}", self.server.label()), args)
+            .ready_on_stderr("holding ", std::time::Duration::from_secs(20));
+        let mut hold = NicHold::default();
+        let what = format!("{} {iface}", self.server.label());
+        hold.holds.push((what, RoleProcess::start(self.server.host(), &spec, None)?));
+        let kind = self.server.root_qdisc(iface).map(|q| q.kind);
+        if !matches!(kind.as_deref(), Ok("tbf")) {
+            let said = hold.finish().join(" ");
+            bail!(
+                "no bottleneck on {iface} of {} ({}): {said}",
+                self.server.label(),
+                match kind {
+                    Ok(k) => format!("its root qdisc is {k}"),
+                    Err(e) => format!("{e:#}"),
+                }
+            );
         }
         Ok(hold)
     }

@@ -164,7 +164,7 @@ pub struct Rtnl {
 }
 
 /// Counters of a qdisc.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct QdiscStats {
     /// Bytes sent.
     pub bytes: u64,

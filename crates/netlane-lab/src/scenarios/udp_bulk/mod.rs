@@ -22,7 +22,7 @@ use netlane_report::ScenarioReport;
 use netlane_report::options::{OptionList, quantum_name};
 
 use super::Scenario;
-use super::net::{Placement, endpoints, run_one, summary_line};
+use super::net::{NetArgs, Placement, endpoints, run_one, summary_line};
 use crate::engines::bulk::{BulkResult, BulkRun, Endpoints};
 use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
@@ -119,20 +119,7 @@ impl UdpBulkArgs {
 
     /// The sender on the testbed's server host, the receiver on its first client host.
     fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
-        let (receiver, rx_addr) = receiver(t)?;
-        let mtu = match &t.server.spec.iface {
-            Some(iface) => {
-                let text = t.server.host().read_file(&format!("/sys/class/net/{iface}/mtu"))?;
-                Some(
-                    text.trim()
-                        .parse::<u32>()
-                        .with_context(|| format!("the MTU of {iface} on {}", t.server.label()))?,
-                )
-            }
-            None => None,
-        };
-        let (tx, rx) = (t.server.host(), receiver.host());
-        let ends = Endpoints::Hosts { tx, rx, rx_addr, mtu, one_machine: Endpoints::one_machine(tx, rx) };
+        let (ends, receiver, rx_addr) = testbed_ends(t)?;
         let nic = t.hold_nic()?;
         let mut report = self.rounds(progress, ends)?;
         report.notes.extend(nic.finish());
@@ -155,30 +142,50 @@ impl UdpBulkArgs {
         Ok(report)
     }
 
-    /// Refuses a testbed whose hosts lack the ends' CPUs or whose first client host has
-    /// no address, and ends that are threads (another machine's end is a process).
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
-        if self.net.ends == Placement::Thread {
-            bail!("--ends thread: on a testbed each end runs as a process on its host");
-        }
         t.check(&Needs::default(), &Needs::default())?;
-        let (receiver, addr) = receiver(t)?;
-        if addr.is_ipv6() != self.net.ipv6 {
-            bail!(
-                "the receiver's address {addr} (the first client's `addr`) is not {}",
-                if self.net.ipv6 { "IPv6 (-6 was given)" } else { "IPv4 (give -6 for IPv6)" }
-            );
-        }
-        let cpus = t.server.cpus()?;
-        if !cpus.as_slice().contains(&self.net.tx_cpu) {
-            bail!("the sender's CPU {} (--tx-cpu): {} has CPUs {cpus}", self.net.tx_cpu, t.server.label());
-        }
-        let cpus = receiver.cpus()?;
-        if !cpus.as_slice().contains(&self.net.rx_cpu()) {
-            bail!("the receiver's CPU {} (--rx-cpu): {} has CPUs {cpus}", self.net.rx_cpu(), receiver.label());
-        }
-        Ok(())
+        check_ends(&self.net, t)
     }
+}
+
+/// The ends on a testbed: the sender on the server host, the receiver on the first
+/// client host at its `addr` (that host and address returned too), at the MTU of the
+/// server's interface where the file names one.
+pub(crate) fn testbed_ends(t: &Testbed) -> Result<(Endpoints<'_>, &crate::testbed::TestbedHost, std::net::IpAddr)> {
+    let (receiver, rx_addr) = receiver(t)?;
+    let mtu = match &t.server.spec.iface {
+        Some(iface) => {
+            let text = t.server.host().read_file(&format!("/sys/class/net/{iface}/mtu"))?;
+            Some(text.trim().parse::<u32>().with_context(|| format!("the MTU of {iface} on {}", t.server.label()))?)
+        }
+        None => None,
+    };
+    let (tx, rx) = (t.server.host(), receiver.host());
+    Ok((Endpoints::Hosts { tx, rx, rx_addr, mtu, one_machine: Endpoints::one_machine(tx, rx) }, receiver, rx_addr))
+}
+
+/// Refuses a testbed whose hosts lack the ends' CPUs or whose first client host has no
+/// address, and ends that are threads (another machine's end is a process).
+pub(crate) fn check_ends(net: &NetArgs, t: &Testbed) -> Result<()> {
+    if net.ends == Placement::Thread {
+        bail!("--ends thread: on a testbed each end runs as a process on its host");
+    }
+    let (receiver, addr) = receiver(t)?;
+    if addr.is_ipv6() != net.ipv6 {
+        bail!(
+            "the receiver's address {addr} (the first client's `addr`) is not {}",
+            if net.ipv6 { "IPv6 (-6 was given)" } else { "IPv4 (give -6 for IPv6)" }
+        );
+    }
+    let cpus = t.server.cpus()?;
+    if !cpus.as_slice().contains(&net.tx_cpu) {
+        bail!("the sender's CPU {} (--tx-cpu): {} has CPUs {cpus}", net.tx_cpu, t.server.label());
+    }
+    let cpus = receiver.cpus()?;
+    if !cpus.as_slice().contains(&net.rx_cpu()) {
+        bail!("the receiver's CPU {} (--rx-cpu): {} has CPUs {cpus}", net.rx_cpu(), receiver.label());
+    }
+    Ok(())
 }
 
 /// A bulk run as the runner shows and records it.

@@ -1,173 +1,15 @@
-//! A network device as the lab would use it ([`show`]: queues, NAPI instances with
-//! their interrupts, threads and CPUs, channels, rings, coalescing, offloads, XDP
-//! features, XPS), and its settings changed for as long as a guard lives: channels,
-//! rings and coalescing over ethtool netlink ([`set_group`]), an interrupt's CPUs
-//! ([`set_irq_cpus`]), and the device's own files: threaded NAPI, XPS ([`set_file`]). Each change is reported applied (with the value read back) or
-//! refused (with the kernel's reason), recorded before it is made (so `netlane clean`
-//! puts it back after a SIGKILL), and put back when its guard drops unless someone
-//! changed it since. Everything here acts in the calling thread's network namespace.
+//! A device's settings changed for as long as a guard lives, each reported applied
+//! (read back) or refused (the kernel's reason), and put back.
 
-use std::collections::BTreeMap;
 use std::io;
 
 use serde::Serialize;
 
+use super::{read_trim, reason};
 use crate::cpus::CpuList;
-use crate::error::chain;
 use crate::installed::{Change, Held, Place, hold_device_file, irq_affinity_path, values_words};
+use crate::topology::Rtnl;
 use crate::topology::ethtool::{Ethtool, Group, Values};
-use crate::topology::netdev::{Netdev, XdpFeatures};
-use crate::topology::{Rtnl, TopologyError};
-
-/// The offloads [`show`] reports (those a fast path depends on).
-pub const SHOWN_FEATURES: [&str; 10] = [
-    "rx-gro",
-    "rx-gro-hw",
-    "rx-gro-list",
-    "rx-udp-gro-forwarding",
-    "tx-tcp-segmentation",
-    "tx-udp-segmentation",
-    "rx-hashing",
-    "rx-ntuple-filter",
-    "hw-tc-offload",
-    "rx-checksum",
-];
-
-/// A device as [`show`] found it. What could not be read says why instead.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct NicView {
-    /// Its name.
-    pub ifname: String,
-    /// Its index.
-    pub ifindex: u32,
-    /// Its driver (`None`: a virtual device without one, like veth).
-    pub driver: Option<String>,
-    /// Receive queues.
-    pub rx_queues: usize,
-    /// Transmit queues.
-    pub tx_queues: usize,
-    /// Its NAPI instances.
-    pub napis: Vec<NapiView>,
-    /// Why its NAPI instances could not be listed (netdev netlink needs Linux 6.8+).
-    pub napis_unavailable: Option<String>,
-    /// Whether its NAPI runs in kernel threads (`/sys/class/net/DEV/threaded`).
-    pub threaded_napi: Option<bool>,
-    /// Channels, rings and coalescing: each group's settings, or why not.
-    pub groups: BTreeMap<String, Readout<Values>>,
-    /// The offloads of [`SHOWN_FEATURES`] that are on.
-    pub features_on: Vec<String>,
-    /// What its driver does for XDP, or why that is unknown.
-    pub xdp: Readout<XdpFeatures>,
-    /// Each transmit queue's XPS map (`xps_cpus`), where it has one.
-    pub xps_cpus: Vec<(u32, String)>,
-}
-
-/// What was read, or why it could not be.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
-pub struct Readout<T> {
-    /// The value.
-    pub value: Option<T>,
-    /// Why there is none (the kernel's reason).
-    pub unavailable: Option<String>,
-}
-
-impl<T> Readout<T> {
-    fn of<E: std::error::Error + 'static>(r: Result<T, E>) -> Readout<T> {
-        match r {
-            Ok(value) => Readout { value: Some(value), unavailable: None },
-            Err(e) => Readout { value: None, unavailable: Some(reason(&e)) },
-        }
-    }
-}
-
-/// One NAPI instance: its interrupt and the CPUs it may run on, its thread and its CPUs.
-#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
-pub struct NapiView {
-    /// The NAPI id.
-    pub id: u32,
-    /// Its interrupt (none on veth).
-    pub irq: Option<u32>,
-    /// That interrupt's CPUs (`/proc/irq/N/smp_affinity_list`).
-    pub irq_cpus: Option<String>,
-    /// Its kernel thread, when NAPI is threaded.
-    pub thread: Option<u32>,
-    /// That thread's CPUs.
-    pub thread_cpus: Option<String>,
-}
-
-/// Reads everything [`show`] reports of `dev`.
-pub fn show(dev: &str) -> Result<NicView, TopologyError> {
-    let mut rtnl = Rtnl::open().map_err(|e| TopologyError::Io(crate::error::IoError::new("open rtnetlink", e)))?;
-    let ifindex = rtnl.link_index(dev).map_err(TopologyError::from)?;
-    let sys = format!("/sys/class/net/{dev}");
-    // The queues the device has now (sysfs lists them whether it is up or not; netdev
-    // netlink only while it is up).
-    let count = |kind: &str| {
-        std::fs::read_dir(format!("{sys}/queues"))
-            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(kind)).count())
-            .unwrap_or(0)
-    };
-    let (rx_queues, tx_queues) = (count("rx-"), count("tx-"));
-    // Each asked on its own: a kernel may have the one (dev-get, 6.3) and not the other
-    // (napi-get, 6.8).
-    let (napis, napis_unavailable) = match Netdev::open().and_then(|mut nd| nd.napis(ifindex)) {
-        Ok(napis) => (
-            napis
-                .into_iter()
-                .map(|n| NapiView {
-                    id: n.id,
-                    irq: n.irq,
-                    irq_cpus: n.irq.and_then(|i| read_trim(&irq_affinity_path(i).to_string_lossy())),
-                    thread: n.pid,
-                    thread_cpus: n.pid.and_then(thread_cpus),
-                })
-                .collect(),
-            None,
-        ),
-        Err(e) => (Vec::new(), Some(reason(&e))),
-    };
-    let xdp = Readout::of(Netdev::open().and_then(|mut nd| nd.xdp_features(ifindex)));
-    let mut ethtool = Ethtool::open().map_err(TopologyError::from)?;
-    let groups = Group::ALL.iter().map(|g| (g.name().to_string(), Readout::of(ethtool.settings(dev, *g)))).collect();
-    let features = ethtool.active_features(dev).map_err(TopologyError::from)?;
-    Ok(NicView {
-        ifname: dev.to_string(),
-        ifindex,
-        driver: std::fs::read_link(format!("{sys}/device/driver"))
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())),
-        rx_queues,
-        tx_queues,
-        napis,
-        napis_unavailable,
-        threaded_napi: read_trim(&format!("{sys}/threaded")).map(|t| t != "0"),
-        groups,
-        features_on: SHOWN_FEATURES
-            .iter()
-            .filter(|f| features.get(**f).copied().unwrap_or(false))
-            .map(|f| f.to_string())
-            .collect(),
-        xdp,
-        xps_cpus: (0..tx_queues as u32)
-            .filter_map(|q| read_trim(&format!("{sys}/queues/tx-{q}/xps_cpus")).map(|m| (q, m)))
-            .collect(),
-    })
-}
-
-fn read_trim(path: &str) -> Option<String> {
-    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
-}
-
-fn thread_cpus(pid: u32) -> Option<String> {
-    let set = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(pid as i32)).ok()?;
-    let cpus = (0..nix::sched::CpuSet::count()).filter(|c| set.is_set(*c).unwrap_or(false)).collect();
-    Some(CpuList::new(cpus).to_string())
-}
-
-/// An error as the reason a setting was refused: what the kernel said, once.
-fn reason(e: &(dyn std::error::Error + 'static)) -> String {
-    chain(e).to_string()
-}
 
 /// What became of a setting asked of a device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -364,6 +206,53 @@ pub fn set_file(dev: &str, f: &FileSetting) -> (Outcome, Option<Held>) {
     }
 }
 
+/// A token-bucket bottleneck (tbf) as a device's root qdisc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bottleneck {
+    /// Bytes per second.
+    pub rate: u64,
+    /// Bytes of bucket.
+    pub burst: u32,
+    /// Bytes of queue, beyond which packets are dropped.
+    pub limit: u32,
+}
+
+/// Makes `b` `dev`'s root qdisc until the returned guard drops, which removes it (the
+/// device's default comes back); `None` when refused.
+pub fn set_bottleneck(dev: &str, b: &Bottleneck) -> (Outcome, Option<Held>) {
+    let asked = format!("tbf root qdisc of {dev}: {} B/s, burst {} B, queue {} B", b.rate, b.burst, b.limit);
+    let mut r = match Rtnl::open() {
+        Ok(r) => r,
+        Err(err) => return (Outcome::refused(asked, format!("open rtnetlink: {err}")), None),
+    };
+    let ifindex = match r.link_index(dev) {
+        Ok(i) => i,
+        Err(err) => return (Outcome::refused(asked, reason(&err)), None),
+    };
+    let place = match Place::here() {
+        Ok(p) => p,
+        Err(err) => return (Outcome::refused(asked, format!("find this namespace: {err}")), None),
+    };
+    let change = Change::RootQdisc { place, ifindex, ifname: dev.to_string(), qdisc: "tbf".into() };
+    let made = Held::make(change, || {
+        r.add_tbf(ifindex, b.rate, b.burst, b.limit).map_err(|err| io::Error::other(reason(&err)))
+    });
+    match made {
+        Ok(held) => {
+            let now = root_qdisc_kind(dev).unwrap_or_else(|| "unreadable".into());
+            (Outcome { asked, applied: Some(now), refused: None }, Some(held))
+        }
+        Err(err) => (Outcome::refused(asked, err.to_string()), None),
+    }
+}
+
+/// The kind of `dev`'s root qdisc (`noqueue` without one), if it can be read.
+fn root_qdisc_kind(dev: &str) -> Option<String> {
+    let mut r = Rtnl::open().ok()?;
+    let index = r.link_index(dev).ok()?;
+    Some(r.root_qdisc(index).ok()?.map_or_else(|| "noqueue".into(), |(kind, _)| kind))
+}
+
 /// What [`try_settings`] found: what each setting did, and whether each was put back.
 #[derive(Debug, Clone, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Tried {
@@ -397,6 +286,7 @@ enum Reading {
     Ethtool { dev: String, group: Group, key: String },
     Irq(u32),
     File(String),
+    RootQdisc(String),
 }
 
 impl Reading {
@@ -408,6 +298,7 @@ impl Reading {
                 .and_then(|now| now.get(key).map(|v| v.to_string())),
             Reading::Irq(irq) => read_trim(&irq_affinity_path(*irq).to_string_lossy()),
             Reading::File(path) => read_trim(path),
+            Reading::RootQdisc(dev) => root_qdisc_kind(dev),
         }
         .unwrap_or_else(|| "?".into())
     }
@@ -452,19 +343,21 @@ pub struct Settings {
     pub irqs: Vec<(u32, CpuList)>,
     /// The device's files.
     pub files: Vec<FileSetting>,
+    /// A bottleneck as its root qdisc.
+    pub bottleneck: Option<Bottleneck>,
 }
 
 impl Settings {
     /// Whether nothing is asked.
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty() && self.irqs.is_empty() && self.files.is_empty()
+        self.groups.is_empty() && self.irqs.is_empty() && self.files.is_empty() && self.bottleneck.is_none()
     }
 }
 
 /// Applies each of `asked` to `dev` and reads each back; they stay until the [`Holding`]
 /// puts them back.
 pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
-    let Settings { groups, irqs, files } = asked;
+    let Settings { groups, irqs, files, bottleneck } = asked;
     let mut outcomes = Vec::new();
     let mut held = Vec::new();
     let mut watch: Vec<(String, String, Reading)> = Vec::new();
@@ -498,6 +391,15 @@ pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
         if let Some(h) = h {
             held.push(h);
             watch.push((format!("{} of {dev}", f.what), before, Reading::File(path)));
+        }
+        outcomes.push(outcome);
+    }
+    if let Some(b) = bottleneck {
+        let before = root_qdisc_kind(dev).unwrap_or_else(|| "?".into());
+        let (outcome, h) = set_bottleneck(dev, b);
+        if let Some(h) = h {
+            held.push(h);
+            watch.push((format!("root qdisc of {dev}"), before, Reading::RootQdisc(dev.to_string())));
         }
         outcomes.push(outcome);
     }
