@@ -89,6 +89,9 @@ fn every_path_answers_8k_responses_fragmented_at_mtu_1500() {
             if path == PathKind::AfXdp {
                 let x = st.xdp.as_ref().unwrap();
                 assert_eq!(x.mode, "native", "veth runs XDP in its driver: {x:?}");
+                assert_eq!(x.native_refused, None, "{x:?}");
+                // Zero-copy is tried first; veth has none, and the driver's refusal is said.
+                assert!(!x.zero_copy && x.zero_copy_refused.as_deref().is_some_and(|w| !w.is_empty()), "{x:?}");
                 assert_eq!(x.redirected, st.counters.frames, "{x:?}");
             }
             if !ipv6 {

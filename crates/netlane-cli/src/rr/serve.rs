@@ -231,6 +231,11 @@ impl ServeArgs {
                     x.via_stack,
                     x.fill_ring_empty
                 ));
+                for (what, why) in [("native XDP", &x.native_refused), ("zero-copy", &x.zero_copy_refused)] {
+                    if let Some(why) = why {
+                        out::println(&format!("af-xdp: {what} was tried first and refused: {why}"));
+                    }
+                }
             }
             if let Some(p) = &stats.paced {
                 out::println(&format!(

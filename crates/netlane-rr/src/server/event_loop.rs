@@ -293,7 +293,9 @@ fn rx_counters(path: &RxPath, st: &mut ServerStats) {
         st.counters.ring_drops = xs.rx_dropped + xs.rx_ring_full;
         st.xdp = Some(XdpReport {
             mode: x.xdp_mode().into(),
+            native_refused: x.native_refused.clone(),
             zero_copy: x.zero_copy(),
+            zero_copy_refused: x.zero_copy_refused.clone(),
             queues: x.queues(),
             redirected,
             passed,

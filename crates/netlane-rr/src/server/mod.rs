@@ -399,8 +399,13 @@ pub struct RrLane {
 pub struct XdpReport {
     /// Where the steering program ran: "native" (driver) or "generic" (skb).
     pub mode: String,
+    /// Why native mode was not had: the driver's refusal (tried first).
+    pub native_refused: Option<String>,
     /// Whether the sockets were bound zero-copy (copy mode otherwise: the driver refused).
     pub zero_copy: bool,
+    /// Why zero-copy was not had: the driver's refusal (tried first, unless copy mode was
+    /// asked for).
+    pub zero_copy_refused: Option<String>,
     /// Receive queues, one socket each.
     pub queues: usize,
     /// Frames the program redirected to the sockets.

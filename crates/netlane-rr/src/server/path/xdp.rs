@@ -80,6 +80,10 @@ pub struct XdpPath {
     /// Datagrams that came through the stack instead (fragments).
     pub via_stack: u64,
     ifindex: u32,
+    /// Why the driver refused native XDP, when it did (the program runs generic).
+    pub native_refused: Option<String>,
+    /// Why the driver refused zero-copy sockets, when it did (they copy).
+    pub zero_copy_refused: Option<String>,
 }
 
 impl XdpPath {
@@ -148,15 +152,19 @@ impl RxPath {
         let own_mac = <[u8; 6]>::try_from(mac.as_slice()).ok();
         let prog = XskRedirect::load(want.port, xsk_dst(want.v4), xsk_dst(want.v6), own_mac)?;
         let mut socks = Vec::new();
+        let mut zero_copy_refused = None;
         for q in 0..queues {
             // The first queue's socket also transmits: half its frames for TX.
             // (At most the completion ring's size: the kernel needs a completion slot
             // per frame in flight.)
             let tx_frames = (cfg.frames / 2).min(cfg.ring_size);
             let cfg = if q == 0 && xdp.transmit { XskConfig { tx_frames, ..cfg } } else { cfg };
-            let open = || {
+            let mut open = || {
                 if xdp.zero_copy {
-                    Xsk::open(ifindex, q, cfg, XskMode::ZeroCopy).or_else(|_| Xsk::open(ifindex, q, cfg, XskMode::Copy))
+                    Xsk::open(ifindex, q, cfg, XskMode::ZeroCopy).or_else(|e| {
+                        zero_copy_refused.get_or_insert_with(|| e.to_string());
+                        Xsk::open(ifindex, q, cfg, XskMode::Copy)
+                    })
                 } else {
                     Xsk::open(ifindex, q, cfg, XskMode::Copy)
                 }
@@ -180,7 +188,7 @@ impl RxPath {
             prog.register(q, s.as_fd())?;
             socks.push(s);
         }
-        let (link, _) = XdpLink::attach_native_or_generic(prog.prog_fd(), ifindex)
+        let (link, native_refused) = XdpLink::attach_native_or_generic(prog.prog_fd(), ifindex)
             .map_err(|e| io::Error::new(e.kind(), format!("attach the steering program to {}: {e}", iface.1)))?;
         Ok(RxPath::Xdp(Box::new(XdpPath {
             socks,
@@ -191,6 +199,8 @@ impl RxPath {
             buf: vec![0; SLOT],
             via_stack: 0,
             ifindex,
+            native_refused: native_refused.map(|e| e.to_string()),
+            zero_copy_refused,
         })))
     }
 }
