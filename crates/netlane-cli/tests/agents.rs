@@ -11,30 +11,23 @@ use std::time::Duration;
 use netlane_lab::host::{RoleProcess, RoleSpec, SshHost, SshSpec};
 use netlane_testkit::sshd::SshHosts;
 
-fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
+/// `netlane CMD --agents agent1,agent2 ARGS --json -` (reaching the agents through the
+/// fixture's ssh configuration), which must succeed: its document of `kind`.
+fn by_agents(hosts: &SshHosts, cmd: &[&str], agents: &str, args: &[&str], kind: &str) -> serde_json::Value {
     let config = hosts.config.display().to_string();
-    let mut args = vec![
-        "kv",
-        "load",
-        "--agents",
-        agents,
-        "--ssh-config",
-        &config,
-        "--agent-netlane",
-        env!("CARGO_BIN_EXE_netlane"),
-        "--server",
-        "10.77.0.1:11211",
-        "--connections",
-        "6",
-        "--keys",
-        "2000",
-        "--json",
-        "-",
-    ];
+    let mut all = cmd.to_vec();
+    all.extend(["--agents", agents, "--ssh-config", &config, "--agent-netlane", env!("CARGO_BIN_EXE_netlane")]);
+    all.extend(args);
+    all.extend(["--json", "-"]);
+    let o = common::netlane(&all);
+    assert!(o.status.success(), "{all:?}: {}", common::stderr(&o));
+    common::valid_document(&common::stdout(&o), kind)
+}
+
+fn load(hosts: &SshHosts, agents: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["--server", "10.77.0.1:11211", "--connections", "6", "--keys", "2000"];
     args.extend(extra);
-    let o = common::netlane(&args);
-    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
-    common::valid_document(&common::stdout(&o), "kv-load")
+    by_agents(hosts, &["kv", "load"], agents, &args, "kv-load")
 }
 
 #[test]
@@ -117,34 +110,14 @@ fn two_agents_make_one_measurement_for_kv_rr_and_nvme_and_a_search_over_their_me
     let args = ["rr", "serve", "--listen", "10.77.0.1:7070", "--json", "-"];
     let serve = RoleSpec::netlane("netlane rr serve", args).ready_on_stderr("listening on", Duration::from_secs(20));
     let server = RoleProcess::start(&server_host, &serve, None).unwrap();
-    let config = hosts.config.display().to_string();
-    let args = [
-        "rr",
-        "clients",
-        "--agents",
+    let args = ["--server", "10.77.0.1:7070", "--clients", "5", "--rate", "2000", "--response", "1K"];
+    let doc = by_agents(
+        &hosts,
+        &["rr", "clients"],
         "agent1,agent2",
-        "--ssh-config",
-        &config,
-        "--agent-netlane",
-        env!("CARGO_BIN_EXE_netlane"),
-        "--server",
-        "10.77.0.1:7070",
-        "--clients",
-        "5",
-        "--rate",
-        "2000",
-        "--response",
-        "1K",
-        "-t",
-        "1s",
-        "--ramp",
-        "100ms",
-        "--json",
-        "-",
-    ];
-    let o = common::netlane(&args);
-    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
-    let doc = common::valid_document(&common::stdout(&o), "rr-clients");
+        &[&args[..], &["-t", "1s", "--ramp", "100ms"]].concat(),
+        "rr-clients",
+    );
     let parts = doc["agents"].as_array().unwrap();
     assert_eq!(parts.iter().map(|a| a["host"].as_str().unwrap()).collect::<Vec<_>>(), ["host agent1", "host agent2"]);
     assert_eq!(parts.iter().map(|a| a["clients"].as_u64().unwrap()).collect::<Vec<_>>(), [3, 2]);
@@ -168,29 +141,8 @@ fn two_agents_make_one_measurement_for_kv_rr_and_nvme_and_a_search_over_their_me
     let target =
         RoleSpec::netlane("netlane nvme target", args).ready_on_stderr("listening on", Duration::from_secs(20));
     let target = RoleProcess::start(&server_host, &target, None).unwrap();
-    let args = [
-        "nvme",
-        "perf",
-        "--agents",
-        "agent1,agent2",
-        "--ssh-config",
-        &config,
-        "--agent-netlane",
-        env!("CARGO_BIN_EXE_netlane"),
-        "--target",
-        "10.77.0.1:4420",
-        "--qd",
-        "2",
-        "-t",
-        "1s",
-        "--ramp",
-        "100ms",
-        "--json",
-        "-",
-    ];
-    let o = common::netlane(&args);
-    assert!(o.status.success(), "{args:?}: {}", common::stderr(&o));
-    let doc = common::valid_document(&common::stdout(&o), "nvme-perf");
+    let args = ["--target", "10.77.0.1:4420", "--qd", "2", "-t", "1s", "--ramp", "100ms"];
+    let doc = by_agents(&hosts, &["nvme", "perf"], "agent1,agent2", &args, "nvme-perf");
     let parts = doc["agents"].as_array().unwrap();
     assert_eq!(parts.iter().map(|a| a["host"].as_str().unwrap()).collect::<Vec<_>>(), ["host agent1", "host agent2"]);
     let report = &doc["report"];

@@ -132,13 +132,7 @@ impl UdpBulkArgs {
                 receiver.host().name()
             ),
         );
-        let role = |r: &str, h: &crate::testbed::TestbedHost, cpu: usize| netlane_report::RoleCpus {
-            role: format!("{r} on {}", h.host().name()),
-            cpus: vec![cpu],
-            beside: None,
-        };
-        report.cpu_plan =
-            vec![role("sender", &t.server, self.net.tx_cpu), role("receiver", receiver, self.net.rx_cpu())];
+        report.cpu_plan = ends_plan(t, receiver, &self.net);
         Ok(report)
     }
 
@@ -162,6 +156,21 @@ pub(crate) fn testbed_ends(t: &Testbed) -> Result<(Endpoints<'_>, &crate::testbe
     };
     let (tx, rx) = (t.server.host(), receiver.host());
     Ok((Endpoints::Hosts { tx, rx, rx_addr, mtu, one_machine: Endpoints::one_machine(tx, rx) }, receiver, rx_addr))
+}
+
+/// Where the ends ran on a testbed: the sender on the server host, the receiver on
+/// `receiver`, each on its CPU of `net`.
+pub(crate) fn ends_plan(
+    t: &Testbed,
+    receiver: &crate::testbed::TestbedHost,
+    net: &NetArgs,
+) -> Vec<netlane_report::RoleCpus> {
+    let role = |r: &str, h: &crate::testbed::TestbedHost, cpu: usize| netlane_report::RoleCpus {
+        role: format!("{r} on {}", h.host().name()),
+        cpus: vec![cpu],
+        beside: None,
+    };
+    vec![role("sender", &t.server, net.tx_cpu), role("receiver", receiver, net.rx_cpu())]
 }
 
 /// Refuses a testbed whose hosts lack the ends' CPUs or whose first client host has no

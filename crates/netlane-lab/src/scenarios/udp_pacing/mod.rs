@@ -15,7 +15,7 @@ use netlane::udp::GsoMode;
 use netlane::udp::gso::GsoLimits;
 
 use super::net::{NetArgs, PathKind, endpoints, run_one, summary_line};
-use super::udp_bulk::{check_ends, testbed_ends};
+use super::udp_bulk::{check_ends, ends_plan, testbed_ends};
 use super::{Heading, Scenario, Sections, from_words};
 use crate::engines::bulk::{BulkResult, BulkRun, Endpoints, Pacing, RxSpec, TxSource, TxSpec};
 use crate::progress::Progress;
@@ -305,13 +305,7 @@ impl UdpPacingArgs {
                 receiver.host().name()
             ),
         );
-        let role = |r: &str, h: &crate::testbed::TestbedHost, cpu: usize| netlane_report::RoleCpus {
-            role: format!("{r} on {}", h.host().name()),
-            cpus: vec![cpu],
-            beside: None,
-        };
-        report.cpu_plan =
-            vec![role("sender", &t.server, self.net.tx_cpu), role("receiver", receiver, self.net.rx_cpu())];
+        report.cpu_plan = ends_plan(t, receiver, &self.net);
         Ok(report)
     }
 }
