@@ -1,5 +1,5 @@
 //! `--agents`: the hosts a client command drives its load from (over SSH), shared by
-//! `kv load` and `rr clients`.
+//! `kv load`, `rr clients` and `nvme perf`.
 
 use anyhow::{Context, Result};
 use clap::Args;

@@ -74,7 +74,8 @@ pub struct RrClients {
     pub report: netlane_rr::clients::ClientsReport,
     /// An agent's latency histogram (with --agent).
     pub agent: Option<netlane_rr::clients::AgentOutput>,
-    /// Each agent's part of the run (with --agents on more than one host).
+    /// Each agent's part of the run (with --agents; empty when one host ran the whole
+    /// population, which is then the report itself).
     pub agents: Option<Vec<netlane_lab::scenarios::rr::RrAgent>>,
 }
 

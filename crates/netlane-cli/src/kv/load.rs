@@ -31,7 +31,7 @@ pub struct LoadArgs {
     #[arg(short = 't', long, default_value_t = 1)]
     pub threads: usize,
     /// CPUs the threads are pinned to (a CPU list) [default: not pinned].
-    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    #[arg(long, value_parser = netlane::cpus::parse_list)]
     pub cpus: Option<netlane::cpus::CpuList>,
     /// Open loop: total requests per second over all connections.
     #[arg(long, conflicts_with = "closed", default_value_t = 10_000.0)]
@@ -187,7 +187,11 @@ impl LoadArgs {
             agents: None,
         };
         let cfg = self.config()?;
-        cfg.validate()?;
+        // --cpus are the agents' with --agents, which check them on their machines.
+        match self.hosts.any() {
+            true => LoadConfig { cpus: None, ..cfg.clone() }.validate()?,
+            false => cfg.validate()?,
+        }
         let range = self.range();
         // Every option is checked before anything is written to the server.
         if self.search {

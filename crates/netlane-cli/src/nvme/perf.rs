@@ -29,7 +29,8 @@ pub enum JobCpus {
 }
 
 fn parse_job_cpus(s: &str) -> Result<JobCpus, String> {
-    if s == "any" { Ok(JobCpus::Any) } else { netlane::cpus::parse_online(s).map(JobCpus::List) }
+    // Checked where the jobs run (nvme perf's own check; each agent's on its machine).
+    if s == "any" { Ok(JobCpus::Any) } else { netlane::cpus::parse_list(s).map(JobCpus::List) }
 }
 
 /// `netlane nvme perf`.
@@ -86,7 +87,7 @@ pub struct PerfArgs {
     pub poll_queues: u16,
     /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every
     /// CPU; with --agents, every CPU of each agent's host].
-    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    #[arg(long, value_parser = netlane::cpus::parse_list)]
     pub queue_cpus: Option<CpuList>,
     /// Entries per I/O queue.
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..))]
@@ -175,9 +176,15 @@ impl PerfArgs {
     /// The perf options these arguments describe.
     pub fn options(&self) -> Result<PerfOptions> {
         let groups = self.groups()?;
-        for g in &groups {
-            if let netlane_nvme::perf::CpuBinding::Pinned(c) = &g.cpus {
-                c.check_online().with_context(|| format!("group {}", g.name))?;
+        // With --agents, the CPUs are the agents' (each checks its own).
+        if !self.hosts.any() {
+            for g in &groups {
+                if let netlane_nvme::perf::CpuBinding::Pinned(c) = &g.cpus {
+                    c.check_online().with_context(|| format!("group {}", g.name))?;
+                }
+            }
+            if let Some(c) = &self.queue_cpus {
+                c.check_online().context("--queue-cpus")?;
             }
         }
         let kato_ms = u32::try_from(self.kato.as_millis()).context("--kato is too long")?;

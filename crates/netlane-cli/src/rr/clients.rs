@@ -29,7 +29,7 @@ pub struct ClientsArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// CPUs the threads are pinned to, as a CPU list (thread i on the i-th) [default: unbound].
-    #[arg(long, value_parser = netlane::cpus::parse_online)]
+    #[arg(long, value_parser = netlane::cpus::parse_list)]
     pub cpus: Option<CpuList>,
     /// Request size in bytes (header included; at least 40).
     #[arg(long, default_value = "512", value_parser = parse_size_usize)]
@@ -122,6 +122,10 @@ impl ClientsArgs {
         out.validate()?;
         let cfg = self.config()?;
         cfg.validate()?;
+        // The agents' CPUs with --agents, which they check on their machines.
+        if let (Some(cpus), false) = (&cfg.cpus, self.hosts.any()) {
+            cpus.check_online().context("--cpus")?;
+        }
         if self.hosts.any() {
             netlane_rr::clients::split(&cfg, self.hosts.agents.len()).context("--agents")?;
         }

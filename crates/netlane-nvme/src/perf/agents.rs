@@ -85,13 +85,18 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         if !(report.seconds.is_finite() && report.seconds > 0.0 && report.seconds <= 1e6) {
             return Err(invalid(i, format!("measured for {} s", report.seconds)));
         }
+        let c = &report.host_cpu;
+        let figures = [c.user_s, c.system_s, report.cmds_per_send.unwrap_or(0.0)];
+        if figures.iter().chain(report.groups.iter().map(|g| &g.mb_per_s)).any(|v| !(v.is_finite() && *v >= 0.0)) {
+            return Err(invalid(i, "a CPU time, rate or ratio that is not a finite, non-negative number".into()));
+        }
         seconds = seconds.max(report.seconds);
         if report.groups.len() != opts.groups.len() || lat.len() != opts.groups.len() {
             return Err(invalid(i, format!("{} groups, the workload has {}", report.groups.len(), opts.groups.len())));
         }
         for ((g, l), want) in report.groups.iter().zip(lat).zip(&opts.groups) {
-            if g.name != want.name || l.name != want.name {
-                return Err(invalid(i, format!("group {} where the workload has {}", g.name, want.name)));
+            if let Some(name) = [&g.name, &l.name].into_iter().find(|n| **n != want.name) {
+                return Err(invalid(i, format!("group {name} where the workload has {}", want.name)));
             }
             if [g.ops, g.reads, g.writes, g.errors, g.mismatches].iter().any(|&n| n > MAX_COUNT) {
                 return Err(invalid(i, format!("group {}: more commands than any run makes", g.name)));
@@ -156,8 +161,11 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
     let per_io = |x: f64| (ops > 0).then(|| x / ops as f64);
     let sum = |f: fn(&PerfReport) -> u64| parts.iter().map(|(r, _)| f(r)).fold(0u64, u64::saturating_add);
     let send_calls = sum(|r| r.send_calls);
-    // Each agent's commands per send, weighted by its sends.
-    let weighted: f64 = parts.iter().filter_map(|(r, _)| Some(r.cmds_per_send? * r.send_calls as f64)).sum();
+    // Each agent's commands per send, weighted by its sends (of the agents that have one).
+    let (weighted, weights) = parts
+        .iter()
+        .filter_map(|(r, _)| Some((r.cmds_per_send? * r.send_calls as f64, r.send_calls as f64)))
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
     Ok(PerfReport {
         groups,
         seconds,
@@ -165,12 +173,12 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         iops: ops as f64 / seconds,
         host_cpu,
         host_cpu_us_per_io: per_io(host_cpu.total_s() * 1e6),
-        host_switches_per_io: per_io((host_cpu.voluntary_switches + host_cpu.involuntary_switches) as f64),
+        host_switches_per_io: per_io(host_cpu.voluntary_switches.saturating_add(host_cpu.involuntary_switches) as f64),
         target_cpu_us_per_io: None,
         direct_sends: sum(|r| r.direct_sends),
         worker_sends: sum(|r| r.worker_sends),
         send_calls,
-        cmds_per_send: (send_calls > 0 && weighted > 0.0).then(|| weighted / send_calls as f64),
+        cmds_per_send: (weights > 0.0).then(|| weighted / weights),
         queues: parts.iter().flat_map(|(r, _)| r.queues.iter().cloned()).collect(),
         queue_failures: sum(|r| r.queue_failures),
         verified: opts.verify != VerifyMode::Off,
@@ -281,6 +289,7 @@ mod tests {
         huge.0.groups[0].errors = u64::MAX;
         assert!(merge(&opts(), &[huge]).is_err());
         assert!(merge(&opts(), &[part(&lat, f64::NAN, 0.1)]).is_err());
+        assert!(merge(&opts(), &[part(&lat, 1.0, f64::INFINITY)]).unwrap_err().to_string().contains("not a finite"));
         assert!(merge(&opts(), &[]).is_err());
         let bad =
             AgentOutput { groups: vec![GroupHdr { name: "rd".into(), read_hdr: "x".into(), write_hdr: "".into() }] };

@@ -154,6 +154,12 @@ impl TryFrom<String> for CpuList {
     }
 }
 
+/// Parses a CPU list, not checked against this machine's CPUs: for a list another
+/// machine uses (clap's `value_parser`).
+pub fn parse_list(s: &str) -> Result<CpuList, String> {
+    s.parse().map_err(|e: CpuListError| e.to_string())
+}
+
 /// Parses a CPU list and checks it against the CPUs online here (for clap's
 /// `value_parser`).
 pub fn parse_online(s: &str) -> Result<CpuList, String> {

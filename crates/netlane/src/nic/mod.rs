@@ -2,7 +2,8 @@
 //! their interrupts, threads and CPUs, channels, rings, coalescing, offloads, XDP
 //! features, XPS), and its settings changed for as long as a guard lives: channels,
 //! rings and coalescing over ethtool netlink ([`set_group`]), an interrupt's CPUs
-//! ([`set_irq_cpus`]), and the device's own files: threaded NAPI, XPS ([`set_file`]). Each change is reported applied (with the value read back) or
+//! ([`set_irq_cpus`]), the device's own files: threaded NAPI, XPS ([`set_file`]), and a
+//! token-bucket bottleneck as its root qdisc ([`set_bottleneck`]). Each change is reported applied (with the value read back) or
 //! refused (with the kernel's reason), recorded before it is made (so `netlane clean`
 //! puts it back after a SIGKILL), and put back when its guard drops unless someone
 //! changed it since. Everything here acts in the calling thread's network namespace.

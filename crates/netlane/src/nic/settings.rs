@@ -158,8 +158,9 @@ pub(crate) fn one_bit_mask(i: usize) -> String {
         .join(",")
 }
 
-/// XPS by CPU: transmit queue `i` of `dev` taken by the `i`-th CPU of `cpus` (in turn,
-/// wrapping), each CPU's sends on one queue. An error when `dev` has no transmit queues.
+/// XPS by CPU: transmit queue `i` of `dev` taken by the `i`-th CPU of `cpus` (wrapping
+/// when it has more queues than `cpus` has CPUs; CPUs past the queues get none). An error
+/// when `dev` has no transmit queues.
 pub fn xps_cpus(dev: &str, cpus: &CpuList) -> Result<Vec<FileSetting>, String> {
     let tx = tx_queues(dev);
     if tx.is_empty() {
@@ -177,14 +178,17 @@ pub fn xps_cpus(dev: &str, cpus: &CpuList) -> Result<Vec<FileSetting>, String> {
 }
 
 /// XPS by receive queue (symmetric queues): transmit queue `i` of `dev` taken by sockets
-/// whose packets arrive on receive queue `i`. An error when `dev` has no transmit queues.
+/// whose packets arrive on receive queue `i` (transmit queues without a receive queue of
+/// their number are left as they are). An error when `dev` has no transmit queues.
 pub fn xps_rxqs(dev: &str) -> Result<Vec<FileSetting>, String> {
     let tx = tx_queues(dev);
     if tx.is_empty() {
         return Err(format!("{dev} has no transmit queues under /sys/class/net/{dev}/queues"));
     }
+    let has_rx = |i: usize| std::path::Path::new(&format!("/sys/class/net/{dev}/queues/rx-{i}")).exists();
     Ok(tx
         .into_iter()
+        .filter(|&i| has_rx(i))
         .map(|i| FileSetting {
             what: format!("tx-{i} xps_rxqs (rx-{i})"),
             rel: format!("queues/tx-{i}/xps_rxqs"),

@@ -79,7 +79,7 @@ pub fn run_perf(agents: &[Agent<'_>], opts: &PerfOptions, every_cpu: bool) -> Re
             p50_us: l.p50 as f64 / 1e3,
             p9999_us: l.p9999 as f64 / 1e3,
             host_cpu_us_per_io: r.host_cpu_us_per_io,
-            errors: r.groups.iter().map(|g| g.errors + g.mismatches).sum(),
+            errors: r.groups.iter().fold(0u64, |n, g| n.saturating_add(g.errors).saturating_add(g.mismatches)),
         });
         parts.push((doc.report, latencies));
     }

@@ -105,9 +105,13 @@ pub(super) fn perf(site: &NvmeSite<'_>, opts: &PerfOptions, label: &str) -> Resu
             let perf = start_together(&[(site.host, spec)])?.pop().context("nvme perf did not start")?;
             std::thread::sleep(opts.ramp);
             let c0 = cpu_counters(site.target, cpu)?;
+            let t0 = std::time::Instant::now();
             std::thread::sleep(opts.duration);
             let c1 = cpu_counters(site.target, cpu)?;
-            target_busy = Some(c0.delta(&c1).busy_s);
+            // The readings are a round trip apart beyond the window: the busy time scaled
+            // to the window the I/Os were counted over.
+            let between = t0.elapsed().as_secs_f64().max(opts.duration.as_secs_f64());
+            target_busy = Some(c0.delta(&c1).busy_s * opts.duration.as_secs_f64() / between);
             perf.wait(limit)
         })(),
     }

@@ -300,7 +300,8 @@ impl UdpPacingArgs {
             0,
             format!(
                 "Ran on a testbed: the sender on {} behind a tbf bottleneck on {iface}, the receiver on {} at \
-                 {rx_addr}; the bottleneck's drops are read on the sender's host around each run.",
+                 {rx_addr}; the bottleneck's drops are read on the sender's host around each run (the lab's own \
+                 SSH traffic to that host crosses the bottleneck too when it leaves by {iface}).",
                 t.server.host().name(),
                 receiver.host().name()
             ),

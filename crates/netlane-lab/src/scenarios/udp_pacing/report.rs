@@ -184,7 +184,7 @@ const TITLE: &str = "Pacing experiment: release quantum vs loss and CPU";
 /// What the scenario does, for the report.
 const DESCRIPTION: &str = "The LPC 2018 talk's experiment: a QUIC server paced its sends in user space; widening the \
     pacing interval cut the sender's CPU a lot while the loss rate rose from a low base. Here a tbf \
-    qdisc on the sender's veth is the bottleneck, and a GSO sender offers a fixed share of its rate with \
+    qdisc on the sender's link (its veth, or a testbed's interface) is the bottleneck, and a GSO sender offers a fixed share of its rate with \
     each release quantum; 'unpaced' sends the same bytes in one burst. Loss is counted at the receiver.";
 
 #[cfg(test)]
