@@ -5,6 +5,9 @@
 //! `--strict`, 128+N killed by signal N.
 
 #![forbid(unsafe_code)]
+// The doc comments of the argument structs are `--help` text for clap, which writes
+// `NAME[:SOCKPRIO]` and `<pid>` as they are: not links, not HTML.
+#![allow(rustdoc::broken_intra_doc_links, rustdoc::invalid_html_tags)]
 
 mod agents;
 mod app;

@@ -1,8 +1,8 @@
 //! netlane's output contract: what every command writes and how.
 //!
-//! - [`model`] (re-exported here): the report model, numbers and words, no markup;
+//! - `model` (re-exported here): the report model, numbers and words, no markup;
 //!   [`Document`] is the header every JSON document carries;
-//! - [`terminal`] and [`csv`]: writers; JSON is [`to_json`]; [`format`]: how numbers
+//! - [`terminal`] and [`csv`]: writers; JSON is [`to_json`]; [`format`](mod@format): how numbers
 //!   read;
 //! - [`options`]: resolved options shown two ways (typed JSON, `key=value` echo) and the
 //!   command-line value parsers (durations, sizes, rates);

@@ -1,5 +1,5 @@
 //! The sans-IO memcached protocol: text and meta commands parsed ([`parse`]), carried
-//! out against the [`Store`](crate::store::Store) ([`exec`], [`meta`]), and one
+//! out against the [`Store`] ([`exec`], [`meta`]), and one
 //! connection's byte stream turned into replies ([`conn`]): pipelined commands, partial
 //! reads, bounded buffers. [`udp`] is memcached's UDP frame header.
 //!

@@ -34,7 +34,7 @@ pub struct Stalls {
     pub samples: u64,
     /// The largest wake-up latency, us.
     pub max_us: u64,
-    /// Wake-up latency at p99.9, us (at least [`BUCKETS_US`] when it overflowed).
+    /// Wake-up latency at p99.9, us (at least the histogram's top bucket, `BUCKETS_US`, when it overflowed).
     pub p999_us: u64,
     /// Wake-ups at least 1 ms late.
     pub over_1ms: u64,

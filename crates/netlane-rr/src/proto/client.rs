@@ -80,7 +80,7 @@ pub enum Received {
     /// A valid datagram whose content disagrees with the request: wrong size, wrong
     /// segment layout, payload not what belongs at its offset (misassembled).
     Mismatch,
-    /// The server asked for the request again with its cookie: [`Client::expire`] now
+    /// The server asked for the request again with its cookie: `expire` now
     /// writes it (not counted as a retransmission).
     Retry,
     /// The server refused the request: it sends at most `limit` payload bytes. The

@@ -152,8 +152,8 @@ const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_CONNECTIONS: usize = 64;
 
 /// An HTTP/1.1 endpoint (hyper) on a loopback address, serving connections concurrently
-/// on a thread of its own: each connection gets [`HEAD_TIMEOUT`] to send its request
-/// head and [`EXCHANGE_TIMEOUT`] in all, at most [`MAX_CONNECTIONS`] at once, so idle or
+/// on a thread of its own: each connection gets `HEAD_TIMEOUT` to send its request
+/// head and `EXCHANGE_TIMEOUT` in all, at most [`MAX_CONNECTIONS`] at once, so idle or
 /// slow clients cannot hold a scrape up. Stops (and joins its thread) when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {

@@ -148,7 +148,7 @@ pub enum Command<'a> {
     },
     /// quit.
     Quit,
-    /// shutdown [graceful].
+    /// `shutdown [graceful]`.
     Shutdown {
         /// `shutdown graceful`.
         graceful: bool,

@@ -456,7 +456,7 @@ impl FlowEvents {
 
     /// Waits up to `timeout` for events or until `wake` is readable (a stop signal's
     /// descriptor: the wait ends at once), and returns the events that are ready, at
-    /// most [`MAX_EVENTS_PER_CALL`].
+    /// most `MAX_EVENTS_PER_CALL`.
     pub fn poll_or_wake(&mut self, timeout: Duration, wake: BorrowedFd<'_>) -> io::Result<Vec<FlowEvent>> {
         use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         // SAFETY: the ring buffer owns its epoll descriptor and closes it only when it is
@@ -473,7 +473,7 @@ impl FlowEvents {
     }
 
     /// Returns the events that are ready without waiting, at most
-    /// [`MAX_EVENTS_PER_CALL`]: the rest stay in the ring for the next call, so a flood
+    /// `MAX_EVENTS_PER_CALL`: the rest stay in the ring for the next call, so a flood
     /// of new flows (the data plane refills the ring while it is read) cannot hold the
     /// caller's loop, and with it a stop, statistics or an edit.
     pub fn drain(&mut self) -> io::Result<Vec<FlowEvent>> {
