@@ -242,7 +242,7 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     assert!(
         common::stderr(&o).contains(
             "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, udp-pacing, \
-             with that and an `iface` for the server, nvme, rr and kv do)"
+             with that and an `iface` for the server, lanes, with that `iface`, nvme, rr and kv do)"
         ),
         "{}",
         common::stderr(&o)
@@ -350,4 +350,82 @@ fn udp_pacing_runs_behind_a_bottleneck_on_the_server_host(file: &Path) {
     };
     let (paced, unpaced) = (drops("1ms"), drops("unpaced"));
     assert!(unpaced > 0.0 && paced < unpaced, "paced {paced} unpaced {unpaced}: {runs:?}");
+}
+
+/// `bench lanes --testbed`: the cache server on the server host, a lane per CPU the file
+/// gives it on its `iface` (a veth with NAPI, GRO on, its NAPI threaded as the file
+/// asks), the load from both client hosts as agents; napi mode places the connections by
+/// NAPI id there; the isolation part is left out and said so.
+#[test]
+fn lanes_run_on_the_server_hosts_interface() {
+    if !netlane_testkit::privileged("lanes_run_on_the_server_hosts_interface") {
+        return;
+    }
+    // A hub of its own: the server's interface is a veth (a port of the hub's bridge).
+    let hosts = SshHosts::start(&["hub", "server", "client1", "client2"]).unwrap();
+    hosts.bridge("10.79.0").unwrap();
+    // The server's veth has NAPI once GRO is on, and TCP takes it when the hub's port
+    // towards it does not send TSO trains (veth passes those around NAPI): what a NIC
+    // does anyway.
+    let features = |host: usize, dev: &'static str, f: &'static [(&'static str, bool)]| {
+        hosts.hosts[host]
+            .ns
+            .run(move || netlane::topology::ethtool::Ethtool::open().unwrap().set_features(dev, f).unwrap())
+            .unwrap()
+    };
+    features(1, "eth0", &[("rx-gro", true)]);
+    features(0, "p1", &[("tx-tcp-segmentation", false), ("tx-tcp6-segmentation", false)]);
+    let dir = common::temp_dir("testbed-lanes");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("testbed.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "ssh_config = {:?}\nnetlane = {:?}\n\n[server]\nssh = \"server\"\naddr = \"10.79.0.2\"\niface = \"eth0\"\n\
+             cpus = \"1\"\nthreaded = true\n\n[[clients]]\nssh = \"client1\"\ncpus = \"0\"\n[[clients]]\nssh = \
+             \"client2\"\ncpus = \"0\"\n",
+            hosts.config.display().to_string(),
+            env!("CARGO_BIN_EXE_netlane"),
+        ),
+    )
+    .unwrap();
+    let r = &bench(&[
+        "lanes",
+        "--testbed",
+        file.to_str().unwrap(),
+        "--modes",
+        "plain,napi",
+        "--no-search",
+        "--connections",
+        "16",
+        "--rates",
+        "2000",
+        "--repeat",
+        "1",
+        "-t",
+        "1s",
+        "--keys",
+        "10000",
+    ]);
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(
+        notes[0].contains("the server on host server at 10.79.0.2") && notes[0].contains("1 lanes on eth0 (CPUs 1)")
+    );
+    assert!(notes[1].starts_with("Left out on this testbed: the isolation part"), "{notes:?}");
+    let held = notes.iter().find(|n| n.contains("threaded NAPI of eth0")).unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(held.contains("applied, reads 1") && held.contains("All put back as they were."), "{held}");
+    let runs = r["runs"].as_array().unwrap();
+    for mode in ["plain", "napi"] {
+        let run = runs.iter().find(|x| x["label"].as_str().is_some_and(|l| l.starts_with(&format!("{mode} 16"))));
+        let run = run.unwrap_or_else(|| panic!("no {mode} run: {runs:?}"));
+        assert!(run["metrics"]["achieved_per_s"].as_f64().unwrap_or(0.0) > 1000.0, "{run}");
+    }
+    // napi mode: every connection placed by the lane owning its NAPI id.
+    let t = r["tables"].as_array().unwrap().iter().find(|t| t["name"] == "lanes-placement").expect("placement");
+    let rows = t["rows"].as_array().unwrap();
+    let napi = rows.iter().find(|row| row["lane"] == "napi lane 0").unwrap_or_else(|| panic!("{t}"));
+    assert!(napi["by_owner"].as_f64().unwrap_or(0.0) >= 16.0 && napi["other"].as_f64() == Some(0.0), "{t}");
+    for h in &hosts.hosts {
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
+    }
 }

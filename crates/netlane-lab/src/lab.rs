@@ -71,19 +71,23 @@ impl LabArgs {
         if let Some(path) = &self.testbed {
             let (_, spec) = crate::testbed::TestbedArgs::for_lab(path, self.deploy, &Default::default())?;
             // udp-bulk and udp-pacing receive on the first client host: at the address the
-            // file gives it; udp-pacing's bottleneck goes on the server's interface.
+            // file gives it; udp-pacing's bottleneck and the lanes go on the server's
+            // interface.
             let receives = spec.clients.first().is_some_and(|c| c.addr.is_some());
+            let iface = spec.server.iface.is_some();
             let runs = |s: &ScenarioName| {
                 s.across_hosts()
                     && (*s != ScenarioName::UdpBulk || receives)
-                    && (*s != ScenarioName::UdpPacing || (receives && spec.server.iface.is_some()))
+                    && (*s != ScenarioName::UdpPacing || (receives && iface))
+                    && (*s != ScenarioName::Lanes || iface)
             };
             left_out = plans.iter().copied().filter(|s| !runs(s)).collect();
             plans.retain(runs);
             if plans.is_empty() {
                 bail!(
                     "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, \
-                     udp-pacing, with that and an `iface` for the server, nvme, rr and kv do)"
+                     udp-pacing, with that and an `iface` for the server, lanes, with that `iface`, nvme, rr and kv \
+                     do)"
                 );
             }
         }
@@ -127,11 +131,15 @@ impl Lab {
         ));
         if !self.left_out.is_empty() {
             let names: Vec<String> = self.left_out.iter().map(crate::scenarios::value_name).collect();
-            let bulk = self.left_out.iter().any(|s| matches!(s, ScenarioName::UdpBulk | ScenarioName::UdpPacing));
+            let bulk = self
+                .left_out
+                .iter()
+                .any(|s| matches!(s, ScenarioName::UdpBulk | ScenarioName::UdpPacing | ScenarioName::Lanes));
             progress.println(&format!(
                 "not run on the testbed (they build their network on this machine, for now{}): {}",
                 if bulk {
-                    "; udp-bulk needs an `addr` for the first client, udp-pacing that and an `iface` for the server"
+                    "; udp-bulk needs an `addr` for the first client, udp-pacing that and an `iface` for the server, \
+                     lanes that `iface`"
                 } else {
                     ""
                 },

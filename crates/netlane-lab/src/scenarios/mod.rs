@@ -82,7 +82,12 @@ impl ScenarioName {
     pub fn across_hosts(self) -> bool {
         matches!(
             self,
-            ScenarioName::Kv | ScenarioName::Rr | ScenarioName::Nvme | ScenarioName::UdpBulk | ScenarioName::UdpPacing
+            ScenarioName::Kv
+                | ScenarioName::Rr
+                | ScenarioName::Nvme
+                | ScenarioName::UdpBulk
+                | ScenarioName::UdpPacing
+                | ScenarioName::Lanes
         )
     }
 
@@ -309,6 +314,12 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.isolation_connections = 16;
                 o.workload.keys = 10_000;
                 o.time = Duration::from_secs(1);
+            }
+            if let Some(path) = &p.testbed {
+                let (on, _) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+                // Left out on a testbed (said in its report), not a reason to refuse it.
+                o.no_isolation = true;
+                o.on = on;
             }
             Box::new(o)
         }

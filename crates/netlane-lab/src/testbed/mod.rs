@@ -44,13 +44,7 @@ impl TestbedHost {
         struct NicShow {
             root_qdisc: Readout,
         }
-        let spec =
-            RoleSpec::netlane(&format!("nic show on {}", self.label()), words(&["nic", "show", iface, "--json", "-"]));
-        let done = RoleProcess::start(self.host(), &spec, None)?.wait(crate::host::RUN_WITHIN)?;
-        if !done.status.success() {
-            bail!("nic show {iface} on {}: {}", self.label(), done.stderr_tail());
-        }
-        let r = done.json::<NicShow>()?.root_qdisc;
+        let r = self.nic_show::<NicShow>(iface)?.root_qdisc;
         r.value.with_context(|| {
             format!(
                 "{iface}'s root qdisc on {}: {}",
@@ -58,6 +52,35 @@ impl TestbedHost {
                 r.unavailable.unwrap_or_else(|| "unreadable".into())
             )
         })
+    }
+
+    /// `iface`'s NAPI instances there (their ids), or why the kernel did not say.
+    pub fn napi_ids(&self, iface: &str) -> Result<Result<Vec<u32>, String>> {
+        #[derive(serde::Deserialize)]
+        struct Napi {
+            id: u32,
+        }
+        #[derive(serde::Deserialize)]
+        struct NicShow {
+            napis: Vec<Napi>,
+            napis_unavailable: Option<String>,
+        }
+        let v = self.nic_show::<NicShow>(iface)?;
+        Ok(match v.napis_unavailable {
+            Some(why) => Err(why),
+            None => Ok(v.napis.into_iter().map(|n| n.id).collect()),
+        })
+    }
+
+    /// What `netlane nic show` reads of `iface` there.
+    fn nic_show<T: serde::de::DeserializeOwned>(&self, iface: &str) -> Result<T> {
+        let args = words(&["nic", "show", iface, "--json", "-"]);
+        let spec = RoleSpec::netlane(&format!("nic show on {}", self.label()), args);
+        let done = RoleProcess::start(self.host(), &spec, None)?.wait(crate::host::RUN_WITHIN)?;
+        if !done.status.success() {
+            bail!("nic show {iface} on {}: {}", self.label(), done.stderr_tail());
+        }
+        done.json::<T>()
     }
 
     /// `role (host)`, for messages.

@@ -66,10 +66,46 @@ impl Measured for LaneRun {
     }
 }
 
+/// Where a round runs: the cache site, the lane device on the server's host and the
+/// lanes' CPUs there, and (on one machine) the topology whose per-NAPI knobs a round
+/// puts back.
+pub(crate) struct LaneSite<'a> {
+    pub(crate) cache: CacheSite<'a>,
+    pub(crate) device: String,
+    pub(crate) lanes: Vec<usize>,
+    pub(crate) local: Option<&'a TwoHosts>,
+}
+
+impl<'a> LaneSite<'a> {
+    /// The server in `h`'s receiving namespace on the plan's lane CPUs.
+    pub(crate) fn two_hosts(h: &'a TwoHosts, plan: &CpuPlan) -> LaneSite<'a> {
+        LaneSite {
+            cache: CacheSite::two_hosts(h),
+            device: h.rx_if.clone(),
+            lanes: plan.cpus(Role::Lane).to_vec(),
+            local: Some(h),
+        }
+    }
+
+    /// The busy time of the server's machine and its kernel's counters, now (on one
+    /// machine, of the whole machine: the generator's share included).
+    fn readings(&self) -> Result<(SystemCpu, KernelCounters)> {
+        if self.local.is_some() {
+            return Ok((SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?));
+        }
+        let host = self.cache.server;
+        let read = |p: &str| host.read_file(p);
+        let stat = read("/proc/stat")?;
+        let cpu = SystemCpu::parse(&stat).with_context(|| format!("no cpu line in /proc/stat on {}", host.name()))?;
+        let kernel = KernelCounters::parse(&stat, &read("/proc/interrupts")?, &read("/proc/softirqs")?);
+        Ok((crate::host::stamped(host, cpu), kernel))
+    }
+}
+
 impl LanesBenchArgs {
     pub(crate) fn server_config(
         &self,
-        h: &TwoHosts,
+        device: &str,
         lanes: &[usize],
         addr: SocketAddr,
         mode: Mode,
@@ -87,7 +123,7 @@ impl LanesBenchArgs {
             Mode::Plain => ServerConfig { steer: Steer::RoundRobin, ..base },
             Mode::Napi | Mode::NapiBusy | Mode::Reuseport => ServerConfig {
                 steer: if mode == Mode::Reuseport { Steer::Reuseport } else { Steer::Acceptor },
-                lane_device: Some(h.rx_if.clone()),
+                lane_device: Some(device.to_string()),
                 xps_rxqs: true,
                 busy_poll: (mode == Mode::NapiBusy).then_some(self.busy_poll),
                 napi: if mode == Mode::NapiBusy {
@@ -105,8 +141,8 @@ impl LanesBenchArgs {
         }
     }
 
-    pub(crate) fn start(&self, h: &TwoHosts, plan: &CpuPlan, addr: SocketAddr, mode: Mode) -> Result<CacheServer> {
-        let lanes = plan.cpus(Role::Lane);
+    pub(crate) fn start(&self, site: &LaneSite<'_>, addr: SocketAddr, mode: Mode) -> Result<CacheServer> {
+        let lanes = &site.lanes[..];
         let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
         let running = if mode.is_memcached() {
             // `net.core.busy_poll` is global (the knob does not exist inside a namespace):
@@ -124,12 +160,12 @@ impl LanesBenchArgs {
             if mode == Mode::MemcachedN {
                 spec.args.extend(["-N".into(), lanes.len().to_string()]);
             }
-            CacheServer::start(&CacheSite::two_hosts(h), &spec, false, guard)?
+            CacheServer::start(&site.cache, &spec, false, guard)?
         } else {
-            let cfg = self.server_config(h, lanes, addr, mode, max_conns);
-            CacheServer::start(&CacheSite::two_hosts(h), &cache::role::kv_serve_spec(&cfg, lanes), true, None)?
+            let cfg = self.server_config(&site.device, lanes, addr, mode, max_conns);
+            CacheServer::start(&site.cache, &cache::role::kv_serve_spec(&cfg, lanes), true, None)?
         };
-        CacheSite::two_hosts(h).wait_until_accepting(addr, &mode.name())?;
+        site.cache.wait_until_accepting(addr, &mode.name())?;
         Ok(running)
     }
 
@@ -167,16 +203,16 @@ impl LanesBenchArgs {
         runner: &mut Runner<'_>,
         turn: Turn,
         what: &str,
-        h: &TwoHosts,
+        site: &LaneSite<'_>,
         rate: u64,
         cfg: LoadConfig,
     ) -> Result<LaneRun> {
         let connections = cfg.connections;
         let once = || -> Result<LaneRun> {
             let cfg = cfg.clone();
-            let (cpu0, k0) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
-            let r = CacheSite::two_hosts(h).run(&cfg)?;
-            let (cpu1, k1) = (SystemCpu::read().context("read /proc/stat")?, KernelCounters::read()?);
+            let (cpu0, k0) = site.readings()?;
+            let r = site.cache.run(&cfg)?;
+            let (cpu1, k1) = site.readings()?;
             Ok(LaneRun {
                 connections,
                 rate,
@@ -199,21 +235,14 @@ impl LanesBenchArgs {
     pub(crate) fn round(
         &self,
         runner: &mut Runner<'_>,
-        h: &TwoHosts,
-        plan: &CpuPlan,
+        site: &LaneSite<'_>,
         addr: SocketAddr,
         mode: Mode,
         turn: Turn,
     ) -> Result<LaneRound> {
         let who = mode.name();
-        let server = self.start(h, plan, addr, mode)?;
-        cache::warm_up(
-            runner,
-            turn,
-            &CacheSite::two_hosts(h),
-            &who,
-            self.load(addr, 8, open(self.search_lo), self.step),
-        )?;
+        let server = self.start(site, addr, mode)?;
+        cache::warm_up(runner, turn, &site.cache, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
         let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
         if !self.no_search {
             let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
@@ -223,12 +252,19 @@ impl LanesBenchArgs {
                 resolution: self.resolution,
                 max_bisections: 10,
             };
-            out.search = Some(cache::search(runner, turn, &CacheSite::two_hosts(h), &who, cfg, self.sla, range)?);
+            out.search = Some(cache::search(runner, turn, &site.cache, &who, cfg, self.sla, range)?);
         }
         for &c in &self.connections {
             for &rate in &self.rates {
                 let cfg = self.load(addr, c, open(rate as f64), self.time);
-                out.runs.push(self.measured(runner, turn, &format!("{who} {c} connections {rate}/s"), h, rate, cfg)?);
+                out.runs.push(self.measured(
+                    runner,
+                    turn,
+                    &format!("{who} {c} connections {rate}/s"),
+                    site,
+                    rate,
+                    cfg,
+                )?);
             }
         }
         // What the lanes did is a table of the report; the runs stand without it.
@@ -236,7 +272,7 @@ impl LanesBenchArgs {
             tracing::warn!("{who}: the cache server's lanes were not read back: {e:#}");
             None
         });
-        if mode == Mode::NapiBusy {
+        if let (Mode::NapiBusy, Some(h)) = (mode, site.local) {
             self.reset_napi(h)?;
         }
         Ok(out)

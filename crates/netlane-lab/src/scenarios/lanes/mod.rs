@@ -39,12 +39,16 @@ use crate::plan::Role;
 use crate::progress::Progress;
 use crate::runner::{Runner, Turn};
 use crate::scenarios::Scenario;
+use crate::scenarios::cache::CacheSite;
+use crate::scenarios::cache::agents::Agent;
 use crate::scenarios::cache::program_exists;
+use crate::testbed::{Needs, Testbed};
 use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
 use self::checks::*;
 pub(crate) use self::checks::{latency_of, mean_of};
+use self::measure::LaneSite;
 pub use self::measure::{LaneRound, LaneRun};
 pub use self::options::{LanesBenchArgs, Mode};
 pub(crate) use self::plan::cpu_plan;
@@ -79,7 +83,8 @@ impl Scenario for LanesBenchArgs {
         if let Some(d) = self.irq_suspend_timeout {
             list = list.duration("irq-suspend-timeout", d);
         }
-        list.int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
+        let list = list
+            .int("memcached-busy-poll", u64::from(self.memcached_busy_poll))
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
             .flag("no-search", self.no_search)
@@ -87,7 +92,8 @@ impl Scenario for LanesBenchArgs {
             .flag("no-isolation", self.no_isolation)
             .int("isolation-link", self.isolation_link)
             .int("isolation-rate", self.isolation_rate)
-            .int("isolation-connections", u64::from(self.isolation_connections))
+            .int("isolation-connections", u64::from(self.isolation_connections));
+        self.on.listed(list)
     }
 
     fn validate(&self) -> Result<()> {
@@ -106,6 +112,9 @@ impl Scenario for LanesBenchArgs {
             for &r in &self.rates {
                 self.load(addr, c, open(r as f64), self.time).validate()?;
             }
+        }
+        if let Some(t) = self.on.open()? {
+            return self.check_testbed(&t);
         }
         if self.modes.iter().any(|m| m.is_memcached()) && !program_exists(&self.memcached) {
             bail!("{}: not found (scripts/setup.sh installs memcached)", self.memcached);
@@ -137,6 +146,9 @@ impl Scenario for LanesBenchArgs {
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
         self.validate()?;
+        if let Some(t) = self.on.open()? {
+            return self.run_on_testbed(&t, progress);
+        }
         let plan = cpu_plan();
         let h =
             TwoHosts::create("lanes", LinkConfig { mtu: 1500, queues: LANES as u32, rx: RxTuning::threaded_napi() })?;
@@ -147,6 +159,7 @@ impl Scenario for LanesBenchArgs {
         h.set_tx_tso(false)?;
         let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, plan.cpus(Role::Napi))?;
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        let site = LaneSite::two_hosts(&h, &plan);
         let mut runner = Runner::new(progress);
         let mut iso = Vec::new();
         let all = runner.rounds_then(
@@ -154,7 +167,7 @@ impl Scenario for LanesBenchArgs {
             |_| self.repeat,
             |runner, i, turn| {
                 let mode = self.modes[i];
-                self.round(runner, &h, &plan, addr, mode, turn)
+                self.round(runner, &site, addr, mode, turn)
                     .with_context(|| format!("{} round {}", mode.name(), turn.round + 1))
             },
             |runner, round| {
@@ -165,7 +178,100 @@ impl Scenario for LanesBenchArgs {
                 Ok(())
             },
         )?;
+        drop(site);
         drop(h);
-        Ok(self.report(&all, &iso, &plan, &placed_rx, runner.into_records()))
+        Ok(self.report(&all, &iso, Some(&plan), &placed_rx, runner.into_records()))
+    }
+}
+
+impl LanesBenchArgs {
+    /// Refuses a testbed that lacks what this run needs: root and memcached on the server
+    /// host, its `iface` (the lane device); the per-NAPI knobs stay on one machine.
+    fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        let mut server = Needs { root: true, ..Needs::default() };
+        if self.modes.iter().any(|m| m.is_memcached()) {
+            server.programs.push(self.memcached.clone());
+        }
+        t.check(&server, &Needs::default())?;
+        if t.server.spec.iface.is_none() {
+            bail!("{}: no `iface` (the lanes' device)", t.server.label());
+        }
+        if self.napi_defer_hard_irqs.is_some() || self.gro_flush_timeout.is_some() || self.irq_suspend_timeout.is_some()
+        {
+            bail!(
+                "--napi-defer-hard-irqs, --gro-flush-timeout and --irq-suspend-timeout: not on a testbed (a round \
+                 puts them back on one machine only)"
+            );
+        }
+        Ok(())
+    }
+
+    /// The server on the testbed's server host, a lane per CPU the file gives it on its
+    /// `iface`; the load from the client hosts (several: agents of one merged
+    /// measurement). memcached -N (its global net.core.busy_poll) and the isolation part
+    /// are left out and said so.
+    fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
+        let device = t.server.spec.iface.clone().context("the server host names no `iface`")?;
+        let lanes = t.server.cpus()?.as_slice().to_vec();
+        let generators = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
+        let site = LaneSite {
+            cache: CacheSite { server: t.server.host(), generators },
+            device: device.clone(),
+            lanes: lanes.clone(),
+            local: None,
+        };
+        let mut this = self.clone();
+        this.modes.retain(|m| *m != Mode::MemcachedN);
+        let mut left_out = Vec::new();
+        if this.modes.len() < self.modes.len() {
+            left_out.push("memcached-n (its net.core.busy_poll is global: this machine's to set)".to_string());
+        }
+        if !self.no_isolation {
+            left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
+        }
+        // Lanes own NAPI instances: on a device without (a bridge, a bond) only the modes
+        // that need none run.
+        let napis = match t.server.napi_ids(&device)? {
+            Ok(ids) if ids.is_empty() => Some("it has no NAPI instance".to_string()),
+            Ok(_) => None,
+            Err(why) => Some(format!("its NAPI instances are not known: {why}")),
+        };
+        if let Some(why) = napis {
+            let needs: Vec<String> = this.modes.iter().filter(|m| m.lane_device()).map(|m| m.name()).collect();
+            if !needs.is_empty() {
+                this.modes.retain(|m| !m.lane_device());
+                left_out.push(format!("{} ({device} on {}: {why})", needs.join(", "), t.server.label()));
+            }
+        }
+        if this.modes.is_empty() {
+            bail!("nothing to run on this testbed: {}", left_out.join("; "));
+        }
+        let addr = SocketAddr::new(t.server_addr(), 11211);
+        let nic = t.hold_nic()?;
+        let mut runner = Runner::new(progress);
+        let all = runner.rounds(
+            this.modes.len(),
+            |_| this.repeat,
+            |runner, i, turn| {
+                let mode = this.modes[i];
+                this.round(runner, &site, addr, mode, turn)
+                    .with_context(|| format!("{} round {}", mode.name(), turn.round + 1))
+            },
+        )?;
+        let mut report = this.report(&all, &[], None, &[], runner.into_records());
+        let mut notes = vec![format!(
+            "{} {} lanes on {device} (CPUs {}); its NAPI and interrupts as the testbed leaves them (its `threaded` \
+             and `irqs`). Busy CPU and the kernel's counters are the server host's.",
+            t.describe(),
+            lanes.len(),
+            netlane::cpus::CpuList::new(lanes.clone())
+        )];
+        if !left_out.is_empty() {
+            notes.push(format!("Left out on this testbed: {}.", left_out.join("; ")));
+        }
+        report.notes.splice(0..0, notes);
+        report.notes.extend(nic.finish());
+        report.cpu_plan = t.cpu_plan(&lanes);
+        Ok(report)
     }
 }

@@ -37,6 +37,11 @@ impl Mode {
     pub(crate) fn is_memcached(self) -> bool {
         matches!(self, Mode::Memcached | Mode::MemcachedN)
     }
+
+    /// Whether its server's lanes own the device's NAPI instances.
+    pub(crate) fn lane_device(self) -> bool {
+        matches!(self, Mode::Napi | Mode::NapiBusy | Mode::Reuseport)
+    }
 }
 
 /// `netlane bench lanes`.
@@ -117,6 +122,12 @@ pub struct LanesBenchArgs {
     /// The cache's connections in the isolation part.
     #[arg(long, default_value_t = 32)]
     pub isolation_connections: u32,
+    /// Across machines: the server on the testbed's server host, one lane per CPU the
+    /// file gives it, its `iface` the lane device (its NAPI and interrupts as the file's
+    /// `threaded` and `irqs` leave them); the load from the client hosts. memcached -N
+    /// and the isolation part stay on one machine.
+    #[command(flatten)]
+    pub on: crate::testbed::TestbedArgs,
 }
 
 pub(crate) fn parse_link_rate(s: &str) -> Result<u64, String> {

@@ -23,7 +23,7 @@ impl LanesBenchArgs {
         &self,
         all: &[Vec<LaneRound>],
         iso: &[Vec<IsoRun>],
-        plan: &CpuPlan,
+        plan: Option<&CpuPlan>,
         placed: &[(u32, u32, usize)],
         runs: Vec<RunRecord>,
     ) -> ScenarioReport {
@@ -44,10 +44,12 @@ impl LanesBenchArgs {
             out.checks.extend(c);
             out.notes.extend(n);
         }
-        self.plan_notes(plan, placed, &mut out);
+        if let Some(plan) = plan {
+            self.plan_notes(plan, placed, &mut out);
+        }
         let heading =
             Heading { title: TITLE.into(), description: self.description(), headline: self.headline(&out.checks) };
-        out.report(self, heading, runs, plan.view())
+        out.report(self, heading, runs, plan.map(CpuPlan::view).unwrap_or_default())
     }
 
     fn description(&self) -> String {
@@ -66,7 +68,8 @@ impl LanesBenchArgs {
     }
 
     /// The highest rate each mode held within the SLA, and the throughput checks.
-    fn sla_section(&self, all: &[Vec<LaneRound>], find: &Find<'_>, plan: &CpuPlan, out: &mut Sections) {
+    /// `plan`: this machine's (none: lanes and generators on machines of their own).
+    fn sla_section(&self, all: &[Vec<LaneRound>], find: &Find<'_>, plan: Option<&CpuPlan>, out: &mut Sections) {
         let mut t = Table::new(
             "lanes-sla",
             format!(
@@ -126,12 +129,13 @@ impl LanesBenchArgs {
             // they take its time, and the comparison would measure that.
             let spins = a == Mode::NapiBusy || b == Mode::NapiBusy;
             out.checks.push(match find(a).zip(find(b)) {
-                Some(_) if spins && !plan.apart(Role::Lane, Role::Generator) => spec.not_shown(
-                    plan.needs(&[Role::Lane, Role::Generator]),
-                    plan.available(),
-                    "busy-polling lanes and the generator's threads apart",
-                    &plan.describe(),
-                ),
+                Some(_) if let Some(plan) = plan.filter(|p| spins && !p.apart(Role::Lane, Role::Generator)) => spec
+                    .not_shown(
+                        plan.needs(&[Role::Lane, Role::Generator]),
+                        plan.available(),
+                        "busy-polling lanes and the generator's threads apart",
+                        &plan.describe(),
+                    ),
                 Some((x, y)) => spec.evaluate(
                     paired(x, y, best),
                     &format!("{} / {} requests/s within {}, per round", a.name(), b.name(), self.sla),
