@@ -1,7 +1,8 @@
 //! `netlane lab --testbed`: the lab on machines it reaches only over SSH (namespaces of
 //! this machine running Debian's sshd, `netlane_testkit::sshd`, on one bridged network):
-//! the kv and rr scenarios' servers on the server host, their load from two client hosts
-//! as agents of one merged measurement; nvme's target there, nvme perf on the first
+//! the kv, rr and lanes scenarios' servers on the server host, their load from two
+//! client hosts as agents of one merged measurement; nvme's target there, nvme perf on
+//! the first client host; udp-bulk and udp-pacing from the server host to the first
 //! client host. Needs root and openssh-server.
 
 mod common;

@@ -121,6 +121,17 @@ pub struct LabProfile {
     pub reached: crate::testbed::Reached,
 }
 
+impl LabProfile {
+    /// A scenario's testbed options (sharing the lab's one connected testbed) and what
+    /// the file says, when the lab runs on one.
+    fn on_testbed(&self) -> Result<Option<(crate::testbed::TestbedArgs, crate::testbed::TestbedSpec)>> {
+        self.testbed
+            .as_ref()
+            .map(|path| crate::testbed::TestbedArgs::for_lab(path, self.deploy, &self.reached))
+            .transpose()
+    }
+}
+
 /// What a scenario's report is built of, section by section: each section of a
 /// scenario's `report.rs` adds its tables, charts, checks, flags and notes here.
 #[derive(Debug, Default)]
@@ -224,8 +235,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.time = secs(2, 1000);
             o.repeat = if p.quick { 2 } else { 3 };
             o.selftest = p.selftest.clone();
-            if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, spec)) = p.on_testbed()? {
                 o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
                 o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
                 o.on = on;
@@ -237,8 +247,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.net.ipv6 = p.ipv6;
             o.time = secs(2, 1000);
             o.repeat = if p.quick { 1 } else { 3 };
-            if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, spec)) = p.on_testbed()? {
                 o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
                 o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
                 o.on = on;
@@ -253,8 +262,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 // The sweep's ends: the smallest request and the largest.
                 o.caravan_sizes = vec![512, 128 << 10];
             }
-            if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, spec)) = p.on_testbed()? {
                 o.target_cpu = spec.server.first_cpu().unwrap_or(o.target_cpu);
                 o.host_cpu = spec.clients.first().and_then(|c| c.first_cpu()).unwrap_or(o.host_cpu);
                 o.on = on;
@@ -276,8 +284,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
-            if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, spec)) = p.on_testbed()? {
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }
@@ -292,8 +299,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.workload.keys = 20_000;
                 o.time = Duration::from_millis(500);
             }
-            if let Some(path) = &p.testbed {
-                let (on, spec) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, spec)) = p.on_testbed()? {
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
             }
@@ -315,8 +321,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.workload.keys = 10_000;
                 o.time = Duration::from_secs(1);
             }
-            if let Some(path) = &p.testbed {
-                let (on, _) = crate::testbed::TestbedArgs::for_lab(path, p.deploy, &p.reached)?;
+            if let Some((on, _)) = p.on_testbed()? {
                 // Left out on a testbed (said in its report), not a reason to refuse it.
                 o.no_isolation = true;
                 o.on = on;
