@@ -17,7 +17,7 @@ pub struct LabArgs {
     /// Short runs, for a smoke test (a few minutes in all).
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = ArgAction::Set)]
     pub quick: bool,
-    /// Report directory [default: lab-report/ and the UTC date and time, with lab-report/latest pointing to it].
+    /// Report directory [default: lab-report/DATE-TIME (UTC), with lab-report/latest pointing to it].
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Run only these scenarios (comma separated).

@@ -178,8 +178,8 @@ pub struct Needs {
 pub struct TestbedArgs {
     /// Run on the machines a testbed file names instead of two namespaces of this one:
     /// the servers on its server host at its `addr`, the clients on its client hosts
-    /// (several: agents of one merged measurement). --server-cpu then names a CPU of the
-    /// server host; each client host's `cpus` replace --client-cpu.
+    /// (several: agents of one merged measurement). A CPU option then names a CPU of the
+    /// host its role runs on; a client host's `cpus` in the file replace the clients'.
     #[arg(long, value_name = "FILE")]
     pub testbed: Option<std::path::PathBuf>,
     /// Where a testbed host has no netlane of this version, copy this one there (over

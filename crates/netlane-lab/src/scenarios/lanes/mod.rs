@@ -140,8 +140,12 @@ impl Scenario for LanesBenchArgs {
 
     fn runs(&self) -> usize {
         let per = 1 + usize::from(!self.no_search) + self.connections.len() * self.rates.len();
-        let isolation = if self.no_isolation { 0 } else { 1 + 3 };
-        (per * self.modes.len() + isolation) * self.repeat as usize
+        // A testbed leaves out memcached -N and the isolation part (and its device may
+        // leave out the NAPI modes, which only the run finds out).
+        let testbed = self.on.testbed.is_some();
+        let modes = self.modes.iter().filter(|m| !(testbed && **m == Mode::MemcachedN)).count();
+        let isolation = if self.no_isolation || testbed { 0 } else { 1 + 3 };
+        (per * modes + isolation) * self.repeat as usize
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
@@ -188,8 +192,11 @@ impl LanesBenchArgs {
     /// Refuses a testbed that lacks what this run needs: root and memcached on the server
     /// host, its `iface` (the lane device); the per-NAPI knobs stay on one machine.
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
+        if self.modes.iter().all(|m| *m == Mode::MemcachedN) {
+            bail!("--modes memcached-n: not on a testbed (its net.core.busy_poll is global: this machine's to set)");
+        }
         let mut server = Needs { root: true, ..Needs::default() };
-        if self.modes.iter().any(|m| m.is_memcached()) {
+        if self.modes.contains(&Mode::Memcached) {
             server.programs.push(self.memcached.clone());
         }
         t.check(&server, &Needs::default())?;
@@ -226,15 +233,16 @@ impl LanesBenchArgs {
         if this.modes.len() < self.modes.len() {
             left_out.push("memcached-n (its net.core.busy_poll is global: this machine's to set)".to_string());
         }
-        if !self.no_isolation {
-            left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
-        }
-        // Lanes own NAPI instances: on a device without (a bridge, a bond) only the modes
-        // that need none run.
-        let napis = match t.server.napi_ids(&device)? {
-            Ok(ids) if ids.is_empty() => Some("it has no NAPI instance".to_string()),
-            Ok(_) => None,
-            Err(why) => Some(format!("its NAPI instances are not known: {why}")),
+        left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
+        // The file's NIC settings first: they may give the device its NAPI.
+        let nic = t.hold_nic()?;
+        // Lanes own NAPI instances: on a device without (a bridge, a bond), or where that
+        // cannot be read, only the modes that need none run.
+        let napis = match t.server.napi_ids(&device) {
+            Ok(Ok(ids)) if ids.is_empty() => Some("it has no NAPI instance".to_string()),
+            Ok(Ok(_)) => None,
+            Ok(Err(why)) => Some(format!("its NAPI instances are not known: {why}")),
+            Err(e) => Some(format!("its NAPI instances could not be read: {e:#}")),
         };
         if let Some(why) = napis {
             let needs: Vec<String> = this.modes.iter().filter(|m| m.lane_device()).map(|m| m.name()).collect();
@@ -247,7 +255,6 @@ impl LanesBenchArgs {
             bail!("nothing to run on this testbed: {}", left_out.join("; "));
         }
         let addr = SocketAddr::new(t.server_addr(), 11211);
-        let nic = t.hold_nic()?;
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             this.modes.len(),

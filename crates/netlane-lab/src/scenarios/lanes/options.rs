@@ -80,7 +80,7 @@ pub struct LanesBenchArgs {
     /// Length of each search run.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     pub step: Duration,
-    /// Busy polling of the napi-busy mode: `USECS[,BUDGET[,prefer]]`.
+    /// Busy polling of the napi-busy mode: USECS, USECS,BUDGET or USECS,BUDGET,prefer.
     #[arg(long, default_value = "50,8")]
     pub busy_poll: BusyPoll,
     /// napi-busy: per-NAPI empty polls before interrupts are re-enabled (with

@@ -41,7 +41,8 @@ impl LanesBenchArgs {
     }
 
     pub(crate) fn load(&self, server: SocketAddr, connections: u32, pacing: Pacing, duration: Duration) -> LoadConfig {
-        let cpus = cpu_plan().cpus(Role::Generator).to_vec();
+        // On a testbed the client hosts' own CPUs place the generator (or nothing does).
+        let cpus = if self.on.testbed.is_some() { Vec::new() } else { cpu_plan().cpus(Role::Generator).to_vec() };
         let workload = self.workload.spec(1 << 20);
         crate::scenarios::cache::load_config(server, (connections, LANES), cpus, pacing, workload, duration)
     }

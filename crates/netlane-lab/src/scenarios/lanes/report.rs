@@ -53,10 +53,19 @@ impl LanesBenchArgs {
     }
 
     fn description(&self) -> String {
+        let placed = if self.on.testbed.is_some() {
+            "netlane's cache server on a testbed's server host with a worker (lane) per CPU the testbed gives it, \
+             its interface's NAPI as the testbed leaves it, netlane's open-loop generator on the client hosts"
+                .to_string()
+        } else {
+            format!(
+                "netlane's cache server in one namespace with {LANES} workers (lanes), netlane's open-loop generator \
+                 in another with {LANES} threads, joined by a veth with a queue per lane, each queue's NAPI thread \
+                 pinned; the CPU plan places them (apart where the machine has the CPUs)"
+            )
+        };
         format!(
-            "netlane's cache server in one namespace with {LANES} workers (lanes), netlane's open-loop generator in \
-             another with {LANES} threads, joined by a veth with a queue per lane, each queue's NAPI thread pinned; \
-             the CPU plan places them (apart where the machine has the CPUs). Modes: {}. \
+            "{placed}. Modes: {}. \
              Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
              stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
             self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
@@ -123,24 +132,25 @@ impl LanesBenchArgs {
                 Mode::Reuseport,
             ),
         ];
+        // This machine's plan when its lanes and generator threads share CPUs.
+        let shared = plan.filter(|p| !p.apart(Role::Lane, Role::Generator));
         for (id, name, target, a, b) in pairs {
             let spec = Spec::at_least(id, name, target, "x");
             // Busy-polling lanes spin on their CPUs: beside a generator's threads
             // they take its time, and the comparison would measure that.
             let spins = a == Mode::NapiBusy || b == Mode::NapiBusy;
-            out.checks.push(match find(a).zip(find(b)) {
-                Some(_) if let Some(plan) = plan.filter(|p| spins && !p.apart(Role::Lane, Role::Generator)) => spec
-                    .not_shown(
-                        plan.needs(&[Role::Lane, Role::Generator]),
-                        plan.available(),
-                        "busy-polling lanes and the generator's threads apart",
-                        &plan.describe(),
-                    ),
-                Some((x, y)) => spec.evaluate(
+            out.checks.push(match (find(a).zip(find(b)), shared.filter(|_| spins)) {
+                (Some(_), Some(plan)) => spec.not_shown(
+                    plan.needs(&[Role::Lane, Role::Generator]),
+                    plan.available(),
+                    "busy-polling lanes and the generator's threads apart",
+                    &plan.describe(),
+                ),
+                (Some((x, y)), None) => spec.evaluate(
                     paired(x, y, best),
                     &format!("{} / {} requests/s within {}, per round", a.name(), b.name(), self.sla),
                 ),
-                None => spec.skipped(format!("needs the {} and {} modes", a.name(), b.name())),
+                (None, _) => spec.skipped(format!("needs the {} and {} modes", a.name(), b.name())),
             });
         }
     }
@@ -150,9 +160,13 @@ impl LanesBenchArgs {
         let mut t = Table::new(
             "lanes-rates",
             format!(
-                "Fixed offered rates (Poisson), medians of {} rounds; per request: over all {} CPUs of the machine",
+                "Fixed offered rates (Poisson), medians of {} rounds; per request: over {}",
                 self.repeat,
-                netlane::cpus::online_count()
+                if self.on.testbed.is_some() {
+                    "every CPU of the server's machine".to_string()
+                } else {
+                    format!("all {} CPUs of the machine", netlane::cpus::online_count())
+                }
             ),
             vec![
                 Column::new("mode", "mode, connections, offered", 0),

@@ -133,3 +133,14 @@ fn defaults_parse_and_count_their_runs() {
     assert_eq!(d.runs(), ((1 + 1 + 4) * 6 + 1 + 3) * 3);
     assert_eq!(d.busy_poll.to_string(), "50,8");
 }
+
+#[test]
+fn a_testbed_counts_no_runs_for_what_it_leaves_out() {
+    let mut a = args();
+    a.modes = vec![Mode::Plain, Mode::MemcachedN];
+    a.no_isolation = false;
+    // Per mode and round: a warm-up, the search, one fixed rate; the isolation part 4.
+    assert_eq!(a.runs(), (3 * 2 + 4) * 2);
+    a.on.testbed = Some("testbed.toml".into());
+    assert_eq!(a.runs(), 3 * 2, "memcached -N and the isolation part stay on one machine");
+}
