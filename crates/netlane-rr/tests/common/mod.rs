@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test file uses its own part of this
 
+pub mod veth;
+
 use std::net::SocketAddr;
 use std::process::Child;
 use std::sync::Mutex;
