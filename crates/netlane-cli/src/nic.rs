@@ -48,7 +48,7 @@ pub struct TryArgs {
     /// A setting: GROUP.NAME=VALUE, GROUP one of channels (rx, tx, other, combined), rings
     /// (rx, rx-mini, rx-jumbo, tx) or coalesce (rx-usecs, rx-frames, tx-usecs, tx-frames,
     /// adaptive-rx, adaptive-tx: on or off). Repeat for more.
-    #[arg(long = "set", value_name = "GROUP.NAME=VALUE", value_parser = parse_setting)]
+    #[arg(long = "set", value_name = "GROUP.NAME=VALUE", value_parser = Group::parse_setting)]
     pub set: Vec<(Group, String, u32)>,
     /// An interrupt's CPUs: IRQ=CPUS (a CPU list). Repeat for more.
     #[arg(long = "irq", value_name = "IRQ=CPUS", value_parser = parse_irq)]
@@ -111,10 +111,6 @@ fn parse_on_off(s: &str) -> Result<bool, String> {
         "off" => Ok(false),
         _ => Err(format!("{s:?}: expected on or off")),
     }
-}
-
-fn parse_setting(s: &str) -> Result<(Group, String, u32), String> {
-    Group::parse_setting(s)
 }
 
 fn parse_irq(s: &str) -> Result<(u32, CpuList), String> {

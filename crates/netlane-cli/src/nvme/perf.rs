@@ -251,13 +251,6 @@ impl PerfArgs {
     pub(super) fn run(&self) -> Result<u8> {
         self.out.validate()?;
         let opts = self.options()?;
-        let echo = self.echo(&opts);
-        let quiet = self.out.json_to_stdout();
-        if !quiet {
-            for e in echo.echo() {
-                out::println(&e);
-            }
-        }
         if self.hosts.any() {
             // Agents on other hosts cannot see a local target, and each would write its
             // own pattern over the same blocks.
@@ -269,6 +262,13 @@ impl PerfArgs {
                 if on {
                     bail!("--agents cannot be combined with {flag}");
                 }
+            }
+        }
+        let echo = self.echo(&opts);
+        let quiet = self.out.json_to_stdout();
+        if !quiet {
+            for e in echo.echo() {
+                out::println(&e);
             }
         }
         if self.agent {
