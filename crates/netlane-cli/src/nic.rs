@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane::nic::{Bottleneck, FileSetting, NicView, Readout, Settings};
+use netlane::nic::{Bottleneck, FileSetting, NicView, Readout, RssSetting, RssTable, Settings};
 use netlane::topology::ethtool::{Group, Values};
 
 use crate::out::{self, OutputArgs};
@@ -14,10 +14,11 @@ pub enum NicCmd {
     /// What the lab would use of a device: its queues, each NAPI instance with its
     /// interrupt and thread and their CPUs, threaded NAPI, channels, ring sizes,
     /// interrupt coalescing, the offloads fast paths depend on, what its driver does for
-    /// XDP (native XDP, AF_XDP zero-copy, receive metadata) and its XPS maps. Read only.
+    /// XDP (native XDP, AF_XDP zero-copy, receive metadata), its XPS maps, its RSS
+    /// indirection table and hash key, and its root qdisc. Read only.
     Show(ShowArgs),
     /// Which settings a device takes: applies each (channels, ring sizes, coalescing,
-    /// an interrupt's CPUs), says what it reads back or the kernel's reason for refusing
+    /// an interrupt's CPUs, threaded NAPI, XPS, RSS, a bottleneck), says what it reads back or the kernel's reason for refusing
     /// it, then puts everything back and shows that it is as it was. Needs root.
     Try(TryArgs),
     /// Applies settings as `try` does and holds them until SIGINT or SIGTERM (the lab
@@ -68,6 +69,18 @@ pub struct TryArgs {
     /// 25MB/s,16K,32K). Removed again afterwards (the device's default qdisc returns).
     #[arg(long, value_name = "RATE,BURST,QUEUE", value_parser = parse_tbf)]
     pub tbf: Option<Bottleneck>,
+    /// RSS: the indirection table spread evenly over the first N receive queues (as
+    /// `ethtool -X DEV equal N`).
+    #[arg(long, value_name = "N", conflicts_with = "rss_weights")]
+    pub rss_equal: Option<u32>,
+    /// RSS: receive queue i given a share of the indirection table in proportion to
+    /// the i-th weight (as `ethtool -X DEV weight W0 W1 ...`), e.g. 1,1,0,2.
+    #[arg(long, value_name = "W0,W1,...", value_delimiter = ',')]
+    pub rss_weights: Option<Vec<u32>>,
+    /// RSS: the hash key, its bytes in hexadecimal (6d:5a:56:..., as `ethtool -x` shows
+    /// it), of the device's key size.
+    #[arg(long, value_name = "HEX", value_parser = parse_rss_key)]
+    pub rss_key: Option<RssKey>,
     #[command(flatten)]
     pub out: OutputArgs,
 }
@@ -85,8 +98,23 @@ impl TryArgs {
         if self.xps_rxqs {
             files.extend(netlane::nic::xps_rxqs(&self.dev).map_err(anyhow::Error::msg).context("--xps-rxqs")?);
         }
-        Ok(Settings { groups: groups(&self.set), irqs, files, bottleneck: self.tbf })
+        let table = match (self.rss_equal, &self.rss_weights) {
+            (Some(n), _) => Some(RssTable::Equal(n)),
+            (None, Some(w)) => Some(RssTable::Weights(w.clone())),
+            (None, None) => None,
+        };
+        let rss = (table.is_some() || self.rss_key.is_some())
+            .then(|| RssSetting { table, key: self.rss_key.clone().map(|k| k.0) });
+        Ok(Settings { groups: groups(&self.set), irqs, files, bottleneck: self.tbf, rss })
     }
+}
+
+/// An RSS hash key's bytes (one value to clap, not a list of bytes).
+#[derive(Debug, Clone)]
+pub struct RssKey(Vec<u8>);
+
+fn parse_rss_key(s: &str) -> Result<RssKey, String> {
+    netlane::nic::parse_key(s).map(RssKey)
 }
 
 fn parse_tbf(s: &str) -> Result<Bottleneck, String> {
@@ -156,7 +184,7 @@ fn try_settings(a: &TryArgs) -> Result<u8> {
     a.out.validate()?;
     let settings = a.settings(a.irq.clone())?;
     if settings.is_empty() {
-        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs or --tbf");
+        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf or an --rss option");
     }
     let tried = netlane::nic::try_settings(&a.dev, &settings);
     report_tried(&a.out, "nic-try", tried)
@@ -182,7 +210,9 @@ fn hold(a: &HoldArgs) -> Result<u8> {
     }
     let settings = s.settings(irqs)?;
     if settings.is_empty() {
-        anyhow::bail!("nothing to hold: give --set, --irq, --irqs, --threaded, --xps, --xps-rxqs or --tbf");
+        anyhow::bail!(
+            "nothing to hold: give --set, --irq, --irqs, --threaded, --xps, --xps-rxqs, --tbf or an --rss option"
+        );
     }
     let holding = netlane::nic::hold_settings(&s.dev, &settings);
     for o in &holding.outcomes {
@@ -309,6 +339,7 @@ fn lines(v: &NicView) -> Vec<String> {
         let maps: Vec<String> = v.xps_cpus.iter().map(|(q, m)| format!("tx-{q}={m}")).collect();
         l.push(format!("  XPS CPU masks: {}", maps.join(" ")));
     }
+    l.push(format!("  RSS: {}", readout(&v.rss, |r| r.to_string())));
     l.push(format!(
         "  root qdisc: {}",
         readout(&v.root_qdisc, |q| format!(

@@ -1,8 +1,10 @@
 //! `netlane nic show` and `nic try` on a device with real queues and interrupts: a
 //! multi-queue virtio-net device in a QEMU guest running Debian's kernel (its driver has
 //! real NAPI and MSI-X interrupts), backed by a multi-queue tap inside a namespace this
-//! test makes. Channels and an interrupt's CPUs are changed and put back; a ring size
-//! past the device's maximum is refused with the kernel's reason.
+//! test makes. Channels, an interrupt's CPUs and the RSS table and key (the device with
+//! QEMU's `rss=on`) are changed and put back; a ring size past the device's maximum is
+//! refused with the kernel's reason; an RSS table left by a SIGKILLed hold is put back by
+//! `netlane clean`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -62,7 +64,27 @@ sed "s/^/${M}hold /" /tmp/hold.out
 echo "${M}released irq $(cat /proc/irq/${IRQ}/smp_affinity_list)"
 /bin/netlane nic show eth0 2>&1 | sed "s/^/${M}released /"
 "#;
-    let mut spec = GuestSpec::new(script, Duration::from_secs(300));
+    // RSS: a table and a key tried and put back; then held by a process killed with
+    // SIGKILL, which `netlane clean` puts back from its record.
+    let key: Vec<String> = (0..40).map(|i| format!("{i:02x}")).collect();
+    let key = key.join(":");
+    let rss = format!(
+        r#"
+/bin/netlane nic try eth0 --rss-weights 0,1 --rss-key {key} 2>&1 | sed "s/^/${{M}}rss-try /"
+/bin/netlane nic try eth0 --rss-equal 3 --rss-key 01:02 2>&1 | sed "s/^/${{M}}rss-refused /"
+/bin/netlane nic hold eth0 --rss-equal 1 > /dev/null 2> /tmp/rss.err &
+R=$!
+i=0
+while ! grep -q holding /tmp/rss.err && [ $i -lt 30 ]; do sleep 1; i=$((i+1)); done
+/bin/netlane nic show eth0 2>&1 | grep RSS | sed "s/^/${{M}}rss-held /"
+kill -KILL $R
+wait $R
+/bin/netlane clean 2>&1 | sed "s/^/${{M}}rss-clean /"
+/bin/netlane nic show eth0 2>&1 | grep RSS | sed "s/^/${{M}}rss-cleaned /"
+"#
+    );
+    let script = format!("{script}{rss}");
+    let mut spec = GuestSpec::new(&script, Duration::from_secs(300));
     spec.user_net = false;
     spec.netns = Some(ns.name().to_string());
     spec.files = files(&dir);
@@ -70,7 +92,7 @@ echo "${M}released irq $(cat /proc/irq/${IRQ}/smp_affinity_list)"
         "-netdev",
         "tap,id=n1,ifname=tap0,script=no,downscript=no,queues=4,vhost=off",
         "-device",
-        "virtio-net-pci,netdev=n1,mq=on,vectors=10",
+        "virtio-net-pci,netdev=n1,mq=on,vectors=10,rss=on",
     ]
     .map(String::from)
     .to_vec();
@@ -114,4 +136,35 @@ echo "${M}released irq $(cat /proc/irq/${IRQ}/smp_affinity_list)"
     assert!(released.contains("combined=2"), "{all}");
     let before_irq = lines.iter().find(|l| l.starts_with(&format!("try IRQ {irq}'s CPUs: put back to "))).unwrap();
     assert!(before_irq.ends_with(was), "the interrupt's CPUs as before the hold: {all}");
+    rss_checks(&lines, &key);
+}
+
+/// The RSS part: the device's default table over its 2 queues, a weighted table and a
+/// key applied and read back, put back; refusals; a SIGKILLed hold's table put back by
+/// `netlane clean`.
+fn rss_checks(lines: &[String], key: &str) {
+    let all = lines.join("\n");
+    let default = "RSS: 128 entries (rx-0 64, rx-1 64), hash toeplitz, key ";
+    let before = lines.iter().find(|l| l.starts_with("before   RSS: ")).unwrap_or_else(|| panic!("{all}"));
+    assert!(before.starts_with(&format!("before   {default}")), "{all}");
+    let was_key = before.rsplit(' ').next().unwrap();
+    let tried = |text: &str| lines.iter().any(|l| l.starts_with("rss-try ") && l.contains(text));
+    assert!(
+        tried(&format!("RSS of eth0: weights 0,1, key {key}: applied, reads table of 128 (rx-1 128), key {key}")),
+        "{all}"
+    );
+    assert!(tried(&format!("RSS of eth0: put back to table of 128 (rx-0 64, rx-1 64), key {was_key}")), "{all}");
+    assert!(
+        lines.iter().any(|l| l
+            == "rss-refused RSS of eth0: equal 3, key 01:02: refused: equal 3 names rx-2: eth0 has 2 receive queues"),
+        "{all}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("rss-held   RSS: 128 entries (rx-0 128), ")), "{all}");
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "rss-clean RSS of eth0: table of 128 (rx-0 128) (was table of 128 (rx-0 64, rx-1 64)) (left by pid "
+        ) && l.ends_with("restored to table of 128 (rx-0 64, rx-1 64)")),
+        "{all}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with(&format!("rss-cleaned   {default}{was_key}"))), "{all}");
 }

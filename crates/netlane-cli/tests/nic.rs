@@ -16,6 +16,7 @@ fn nic_show_reads_a_device_and_says_what_it_cannot_read() {
     assert_eq!(doc["groups"]["channels"]["value"], serde_json::Value::Null);
     assert!(doc["groups"]["channels"]["unavailable"].as_str().unwrap().contains("Operation not supported"), "{doc}");
     assert!(doc["xdp"]["value"]["actions"].as_array().unwrap().is_empty(), "{doc}");
+    assert_eq!(doc["rss"]["unavailable"], "ethtool -x lo: Operation not supported (os error 95)", "{doc}");
     let o = netlane(&["nic", "show", "lo"]);
     assert!(stdout(&o).starts_with("lo (index 1, driver none: a virtual device)"), "{}", stdout(&o));
 
@@ -31,13 +32,19 @@ fn nic_try_refuses_what_it_cannot_try_before_touching_anything() {
         (vec!["nic", "try", "lo", "--set", "channels.rx-max=2"], "is not a setting of channels"),
         (vec!["nic", "try", "lo", "--set", "coalesce.adaptive-rx=maybe"], "a number (or on, off)"),
         (vec!["nic", "try", "lo", "--irq", "x=1"], "not an interrupt number"),
+        (vec!["nic", "try", "lo", "--rss-key", "6d:5"], "expected a key in hexadecimal bytes"),
+        (vec!["nic", "try", "lo", "--rss-equal", "2", "--rss-weights", "1,1"], "cannot be used with"),
+        (vec!["nic", "try", "lo", "--rss-weights", "1,x"], "invalid digit"),
     ] {
         let o = netlane(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
     }
     let o = netlane(&["nic", "try", "lo"]);
-    assert_eq!(stderr(&o), "error: nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs or --tbf\n");
+    assert_eq!(
+        stderr(&o),
+        "error: nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf or an --rss option\n"
+    );
 }
 
 #[test]

@@ -151,11 +151,11 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
     let Some((hosts, dir)) = bridged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") else { return };
     let file =
         testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\nxps = \"0\"\n");
-    // NIC settings held while it runs: one the server's bridge refuses, one the client's
-    // veth takes; both said, and the taken one put back.
+    // NIC settings held while it runs: those the server's bridge refuses (coalescing, RSS),
+    // those the client's veth takes; all said, and the taken ones put back.
     let text = std::fs::read_to_string(&file).unwrap().replacen(
         "cpus = \"1\"\n",
-        "cpus = \"1\"\niface = \"br0\"\nnic = [\"coalesce.rx-usecs=10\"]\n",
+        "cpus = \"1\"\niface = \"br0\"\nnic = [\"coalesce.rx-usecs=10\"]\nrss = \"equal 1\"\n",
         1,
     );
     std::fs::write(&file, text).unwrap();
@@ -188,6 +188,7 @@ fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
         server.contains("coalesce of br0: rx-usecs=10: refused: ") && server.contains("Operation not supported"),
         "{server}"
     );
+    assert!(server.contains("RSS of br0: equal 1: refused: ethtool -x br0: Operation not supported"), "{server}");
     let client = held("client 1 (host client1) eth0").unwrap_or_else(|| panic!("{notes:?}"));
     assert!(
         client.contains(

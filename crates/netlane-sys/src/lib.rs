@@ -9,6 +9,7 @@
 //!   the parsers are safe code that cannot panic on any input;
 //! - [`errqueue`]: `sock_extended_err` records from `MSG_ERRQUEUE` (zerocopy completion
 //!   ranges, txtime errors);
+//! - [`ethtool`]: a device's RSS indirection table and hash key (`SIOCETHTOOL`);
 //! - [`msg`]: `sendmsg`/`recvmsg`/`sendmmsg`/`recvmmsg` over caller-owned buffers;
 //! - [`sockopt`]: socket options the `libc`/`socket2` crates do not wrap (UDP GSO/GRO,
 //!   zerocopy, txtime, busy polling, NAPI id);
@@ -34,6 +35,7 @@ pub mod cmsg;
 pub mod consts;
 pub mod epoll;
 pub mod errqueue;
+pub mod ethtool;
 mod mapping;
 pub mod msg;
 pub mod packet;

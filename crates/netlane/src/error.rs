@@ -30,6 +30,11 @@ impl IoError {
         self.source.kind()
     }
 
+    /// The cause's errno, where it has one.
+    pub fn errno(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+
     /// The same failure under another name (`write /sys/...` for a write inside a
     /// namespace, say).
     pub fn renamed(self, what: impl Into<String>) -> IoError {

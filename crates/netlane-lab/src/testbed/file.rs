@@ -23,6 +23,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use netlane::cpus::CpuList;
+use netlane::nic::RssTable;
 use serde::Deserialize;
 
 /// The most client hosts a testbed names.
@@ -64,6 +65,9 @@ pub struct HostSpec {
     pub threaded: Option<bool>,
     /// `iface`'s transmit queues' XPS maps while the scenarios run.
     pub xps: Option<Xps>,
+    /// `iface`'s RSS indirection table while the scenarios run (`equal 4`,
+    /// `weights 1,1,0,2`).
+    pub rss: Option<RssTable>,
 }
 
 /// How a host's transmit queues are chosen (XPS).
@@ -78,7 +82,11 @@ pub enum Xps {
 impl HostSpec {
     /// Whether the file sets anything of `iface`.
     pub fn sets_nic(&self) -> bool {
-        !self.nic.is_empty() || self.irqs.is_some() || self.threaded.is_some() || self.xps.is_some()
+        !self.nic.is_empty()
+            || self.irqs.is_some()
+            || self.threaded.is_some()
+            || self.xps.is_some()
+            || self.rss.is_some()
     }
 
     /// `netlane nic hold`'s options for what the file sets.
@@ -96,6 +104,14 @@ impl HostSpec {
         match &self.xps {
             Some(Xps::Cpus(c)) => args.extend(["--xps".to_string(), c.to_string()]),
             Some(Xps::Rxqs) => args.push("--xps-rxqs".to_string()),
+            None => {}
+        }
+        match &self.rss {
+            Some(RssTable::Equal(n)) => args.extend(["--rss-equal".to_string(), n.to_string()]),
+            Some(RssTable::Weights(w)) => {
+                let w: Vec<String> = w.iter().map(|x| x.to_string()).collect();
+                args.extend(["--rss-weights".to_string(), w.join(",")]);
+            }
             None => {}
         }
         args
@@ -141,6 +157,7 @@ struct RawHost {
     irqs: Option<String>,
     threaded: Option<bool>,
     xps: Option<String>,
+    rss: Option<String>,
 }
 
 impl TestbedSpec {
@@ -192,6 +209,10 @@ impl TestbedSpec {
                     Err(_) => return bad(format!("`xps` {c:?}: `rxqs` or a CPU list")),
                 },
             };
+            let rss = match h.rss.as_deref().map(str::parse::<RssTable>) {
+                Some(Err(e)) => return bad(format!("`rss` {e}")),
+                r => r.and_then(Result::ok),
+            };
             let spec = HostSpec {
                 role: role.clone(),
                 ssh: h.ssh,
@@ -203,9 +224,10 @@ impl TestbedSpec {
                 irqs,
                 threaded: h.threaded,
                 xps,
+                rss,
             };
             if spec.sets_nic() && spec.iface.is_none() {
-                return bad("`nic`, `irqs`, `threaded` and `xps` set an interface: `iface` is missing".into());
+                return bad("`nic`, `irqs`, `threaded`, `xps` and `rss` set an interface: `iface` is missing".into());
             }
             Ok(spec)
         };
@@ -248,6 +270,7 @@ mod tests {
         irqs = "8-11"
         threaded = true
         xps = "rxqs"
+        rss = "equal 4"
 
         [[clients]]
         ssh = "root@10.0.0.3"
@@ -276,7 +299,7 @@ mod tests {
         let hold = |h: &HostSpec| h.nic_hold_args().join(" ");
         assert_eq!(
             hold(&t.server),
-            "--set coalesce.adaptive-rx=off --set channels.combined=4 --irqs 8-11 --threaded on --xps-rxqs"
+            "--set coalesce.adaptive-rx=off --set channels.combined=4 --irqs 8-11 --threaded on --xps-rxqs --rss-equal 4"
         );
         assert_eq!(hold(&t.clients[0]), "--xps 0-3");
         assert!(!t.clients[1].sets_nic());
@@ -306,6 +329,10 @@ mod tests {
             (
                 "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nxps = \"tx\"\n[[clients]]\nssh = \"c\"",
                 "`xps` \"tx\": `rxqs` or a CPU list",
+            ),
+            (
+                "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nrss = \"equal\"\n[[clients]]\nssh = \"c\"",
+                "`rss` \"equal\": expected `equal N` or `weights W0,W1,...`",
             ),
             (
                 "[server]\naddr = \"10.0.0.1\"\niface = \"e\"\nnic = [\"rings.rx=x\"]\n[[clients]]\nssh = \"c\"",

@@ -135,6 +135,18 @@ pub enum Change {
         /// As written.
         value: Values,
     },
+    /// Parts of device `ifname`'s RSS configuration (its indirection table, its hash key);
+    /// only the parts in `value` were written.
+    Rss {
+        /// Where.
+        place: Place,
+        /// The device.
+        ifname: String,
+        /// Those parts before.
+        before: crate::nic::RssParts,
+        /// As written.
+        value: crate::nic::RssParts,
+    },
     /// Interrupt `irq`'s CPUs (`/proc/irq/N/smp_affinity_list`) set to `value`.
     IrqAffinity {
         /// The interrupt.
@@ -182,6 +194,7 @@ impl std::fmt::Display for Change {
                 write!(f, "{group} of {ifname}: {} (was {})", values_words(value, value), values_words(before, value))
             }
             Change::IrqAffinity { irq, before, value } => write!(f, "IRQ {irq} on CPUs {value} (was {before})"),
+            Change::Rss { ifname, before, value, .. } => write!(f, "RSS of {ifname}: {value} (was {before})"),
         }
     }
 }
@@ -321,6 +334,7 @@ impl Change {
             Change::DeviceFile { place, path, .. } => format!("file {} {}", place.netns_inode, path.display()),
             Change::Ethtool { place, ifname, group, .. } => format!("ethtool {} {ifname} {group}", place.netns_inode),
             Change::IrqAffinity { irq, .. } => format!("irq {irq}"),
+            Change::Rss { place, ifname, .. } => format!("rss {} {ifname}", place.netns_inode),
         }
     }
 }

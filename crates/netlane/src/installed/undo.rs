@@ -106,6 +106,18 @@ pub(super) fn undo(change: &Change) -> Result<String, String> {
             e.set_settings(ifname, *group, &back).map_err(|e| format!("restore them: {}", chain(&e)))?;
             Ok(format!("restored to {}", values_words(&back, value)))
         }),
+        Change::Rss { place, ifname, before, value } => place.run(|| {
+            let now = match crate::nic::Rss::read(ifname) {
+                Ok(now) => crate::nic::RssParts::of(&now, value),
+                Err(e) if e.errno() == Some(libc::ENODEV) => return Ok("gone with its device".into()),
+                Err(e) => return Err(format!("read it: {}", chain(&e))),
+            };
+            if now != *value {
+                return Ok(format!("left alone: it is {now} now"));
+            }
+            before.write(ifname).map_err(|e| format!("restore it: {e}"))?;
+            Ok(format!("restored to {before}"))
+        }),
         Change::IrqAffinity { irq, before, value } => {
             let path = irq_affinity_path(*irq);
             let now = match fs::read_to_string(&path) {

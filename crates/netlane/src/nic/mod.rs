@@ -19,8 +19,10 @@ use crate::topology::ethtool::{Ethtool, Group, Values};
 use crate::topology::netdev::{Netdev, XdpFeatures};
 use crate::topology::{Rtnl, TopologyError};
 
+mod rss;
 mod settings;
 
+pub use self::rss::{Rss, RssParts, RssSetting, RssTable, key_words, parse_key, set_rss};
 pub(crate) use self::settings::one_bit_mask;
 pub use self::settings::{
     Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, set_bottleneck, set_file,
@@ -70,6 +72,8 @@ pub struct NicView {
     pub xps_cpus: Vec<(u32, String)>,
     /// Its root qdisc (`noqueue` when it has none) and that qdisc's counters.
     pub root_qdisc: Readout<RootQdisc>,
+    /// Its RSS indirection table, hash key and function, or why not (none on veth).
+    pub rss: Readout<Rss>,
 }
 
 /// A device's root qdisc.
@@ -175,6 +179,7 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
             .filter_map(|q| read_trim(&format!("{sys}/queues/tx-{q}/xps_cpus")).map(|m| (q, m)))
             .collect(),
         root_qdisc,
+        rss: Readout::of(Rss::read(dev)),
     })
 }
 

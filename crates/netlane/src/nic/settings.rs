@@ -5,6 +5,7 @@ use std::io;
 
 use serde::Serialize;
 
+use super::rss::{Rss, RssSetting, set_rss};
 use super::{read_trim, reason};
 use crate::cpus::CpuList;
 use crate::installed::{Change, Held, Place, hold_device_file, irq_affinity_path, values_words};
@@ -291,6 +292,7 @@ enum Reading {
     Irq(u32),
     File(String),
     RootQdisc(String),
+    Rss { dev: String, table: bool, key: bool },
 }
 
 impl Reading {
@@ -303,6 +305,7 @@ impl Reading {
             Reading::Irq(irq) => read_trim(&irq_affinity_path(*irq).to_string_lossy()),
             Reading::File(path) => read_trim(path),
             Reading::RootQdisc(dev) => root_qdisc_kind(dev),
+            Reading::Rss { dev, table, key } => Rss::read(dev).ok().map(|r| r.parts(*table, *key).to_string()),
         }
         .unwrap_or_else(|| "?".into())
     }
@@ -349,19 +352,25 @@ pub struct Settings {
     pub files: Vec<FileSetting>,
     /// A bottleneck as its root qdisc.
     pub bottleneck: Option<Bottleneck>,
+    /// Its RSS indirection table and hash key.
+    pub rss: Option<RssSetting>,
 }
 
 impl Settings {
     /// Whether nothing is asked.
     pub fn is_empty(&self) -> bool {
-        self.groups.is_empty() && self.irqs.is_empty() && self.files.is_empty() && self.bottleneck.is_none()
+        self.groups.is_empty()
+            && self.irqs.is_empty()
+            && self.files.is_empty()
+            && self.bottleneck.is_none()
+            && self.rss.is_none()
     }
 }
 
 /// Applies each of `asked` to `dev` and reads each back; they stay until the [`Holding`]
 /// puts them back.
 pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
-    let Settings { groups, irqs, files, bottleneck } = asked;
+    let Settings { groups, irqs, files, bottleneck, rss } = asked;
     let mut outcomes = Vec::new();
     let mut held = Vec::new();
     let mut watch: Vec<(String, String, Reading)> = Vec::new();
@@ -395,6 +404,18 @@ pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
         if let Some(h) = h {
             held.push(h);
             watch.push((format!("{} of {dev}", f.what), before, Reading::File(path)));
+        }
+        outcomes.push(outcome);
+    }
+    if let Some(r) = rss {
+        let before = Rss::read(dev).ok();
+        let (outcome, h) = set_rss(dev, r);
+        if let (Some(h), Some(before)) = (h, before) {
+            held.push(h);
+            let (table, key) = (r.table.is_some(), r.key.is_some());
+            let was = before.parts(table, key).to_string();
+            let reading = Reading::Rss { dev: dev.to_string(), table, key };
+            watch.push((format!("RSS of {dev}"), was, reading));
         }
         outcomes.push(outcome);
     }
