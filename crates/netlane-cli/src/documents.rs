@@ -1,5 +1,5 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
-//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`, `bulk send`, `bulk recv`), and the JSON Schema of every
+//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`, `bulk send`, `bulk recv`, `hostile`), and the JSON Schema of every
 //! document kind.
 //! Each is wrapped in a [`netlane_report::Document`]: the same header everywhere.
 
@@ -28,6 +28,19 @@ pub struct LbRun {
     pub stats: Option<netlane_lb::LbStats>,
     /// The attach mode (native, generic).
     pub mode: String,
+}
+
+/// `netlane hostile --json`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Hostile {
+    /// The kind of server.
+    pub server: String,
+    /// Its address.
+    pub addr: String,
+    /// Seconds the clients ran.
+    pub seconds: f64,
+    /// Connections made and messages sent.
+    pub operations: u64,
 }
 
 /// `netlane nvme perf --json`.
@@ -140,6 +153,7 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("nic-show", s(schemars::schema_for!(Document<netlane::nic::NicView>))),
         ("nic-try", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
         ("nic-hold", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
+        ("hostile", s(schemars::schema_for!(Document<Hostile>))),
         ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),

@@ -14,6 +14,7 @@ mod app;
 mod bench;
 mod bulk;
 mod documents;
+mod hostile;
 mod kv;
 mod lab;
 mod lb;
@@ -99,6 +100,11 @@ enum Cmd {
     /// the end of input the program gets SIGTERM, and SIGKILL --grace later; the last line
     /// of standard error says how it ended and its CPU use, as JSON.
     Role(role::RoleArgs),
+    /// Hostile clients of a netlane server, as `bench soak` runs them beside its valid
+    /// load (garbage, impossible lengths, oversized values, connections that set up and
+    /// stall, a datagram flood): for a soak across machines, or a campaign of your own.
+    /// Runs for its time, then says how many operations it made.
+    Hostile(hostile::HostileArgs),
     /// Network devices: what the lab would use of one, and which settings it takes.
     Nic {
         #[command(subcommand)]
@@ -249,6 +255,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::Bulk { cmd } => bulk::run(cmd),
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Role(a) => a.run(),
+        Cmd::Hostile(a) => a.run(),
         Cmd::Nic { cmd } => nic::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),

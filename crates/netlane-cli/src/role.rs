@@ -22,6 +22,11 @@ pub struct RoleArgs {
     /// program too) [default: wait for the input to end].
     #[arg(long, value_parser = parse_positive_duration)]
     pub silence: Option<Duration>,
+    /// Write the program's resident memory and open descriptors to standard error this
+    /// often (`netlane role sample: MS RSS FDS` lines, which the lab takes out of its
+    /// output).
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub sample: Option<Duration>,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<String>,
@@ -36,6 +41,9 @@ impl RoleArgs {
         let signals = Signals::new([SIGINT, SIGTERM, SIGHUP]);
         let role = Supervised::start(&self.command)?;
         let orders = role.signaller();
+        if let Some(every) = self.sample {
+            orders.report_samples(every);
+        }
         let (grace, silence) = (self.grace, self.silence);
         std::thread::spawn(move || obey(std::io::BufReader::new(std::io::stdin()), &orders, grace, silence));
         match signals {

@@ -55,9 +55,12 @@ fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothin
     };
     let file = testbed(&hosts, &dir, "");
     let out = dir.join("report");
+    // The soak has a test of its own (below).
     let o = common::netlane(&[
         "lab",
         "--quick",
+        "--only",
+        "udp-bulk,lb-pps,nvme,rr,kv",
         "--testbed",
         file.to_str().unwrap(),
         "--out",
@@ -69,7 +72,7 @@ fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothin
     assert!(o.status.success(), "{err}");
     // Every scenario that builds its network here is named as left out, and udp-bulk
     // (the first client has no `addr` to receive at; its own test below gives one).
-    assert!(err.contains("not run on the testbed") && err.contains("udp-bulk") && err.contains("soak"), "{err}");
+    assert!(err.contains("not run on the testbed") && err.contains("udp-bulk") && err.contains("lb-pps"), "{err}");
     let doc = common::valid_document(&common::stdout(&o), "results");
     let scenarios = doc["scenarios"].as_array().unwrap();
     let names: Vec<&str> = scenarios.iter().map(|s| s["name"].as_str().unwrap()).collect();
@@ -240,11 +243,11 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
     assert!(err.contains("client 1 (host client1): no interface nosuch0"), "{err}");
     assert!(common::stdout(&o).is_empty());
     // A scenario that cannot run across hosts, asked for alone.
-    let o = common::netlane(&["lab", "--only", "soak", "--testbed", file.to_str().unwrap()]);
+    let o = common::netlane(&["lab", "--only", "lb-pps", "--testbed", file.to_str().unwrap()]);
     assert!(
         common::stderr(&o).contains(
             "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, udp-pacing, \
-             with that and an `iface` for the server, lanes, with that `iface`, nvme, rr and kv do)"
+             with that and an `iface` for the server, lanes, with that `iface`, nvme, rr, kv and soak do)"
         ),
         "{}",
         common::stderr(&o)
@@ -427,6 +430,50 @@ fn lanes_run_on_the_server_hosts_interface() {
     let rows = t["rows"].as_array().unwrap();
     let napi = rows.iter().find(|row| row["lane"] == "napi lane 0").unwrap_or_else(|| panic!("{t}"));
     assert!(napi["by_owner"].as_f64().unwrap_or(0.0) >= 16.0 && napi["other"].as_f64() == Some(0.0), "{t}");
+    for h in &hosts.hosts {
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
+    }
+}
+
+/// The soak across hosts: each server on the server host, its memory and descriptors
+/// sampled there by its supervisor; the valid client on the first client host, the
+/// hostile ones (`netlane hostile`) on the second; the balancer left out and said so.
+#[test]
+fn the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_hosts() {
+    let Some((hosts, dir)) =
+        bridged("the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_hosts")
+    else {
+        return;
+    };
+    let file = testbed(&hosts, &dir, "");
+    let r = &bench(&["soak", "--testbed", file.to_str().unwrap(), "--servers", "kv,nvme,lb", "--time", "3s"]);
+    let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
+    assert!(
+        notes[0].contains("each server on server (host server) at 10.78.0.1")
+            && notes[0].contains(
+                "the valid client on client 1 (host client1), the hostile clients on client 2 (host client2)"
+            ),
+        "{notes:?}"
+    );
+    assert!(notes.iter().any(|n| n.starts_with("Left out on this testbed: lb")), "{notes:?}");
+    let rows = r["tables"][0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "kv and nvme: {rows:?}");
+    for row in rows {
+        let v = |k: &str| row[k].as_f64().unwrap_or(0.0);
+        assert!(v("valid") > 1000.0 && v("hostile") > 100.0, "{row}");
+        // Sampled on the server host: its supervisor's lines, none left in the output.
+        assert!(v("peak_rss_mib") > 1.0 && v("peak_fds") > 3.0, "{row}");
+    }
+    let checks = r["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 9, "4 each, and nvme's read-back: {checks:?}");
+    // Nothing lost and every block read back; the latency and memory bounds are checked
+    // too, but this machine's two CPUs run other tests beside it.
+    assert!(checks.iter().all(|c| c["outcome"] != "invalid"), "{checks:?}");
+    let what = |c: &&serde_json::Value| c["name"].as_str().unwrap_or("").to_string();
+    let lossless: Vec<_> =
+        checks.iter().filter(|c| what(c).contains("failed or were lost") || what(c).contains("read back")).collect();
+    assert_eq!(lossless.len(), 3, "{checks:?}");
+    assert!(lossless.iter().all(|c| c["outcome"] == "met"), "{checks:?}");
     for h in &hosts.hosts {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }

@@ -86,8 +86,8 @@ impl LabArgs {
             if plans.is_empty() {
                 bail!(
                     "no scenario asked for runs across hosts (udp-bulk, with an `addr` for the first client, \
-                     udp-pacing, with that and an `iface` for the server, lanes, with that `iface`, nvme, rr and kv \
-                     do)"
+                     udp-pacing, with that and an `iface` for the server, lanes, with that `iface`, nvme, rr, kv and \
+                     soak do)"
                 );
             }
         }

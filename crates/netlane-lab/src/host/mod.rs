@@ -11,7 +11,9 @@
 //! machine: with its SSH session), says it is ready on its first line of output, stops on
 //! SIGINT with its final report, and is killed if it is dropped unstopped.
 
+mod output;
 mod process;
+mod sample;
 mod ssh;
 pub mod supervisor;
 
@@ -25,6 +27,7 @@ use netlane::lanes::apps::AppCgroup;
 use netlane::topology::Netns;
 
 pub use process::{Finished, LineHook, RoleProcess, Starting};
+pub use sample::RoleSample;
 pub use ssh::{SshHost, SshSpec};
 
 /// Somewhere a role's process runs (shared by the threads that start roles there).
@@ -32,14 +35,14 @@ pub trait Host: Sync {
     /// What to call it in messages.
     fn name(&self) -> String;
 
-    /// How `program args`, pinned to `cpus` (none: not pinned), starts there.
-    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch>;
+    /// How `spec`'s program starts there, pinned to its CPUs (none: not pinned).
+    fn launch(&self, spec: &RoleSpec) -> Result<Launch>;
 
     /// Runs `words` (a program and its arguments) there to its end, at most
     /// [`RUN_WITHIN`]: a check or a reading, not a role.
     fn run(&self, words: &[String]) -> Result<Output> {
         let (program, args) = words.split_first().context("no program to run")?;
-        let launch = self.launch(&Program::Other(program.into()), args, &[])?;
+        let launch = self.launch(&RoleSpec::program(program, Program::Other(program.into()), args.iter().cloned()))?;
         output_within(launch.command, None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
@@ -132,8 +135,9 @@ pub enum Control {
 /// A local command that runs `program args` (through `taskset` when pinned to `cpus`,
 /// which then executes the program: its PID is the program's), `base` making the
 /// command for the program it is given.
-fn local_launch(base: impl Fn(&Path) -> Command, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
-    let program = match program {
+fn local_launch(base: impl Fn(&Path) -> Command, spec: &RoleSpec) -> Result<Launch> {
+    let (args, cpus) = (&spec.args, &spec.cpus);
+    let program = match &spec.program {
         Program::Netlane => std::env::current_exe().context("find the netlane executable")?,
         Program::Other(p) => p.clone(),
     };
@@ -153,8 +157,8 @@ impl Host for Netns {
         format!("namespace {}", Netns::name(self))
     }
 
-    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
-        local_launch(|p| Netns::command(self, p), program, args, cpus)
+    fn launch(&self, spec: &RoleSpec) -> Result<Launch> {
+        local_launch(|p| Netns::command(self, p), spec)
     }
 }
 
@@ -222,8 +226,8 @@ impl Host for ThisMachine {
         std::fs::read_to_string(path).with_context(|| format!("read {path}"))
     }
 
-    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
-        local_launch(|p| Command::new(p), program, args, cpus)
+    fn launch(&self, spec: &RoleSpec) -> Result<Launch> {
+        local_launch(|p| Command::new(p), spec)
     }
 }
 
@@ -247,8 +251,8 @@ impl Host for InCgroup<'_> {
         format!("{}, in an application's cgroup", self.host.name())
     }
 
-    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
-        let mut launch = self.host.launch(program, args, cpus)?;
+    fn launch(&self, spec: &RoleSpec) -> Result<Launch> {
+        let mut launch = self.host.launch(spec)?;
         if launch.control != Control::Signals {
             bail!("an application's cgroup is on this machine, and {} is not", self.host.name());
         }
@@ -288,6 +292,8 @@ pub struct RoleSpec {
     pub ready_within: Duration,
     /// What it reads on standard input (`None`: nothing, standard input closed).
     pub stdin: Option<Vec<u8>>,
+    /// How often its memory and descriptors are sampled (`None`: never).
+    pub sample_every: Option<Duration>,
 }
 
 impl RoleSpec {
@@ -307,7 +313,15 @@ impl RoleSpec {
             ready_on_stderr: false,
             ready_within: Duration::from_secs(20),
             stdin: None,
+            sample_every: None,
         }
+    }
+
+    /// Its resident memory and open descriptors sampled this often where it runs (on
+    /// another machine, by its supervisor), read with [`RoleProcess::samples`].
+    pub fn sampled(mut self, every: Duration) -> RoleSpec {
+        self.sample_every = Some(every);
+        self
     }
 
     /// Pinned to `cpus`.

@@ -1,7 +1,7 @@
 //! A role's process: started on a [`Host`], ready on its first line, stopped with its
 //! final report.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -10,6 +10,8 @@ use anyhow::{Context, Result, bail};
 use netlane::metrics::CpuTime;
 use nix::sys::signal::Signal;
 
+use super::output::{First, join_lines, read_lines};
+use super::sample::{RoleSample, Samples};
 use super::supervisor::{HEARTBEAT, RoleEnd, order};
 use super::{Control, Host, RoleSpec};
 
@@ -28,6 +30,7 @@ pub struct RoleProcess {
     first_line: String,
     stdout: Option<mpsc::Receiver<Vec<String>>>,
     stderr: Option<mpsc::Receiver<Vec<String>>>,
+    samples: Samples,
 }
 
 impl std::fmt::Debug for RoleProcess {
@@ -117,7 +120,7 @@ impl RoleProcess {
     /// started at once and awaited afterwards. The process dies with this thread, which
     /// must outlive it.
     pub fn spawn(host: &dyn Host, spec: &RoleSpec, hook: Option<LineHook>) -> Result<Starting> {
-        let launch = host.launch(&spec.program, &spec.args, &spec.cpus)?;
+        let launch = host.launch(spec)?;
         let (mut cmd, control) = (launch.command, launch.control);
         let stdin = match (control, &spec.stdin) {
             (Control::Supervised, None) => Stdio::piped(),
@@ -140,8 +143,19 @@ impl RoleProcess {
         let (first_tx, first_rx) = mpsc::channel();
         let first = spec.ready.as_ref().map(|prefix| First { tx: first_tx, prefix: prefix.clone() });
         let (out_first, err_first) = if spec.ready_on_stderr { (None, first) } else { (first, None) };
-        let stdout = out.map(|o| read_lines(o, out_first, false, hook.clone()));
-        let stderr = err.map(|e| read_lines(e, err_first, true, hook));
+        // Sampled here, or by the supervisor, whose sample lines are taken out of its
+        // standard error.
+        let samples = Samples::default();
+        let remote_samples = match (spec.sample_every, control) {
+            (Some(every), Control::Signals) => {
+                samples.watch(child.id(), every, || true);
+                None
+            }
+            (Some(_), Control::Supervised) => Some(samples.clone()),
+            (None, _) => None,
+        };
+        let stdout = out.map(|o| read_lines(o, out_first, false, hook.clone(), None));
+        let stderr = err.map(|e| read_lines(e, err_first, true, hook, remote_samples));
         // Written on a thread of its own, after the readers started: a process that
         // writes before it has read all its input never blocks the start.
         if let (Some(input), Some(mut pipe)) = (spec.stdin.clone(), child.stdin.take()) {
@@ -158,6 +172,7 @@ impl RoleProcess {
             first_line: String::new(),
             stdout,
             stderr,
+            samples,
         };
         Ok(Starting { role, first: first_rx, ready: spec.ready.clone(), within: spec.ready_within })
     }
@@ -165,6 +180,12 @@ impl RoleProcess {
     /// Its process ID.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// Its memory and descriptors so far, sampled where it runs (none unless its spec
+    /// asked for them).
+    pub fn samples(&self) -> Vec<RoleSample> {
+        self.samples.all()
     }
 
     /// The line it said it was ready with.
@@ -362,121 +383,9 @@ fn tail(text: &str) -> String {
     lines[lines.len().saturating_sub(3)..].join(" / ")
 }
 
-/// Where a reader sends the ready line: the first line, or (`scan`) the first line that
-/// begins with `prefix`.
-struct First {
-    tx: mpsc::Sender<String>,
-    prefix: String,
-}
-
-/// Reads `r` to its end on a thread of its own (so the process never blocks on a full
-/// pipe): the ready line to `first` when given (with `scan`, the lines before it are
-/// output too), every other line to `hook`; the lines after the ready line come through
-/// the returned channel at the end (the last [`KEPT_BYTES`] of them).
-fn read_lines(
-    r: impl Read + Send + 'static,
-    first: Option<First>,
-    scan: bool,
-    hook: Option<LineHook>,
-) -> mpsc::Receiver<Vec<String>> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut lines = bounded_lines(r);
-        let mut before = std::collections::VecDeque::new();
-        let mut before_bytes = 0usize;
-        if let Some(first) = first {
-            let line = if scan {
-                // Lines before the ready line (warnings) are output like any other;
-                // the last one stands for the ready line a process that ended never wrote.
-                let found = lines.by_ref().find(|l| {
-                    let ready = l.starts_with(first.prefix.as_str());
-                    if !ready {
-                        before_bytes += l.len() + 1;
-                        before.push_back(l.clone());
-                        while before_bytes > KEPT_BYTES {
-                            before_bytes -= before.pop_front().map_or(0, |d: String| d.len() + 1);
-                        }
-                    }
-                    ready
-                });
-                found.or_else(|| before.back().cloned())
-            } else {
-                lines.next()
-            };
-            let _ = first.tx.send(line.unwrap_or_default());
-        }
-        // The last KEPT_BYTES of it (a long-running server's log is not held whole; its
-        // final report is at the end).
-        let (mut kept, mut bytes) = (std::collections::VecDeque::new(), 0usize);
-        for l in before.into_iter().chain(lines) {
-            if let Some(h) = &hook {
-                h(&l);
-            }
-            bytes += l.len() + 1;
-            kept.push_back(l);
-            while bytes > KEPT_BYTES {
-                bytes -= kept.pop_front().map_or(0, |d: String| d.len() + 1);
-            }
-        }
-        let _ = tx.send(Vec::from(kept));
-    });
-    rx
-}
-
-/// The lines of `r`, each at most [`MAX_LINE`] bytes (the rest of a longer one is
-/// dropped), bytes that are not UTF-8 replaced: whatever a process writes, its pipe is
-/// read to its end and memory stays bounded.
-fn bounded_lines(r: impl Read) -> impl Iterator<Item = String> {
-    let mut r = BufReader::new(r);
-    std::iter::from_fn(move || {
-        let mut line = Vec::new();
-        let n = (&mut r).take(MAX_LINE as u64).read_until(b'\n', &mut line).ok()?;
-        if n == 0 {
-            return None;
-        }
-        if line.last() != Some(&b'\n') && line.len() >= MAX_LINE {
-            let mut rest = Vec::new();
-            loop {
-                rest.clear();
-                let k = (&mut r).take(64 << 10).read_until(b'\n', &mut rest).ok()?;
-                if k == 0 || rest.last() == Some(&b'\n') {
-                    break;
-                }
-            }
-        }
-        if line.last() == Some(&b'\n') {
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-        }
-        Some(String::from_utf8_lossy(&line).into_owned())
-    })
-}
-
-/// The longest line of a role's output that is kept whole.
-const MAX_LINE: usize = 4 << 20;
-
-/// The lines read from a pipe of a process that has ended. A process it started may
-/// still hold the pipe open: after [`PIPE_GRACE`] what was read is given up on (the
-/// reader ends with the pipe).
-fn join_lines(rx: Option<mpsc::Receiver<Vec<String>>>, killed: bool) -> String {
-    // A killed process's output is only for the error message: not worth a long wait.
-    let grace = if killed { KILLED_PIPE_GRACE } else { PIPE_GRACE };
-    rx.and_then(|rx| rx.recv_timeout(grace).ok()).map(|l| l.join("\n")).unwrap_or_default()
-}
-
-/// How long the output of an ended process may take to reach its end.
-const PIPE_GRACE: Duration = Duration::from_secs(10);
-
-/// The same for a process that had to be killed.
-const KILLED_PIPE_GRACE: Duration = Duration::from_secs(1);
-
-/// How much of a role's output is kept, from its end.
-const KEPT_BYTES: usize = 16 << 20;
-
 #[cfg(test)]
 mod tests {
+    use super::super::output::{MAX_LINE, bounded_lines};
     use super::*;
     use crate::host::{Program, ThisMachine};
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use netlane::cpus::CpuList;
 
-use super::{Control, Host, Launch, Program, RUN_WITHIN, output_within};
+use super::{Control, Host, Launch, Program, RUN_WITHIN, RoleSpec, output_within};
 
 /// How to reach a host over SSH.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -227,9 +227,14 @@ impl Host for SshHost {
         output_within(self.session(words), None, RUN_WITHIN, &format!("`{}` on {}", words.join(" "), self.name()))
     }
 
-    fn launch(&self, program: &Program, args: &[String], cpus: &[usize]) -> Result<Launch> {
+    fn launch(&self, spec: &RoleSpec) -> Result<Launch> {
+        let (program, args, cpus) = (&spec.program, &spec.args, &spec.cpus);
         let silence = format!("{}s", super::supervisor::SILENCE.as_secs());
-        let mut words = vec![self.spec.netlane.clone(), "role".into(), "--silence".into(), silence, "--".into()];
+        let mut words = vec![self.spec.netlane.clone(), "role".into(), "--silence".into(), silence];
+        if let Some(every) = spec.sample_every {
+            words.extend(["--sample".into(), format!("{}ms", every.as_millis().max(1))]);
+        }
+        words.push("--".into());
         if !cpus.is_empty() {
             words.extend(["taskset".into(), "-c".into(), CpuList::new(cpus.to_vec()).to_string()]);
         }

@@ -115,6 +115,22 @@ pub struct Signaller {
 }
 
 impl Signaller {
+    /// Writes a sample of the role's memory and descriptors to standard error every
+    /// `every` until it ends ([`super::sample::SAMPLE`] lines).
+    pub fn report_samples(&self, every: Duration) {
+        let (pid, ended) = (self.pid.as_raw() as u32, self.ended.clone());
+        std::thread::spawn(move || {
+            let start = std::time::Instant::now();
+            while !*ended.lock().unwrap_or_else(PoisonError::into_inner) {
+                let Some(s) = super::sample::RoleSample::read(pid, start.elapsed()) else { break };
+                // One write: a line of its own unless the role's last write ended
+                // mid-line (the lab finds it there too).
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), format!("{}\n", s.line()).as_bytes());
+                std::thread::sleep(every);
+            }
+        });
+    }
+
     /// Sends `signal` to the role unless it has ended.
     pub fn send(&self, signal: Signal) {
         let ended = self.ended.lock().unwrap_or_else(PoisonError::into_inner);

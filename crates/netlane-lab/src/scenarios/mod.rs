@@ -88,6 +88,7 @@ impl ScenarioName {
                 | ScenarioName::UdpBulk
                 | ScenarioName::UdpPacing
                 | ScenarioName::Lanes
+                | ScenarioName::Soak
         )
     }
 
@@ -332,6 +333,10 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             let mut o = soak::SoakArgs::defaults();
             if p.quick {
                 o.time = Duration::from_secs(5);
+            }
+            if let Some((on, _)) = p.on_testbed()? {
+                // The balancer is left out there (said in its report).
+                o.on = on;
             }
             Box::new(o)
         }

@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use netlane_kv::load::rng::Rng;
 
+use super::SoakServer;
+
 /// Hostile input's variety: the load generator's seeded generator, with byte strings.
 pub(super) struct Noise(Rng);
 
@@ -31,6 +33,47 @@ impl Noise {
         let len = min + self.below(spread) as usize;
         (0..len).map(|_| self.next() as u8).collect()
     }
+}
+
+/// `server`'s hostile clients against `addr` (`hold` connections held open), until
+/// `stop`, counting into `ops`: threads of the calling thread's namespace and CPUs.
+pub(super) fn hostile_clients(
+    server: SoakServer,
+    addr: SocketAddr,
+    hold: usize,
+    stop: Arc<AtomicBool>,
+    ops: Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    match server {
+        SoakServer::Kv => hostile_tcp(addr, hold, b"set k 0 0 100\r\nab".to_vec(), kv_garbage, stop, ops),
+        SoakServer::Nvme => {
+            let mut icreq = Vec::new();
+            netlane_nvme::proto::pdu::TxConfig::ic_req(
+                &mut icreq,
+                &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 3 },
+            );
+            hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
+        }
+        SoakServer::Rr => hostile_udp(addr, stop, ops),
+        // Its hostile input is frames onto its own network (`balancer.rs`).
+        SoakServer::Lb => Vec::new(),
+    }
+}
+
+/// Runs `server`'s hostile clients against `addr` for `time` (`netlane hostile`): how
+/// many operations they made. The balancer has none that run from afar.
+pub fn run_hostile(server: SoakServer, addr: SocketAddr, hold: usize, time: Duration) -> anyhow::Result<u64> {
+    if server == SoakServer::Lb {
+        anyhow::bail!("the balancer's hostile input is frames onto a network of its own: not from another host");
+    }
+    let (stop, ops) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let threads = hostile_clients(server, addr, hold, stop.clone(), ops.clone());
+    std::thread::sleep(time);
+    stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(ops.load(Ordering::Relaxed))
 }
 
 /// Hostile clients: `holders` keep up to `hold` connections open that started a
@@ -126,7 +169,9 @@ pub(super) fn hostile_udp(
         let mut noise = Noise::new(0x2545_f491_4f6c_dd1d);
         let mut id = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let Ok(s) = UdpSocket::bind("127.0.0.1:0") else { break };
+            let any: SocketAddr =
+                if addr.is_ipv4() { (Ipv4Addr::UNSPECIFIED, 0).into() } else { "[::]:0".parse().unwrap_or(addr) };
+            let Ok(s) = UdpSocket::bind(any) else { break };
             for _ in 0..16 {
                 let datagram = if noise.below(2) == 0 {
                     noise.bytes(0, 1473)

@@ -3,18 +3,18 @@
 //! NVMe target the kill and the read-back.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, bail};
 use netlane::topology::Netns;
 
 use super::balancer::Forwarding;
-use super::hostile::{hostile_tcp, hostile_udp, kv_garbage, nvme_garbage};
+use super::hostile::hostile_clients;
 use super::{Cpus, NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
-use crate::host::{LineHook, RoleProcess, RoleSpec};
+use crate::host::{Host, LineHook, RoleProcess, RoleSpec};
 
 /// The server's resident memory and open descriptors at one moment.
 #[derive(Debug, Clone, Copy)]
@@ -79,34 +79,19 @@ impl Soak {
     }
 }
 
-/// What a soak shares with its hostile clients and its sampler: the flag that stops
-/// them, the count of hostile operations, and the sampler of `server` (started now).
-pub(super) fn watch(server: &RoleProcess) -> (Arc<AtomicBool>, Arc<AtomicU64>, std::thread::JoinHandle<Vec<Sample>>) {
-    let stop = Arc::new(AtomicBool::new(false));
-    let (start, pid) = (Instant::now(), server.pid().unwrap_or(0));
-    let sampler = {
-        let stop = stop.clone();
-        std::thread::spawn(move || sample(pid, &stop, start))
-    };
-    (stop, Arc::new(AtomicU64::new(0)), sampler)
+/// What a soak shares with its hostile clients: the flag that stops them and the count
+/// of what they did.
+pub(super) fn watch() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
+    (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)))
 }
 
-/// Samples `pid`'s memory and descriptors every 250 ms until `stop`.
-fn sample(pid: u32, stop: &AtomicBool, start: Instant) -> Vec<Sample> {
-    let mut out = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let rss = std::fs::read_to_string(format!("/proc/{pid}/status")).ok().and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-        });
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64);
-        let (Some(rss_kib), Ok(fds)) = (rss, fds) else { break };
-        out.push(Sample { at_s: start.elapsed().as_secs_f64(), rss: rss_kib * 1024, fds });
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    out
+/// The server's memory and descriptors as sampled where it runs (every [`SAMPLE_EVERY`]).
+pub(super) fn samples(server: &RoleProcess) -> Vec<Sample> {
+    server.samples().iter().map(|s| Sample { at_s: s.at.as_secs_f64(), rss: s.rss, fds: s.fds }).collect()
 }
+
+/// How often a soaked server's memory and descriptors are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
 impl SoakArgs {
     pub(super) fn soak(&self, server: SoakServer, cpus: &Cpus) -> Result<Soak> {
@@ -124,18 +109,19 @@ impl SoakArgs {
     }
 
     fn soak_in(&self, server: SoakServer, ns: &Netns, dir: &Path, cpus: &Cpus) -> Result<Soak> {
-        let (addr, server_args, client_args) = self.commands(server, dir, cpus)?;
+        let addr = server.local_addr();
+        let (server_args, client_args) = self.commands(server, &dir.to_string_lossy(), cpus, addr)?;
         let target = start_server(ns, &server_args, LISTENING, &[], &cpus.server)?;
-        let (stop, ops, sampler) = watch(&target);
+        let (stop, ops) = watch();
         let attackers = self.attack(ns, server, addr, (&stop, &ops), cpus)?;
         let valid = run_client(ns, &client_args, server, self.time + Duration::from_secs(60), &cpus.clients);
         stop.store(true, Ordering::Relaxed);
         for a in attackers {
             let _ = a.join();
         }
-        let samples = sampler.join().map_err(|_| anyhow!("the sampler panicked"))?;
+        let samples = samples(&target);
         let valid = valid?;
-        let read_back = (server == SoakServer::Nvme).then(|| read_back(ns, &server_args, target, cpus));
+        let read_back = (server == SoakServer::Nvme).then(|| read_back((ns, ns), &server_args, target, cpus, addr));
         Ok(Soak {
             server,
             samples,
@@ -148,25 +134,31 @@ impl SoakArgs {
         })
     }
 
-    /// The server's address, its command line and the valid client's.
-    fn commands(&self, server: SoakServer, dir: &Path, cpus: &Cpus) -> Result<(SocketAddr, Vec<String>, Vec<String>)> {
+    /// The server's command line (listening on `addr`, its files under `dir` on its
+    /// host) and the valid client's.
+    pub(super) fn commands(
+        &self,
+        server: SoakServer,
+        dir: &str,
+        cpus: &Cpus,
+        addr: SocketAddr,
+    ) -> Result<(Vec<String>, Vec<String>)> {
         let secs = format!("{}ms", self.time.as_millis());
         let bs = NVME_BLOCK.to_string();
         let conns = self.max_connections().to_string();
-        let image = dir.join("ns.img");
-        let image_arg = format!("file:{}:{}", image.display(), NVME_IMAGE_BYTES);
+        let image_arg = format!("file:{dir}/ns.img:{NVME_IMAGE_BYTES}");
+        let (a, ip, port) = (addr.to_string(), addr.ip().to_string(), addr.port().to_string());
         // The target pins a reactor to each of its CPUs itself (every online CPU unless
         // told): told the plan's, it stays there.
         let target_cpus = cpus.server.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
         Ok(match server {
             SoakServer::Kv => (
-                "127.0.0.1:11211".parse()?,
-                words(&["kv", "serve", "-l", "127.0.0.1", "-p", "11211", "-m", "64", "-t", "2", "-c", &conns]),
+                words(&["kv", "serve", "-l", &ip, "-p", &port, "-m", "64", "-t", "2", "-c", &conns]),
                 words(&[
                     "kv",
                     "load",
                     "--server",
-                    "127.0.0.1:11211",
+                    &a,
                     "--rate",
                     "2000",
                     "-c",
@@ -178,29 +170,16 @@ impl SoakArgs {
                 ]),
             ),
             SoakServer::Rr => (
-                "127.0.0.1:7000".parse()?,
-                words(&["rr", "serve", "--listen", "127.0.0.1:7000"]),
-                words(&[
-                    "rr",
-                    "clients",
-                    "--server",
-                    "127.0.0.1:7000",
-                    "--clients",
-                    "8",
-                    "--rate",
-                    "2000",
-                    "-t",
-                    &secs,
-                ]),
+                words(&["rr", "serve", "--listen", &a]),
+                words(&["rr", "clients", "--server", &a, "--clients", "8", "--rate", "2000", "-t", &secs]),
             ),
             SoakServer::Lb => bail!("the balancer's soak has a network of its own"),
             SoakServer::Nvme => (
-                "127.0.0.1:4420".parse()?,
                 words(&[
                     "nvme",
                     "target",
                     "--listen",
-                    "127.0.0.1:4420",
+                    &a,
                     "--ns",
                     &image_arg,
                     "--max-connections",
@@ -209,21 +188,8 @@ impl SoakArgs {
                     &target_cpus,
                 ]),
                 words(&[
-                    "nvme",
-                    "perf",
-                    "--target",
-                    "127.0.0.1:4420",
-                    "--verify",
-                    "--rw",
-                    "randrw",
-                    "--qd",
-                    "4",
-                    "--bs",
-                    &bs,
-                    "--ramp",
-                    "0s",
-                    "-t",
-                    &secs,
+                    "nvme", "perf", "--target", &a, "--verify", "--rw", "randrw", "--qd", "4", "--bs", &bs, "--ramp",
+                    "0s", "-t", &secs,
                 ]),
             ),
         })
@@ -244,45 +210,29 @@ impl SoakArgs {
             let (stop, ops, cpus) = (stop.clone(), ops.clone(), cpus.clone());
             move || {
                 cpus.pin_client_thread();
-                match server {
-                    SoakServer::Kv => hostile_tcp(addr, hold, b"set k 0 0 100\r\nab".to_vec(), kv_garbage, stop, ops),
-                    SoakServer::Nvme => {
-                        let mut icreq = Vec::new();
-                        netlane_nvme::proto::pdu::TxConfig::ic_req(
-                            &mut icreq,
-                            &netlane_nvme::proto::pdu::IcReq { pfv: 0, hpda: 0, hdgst: false, ddgst: false, maxr2t: 3 },
-                        );
-                        hostile_tcp(addr, hold, icreq, nvme_garbage, stop, ops)
-                    }
-                    SoakServer::Rr => hostile_udp(addr, stop, ops),
-                    SoakServer::Lb => unreachable!("the balancer's soak has a network of its own"),
-                }
+                hostile_clients(server, addr, hold, stop, ops)
             }
         })
         .context("start the hostile clients in the namespace")
     }
 }
 
-/// SIGKILL, then the same file again: every block the client wrote must read back.
-fn read_back(ns: &Netns, server_args: &[String], target: RoleProcess, cpus: &Cpus) -> Result<u64, String> {
+/// SIGKILL, then the same file again (on the server's host; the reader on the
+/// client's): every block the client wrote must read back.
+pub(super) fn read_back(
+    (server, client): (&dyn Host, &dyn Host),
+    server_args: &[String],
+    target: RoleProcess,
+    cpus: &Cpus,
+    addr: SocketAddr,
+) -> Result<u64, String> {
     let bs = NVME_BLOCK.to_string();
-    // Dropped unstopped: killed (SIGKILL), as a crash would end it.
-    drop(target);
-    let again = start_server(ns, server_args, LISTENING, &[], &cpus.server).map_err(|e| format!("{e:#}"))?;
-    let check = words(&[
-        "nvme",
-        "perf",
-        "--target",
-        "127.0.0.1:4420",
-        "--verify-only",
-        "--bs",
-        &bs,
-        "--ramp",
-        "0s",
-        "-t",
-        "60s",
-    ]);
-    let r = run_client(ns, &check, SoakServer::Nvme, Duration::from_secs(90), &cpus.clients)
+    // Ended as a crash would end it.
+    let _ = target.end_with(nix::sys::signal::Signal::SIGKILL, Duration::from_secs(10));
+    let again = start_server(server, server_args, LISTENING, &[], &cpus.server).map_err(|e| format!("{e:#}"))?;
+    let a = addr.to_string();
+    let check = words(&["nvme", "perf", "--target", &a, "--verify-only", "--bs", &bs, "--ramp", "0s", "-t", "60s"]);
+    let r = run_client(client, &check, SoakServer::Nvme, Duration::from_secs(90), &cpus.clients)
         .map_err(|e| format!("{e:#}"))?;
     drop(again);
     let read = r.detail.pointer("/report/ops").and_then(|v| v.as_u64()).unwrap_or(0);
@@ -296,11 +246,12 @@ pub(super) fn words(w: &[&str]) -> Vec<String> {
 /// What a server's first line starts with once it serves.
 pub(super) const LISTENING: &str = "listening on";
 
-/// Starts a server in `ns` on `cpus` and waits for its first line on standard output
-/// to start with `ready`; afterwards, every line of its output (standard output and
-/// error) starting with one of `count`'s texts adds one to that counter.
+/// Starts a server on `host` on `cpus`, its memory and descriptors sampled there, and
+/// waits for its first line on standard output to start with `ready`; afterwards, every
+/// line of its output (standard output and error) starting with one of `count`'s texts
+/// adds one to that counter.
 pub(super) fn start_server(
-    ns: &Netns,
+    host: &dyn Host,
     args: &[String],
     ready: &str,
     count: &[(&'static str, Arc<AtomicU64>)],
@@ -314,27 +265,26 @@ pub(super) fn start_server(
     });
     let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned())
         .ready_when(ready, Duration::from_secs(20))
-        .on_cpus(cpus);
-    RoleProcess::start(ns, &spec, Some(hook))
+        .on_cpus(cpus)
+        .sampled(SAMPLE_EVERY);
+    RoleProcess::start(host, &spec, Some(hook))
 }
 
-/// Runs a client in `ns` on `cpus` to the end (at most `limit`) and reads its JSON
+/// Runs a client on `host` on `cpus` to the end (at most `limit`) and reads its JSON
 /// report.
 pub(super) fn run_client(
-    ns: &Netns,
+    host: &dyn Host,
     args: &[String],
     server: SoakServer,
     limit: Duration,
     cpus: &[usize],
 ) -> Result<Valid> {
-    let out_file: PathBuf = std::env::temp_dir().join(format!("netlane-soak-client-{}.json", std::process::id()));
     let mut args = args.to_vec();
-    args.extend(["--json".to_string(), out_file.to_string_lossy().into_owned()]);
+    args.extend(["--json".to_string(), "-".to_string()]);
     let spec = RoleSpec::netlane(&format!("netlane {}", args.join(" ")), args.iter().cloned()).on_cpus(cpus);
-    let status = RoleProcess::start(ns, &spec, None)?.wait(limit)?.status;
-    let text = std::fs::read_to_string(&out_file).unwrap_or_default();
-    let _ = std::fs::remove_file(&out_file);
-    let detail: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+    let done = RoleProcess::start(host, &spec, None)?.wait(limit)?;
+    let status = done.status;
+    let detail: serde_json::Value = serde_json::from_str(done.stdout.trim()).unwrap_or(serde_json::Value::Null);
     let u = |p: &str| detail.pointer(p).and_then(serde_json::Value::as_u64).unwrap_or(0);
     let (completed, failed, p99_ms) = match server {
         SoakServer::Kv => {

@@ -12,6 +12,9 @@ mod balancer;
 mod hostile;
 mod measure;
 mod report;
+mod testbed;
+
+pub use hostile::run_hostile;
 
 use std::time::Duration;
 
@@ -23,6 +26,7 @@ use netlane_report::options::{OptionList, parse_positive_duration};
 use super::Scenario;
 use crate::plan::{CpuPlan, Role};
 use crate::progress::Progress;
+use crate::testbed::TestbedArgs;
 
 /// The servers a soak runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -40,6 +44,20 @@ pub enum SoakServer {
 impl SoakServer {
     fn name(self) -> String {
         crate::scenarios::value_name(&self)
+    }
+
+    /// Its port.
+    fn port(self) -> u16 {
+        match self {
+            SoakServer::Kv => 11211,
+            SoakServer::Rr | SoakServer::Lb => 7000,
+            SoakServer::Nvme => 4420,
+        }
+    }
+
+    /// Where it listens in a namespace of this machine.
+    fn local_addr(self) -> std::net::SocketAddr {
+        (std::net::Ipv4Addr::LOCALHOST, self.port()).into()
     }
 }
 
@@ -62,6 +80,11 @@ pub struct SoakArgs {
     /// Most the server's resident memory may grow from a third of the run to its end, MiB.
     #[arg(long, default_value_t = 32)]
     pub growth_mib: u64,
+    /// Across machines: each server on the testbed's server host at its `addr`, the
+    /// valid client on its first client host, the hostile clients on its last (the
+    /// balancer stays on one machine).
+    #[command(flatten)]
+    pub on: TestbedArgs,
 }
 
 /// The NVMe file namespace's size and the block the client writes and reads back: the
@@ -116,7 +139,8 @@ impl Scenario for SoakArgs {
 
     fn options(&self) -> OptionList {
         let servers: Vec<String> = self.servers.iter().map(|s| s.name()).collect();
-        OptionList::new()
+        self.on
+            .listed(OptionList::new())
             .words("servers", &servers)
             .duration("time", self.time)
             .int("hostile-connections", self.hostile_connections as u64)
@@ -134,6 +158,9 @@ impl Scenario for SoakArgs {
         if !(1..=4096).contains(&self.hostile_connections) {
             bail!("--hostile-connections must be 1..=4096");
         }
+        if let Some(t) = self.on.open()? {
+            return self.check_testbed(&t);
+        }
         if !nix::unistd::geteuid().is_root() {
             bail!("the soak runs each server in a network namespace of its own: run as root");
         }
@@ -145,6 +172,9 @@ impl Scenario for SoakArgs {
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {
+        if let Some(t) = self.on.open()? {
+            return self.run_on_testbed(&t, progress);
+        }
         let plan = cpu_plan();
         let cpus = Cpus::of(&plan);
         let mut soaks = Vec::new();
@@ -154,6 +184,6 @@ impl Scenario for SoakArgs {
             progress.finish(&server.name(), &s.summary());
             soaks.push(s);
         }
-        Ok(self.report(&soaks, &plan))
+        Ok(self.report(&soaks, plan.view()))
     }
 }

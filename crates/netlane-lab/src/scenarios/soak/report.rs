@@ -13,7 +13,7 @@ fn mib(b: u64) -> f64 {
 }
 
 impl SoakArgs {
-    pub(super) fn report(&self, soaks: &[Soak], plan: &crate::plan::CpuPlan) -> ScenarioReport {
+    pub(super) fn report(&self, soaks: &[Soak], plan: Vec<netlane_report::RoleCpus>) -> ScenarioReport {
         let mut table = Table::new(
             "soak",
             format!("Each server for {:?} under valid load beside hostile clients", self.time),
@@ -45,7 +45,7 @@ impl SoakArgs {
             description: DESCRIPTION.into(),
             headline: format!("{met} of {} soak checks met", out.checks.len()),
         };
-        out.report(self, heading, runs, plan.view())
+        out.report(self, heading, runs, plan)
     }
 
     /// One server's checks.
