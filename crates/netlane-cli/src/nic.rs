@@ -307,13 +307,18 @@ fn lines(v: &NicView) -> Vec<String> {
         l.push(format!("  NAPI instances: unavailable: {why}"));
     }
     for n in &v.napis {
+        let knob = |v: Option<u64>| v.map_or("?".into(), |v| v.to_string());
         l.push(format!(
-            "  NAPI {}: IRQ {} on CPUs {}, thread {} on CPUs {}",
+            "  NAPI {}: IRQ {} on CPUs {}, thread {} on CPUs {}; defer-hard-irqs {}, gro-flush-timeout {} ns, \
+             irq-suspend-timeout {} ns",
             n.id,
             n.irq.map_or("none".into(), |i| i.to_string()),
             n.irq_cpus.as_deref().unwrap_or("-"),
             n.thread.map_or("none".into(), |t| t.to_string()),
-            n.thread_cpus.as_deref().unwrap_or("-")
+            n.thread_cpus.as_deref().unwrap_or("-"),
+            knob(n.defer_hard_irqs.map(u64::from)),
+            knob(n.gro_flush_timeout_ns),
+            knob(n.irq_suspend_timeout_ns)
         ));
     }
     for (group, r) in &v.groups {

@@ -360,7 +360,8 @@ fn udp_pacing_runs_behind_a_bottleneck_on_the_server_host(file: &Path) {
 /// `bench lanes --testbed`: the cache server on the server host, a lane per CPU the file
 /// gives it on its `iface` (a veth with NAPI, GRO on, its NAPI threaded as the file
 /// asks), the load from both client hosts as agents; napi mode places the connections by
-/// NAPI id there; the isolation part is left out and said so.
+/// NAPI id there; napi-busy's per-NAPI knobs are set there and put back; the isolation
+/// part is left out and said so.
 #[test]
 fn lanes_run_on_the_server_hosts_interface() {
     if !netlane_testkit::privileged("lanes_run_on_the_server_hosts_interface") {
@@ -394,12 +395,29 @@ fn lanes_run_on_the_server_hosts_interface() {
         ),
     )
     .unwrap();
+    // Two lanes need a device with two receive queues: without, the NAPI modes are left
+    // out (here nothing else is asked for).
+    let two = dir.join("two-lanes.toml");
+    std::fs::write(&two, std::fs::read_to_string(&file).unwrap().replacen("cpus = \"1\"", "cpus = \"0-1\"", 1))
+        .unwrap();
+    let o = common::netlane(&["bench", "lanes", "--testbed", two.to_str().unwrap(), "--modes", "napi", "--no-search"]);
+    assert_eq!(o.status.code(), Some(1), "{}", common::stderr(&o));
+    assert!(
+        common::stderr(&o)
+            .contains("napi (eth0 on server (host server): eth0 has 1 receive queues, not 2 for 2 lanes)"),
+        "{}",
+        common::stderr(&o)
+    );
     let r = &bench(&[
         "lanes",
         "--testbed",
         file.to_str().unwrap(),
         "--modes",
-        "plain,napi",
+        "plain,napi,napi-busy",
+        "--napi-defer-hard-irqs",
+        "2",
+        "--gro-flush-timeout",
+        "20us",
         "--no-search",
         "--connections",
         "16",
@@ -420,7 +438,7 @@ fn lanes_run_on_the_server_hosts_interface() {
     let held = notes.iter().find(|n| n.contains("threaded NAPI of eth0")).unwrap_or_else(|| panic!("{notes:?}"));
     assert!(held.contains("applied, reads 1") && held.contains("All put back as they were."), "{held}");
     let runs = r["runs"].as_array().unwrap();
-    for mode in ["plain", "napi"] {
+    for mode in ["plain", "napi", "napi-busy"] {
         let run = runs.iter().find(|x| x["label"].as_str().is_some_and(|l| l.starts_with(&format!("{mode} 16"))));
         let run = run.unwrap_or_else(|| panic!("no {mode} run: {runs:?}"));
         assert!(run["metrics"]["achieved_per_s"].as_f64().unwrap_or(0.0) > 1000.0, "{run}");
@@ -430,6 +448,17 @@ fn lanes_run_on_the_server_hosts_interface() {
     let rows = t["rows"].as_array().unwrap();
     let napi = rows.iter().find(|row| row["lane"] == "napi lane 0").unwrap_or_else(|| panic!("{t}"));
     assert!(napi["by_owner"].as_f64().unwrap_or(0.0) >= 16.0 && napi["other"].as_f64() == Some(0.0), "{t}");
+    // napi-busy's per-NAPI knobs: set by the server there (none refused), put back by it.
+    assert!(
+        notes.iter().any(|n| n.starts_with("napi-busy's per-NAPI knobs set on eth0's NAPI instances")),
+        "{notes:?}"
+    );
+    assert!(!notes.iter().any(|n| n.contains("was refused")), "{notes:?}");
+    let after = hosts.hosts[1].ns.run(|| netlane::nic::show("eth0").unwrap()).unwrap();
+    assert!(!after.napis.is_empty(), "{after:?}");
+    for n in &after.napis {
+        assert_eq!((n.defer_hard_irqs, n.gro_flush_timeout_ns), (Some(0), Some(0)), "{after:?}");
+    }
     for h in &hosts.hosts {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }

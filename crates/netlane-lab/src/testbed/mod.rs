@@ -108,10 +108,15 @@ impl TestbedHost {
             .with_context(|| format!("{}: its online CPUs", self.label()))
     }
 
-    /// What it lacks of `needs`, one line each.
+    /// What it lacks of `needs`, one line each, each naming it.
     fn missing(&self, needs: &Needs) -> Vec<String> {
+        self.lacks(needs).into_iter().map(|what| format!("{}: {what}", self.label())).collect()
+    }
+
+    /// What it lacks of `needs`, one line each.
+    pub fn lacks(&self, needs: &Needs) -> Vec<String> {
         let mut out = Vec::new();
-        let mut say = |what: String| out.push(format!("{}: {what}", self.label()));
+        let mut say = |what: String| out.push(what);
         // Setting a device's NIC takes root too.
         if needs.root || self.spec.sets_nic() {
             match self.host.run(&words(&["id", "-u"])) {
@@ -143,6 +148,20 @@ impl TestbedHost {
                 Err(_) => say(format!("no interface {iface}")),
             }
         }
+        if let Some(n) = needs.rx_queues {
+            #[derive(serde::Deserialize)]
+            struct Queues {
+                rx_queues: usize,
+            }
+            match &self.spec.iface {
+                None => say(format!("no `iface` (a device with {n} receive queues is needed)")),
+                Some(iface) => match self.nic_show::<Queues>(iface) {
+                    Ok(q) if q.rx_queues >= n => {}
+                    Ok(q) => say(format!("{iface} has {} receive queues, not {n}", q.rx_queues)),
+                    Err(e) => say(format!("{e:#}")),
+                },
+            }
+        }
         for program in &needs.programs {
             // The name as an argument of the shell, never as its script.
             let found = self.host.run(&words(&["sh", "-c", "command -v \"$1\"", "sh", program]));
@@ -171,6 +190,8 @@ pub struct Needs {
     pub root: bool,
     /// Programs on its `PATH` (a peer's binary, cyclictest).
     pub programs: Vec<String>,
+    /// A device (its `iface`) with at least this many receive queues.
+    pub rx_queues: Option<usize>,
 }
 
 /// The options of a scenario that runs across machines.

@@ -116,6 +116,13 @@ pub struct NapiView {
     pub thread: Option<u32>,
     /// That thread's CPUs.
     pub thread_cpus: Option<String>,
+    /// Empty polls before its interrupt is re-enabled (netdev netlink, Linux 6.13+).
+    pub defer_hard_irqs: Option<u32>,
+    /// Its GRO flush timeout, ns (6.13+).
+    pub gro_flush_timeout_ns: Option<u64>,
+    /// How long its interrupt stays suspended while the application finds events, ns
+    /// (6.13+).
+    pub irq_suspend_timeout_ns: Option<u64>,
 }
 
 /// Reads everything [`show`] reports of `dev`.
@@ -143,6 +150,9 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
                     irq_cpus: n.irq.and_then(|i| read_trim(&irq_affinity_path(i).to_string_lossy())),
                     thread: n.pid,
                     thread_cpus: n.pid.and_then(thread_cpus),
+                    defer_hard_irqs: n.defer_hard_irqs,
+                    gro_flush_timeout_ns: n.gro_flush_timeout_ns,
+                    irq_suspend_timeout_ns: n.irq_suspend_timeout_ns,
                 })
                 .collect(),
             None,

@@ -190,7 +190,7 @@ impl Scenario for LanesBenchArgs {
 
 impl LanesBenchArgs {
     /// Refuses a testbed that lacks what this run needs: root and memcached on the server
-    /// host, its `iface` (the lane device); the per-NAPI knobs stay on one machine.
+    /// host, its `iface` (the lane device).
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
         if self.modes.iter().all(|m| *m == Mode::MemcachedN) {
             bail!("--modes memcached-n: not on a testbed (its net.core.busy_poll is global: this machine's to set)");
@@ -202,13 +202,6 @@ impl LanesBenchArgs {
         t.check(&server, &Needs::default())?;
         if t.server.spec.iface.is_none() {
             bail!("{}: no `iface` (the lanes' device)", t.server.label());
-        }
-        if self.napi_defer_hard_irqs.is_some() || self.gro_flush_timeout.is_some() || self.irq_suspend_timeout.is_some()
-        {
-            bail!(
-                "--napi-defer-hard-irqs, --gro-flush-timeout and --irq-suspend-timeout: not on a testbed (a round \
-                 puts them back on one machine only)"
-            );
         }
         Ok(())
     }
@@ -236,10 +229,13 @@ impl LanesBenchArgs {
         left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
         // The file's NIC settings first: they may give the device its NAPI.
         let nic = t.hold_nic()?;
-        // Lanes own NAPI instances: on a device without (a bridge, a bond), or where that
-        // cannot be read, only the modes that need none run.
+        // Lanes own NAPI instances, one receive queue's each: on a device without (a
+        // bridge, a bond), with fewer queues than lanes, or where that cannot be read,
+        // only the modes that need none run.
+        let short = t.server.lacks(&Needs { rx_queues: Some(lanes.len()), ..Needs::default() });
         let napis = match t.server.napi_ids(&device) {
             Ok(Ok(ids)) if ids.is_empty() => Some("it has no NAPI instance".to_string()),
+            Ok(Ok(_)) if !short.is_empty() => Some(format!("{} for {} lanes", short.join("; "), lanes.len())),
             Ok(Ok(_)) => None,
             Ok(Err(why)) => Some(format!("its NAPI instances are not known: {why}")),
             Err(e) => Some(format!("its NAPI instances could not be read: {e:#}")),
@@ -275,6 +271,17 @@ impl LanesBenchArgs {
         )];
         if !left_out.is_empty() {
             notes.push(format!("Left out on this testbed: {}.", left_out.join("; ")));
+        }
+        if this.modes.contains(&Mode::NapiBusy)
+            && (self.napi_defer_hard_irqs.is_some()
+                || self.gro_flush_timeout.is_some()
+                || self.irq_suspend_timeout.is_some())
+        {
+            notes.push(format!(
+                "napi-busy's per-NAPI knobs set on {device}'s NAPI instances by the cache server on {} for its \
+                 rounds, put back by it when it stops (by `netlane clean` there if it is killed).",
+                t.server.label()
+            ));
         }
         report.notes.splice(0..0, notes);
         report.notes.extend(nic.finish());
