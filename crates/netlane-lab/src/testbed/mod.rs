@@ -148,6 +148,10 @@ impl TestbedHost {
                 Err(_) => say(format!("no interface {iface}")),
             }
         }
+        // The kernel has this file exactly when it has the bpf() system call.
+        if needs.bpf && self.host.read_file("/proc/sys/kernel/bpf_stats_enabled").is_err() {
+            say("no BPF (its kernel has no bpf() system call)".into());
+        }
         if let Some(n) = needs.rx_queues {
             #[derive(serde::Deserialize)]
             struct Queues {
@@ -192,6 +196,8 @@ pub struct Needs {
     pub programs: Vec<String>,
     /// A device (its `iface`) with at least this many receive queues.
     pub rx_queues: Option<usize>,
+    /// BPF programs (a kernel with the bpf() system call).
+    pub bpf: bool,
 }
 
 /// The options of a scenario that runs across machines.

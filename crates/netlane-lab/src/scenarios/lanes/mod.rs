@@ -195,7 +195,8 @@ impl LanesBenchArgs {
         if self.modes.iter().all(|m| *m == Mode::MemcachedN) {
             bail!("--modes memcached-n: not on a testbed (its net.core.busy_poll is global: this machine's to set)");
         }
-        let mut server = Needs { root: true, ..Needs::default() };
+        // The reuseport mode's selector is a BPF program.
+        let mut server = Needs { root: true, bpf: self.modes.contains(&Mode::Reuseport), ..Needs::default() };
         if self.modes.contains(&Mode::Memcached) {
             server.programs.push(self.memcached.clone());
         }

@@ -169,10 +169,11 @@ impl RrBenchArgs {
         Ok(report)
     }
 
-    /// Refuses a testbed whose server host is not root (packet rings, AF_XDP) or lacks
-    /// --server-cpu.
+    /// Refuses a testbed whose server host is not root (packet rings, AF_XDP), has no
+    /// BPF for the AF_XDP path, or lacks --server-cpu.
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
-        t.check(&Needs { root: true, ..Needs::default() }, &Needs::default())?;
+        let bpf = self.paths.contains(&netlane_rr::server::PathKind::AfXdp);
+        t.check(&Needs { root: true, bpf, ..Needs::default() }, &Needs::default())?;
         t.check_server_cpu(self.server_cpu)
     }
 }
