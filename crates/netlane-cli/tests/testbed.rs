@@ -475,6 +475,7 @@ fn the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_ho
         return;
     };
     let file = testbed(&hosts, &dir, "");
+    let before = soak_dirs();
     let r = &bench(&["soak", "--testbed", file.to_str().unwrap(), "--servers", "kv,nvme,lb", "--time", "3s"]);
     let notes: Vec<&str> = r["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(
@@ -506,4 +507,38 @@ fn the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_ho
     for h in &hosts.hosts {
         h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
     }
+    assert_eq!(soak_dirs(), before, "the NVMe target's directory on the server host is removed");
+    // Killed outright while the target runs: its directory goes with the session.
+    let mut soak = common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(["bench", "soak", "--testbed", file.to_str().unwrap(), "--servers", "nvme", "--time", "30s"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while hosts.hosts[0].roles().iter().filter(|(_, comm)| comm == "netlane").count() < 2 {
+        assert!(std::time::Instant::now() < deadline, "the soak never started its target");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_ne!(soak_dirs(), before, "a directory for the target's file");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(soak.id() as i32), nix::sys::signal::SIGKILL).unwrap();
+    soak.wait().unwrap();
+    for h in &hosts.hosts {
+        h.wait_until_bare(false, std::time::Duration::from_secs(15)).unwrap();
+    }
+    assert_eq!(soak_dirs(), before, "the directory removed as the session ended");
+}
+
+/// The soak directories in /tmp (the hosts are namespaces of this machine: one /tmp).
+fn soak_dirs() -> Vec<String> {
+    let mut d: Vec<String> = std::fs::read_dir("/tmp")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("netlane-soak-"))
+        .collect();
+    d.sort();
+    d
 }

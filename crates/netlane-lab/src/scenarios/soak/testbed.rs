@@ -12,7 +12,7 @@ use netlane_report::ScenarioReport;
 
 use super::measure::{LISTENING, Soak, read_back, run_client, samples, start_server, words};
 use super::{Cpus, SoakArgs, SoakServer};
-use crate::host::{RoleProcess, RoleSpec};
+use crate::host::{Program, RoleProcess, RoleSpec};
 use crate::progress::Progress;
 use crate::testbed::{Needs, Testbed, TestbedHost};
 
@@ -91,27 +91,34 @@ impl SoakArgs {
     }
 }
 
-/// A directory made on a host for a soak's files, removed (with them) when dropped.
-struct RemoteDir<'a> {
-    host: &'a TestbedHost,
+/// A directory made on a host for a soak's files, held by a shell there that removes it
+/// when it ends: when this is dropped, or when the lab dies (its session's end stops the
+/// shell with SIGTERM).
+struct RemoteDir {
+    shell: Option<RoleProcess>,
     path: String,
 }
 
-impl<'a> RemoteDir<'a> {
-    fn make(host: &'a TestbedHost) -> Result<RemoteDir<'a>> {
-        let out = host.host().run(&words(&["mktemp", "-d", "/tmp/netlane-soak-XXXXXX"]))?;
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if !out.status.success() || !path.starts_with("/tmp/netlane-soak-") {
-            bail!("make a directory on {}: {}", host.label(), String::from_utf8_lossy(&out.stderr).trim());
-        }
-        Ok(RemoteDir { host, path })
+/// The shell: makes the directory, says where, waits; removes it on its way out.
+const DIR_KEEPER: &str = "d=$(mktemp -d /tmp/netlane-soak-XXXXXX) || exit 1; \
+    trap 'rm -rf \"$d\"' EXIT; trap 'exit 0' TERM INT HUP; echo \"$d\"; while :; do sleep 1; done";
+
+impl RemoteDir {
+    fn make(host: &TestbedHost) -> Result<RemoteDir> {
+        let spec = RoleSpec::program("the soak's directory", Program::Other("sh".into()), ["-c", DIR_KEEPER])
+            .ready_when("/tmp/netlane-soak-", Duration::from_secs(20));
+        let shell = RoleProcess::start(host.host(), &spec, None)?;
+        let path = shell.first_line().trim().to_string();
+        Ok(RemoteDir { shell: Some(shell), path })
     }
 }
 
-impl Drop for RemoteDir<'_> {
+impl Drop for RemoteDir {
     fn drop(&mut self) {
-        if let Err(e) = self.host.host().run(&words(&["rm", "-rf", "--", &self.path])) {
-            tracing::warn!(error = %format!("{e:#}"), dir = %self.path, "could not remove the soak's directory");
+        if let Some(shell) = self.shell.take()
+            && let Err(e) = shell.end_with(nix::sys::signal::Signal::SIGTERM, Duration::from_secs(10))
+        {
+            tracing::warn!(error = %format!("{e:#}"), dir = %self.path, "the soak's directory may be left behind");
         }
     }
 }
