@@ -39,7 +39,9 @@ pub struct Rxfh {
 /// What to set of a device's RSS configuration (`None`: leave it as it is).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RxfhSet<'a> {
-    /// A new indirection table, of the device's size.
+    /// A new indirection table, of the device's size; an empty one resets the table to
+    /// the kernel's default spread (and clears its mark as the user's). Give a key in a
+    /// call of its own then: kernels before a 2024 fix read it from the wrong place.
     pub indir: Option<&'a [u32]>,
     /// A new hash key, of the device's size.
     pub key: Option<&'a [u8]>,
@@ -109,6 +111,9 @@ pub fn get_rxfh(ifname: &str) -> io::Result<Rxfh> {
 pub fn set_rxfh(ifname: &str, set: &RxfhSet<'_>) -> io::Result<()> {
     let indir = set.indir.unwrap_or(&[]);
     let key = set.key.unwrap_or(&[]);
+    if set.indir.is_some_and(<[u32]>::is_empty) && !key.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "a table reset and a key in one call"));
+    }
     let too_big = |n: usize, max: u32| u32::try_from(n).map_or(true, |n| n > max);
     if too_big(indir.len(), MAX_INDIR) || too_big(key.len(), MAX_KEY) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the table or key is larger than any device's"));

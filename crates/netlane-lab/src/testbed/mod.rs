@@ -108,13 +108,29 @@ impl TestbedHost {
             .with_context(|| format!("{}: its online CPUs", self.label()))
     }
 
+    /// Why its `iface` is not a device with `n` receive queues, if it is not.
+    pub fn rx_queues_lack(&self, n: usize) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct Queues {
+            rx_queues: usize,
+        }
+        let Some(iface) = &self.spec.iface else {
+            return Some(format!("no `iface` (a device with {n} receive queues is needed)"));
+        };
+        match self.nic_show::<Queues>(iface) {
+            Ok(q) if q.rx_queues >= n => None,
+            Ok(q) => Some(format!("{iface} has {} receive queues, not {n}", q.rx_queues)),
+            Err(e) => Some(format!("{e:#}")),
+        }
+    }
+
     /// What it lacks of `needs`, one line each, each naming it.
     fn missing(&self, needs: &Needs) -> Vec<String> {
         self.lacks(needs).into_iter().map(|what| format!("{}: {what}", self.label())).collect()
     }
 
     /// What it lacks of `needs`, one line each.
-    pub fn lacks(&self, needs: &Needs) -> Vec<String> {
+    fn lacks(&self, needs: &Needs) -> Vec<String> {
         let mut out = Vec::new();
         let mut say = |what: String| out.push(what);
         // Setting a device's NIC takes root too.
@@ -148,23 +164,12 @@ impl TestbedHost {
                 Err(_) => say(format!("no interface {iface}")),
             }
         }
-        // The kernel has this file exactly when it has the bpf() system call.
-        if needs.bpf && self.host.read_file("/proc/sys/kernel/bpf_stats_enabled").is_err() {
+        // The kernel has this file (Linux 4.4+) exactly when it has the bpf() system call.
+        if needs.bpf && self.host.read_file("/proc/sys/kernel/unprivileged_bpf_disabled").is_err() {
             say("no BPF (its kernel has no bpf() system call)".into());
         }
-        if let Some(n) = needs.rx_queues {
-            #[derive(serde::Deserialize)]
-            struct Queues {
-                rx_queues: usize,
-            }
-            match &self.spec.iface {
-                None => say(format!("no `iface` (a device with {n} receive queues is needed)")),
-                Some(iface) => match self.nic_show::<Queues>(iface) {
-                    Ok(q) if q.rx_queues >= n => {}
-                    Ok(q) => say(format!("{iface} has {} receive queues, not {n}", q.rx_queues)),
-                    Err(e) => say(format!("{e:#}")),
-                },
-            }
+        if let Some(why) = needs.rx_queues.and_then(|n| self.rx_queues_lack(n)) {
+            say(why);
         }
         for program in &needs.programs {
             // The name as an argument of the shell, never as its script.

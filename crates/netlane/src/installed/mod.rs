@@ -354,10 +354,9 @@ fn clean_stale_in(dir: &Path) -> io::Result<Vec<Cleaned>> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    paths.sort();
+    let paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     // Named `<pid>-<start time>-<seq>.json` (`<pid>-<seq>.json` by earlier versions).
-    let records: Vec<(PathBuf, u32, bool, Change)> = paths
+    let mut records: Vec<(PathBuf, u32, Option<u64>, u64, Change)> = paths
         .into_iter()
         .filter_map(|path| {
             let stem = path.file_name()?.to_str()?.strip_suffix(".json")?.to_string();
@@ -367,11 +366,17 @@ fn clean_stale_in(dir: &Path) -> io::Result<Vec<Cleaned>> {
                 3 => Some(parts[1].parse::<u64>().ok()?).filter(|t| *t != 0),
                 _ => None,
             };
+            let seq = parts.last()?.parse::<u64>().ok()?;
             // Not a record netlane wrote (or one from another version): left alone.
             let change = serde_json::from_str::<Change>(&fs::read_to_string(&path).ok()?).ok()?;
-            Some((path, pid, alive(pid, started), change))
+            Some((path, pid, started, seq, change))
         })
         .collect();
+    // Each process's changes undone newest first, as its guards would have dropped (an
+    // RSS table before the channels it spreads over).
+    records.sort_by(|a, b| (a.1, a.2).cmp(&(b.1, b.2)).then(b.3.cmp(&a.3)));
+    let records: Vec<(PathBuf, u32, bool, Change)> =
+        records.into_iter().map(|(path, pid, started, _, change)| (path, pid, alive(pid, started), change)).collect();
     let held: std::collections::HashSet<String> =
         records.iter().filter(|(_, _, live, _)| *live).map(|(_, _, _, c)| c.target()).collect();
     let mut out = Vec::new();
@@ -486,100 +491,4 @@ impl Drop for Sysctl {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn dir(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!("netlane-installed-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&d);
-        d
-    }
-
-    #[test]
-    fn records_of_live_processes_stay_and_dead_ones_are_undone() {
-        let d = dir("records");
-        let value = d.join("value");
-        fs::create_dir_all(&d).unwrap();
-        fs::write(&value, "1\n").unwrap();
-        let place = Place::here().unwrap();
-        let change = Change::Sysctl { place, path: value.clone(), before: "0".into(), value: "1".into() };
-        // Ours (alive): a clean leaves it, and a dead process's record of the same
-        // sysctl (pid 2^22 + 1 is above the kernel's limit) is left while we hold it.
-        let mine = record_in(&d, &change).unwrap();
-        let text = serde_json::to_string(&change).unwrap();
-        fs::write(d.join("4194305-0.json"), text).unwrap();
-        assert!(clean_stale_in(&d).unwrap().is_empty());
-        assert_eq!(fs::read_to_string(&value).unwrap(), "1\n");
-        // Dropping our record removes it; then the dead one is undone and removed.
-        drop(mine);
-        assert_eq!(fs::read_dir(&d).unwrap().count(), 2, "the value file and the dead record");
-        let cleaned = clean_stale_in(&d).unwrap();
-        assert_eq!(cleaned.len(), 1);
-        assert_eq!(cleaned[0].pid, 4_194_305);
-        assert_eq!(cleaned[0].outcome, Ok("restored to 0".into()));
-        assert_eq!(fs::read_to_string(&value).unwrap(), "0");
-        assert!(!d.join("4194305-0.json").exists());
-        // A value someone changed since is left alone; files that are not records too.
-        fs::write(&value, "7").unwrap();
-        fs::write(d.join("4194305-1.json"), serde_json::to_string(&change).unwrap()).unwrap();
-        fs::write(d.join("4194305-2.json"), "not json").unwrap();
-        let cleaned = clean_stale_in(&d).unwrap();
-        assert_eq!(cleaned[0].outcome, Ok("left alone: it is 7 now".into()));
-        assert_eq!(fs::read_to_string(&value).unwrap(), "7");
-        assert!(d.join("4194305-2.json").exists());
-        let _ = fs::remove_dir_all(&d);
-    }
-
-    #[test]
-    fn device_settings_of_a_device_that_is_gone_went_with_it() {
-        let place = Place::here().unwrap();
-        let v = |n: u32| Values::from([("combined".to_string(), n)]);
-        let ethtool =
-            Change::Ethtool { place, ifname: "nosuch0".into(), group: Group::Channels, before: v(8), value: v(2) };
-        assert_eq!(ethtool.to_string(), "channels of nosuch0: combined=2 (was combined=8)");
-        assert_eq!(undo(&ethtool), Ok("gone with its device".into()));
-        let irq = Change::IrqAffinity { irq: 999_999, before: "0-1".into(), value: "1".into() };
-        assert_eq!(irq.to_string(), "IRQ 999999 on CPUs 1 (was 0-1)");
-        assert_eq!(undo(&irq), Ok("gone with its device".into()));
-        // A record reads back as the change it was.
-        let text = serde_json::to_string(&ethtool).unwrap();
-        assert_eq!(serde_json::from_str::<Change>(&text).unwrap(), ethtool);
-    }
-
-    /// A record names its process by pid and start time: another process that was
-    /// given the same pid later does not keep it alive.
-    #[test]
-    fn a_reused_pid_does_not_keep_a_record_alive() {
-        let d = dir("reused");
-        let value = d.join("value");
-        fs::create_dir_all(&d).unwrap();
-        fs::write(&value, "1").unwrap();
-        let change = Change::Sysctl {
-            place: Place::here().unwrap(),
-            path: value.clone(),
-            before: "0".into(),
-            value: "1".into(),
-        };
-        let me = std::process::id();
-        let mine = record_in(&d, &change).unwrap();
-        let started = start_time(me).unwrap();
-        assert!(mine.path.file_name().unwrap().to_str().unwrap().starts_with(&format!("{me}-{started}-")));
-        assert!(clean_stale_in(&d).unwrap().is_empty(), "ours is alive");
-        mine.keep();
-        // The same pid with another start time: a process that ended, its pid reused.
-        fs::rename(
-            fs::read_dir(&d)
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .find(|p| p.extension().is_some_and(|x| x == "json"))
-                .unwrap(),
-            d.join(format!("{me}-{}-0.json", started + 1)),
-        )
-        .unwrap();
-        let cleaned = clean_stale_in(&d).unwrap();
-        assert_eq!(cleaned.len(), 1, "{cleaned:?}");
-        assert_eq!(cleaned[0].outcome, Ok("restored to 0".into()));
-        let _ = fs::remove_dir_all(&d);
-    }
-}
+mod tests;

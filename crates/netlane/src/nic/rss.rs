@@ -44,6 +44,7 @@ impl Rss {
         RssParts {
             indir: if table { self.indir.clone() } else { Vec::new() },
             key: if key { self.key.clone() } else { String::new() },
+            default_table: false,
         }
     }
 
@@ -181,6 +182,11 @@ pub struct RssParts {
     pub indir: Vec<u32>,
     /// The key, as [`key_words`] spells it.
     pub key: String,
+    /// The table is the kernel's default spread (`i % receive queues`), which the driver
+    /// keeps following as its queues change: put back by resetting it, never by writing
+    /// it, which would pin it (the kernel marks a written table as the user's).
+    #[serde(default)]
+    pub default_table: bool,
 }
 
 impl RssParts {
@@ -189,18 +195,21 @@ impl RssParts {
         r.parts(!which.indir.is_empty(), !which.key.is_empty())
     }
 
-    /// Writes these parts to `dev`.
+    /// Writes these parts to `dev`: the table, then the key, each in a call of its own
+    /// (kernels before the 2024 fix "ethtool: fix setting key and resetting indir at
+    /// once" read a key given beside a table reset from the wrong place).
     pub(crate) fn write(&self, dev: &str) -> io::Result<()> {
-        let key = if self.key.is_empty() {
-            None
-        } else {
-            Some(parse_key(&self.key).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?)
-        };
-        let set = netlane_sys::ethtool::RxfhSet {
-            indir: (!self.indir.is_empty()).then_some(self.indir.as_slice()),
-            key: key.as_deref(),
-        };
-        netlane_sys::ethtool::set_rxfh(dev, &set)
+        use netlane_sys::ethtool::{RxfhSet, set_rxfh};
+        if self.default_table {
+            set_rxfh(dev, &RxfhSet { indir: Some(&[]), key: None })?;
+        } else if !self.indir.is_empty() {
+            set_rxfh(dev, &RxfhSet { indir: Some(&self.indir), key: None })?;
+        }
+        if !self.key.is_empty() {
+            let key = parse_key(&self.key).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            set_rxfh(dev, &RxfhSet { indir: None, key: Some(&key) })?;
+        }
+        Ok(())
     }
 }
 
@@ -209,13 +218,19 @@ impl std::fmt::Display for RssParts {
         let mut w = Vec::new();
         if !self.indir.is_empty() {
             let r = Rss { indir: self.indir.clone(), key: String::new(), hfunc: Vec::new() };
-            w.push(format!("table of {} ({})", self.indir.len(), r.spread()));
+            // The spread alone does not tell two tables apart: their digest does.
+            w.push(format!("table of {} ({}) #{:08x}", self.indir.len(), r.spread(), digest(&self.indir)));
         }
         if !self.key.is_empty() {
             w.push(format!("key {}", self.key));
         }
         f.write_str(&w.join(", "))
     }
+}
+
+/// FNV-1a over a table's entries: which table, in eight hexadecimal digits.
+fn digest(indir: &[u32]) -> u32 {
+    indir.iter().flat_map(|e| e.to_le_bytes()).fold(0x811c_9dc5, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
 /// The receive queues `dev` has (as sysfs lists them).
@@ -240,6 +255,9 @@ pub fn set_rss(dev: &str, asked: &RssSetting) -> (Outcome, Option<Held>) {
         if t.top_queue() as usize >= queues {
             return refused(format!("{t} names rx-{}: {dev} has {queues} receive queues", t.top_queue()));
         }
+        if before.indir.is_empty() {
+            return refused(format!("{dev} reports no indirection table"));
+        }
         match t.fill(before.indir.len()) {
             Ok(table) => value.indir = table,
             Err(why) => return refused(why),
@@ -257,7 +275,10 @@ pub fn set_rss(dev: &str, asked: &RssSetting) -> (Outcome, Option<Held>) {
         Err(err) => return refused(format!("find this namespace: {err}")),
     };
     let write = value.clone();
-    let change = Change::Rss { place, ifname: dev.to_string(), before: RssParts::of(&before, &value), value };
+    let mut was = RssParts::of(&before, &value);
+    let queues = rx_queues(dev).max(1) as u32;
+    was.default_table = !was.indir.is_empty() && was.indir.iter().enumerate().all(|(i, q)| *q == i as u32 % queues);
+    let change = Change::Rss { place, ifname: dev.to_string(), before: was, value };
     match Held::make(change, || {
         write.write(dev).map_err(|e| io::Error::new(e.kind(), format!("ethtool -X {dev} {}: {e}", asked.words())))
     }) {
@@ -295,6 +316,15 @@ mod tests {
         for bad in ["equal", "equal x", "weights", "weights 1,,2", "spread 2"] {
             assert!(bad.parse::<RssTable>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn two_tables_with_the_same_spread_read_differently() {
+        let parts = |indir: Vec<u32>| RssParts { indir, ..RssParts::default() }.to_string();
+        let (alternating, halves) = (parts(vec![0, 1, 0, 1]), parts(vec![0, 0, 1, 1]));
+        assert!(alternating.starts_with("table of 4 (rx-0 2, rx-1 2) #"), "{alternating}");
+        assert_ne!(alternating, halves);
+        assert_eq!(alternating, parts(vec![0, 1, 0, 1]));
     }
 
     #[test]

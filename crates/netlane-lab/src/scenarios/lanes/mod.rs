@@ -233,10 +233,10 @@ impl LanesBenchArgs {
         // Lanes own NAPI instances, one receive queue's each: on a device without (a
         // bridge, a bond), with fewer queues than lanes, or where that cannot be read,
         // only the modes that need none run.
-        let short = t.server.lacks(&Needs { rx_queues: Some(lanes.len()), ..Needs::default() });
+        let short = t.server.rx_queues_lack(lanes.len());
         let napis = match t.server.napi_ids(&device) {
             Ok(Ok(ids)) if ids.is_empty() => Some("it has no NAPI instance".to_string()),
-            Ok(Ok(_)) if !short.is_empty() => Some(format!("{} for {} lanes", short.join("; "), lanes.len())),
+            Ok(Ok(_)) if short.is_some() => short.map(|why| format!("{why} for {} lanes", lanes.len())),
             Ok(Ok(_)) => None,
             Ok(Err(why)) => Some(format!("its NAPI instances are not known: {why}")),
             Err(e) => Some(format!("its NAPI instances could not be read: {e:#}")),

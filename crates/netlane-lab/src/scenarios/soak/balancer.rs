@@ -144,6 +144,7 @@ impl SoakArgs {
             read_back: None,
             edits: Some((applied.load(Ordering::Relaxed), kept.load(Ordering::Relaxed))),
             forwarding: Some(forwarding),
+            path: "veth",
         })
     }
 }

@@ -184,8 +184,10 @@ pub(super) fn hostile_udp(
                         Err(_) => continue,
                     }
                 };
-                let _ = s.send_to(&datagram, addr);
-                ops.fetch_add(1, Ordering::Relaxed);
+                // Only what left: a host that cannot reach the server counts nothing.
+                if s.send_to(&datagram, addr).is_ok() {
+                    ops.fetch_add(1, Ordering::Relaxed);
+                }
             }
             // About 20,000 datagrams a second: a flood that leaves the valid client CPU.
             std::thread::sleep(Duration::from_micros(800));

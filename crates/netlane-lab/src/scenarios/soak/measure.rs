@@ -49,9 +49,19 @@ pub(super) struct Soak {
     pub(super) edits: Option<(u64, u64)>,
     /// The balancer: its own counters once stopped with SIGTERM (None: not applicable).
     pub(super) forwarding: Option<Result<Forwarding, String>>,
+    /// How the clients reached the server (`loopback`, `veth`, `testbed`).
+    pub(super) path: &'static str,
 }
 
 impl Soak {
+    /// Seconds from the first sample to the last.
+    pub(super) fn sampled_span(&self) -> f64 {
+        match (self.samples.first(), self.samples.last()) {
+            (Some(a), Some(b)) => b.at_s - a.at_s,
+            _ => 0.0,
+        }
+    }
+
     pub(super) fn peak(&self, f: impl Fn(&Sample) -> u64) -> u64 {
         self.samples.iter().map(f).max().unwrap_or(0)
     }
@@ -131,6 +141,7 @@ impl SoakArgs {
             read_back,
             edits: None,
             forwarding: None,
+            path: "loopback",
         })
     }
 
@@ -174,24 +185,19 @@ impl SoakArgs {
                 words(&["rr", "clients", "--server", &a, "--clients", "8", "--rate", "2000", "-t", &secs]),
             ),
             SoakServer::Lb => bail!("the balancer's soak has a network of its own"),
-            SoakServer::Nvme => (
-                words(&[
-                    "nvme",
-                    "target",
-                    "--listen",
-                    &a,
-                    "--ns",
-                    &image_arg,
-                    "--max-connections",
-                    &conns,
-                    "--cpus",
-                    &target_cpus,
-                ]),
-                words(&[
+            SoakServer::Nvme => {
+                let mut target =
+                    words(&["nvme", "target", "--listen", &a, "--ns", &image_arg, "--max-connections", &conns]);
+                // Unpinned where the plan names no CPU (a testbed host without `cpus`).
+                if !target_cpus.is_empty() {
+                    target.extend(words(&["--cpus", &target_cpus]));
+                }
+                let perf = words(&[
                     "nvme", "perf", "--target", &a, "--verify", "--rw", "randrw", "--qd", "4", "--bs", &bs, "--ramp",
                     "0s", "-t", &secs,
-                ]),
-            ),
+                ]);
+                (target, perf)
+            }
         })
     }
 

@@ -28,6 +28,7 @@ impl SoakArgs {
 
     pub(super) fn run_on_testbed(&self, t: &Testbed, progress: &dyn Progress) -> Result<ScenarioReport> {
         let cpus = Cpus { server: t.server.pinned(), clients: t.clients[0].pinned() };
+        let nic = t.hold_nic()?;
         let mut soaks = Vec::new();
         for &server in self.servers.iter().filter(|s| **s != SoakServer::Lb) {
             progress.start(&server.name());
@@ -48,6 +49,7 @@ impl SoakArgs {
             notes.push("Left out on this testbed: lb (its soak builds its own network on one machine).".into());
         }
         report.notes.splice(0..0, notes);
+        report.notes.extend(nic.finish());
         Ok(report)
     }
 
@@ -87,6 +89,7 @@ impl SoakArgs {
             read_back,
             edits: None,
             forwarding: None,
+            path: "testbed",
         })
     }
 }
