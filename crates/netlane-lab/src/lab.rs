@@ -147,7 +147,8 @@ impl Lab {
             ));
         }
         let refs: Vec<&dyn Scenario> = list.iter().map(|s| s.as_ref()).collect();
-        let results = scenarios::run_all(&refs, progress, each)?;
+        let mut results = scenarios::run_all(&refs, progress, each)?;
+        results.quick = self.profile.quick;
         let doc = netlane_report::document("lab", results);
         report::write_dir(&self.dir, &doc)?;
         if self.latest

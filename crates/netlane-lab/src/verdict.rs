@@ -26,6 +26,14 @@ pub fn measured_median(checks: &[Check], id: &str) -> Option<String> {
     checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| crate::stats::sig(m.median))
 }
 
+/// The median a check measured and its target as the report prints it (`<= 1 x`), for
+/// a headline that says what it is held to.
+pub fn measured_and_target(checks: &[Check], id: &str) -> Option<(String, String)> {
+    let c = checks.iter().find(|c| c.id == id)?;
+    let m = c.measured.as_ref()?;
+    Some((crate::stats::sig(m.median), netlane_report::format::target(&c.target)))
+}
+
 /// A headline from phrases: joined with "; ", capitalised, ending in a period (None
 /// when there are none).
 pub fn join_headline(parts: Vec<String>) -> Option<String> {

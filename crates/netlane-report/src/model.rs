@@ -696,6 +696,9 @@ pub struct Results {
     pub machine: MachineState,
     /// All checks counted.
     pub summary: Tally,
+    /// A quick lab (`--quick`): one round per scenario and shorter runs, a check that the
+    /// paths work rather than a measurement.
+    pub quick: bool,
     /// The scenarios.
     pub scenarios: Vec<ScenarioReport>,
 }

@@ -91,6 +91,34 @@ fn checks(cs: &[Check]) -> Markup {
     }
 }
 
+/// Every missed or invalid target, on the first screen: what, where, and why.
+fn not_met(scenarios: &[ScenarioReport]) -> Markup {
+    let bad: Vec<(&str, &Check)> = scenarios
+        .iter()
+        .flat_map(|s| s.checks.iter().map(move |c| (s.name.as_str(), c)))
+        .filter(|(_, c)| matches!(c.outcome, Outcome::Missed | Outcome::Invalid))
+        .collect();
+    html! {
+        @if !bad.is_empty() {
+            h3 { "Missed and invalid targets" }
+            div class="scroll" {
+                table {
+                    tr { th class="l" { "outcome" } th class="l" { "scenario" } th class="l" { "target" } th { "measured" } th { "wanted" } }
+                    @for (name, c) in &bad {
+                        tr {
+                            td class="l" { (badge(c.outcome)) }
+                            td class="l" { a href={"#" (name)} { (name) } }
+                            td class="l wrap" { (c.name) }
+                            td { (measured(c)) }
+                            td { (format::target(&c.target)) }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 fn table(t: &Table) -> Markup {
     html! {
         h3 { (t.title) }
@@ -210,18 +238,22 @@ pub fn page(doc: &Document<Results>) -> String {
                     (tally(&r.summary))
                     div class="scroll" {
                         table {
-                            tr { th class="l" { "scenario" } th class="l" { "headline" } th { "met" } th { "within noise" } th { "missed" } th { "invalid" } th { "not shown here" } }
+                            tr { th class="l" { "scenario" } th class="l" { "headline" } th { "met" } th { "within noise" } th { "missed" } th { "invalid" } th { "skipped" } th { "not shown here" } }
                             @for s in &r.scenarios {
                                 @let t = Tally::of(&s.checks);
                                 tr {
                                     td class="l" { a href={"#" (s.name)} { (s.name) } }
                                     td class="l wrap" { (s.headline) }
-                                    td { (t.met) } td { (t.within_noise) } td { (t.missed) } td { (t.invalid + t.skipped) } td { (t.not_shown) }
+                                    td { (t.met) } td { (t.within_noise) } td { (t.missed) } td { (t.invalid) } td { (t.skipped) } td { (t.not_shown) }
                                 }
                             }
                         }
                     }
+                    @if r.quick {
+                        div class="warn" { "A quick lab (" code { "--quick" } "): one round per scenario and shorter runs. Its verdicts show that the paths work; for measurements run the lab without " code { "--quick" } "." }
+                    }
                     @for w in &m.warnings { div class="warn" { "Warning: " (w) } }
+                    (not_met(&r.scenarios))
                 }
                 h3 { "Provenance" }
                 dl class="kv" {

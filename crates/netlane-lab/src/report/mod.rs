@@ -46,6 +46,7 @@ pub fn write_dir(dir: &Path, doc: &Document<Results>) -> Result<Vec<PathBuf>, Wr
             body: Results {
                 machine: doc.body.machine.clone(),
                 summary: Tally::of(&s.checks),
+                quick: doc.body.quick,
                 scenarios: vec![s.clone()],
             },
         };

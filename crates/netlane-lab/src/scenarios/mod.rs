@@ -389,7 +389,7 @@ pub fn run_all(
     }
     progress.clear();
     let summary = Tally::of(scenarios.iter().flat_map(|s| s.checks.iter()));
-    Ok(Results { machine: monitor.finish(), summary, scenarios })
+    Ok(Results { machine: monitor.finish(), summary, quick: false, scenarios })
 }
 
 /// Parses a scenario's options from command-line words, with its defaults (the same

@@ -11,7 +11,7 @@ use super::{KvBenchArgs, KvRound, KvRun, Part, ServerKind};
 use crate::scenarios::cache::pct;
 use crate::scenarios::{Heading, Sections, discarded_note};
 use crate::stats::{med, median, repeat_flags};
-use crate::verdict::{join_headline, measured_median};
+use crate::verdict::{join_headline, measured_and_target, measured_median};
 
 /// One round's closed loop and the open loop at its rate.
 struct LoopPair {
@@ -255,7 +255,9 @@ impl KvBenchArgs {
             get("kv.sla-throughput")
                 .map(|v| format!("netlane's server held {v}x memcached's rate within {}", self.sla)),
             get("kv.tight-sla-throughput").map(|v| format!("{v}x within {}", self.tight_sla)),
-            get("kv.cpu-per-request").map(|v| format!("{v}x its CPU per request")),
+            measured_and_target(&out.checks, "kv.cpu-per-request").map(|(v, t)| {
+                format!("netlane's server used {v}x memcached's CPU per request (target {t}; lower is better)")
+            }),
         ];
         join_headline(parts.into_iter().flatten().collect())
             .unwrap_or_else(|| format!("{} servers, {} rounds.", self.servers.len(), self.repeat))

@@ -3,7 +3,7 @@
 use crate::plan::{CpuPlan, Role};
 use crate::scenarios::{Heading, Sections, discarded_note};
 use crate::stats::repeat_flags;
-use crate::verdict::{Measure, Spec, join_headline, measured_median, paired};
+use crate::verdict::{Measure, Spec, join_headline, measured_and_target, measured_median, paired};
 use netlane_report::{
     Axis, Chart, ChartKind, Check, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
 };
@@ -296,11 +296,18 @@ impl LanesBenchArgs {
             get("lanes.aligned-throughput")
                 .map(|v| format!("NAPI-id lanes held {v}x plain workers' rate within {}", self.sla)),
             get("lanes.busy-poll-throughput").map(|v| format!("busy polling {v}x on top")),
-            get("lanes.aligned-p999").map(|v| format!("{v}x their p99.9")),
+            measured_and_target(checks, "lanes.aligned-p999")
+                .map(|(v, t)| format!("NAPI-id lanes' p99.9 was {v}x plain workers' (target {t}; lower is better)")),
             get("lanes.isolation-p999")
                 .map(|v| format!("per-application classes {v}x the cache's p99.9 beside a bulk neighbour")),
         ];
-        join_headline(parts.into_iter().flatten().collect())
-            .unwrap_or_else(|| format!("{} modes, {} rounds.", self.modes.len(), self.repeat))
+        join_headline(parts.into_iter().flatten().collect()).unwrap_or_else(|| {
+            let modes: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
+            format!(
+                "{} run, {} round(s) each; no comparison taken (the checks say what each needs).",
+                modes.join(", "),
+                self.repeat
+            )
+        })
     }
 }
