@@ -3,6 +3,7 @@
 //! host or namespace, measured from both ends. The lab's udp-bulk and udp-pacing
 //! scenarios run exactly these.
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -45,8 +46,8 @@ pub fn run(cmd: BulkCmd) -> Result<u8> {
 /// `netlane bulk send`.
 #[derive(Debug, Args)]
 pub struct SendArgs {
-    /// The receiver's address and port.
-    #[arg(long)]
+    /// The receiver's address and port: HOST:PORT, or a host alone (port 9000).
+    #[arg(long, value_parser = |s: &str| parse_endpoint(s, Some(9000)))]
     pub to: SocketAddr,
     /// UDP datagrams or a TCP stream.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]
@@ -157,8 +158,9 @@ fn sent_line(r: &TxReport) -> String {
 /// `netlane bulk recv`.
 #[derive(Debug, Args)]
 pub struct RecvArgs {
-    /// Address and port to receive on (port 0 picks one).
-    #[arg(long, default_value = "0.0.0.0:9000")]
+    /// Address and port to receive on (port 0 picks one), or an address or host alone
+    /// (port 9000).
+    #[arg(long, default_value = "0.0.0.0:9000", value_parser = |s: &str| parse_endpoint(s, Some(9000)))]
     pub listen: SocketAddr,
     /// UDP datagrams or a TCP stream.
     #[arg(long, value_enum, default_value_t = Transport::Udp)]

@@ -1,6 +1,7 @@
 //! `netlane hostile`: the soak's hostile clients of one netlane server, run against its
 //! address for a while (the lab runs them so on a testbed's client host).
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -19,8 +20,8 @@ pub struct HostileArgs {
     /// nvme (NVMe/TCP).
     #[arg(value_enum)]
     pub server: SoakServer,
-    /// Its address.
-    #[arg(long)]
+    /// Its address: HOST:PORT.
+    #[arg(long, value_parser = |s: &str| parse_endpoint(s, None))]
     pub addr: SocketAddr,
     /// Connections held open at once, each having started a message and stalled (TCP
     /// servers).

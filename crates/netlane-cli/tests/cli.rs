@@ -931,7 +931,7 @@ fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
         "rr",
         "serve",
         "--listen",
-        "127.0.0.1:0",
+        "localhost:0",
         "--path",
         "recvfrom",
         "-t",
@@ -940,7 +940,11 @@ fn rr_serve_answers_rr_clients_and_both_write_valid_json() {
         serve_json_arg,
     ]);
     let addr = addr.as_str();
-    let o = netlane(&["rr", "clients", "--server", addr, "--clients", "8", "-t", "500ms", "--ramp", "100ms", "--json"]);
+    // Host names, as every peer tool takes them: `localhost` is 127.0.0.1.
+    assert!(addr.starts_with("127.0.0.1:"), "{addr}");
+    let by_name = addr.replace("127.0.0.1", "localhost");
+    let o =
+        netlane(&["rr", "clients", "--server", &by_name, "--clients", "8", "-t", "500ms", "--ramp", "100ms", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let doc = valid_document(&stdout(&o), "rr-clients");
     let r = &doc["report"];
@@ -988,6 +992,17 @@ fn rr_bad_options_and_an_absent_server_are_clear_errors() {
     assert!(stderr(&o).contains("request size 10"), "{}", stderr(&o));
     let o = netlane(&["rr", "clients", "--threads", "3", "--clients", "2"]);
     assert!(stderr(&o).contains("3 threads for 2 clients"), "{}", stderr(&o));
+    // One address rule everywhere: HOST:PORT, or a host alone with the default port.
+    for (cmd, opt, bad, says) in [
+        (["rr", "clients"], "--server", "localhost:x", "\"x\" is not a port"),
+        (["kv", "load"], "--server", "localhost:70000", "is not a port"),
+        (["nvme", "perf"], "--target", "a b:1", "expected HOST:PORT"),
+        (["hostile", "kv"], "--addr", "localhost", "expected HOST:PORT"),
+    ] {
+        let o = netlane(&[cmd[0], cmd[1], opt, bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{bad}: {}", stderr(&o));
+    }
     // Nobody listens: the run ends on time with an error that says what happened.
     let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let server = format!("127.0.0.1:{port}");

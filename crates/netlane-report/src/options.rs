@@ -5,6 +5,7 @@
 //!
 //! Also the command-line value parsers every scenario shares.
 
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use netlane::cpus::CpuList;
@@ -163,6 +164,37 @@ pub fn parse_size_usize(s: &str) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("{s} is too large"))
 }
 
+/// An endpoint as every peer tool takes one: `HOST:PORT`, `[V6ADDR]:PORT`, or a host or
+/// address alone when `default_port` is given. A host name is resolved (`/etc/hosts`,
+/// then DNS) and its first IPv4 address taken, else its first address: `localhost`
+/// then reaches a server listening on 127.0.0.1.
+pub fn parse_endpoint(s: &str, default_port: Option<u16>) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    let bare = s.strip_prefix('[').and_then(|r| r.strip_suffix(']')).unwrap_or(s);
+    if let (Ok(ip), Some(port)) = (bare.parse::<IpAddr>(), default_port) {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let (host, port) = match s.rsplit_once(':') {
+        // `host:port` (an IPv6 address has more than one colon and parsed above).
+        Some((h, p)) if !h.contains(':') => {
+            (h, p.parse::<u16>().map_err(|_| format!("{s}: {p:?} is not a port (0 to 65535)"))?)
+        }
+        _ => match default_port {
+            Some(port) => (s, port),
+            None => return Err(format!("{s}: expected HOST:PORT or [V6ADDR]:PORT")),
+        },
+    };
+    if host.is_empty() || host.starts_with('-') || host.chars().any(char::is_whitespace) {
+        return Err(format!("{s}: expected HOST:PORT or [V6ADDR]:PORT"));
+    }
+    let all: Vec<SocketAddr> =
+        (host, port).to_socket_addrs().map_err(|e| format!("{s}: {host} cannot be resolved ({e})"))?.collect();
+    all.iter().find(|a| a.is_ipv4()).or(all.first()).copied().ok_or_else(|| format!("{s}: {host} has no address"))
+}
+
 /// clap parser: one online CPU (`3`).
 pub fn parse_cpu(s: &str) -> Result<usize, String> {
     match netlane::cpus::parse_online(s)?.as_slice() {
@@ -191,6 +223,27 @@ pub fn quantum_name(q: netlane::pace::Quantum) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn endpoints_take_host_names_addresses_and_default_ports() {
+        let v4 = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(parse_endpoint("127.0.0.1:7070", None), Ok(v4("127.0.0.1:7070")));
+        assert_eq!(parse_endpoint("[::1]:7070", None), Ok(v4("[::1]:7070")));
+        assert_eq!(parse_endpoint("127.0.0.1", Some(11211)), Ok(v4("127.0.0.1:11211")));
+        assert_eq!(parse_endpoint("[::1]", Some(4420)), Ok(v4("[::1]:4420")));
+        assert_eq!(parse_endpoint("localhost:9", None), Ok(v4("127.0.0.1:9")));
+        assert_eq!(parse_endpoint("localhost", Some(4420)), Ok(v4("127.0.0.1:4420")));
+        for (bad, says) in [
+            ("localhost", "expected HOST:PORT"),
+            ("127.0.0.1", "expected HOST:PORT"),
+            ("localhost:http", "is not a port"),
+            ("localhost:70000", "is not a port"),
+            (":80", "expected HOST:PORT"),
+        ] {
+            let e = parse_endpoint(bad, None).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
 
     fn list() -> OptionList {
         OptionList::new()

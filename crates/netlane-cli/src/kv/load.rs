@@ -1,5 +1,6 @@
 //! `netlane kv load`: the load generator's arguments, runs and searches, and its report.
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -21,8 +22,9 @@ use crate::signals::STOP;
 /// `netlane kv load`.
 #[derive(Debug, Args)]
 pub struct LoadArgs {
-    /// The server (any memcached-protocol server).
-    #[arg(long, default_value = "127.0.0.1:11211")]
+    /// The server (any memcached-protocol server): HOST:PORT, or a host alone (port
+    /// 11211).
+    #[arg(long, default_value = "127.0.0.1:11211", value_parser = |s: &str| parse_endpoint(s, Some(11211)))]
     pub server: SocketAddr,
     /// TCP connections.
     #[arg(short = 'c', long, default_value_t = 64)]

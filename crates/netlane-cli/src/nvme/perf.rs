@@ -1,5 +1,6 @@
 //! `netlane nvme perf`: alone, as one agent, or coordinating agents on other hosts.
 
+use netlane_report::options::parse_endpoint;
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -36,8 +37,8 @@ fn parse_job_cpus(s: &str) -> Result<JobCpus, String> {
 /// `netlane nvme perf`.
 #[derive(Debug, Args, Clone)]
 pub struct PerfArgs {
-    /// Target address.
-    #[arg(long, default_value = "127.0.0.1:4420")]
+    /// Target address: HOST:PORT, or a host alone (port 4420).
+    #[arg(long, default_value = "127.0.0.1:4420", value_parser = |s: &str| parse_endpoint(s, Some(4420)))]
     pub target: SocketAddr,
     /// Subsystem NQN.
     #[arg(long, default_value = DEFAULT_NQN)]

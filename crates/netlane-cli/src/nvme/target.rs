@@ -1,5 +1,6 @@
 //! `netlane nvme target`.
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -19,13 +20,13 @@ use crate::signals::STOP;
 /// `netlane nvme target`.
 #[derive(Debug, Args)]
 pub struct TargetArgs {
-    /// Address to listen on. Repeat for more ports (a host connecting to two has two
-    /// paths: multipath).
-    #[arg(long, default_value = "127.0.0.1:4420")]
+    /// Address to listen on (HOST:PORT, or a host alone: port 4420). Repeat for more
+    /// ports (a host connecting to two has two paths: multipath).
+    #[arg(long, default_value = "127.0.0.1:4420", value_parser = |s: &str| parse_endpoint(s, Some(4420)))]
     pub listen: Vec<SocketAddr>,
     /// An address the discovery log tells hosts to connect to, when it is not what the
     /// target listens on (NAT, a VM's forwarded port). Repeat for more ports.
-    #[arg(long)]
+    #[arg(long, value_parser = |s: &str| parse_endpoint(s, Some(4420)))]
     pub advertise: Vec<SocketAddr>,
     /// Subsystem NQN.
     #[arg(long, default_value = DEFAULT_NQN)]

@@ -1,5 +1,6 @@
 //! `netlane rr clients`, alone, as an agent, or coordinating agents on other hosts.
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -19,8 +20,8 @@ use crate::signals::{STOP, StartGate};
 /// `netlane rr clients`.
 #[derive(Debug, Args)]
 pub struct ClientsArgs {
-    /// Server address (IPv4 or IPv6).
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// Server address: HOST:PORT (IPv4 or IPv6), or a host alone (port 7070).
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = |s: &str| parse_endpoint(s, Some(7070)))]
     pub server: SocketAddr,
     /// Clients, each with its own socket.
     #[arg(long, default_value_t = 64)]

@@ -1,5 +1,6 @@
 //! `netlane rr serve`.
 
+use netlane_report::options::parse_endpoint;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -18,8 +19,9 @@ use crate::signals::STOP;
 /// `netlane rr serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address and port to serve (IPv4 or IPv6; port 0 picks one).
-    #[arg(long, default_value = "127.0.0.1:7070")]
+    /// Address and port to serve (IPv4 or IPv6; port 0 picks one), or an address or
+    /// host alone (port 7070).
+    #[arg(long, default_value = "127.0.0.1:7070", value_parser = |s: &str| parse_endpoint(s, Some(7070)))]
     pub listen: SocketAddr,
     /// Receive path: recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp.
     #[arg(long, default_value = "recvmmsg")]
