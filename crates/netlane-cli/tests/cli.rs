@@ -998,6 +998,8 @@ fn rr_bad_options_and_an_absent_server_are_clear_errors() {
         (["kv", "load"], "--server", "localhost:70000", "is not a port"),
         (["nvme", "perf"], "--target", "a b:1", "expected HOST:PORT"),
         (["hostile", "kv"], "--addr", "localhost", "expected HOST:PORT"),
+        // Rates take SI suffixes (`10k`), as sizes and byte rates take units.
+        (["rr", "clients"], "--rate", "ten", "k, M or G for thousands"),
     ] {
         let o = netlane(&[cmd[0], cmd[1], opt, bad]);
         assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));

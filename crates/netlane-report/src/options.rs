@@ -164,6 +164,31 @@ pub fn parse_size_usize(s: &str) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("{s} is too large"))
 }
 
+/// clap parser: a rate or count with an SI suffix, as sizes and byte rates take units:
+/// `10k` is 10,000, `1.5M` 1,500,000, `2G` 2,000,000,000 (either case; `/s` may follow).
+pub fn parse_count_f64(s: &str) -> Result<f64, String> {
+    let t = s.trim();
+    let t = t.strip_suffix("/s").unwrap_or(t);
+    let (num, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1e3),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1e6),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1e9),
+        _ => (t, 1.0),
+    };
+    let bad = || format!("{s:?}: expected a number (k, M or G for thousands, millions, billions: 10k)");
+    let v = num.parse::<f64>().map_err(|_| bad())? * mult;
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(bad()) }
+}
+
+/// clap parser: a whole count with an SI suffix (`20k`), as [`parse_count_f64`] reads it.
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let v = parse_count_f64(s)?;
+    if v.fract() != 0.0 || v >= u64::MAX as f64 {
+        return Err(format!("{s:?}: expected a whole number"));
+    }
+    Ok(v as u64)
+}
+
 /// An endpoint as every peer tool takes one: `HOST:PORT`, `[V6ADDR]:PORT`, or a host or
 /// address alone when `default_port` is given. A host name is resolved (`/etc/hosts`,
 /// then DNS) and its first IPv4 address taken, else its first address: `localhost`
@@ -223,6 +248,19 @@ pub fn quantum_name(q: netlane::pace::Quantum) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_take_si_suffixes() {
+        assert_eq!(parse_count("10k"), Ok(10_000));
+        assert_eq!(parse_count("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_count("2g"), Ok(2_000_000_000));
+        assert_eq!(parse_count("20000"), Ok(20_000));
+        assert_eq!(parse_count_f64("2.5k/s"), Ok(2_500.0));
+        assert_eq!(parse_count_f64("0.5"), Ok(0.5));
+        for bad in ["", "k", "ten", "-1k", "1.5", "1e400", "nan"] {
+            assert!(parse_count(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn endpoints_take_host_names_addresses_and_default_ports() {

@@ -35,8 +35,8 @@ pub struct LoadArgs {
     /// CPUs the threads are pinned to (a CPU list) [default: not pinned].
     #[arg(long, value_parser = netlane::cpus::parse_list)]
     pub cpus: Option<netlane::cpus::CpuList>,
-    /// Open loop: total requests per second over all connections.
-    #[arg(long, conflicts_with = "closed", default_value_t = 10_000.0)]
+    /// Open loop: total requests per second over all connections (`10k`, `1.5M`).
+    #[arg(long, conflicts_with = "closed", default_value_t = 10_000.0, value_parser = netlane_report::options::parse_count_f64)]
     pub rate: f64,
     /// Arrival process of the open loop: poisson, constant or etc (Facebook's ETC gaps).
     #[arg(long, default_value = "poisson")]

@@ -44,9 +44,9 @@ pub struct ClientsArgs {
     /// Closed loop: think time between a response and the next request.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub think: Duration,
-    /// Open loop: Poisson arrivals at this many requests per second in all (instead of
-    /// the closed loop).
-    #[arg(long)]
+    /// Open loop: Poisson arrivals at this many requests per second in all (`50k`;
+    /// instead of the closed loop).
+    #[arg(long, value_parser = netlane_report::options::parse_count_f64)]
     pub rate: Option<f64>,
     /// Open loop: most requests in flight per client.
     #[arg(long, default_value_t = 64)]

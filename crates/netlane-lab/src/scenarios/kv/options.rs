@@ -99,8 +99,8 @@ pub struct KvBenchArgs {
     /// long enough that one stall of the machine cannot decide a p99 alone.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     pub step: Duration,
-    /// Offered rates of the rates part, requests/s.
-    #[arg(long, value_delimiter = ',', default_value = "20000,50000,80000")]
+    /// Offered rates of the rates part, requests/s (`20k,50k`).
+    #[arg(long, value_delimiter = ',', default_value = "20000,50000,80000", value_parser = netlane_report::options::parse_count)]
     pub rates: Vec<u64>,
     /// Requests in flight per connection in the closed part.
     #[arg(long, default_value_t = 1)]

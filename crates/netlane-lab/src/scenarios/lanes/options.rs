@@ -59,8 +59,8 @@ pub struct LanesBenchArgs {
     /// the search uses the first.
     #[arg(long, value_delimiter = ',', default_value = "64,256")]
     pub connections: Vec<u32>,
-    /// Offered rates of the fixed-rate runs, requests/s.
-    #[arg(long, value_delimiter = ',', default_value = "10000,20000")]
+    /// Offered rates of the fixed-rate runs, requests/s (`10k,20k`).
+    #[arg(long, value_delimiter = ',', default_value = "10000,20000", value_parser = netlane_report::options::parse_count)]
     pub rates: Vec<u64>,
     /// The workload.
     #[command(flatten)]
