@@ -1134,7 +1134,8 @@ fn kv_serve_bad_options_are_explained() {
     assert!(stderr(&o).contains("p99.9=1ms"), "{}", stderr(&o));
     // Nobody listening: a clear error, not a report of zeros.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let o = netlane(&["kv", "load", "--server", &format!("127.0.0.1:{port}"), "--duration", "100ms"]);
+    // `--time`, as every other command calls the run length (`--duration` too).
+    let o = netlane(&["kv", "load", "--server", &format!("127.0.0.1:{port}"), "--time", "100ms"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("connect"), "{}", stderr(&o));
     // The search's range is checked before the warm-up writes anything (here there is

@@ -52,7 +52,7 @@ pub struct LoadArgs {
     #[arg(long, default_value = "1m", value_parser = parse_size_usize)]
     pub item_max: usize,
     /// How long requests are scheduled (per run with --search).
-    #[arg(long, default_value = "5s", value_parser = parse_positive_duration)]
+    #[arg(long, visible_alias = "time", default_value = "5s", value_parser = parse_positive_duration)]
     pub duration: Duration,
     /// Before the measured --duration, how long requests are sent but not measured
     /// (connections and caches settle).
