@@ -112,13 +112,21 @@ fn value_range(series: &[Series], log: bool, from_zero: bool) -> (f64, f64) {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
     }
     if log {
-        (lo / 1.6, (hi * 1.6).max(lo * 2.0))
+        decades(lo / 1.6, (hi * 1.6).max(lo * 2.0))
     } else if from_zero || lo >= 0.0 {
         (0.0, if hi > 0.0 { hi * 1.12 } else { 1.0 })
     } else {
         let pad = (hi - lo).abs().max(1e-9) * 0.1;
         (lo - pad, hi + pad)
     }
+}
+
+/// A log axis's range widened to whole decades: plotters labels a log axis at powers of
+/// ten only, so a range inside one decade (200 to 500) would show no tick label at all.
+fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let (a, b) = (lo.log10().floor(), hi.log10().ceil());
+    // A hair beyond each end, so that rounding keeps both end decades' ticks inside.
+    (10f64.powf(a) * 0.999, 10f64.powf(if b > a { b } else { a + 1.0 }) * 1.001)
 }
 
 /// The x axis's range for numeric `xs` (finite): a degenerate one (no points, or all
@@ -130,7 +138,7 @@ fn x_range(xs: &[f64], log: bool) -> (f64, f64) {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
     }
     if log {
-        return (lo / 2.0, hi * 2.0);
+        return decades(lo / 2.0, hi * 2.0);
     }
     let pad = if hi - lo > lo.abs().max(1.0) * 1e-6 { 0.0 } else { lo.abs().max(1.0) * 0.1 };
     (lo - pad, hi + pad)
@@ -439,6 +447,25 @@ mod tests {
         };
         let svg = render(&c).unwrap();
         assert!(svg.contains("99.99%") && svg.contains("99%") && svg.contains("µs"), "{svg}");
+    }
+
+    /// A log axis whose values span less than a decade still has labelled ticks.
+    #[test]
+    fn a_log_axis_within_one_decade_is_labelled() {
+        let near = |(a, b): (f64, f64), (x, y): (f64, f64)| (a / x - 1.0).abs() < 0.01 && (b / y - 1.0).abs() < 0.01;
+        assert!(near(decades(125.0, 800.0), (100.0, 1000.0)));
+        assert!(near(decades(100.0, 100.0), (100.0, 1000.0)));
+        assert!(near(decades(0.3, 40.0), (0.1, 100.0)));
+        let c = Chart {
+            name: "p99".into(),
+            title: "p99 by rate".into(),
+            kind: ChartKind::Lines,
+            x: Axis::numeric("rate", Unit::Count("requests/s".into()), Scale::Linear),
+            y: Axis::numeric("p99", Unit::Seconds, Scale::Log),
+            series: vec![Series { name: "netlane".into(), points: vec![pt(1e4, 2e-4), pt(2e4, 5e-4)] }],
+        };
+        let svg = render(&c).unwrap();
+        assert!(svg.contains("100 µs") && svg.contains("1 ms"), "decade labels: {svg}");
     }
 
     #[test]
