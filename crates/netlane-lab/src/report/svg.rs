@@ -19,8 +19,9 @@ use netlane_report::{Chart, ChartKind, Scale, Series, Unit};
 
 const WIDTH: u32 = 960;
 const FONT: &str = "sans-serif";
-/// Okabe-Ito: distinguishable with every common colour-vision deficiency.
-const PALETTE: [RGBColor; 7] = [
+/// Okabe-Ito (distinguishable with every common colour-vision deficiency), then Paul
+/// Tol's muted scheme: sixteen colours, so a chart of up to sixteen series repeats none.
+const PALETTE: [RGBColor; 16] = [
     RGBColor(0, 114, 178),
     RGBColor(230, 159, 0),
     RGBColor(0, 158, 115),
@@ -28,6 +29,15 @@ const PALETTE: [RGBColor; 7] = [
     RGBColor(204, 121, 167),
     RGBColor(86, 180, 233),
     RGBColor(0, 0, 0),
+    RGBColor(51, 34, 136),
+    RGBColor(136, 204, 238),
+    RGBColor(68, 170, 153),
+    RGBColor(17, 119, 51),
+    RGBColor(153, 153, 51),
+    RGBColor(221, 204, 119),
+    RGBColor(204, 102, 119),
+    RGBColor(136, 34, 85),
+    RGBColor(170, 68, 153),
 ];
 
 fn color(i: usize) -> RGBColor {
@@ -119,6 +129,30 @@ fn value_range(series: &[Series], log: bool, from_zero: bool) -> (f64, f64) {
         let pad = (hi - lo).abs().max(1e-9) * 0.1;
         (lo - pad, hi + pad)
     }
+}
+
+/// Every x value of every series, in order, once.
+fn chart_xs(series: &[Series]) -> Vec<f64> {
+    let mut xs: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.x)).filter(|x| x.is_finite()).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    xs
+}
+
+/// `pts` (in x order) cut where they skip one of the chart's `xs`.
+fn runs<'a>(pts: &'a [(f64, f64)], xs: &[f64]) -> Vec<&'a [(f64, f64)]> {
+    let rank = |x: f64| xs.iter().position(|v| *v == x);
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=pts.len() {
+        let joined = i < pts.len() && matches!((rank(pts[i - 1].0), rank(pts[i].0)), (Some(a), Some(b)) if b == a + 1);
+        if !joined {
+            out.push(&pts[start..i]);
+            start = i;
+        }
+    }
+    out.retain(|r| !r.is_empty());
+    out
 }
 
 /// A log axis's range widened to whole decades: plotters labels a log axis at powers of
@@ -278,11 +312,16 @@ where
         .draw()
         .map_err(err)?;
     let y_log = chart.y.scale == Scale::Log;
+    let xs = chart_xs(&chart.series);
     for (si, s) in chart.series.iter().enumerate() {
         let col = color(si);
         let pts: Vec<(f64, f64)> =
             s.points.iter().filter(|p| p.y.is_finite() && (!y_log || p.y > 0.0)).map(|p| (p.x, p.y)).collect();
-        c.draw_series(LineSeries::new(pts.clone(), col.stroke_width(2))).map_err(err)?;
+        // A line only between neighbouring x values the chart has: where this series was
+        // not measured (or measured nothing), it breaks.
+        for run in runs(&pts, &xs) {
+            c.draw_series(LineSeries::new(run.to_vec(), col.stroke_width(2))).map_err(err)?;
+        }
         c.draw_series(pts.iter().map(|p| Circle::new(*p, 4, col.filled()))).map_err(err)?;
         for p in &s.points {
             if let (Some(l), Some(u)) = (p.low, p.high)
@@ -447,6 +486,37 @@ mod tests {
         };
         let svg = render(&c).unwrap();
         assert!(svg.contains("99.99%") && svg.contains("99%") && svg.contains("µs"), "{svg}");
+    }
+
+    /// Up to sixteen series, no colour twice; a series' line breaks where it was not
+    /// measured.
+    #[test]
+    fn colours_do_not_repeat_and_lines_break_at_unmeasured_points() {
+        for i in 0..PALETTE.len() {
+            for j in i + 1..PALETTE.len() {
+                assert_ne!(color(i), color(j), "{i} and {j}");
+            }
+        }
+        let xs = [1.0, 100.0, 10_000.0, 1e6];
+        let pts = [(1.0, 2.0), (10_000.0, 3.0), (1e6, 4.0)];
+        let r = runs(&pts, &xs);
+        assert_eq!(r, vec![&pts[..1], &pts[1..]], "no line from 1 to 10,000 across 100");
+        assert_eq!(runs(&[], &xs).len(), 0);
+        let series: Vec<Series> = (0..15)
+            .map(|i| Series { name: format!("s{i}"), points: vec![pt(1.0, 1.0 + i as f64), pt(2.0, 2.0 + i as f64)] })
+            .collect();
+        let c = Chart {
+            name: "many".into(),
+            title: "Fifteen series".into(),
+            kind: ChartKind::Lines,
+            x: Axis::numeric("flows", Unit::Count("flows".into()), Scale::Linear),
+            y: Axis::numeric("Mpps", Unit::Count("Mpps".into()), Scale::Linear),
+            series,
+        };
+        let svg = render(&c).unwrap();
+        let strokes: std::collections::HashSet<&str> =
+            svg.split("stroke=\"").skip(1).filter_map(|r| r.split('"').next()).filter(|c| *c != "none").collect();
+        assert!(strokes.len() >= 15, "{strokes:?}");
     }
 
     /// A log axis whose values span less than a decade still has labelled ticks.
