@@ -269,9 +269,40 @@ fn probe_json_validates() {
     assert!(o.status.success(), "{}", stderr(&o));
     let doc = valid_document(&stdout(&o), "probe");
     let names: Vec<&str> = doc["features"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    for want in ["udp-gso", "udp-gro", "msg-zerocopy", "so-txtime", "busy-poll"] {
+    for want in
+        ["udp-gso", "udp-gro", "msg-zerocopy", "so-txtime", "busy-poll", "af-xdp", "btf", "netdev-napi", "memlock"]
+    {
         assert!(names.contains(&want), "{names:?}");
     }
+    // What this kernel has (kernel-probe.md): AF_XDP, BTF, napi-get; the memlock limit
+    // said in KiB.
+    let support =
+        |n: &str| doc["features"].as_array().unwrap().iter().find(|f| f["name"] == n).unwrap()["support"].clone();
+    for n in ["btf", "netdev-napi"] {
+        assert_eq!(support(n)["status"], "supported", "{n}: {}", support(n));
+    }
+    assert!(support("memlock")["detail"].as_str().unwrap().starts_with("soft "), "{}", support("memlock"));
+    // Without CAP_NET_RAW (as nobody, when this runs as root), AF_XDP says which
+    // capability it needs.
+    let unprivileged = if nix::unistd::geteuid().is_root() {
+        let o = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                env!("CARGO_BIN_EXE_netlane"),
+                "probe",
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        valid_document(&stdout(&o), "probe")
+    } else {
+        doc.clone()
+    };
+    let f = unprivileged["features"].as_array().unwrap().iter().find(|f| f["name"] == "af-xdp").unwrap().clone();
+    assert!(f["support"]["detail"].as_str().unwrap().contains("CAP_NET_RAW"), "{f}");
 }
 
 #[test]

@@ -235,6 +235,53 @@ pub fn busy_poll() -> Support {
     )
 }
 
+/// How much memory a process may lock (RLIMIT_MEMLOCK): what an AF_XDP UMEM pins
+/// counts against it (BPF maps are charged to the memory cgroup since Linux 5.11).
+pub fn memlock() -> Support {
+    use nix::sys::resource::{Resource, getrlimit};
+    let show = |v: u64| if v == u64::MAX { "unlimited".to_string() } else { format!("{} KiB", v / 1024) };
+    match getrlimit(Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, hard)) => Support::Supported(format!(
+            "soft {}, hard {}: an AF_XDP UMEM (frames x frame size) must fit under the soft limit (`ulimit -l`; \
+             root may raise it)",
+            show(soft),
+            show(hard)
+        )),
+        Err(e) => Support::Unknown(format!("getrlimit(RLIMIT_MEMLOCK): {e}")),
+    }
+}
+
+/// The kernel's BTF (what CO-RE BPF programs such as netlane's are relocated against).
+pub fn btf() -> Support {
+    match std::fs::metadata("/sys/kernel/btf/vmlinux") {
+        Ok(m) => Support::Supported(format!("/sys/kernel/btf/vmlinux, {} KiB: CO-RE programs load", m.len() / 1024)),
+        Err(e) => Support::Unsupported(format!(
+            "/sys/kernel/btf/vmlinux: {e} (a kernel built without CONFIG_DEBUG_INFO_BTF: netlane's BPF programs \
+             cannot be relocated)"
+        )),
+    }
+}
+
+/// netdev netlink's NAPI instances (`napi-get`, Linux 6.8): what lanes place
+/// connections by and `nic show` lists.
+pub fn netdev_napi() -> Support {
+    match crate::topology::netdev::Netdev::open().and_then(|mut nd| nd.napis(1)) {
+        Ok(_) => Support::Supported("napi-get answers: NAPI ids, their interrupts and threads are listed".into()),
+        Err(e) => Support::Unsupported(format!("napi-get: {}", crate::error::chain(&e))),
+    }
+}
+
+/// AF_XDP sockets (an `AF_XDP` socket made; binding one needs a device and a UMEM).
+pub fn af_xdp() -> Support {
+    match socket2::Socket::new(socket2::Domain::from(libc::AF_XDP), socket2::Type::RAW, None) {
+        Ok(_) => Support::Supported("an AF_XDP socket was made (zero-copy needs a driver that has it)".into()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            Support::Unknown("making one needs CAP_NET_RAW: run as root (or grant it: setcap cap_net_raw+ep)".into())
+        }
+        Err(e) => Support::Unsupported(format!("socket(AF_XDP): {e} (a kernel without CONFIG_XDP_SOCKETS)")),
+    }
+}
+
 /// Which of `kinds` the kernel can instantiate as a root qdisc, tried on a veth in a
 /// scratch namespace (needs root; otherwise every answer is `Unknown`).
 pub fn qdiscs(kinds: &[&'static str]) -> Vec<(&'static str, Support)> {
@@ -288,6 +335,10 @@ pub fn probe_all() -> ProbeReport {
         Feature { name: "so-txtime", support: so_txtime(&qd) },
         Feature { name: "so-max-pacing-rate", support: max_pacing_rate() },
         Feature { name: "busy-poll", support: busy_poll() },
+        Feature { name: "af-xdp", support: af_xdp() },
+        Feature { name: "btf", support: btf() },
+        Feature { name: "netdev-napi", support: netdev_napi() },
+        Feature { name: "memlock", support: memlock() },
     ];
     ProbeReport { features, qdiscs: qd.into_iter().map(|(qdisc, support)| QdiscSupport { qdisc, support }).collect() }
 }
