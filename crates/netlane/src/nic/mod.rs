@@ -25,8 +25,8 @@ mod settings;
 pub use self::rss::{Rss, RssParts, RssSetting, RssTable, key_words, parse_key, set_rss};
 pub(crate) use self::settings::one_bit_mask;
 pub use self::settings::{
-    Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, set_bottleneck, set_file,
-    set_group, set_irq_cpus, try_settings, tx_queues, xps_cpus, xps_rxqs,
+    Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, rx_queues, set_bottleneck,
+    set_file, set_group, set_irq_cpus, try_settings, tx_queues, xps_cpus, xps_rxqs,
 };
 
 /// The offloads [`show`] reports (those a fast path depends on).
@@ -132,12 +132,7 @@ pub fn show(dev: &str) -> Result<NicView, TopologyError> {
     let sys = format!("/sys/class/net/{dev}");
     // The queues the device has now (sysfs lists them whether it is up or not; netdev
     // netlink only while it is up).
-    let count = |kind: &str| {
-        std::fs::read_dir(format!("{sys}/queues"))
-            .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(kind)).count())
-            .unwrap_or(0)
-    };
-    let (rx_queues, tx_queues) = (count("rx-"), count("tx-"));
+    let (rx_queues, tx_queues) = (settings::rx_queues(dev).len(), settings::tx_queues(dev).len());
     // Each asked on its own: a kernel may have the one (dev-get, 6.3) and not the other
     // (napi-get, 6.8).
     let (napis, napis_unavailable) = match Netdev::open().and_then(|mut nd| nd.napis(ifindex)) {

@@ -8,7 +8,7 @@ use std::io;
 
 use serde::{Deserialize, Serialize};
 
-use super::settings::Outcome;
+use super::settings::{Outcome, rx_queues};
 use crate::error::{IoError, chain};
 use crate::installed::{Change, Held, Place};
 
@@ -233,13 +233,6 @@ fn digest(indir: &[u32]) -> u32 {
     indir.iter().flat_map(|e| e.to_le_bytes()).fold(0x811c_9dc5, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
 }
 
-/// The receive queues `dev` has (as sysfs lists them).
-fn rx_queues(dev: &str) -> usize {
-    std::fs::read_dir(format!("/sys/class/net/{dev}/queues"))
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count())
-        .unwrap_or(0)
-}
-
 /// Sets `asked` of `dev`'s RSS configuration until the returned guard drops (`None` when
 /// refused).
 pub fn set_rss(dev: &str, asked: &RssSetting) -> (Outcome, Option<Held>) {
@@ -251,7 +244,7 @@ pub fn set_rss(dev: &str, asked: &RssSetting) -> (Outcome, Option<Held>) {
     };
     let mut value = RssParts::default();
     if let Some(t) = &asked.table {
-        let queues = rx_queues(dev);
+        let queues = rx_queues(dev).len();
         if t.top_queue() as usize >= queues {
             return refused(format!("{t} names rx-{}: {dev} has {queues} receive queues", t.top_queue()));
         }
@@ -276,7 +269,7 @@ pub fn set_rss(dev: &str, asked: &RssSetting) -> (Outcome, Option<Held>) {
     };
     let write = value.clone();
     let mut was = RssParts::of(&before, &value);
-    let queues = rx_queues(dev).max(1) as u32;
+    let queues = rx_queues(dev).len().max(1) as u32;
     was.default_table = !was.indir.is_empty() && was.indir.iter().enumerate().all(|(i, q)| *q == i as u32 % queues);
     let change = Change::Rss { place, ifname: dev.to_string(), before: was, value };
     match Held::make(change, || {

@@ -138,15 +138,26 @@ impl FileSetting {
 
 /// The transmit queues of `dev`, by number (none when it has no such directory).
 pub fn tx_queues(dev: &str) -> Vec<usize> {
-    let mut tx: Vec<usize> = std::fs::read_dir(format!("/sys/class/net/{dev}/queues"))
+    queues(dev, "tx-")
+}
+
+/// The receive queues of `dev`, by number (none when it has no such directory).
+pub fn rx_queues(dev: &str) -> Vec<usize> {
+    queues(dev, "rx-")
+}
+
+/// `dev`'s queues whose sysfs directory starts with `kind`, by number, as this
+/// namespace's sysfs lists them (whether the device is up or not).
+fn queues(dev: &str, kind: &str) -> Vec<usize> {
+    let mut q: Vec<usize> = std::fs::read_dir(format!("/sys/class/net/{dev}/queues"))
         .map(|d| {
             d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix("tx-")).and_then(|n| n.parse().ok()))
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_prefix(kind)).and_then(|n| n.parse().ok()))
                 .collect()
         })
         .unwrap_or_default();
-    tx.sort_unstable();
-    tx
+    q.sort_unstable();
+    q
 }
 
 /// The kernel's bitmap format (hexadecimal, 32-bit words separated by commas) with only

@@ -14,7 +14,7 @@ use netlane_lb::testnet::{BalancerNet, LB_IFACE, real_addr};
 use nix::sys::signal::Signal;
 
 use super::hostile::{balancer_frames, edit_config, flood_frames};
-use super::measure::{LISTENING, Soak, run_client, samples, start_server, watch, words};
+use super::measure::{LISTENING, Soak, run_client, start_server, watch, words};
 use super::{Cpus, SoakArgs, SoakServer};
 use crate::host::RoleProcess;
 
@@ -130,7 +130,7 @@ impl SoakArgs {
         stop.store(true, Ordering::Relaxed);
         let flooded = flood.join().map_err(|_| anyhow!("the hostile frames' thread panicked"))?;
         let edited = editor.join().map_err(|_| anyhow!("the configuration editor panicked"))?;
-        let samples = samples(&target);
+        let samples = target.samples();
         flooded.context("send hostile frames")?;
         edited.context("edit the balancer's configuration")?;
         let valid = valid?;

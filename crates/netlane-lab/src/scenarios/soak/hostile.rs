@@ -2,7 +2,7 @@
 //! loops that run until told to stop and count what they did.
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -170,7 +170,7 @@ pub(super) fn hostile_udp(
         let mut id = 0u64;
         while !stop.load(Ordering::Relaxed) {
             let any: SocketAddr =
-                if addr.is_ipv4() { (Ipv4Addr::UNSPECIFIED, 0).into() } else { "[::]:0".parse().unwrap_or(addr) };
+                if addr.is_ipv4() { (Ipv4Addr::UNSPECIFIED, 0).into() } else { (Ipv6Addr::UNSPECIFIED, 0).into() };
             let Ok(s) = UdpSocket::bind(any) else { break };
             for _ in 0..16 {
                 let datagram = if noise.below(2) == 0 {

@@ -14,15 +14,7 @@ use netlane::topology::Netns;
 use super::balancer::Forwarding;
 use super::hostile::hostile_clients;
 use super::{Cpus, NVME_BLOCK, NVME_IMAGE_BYTES, SoakArgs, SoakServer};
-use crate::host::{Host, LineHook, RoleProcess, RoleSpec};
-
-/// The server's resident memory and open descriptors at one moment.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Sample {
-    pub(super) at_s: f64,
-    pub(super) rss: u64,
-    pub(super) fds: u64,
-}
+use crate::host::{Host, LineHook, RoleProcess, RoleSample, RoleSpec};
 
 /// What the valid client saw.
 #[derive(Debug, Clone, Default)]
@@ -38,7 +30,7 @@ pub(super) struct Valid {
 #[derive(Debug)]
 pub(super) struct Soak {
     pub(super) server: SoakServer,
-    pub(super) samples: Vec<Sample>,
+    pub(super) samples: Vec<RoleSample>,
     pub(super) valid: Valid,
     pub(super) hostile_ops: u64,
     pub(super) fd_limit: u64,
@@ -57,12 +49,12 @@ impl Soak {
     /// Seconds from the first sample to the last.
     pub(super) fn sampled_span(&self) -> f64 {
         match (self.samples.first(), self.samples.last()) {
-            (Some(a), Some(b)) => b.at_s - a.at_s,
+            (Some(a), Some(b)) => (b.at - a.at).as_secs_f64(),
             _ => 0.0,
         }
     }
 
-    pub(super) fn peak(&self, f: impl Fn(&Sample) -> u64) -> u64 {
+    pub(super) fn peak(&self, f: impl Fn(&RoleSample) -> u64) -> u64 {
         self.samples.iter().map(f).max().unwrap_or(0)
     }
 
@@ -70,8 +62,8 @@ impl Soak {
     /// shows once caches and buffers are warm).
     pub(super) fn late_growth(&self) -> Option<u64> {
         let (first, last) = (self.samples.first()?, self.samples.last()?);
-        let third = first.at_s + (last.at_s - first.at_s) / 3.0;
-        let warm = self.samples.iter().find(|s| s.at_s >= third)?;
+        let third = first.at + (last.at - first.at) / 3;
+        let warm = self.samples.iter().find(|s| s.at >= third)?;
         Some(last.rss.saturating_sub(warm.rss))
     }
 
@@ -93,11 +85,6 @@ impl Soak {
 /// of what they did.
 pub(super) fn watch() -> (Arc<AtomicBool>, Arc<AtomicU64>) {
     (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)))
-}
-
-/// The server's memory and descriptors as sampled where it runs (every [`SAMPLE_EVERY`]).
-pub(super) fn samples(server: &RoleProcess) -> Vec<Sample> {
-    server.samples().iter().map(|s| Sample { at_s: s.at.as_secs_f64(), rss: s.rss, fds: s.fds }).collect()
 }
 
 /// How often a soaked server's memory and descriptors are sampled.
@@ -129,7 +116,7 @@ impl SoakArgs {
         for a in attackers {
             let _ = a.join();
         }
-        let samples = samples(&target);
+        let samples = target.samples();
         let valid = valid?;
         let read_back = (server == SoakServer::Nvme).then(|| read_back((ns, ns), &server_args, target, cpus, addr));
         Ok(Soak {

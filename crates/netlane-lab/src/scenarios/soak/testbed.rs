@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use netlane_report::ScenarioReport;
 
-use super::measure::{LISTENING, Soak, read_back, run_client, samples, start_server, words};
+use super::measure::{LISTENING, Soak, read_back, run_client, start_server, words};
 use super::{Cpus, SoakArgs, SoakServer};
 use crate::host::{Program, RoleProcess, RoleSpec};
 use crate::progress::Progress;
@@ -76,7 +76,7 @@ impl SoakArgs {
                 doc.pointer("/operations").and_then(serde_json::Value::as_u64).context("no `operations` in its report")
             })
             .context("the hostile clients")?;
-        let samples = samples(&target);
+        let samples = target.samples();
         let valid = valid?;
         let read_back = (server == SoakServer::Nvme)
             .then(|| read_back((t.server.host(), t.clients[0].host()), &server_args, target, cpus, addr));
