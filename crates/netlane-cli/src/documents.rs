@@ -1,5 +1,5 @@
 //! The bodies of the JSON documents the other commands write (`probe`, `lb check`,
-//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`, `bulk send`, `bulk recv`, `hostile`), and the JSON Schema of every
+//! `lb run`, `nvme perf`, `nvme target`, `rr serve`, `rr clients`, `kv serve`, `kv load`, `bulk send`, `bulk recv`, `hostile`; `compare`'s is in `netlane_report`), and the JSON Schema of every
 //! document kind.
 //! Each is wrapped in a [`netlane_report::Document`]: the same header everywhere.
 
@@ -154,6 +154,7 @@ fn schemas() -> Vec<(&'static str, serde_json::Value)> {
         ("nic-try", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
         ("nic-hold", s(schemars::schema_for!(Document<netlane::nic::Tried>))),
         ("hostile", s(schemars::schema_for!(Document<Hostile>))),
+        ("compare", s(schemars::schema_for!(Document<netlane_report::compare::Comparison>))),
         ("lb-check", s(schemars::schema_for!(Document<LbCheck>))),
         ("lb-run", s(schemars::schema_for!(Document<LbRun>))),
         ("nvme-perf", s(schemars::schema_for!(Document<NvmePerf>))),

@@ -13,6 +13,7 @@ mod agents;
 mod app;
 mod bench;
 mod bulk;
+mod compare;
 mod documents;
 mod hostile;
 mod kv;
@@ -105,6 +106,10 @@ enum Cmd {
     /// stall, a datagram flood): for a soak across machines, or a campaign of your own.
     /// Runs for its time, then says how many operations it made.
     Hostile(hostile::HostileArgs),
+    /// Compare two results (a lab's report directory or results.json, a bench's --json):
+    /// each check regressed, improved or unchanged beyond both runs' spread, and the
+    /// metrics that moved.
+    Compare(compare::CompareArgs),
     /// Network devices: what the lab would use of one, and which settings it takes.
     Nic {
         #[command(subcommand)]
@@ -256,6 +261,7 @@ fn run(cli: Cli) -> Result<u8> {
         Cmd::App { cmd } => app::run(cmd),
         Cmd::Role(a) => a.run(),
         Cmd::Hostile(a) => a.run(),
+        Cmd::Compare(a) => a.run(),
         Cmd::Nic { cmd } => nic::run(cmd),
         Cmd::Probe { out } => probe(&out).map(|()| 0),
         Cmd::Clean => clean(),

@@ -56,6 +56,9 @@ fn usage_errors_exit_2_and_bad_values_are_explained() {
         (&["nvme", "perf", "--cpus", "1-0"], "backwards"),
         (&["lb", "run", "--config", "x", "--iface", "y", "--hints", "fast"], "use off, rx-hash"),
         (&["lab", "--only", "nothing"], "udp-bulk"),
+        (&["lab", "--set", "nothing.time=1s"], "no scenario \"nothing\" (there are udp-bulk, udp-pacing"),
+        (&["lab", "--set", "udp-bulk.time"], "expected OPTION=VALUE after udp-bulk."),
+        (&["compare", "a", "b", "--tolerance=2000%"], "must be 0% to 1000%"),
         (&["app", "run", "--name", "a", "--mark", "0", "--", "true"], "mark 0"),
         (&["app", "run", "--name", "a", "--mark", "1", "--priority", "16", "--", "true"], "16"),
         (&["app", "run", "--name", "a", "--mark", "1"], "PROGRAM"),
@@ -100,6 +103,14 @@ fn bad_options_fail_before_anything_runs() {
         (&["bench", "lb-pps", "--flows", "0"], "flow counts"),
         (&["bench", "lb-pps", "--modes", "off,off"], "listed twice"),
         (&["bench", "nvme", "--ns-size", "1M"], "at least 64M"),
+        // An option set for the lab is checked as `bench` checks it, and only for a
+        // scenario the lab runs.
+        (
+            &["lab", "--only", "udp-bulk", "--set", "udp-bulk.segments=lots"],
+            "udp-bulk.segments=lots: invalid value 'lots'",
+        ),
+        (&["lab", "--only", "udp-bulk", "--set", "udp-bulk.segments=64"], "at most 46"),
+        (&["lab", "--only", "udp-bulk", "--set", "kv.rates=10k"], "kv.rates=10k: this lab does not run kv"),
     ];
     for (args, want) in cases {
         let start = Instant::now();

@@ -187,3 +187,69 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
     assert!(stale.is_empty(), "namespaces left behind: {stale:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `netlane compare` on real quick labs: two made alike show no regression; one whose GSO
+/// mode was slowed on purpose (one datagram per GSO send, set with `--set`) shows that
+/// check regressed, and `--strict` says so with status 3.
+#[test]
+fn compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs() {
+    if !privileged("compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs") {
+        return;
+    }
+    let dir = temp_dir("compare");
+    let lab = |name: &str, extra: &[&str]| {
+        let out = dir.join(name);
+        let mut args = vec!["lab", "--quick", "--only", "udp-bulk", "--out", out.to_str().unwrap()];
+        for set in ["udp-bulk.modes=udp,gso", "udp-bulk.no-selftest=true", "udp-bulk.repeat=3"].iter().chain(extra) {
+            args.extend(["--set", set]);
+        }
+        let o = netlane(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        out
+    };
+    let (a1, a2, slow) = (lab("a1", &[]), lab("a2", &[]), lab("slow", &["udp-bulk.segments=1"]));
+    let compare = |a: &Path, b: &Path| {
+        let o = netlane(&["compare", a.to_str().unwrap(), b.to_str().unwrap(), "--json", "-", "--strict"]);
+        let doc = valid_document(&stdout(&o), "compare");
+        (o.status.code(), doc)
+    };
+    let verdict = |doc: &serde_json::Value, id: &str| {
+        doc["checks"].as_array().unwrap().iter().find(|c| c["id"] == id).unwrap_or_else(|| panic!("{id}"))["verdict"]
+            .clone()
+    };
+    let (code, same) = compare(&a1, &a1);
+    assert_eq!(code, Some(0));
+    assert_eq!((same["summary"]["regressed"].as_u64(), same["summary"]["metrics_moved"].as_u64()), (Some(0), Some(0)));
+    let (code, alike) = compare(&a1, &a2);
+    assert_eq!(code, Some(0), "two alike runs: {}", alike["checks"]);
+    assert_eq!(verdict(&alike, "udp-bulk.gso-cpu-vs-udp"), "unchanged");
+    assert!(alike["warnings"].as_array().unwrap().is_empty(), "{}", alike["warnings"]);
+    let (code, slowed) = compare(&a1.join("results.json"), &slow);
+    assert_eq!(code, Some(3), "{}", slowed["checks"]);
+    assert_eq!(verdict(&slowed, "udp-bulk.gso-cpu-vs-udp"), "regressed");
+    assert_eq!(slowed["summary"]["regressed"], 1);
+    assert_eq!(slowed["warnings"], serde_json::json!(["udp-bulk options differ: segments 46 -> 1"]));
+    // The same for people, and as CSV.
+    let csv = dir.join("csv");
+    let o = netlane(&["compare", a1.to_str().unwrap(), slow.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "without --strict a regression is said, not an error");
+    let text = stdout(&o);
+    assert!(
+        text.contains("regressed [1] | udp-bulk.gso-cpu-vs-udp") && text.contains("Verdict: 1 regressed"),
+        "{text}"
+    );
+    assert!(csv.join("compare-checks.csv").is_file() && csv.join("compare-metrics.csv").is_file());
+    // What is not a results document is refused with what it is.
+    let probe = dir.join("probe.json");
+    let o = netlane(&["probe", "--json", probe.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = netlane(&["compare", a1.to_str().unwrap(), probe.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        stderr(&o).trim(),
+        format!("error: {}: a probe document: only a lab's or a bench's results compare", probe.display())
+    );
+    let o = netlane(&["compare", a1.to_str().unwrap(), dir.join("none").to_str().unwrap()]);
+    assert!(stderr(&o).starts_with(&format!("error: read {}: ", dir.join("none").display())), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

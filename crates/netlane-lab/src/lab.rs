@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use clap::{ArgAction, Args};
+use clap::{ArgAction, Args, ValueEnum};
 
 use crate::progress::Reporter;
 use crate::report;
@@ -38,6 +38,25 @@ pub struct LabArgs {
     /// SSH, into ~/.cache/netlane/) and use that.
     #[arg(long, requires = "testbed")]
     pub deploy: bool,
+    /// Change one option of one scenario from the lab's plan, as `netlane bench
+    /// SCENARIO --help` lists them (repeatable): `--set udp-bulk.mtu=9000`,
+    /// `--set kv.rates=10k,40k`. On a testbed the CPUs stay the file's.
+    #[arg(long = "set", value_name = "SCENARIO.OPTION=VALUE", value_parser = parse_setting)]
+    pub set: Vec<(ScenarioName, String)>,
+}
+
+/// `udp-bulk.mtu=9000` as the scenario and `mtu=9000`.
+fn parse_setting(s: &str) -> Result<(ScenarioName, String), String> {
+    let (scenario, option) = s.split_once('.').ok_or("expected SCENARIO.OPTION=VALUE, e.g. udp-bulk.mtu=9000")?;
+    let name = ScenarioName::from_str(scenario, true).map_err(|_| {
+        let all: Vec<String> = ScenarioName::ALL.iter().map(crate::scenarios::value_name).collect();
+        format!("no scenario {scenario:?} (there are {})", all.join(", "))
+    })?;
+    let option = option.trim_start_matches("--");
+    match option.split_once('=') {
+        Some((key, _)) if !key.is_empty() => Ok((name, option.to_string())),
+        _ => Err(format!("expected OPTION=VALUE after {scenario}., e.g. {scenario}.time=2s")),
+    }
 }
 
 /// A lab that is ready to run: options checked, report directory made.
@@ -91,7 +110,15 @@ impl LabArgs {
                 );
             }
         }
+        if let Some((name, option)) = self.set.iter().find(|(n, _)| !plans.contains(n)) {
+            bail!(
+                "{}.{option}: this lab does not run {}",
+                crate::scenarios::value_name(name),
+                crate::scenarios::value_name(name)
+            );
+        }
         let profile = LabProfile {
+            set: self.set.clone(),
             quick: self.quick,
             ipv6: self.ipv6,
             selftest: self.selftest.clone(),

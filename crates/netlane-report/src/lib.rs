@@ -6,13 +6,15 @@
 //!   read;
 //! - [`options`]: resolved options shown two ways (typed JSON, `key=value` echo) and the
 //!   command-line value parsers (durations, sizes, rates);
-//! - [`provenance`]: what built the numbers and on what.
+//! - [`provenance`]: what built the numbers and on what;
+//! - [`compare`]: two results documents side by side, noise-aware.
 //!
 //! The CLI, the servers and the lab share it; the lab adds only its HTML page and charts.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod compare;
 pub mod csv;
 pub mod format;
 mod model;

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use schemars::JsonSchema;
-use serde::{Serialize, Serializer};
+use serde::{Deserialize, Serialize, Serializer};
 
 /// Version of the JSON layout; raised when a field changes meaning or goes away.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -215,7 +215,7 @@ impl JsonSchema for Table {
 }
 
 /// How a check compares.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// value < target
@@ -244,21 +244,21 @@ impl Op {
 }
 
 /// What a check wants.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct Target {
     /// The comparison.
     pub op: Op,
     /// The bound (the lower one for `within`).
     pub value: f64,
     /// The upper bound of `within`.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upper: Option<f64>,
     /// Unit of the compared value (`x` for a ratio).
     pub unit: String,
 }
 
 /// The outcome of a check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, JsonSchema, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Outcome {
     /// Every paired sample meets the target.
@@ -312,7 +312,7 @@ impl Outcome {
 }
 
 /// What a check measured: one value per pair (or per run), their median and range.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct Measured {
     /// Median of the samples.
     pub median: f64,
@@ -325,7 +325,7 @@ pub struct Measured {
 }
 
 /// A target checked against numbers measured in the same run.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct Check {
     /// Stable identifier, `<scenario>.<check>`.
     pub id: String,
@@ -383,7 +383,7 @@ pub struct Flag {
 }
 
 /// One measured run, the same shape in every scenario.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct RunRecord {
     /// Position in execution order, from 1.
     pub index: u32,
@@ -641,7 +641,7 @@ impl Tally {
 }
 
 /// Where and with what a result was produced.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct Provenance {
     /// `netlane`.
     pub tool: String,
@@ -658,7 +658,7 @@ pub struct Provenance {
 }
 
 /// The machine.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema, Deserialize)]
 pub struct Host {
     /// Kernel release.
     pub kernel: String,

@@ -120,9 +120,40 @@ pub struct LabProfile {
     pub deploy: bool,
     /// The testbed once reached, shared by every scenario.
     pub reached: crate::testbed::Reached,
+    /// Options changed from the plan: a scenario and `option=value`.
+    pub set: Vec<(ScenarioName, String)>,
 }
 
 impl LabProfile {
+    /// `o` with the options set for `name` changed: its echoed options, each set one
+    /// replaced, parsed again as `netlane bench` parses them (so a value is checked as
+    /// there). Called before the testbed's fields, which the echo does not carry whole.
+    fn tuned<T: clap::Args + Scenario>(&self, name: ScenarioName, o: T) -> Result<T> {
+        let set: Vec<&str> = self.set.iter().filter(|(n, _)| *n == name).map(|(_, w)| w.as_str()).collect();
+        if set.is_empty() {
+            return Ok(o);
+        }
+        let key = |w: &str| w.split_once('=').map_or(w, |(k, _)| k).to_string();
+        let keys: Vec<String> = set.iter().map(|w| key(w)).collect();
+        let words: Vec<String> = o
+            .options()
+            .echo()
+            .into_iter()
+            .filter(|w| !keys.contains(&key(w)))
+            .chain(set.iter().map(|w| w.to_string()))
+            .map(|w| format!("--{w}"))
+            .collect();
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        from_words(&words).map_err(|e| {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or_default().trim_start_matches("error: ").to_string();
+            anyhow::anyhow!(
+                "{}: {first}",
+                set.iter().map(|w| format!("{}.{w}", value_name(&name))).collect::<Vec<_>>().join(" ")
+            )
+        })
+    }
+
     /// A scenario's testbed options (sharing the lab's one connected testbed) and what
     /// the file says, when the lab runs on one.
     fn on_testbed(&self) -> Result<Option<(crate::testbed::TestbedArgs, crate::testbed::TestbedSpec)>> {
@@ -236,6 +267,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.time = secs(2, 1000);
             o.repeat = if p.quick { 2 } else { 3 };
             o.selftest = p.selftest.clone();
+            let mut o = p.tuned(ScenarioName::UdpBulk, o)?;
             if let Some((on, spec)) = p.on_testbed()? {
                 o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
                 o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
@@ -248,6 +280,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.net.ipv6 = p.ipv6;
             o.time = secs(2, 1000);
             o.repeat = if p.quick { 1 } else { 3 };
+            let mut o = p.tuned(ScenarioName::UdpPacing, o)?;
             if let Some((on, spec)) = p.on_testbed()? {
                 o.net.tx_cpu = spec.server.first_cpu().unwrap_or(o.net.tx_cpu);
                 o.net.rx_cpu = spec.clients.first().and_then(|c| c.first_cpu()).or(o.net.rx_cpu);
@@ -263,6 +296,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 // The sweep's ends: the smallest request and the largest.
                 o.caravan_sizes = vec![512, 128 << 10];
             }
+            let mut o = p.tuned(ScenarioName::Nvme, o)?;
             if let Some((on, spec)) = p.on_testbed()? {
                 o.target_cpu = spec.server.first_cpu().unwrap_or(o.target_cpu);
                 o.host_cpu = spec.clients.first().and_then(|c| c.first_cpu()).unwrap_or(o.host_cpu);
@@ -276,6 +310,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.flows = vec![1, 10_000];
                 o.time = Duration::from_millis(600);
             }
+            let o = p.tuned(ScenarioName::LbPps, o)?;
             Box::new(o)
         }
         ScenarioName::Rr => {
@@ -285,6 +320,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.parts = vec![rr::Part::Paths, rr::Part::Large];
             }
+            let mut o = p.tuned(ScenarioName::Rr, o)?;
             if let Some((on, spec)) = p.on_testbed()? {
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
@@ -300,6 +336,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.workload.keys = 20_000;
                 o.time = Duration::from_millis(500);
             }
+            let mut o = p.tuned(ScenarioName::Kv, o)?;
             if let Some((on, spec)) = p.on_testbed()? {
                 o.server_cpu = spec.server.first_cpu().unwrap_or(o.server_cpu);
                 o.on = on;
@@ -322,6 +359,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.workload.keys = 10_000;
                 o.time = Duration::from_secs(1);
             }
+            let mut o = p.tuned(ScenarioName::Lanes, o)?;
             if let Some((on, _)) = p.on_testbed()? {
                 // Left out on a testbed (said in its report), not a reason to refuse it.
                 o.no_isolation = true;
@@ -334,6 +372,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.time = Duration::from_secs(5);
             }
+            let mut o = p.tuned(ScenarioName::Soak, o)?;
             if let Some((on, _)) = p.on_testbed()? {
                 // The balancer is left out there (said in its report).
                 o.on = on;
@@ -448,6 +487,32 @@ mod tests {
         assert_eq!(runs(&[0.065, 0.07, 0.08]), (0.08, 2, 3), "the third run stands, lagged or not");
         assert_eq!(discarded_note(0), None);
         assert!(discarded_note(2).unwrap().starts_with("2 load runs were made again"));
+    }
+
+    /// An option set for the lab replaces that option of its plan and leaves the others
+    /// (the quick plan's) as they were; a bad one is refused with what was set.
+    #[test]
+    fn an_option_set_changes_that_option_of_the_plan_alone() {
+        let profile = |set: &[&str]| LabProfile {
+            quick: true,
+            set: set.iter().map(|w| (ScenarioName::UdpBulk, w.to_string())).collect(),
+            ..Default::default()
+        };
+        let plan = |p: &LabProfile| p.tuned(ScenarioName::UdpBulk, udp_bulk::UdpBulkArgs::defaults());
+        let mut quick = udp_bulk::UdpBulkArgs::defaults();
+        quick.time = Duration::from_millis(1000);
+        let p = profile(&["segments=1", "modes=udp,gso"]);
+        let o = p.tuned(ScenarioName::UdpBulk, quick).unwrap();
+        assert_eq!((o.segments, o.time), (Some(1), Duration::from_millis(1000)));
+        assert_eq!(o.modes.len(), 2);
+        // Other scenarios' options are not this one's.
+        let kv = p.tuned(ScenarioName::Kv, kv::KvBenchArgs::defaults()).unwrap();
+        assert_eq!(kv.options().echo(), kv::KvBenchArgs::defaults().options().echo());
+        let e = plan(&profile(&["segments=lots"])).unwrap_err().to_string();
+        assert!(e.starts_with("udp-bulk.segments=lots: invalid value 'lots'"), "{e}");
+        let e = plan(&profile(&["no-such=1"])).unwrap_err().to_string();
+        assert!(e.starts_with("udp-bulk.no-such=1: unexpected argument '--no-such'"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
     }
 
     #[test]

@@ -1,0 +1,560 @@
+//! Two results documents side by side (`netlane compare A B`): a lab's or a bench's, of
+//! two commits, two machines or two settings.
+//!
+//! Noise-aware: each side carries its own spread (a check's paired samples, a metric's
+//! repeats over rounds), and a difference counts only when the two ranges do not touch
+//! and the medians differ by more than a tolerance. A check's target says which way is
+//! better, so a check that moved counts as regressed or improved; a metric has no
+//! direction of its own, so a metric only moved. A check that was measured in A and is
+//! invalid or skipped in B regressed: the path it measured broke.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::model::{
+    Check, Column, Host, Op, Outcome, Provenance, Row, RunRecord, SCHEMA_VERSION, Spread, Table, Target, Value,
+};
+
+/// How far apart two medians must be, as a share of A's, before a difference counts
+/// (when the ranges do not touch either).
+pub const DEFAULT_TOLERANCE: f64 = 0.10;
+
+/// The parts of a results document a comparison reads (a lab's or a bench's; the other
+/// fields are ignored).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Compared {
+    kind: String,
+    provenance: Provenance,
+    host: Host,
+    #[serde(default)]
+    quick: bool,
+    scenarios: Vec<ComparedScenario>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ComparedScenario {
+    name: String,
+    #[serde(default)]
+    echo: Vec<String>,
+    checks: Vec<Check>,
+    runs: Vec<RunRecord>,
+}
+
+/// Why a document cannot be compared.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// Not JSON of the results layout.
+    #[error("not a netlane results document (a lab's results.json or a bench's --json)")]
+    Layout(#[source] serde_json::Error),
+    /// Another kind of document.
+    #[error("a {0} document: only a lab's or a bench's results compare")]
+    Kind(String),
+    /// A layout this version does not read.
+    #[error("schema version {0}; this netlane reads version {SCHEMA_VERSION}")]
+    Version(u32),
+}
+
+impl Compared {
+    /// Reads a document's JSON text.
+    pub fn parse(text: &str) -> Result<Compared, CompareError> {
+        #[derive(Deserialize)]
+        struct Header {
+            schema_version: u32,
+            kind: String,
+        }
+        let h: Header = serde_json::from_str(text).map_err(CompareError::Layout)?;
+        if h.kind != "lab" && h.kind != "bench" {
+            return Err(CompareError::Kind(h.kind));
+        }
+        if h.schema_version != SCHEMA_VERSION {
+            return Err(CompareError::Version(h.schema_version));
+        }
+        serde_json::from_str(text).map_err(CompareError::Layout)
+    }
+}
+
+/// One side of a comparison: where its numbers come from.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Side {
+    /// The file it was read from.
+    pub path: String,
+    /// `lab` or `bench`.
+    pub kind: String,
+    /// Its run.
+    pub run_id: String,
+    /// The commit that built it.
+    pub git_commit: String,
+    /// Whether it was a quick lab.
+    pub quick: bool,
+    /// The machine.
+    pub host: Host,
+}
+
+/// Median and range of one side's samples.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, JsonSchema)]
+pub struct Sampled {
+    /// Median.
+    pub median: f64,
+    /// Smallest.
+    pub min: f64,
+    /// Largest.
+    pub max: f64,
+    /// How many samples.
+    pub n: usize,
+}
+
+impl Sampled {
+    fn of(values: &[f64]) -> Option<Sampled> {
+        Spread::of(values).map(|s| Sampled { median: s.median, min: s.min, max: s.max, n: s.n })
+    }
+
+    /// Whether the two ranges do not touch and the medians are more than `tolerance` of
+    /// this one's apart.
+    fn apart(&self, other: &Sampled, tolerance: f64) -> bool {
+        let touch = self.min <= other.max && other.min <= self.max;
+        let far = match change(self.median, other.median) {
+            Some(c) => c.abs() > tolerance,
+            None => self.median != other.median,
+        };
+        !touch && far
+    }
+}
+
+/// (b - a) / |a|, when a is not zero.
+fn change(a: f64, b: f64) -> Option<f64> {
+    (a != 0.0).then(|| (b - a) / a.abs())
+}
+
+/// What became of a check from A to B.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Moved the wrong way beyond both runs' spread, or no longer measured (invalid or
+    /// skipped in B).
+    Regressed,
+    /// Moved the right way beyond both runs' spread, or measured now.
+    Improved,
+    /// Within the runs' spread (or the tolerance) of each other.
+    Unchanged,
+    /// Only in B.
+    Added,
+    /// Only in A.
+    Removed,
+    /// Not measured on either side, or not shown on one machine.
+    NotComparable,
+}
+
+impl Verdict {
+    /// The word JSON and tables use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::Regressed => "regressed",
+            Verdict::Improved => "improved",
+            Verdict::Unchanged => "unchanged",
+            Verdict::Added => "added",
+            Verdict::Removed => "removed",
+            Verdict::NotComparable => "not comparable",
+        }
+    }
+}
+
+/// A check in A and B.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct CheckChange {
+    /// `<scenario>.<check>`.
+    pub id: String,
+    /// What it checks.
+    pub name: String,
+    /// Its target (B's, or A's when only A has it).
+    pub target: Target,
+    /// A's outcome.
+    pub outcome_a: Option<Outcome>,
+    /// B's outcome.
+    pub outcome_b: Option<Outcome>,
+    /// What A measured.
+    pub a: Option<Sampled>,
+    /// What B measured.
+    pub b: Option<Sampled>,
+    /// B's median against A's, % (positive: higher).
+    pub change_pct: Option<f64>,
+    /// What became of it.
+    pub verdict: Verdict,
+    /// Why, in words.
+    pub reason: String,
+}
+
+/// A run metric of one mode in A and B (the medians over its rounds).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct MetricChange {
+    /// The scenario.
+    pub scenario: String,
+    /// The mode (a run's label).
+    pub label: String,
+    /// The metric, unit in its name.
+    pub metric: String,
+    /// A's runs.
+    pub a: Sampled,
+    /// B's runs.
+    pub b: Sampled,
+    /// B's median against A's, %.
+    pub change_pct: Option<f64>,
+    /// Whether the ranges do not touch and the medians differ by more than the tolerance.
+    pub moved: bool,
+}
+
+/// Counts of check verdicts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct VerdictTally {
+    /// Regressed.
+    pub regressed: usize,
+    /// Improved.
+    pub improved: usize,
+    /// Unchanged.
+    pub unchanged: usize,
+    /// Only in B.
+    pub added: usize,
+    /// Only in A.
+    pub removed: usize,
+    /// Not comparable.
+    pub not_comparable: usize,
+    /// Metrics that moved (no direction: not counted as regressions).
+    pub metrics_moved: usize,
+    /// Metrics in both.
+    pub metrics: usize,
+}
+
+/// `netlane compare`: A against B.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Comparison {
+    /// The older (or reference) side.
+    pub a: Side,
+    /// The side judged against it.
+    pub b: Side,
+    /// How far apart medians must be before a difference counts, % of A's.
+    pub tolerance_pct: f64,
+    /// The verdicts counted.
+    pub summary: VerdictTally,
+    /// What makes the two less than like for like (machines, quick against full,
+    /// options that differ, scenarios on one side only).
+    pub warnings: Vec<String>,
+    /// Every check of either side, in A's order then B's new ones.
+    pub checks: Vec<CheckChange>,
+    /// Every run metric of a mode both sides ran.
+    pub metrics: Vec<MetricChange>,
+}
+
+/// Whether a check's outcome carries a measurement to compare.
+fn judged(o: Outcome) -> bool {
+    matches!(o, Outcome::Met | Outcome::WithinNoise | Outcome::Missed)
+}
+
+/// How far `v` is on the wrong side of `t` (0 when it meets it); larger is worse.
+fn shortfall(t: &Target, v: f64) -> f64 {
+    match t.op {
+        Op::Above | Op::AtLeast => t.value - v,
+        Op::Below | Op::AtMost => v - t.value,
+        Op::Within => (t.value - v).max(v - t.upper.unwrap_or(t.value)).max(0.0),
+    }
+}
+
+fn sampled(c: &Check) -> Option<Sampled> {
+    c.measured.as_ref().and_then(|m| {
+        let v = if m.samples.is_empty() { vec![m.median] } else { m.samples.clone() };
+        Sampled::of(&v)
+    })
+}
+
+fn compare_check(a: &Check, b: &Check, tolerance: f64) -> CheckChange {
+    let (sa, sb) = (sampled(a), sampled(b));
+    let change_pct = sa.zip(sb).and_then(|(x, y)| change(x.median, y.median)).map(|c| c * 100.0);
+    let (verdict, reason) = match (judged(a.outcome), judged(b.outcome), sa.zip(sb)) {
+        (true, true, Some((x, y))) if x.apart(&y, tolerance) => {
+            let (wa, wb) = (shortfall(&b.target, x.median), shortfall(&b.target, y.median));
+            if wb > wa {
+                (Verdict::Regressed, "moved the wrong way for its target, beyond both runs' spread".to_string())
+            } else if wb < wa {
+                (Verdict::Improved, "moved the right way for its target, beyond both runs' spread".to_string())
+            } else {
+                (Verdict::Unchanged, "moved, but meets its target on both sides".to_string())
+            }
+        }
+        (true, true, Some(_)) => (Verdict::Unchanged, "within the runs' spread or the tolerance".to_string()),
+        (true, false, _) if b.outcome != Outcome::NotShown => {
+            (Verdict::Regressed, format!("{} in B: {}", b.outcome.label(), b.reason))
+        }
+        (false, true, _) if a.outcome != Outcome::NotShown => {
+            (Verdict::Improved, format!("measured now; {} in A: {}", a.outcome.label(), a.reason))
+        }
+        _ if a.outcome == b.outcome && !judged(a.outcome) => {
+            (Verdict::Unchanged, format!("{} on both sides", a.outcome.label()))
+        }
+        _ => (Verdict::NotComparable, format!("{} in A, {} in B", a.outcome.label(), b.outcome.label())),
+    };
+    CheckChange {
+        id: b.id.clone(),
+        name: b.name.clone(),
+        target: b.target.clone(),
+        outcome_a: Some(a.outcome),
+        outcome_b: Some(b.outcome),
+        a: sa,
+        b: sb,
+        change_pct,
+        verdict,
+        reason,
+    }
+}
+
+fn one_side(c: &Check, verdict: Verdict) -> CheckChange {
+    let (in_a, reason) = match verdict {
+        Verdict::Removed => (true, "only in A"),
+        _ => (false, "only in B"),
+    };
+    CheckChange {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        target: c.target.clone(),
+        outcome_a: in_a.then_some(c.outcome),
+        outcome_b: (!in_a).then_some(c.outcome),
+        a: if in_a { sampled(c) } else { None },
+        b: if in_a { None } else { sampled(c) },
+        change_pct: None,
+        verdict,
+        reason: reason.into(),
+    }
+}
+
+/// Every metric of every mode over its runs: (label, metric) -> values in run order.
+fn metric_values(s: &ComparedScenario) -> BTreeMap<(String, String), Vec<f64>> {
+    let mut m: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for r in &s.runs {
+        for (k, v) in &r.metrics {
+            m.entry((r.label.clone(), k.clone())).or_default().push(*v);
+        }
+    }
+    m
+}
+
+fn side(path: &str, d: &Compared) -> Side {
+    Side {
+        path: path.into(),
+        kind: d.kind.clone(),
+        run_id: d.provenance.run_id.clone(),
+        git_commit: d.provenance.git_commit.clone(),
+        quick: d.quick,
+        host: d.host.clone(),
+    }
+}
+
+/// What makes the two sides less than like for like.
+fn warnings(a: &Compared, b: &Compared) -> Vec<String> {
+    let mut w = Vec::new();
+    let (ha, hb) = (&a.host, &b.host);
+    let mut hosts = Vec::new();
+    if ha.kernel != hb.kernel {
+        hosts.push(format!("kernel {} -> {}", ha.kernel, hb.kernel));
+    }
+    if ha.cpu_model != hb.cpu_model {
+        hosts.push(format!("CPU {} -> {}", ha.cpu_model, hb.cpu_model));
+    }
+    if ha.cpus != hb.cpus {
+        hosts.push(format!("{} CPUs -> {}", ha.cpus, hb.cpus));
+    }
+    if !hosts.is_empty() {
+        w.push(format!("the machines differ: {}", hosts.join("; ")));
+    }
+    if a.quick != b.quick {
+        let q = |x: bool| if x { "a quick lab" } else { "a full run" };
+        w.push(format!("A is {}, B {}: shorter runs, fewer rounds, other plans", q(a.quick), q(b.quick)));
+    }
+    for sa in &a.scenarios {
+        match b.scenarios.iter().find(|s| s.name == sa.name) {
+            None => w.push(format!("{} ran in A only", sa.name)),
+            Some(sb) => {
+                let key = |e: &String| e.split_once('=').map_or(e.clone(), |(k, _)| k.to_string());
+                let ea: BTreeMap<String, &String> = sa.echo.iter().map(|e| (key(e), e)).collect();
+                let eb: BTreeMap<String, &String> = sb.echo.iter().map(|e| (key(e), e)).collect();
+                let keys: BTreeSet<&String> = ea.keys().chain(eb.keys()).collect();
+                let differ: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| ea.get(*k) != eb.get(*k))
+                    .map(|k| {
+                        let v = |m: &BTreeMap<String, &String>| {
+                            m.get(k)
+                                .map_or("(none)".to_string(), |e| e.split_once('=').map_or("", |(_, v)| v).to_string())
+                        };
+                        format!("{k} {} -> {}", v(&ea), v(&eb))
+                    })
+                    .collect();
+                if !differ.is_empty() {
+                    w.push(format!("{} options differ: {}", sa.name, differ.join(", ")));
+                }
+            }
+        }
+    }
+    for sb in b.scenarios.iter().filter(|sb| !a.scenarios.iter().any(|sa| sa.name == sb.name)) {
+        w.push(format!("{} ran in B only", sb.name));
+    }
+    w
+}
+
+/// Compares B against A (`path_a` and `path_b` are only said).
+pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance: f64) -> Comparison {
+    let checks_a: Vec<&Check> = a.scenarios.iter().flat_map(|s| &s.checks).collect();
+    let checks_b: Vec<&Check> = b.scenarios.iter().flat_map(|s| &s.checks).collect();
+    let mut checks: Vec<CheckChange> = checks_a
+        .iter()
+        .map(|ca| match checks_b.iter().find(|cb| cb.id == ca.id) {
+            Some(cb) => compare_check(ca, cb, tolerance),
+            None => one_side(ca, Verdict::Removed),
+        })
+        .collect();
+    checks.extend(
+        checks_b.iter().filter(|cb| !checks_a.iter().any(|ca| ca.id == cb.id)).map(|cb| one_side(cb, Verdict::Added)),
+    );
+    let mut metrics = Vec::new();
+    for sa in &a.scenarios {
+        let Some(sb) = b.scenarios.iter().find(|s| s.name == sa.name) else { continue };
+        let mb = metric_values(sb);
+        for ((label, metric), va) in metric_values(sa) {
+            let (Some(x), Some(y)) =
+                (Sampled::of(&va), mb.get(&(label.clone(), metric.clone())).and_then(|v| Sampled::of(v)))
+            else {
+                continue;
+            };
+            metrics.push(MetricChange {
+                scenario: sa.name.clone(),
+                label,
+                metric,
+                a: x,
+                b: y,
+                change_pct: change(x.median, y.median).map(|c| c * 100.0),
+                moved: x.apart(&y, tolerance),
+            });
+        }
+    }
+    let mut summary = VerdictTally { metrics: metrics.len(), ..Default::default() };
+    summary.metrics_moved = metrics.iter().filter(|m| m.moved).count();
+    for c in &checks {
+        *match c.verdict {
+            Verdict::Regressed => &mut summary.regressed,
+            Verdict::Improved => &mut summary.improved,
+            Verdict::Unchanged => &mut summary.unchanged,
+            Verdict::Added => &mut summary.added,
+            Verdict::Removed => &mut summary.removed,
+            Verdict::NotComparable => &mut summary.not_comparable,
+        } += 1;
+    }
+    Comparison {
+        a: side(path_a, a),
+        b: side(path_b, b),
+        tolerance_pct: tolerance * 100.0,
+        summary,
+        warnings: warnings(a, b),
+        checks,
+        metrics,
+    }
+}
+
+impl VerdictTally {
+    /// `1 regressed, 0 improved, 4 unchanged; 3 of 40 metrics moved`.
+    pub fn sentence(&self) -> String {
+        let mut s = format!("{} regressed, {} improved, {} unchanged", self.regressed, self.improved, self.unchanged);
+        for (n, what) in
+            [(self.added, "only in B"), (self.removed, "only in A"), (self.not_comparable, "not comparable")]
+        {
+            if n > 0 {
+                s.push_str(&format!(", {n} {what}"));
+            }
+        }
+        s.push_str(&format!("; {} of {} metrics moved", self.metrics_moved, self.metrics));
+        s
+    }
+}
+
+fn opt(v: Option<f64>) -> Value {
+    Value::opt(v)
+}
+
+impl Comparison {
+    /// The checks as a table: every one, worst verdict first.
+    pub fn checks_table(&self) -> Table {
+        let mut t = Table::new(
+            "compare-checks",
+            "Checks, A against B (median, and its range when there were several samples)",
+            vec![
+                Column::new("verdict", "verdict", 0),
+                Column::new("check", "check", 0),
+                Column::new("a", "A", 3),
+                Column::new("a_range", "A range", 0),
+                Column::new("b", "B", 3),
+                Column::new("b_range", "B range", 0),
+                Column::new("change_pct", "change %", 1),
+                Column::new("outcome_a", "A outcome", 0),
+                Column::new("outcome_b", "B outcome", 0),
+                Column::new("target", "target", 0),
+            ],
+        );
+        let mut order: Vec<&CheckChange> = self.checks.iter().collect();
+        order.sort_by_key(|c| c.verdict);
+        let range = |s: Option<Sampled>| match s {
+            Some(s) if s.n > 1 => {
+                Value::text(format!("{}..{}", crate::format::sig3(s.min), crate::format::sig3(s.max)))
+            }
+            _ => Value::Missing,
+        };
+        let outcome = |o: Option<Outcome>| o.map_or(Value::Missing, |o| Value::text(o.label()));
+        for c in order {
+            let mut row = Row::new(vec![
+                Value::text(c.verdict.name()),
+                Value::text(&c.id),
+                opt(c.a.map(|s| s.median)),
+                range(c.a),
+                opt(c.b.map(|s| s.median)),
+                range(c.b),
+                opt(c.change_pct),
+                outcome(c.outcome_a),
+                outcome(c.outcome_b),
+                Value::text(crate::format::target(&c.target)),
+            ]);
+            if matches!(c.verdict, Verdict::Regressed | Verdict::Improved | Verdict::NotComparable) {
+                row.footnote = Some(format!("{}: {}", c.id, c.reason));
+            }
+            t.push(row);
+        }
+        t
+    }
+
+    /// The metrics as a table: those that moved, or every one with `all`.
+    pub fn metrics_table(&self, all: bool) -> Table {
+        let mut t = Table::new(
+            "compare-metrics",
+            if all { "Every metric of every mode both ran" } else { "Metrics that moved beyond both runs' spread" },
+            vec![
+                Column::new("scenario", "scenario", 0),
+                Column::new("mode", "mode", 0),
+                Column::new("metric", "metric", 0),
+                Column::new("a", "A", 3),
+                Column::new("b", "B", 3),
+                Column::new("change_pct", "change %", 1),
+                Column::new("moved", "moved", 0),
+            ],
+        );
+        for m in self.metrics.iter().filter(|m| all || m.moved) {
+            t.push(Row::new(vec![
+                Value::text(&m.scenario),
+                Value::text(&m.label),
+                Value::text(&m.metric),
+                Value::num(m.a.median),
+                Value::num(m.b.median),
+                opt(m.change_pct),
+                Value::text(if m.moved { "yes" } else { "no" }),
+            ]));
+        }
+        t
+    }
+}
+
+#[cfg(test)]
+mod tests;
