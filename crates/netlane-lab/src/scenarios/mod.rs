@@ -313,6 +313,18 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             let o = p.tuned(ScenarioName::LbPps, o)?;
             Box::new(o)
         }
+        _ => servers_plan(name, p)?,
+    };
+    s.validate().with_context(|| format!("scenario {}", s.name()))?;
+    Ok(s)
+}
+
+/// The lab's plan for the servers' scenarios (rr, kv, lanes, soak).
+fn servers_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>> {
+    let secs = |full: u64, quick_ms: u64| {
+        if p.quick { Duration::from_millis(quick_ms) } else { Duration::from_secs(full) }
+    };
+    let s: Box<dyn Scenario> = match name {
         ScenarioName::Rr => {
             let mut o = rr::RrBenchArgs::defaults();
             o.time = secs(2, 500);
@@ -379,8 +391,8 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             }
             Box::new(o)
         }
+        other => anyhow::bail!("{} is not a server's scenario", value_name(&other)),
     };
-    s.validate().with_context(|| format!("scenario {}", s.name()))?;
     Ok(s)
 }
 
