@@ -21,9 +21,24 @@ addEventListener('load', () => {
   const d = document.documentElement;
   const charts = [...document.querySelectorAll('figure')].map(f => {
     const s = f.querySelector('svg');
-    if (!s) return {svg: false};
+    if (!s) return {svg: false, name: f.dataset.name};
     const r = s.getBoundingClientRect();
-    return {svg: true, width: r.width, height: r.height, elements: s.querySelectorAll('*').length};
+    // The plot: where the mesh's faint lines are. Tick labels sit left of it (y; the
+    // axis description is the rotated text) and below it (x, then the description).
+    const grid = [...s.querySelectorAll('line')]
+      .filter(l => parseFloat(l.getAttribute('opacity') || '1') < 1).map(l => l.getBBox());
+    const x0 = Math.min(...grid.map(b => b.x)), x1 = Math.max(...grid.map(b => b.x + b.width));
+    const y0 = Math.min(...grid.map(b => b.y)), y1 = Math.max(...grid.map(b => b.y + b.height));
+    const texts = [...s.querySelectorAll('text')].filter(t => t.textContent.trim()).map(t => [t, t.getBBox()]);
+    const left = texts.filter(([t, b]) => !t.getAttribute('transform') && b.x + b.width <= x0 + 1
+      && b.y + b.height >= y0 - 8 && b.y <= y1 + 8).length;
+    const below = texts.filter(([t, b]) => b.y >= y1 - 1 && b.x + b.width >= x0 - 40 && b.x <= x1 + 40).length;
+    // Each series' colour fills its markers, bars and legend swatch.
+    const colours = new Set([...s.querySelectorAll('circle,rect')]
+      .map(e => (e.getAttribute('fill') || '').toUpperCase()).filter(c => c && c !== '#FFFFFF' && c !== 'NONE'));
+    return {svg: true, name: f.dataset.name, series: +f.dataset.series, colours: colours.size, yLabels: left,
+      belowX: below, gridLines: grid.length, width: r.width, height: r.height,
+      elements: s.querySelectorAll('*').length};
   });
   const wide = [...document.body.querySelectorAll('*')]
     .filter(e => e.getBoundingClientRect().right > innerWidth + 1 && !e.closest('.scroll'))
@@ -173,6 +188,11 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
             assert_eq!(c["svg"], true, "{c}");
             assert!(c["width"].as_f64().unwrap() > 300.0 && c["height"].as_f64().unwrap() > 100.0, "{c}");
             assert!(c["elements"].as_u64().unwrap() > 40, "a chart with hardly anything drawn: {c}");
+            // Both axes labelled, and no colour used by two series of one chart.
+            assert!(c["gridLines"].as_u64().unwrap() > 0, "no mesh to find the plot by: {c}");
+            assert!(c["yLabels"].as_u64().unwrap() >= 1, "no tick label left of the plot: {c}");
+            assert!(c["belowX"].as_u64().unwrap() >= 2, "no tick label below the plot (only its description): {c}");
+            assert_eq!(c["colours"], c["series"], "a colour repeated, or a series not drawn: {c}");
         }
     }
     // Nothing left behind: no lab namespace whose process is gone.

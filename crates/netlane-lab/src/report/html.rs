@@ -159,7 +159,7 @@ fn scenario(s: &ScenarioReport) -> Markup {
                 div class="flag" { strong { (f.kind.name()) ": " (f.subject) } " " (f.message) }
             }
             @for c in &s.charts {
-                figure {
+                figure data-name=(c.name) data-series=(c.series.len()) {
                     @match svg::render(c) {
                         Ok(svg) => { div class="chart" { (PreEscaped(svg)) } }
                         Err(e) => { div class="warn chart-error" { "chart " (c.name) " could not be drawn: " (e) } }
