@@ -8,10 +8,13 @@ CARGO ?= cargo
 NETLANE := target/release/netlane
 BPF_SOURCES := $(shell find crates/netlane-sys/bpf -name '*.c' -o -name '*.h')
 
-.PHONY: lab test check setup setup-lab build selftests guest clean-netns install
+.PHONY: lab test check setup setup-build setup-lab build selftests guest clean-netns install
 
 setup:
 	scripts/setup.sh
+
+setup-build:
+	scripts/setup.sh --build
 
 setup-lab:
 	scripts/setup.sh --lab
@@ -49,7 +52,7 @@ test: check guest
 	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) NETLANE_REQUIRE_GUEST=1 \
 	  $(CARGO) test --locked -p netlane-cli -- --test-threads=1
 
-install: setup
+install: setup-build
 	$(CARGO) install --path crates/netlane-cli --locked
 
 clean-netns:

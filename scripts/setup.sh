@@ -20,6 +20,9 @@
 #                             scenario's tail latencies; openssh-server, whose sshd
 #                             in namespaces stands for the other hosts the lab reaches
 #                             over SSH in its tests)
+#   scripts/setup.sh --build  only what building netlane needs (clang and llvm for
+#                             the BPF programs, libelf, zlib, libbpf headers,
+#                             pkg-config, make, gcc): `make install` uses it
 #   scripts/setup.sh --lab    also what the lab compares against (the kernel source
 #                             package, from which the lab builds the kernel's own
 #                             udpgso_bench_tx selftest sender)
@@ -27,13 +30,16 @@
 # Safe to run repeatedly: dpkg is asked first, apt only runs when something is missing.
 set -euo pipefail
 
-want=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev iproute2 ethtool
-      libbpf-dev procps xz-utils tshark clang-format chromium qemu-system-x86 cpio
-      python3 python3-prometheus-client socat tcpdump memcached libmemcached-tools
-      python3-pymemcache rt-tests perl openssh-server)
-if [[ "${1:-}" == "--lab" ]]; then
-  want+=(linux-source-6.1)
-fi
+build=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev libbpf-dev)
+want=("${build[@]}" iproute2 ethtool procps xz-utils tshark clang-format chromium
+      qemu-system-x86 cpio python3 python3-prometheus-client socat tcpdump memcached
+      libmemcached-tools python3-pymemcache rt-tests perl openssh-server)
+case "${1:-}" in
+  "") ;;
+  --build) want=("${build[@]}") ;;
+  --lab) want+=(linux-source-6.1) ;;
+  *) echo "setup: unknown option ${1} (none, --build or --lab)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${want[@]}"; do
