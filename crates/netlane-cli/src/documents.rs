@@ -177,6 +177,21 @@ mod tests {
 
     use super::*;
 
+    /// Every `description` in a schema.
+    fn descriptions(v: &serde_json::Value) -> Vec<String> {
+        match v {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .flat_map(|(k, v)| match (k.as_str(), v) {
+                    ("description", serde_json::Value::String(d)) => vec![d.clone()],
+                    _ => descriptions(v),
+                })
+                .collect(),
+            serde_json::Value::Array(a) => a.iter().flat_map(descriptions).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     #[test]
     fn the_schemas_in_docs_are_generated_from_the_types() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schema");
@@ -193,6 +208,13 @@ mod tests {
             }
             // Every schema is itself valid.
             jsonschema::validator_for(&schema).unwrap_or_else(|e| panic!("{name}: {e}"));
+            // Descriptions are for readers of JSON: no Rust intra-doc links.
+            for d in descriptions(&schema) {
+                let path = d.match_indices("::").any(|(i, _)| {
+                    d[..i].ends_with(|c: char| c.is_alphanumeric()) && d[i + 2..].starts_with(char::is_alphabetic)
+                });
+                assert!(!d.contains("[`") && !d.contains("`]") && !path, "{name}: Rust markup in {d:?}");
+            }
         }
         assert!(
             stale.is_empty(),

@@ -706,7 +706,7 @@ pub struct Results {
 /// Every JSON document netlane writes: the same header, then the body of its kind.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct Document<T> {
-    /// Layout version ([`SCHEMA_VERSION`]).
+    /// Layout version: raised when a field changes meaning or goes away.
     pub schema_version: u32,
     /// `lab`, `bench`, `probe`, `lb-check`, `nvme-perf`, `nvme-target`, `lb-run`.
     pub kind: String,

@@ -150,7 +150,8 @@ pub struct Release {
     pub late_ns: u64,
 }
 
-/// Counters kept by a [`Pacer`].
+/// What the pacer did: releases, segments released, catch-ups after stalls, and segments
+/// forgiven.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PaceStats {
     /// Releases made.

@@ -24,7 +24,8 @@ use netlane_sys::cmsg::{Cmsg, CmsgBuf, CmsgIter};
 use netlane_sys::errqueue::ZerocopyRange;
 use serde::Serialize;
 
-/// Counters kept by a [`Tracker`].
+/// What the MSG_ZEROCOPY completions said: sends registered and completed, and how many
+/// the kernel copied.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct ZerocopyStats {
     /// Zerocopy send calls registered.

@@ -88,7 +88,7 @@ impl LoadReport {
     }
 }
 
-/// [`Counts`] for serialization.
+/// What a run counted: requests scheduled, sent, answered, and why others were not.
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CountsView {
     /// Scheduled.

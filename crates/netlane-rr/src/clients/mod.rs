@@ -186,7 +186,7 @@ pub struct ClientsReport {
     pub woken_sockets: u64,
     /// Most sockets ready in one wake-up.
     pub max_woken_sockets: u64,
-    /// Sockets woken in wake-ups of at least [`HERD`] ready sockets.
+    /// Sockets woken in wake-ups of at least 8 ready sockets (a herd).
     pub herd_woken_sockets: u64,
 }
 

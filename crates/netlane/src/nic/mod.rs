@@ -64,7 +64,8 @@ pub struct NicView {
     pub threaded_napi: Option<bool>,
     /// Channels, rings and coalescing: each group's settings, or why not.
     pub groups: BTreeMap<String, Readout<Values>>,
-    /// The offloads of [`SHOWN_FEATURES`] that are on.
+    /// The offloads that are on, of those fast paths depend on (GRO, segmentation, RX
+    /// hashing, n-tuple filters, TC offload, RX checksums).
     pub features_on: Vec<String>,
     /// What its driver does for XDP, or why that is unknown.
     pub xdp: Readout<XdpFeatures>,

@@ -20,7 +20,8 @@ impl Default for Hist {
     }
 }
 
-/// Percentiles of a [`Hist`].
+/// A histogram summarized: count, extremes, mean and percentiles, in the unit of its
+/// values.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Summary {
     /// Number of values.
