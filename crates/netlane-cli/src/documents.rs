@@ -56,6 +56,10 @@ pub struct NvmePerf {
     pub agent: Option<netlane_nvme::perf::AgentOutput>,
     /// Each agent's part of the run (with --agents).
     pub agents: Option<Vec<netlane_lab::scenarios::nvme::NvmeAgent>>,
+    /// The SLA, when one was given: every group's main direction judged by it.
+    pub sla: Option<String>,
+    /// Whether every group held it.
+    pub sla_met: Option<bool>,
 }
 
 /// `netlane nvme target --json`: the final counters.
@@ -90,6 +94,12 @@ pub struct RrClients {
     /// Each agent's part of the run (with --agents; empty when one host ran the whole
     /// population, which is then the report itself).
     pub agents: Option<Vec<netlane_lab::scenarios::rr::RrAgent>>,
+    /// The SLA, when one was given.
+    pub sla: Option<String>,
+    /// Whether the run held it.
+    pub sla_met: Option<bool>,
+    /// The latency at the SLA's percentile, µs (null: among requests without an answer).
+    pub sla_latency_us: Option<f64>,
 }
 
 /// `netlane kv serve --json`: the server's final counters.

@@ -90,6 +90,18 @@ pub fn with_flags(line: &str, flags: &BTreeMap<String, String>) -> String {
     out
 }
 
+/// `SLA p99=1ms: met (812.3 us)`.
+pub fn sla_line(sla: &netlane::metrics::sla::Sla, at: Option<u64>, met: bool) -> String {
+    format!(
+        "SLA {sla}: {} ({})",
+        if met { "met" } else { "missed" },
+        at.map_or("the percentile falls among requests without an answer".into(), |n| format!(
+            "{:.1} us",
+            n as f64 / 1e3
+        ))
+    )
+}
+
 /// Where machine-readable output goes: `--json [FILE|-]`, `--csv DIR`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct OutputArgs {

@@ -112,6 +112,10 @@ pub struct LoadArgs {
     /// is given; nothing else is written to stdout then).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+    /// Write the run's figures as CSV into DIR (created if missing): kv-load.csv, one row
+    /// led by the run's id (files of several runs concatenate).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["agent", "search", "warmup_only"])]
+    pub csv: Option<std::path::PathBuf>,
 }
 
 impl LoadArgs {
@@ -172,7 +176,7 @@ impl LoadArgs {
     }
 
     pub(super) fn run(&self) -> Result<u8> {
-        let out = OutputArgs { json: self.json.clone(), csv: None };
+        let out = OutputArgs { json: self.json.clone(), csv: self.csv.clone() };
         out.validate()?;
         let quiet = out.json_to_stdout();
         let opts = self.options();
@@ -259,20 +263,17 @@ impl LoadArgs {
             doc.sla_met = Some(m.sla_met);
             doc.sla_latency_us = m.sla_latency_ns.map(|n| n as f64 / 1e3);
             if !quiet {
-                out::println(&format!(
-                    "SLA {sla}: {} ({})",
-                    if m.sla_met { "met" } else { "missed" },
-                    m.sla_latency_ns.map_or("the percentile falls among failed requests".into(), |n| format!(
-                        "{:.1} us",
-                        n as f64 / 1e3
-                    ))
-                ));
+                out::println(&out::sla_line(&sla, m.sla_latency_ns, m.sla_met));
             }
         }
         let failure = r.report.failure();
         doc.report = Some(r.report);
         // The report is written whatever happened: it says what was measured.
-        out.write_json(&netlane_report::document("kv-load", doc))?;
+        let doc = netlane_report::document("kv-load", doc);
+        out.write_json(&doc)?;
+        if let Some(report) = &doc.body.report {
+            out.write_tables(&doc.provenance.run_id, &[load_table(report, &doc.body)])?;
+        }
         if let Some(why) = failure {
             bail!("the measurement failed: {why} (is a memcached-protocol server listening on {}?)", self.server);
         }
@@ -320,6 +321,58 @@ pub(super) fn progress_line(p: &loadgen::RunPoint, sla: Sla) -> String {
             "missed"
         }
     )
+}
+
+/// The run as one CSV row.
+fn load_table(r: &LoadReport, d: &KvLoad) -> netlane_report::Table {
+    use netlane_report::{Column, Row, Table, Value};
+    let c = &r.counts;
+    let mut columns = vec![
+        Column::new("mode", "loop", 0),
+        Column::new("target_per_s", "asked /s", 0),
+        Column::new("seconds", "s", 1),
+        Column::new("offered_per_s", "offered /s", 0),
+        Column::new("achieved_per_s", "achieved /s", 0),
+    ];
+    let mut cells = vec![
+        Value::text(&r.mode),
+        Value::opt(r.target_per_s),
+        Value::num(r.seconds),
+        Value::num(r.offered_per_s),
+        Value::num(r.achieved_per_s),
+    ];
+    for (p, v) in &r.latency_us {
+        columns.push(Column::new(&format!("{}_us", p.replace('.', "")), &format!("{p} us"), 1));
+        cells.push(Value::opt(*v));
+    }
+    for (key, label, v) in [
+        ("completed", "completed", c.completed),
+        ("errors", "errors", c.errors),
+        ("lost", "lost", c.lost),
+        ("unanswered", "unanswered", c.unanswered),
+        ("not_sent", "not sent", c.not_sent),
+        ("connection_failures", "connection failures", r.connection_failures),
+    ] {
+        columns.push(Column::new(key, label, 0));
+        cells.push(Value::Int(v));
+    }
+    columns.extend([
+        Column::new("mean_us", "mean us", 1),
+        Column::new("late_pct", "late %", 2),
+        Column::new("client_cpu_s", "client CPU s", 3),
+        Column::new("sla", "SLA", 0),
+        Column::new("sla_met", "SLA met", 0),
+    ]);
+    cells.extend([
+        Value::opt(r.mean_us),
+        Value::num(r.late_share * 100.0),
+        Value::num(r.client_cpu_s),
+        d.sla.as_ref().map_or(Value::Missing, Value::text),
+        d.sla_met.map_or(Value::Missing, |m| Value::text(if m { "yes" } else { "no" })),
+    ]);
+    let mut t = Table::new("kv-load", "The load's run", columns);
+    t.push(Row::new(cells));
+    t
 }
 
 pub(super) fn print_report(r: &LoadReport) {

@@ -9,6 +9,8 @@ use crate::documents::NvmePerf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane::cpus::CpuList;
+use netlane::metrics::Summary;
+use netlane::metrics::sla::Sla;
 use netlane_lab::scenarios::nvme::{NvmeAgent, perf_table};
 use netlane_nvme::host::ConnectOptions;
 use netlane_nvme::perf::{AgentOutput, Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
@@ -136,8 +138,55 @@ pub struct PerfArgs {
     /// (within a minute), and write each group's whole latency histograms with the report.
     #[arg(long)]
     pub agent: bool,
+    /// A tail-latency objective for every group's main direction (reads, or writes where
+    /// a group writes more), like p99.9=1ms, at p50, p90, p99, p99.9, p99.99 or p100: the
+    /// run says whether each held.
+    #[arg(long, conflicts_with = "agent", value_parser = parse_sla)]
+    pub sla: Option<Sla>,
+    /// Exit with status 3 when a group missed --sla.
+    #[arg(long, requires = "sla")]
+    pub strict: bool,
     #[command(flatten)]
     pub out: OutputArgs,
+}
+
+/// A percentile as a fraction, and the summary's field that holds it.
+type Kept = (f64, fn(&Summary) -> u64);
+
+/// The percentiles a run's report keeps.
+const KEPT: [Kept; 6] = [
+    (0.5, |s| s.p50),
+    (0.9, |s| s.p90),
+    (0.99, |s| s.p99),
+    (0.999, |s| s.p999),
+    (0.9999, |s| s.p9999),
+    (1.0, |s| s.max),
+];
+
+/// An SLA at a percentile the report keeps.
+fn parse_sla(s: &str) -> Result<Sla, String> {
+    let sla: Sla = s.parse().map_err(|e: netlane::metrics::sla::SlaError| e.to_string())?;
+    if KEPT.iter().any(|(q, _)| (q - sla.quantile()).abs() < 1e-9) {
+        Ok(sla)
+    } else {
+        Err(format!("{s}: at p50, p90, p99, p99.9, p99.99 or p100 (the percentiles a run keeps)"))
+    }
+}
+
+/// Each group's latency at `sla`'s percentile in its main direction (None: nothing
+/// completed), and whether every group held it.
+fn judge(sla: &Sla, r: &PerfReport) -> (Vec<(String, Option<u64>)>, bool) {
+    let field = KEPT.iter().find(|(q, _)| (q - sla.quantile()).abs() < 1e-9).map(|(_, f)| *f);
+    let at: Vec<(String, Option<u64>)> = r
+        .groups
+        .iter()
+        .map(|g| {
+            let lat = if g.reads >= g.writes { &g.read_lat_ns } else { &g.write_lat_ns };
+            (g.name.clone(), field.filter(|_| lat.count > 0).map(|f| f(lat)))
+        })
+        .collect();
+    let met = at.iter().all(|(_, v)| sla.is_met_at(*v));
+    (at, met)
 }
 
 impl PerfArgs {
@@ -282,7 +331,15 @@ impl PerfArgs {
             })
             .context("nvme perf")?;
             let agent = Some(AgentOutput::of(&latencies));
-            let doc = NvmePerf { options: echo.object(), echo: echo.echo(), report: r, agent, agents: None };
+            let doc = NvmePerf {
+                options: echo.object(),
+                echo: echo.echo(),
+                report: r,
+                agent,
+                agents: None,
+                sla: None,
+                sla_met: None,
+            };
             self.out.write_json(&netlane_report::document("nvme-perf", doc))?;
             return Ok(0);
         }
@@ -302,11 +359,25 @@ impl PerfArgs {
             (r, None)
         };
         let table = perf_table("nvme-perf", "Per group (latency of the group's main direction)", &r);
-        let doc = NvmePerf { options: echo.object(), echo: echo.echo(), report: r, agent: None, agents };
+        let judged = self.sla.map(|sla| (sla, judge(&sla, &r)));
+        let doc = NvmePerf {
+            options: echo.object(),
+            echo: echo.echo(),
+            report: r,
+            agent: None,
+            agents,
+            sla: judged.as_ref().map(|(sla, _)| sla.to_string()),
+            sla_met: judged.as_ref().map(|(_, (_, met))| *met),
+        };
         let doc = netlane_report::document("nvme-perf", doc);
         if !quiet {
             out::print(&terminal::table(&table));
             out::println(&summary(&doc.body.report, self.verify_only));
+            if let Some((sla, (at, _))) = &judged {
+                for (group, v) in at {
+                    out::println(&format!("{group}: {}", out::sla_line(sla, *v, sla.is_met_at(*v))));
+                }
+            }
         }
         self.out.write_json(&doc)?;
         self.out.write_tables(&doc.provenance.run_id, &[table])?;
@@ -315,7 +386,7 @@ impl PerfArgs {
         if errors > 0 {
             bail!("{errors} commands failed or read back wrong data");
         }
-        Ok(0)
+        Ok(if self.strict && doc.body.sla_met == Some(false) { out::EXIT_STRICT } else { 0 })
     }
 }
 

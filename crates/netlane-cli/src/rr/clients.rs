@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane::cpus::CpuList;
+use netlane::metrics::sla::Sla;
 use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
 use netlane_rr::clients::{ClientsConfig, ClientsReport, Load};
 use netlane_rr::proto::client::ClientConfig;
@@ -79,10 +80,21 @@ pub struct ClientsArgs {
     /// report.
     #[arg(long)]
     pub agent: bool,
+    /// A tail-latency objective, like p99=1ms (a lost request counts as slower than any
+    /// answer): the run says whether it held. With --agents, on two or more hosts.
+    #[arg(long, conflicts_with = "agent")]
+    pub sla: Option<Sla>,
+    /// Exit with status 3 when the run missed --sla.
+    #[arg(long, requires = "sla")]
+    pub strict: bool,
     /// Write the results as JSON to FILE, or to stdout with `-` (the default when no FILE
     /// is given; nothing else is written to stdout then).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+    /// Write the run's figures as CSV into DIR (created if missing): rr-clients.csv, one
+    /// row led by the run's id (files of several runs concatenate).
+    #[arg(long, value_name = "DIR", conflicts_with = "agent")]
+    pub csv: Option<std::path::PathBuf>,
 }
 
 impl ClientsArgs {
@@ -119,9 +131,12 @@ impl ClientsArgs {
     }
 
     pub(super) fn run(&self) -> Result<u8> {
-        let out = OutputArgs { json: self.json.clone(), csv: None };
+        let out = OutputArgs { json: self.json.clone(), csv: self.csv.clone() };
         out.validate()?;
         let cfg = self.config()?;
+        if self.sla.is_some() && self.hosts.agents.len() == 1 {
+            bail!("--sla with --agents needs two or more hosts (one host alone sends no latency histogram)");
+        }
         cfg.validate()?;
         // The agents' CPUs with --agents, which they check on their machines.
         if let (Some(cpus), false) = (&cfg.cpus, self.hosts.any()) {
@@ -139,16 +154,25 @@ impl ClientsArgs {
                 gate.wait(&ready).map_err(netlane_rr::clients::ClientsError::Invalid)
             })?;
             let agent = Some(netlane_rr::clients::AgentOutput::of(&hist));
-            out.write_json(&netlane_report::document("rr-clients", RrClients { report, agent, agents: None }))?;
+            let doc = RrClients { report, agent, agents: None, sla: None, sla_met: None, sla_latency_us: None };
+            out.write_json(&netlane_report::document("rr-clients", doc))?;
             return Ok(0);
         }
-        let (rep, agents) = if self.hosts.any() {
+        let (rep, hist, agents) = if self.hosts.any() {
             // Connected (and their netlane checked) before any of them runs.
             let hosts = self.hosts.connect()?;
-            let (rep, parts, ()) = netlane_lab::scenarios::rr::run_clients(&hosts.agents(), &cfg, || Ok(()))?;
-            (rep, Some(parts))
+            let (rep, hist, parts, ()) = netlane_lab::scenarios::rr::run_clients(&hosts.agents(), &cfg, || Ok(()))?;
+            (rep, hist, Some(parts))
         } else {
-            (netlane_rr::clients::run(&cfg, STOP.flag())?, None)
+            let (rep, hist) = netlane_rr::clients::run_gated(&cfg, STOP.flag(), || Ok(()))?;
+            (rep, Some(hist), None)
+        };
+        let judged = match (self.sla, &hist) {
+            (Some(sla), Some(h)) => {
+                let at = netlane_rr::clients::latency_at(h, rep.lost, sla.quantile());
+                Some((sla, at, sla.is_met_at(at)))
+            }
+            _ => None,
         };
         if !out.json_to_stdout() {
             for a in agents.iter().flatten() {
@@ -158,10 +182,22 @@ impl ClientsArgs {
                 ));
             }
             print_report(&rep);
+            if let Some((sla, at, met)) = judged {
+                out::println(&out::sla_line(&sla, at, met));
+            }
         }
         let nothing = rep.responses == 0;
-        let doc = netlane_report::document("rr-clients", RrClients { report: rep, agent: None, agents });
+        let body = RrClients {
+            report: rep,
+            agent: None,
+            agents,
+            sla: judged.map(|(sla, _, _)| sla.to_string()),
+            sla_met: judged.map(|(_, _, met)| met),
+            sla_latency_us: judged.and_then(|(_, at, _)| at).map(|ns| ns as f64 / 1e3),
+        };
+        let doc = netlane_report::document("rr-clients", body);
         out.write_json(&doc)?;
+        out.write_tables(&doc.provenance.run_id, &[clients_table(&doc.body)])?;
         if nothing {
             let r = &doc.body.report;
             bail!(
@@ -174,8 +210,63 @@ impl ClientsArgs {
                 r.recv_errors
             );
         }
-        Ok(0)
+        Ok(if self.strict && judged.is_some_and(|(_, _, met)| !met) { crate::out::EXIT_STRICT } else { 0 })
     }
+}
+
+/// The run as one CSV row.
+fn clients_table(d: &RrClients) -> netlane_report::Table {
+    use netlane_report::{Column, Row, Table, Value};
+    let r = &d.report;
+    let l = &r.latency_ns;
+    let us = |ns: u64| Value::num(ns as f64 / 1e3);
+    let mut t = Table::new(
+        "rr-clients",
+        "The clients' run",
+        vec![
+            Column::new("server", "server", 0),
+            Column::new("clients", "clients", 0),
+            Column::new("load", "loop", 0),
+            Column::new("seconds", "s", 1),
+            Column::new("responses_per_s", "responses/s", 0),
+            Column::new("p50_us", "p50 us", 1),
+            Column::new("p99_us", "p99 us", 1),
+            Column::new("p999_us", "p99.9 us", 1),
+            Column::new("p9999_us", "p99.99 us", 1),
+            Column::new("max_us", "max us", 1),
+            Column::new("requests", "requests", 0),
+            Column::new("responses", "responses", 0),
+            Column::new("lost", "lost", 0),
+            Column::new("retransmits", "retransmits", 0),
+            Column::new("corrupt", "corrupt", 0),
+            Column::new("mismatched", "mismatched", 0),
+            Column::new("cpu_s", "CPU s", 3),
+            Column::new("sla", "SLA", 0),
+            Column::new("sla_met", "SLA met", 0),
+        ],
+    );
+    t.push(Row::new(vec![
+        Value::text(&r.server),
+        Value::Int(r.clients as u64),
+        Value::text(&r.load),
+        Value::num(r.seconds),
+        Value::num(r.responses_per_s),
+        us(l.p50),
+        us(l.p99),
+        us(l.p999),
+        us(l.p9999),
+        us(l.max),
+        Value::Int(r.requests),
+        Value::Int(r.responses),
+        Value::Int(r.lost),
+        Value::Int(r.retransmits),
+        Value::Int(r.corrupt),
+        Value::Int(r.mismatched),
+        Value::num(r.cpu_s),
+        d.sla.as_ref().map_or(Value::Missing, Value::text),
+        d.sla_met.map_or(Value::Missing, |m| Value::text(if m { "yes" } else { "no" })),
+    ]));
+    t
 }
 
 /// The merged report, two lines.

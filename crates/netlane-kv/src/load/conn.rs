@@ -292,8 +292,8 @@ mod tests {
         let open = simulate(conn(cfg(poisson(10_000.0), 2000 * MS)), &mut server, u64::MAX);
         assert!(open.latency_at(0.5).unwrap() < 100 * US, "p50 {:?}", open.latency_at(0.5));
         assert!(open.latency_at(0.99).unwrap() > 100 * MS, "p99 {:?}", open.latency_at(0.99));
-        assert!(Sla::is_met(&"p50=1ms".parse().unwrap(), &open));
-        assert!(!Sla::is_met(&"p99=1ms".parse().unwrap(), &open));
+        assert!(open.meets(&"p50=1ms".parse::<Sla>().unwrap()));
+        assert!(!open.meets(&"p99=1ms".parse::<Sla>().unwrap()));
         // Closed loop, one request at a time: the stall holds up exactly one request,
         // and the ~90,000 others all see an idle server.
         let mut server = FifoServer::new(20 * US, stall);
@@ -302,7 +302,7 @@ mod tests {
         let p9999 = closed.latency_at(0.9999).unwrap();
         assert!((20 * US..=20_100).contains(&p9999), "p99.99 {p9999}");
         assert!(closed.latency_at(1.0).unwrap() >= 200 * MS, "the one stalled request");
-        assert!(Sla::is_met(&"p99.99=1ms".parse().unwrap(), &closed));
+        assert!(closed.meets(&"p99.99=1ms".parse::<Sla>().unwrap()));
     }
 
     #[test]

@@ -53,8 +53,9 @@ pub fn split(cfg: &ClientsConfig, n: usize) -> Result<Vec<ClientsConfig>, Client
 
 /// The agents' parts (each report and its latencies) as one report of `cfg`: counts
 /// summed, the latencies merged, the rate over the longest measured time (they start
-/// together). A part whose latencies are not one per response is refused.
-pub fn merge(cfg: &ClientsConfig, parts: &[(ClientsReport, Hist)]) -> Result<ClientsReport, ClientsError> {
+/// together), with the merged latencies. A part whose latencies are not one per response
+/// is refused.
+pub fn merge(cfg: &ClientsConfig, parts: &[(ClientsReport, Hist)]) -> Result<(ClientsReport, Hist), ClientsError> {
     let mut all = ClientsReport::empty(cfg);
     let mut hist = Hist::new();
     let mut seconds: f64 = 0.0;
@@ -84,7 +85,7 @@ pub fn merge(cfg: &ClientsConfig, parts: &[(ClientsReport, Hist)]) -> Result<Cli
     }
     all.threads = parts.iter().map(|(r, _)| r.threads).sum();
     all.finish(seconds, &hist);
-    Ok(all)
+    Ok((all, hist))
 }
 
 #[cfg(test)]
@@ -142,7 +143,8 @@ mod tests {
             (r, Hist::decode(&AgentOutput::of(&h).latency_hdr).unwrap())
         };
         let parts = [part(1_000, 1.0, 10_000), part(3_000, 1.02, 50_000)];
-        let m = merge(&c, &parts).unwrap();
+        let (m, merged) = merge(&c, &parts).unwrap();
+        assert_eq!(merged.count(), m.responses);
         assert_eq!((m.responses, m.requests, m.threads, m.clients), (4_000, 4_002, 2, 4));
         assert_eq!(m.seconds, 1.02);
         assert_eq!(m.latency_ns.count, 4_000);
@@ -156,5 +158,20 @@ mod tests {
         let mut huge = part(1, 1.0, 1);
         huge.0.requests = u64::MAX;
         assert!(merge(&c, &[huge]).is_err());
+    }
+
+    /// A lost request ranks above every answer: it can only make a percentile worse.
+    #[test]
+    fn lost_requests_rank_above_every_answer() {
+        use crate::clients::latency_at;
+        let mut h = Hist::new();
+        (1..=98u64).for_each(|v| h.record(v * 1000));
+        assert_eq!(latency_at(&h, 0, 0.5), Some(h.quantile(0.5)));
+        let p50 = latency_at(&h, 2, 0.5).unwrap();
+        assert!((49_000..=50_100).contains(&p50), "{p50}");
+        assert_eq!(latency_at(&h, 2, 0.98), Some(h.quantile(1.0)));
+        assert_eq!(latency_at(&h, 2, 0.99), None, "p99 falls among the two lost");
+        assert_eq!(latency_at(&Hist::new(), 0, 0.5), None);
+        assert_eq!(latency_at(&Hist::new(), 5, 0.0), None);
     }
 }

@@ -193,6 +193,19 @@ pub struct ClientsReport {
 /// Ready sockets in one wake-up from which the clients count it as a herd.
 pub const HERD: u64 = 8;
 
+/// The latency at quantile `q` of a run whose `hist` holds its answers' latencies and
+/// `lost` requests got none: every lost request ranks above every answer, so it can only
+/// make a percentile worse (`None`: the rank falls among them, or nothing was asked).
+pub fn latency_at(hist: &Hist, lost: u64, q: f64) -> Option<u64> {
+    let answered = hist.count();
+    let total = answered.saturating_add(lost);
+    if total == 0 {
+        return None;
+    }
+    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+    (rank <= answered).then(|| hist.quantile(rank as f64 / answered as f64))
+}
+
 /// Runs the population until the measured time has passed or `stop` is set.
 pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, ClientsError> {
     run_gated(cfg, stop, || Ok(())).map(|(report, _)| report)

@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod hist;
 pub mod kstat;
 pub mod prom;
+pub mod sla;
 pub mod units;
 
 pub use cpu::{CpuTime, SystemCpu, SystemCpuDelta};

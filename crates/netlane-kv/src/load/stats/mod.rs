@@ -18,11 +18,7 @@
 //!   truth, and an SLA at a bucket's edge is judged strictly. Latencies over 60 s count
 //!   as 60 s.
 
-use std::fmt;
-use std::str::FromStr;
-
 use hdrhistogram::Histogram;
-use thiserror::Error;
 
 use super::codec::{Reply, ReplyError, SetReply};
 
@@ -37,7 +33,7 @@ pub use wire::WireError;
 pub const REPORTED_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];
 
 /// The longest latency the histogram tells apart: 60 s.
-pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+pub const MAX_LATENCY_NS: u64 = netlane::metrics::sla::MAX_LATENCY_NS;
 
 /// Counters of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -206,7 +202,7 @@ impl Stats {
             offered_per_s: per_s(self.counts.offered),
             achieved_per_s: per_s(self.counts.completed),
             sla_latency_ns: at,
-            sla_met: at.is_some_and(|ns| ns <= sla.latency_ns),
+            sla_met: sla.is_met_at(at),
             lag_share: self.counts.lag_share(),
         }
     }
@@ -283,77 +279,14 @@ pub struct Measurement {
     pub lag_share: f64,
 }
 
-/// A tail-latency objective: `percentile` of requests within `latency`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sla {
-    percentile: f64,
-    latency_ns: u64,
-}
+/// A tail-latency objective (in the core, shared with the other clients).
+pub use netlane::metrics::sla::{Sla, SlaError};
 
-/// An SLA that does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SlaError {
-    /// Not `pPERCENTILE=LATENCY`.
-    #[error("SLA {0:?}: expected pPERCENTILE=LATENCY, like p99.9=1ms")]
-    Syntax(String),
-    /// A percentile that is not a number in (0, 100].
-    #[error("SLA percentile {0:?}: must be a number above 0 and at most 100")]
-    Percentile(String),
-    /// A latency that is not a positive number with a unit, up to 60 s.
-    #[error("SLA latency {0:?}: expected a number and a unit (ns, us, ms or s), from 1 ns to 60 s")]
-    Latency(String),
-}
-
-impl Sla {
-    /// The percentile, as a fraction (0.999 for p99.9).
-    pub fn quantile(&self) -> f64 {
-        self.percentile / 100.0
-    }
-
-    /// The latency bound, ns.
-    pub fn latency_ns(&self) -> u64 {
-        self.latency_ns
-    }
-
-    /// Whether `stats` meets it: the latency at its percentile, counting every request
-    /// without a good answer as slower than any, is within the bound.
-    pub fn is_met(&self, stats: &Stats) -> bool {
-        stats.latency_at(self.quantile()).is_some_and(|ns| ns <= self.latency_ns)
-    }
-}
-
-impl FromStr for Sla {
-    type Err = SlaError;
-
-    /// `p99.9=1ms`: a percentile, `=`, a latency with a unit (`ns`, `us`, `µs`, `ms`, `s`).
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let Some((p, latency)) = s.strip_prefix('p').and_then(|r| r.split_once('=')) else {
-            return Err(SlaError::Syntax(s.to_owned()));
-        };
-        let percentile = p
-            .parse::<f64>()
-            .ok()
-            .filter(|p| *p > 0.0 && *p <= 100.0)
-            .ok_or_else(|| SlaError::Percentile(p.to_owned()))?;
-        let units: [(&str, f64); 5] = [("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)];
-        let latency_ns = units
-            .iter()
-            .find_map(|(unit, scale)| latency.strip_suffix(unit).map(|n| (n, scale)))
-            .and_then(|(n, scale)| n.parse::<f64>().ok().map(|n| (n * scale).round()))
-            .filter(|ns| *ns >= 1.0 && *ns <= MAX_LATENCY_NS as f64)
-            .ok_or_else(|| SlaError::Latency(latency.to_owned()))? as u64;
-        Ok(Sla { percentile, latency_ns })
-    }
-}
-
-impl fmt::Display for Sla {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ns = self.latency_ns;
-        let (n, unit) = [(1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "us")]
-            .into_iter()
-            .find(|(scale, _)| ns.is_multiple_of(*scale))
-            .map_or((ns, "ns"), |(scale, unit)| (ns / scale, unit));
-        write!(f, "p{}={n}{unit}", self.percentile)
+impl Stats {
+    /// Whether these statistics meet `sla`: the latency at its percentile, counting every
+    /// request without a good answer as slower than any, is within the bound.
+    pub fn meets(&self, sla: &Sla) -> bool {
+        sla.is_met_at(self.latency_at(sla.quantile()))
     }
 }
 
@@ -400,12 +333,12 @@ mod tests {
         // 990 of 1000 answered: p99 is the 990th, p99.1 the 991st: unanswered.
         assert!(near(s.latency_at(0.99), 1_000_000));
         assert_eq!(s.latency_at(0.991), None);
-        assert!(sla("p99=2ms").is_met(&s));
-        assert!(!sla("p99.9=1s").is_met(&s), "however generous the bound");
+        assert!(s.meets(&sla("p99=2ms")));
+        assert!(!s.meets(&sla("p99.9=1s")), "however generous the bound");
         // One more request lost with its connection tips p99 over.
         s.lost(1);
         assert_eq!(s.latency_at(0.99), None);
-        assert!(!sla("p99=2ms").is_met(&s));
+        assert!(!s.meets(&sla("p99=2ms")));
     }
 
     #[test]
@@ -464,11 +397,11 @@ mod tests {
         let mut s = Stats::new();
         ok(&mut s, [1_000_000]);
         assert_eq!(s.latency_at(1.0), Some(1_000_447));
-        assert!(!sla("p100=1ms").is_met(&s));
+        assert!(!s.meets(&sla("p100=1ms")));
         let mut s = Stats::new();
         ok(&mut s, [999_000]);
         assert_eq!(s.latency_at(1.0), Some(999_423));
-        assert!(sla("p100=1ms").is_met(&s));
+        assert!(s.meets(&sla("p100=1ms")));
     }
 
     #[test]

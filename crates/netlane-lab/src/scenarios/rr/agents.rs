@@ -37,12 +37,13 @@ pub struct RrAgent {
 /// The population `cfg` from `agents`: one host runs it alone (no parts to show), several
 /// run their shares as agents of one measurement (each one's part shown); a population
 /// of fewer clients than hosts runs on as many hosts as it has clients. `started` is
-/// called once every host has its word to start (a reading taken around the run).
+/// called once every host has its word to start (a reading taken around the run). The
+/// merged latencies come back when agents ran it (one host alone sends none).
 pub fn run_clients<T>(
     agents: &[Agent<'_>],
     cfg: &ClientsConfig,
     started: impl FnOnce() -> Result<T>,
-) -> Result<(ClientsReport, Vec<RrAgent>, T)> {
+) -> Result<(ClientsReport, Option<Hist>, Vec<RrAgent>, T)> {
     let limit = cfg.ramp + cfg.duration + Duration::from_secs(30);
     let placed = |a: &Agent<'_>, c: &ClientsConfig| ClientsConfig {
         cpus: a.own_cpus().map(CpuList::new).or(c.cpus.clone()),
@@ -52,7 +53,7 @@ pub fn run_clients<T>(
     if let [one] = agents {
         let role = RoleProcess::start(one.host, &clients_spec(&placed(one, cfg)), None)?;
         let reading = started()?;
-        return Ok((clients_report(&role.wait(limit)?)?, Vec::new(), reading));
+        return Ok((clients_report(&role.wait(limit)?)?, None, Vec::new(), reading));
     }
     let shares: Vec<ClientsConfig> =
         clients::split(cfg, agents.len())?.iter().zip(agents).map(|(s, a)| placed(a, s)).collect();
@@ -92,5 +93,6 @@ pub fn run_clients<T>(
         });
         parts.push((doc.report, hist));
     }
-    Ok((clients::merge(cfg, &parts)?, summaries, reading))
+    let (report, hist) = clients::merge(cfg, &parts)?;
+    Ok((report, Some(hist), summaries, reading))
 }

@@ -120,7 +120,7 @@ fn exchange(site: &RrSite<'_>, m: &Mode, server_cpu: usize) -> Result<RrRun> {
     // dropped): a failure on the way must not leave the server running.
     let measured = (|| {
         // From when every client host has its word: not their setup.
-        let (clients, agents, cpu0) = run_clients(&site.clients, &pop, || cpu_counters(site.server, server_cpu))?;
+        let (clients, _, agents, cpu0) = run_clients(&site.clients, &pop, || cpu_counters(site.server, server_cpu))?;
         let cpu1 = cpu_counters(site.server, server_cpu)?;
         Ok::<_, anyhow::Error>((clients, agents, cpu0.delta(&cpu1)))
     })();
