@@ -8,11 +8,13 @@
 //!   `--strict`, 128+N killed by signal N (141 for a closed pipe).
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use netlane::metrics::run_status::RunStatus;
 use netlane_report::{Document, Results};
 use serde::Serialize;
 
@@ -100,6 +102,61 @@ pub fn sla_line(sla: &netlane::metrics::sla::Sla, at: Option<u64>, met: bool) ->
             n as f64 / 1e3
         ))
     )
+}
+
+/// A load generator's status line on stderr, as fio's: `[ 45%] measuring 12.3k IOPS, eta
+/// 3s`, rewritten in place on a terminal, a line a second otherwise.
+pub struct LiveStatus {
+    /// What the rate counts (`IOPS`, `requests/s`).
+    unit: &'static str,
+    tty: bool,
+    last: Option<(Duration, u64)>,
+    last_line: Instant,
+}
+
+impl LiveStatus {
+    /// A status line whose rate counts `unit`.
+    pub fn new(unit: &'static str) -> LiveStatus {
+        LiveStatus { unit, tty: std::io::stderr().is_terminal(), last: None, last_line: Instant::now() }
+    }
+
+    /// Says where the run is.
+    pub fn show(&mut self, s: &RunStatus) {
+        if crate::signals::STOP.is_stopped() {
+            return;
+        }
+        let iops = match self.last {
+            Some((t, n)) if s.elapsed > t => (s.completed - n) as f64 / (s.elapsed - t).as_secs_f64(),
+            _ => 0.0,
+        };
+        self.last = Some((s.elapsed, s.completed));
+        let pct = 100.0 * s.elapsed.as_secs_f64() / s.total.as_secs_f64().max(1e-9);
+        let eta = s.total.saturating_sub(s.elapsed).as_secs();
+        let line = format!(
+            "[{:>3.0}%] {} {} {}, eta {eta}s",
+            pct.min(100.0),
+            match (s.measuring, s.elapsed >= s.total) {
+                (_, true) => "draining ",
+                (true, false) => "measuring",
+                (false, false) => "ramping  ",
+            },
+            netlane_report::format::si(iops),
+            self.unit
+        );
+        if self.tty {
+            eprint!("\r{line}   ");
+        } else if self.last_line.elapsed() >= Duration::from_secs(1) {
+            eprintln!("{line}");
+            self.last_line = Instant::now();
+        }
+    }
+
+    /// Clears the line (on a terminal) before the results are printed.
+    pub fn done(&self) {
+        if self.tty && self.last.is_some() {
+            eprint!("\r{:60}\r", "");
+        }
+    }
 }
 
 /// Where machine-readable output goes: `--json [FILE|-]`, `--csv DIR`.

@@ -62,6 +62,13 @@ fn the_clients_judge_an_sla_with_strict_and_write_csv() {
     );
     assert!(field(&row, "completed").parse::<u64>().unwrap() > 200, "{row:?}");
     assert_eq!(field(&row, "sla_met"), "yes");
+    // A run says where it is on stderr as it goes (a line a second when stderr is not a
+    // terminal), and its results on stdout.
+    let o =
+        netlane(&["kv", "load", "--server", &addr, "-c", "2", "--rate", "1000", "--time", "1500ms", "--keys", "100"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("] measuring ") && stderr(&o).contains(" requests/s, eta "), "{}", stderr(&o));
+    assert!(!stdout(&o).contains("eta"), "{}", stdout(&o));
     // An SLA at a percentile nvme perf does not keep is refused before anything runs.
     let o = netlane(&["nvme", "perf", "--target", "127.0.0.1:9", "--sla", "p95=1ms"]);
     assert_eq!(o.status.code(), Some(2));

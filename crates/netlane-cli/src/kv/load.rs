@@ -251,7 +251,12 @@ impl LoadArgs {
                 doc.agents = Some(vec![step]);
                 run
             }
-            None => loadgen::run(&cfg, STOP.flag())?,
+            None => {
+                let mut status = out::LiveStatus::new("requests/s");
+                let run = loadgen::run_observed(&cfg, STOP.flag(), &mut |s| status.show(s));
+                status.done();
+                run?
+            }
         };
         if !quiet {
             print_report(&r.report);

@@ -1,9 +1,8 @@
 //! `netlane nvme perf`: alone, as one agent, or coordinating agents on other hosts.
 
 use netlane_report::options::parse_endpoint;
-use std::io::IsTerminal;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::documents::NvmePerf;
 use anyhow::{Context, Result, bail};
@@ -13,14 +12,14 @@ use netlane::metrics::Summary;
 use netlane::metrics::sla::Sla;
 use netlane_lab::scenarios::nvme::{NvmeAgent, perf_table};
 use netlane_nvme::host::ConnectOptions;
-use netlane_nvme::perf::{AgentOutput, Caravan, JobGroup, PerfOptions, PerfReport, Status, VerifyMode};
+use netlane_nvme::perf::{AgentOutput, Caravan, JobGroup, PerfOptions, PerfReport, VerifyMode};
 use netlane_nvme::target::DEFAULT_NQN;
 use netlane_report::options::{OptionList, parse_duration, parse_positive_duration};
 use netlane_report::terminal;
 
 use crate::agents::AgentHostsArgs;
 use crate::out::{self, OutputArgs};
-use crate::signals::{STOP, StartGate};
+use crate::signals::StartGate;
 
 /// Jobs' CPUs: a CPU list, or `any` for unbound.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,7 +352,7 @@ impl PerfArgs {
             }
             (r, Some(parts))
         } else {
-            let mut status = LiveStatus::new();
+            let mut status = out::LiveStatus::new("IOPS");
             let r = netlane_nvme::perf::run_observed(&opts, &mut |s| status.show(s)).context("nvme perf")?;
             status.done();
             (r, None)
@@ -425,51 +424,6 @@ fn summary(r: &PerfReport, verify_only: bool) -> String {
         }
     }
     s
-}
-
-/// fio's status line on stderr: `[ 45%] 12.3k IOPS, eta 3s`, rewritten in place on a
-/// terminal, a line a second otherwise.
-struct LiveStatus {
-    tty: bool,
-    last: Option<(Duration, u64)>,
-    last_line: Instant,
-}
-
-impl LiveStatus {
-    fn new() -> LiveStatus {
-        LiveStatus { tty: std::io::stderr().is_terminal(), last: None, last_line: Instant::now() }
-    }
-
-    fn show(&mut self, s: &Status) {
-        if STOP.is_stopped() {
-            return;
-        }
-        let iops = match self.last {
-            Some((t, n)) if s.elapsed > t => (s.completed - n) as f64 / (s.elapsed - t).as_secs_f64(),
-            _ => 0.0,
-        };
-        self.last = Some((s.elapsed, s.completed));
-        let pct = 100.0 * s.elapsed.as_secs_f64() / s.total.as_secs_f64().max(1e-9);
-        let eta = s.total.saturating_sub(s.elapsed).as_secs();
-        let line = format!(
-            "[{:>3.0}%] {} {} IOPS, eta {eta}s",
-            pct.min(100.0),
-            if s.measuring { "measuring" } else { "ramping  " },
-            netlane_report::format::si(iops)
-        );
-        if self.tty {
-            eprint!("\r{line}   ");
-        } else if self.last_line.elapsed() >= Duration::from_secs(1) {
-            eprintln!("{line}");
-            self.last_line = Instant::now();
-        }
-    }
-
-    fn done(&self) {
-        if self.tty && self.last.is_some() {
-            eprint!("\r{:60}\r", "");
-        }
-    }
 }
 
 #[cfg(test)]

@@ -164,7 +164,9 @@ impl ClientsArgs {
             let (rep, hist, parts, ()) = netlane_lab::scenarios::rr::run_clients(&hosts.agents(), &cfg, || Ok(()))?;
             (rep, hist, Some(parts))
         } else {
-            let (rep, hist) = netlane_rr::clients::run_gated(&cfg, STOP.flag(), || Ok(()))?;
+            let mut status = out::LiveStatus::new("responses/s");
+            let (rep, hist) = netlane_rr::clients::run_observed(&cfg, STOP.flag(), &mut |s| status.show(s))?;
+            status.done();
             (rep, Some(hist), None)
         };
         let judged = match (self.sla, &hist) {

@@ -7,7 +7,7 @@ use std::collections::BinaryHeap;
 use std::io::{ErrorKind, Read as _, Write as _};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -21,6 +21,7 @@ use crate::load::rng::Rng;
 use crate::load::schedule::Pacing;
 use crate::load::stats::Stats;
 use crate::load::workload::Workload;
+use netlane::metrics::run_status::{RunStatus, Window, watch};
 use netlane::time::monotonic_ns;
 
 struct Peer {
@@ -54,12 +55,26 @@ pub fn run(cfg: &LoadConfig, stop: &AtomicBool) -> Result<Run, LoadError> {
     run_gated(cfg, stop, || Ok(()))
 }
 
+/// [`run`], telling `status` where it is as it goes (completed: requests answered).
+pub fn run_observed(cfg: &LoadConfig, stop: &AtomicBool, status: &mut dyn FnMut(&RunStatus)) -> Result<Run, LoadError> {
+    run_inner(cfg, stop, || Ok(()), Some(status))
+}
+
 /// [`run`], its schedule started only once every connection is open and `gate` has
 /// returned (an agent waits there for its coordinator's start).
 pub fn run_gated(
     cfg: &LoadConfig,
     stop: &AtomicBool,
     gate: impl FnOnce() -> Result<(), LoadError>,
+) -> Result<Run, LoadError> {
+    run_inner(cfg, stop, gate, None)
+}
+
+fn run_inner(
+    cfg: &LoadConfig,
+    stop: &AtomicBool,
+    gate: impl FnOnce() -> Result<(), LoadError>,
+    status: Option<&mut dyn FnMut(&RunStatus)>,
 ) -> Result<Run, LoadError> {
     cfg.validate()?;
     let workload = Workload::new(cfg.workload).map_err(|e| LoadError::Config(e.to_string()))?;
@@ -81,6 +96,8 @@ pub fn run_gated(
     let start_ns = monotonic_ns() + 50_000_000;
     let measure_from_ns = start_ns + cfg.ramp.as_nanos() as u64;
     let end_ns = measure_from_ns + cfg.duration.as_nanos() as u64;
+    let completed = AtomicU64::new(0);
+    let completed = &completed;
     let results: Vec<Result<ThreadResult, LoadError>> = std::thread::scope(|sc| {
         let handles: Vec<_> = streams
             .into_iter()
@@ -101,10 +118,14 @@ pub fn run_gated(
                 sc.spawn(move || {
                     netlane::cpus::pin(cpu);
                     barrier.wait();
-                    drive(mine, &cc, &workload, seed, end_ns + drain.as_nanos() as u64, stop)
+                    drive(mine, &cc, &workload, seed, end_ns + drain.as_nanos() as u64, stop, completed)
                 })
             })
             .collect();
+        if let Some(status) = status {
+            let window = Window { start_ns, measure_from_ns, end_ns };
+            watch(window, completed, || !handles.iter().all(|h| h.is_finished()), status);
+        }
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(LoadError::Config("a load thread panicked".into()))))
@@ -123,21 +144,15 @@ pub fn run_gated(
     Ok(Run { report, stats, threads_wall_s: wall })
 }
 
-/// One thread's event loop.
-fn drive(
+/// Each connection as a peer with its protocol state, registered with `epoll` under its
+/// index.
+fn peers(
     mine: Vec<(u32, TcpStream)>,
+    epoll: &Epoll,
     cc: &ConnConfig,
     workload: &Workload,
     seed: u64,
-    until_ns: u64,
-    stop: &AtomicBool,
-) -> Result<ThreadResult, LoadError> {
-    let (cpu0, wall0) = (thread_cpu_s(), monotonic_ns());
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
-    let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC)
-        .map_err(|e| io_err("timerfd")(e.into()))?;
-    epoll.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER)).map_err(|e| io_err("epoll add")(e.into()))?;
-    let mut stats = Stats::new();
+) -> Result<Vec<Peer>, LoadError> {
     let mut peers = Vec::with_capacity(mine.len());
     for (i, (id, s)) in mine.into_iter().enumerate() {
         epoll
@@ -147,6 +162,26 @@ fn drive(
             .map_err(|e| LoadError::Config(e.to_string()))?;
         peers.push(Peer { stream: Some(s), conn: Some(conn), pending: Vec::new(), queued: None });
     }
+    Ok(peers)
+}
+
+/// One thread's event loop.
+fn drive(
+    mine: Vec<(u32, TcpStream)>,
+    cc: &ConnConfig,
+    workload: &Workload,
+    seed: u64,
+    until_ns: u64,
+    stop: &AtomicBool,
+    completed: &AtomicU64,
+) -> Result<ThreadResult, LoadError> {
+    let (cpu0, wall0) = (thread_cpu_s(), monotonic_ns());
+    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
+    let timer = TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC)
+        .map_err(|e| io_err("timerfd")(e.into()))?;
+    epoll.add(timer.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, TIMER)).map_err(|e| io_err("epoll add")(e.into()))?;
+    let mut stats = Stats::new();
+    let mut peers = peers(mine, &epoll, cc, workload, seed)?;
     let mut heap: BinaryHeap<Reverse<(u64, usize)>> = BinaryHeap::new();
     // A connection is queued under its next due time while it can send: never after its
     // socket failed (what it would have sent counts as not sent at the end), or the loop
@@ -168,10 +203,16 @@ fn drive(
     let mut buf = vec![0u8; 256 << 10];
     let mut events = vec![EpollEvent::empty(); 256];
     let mut armed = None;
+    let mut told = 0;
     loop {
         let now = monotonic_ns();
         if now >= until_ns || stop.load(Ordering::Relaxed) {
             break;
+        }
+        let answered = stats.counts().completed;
+        if answered != told {
+            completed.fetch_add(answered - told, Ordering::Relaxed);
+            told = answered;
         }
         // Everything due goes out now.
         while let Some(&Reverse((due, i))) = heap.peek() {

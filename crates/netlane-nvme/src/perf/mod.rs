@@ -155,21 +155,8 @@ fn read_proc_cpu_ticks(pid: u32) -> Option<u64> {
     Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
-/// Where a run is, for a live status line.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Status {
-    /// Since the jobs started.
-    pub elapsed: Duration,
-    /// Ramp plus measured time.
-    pub total: Duration,
-    /// In the measured window (else ramping up).
-    pub measuring: bool,
-    /// Commands completed so far, ramp included.
-    pub completed: u64,
-}
-
-/// How often [`run_observed`] reports its status.
-pub const STATUS_EVERY: Duration = Duration::from_millis(500);
+/// Where a run is, for a live status line (`completed`: commands, ramp included).
+pub use netlane::metrics::run_status::{RunStatus as Status, STATUS_EVERY};
 
 /// Runs a perf workload against a target and reports.
 pub fn run(opts: &PerfOptions) -> Result<PerfReport, PerfError> {

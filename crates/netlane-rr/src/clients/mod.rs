@@ -16,12 +16,13 @@ mod worker;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::Duration;
 
 use netlane::cpus::CpuList;
 use netlane::metrics::Summary;
 use netlane::metrics::hist::Hist;
+use netlane::metrics::run_status::{RunStatus, Window, watch};
 use netlane::time::monotonic_ns;
 use netlane::udp::UdpSocket;
 use serde::{Deserialize, Serialize};
@@ -211,12 +212,31 @@ pub fn run(cfg: &ClientsConfig, stop: &AtomicBool) -> Result<ClientsReport, Clie
     run_gated(cfg, stop, || Ok(())).map(|(report, _)| report)
 }
 
+/// [`run`] with its latencies, telling `status` where it is as it goes (completed:
+/// responses measured).
+pub fn run_observed(
+    cfg: &ClientsConfig,
+    stop: &AtomicBool,
+    status: &mut dyn FnMut(&RunStatus),
+) -> Result<(ClientsReport, Hist), ClientsError> {
+    run_inner(cfg, stop, || Ok(()), Some(status))
+}
+
 /// [`run`], with `gate` called once every socket is made and before anything is sent
 /// (an agent says it is ready there and waits for its start); also the latencies.
 pub fn run_gated(
     cfg: &ClientsConfig,
     stop: &AtomicBool,
     gate: impl FnOnce() -> Result<(), ClientsError>,
+) -> Result<(ClientsReport, Hist), ClientsError> {
+    run_inner(cfg, stop, gate, None)
+}
+
+fn run_inner(
+    cfg: &ClientsConfig,
+    stop: &AtomicBool,
+    gate: impl FnOnce() -> Result<(), ClientsError>,
+    status: Option<&mut dyn FnMut(&RunStatus)>,
 ) -> Result<(ClientsReport, Hist), ClientsError> {
     cfg.validate()?;
     let per = |t: usize| cfg.clients / cfg.threads + usize::from(t < cfg.clients % cfg.threads);
@@ -240,6 +260,8 @@ pub fn run_gated(
     let start_ns = monotonic_ns();
     let measure_from = start_ns + cfg.ramp.as_nanos() as u64;
     let measure_to = measure_from + cfg.duration.as_nanos() as u64;
+    let answered = AtomicU64::new(0);
+    let answered = &answered;
     let results: Vec<io::Result<Part>> = std::thread::scope(|s| {
         let handles: Vec<_> = groups
             .into_iter()
@@ -248,10 +270,14 @@ pub fn run_gated(
                 let cpu = cfg.cpus.as_ref().and_then(|c| c.nth_wrapping(t));
                 s.spawn(move || {
                     netlane::cpus::pin(cpu);
-                    Worker::new(cfg, t, first, socks, measure_from, measure_to).run(stop)
+                    Worker::new(cfg, t, first, socks, measure_from, measure_to).run(stop, answered)
                 })
             })
             .collect();
+        if let Some(status) = status {
+            let window = Window { start_ns, measure_from_ns: measure_from, end_ns: measure_to };
+            watch(window, answered, || !handles.iter().all(|h| h.is_finished()), status);
+        }
         handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|_| Err(io::Error::other("client thread panicked"))))

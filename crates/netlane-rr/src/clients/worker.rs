@@ -5,7 +5,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use netlane::metrics::cpu::thread_cpu;
@@ -104,7 +104,9 @@ impl<'a> Worker<'a> {
         }
     }
 
-    pub(super) fn run(mut self, stop: &AtomicBool) -> io::Result<Part> {
+    /// Runs until the measured time has passed or `stop` is set; adds to `answered` the
+    /// responses measured as they come.
+    pub(super) fn run(mut self, stop: &AtomicBool, answered: &AtomicU64) -> io::Result<Part> {
         let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         for (i, s) in self.socks.iter().enumerate() {
             ep.add(s.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, i as u64))?;
@@ -122,7 +124,12 @@ impl<'a> Worker<'a> {
         let mut events = vec![EpollEvent::empty(); self.socks.len().min(256)];
         let mut end_ns = now;
         let (mut wakeups, mut woken, mut max_woken, mut herd) = (0u64, 0u64, 0u64, 0u64);
+        let mut told = 0;
         loop {
+            if self.hist.count() != told {
+                answered.fetch_add(self.hist.count() - told, Ordering::Relaxed);
+                told = self.hist.count();
+            }
             let now = monotonic_ns();
             if self.at_start.is_none() && now >= self.measure_from {
                 self.at_start = Some(self.clients.iter().map(Client::stats).collect());

@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod hist;
 pub mod kstat;
 pub mod prom;
+pub mod run_status;
 pub mod sla;
 pub mod units;
 
