@@ -280,9 +280,22 @@ fn probe_json_validates() {
     assert!(o.status.success(), "{}", stderr(&o));
     let doc = valid_document(&stdout(&o), "probe");
     let names: Vec<&str> = doc["features"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    for want in
-        ["udp-gso", "udp-gro", "msg-zerocopy", "so-txtime", "busy-poll", "af-xdp", "btf", "netdev-napi", "memlock"]
-    {
+    for want in [
+        "udp-gso",
+        "udp-gro",
+        "msg-zerocopy",
+        "so-txtime",
+        "busy-poll",
+        "af-xdp",
+        "tpacket-v3",
+        "btf",
+        "netdev-napi",
+        "memlock",
+        "xdp-native",
+        "xdp-generic",
+        "xdp-rx-hash-kfunc",
+        "tcx",
+    ] {
         assert!(names.contains(&want), "{names:?}");
     }
     // What this kernel has (kernel-probe.md): AF_XDP, BTF, napi-get; the memlock limit
@@ -291,6 +304,12 @@ fn probe_json_validates() {
         |n: &str| doc["features"].as_array().unwrap().iter().find(|f| f["name"] == n).unwrap()["support"].clone();
     for n in ["btf", "netdev-napi"] {
         assert_eq!(support(n)["status"], "supported", "{n}: {}", support(n));
+    }
+    // And, as root, TPACKET_V3, XDP both ways, the RX-hash kfunc and TCX (each tried).
+    if netlane_testkit::privileged("probe_json_validates") {
+        for n in ["tpacket-v3", "xdp-native", "xdp-generic", "xdp-rx-hash-kfunc", "tcx"] {
+            assert_eq!(support(n)["status"], "supported", "{n}: {}", support(n));
+        }
     }
     assert!(support("memlock")["detail"].as_str().unwrap().starts_with("soft "), "{}", support("memlock"));
     // Without CAP_NET_RAW (as nobody, when this runs as root), AF_XDP says which
@@ -312,8 +331,15 @@ fn probe_json_validates() {
     } else {
         doc.clone()
     };
-    let f = unprivileged["features"].as_array().unwrap().iter().find(|f| f["name"] == "af-xdp").unwrap().clone();
-    assert!(f["support"]["detail"].as_str().unwrap().contains("CAP_NET_RAW"), "{f}");
+    let detail = |n: &str| {
+        let f = unprivileged["features"].as_array().unwrap().iter().find(|f| f["name"] == n).unwrap();
+        f["support"]["detail"].as_str().unwrap().to_string()
+    };
+    for (n, cap) in
+        [("af-xdp", "CAP_NET_RAW"), ("tpacket-v3", "CAP_NET_RAW"), ("xdp-native", "CAP_BPF"), ("tcx", "CAP_BPF")]
+    {
+        assert!(detail(n).contains(cap) && detail(n).contains("setcap"), "{n}: {}", detail(n));
+    }
 }
 
 #[test]

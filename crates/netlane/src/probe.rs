@@ -275,11 +275,102 @@ pub fn netdev_napi() -> Support {
 pub fn af_xdp() -> Support {
     match socket2::Socket::new(socket2::Domain::from(libc::AF_XDP), socket2::Type::RAW, None) {
         Ok(_) => Support::Supported("an AF_XDP socket was made (zero-copy needs a driver that has it)".into()),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-            Support::Unknown("making one needs CAP_NET_RAW: run as root (or grant it: setcap cap_net_raw+ep)".into())
-        }
+        Err(e) if is_permission(&e) => needs("an AF_XDP socket", "CAP_NET_RAW"),
         Err(e) => Support::Unsupported(format!("socket(AF_XDP): {e} (a kernel without CONFIG_XDP_SOCKETS)")),
     }
+}
+
+/// What a permission error says: the capability it takes, and how to get it.
+fn needs(what: &str, caps: &str) -> Support {
+    let them = if caps.contains(" and ") { "them" } else { "it" };
+    Support::Unknown(format!("{what} needs {caps}: run as root (or grant {them}: setcap {}+ep)", caps_for_setcap(caps)))
+}
+
+fn caps_for_setcap(caps: &str) -> String {
+    caps.split(" and ").map(|c| c.to_lowercase()).collect::<Vec<_>>().join(",")
+}
+
+fn is_permission(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM) | Some(libc::EACCES))
+}
+
+/// TPACKET_V3 rings (the datagram service's block-based receive path): a small ring
+/// opened on loopback.
+pub fn tpacket_v3() -> Support {
+    use netlane_sys::packet::{PacketRing, RingSpec};
+    let spec = RingSpec::V3 { block_size: 1 << 16, blocks: 2, frame_size: 2048, retire_ms: 8 };
+    // A classic BPF filter that takes nothing (`ret #0`): the probe wants the ring, not
+    // the host's packets.
+    let take_nothing = [netlane_sys::packet::Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
+    match PacketRing::open(0x0003, 1, &take_nothing, spec) {
+        Ok(r) => Support::Supported(format!("a ring of {} KiB mapped on lo", r.spec().bytes() / 1024)),
+        Err(e) if is_permission(&e) => needs("a packet socket", "CAP_NET_RAW"),
+        Err(e) => Support::Unsupported(format!("TPACKET_V3 ring: {e}")),
+    }
+}
+
+/// What the BPF paths need, each tried on a veth pair in a scratch namespace: XDP
+/// attached native and generic, the balancer's device-bound build whose RX-hash hint is
+/// the `bpf_xdp_metadata_rx_hash` kfunc, and a TCX egress program. Needs root.
+pub fn bpf_paths() -> Vec<(&'static str, Support)> {
+    const NAMES: [&str; 4] = ["xdp-native", "xdp-generic", "xdp-rx-hash-kfunc", "tcx"];
+    if !crate::topology::have_privileges() {
+        return NAMES.iter().map(|n| (*n, needs("loading BPF programs", "CAP_BPF and CAP_NET_ADMIN"))).collect();
+    }
+    match try_bpf_paths() {
+        Ok(v) => v,
+        Err(e) => {
+            let why = format!("could not check: {}", crate::error::chain(&e));
+            NAMES.iter().map(|n| (*n, Support::Unknown(why.clone()))).collect()
+        }
+    }
+}
+
+fn try_bpf_paths() -> Result<Vec<(&'static str, Support)>, TopologyError> {
+    use netlane_sys::bpf::{Balancer, BalancerOptions, BalancerSizes, FlowTagger, HintMode, XdpLink, XdpMode, XdpTx};
+    let ns = Netns::create("probe-bpf")?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&ns.fd());
+    ns.with_rtnl(|r| r.add_veth("pb0", fd, "pb1", fd, 1500, 1))?;
+    let index = ns.with_rtnl(|r| r.link_index("pb0"))?;
+    let peer = ns.with_rtnl(|r| r.link_index("pb1"))?;
+    ns.with_rtnl(|r| {
+        r.set_up(index)?;
+        r.set_up(peer)
+    })?;
+    let said = |r: io::Result<String>| match r {
+        Ok(s) => Support::Supported(s),
+        Err(e) if is_permission(&e) => needs("loading BPF programs", "CAP_BPF and CAP_NET_ADMIN"),
+        Err(e) => Support::Unsupported(e.to_string()),
+    };
+    let out = ns.run(|| {
+        let xdp = XdpTx::load();
+        let attach = |mode: XdpMode| {
+            let prog = xdp.as_ref().map_err(|e| io::Error::new(e.kind(), format!("load an XDP program: {e}")))?;
+            XdpLink::attach(prog.program_fd(), index, mode)
+                .map(|_| format!("attached on veth ({})", mode.name()))
+                .map_err(|e| io::Error::new(e.kind(), format!("attach on veth: {e}")))
+        };
+        let native = said(attach(XdpMode::Native).map(|s| s + "; a NIC's driver must have it too (nic show)"));
+        let generic = said(attach(XdpMode::Generic));
+        let opts = BalancerOptions {
+            sizes: BalancerSizes::new(1, 2, 13, 64),
+            hint: HintMode::RxHash,
+            bind_ifindex: Some(index),
+        };
+        let kfunc = said(
+            Balancer::load(&opts)
+                .map(|_| "the balancer's device-bound build loaded on veth (the NIC hints lb uses)".to_string())
+                .map_err(|e| io::Error::new(e.kind(), format!("device-bound build with rx-hash: {e}"))),
+        );
+        let tcx = said(
+            FlowTagger::load(1)
+                .and_then(|t| t.attach_egress(index).map(|_| ()))
+                .map(|()| "a TCX egress program attached (Linux 6.6)".to_string())
+                .map_err(|e| io::Error::new(e.kind(), format!("TCX egress: {e}"))),
+        );
+        vec![("xdp-native", native), ("xdp-generic", generic), ("xdp-rx-hash-kfunc", kfunc), ("tcx", tcx)]
+    })?;
+    Ok(out)
 }
 
 /// Which of `kinds` the kernel can instantiate as a root qdisc, tried on a veth in a
@@ -336,10 +427,13 @@ pub fn probe_all() -> ProbeReport {
         Feature { name: "so-max-pacing-rate", support: max_pacing_rate() },
         Feature { name: "busy-poll", support: busy_poll() },
         Feature { name: "af-xdp", support: af_xdp() },
+        Feature { name: "tpacket-v3", support: tpacket_v3() },
         Feature { name: "btf", support: btf() },
         Feature { name: "netdev-napi", support: netdev_napi() },
         Feature { name: "memlock", support: memlock() },
     ];
+    let mut features = features;
+    features.extend(bpf_paths().into_iter().map(|(name, support)| Feature { name, support }));
     ProbeReport { features, qdiscs: qd.into_iter().map(|(qdisc, support)| QdiscSupport { qdisc, support }).collect() }
 }
 
