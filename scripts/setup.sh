@@ -71,8 +71,14 @@ if ((${#missing[@]})); then
   fi
 fi
 
-if ! command -v cargo >/dev/null 2>&1; then
-  if [[ -x "$HOME/.cargo/bin/cargo" ]]; then
+# Under sudo the toolchain that builds is the invoking user's (sudo's PATH and HOME are
+# root's).
+user_home="$HOME"
+if [[ -n "${SUDO_USER:-}" ]]; then
+  user_home="$(getent passwd "$SUDO_USER" | cut -d: -f6)"
+fi
+if ! command -v cargo >/dev/null 2>&1 && ! [[ -n "${SUDO_USER:-}" && -x "$user_home/.cargo/bin/cargo" ]]; then
+  if [[ -x "$user_home/.cargo/bin/cargo" ]]; then
     echo "setup: cargo is in ~/.cargo/bin; add it to PATH" >&2
   else
     echo "setup: no Rust toolchain found; install one with rustup (https://rustup.rs)" >&2

@@ -192,7 +192,7 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
             assert!(c["gridLines"].as_u64().unwrap() > 0, "no mesh to find the plot by: {c}");
             assert!(c["yLabels"].as_u64().unwrap() >= 1, "no tick label left of the plot: {c}");
             assert!(c["belowX"].as_u64().unwrap() >= 2, "no tick label below the plot (only its description): {c}");
-            assert_eq!(c["colours"], c["series"], "a colour repeated, or a series not drawn: {c}");
+            assert_eq!(c["colours"], c["series"], "a colour used by two series (each has its swatch): {c}");
         }
     }
     // Nothing left behind: no lab namespace whose process is gone.

@@ -38,9 +38,10 @@ pub struct LabArgs {
     /// SSH, into ~/.cache/netlane/) and use that.
     #[arg(long, requires = "testbed")]
     pub deploy: bool,
-    /// Change one option of one scenario from the lab's plan, as `netlane bench
-    /// SCENARIO --help` lists them (repeatable): `--set udp-bulk.mtu=9000`,
-    /// `--set kv.rates=10k,40k`. On a testbed the CPUs stay the file's.
+    /// Change one option of one scenario from the lab's plan, by its long name in `netlane
+    /// bench SCENARIO --help` (not the output options; repeatable): `--set
+    /// udp-bulk.mtu=9000`, `--set kv.rates=10k,40k`. On a testbed the CPUs and the testbed
+    /// stay the file's.
     #[arg(long = "set", value_name = "SCENARIO.OPTION=VALUE", value_parser = parse_setting)]
     pub set: Vec<(ScenarioName, String)>,
 }
@@ -111,11 +112,11 @@ impl LabArgs {
             }
         }
         if let Some((name, option)) = self.set.iter().find(|(n, _)| !plans.contains(n)) {
-            bail!(
-                "{}.{option}: this lab does not run {}",
-                crate::scenarios::value_name(name),
-                crate::scenarios::value_name(name)
-            );
+            let n = crate::scenarios::value_name(name);
+            if left_out.contains(name) {
+                bail!("{n}.{option}: the testbed leaves {n} out");
+            }
+            bail!("{n}.{option}: this lab does not run {n}");
         }
         let profile = LabProfile {
             set: self.set.clone(),

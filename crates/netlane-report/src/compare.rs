@@ -6,7 +6,8 @@
 //! and the medians differ by more than a tolerance. A check's target says which way is
 //! better, so a check that moved counts as regressed or improved; a metric has no
 //! direction of its own, so a metric only moved. A check that was measured in A and is
-//! invalid or skipped in B regressed: the path it measured broke.
+//! invalid in B regressed: the path it measured broke. One that a side did not run
+//! (skipped: its plan left a mode out) or could not show is not comparable.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -46,8 +47,11 @@ struct ComparedScenario {
 #[derive(Debug, thiserror::Error)]
 pub enum CompareError {
     /// Not JSON of the results layout.
-    #[error("not a netlane results document (a lab's results.json or a bench's --json)")]
+    #[error("not a netlane results document (a lab's or a bench's results)")]
     Layout(#[source] serde_json::Error),
+    /// A check id or scenario name that appears twice: which one of them to compare?
+    #[error("{0} appears twice")]
+    Duplicate(String),
     /// Another kind of document.
     #[error("a {0} document: only a lab's or a bench's results compare")]
     Kind(String),
@@ -71,7 +75,19 @@ impl Compared {
         if h.schema_version != SCHEMA_VERSION {
             return Err(CompareError::Version(h.schema_version));
         }
-        serde_json::from_str(text).map_err(CompareError::Layout)
+        let doc: Compared = serde_json::from_str(text).map_err(CompareError::Layout)?;
+        let mut seen = BTreeSet::new();
+        for s in &doc.scenarios {
+            if !seen.insert(format!("scenario {}", s.name)) {
+                return Err(CompareError::Duplicate(format!("scenario {}", s.name)));
+            }
+            for c in &s.checks {
+                if !seen.insert(format!("check {}", c.id)) {
+                    return Err(CompareError::Duplicate(format!("check {}", c.id)));
+                }
+            }
+        }
+        Ok(doc)
     }
 }
 
@@ -111,13 +127,10 @@ impl Sampled {
     }
 
     /// Whether the two ranges do not touch and the medians are more than `tolerance` of
-    /// this one's apart.
+    /// the larger of them apart (the same either way round, and defined at zero).
     fn apart(&self, other: &Sampled, tolerance: f64) -> bool {
         let touch = self.min <= other.max && other.min <= self.max;
-        let far = match change(self.median, other.median) {
-            Some(c) => c.abs() > tolerance,
-            None => self.median != other.median,
-        };
+        let far = (other.median - self.median).abs() > tolerance * self.median.abs().max(other.median.abs());
         !touch && far
     }
 }
@@ -131,10 +144,9 @@ fn change(a: f64, b: f64) -> Option<f64> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
-    /// Moved the wrong way beyond both runs' spread, or no longer measured (invalid or
-    /// skipped in B).
+    /// Moved the wrong way beyond both runs' spread, or invalid in B where A measured it.
     Regressed,
-    /// Moved the right way beyond both runs' spread, or measured now.
+    /// Moved the right way beyond both runs' spread, or measured where A was invalid.
     Improved,
     /// Within the runs' spread (or the tolerance) of each other.
     Unchanged,
@@ -142,7 +154,8 @@ pub enum Verdict {
     Added,
     /// Only in A.
     Removed,
-    /// Not measured on either side, or not shown on one machine.
+    /// Not run on a side (its plan left a mode out), not shown on one machine, or not
+    /// measured on either.
     NotComparable,
 }
 
@@ -250,12 +263,14 @@ fn judged(o: Outcome) -> bool {
     matches!(o, Outcome::Met | Outcome::WithinNoise | Outcome::Missed)
 }
 
-/// How far `v` is on the wrong side of `t` (0 when it meets it); larger is worse.
+/// Where `v` stands against `t`, larger being worse: for a bound, how far below (or
+/// above) it it is, negative while it meets it with room; for a band, how far outside it
+/// is (0 anywhere inside: no place in a band is better than another).
 fn shortfall(t: &Target, v: f64) -> f64 {
     match t.op {
         Op::Above | Op::AtLeast => t.value - v,
         Op::Below | Op::AtMost => v - t.value,
-        Op::Within => (t.value - v).max(v - t.upper.unwrap_or(t.value)).max(0.0),
+        Op::Within => (t.value - v).max(v - t.upper.unwrap_or(f64::INFINITY)).max(0.0),
     }
 }
 
@@ -277,14 +292,14 @@ fn compare_check(a: &Check, b: &Check, tolerance: f64) -> CheckChange {
             } else if wb < wa {
                 (Verdict::Improved, "moved the right way for its target, beyond both runs' spread".to_string())
             } else {
-                (Verdict::Unchanged, "moved, but meets its target on both sides".to_string())
+                (Verdict::Unchanged, "moved, but stands as far from its target either way".to_string())
             }
         }
         (true, true, Some(_)) => (Verdict::Unchanged, "within the runs' spread or the tolerance".to_string()),
-        (true, false, _) if b.outcome != Outcome::NotShown => {
+        (true, false, _) if b.outcome == Outcome::Invalid => {
             (Verdict::Regressed, format!("{} in B: {}", b.outcome.label(), b.reason))
         }
-        (false, true, _) if a.outcome != Outcome::NotShown => {
+        (false, true, _) if a.outcome == Outcome::Invalid => {
             (Verdict::Improved, format!("measured now; {} in A: {}", a.outcome.label(), a.reason))
         }
         _ if a.outcome == b.outcome && !judged(a.outcome) => {
@@ -401,17 +416,24 @@ fn warnings(a: &Compared, b: &Compared) -> Vec<String> {
 
 /// Compares B against A (`path_a` and `path_b` are only said).
 pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance: f64) -> Comparison {
-    let checks_a: Vec<&Check> = a.scenarios.iter().flat_map(|s| &s.checks).collect();
-    let checks_b: Vec<&Check> = b.scenarios.iter().flat_map(|s| &s.checks).collect();
-    let mut checks: Vec<CheckChange> = checks_a
+    let ids_a: BTreeSet<&str> = a.scenarios.iter().flat_map(|s| &s.checks).map(|c| c.id.as_str()).collect();
+    let checks_b: BTreeMap<&str, &Check> =
+        b.scenarios.iter().flat_map(|s| &s.checks).map(|c| (c.id.as_str(), c)).collect();
+    let mut checks: Vec<CheckChange> = a
+        .scenarios
         .iter()
-        .map(|ca| match checks_b.iter().find(|cb| cb.id == ca.id) {
+        .flat_map(|s| &s.checks)
+        .map(|ca| match checks_b.get(ca.id.as_str()) {
             Some(cb) => compare_check(ca, cb, tolerance),
             None => one_side(ca, Verdict::Removed),
         })
         .collect();
     checks.extend(
-        checks_b.iter().filter(|cb| !checks_a.iter().any(|ca| ca.id == cb.id)).map(|cb| one_side(cb, Verdict::Added)),
+        b.scenarios
+            .iter()
+            .flat_map(|s| &s.checks)
+            .filter(|cb| !ids_a.contains(cb.id.as_str()))
+            .map(|cb| one_side(cb, Verdict::Added)),
     );
     let mut metrics = Vec::new();
     for sa in &a.scenarios {

@@ -708,7 +708,8 @@ pub struct Results {
 pub struct Document<T> {
     /// Layout version: raised when a field changes meaning or goes away.
     pub schema_version: u32,
-    /// `lab`, `bench`, `probe`, `lb-check`, `nvme-perf`, `nvme-target`, `lb-run`.
+    /// What the document is: the command that wrote it (`lab`, `bench`, `probe`,
+    /// `compare`, `kv-load`, ...; every kind and its schema in docs/schema/).
     pub kind: String,
     /// Tool, version, commit, invocation.
     pub provenance: Provenance,

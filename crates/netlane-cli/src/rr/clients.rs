@@ -171,7 +171,8 @@ impl ClientsArgs {
         };
         let judged = match (self.sla, &hist) {
             (Some(sla), Some(h)) => {
-                let at = netlane_rr::clients::latency_at(h, rep.lost, sla.quantile());
+                let unanswered = rep.lost.saturating_add(rep.in_flight_at_end);
+                let at = netlane_rr::clients::latency_at(h, unanswered, sla.quantile());
                 Some((sla, at, sla.is_met_at(at)))
             }
             _ => None,

@@ -125,9 +125,11 @@ pub struct LabProfile {
 }
 
 impl LabProfile {
-    /// `o` with the options set for `name` changed: its echoed options, each set one
-    /// replaced, parsed again as `netlane bench` parses them (so a value is checked as
-    /// there). Called before the testbed's fields, which the echo does not carry whole.
+    /// `o` with the options set for `name` changed: the options the plan gave other than
+    /// their defaults, each set one replaced, parsed again as `netlane bench` parses them
+    /// (so a value is checked as there, and what follows from it, such as the segments
+    /// per send from the GSO size, follows again). Called before the testbed's fields,
+    /// which the echo does not carry whole.
     fn tuned<T: clap::Args + Scenario>(&self, name: ScenarioName, o: T) -> Result<T> {
         let set: Vec<&str> = self.set.iter().filter(|(n, _)| *n == name).map(|(_, w)| w.as_str()).collect();
         if set.is_empty() {
@@ -135,11 +137,12 @@ impl LabProfile {
         }
         let key = |w: &str| w.split_once('=').map_or(w, |(k, _)| k).to_string();
         let keys: Vec<String> = set.iter().map(|w| key(w)).collect();
+        let defaults = from_words::<T>(&[]).map(|d| d.options().echo()).unwrap_or_default();
         let words: Vec<String> = o
             .options()
             .echo()
             .into_iter()
-            .filter(|w| !keys.contains(&key(w)))
+            .filter(|w| !defaults.contains(w) && !keys.contains(&key(w)))
             .chain(set.iter().map(|w| w.to_string()))
             .map(|w| format!("--{w}"))
             .collect();
@@ -514,9 +517,16 @@ mod tests {
         let mut quick = udp_bulk::UdpBulkArgs::defaults();
         quick.time = Duration::from_millis(1000);
         let p = profile(&["segments=1", "modes=udp,gso"]);
-        let o = p.tuned(ScenarioName::UdpBulk, quick).unwrap();
+        let o = p.tuned(ScenarioName::UdpBulk, quick.clone()).unwrap();
         assert_eq!((o.segments, o.time), (Some(1), Duration::from_millis(1000)));
         assert_eq!(o.modes.len(), 2);
+        // What follows from a set option follows again: the segments per send from the
+        // GSO size (not the plan's 46 for 1400 B), the NAPI thread from the receiver's CPU.
+        let o = profile(&["gso-size=1000", "rx-cpu=0"]).tuned(ScenarioName::UdpBulk, quick).unwrap();
+        assert_eq!(o.segments, None, "derived, not fixed at the plan's value");
+        let echo = o.options().echo();
+        assert!(!echo.contains(&"segments=46".to_string()), "{echo:?}");
+        assert!(echo.contains(&"napi-cpu=0".to_string()) && echo.contains(&"time=1s".to_string()), "{echo:?}");
         // Other scenarios' options are not this one's.
         let kv = p.tuned(ScenarioName::Kv, kv::KvBenchArgs::defaults()).unwrap();
         assert_eq!(kv.options().echo(), kv::KvBenchArgs::defaults().options().echo());

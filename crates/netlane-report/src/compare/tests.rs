@@ -115,6 +115,10 @@ fn a_check_no_longer_measured_regressed_and_one_side_only_is_said() {
     let shown = |o: &str| doc("lab", &[], vec![check("u.gso", "at_most", 0.25, &[], o)], vec![]);
     let c = compare("a", &a, "b", &shown("not_shown"), DEFAULT_TOLERANCE);
     assert_eq!(c.checks[0].verdict, Verdict::NotComparable);
+    // A plan that left the mode out (a quick lab against a full one) broke nothing.
+    let skipped = compare("a", &a, "b", &shown("skipped"), DEFAULT_TOLERANCE);
+    assert_eq!(skipped.checks[0].verdict, Verdict::NotComparable);
+    assert_eq!(skipped.summary.regressed, 0);
     assert_eq!(
         c.summary.sentence(),
         "0 regressed, 0 improved, 0 unchanged, 1 only in A, 1 not comparable; 0 of 0 metrics moved"
@@ -145,8 +149,28 @@ fn metrics_move_without_a_direction() {
     assert_eq!(c.metrics_table(false).rows.len(), 1);
 }
 
+/// A zero median: a difference is judged against the larger of the two, the same
+/// either way round.
+#[test]
+fn the_tolerance_holds_at_zero_and_both_ways_round() {
+    let one = |v: f64| doc("lab", &[], vec![], vec![run("gso", json!({ "loss_pct": v }))]);
+    let moved = |a: f64, b: f64| compare("a", &one(a), "b", &one(b), 0.1).metrics[0].moved;
+    assert!(moved(0.0, 1.0) && moved(1.0, 0.0));
+    assert!(!moved(0.0, 0.0));
+    assert!(!moved(100.0, 109.0) && !moved(109.0, 100.0));
+    assert!(moved(100.0, 112.0) && moved(112.0, 100.0));
+    assert_eq!(compare("a", &one(0.0), "b", &one(1.0), 0.1).metrics[0].change_pct, None);
+}
+
 #[test]
 fn other_documents_are_refused_with_what_they_are() {
+    let twice = json!({"schema_version": SCHEMA_VERSION, "kind": "lab",
+        "provenance": {"tool": "netlane", "version": "0", "git_commit": "abc", "run_id": "r", "started_at": "t",
+                       "command": []},
+        "host": {"kernel": "6.18", "cpu_model": "cpu", "cpus": 2, "memory_gib": 24.0},
+        "scenarios": [{"name": "u", "checks": [check("u.a", "at_most", 1.0, &[0.5], "met"),
+                                               check("u.a", "at_most", 1.0, &[0.9], "met")], "runs": []}]});
+    assert_eq!(Compared::parse(&twice.to_string()).unwrap_err().to_string(), "check u.a appears twice");
     let e = Compared::parse(&json!({"schema_version": 1, "kind": "probe"}).to_string()).unwrap_err();
     assert_eq!(e.to_string(), "a probe document: only a lab's or a bench's results compare");
     let e = Compared::parse(&json!({"schema_version": 99, "kind": "lab"}).to_string()).unwrap_err();

@@ -173,5 +173,11 @@ mod tests {
         assert_eq!(latency_at(&h, 2, 0.99), None, "p99 falls among the two lost");
         assert_eq!(latency_at(&Hist::new(), 0, 0.5), None);
         assert_eq!(latency_at(&Hist::new(), 5, 0.0), None);
+        // Rank 7 of 100 values 1..=100 is the 7th, however 0.07 * 100 rounds.
+        let mut h = Hist::new();
+        (1..=100u64).for_each(|v| h.record(v));
+        assert_eq!(latency_at(&h, 0, 0.07), Some(7));
+        assert_eq!(latency_at(&h, 0, 1.0), Some(100));
+        assert_eq!(latency_at(&h, 0, 0.0), Some(1));
     }
 }

@@ -195,16 +195,20 @@ pub struct ClientsReport {
 pub const HERD: u64 = 8;
 
 /// The latency at quantile `q` of a run whose `hist` holds its answers' latencies and
-/// `lost` requests got none: every lost request ranks above every answer, so it can only
-/// make a percentile worse (`None`: the rank falls among them, or nothing was asked).
-pub fn latency_at(hist: &Hist, lost: u64, q: f64) -> Option<u64> {
+/// `unanswered` requests got none (lost, or still waiting at the end): each ranks above
+/// every answer, so it can only make a percentile worse (`None`: the rank falls among
+/// them, or nothing was asked).
+pub fn latency_at(hist: &Hist, unanswered: u64, q: f64) -> Option<u64> {
     let answered = hist.count();
-    let total = answered.saturating_add(lost);
+    let total = answered.saturating_add(unanswered);
     if total == 0 {
         return None;
     }
-    let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-    (rank <= answered).then(|| hist.quantile(rank as f64 / answered as f64))
+    // The product is made a hair smaller first: p7 of 100 is rank 7, not 8 (0.07 * 100
+    // is 7.000000000000001 in floating point).
+    let rank = ((q.clamp(0.0, 1.0) * total as f64 * (1.0 - 1e-12)).ceil() as u64).max(1);
+    // Asked half a rank below, the histogram's own rounding up lands on this rank.
+    (rank <= answered).then(|| hist.quantile((rank as f64 - 0.5) / answered as f64))
 }
 
 /// Runs the population until the measured time has passed or `stop` is set.
