@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::{Reaped, netlane, start_listening, stderr, stdout, temp_dir, valid_document};
+use common::{Reaped, netlane, prometheus_samples_once, start_listening, stderr, stdout, temp_dir, valid_document};
 
 fn privileged(test: &str) -> bool {
     netlane_testkit::privileged(test)
@@ -710,51 +710,6 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     let doc = valid_document(&out, "nvme-target");
     assert_eq!(doc["stats"]["commands"].as_u64(), Some(commands as u64), "final counters as last scraped: {out}");
     assert_eq!(doc["stats"]["subsystem"]["read_cmds"].as_u64(), Some(reads as u64), "{out}");
-}
-
-/// [`prometheus_samples`] once the sample `name` reads `value` (the counters a server
-/// publishes may trail what a client already saw), or as they are after 5 s.
-fn prometheus_samples_once(addr: &str, name: &str, value: f64) -> Vec<(String, String, f64)> {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let samples = prometheus_samples(addr);
-        if samples.iter().any(|s| s.0 == name && s.2 == value) || Instant::now() > deadline {
-            return samples;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// GET http://`addr`/metrics, parsed by Debian's python3-prometheus-client: (sample
-/// name, labels as `k=v,k=v` sorted, value) for every sample.
-fn prometheus_samples(addr: &str) -> Vec<(String, String, f64)> {
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    write!(c, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
-    let mut resp = String::new();
-    c.read_to_string(&mut resp).unwrap();
-    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200") && head.contains("text/plain; version=0.0.4"), "{head}");
-    let parser = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families as f\n\
-                  for fam in f(sys.stdin.read()):\n  for s in fam.samples:\n    \
-                  print(s.name, ','.join(k + '=' + v for k, v in sorted(s.labels.items())), s.value, sep='\\t')\n";
-    let mut py = Command::new("/usr/bin/python3")
-        .args(["-c", parser])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("/usr/bin/python3 (scripts/setup.sh installs it with python3-prometheus-client)");
-    py.stdin.take().unwrap().write_all(body.as_bytes()).unwrap();
-    let o = py.wait_with_output().unwrap();
-    assert!(o.status.success(), "the Prometheus parser refused the exposition: {}\n{body}", stderr(&o));
-    stdout(&o)
-        .lines()
-        .map(|l| {
-            let mut f = l.split('\t');
-            let (n, labels, v) = (f.next().unwrap(), f.next().unwrap_or(""), f.next().unwrap());
-            (n.to_string(), labels.to_string(), v.parse().unwrap())
-        })
-        .collect()
 }
 
 #[test]

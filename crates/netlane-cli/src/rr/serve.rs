@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::Args;
+use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane_report::options::{parse_cpu, parse_positive_duration, parse_size_usize};
 use netlane_rr::proto::guard::GuardConfig;
 use netlane_rr::proto::server::ResponderConfig;
-use netlane_rr::server::{PaceOptions, PathKind, RingOptions, ServerConfig, TxKind, XdpOptions};
+use netlane_rr::server::{PaceOptions, PathKind, RingOptions, RrCounters, ServerConfig, TxKind, XdpOptions};
 
 use super::parse_size_u32;
 use crate::documents::RrServe;
@@ -119,10 +120,34 @@ pub struct ServeArgs {
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
+    /// Print a line of rates (responses, frames, refusals, errors per second) this often
+    /// while serving, on stderr.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub stats_interval: Option<Duration>,
+    /// Serve /metrics (Prometheus: every counter as netlane_rr_<name>_total) over HTTP on
+    /// this loopback address.
+    #[arg(long, value_parser = |s: &str| s.parse::<SocketAddr>().map_err(|e| e.to_string()).and_then(|a| check_metrics_addr(a).map(|()| a)))]
+    pub metrics_addr: Option<SocketAddr>,
     /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
     /// `listening on ...`, then goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+}
+
+/// `[   5.0s] 20.1k responses/s 20.1k frames/s, refused 0/s, send errors 0/s` over the
+/// last interval.
+fn rates_line(d: &RrCounters, elapsed: Duration, interval: Duration) -> String {
+    let per_s = |n: u64| netlane_report::format::si(n as f64 / interval.as_secs_f64().max(1e-9));
+    format!(
+        "[{:>7.1}s] {} responses/s {} frames/s, refused {}/s, retries sent {}/s, send errors {}/s, receive errors {}/s",
+        elapsed.as_secs_f64(),
+        per_s(d.responses),
+        per_s(d.frames),
+        per_s(d.refused_malformed + d.refused_not_request + d.refused_too_large),
+        per_s(d.retries_sent),
+        per_s(d.send_errors + d.send_dropped),
+        per_s(d.recv_errors),
+    )
 }
 
 impl ServeArgs {
@@ -177,19 +202,32 @@ impl ServeArgs {
         // The supervisor owns the time: a server that ends by itself has failed.
         let time = cfg.duration.take();
         let server = netlane_rr::server::Server::start(cfg)?;
+        let metrics = self
+            .metrics_addr
+            .map(|a| MetricsServer::start(a, "rr-metrics", server.metrics_handler()))
+            .transpose()
+            .context("starting the metrics endpoint")?;
         let l = format!(
-            "listening on {} path={} tx={}{}",
+            "listening on {} path={} tx={}{}{}",
             server.local_addr(),
             self.path,
             self.tx,
-            if self.echo { " echo" } else { "" }
+            if self.echo { " echo" } else { "" },
+            metrics.as_ref().map_or(String::new(), |m| format!(" metrics=http://{}/metrics", m.local_addr()))
         );
         if to_stdout {
             eprintln!("{l}");
         } else {
             out::println(&l);
         }
-        let (_, stats) = netlane::serve::supervise(server, &STOP, time);
+        let mut last = (RrCounters::default(), Duration::ZERO);
+        let (_, stats) =
+            netlane::serve::supervise_ticking(server, &STOP, time, self.stats_interval, |server, elapsed| {
+                let now = server.counters();
+                eprintln!("{}", rates_line(&now.minus(&last.0), elapsed, elapsed.saturating_sub(last.1)));
+                last = (now, elapsed);
+            });
+        drop(metrics);
         let stats = stats?;
         if !to_stdout {
             out::println(&format!(

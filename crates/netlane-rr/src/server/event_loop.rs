@@ -21,12 +21,16 @@ const DRAIN_CALLS: u32 = 64;
 /// received are answered, and requests that keep coming cannot keep it from ending.
 const FINAL_DRAIN_CALLS: u32 = 1024;
 
+/// How often a server thread adds what it counted to the live counters.
+const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
 pub(super) fn serve_on(
     cfg: &ServerConfig,
     sock: UdpSocket,
     keys: &std::collections::hash_map::RandomState,
     stop: &Stop,
+    live: &SharedRrCounters,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     netlane::cpus::pin(cfg.cpu);
@@ -37,7 +41,7 @@ pub(super) fn serve_on(
     let started = Instant::now();
     let cpu0 = thread_cpu();
     let mut guard = Guard::new(cfg.guard, keys.clone());
-    server.run(stop, started, &mut guard)?;
+    server.run(stop, started, &mut guard, live)?;
     Ok(server.finish(started, cpu0))
 }
 
@@ -98,11 +102,22 @@ impl<'a> Serving<'a> {
 
     /// The loop: sleeps in `epoll_wait` and answers what each wake-up finds, until
     /// `stop` is given or the configured duration has passed since `started`.
-    fn run(&mut self, stop: &Stop, started: Instant, guard: &mut Guard) -> Result<(), ServerError> {
+    fn run(
+        &mut self,
+        stop: &Stop,
+        started: Instant,
+        guard: &mut Guard,
+        live: &SharedRrCounters,
+    ) -> Result<(), ServerError> {
         // One slot per token.
         let mut events = [EpollEvent::empty(); 5];
+        let mut told = (RrCounters::default(), Instant::now());
         while !stop.is_stopped() && self.cfg.duration.is_none_or(|d| started.elapsed() < d) {
             self.st.counters.polls += 1;
+            if told.1.elapsed() >= LIVE_EVERY {
+                live.add(&self.st.counters.minus(&told.0));
+                told = (self.st.counters, Instant::now());
+            }
             // Frames a full device queue or send buffer left behind are kicked again soon,
             // whether or not a request comes.
             let wait_ms: u16 = if self.raw.as_ref().is_some_and(RawTx::pending) { 1 } else { 100 };
@@ -147,6 +162,7 @@ impl<'a> Serving<'a> {
         if self.cfg.path.is_frames() {
             self.drain_path(guard, FINAL_DRAIN_CALLS);
         }
+        live.add(&self.st.counters.minus(&told.0));
         Ok(())
     }
 

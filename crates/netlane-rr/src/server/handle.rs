@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 
 use netlane::serve::{Ended, Running, Stop};
 
-use super::{ServerConfig, ServerError, ServerStats, io_err, serve};
+use super::{RrCounters, ServerConfig, ServerError, ServerStats, SharedRrCounters, io_err, serve_counted};
 
 /// A running server (every lane of it). Stop it with [`Running::stop`], or watch it
 /// with [`netlane::serve::supervise`].
@@ -17,6 +17,7 @@ pub struct Server {
     addr: SocketAddr,
     stop: Stop,
     served: Arc<AtomicBool>,
+    live: Arc<SharedRrCounters>,
     thread: JoinHandle<Result<ServerStats, ServerError>>,
 }
 
@@ -29,10 +30,12 @@ impl Server {
         let served = Arc::new(AtomicBool::new(false));
         let (ready, addr) = std::sync::mpsc::channel();
         let (s, done) = (stop.clone(), served.clone());
+        let live = Arc::new(SharedRrCounters::default());
+        let counting = live.clone();
         let thread = std::thread::Builder::new()
             .name("rr-server".into())
             .spawn(move || {
-                let r = serve(&cfg, &s, |a| {
+                let r = serve_counted(&cfg, &s, &counting, |a| {
                     let _ = ready.send(a);
                 });
                 done.store(r.is_ok(), Ordering::Release);
@@ -40,7 +43,7 @@ impl Server {
             })
             .map_err(io_err("start the server thread"))?;
         match addr.recv() {
-            Ok(addr) => Ok(Server { addr, stop, served, thread }),
+            Ok(addr) => Ok(Server { addr, stop, served, live, thread }),
             // The thread ended before it was ready: its error says why.
             Err(_) => Err(join(thread).err().unwrap_or(ServerError::Thread("ended before it was ready"))),
         }
@@ -49,6 +52,23 @@ impl Server {
     /// The address it serves.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What every lane has counted so far (up to a tenth of a second behind).
+    pub fn counters(&self) -> RrCounters {
+        self.live.load()
+    }
+
+    /// The metrics endpoint's answer: every counter as `netlane_rr_<name>_total`.
+    pub fn metrics_handler(&self) -> Arc<netlane::metrics::prom::Handler> {
+        let live = self.live.clone();
+        Arc::new(move |path: &str| {
+            (path == "/metrics").then(|| {
+                let mut e = netlane::metrics::prom::Exposition::new();
+                e.counters("netlane_rr", &live.load());
+                (netlane::metrics::prom::TEXT_FORMAT, e.finish())
+            })
+        })
     }
 }
 

@@ -10,6 +10,7 @@ pub(super) fn serve_lanes(
     dev: &str,
     keys: &std::collections::hash_map::RandomState,
     stop: &Stop,
+    live: &SharedRrCounters,
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     let q = netlane::lanes::queues::lane_device(dev).map_err(ServerError::LaneDevice)?;
@@ -42,7 +43,7 @@ pub(super) fn serve_lanes(
             .map(|(sock, &cpu)| {
                 let lane_cfg = ServerConfig { cpu, lane_device: None, ..cfg.clone() };
                 s.spawn(move || {
-                    let r = serve_on(&lane_cfg, sock, keys, stop, |_| {});
+                    let r = serve_on(&lane_cfg, sock, keys, stop, live, |_| {});
                     if r.is_err() {
                         stop.stop();
                     }

@@ -423,14 +423,25 @@ pub struct XdpReport {
 /// Serves until `stop` is given (or the configured duration passes). `on_ready` gets the
 /// bound address once the path is ready to receive.
 pub fn serve(cfg: &ServerConfig, stop: &Stop, on_ready: impl FnOnce(SocketAddr)) -> Result<ServerStats, ServerError> {
+    serve_counted(cfg, stop, &SharedRrCounters::default(), on_ready)
+}
+
+/// [`serve`], every lane adding what it counted to `live` as it goes (about ten times a
+/// second): what a metrics endpoint or a periodic line reads while it runs.
+pub fn serve_counted(
+    cfg: &ServerConfig,
+    stop: &Stop,
+    live: &SharedRrCounters,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
     cfg.memory_ask().check()?;
     // One key for every lane's cookies: a client whose datagrams move to another lane
     // keeps its cookie.
     let keys = std::collections::hash_map::RandomState::new();
     if let Some(dev) = &cfg.lane_device {
-        return serve_lanes(cfg, dev, &keys, stop, on_ready);
+        return serve_lanes(cfg, dev, &keys, stop, live, on_ready);
     }
     let sock = bind(cfg, cfg.listen, false)?;
-    serve_on(cfg, sock, &keys, stop, on_ready)
+    serve_on(cfg, sock, &keys, stop, live, on_ready)
 }

@@ -22,4 +22,4 @@ mod supervise;
 pub use accept::AcceptBackoff;
 pub use limit::{Admitted, ConnCounts, ConnLimit, SharedConnCounts};
 pub use stop::Stop;
-pub use supervise::{CHECK_EVERY, Ended, Outcome, Running, supervise};
+pub use supervise::{CHECK_EVERY, Ended, Outcome, Running, supervise, supervise_ticking};

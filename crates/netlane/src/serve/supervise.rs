@@ -48,10 +48,29 @@ pub trait Running {
 /// Watches `server` until `stop` is given, `time` has passed (when given), or the
 /// server ends by itself; then stops it. Returns why, and its final counters.
 pub fn supervise<R: Running>(server: R, stop: &Stop, time: Option<Duration>) -> (Outcome, R::Final) {
+    supervise_ticking(server, stop, time, None, |_, _| {})
+}
+
+/// [`supervise`], calling `tick` with the server and the time since it started every
+/// `every` (when given) while it runs: a periodic line of its rates.
+pub fn supervise_ticking<R: Running>(
+    server: R,
+    stop: &Stop,
+    time: Option<Duration>,
+    every: Option<Duration>,
+    mut tick: impl FnMut(&R, Duration),
+) -> (Outcome, R::Final) {
     let started = Instant::now();
+    let mut next = every.map(|e| started + e);
     let outcome = loop {
         if let Some(e) = server.poll_ended() {
             break Outcome::Ended(e);
+        }
+        if let (Some(at), Some(e)) = (next, every)
+            && Instant::now() >= at
+        {
+            tick(&server, started.elapsed());
+            next = Some(at + e);
         }
         let left = time.map(|t| t.saturating_sub(started.elapsed()));
         if left.is_some_and(|l| l.is_zero()) {
