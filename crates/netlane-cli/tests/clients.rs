@@ -124,3 +124,48 @@ fn rr_serve_publishes_its_counters_and_rates_while_it_runs() {
     assert!(rates.len() >= 2, "a line every 200 ms: {err}");
     assert!(rates.iter().any(|l| !l.contains("] 0 responses/s")), "{err}");
 }
+
+/// Starts the server `args` (with `--stats-interval 200ms`), runs `load` against the
+/// address its first line names, stops it with SIGTERM, and returns its lines of rates.
+fn rates_while(args: &[&str], load: impl FnOnce(&str) -> Vec<String>) -> Vec<String> {
+    use std::io::{BufRead, Read};
+    let mut server = common::Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
+            .args(args)
+            .args(["--stats-interval", "200ms"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    let addr = first.split_whitespace().nth(2).unwrap_or_else(|| panic!("{first}")).to_string();
+    let args = load(&addr);
+    let o = netlane(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    let st = std::process::Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
+    assert!(st.success());
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(server.wait().unwrap().code(), Some(0), "{rest}");
+    let mut err = String::new();
+    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    err.lines().filter(|l| l.starts_with('[') && l.contains("s] ")).map(String::from).collect()
+}
+
+#[test]
+fn kv_serve_and_nvme_target_print_their_rates_while_they_run() {
+    let words = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
+    let kv = rates_while(&["kv", "serve", "-l", "127.0.0.1", "-p", "-1", "-t", "1", "-m", "16"], |addr| {
+        words(&format!("kv load --server {addr} -c 2 --rate 2000 --time 800ms --keys 100"))
+    });
+    assert!(kv.len() >= 3, "a line every 200 ms: {kv:?}");
+    assert!(kv.iter().any(|l| l.contains("% hits") && !l.contains("] 0 gets/s")), "{kv:?}");
+    let nvme = rates_while(&["nvme", "target", "--listen", "127.0.0.1:0"], |addr| {
+        words(&format!("nvme perf --target {addr} -t 800ms --ramp 0s --rw randread"))
+    });
+    assert!(nvme.len() >= 3, "{nvme:?}");
+    assert!(nvme.iter().any(|l| !l.contains("] 0 commands/s") && l.contains(" MB/s, errors 0/s")), "{nvme:?}");
+}

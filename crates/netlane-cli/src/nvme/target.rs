@@ -85,6 +85,10 @@ pub struct TargetArgs {
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
+    /// Print a line of rates (commands, reads and writes, MB/s, errors per second) this
+    /// often while serving, on stderr.
+    #[arg(long, value_parser = parse_positive_duration)]
+    pub stats_interval: Option<Duration>,
     /// Print the final counters as JSON to FILE, or to stdout with `-` (the first line,
     /// `listening on ...`, then goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
@@ -138,7 +142,14 @@ impl TargetArgs {
             }
         }
         let start = Instant::now();
-        let stats = server.serve(&STOP, self.time).context("the target failed")?;
+        let mut last = (Rates::default(), Duration::ZERO);
+        let stats = server
+            .serve_ticking(&STOP, self.time, self.stats_interval, |server, elapsed| {
+                let now = Rates::of(&server.stats());
+                eprintln!("{}", now.line(&last.0, elapsed, elapsed.saturating_sub(last.1)));
+                last = (now, elapsed);
+            })
+            .context("the target failed")?;
         let doc = netlane_report::document(
             "nvme-target",
             NvmeTarget {
@@ -169,5 +180,44 @@ impl TargetArgs {
         }
         out.write_json(&doc)?;
         Ok(0)
+    }
+}
+
+/// What a periodic line is made of: counts since the start.
+#[derive(Debug, Default, Clone, Copy)]
+struct Rates {
+    commands: u64,
+    reads: u64,
+    writes: u64,
+    bytes: u64,
+    errors: u64,
+}
+
+impl Rates {
+    fn of(s: &netlane_nvme::target::TargetStats) -> Rates {
+        let c = &s.subsystem;
+        Rates {
+            commands: s.commands,
+            reads: c.read_cmds,
+            writes: c.write_cmds,
+            bytes: (c.sectors_read + c.sectors_written) * 512,
+            errors: s.errors.values().sum(),
+        }
+    }
+
+    /// `[   5.0s] 120k commands/s (reads 100k/s, writes 20k/s) 491 MB/s, errors 0/s`
+    /// over the interval since `before`.
+    fn line(&self, before: &Rates, elapsed: Duration, interval: Duration) -> String {
+        let s = interval.as_secs_f64().max(1e-9);
+        let per_s = |now: u64, then: u64| netlane_report::format::si(now.saturating_sub(then) as f64 / s);
+        format!(
+            "[{:>7.1}s] {} commands/s (reads {}/s, writes {}/s) {:.1} MB/s, errors {}/s",
+            elapsed.as_secs_f64(),
+            per_s(self.commands, before.commands),
+            per_s(self.reads, before.reads),
+            per_s(self.writes, before.writes),
+            self.bytes.saturating_sub(before.bytes) as f64 / s / 1e6,
+            per_s(self.errors, before.errors),
+        )
     }
 }

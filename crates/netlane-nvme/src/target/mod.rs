@@ -344,7 +344,19 @@ impl TargetServer {
     /// thread of the target failed; then stops every thread and returns the final
     /// counters. A failed thread is an error.
     pub fn serve(self, stop: &Stop, time: Option<Duration>) -> io::Result<TargetStats> {
-        match netlane::serve::supervise(self, stop, time) {
+        self.serve_ticking(stop, time, None, |_, _| {})
+    }
+
+    /// [`TargetServer::serve`], calling `tick` with the target and the time since it
+    /// started every `every` (when given): a periodic line of its rates.
+    pub fn serve_ticking(
+        self,
+        stop: &Stop,
+        time: Option<Duration>,
+        every: Option<Duration>,
+        tick: impl FnMut(&TargetServer, Duration),
+    ) -> io::Result<TargetStats> {
+        match netlane::serve::supervise_ticking(self, stop, time, every, tick) {
             (Outcome::Ended(Ended::Failed(why)), _) => Err(io::Error::other(why)),
             (_, stats) => Ok(stats),
         }
