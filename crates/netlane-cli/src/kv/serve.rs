@@ -472,6 +472,34 @@ impl ServeArgs {
     }
 }
 
+/// `[   5.0s] 80k gets/s (95.0% hits) 4k sets/s, 200 connections open, 0 new/s` over the
+/// interval since `before` (the start when none).
+fn rates_line(
+    now: &netlane_kv::server::ServerStats,
+    before: Option<&netlane_kv::server::ServerStats>,
+    elapsed: Duration,
+    interval: Duration,
+) -> String {
+    let s = interval.as_secs_f64().max(1e-9);
+    let count = |st: &netlane_kv::server::ServerStats, k: &str| st.protocol.0.get(k).copied().unwrap_or(0);
+    let d = |k: &str| count(now, k).saturating_sub(before.map_or(0, |b| count(b, k)));
+    let (gets, hits) = (d("cmd_get"), d("get_hits"));
+    let new = now.total_connections.saturating_sub(before.map_or(0, |b| b.total_connections));
+    format!(
+        "[{:>7.1}s] {} gets/s ({}) {} sets/s, {} connections open, {} new/s",
+        elapsed.as_secs_f64(),
+        netlane_report::format::si(gets as f64 / s),
+        if gets == 0 {
+            "no hits to count".to_string()
+        } else {
+            format!("{:.1}% hits", 100.0 * hits as f64 / gets as f64)
+        },
+        netlane_report::format::si(d("cmd_set") as f64 / s),
+        now.curr_connections,
+        netlane_report::format::si(new as f64 / s),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -528,32 +556,4 @@ mod tests {
             assert_eq!(format!("{:?}", parsed.config().unwrap()), format!("{want:?}"), "{args:?}");
         }
     }
-}
-
-/// `[   5.0s] 80k gets/s (95.0% hits) 4k sets/s, 200 connections open, 0 new/s` over the
-/// interval since `before` (the start when none).
-fn rates_line(
-    now: &netlane_kv::server::ServerStats,
-    before: Option<&netlane_kv::server::ServerStats>,
-    elapsed: Duration,
-    interval: Duration,
-) -> String {
-    let s = interval.as_secs_f64().max(1e-9);
-    let count = |st: &netlane_kv::server::ServerStats, k: &str| st.protocol.0.get(k).copied().unwrap_or(0);
-    let d = |k: &str| count(now, k).saturating_sub(before.map_or(0, |b| count(b, k)));
-    let (gets, hits) = (d("cmd_get"), d("get_hits"));
-    let new = now.total_connections.saturating_sub(before.map_or(0, |b| b.total_connections));
-    format!(
-        "[{:>7.1}s] {} gets/s ({}) {} sets/s, {} connections open, {} new/s",
-        elapsed.as_secs_f64(),
-        netlane_report::format::si(gets as f64 / s),
-        if gets == 0 {
-            "no hits to count".to_string()
-        } else {
-            format!("{:.1}% hits", 100.0 * hits as f64 / gets as f64)
-        },
-        netlane_report::format::si(d("cmd_set") as f64 / s),
-        now.curr_connections,
-        netlane_report::format::si(new as f64 / s),
-    )
 }
