@@ -19,7 +19,8 @@
 #                             machine stalls a ready thread: the floor under the kv
 #                             scenario's tail latencies; openssh-server, whose sshd
 #                             in namespaces stands for the other hosts the lab reaches
-#                             over SSH in its tests)
+#                             over SSH in its tests; systemd, whose systemd-analyze
+#                             verifies the unit files in contrib/systemd)
 #   scripts/setup.sh --build  only what building netlane needs (clang and llvm for
 #                             the BPF programs, libelf, zlib, libbpf headers,
 #                             pkg-config, make, gcc): `make install` uses it
@@ -33,7 +34,7 @@ set -euo pipefail
 build=(clang llvm libelf-dev zlib1g-dev pkg-config make gcc libc6-dev libbpf-dev)
 want=("${build[@]}" iproute2 ethtool procps xz-utils tshark clang-format chromium
       qemu-system-x86 cpio python3 python3-prometheus-client socat tcpdump memcached
-      libmemcached-tools python3-pymemcache rt-tests perl openssh-server)
+      libmemcached-tools python3-pymemcache rt-tests perl openssh-server systemd)
 case "${1:-}" in
   "") ;;
   --build) want=("${build[@]}") ;;

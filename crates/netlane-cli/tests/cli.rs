@@ -676,11 +676,10 @@ fn the_target_stops_gracefully_on_sigterm_with_final_counters() {
     err.read_line(&mut line).unwrap();
     assert!(line.starts_with("listening on "), "with --json -, the address goes to stderr: {line:?}");
     let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap().to_string();
-    let mut line = String::new();
-    err.read_line(&mut line).unwrap();
+    // The endpoint is on the same line, as every server says it.
     let metrics = line
-        .trim()
-        .strip_prefix("metrics at http://")
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics=http://"))
         .and_then(|r| r.strip_suffix("/metrics"))
         .unwrap_or_else(|| panic!("no metrics address: {line:?}"))
         .to_string();

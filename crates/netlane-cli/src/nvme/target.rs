@@ -131,15 +131,16 @@ impl TargetArgs {
         let server = TargetServer::start(subsys, &opts).context("start the target")?;
         let addrs: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
         let addr = addrs.join(",");
-        let line =
-            format!("listening on {addr} nqn={} reactors={cpus} namespaces={}", self.nqn, self.namespaces.join(","));
-        let metrics = server.metrics_addr().map(|a| format!("metrics at http://{a}/metrics"));
-        for l in std::iter::once(line).chain(metrics) {
-            if out.json_to_stdout() {
-                eprintln!("{l}");
-            } else {
-                out::println(&l);
-            }
+        let line = format!(
+            "listening on {addr} nqn={} reactors={cpus} namespaces={}{}",
+            self.nqn,
+            self.namespaces.join(","),
+            server.metrics_addr().map_or(String::new(), |a| format!(" metrics=http://{a}/metrics"))
+        );
+        if out.json_to_stdout() {
+            eprintln!("{line}");
+        } else {
+            out::println(&line);
         }
         let start = Instant::now();
         let mut last = (Rates::default(), Duration::ZERO);
