@@ -51,6 +51,9 @@ test: check guest
 	  $(CARGO) test --workspace --locked --exclude netlane-cli
 	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) NETLANE_REQUIRE_GUEST=1 \
 	  $(CARGO) test --locked -p netlane-cli -- --test-threads=1
+	# The library's examples run as a user runs them (loopback only; each checks itself).
+	$(CARGO) run --locked -q -p netlane --example gso_loopback
+	$(CARGO) run --locked -q -p netlane-rr --example sans_io
 
 install: setup-build
 	$(CARGO) install --path crates/netlane-cli --locked

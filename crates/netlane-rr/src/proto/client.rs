@@ -150,7 +150,33 @@ pub enum Expired {
     Lost,
 }
 
-/// One client.
+/// One client: a sans-IO core. The driver passes in the time and every datagram it
+/// receives, and sends what the core writes.
+///
+/// ```
+/// use netlane_rr::proto::client::{Client, ClientConfig, Received};
+/// use netlane_rr::proto::server::{ResponderConfig, respond};
+///
+/// let cfg = ClientConfig {
+///     request_len: 64,
+///     response_len: 512,
+///     echo: false,
+///     timeout_ns: 5_000_000,
+///     max_retries: 2,
+///     max_outstanding: 1,
+/// };
+/// let mut client = Client::new(cfg, 1);
+/// let server = ResponderConfig::default();
+/// let (mut request, mut reply) = ([0u8; 64], vec![0u8; server.max_reply_bytes()]);
+/// let n = client.poll_transmit(0, &mut request)?.expect("room for one");
+/// assert!(client.poll_transmit(0, &mut request)?.is_none(), "closed loop: one in flight");
+/// let r = respond(&server, &request[..n], &mut reply).expect("a valid request");
+/// let got = client.handle_datagram(250_000, &reply[..r.len]);
+/// assert_eq!(got, Received::Completed { latency_ns: 250_000, retries: 0 });
+/// # Ok::<(), netlane_rr::proto::wire::WireError>(())
+/// ```
+///
+/// `examples/sans_io.rs` adds a lost request and its retransmission.
 #[derive(Debug)]
 pub struct Client {
     cfg: ClientConfig,

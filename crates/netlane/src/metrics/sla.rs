@@ -10,6 +10,20 @@ use thiserror::Error;
 pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
 
 /// A tail-latency objective: `percentile` of requests within `latency`.
+///
+/// ```
+/// use netlane::metrics::sla::Sla;
+///
+/// let sla: Sla = "p99.9=1ms".parse()?;
+/// assert!((sla.quantile() - 0.999).abs() < 1e-12);
+/// assert_eq!(sla.latency_ns(), 1_000_000);
+/// assert!(sla.is_met_at(Some(800_000)));
+/// // No latency at the percentile: it fell among requests that got no answer.
+/// assert!(!sla.is_met_at(None));
+/// assert_eq!(sla.to_string(), "p99.9=1ms");
+/// assert!("p99.9".parse::<Sla>().is_err());
+/// # Ok::<(), netlane::metrics::sla::SlaError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Sla {
     percentile: f64,

@@ -286,6 +286,21 @@ impl SendError {
 ///
 /// Both are counted in [`TxStats`] and visible through [`Sender::gso_active`] and
 /// [`Sender::zerocopy_active`].
+///
+/// ```
+/// use netlane::udp::{GsoMode, Sender, SenderConfig, UdpSocket};
+///
+/// let rx = UdpSocket::bind("127.0.0.1:0".parse()?)?;
+/// let tx = UdpSocket::connect_to(rx.local_addr()?)?;
+/// let mut sender = Sender::new(tx, SenderConfig { gso: GsoMode::Cmsg, ..SenderConfig::plain(false) });
+/// // 10 datagrams of 1,000 bytes: one GSO send where the kernel has it.
+/// let sent = sender.send(&[7u8; 10_000], 1_000, None)?;
+/// assert_eq!((sent.datagrams, sent.bytes), (10, 10_000));
+/// assert!(sender.stats().syscalls <= 10);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// `examples/gso_loopback.rs` reads them back with GRO and recvmmsg.
 #[derive(Debug)]
 pub struct Sender<T> {
     io: T,
