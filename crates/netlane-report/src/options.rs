@@ -20,6 +20,7 @@ enum Opt {
     Rates(Vec<u64>),
     Size(u64),
     Int(u64),
+    Num(f64),
     Ints(Vec<u64>),
     Bool(bool),
     Text(String),
@@ -62,6 +63,10 @@ impl OptionList {
     pub fn int(self, name: &str, v: u64) -> Self {
         self.push(name, Opt::Int(v))
     }
+    /// A number that need not be whole (a rate of requests, a ratio).
+    pub fn num(self, name: &str, v: f64) -> Self {
+        self.push(name, Opt::Num(v))
+    }
     /// Counts.
     pub fn ints(self, name: &str, v: &[u64]) -> Self {
         self.push(name, Opt::Ints(v.to_vec()))
@@ -100,6 +105,7 @@ impl OptionList {
                     Opt::Rates(r) => join(r.iter().map(|r| compact_rate(*r)).collect()),
                     Opt::Size(b) => format_size(*b),
                     Opt::Int(v) => v.to_string(),
+                    Opt::Num(v) => v.to_string(),
                     Opt::Ints(v) => join(v.iter().map(u64::to_string).collect()),
                     Opt::Bool(b) => b.to_string(),
                     Opt::Text(t) => t.clone(),
@@ -122,6 +128,7 @@ impl OptionList {
                 Opt::Rates(r) => (format!("{key}_bytes_per_s"), json!(r)),
                 Opt::Size(b) => (format!("{key}_bytes"), json!(b)),
                 Opt::Int(v) => (key, json!(v)),
+                Opt::Num(v) => (key, json!(v)),
                 Opt::Ints(v) => (key, json!(v)),
                 Opt::Bool(b) => (key, json!(b)),
                 Opt::Text(t) => (key, json!(t)),
@@ -292,6 +299,8 @@ mod tests {
             .flag("ipv6", false)
             .words("modes", &["udp", "gso"])
             .cpus("cpus", &"0-1,3".parse().unwrap())
+            .num("rate", 2000.0)
+            .num("get-ratio", 0.9)
     }
 
     #[test]
@@ -305,7 +314,9 @@ mod tests {
                 "burst=32K",
                 "ipv6=false",
                 "modes=udp,gso",
-                "cpus=0-1,3"
+                "cpus=0-1,3",
+                "rate=2000",
+                "get-ratio=0.9"
             ]
         );
     }
@@ -329,6 +340,8 @@ mod tests {
         assert_eq!(o["burst_bytes"], json!(32768));
         assert_eq!(o["ipv6"], json!(false));
         assert_eq!(o["cpus"], json!("0-1,3"));
+        // Numbers as numbers, not strings ("2000").
+        assert_eq!((o["rate"].clone(), o["get_ratio"].clone()), (json!(2000.0), json!(0.9)));
     }
 
     #[test]

@@ -155,7 +155,7 @@ impl LoadArgs {
             .text("server", self.server.to_string())
             .int("connections", u64::from(self.connections))
             .int("threads", self.threads as u64)
-            .text("rate", self.rate.to_string())
+            .num("rate", self.rate)
             .text("arrival", self.arrival.to_string())
             .text("closed", self.closed.map_or("off".into(), |d| d.to_string()));
         self.workload

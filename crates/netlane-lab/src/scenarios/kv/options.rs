@@ -55,7 +55,7 @@ impl WorkloadArgs {
             .text("key-dist", self.key_dist.to_string())
             .text("key-size", self.key_size.to_string())
             .text("value-size", self.value_size.to_string())
-            .text("get-ratio", self.get_ratio.to_string())
+            .num("get-ratio", self.get_ratio)
             .int("multiget", u64::from(self.multiget))
     }
 }

@@ -68,9 +68,9 @@ impl Scenario for LanesBenchArgs {
             .workload
             .echo(list)
             .text("sla", self.sla.to_string())
-            .text("search-lo", self.search_lo.to_string())
-            .text("search-hi", self.search_hi.to_string())
-            .text("resolution", self.resolution.to_string())
+            .num("search-lo", self.search_lo)
+            .num("search-hi", self.search_hi)
+            .num("resolution", self.resolution)
             .duration("step", self.step)
             .text("busy-poll", self.busy_poll.to_string());
         // The per-NAPI knobs are echoed only when set (unset: the device's own).
