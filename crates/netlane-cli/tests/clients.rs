@@ -169,3 +169,57 @@ fn kv_serve_and_nvme_target_print_their_rates_while_they_run() {
     assert!(nvme.len() >= 3, "{nvme:?}");
     assert!(nvme.iter().any(|l| !l.contains("] 0 commands/s") && l.contains(" MB/s, errors 0/s")), "{nvme:?}");
 }
+
+/// Run without the capabilities a path needs, a server says which and how to get them,
+/// before it sets anything up (as nobody when the tests run as root).
+#[test]
+fn a_refusal_for_want_of_capabilities_names_them() {
+    let dir = temp_dir("caps");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("lb.toml");
+    std::fs::write(
+        &config,
+        "ring_size = 13\n[[vip]]\naddress = \"10.100.0.1\"\nport = 80\nproto = \"tcp\"\n[[vip.real]]\naddress = \
+         \"10.1.0.11\"\nweight = 1\n",
+    )
+    .unwrap();
+    // Readable by nobody: the temporary directory is this user's.
+    let open = |p: &Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    };
+    open(&dir, 0o755);
+    open(&config, 0o644);
+    let as_nobody = |args: &[&str]| {
+        let mut c = if nix::unistd::geteuid().is_root() {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_netlane")]);
+            c
+        } else {
+            std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
+        };
+        c.args(args).output().unwrap()
+    };
+    for (args, want) in [
+        (
+            vec!["rr", "serve", "--listen", "127.0.0.1:0", "--path", "tpacket-v3", "-t", "1s"],
+            "the tpacket-v3 path needs CAP_NET_RAW: run as root, or grant it: setcap cap_net_raw+ep",
+        ),
+        (
+            vec!["rr", "serve", "--listen", "127.0.0.1:0", "--path", "af-xdp", "-t", "1s"],
+            "the af-xdp path needs CAP_NET_RAW, CAP_BPF and CAP_NET_ADMIN",
+        ),
+        (
+            vec!["lb", "run", "--config", config.to_str().unwrap(), "--iface", "lo"]
+                .into_iter()
+                .chain(["--gateway-mac", "02:00:00:00:00:01", "-t", "1s"])
+                .collect(),
+            "the XDP load balancer needs CAP_BPF and CAP_NET_ADMIN: run as root, or grant them: setcap \
+             cap_bpf,cap_net_admin+ep",
+        ),
+    ] {
+        let o = as_nobody(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

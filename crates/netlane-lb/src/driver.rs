@@ -50,6 +50,9 @@ pub enum LbError {
     /// The maps and the control plane's view need more memory than the machine has.
     #[error(transparent)]
     Memory(#[from] netlane::memory::MemoryError),
+    /// This process lacks the capabilities loading and attaching the programs take.
+    #[error(transparent)]
+    Lacking(#[from] netlane::caps::Lacking),
 }
 
 /// Memory `lb run` takes per configured real at its peak: an edit being parsed beside
@@ -220,6 +223,8 @@ impl Lb {
             return Err(LbError::Invalid(format!("max tags must be 1..={TAG_VALUES}, not {}", opts.max_tags)));
         }
         check_addresses(&opts)?;
+        use netlane::caps::Cap;
+        netlane::caps::require("the XDP load balancer", &[Cap::Bpf, Cap::NetAdmin])?;
         let reals: usize = config.vips.iter().map(|v| v.reals.len()).sum();
         if (opts.max_vips as usize) < config.vips.len() || (opts.max_reals as usize) < reals {
             return Err(LbError::Invalid(format!(

@@ -12,6 +12,7 @@
 //!   zerocopy fallbacks, the [`udp::Receiver`] with recvmmsg and GRO), [`probe`] (which
 //!   kernel features work here, and why not);
 //! - [`memory`]: what a server may take, checked against what the machine has first;
+//! - [`caps`]: the capabilities a feature needs, checked first so a refusal names them;
 //! - [`cpus`]: one CPU-list syntax (`0-3,5`), pinning, CPU counts;
 //! - [`error`]: one error shape for a failed operation (the cause said once, through
 //!   `source()`), and [`error::chain`] to print an error with its causes;
@@ -29,6 +30,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod caps;
 pub mod cpus;
 pub mod error;
 pub mod installed;

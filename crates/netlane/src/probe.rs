@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::caps::Cap;
 use crate::sockopt;
 use crate::topology::{Netns, TopologyError};
 use crate::udp::{GsoMode, Receiver, ReceiverConfig, RxBatching, Sender, SenderConfig, UdpSocket};
@@ -275,19 +276,14 @@ pub fn netdev_napi() -> Support {
 pub fn af_xdp() -> Support {
     match socket2::Socket::new(socket2::Domain::from(libc::AF_XDP), socket2::Type::RAW, None) {
         Ok(_) => Support::Supported("an AF_XDP socket was made (zero-copy needs a driver that has it)".into()),
-        Err(e) if is_permission(&e) => needs("an AF_XDP socket", "CAP_NET_RAW"),
+        Err(e) if is_permission(&e) => needs("an AF_XDP socket", &[Cap::NetRaw]),
         Err(e) => Support::Unsupported(format!("socket(AF_XDP): {e} (a kernel without CONFIG_XDP_SOCKETS)")),
     }
 }
 
-/// What a permission error says: the capability it takes, and how to get it.
-fn needs(what: &str, caps: &str) -> Support {
-    let them = if caps.contains(" and ") { "them" } else { "it" };
-    Support::Unknown(format!("{what} needs {caps}: run as root (or grant {them}: setcap {}+ep)", caps_for_setcap(caps)))
-}
-
-fn caps_for_setcap(caps: &str) -> String {
-    caps.split(" and ").map(|c| c.to_lowercase()).collect::<Vec<_>>().join(",")
+/// What a permission error says: the capabilities it takes, and how to get them.
+fn needs(what: &str, caps: &[crate::caps::Cap]) -> Support {
+    Support::Unknown(crate::caps::Lacking { what: what.into(), lacking: caps.to_vec() }.to_string())
 }
 
 fn is_permission(e: &io::Error) -> bool {
@@ -304,7 +300,7 @@ pub fn tpacket_v3() -> Support {
     let take_nothing = [netlane_sys::packet::Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
     match PacketRing::open(0x0003, 1, &take_nothing, spec) {
         Ok(r) => Support::Supported(format!("a ring of {} KiB mapped on lo", r.spec().bytes() / 1024)),
-        Err(e) if is_permission(&e) => needs("a packet socket", "CAP_NET_RAW"),
+        Err(e) if is_permission(&e) => needs("a packet socket", &[Cap::NetRaw]),
         Err(e) => Support::Unsupported(format!("TPACKET_V3 ring: {e}")),
     }
 }
@@ -315,7 +311,7 @@ pub fn tpacket_v3() -> Support {
 pub fn bpf_paths() -> Vec<(&'static str, Support)> {
     const NAMES: [&str; 4] = ["xdp-native", "xdp-generic", "xdp-rx-hash-kfunc", "tcx"];
     if !crate::topology::have_privileges() {
-        return NAMES.iter().map(|n| (*n, needs("loading BPF programs", "CAP_BPF and CAP_NET_ADMIN"))).collect();
+        return NAMES.iter().map(|n| (*n, needs("loading BPF programs", &[Cap::Bpf, Cap::NetAdmin]))).collect();
     }
     match try_bpf_paths() {
         Ok(v) => v,
@@ -339,7 +335,7 @@ fn try_bpf_paths() -> Result<Vec<(&'static str, Support)>, TopologyError> {
     })?;
     let said = |r: io::Result<String>| match r {
         Ok(s) => Support::Supported(s),
-        Err(e) if is_permission(&e) => needs("loading BPF programs", "CAP_BPF and CAP_NET_ADMIN"),
+        Err(e) if is_permission(&e) => needs("loading BPF programs", &[Cap::Bpf, Cap::NetAdmin]),
         Err(e) => Support::Unsupported(e.to_string()),
     };
     let out = ns.run(|| {

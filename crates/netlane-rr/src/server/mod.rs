@@ -131,6 +131,9 @@ pub enum ServerError {
     /// A bad batch size.
     #[error("batch {0}: must be 1..={MAX_BATCH}")]
     Batch(usize),
+    /// The path, the transmit path or the lanes need capabilities this process lacks.
+    #[error(transparent)]
+    Lacking(#[from] netlane::caps::Lacking),
     /// The receive path is not available in this build.
     #[error("receive path {0} is not available yet")]
     Unavailable(PathKind),
@@ -195,6 +198,26 @@ impl ServerConfig {
             ask = ask.add(format!("{} paced responses", p.queue), bytes);
         }
         ask
+    }
+
+    /// Refuses, before anything is set up, a path this process lacks the capabilities
+    /// for, naming them: packet rings need CAP_NET_RAW; AF_XDP that and CAP_BPF and
+    /// CAP_NET_ADMIN for its program; lanes CAP_BPF for their reuseport selector.
+    pub fn check_capabilities(&self) -> Result<(), netlane::caps::Lacking> {
+        use netlane::caps::{Cap, require};
+        let path: &[Cap] = match self.path {
+            PathKind::AfXdp => &[Cap::NetRaw, Cap::Bpf, Cap::NetAdmin],
+            p if p.is_ring() => &[Cap::NetRaw],
+            _ => &[],
+        };
+        require(&format!("the {} path", self.path), path)?;
+        if self.tx == TxKind::Packet {
+            require("the packet transmit path", &[Cap::NetRaw])?;
+        }
+        if self.lane_device.is_some() {
+            require("lanes (their reuseport selector)", &[Cap::Bpf])?;
+        }
+        Ok(())
     }
 
     /// Checks every option before anything is built.
@@ -435,6 +458,7 @@ pub fn serve_counted(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     cfg.validate()?;
+    cfg.check_capabilities()?;
     cfg.memory_ask().check()?;
     // One key for every lane's cookies: a client whose datagrams move to another lane
     // keeps its cookie.
