@@ -85,41 +85,25 @@ fn the_clients_judge_an_sla_with_strict_and_write_csv() {
 /// `--stats-interval` on stderr.
 #[test]
 fn rr_serve_publishes_its_counters_and_rates_while_it_runs() {
-    use std::io::{BufRead, Read};
-    let mut server = common::Reaped(
-        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(["rr", "serve", "--listen", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
-            .args(["--stats-interval", "200ms"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut first = String::new();
-    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-    out.read_line(&mut first).unwrap();
-    // `listening on ADDR path=... metrics=http://ADDR/metrics`
-    let addr = first.split_whitespace().nth(2).unwrap_or_else(|| panic!("{first}")).to_string();
-    let metrics = first
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics=http://"))
-        .and_then(|w| w.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics endpoint in {first:?}"))
-        .to_string();
-    let o = netlane(&["rr", "clients", "--server", &addr, "--clients", "4", "--rate", "2k", "-t", "600ms"]);
+    let server = common::Started::new(&[
+        "rr",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--stats-interval",
+        "200ms",
+    ]);
+    let o = netlane(&["rr", "clients", "--server", &server.addr(), "--clients", "4", "--rate", "2k", "-t", "600ms"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let samples = common::prometheus_samples(&metrics);
+    let samples = common::prometheus_samples(&server.metrics());
     let get = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2);
     assert!(get("netlane_rr_responses_total").is_some_and(|v| v > 500.0), "{samples:?}");
     assert!(get("netlane_rr_frames_total").is_some(), "{samples:?}");
-    let st = std::process::Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
-    assert!(st.success());
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(server.wait().unwrap().code(), Some(0));
+    let (code, rest, err) = server.stop();
+    assert_eq!(code, Some(0));
     assert!(rest.contains("stopped after"), "{rest}");
-    let mut err = String::new();
-    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
     let rates: Vec<&str> = err.lines().filter(|l| l.contains(" responses/s ")).collect();
     assert!(rates.len() >= 2, "a line every 200 ms: {err}");
     assert!(rates.iter().any(|l| !l.contains("] 0 responses/s")), "{err}");
@@ -128,30 +112,12 @@ fn rr_serve_publishes_its_counters_and_rates_while_it_runs() {
 /// Starts the server `args` (with `--stats-interval 200ms`), runs `load` against the
 /// address its first line names, stops it with SIGTERM, and returns its lines of rates.
 fn rates_while(args: &[&str], load: impl FnOnce(&str) -> Vec<String>) -> Vec<String> {
-    use std::io::{BufRead, Read};
-    let mut server = common::Reaped(
-        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(args)
-            .args(["--stats-interval", "200ms"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first.split_whitespace().nth(2).unwrap_or_else(|| panic!("{first}")).to_string();
-    let args = load(&addr);
+    let server = common::Started::new(&[args, &["--stats-interval", "200ms"]].concat());
+    let args = load(&server.addr());
     let o = netlane(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    let st = std::process::Command::new("kill").args(["-TERM", &server.id().to_string()]).status().unwrap();
-    assert!(st.success());
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    assert_eq!(server.wait().unwrap().code(), Some(0), "{rest}");
-    let mut err = String::new();
-    server.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    let (code, rest, err) = server.stop();
+    assert_eq!(code, Some(0), "{rest}");
     err.lines().filter(|l| l.starts_with('[') && l.contains("s] ")).map(String::from).collect()
 }
 

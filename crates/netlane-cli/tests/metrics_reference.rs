@@ -6,10 +6,10 @@
 //! regenerate: `NETLANE_WRITE_METRICS=1 cargo test -p netlane-cli --test metrics_reference`.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 
 mod common;
-use common::{Reaped, netlane, repo, stderr};
+use common::{netlane, repo, stderr};
 
 /// Every family in an exposition: name -> (type, help, label keys seen, whether a sample
 /// was).
@@ -59,31 +59,16 @@ fn scrape(addr: &str) -> String {
 /// Starts a server with `--metrics-addr 127.0.0.1:0`, runs `load` at the address its
 /// first line names, and returns what its endpoint serves.
 fn served(args: &[&str], load: impl FnOnce(&str) -> Vec<String>) -> String {
-    let mut server = Reaped(
-        std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(args)
-            .args(["--metrics-addr", "127.0.0.1:0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut out = std::io::BufReader::new(server.stdout.take().unwrap());
-    let mut first = String::new();
-    out.read_line(&mut first).unwrap();
-    let addr = first.split_whitespace().nth(2).unwrap_or_else(|| panic!("{first}")).to_string();
-    let metrics = first
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("metrics=http://"))
-        .and_then(|w| w.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics endpoint in {first:?}"))
-        .to_string();
-    let args = load(&addr);
+    let server = common::Started::new(&[args, &["--metrics-addr", "127.0.0.1:0"]].concat());
+    let args = load(&server.addr());
     let o = netlane(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{args:?}: {}", stderr(&o));
     // The servers publish what their threads counted at most a tenth of a second late.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    scrape(&metrics)
+    let text = scrape(&server.metrics());
+    let (code, _, err) = server.stop();
+    assert_eq!(code, Some(0), "{err}");
+    text
 }
 
 fn section(title: &str, text: &str) -> String {

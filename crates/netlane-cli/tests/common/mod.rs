@@ -75,22 +75,12 @@ impl Drop for Reaped {
 /// Starts `netlane args...` (a server) and reads its first line, `listening on ADDR ...`:
 /// the process, the address, and the rest of its standard output.
 pub fn start_listening(args: &[&str]) -> (Reaped, String, BufReader<ChildStdout>) {
-    let mut child = Reaped(
-        Command::new(env!("CARGO_BIN_EXE_netlane"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start netlane {args:?}: {e}")),
-    );
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    let addr = line.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
+    let Started { mut child, out, first } = Started::new(args);
+    let addr = first.strip_prefix("listening on ").and_then(|r| r.split_whitespace().next()).unwrap_or_default();
     if addr.is_empty() {
         let mut err = String::new();
         child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-        panic!("netlane {args:?} said {line:?}, stderr {err:?}");
+        panic!("netlane {args:?} said {first:?}, stderr {err:?}");
     }
     let addr = addr.to_string();
     (child, addr, out)
@@ -139,4 +129,59 @@ pub fn prometheus_samples(addr: &str) -> Vec<(String, String, f64)> {
             (n.to_string(), labels.to_string(), v.parse().unwrap())
         })
         .collect()
+}
+
+/// A server started by a test: the process, its standard output after the first line,
+/// and what that line says.
+pub struct Started {
+    pub child: Reaped,
+    pub out: BufReader<ChildStdout>,
+    /// `listening on ADDR ...`.
+    pub first: String,
+}
+
+impl Started {
+    /// `netlane args...`, its first line read.
+    pub fn new(args: &[&str]) -> Started {
+        let mut child = Reaped(
+            Command::new(env!("CARGO_BIN_EXE_netlane"))
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("start netlane {args:?}: {e}")),
+        );
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        Started { child, out, first }
+    }
+
+    /// The address it serves: the word after `listening on`.
+    pub fn addr(&self) -> String {
+        self.first.split_whitespace().nth(2).unwrap_or_else(|| panic!("no address in {:?}", self.first)).to_string()
+    }
+
+    /// Its metrics endpoint, `ADDR` of `metrics=http://ADDR/metrics` on the first line.
+    pub fn metrics(&self) -> String {
+        self.first
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("metrics=http://"))
+            .and_then(|w| w.strip_suffix("/metrics"))
+            .unwrap_or_else(|| panic!("no metrics endpoint in {:?}", self.first))
+            .to_string()
+    }
+
+    /// Stops it with SIGTERM: its exit code, the rest of its standard output, and its
+    /// standard error.
+    pub fn stop(mut self) -> (Option<i32>, String, String) {
+        let st = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(st.success());
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        let code = self.child.wait().unwrap().code();
+        let mut err = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        (code, rest, err)
+    }
 }
