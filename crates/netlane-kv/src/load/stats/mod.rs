@@ -32,8 +32,13 @@ pub use wire::WireError;
 /// The percentiles a report shows.
 pub const REPORTED_QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 0.9999];
 
-/// The longest latency the histogram tells apart: 60 s.
-pub const MAX_LATENCY_NS: u64 = netlane::metrics::sla::MAX_LATENCY_NS;
+/// The longest latency the histogram tells apart: 60 s, the longest an SLA may name.
+pub const MAX_LATENCY_NS: u64 = 60_000_000_000;
+
+// This core builds without the drivers (and the core crate with them): the bound is the
+// same one on both sides.
+#[cfg(feature = "drivers")]
+const _: () = assert!(MAX_LATENCY_NS == netlane::metrics::sla::MAX_LATENCY_NS);
 
 /// Counters of one run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -195,6 +200,7 @@ impl Stats {
     }
 
     /// The run judged against `sla`, over a run of `duration_ns`.
+    #[cfg(feature = "drivers")]
     pub fn measure(&self, sla: &Sla, duration_ns: u64) -> Measurement {
         let per_s = |n: u64| if duration_ns == 0 { 0.0 } else { n as f64 * 1e9 / duration_ns as f64 };
         let at = self.latency_at(sla.quantile());
@@ -279,9 +285,12 @@ pub struct Measurement {
     pub lag_share: f64,
 }
 
-/// A tail-latency objective (in the core, shared with the other clients).
+/// A tail-latency objective (in the core, shared with the other clients; the sans-IO
+/// core alone does not judge one).
+#[cfg(feature = "drivers")]
 pub use netlane::metrics::sla::{Sla, SlaError};
 
+#[cfg(feature = "drivers")]
 impl Stats {
     /// Whether these statistics meet `sla`: the latency at its percentile, counting every
     /// request without a good answer as slower than any, is within the bound.
