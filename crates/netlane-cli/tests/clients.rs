@@ -97,10 +97,14 @@ fn rr_serve_publishes_its_counters_and_rates_while_it_runs() {
     ]);
     let o = netlane(&["rr", "clients", "--server", &server.addr(), "--clients", "4", "--rate", "2k", "-t", "600ms"]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // Each lane adds its counts every tenth of a second: a moment for the last of them.
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let samples = common::prometheus_samples(&server.metrics());
     let get = |n: &str| samples.iter().find(|s| s.0 == n).map(|s| s.2);
     assert!(get("netlane_rr_responses_total").is_some_and(|v| v > 500.0), "{samples:?}");
     assert!(get("netlane_rr_frames_total").is_some(), "{samples:?}");
+    // Also what the transmit path counts, not only at the end.
+    assert!(get("netlane_rr_send_syscalls_total").is_some_and(|v| v > 500.0), "{samples:?}");
     let (code, rest, err) = server.stop();
     assert_eq!(code, Some(0));
     assert!(rest.contains("stopped after"), "{rest}");

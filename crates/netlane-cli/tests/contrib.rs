@@ -31,6 +31,11 @@ fn the_systemd_units_verify_and_their_commands_parse() {
         // Verified with this build in the units' place (verify checks the binary exists).
         let local = dir.join(u.file_name().unwrap());
         std::fs::write(&local, text.replace("/usr/local/bin/netlane", bin)).unwrap();
+        // The balancer cannot start without its next hop (checked when it runs, not by
+        // the parser).
+        if text.contains(" lb run ") {
+            assert!(text.contains("--gateway"), "{}: lb run needs --gateway or --gateway-mac", u.display());
+        }
         // Each command line parses as written (`--help` after it: parsed, not run).
         for line in text.lines().filter(|l| l.starts_with("ExecStart")) {
             let cmd = line.split_once('=').unwrap().1;

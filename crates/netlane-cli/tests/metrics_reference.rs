@@ -63,9 +63,22 @@ fn served(args: &[&str], load: impl FnOnce(&str) -> Vec<String>) -> String {
     let args = load(&server.addr());
     let o = netlane(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert!(o.status.success(), "{args:?}: {}", stderr(&o));
-    // The servers publish what their threads counted at most a tenth of a second late.
+    // The servers publish what their threads counted a little late, and the target sees
+    // perf's queues go only after perf exits: scrape once nothing is left connected.
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let text = scrape(&server.metrics());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let connected = |t: &str| {
+        t.contains("netlane_nvme_target_open_connections ")
+            && !t.contains(
+                "netlane_nvme_target_open_connections 0
+",
+            )
+    };
+    let mut text = scrape(&server.metrics());
+    while connected(&text) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        text = scrape(&server.metrics());
+    }
     let (code, _, err) = server.stop();
     assert_eq!(code, Some(0), "{err}");
     text

@@ -30,16 +30,17 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // `now` is the driver's clock: nanoseconds, passed in, never read by the core.
     let mut now = 0;
-    // Ten requests, at most four in flight; the network loses the first one.
+    // Ten requests, at most four in flight, each answered a millisecond later; the
+    // network loses the first one. Time only moves forward.
     for i in 0..10 {
         let Some(n) = client.poll_transmit(now, &mut request)? else { break };
+        now += MS;
         if i > 0 {
-            deliver(&mut client, &server, &request[..n], &mut reply, now + MS)?;
+            deliver(&mut client, &server, &request[..n], &mut reply, now)?;
         }
-        now += MS / 10;
     }
-    // 10 ms later the lost request's timeout has passed: the core writes it again.
-    now += 11 * MS;
+    // By now the lost request's 10 ms timeout has passed: the core writes it again.
+    now += MS;
     while let Some(e) = client.handle_timeout(now, &mut request)? {
         if let Expired::Resend(n) = e {
             deliver(&mut client, &server, &request[..n], &mut reply, now + MS)?;

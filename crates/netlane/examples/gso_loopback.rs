@@ -14,6 +14,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let rx = UdpSocket::bind("127.0.0.1:0".parse()?)?;
     rx.enable_gro()?;
     rx.set_read_timeout(Some(Duration::from_millis(200)))?;
+    // Room for the whole buffer even if GSO falls back to a hundred single datagrams.
+    rx.set_recv_buffer(4 << 20)?;
     let tx = UdpSocket::connect_to(rx.local_addr()?)?;
 
     // GSO through a per-send UDP_SEGMENT control message; the sender falls back to plain

@@ -311,7 +311,8 @@ pub fn tpacket_v3() -> Support {
 pub fn bpf_paths() -> Vec<(&'static str, Support)> {
     const NAMES: [&str; 4] = ["xdp-native", "xdp-generic", "xdp-rx-hash-kfunc", "tcx"];
     if !crate::topology::have_privileges() {
-        return NAMES.iter().map(|n| (*n, needs("loading BPF programs", &[Cap::Bpf, Cap::NetAdmin]))).collect();
+        let why = "trying it makes a scratch network namespace: run the probe as root";
+        return NAMES.iter().map(|n| (*n, Support::Unknown(why.into()))).collect();
     }
     match try_bpf_paths() {
         Ok(v) => v,

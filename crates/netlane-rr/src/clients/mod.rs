@@ -195,7 +195,7 @@ pub struct ClientsReport {
 pub const HERD: u64 = 8;
 
 /// The latency at quantile `q` of a run whose `hist` holds its answers' latencies and
-/// `unanswered` requests got none (lost, or still waiting at the end): each ranks above
+/// `unanswered` requests got none (given up as lost): each ranks above
 /// every answer, so it can only make a percentile worse (`None`: the rank falls among
 /// them, or nothing was asked).
 pub fn latency_at(hist: &Hist, unanswered: u64, q: f64) -> Option<u64> {

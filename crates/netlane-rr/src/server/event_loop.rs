@@ -41,8 +41,11 @@ pub(super) fn serve_on(
     let started = Instant::now();
     let cpu0 = thread_cpu();
     let mut guard = Guard::new(cfg.guard, keys.clone());
-    server.run(stop, started, &mut guard, live)?;
-    Ok(server.finish(started, cpu0))
+    let told = server.run(stop, started, &mut guard, live)?;
+    let stats = server.finish(started, cpu0);
+    // What only the end counts (ring drops and freezes, paced responses never sent).
+    live.add(&stats.counters.minus(&told));
+    Ok(stats)
 }
 
 /// A server thread's parts, set up. The fields drop in the order they are declared,
@@ -108,15 +111,16 @@ impl<'a> Serving<'a> {
         started: Instant,
         guard: &mut Guard,
         live: &SharedRrCounters,
-    ) -> Result<(), ServerError> {
+    ) -> Result<RrCounters, ServerError> {
         // One slot per token.
         let mut events = [EpollEvent::empty(); 5];
         let mut told = (RrCounters::default(), Instant::now());
         while !stop.is_stopped() && self.cfg.duration.is_none_or(|d| started.elapsed() < d) {
             self.st.counters.polls += 1;
             if told.1.elapsed() >= LIVE_EVERY {
-                live.add(&self.st.counters.minus(&told.0));
-                told = (self.st.counters, Instant::now());
+                let now = self.live_view();
+                live.add(&now.minus(&told.0));
+                told = (now, Instant::now());
             }
             // Frames a full device queue or send buffer left behind are kicked again soon,
             // whether or not a request comes.
@@ -162,8 +166,9 @@ impl<'a> Serving<'a> {
         if self.cfg.path.is_frames() {
             self.drain_path(guard, FINAL_DRAIN_CALLS);
         }
-        live.add(&self.st.counters.minus(&told.0));
-        Ok(())
+        let now = self.live_view();
+        live.add(&now.minus(&told.0));
+        Ok(now)
     }
 
     /// Answers what the receive path has, in at most `calls` receive calls.
@@ -234,6 +239,30 @@ impl<'a> Serving<'a> {
                 Err(e) => recv_error(e, &mut self.st),
             };
         }
+    }
+
+    /// The counters as they stand while the loop runs: its own, and what the transmit
+    /// paths, the pacer and the receive path have counted so far (not the ring's drops
+    /// and freezes: reading those from the kernel resets them, so they come at the end).
+    fn live_view(&self) -> RrCounters {
+        let mut c = self.st.counters;
+        c.send_syscalls = self.tx.syscalls;
+        c.gso_sends = self.tx.gso_sends;
+        let skips = self.path.skips();
+        c.ring_fragments = skips.fragments;
+        c.ring_skipped = skips.other;
+        c.ring_bad_checksums = skips.bad_checksums;
+        if let Some(p) = &self.paced {
+            let report = p.report();
+            c.datagrams_sent += report.sent;
+            c.bytes_sent += p.bytes_sent();
+            c.send_syscalls += report.sendmmsg_calls;
+            c.send_errors += report.send_errors;
+        }
+        if let Some(r) = &self.raw {
+            c.send_syscalls += r.report().kicks;
+        }
+        c
     }
 
     /// The counters once the loop has ended: paced responses still queued go out first,

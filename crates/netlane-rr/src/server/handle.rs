@@ -54,7 +54,9 @@ impl Server {
         self.addr
     }
 
-    /// What every lane has counted so far (up to a tenth of a second behind).
+    /// What every lane has counted so far (up to about 0.2 s behind: each lane adds its
+    /// counts every tenth of a second, and an idle one waits up to as long for a packet
+    /// first; ring drops and freezes come when it stops).
     pub fn counters(&self) -> RrCounters {
         self.live.load()
     }

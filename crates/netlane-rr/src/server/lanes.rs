@@ -25,7 +25,7 @@ pub(super) fn serve_lanes(
     // The group: sockets join in lane order, so socket i is lane i.
     let first = bind(cfg, cfg.listen, true)?;
     let local = first.local_addr().map_err(io_err("local address"))?;
-    let mut steering = ReuseportSteering::load().map_err(io_err("load the reuseport selector (needs root)"))?;
+    let mut steering = ReuseportSteering::load().map_err(io_err("load the reuseport selector"))?;
     steering.attach(first.as_fd()).map_err(io_err("attach the reuseport selector"))?;
     let mut socks = vec![first];
     for _ in 1..lanes.len() {

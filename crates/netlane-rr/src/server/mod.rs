@@ -207,6 +207,8 @@ impl ServerConfig {
         use netlane::caps::{Cap, require};
         let path: &[Cap] = match self.path {
             PathKind::AfXdp => &[Cap::NetRaw, Cap::Bpf, Cap::NetAdmin],
+            // The adaptive rings' fanout program is BPF.
+            p if p.is_ring() && self.ring.adaptive => &[Cap::NetRaw, Cap::Bpf],
             p if p.is_ring() => &[Cap::NetRaw],
             _ => &[],
         };
@@ -316,9 +318,11 @@ netlane::counters! {
         ring_bad_checksums,
         /// Ring paths: other frames that were not a whole datagram for the service.
         ring_skipped,
-        /// Ring paths: frames the kernel dropped because the ring was full.
+        /// Ring paths: frames the kernel dropped because the ring was full (counted when
+        /// the server stops: reading them resets the kernel's count).
         ring_drops,
-        /// TPACKET_V3: times every block was held by the server (the ring froze).
+        /// TPACKET_V3: times every block was held by the server (the ring froze; counted
+        /// when the server stops).
         ring_freezes,
         /// `epoll_wait` returns with something to read.
         wakeups,
