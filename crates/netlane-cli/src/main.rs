@@ -14,6 +14,7 @@ mod app;
 mod bench;
 mod bulk;
 mod compare;
+mod config_file;
 mod documents;
 mod hostile;
 mod kv;
@@ -278,7 +279,14 @@ fn run(cli: Cli) -> Result<u8> {
 
 fn main() -> ExitCode {
     let cmd = Cli::command();
-    let matches = cmd.clone().get_matches();
+    let args = match config_file::expand(&cmd, std::env::args_os().collect()) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("error: {}", out::error_line(&e));
+            return ExitCode::from(2);
+        }
+    };
+    let matches = cmd.clone().get_matches_from(args);
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),

@@ -80,3 +80,63 @@ fn every_metric_a_dashboard_plots_is_one_a_server_serves() {
         }
     }
 }
+
+/// Each server started from its file in `contrib/config/` (the file its unit names), the
+/// command line overriding the ports and the namespace's path: what only the file sets
+/// shows in the server's first line.
+#[test]
+fn each_server_starts_from_its_config_file_and_the_command_line_wins() {
+    let configs = files("contrib/config", "toml");
+    assert_eq!(configs.len(), 3, "{configs:?}");
+    let dir = temp_dir("configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ns = format!("file:{}:16M", dir.join("ns1.img").display());
+    let cases: [(&str, Vec<&str>, &[&str]); 3] = [
+        ("netlane-kv", vec!["kv", "serve", "-p", "-1"], &["threads=4", "memory=1073741824", "max_conns=4096"]),
+        ("netlane-rr", vec!["rr", "serve", "--listen", "127.0.0.1:0"], &["path=recvmmsg"]),
+        (
+            "netlane-nvme-target",
+            vec!["nvme", "target", "--listen", "127.0.0.1:0", "--ns", &ns],
+            &["nqn=nqn.2026-11.io.netlane:target", "namespaces=file:"],
+        ),
+    ];
+    for (name, args, from_file) in cases {
+        let config = repo().join(format!("contrib/config/{name}.toml"));
+        let unit = std::fs::read_to_string(repo().join(format!("contrib/systemd/{name}.service"))).unwrap();
+        let etc = format!("/etc/netlane/{}.toml", name.trim_start_matches("netlane-"));
+        assert!(unit.contains(&format!("--config {etc}")) && unit.contains(&format!("contrib/config/{name}.toml")));
+        let config = config.display().to_string();
+        let args = [&args[..], &["--metrics-addr", "127.0.0.1:0", "--config", &config]].concat();
+        let server = common::Started::new(&args);
+        let first = server.first.clone();
+        let (code, _, err) = server.stop();
+        assert!(first.starts_with("listening on 127.0.0.1:"), "{name}: {first:?} {err}");
+        assert!(!first.contains(":7070 ") && !first.contains(":4420 ") && !first.contains(":11211 "), "{first}");
+        for want in from_file {
+            assert!(first.contains(want), "{name}: {want} not in {first:?}");
+        }
+        assert_eq!(code, Some(0), "{name}: {err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_config_file_with_a_mistake_is_refused_in_one_line_naming_the_file_and_key() {
+    let dir = temp_dir("bad-configs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("rr", "serve", "listen = \"127.0.0.1:0\"\nbatchsize = 8\n", "`batchsize` is not an option of `serve`"),
+        ("kv", "serve", "threads = \"four\"\n", "invalid value 'four' for '--threads <THREADS>'"),
+        ("nvme", "target", "listen = [\n", "line 1, column 11: unclosed array"),
+    ];
+    for (i, (system, cmd, text, want)) in cases.into_iter().enumerate() {
+        let file = dir.join(format!("{i}.toml"));
+        std::fs::write(&file, text).unwrap();
+        let o = common::netlane(&[system, cmd, "--config", &file.display().to_string()]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{system} {cmd}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with(&format!("error: {}: ", file.display())) && err.contains(want), "{err}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

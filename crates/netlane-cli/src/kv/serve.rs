@@ -226,6 +226,8 @@ pub struct ServeArgs {
     /// memcached options netlane does not have, refused by name.
     #[command(flatten)]
     pub unsupported: Unsupported,
+    #[command(flatten)]
+    pub config: crate::config_file::ConfigFile,
 }
 
 impl ServeArgs {

@@ -93,6 +93,8 @@ pub struct TargetArgs {
     /// `listening on ...`, then goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub config: crate::config_file::ConfigFile,
 }
 
 impl TargetArgs {

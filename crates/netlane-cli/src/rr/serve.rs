@@ -132,6 +132,8 @@ pub struct ServeArgs {
     /// `listening on ...`, then goes to stderr).
     #[arg(long, value_name = "FILE|-", num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub config: crate::config_file::ConfigFile,
 }
 
 /// `[   5.0s] 20.1k responses/s 20.1k frames/s, refused 0/s, send errors 0/s` over the

@@ -1,0 +1,290 @@
+//! `--config FILE` on the servers (`kv serve`, `rr serve`, `nvme target`): a TOML file whose
+//! keys are the command's long options, read as if they were given on the command line
+//! ahead of its own. An option also given on the command line keeps the command line's
+//! value, so a unit file can name one file and an operator can still override one option.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, anyhow};
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Args, Command};
+
+/// The id clap gives [`ConfigFile::config_file`].
+const ID: &str = "config_file";
+
+/// How many times a counted flag (`verbose = 2`) may be repeated from a file.
+const MAX_COUNT: i64 = 8;
+
+/// The `--config` option a server flattens into its arguments.
+#[derive(Debug, Args)]
+pub struct ConfigFile {
+    /// Read options from a TOML file: each key is one of this command's long options
+    /// (`port = 11211`, `memory-limit = "1g"`, `xps-rxqs = true`, a list for an option
+    /// given more than once). An option also given on the command line takes the
+    /// command line's value.
+    #[arg(long = "config", value_name = "FILE")]
+    pub config_file: Option<PathBuf>,
+}
+
+/// The command line to parse: `args` itself when the command takes no file or none was
+/// given; otherwise the file's options inserted ahead of the end of `args` (before a
+/// `--`), leaving out each option `args` gives itself.
+pub fn expand(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>> {
+    // A first look that tolerates what is missing: the file may hold a required option.
+    let Ok(matches) = cmd.clone().ignore_errors(true).try_get_matches_from(&args) else {
+        return Ok(args);
+    };
+    let (leaf, leaf_matches) = leaf(cmd, &matches);
+    if leaf.get_arguments().all(|a| a.get_id() != ID) {
+        return Ok(args);
+    }
+    let Some(path) = leaf_matches.get_one::<PathBuf>(ID).cloned() else {
+        return Ok(args);
+    };
+    let extra = options_from(&path, leaf, leaf_matches)?;
+    let mut expanded = args.clone();
+    let at = expanded.iter().position(|a| a == "--").unwrap_or(expanded.len());
+    expanded.splice(at..at, extra);
+    // A value clap refuses is the file's when the command line alone was fine (or lacked
+    // only what the file was to give): say so with the file's name.
+    if let Err(e) = cmd.clone().try_get_matches_from(&expanded) {
+        let alone = cmd.clone().try_get_matches_from(&args);
+        if alone.as_ref().map_or_else(|a| a.kind() == clap::error::ErrorKind::MissingRequiredArgument, |_| true) {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or_default();
+            return Err(anyhow!("{}: {}", path.display(), first.trim_start_matches("error: ")));
+        }
+    }
+    Ok(expanded)
+}
+
+/// The subcommand that runs and its matches.
+fn leaf<'a>(cmd: &'a Command, matches: &'a ArgMatches) -> (&'a Command, &'a ArgMatches) {
+    let (mut cmd, mut matches) = (cmd, matches);
+    while let Some((name, sub)) = matches.subcommand() {
+        let Some(next) = cmd.find_subcommand(name) else { break };
+        (cmd, matches) = (next, sub);
+    }
+    (cmd, matches)
+}
+
+/// The file's options as command-line arguments, each one the command line does not give.
+fn options_from(path: &Path, cmd: &Command, given: &ArgMatches) -> Result<Vec<OsString>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), syntax_error(&text, &e)))?;
+    let mut out = Vec::new();
+    for (key, value) in &table {
+        let long = key.replace('_', "-");
+        let arg = cmd
+            .get_arguments()
+            .filter(|a| a.get_id() != ID)
+            .find(|a| {
+                a.get_long() == Some(long.as_str()) || a.get_all_aliases().is_some_and(|v| v.contains(&long.as_str()))
+            })
+            .ok_or_else(|| {
+                let known: Vec<&str> =
+                    cmd.get_arguments().filter(|a| a.get_id() != ID).filter_map(Arg::get_long).collect();
+                anyhow!(
+                    "{}: `{key}` is not an option of `{}` (its options: {})",
+                    path.display(),
+                    cmd.get_name(),
+                    known.join(", ")
+                )
+            })?;
+        if on_command_line(given, arg) || overruled(cmd, given, arg) {
+            continue;
+        }
+        let flag = arg.get_long().unwrap_or(&long);
+        out.extend(arguments(flag, arg, value).map_err(|what| anyhow!("{}: `{key}` {what}", path.display()))?);
+    }
+    Ok(out)
+}
+
+fn on_command_line(given: &ArgMatches, arg: &Arg) -> bool {
+    matches!(given.value_source(arg.get_id().as_str()), Some(ValueSource::CommandLine | ValueSource::EnvVariable))
+}
+
+/// Whether an option the command line gives conflicts with `arg` (`--lanes` given there
+/// leaves out the file's `threads`): the command line wins there too.
+fn overruled(cmd: &Command, given: &ArgMatches, arg: &Arg) -> bool {
+    cmd.get_arguments().filter(|b| on_command_line(given, b)).any(|b| {
+        cmd.get_arg_conflicts_with(b).iter().any(|c| c.get_id() == arg.get_id())
+            || cmd.get_arg_conflicts_with(arg).iter().any(|c| c.get_id() == b.get_id())
+    })
+}
+
+/// One key's value as the arguments that give it.
+fn arguments(long: &str, arg: &Arg, value: &toml::Value) -> Result<Vec<OsString>, String> {
+    let flag = || OsString::from(format!("--{long}"));
+    match (arg.get_action(), value) {
+        (ArgAction::SetTrue, toml::Value::Boolean(b)) => Ok(if *b { vec![flag()] } else { vec![] }),
+        (ArgAction::SetFalse, toml::Value::Boolean(b)) => Ok(if *b { vec![] } else { vec![flag()] }),
+        (ArgAction::SetTrue | ArgAction::SetFalse, _) => Err("takes true or false".into()),
+        (ArgAction::Count, toml::Value::Integer(n)) if (0..=MAX_COUNT).contains(n) => {
+            Ok((0..*n).map(|_| flag()).collect())
+        }
+        (ArgAction::Count, _) => Err(format!("takes a count from 0 to {MAX_COUNT}")),
+        (ArgAction::Append, toml::Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len() * 2);
+            for item in items {
+                out.push(flag());
+                out.push(scalar(item)?.into());
+            }
+            Ok(out)
+        }
+        (_, toml::Value::Array(_)) => Err("takes one value, not a list".into()),
+        (_, v) => Ok(vec![flag(), scalar(v)?.into()]),
+    }
+}
+
+fn scalar(v: &toml::Value) -> Result<String, String> {
+    match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        toml::Value::Float(f) => Ok(f.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        toml::Value::Array(_) | toml::Value::Table(_) | toml::Value::Datetime(_) => {
+            Err("takes a string, a number or a boolean".into())
+        }
+    }
+}
+
+/// A TOML error as one line: where and what (the parser's own rendering quotes the line).
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let what = e.message().trim().replace('\n', " ");
+    let Some(span) = e.span() else { return what };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    format!("line {line}, column {column}: {what}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: Sub,
+    }
+
+    #[derive(Debug, clap::Subcommand)]
+    enum Sub {
+        Serve {
+            #[arg(long)]
+            port: u16,
+            #[arg(long = "memory-limit", visible_alias = "memory", default_value = "64")]
+            memory: String,
+            #[arg(long)]
+            xps_rxqs: bool,
+            #[arg(short, long, action = ArgAction::Count)]
+            verbose: u8,
+            #[arg(long)]
+            tag: Vec<String>,
+            #[command(flatten)]
+            config: ConfigFile,
+        },
+        Other {
+            #[arg(long)]
+            port: Option<u16>,
+        },
+    }
+
+    /// A file in the temporary directory, removed when dropped.
+    struct File(PathBuf);
+
+    impl File {
+        fn new(text: &str) -> File {
+            static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = std::env::temp_dir().join(format!("netlane-config-test-{}-{n}.toml", std::process::id()));
+            std::fs::write(&path, text).unwrap();
+            File(path)
+        }
+    }
+
+    impl Drop for File {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn run(text: &str, args: &[&str]) -> Result<Sub> {
+        let f = File::new(text);
+        let mut argv: Vec<OsString> = ["netlane", "serve", "--config"].iter().map(OsString::from).collect();
+        argv.push(f.0.clone().into());
+        argv.extend(args.iter().map(OsString::from));
+        let argv = expand(&Cli::command(), argv)?;
+        Ok(Cli::try_parse_from(argv)?.cmd)
+    }
+
+    #[test]
+    fn the_file_supplies_options_and_the_command_line_wins() {
+        let text = "port = 11211\nmemory_limit = \"1g\"\nxps-rxqs = true\nverbose = 2\ntag = [\"a\", \"b\"]\n";
+        let Sub::Serve { port, memory, xps_rxqs, verbose, tag, .. } = run(text, &[]).unwrap() else { panic!() };
+        assert_eq!((port, memory.as_str(), xps_rxqs, verbose), (11211, "1g", true, 2));
+        assert_eq!(tag, ["a", "b"]);
+        let Sub::Serve { port, memory, tag, .. } = run(text, &["--port", "7", "--memory", "2g", "--tag", "c"]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((port, memory.as_str()), (7, "2g"));
+        assert_eq!(tag, ["c"], "a list on the command line replaces the file's");
+    }
+
+    #[test]
+    fn an_option_of_the_file_that_conflicts_with_the_command_line_is_left_out() {
+        let f = File::new("threads = 2\nport = -1\n");
+        let argv = ["netlane", "kv", "serve", "--lanes", "1", "--config"].iter().map(OsString::from);
+        let argv: Vec<OsString> = argv.chain([f.0.clone().into_os_string()]).collect();
+        let argv = expand(&crate::Cli::command(), argv).unwrap();
+        assert!(!argv.contains(&OsString::from("--threads")), "{argv:?}");
+        assert!(crate::Cli::try_parse_from(argv).is_ok());
+    }
+
+    #[test]
+    fn a_false_flag_and_an_absent_key_leave_the_default() {
+        let Sub::Serve { xps_rxqs, memory, .. } = run("port = 1\nxps-rxqs = false\n", &[]).unwrap() else { panic!() };
+        assert!(!xps_rxqs);
+        assert_eq!(memory, "64");
+    }
+
+    #[test]
+    fn what_the_file_gets_wrong_is_named_with_the_file() {
+        let err = |text: &str| format!("{:#}", run(text, &[]).unwrap_err());
+        let e = err("port = 1\nthreads = 4\n");
+        assert!(e.contains("`threads` is not an option of `serve`") && e.contains("port, memory-limit"), "{e}");
+        let e = err("port = 1\nxps-rxqs = \"yes\"\n");
+        assert!(e.contains("`xps-rxqs` takes true or false"), "{e}");
+        let e = err("port = [1, 2]\n");
+        assert!(e.contains("`port` takes one value, not a list"), "{e}");
+        let e = err("port = 1\nverbose = 100\n");
+        assert!(e.contains("`verbose` takes a count from 0 to 8"), "{e}");
+        let e = err("port = 1\n[lanes]\ncount = 2\n");
+        assert!(e.contains("`lanes` is not an option"), "{e}");
+        let e = err("port = 1\nmemory = \n");
+        assert!(e.contains("line 2, column"), "{e}");
+        let e = err("port = \"eleven\"\n");
+        assert!(e.contains(".toml: invalid value 'eleven' for '--port <PORT>'"), "{e}");
+        let e = err("config = \"other.toml\"\n");
+        assert!(e.contains("`config` is not an option"), "{e}");
+        let missing = expand(
+            &Cli::command(),
+            ["netlane", "serve", "--config", "/nonexistent/netlane.toml"].iter().map(OsString::from).collect(),
+        )
+        .unwrap_err();
+        assert!(format!("{missing:#}").starts_with("reading /nonexistent/netlane.toml: "), "{missing:#}");
+    }
+
+    #[test]
+    fn a_command_without_the_option_or_without_a_file_is_left_alone() {
+        let argv: Vec<OsString> = ["netlane", "other", "--port", "3"].iter().map(OsString::from).collect();
+        assert_eq!(expand(&Cli::command(), argv.clone()).unwrap(), argv);
+        let argv: Vec<OsString> = ["netlane", "serve", "--port", "3"].iter().map(OsString::from).collect();
+        assert_eq!(expand(&Cli::command(), argv.clone()).unwrap(), argv);
+    }
+}
