@@ -98,8 +98,8 @@ pub struct RrClients {
     pub sla: Option<String>,
     /// Whether the run held it.
     pub sla_met: Option<bool>,
-    /// The latency at the SLA's percentile, µs (null: among requests without an answer).
-    pub sla_latency_us: Option<f64>,
+    /// The latency at the SLA's percentile, ns (null: among requests without an answer).
+    pub sla_latency_ns: Option<u64>,
 }
 
 /// `netlane kv serve --json`: the server's final counters.
@@ -122,8 +122,8 @@ pub struct KvLoad {
     pub sla: Option<String>,
     /// Whether the run held the SLA (without --search).
     pub sla_met: Option<bool>,
-    /// The latency at the SLA's percentile, µs (`None`: among failed requests).
-    pub sla_latency_us: Option<f64>,
+    /// The latency at the SLA's percentile, ns (null: among failed requests).
+    pub sla_latency_ns: Option<u64>,
     /// The search (with --search).
     pub search: Option<netlane_kv::loadgen::SearchReport>,
     /// Keys stored before the run (null with --no-warmup).

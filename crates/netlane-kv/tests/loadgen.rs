@@ -41,7 +41,9 @@ fn check_open_loop(addr: SocketAddr) {
     assert_eq!(c.completed, c.offered, "{r:?}");
     assert_eq!((c.errors, c.lost, c.unanswered, c.not_sent, c.misses), (0, 0, 0, 0, 0), "{r:?}");
     assert!(c.hits > 0 && c.stored > 0, "{r:?}");
-    assert!(r.latency_us.iter().all(|(_, v)| v.is_some_and(|us| us > 0.0)), "{r:?}");
+    let l = r.latency_ns;
+    assert!([l.p50, l.p90, l.p99, l.p999, l.p9999].iter().all(|v| v.is_some_and(|ns| ns > 0)), "{r:?}");
+    assert!(l.count > 0 && l.min <= l.p50 && l.p9999 <= l.max && l.mean.is_some(), "{l:?}");
     assert!(r.client_cpu_s > 0.0);
 }
 

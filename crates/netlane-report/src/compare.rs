@@ -18,6 +18,10 @@ use crate::model::{
     Check, Column, Host, Op, Outcome, Provenance, Row, RunRecord, SCHEMA_VERSION, Spread, Table, Target, Value,
 };
 
+/// The schema versions whose lab and bench documents compare: their checks and metrics
+/// kept their layout from 1 to 2 (version 2 changed the load generators' latencies).
+const COMPARES: std::ops::RangeInclusive<u32> = 1..=SCHEMA_VERSION;
+
 /// How far apart two medians must be, as a share of A's, before a difference counts
 /// (when the ranges do not touch either).
 pub const DEFAULT_TOLERANCE: f64 = 0.10;
@@ -56,7 +60,7 @@ pub enum CompareError {
     #[error("a {0} document: only a lab's or a bench's results compare")]
     Kind(String),
     /// A layout this version does not read.
-    #[error("schema version {0}; this netlane reads version {SCHEMA_VERSION}")]
+    #[error("schema version {0}; this netlane compares versions 1 to {SCHEMA_VERSION}")]
     Version(u32),
 }
 
@@ -72,7 +76,7 @@ impl Compared {
         if h.kind != "lab" && h.kind != "bench" {
             return Err(CompareError::Kind(h.kind));
         }
-        if h.schema_version != SCHEMA_VERSION {
+        if !COMPARES.contains(&h.schema_version) {
             return Err(CompareError::Version(h.schema_version));
         }
         let doc: Compared = serde_json::from_str(text).map_err(CompareError::Layout)?;

@@ -11,6 +11,9 @@ use netlane_kv::load::schedule::{Arrivals, Pacing, Process};
 use netlane_kv::load::search::{GENERATOR_LAG_MAX, SearchConfig};
 use netlane_kv::load::stats::Sla;
 use netlane_kv::loadgen::{self, LoadConfig, LoadReport};
+
+/// The percentiles `kv load` prints, as an SLA names them.
+const PERCENTILES: [&str; 5] = ["p50", "p90", "p99", "p99.9", "p99.99"];
 use netlane_lab::scenarios::kv::WorkloadArgs;
 use netlane_report::options::{OptionList, parse_duration, parse_positive_duration, parse_size_usize};
 
@@ -186,7 +189,7 @@ impl LoadArgs {
             report: None,
             sla: self.sla.map(|s| s.to_string()),
             sla_met: None,
-            sla_latency_us: None,
+            sla_latency_ns: None,
             search: None,
             warmed_up_keys: None,
             agent: None,
@@ -266,7 +269,7 @@ impl LoadArgs {
             let m = r.stats.measure(&sla, cfg.duration.as_nanos() as u64);
             missed = !m.sla_met;
             doc.sla_met = Some(m.sla_met);
-            doc.sla_latency_us = m.sla_latency_ns.map(|n| n as f64 / 1e3);
+            doc.sla_latency_ns = m.sla_latency_ns;
             if !quiet {
                 out::println(&out::sla_line(&sla, m.sla_latency_ns, m.sla_met));
             }
@@ -346,9 +349,9 @@ fn load_table(r: &LoadReport, d: &KvLoad) -> netlane_report::Table {
         Value::num(r.offered_per_s),
         Value::num(r.achieved_per_s),
     ];
-    for (p, v) in &r.latency_us {
+    for p in PERCENTILES {
         columns.push(Column::new(&format!("{}_us", p.replace('.', "")), &format!("{p} us"), 1));
-        cells.push(Value::opt(*v));
+        cells.push(Value::opt(r.latency_ns.us(p)));
     }
     for (key, label, v) in [
         ("completed", "completed", c.completed),
@@ -369,7 +372,7 @@ fn load_table(r: &LoadReport, d: &KvLoad) -> netlane_report::Table {
         Column::new("sla_met", "SLA met", 0),
     ]);
     cells.extend([
-        Value::opt(r.mean_us),
+        Value::opt(r.latency_ns.mean.map(|ns| ns / 1e3)),
         Value::num(r.late_share * 100.0),
         Value::num(r.client_cpu_s),
         d.sla.as_ref().map_or(Value::Missing, Value::text),
@@ -404,10 +407,9 @@ pub(super) fn print_report(r: &LoadReport) {
         r.lag_share * 100.0,
         r.connection_failures
     ));
-    let lat: Vec<String> = r
-        .latency_us
+    let lat: Vec<String> = PERCENTILES
         .iter()
-        .map(|(p, v)| format!("{p}={}", v.map_or("failed".to_string(), |u| format!("{u:.1}"))))
+        .map(|p| format!("{p}={}", r.latency_ns.us(p).map_or("failed".to_string(), |u| format!("{u:.1}"))))
         .collect();
     out::println(&format!("latency us: {}", lat.join(" ")));
     out::println(&format!(

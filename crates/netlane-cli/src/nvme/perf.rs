@@ -394,8 +394,8 @@ fn agent_line(a: &NvmeAgent) -> String {
         "agent {}: {:.0} IOPS, p50 {:.1} us p99.99 {:.1} us, host CPU {} us/IO{}",
         a.host,
         a.iops,
-        a.p50_us,
-        a.p9999_us,
+        a.latency_ns.p50 as f64 / 1e3,
+        a.latency_ns.p9999 as f64 / 1e3,
         a.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}")),
         if a.errors > 0 { format!(", {} commands failed", a.errors) } else { String::new() }
     )

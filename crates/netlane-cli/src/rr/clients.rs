@@ -154,7 +154,7 @@ impl ClientsArgs {
                 gate.wait(&ready).map_err(netlane_rr::clients::ClientsError::Invalid)
             })?;
             let agent = Some(netlane_rr::clients::AgentOutput::of(&hist));
-            let doc = RrClients { report, agent, agents: None, sla: None, sla_met: None, sla_latency_us: None };
+            let doc = RrClients { report, agent, agents: None, sla: None, sla_met: None, sla_latency_ns: None };
             out.write_json(&netlane_report::document("rr-clients", doc))?;
             return Ok(0);
         }
@@ -183,7 +183,13 @@ impl ClientsArgs {
             for a in agents.iter().flatten() {
                 out::println(&format!(
                     "agent {}: {} clients, {:.0} responses/s, latency p50 {:.1} us p99 {:.1} us, lost {}, CPU {:.2} s",
-                    a.host, a.clients, a.responses_per_s, a.p50_us, a.p99_us, a.lost, a.cpu_s
+                    a.host,
+                    a.clients,
+                    a.responses_per_s,
+                    a.latency_ns.p50 as f64 / 1e3,
+                    a.latency_ns.p99 as f64 / 1e3,
+                    a.lost,
+                    a.cpu_s
                 ));
             }
             print_report(&rep);
@@ -198,7 +204,7 @@ impl ClientsArgs {
             agents,
             sla: judged.map(|(sla, _, _)| sla.to_string()),
             sla_met: judged.map(|(_, _, met)| met),
-            sla_latency_us: judged.and_then(|(_, at, _)| at).map(|ns| ns as f64 / 1e3),
+            sla_latency_ns: judged.and_then(|(_, at, _)| at),
         };
         let doc = netlane_report::document("rr-clients", body);
         out.write_json(&doc)?;

@@ -40,7 +40,7 @@ pub fn valid_document(text: &str, kind: &str) -> serde_json::Value {
     let v = jsonschema::validator_for(&schema).expect("a valid schema");
     let errors: Vec<String> = v.iter_errors(&doc).map(|e| format!("{} at {}", e, e.instance_path())).collect();
     assert!(errors.is_empty(), "{kind} document does not match its schema:\n{}", errors.join("\n"));
-    assert_eq!(doc["schema_version"], 1);
+    assert_eq!(doc["schema_version"], 2);
     assert_eq!(doc["provenance"]["tool"], "netlane");
     assert!(doc["provenance"]["git_commit"].as_str().is_some_and(|c| !c.is_empty()));
     assert!(doc["host"]["cpus"].as_u64().unwrap() >= 1);

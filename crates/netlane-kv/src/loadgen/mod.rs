@@ -34,7 +34,7 @@ use crate::load::workload::{Workload, WorkloadSpec};
 pub use agents::{AgentOutput, merge, split};
 pub use drive::{run, run_gated, run_observed};
 pub use rate_search::{CurvePoint, RunPoint, SearchReport, check_search, search, search_with};
-pub use report::{CountsView, LoadReport, Run};
+pub use report::{CountsView, LoadReport, RequestLatency, Run};
 pub use warmup::warm_up;
 
 /// What a run does.

@@ -40,8 +40,8 @@ pub struct CurvePoint {
     pub offered_per_s: f64,
     /// Completed per second.
     pub achieved_per_s: f64,
-    /// Latency at the SLA percentile, µs (`None`: among failed requests).
-    pub sla_latency_us: Option<f64>,
+    /// Latency at the SLA percentile, ns (`None`: among failed requests).
+    pub sla_latency_ns: Option<u64>,
     /// met, missed, fell-behind, idle or generator-bound.
     pub verdict: String,
     /// A confirmation of an earlier rate.
@@ -53,7 +53,7 @@ fn curve_point(p: &Point) -> CurvePoint {
         rate_per_s: p.rate_per_s,
         offered_per_s: p.measured.offered_per_s,
         achieved_per_s: p.measured.achieved_per_s,
-        sla_latency_us: p.measured.sla_latency_ns.map(|n| n as f64 / 1e3),
+        sla_latency_ns: p.measured.sla_latency_ns,
         verdict: match p.verdict {
             Verdict::Met => "met",
             Verdict::SlaMissed => "missed",

@@ -22,11 +22,8 @@ pub struct LoadReport {
     pub achieved_per_s: f64,
     /// Every counter.
     pub counts: CountsView,
-    /// Latency at p50, p90, p99, p99.9, p99.99, µs; `None` where the percentile falls
-    /// among requests without a good answer.
-    pub latency_us: Vec<(String, Option<f64>)>,
-    /// Mean latency of the completed requests, µs.
-    pub mean_us: Option<f64>,
+    /// The requests' latency, ns.
+    pub latency_ns: RequestLatency,
     /// Share of sends later than the lateness tolerance after their scheduled time (the
     /// server's delay included: a connection with every slot in flight waits).
     pub late_share: f64,
@@ -63,10 +60,6 @@ impl LoadReport {
     pub fn summarize(cfg: &LoadConfig, stats: &Stats, failures: u64, cpu: f64, wall: f64) -> LoadReport {
         let seconds = cfg.duration.as_secs_f64();
         let c = *stats.counts();
-        let latency_us = REPORTED_QUANTILES
-            .iter()
-            .map(|q| (format!("p{}", q * 100.0), stats.latency_at(*q).map(|ns| ns as f64 / 1e3)))
-            .collect();
         LoadReport {
             mode: if matches!(cfg.pacing, Pacing::Open(_)) { "open" } else { "closed" }.into(),
             target_per_s: match cfg.pacing {
@@ -77,14 +70,73 @@ impl LoadReport {
             offered_per_s: c.offered as f64 / seconds,
             achieved_per_s: c.completed as f64 / seconds,
             counts: CountsView::from(&c),
-            latency_us,
-            mean_us: stats.mean_latency().map(|ns| ns / 1e3),
+            latency_ns: RequestLatency::of(stats),
             late_share: if c.sent == 0 { 0.0 } else { c.sent_late as f64 / c.sent as f64 },
             lag_share: c.lag_share(),
             connection_failures: failures,
             client_cpu_s: cpu,
             client_cpu_busy: if wall > 0.0 { cpu / wall } else { 0.0 },
         }
+    }
+}
+
+/// The latency of a run's requests, ns, with the keys of every latency summary netlane
+/// writes (`count`, `min`, `mean`, `p50` to `p9999`, `max`). A request without a good
+/// answer (an error reply, lost with its connection) ranks above every answer, so a
+/// percentile that falls among those is `None`; `count`, `min`, `mean` and `max` are the
+/// answered requests'.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RequestLatency {
+    /// Requests answered.
+    pub count: u64,
+    /// Shortest answer.
+    pub min: Option<u64>,
+    /// Mean of the answers.
+    pub mean: Option<f64>,
+    /// Median over every settled request.
+    pub p50: Option<u64>,
+    /// 90th percentile.
+    pub p90: Option<u64>,
+    /// 99th percentile.
+    pub p99: Option<u64>,
+    /// 99.9th percentile.
+    pub p999: Option<u64>,
+    /// 99.99th percentile.
+    pub p9999: Option<u64>,
+    /// Longest answer.
+    pub max: Option<u64>,
+}
+
+impl RequestLatency {
+    /// `stats`' latencies.
+    pub fn of(stats: &Stats) -> RequestLatency {
+        let [p50, p90, p99, p999, p9999] = REPORTED_QUANTILES.map(|q| stats.latency_at(q));
+        let range = stats.latency_range();
+        RequestLatency {
+            count: stats.answered(),
+            min: range.map(|r| r.0),
+            mean: stats.mean_latency(),
+            p50,
+            p90,
+            p99,
+            p999,
+            p9999,
+            max: range.map(|r| r.1),
+        }
+    }
+
+    /// The percentile named as an SLA names it (`p99.9`), µs: `None` for one it does not
+    /// report or one that falls among the requests without an answer.
+    pub fn us(&self, name: &str) -> Option<f64> {
+        let ns = match name {
+            "p50" => self.p50,
+            "p90" => self.p90,
+            "p99" => self.p99,
+            "p99.9" => self.p999,
+            "p99.99" => self.p9999,
+            _ => None,
+        };
+        ns.map(|n| n as f64 / 1e3)
     }
 }
 

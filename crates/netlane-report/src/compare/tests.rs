@@ -174,7 +174,7 @@ fn other_documents_are_refused_with_what_they_are() {
     let e = Compared::parse(&json!({"schema_version": 1, "kind": "probe"}).to_string()).unwrap_err();
     assert_eq!(e.to_string(), "a probe document: only a lab's or a bench's results compare");
     let e = Compared::parse(&json!({"schema_version": 99, "kind": "lab"}).to_string()).unwrap_err();
-    assert_eq!(e.to_string(), format!("schema version 99; this netlane reads version {SCHEMA_VERSION}"));
+    assert_eq!(e.to_string(), format!("schema version 99; this netlane compares versions 1 to {SCHEMA_VERSION}"));
     let e = Compared::parse("{\"kind\": ").unwrap_err();
     assert!(matches!(e, CompareError::Layout(_)) && std::error::Error::source(&e).is_some());
     let e = Compared::parse(&json!({"schema_version": 1, "kind": "lab"}).to_string()).unwrap_err();

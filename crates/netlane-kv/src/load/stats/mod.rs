@@ -193,6 +193,17 @@ impl Stats {
         })
     }
 
+    /// The shortest and longest latency of the completed requests, ns (`None`: none
+    /// completed).
+    pub fn latency_range(&self) -> Option<(u64, u64)> {
+        (!self.latency.is_empty()).then(|| (self.latency.min(), self.latency.max()))
+    }
+
+    /// How many requests completed with a latency.
+    pub fn answered(&self) -> u64 {
+        self.latency.len()
+    }
+
     /// The mean latency of the completed requests, ns (`None`: none completed). Unlike
     /// a percentile it ignores the failed ones, so read it beside [`Counts::failed`].
     pub fn mean_latency(&self) -> Option<f64> {

@@ -168,7 +168,7 @@ pub(crate) fn search(
 
 /// A latency percentile of a load report, in µs, where it was measured.
 pub(crate) fn pct(l: &LoadReport, p: &str) -> Option<f64> {
-    l.latency_us.iter().find(|(k, _)| k == p).and_then(|(_, v)| *v)
+    l.latency_ns.us(p)
 }
 
 /// A run that answered what was offered: all of it, without errors, sent when it
@@ -270,11 +270,20 @@ pub(crate) mod tests {
                 unanswered: 0,
                 not_sent: 0,
             },
-            mean_us: Some(p999_us / 20.0),
-            latency_us: ["p50", "p90", "p99", "p99.9", "p99.99"]
-                .iter()
-                .map(|p| (p.to_string(), Some(if *p == "p99.9" { p999_us } else { p999_us / 10.0 })))
-                .collect(),
+            latency_ns: {
+                let ns = |us: f64| Some((us * 1e3) as u64);
+                netlane_kv::loadgen::RequestLatency {
+                    count: n,
+                    min: ns(p999_us / 100.0),
+                    mean: Some(p999_us * 1e3 / 20.0),
+                    p50: ns(p999_us / 10.0),
+                    p90: ns(p999_us / 10.0),
+                    p99: ns(p999_us / 10.0),
+                    p999: ns(p999_us),
+                    p9999: ns(p999_us / 10.0),
+                    max: ns(p999_us),
+                }
+            },
             late_share: lag,
             lag_share: lag,
             connection_failures: 0,

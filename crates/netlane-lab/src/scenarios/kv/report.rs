@@ -85,7 +85,8 @@ impl KvBenchArgs {
                     r.searches
                         .first()
                         .and_then(|s| s.curve.first())
-                        .and_then(|p| p.sla_latency_us)
+                        .and_then(|p| p.sla_latency_ns)
+                        .map(|ns| ns as f64 / 1e3)
                         .ok_or_else(|| "no latency at the lowest rate".to_string())
                 }),
                 med(rs, |r| Ok(r.searches.iter().map(|s| s.runs).sum::<usize>() as f64)),
@@ -97,8 +98,11 @@ impl KvBenchArgs {
             ));
             // The search curve of the first round: latency at the SLA percentile by rate.
             if let Some(s) = rs.first().and_then(|r| r.searches.first()) {
-                let mut pts: Vec<(f64, f64)> =
-                    s.curve.iter().filter_map(|p| p.sla_latency_us.map(|u| (p.offered_per_s, u / 1e6))).collect();
+                let mut pts: Vec<(f64, f64)> = s
+                    .curve
+                    .iter()
+                    .filter_map(|p| p.sla_latency_ns.map(|ns| (p.offered_per_s, ns as f64 / 1e9)))
+                    .collect();
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                 chart_series.push(Series {
                     name: kind.name(),

@@ -44,7 +44,7 @@ pub(crate) fn mean(r: &LaneRun) -> Measure {
 /// The mean latency of a sound run.
 pub(crate) fn mean_of(l: &LoadReport) -> Measure {
     cache::sound(l)?;
-    l.mean_us.ok_or_else(|| "nothing completed".into())
+    l.latency_ns.mean.map(|ns| ns / 1e3).ok_or_else(|| "nothing completed".into())
 }
 
 pub(crate) fn summary(r: &LaneRun) -> String {
@@ -54,7 +54,7 @@ pub(crate) fn summary(r: &LaneRun) -> String {
         "{:.0}/s of {:.0}/s, mean {}, p99 {}, p99.9 {}, CPU {:.2} us/request, {:.2} context switches and {:.2} IPIs per request (lagged {:.1}%)",
         l.achieved_per_s,
         l.offered_per_s,
-        l.mean_us.map_or("-".into(), |m| format!("{m:.0} us")),
+        l.latency_ns.mean.map_or("-".into(), |m| format!("{:.0} us", m / 1e3)),
         f("p99"),
         f("p99.9"),
         cpu_per_request(r).unwrap_or(f64::NAN),

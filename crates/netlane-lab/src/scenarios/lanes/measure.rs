@@ -59,7 +59,7 @@ impl Measured for LaneRun {
     fn figures(&self) -> Vec<(&'static str, Option<f64>)> {
         vec![
             ("achieved_per_s", Some(self.load.achieved_per_s)),
-            ("mean_us", self.load.mean_us),
+            ("mean_us", self.load.latency_ns.mean.map(|ns| ns / 1e3)),
             ("p999_us", pct(&self.load, "p99.9")),
             ("cpu_us_per_request", cpu_per_request(self).ok()),
         ]

@@ -21,10 +21,8 @@ pub struct NvmeAgent {
     pub host: String,
     /// I/Os per second it completed, every group.
     pub iops: f64,
-    /// Its first group's median latency, us (of the group's main direction).
-    pub p50_us: f64,
-    /// Its first group's 99.99th percentile, us.
-    pub p9999_us: f64,
+    /// Its first group's latencies, ns (of the group's main direction).
+    pub latency_ns: netlane::metrics::hist::Summary,
     /// Its process's CPU per I/O, us.
     pub host_cpu_us_per_io: Option<f64>,
     /// Its commands that failed or read back wrong.
@@ -72,12 +70,11 @@ pub fn run_perf(agents: &[Agent<'_>], opts: &PerfOptions, every_cpu: bool) -> Re
         let latencies = output.decode().with_context(|| format!("the agent on {host}"))?;
         let r = &doc.report;
         let first = r.groups.first().context("a report without groups")?;
-        let l = if first.reads > 0 { &first.read_lat_ns } else { &first.write_lat_ns };
+        let l = if first.reads > 0 { first.read_lat_ns } else { first.write_lat_ns };
         summaries.push(NvmeAgent {
             host,
             iops: r.iops,
-            p50_us: l.p50 as f64 / 1e3,
-            p9999_us: l.p9999 as f64 / 1e3,
+            latency_ns: l,
             host_cpu_us_per_io: r.host_cpu_us_per_io,
             errors: r.groups.iter().fold(0u64, |n, g| n.saturating_add(g.errors).saturating_add(g.mismatches)),
         });

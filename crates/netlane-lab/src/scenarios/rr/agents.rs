@@ -24,10 +24,8 @@ pub struct RrAgent {
     pub clients: usize,
     /// Responses per second it measured.
     pub responses_per_s: f64,
-    /// Its median latency, us.
-    pub p50_us: f64,
-    /// Its 99th percentile, us.
-    pub p99_us: f64,
+    /// Its latencies, ns.
+    pub latency_ns: netlane::metrics::hist::Summary,
     /// Requests it gave up.
     pub lost: u64,
     /// CPU time of its threads, s.
@@ -81,13 +79,11 @@ pub fn run_clients<T>(
         let doc: RrClients = finished.json().with_context(|| format!("read the report of the agent on {host}"))?;
         let output = doc.agent.with_context(|| format!("the agent on {host} sent no histogram"))?;
         let hist = Hist::decode(&output.latency_hdr).with_context(|| format!("the agent on {host}"))?;
-        let l = &doc.report.latency_ns;
         summaries.push(RrAgent {
             host,
             clients: share.clients,
             responses_per_s: doc.report.responses_per_s,
-            p50_us: l.p50 as f64 / 1e3,
-            p99_us: l.p99 as f64 / 1e3,
+            latency_ns: doc.report.latency_ns,
             lost: doc.report.lost,
             cpu_s: doc.report.cpu_s,
         });

@@ -537,8 +537,8 @@ fn agents_table(modes: &[Mode], all: &[Vec<RrRun>]) -> Option<Table> {
                 Value::text(a.host.clone()),
                 Value::num(a.clients as f64),
                 Value::num(a.responses_per_s),
-                Value::num(a.p50_us),
-                Value::num(a.p99_us),
+                Value::num(a.latency_ns.p50 as f64 / 1e3),
+                Value::num(a.latency_ns.p99 as f64 / 1e3),
                 Value::num(a.lost as f64),
                 Value::num(a.cpu_s),
             ]));

@@ -281,14 +281,10 @@ pub(super) fn run_client(
     let u = |p: &str| detail.pointer(p).and_then(serde_json::Value::as_u64).unwrap_or(0);
     let (completed, failed, p99_ms) = match server {
         SoakServer::Kv => {
-            let p99 = detail
-                .pointer("/report/latency_us")
-                .and_then(|l| l.as_array())
-                .and_then(|l| l.iter().find(|p| p[0] == "p99"))
-                .and_then(|p| p[1].as_f64())
-                .unwrap_or(f64::NAN);
+            // Null when the 99th percentile falls among failed requests.
+            let p99 = detail.pointer("/report/latency_ns/p99").and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
             let failed = u("/report/counts/errors") + u("/report/counts/lost") + u("/report/connection_failures");
-            (u("/report/counts/completed"), failed, p99 / 1000.0)
+            (u("/report/counts/completed"), failed, p99 / 1e6)
         }
         SoakServer::Rr | SoakServer::Lb => {
             let failed = u("/report/lost") + u("/report/corrupt") + u("/report/mismatched");
