@@ -1,4 +1,4 @@
-//! `netlane compare A B`: two results documents side by side, noise-aware
+//! `netlane compare A [A...] B`: results documents side by side, noise-aware
 //! ([`netlane_report::compare`]).
 
 use std::path::{Path, PathBuf};
@@ -13,13 +13,13 @@ use crate::out::{self, EXIT_STRICT, OutputArgs};
 /// `netlane compare`.
 #[derive(Debug, Args)]
 pub struct CompareArgs {
-    /// The reference: a lab's report directory or its results.json, or a bench's --json
-    /// file.
-    pub a: PathBuf,
-    /// The run judged against it (the same kinds).
-    pub b: PathBuf,
-    /// How far apart two medians must be, as a share of A's, before a difference counts
-    /// (when the two runs' ranges do not touch either).
+    /// The reference, then the run judged against it: each a lab's report directory or
+    /// its results.json, or a bench's --json file. Several reference runs (`A1 A2 B`)
+    /// are pooled: how far their medians lie apart widens each check's tolerance.
+    #[arg(value_name = "RUN", num_args = 2.., required = true)]
+    pub runs: Vec<PathBuf>,
+    /// How far apart two medians must be, as a share of the larger, before a difference
+    /// counts (when the two runs' ranges do not touch either).
     #[arg(long, default_value = "10%", value_parser = parse_share)]
     pub tolerance: f64,
     /// List every metric, not only those that moved.
@@ -66,7 +66,12 @@ fn text(c: &Comparison, all: bool) -> String {
             s.host.cpus
         )
     };
-    let mut out = side("A", &c.a) + &side("B", &c.b);
+    let mut out: String =
+        c.a.iter()
+            .enumerate()
+            .map(|(i, s)| side(&if c.a.len() > 1 { format!("A{}", i + 1) } else { "A".into() }, s))
+            .collect();
+    out += &side("B", &c.b);
     for w in &c.warnings {
         out.push_str(&format!("warning: {w}\n"));
     }
@@ -91,9 +96,11 @@ impl CompareArgs {
     /// Reads both, compares, and says so.
     pub fn run(&self) -> Result<u8> {
         self.out.validate()?;
-        let (path_a, a) = read(&self.a)?;
-        let (path_b, b) = read(&self.b)?;
-        let c = compare::compare(&path_a, &a, &path_b, &b, self.tolerance);
+        let (last, reference) = self.runs.split_last().context("name the runs to compare")?;
+        let runs_a = reference.iter().map(|p| read(p)).collect::<Result<Vec<_>>>()?;
+        let (path_b, b) = read(last)?;
+        let pooled: Vec<(&str, &Compared)> = runs_a.iter().map(|(p, d)| (p.as_str(), d)).collect();
+        let c = compare::compare_pooled(&pooled, &path_b, &b, self.tolerance);
         if !self.out.json_to_stdout() {
             out::print(&text(&c, self.all));
         }

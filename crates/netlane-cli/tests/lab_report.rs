@@ -265,6 +265,12 @@ fn compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs() {
     assert_eq!(verdict(&slowed, "udp-bulk.gso-cpu-vs-udp"), "regressed");
     assert_eq!(slowed["summary"]["regressed"], 1);
     assert_eq!(slowed["warnings"], serde_json::json!(["udp-bulk options differ: segments 46 -> 1"]));
+    // The two alike runs pooled as the reference: their spread widens the tolerance, and
+    // the slowed mode still stands out at the default.
+    let o = netlane(&["compare", a1.to_str().unwrap(), a2.to_str().unwrap(), slow.to_str().unwrap(), "--json", "-"]);
+    let pooled = valid_document(&stdout(&o), "compare");
+    assert_eq!(pooled["a"].as_array().map(Vec::len), Some(2));
+    assert_eq!(verdict(&pooled, "udp-bulk.gso-cpu-vs-udp"), "regressed", "{}", pooled["checks"]);
     // The same for people, and as CSV.
     let csv = dir.join("csv");
     let o = netlane(&["compare", a1.to_str().unwrap(), slow.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);

@@ -8,6 +8,10 @@
 //! direction of its own, so a metric only moved. A check that was measured in A and is
 //! invalid in B regressed: the path it measured broke. One that a side did not run
 //! (skipped: its plan left a mode out) or could not show is not comparable.
+//!
+//! The spread within one run can understate the noise between runs (a machine's state
+//! drifts between them), so A may be several alike runs: their samples are pooled, and
+//! how far their medians lie apart widens the tolerance of that check or metric.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -196,6 +200,9 @@ pub struct CheckChange {
     pub b: Option<Sampled>,
     /// B's median against A's, % (positive: higher).
     pub change_pct: Option<f64>,
+    /// How far apart the medians had to be, % of the larger: the tolerance, or the
+    /// spread between A's runs' medians where that is larger.
+    pub tolerance_pct: f64,
     /// What became of it.
     pub verdict: Verdict,
     /// Why, in words.
@@ -217,6 +224,8 @@ pub struct MetricChange {
     pub b: Sampled,
     /// B's median against A's, %.
     pub change_pct: Option<f64>,
+    /// How far apart the medians had to be, % of the larger (as for a check).
+    pub tolerance_pct: f64,
     /// Whether the ranges do not touch and the medians differ by more than the tolerance.
     pub moved: bool,
 }
@@ -245,8 +254,8 @@ pub struct VerdictTally {
 /// `netlane compare`: A against B.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct Comparison {
-    /// The older (or reference) side.
-    pub a: Side,
+    /// The older (or reference) side: one run, or several alike runs pooled.
+    pub a: Vec<Side>,
     /// The side judged against it.
     pub b: Side,
     /// How far apart medians must be before a difference counts, % of A's.
@@ -286,6 +295,7 @@ fn sampled(c: &Check) -> Option<Sampled> {
 }
 
 fn compare_check(a: &Check, b: &Check, tolerance: f64) -> CheckChange {
+    let tolerance_pct = tolerance * 100.0;
     let (sa, sb) = (sampled(a), sampled(b));
     let change_pct = sa.zip(sb).and_then(|(x, y)| change(x.median, y.median)).map(|c| c * 100.0);
     let (verdict, reason) = match (judged(a.outcome), judged(b.outcome), sa.zip(sb)) {
@@ -320,6 +330,7 @@ fn compare_check(a: &Check, b: &Check, tolerance: f64) -> CheckChange {
         a: sa,
         b: sb,
         change_pct,
+        tolerance_pct,
         verdict,
         reason,
     }
@@ -339,9 +350,63 @@ fn one_side(c: &Check, verdict: Verdict) -> CheckChange {
         a: if in_a { sampled(c) } else { None },
         b: if in_a { None } else { sampled(c) },
         change_pct: None,
+        tolerance_pct: 0.0,
         verdict,
         reason: reason.into(),
     }
+}
+
+/// How far apart `medians` lie, as a share of the largest in size (0 for fewer than two).
+fn between(medians: &[f64]) -> f64 {
+    let (lo, hi) = medians.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &m| (l.min(m), h.max(m)));
+    let size = lo.abs().max(hi.abs());
+    if medians.len() < 2 || size == 0.0 { 0.0 } else { (hi - lo) / size }
+}
+
+/// Several alike runs as one reference: the first run's document with every check's
+/// samples and every mode's runs pooled from all of them (a check takes the first
+/// measured outcome among them), and how far their medians lie apart, by check id and by
+/// (scenario, mode, metric).
+struct Pooled {
+    doc: Compared,
+    checks: BTreeMap<String, f64>,
+    metrics: BTreeMap<(String, String, String), f64>,
+}
+
+fn pool(runs: &[&Compared]) -> Pooled {
+    let mut doc = runs[0].clone();
+    let mut checks = BTreeMap::new();
+    let mut metrics = BTreeMap::new();
+    for s in &mut doc.scenarios {
+        let same: Vec<&ComparedScenario> =
+            runs.iter().filter_map(|d| d.scenarios.iter().find(|o| o.name == s.name)).collect();
+        for c in &mut s.checks {
+            let alike: Vec<&Check> = same.iter().filter_map(|o| o.checks.iter().find(|x| x.id == c.id)).collect();
+            let measured: Vec<&Check> = alike.iter().copied().filter(|x| judged(x.outcome)).collect();
+            if let Some(first) = measured.first() {
+                let pooled: Vec<f64> = measured
+                    .iter()
+                    .filter_map(|x| x.measured.as_ref())
+                    .flat_map(|m| if m.samples.is_empty() { vec![m.median] } else { m.samples.clone() })
+                    .collect();
+                let medians: Vec<f64> = measured.iter().filter_map(|x| sampled(x)).map(|x| x.median).collect();
+                checks.insert(c.id.clone(), between(&medians));
+                *c = (*first).clone();
+                if let (Some(m), Some(p)) = (c.measured.as_mut(), Sampled::of(&pooled)) {
+                    m.samples = pooled;
+                    m.median = p.median;
+                }
+            }
+        }
+        let per_run: Vec<BTreeMap<(String, String), Vec<f64>>> = same.iter().map(|o| metric_values(o)).collect();
+        for (key, _) in per_run.first().into_iter().flatten() {
+            let medians: Vec<f64> =
+                per_run.iter().filter_map(|m| m.get(key).and_then(|v| Sampled::of(v))).map(|x| x.median).collect();
+            metrics.insert((s.name.clone(), key.0.clone(), key.1.clone()), between(&medians));
+        }
+        s.runs = same.iter().flat_map(|o| o.runs.iter().cloned()).collect();
+    }
+    Pooled { doc, checks, metrics }
 }
 
 /// Every metric of every mode over its runs: (label, metric) -> values in run order.
@@ -364,6 +429,19 @@ fn side(path: &str, d: &Compared) -> Side {
         quick: d.quick,
         host: d.host.clone(),
     }
+}
+
+/// What makes the runs of A unlike each other, and each unlike B (each said once).
+fn unlike(runs_a: &[&Compared], b: &Compared) -> Vec<String> {
+    let among =
+        runs_a.iter().skip(1).flat_map(|d| warnings(runs_a[0], d)).map(|w| format!("the runs of A differ: {w}"));
+    let mut all: Vec<String> = Vec::new();
+    for w in among.chain(runs_a.iter().flat_map(|d| warnings(d, b))) {
+        if !all.contains(&w) {
+            all.push(w);
+        }
+    }
+    all
 }
 
 /// What makes the two sides less than like for like.
@@ -420,6 +498,19 @@ fn warnings(a: &Compared, b: &Compared) -> Vec<String> {
 
 /// Compares B against A (`path_a` and `path_b` are only said).
 pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance: f64) -> Comparison {
+    compare_pooled(&[(path_a, a)], path_b, b, tolerance)
+}
+
+/// Compares B against one or more alike runs of A, pooled: each check and metric is
+/// judged with the larger of `tolerance` and the spread between those runs' medians.
+///
+/// # Panics
+/// When `runs_a` is empty.
+pub fn compare_pooled(runs_a: &[(&str, &Compared)], path_b: &str, b: &Compared, tolerance: f64) -> Comparison {
+    let docs: Vec<&Compared> = runs_a.iter().map(|(_, d)| *d).collect();
+    let pooled = pool(&docs);
+    let a = &pooled.doc;
+    let check_tolerance = |id: &str| pooled.checks.get(id).copied().unwrap_or(0.0).max(tolerance);
     let ids_a: BTreeSet<&str> = a.scenarios.iter().flat_map(|s| &s.checks).map(|c| c.id.as_str()).collect();
     let checks_b: BTreeMap<&str, &Check> =
         b.scenarios.iter().flat_map(|s| &s.checks).map(|c| (c.id.as_str(), c)).collect();
@@ -428,7 +519,7 @@ pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance
         .iter()
         .flat_map(|s| &s.checks)
         .map(|ca| match checks_b.get(ca.id.as_str()) {
-            Some(cb) => compare_check(ca, cb, tolerance),
+            Some(cb) => compare_check(ca, cb, check_tolerance(&ca.id)),
             None => one_side(ca, Verdict::Removed),
         })
         .collect();
@@ -449,6 +540,12 @@ pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance
             else {
                 continue;
             };
+            let tolerance = pooled
+                .metrics
+                .get(&(sa.name.clone(), label.clone(), metric.clone()))
+                .copied()
+                .unwrap_or(0.0)
+                .max(tolerance);
             metrics.push(MetricChange {
                 scenario: sa.name.clone(),
                 label,
@@ -456,6 +553,7 @@ pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance
                 a: x,
                 b: y,
                 change_pct: change(x.median, y.median).map(|c| c * 100.0),
+                tolerance_pct: tolerance * 100.0,
                 moved: x.apart(&y, tolerance),
             });
         }
@@ -473,11 +571,11 @@ pub fn compare(path_a: &str, a: &Compared, path_b: &str, b: &Compared, tolerance
         } += 1;
     }
     Comparison {
-        a: side(path_a, a),
+        a: runs_a.iter().map(|(path, d)| side(path, d)).collect(),
         b: side(path_b, b),
         tolerance_pct: tolerance * 100.0,
         summary,
-        warnings: warnings(a, b),
+        warnings: unlike(&docs, b),
         checks,
         metrics,
     }
@@ -517,6 +615,7 @@ impl Comparison {
                 Column::new("b", "B", 3),
                 Column::new("b_range", "B range", 0),
                 Column::new("change_pct", "change %", 1),
+                Column::new("tolerance_pct", "tolerance %", 0),
                 Column::new("outcome_a", "A outcome", 0),
                 Column::new("outcome_b", "B outcome", 0),
                 Column::new("target", "target", 0),
@@ -540,6 +639,7 @@ impl Comparison {
                 opt(c.b.map(|s| s.median)),
                 range(c.b),
                 opt(c.change_pct),
+                opt((c.tolerance_pct > 0.0).then_some(c.tolerance_pct)),
                 outcome(c.outcome_a),
                 outcome(c.outcome_b),
                 Value::text(crate::format::target(&c.target)),

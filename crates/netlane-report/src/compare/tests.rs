@@ -180,3 +180,43 @@ fn other_documents_are_refused_with_what_they_are() {
     let e = Compared::parse(&json!({"schema_version": 1, "kind": "lab"}).to_string()).unwrap_err();
     assert!(matches!(e, CompareError::Layout(_)), "{e}");
 }
+
+#[test]
+fn several_alike_reference_runs_pool_and_their_spread_widens_the_tolerance() {
+    let one = |s: &[f64], o: &str, tx: f64| {
+        doc(
+            "lab",
+            &[],
+            vec![check("u.gso", "at_most", 0.25, s, o)],
+            vec![run("gso", json!({"tx_mb_per_s": tx})), run("gso", json!({"tx_mb_per_s": tx + 10.0}))],
+        )
+    };
+    // Two alike runs whose ranges do not touch (medians 0.14 and 0.21: a third apart), and
+    // a third alike run like the second.
+    let (a1, a2, b) =
+        (one(&[0.13, 0.15], "met", 1000.0), one(&[0.20, 0.22], "met", 1400.0), one(&[0.20, 0.22], "met", 1400.0));
+    let single = compare("a1", &a1, "b", &b, DEFAULT_TOLERANCE);
+    assert_eq!(verdicts(&single), [("u.gso", Verdict::Regressed)]);
+    assert_eq!(single.summary.metrics_moved, 1);
+    assert_eq!(single.checks[0].tolerance_pct, DEFAULT_TOLERANCE * 100.0);
+    let pooled = compare_pooled(&[("a1", &a1), ("a2", &a2)], "b", &b, DEFAULT_TOLERANCE);
+    assert_eq!(verdicts(&pooled), [("u.gso", Verdict::Unchanged)], "{:?}", pooled.checks[0]);
+    let c = &pooled.checks[0];
+    assert!((c.tolerance_pct - 100.0 * (0.21 - 0.14) / 0.21).abs() < 1e-9, "{c:?}");
+    assert_eq!(c.a.map(|s| (s.n, s.min, s.max)), Some((4, 0.13, 0.22)), "samples pooled");
+    assert_eq!(pooled.summary.metrics_moved, 0);
+    assert_eq!(pooled.metrics[0].a.n, 4, "runs pooled");
+    assert_eq!(pooled.a.len(), 2);
+    // Beyond the spread between the reference runs it still counts.
+    let slow = one(&[0.97, 1.3], "missed", 400.0);
+    let c = compare_pooled(&[("a1", &a1), ("a2", &a2)], "slow", &slow, DEFAULT_TOLERANCE);
+    assert_eq!(verdicts(&c), [("u.gso", Verdict::Regressed)]);
+    // Reference runs unlike each other say so.
+    let other = doc("lab", &["segments=1"], vec![check("u.gso", "at_most", 0.25, &[0.2], "met")], vec![]);
+    let c = compare_pooled(&[("a1", &a1), ("other", &other)], "b", &b, DEFAULT_TOLERANCE);
+    assert!(
+        c.warnings.iter().any(|w| w == "the runs of A differ: udp-bulk options differ: segments (none) -> 1"),
+        "{:?}",
+        c.warnings
+    );
+}
