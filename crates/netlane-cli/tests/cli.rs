@@ -719,6 +719,7 @@ fn topo_clean_removes_only_stale_namespaces() {
     if !privileged("topo_clean_removes_only_stale_namespaces") {
         return;
     }
+    let _clean = common::one_clean_at_a_time();
     // A namespace named like one of a netlane process that no longer exists.
     let stale = "nl-999999999-0-stale-test";
     let st = Command::new("ip").args(["netns", "add", stale]).status().unwrap();
@@ -765,6 +766,7 @@ fn a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_n
     if !privileged("a_lab_run_killed_with_sigkill_takes_memcached_with_it_and_clean_removes_its_namespaces") {
         return;
     }
+    let _clean = common::one_clean_at_a_time();
     let dir = temp_dir("killed-lab");
     let mut lab = Reaped(
         Command::new(env!("CARGO_BIN_EXE_netlane"))
@@ -1429,6 +1431,7 @@ fn what_a_killed_app_shape_and_app_run_leave_netlane_clean_undoes() {
     if !privileged("what_a_killed_app_shape_and_app_run_leave_netlane_clean_undoes") {
         return;
     }
+    let _clean = common::one_clean_at_a_time();
     let (a, _b) = veth_pair("cli-clean", ("cl0", "cl1"), 232);
     let root_qdisc = || {
         a.run(|| {
@@ -1504,6 +1507,7 @@ fn per_napi_settings_and_xps_maps_a_killed_kv_serve_changed_netlane_clean_puts_b
     if !privileged("per_napi_settings_and_xps_maps_a_killed_kv_serve_changed_netlane_clean_puts_back") {
         return;
     }
+    let _clean = common::one_clean_at_a_time();
     let h = TwoHosts::create("cli-napi", LinkConfig { mtu: 1500, queues: 2, rx: RxTuning::threaded_napi() }).unwrap();
     let (dev, ifindex) = (h.rx_if.clone(), h.rx_index);
     // Each NAPI instance's GRO flush timeout and defer count, and each transmit queue's

@@ -8,8 +8,12 @@ use std::process::Command;
 mod common;
 use common::{netlane, stderr, stdout, temp_dir, valid_document};
 
-fn privileged(test: &str) -> bool {
-    netlane_testkit::privileged(test)
+/// Whether `test` may run, and, when it may, the machine to itself among these tests:
+/// both measure (the quick lab's verdicts, compare's alike runs), and `make test` runs
+/// the command-line tests two at a time.
+fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    netlane_testkit::privileged(test).then(|| ONE_LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// What a page looks like in headless Chromium at `width` pixels: the page's scroll
@@ -72,9 +76,9 @@ addEventListener('load', () => {
 
 #[test]
 fn lab_writes_a_complete_report_that_reads_in_a_browser() {
-    if !privileged("lab_writes_a_complete_report_that_reads_in_a_browser") {
+    let Some(_alone) = privileged("lab_writes_a_complete_report_that_reads_in_a_browser") else {
         return;
-    }
+    };
     let dir = temp_dir("lab");
     let o = netlane(&["lab", "--quick", "--out", dir.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -213,9 +217,9 @@ fn lab_writes_a_complete_report_that_reads_in_a_browser() {
 /// check regressed, and `--strict` says so with status 3.
 #[test]
 fn compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs() {
-    if !privileged("compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs") {
+    let Some(_alone) = privileged("compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs") else {
         return;
-    }
+    };
     let dir = temp_dir("compare");
     let lab = |name: &str, extra: &[&str]| {
         let out = dir.join(name);

@@ -8,6 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// One test at a time that runs `netlane clean` after leaving something behind on
+/// purpose: another such test's clean would otherwise remove it first, and this one's
+/// would not say so.
+pub fn one_clean_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLEAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLEAN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 pub fn netlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
 }
