@@ -43,9 +43,10 @@ check: setup
 
 # As root (CI, or sudo), namespace, BPF and browser tests must run: a missing
 # privilege fails them instead of skipping them. The guest tests always must.
-# The command-line tests run two at a time (one per CPU): what they assert of a run is
-# what it did, not how fast. The two that judge measurements (the quick lab's report and
-# compare's alike runs, tests/lab_report.rs) take the machine to themselves.
+# The command-line tests run two at a time (one per CPU). Those that judge what they
+# measure (the quick lab's report and compare's alike runs, the testbed's runs, the
+# agents' merged runs) hold a lock of their test file's: beside one of them runs at most
+# a test of its file that checks a refusal (test files run one after another).
 test: check guest
 	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) NETLANE_REQUIRE_GUEST=1 \
 	  $(CARGO) test --workspace --locked --exclude netlane-cli

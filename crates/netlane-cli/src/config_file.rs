@@ -35,14 +35,14 @@ pub fn expand(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>> {
     let Ok(matches) = cmd.clone().ignore_errors(true).try_get_matches_from(&args) else {
         return Ok(args);
     };
-    let (leaf, leaf_matches) = leaf(cmd, &matches);
+    let (name, leaf, leaf_matches) = leaf(cmd, &matches);
     if leaf.get_arguments().all(|a| a.get_id() != ID) {
         return Ok(args);
     }
     let Some(path) = leaf_matches.get_one::<PathBuf>(ID).cloned() else {
         return Ok(args);
     };
-    let extra = options_from(&path, leaf, leaf_matches)?;
+    let extra = options_from(&path, &name, cmd, leaf, leaf_matches)?;
     let mut expanded = args.clone();
     let at = expanded.iter().position(|a| a == "--").unwrap_or(expanded.len());
     expanded.splice(at..at, extra);
@@ -59,39 +59,38 @@ pub fn expand(cmd: &Command, args: Vec<OsString>) -> Result<Vec<OsString>> {
     Ok(expanded)
 }
 
-/// The subcommand that runs and its matches.
-fn leaf<'a>(cmd: &'a Command, matches: &'a ArgMatches) -> (&'a Command, &'a ArgMatches) {
+/// The subcommand that runs (its words after the program's name), and its matches.
+fn leaf<'a>(cmd: &'a Command, matches: &'a ArgMatches) -> (String, &'a Command, &'a ArgMatches) {
     let (mut cmd, mut matches) = (cmd, matches);
+    let mut words = Vec::new();
     while let Some((name, sub)) = matches.subcommand() {
         let Some(next) = cmd.find_subcommand(name) else { break };
+        words.push(name);
         (cmd, matches) = (next, sub);
     }
-    (cmd, matches)
+    (words.join(" "), cmd, matches)
 }
 
-/// The file's options as command-line arguments, each one the command line does not give.
-fn options_from(path: &Path, cmd: &Command, given: &ArgMatches) -> Result<Vec<OsString>> {
+/// The file's options as command-line arguments, each one the command line does not give:
+/// the leaf command's own (`cmd`), or the program's global ones (of `root`).
+fn options_from(path: &Path, name: &str, root: &Command, cmd: &Command, given: &ArgMatches) -> Result<Vec<OsString>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let table: toml::Table =
         toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), syntax_error(&text, &e)))?;
     let mut out = Vec::new();
     for (key, value) in &table {
         let long = key.replace('_', "-");
-        let arg = cmd
-            .get_arguments()
-            .filter(|a| a.get_id() != ID)
+        let options = || {
+            cmd.get_arguments().chain(root.get_arguments().filter(|a| a.is_global_set())).filter(|a| a.get_id() != ID)
+        };
+        let arg = options()
             .find(|a| {
                 a.get_long() == Some(long.as_str()) || a.get_all_aliases().is_some_and(|v| v.contains(&long.as_str()))
             })
             .ok_or_else(|| {
-                let known: Vec<&str> =
-                    cmd.get_arguments().filter(|a| a.get_id() != ID).filter_map(Arg::get_long).collect();
-                anyhow!(
-                    "{}: `{key}` is not an option of `{}` (its options: {})",
-                    path.display(),
-                    cmd.get_name(),
-                    known.join(", ")
-                )
+                let mut known: Vec<&str> = options().filter_map(Arg::get_long).collect();
+                known.dedup();
+                anyhow!("{}: `{key}` is not an option of `{name}` (its options: {})", path.display(), known.join(", "))
             })?;
         if on_command_line(given, arg) || overruled(cmd, given, arg) {
             continue;
@@ -115,10 +114,18 @@ fn overruled(cmd: &Command, given: &ArgMatches, arg: &Arg) -> bool {
     })
 }
 
-/// One key's value as the arguments that give it.
+/// One key's value as the arguments that give it (`--long=value`: a value that starts
+/// with `-` stays a value).
 fn arguments(long: &str, arg: &Arg, value: &toml::Value) -> Result<Vec<OsString>, String> {
     let flag = || OsString::from(format!("--{long}"));
+    let with = |v: String| OsString::from(format!("--{long}={v}"));
+    // An option whose value may be left out (`--json` alone: to stdout) takes true as
+    // the option alone and false as no option.
+    let value_optional = arg.get_num_args().is_some_and(|n| n.min_values() == 0);
     match (arg.get_action(), value) {
+        (ArgAction::Set | ArgAction::Append, toml::Value::Boolean(b)) if value_optional => {
+            Ok(if *b { vec![flag()] } else { vec![] })
+        }
         (ArgAction::SetTrue, toml::Value::Boolean(b)) => Ok(if *b { vec![flag()] } else { vec![] }),
         (ArgAction::SetFalse, toml::Value::Boolean(b)) => Ok(if *b { vec![] } else { vec![flag()] }),
         (ArgAction::SetTrue | ArgAction::SetFalse, _) => Err("takes true or false".into()),
@@ -126,16 +133,9 @@ fn arguments(long: &str, arg: &Arg, value: &toml::Value) -> Result<Vec<OsString>
             Ok((0..*n).map(|_| flag()).collect())
         }
         (ArgAction::Count, _) => Err(format!("takes a count from 0 to {MAX_COUNT}")),
-        (ArgAction::Append, toml::Value::Array(items)) => {
-            let mut out = Vec::with_capacity(items.len() * 2);
-            for item in items {
-                out.push(flag());
-                out.push(scalar(item)?.into());
-            }
-            Ok(out)
-        }
+        (ArgAction::Append, toml::Value::Array(items)) => items.iter().map(|item| scalar(item).map(with)).collect(),
         (_, toml::Value::Array(_)) => Err("takes one value, not a list".into()),
-        (_, v) => Ok(vec![flag(), scalar(v)?.into()]),
+        (_, v) => Ok(vec![with(scalar(v)?)]),
     }
 }
 
@@ -185,6 +185,12 @@ mod tests {
             verbose: u8,
             #[arg(long)]
             tag: Vec<String>,
+            #[arg(long, num_args = 0..=1, default_missing_value = "-")]
+            json: Option<String>,
+            #[arg(long, allow_negative_numbers = true)]
+            offset: Option<i32>,
+            #[arg(long)]
+            name: Option<String>,
             #[command(flatten)]
             config: ConfigFile,
         },
@@ -242,8 +248,35 @@ mod tests {
         let argv = ["netlane", "kv", "serve", "--lanes", "1", "--config"].iter().map(OsString::from);
         let argv: Vec<OsString> = argv.chain([f.0.clone().into_os_string()]).collect();
         let argv = expand(&crate::Cli::command(), argv).unwrap();
-        assert!(!argv.contains(&OsString::from("--threads")), "{argv:?}");
+        assert!(!argv.iter().any(|a| a.to_string_lossy().starts_with("--threads")), "{argv:?}");
         assert!(crate::Cli::try_parse_from(argv).is_ok());
+        // The program's global options may be in the file too; an unknown key's error
+        // names the whole command.
+        let f = File::new("verbose = 2\n");
+        let argv = ["netlane", "rr", "serve", "--config"].iter().map(OsString::from);
+        let argv = expand(&crate::Cli::command(), argv.chain([f.0.clone().into_os_string()]).collect()).unwrap();
+        assert_eq!(crate::Cli::try_parse_from(argv).unwrap().verbose, 2);
+        let f = File::new("batchsize = 8\n");
+        let argv = ["netlane", "rr", "serve", "--config"].iter().map(OsString::from);
+        let e = expand(&crate::Cli::command(), argv.chain([f.0.clone().into_os_string()]).collect()).unwrap_err();
+        assert!(
+            e.to_string().contains("`batchsize` is not an option of `rr serve` (its options: listen, path,"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_optional_value_takes_a_boolean_and_a_value_may_start_with_a_dash() {
+        let Sub::Serve { json, offset, name, .. } =
+            run("port = 1\njson = true\noffset = -3\nname = \"-x\"\n", &[]).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((json.as_deref(), offset, name.as_deref()), (Some("-"), Some(-3), Some("-x")));
+        let Sub::Serve { json, .. } = run("port = 1\njson = false\n", &[]).unwrap() else { panic!() };
+        assert_eq!(json, None);
+        let Sub::Serve { json, .. } = run("port = 1\njson = \"out.json\"\n", &[]).unwrap() else { panic!() };
+        assert_eq!(json.as_deref(), Some("out.json"));
     }
 
     #[test]

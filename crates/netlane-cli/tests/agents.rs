@@ -13,6 +13,9 @@ use netlane_testkit::sshd::SshHosts;
 
 /// `netlane CMD --agents agent1,agent2 ARGS --json -` (reaching the agents through the
 /// fixture's ssh configuration), which must succeed: its document of `kind`.
+/// Held by this file's tests that run load, so that they do not run beside each other.
+static MEASURING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn by_agents(hosts: &SshHosts, cmd: &[&str], agents: &str, args: &[&str], kind: &str) -> serde_json::Value {
     let config = hosts.config.display().to_string();
     let mut all = cmd.to_vec();
@@ -35,6 +38,9 @@ fn two_agents_make_one_measurement_for_kv_rr_and_nvme_and_a_search_over_their_me
     if !netlane_testkit::privileged("two_agents_make_one_measurement_and_a_search_over_their_merged_runs") {
         return;
     }
+    // It judges what it measures (every request answered, an SLA held, a search capped):
+    // nothing else of this file beside it.
+    let _alone = common::alone(&MEASURING);
     let hosts = SshHosts::start(&["kvserver", "agent1", "agent2"]).unwrap();
     hosts.bridge("10.77.0").unwrap();
     let server_host = SshHost::connect(&SshSpec {
@@ -200,6 +206,7 @@ fn agents_are_refused_before_anything_runs_when_they_cannot_be() {
 #[test]
 fn an_rr_clients_agent_starts_on_its_word_and_sends_its_whole_histogram() {
     use std::io::{BufRead as _, Read as _};
+    let _alone = common::alone(&MEASURING);
     let (server, addr, _) = common::start_listening(&["rr", "serve", "--listen", "127.0.0.1:0", "-t", "60s"]);
     let mut agent = common::Reaped(
         std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))

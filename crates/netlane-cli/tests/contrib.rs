@@ -82,8 +82,8 @@ fn every_metric_a_dashboard_plots_is_one_a_server_serves() {
 }
 
 /// Each server started from its file in `contrib/config/` (the file its unit names), the
-/// command line overriding the ports and the namespace's path: what only the file sets
-/// shows in the server's first line.
+/// command line overriding the service's port and the namespace's path: what only the
+/// file sets (its metrics port, the cache's sizes) shows in the server's first line.
 #[test]
 fn each_server_starts_from_its_config_file_and_the_command_line_wins() {
     let configs = files("contrib/config", "toml");
@@ -92,12 +92,16 @@ fn each_server_starts_from_its_config_file_and_the_command_line_wins() {
     std::fs::create_dir_all(&dir).unwrap();
     let ns = format!("file:{}:16M", dir.join("ns1.img").display());
     let cases: [(&str, Vec<&str>, &[&str]); 3] = [
-        ("netlane-kv", vec!["kv", "serve", "-p", "-1"], &["threads=4", "memory=1073741824", "max_conns=4096"]),
-        ("netlane-rr", vec!["rr", "serve", "--listen", "127.0.0.1:0"], &["path=recvmmsg"]),
+        (
+            "netlane-kv",
+            vec!["kv", "serve", "-p", "-1"],
+            &["threads=4", "memory=1073741824", "max_conns=4096", "metrics=http://127.0.0.1:9464/metrics"],
+        ),
+        ("netlane-rr", vec!["rr", "serve", "--listen", "127.0.0.1:0"], &["metrics=http://127.0.0.1:9465/metrics"]),
         (
             "netlane-nvme-target",
             vec!["nvme", "target", "--listen", "127.0.0.1:0", "--ns", &ns],
-            &["nqn=nqn.2026-11.io.netlane:target", "namespaces=file:"],
+            &["metrics=http://127.0.0.1:9466/metrics"],
         ),
     ];
     for (name, args, from_file) in cases {
@@ -106,7 +110,7 @@ fn each_server_starts_from_its_config_file_and_the_command_line_wins() {
         let etc = format!("/etc/netlane/{}.toml", name.trim_start_matches("netlane-"));
         assert!(unit.contains(&format!("--config {etc}")) && unit.contains(&format!("contrib/config/{name}.toml")));
         let config = config.display().to_string();
-        let args = [&args[..], &["--metrics-addr", "127.0.0.1:0", "--config", &config]].concat();
+        let args = [&args[..], &["--config", &config]].concat();
         let server = common::Started::new(&args);
         let first = server.first.clone();
         let (code, _, err) = server.stop();
@@ -125,7 +129,7 @@ fn a_config_file_with_a_mistake_is_refused_in_one_line_naming_the_file_and_key()
     let dir = temp_dir("bad-configs");
     std::fs::create_dir_all(&dir).unwrap();
     let cases = [
-        ("rr", "serve", "listen = \"127.0.0.1:0\"\nbatchsize = 8\n", "`batchsize` is not an option of `serve`"),
+        ("rr", "serve", "listen = \"127.0.0.1:0\"\nbatchsize = 8\n", "`batchsize` is not an option of `rr serve`"),
         ("kv", "serve", "threads = \"four\"\n", "invalid value 'four' for '--threads <THREADS>'"),
         ("nvme", "target", "listen = [\n", "line 1, column 11: unclosed array"),
     ];

@@ -11,9 +11,9 @@ use common::{netlane, stderr, stdout, temp_dir, valid_document};
 /// Whether `test` may run, and, when it may, the machine to itself among these tests:
 /// both measure (the quick lab's verdicts, compare's alike runs), and `make test` runs
 /// the command-line tests two at a time.
-fn privileged(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+fn privileged(test: &str) -> Option<common::Alone> {
     static ONE_LAB: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    netlane_testkit::privileged(test).then(|| ONE_LAB.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    netlane_testkit::privileged(test).then(|| common::alone(&ONE_LAB))
 }
 
 /// What a page looks like in headless Chromium at `width` pixels: the page's scroll

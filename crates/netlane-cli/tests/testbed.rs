@@ -26,17 +26,26 @@ fn testbed(hosts: &SshHosts, dir: &Path, extra_client: &str) -> std::path::PathB
     file
 }
 
-/// Three SSH hosts on one bridge (the server at 10.78.0.1, the clients at .2 and .3) and
-/// a folder for `test` (none when it cannot run here: not root, said by the testkit).
-fn bridged(test: &str) -> Option<(SshHosts, std::path::PathBuf)> {
+/// The machine to one testbed test at a time: their runs pin the same CPUs, and some
+/// judge what they measure.
+fn one_testbed() -> common::Alone {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    common::alone(&ONE)
+}
+
+/// Three SSH hosts on one bridge (the server at 10.78.0.1, the clients at .2 and .3), a
+/// folder for `test`, and [`one_testbed`]'s hold; none when it cannot run here (not root,
+/// said by the testkit).
+fn bridged(test: &str) -> Option<(SshHosts, std::path::PathBuf, common::Alone)> {
     if !netlane_testkit::privileged(test) {
         return None;
     }
+    let alone = one_testbed();
     let hosts = SshHosts::start(&["server", "client1", "client2"]).unwrap();
     hosts.bridge("10.78.0").unwrap();
     let dir = common::temp_dir(test);
     std::fs::create_dir_all(&dir).unwrap();
-    Some((hosts, dir))
+    Some((hosts, dir, alone))
 }
 
 /// `netlane bench ARGS --json -`, which must succeed: its one scenario's report.
@@ -48,7 +57,7 @@ fn bench(args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind() {
-    let Some((hosts, dir)) =
+    let Some((hosts, dir, _alone)) =
         bridged("the_quick_lab_runs_nvme_rr_and_kv_on_a_testbed_of_ssh_hosts_and_leaves_nothing_behind")
     else {
         return;
@@ -151,7 +160,9 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
 /// NIC settings the file gives held on each host while it runs and put back.
 #[test]
 fn udp_bulk_runs_from_the_server_host_to_the_first_client_host() {
-    let Some((hosts, dir)) = bridged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") else { return };
+    let Some((hosts, dir, _alone)) = bridged("udp_bulk_runs_from_the_server_host_to_the_first_client_host") else {
+        return;
+    };
     let file =
         testbed(&hosts, &dir, "addr = \"10.78.0.2\"\niface = \"eth0\"\nnic = [\"channels.rx=1\"]\nxps = \"0\"\n");
     // NIC settings held while it runs: those the server's bridge refuses (coalescing, RSS),
@@ -256,7 +267,7 @@ fn a_testbed_that_lacks_what_a_scenario_needs_is_refused_host_by_host() {
 
 #[test]
 fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
-    let Some((hosts, dir)) = bridged("a_lab_killed_mid_run_leaves_nothing_on_any_host") else { return };
+    let Some((hosts, dir, _alone)) = bridged("a_lab_killed_mid_run_leaves_nothing_on_any_host") else { return };
     let file = testbed(&hosts, &dir, "");
     let mut lab = common::Reaped(
         std::process::Command::new(env!("CARGO_BIN_EXE_netlane"))
@@ -291,7 +302,7 @@ fn a_lab_killed_mid_run_leaves_nothing_on_any_host() {
 /// host, larger ones on both as agents.
 #[test]
 fn an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients() {
-    let Some((hosts, dir)) =
+    let Some((hosts, dir, _alone)) =
         bridged("an_rr_population_smaller_than_the_client_hosts_runs_on_as_many_as_it_has_clients")
     else {
         return;
@@ -367,6 +378,7 @@ fn lanes_run_on_the_server_hosts_interface() {
     if !netlane_testkit::privileged("lanes_run_on_the_server_hosts_interface") {
         return;
     }
+    let _alone = one_testbed();
     // A hub of its own: the server's interface is a veth (a port of the hub's bridge).
     let hosts = SshHosts::start(&["hub", "server", "client1", "client2"]).unwrap();
     hosts.bridge("10.79.0").unwrap();
@@ -469,7 +481,7 @@ fn lanes_run_on_the_server_hosts_interface() {
 /// hostile ones (`netlane hostile`) on the second; the balancer left out and said so.
 #[test]
 fn the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_hosts() {
-    let Some((hosts, dir)) =
+    let Some((hosts, dir, _alone)) =
         bridged("the_soak_runs_its_servers_on_the_server_host_and_its_clients_on_the_client_hosts")
     else {
         return;

@@ -26,7 +26,7 @@ use crate::model::{
 /// kept their layout from 1 to 2 (version 2 changed the load generators' latencies).
 const COMPARES: std::ops::RangeInclusive<u32> = 1..=SCHEMA_VERSION;
 
-/// How far apart two medians must be, as a share of A's, before a difference counts
+/// How far apart two medians must be, as a share of the larger, before a difference counts
 /// (when the ranges do not touch either).
 pub const DEFAULT_TOLERANCE: f64 = 0.10;
 
@@ -190,7 +190,7 @@ pub struct CheckChange {
     pub name: String,
     /// Its target (B's, or A's when only A has it).
     pub target: Target,
-    /// A's outcome.
+    /// A's outcome (of the first of A's runs that measured it, when A is several).
     pub outcome_a: Option<Outcome>,
     /// B's outcome.
     pub outcome_b: Option<Outcome>,
@@ -258,7 +258,7 @@ pub struct Comparison {
     pub a: Vec<Side>,
     /// The side judged against it.
     pub b: Side,
-    /// How far apart medians must be before a difference counts, % of A's.
+    /// How far apart medians must be before a difference counts, % of the larger.
     pub tolerance_pct: f64,
     /// The verdicts counted.
     pub summary: VerdictTally,
@@ -371,18 +371,25 @@ struct Pooled {
     doc: Compared,
     checks: BTreeMap<String, f64>,
     metrics: BTreeMap<(String, String, String), f64>,
+    /// Checks invalid in one of A's runs and measured in another: A's own path failed
+    /// now and then, so B failing it too says nothing new.
+    invalid_in_a: BTreeSet<String>,
 }
 
 fn pool(runs: &[&Compared]) -> Pooled {
     let mut doc = runs[0].clone();
     let mut checks = BTreeMap::new();
     let mut metrics = BTreeMap::new();
+    let mut invalid_in_a = BTreeSet::new();
     for s in &mut doc.scenarios {
         let same: Vec<&ComparedScenario> =
             runs.iter().filter_map(|d| d.scenarios.iter().find(|o| o.name == s.name)).collect();
         for c in &mut s.checks {
             let alike: Vec<&Check> = same.iter().filter_map(|o| o.checks.iter().find(|x| x.id == c.id)).collect();
             let measured: Vec<&Check> = alike.iter().copied().filter(|x| judged(x.outcome)).collect();
+            if alike.iter().any(|x| x.outcome == Outcome::Invalid) && !measured.is_empty() {
+                invalid_in_a.insert(c.id.clone());
+            }
             if let Some(first) = measured.first() {
                 let pooled: Vec<f64> = measured
                     .iter()
@@ -406,7 +413,7 @@ fn pool(runs: &[&Compared]) -> Pooled {
         }
         s.runs = same.iter().flat_map(|o| o.runs.iter().cloned()).collect();
     }
-    Pooled { doc, checks, metrics }
+    Pooled { doc, checks, metrics, invalid_in_a }
 }
 
 /// Every metric of every mode over its runs: (label, metric) -> values in run order.
@@ -519,7 +526,14 @@ pub fn compare_pooled(runs_a: &[(&str, &Compared)], path_b: &str, b: &Compared, 
         .iter()
         .flat_map(|s| &s.checks)
         .map(|ca| match checks_b.get(ca.id.as_str()) {
-            Some(cb) => compare_check(ca, cb, check_tolerance(&ca.id)),
+            Some(cb) => {
+                let mut c = compare_check(ca, cb, check_tolerance(&ca.id));
+                if pooled.invalid_in_a.contains(&c.id) && cb.outcome == Outcome::Invalid {
+                    c.verdict = Verdict::NotComparable;
+                    c.reason = format!("{} in B: {}; invalid in one of A's runs too", cb.outcome.label(), cb.reason);
+                }
+                c
+            }
             None => one_side(ca, Verdict::Removed),
         })
         .collect();
@@ -575,7 +589,15 @@ pub fn compare_pooled(runs_a: &[(&str, &Compared)], path_b: &str, b: &Compared, 
         b: side(path_b, b),
         tolerance_pct: tolerance * 100.0,
         summary,
-        warnings: unlike(&docs, b),
+        warnings: unlike(&docs, b)
+            .into_iter()
+            .chain(
+                pooled
+                    .invalid_in_a
+                    .iter()
+                    .map(|id| format!("{id} was invalid in one of A's runs and measured in another")),
+            )
+            .collect(),
         checks,
         metrics,
     }

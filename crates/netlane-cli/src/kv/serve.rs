@@ -256,6 +256,13 @@ impl ServeArgs {
     fn config(&self) -> Result<ServerConfig> {
         let (ip, _) = self.listen;
         let ext = extended(&self.extended)?;
+        // Two spellings of one setting (a config file may hold one, the command line the
+        // other): neither silently wins.
+        if let (Some(a), Some(b)) = (self.idle_timeout, ext.idle_timeout)
+            && a != b
+        {
+            bail!("--idle-timeout {a:?} and -o idle_timeout={} disagree: give one", b.as_secs());
+        }
         let (tcp, udp) = self.ports();
         let classes = ClassConfig {
             factor: self.growth_factor,

@@ -8,12 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::{ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A test's hold on a lock that keeps others of its kind from running beside it.
+pub type Alone = std::sync::MutexGuard<'static, ()>;
+
+/// Waits for `lock` (a test that failed holding it does not keep the others out).
+pub fn alone(lock: &'static std::sync::Mutex<()>) -> Alone {
+    lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// One test at a time that runs `netlane clean` after leaving something behind on
 /// purpose: another such test's clean would otherwise remove it first, and this one's
 /// would not say so.
-pub fn one_clean_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+pub fn one_clean_at_a_time() -> Alone {
     static CLEAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    CLEAN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    alone(&CLEAN)
 }
 
 pub fn netlane(args: &[&str]) -> Output {

@@ -211,6 +211,23 @@ fn several_alike_reference_runs_pool_and_their_spread_widens_the_tolerance() {
     let slow = one(&[0.97, 1.3], "missed", 400.0);
     let c = compare_pooled(&[("a1", &a1), ("a2", &a2)], "slow", &slow, DEFAULT_TOLERANCE);
     assert_eq!(verdicts(&c), [("u.gso", Verdict::Regressed)]);
+    // B outside the pooled range, but nearer than the reference runs lie to each other:
+    // only the widened tolerance keeps it unchanged.
+    let at = |v: f64| one(&[v], "met", 1000.0);
+    let (r1, r2, near) = (at(0.100), at(0.120), at(0.128));
+    assert_eq!(verdicts(&compare("r1", &r1, "near", &near, DEFAULT_TOLERANCE)), [("u.gso", Verdict::Regressed)]);
+    let c = compare_pooled(&[("r1", &r1), ("r2", &r2)], "near", &near, DEFAULT_TOLERANCE);
+    assert_eq!(verdicts(&c), [("u.gso", Verdict::Unchanged)], "{:?}", c.checks[0]);
+    // A check invalid in one reference run and in B: not comparable, and said.
+    let broken = one(&[], "invalid", 1000.0);
+    let c = compare_pooled(&[("a1", &a1), ("broken", &broken)], "broken", &broken, DEFAULT_TOLERANCE);
+    assert_eq!(verdicts(&c), [("u.gso", Verdict::NotComparable)]);
+    assert!(
+        c.warnings.contains(&"u.gso was invalid in one of A's runs and measured in another".to_string()),
+        "{:?}",
+        c.warnings
+    );
+    assert_eq!(verdicts(&compare("a1", &a1, "broken", &broken, DEFAULT_TOLERANCE)), [("u.gso", Verdict::Regressed)]);
     // Reference runs unlike each other say so.
     let other = doc("lab", &["segments=1"], vec![check("u.gso", "at_most", 0.25, &[0.2], "met")], vec![]);
     let c = compare_pooled(&[("a1", &a1), ("other", &other)], "b", &b, DEFAULT_TOLERANCE);
