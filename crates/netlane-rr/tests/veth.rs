@@ -300,7 +300,9 @@ fn reuseport_lanes_take_each_datagram_on_the_lane_owning_its_napi_id() {
     assert_eq!(lanes.lanes.len(), 2, "{lanes:?}");
     assert!(lanes.lanes.iter().all(|l| l.napi_ids.len() == 1), "each lane owns one queue's NAPI id: {lanes:?}");
     assert_eq!(lanes.by_hash, 0, "every datagram had a NAPI id a lane owns: {lanes:?}");
-    assert!(lanes.by_napi_id >= st.counters.frames, "{lanes:?} {st:?}");
+    // Not one decision per datagram: with rx-udp-gro-forwarding, datagrams of one flow in
+    // one NAPI poll arrive as one GRO train, which the kernel steers once and splits after.
+    assert!(lanes.by_napi_id > 0, "{lanes:?} {st:?}");
     assert_eq!(lanes.lanes.iter().map(|l| l.frames).sum::<u64>(), st.counters.frames);
     assert!(lanes.lanes.iter().all(|l| l.frames > 0), "32 flows over two queues reach both lanes: {lanes:?}");
     assert!(st.counters.responses >= r.responses, "{st:?}");
