@@ -15,12 +15,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use pool::{pool, unlike};
+
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::{
-    Check, Column, Host, Op, Outcome, Provenance, Row, RunRecord, SCHEMA_VERSION, Spread, Table, Target, Value,
-};
+use crate::model::{Check, Host, Op, Outcome, Provenance, RunRecord, SCHEMA_VERSION, Spread, Target};
 
 /// The schema versions whose lab and bench documents compare: their checks and metrics
 /// kept their layout from 1 to 2 (version 2 changed the load generators' latencies).
@@ -356,66 +356,6 @@ fn one_side(c: &Check, verdict: Verdict) -> CheckChange {
     }
 }
 
-/// How far apart `medians` lie, as a share of the largest in size (0 for fewer than two).
-fn between(medians: &[f64]) -> f64 {
-    let (lo, hi) = medians.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &m| (l.min(m), h.max(m)));
-    let size = lo.abs().max(hi.abs());
-    if medians.len() < 2 || size == 0.0 { 0.0 } else { (hi - lo) / size }
-}
-
-/// Several alike runs as one reference: the first run's document with every check's
-/// samples and every mode's runs pooled from all of them (a check takes the first
-/// measured outcome among them), and how far their medians lie apart, by check id and by
-/// (scenario, mode, metric).
-struct Pooled {
-    doc: Compared,
-    checks: BTreeMap<String, f64>,
-    metrics: BTreeMap<(String, String, String), f64>,
-    /// Checks invalid in one of A's runs and measured in another: A's own path failed
-    /// now and then, so B failing it too says nothing new.
-    invalid_in_a: BTreeSet<String>,
-}
-
-fn pool(runs: &[&Compared]) -> Pooled {
-    let mut doc = runs[0].clone();
-    let mut checks = BTreeMap::new();
-    let mut metrics = BTreeMap::new();
-    let mut invalid_in_a = BTreeSet::new();
-    for s in &mut doc.scenarios {
-        let same: Vec<&ComparedScenario> =
-            runs.iter().filter_map(|d| d.scenarios.iter().find(|o| o.name == s.name)).collect();
-        for c in &mut s.checks {
-            let alike: Vec<&Check> = same.iter().filter_map(|o| o.checks.iter().find(|x| x.id == c.id)).collect();
-            let measured: Vec<&Check> = alike.iter().copied().filter(|x| judged(x.outcome)).collect();
-            if alike.iter().any(|x| x.outcome == Outcome::Invalid) && !measured.is_empty() {
-                invalid_in_a.insert(c.id.clone());
-            }
-            if let Some(first) = measured.first() {
-                let pooled: Vec<f64> = measured
-                    .iter()
-                    .filter_map(|x| x.measured.as_ref())
-                    .flat_map(|m| if m.samples.is_empty() { vec![m.median] } else { m.samples.clone() })
-                    .collect();
-                let medians: Vec<f64> = measured.iter().filter_map(|x| sampled(x)).map(|x| x.median).collect();
-                checks.insert(c.id.clone(), between(&medians));
-                *c = (*first).clone();
-                if let (Some(m), Some(p)) = (c.measured.as_mut(), Sampled::of(&pooled)) {
-                    m.samples = pooled;
-                    m.median = p.median;
-                }
-            }
-        }
-        let per_run: Vec<BTreeMap<(String, String), Vec<f64>>> = same.iter().map(|o| metric_values(o)).collect();
-        for (key, _) in per_run.first().into_iter().flatten() {
-            let medians: Vec<f64> =
-                per_run.iter().filter_map(|m| m.get(key).and_then(|v| Sampled::of(v))).map(|x| x.median).collect();
-            metrics.insert((s.name.clone(), key.0.clone(), key.1.clone()), between(&medians));
-        }
-        s.runs = same.iter().flat_map(|o| o.runs.iter().cloned()).collect();
-    }
-    Pooled { doc, checks, metrics, invalid_in_a }
-}
-
 /// Every metric of every mode over its runs: (label, metric) -> values in run order.
 fn metric_values(s: &ComparedScenario) -> BTreeMap<(String, String), Vec<f64>> {
     let mut m: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
@@ -436,71 +376,6 @@ fn side(path: &str, d: &Compared) -> Side {
         quick: d.quick,
         host: d.host.clone(),
     }
-}
-
-/// What makes the runs of A unlike each other, and each unlike B (each said once).
-fn unlike(runs_a: &[&Compared], b: &Compared) -> Vec<String> {
-    let among =
-        runs_a.iter().skip(1).flat_map(|d| warnings(runs_a[0], d)).map(|w| format!("the runs of A differ: {w}"));
-    let mut all: Vec<String> = Vec::new();
-    for w in among.chain(runs_a.iter().flat_map(|d| warnings(d, b))) {
-        if !all.contains(&w) {
-            all.push(w);
-        }
-    }
-    all
-}
-
-/// What makes the two sides less than like for like.
-fn warnings(a: &Compared, b: &Compared) -> Vec<String> {
-    let mut w = Vec::new();
-    let (ha, hb) = (&a.host, &b.host);
-    let mut hosts = Vec::new();
-    if ha.kernel != hb.kernel {
-        hosts.push(format!("kernel {} -> {}", ha.kernel, hb.kernel));
-    }
-    if ha.cpu_model != hb.cpu_model {
-        hosts.push(format!("CPU {} -> {}", ha.cpu_model, hb.cpu_model));
-    }
-    if ha.cpus != hb.cpus {
-        hosts.push(format!("{} CPUs -> {}", ha.cpus, hb.cpus));
-    }
-    if !hosts.is_empty() {
-        w.push(format!("the machines differ: {}", hosts.join("; ")));
-    }
-    if a.quick != b.quick {
-        let q = |x: bool| if x { "a quick lab" } else { "a full run" };
-        w.push(format!("A is {}, B {}: shorter runs, fewer rounds, other plans", q(a.quick), q(b.quick)));
-    }
-    for sa in &a.scenarios {
-        match b.scenarios.iter().find(|s| s.name == sa.name) {
-            None => w.push(format!("{} ran in A only", sa.name)),
-            Some(sb) => {
-                let key = |e: &String| e.split_once('=').map_or(e.clone(), |(k, _)| k.to_string());
-                let ea: BTreeMap<String, &String> = sa.echo.iter().map(|e| (key(e), e)).collect();
-                let eb: BTreeMap<String, &String> = sb.echo.iter().map(|e| (key(e), e)).collect();
-                let keys: BTreeSet<&String> = ea.keys().chain(eb.keys()).collect();
-                let differ: Vec<String> = keys
-                    .into_iter()
-                    .filter(|k| ea.get(*k) != eb.get(*k))
-                    .map(|k| {
-                        let v = |m: &BTreeMap<String, &String>| {
-                            m.get(k)
-                                .map_or("(none)".to_string(), |e| e.split_once('=').map_or("", |(_, v)| v).to_string())
-                        };
-                        format!("{k} {} -> {}", v(&ea), v(&eb))
-                    })
-                    .collect();
-                if !differ.is_empty() {
-                    w.push(format!("{} options differ: {}", sa.name, differ.join(", ")));
-                }
-            }
-        }
-    }
-    for sb in b.scenarios.iter().filter(|sb| !a.scenarios.iter().any(|sa| sa.name == sb.name)) {
-        w.push(format!("{} ran in B only", sb.name));
-    }
-    w
 }
 
 /// Compares B against A (`path_a` and `path_b` are only said).
@@ -603,106 +478,8 @@ pub fn compare_pooled(runs_a: &[(&str, &Compared)], path_b: &str, b: &Compared, 
     }
 }
 
-impl VerdictTally {
-    /// `1 regressed, 0 improved, 4 unchanged; 3 of 40 metrics moved`.
-    pub fn sentence(&self) -> String {
-        let mut s = format!("{} regressed, {} improved, {} unchanged", self.regressed, self.improved, self.unchanged);
-        for (n, what) in
-            [(self.added, "only in B"), (self.removed, "only in A"), (self.not_comparable, "not comparable")]
-        {
-            if n > 0 {
-                s.push_str(&format!(", {n} {what}"));
-            }
-        }
-        s.push_str(&format!("; {} of {} metrics moved", self.metrics_moved, self.metrics));
-        s
-    }
-}
-
-fn opt(v: Option<f64>) -> Value {
-    Value::opt(v)
-}
-
-impl Comparison {
-    /// The checks as a table: every one, worst verdict first.
-    pub fn checks_table(&self) -> Table {
-        let mut t = Table::new(
-            "compare-checks",
-            "Checks, A against B (median, and its range when there were several samples)",
-            vec![
-                Column::new("verdict", "verdict", 0),
-                Column::new("check", "check", 0),
-                Column::new("a", "A", 3),
-                Column::new("a_range", "A range", 0),
-                Column::new("b", "B", 3),
-                Column::new("b_range", "B range", 0),
-                Column::new("change_pct", "change %", 1),
-                Column::new("tolerance_pct", "tolerance %", 0),
-                Column::new("outcome_a", "A outcome", 0),
-                Column::new("outcome_b", "B outcome", 0),
-                Column::new("target", "target", 0),
-            ],
-        );
-        let mut order: Vec<&CheckChange> = self.checks.iter().collect();
-        order.sort_by_key(|c| c.verdict);
-        let range = |s: Option<Sampled>| match s {
-            Some(s) if s.n > 1 => {
-                Value::text(format!("{}..{}", crate::format::sig3(s.min), crate::format::sig3(s.max)))
-            }
-            _ => Value::Missing,
-        };
-        let outcome = |o: Option<Outcome>| o.map_or(Value::Missing, |o| Value::text(o.label()));
-        for c in order {
-            let mut row = Row::new(vec![
-                Value::text(c.verdict.name()),
-                Value::text(&c.id),
-                opt(c.a.map(|s| s.median)),
-                range(c.a),
-                opt(c.b.map(|s| s.median)),
-                range(c.b),
-                opt(c.change_pct),
-                opt((c.tolerance_pct > 0.0).then_some(c.tolerance_pct)),
-                outcome(c.outcome_a),
-                outcome(c.outcome_b),
-                Value::text(crate::format::target(&c.target)),
-            ]);
-            if matches!(c.verdict, Verdict::Regressed | Verdict::Improved | Verdict::NotComparable) {
-                row.footnote = Some(format!("{}: {}", c.id, c.reason));
-            }
-            t.push(row);
-        }
-        t
-    }
-
-    /// The metrics as a table: those that moved, or every one with `all`.
-    pub fn metrics_table(&self, all: bool) -> Table {
-        let mut t = Table::new(
-            "compare-metrics",
-            if all { "Every metric of every mode both ran" } else { "Metrics that moved beyond both runs' spread" },
-            vec![
-                Column::new("scenario", "scenario", 0),
-                Column::new("mode", "mode", 0),
-                Column::new("metric", "metric", 0),
-                Column::new("a", "A", 3),
-                Column::new("b", "B", 3),
-                Column::new("change_pct", "change %", 1),
-                Column::new("moved", "moved", 0),
-            ],
-        );
-        for m in self.metrics.iter().filter(|m| all || m.moved) {
-            t.push(Row::new(vec![
-                Value::text(&m.scenario),
-                Value::text(&m.label),
-                Value::text(&m.metric),
-                Value::num(m.a.median),
-                Value::num(m.b.median),
-                opt(m.change_pct),
-                Value::text(if m.moved { "yes" } else { "no" }),
-            ]));
-        }
-        t
-    }
-}
+mod pool;
+mod tables;
 
 #[cfg(test)]
 mod tests;
