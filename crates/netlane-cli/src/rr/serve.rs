@@ -79,6 +79,13 @@ pub struct ServeArgs {
     /// to the lane owning the NAPI id it arrived through (needs root; socket paths only)
     #[arg(long, value_name = "DEV")]
     pub lane_device: Option<String>,
+    /// Busy polling: USECS[,BUDGET[,prefer]]. The loop's epoll polls the NAPI instances
+    /// of what it reads before sleeping (EPIOCSPARAMS, Linux 6.9), and each socket the
+    /// path reads (every AF_XDP socket, a ring, the service socket) gets SO_BUSY_POLL,
+    /// its budget and, with prefer, SO_PREFER_BUSY_POLL; every knob is reported applied
+    /// (read back) or refused, with how many packets busy polling took.
+    #[arg(long)]
+    pub busy_poll: Option<netlane::lanes::BusyPoll>,
     /// Ring paths: interface to read [default: the one with the listen address; every
     /// interface for 0.0.0.0 or ::].
     #[arg(long)]
@@ -186,6 +193,7 @@ impl ServeArgs {
             tx: self.tx,
             pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
             lane_device: self.lane_device.clone(),
+            busy_poll: self.busy_poll,
             guard: GuardConfig {
                 ratio: self.unverified_ratio,
                 budget: self.unverified_budget as u64,
@@ -261,6 +269,22 @@ impl ServeArgs {
             ));
             if let (Some(sw), Some(b)) = (stats.adaptive_switches, stats.adaptive_block) {
                 out::println(&format!("adaptive: {sw} ring switches, {b}-byte blocks at the end"));
+            }
+            if let Some(b) = &stats.busy_poll {
+                for k in &b.knobs {
+                    out::println(&format!("busy poll: {k}"));
+                }
+                out::println(&format!(
+                    "busy poll {}: {} packets taken by busy polling in this namespace; the sockets' NAPI ids {:?}{}",
+                    b.policy,
+                    b.rx_packets.map_or("unknown".into(), |n| n.to_string()),
+                    b.napi_ids,
+                    if b.napi_ids.contains(&0) {
+                        " (0: the kernel gave that socket no NAPI instance, so there was none to poll)"
+                    } else {
+                        ""
+                    }
+                ));
             }
             if let Some(x) = &stats.xdp {
                 out::println(&format!(

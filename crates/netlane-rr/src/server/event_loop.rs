@@ -53,6 +53,8 @@ pub(super) fn serve_on(
 /// path before the receive path whose AF_XDP socket lent it its ring.
 struct Serving<'a> {
     cfg: &'a ServerConfig,
+    /// Busy polling as applied, and the namespace's busy-poll count when it began.
+    busy: Option<(BusyPollReport, Option<u64>)>,
     sock: &'a UdpSocket,
     st: ServerStats,
     out: Vec<u8>,
@@ -88,6 +90,15 @@ impl<'a> Serving<'a> {
         if let Some(r) = &raw {
             watch(&ep, r.events_fd(), ROUTES)?;
         }
+        let busy = cfg.busy_poll.map(|bp| {
+            let mut knobs = vec![netlane::lanes::busy::apply_epoll(ep.0.as_fd(), &bp)];
+            for (i, fd) in path.fds(sock).into_iter().enumerate() {
+                knobs.extend(netlane::lanes::busy::apply_socket_knobs(fd, &bp, &format!("socket {i}")));
+            }
+            let report = BusyPollReport { policy: bp.to_string(), knobs, ..BusyPollReport::default() };
+
+            (report, netlane::lanes::busy::busy_poll_rx_packets())
+        });
         let paced = cfg.pace.map(Paced::new).transpose().map_err(io_err("set up pacing"))?;
         if let Some(p) = &paced {
             watch(&ep, p.timer_fd(), PACE)?;
@@ -100,7 +111,7 @@ impl<'a> Serving<'a> {
             ..ServerStats::default()
         };
         let out = vec![0u8; cfg.responder.max_reply_bytes()];
-        Ok(Serving { cfg, sock, st, out, tx: Tx::new(sock), paced, ep, raw, path })
+        Ok(Serving { cfg, busy, sock, st, out, tx: Tx::new(sock), paced, ep, raw, path })
     }
 
     /// The loop: sleeps in `epoll_wait` and answers what each wake-up finds, until
@@ -292,6 +303,17 @@ impl<'a> Serving<'a> {
             let report = r.report();
             st.counters.send_syscalls += report.kicks;
             st.raw_tx = Some(report);
+        }
+        if let Some((mut report, before)) = self.busy.take() {
+            report.rx_packets =
+                before.zip(netlane::lanes::busy::busy_poll_rx_packets()).map(|(b, a)| a.saturating_sub(b));
+            report.napi_ids = self
+                .path
+                .fds(self.sock)
+                .into_iter()
+                .map(|fd| netlane::sockopt::incoming_napi_id(fd).unwrap_or(0))
+                .collect();
+            st.busy_poll = Some(report);
         }
         st.derive_ratios();
         st

@@ -81,6 +81,15 @@ pub(super) fn serve_lanes(
             cpu_s: l.cpu_s,
         });
     }
+    for (i, l) in per.iter().enumerate() {
+        let Some(b) = &l.busy_poll else { continue };
+        let all = st.busy_poll.get_or_insert_with(|| BusyPollReport { policy: b.policy.clone(), ..Default::default() });
+        all.knobs
+            .extend(b.knobs.iter().map(|k| netlane::lanes::Knob { name: format!("lane {i} {}", k.name), ..k.clone() }));
+        // Each lane counted the whole namespace over its own run.
+        all.rx_packets = all.rx_packets.max(b.rx_packets);
+        all.napi_ids.extend(&b.napi_ids);
+    }
     let n = per.len().max(1) as f64;
     st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };
     st.derive_ratios();

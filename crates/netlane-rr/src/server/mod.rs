@@ -98,6 +98,12 @@ pub struct ServerConfig {
     pub lane_device: Option<String>,
     /// What an unverified source may be sent (see `proto::guard`).
     pub guard: GuardConfig,
+    /// Busy polling: the loop's epoll instance polls the NAPI instances of the sockets it
+    /// reads before it sleeps (`EPIOCSPARAMS`), and each socket the path reads (every
+    /// AF_XDP socket, a ring, the service socket) gets `SO_BUSY_POLL`, its budget and,
+    /// with `prefer`, `SO_PREFER_BUSY_POLL` (interrupts stay off while the loop keeps
+    /// polling, where the device defers them).
+    pub busy_poll: Option<netlane::lanes::BusyPoll>,
 }
 
 impl Default for ServerConfig {
@@ -118,6 +124,7 @@ impl Default for ServerConfig {
             pace: None,
             lane_device: None,
             guard: GuardConfig::default(),
+            busy_poll: None,
         }
     }
 }
@@ -375,6 +382,8 @@ pub struct ServerStats {
     pub syscalls_per_response: f64,
     /// Lanes: each lane's share, and how the selector placed datagrams.
     pub lanes: Option<LanesReport>,
+    /// Busy polling: each knob as applied (read back) or refused, and what it did.
+    pub busy_poll: Option<BusyPollReport>,
 }
 
 impl ServerStats {
@@ -389,6 +398,22 @@ impl ServerStats {
             0.0
         };
     }
+}
+
+/// How busy polling ran.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct BusyPollReport {
+    /// The policy asked for (`USECS,BUDGET[,prefer]`).
+    pub policy: String,
+    /// Each knob: the epoll instance's parameters, and each socket's options.
+    pub knobs: Vec<netlane::lanes::Knob>,
+    /// Packets the NAPI instances handed over while a reader busy polled them, in the
+    /// server's network namespace over the run (the kernel's `BusyPollRxPackets`; every
+    /// reader of the namespace counts, not only this server); `None` when unreadable.
+    pub rx_packets: Option<u64>,
+    /// The NAPI id of each socket the path read, at the end: what busy polling polls
+    /// (0: the kernel gave the socket none, so there was nothing to poll).
+    pub napi_ids: Vec<u32>,
 }
 
 /// How a server with lanes ran.

@@ -71,7 +71,7 @@ impl fmt::Display for BusyPoll {
 }
 
 /// How a knob fared.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum KnobStatus {
     /// Written; `now` is what reading it back gave.
@@ -87,7 +87,7 @@ pub enum KnobStatus {
 }
 
 /// One knob and how it fared.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct Knob {
     /// What it is (`EPIOCSPARAMS`, `SO_PREFER_BUSY_POLL`, `napi 258 defer-hard-irqs`...).
     pub name: String,
@@ -167,6 +167,72 @@ pub fn apply_epoll(epfd: BorrowedFd<'_>, bp: &BusyPoll) -> Knob {
     }
 }
 
+/// Sets `bp` on a socket that its reader drives by busy polling (an AF_XDP socket, or a
+/// UDP socket read without epoll's own polling): `SO_BUSY_POLL` (how long a receive call
+/// on it polls), `SO_BUSY_POLL_BUDGET` and, with `prefer`, `SO_PREFER_BUSY_POLL`; each
+/// read back. `what` names the socket in each knob (`queue 0`).
+pub fn apply_socket_knobs(fd: BorrowedFd<'_>, bp: &BusyPoll, what: &str) -> Vec<Knob> {
+    use netlane_sys::sockopt::get_int;
+    let read = |name| get_int(fd, libc::SOL_SOCKET, name).map(|v| v.to_string());
+    let knob = |name: &str, opt, wanted: String, set: std::io::Result<()>| {
+        let name = format!("{what} {name}");
+        match set.map(|()| read(opt)) {
+            Ok(Ok(now)) if now == wanted => Knob::applied_as(name, wanted, now),
+            Ok(Ok(now)) => Knob::refused(name, wanted, format!("reads back {now}")),
+            // Some kernels set an option they do not read back (the budget).
+            Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
+                Knob::applied_as(name, wanted, "unreadable on this kernel")
+            }
+            Ok(Err(e)) => Knob::refused(name, wanted, format!("set, but reading it back failed: {e}")),
+            Err(e) => {
+                let why = match e.raw_os_error() {
+                    Some(libc::EPERM) => format!("{e} (raising it needs CAP_NET_ADMIN)"),
+                    Some(libc::ENOPROTOOPT) => format!("{e} (needs Linux 5.11)"),
+                    _ => e.to_string(),
+                };
+                Knob::refused(name, wanted, why)
+            }
+        }
+    };
+    let mut knobs = vec![
+        knob("SO_BUSY_POLL", libc::SO_BUSY_POLL, bp.usecs.to_string(), crate::sockopt::set_busy_poll(fd, bp.usecs)),
+        knob(
+            "SO_BUSY_POLL_BUDGET",
+            libc::SO_BUSY_POLL_BUDGET,
+            bp.budget.to_string(),
+            crate::sockopt::set_busy_poll_budget(fd, bp.budget),
+        ),
+    ];
+    if bp.prefer {
+        knobs.push(knob(
+            "SO_PREFER_BUSY_POLL",
+            libc::SO_PREFER_BUSY_POLL,
+            "1".into(),
+            crate::sockopt::set_prefer_busy_poll(fd, true),
+        ));
+    }
+    knobs
+}
+
+/// Packets the kernel's NAPI instances handed over while a reader busy polled them, in
+/// the calling thread's network namespace (`BusyPollRxPackets` of its `net/netstat`;
+/// `None` when it cannot be read).
+pub fn busy_poll_rx_packets() -> Option<u64> {
+    // The thread's own view: /proc/net is the process's, whose first thread may be in
+    // another namespace.
+    let text = std::fs::read_to_string("/proc/thread-self/net/netstat").ok()?;
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let (Some(("TcpExt", names)), Some(("TcpExt", values))) = (names.split_once(": "), values.split_once(": "))
+        else {
+            continue;
+        };
+        let at = names.split_whitespace().position(|n| n == "BusyPollRxPackets")?;
+        return values.split_whitespace().nth(at)?.parse().ok();
+    }
+    None
+}
+
 /// Sets `SO_PREFER_BUSY_POLL` (and `SO_BUSY_POLL_BUDGET`) on a socket of a lane with
 /// `bp`. Per socket, so failures are counted by the caller rather than reported one by
 /// one.
@@ -180,6 +246,12 @@ pub fn apply_socket(fd: BorrowedFd<'_>, bp: &BusyPoll) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_namespaces_busy_poll_count_reads() {
+        // Every kernel with busy polling (3.11 on) has the counter.
+        assert!(busy_poll_rx_packets().is_some());
+    }
 
     #[test]
     fn policies_parse_and_print_back() {
