@@ -82,8 +82,9 @@ pub struct ServeArgs {
     /// Busy polling: USECS[,BUDGET[,prefer]]. The loop's epoll polls the NAPI instances
     /// of what it reads before sleeping (EPIOCSPARAMS, Linux 6.9), and each socket the
     /// path reads (every AF_XDP socket, a ring, the service socket) gets SO_BUSY_POLL,
-    /// its budget and, with prefer, SO_PREFER_BUSY_POLL; every knob is reported applied
-    /// (read back) or refused, with how many packets busy polling took.
+    /// a budget other than 8 and, with prefer, SO_PREFER_BUSY_POLL (those two need
+    /// CAP_NET_ADMIN); every knob is reported applied or refused, with how many packets
+    /// busy polling took and each socket's NAPI id.
     #[arg(long)]
     pub busy_poll: Option<netlane::lanes::BusyPoll>,
     /// Ring paths: interface to read [default: the one with the listen address; every
@@ -275,11 +276,15 @@ impl ServeArgs {
                     out::println(&format!("busy poll: {k}"));
                 }
                 out::println(&format!(
-                    "busy poll {}: {} packets taken by busy polling in this namespace; the sockets' NAPI ids {:?}{}",
+                    "busy poll {}: {} packets taken by busy polling in this namespace; NAPI ids: {}{}",
                     b.policy,
                     b.rx_packets.map_or("unknown".into(), |n| n.to_string()),
-                    b.napi_ids,
-                    if b.napi_ids.contains(&0) {
+                    b.napi_ids
+                        .iter()
+                        .map(|(what, id)| format!("{what} {}", id.map_or("unread".into(), |i| i.to_string())))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if b.napi_ids.iter().any(|(_, id)| *id == Some(0)) {
                         " (0: the kernel gave that socket no NAPI instance, so there was none to poll)"
                     } else {
                         ""

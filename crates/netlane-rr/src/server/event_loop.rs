@@ -2,6 +2,8 @@
 //! up; the loop that sleeps in `epoll_wait`, drains what the path has and answers it;
 //! and the counters when it stops.
 
+use std::os::fd::BorrowedFd;
+
 use super::*;
 
 /// Epoll tokens: a descriptor frames arrive on, the service socket beside AF_XDP, and
@@ -23,6 +25,25 @@ const FINAL_DRAIN_CALLS: u32 = 1024;
 
 /// How often a server thread adds what it counted to the live counters.
 const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The sockets busy polling concerns, named: each AF_XDP socket by its queue, a ring,
+/// the service socket (also beside AF_XDP, which hands it what it does not take).
+fn polled<'a>(cfg: &ServerConfig, path: &'a RxPath, sock: &'a UdpSocket) -> Vec<(String, BorrowedFd<'a>)> {
+    let mut v: Vec<(String, BorrowedFd<'a>)> = path
+        .fds(sock)
+        .into_iter()
+        .enumerate()
+        .map(|(i, fd)| match cfg.path {
+            PathKind::AfXdp => (format!("queue {i}"), fd),
+            PathKind::Recvfrom | PathKind::Recvmmsg => ("service socket".to_string(), fd),
+            _ => (format!("ring {i}"), fd),
+        })
+        .collect();
+    if path.reads_stack_too() {
+        v.push(("service socket".to_string(), sock.as_fd()));
+    }
+    v
+}
 
 /// Serves on `sock` on the calling thread (pinned to `cfg.cpu`).
 pub(super) fn serve_on(
@@ -92,8 +113,8 @@ impl<'a> Serving<'a> {
         }
         let busy = cfg.busy_poll.map(|bp| {
             let mut knobs = vec![netlane::lanes::busy::apply_epoll(ep.0.as_fd(), &bp)];
-            for (i, fd) in path.fds(sock).into_iter().enumerate() {
-                knobs.extend(netlane::lanes::busy::apply_socket_knobs(fd, &bp, &format!("socket {i}")));
+            for (what, fd) in polled(cfg, &path, sock) {
+                knobs.extend(netlane::lanes::busy::apply_socket_knobs(fd, &bp, &what));
             }
             let report = BusyPollReport { policy: bp.to_string(), knobs, ..BusyPollReport::default() };
 
@@ -307,11 +328,9 @@ impl<'a> Serving<'a> {
         if let Some((mut report, before)) = self.busy.take() {
             report.rx_packets =
                 before.zip(netlane::lanes::busy::busy_poll_rx_packets()).map(|(b, a)| a.saturating_sub(b));
-            report.napi_ids = self
-                .path
-                .fds(self.sock)
+            report.napi_ids = polled(self.cfg, &self.path, self.sock)
                 .into_iter()
-                .map(|fd| netlane::sockopt::incoming_napi_id(fd).unwrap_or(0))
+                .map(|(what, fd)| (what, netlane::sockopt::incoming_napi_id(fd).ok()))
                 .collect();
             st.busy_poll = Some(report);
         }

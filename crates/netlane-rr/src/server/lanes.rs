@@ -35,6 +35,7 @@ pub(super) fn serve_lanes(
         steering.joined(l);
     }
     steering.sync(&map).map_err(io_err("write the reuseport selector's map"))?;
+    let busy_before = cfg.busy_poll.and_then(|_| netlane::lanes::busy::busy_poll_rx_packets());
     on_ready(local);
     let results: Vec<Result<ServerStats, ServerError>> = std::thread::scope(|s| {
         let handles: Vec<_> = socks
@@ -86,9 +87,12 @@ pub(super) fn serve_lanes(
         let all = st.busy_poll.get_or_insert_with(|| BusyPollReport { policy: b.policy.clone(), ..Default::default() });
         all.knobs
             .extend(b.knobs.iter().map(|k| netlane::lanes::Knob { name: format!("lane {i} {}", k.name), ..k.clone() }));
-        // Each lane counted the whole namespace over its own run.
-        all.rx_packets = all.rx_packets.max(b.rx_packets);
-        all.napi_ids.extend(&b.napi_ids);
+        all.napi_ids.extend(b.napi_ids.iter().map(|(what, id)| (format!("lane {i} {what}"), *id)));
+    }
+    if let Some(all) = &mut st.busy_poll {
+        // The namespace's count over the whole run, not a lane's.
+        all.rx_packets =
+            busy_before.zip(netlane::lanes::busy::busy_poll_rx_packets()).map(|(b, a)| a.saturating_sub(b));
     }
     let n = per.len().max(1) as f64;
     st.busy = if st.seconds > 0.0 { (st.cpu_s / (st.seconds * n)).min(1.0) } else { 0.0 };

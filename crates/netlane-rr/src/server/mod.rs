@@ -411,9 +411,10 @@ pub struct BusyPollReport {
     /// server's network namespace over the run (the kernel's `BusyPollRxPackets`; every
     /// reader of the namespace counts, not only this server); `None` when unreadable.
     pub rx_packets: Option<u64>,
-    /// The NAPI id of each socket the path read, at the end: what busy polling polls
-    /// (0: the kernel gave the socket none, so there was nothing to poll).
-    pub napi_ids: Vec<u32>,
+    /// The NAPI id of each socket busy polling concerned, at the end, by name: what
+    /// busy polling polls (0: the kernel gave the socket none, so there was nothing to
+    /// poll; null: it could not be read).
+    pub napi_ids: Vec<(String, Option<u32>)>,
 }
 
 /// How a server with lanes ran.

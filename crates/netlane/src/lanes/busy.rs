@@ -169,49 +169,60 @@ pub fn apply_epoll(epfd: BorrowedFd<'_>, bp: &BusyPoll) -> Knob {
 
 /// Sets `bp` on a socket that its reader drives by busy polling (an AF_XDP socket, or a
 /// UDP socket read without epoll's own polling): `SO_BUSY_POLL` (how long a receive call
-/// on it polls), `SO_BUSY_POLL_BUDGET` and, with `prefer`, `SO_PREFER_BUSY_POLL`; each
-/// read back. `what` names the socket in each knob (`queue 0`).
+/// on it polls) and, with `prefer`, `SO_PREFER_BUSY_POLL`, each read back; and
+/// `SO_BUSY_POLL_BUDGET` when it is not the kernel's default, which Linux takes but has no
+/// getsockopt for. `what` names the socket in each knob (`queue 0`). Raising the budget
+/// and preferring busy polling need CAP_NET_ADMIN.
 pub fn apply_socket_knobs(fd: BorrowedFd<'_>, bp: &BusyPoll, what: &str) -> Vec<Knob> {
     use netlane_sys::sockopt::get_int;
-    let read = |name| get_int(fd, libc::SOL_SOCKET, name).map(|v| v.to_string());
-    let knob = |name: &str, opt, wanted: String, set: std::io::Result<()>| {
+    let refused = |name: String, wanted: String, e: std::io::Error, eperm: &str| {
+        let why = match e.raw_os_error() {
+            Some(libc::EPERM) => format!("{e} ({eperm})"),
+            Some(libc::ENOPROTOOPT) => format!("{e} (a kernel built without busy polling)"),
+            _ => e.to_string(),
+        };
+        Knob::refused(name, wanted, why)
+    };
+    let read_back = |name: &str, opt, wanted: String, set: std::io::Result<()>, eperm: &str| {
         let name = format!("{what} {name}");
-        match set.map(|()| read(opt)) {
-            Ok(Ok(now)) if now == wanted => Knob::applied_as(name, wanted, now),
-            Ok(Ok(now)) => Knob::refused(name, wanted, format!("reads back {now}")),
-            // Some kernels set an option they do not read back (the budget).
-            Ok(Err(e)) if e.raw_os_error() == Some(libc::ENOPROTOOPT) => {
-                Knob::applied_as(name, wanted, "unreadable on this kernel")
-            }
-            Ok(Err(e)) => Knob::refused(name, wanted, format!("set, but reading it back failed: {e}")),
-            Err(e) => {
-                let why = match e.raw_os_error() {
-                    Some(libc::EPERM) => format!("{e} (raising it needs CAP_NET_ADMIN)"),
-                    Some(libc::ENOPROTOOPT) => format!("{e} (needs Linux 5.11)"),
-                    _ => e.to_string(),
-                };
-                Knob::refused(name, wanted, why)
-            }
+        match set.and_then(|()| get_int(fd, libc::SOL_SOCKET, opt).map(|v| v.to_string())) {
+            Ok(now) if now == wanted => Knob::applied_as(name, wanted, now),
+            Ok(now) => Knob::refused(name, wanted, format!("reads back {now}")),
+            Err(e) => refused(name, wanted, e, eperm),
         }
     };
-    let mut knobs = vec![
-        knob("SO_BUSY_POLL", libc::SO_BUSY_POLL, bp.usecs.to_string(), crate::sockopt::set_busy_poll(fd, bp.usecs)),
-        knob(
-            "SO_BUSY_POLL_BUDGET",
-            libc::SO_BUSY_POLL_BUDGET,
-            bp.budget.to_string(),
-            crate::sockopt::set_busy_poll_budget(fd, bp.budget),
-        ),
-    ];
+    let mut knobs = vec![read_back(
+        "SO_BUSY_POLL",
+        libc::SO_BUSY_POLL,
+        bp.usecs.to_string(),
+        crate::sockopt::set_busy_poll(fd, bp.usecs),
+        "older kernels need CAP_NET_ADMIN to raise it",
+    )];
+    if bp.budget != DEFAULT_BUDGET {
+        let name = format!("{what} SO_BUSY_POLL_BUDGET");
+        knobs.push(match crate::sockopt::set_busy_poll_budget(fd, bp.budget) {
+            Ok(()) => Knob::applied_as(name, bp.budget.to_string(), "set (Linux reads it back to no one)"),
+            Err(e) => refused(name, bp.budget.to_string(), e, "a budget above the default needs CAP_NET_ADMIN"),
+        });
+    }
     if bp.prefer {
-        knobs.push(knob(
+        knobs.push(read_back(
             "SO_PREFER_BUSY_POLL",
             libc::SO_PREFER_BUSY_POLL,
             "1".into(),
             crate::sockopt::set_prefer_busy_poll(fd, true),
+            "needs CAP_NET_ADMIN",
         ));
     }
     knobs
+}
+
+/// `BusyPollRxPackets` from a `net/netstat` text (its `TcpExt:` header and values lines).
+fn netstat_busy_poll(text: &str) -> Option<u64> {
+    let mut ext = text.lines().filter_map(|l| l.strip_prefix("TcpExt: "));
+    let (names, values) = (ext.next()?, ext.next()?);
+    let at = names.split_whitespace().position(|n| n == "BusyPollRxPackets")?;
+    values.split_whitespace().nth(at)?.parse().ok()
 }
 
 /// Packets the kernel's NAPI instances handed over while a reader busy polled them, in
@@ -220,17 +231,7 @@ pub fn apply_socket_knobs(fd: BorrowedFd<'_>, bp: &BusyPoll, what: &str) -> Vec<
 pub fn busy_poll_rx_packets() -> Option<u64> {
     // The thread's own view: /proc/net is the process's, whose first thread may be in
     // another namespace.
-    let text = std::fs::read_to_string("/proc/thread-self/net/netstat").ok()?;
-    let mut lines = text.lines();
-    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
-        let (Some(("TcpExt", names)), Some(("TcpExt", values))) = (names.split_once(": "), values.split_once(": "))
-        else {
-            continue;
-        };
-        let at = names.split_whitespace().position(|n| n == "BusyPollRxPackets")?;
-        return values.split_whitespace().nth(at)?.parse().ok();
-    }
-    None
+    netstat_busy_poll(&std::fs::read_to_string("/proc/thread-self/net/netstat").ok()?)
 }
 
 /// Sets `SO_PREFER_BUSY_POLL` (and `SO_BUSY_POLL_BUDGET`) on a socket of a lane with
@@ -248,8 +249,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_namespaces_busy_poll_count_reads() {
-        // Every kernel with busy polling (3.11 on) has the counter.
+    fn the_busy_poll_count_is_read_from_its_column() {
+        let text = "TcpExt: SyncookiesSent BusyPollRxPackets TCPAutoCorking\nTcpExt: 1 42 3\n\
+                    IpExt: InNoRoutes BusyPollRxPackets\nIpExt: 7 9\n";
+        assert_eq!(netstat_busy_poll(text), Some(42));
+        assert_eq!(netstat_busy_poll("TcpExt: A B\nTcpExt: 1 2\n"), None);
+        // This kernel has the counter (every kernel with busy polling, 3.11 on).
         assert!(busy_poll_rx_packets().is_some());
     }
 
