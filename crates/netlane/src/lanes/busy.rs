@@ -201,7 +201,7 @@ pub fn apply_socket_knobs(fd: BorrowedFd<'_>, bp: &BusyPoll, what: &str) -> Vec<
     if bp.budget != DEFAULT_BUDGET {
         let name = format!("{what} SO_BUSY_POLL_BUDGET");
         knobs.push(match crate::sockopt::set_busy_poll_budget(fd, bp.budget) {
-            Ok(()) => Knob::applied_as(name, bp.budget.to_string(), "set (Linux reads it back to no one)"),
+            Ok(()) => Knob::applied_as(name, bp.budget.to_string(), "set (Linux cannot read it back)"),
             Err(e) => refused(name, bp.budget.to_string(), e, "a budget above the default needs CAP_NET_ADMIN"),
         });
     }
