@@ -244,25 +244,26 @@ mod tests {
 
     #[test]
     fn an_option_of_the_file_that_conflicts_with_the_command_line_is_left_out() {
-        let f = File::new("threads = 2\nport = -1\n");
-        let argv = ["netlane", "kv", "serve", "--lanes", "1", "--config"].iter().map(OsString::from);
-        let argv: Vec<OsString> = argv.chain([f.0.clone().into_os_string()]).collect();
-        let argv = expand(&crate::Cli::command(), argv).unwrap();
+        let argv = with_file(&["kv", "serve", "--lanes", "1"], "threads = 2\nport = -1\n").unwrap();
         assert!(!argv.iter().any(|a| a.to_string_lossy().starts_with("--threads")), "{argv:?}");
         assert!(crate::Cli::try_parse_from(argv).is_ok());
         // The program's global options may be in the file too; an unknown key's error
         // names the whole command.
-        let f = File::new("verbose = 2\n");
-        let argv = ["netlane", "rr", "serve", "--config"].iter().map(OsString::from);
-        let argv = expand(&crate::Cli::command(), argv.chain([f.0.clone().into_os_string()]).collect()).unwrap();
+        let argv = with_file(&["rr", "serve"], "verbose = 2\n").unwrap();
         assert_eq!(crate::Cli::try_parse_from(argv).unwrap().verbose, 2);
-        let f = File::new("batchsize = 8\n");
-        let argv = ["netlane", "rr", "serve", "--config"].iter().map(OsString::from);
-        let e = expand(&crate::Cli::command(), argv.chain([f.0.clone().into_os_string()]).collect()).unwrap_err();
+        let e = with_file(&["rr", "serve"], "batchsize = 8\n").unwrap_err();
         assert!(
             e.to_string().contains("`batchsize` is not an option of `rr serve` (its options: listen, path,"),
             "{e}"
         );
+    }
+
+    /// `netlane WORDS... --config FILE` of the real command line, FILE holding `text`,
+    /// expanded.
+    fn with_file(words: &[&str], text: &str) -> Result<Vec<OsString>> {
+        let f = File::new(text);
+        let argv = ["netlane"].iter().chain(words).chain(&["--config"]).map(OsString::from);
+        expand(&crate::Cli::command(), argv.chain([f.0.clone().into_os_string()]).collect())
     }
 
     #[test]
