@@ -16,14 +16,6 @@ pub fn alone(lock: &'static std::sync::Mutex<()>) -> Alone {
     lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// One test at a time that runs `netlane clean` after leaving something behind on
-/// purpose: another such test's clean would otherwise remove it first, and this one's
-/// would not say so.
-pub fn one_clean_at_a_time() -> Alone {
-    static CLEAN: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    alone(&CLEAN)
-}
-
 pub fn netlane(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_netlane")).args(args).output().expect("run netlane")
 }
@@ -200,4 +192,21 @@ impl Started {
         self.child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
         (code, rest, err)
     }
+}
+
+/// Two namespaces `<label>-a` and `<label>-b` joined by a veth pair named `names`,
+/// addressed 10.`subnet`.0.1/24 and .2.
+pub fn veth_pair(label: &str, names: (&str, &str), subnet: u8) -> (netlane::topology::Netns, netlane::topology::Netns) {
+    use std::net::{IpAddr, Ipv4Addr};
+    let a = netlane::topology::Netns::create(&format!("{label}-a")).unwrap();
+    let b = netlane::topology::Netns::create(&format!("{label}-b")).unwrap();
+    let addr = |o| [(IpAddr::V4(Ipv4Addr::new(10, subnet, 0, o)), 24)];
+    let (aa, ba) = (addr(1), addr(2));
+    netlane::topology::veth_link(
+        netlane::topology::End { ns: &a, name: names.0, addrs: &aa },
+        netlane::topology::End { ns: &b, name: names.1, addrs: &ba },
+        1500,
+    )
+    .unwrap();
+    (a, b)
 }
