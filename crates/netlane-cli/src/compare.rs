@@ -43,10 +43,13 @@ fn parse_share(s: &str) -> Result<f64, String> {
     if (0.0..=10.0).contains(&v) { Ok(v) } else { Err(format!("{s}: must be 0% to 1000%")) }
 }
 
+/// The largest results document read (a full lab's is about half a megabyte).
+const MAX_RESULTS_BYTES: u64 = 64 << 20;
+
 /// A results document from a file, or from a report directory's results.json.
 fn read(path: &Path) -> Result<(String, Compared)> {
     let file = if path.is_dir() { path.join("results.json") } else { path.to_path_buf() };
-    let text = std::fs::read_to_string(&file).with_context(|| format!("read {}", file.display()))?;
+    let text = netlane::files::read_text(&file, MAX_RESULTS_BYTES)?;
     let doc = Compared::parse(&text).with_context(|| file.display().to_string())?;
     Ok((file.display().to_string(), doc))
 }

@@ -6,12 +6,15 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Args, Command};
 
 /// The id clap gives [`ConfigFile::config_file`].
 const ID: &str = "config_file";
+
+/// The largest options file read: a server's options fit in a few kilobytes.
+const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// How many times a counted flag (`verbose = 2`) may be repeated from a file.
 const MAX_COUNT: i64 = 8;
@@ -74,7 +77,7 @@ fn leaf<'a>(cmd: &'a Command, matches: &'a ArgMatches) -> (String, &'a Command, 
 /// The file's options as command-line arguments, each one the command line does not give:
 /// the leaf command's own (`cmd`), or the program's global ones (of `root`).
 fn options_from(path: &Path, name: &str, root: &Command, cmd: &Command, given: &ArgMatches) -> Result<Vec<OsString>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = netlane::files::read_text(path, MAX_FILE_BYTES)?;
     let table: toml::Table =
         toml::from_str(&text).map_err(|e| anyhow!("{}: {}", path.display(), syntax_error(&text, &e)))?;
     let mut out = Vec::new();
@@ -311,7 +314,7 @@ mod tests {
             ["netlane", "serve", "--config", "/nonexistent/netlane.toml"].iter().map(OsString::from).collect(),
         )
         .unwrap_err();
-        assert!(format!("{missing:#}").starts_with("reading /nonexistent/netlane.toml: "), "{missing:#}");
+        assert!(format!("{missing:#}").starts_with("open /nonexistent/netlane.toml: "), "{missing:#}");
     }
 
     #[test]

@@ -296,6 +296,6 @@ fn compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs() {
         format!("error: {}: a probe document: only a lab's or a bench's results compare", probe.display())
     );
     let o = netlane(&["compare", a1.to_str().unwrap(), dir.join("none").to_str().unwrap()]);
-    assert!(stderr(&o).starts_with(&format!("error: read {}: ", dir.join("none").display())), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with(&format!("error: open {}: ", dir.join("none").display())), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -44,6 +44,9 @@ pub enum LbError {
     /// A kernel operation failed.
     #[error(transparent)]
     Kernel(#[from] netlane::error::IoError),
+    /// A file (the configuration) could not be read.
+    #[error(transparent)]
+    File(#[from] netlane::files::ReadTextError),
     /// A namespace or interface problem.
     #[error(transparent)]
     Topology(#[from] TopologyError),

@@ -81,31 +81,7 @@ pub enum Event<'a> {
 /// device put in its place cannot stall the control loop), of at most
 /// [`MAX_CONFIG_BYTES`].
 pub fn read_config(path: &Path) -> Result<Config, LbError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(LbError::kernel(format!("open {}", path.display())))?;
-    let meta = file.metadata().map_err(LbError::kernel(format!("stat {}", path.display())))?;
-    if !meta.is_file() {
-        return Err(LbError::Invalid(format!("{} is not a regular file", path.display())));
-    }
-    if meta.len() > MAX_CONFIG_BYTES {
-        return Err(LbError::Invalid(format!(
-            "{} has {} bytes; a configuration may have at most {MAX_CONFIG_BYTES}",
-            path.display(),
-            meta.len()
-        )));
-    }
-    let mut text = String::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_string(&mut text)
-        .map_err(LbError::kernel(format!("read {}", path.display())))?;
-    if text.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(LbError::Invalid(format!("{} grew past {MAX_CONFIG_BYTES} bytes", path.display())));
-    }
+    let text = netlane::files::read_text(path, MAX_CONFIG_BYTES)?;
     Config::parse(&text).map_err(|e| LbError::Invalid(format!("{}: {e}", path.display())))
 }
 
@@ -557,7 +533,7 @@ mod tests {
         let big = dir.join("big.toml");
         std::fs::File::create(&big).unwrap().set_len(MAX_CONFIG_BYTES + 1).unwrap();
         let e = read_config(&big).unwrap_err().to_string();
-        assert!(e.contains("a configuration may have at most 67108864"), "{e}");
+        assert!(e.contains("has 67108865 bytes or more; at most 67108864 are read"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

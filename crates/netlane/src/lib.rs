@@ -33,6 +33,7 @@
 pub mod caps;
 pub mod cpus;
 pub mod error;
+pub mod files;
 pub mod installed;
 pub mod lanes;
 pub mod memory;
