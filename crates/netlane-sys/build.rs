@@ -21,6 +21,7 @@ const PROGRAMS: &[(&str, &str)] = &[
     ("lanes", "app_sock"),
     ("lanes", "app_class"),
     ("lanes", "queue_steer"),
+    ("lanes", "rxq_record"),
 ];
 
 fn main() {

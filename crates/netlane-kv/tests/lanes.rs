@@ -143,6 +143,71 @@ fn busy_polling_is_applied_to_every_lane_and_read_back() {
     server.stop();
 }
 
+/// Replies by transmit queue, as shares of everything sent meanwhile, while `conns`
+/// each make `turns` round trips; and the share of the connections on the lane owning
+/// receive queue 0 (from the lanes' counts: connections on each lane now).
+fn replies_by_queue(h: &TwoHosts, server: &Server, q0_napi: u32, conns: &mut [TcpStream], turns: usize) -> (f64, f64) {
+    let dev = h.rx_if.clone();
+    let read = || {
+        let d = dev.clone();
+        h.rx.run(move || netlane::nic::tx_queue_packets(&d)).unwrap().expect("per-queue counters")
+    };
+    let before = read();
+    let mut line = String::new();
+    for _ in 0..turns {
+        for s in conns.iter_mut() {
+            s.write_all(b"version\r\n").unwrap();
+            line.clear();
+            BufReader::new(&*s).read_line(&mut line).unwrap();
+            assert!(line.starts_with("VERSION "), "{line:?}");
+        }
+    }
+    let after = read();
+    let sent: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(sent.len(), 2, "two transmit queues: {sent:?}");
+    let total = sent.iter().sum::<u64>() as f64;
+    assert!(total >= (conns.len() * turns) as f64, "a reply per request at least: {sent:?}");
+    let v = server.lanes();
+    let on_q0: u64 = v.lanes.iter().filter(|l| l.napi_ids.contains(&q0_napi)).map(|l| l.connections).sum();
+    let all: u64 = v.lanes.iter().map(|l| l.connections).sum();
+    assert!(on_q0 > 0 && on_q0 < all, "the flows reach both queues: {v:?}");
+    eprintln!("replies by transmit queue {sent:?}; connections on rx-0's lane {on_q0} of {all}");
+    (sent[0] as f64 / total, on_q0 as f64 / all as f64)
+}
+
+#[test]
+fn replies_leave_by_the_transmit_queue_paired_with_their_receive_queue() {
+    if !privileged("replies_leave_by_the_transmit_queue_paired_with_their_receive_queue") {
+        return;
+    }
+    let h = hosts("kv-lanes-xps");
+    let (rx_index, dev) = (h.rx_index, h.rx_if.clone());
+    let q = h.rx.run(move || queues::discover(rx_index)).unwrap().unwrap();
+    let q0_napi = q.rx.iter().find(|r| r.queue == 0).expect("queue 0").napi_id;
+    let (outcome, mq) = h.rx.run(move || netlane::nic::set_mq(&dev)).unwrap();
+    let _mq = mq.unwrap_or_else(|| panic!("{outcome}"));
+    let mut cfg = config(&h, Steer::Acceptor, 2);
+    cfg.xps_rxqs = true;
+    let server = start(&h, cfg);
+    let addr = server.local_addr();
+    // As the veth leaves it: the queue TCP recorded is not the one the packets came on,
+    // and xps_rxqs sends most replies by queue 0 whichever queue their requests used.
+    let mut conns = connect(&h, addr, 32);
+    let (tx0, conns0) = replies_by_queue(&h, &server, q0_napi, &mut conns, 20);
+    assert!(tx0 > 0.7, "replies by tx-0 {tx0:.2}, connections on rx-0 {conns0:.2}");
+    drop(conns);
+    // With the receive queue recorded as a NIC driver does, each lane's replies leave by
+    // its own queue pair's transmit queue.
+    let recorder = h.rx.run(move || netlane::lanes::RecordedRxQueues::install(rx_index, 2)).unwrap().unwrap();
+    let mut conns = connect(&h, addr, 32);
+    let (tx0, conns0) = replies_by_queue(&h, &server, q0_napi, &mut conns, 20);
+    assert!((tx0 - conns0).abs() < 0.1, "replies by tx-0 {tx0:.2} against connections on rx-0 {conns0:.2}");
+    let (recorded, other) = recorder.counts().unwrap();
+    assert!(recorded > 32 * 20 && other == 0, "recorded {recorded}, left alone {other}");
+    drop(conns);
+    server.stop();
+}
+
 /// Runs the generator in the tx namespace for `secs` at `rate`, changing lanes with
 /// `change` meanwhile; every request offered must be answered.
 fn load_through_lane_changes(steer: Steer, change: impl FnOnce(&Server)) {

@@ -81,7 +81,8 @@ impl AsFd for XdpLink {
     }
 }
 
-/// A tc program attached with TCX (Linux 6.6) on an interface's egress; detached on drop.
+/// A tc program attached with TCX (Linux 6.6) on an interface's egress or ingress;
+/// detached on drop.
 #[derive(Debug)]
 pub struct TcxLink {
     _fd: OwnedFd,
@@ -92,6 +93,12 @@ impl TcxLink {
     /// network namespace), after any programs already there.
     pub fn attach_egress(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<TcxLink> {
         Ok(TcxLink { _fd: link_create(prog, ifindex, libbpf_sys::BPF_TCX_EGRESS, 0)? })
+    }
+
+    /// Attaches `prog` (a `SEC("tc")` program) to ingress of `ifindex` (in the caller's
+    /// network namespace), after any programs already there.
+    pub fn attach_ingress(prog: BorrowedFd<'_>, ifindex: u32) -> io::Result<TcxLink> {
+        Ok(TcxLink { _fd: link_create(prog, ifindex, libbpf_sys::BPF_TCX_INGRESS, 0)? })
     }
 }
 

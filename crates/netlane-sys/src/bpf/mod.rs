@@ -14,6 +14,8 @@
 //!   (cgroup), and the egress classifier that maps a mark to an htb class;
 //! - [`QueueSteer`]: ingress steering of a destination's flows into a queue group, the
 //!   NIC's classifier emulated on the wire side of a veth;
+//! - [`RxQueueRecord`]: a veth's receive queue recorded on each packet as a NIC driver
+//!   records it, for XPS by receive queue;
 //! - [`XdpLink`]/[`TcxLink`]: attachments that detach when dropped.
 //!
 //! The skeleton modules are generated code (libbpf-cargo): their `unsafe` is libbpf-rs's
@@ -50,6 +52,7 @@ skeleton!(reuseport_napi_skel, "lanes", "reuseport_napi");
 skeleton!(app_sock_skel, "lanes", "app_sock");
 skeleton!(app_class_skel, "lanes", "app_class");
 skeleton!(queue_steer_skel, "lanes", "queue_steer");
+skeleton!(rxq_record_skel, "lanes", "rxq_record");
 
 mod apps;
 mod balancer;
@@ -57,6 +60,7 @@ mod lab;
 mod link;
 mod reuseport;
 mod ring_select;
+mod rxq;
 mod steer;
 mod tagger;
 mod xsk;
@@ -70,6 +74,7 @@ pub use lab::{HEADER_LEN as PKTGEN_HEADER_LEN, LiveSender, PktGen, PktGenOptions
 pub use link::{TcxLink, XdpLink, XdpMode, enable_run_time_stats, program_run_stats};
 pub use reuseport::{REUSEPORT_MAX_NAPI_IDS, ReuseportNapi};
 pub use ring_select::RingSelect;
+pub use rxq::RxQueueRecord;
 pub use steer::{QueueSteer, STEER_MAX_RULES, SteerProto};
 pub use tagger::FlowTagger;
 pub use xsk::{MAX_QUEUES as XSK_MAX_QUEUES, XskDst, XskRedirect};

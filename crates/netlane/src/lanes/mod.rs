@@ -33,6 +33,7 @@ pub mod groups;
 pub mod map;
 pub mod queues;
 pub mod reuseport;
+pub mod txq;
 
 pub use apps::{AppCgroup, AppError, AppSpec, Shaper, ShapingPlan};
 pub use busy::{BusyPoll, Knob, KnobStatus};
@@ -40,3 +41,4 @@ pub use groups::{GroupRule, QueueGroups};
 pub use map::{LaneId, LaneMap, MapCounts, MapError, Move, Placement, Why};
 pub use queues::{DeviceQueues, RxQueue};
 pub use reuseport::ReuseportSteering;
+pub use txq::RecordedRxQueues;

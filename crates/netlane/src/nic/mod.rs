@@ -25,8 +25,9 @@ mod settings;
 pub use self::rss::{Rss, RssParts, RssSetting, RssTable, key_words, parse_key, set_rss};
 pub(crate) use self::settings::one_bit_mask;
 pub use self::settings::{
-    Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, rx_queues, set_bottleneck,
-    set_file, set_group, set_irq_cpus, try_settings, tx_queues, xps_cpus, xps_rxqs,
+    Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, rfs_flow_counts, rx_queues,
+    set_bottleneck, set_file, set_group, set_irq_cpus, set_mq, try_settings, tx_queue_packets, tx_queues, xps_cpus,
+    xps_rxqs,
 };
 
 /// The offloads [`show`] reports (those a fast path depends on).

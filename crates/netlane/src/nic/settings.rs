@@ -209,6 +209,26 @@ pub fn xps_rxqs(dev: &str) -> Result<Vec<FileSetting>, String> {
         .collect())
 }
 
+/// Receive flow steering's per-queue tables: `flows` entries shared out over `dev`'s
+/// receive queues (`rps_flow_cnt`; the kernel rounds each up to a power of two). RFS
+/// steers only while the global `net.core.rps_sock_flow_entries` is set too. An error
+/// when `dev` has no receive queues.
+pub fn rfs_flow_counts(dev: &str, flows: u32) -> Result<Vec<FileSetting>, String> {
+    let rx = rx_queues(dev);
+    if rx.is_empty() {
+        return Err(format!("{dev} has no receive queues under /sys/class/net/{dev}/queues"));
+    }
+    let each = (flows as usize / rx.len()).max(1);
+    Ok(rx
+        .into_iter()
+        .map(|i| FileSetting {
+            what: format!("rx-{i} rps_flow_cnt"),
+            rel: format!("queues/rx-{i}/rps_flow_cnt"),
+            value: each.to_string(),
+        })
+        .collect())
+}
+
 /// Writes `f` to `dev`'s file until the returned guard drops (`None` when refused).
 pub fn set_file(dev: &str, f: &FileSetting) -> (Outcome, Option<Held>) {
     let asked = format!("{} of {dev}: {}", f.what, f.value);
@@ -237,6 +257,48 @@ pub struct Bottleneck {
 /// device's default comes back); `None` when refused.
 pub fn set_bottleneck(dev: &str, b: &Bottleneck) -> (Outcome, Option<Held>) {
     let asked = format!("tbf root qdisc of {dev}: {} B/s, burst {} B, queue {} B", b.rate, b.burst, b.limit);
+    hold_root_qdisc(dev, "tbf", asked, |r, ifindex| r.add_tbf(ifindex, b.rate, b.burst, b.limit))
+}
+
+/// Makes mq `dev`'s root qdisc until the returned guard drops, which removes it: a child
+/// qdisc per transmit queue, each counting what leaves by its queue (read with
+/// [`tx_queue_packets`]); `None` when refused.
+pub fn set_mq(dev: &str) -> (Outcome, Option<Held>) {
+    hold_root_qdisc(dev, "mq", format!("mq root qdisc of {dev}"), |r, ifindex| r.add_root_qdisc(ifindex, "mq"))
+}
+
+/// Packets that left `dev` by each of its transmit queues (index: the queue), from the
+/// classes of its mq root qdisc ([`set_mq`]); an error when it has none.
+pub fn tx_queue_packets(dev: &str) -> Result<Vec<u64>, String> {
+    let mut r = Rtnl::open().map_err(|e| format!("open rtnetlink: {e}"))?;
+    let ifindex = r.link_index(dev).map_err(|e| reason(&e))?;
+    match r.root_qdisc(ifindex).map_err(|e| reason(&e))? {
+        Some((kind, _)) if kind == "mq" => {}
+        other => {
+            let kind = other.map_or_else(|| "noqueue".to_string(), |(k, _)| k);
+            return Err(format!("{dev}'s root qdisc is {kind}, not mq: no per-queue counters"));
+        }
+    }
+    let classes = r.class_stats(ifindex).map_err(|e| reason(&e))?;
+    // mq's class :i is transmit queue i - 1.
+    let queues = classes.iter().map(|((_, minor), _)| usize::from(*minor)).max().unwrap_or(0);
+    let mut out = vec![0; queues];
+    for ((_, minor), stats) in classes {
+        if let Some(slot) = usize::from(minor).checked_sub(1).and_then(|i| out.get_mut(i)) {
+            *slot = stats.packets;
+        }
+    }
+    Ok(out)
+}
+
+/// A root qdisc of `kind` made by `add` on `dev` (in this namespace), recorded before
+/// it is made and removed when the guard drops.
+fn hold_root_qdisc(
+    dev: &str,
+    kind: &str,
+    asked: String,
+    add: impl FnOnce(&mut Rtnl, u32) -> Result<(), crate::topology::netlink::NetlinkError>,
+) -> (Outcome, Option<Held>) {
     let mut r = match Rtnl::open() {
         Ok(r) => r,
         Err(err) => return (Outcome::refused(asked, format!("open rtnetlink: {err}")), None),
@@ -249,10 +311,8 @@ pub fn set_bottleneck(dev: &str, b: &Bottleneck) -> (Outcome, Option<Held>) {
         Ok(p) => p,
         Err(err) => return (Outcome::refused(asked, format!("find this namespace: {err}")), None),
     };
-    let change = Change::RootQdisc { place, ifindex, ifname: dev.to_string(), qdisc: "tbf".into() };
-    let made = Held::make(change, || {
-        r.add_tbf(ifindex, b.rate, b.burst, b.limit).map_err(|err| io::Error::other(reason(&err)))
-    });
+    let change = Change::RootQdisc { place, ifindex, ifname: dev.to_string(), qdisc: kind.into() };
+    let made = Held::make(change, || add(&mut r, ifindex).map_err(|err| io::Error::other(reason(&err))));
     match made {
         Ok(held) => {
             let now = root_qdisc_kind(dev).unwrap_or_else(|| "unreadable".into());

@@ -36,6 +36,9 @@ pub struct LaneRun {
     pub kernel: KernelCounters,
     /// Runs made before this one and discarded: the generator lagged in them.
     pub discarded: u32,
+    /// Packets the server's device sent by each transmit queue (empty where they are
+    /// not counted: on a testbed).
+    pub tx_queues: Vec<u64>,
 }
 
 /// One mode's round.
@@ -49,6 +52,9 @@ pub struct LaneRound {
     pub runs: Vec<LaneRun>,
     /// netlane's lanes at the end of the round.
     pub lanes: Option<LanesView>,
+    /// The rfs mode: RFS's settings as read back, and whether the device steers in
+    /// hardware (aRFS).
+    pub rfs: Option<String>,
 }
 
 impl Measured for LaneRun {
@@ -87,6 +93,24 @@ impl<'a> LaneSite<'a> {
         }
     }
 
+    /// An mq root qdisc on the server's device for a mode's round, counting each
+    /// transmit queue (a NIC's default; on one machine, and only for the modes' rounds:
+    /// the isolation part puts its own root qdisc there).
+    fn count_tx_queues(&self) -> Result<Option<netlane::installed::Held>> {
+        let Some(h) = self.local else { return Ok(None) };
+        let dev = self.device.clone();
+        let (asked, mq) = h.rx.run(move || netlane::nic::set_mq(&dev))?;
+        mq.map(Some).with_context(|| asked.to_string())
+    }
+
+    /// Packets sent by each of the server's device's transmit queues so far, where its
+    /// mq root qdisc counts them (on one machine).
+    fn tx_queues(&self) -> Result<Vec<u64>> {
+        let Some(h) = self.local else { return Ok(Vec::new()) };
+        let dev = self.device.clone();
+        h.rx.run(move || netlane::nic::tx_queue_packets(&dev))?.map_err(anyhow::Error::msg)
+    }
+
     /// The busy time of the server's machine and its kernel's counters, now (on one
     /// machine, of the whole machine: the generator's share included).
     fn readings(&self) -> Result<(SystemCpu, KernelCounters)> {
@@ -120,13 +144,18 @@ impl LanesBenchArgs {
             ..ServerConfig::default()
         };
         match mode {
-            Mode::Plain => ServerConfig { steer: Steer::RoundRobin, ..base },
-            Mode::Napi | Mode::NapiBusy | Mode::Reuseport => ServerConfig {
-                steer: if mode == Mode::Reuseport { Steer::Reuseport } else { Steer::Acceptor },
+            // RFS is the kernel's, set around the round (`rfs::hold`).
+            Mode::Plain | Mode::Rfs => ServerConfig { steer: Steer::RoundRobin, ..base },
+            Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy => ServerConfig {
+                steer: match mode {
+                    Mode::Reuseport => Steer::Reuseport,
+                    Mode::PlainBusy => Steer::RoundRobin,
+                    _ => Steer::Acceptor,
+                },
                 lane_device: Some(device.to_string()),
                 xps_rxqs: true,
-                busy_poll: (mode == Mode::NapiBusy).then_some(self.busy_poll),
-                napi: if mode == Mode::NapiBusy {
+                busy_poll: mode.busy_polls().then_some(self.busy_poll),
+                napi: if mode.busy_polls() {
                     NapiSettings {
                         defer_hard_irqs: self.napi_defer_hard_irqs,
                         gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
@@ -169,7 +198,7 @@ impl LanesBenchArgs {
         Ok(running)
     }
 
-    /// Puts the per-NAPI knobs napi-busy changed back to the kernel's defaults, so that
+    /// Puts the per-NAPI knobs the busy-polling modes changed back to the kernel's defaults, so that
     /// the modes after it run as they would alone.
     pub(crate) fn reset_napi(&self, h: &TwoHosts) -> Result<()> {
         if self.napi_defer_hard_irqs.is_none() && self.gro_flush_timeout.is_none() && self.irq_suspend_timeout.is_none()
@@ -210,9 +239,9 @@ impl LanesBenchArgs {
         let connections = cfg.connections;
         let once = || -> Result<LaneRun> {
             let cfg = cfg.clone();
-            let (cpu0, k0) = site.readings()?;
+            let ((cpu0, k0), q0) = (site.readings()?, site.tx_queues()?);
             let r = site.cache.run(&cfg)?;
-            let (cpu1, k1) = site.readings()?;
+            let ((cpu1, k1), q1) = (site.readings()?, site.tx_queues()?);
             Ok(LaneRun {
                 connections,
                 rate,
@@ -220,6 +249,7 @@ impl LanesBenchArgs {
                 busy_s: cpu0.delta(&cpu1).busy_s,
                 kernel: k0.delta(&k1),
                 discarded: 0,
+                tx_queues: q1.iter().zip(&q0).map(|(a, b)| a.saturating_sub(*b)).collect(),
             })
         };
         let progress = runner.progress();
@@ -241,9 +271,17 @@ impl LanesBenchArgs {
         turn: Turn,
     ) -> Result<LaneRound> {
         let who = mode.name();
+        // Held until the round ends, after its server stopped.
+        let rfs = match (mode, site.local) {
+            (Mode::Rfs, Some(h)) => Some(super::rfs::hold(h, self.rfs_flows)?),
+            (Mode::Rfs, None) => anyhow::bail!("rfs: only on one machine (net.core.rps_sock_flow_entries is global)"),
+            _ => None,
+        };
+        let _mq = site.count_tx_queues()?;
         let server = self.start(site, addr, mode)?;
         cache::warm_up(runner, turn, &site.cache, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
-        let mut out = LaneRound { mode, search: None, runs: Vec::new(), lanes: None };
+        let mut out =
+            LaneRound { mode, search: None, runs: Vec::new(), lanes: None, rfs: rfs.as_ref().map(|r| r.said.clone()) };
         if !self.no_search {
             let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
             let range = SearchConfig {
@@ -272,9 +310,10 @@ impl LanesBenchArgs {
             tracing::warn!("{who}: the cache server's lanes were not read back: {e:#}");
             None
         });
-        if let (Mode::NapiBusy, Some(h)) = (mode, site.local) {
+        if let (true, Some(h)) = (mode.busy_polls(), site.local) {
             self.reset_napi(h)?;
         }
+        drop(rfs);
         Ok(out)
     }
 }

@@ -8,11 +8,19 @@
 //! one interrupt per CPU); the generator's end sends without TSO so that TCP takes that
 //! NAPI path and every server socket has a NAPI id. Replies keep TSO and skip NAPI:
 //! their receive work runs in the server's send. The generator has a thread on each CPU,
-//! as the server has a worker on each.
+//! as the server has a worker on each. The server's end records each packet's receive
+//! queue as a NIC driver does (for `xps_rxqs`) and counts its transmit queues (mq).
 //!
 //! Modes, every one in every round, in rotating order:
 //! - `plain`: netlane's server, one worker per CPU, connections dealt round robin: half
 //!   of them on a worker whose CPU does not run their queue;
+//! - `plain-busy`: the talk's unmodified application with ADQ's other parts: plain
+//!   workers whose epolls busy poll, transmit queues paired with receive queues
+//!   (`xps_rxqs`), no NAPI-id placement (a worker's epoll polls whichever queue its
+//!   last connection came on);
+//! - `rfs`: plain workers with receive flow steering, the kernel's own answer (each
+//!   flow's protocol work moved to the CPU its worker last read it on; aRFS where the
+//!   device has ntuple filters);
 //! - `napi`: lanes, the acceptor hands each connection to the lane owning its
 //!   SO_INCOMING_NAPI_ID, the lane pinned to that queue's CPU;
 //! - `napi-busy`: the same, each lane's epoll busy polling (`--busy-poll`);
@@ -27,6 +35,7 @@ mod measure;
 mod options;
 mod plan;
 mod report;
+mod rfs;
 #[cfg(test)]
 pub(super) mod tests;
 
@@ -140,10 +149,10 @@ impl Scenario for LanesBenchArgs {
 
     fn runs(&self) -> usize {
         let per = 1 + usize::from(!self.no_search) + self.connections.len() * self.rates.len();
-        // A testbed leaves out memcached -N and the isolation part (and its device may
+        // A testbed leaves out memcached -N, rfs and the isolation part (and its device may
         // leave out the NAPI modes, which only the run finds out).
         let testbed = self.on.testbed.is_some();
-        let modes = self.modes.iter().filter(|m| !(testbed && **m == Mode::MemcachedN)).count();
+        let modes = self.modes.iter().filter(|m| !(testbed && m.this_machine_only())).count();
         let isolation = if self.no_isolation || testbed { 0 } else { 1 + 3 };
         (per * modes + isolation) * self.repeat as usize
     }
@@ -162,6 +171,12 @@ impl Scenario for LanesBenchArgs {
         // per reply).
         h.set_tx_tso(false)?;
         let placed_rx = netlane::topology::pin_napi_by_queue(&h.rx, h.rx_index, plan.cpus(Role::Napi))?;
+        // The server end's receive queue recorded as a NIC driver records it (a veth
+        // does not, and xps_rxqs would send every reply by queue 0).
+        let rx_index = h.rx_index;
+        let recorder =
+            h.rx.run(move || netlane::lanes::RecordedRxQueues::install(rx_index, LANES as u32))?
+                .context("record the server's receive queues")?;
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
         let site = LaneSite::two_hosts(&h, &plan);
         let mut runner = Runner::new(progress);
@@ -183,6 +198,7 @@ impl Scenario for LanesBenchArgs {
             },
         )?;
         drop(site);
+        drop(recorder);
         drop(h);
         Ok(self.report(&all, &iso, Some(&plan), &placed_rx, runner.into_records()))
     }
@@ -192,8 +208,9 @@ impl LanesBenchArgs {
     /// Refuses a testbed that lacks what this run needs: root and memcached on the server
     /// host, its `iface` (the lane device).
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
-        if self.modes.iter().all(|m| *m == Mode::MemcachedN) {
-            bail!("--modes memcached-n: not on a testbed (its net.core.busy_poll is global: this machine's to set)");
+        if self.modes.iter().all(|m| m.this_machine_only()) {
+            let named: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
+            bail!("--modes {}: not on a testbed (each sets a global sysctl, this machine's to set)", named.join(","));
         }
         // The reuseport mode's selector is a BPF program.
         let mut server = Needs { root: true, bpf: self.modes.contains(&Mode::Reuseport), ..Needs::default() };
@@ -222,10 +239,14 @@ impl LanesBenchArgs {
             local: None,
         };
         let mut this = self.clone();
-        this.modes.retain(|m| *m != Mode::MemcachedN);
+        this.modes.retain(|m| !m.this_machine_only());
         let mut left_out = Vec::new();
-        if this.modes.len() < self.modes.len() {
-            left_out.push("memcached-n (its net.core.busy_poll is global: this machine's to set)".to_string());
+        for m in self.modes.iter().filter(|m| m.this_machine_only()) {
+            left_out.push(format!(
+                "{} (its {} is global: this machine's to set)",
+                m.name(),
+                if *m == Mode::Rfs { "net.core.rps_sock_flow_entries" } else { "net.core.busy_poll" }
+            ));
         }
         left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
         // The file's NIC settings first: they may give the device its NAPI.
@@ -273,13 +294,13 @@ impl LanesBenchArgs {
         if !left_out.is_empty() {
             notes.push(format!("Left out on this testbed: {}.", left_out.join("; ")));
         }
-        if this.modes.contains(&Mode::NapiBusy)
+        if this.modes.iter().any(|m| m.busy_polls())
             && (self.napi_defer_hard_irqs.is_some()
                 || self.gro_flush_timeout.is_some()
                 || self.irq_suspend_timeout.is_some())
         {
             notes.push(format!(
-                "napi-busy's per-NAPI knobs set on {device}'s NAPI instances by the cache server on {} for its \
+                "The busy-polling modes' per-NAPI knobs set on {device}'s NAPI instances by the cache server on {} for its \
                  rounds, put back by it when it stops (by `netlane clean` there if it is killed).",
                 t.server.label()
             ));

@@ -17,6 +17,13 @@ use netlane_report::options::parse_positive_duration;
 pub enum Mode {
     /// netlane, workers dealt connections round robin (no alignment).
     Plain,
+    /// The unmodified application's ADQ: workers dealt connections round robin, each
+    /// worker's epoll busy polling, transmit queues paired with receive queues
+    /// (`xps_rxqs`); no NAPI-id placement.
+    PlainBusy,
+    /// The kernel's own steering: workers dealt connections round robin, with receive
+    /// flow steering (RFS) taking each flow's protocol work to its worker's CPU.
+    Rfs,
     /// netlane lanes, NAPI-id hand-off by the acceptor.
     Napi,
     /// netlane lanes, hand-off and per-epoll busy polling.
@@ -40,7 +47,17 @@ impl Mode {
 
     /// Whether its server's lanes own the device's NAPI instances.
     pub(crate) fn lane_device(self) -> bool {
-        matches!(self, Mode::Napi | Mode::NapiBusy | Mode::Reuseport)
+        matches!(self, Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy)
+    }
+
+    /// Whether it needs a global sysctl (so runs only where the lab runs).
+    pub(crate) fn this_machine_only(self) -> bool {
+        matches!(self, Mode::MemcachedN | Mode::Rfs)
+    }
+
+    /// Whether its workers busy poll (and so spin on their CPUs).
+    pub(crate) fn busy_polls(self) -> bool {
+        matches!(self, Mode::NapiBusy | Mode::PlainBusy)
     }
 }
 
@@ -52,7 +69,7 @@ pub struct LanesBenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "plain,napi,napi-busy,reuseport,memcached,memcached-n"
+        default_value = "plain,plain-busy,rfs,napi,napi-busy,reuseport,memcached,memcached-n"
     )]
     pub modes: Vec<Mode>,
     /// Connection counts of the fixed-rate runs (the talk: 300..4400, scaled to two CPUs);
@@ -80,17 +97,22 @@ pub struct LanesBenchArgs {
     /// Length of each search run.
     #[arg(long, default_value = "2s", value_parser = parse_positive_duration)]
     pub step: Duration,
-    /// Busy polling of the napi-busy mode: USECS, USECS,BUDGET or USECS,BUDGET,prefer.
+    /// Busy polling of the napi-busy and plain-busy modes: USECS, USECS,BUDGET or
+    /// USECS,BUDGET,prefer.
     #[arg(long, default_value = "50,8")]
     pub busy_poll: BusyPoll,
-    /// napi-busy: per-NAPI empty polls before interrupts are re-enabled (with
+    /// The rfs mode's flow table: entries of net.core.rps_sock_flow_entries (global),
+    /// shared out as each receive queue's rps_flow_cnt.
+    #[arg(long, default_value_t = 32768, value_parser = clap::value_parser!(u32).range(1..=1 << 26))]
+    pub rfs_flows: u32,
+    /// napi-busy and plain-busy: per-NAPI empty polls before interrupts are re-enabled (with
     /// --gro-flush-timeout, the lane's polling keeps the NAPI thread asleep).
     #[arg(long)]
     pub napi_defer_hard_irqs: Option<u32>,
-    /// napi-busy: per-NAPI GRO flush / watchdog timeout.
+    /// napi-busy and plain-busy: per-NAPI GRO flush / watchdog timeout.
     #[arg(long, value_parser = parse_positive_duration)]
     pub gro_flush_timeout: Option<Duration>,
-    /// napi-busy: per-NAPI IRQ suspension timeout (Linux 6.13+; needs prefer in
+    /// napi-busy and plain-busy: per-NAPI IRQ suspension timeout (Linux 6.13+; needs prefer in
     /// --busy-poll).
     #[arg(long, value_parser = parse_positive_duration)]
     pub irq_suspend_timeout: Option<Duration>,

@@ -3,7 +3,7 @@
 use crate::plan::{CpuPlan, Role};
 use crate::scenarios::{Heading, Sections, discarded_note};
 use crate::stats::repeat_flags;
-use crate::verdict::{Measure, Spec, join_headline, measured_and_target, measured_median, paired};
+use crate::verdict::{Measure, Spec, join_headline, measured_and_target, measured_median, paired, positive};
 use netlane_report::{
     Axis, Chart, ChartKind, Check, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
 };
@@ -17,6 +17,31 @@ const TITLE: &str =
 
 /// A mode's rounds, when the mode ran.
 type Find<'a> = dyn Fn(Mode) -> Option<&'a [LaneRound]> + 'a;
+
+/// Mode `a` against mode `b`, paired by round on `of`; skipped when either did not run.
+/// Busy-polling workers spin on their CPUs: beside the generator's threads (`plan`: this
+/// machine's, where they share CPUs) they take its time and the comparison would
+/// measure that, so it is not shown.
+fn pair_check(
+    spec: Spec,
+    (a, b): (Mode, Mode),
+    find: &Find<'_>,
+    plan: Option<&CpuPlan>,
+    of: impl Fn(&LaneRound) -> Measure,
+    what: &str,
+) -> Check {
+    let shared = plan.filter(|p| !p.apart(Role::Lane, Role::Generator));
+    match (find(a).zip(find(b)), shared.filter(|_| a.busy_polls() || b.busy_polls())) {
+        (Some(_), Some(plan)) => spec.not_shown(
+            plan.needs(&[Role::Lane, Role::Generator]),
+            plan.available(),
+            "busy-polling lanes and the generator's threads apart",
+            &plan.describe(),
+        ),
+        (Some((x, y)), None) => spec.evaluate(paired(x, y, of), what),
+        (None, _) => spec.skipped(format!("needs the {} and {} modes", a.name(), b.name())),
+    }
+}
 
 impl LanesBenchArgs {
     pub(crate) fn report(
@@ -36,8 +61,12 @@ impl LanesBenchArgs {
             self.sla_section(all, &find, plan, &mut out);
         }
         self.rates_section(all, &mut out);
-        self.tail_checks(&find, &mut out);
+        self.tail_checks(&find, plan, &mut out);
         self.placement_section(all, &mut out);
+        self.tx_queue_section(all, &mut out);
+        if let Some(rfs) = find(Mode::Rfs).and_then(<[LaneRound]>::last).and_then(|r| r.rfs.as_ref()) {
+            out.notes.push(format!("rfs ran with {rfs}."));
+        }
         if !iso.is_empty() {
             let (t, c, n) = super::isolation::report(self, iso);
             out.tables.push(t);
@@ -66,7 +95,7 @@ impl LanesBenchArgs {
         };
         format!(
             "{placed}. Modes: {}. \
-             Busy polling of napi-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
+             Busy polling of napi-busy and plain-busy: {}; memcached -N runs with net.core.busy_poll={} us. The key space ({} keys) is \
              stored before each mode's round. A rate of the search is decided by three runs of {} of five, or two that agree far from the bound.",
             self.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "),
             self.busy_poll,
@@ -106,7 +135,7 @@ impl LanesBenchArgs {
             y: Axis::numeric("requests/s", Unit::Count("requests/s".into()), Scale::Linear),
             series: vec![Series { name: "requests/s".into(), points }],
         });
-        let pairs: [(&str, String, f64, Mode, Mode); 3] = [
+        let pairs: [(&str, String, f64, Mode, Mode); 5] = [
             (
                 "lanes.aligned-throughput",
                 format!("NAPI-id lanes hold more requests/s within {} than plain workers (talk: +70%)", self.sla),
@@ -131,27 +160,32 @@ impl LanesBenchArgs {
                 Mode::Napi,
                 Mode::Reuseport,
             ),
+            (
+                "lanes.napi-id-change",
+                format!(
+                    "the NAPI-id change holds more within {} than busy-polling plain workers with paired queues, \
+                     the unmodified application's ADQ (talk: 10-15%)",
+                    self.sla
+                ),
+                1.1,
+                Mode::NapiBusy,
+                Mode::PlainBusy,
+            ),
+            (
+                "lanes.napi-over-rfs",
+                format!(
+                    "NAPI-id lanes hold more within {} than plain workers with RFS, the kernel's own steering",
+                    self.sla
+                ),
+                1.0,
+                Mode::Napi,
+                Mode::Rfs,
+            ),
         ];
-        // This machine's plan when its lanes and generator threads share CPUs.
-        let shared = plan.filter(|p| !p.apart(Role::Lane, Role::Generator));
         for (id, name, target, a, b) in pairs {
             let spec = Spec::at_least(id, name, target, "x");
-            // Busy-polling lanes spin on their CPUs: beside a generator's threads
-            // they take its time, and the comparison would measure that.
-            let spins = a == Mode::NapiBusy || b == Mode::NapiBusy;
-            out.checks.push(match (find(a).zip(find(b)), shared.filter(|_| spins)) {
-                (Some(_), Some(plan)) => spec.not_shown(
-                    plan.needs(&[Role::Lane, Role::Generator]),
-                    plan.available(),
-                    "busy-polling lanes and the generator's threads apart",
-                    &plan.describe(),
-                ),
-                (Some((x, y)), None) => spec.evaluate(
-                    paired(x, y, best),
-                    &format!("{} / {} requests/s within {}, per round", a.name(), b.name(), self.sla),
-                ),
-                (None, _) => spec.skipped(format!("needs the {} and {} modes", a.name(), b.name())),
-            });
+            let what = format!("{} / {} requests/s within {}, per round", a.name(), b.name(), self.sla);
+            out.checks.push(pair_check(spec, (a, b), find, plan, best, &what));
         }
     }
 
@@ -203,37 +237,58 @@ impl LanesBenchArgs {
         out.tables.push(t);
     }
 
-    /// The tail at the highest load of the first connection count, aligned vs plain.
-    fn tail_checks(&self, find: &Find<'_>, out: &mut Sections) {
+    /// The tail at the highest load of the first connection count: aligned against
+    /// plain, and the NAPI-id change against the unmodified application's ADQ.
+    fn tail_checks(&self, find: &Find<'_>, plan: Option<&CpuPlan>, out: &mut Sections) {
         let j = self.rates.len() - 1;
         fn p999(r: &LaneRun) -> Measure {
             latency("p99.9")(r)
         }
         type Of = fn(&LaneRun) -> Measure;
-        let tails: [(&str, &str, f64, Of); 3] = [
+        let (aligned, change) = ((Mode::Napi, Mode::Plain), (Mode::NapiBusy, Mode::PlainBusy));
+        type Tail = (&'static str, &'static str, f64, Of, (Mode, Mode));
+        let tails: [Tail; 4] = [
             (
                 "lanes.aligned-p999",
                 "NAPI-id lanes' p99.9 against plain workers' at the highest fixed rate (talk: -60%)",
                 0.4,
                 p999,
+                aligned,
             ),
-            ("lanes.aligned-mean", "NAPI-id lanes' mean latency against plain workers' (talk: -60%)", 0.4, mean),
+            (
+                "lanes.aligned-mean",
+                "NAPI-id lanes' mean latency against plain workers' (talk: -60%)",
+                0.4,
+                mean,
+                aligned,
+            ),
             (
                 "lanes.aligned-cpu",
                 "NAPI-id lanes spend less CPU per request than plain workers (no cross-CPU wake-ups)",
                 0.9,
                 cpu_per_request,
+                aligned,
+            ),
+            (
+                "lanes.napi-id-change-p999",
+                "the NAPI-id change lowers busy-polling workers' p99.9 at the highest fixed rate (talk: where the \
+                 tail shows it)",
+                1.0,
+                p999,
+                change,
             ),
         ];
-        for (id, name, target, f) in tails {
+        for (id, name, target, f, (a, b)) in tails {
             let spec = Spec::at_most(id, name, target, "x");
-            out.checks.push(match find(Mode::Napi).zip(find(Mode::Plain)) {
-                Some((x, y)) => spec.evaluate(
-                    paired(x, y, |r| r.runs.get(j).ok_or_else(|| "no run".to_string()).and_then(f)),
-                    &format!("napi / plain at {} connections, {}/s, per round", self.connections[0], self.rates[j]),
-                ),
-                None => spec.skipped("needs the napi and plain modes"),
-            });
+            let what = format!(
+                "{} / {} at {} connections, {}/s, per round",
+                a.name(),
+                b.name(),
+                self.connections[0],
+                self.rates[j]
+            );
+            let of = |r: &LaneRound| r.runs.get(j).ok_or_else(|| "no run".to_string()).and_then(f);
+            out.checks.push(pair_check(spec, (a, b), find, plan, of, &what));
         }
     }
 
@@ -269,6 +324,45 @@ impl LanesBenchArgs {
             }
         }
         out.tables.push(t);
+    }
+
+    /// Which transmit queue replies left by, at the highest fixed rate of the first
+    /// connection count (where the server's device counts them).
+    fn tx_queue_section(&self, all: &[Vec<LaneRound>], out: &mut Sections) {
+        let j = self.rates.len() - 1;
+        let queues = all.iter().flatten().filter_map(|r| r.runs.get(j)).map(|r| r.tx_queues.len()).max().unwrap_or(0);
+        if queues == 0 {
+            return;
+        }
+        let mut columns = vec![Column::new("mode", "mode", 0)];
+        columns.extend((0..queues).map(|q| Column::new(&format!("tx{q}"), &format!("tx-{q} %"), 1)));
+        let mut t = Table::new(
+            "lanes-txq",
+            format!(
+                "Packets the server sent by each transmit queue, {} connections, {}/s, medians of {} rounds",
+                self.connections[0], self.rates[j], self.repeat
+            ),
+            columns,
+        );
+        for (i, m) in self.modes.iter().enumerate() {
+            let rs: Vec<&LaneRun> = all[i].iter().filter_map(|x| x.runs.get(j)).collect();
+            let mut row = vec![Value::text(m.name())];
+            for q in 0..queues {
+                row.push(med(&rs, |r| {
+                    let total = positive(r.tx_queues.iter().sum::<u64>() as f64, "packets sent")?;
+                    Ok(r.tx_queues.get(q).copied().unwrap_or(0) as f64 * 100.0 / total)
+                }));
+            }
+            t.push(Row::new(row));
+        }
+        out.tables.push(t);
+        out.notes.push(
+            "Transmit queues: the server's veth end records each packet's receive queue as a NIC driver does (a veth \
+             records none, and xps_rxqs would then send nearly every reply by queue 0); with xps_rxqs (every netlane \
+             mode but plain and rfs) a lane's replies leave by the queue paired with the one its connections arrive \
+             on, without it by the flow's hash. The device's mq root qdisc counts each queue."
+                .to_string(),
+        );
     }
 
     /// Where the roles ran, and what sharing CPUs means for the figures.

@@ -29,8 +29,10 @@ fn round(mode: Mode, best: Option<f64>, p999_us: f64, lag: f64) -> LaneRound {
             busy_s: 2.0,
             kernel: KernelCounters::default(),
             discarded: 0,
+            tx_queues: vec![30_000, 30_000],
         }],
         lanes: None,
+        rfs: None,
     }
 }
 
@@ -103,6 +105,32 @@ fn busy_polling_beside_the_generator_is_not_shown_on_two_cpus() {
 }
 
 #[test]
+fn the_napi_id_change_and_rfs_are_paired_against_their_baselines() {
+    let mut a = args();
+    a.modes = vec![Mode::PlainBusy, Mode::NapiBusy, Mode::Rfs, Mode::Napi];
+    let rounds = [
+        vec![round(Mode::PlainBusy, Some(50_000.0), 2000.0, 0.0); 2],
+        vec![round(Mode::NapiBusy, Some(58_000.0), 1500.0, 0.0); 2],
+        vec![round(Mode::Rfs, Some(60_000.0), 1500.0, 0.0); 2],
+        vec![round(Mode::Napi, Some(54_000.0), 1200.0, 0.0); 2],
+    ];
+    // Two CPUs: the busy-polling pair spins beside the generator, not shown; RFS against
+    // NAPI-id lanes needs no spare CPU and is decided (here missed: RFS held more).
+    let r = a.report(&rounds, &[], Some(&two_cpus()), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.napi-id-change"), Outcome::NotShown);
+    assert_eq!(outcome(&r, "lanes.napi-id-change-p999"), Outcome::NotShown);
+    assert_eq!(outcome(&r, "lanes.napi-over-rfs"), Outcome::Missed);
+    let r = a.report(&rounds, &[], Some(&plan_on(&CpuTopology::uniform(1, 8, 1))), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.napi-id-change"), Outcome::Met, "58k / 50k = 1.16 >= 1.1");
+    assert_eq!(outcome(&r, "lanes.napi-id-change-p999"), Outcome::Met);
+    // Without its baseline a check is skipped, never decided.
+    a.modes = vec![Mode::NapiBusy, Mode::Napi];
+    let r = a.report(&[rounds[1].clone(), rounds[3].clone()], &[], None, &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.napi-id-change"), Outcome::Skipped);
+    assert_eq!(outcome(&r, "lanes.napi-over-rfs"), Outcome::Skipped);
+}
+
+#[test]
 fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow() {
     // 2 CPUs: a lane, its NAPI thread and a generator thread on each (as before the
     // plan); 8 and 64 (with SMT and two nodes): every role on CPUs of its own.
@@ -127,20 +155,20 @@ fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow()
 #[test]
 fn defaults_parse_and_count_their_runs() {
     let d = LanesBenchArgs::defaults();
-    assert_eq!(d.modes.len(), 6);
+    assert_eq!(d.modes.len(), 8);
     // Per round: warm-up, search and four fixed rates per mode; the isolation part's
     // warm-up and three cases.
-    assert_eq!(d.runs(), ((1 + 1 + 4) * 6 + 1 + 3) * 3);
+    assert_eq!(d.runs(), ((1 + 1 + 4) * 8 + 1 + 3) * 3);
     assert_eq!(d.busy_poll.to_string(), "50,8");
 }
 
 #[test]
 fn a_testbed_counts_no_runs_for_what_it_leaves_out() {
     let mut a = args();
-    a.modes = vec![Mode::Plain, Mode::MemcachedN];
+    a.modes = vec![Mode::Plain, Mode::MemcachedN, Mode::Rfs];
     a.no_isolation = false;
     // Per mode and round: a warm-up, the search, one fixed rate; the isolation part 4.
-    assert_eq!(a.runs(), (3 * 2 + 4) * 2);
+    assert_eq!(a.runs(), (3 * 3 + 4) * 2);
     a.on.testbed = Some("testbed.toml".into());
-    assert_eq!(a.runs(), 3 * 2, "memcached -N and the isolation part stay on one machine");
+    assert_eq!(a.runs(), 3 * 2, "memcached -N, rfs and the isolation part stay on one machine");
 }
