@@ -209,6 +209,12 @@ impl Spec {
         )
     }
 
+    /// Not shown on this machine for want of a device or kernel feature: `needs` says
+    /// what would show it, `found` what was measured here instead.
+    pub fn not_shown_for(&self, needs: &str, found: &str) -> Check {
+        self.finish(None, Outcome::NotShown, format!("needs {needs}; here {found}"))
+    }
+
     fn finish(&self, measured: Option<Measured>, outcome: Outcome, reason: String) -> Check {
         Check { id: self.id.clone(), name: self.name.clone(), target: self.target.clone(), measured, outcome, reason }
     }

@@ -594,3 +594,40 @@ fn af_xdp_busy_polls_with_every_option_read_back() {
         }
     }
 }
+
+#[test]
+fn per_napi_settings_are_read_back_while_serving_and_put_back_after() {
+    if !privileged("per_napi_settings_are_read_back_while_serving_and_put_back_after") {
+        return;
+    }
+    let h = hosts("rr-napi", 1500);
+    let rx_index = h.rx_index;
+    let napi_now = move || {
+        let mut nd = netlane::topology::netdev::Netdev::open().unwrap();
+        nd.napis(rx_index).unwrap().into_iter().map(|n| (n.defer_hard_irqs, n.gro_flush_timeout_ns)).collect::<Vec<_>>()
+    };
+    let before = h.rx.run(napi_now).unwrap();
+    let cfg = ServerConfig {
+        busy_poll: Some("50,8,prefer".parse().unwrap()),
+        napi: netlane::topology::netdev::NapiSettings {
+            defer_hard_irqs: Some(2),
+            gro_flush_timeout_ns: Some(20_000),
+            irq_suspend_timeout_ns: None,
+        },
+        ..server_cfg(&h, PathKind::Recvmmsg, false)
+    };
+    let (r, st) = exchange(&h, cfg, |a| population(a, 8, client(64, 256)));
+    assert_clean("deferred", &r);
+    // The device was found from the listen address; each of its instances read back.
+    assert!(!st.napi.is_empty() && st.napi.iter().all(netlane::lanes::Knob::applied), "{:?}", st.napi);
+    assert!(st.napi.iter().all(|k| k.to_string().contains("defer-hard-irqs=2")), "{:?}", st.napi);
+    assert_eq!(h.rx.run(napi_now).unwrap(), before, "put back when the server stopped");
+    // Without a device to name (every interface), the settings are refused in one line.
+    let cfg = ServerConfig {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        napi: netlane::topology::netdev::NapiSettings { defer_hard_irqs: Some(2), ..Default::default() },
+        ..ServerConfig::default()
+    };
+    let err = h.rx.run(move || server::serve(&cfg, &Stop::new().unwrap(), |_| {})).unwrap().unwrap_err();
+    assert!(err.to_string().contains("name it (`iface`)"), "{err}");
+}

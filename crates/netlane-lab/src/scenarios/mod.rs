@@ -360,7 +360,7 @@ fn servers_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
         }
         ScenarioName::Lanes => {
             let mut o = lanes::LanesBenchArgs::defaults();
-            // Eight modes with a search each: two rounds keep it near 16 minutes.
+            // Eight modes with a search each: two rounds take about 24 minutes.
             o.repeat = if p.quick { 1 } else { 2 };
             if p.quick {
                 o.modes = vec![lanes::Mode::Plain, lanes::Mode::Napi];

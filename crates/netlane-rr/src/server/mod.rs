@@ -18,6 +18,7 @@
 mod event_loop;
 mod handle;
 mod lanes;
+mod napi;
 mod paced;
 mod path;
 mod rawtx;
@@ -104,6 +105,11 @@ pub struct ServerConfig {
     /// with `prefer`, `SO_PREFER_BUSY_POLL` (interrupts stay off while the loop keeps
     /// polling, where the device defers them).
     pub busy_poll: Option<netlane::lanes::BusyPoll>,
+    /// Per-NAPI settings written to every NAPI instance of the device read (the lane
+    /// device, else `iface` or the one holding the listen address) at start and put back
+    /// when the server stops: with deferred interrupts a busy-polling server runs its
+    /// queue alone.
+    pub napi: netlane::topology::netdev::NapiSettings,
 }
 
 impl Default for ServerConfig {
@@ -125,6 +131,7 @@ impl Default for ServerConfig {
             lane_device: None,
             guard: GuardConfig::default(),
             busy_poll: None,
+            napi: netlane::topology::netdev::NapiSettings::default(),
         }
     }
 }
@@ -170,6 +177,15 @@ pub enum ServerError {
     /// A system call failed while setting up.
     #[error(transparent)]
     Io(#[from] netlane::error::IoError),
+    /// The per-NAPI settings could not be written.
+    #[error("per-NAPI settings on {dev}")]
+    Napi {
+        /// The device.
+        dev: String,
+        /// Why.
+        #[source]
+        source: netlane::topology::TopologyError,
+    },
     /// The server's thread ended without its result (it panicked), or before it was
     /// ready without an error.
     #[error("the server thread {0}")]
@@ -384,6 +400,10 @@ pub struct ServerStats {
     pub lanes: Option<LanesReport>,
     /// Busy polling: each knob as applied (read back) or refused, and what it did.
     pub busy_poll: Option<BusyPollReport>,
+    /// The per-NAPI settings, each applied (read back) or refused; empty when none were
+    /// asked for.
+    #[serde(default)]
+    pub napi: Vec<netlane::lanes::Knob>,
 }
 
 impl ServerStats {
@@ -493,9 +513,12 @@ pub fn serve_counted(
     // One key for every lane's cookies: a client whose datagrams move to another lane
     // keeps its cookie.
     let keys = std::collections::hash_map::RandomState::new();
-    if let Some(dev) = &cfg.lane_device {
-        return serve_lanes(cfg, dev, &keys, stop, live, on_ready);
-    }
-    let sock = bind(cfg, cfg.listen, false)?;
-    serve_on(cfg, sock, &keys, stop, live, on_ready)
+    // Held until the server stops, then put back.
+    let (napi, _changed) = napi::apply(cfg)?;
+    let mut stats = match &cfg.lane_device {
+        Some(dev) => serve_lanes(cfg, dev, &keys, stop, live, on_ready)?,
+        None => serve_on(cfg, bind(cfg, cfg.listen, false)?, &keys, stop, live, on_ready)?,
+    };
+    stats.napi = napi;
+    Ok(stats)
 }

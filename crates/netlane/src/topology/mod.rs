@@ -272,6 +272,10 @@ impl TwoHosts {
     pub const TX_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 1);
     /// IPv6 address of the rx host.
     pub const RX_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x77, 0, 0, 0, 0, 0, 2);
+    /// The tx host's end of the link (each host is a namespace of its own).
+    pub const TX_IF: &'static str = "tx0";
+    /// The rx host's end of the link.
+    pub const RX_IF: &'static str = "rx0";
 
     /// Builds the two namespaces and the link. `label` goes into the namespace names.
     pub fn create(label: &str, config: LinkConfig) -> Result<Self, TopologyError> {
@@ -283,7 +287,7 @@ impl TwoHosts {
         }
         let tx = Netns::create(&format!("{label}-tx"))?;
         let rx = Netns::create(&format!("{label}-rx"))?;
-        let (tx_if, rx_if) = ("tx0".to_string(), "rx0".to_string());
+        let (tx_if, rx_if) = (Self::TX_IF.to_string(), Self::RX_IF.to_string());
         let (tx_fd, rx_fd) = (std::os::fd::AsRawFd::as_raw_fd(&tx.fd()), std::os::fd::AsRawFd::as_raw_fd(&rx.fd()));
         // The request goes through the tx namespace's socket; both ends are placed
         // directly in their namespaces by fd.

@@ -247,6 +247,9 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Pace) {
             checks.push(self.pace_check(runs));
         }
+        if self.parts.contains(&Part::Busy) {
+            checks.extend(self.busy_checks(runs));
+        }
         checks
     }
 

@@ -81,27 +81,27 @@ impl<'a> RrSite<'a> {
 }
 
 impl RrBenchArgs {
-    /// A veth pair per MTU the modes use, in the order they first need it.
-    pub(super) fn networks(&self, modes: &[Mode]) -> Result<Vec<(u32, TwoHosts)>> {
-        let mut mtus: Vec<u32> = Vec::new();
+    /// A veth pair per MTU and queue count the modes use, in the order they first need it.
+    pub(super) fn networks(&self, modes: &[Mode]) -> Result<Vec<(Net, TwoHosts)>> {
+        let mut wanted: Vec<Net> = Vec::new();
         for m in modes {
-            if !mtus.contains(&m.mtu) {
-                mtus.push(m.mtu);
+            if !wanted.contains(&m.net()) {
+                wanted.push(m.net());
             }
         }
         let mut nets = Vec::new();
-        for mtu in mtus {
-            let h = TwoHosts::create("rr", self.link(mtu))?;
+        for net in wanted {
+            let h = TwoHosts::create("rr", self.link(net))?;
             self.clients_end().apply(&h.tx, &h.tx_if, h.tx_index)?;
-            nets.push((mtu, h));
+            nets.push((net, h));
         }
         Ok(nets)
     }
 
-    /// One run of `m`, said as `label`, on the site of its MTU. Corrupted or mismatched
-    /// responses stop the scenario: its figures would not be the server's.
-    pub(super) fn run_one(&self, sites: &[(u32, RrSite<'_>)], m: &Mode, label: &str) -> Result<RrRun> {
-        let site = &sites.iter().find(|(mtu, _)| *mtu == m.mtu).context("a network for the mode's MTU")?.1;
+    /// One run of `m`, said as `label`, on the site of its network. Corrupted or
+    /// mismatched responses stop the scenario: its figures would not be the server's.
+    pub(super) fn run_one(&self, sites: &[(Net, RrSite<'_>)], m: &Mode, label: &str) -> Result<RrRun> {
+        let site = &sites.iter().find(|(net, _)| *net == m.net()).context("a network for the mode")?.1;
         let r = exchange(site, m, self.server_cpu).with_context(|| format!("run {label}"))?;
         let c = &r.clients;
         if c.corrupt + c.mismatched > 0 {

@@ -17,12 +17,16 @@
 //!   against the UDP socket, with the receive path held at AF_XDP;
 //! - pace: TPACKET_V3 hands the server a block of requests and it answers them in one
 //!   burst; open-loop clients count how many of them one response wake-up finds ready
-//!   (a herd), unpaced against responses paced by `netlane::pace` (the talk's Q&A).
+//!   (a herd), unpaced against responses paced by `netlane::pace` (the talk's Q&A);
+//! - busy: recvmmsg and AF_XDP, each without and with busy polling (the ADQ talk's
+//!   receive alignment for the datagram service): latency, the server CPU, and how many
+//!   datagrams the server took from its queue by polling, with the NAPI id it polled.
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 //! Throughput and latency are measured by the clients, at the receiving side.
 
 mod agents;
+mod busy;
 mod checks;
 mod measure;
 mod options;
@@ -76,6 +80,8 @@ impl Scenario for RrBenchArgs {
             .int("retire-ms", u64::from(self.retire_ms))
             .int("pace-load", self.pace_load)
             .text("pace-headroom", self.pace_headroom.to_string())
+            .text("busy-poll", self.busy_poll.to_string())
+            .int("busy-load", self.busy_load)
             .duration("time", self.time)
             .duration("ramp", self.ramp)
             .int("repeat", u64::from(self.repeat))
@@ -110,7 +116,7 @@ impl Scenario for RrBenchArgs {
         }
         let modes = self.modes(SocketAddr::new(TwoHosts::RX_V4.into(), PORT));
         let nets = self.networks(&modes)?;
-        let sites: Vec<(u32, RrSite<'_>)> = nets.iter().map(|(mtu, h)| (*mtu, RrSite::two_hosts(h))).collect();
+        let sites: Vec<(Net, RrSite<'_>)> = nets.iter().map(|(net, h)| (*net, RrSite::two_hosts(h))).collect();
         let report = self.rounds(progress, &modes, &sites);
         drop(sites);
         drop(nets);
@@ -123,7 +129,7 @@ const PORT: u16 = 7070;
 
 impl RrBenchArgs {
     /// Every mode's rounds on `sites` (one per MTU).
-    fn rounds(&self, progress: &dyn Progress, modes: &[Mode], sites: &[(u32, RrSite<'_>)]) -> Result<ScenarioReport> {
+    fn rounds(&self, progress: &dyn Progress, modes: &[Mode], sites: &[(Net, RrSite<'_>)]) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
             modes.len(),
@@ -146,13 +152,23 @@ impl RrBenchArgs {
             }
             None => self.mtu,
         };
-        let (modes, left): (Vec<Mode>, Vec<Mode>) =
+        let (mut modes, left): (Vec<Mode>, Vec<Mode>) =
             self.modes(SocketAddr::new(t.server_addr(), PORT)).into_iter().partition(|m| m.mtu == mtu);
+        // Lanes own the receive queues of the server's interface (none named: no lanes).
+        let iface = t.server.spec.iface.clone();
+        let lanes_left = iface.is_none() && modes.iter().any(|m| m.server.lane_device.is_some());
+        modes.retain(|m| iface.is_some() || m.server.lane_device.is_none());
+        for m in modes.iter_mut().filter(|m| m.server.lane_device.is_some()) {
+            m.server.lane_device = iface.clone();
+        }
         if modes.is_empty() {
             bail!("no mode of the parts asked for runs at the MTU of the testbed server's interface ({mtu})");
         }
-        let clients = t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect();
-        let sites = [(mtu, RrSite { server: t.server.host(), clients })];
+        let site = || RrSite {
+            server: t.server.host(),
+            clients: t.clients.iter().map(|c| Agent { host: c.host(), cpus: c.pinned() }).collect(),
+        };
+        let sites = [((mtu, 1), site()), ((mtu, LANE_QUEUES), site())];
         let nic = t.hold_nic()?;
         let mut report = self.rounds(progress, &modes, &sites)?;
         report.notes.extend(nic.finish());
@@ -164,6 +180,14 @@ impl RrBenchArgs {
                 None => format!("the testbed names no server interface: MTU {mtu} is assumed"),
             };
             report.notes.insert(1, format!("Left out on this testbed ({why}): {}.", labels.join(", ")));
+        }
+        if lanes_left {
+            report.notes.insert(
+                1,
+                format!(
+                    "Left out on this testbed: {BUSY_LANES} (the testbed names no server interface for its lanes)."
+                ),
+            );
         }
         report.cpu_plan = t.cpu_plan(&[self.server_cpu]);
         Ok(report)

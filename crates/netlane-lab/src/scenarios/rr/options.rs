@@ -26,6 +26,9 @@ pub enum Part {
     Tx,
     /// Responses released in blocks, unpaced and paced: the clients woken together.
     Pace,
+    /// recvmmsg and AF_XDP with and without busy polling (`--busy-poll`), at an
+    /// open-loop load (`--busy-load`).
+    Busy,
 }
 
 impl Part {
@@ -38,7 +41,7 @@ impl Part {
 #[derive(Debug, Clone, Args)]
 pub struct RrBenchArgs {
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace,busy")]
     pub parts: Vec<Part>,
     /// Receive paths for the paths and wall parts.
     #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]
@@ -76,6 +79,13 @@ pub struct RrBenchArgs {
     /// spreads bursts without throttling the load).
     #[arg(long, default_value_t = 1.25)]
     pub pace_headroom: f64,
+    /// Busy polling of the busy part: USECS, USECS,BUDGET or USECS,BUDGET,prefer.
+    #[arg(long, default_value = "50,8")]
+    pub busy_poll: netlane::lanes::BusyPoll,
+    /// Open-loop request rate of the busy part (Poisson arrivals over the clients): a
+    /// server that is never idle never polls.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=1_000_000))]
+    pub busy_load: u64,
     /// Measured time per run.
     #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
     pub time: Duration,

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use netlane::cpus::CpuList;
+use netlane::topology::netdev::NapiSettings;
 use netlane::topology::{LinkConfig, RxTuning};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
@@ -42,6 +43,42 @@ pub(super) fn adaptive_label(clients: usize) -> String {
     format!("adaptive, {clients} clients")
 }
 
+/// The busy part's receive paths.
+pub(super) const BUSY_PATHS: [RxPathKind; 2] = [RxPathKind::Recvmmsg, RxPathKind::AfXdp];
+
+/// The busy part's lanes mode.
+pub(super) const BUSY_LANES: &str = "recvmmsg lanes busy polling";
+
+/// How the busy part's server of a path waits for requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wait {
+    /// Asleep in epoll until the NAPI thread hands it datagrams.
+    Sleep,
+    /// Busy polling before it sleeps.
+    Poll,
+    /// Busy polling with `prefer`, the device's interrupts deferred (per NAPI): the
+    /// server runs its queue's instance alone while it keeps finding requests.
+    Deferred,
+}
+
+impl Wait {
+    pub(super) const ALL: [Wait; 3] = [Wait::Sleep, Wait::Poll, Wait::Deferred];
+}
+
+/// The per-NAPI settings of the deferred mode: two empty polls before the device's
+/// interrupt comes back, and a 20 us watchdog (the timeout the hard-IRQ deferral's
+/// commit used) that polls the instance meanwhile when nobody else does.
+pub(super) const DEFERRED: NapiSettings =
+    NapiSettings { defer_hard_irqs: Some(2), gro_flush_timeout_ns: Some(20_000), irq_suspend_timeout_ns: None };
+
+pub(super) fn busy_label(p: RxPathKind, wait: Wait) -> String {
+    match wait {
+        Wait::Sleep => p.name().to_string(),
+        Wait::Poll => format!("{p} busy polling"),
+        Wait::Deferred => format!("{p} busy polling, deferred"),
+    }
+}
+
 pub(super) fn wall_label(p: RxPathKind, clients: usize) -> String {
     format!("{p} x{clients}")
 }
@@ -75,7 +112,18 @@ pub(super) struct Mode {
     pub(super) clients: ClientsConfig,
 }
 
+/// Receive queues of the veth pair a lanes mode runs on (one lane each).
+pub(super) const LANE_QUEUES: u32 = 2;
+
+/// The veth pair a mode runs on: its MTU and receive queues.
+pub(super) type Net = (u32, u32);
+
 impl Mode {
+    /// The veth pair it runs on: lanes need a queue each, every other mode one.
+    pub(super) fn net(&self) -> Net {
+        (self.mtu, if self.server.lane_device.is_some() { LANE_QUEUES } else { 1 })
+    }
+
     /// What its runs and flags are called: the part and the mode's label.
     pub(super) fn what(&self) -> String {
         format!("{} {}", self.part.name(), self.label)
@@ -145,6 +193,37 @@ impl RrBenchArgs {
                 let paced = ServerConfig { pace: Some(self.pace_options()), ..unpaced.clone() };
                 m(PACE[0].into(), self.mtu, unpaced, open.clone());
                 m(PACE[1].into(), self.mtu, paced, open);
+            }
+            Part::Busy => {
+                let c = ClientsConfig {
+                    load: Load::Open { rate: self.busy_load as f64 },
+                    client: ClientConfig { max_outstanding: 8, ..self.client(self.response) },
+                    ..clients(self.clients, self.response, self.time)
+                };
+                for p in BUSY_PATHS {
+                    for wait in Wait::ALL {
+                        let base = server(p, self.block);
+                        let cfg = match wait {
+                            Wait::Sleep => base,
+                            Wait::Poll => ServerConfig { busy_poll: Some(self.busy_poll), ..base },
+                            Wait::Deferred => ServerConfig {
+                                busy_poll: Some(netlane::lanes::BusyPoll { prefer: true, ..self.busy_poll }),
+                                napi: DEFERRED,
+                                ..base
+                            },
+                        };
+                        m(busy_label(p, wait), self.mtu, cfg, c.clone());
+                    }
+                }
+                // The datagram service's lanes: a socket per receive queue, each read by
+                // a thread that busy polls its own queue.
+                let lanes = ServerConfig {
+                    lane_device: Some(netlane::topology::TwoHosts::RX_IF.to_string()),
+                    cpu: None,
+                    busy_poll: Some(self.busy_poll),
+                    ..server(RxPathKind::Recvmmsg, self.block)
+                };
+                m(BUSY_LANES.to_string(), self.mtu, lanes, c);
             }
             Part::Tx => {
                 for size in TX_SIZES {
@@ -223,9 +302,10 @@ impl RrBenchArgs {
         self.modes("127.0.0.1:1".parse().expect("a literal address")).into_iter().map(|m| (m.part, m.label)).collect()
     }
 
-    /// The veth pair of `mtu`: one queue, the server end's NAPI threaded on the server CPU.
-    pub(super) fn link(&self, mtu: u32) -> LinkConfig {
-        LinkConfig { mtu, queues: 1, rx: RxTuning::threaded_napi_on(self.server_cpu) }
+    /// The veth pair `net`: its queues' NAPI threaded on the server CPU (lanes pin
+    /// themselves to their queues' CPUs: all on the server CPU too).
+    pub(super) fn link(&self, (mtu, queues): Net) -> LinkConfig {
+        LinkConfig { mtu, queues, rx: RxTuning::threaded_napi_on(self.server_cpu) }
     }
 
     /// The clients' end: threaded NAPI on the client CPU with GRO (UDP_GRO sockets still

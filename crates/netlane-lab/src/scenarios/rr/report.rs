@@ -14,7 +14,7 @@ use crate::verdict::{Measure, join_headline, measured_median, paired, positive};
 use super::*;
 
 /// The columns every part's table starts with, the first named `first`.
-fn columns(first: &str) -> Vec<Column> {
+pub(super) fn columns(first: &str) -> Vec<Column> {
     vec![
         Column::new("mode", first, 0),
         Column::new("responses_per_s", "responses/s", 0),
@@ -31,7 +31,7 @@ fn columns(first: &str) -> Vec<Column> {
 }
 
 /// A mode's row of [`columns`]: medians of its rounds.
-fn row(label: &str, rs: &[RrRun]) -> Row {
+pub(super) fn row(label: &str, rs: &[RrRun]) -> Row {
     Row::new(vec![
         Value::text(label),
         med(rs, throughput),
@@ -80,10 +80,13 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Pace) {
             self.pace_section(&runs, &mut out);
         }
+        if self.parts.contains(&Part::Busy) {
+            self.busy_section(&runs, &mut out);
+        }
         out.tables.extend(agents_table(modes, all));
         out.checks = self.checks(&runs);
         let heading = Heading {
-            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing"
+            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing, busy polling"
                 .into(),
             description: self.description(),
             headline: self.headline(&out.checks, modes.len()),

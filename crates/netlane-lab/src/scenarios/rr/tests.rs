@@ -33,6 +33,38 @@ fn run(responses_per_s: f64, p50_ns: u64, busy_s: f64) -> RrRun {
     }
 }
 
+/// `r` from a server that busy polled `napi_id`, taking `polled` datagrams that way.
+fn busy(mut r: RrRun, polled: u64, napi_id: u32) -> RrRun {
+    r.server.counters.frames = r.server.counters.responses;
+    r.server.busy_poll = Some(netlane_rr::server::BusyPollReport {
+        policy: "50,8".into(),
+        rx_packets: Some(polled),
+        napi_ids: vec![("queue 0".into(), Some(napi_id))],
+        ..Default::default()
+    });
+    r
+}
+
+/// `r` from a server with two lanes (NAPI ids 4100 and 4101), busy polling; lane 1's
+/// socket ended on `lane1_polled`.
+fn lanes(r: RrRun, lane1_polled: u32) -> RrRun {
+    let mut r = busy(r, 100_000, 4100);
+    let lane = |i: usize, id: u32| netlane_rr::server::RrLane {
+        lane: i,
+        napi_ids: vec![id],
+        frames: 1000,
+        ..Default::default()
+    };
+    r.server.lanes = Some(netlane_rr::server::LanesReport {
+        device: "rx0".into(),
+        lanes: vec![lane(0, 4100), lane(1, 4101)],
+        ..Default::default()
+    });
+    r.server.busy_poll.as_mut().unwrap().napi_ids =
+        vec![("lane 0 service socket".into(), Some(4100)), ("lane 1 service socket".into(), Some(lane1_polled))];
+    r
+}
+
 fn herd(mut r: RrRun, woken_in_herds: u64) -> RrRun {
     r.clients.wakeups = r.clients.responses / 2;
     r.clients.woken_sockets = r.clients.responses;
@@ -58,6 +90,8 @@ fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
                 l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
                 l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
                 l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
+                l if l.contains("lanes") => lanes(run(60_000.0, 800_000, 2.0), 4101),
+                l if l.contains("busy polling") => busy(run(60_000.0, 800_000, 2.0), 100_000, 4100),
                 "unpaced" => herd(run(20_000.0, 1_000_000, 0.5), 8_000),
                 "paced" => herd(run(20_000.0, 1_800_000, 0.5), 100),
                 _ => run(60_000.0, 1_000_000, 1.5),
@@ -158,4 +192,41 @@ fn a_block_holds_about_what_it_is_sized_for() {
         let (bytes, holds) = v3_block_for(n, 512, false);
         assert!(holds >= n && (bytes as usize).is_multiple_of(netlane_sys::packet::page_size()));
     }
+}
+
+#[test]
+fn busy_polling_counts_only_where_it_polled_and_is_not_shown_without_a_napi_id() {
+    let outcome = |r: &ScenarioReport, id: &str| r.checks.iter().find(|c| c.id == id).unwrap().clone();
+    // Good rounds: 0.8 ms against 1 ms, both paths met.
+    let r = report_with("none", run(0.0, 0, 0.0));
+    assert_eq!(outcome(&r, "rr.busy-poll-recvmmsg-p50").outcome, Outcome::Met);
+    assert_eq!(outcome(&r, "rr.busy-poll-af-xdp-p50").outcome, Outcome::Met);
+    // A busy run that took nothing by polling proves nothing: invalid, never met.
+    let r = report_with("recvmmsg busy polling", busy(run(60_000.0, 800_000, 2.0), 0, 4100));
+    let c = outcome(&r, "rr.busy-poll-recvmmsg-p50");
+    assert_eq!(c.outcome, Outcome::Invalid, "{}", c.reason);
+    assert!(c.reason.contains("took 0.00%"), "{}", c.reason);
+    // A socket without a NAPI id had nothing to poll: not shown here, and why.
+    let r = report_with("af-xdp busy polling", busy(run(60_000.0, 800_000, 2.0), 0, 0));
+    let c = outcome(&r, "rr.busy-poll-af-xdp-p50");
+    assert_eq!(c.outcome, Outcome::NotShown, "{}", c.reason);
+    assert!(c.reason.contains("NAPI ids were queue 0: 0") && c.reason.contains("veth"), "{}", c.reason);
+    // The table shows the polled share.
+    let t = r.tables.iter().find(|t| t.name == "rr-busy").expect("the busy table");
+    assert_eq!(t.rows.len(), 7);
+    // Deferred interrupts that the kernel refused leave the deferred check invalid.
+    let mut refused = busy(run(60_000.0, 800_000, 2.0), 100_000, 4100);
+    refused.server.napi = vec![netlane::lanes::Knob {
+        name: "napi 4100".into(),
+        wanted: "defer-hard-irqs=2".into(),
+        status: netlane::lanes::KnobStatus::Refused { reason: "EPERM".into() },
+    }];
+    let r = report_with("recvmmsg busy polling, deferred", refused);
+    let c = outcome(&r, "rr.busy-poll-deferred-recvmmsg-p50");
+    assert_eq!(c.outcome, Outcome::Invalid, "{}", c.reason);
+    assert_eq!(outcome(&r, "rr.busy-poll-recvmmsg-p50").outcome, Outcome::Met);
+    // A lane whose socket ended on another lane's queue: half the lanes poll their own.
+    let r = report_rounds("recvmmsg lanes busy polling", lanes(run(60_000.0, 800_000, 2.0), 4100), true);
+    let c = outcome(&r, "rr.lanes-busy-poll-own-queue");
+    assert_eq!((c.outcome, c.measured.map(|m| m.median)), (Outcome::Missed, Some(0.5)), "{}", c.reason);
 }
