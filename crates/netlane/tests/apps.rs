@@ -1,7 +1,8 @@
 //! Per-application priority and shaping in real cgroups and namespaces (needs root):
 //! every socket of a process in an application's cgroup gets its priority and mark;
 //! htb classes fed by the mark classifier hold each application between its guaranteed
-//! and its highest rate, measured at the receiver.
+//! and its highest rate, measured at the receiver; a hundred applications each have
+//! their own class, and their traffic lands in it.
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener};
@@ -308,4 +309,54 @@ fn each_application_s_flows_land_on_its_queue_group() {
     }
     let (steered, _) = groups.counts().unwrap();
     assert!(steered >= 128, "every packet of the 64 flows was steered, counted {steered}");
+}
+
+/// Beyond tc's 16 traffic classes: 100 applications, each with its class in the kernel,
+/// and every datagram of each (marked as its cgroup program marks it) counted in its
+/// own class and nowhere else.
+#[test]
+fn a_hundred_applications_each_get_their_own_class_in_the_kernel() {
+    if !netlane_testkit::privileged("a_hundred_applications_each_get_their_own_class_in_the_kernel") {
+        return;
+    }
+    const MB: u64 = 1_000_000;
+    const APPS: u32 = 100;
+    let hosts = TwoHosts::create("apps-100", LinkConfig::default()).unwrap();
+    let specs: Vec<AppSpec> = (1..=APPS)
+        .map(|i| AppSpec {
+            name: format!("app-{i}"),
+            priority: i % 16,
+            mark: 0x1000 + i,
+            min_rate: MB,
+            max_rate: 100 * MB,
+            htb_prio: i % 8,
+        })
+        .collect();
+    let plan = apps::plan(125 * MB, &specs).unwrap();
+    let ifindex = hosts.tx_index;
+    let mut shaper = hosts.tx.run(move || Shaper::install(ifindex, plan)).unwrap().unwrap();
+    assert_eq!(shaper.backend(), ShapingBackend::Htb);
+    // Application i sends i datagrams, so that each class's count names its sender.
+    let dst = SocketAddr::new(TwoHosts::RX_V4.into(), 9400);
+    hosts
+        .tx
+        .run(move || {
+            for i in 1..=APPS {
+                let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+                s.set_mark(0x1000 + i).unwrap();
+                for _ in 0..i {
+                    s.send_to(b"classified", &dst.into()).unwrap();
+                }
+            }
+        })
+        .unwrap();
+    let classes = shaper.classes().unwrap();
+    for i in 1..=APPS {
+        let c = classes.iter().find(|c| c.app == format!("app-{i}")).unwrap_or_else(|| panic!("no class of app-{i}"));
+        assert_eq!(c.stats.packets, u64::from(i), "app-{i} in class {}: {classes:?}", c.class);
+    }
+    let (classified, _) = shaper.classified().unwrap().expect("htb counts what it classifies");
+    assert!(classified >= u64::from(APPS * (APPS + 1) / 2), "{classified}");
+    drop(shaper);
+    assert_eq!(hosts.egress_qdisc().unwrap().0, "noqueue", "the shaper's qdisc is removed on drop");
 }
