@@ -272,6 +272,26 @@ pub fn netdev_napi() -> Support {
     }
 }
 
+/// Threaded NAPI busy polling (the instance's kernel thread polls without sleeping:
+/// netdev netlink's `napi-set threaded busy-poll`), tried on a threaded veth in scratch
+/// namespaces. Needs root.
+pub fn napi_threaded_busy_poll() -> Support {
+    use crate::topology::{LinkConfig, RxTuning, TwoHosts};
+    if !crate::topology::have_privileges() {
+        return Support::Unknown("trying it makes scratch network namespaces: run the probe as root".into());
+    }
+    let h = match TwoHosts::create("probe-napi", LinkConfig { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi() }) {
+        Ok(h) => h,
+        Err(e) => return Support::Unknown(format!("could not check: {}", crate::error::chain(&e))),
+    };
+    let ifindex = h.rx_index;
+    match h.rx.run(move || crate::lanes::queues::try_threaded_busy_poll(ifindex)) {
+        Ok(Ok(said)) => Support::Supported(said),
+        Ok(Err(why)) => Support::Unsupported(why),
+        Err(e) => Support::Unknown(format!("could not check: {}", crate::error::chain(&e))),
+    }
+}
+
 /// AF_XDP sockets (an `AF_XDP` socket made; binding one needs a device and a UMEM).
 pub fn af_xdp() -> Support {
     match socket2::Socket::new(socket2::Domain::from(libc::AF_XDP), socket2::Type::RAW, None) {
@@ -427,6 +447,7 @@ pub fn probe_all() -> ProbeReport {
         Feature { name: "tpacket-v3", support: tpacket_v3() },
         Feature { name: "btf", support: btf() },
         Feature { name: "netdev-napi", support: netdev_napi() },
+        Feature { name: "napi-threaded-busy-poll", support: napi_threaded_busy_poll() },
         Feature { name: "memlock", support: memlock() },
     ];
     let mut features = features;

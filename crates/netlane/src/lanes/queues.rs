@@ -293,3 +293,25 @@ pub fn apply_xps_rxqs(dev: &str, rx_queues: usize) -> Applied {
     }
     Applied { knobs: out, held }
 }
+
+/// Whether the kernel lets interface `ifindex`'s first NAPI instance (in this namespace)
+/// be polled by its thread without sleeping: set, read back, and put back as it was.
+/// What the kernel said, either way.
+pub fn try_threaded_busy_poll(ifindex: u32) -> Result<String, String> {
+    use crate::topology::netdev::NapiThreaded;
+    let mut nd = Netdev::open().map_err(|e| format!("netdev netlink: {}", crate::error::chain(&e)))?;
+    let napis = nd.napis(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    let n = napis.first().ok_or("the device has no NAPI instance")?;
+    let was = n.threaded.ok_or("napi-get does not say how an instance is polled (needs Linux 6.17+)")?;
+    nd.napi_set_threaded(n.id, NapiThreaded::BusyPoll)
+        .map_err(|e| format!("napi-set threaded=busy-poll refused: {}", crate::error::chain(&e)))?;
+    let now = nd.napis(ifindex).ok().and_then(|v| v.into_iter().find(|x| x.id == n.id)).and_then(|x| x.threaded);
+    let back = nd.napi_set_threaded(n.id, was);
+    match (now, back) {
+        (Some(NapiThreaded::BusyPoll), Ok(())) => {
+            Ok("a NAPI instance's thread set to busy poll, read back, put back".into())
+        }
+        (now, Ok(())) => Err(format!("napi-set threaded=busy-poll was taken but reads back as {now:?}")),
+        (_, Err(e)) => Err(format!("set, but could not be put back: {}", crate::error::chain(&e))),
+    }
+}

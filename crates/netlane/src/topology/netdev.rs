@@ -44,6 +44,7 @@ const NETDEV_A_NAPI_PID: u16 = 4;
 const NETDEV_A_NAPI_DEFER_HARD_IRQS: u16 = 5;
 const NETDEV_A_NAPI_GRO_FLUSH_TIMEOUT: u16 = 6;
 const NETDEV_A_NAPI_IRQ_SUSPEND_TIMEOUT: u16 = 7;
+const NETDEV_A_NAPI_THREADED: u16 = 8;
 
 const NETDEV_A_QUEUE_ID: u16 = 1;
 const NETDEV_A_QUEUE_IFINDEX: u16 = 2;
@@ -76,6 +77,35 @@ pub struct Napi {
     pub gro_flush_timeout_ns: Option<u64>,
     /// How long interrupts stay suspended while the application finds events, ns (6.13+).
     pub irq_suspend_timeout_ns: Option<u64>,
+    /// How it is polled, where the kernel says (6.17+).
+    pub threaded: Option<NapiThreaded>,
+}
+
+/// How a NAPI instance is polled: in softirq context, by a kernel thread of its own, or
+/// by that thread busy polling without sleeping (netdev netlink's `napi-threaded`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NapiThreaded {
+    /// In softirq context.
+    Disabled,
+    /// By its kernel thread, woken by the device.
+    Enabled,
+    /// By its kernel thread, polling without sleeping.
+    BusyPoll,
+}
+
+impl NapiThreaded {
+    fn code(self) -> u32 {
+        match self {
+            NapiThreaded::Disabled => 0,
+            NapiThreaded::Enabled => 1,
+            NapiThreaded::BusyPoll => 2,
+        }
+    }
+
+    fn from_code(c: u32) -> Option<NapiThreaded> {
+        [NapiThreaded::Disabled, NapiThreaded::Enabled, NapiThreaded::BusyPoll].into_iter().find(|t| t.code() == c)
+    }
 }
 
 /// Which way a queue carries packets.
@@ -219,6 +249,13 @@ impl Netdev {
         self.sock.call(&format!("set NAPI {napi_id}'s settings"), NETDEV_CMD_NAPI_SET, a, false)?;
         Ok(())
     }
+
+    /// Sets how NAPI instance `napi_id` is polled (Linux 6.17+ for a single instance).
+    pub fn napi_set_threaded(&mut self, napi_id: u32, mode: NapiThreaded) -> Result<(), NetlinkError> {
+        let a = vec![Attr::U32(NETDEV_A_NAPI_ID, napi_id), Attr::U32(NETDEV_A_NAPI_THREADED, mode.code())];
+        self.sock.call(&format!("set NAPI {napi_id} threaded {mode:?}"), NETDEV_CMD_NAPI_SET, a, false)?;
+        Ok(())
+    }
 }
 
 /// One `napi-get` reply; `None` when it has no id or belongs to another device.
@@ -230,6 +267,7 @@ fn parse_napi(raw: &[u8], ifindex: u32) -> Option<Napi> {
         defer_hard_irqs: None,
         gro_flush_timeout_ns: None,
         irq_suspend_timeout_ns: None,
+        threaded: None,
     };
     let (mut id, mut dev) = (None, None);
     for (kind, v) in attrs(raw) {
@@ -241,6 +279,7 @@ fn parse_napi(raw: &[u8], ifindex: u32) -> Option<Napi> {
             NETDEV_A_NAPI_DEFER_HARD_IRQS => n.defer_hard_irqs = attr_u32(v),
             NETDEV_A_NAPI_GRO_FLUSH_TIMEOUT => n.gro_flush_timeout_ns = attr_uint(v),
             NETDEV_A_NAPI_IRQ_SUSPEND_TIMEOUT => n.irq_suspend_timeout_ns = attr_uint(v),
+            NETDEV_A_NAPI_THREADED => n.threaded = attr_u32(v).and_then(NapiThreaded::from_code),
             _ => {}
         }
     }

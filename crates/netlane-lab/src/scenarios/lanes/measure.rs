@@ -146,7 +146,7 @@ impl LanesBenchArgs {
         match mode {
             // RFS is the kernel's, set around the round (`rfs::hold`).
             Mode::Plain | Mode::Rfs => ServerConfig { steer: Steer::RoundRobin, ..base },
-            Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy => ServerConfig {
+            Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy | Mode::ThreadedBusy => ServerConfig {
                 steer: match mode {
                     Mode::Reuseport => Steer::Reuseport,
                     Mode::PlainBusy => Steer::RoundRobin,
@@ -154,8 +154,9 @@ impl LanesBenchArgs {
                 },
                 lane_device: Some(device.to_string()),
                 xps_rxqs: true,
-                busy_poll: mode.busy_polls().then_some(self.busy_poll),
-                napi: if mode.busy_polls() {
+                // The threaded mode's polling is its NAPI threads', set by the lab.
+                busy_poll: (mode.busy_polls() && mode != Mode::ThreadedBusy).then_some(self.busy_poll),
+                napi: if mode.busy_polls() && mode != Mode::ThreadedBusy {
                     NapiSettings {
                         defer_hard_irqs: self.napi_defer_hard_irqs,
                         gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
@@ -278,6 +279,10 @@ impl LanesBenchArgs {
             _ => None,
         };
         let _mq = site.count_tx_queues()?;
+        let _threaded = match (mode, site.local) {
+            (Mode::ThreadedBusy, Some(h)) => Some(super::threaded::BusyPollingThreads::set(h)?),
+            _ => None,
+        };
         let server = self.start(site, addr, mode)?;
         cache::warm_up(runner, turn, &site.cache, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
         let mut out =

@@ -24,6 +24,9 @@
 //! - `napi`: lanes, the acceptor hands each connection to the lane owning its
 //!   SO_INCOMING_NAPI_ID, the lane pinned to that queue's CPU;
 //! - `napi-busy`: the same, each lane's epoll busy polling (`--busy-poll`);
+//! - `threaded-busy`: the same without the lanes polling, each queue's NAPI thread busy
+//!   polling instead (netdev netlink's threaded busy-poll mode; where the kernel refuses
+//!   it, the mode is left out and its check says why);
 //! - `reuseport`: lanes without an acceptor: the reuseport BPF selector;
 //! - `memcached`, `memcached-n`: memcached 1.6.18 with two threads, without and with
 //!   `-N` (its NAPI-id mode, with the global `net.core.busy_poll` it relies on, set for
@@ -38,6 +41,7 @@ mod report;
 mod rfs;
 #[cfg(test)]
 pub(super) mod tests;
+mod threaded;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -152,7 +156,7 @@ impl Scenario for LanesBenchArgs {
         // A testbed leaves out memcached -N, rfs and the isolation part (and its device may
         // leave out the NAPI modes, which only the run finds out).
         let testbed = self.on.testbed.is_some();
-        let modes = self.modes.iter().filter(|m| !(testbed && m.this_machine_only())).count();
+        let modes = self.modes.iter().filter(|m| !(testbed && m.this_machine_only().is_some())).count();
         let isolation = if self.no_isolation || testbed { 0 } else { 1 + 3 };
         (per * modes + isolation) * self.repeat as usize
     }
@@ -178,15 +182,27 @@ impl Scenario for LanesBenchArgs {
             h.rx.run(move || netlane::lanes::RecordedRxQueues::install(rx_index, LANES as u32))?
                 .context("record the server's receive queues")?;
         let addr = SocketAddr::new(IpAddr::V4(TwoHosts::RX_V4), 11211);
+        // Threaded busy polling where this kernel has it; otherwise left out, and why.
+        let mut this = self.clone();
+        let mut threaded_refused = None;
+        if this.modes.contains(&Mode::ThreadedBusy)
+            && let Err(why) = h.rx.run(move || netlane::lanes::queues::try_threaded_busy_poll(rx_index))?
+        {
+            this.modes.retain(|m| *m != Mode::ThreadedBusy);
+            threaded_refused = Some(why);
+        }
+        if this.modes.is_empty() {
+            bail!("nothing to run: {}", threaded_refused.unwrap_or_default());
+        }
         let site = LaneSite::two_hosts(&h, &plan);
         let mut runner = Runner::new(progress);
         let mut iso = Vec::new();
         let all = runner.rounds_then(
-            self.modes.len(),
-            |_| self.repeat,
+            this.modes.len(),
+            |_| this.repeat,
             |runner, i, turn| {
-                let mode = self.modes[i];
-                self.round(runner, &site, addr, mode, turn)
+                let mode = this.modes[i];
+                this.round(runner, &site, addr, mode, turn)
                     .with_context(|| format!("{} round {}", mode.name(), turn.round + 1))
             },
             |runner, round| {
@@ -200,7 +216,11 @@ impl Scenario for LanesBenchArgs {
         drop(site);
         drop(recorder);
         drop(h);
-        Ok(self.report(&all, &iso, Some(&plan), &placed_rx, runner.into_records()))
+        let mut report = this.report(&all, &iso, Some(&plan), &placed_rx, runner.into_records());
+        if let Some(why) = threaded_refused {
+            report::threaded_not_here(&mut report, &why);
+        }
+        Ok(report)
     }
 }
 
@@ -208,9 +228,9 @@ impl LanesBenchArgs {
     /// Refuses a testbed that lacks what this run needs: root and memcached on the server
     /// host, its `iface` (the lane device).
     fn check_testbed(&self, t: &Testbed) -> Result<()> {
-        if self.modes.iter().all(|m| m.this_machine_only()) {
+        if self.modes.iter().all(|m| m.this_machine_only().is_some()) {
             let named: Vec<String> = self.modes.iter().map(|m| m.name()).collect();
-            bail!("--modes {}: not on a testbed (each sets a global sysctl, this machine's to set)", named.join(","));
+            bail!("--modes {}: not on a testbed (each needs a setting only this machine's to make)", named.join(","));
         }
         // The reuseport mode's selector is a BPF program.
         let mut server = Needs { root: true, bpf: self.modes.contains(&Mode::Reuseport), ..Needs::default() };
@@ -239,14 +259,12 @@ impl LanesBenchArgs {
             local: None,
         };
         let mut this = self.clone();
-        this.modes.retain(|m| !m.this_machine_only());
+        this.modes.retain(|m| m.this_machine_only().is_none());
         let mut left_out = Vec::new();
-        for m in self.modes.iter().filter(|m| m.this_machine_only()) {
-            left_out.push(format!(
-                "{} (its {} is global: this machine's to set)",
-                m.name(),
-                if *m == Mode::Rfs { "net.core.rps_sock_flow_entries" } else { "net.core.busy_poll" }
-            ));
+        for m in &self.modes {
+            if let Some(why) = m.this_machine_only() {
+                left_out.push(format!("{} ({why})", m.name()));
+            }
         }
         left_out.push("the isolation part (it shapes and marks on one machine's veth)".to_string());
         // The file's NIC settings first: they may give the device its NAPI.

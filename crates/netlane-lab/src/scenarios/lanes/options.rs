@@ -28,6 +28,9 @@ pub enum Mode {
     Napi,
     /// netlane lanes, hand-off and per-epoll busy polling.
     NapiBusy,
+    /// netlane lanes, NAPI-id hand-off, each queue's NAPI thread busy polling (where the
+    /// kernel has threaded busy polling).
+    ThreadedBusy,
     /// netlane lanes, the reuseport BPF selector.
     Reuseport,
     /// memcached 1.6.18.
@@ -47,17 +50,24 @@ impl Mode {
 
     /// Whether its server's lanes own the device's NAPI instances.
     pub(crate) fn lane_device(self) -> bool {
-        matches!(self, Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy)
+        matches!(self, Mode::Napi | Mode::NapiBusy | Mode::Reuseport | Mode::PlainBusy | Mode::ThreadedBusy)
     }
 
-    /// Whether it needs a global sysctl (so runs only where the lab runs).
-    pub(crate) fn this_machine_only(self) -> bool {
-        matches!(self, Mode::MemcachedN | Mode::Rfs)
+    /// Why it runs only where the lab runs (a setting the lab makes on this machine), if
+    /// it does.
+    pub(crate) fn this_machine_only(self) -> Option<&'static str> {
+        match self {
+            Mode::MemcachedN => Some("its net.core.busy_poll is global: this machine's to set"),
+            Mode::Rfs => Some("its net.core.rps_sock_flow_entries is global: this machine's to set"),
+            Mode::ThreadedBusy => Some("the lab sets its NAPI threads on this machine's veth"),
+            _ => None,
+        }
     }
 
-    /// Whether its workers busy poll (and so spin on their CPUs).
+    /// Whether something of it busy polls (and so spins on a CPU): its workers, or its
+    /// NAPI threads.
     pub(crate) fn busy_polls(self) -> bool {
-        matches!(self, Mode::NapiBusy | Mode::PlainBusy)
+        matches!(self, Mode::NapiBusy | Mode::PlainBusy | Mode::ThreadedBusy)
     }
 }
 
@@ -69,7 +79,7 @@ pub struct LanesBenchArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "plain,plain-busy,rfs,napi,napi-busy,reuseport,memcached,memcached-n"
+        default_value = "plain,plain-busy,rfs,napi,napi-busy,threaded-busy,reuseport,memcached,memcached-n"
     )]
     pub modes: Vec<Mode>,
     /// Connection counts of the fixed-rate runs (the talk: 300..4400, scaled to two CPUs);

@@ -15,6 +15,22 @@ use super::*;
 const TITLE: &str =
     "Lanes: connections on the thread that owns their receive queue, against plain workers and memcached";
 
+/// The check of the threaded-busy mode.
+const THREADED_CHECK: &str = "lanes.threaded-busy-poll";
+
+/// The threaded-busy mode's check when this kernel refused threaded busy polling: not
+/// shown here, with the kernel's answer.
+pub(super) fn threaded_not_here(report: &mut ScenarioReport, why: &str) {
+    let name = "NAPI threads that busy poll hold more within the SLA than NAPI-id lanes woken by the device";
+    let check = Spec::at_least(THREADED_CHECK, name, 1.0, "x")
+        .not_shown_for("a kernel whose NAPI threads can busy poll (netdev netlink napi-set threaded=busy-poll)", why);
+    match report.checks.iter_mut().find(|c| c.id == THREADED_CHECK) {
+        Some(c) => *c = Check { name: c.name.clone(), ..check },
+        None => report.checks.push(check),
+    }
+    report.notes.push(format!("threaded-busy was left out: {why}."));
+}
+
 /// A mode's rounds, when the mode ran.
 type Find<'a> = dyn Fn(Mode) -> Option<&'a [LaneRound]> + 'a;
 
@@ -135,7 +151,7 @@ impl LanesBenchArgs {
             y: Axis::numeric("requests/s", Unit::Count("requests/s".into()), Scale::Linear),
             series: vec![Series { name: "requests/s".into(), points }],
         });
-        let pairs: [(&str, String, f64, Mode, Mode); 5] = [
+        let pairs: [(&str, String, f64, Mode, Mode); 6] = [
             (
                 "lanes.aligned-throughput",
                 format!("NAPI-id lanes hold more requests/s within {} than plain workers (talk: +70%)", self.sla),
@@ -180,6 +196,16 @@ impl LanesBenchArgs {
                 1.0,
                 Mode::Napi,
                 Mode::Rfs,
+            ),
+            (
+                THREADED_CHECK,
+                format!(
+                    "NAPI threads that busy poll hold more within {} than NAPI-id lanes woken by the device",
+                    self.sla
+                ),
+                1.0,
+                Mode::ThreadedBusy,
+                Mode::Napi,
             ),
         ];
         for (id, name, target, a, b) in pairs {

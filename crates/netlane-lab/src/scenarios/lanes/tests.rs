@@ -131,6 +131,27 @@ fn the_napi_id_change_and_rfs_are_paired_against_their_baselines() {
 }
 
 #[test]
+fn threaded_busy_polling_refused_by_the_kernel_is_not_shown_with_its_answer() {
+    let mut a = args();
+    a.modes = vec![Mode::Napi, Mode::Plain];
+    let rounds = [
+        vec![round(Mode::Napi, Some(54_000.0), 1200.0, 0.0); 2],
+        vec![round(Mode::Plain, Some(50_000.0), 2000.0, 0.0); 2],
+    ];
+    let mut r = a.report(&rounds, &[], None, &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.threaded-busy-poll"), Outcome::Skipped);
+    super::report::threaded_not_here(&mut r, "napi-set threaded=busy-poll refused: integer out of range");
+    let c = r.checks.iter().find(|c| c.id == "lanes.threaded-busy-poll").unwrap();
+    assert_eq!(c.outcome, Outcome::NotShown);
+    assert!(c.reason.contains("integer out of range") && c.reason.contains("busy-poll"), "{}", c.reason);
+    // Without the search (no pair checks), the check is still there to say why.
+    a.no_search = true;
+    let mut r = a.report(&rounds, &[], None, &[], Vec::new());
+    super::report::threaded_not_here(&mut r, "refused");
+    assert_eq!(outcome(&r, "lanes.threaded-busy-poll"), Outcome::NotShown);
+}
+
+#[test]
 fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow() {
     // 2 CPUs: a lane, its NAPI thread and a generator thread on each (as before the
     // plan); 8 and 64 (with SMT and two nodes): every role on CPUs of its own.
@@ -155,10 +176,10 @@ fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow()
 #[test]
 fn defaults_parse_and_count_their_runs() {
     let d = LanesBenchArgs::defaults();
-    assert_eq!(d.modes.len(), 8);
+    assert_eq!(d.modes.len(), 9);
     // Per round: warm-up, search and four fixed rates per mode; the isolation part's
     // warm-up and three cases.
-    assert_eq!(d.runs(), ((1 + 1 + 4) * 8 + 1 + 3) * 3);
+    assert_eq!(d.runs(), ((1 + 1 + 4) * 9 + 1 + 3) * 3);
     assert_eq!(d.busy_poll.to_string(), "50,8");
 }
 
