@@ -83,6 +83,7 @@ fn options(addr: SocketAddr, nsid: u32, groups: &[&str]) -> PerfOptions {
         verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(8 << 20),
         target_pid: None,
+        target_threads: Vec::new(),
     }
 }
 

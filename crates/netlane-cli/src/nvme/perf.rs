@@ -129,6 +129,10 @@ pub struct PerfArgs {
     /// PID of a local target process, to report its CPU per I/O.
     #[arg(long)]
     pub target_pid: Option<u32>,
+    /// Thread ids on this machine whose CPU time counts with the target's (its NAPI
+    /// threads: its receive work), comma separated; needs --target-pid.
+    #[arg(long, value_delimiter = ',', requires = "target_pid")]
+    pub target_threads: Vec<u32>,
     #[command(flatten)]
     pub hosts: AgentHostsArgs,
     /// Run as one agent of a run that `--agents` coordinates (it starts this; every agent
@@ -263,6 +267,7 @@ impl PerfArgs {
             },
             size: self.size,
             target_pid: self.target_pid,
+            target_threads: self.target_threads.clone(),
         })
     }
 
@@ -457,6 +462,7 @@ mod tests {
             verify: VerifyMode::Off,
             size: None,
             target_pid: Some(4242),
+            target_threads: vec![17, 18],
         };
         let mut digests = base.connect.clone();
         (digests.hdgst, digests.ddgst, digests.disable_sqflow, digests.kato_ms) = (true, true, false, 0);
@@ -472,6 +478,7 @@ mod tests {
                 verify: VerifyMode::Write,
                 size: Some(64 << 20),
                 target_pid: None,
+                target_threads: Vec::new(),
                 connect: digests,
                 ..base.clone()
             },

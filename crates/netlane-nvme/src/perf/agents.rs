@@ -175,6 +175,14 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         host_cpu_us_per_io: per_io(host_cpu.total_s() * 1e6),
         host_switches_per_io: per_io(host_cpu.voluntary_switches.saturating_add(host_cpu.involuntary_switches) as f64),
         target_cpu_us_per_io: None,
+        host_napi_threads: parts.iter().flat_map(|(r, _)| r.host_napi_threads.iter().cloned()).collect(),
+        // Every agent's NAPI threads' CPU, when each agent could read its own.
+        host_napi_cpu_us_per_io: parts
+            .iter()
+            .map(|(r, _)| r.host_napi_cpu_us_per_io.map(|us| us * r.ops as f64))
+            .sum::<Option<f64>>()
+            .and_then(per_io),
+        target_threads: Vec::new(),
         direct_sends: sum(|r| r.direct_sends),
         worker_sends: sum(|r| r.worker_sends),
         send_calls,
@@ -208,6 +216,7 @@ mod tests {
             verify: VerifyMode::Off,
             size: None,
             target_pid: None,
+            target_threads: Vec::new(),
         }
     }
 
@@ -243,6 +252,9 @@ mod tests {
             host_cpu_us_per_io: None,
             host_switches_per_io: None,
             target_cpu_us_per_io: Some(3.0),
+            host_napi_threads: vec![format!("napi/tx0-{n} (1)")],
+            host_napi_cpu_us_per_io: Some(1.0),
+            target_threads: Vec::new(),
             direct_sends: 1,
             worker_sends: n,
             send_calls: n,
@@ -272,6 +284,9 @@ mod tests {
         assert_eq!(g.read_lat_ns.count, 1000);
         assert!((m.host_cpu_us_per_io.unwrap() - 0.75e6 / 1000.0).abs() < 1e-6);
         assert_eq!(m.target_cpu_us_per_io, None);
+        // Each agent's NAPI threads: 1 us per I/O each, named each.
+        assert!((m.host_napi_cpu_us_per_io.unwrap() - 1.0).abs() < 1e-9, "{:?}", m.host_napi_cpu_us_per_io);
+        assert_eq!(m.host_napi_threads.len(), 2);
         assert_eq!(m.cmds_per_send, Some(2.0));
     }
 

@@ -120,6 +120,9 @@ pub struct PerfOptions {
     pub size: Option<u64>,
     /// PID of a local target process whose CPU time to report per I/O.
     pub target_pid: Option<u32>,
+    /// Threads on this machine (by thread id) whose CPU time counts as the target's too:
+    /// the target side's NAPI threads, which do its receive work.
+    pub target_threads: Vec<u32>,
 }
 
 /// Errors of a perf run.
@@ -145,6 +148,31 @@ pub enum PerfError {
     /// Local I/O error.
     #[error(transparent)]
     Io(#[from] io::Error),
+}
+
+/// Threads counted beside a process, and their CPU seconds over the window (`None`
+/// when one could not be read at either end).
+#[derive(Debug, Default)]
+struct KernelThreads {
+    names: Vec<String>,
+    cpu_s: Option<f64>,
+}
+
+impl KernelThreads {
+    fn over(threads: Vec<(u32, String)>, before: Option<u64>, after: Option<u64>) -> KernelThreads {
+        let cpu_s = before.zip(after).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+        KernelThreads { names: threads.into_iter().map(|(pid, name)| format!("{name} ({pid})")).collect(), cpu_s }
+    }
+}
+
+/// The run time of every thread of `threads` so far, ns; `None` if one is unreadable.
+fn threads_cpu_ns(threads: &[(u32, String)]) -> Option<u64> {
+    threads.iter().map(|(pid, _)| netlane::metrics::cpu::task_cpu_ns(*pid).ok()).sum()
+}
+
+/// A thread's name as the kernel gives it (`comm`), or `?`.
+fn thread_name(tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{tid}/comm")).map_or_else(|_| "?".into(), |s| s.trim().to_string())
 }
 
 fn read_proc_cpu_ticks(pid: u32) -> Option<u64> {
@@ -419,6 +447,10 @@ struct Measured {
     host_cpu: CpuTime,
     /// The target's CPU ticks at the window's start and end, when its PID was given.
     target_ticks: (Option<u64>, Option<u64>),
+    /// The host's NAPI threads (towards the target) and their CPU over the window, s.
+    host_napi: KernelThreads,
+    /// The target's given threads and their CPU over the window, s.
+    target_threads: KernelThreads,
     /// send() calls in the window.
     sends: u64,
     /// Commands sent in the window.
@@ -430,7 +462,18 @@ struct Measured {
 fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn FnMut(&Status)) -> Measured {
     let total = opts.ramp + opts.duration;
     let sent = || shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
+    // The host's receive work for this traffic runs in the NAPI threads of the
+    // interface towards the target, when NAPI is threaded there.
+    let host_napi = match netlane::lanes::queues::napi_threads_towards(opts.connect.addr.ip()) {
+        Ok(threads) => threads,
+        Err(why) => {
+            tracing::warn!("the host's NAPI threads could not be found: {why}");
+            Vec::new()
+        }
+    };
+    let target_threads: Vec<(u32, String)> = opts.target_threads.iter().map(|&t| (t, thread_name(t))).collect();
     sleep_until(jobs.window.0, shared, jobs, total, status);
+    let (napi0, given0) = (threads_cpu_ns(&host_napi), threads_cpu_ns(&target_threads));
     let cpu0 = process_cpu();
     let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
     let sends0 = shared.send_calls.load(Ordering::Relaxed);
@@ -439,6 +482,7 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
     let ended = monotonic_ns();
     let cpu1 = process_cpu();
     let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
+    let (napi1, given1) = (threads_cpu_ns(&host_napi), threads_cpu_ns(&target_threads));
     let sends1 = shared.send_calls.load(Ordering::Relaxed);
     let cmds1 = sent();
     Measured {
@@ -447,6 +491,8 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
         ended,
         host_cpu: cpu1 - cpu0,
         target_ticks: (t0, t1),
+        host_napi: KernelThreads::over(host_napi, napi0, napi1),
+        target_threads: KernelThreads::over(target_threads, given0, given1),
         sends: sends1 - sends0,
         cmds: cmds1 - cmds0,
     }

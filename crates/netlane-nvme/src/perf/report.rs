@@ -73,8 +73,20 @@ pub struct PerfReport {
     pub host_cpu_us_per_io: Option<f64>,
     /// Host context switches per command (voluntary + involuntary).
     pub host_switches_per_io: Option<f64>,
-    /// Target CPU microseconds per command (when its PID was given).
+    /// Target CPU microseconds per command (when its PID was given), its threads'
+    /// (`target_threads`) included.
     pub target_cpu_us_per_io: Option<f64>,
+    /// The host's NAPI threads towards the target (name and PID), whose CPU
+    /// `host_napi_cpu_us_per_io` is: the host's receive work when NAPI is threaded.
+    #[serde(default)]
+    pub host_napi_threads: Vec<String>,
+    /// CPU microseconds per command of the host's NAPI threads (beside the process's
+    /// `host_cpu_us_per_io`); `None` without threads, or when one was unreadable.
+    #[serde(default)]
+    pub host_napi_cpu_us_per_io: Option<f64>,
+    /// The threads counted with the target's process (name and thread id).
+    #[serde(default)]
+    pub target_threads: Vec<String>,
     /// Commands sent by the submitting thread itself.
     pub direct_sends: u64,
     /// Commands handed to a queue's I/O worker.
@@ -111,10 +123,17 @@ pub(super) fn summarize(
     // Undefined (None), not 0, when nothing completed.
     let per_io = |x: f64| (all_ops > 0).then(|| x / all_ops as f64);
     let tick = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
-    let target_cpu_us_per_io = match m.target_ticks {
-        (Some(a), Some(b)) => per_io((b.saturating_sub(a)) as f64 / tick * 1e6),
+    // The target's given threads count with its process: without them its receive
+    // work would be left out.
+    let target_cpu_us_per_io = match (m.target_ticks, m.target_threads.names.is_empty()) {
+        ((Some(a), Some(b)), true) => per_io((b.saturating_sub(a)) as f64 / tick * 1e6),
+        ((Some(a), Some(b)), false) => {
+            m.target_threads.cpu_s.and_then(|t| per_io(((b.saturating_sub(a)) as f64 / tick + t) * 1e6))
+        }
         _ => None,
     };
+    let host_napi_cpu_us_per_io =
+        if m.host_napi.names.is_empty() { None } else { m.host_napi.cpu_s.and_then(|t| per_io(t * 1e6)) };
     let names = ["default", "read", "poll"];
     let report = PerfReport {
         groups,
@@ -125,6 +144,9 @@ pub(super) fn summarize(
         host_cpu_us_per_io: per_io(host_cpu.total_s() * 1e6),
         host_switches_per_io: per_io((host_cpu.voluntary_switches + host_cpu.involuntary_switches) as f64),
         target_cpu_us_per_io,
+        host_napi_threads: m.host_napi.names,
+        host_napi_cpu_us_per_io,
+        target_threads: m.target_threads.names,
         direct_sends: shared.direct_sends.load(Ordering::Relaxed),
         worker_sends: shared.worker_sends.load(Ordering::Relaxed),
         send_calls: shared.send_calls.load(Ordering::Relaxed),

@@ -315,3 +315,18 @@ pub fn try_threaded_busy_poll(ifindex: u32) -> Result<String, String> {
         (_, Err(e)) => Err(format!("set, but could not be put back: {}", crate::error::chain(&e))),
     }
 }
+
+/// The NAPI threads (PID, and the kernel's name for the thread) of the interface this
+/// namespace's routes send packets for `dst` through: where the receive work of that
+/// traffic runs when NAPI is threaded. Empty when the interface has none (softirq NAPI,
+/// or no NAPI, as loopback).
+pub fn napi_threads_towards(dst: std::net::IpAddr) -> Result<Vec<(u32, String)>, String> {
+    let mut r = crate::topology::Rtnl::open().map_err(|e| format!("rtnetlink: {e}"))?;
+    let Some(ifindex) = r.output_interface(dst).map_err(|e| crate::error::chain(&e).to_string())? else {
+        return Ok(Vec::new());
+    };
+    let dev = r.link_name(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    let mut nd = Netdev::open().map_err(|e| format!("netdev netlink: {}", crate::error::chain(&e)))?;
+    let napis = nd.napis(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    Ok(napis.into_iter().filter_map(|n| Some((n.pid?, format!("napi/{dev}-{}", n.id)))).collect())
+}

@@ -36,9 +36,28 @@ pub(super) fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
-/// IOPS per host CPU-second.
+/// The host's CPU seconds over the window: nvme perf's process and, where NAPI is
+/// threaded, the host's NAPI threads towards the target (its receive work runs there);
+/// invalid when those threads could not be read.
+pub(super) fn host_cpu_s(r: &PerfReport) -> Measure {
+    let napi = if r.host_napi_threads.is_empty() {
+        0.0
+    } else {
+        let us = r.host_napi_cpu_us_per_io.ok_or("the host's NAPI threads' CPU time could not be read")?;
+        us * r.ops as f64 / 1e6
+    };
+    Ok(r.host_cpu.total_s() + napi)
+}
+
+/// IOPS per host CPU-second (the NAPI threads' included).
 pub(super) fn per_core(r: &PerfReport) -> Measure {
-    rate(r.ops as f64, r.host_cpu.total_s(), "host CPU")
+    rate(r.ops as f64, host_cpu_s(r)?, "host CPU")
+}
+
+/// Host CPU microseconds per command (the NAPI threads' included).
+pub(super) fn host_us_per_io(r: &PerfReport) -> Measure {
+    let ops = positive(r.ops as f64, "commands")?;
+    positive(host_cpu_s(r)? * 1e6 / ops, "host CPU per I/O")
 }
 
 /// The main group's (the readers') latency percentile, degenerate when nothing completed.

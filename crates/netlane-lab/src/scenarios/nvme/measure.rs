@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
 use netlane_nvme::perf::{PerfOptions, PerfReport};
 
-use super::checks::{per_core, us};
+use super::checks::{host_us_per_io, per_core, us};
 use super::options::NvmeBenchArgs;
 use super::role;
 use crate::host::{Host, RoleProcess, RoleSpec, ThisMachine, cpu_counters, start_together};
@@ -136,11 +136,12 @@ impl Measured for PerfReport {
     fn summary(&self) -> String {
         let g = &self.groups[0];
         format!(
-            "{:.0} IOPS, p50 {}, p99.99 {}, host {} us/IO",
+            "{:.0} IOPS, p50 {}, p99.99 {}, host {} us/IO ({} of it NAPI)",
             g.iops,
             format::seconds(g.read_lat_ns.p50 as f64 / 1e9),
             format::seconds(g.read_lat_ns.p9999 as f64 / 1e9),
-            self.host_cpu_us_per_io.map_or("-".into(), |v| format!("{v:.2}"))
+            host_us_per_io(self).map_or("-".into(), |v| format!("{v:.2}")),
+            self.host_napi_cpu_us_per_io.map_or("none".into(), |v| format!("{v:.2}"))
         )
     }
 
@@ -152,7 +153,7 @@ impl Measured for PerfReport {
             ("p50_us", (l.count > 0).then(|| us(l.p50))),
             ("p99_us", (l.count > 0).then(|| us(l.p99))),
             ("p9999_us", (l.count > 0).then(|| us(l.p9999))),
-            ("host_cpu_us_per_io", self.host_cpu_us_per_io),
+            ("host_cpu_us_per_io", host_us_per_io(self).ok()),
             ("target_cpu_us_per_io", self.target_cpu_us_per_io),
             ("host_switches_per_io", self.host_switches_per_io),
             ("cmds_per_send", self.cmds_per_send),

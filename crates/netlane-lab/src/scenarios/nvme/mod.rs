@@ -40,7 +40,7 @@ pub use self::agents::{NvmeAgent, run_perf};
 use self::measure::{NvmeSite, perf};
 use self::options::size_name;
 pub use self::options::{NvmeBenchArgs, Part};
-use self::plan::Mode;
+use self::plan::{Mode, TargetCpu};
 pub use self::report::perf_table;
 pub use self::role::{perf_agent_spec, perf_args, perf_report, perf_spec};
 use crate::host::RoleProcess;
@@ -87,7 +87,19 @@ impl Scenario for NvmeBenchArgs {
         let hosts = self.network()?;
         let site = NvmeSite::here(hosts.as_ref());
         let (target, addr) = self.start_target(&site)?;
-        let modes = self.modes(addr, Some(target.pid().context("the target's process ID")?), self.target_cpu())?;
+        // The target end's NAPI threads do the target's receive work: counted with it.
+        let threads = match &hosts {
+            Some(h) => {
+                let ifindex = h.rx_index;
+                h.rx.run(move || -> Result<Vec<u32>> {
+                    let napis = netlane::topology::netdev::Netdev::open()?.napis(ifindex)?;
+                    Ok(napis.into_iter().filter_map(|n| n.pid).collect())
+                })??
+            }
+            None => Vec::new(),
+        };
+        let cpu = TargetCpu { pid: Some(target.pid().context("the target's process ID")?), threads };
+        let modes = self.modes(addr, &cpu, self.target_cpu())?;
         self.run_modes(progress, &site, target, &modes)
     }
 }
@@ -152,7 +164,7 @@ impl NvmeBenchArgs {
         }
         let nic = t.hold_nic()?;
         let (target, addr) = this.start_target(&site)?;
-        let modes = this.modes(addr, None, crossed.unwrap_or(self.host_cpu))?;
+        let modes = this.modes(addr, &TargetCpu::default(), crossed.unwrap_or(self.host_cpu))?;
         let mut report = this.run_modes(progress, &site, target, &modes)?;
         report.notes.extend(nic.finish());
         report.notes.splice(0..0, notes);

@@ -39,6 +39,14 @@ impl Mode {
     }
 }
 
+/// What of the target perf counts as its CPU: its process, and the threads doing its
+/// receive work (the target end's NAPI threads), when they are on perf's machine.
+#[derive(Debug, Clone, Default)]
+pub(super) struct TargetCpu {
+    pub(super) pid: Option<u32>,
+    pub(super) threads: Vec<u32>,
+}
+
 impl NvmeBenchArgs {
     pub(super) fn target_cpu(&self) -> usize {
         self.target_cpu
@@ -73,7 +81,7 @@ impl NvmeBenchArgs {
 
     /// What every mode shares: one queue on the host CPU, batching on, the target's
     /// process named so that its CPU time is read.
-    fn base(&self, addr: SocketAddr, target_pid: Option<u32>, groups: Vec<JobGroup>) -> PerfOptions {
+    fn base(&self, addr: SocketAddr, target: &TargetCpu, groups: Vec<JobGroup>) -> PerfOptions {
         PerfOptions {
             connect: {
                 let mut c = ConnectOptions::new(addr, DEFAULT_NQN);
@@ -94,16 +102,17 @@ impl NvmeBenchArgs {
             caravan: None,
             verify: netlane_nvme::perf::VerifyMode::Off,
             size: None,
-            target_pid,
+            target_pid: target.pid,
+            target_threads: target.threads.clone(),
         }
     }
 
-    /// Every part's modes against the target at `addr`: its process's CPU read by perf
-    /// when it is `target_pid` on perf's machine; the affinity part's crossed I/O worker
-    /// on `crossed`.
-    pub(super) fn modes(&self, addr: SocketAddr, target_pid: Option<u32>, crossed: usize) -> Result<Vec<Mode>> {
+    /// Every part's modes against the target at `addr`: its CPU read by perf where
+    /// `target` names it on perf's machine; the affinity part's crossed I/O worker on
+    /// `crossed`.
+    pub(super) fn modes(&self, addr: SocketAddr, target: &TargetCpu, crossed: usize) -> Result<Vec<Mode>> {
         let host = self.host_cpu;
-        let base = |groups: Vec<JobGroup>| self.base(addr, target_pid, groups);
+        let base = |groups: Vec<JobGroup>| self.base(addr, target, groups);
         let g = |spec: &str| JobGroup::parse(spec).map_err(anyhow::Error::msg);
         let mut modes = Vec::new();
         for part in &self.parts {

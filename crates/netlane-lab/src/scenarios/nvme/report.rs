@@ -4,7 +4,7 @@
 use netlane::metrics::Summary;
 use netlane_nvme::perf::PerfReport;
 
-use super::checks::{Results, iops, lat, opt, p50, p9999, per_core, us};
+use super::checks::{Results, host_us_per_io, iops, lat, opt, p50, p9999, per_core, us};
 use super::options::{NvmeBenchArgs, Part, size_name};
 use super::plan::{Mode, SWEEP_JOBS, sweep_label};
 use crate::scenarios::net::PathKind;
@@ -57,6 +57,37 @@ fn flags(modes: &[Mode], all: &[Vec<PerfReport>]) -> Vec<Flag> {
     flags
 }
 
+/// Which threads the CPU figures include, from the last run, and the share of the
+/// host's that its NAPI threads took.
+fn cpu_note(all: &[Vec<PerfReport>]) -> String {
+    let last = all.iter().flatten().last();
+    let napi = last.map(|r| r.host_napi_threads.join(", ")).filter(|s| !s.is_empty());
+    let target = last.map(|r| r.target_threads.join(", ")).filter(|s| !s.is_empty());
+    let shares: Vec<f64> = all
+        .iter()
+        .flatten()
+        .filter_map(|r| Some(r.host_napi_cpu_us_per_io? / host_us_per_io(r).ok()? * 100.0))
+        .collect();
+    format!(
+        "CPU figures: the host's (host CPU us/IO, IOPS per host core) are nvme perf's process and {}; the target's \
+         are its process{}.{}",
+        napi.map_or(
+            "no NAPI thread (its receive work runs in softirq context, in whatever it interrupts)".into(),
+            |n| { format!("the host end's NAPI thread(s) {n}, where its receive work runs") }
+        ),
+        target.map_or(String::new(), |t| format!(" and the target end's NAPI thread(s) {t}")),
+        if shares.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " The NAPI threads took {:.0}% of the host's CPU (median over runs); on a veth, segments the target \
+                 sends with TSO skip the host's NAPI and are taken in by the target's own send.",
+                crate::stats::median(shares)
+            )
+        }
+    )
+}
+
 impl NvmeBenchArgs {
     pub(super) fn report(&self, modes: &[Mode], all: &[Vec<PerfReport>], runs: Vec<RunRecord>) -> ScenarioReport {
         let found = Results { modes, all };
@@ -77,6 +108,7 @@ impl NvmeBenchArgs {
         if self.parts.contains(&Part::Caravans) {
             self.caravans_section(found, &mut out);
         }
+        out.notes.push(cpu_note(all));
         out.checks = self.checks(found);
         out.flags = flags(modes, all);
         let heading = Heading {
@@ -146,7 +178,7 @@ impl NvmeBenchArgs {
                 Column::new("p99_us", "p99 us", 1),
                 Column::new("p999_us", "p99.9 us", 1),
                 Column::new("p9999_us", "p99.99 us", 1),
-                Column::new("host_cpu_us_per_io", "host CPU us/IO", 2),
+                Column::new("host_cpu_us_per_io", "host CPU us/IO (+NAPI)", 2),
                 Column::new("target_cpu_us_per_io", "target CPU us/IO", 2),
                 Column::new("host_switches_per_io", "switches/IO", 2),
                 Column::new("p50_spread_pct", "p50 spread %", 0),
@@ -163,7 +195,7 @@ impl NvmeBenchArgs {
                 med(rs, us_of(|s| s.p99)),
                 med(rs, us_of(|s| s.p999)),
                 med(rs, us_of(|s| s.p9999)),
-                med(rs, |r| opt(r.host_cpu_us_per_io, "host CPU per I/O")),
+                med(rs, host_us_per_io),
                 med(rs, |r| opt(r.target_cpu_us_per_io, "target CPU per I/O")),
                 med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
                 spread(rs, p50),
@@ -192,7 +224,7 @@ impl NvmeBenchArgs {
                 Column::new("iops", "IOPS", 0),
                 Column::new("iops_per_host_core", "IOPS per host core", 0),
                 Column::new("cmds_per_send", "commands/send", 1),
-                Column::new("host_cpu_us_per_io", "host CPU us/IO", 2),
+                Column::new("host_cpu_us_per_io", "host CPU us/IO (+NAPI)", 2),
                 Column::new("host_switches_per_io", "switches/IO", 2),
                 Column::new("p50_us", "p50 us", 1),
                 Column::new("p9999_us", "p99.99 us", 1),
@@ -208,7 +240,7 @@ impl NvmeBenchArgs {
                 med(rs, iops),
                 med(rs, per_core),
                 med(rs, |r| opt(r.cmds_per_send, "sends")),
-                med(rs, |r| opt(r.host_cpu_us_per_io, "host CPU per I/O")),
+                med(rs, host_us_per_io),
                 med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
                 med(rs, us_of(|s| s.p50)),
                 med(rs, us_of(|s| s.p9999)),
@@ -345,7 +377,7 @@ impl NvmeBenchArgs {
                 Column::new("iops_per_host_core", "IOPS per host core", 0),
                 Column::new("p50_us", "p50 us", 1),
                 Column::new("p99_us", "p99 us", 1),
-                Column::new("host_cpu_us_per_io", "host CPU us/IO", 2),
+                Column::new("host_cpu_us_per_io", "host CPU us/IO (+NAPI)", 2),
                 Column::new("host_switches_per_io", "switches/IO", 2),
             ],
         );
@@ -357,7 +389,7 @@ impl NvmeBenchArgs {
                 med(rs, per_core),
                 med(rs, us_of(|s| s.p50)),
                 med(rs, us_of(|s| s.p99)),
-                med(rs, |r| opt(r.host_cpu_us_per_io, "host CPU per I/O")),
+                med(rs, host_us_per_io),
                 med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
             ]));
         }

@@ -28,6 +28,11 @@ pub fn perf_args(o: &PerfOptions) -> Vec<String> {
         .opt("kato", format!("{}ms", c.kato_ms))
         .opt_some("size", o.size)
         .opt_some("target-pid", o.target_pid)
+        .opt_some(
+            "target-threads",
+            (!o.target_threads.is_empty())
+                .then(|| o.target_threads.iter().map(u32::to_string).collect::<Vec<_>>().join(",")),
+        )
         .flag("direct-send", o.direct_send)
         .flag("no-batch", !o.batch)
         .flag("caravan", o.caravan.is_some())

@@ -44,6 +44,9 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
         host_cpu_us_per_io: None,
         host_switches_per_io: None,
         target_cpu_us_per_io: None,
+        host_napi_threads: Vec::new(),
+        host_napi_cpu_us_per_io: None,
+        target_threads: Vec::new(),
         direct_sends: 0,
         worker_sends: 0,
         send_calls: 0,
@@ -56,7 +59,8 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
 
 fn setup() -> (NvmeBenchArgs, Vec<Mode>) {
     let a = NvmeBenchArgs::defaults();
-    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), Some(1), a.target_cpu).unwrap();
+    let target = super::plan::TargetCpu { pid: Some(1), threads: Vec::new() };
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, a.target_cpu).unwrap();
     (a, modes)
 }
 
@@ -177,4 +181,19 @@ fn a_sweep_size_is_named_exactly() {
     assert_eq!(super::options::size_name(4096), "4K");
     assert_eq!(super::options::size_name(1536), "1536");
     assert_eq!(super::options::size_name(128 << 10), "128K");
+}
+
+#[test]
+fn the_host_s_napi_threads_count_in_its_cpu_per_io_and_iops_per_core() {
+    // 100,000 commands on 1 s of the process's CPU, and 0.5 s more in its NAPI thread.
+    let mut r = perf(100_000, 1000, 5000, 1.0);
+    let alone = super::checks::per_core(&r).unwrap();
+    r.host_napi_threads = vec!["napi/tx0-8193 (4242)".into()];
+    r.host_napi_cpu_us_per_io = Some(5.0);
+    let with = super::checks::per_core(&r).unwrap();
+    assert!((alone / with - 1.5).abs() < 1e-9, "{alone} / {with}: the NAPI thread's 0.5 s left out");
+    assert!((super::checks::host_us_per_io(&r).unwrap() - 15.0).abs() < 1e-9);
+    // Threads named but unread: invalid, not counted as nothing.
+    r.host_napi_cpu_us_per_io = None;
+    assert!(super::checks::per_core(&r).is_err());
 }
