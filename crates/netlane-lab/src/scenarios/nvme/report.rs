@@ -4,7 +4,9 @@
 use netlane::metrics::Summary;
 use netlane_nvme::perf::PerfReport;
 
-use super::checks::{Results, host_us_per_io, iops, lat, opt, p50, p9999, per_core, us};
+use super::checks::{
+    Results, host_us_per_io, iops, lat, opt, p50, p9999, per_core, target_busy_pct, us, writer_mb_per_s,
+};
 use super::options::{NvmeBenchArgs, Part, size_name};
 use super::plan::{Mode, SWEEP_JOBS, sweep_label};
 use crate::scenarios::net::PathKind;
@@ -101,6 +103,7 @@ impl NvmeBenchArgs {
         if self.parts.contains(&Part::Mixed) {
             self.mixed_section(found, &mut out);
             self.mixed_floor_note(found, &mut out);
+            self.mixed_writer_note(found, &mut out);
         }
         if self.parts.contains(&Part::Affinity) {
             self.affinity_section(found, &mut out);
@@ -358,6 +361,45 @@ impl NvmeBenchArgs {
                 sig(gap.max),
             ));
         }
+    }
+
+    /// Where the writer's throughput goes with separate maps, from the runs: how much
+    /// more the readers did, and how busy the target's CPU was in both.
+    fn mixed_writer_note(&self, found: Results<'_>, out: &mut Sections) {
+        let (Some(shared), Some(sep)) =
+            (found.find(Part::Mixed, "shared map"), found.find(Part::Mixed, "separate maps"))
+        else {
+            return;
+        };
+        let ratio = |f: fn(&PerfReport) -> Measure| {
+            Spread::of(&paired(sep, shared, f).into_iter().filter_map(Result::ok).collect::<Vec<_>>())
+        };
+        let (Some(writer), Some(readers)) = (ratio(writer_mb_per_s), ratio(iops)) else { return };
+        let (busy_shared, busy_sep) = (med(shared, target_busy_pct), med(sep, target_busy_pct));
+        let said = |v: &Value| match v {
+            Value::Num(v) => format!("{v:.0}%"),
+            _ => "unread".to_string(),
+        };
+        let why = match (&busy_shared, &busy_sep) {
+            (Value::Num(a), Value::Num(b)) if a.min(*b) >= 90.0 => {
+                "The target's CPU was full in both: the readers' extra commands took CPU the writer had (one reactor \
+                 on one CPU here, where the talk's target had cores to spare)."
+            }
+            (Value::Num(_), Value::Num(_)) => "The target's CPU was not full: the writer's loss is not its CPU.",
+            _ => "The target's CPU was not read (a testbed): what the writer lost to is not known.",
+        };
+        out.notes.push(format!(
+            "The writer with separate maps: {}x its MB/s with a shared map ({}..{}), while the readers did {}x their \
+             IOPS ({}..{}); the target's one reactor was {} busy with a shared map and {} with separate maps. {why}",
+            sig(writer.median),
+            sig(writer.min),
+            sig(writer.max),
+            sig(readers.median),
+            sig(readers.min),
+            sig(readers.max),
+            said(&busy_shared),
+            said(&busy_sep)
+        ));
     }
 
     /// QD1 latency and QD32 IOPS per host core with the I/O worker aligned and crossed.

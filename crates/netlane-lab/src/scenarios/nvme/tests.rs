@@ -29,7 +29,7 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
         reads: ops,
         writes: 0,
         iops: ops as f64,
-        mb_per_s: 0.0,
+        mb_per_s: if name == "writer" && ops > 0 { 500.0 } else { 0.0 },
         read_lat_ns: if ops > 0 { lat } else { Summary::default() },
         write_lat_ns: Summary::default(),
         errors: 0,
@@ -196,4 +196,24 @@ fn the_host_s_napi_threads_count_in_its_cpu_per_io_and_iops_per_core() {
     // Threads named but unread: invalid, not counted as nothing.
     r.host_napi_cpu_us_per_io = None;
     assert!(super::checks::per_core(&r).is_err());
+}
+
+#[test]
+fn the_writer_s_loss_is_reported_with_the_target_s_cpu() {
+    let (a, modes) = setup();
+    let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
+    for (m, rs) in modes.iter().zip(runs.iter_mut()) {
+        for r in rs.iter_mut() {
+            // The target's one CPU full in both; the writer losing a third with separate maps.
+            r.target_cpu_us_per_io = Some(1e6 / r.ops.max(1) as f64);
+            if m.label == "separate maps" {
+                r.groups[1].mb_per_s = 325.0;
+            }
+        }
+    }
+    let r = a.report(&modes, &runs, Vec::new());
+    assert_eq!(outcome(&r, "nvme.mixed-writer").0, Outcome::Missed);
+    let note = r.notes.iter().find(|n| n.starts_with("The writer with separate maps")).expect("the writer's note");
+    assert!(note.contains("0.650x its MB/s") && note.contains("100% busy with a shared map"), "{note}");
+    assert!(note.contains("CPU was full in both"), "{note}");
 }
