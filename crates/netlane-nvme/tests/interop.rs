@@ -79,6 +79,7 @@ fn options(addr: SocketAddr, nsid: u32, groups: &[&str]) -> PerfOptions {
         queue_depth: 32,
         direct_send: false,
         batch: true,
+        wake_each: false,
         caravan: None,
         verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(8 << 20),

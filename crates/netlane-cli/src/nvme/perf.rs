@@ -100,6 +100,10 @@ pub struct PerfArgs {
     /// One send per command instead of one per batch.
     #[arg(long)]
     pub no_batch: bool,
+    /// Wake a sleeping queue worker for every command, instead of once the batch for its
+    /// queue is complete (the block layer's rule).
+    #[arg(long)]
+    pub wake_each: bool,
     /// i10 caravans: hold sends until 64 KiB, 16 requests or 50 us.
     #[arg(long)]
     pub caravan: bool,
@@ -259,6 +263,7 @@ impl PerfArgs {
             queue_depth: self.queue_depth,
             direct_send: self.direct_send,
             batch: !self.no_batch,
+            wake_each: self.wake_each,
             caravan: self.caravan.then(Caravan::default),
             verify: match (self.verify, self.verify_only) {
                 (_, true) => VerifyMode::ReadBack,
@@ -286,6 +291,7 @@ impl PerfArgs {
             .int("queue-depth", u64::from(self.queue_depth))
             .flag("direct-send", self.direct_send)
             .flag("no-batch", self.no_batch)
+            .flag("wake-each", self.wake_each)
             .flag("caravan", self.caravan)
             .flag("verify", self.verify)
             .flag("verify-only", self.verify_only)
@@ -458,6 +464,7 @@ mod tests {
             queue_depth: 128,
             direct_send: false,
             batch: true,
+            wake_each: false,
             caravan: None,
             verify: VerifyMode::Off,
             size: None,
@@ -469,7 +476,13 @@ mod tests {
         let writer = JobGroup { cpus: CpuBinding::Unbound, ..g("name=writer,rw=write,bs=1M,qd=32,jobs=1") };
         let all = [
             base.clone(),
-            PerfOptions { direct_send: true, batch: false, caravan: Some(Caravan::default()), ..base.clone() },
+            PerfOptions {
+                direct_send: true,
+                batch: false,
+                wake_each: true,
+                caravan: Some(Caravan::default()),
+                ..base.clone()
+            },
             PerfOptions {
                 groups: vec![g("name=readers,rw=randread,bs=4k,qd=1,jobs=16,cpus=1,hipri=1"), writer],
                 read_queues: 1,

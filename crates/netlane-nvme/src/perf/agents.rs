@@ -187,6 +187,12 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         worker_sends: sum(|r| r.worker_sends),
         send_calls,
         cmds_per_send: (weights > 0.0).then(|| weighted / weights),
+        // Each agent's wake-ups, weighted by its commands (of the agents that have them).
+        worker_wakes_per_io: parts
+            .iter()
+            .map(|(r, _)| r.worker_wakes_per_io.map(|w| w * r.ops as f64))
+            .sum::<Option<f64>>()
+            .and_then(per_io),
         queues: parts.iter().flat_map(|(r, _)| r.queues.iter().cloned()).collect(),
         queue_failures: sum(|r| r.queue_failures),
         verified: opts.verify != VerifyMode::Off,
@@ -212,6 +218,7 @@ mod tests {
             queue_depth: 128,
             direct_send: false,
             batch: true,
+            wake_each: false,
             caravan: None,
             verify: VerifyMode::Off,
             size: None,
@@ -259,6 +266,7 @@ mod tests {
             worker_sends: n,
             send_calls: n,
             cmds_per_send: Some(2.0),
+            worker_wakes_per_io: Some(0.5),
             queues: Vec::new(),
             queue_failures: 0,
             verified: false,

@@ -98,6 +98,9 @@ pub(super) fn submit_batch(shared: &Shared, mut batch: Vec<(usize, Req)>) {
 }
 
 pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
+    // The block layer's rule (commit_rqs): a sleeping worker is woken once the
+    // submitter's batch for its queue is complete, not for each request of it.
+    let completes_batch = req.last || !shared.batch || shared.wake_each;
     if q.kind == SetKind::Poll {
         let mut inner = q.lock();
         submit_locked(&mut inner, req);
@@ -124,7 +127,7 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
         drop(inner);
         shared.direct_sends.fetch_add(1, Ordering::Relaxed);
         if leftover {
-            let _ = q.wake.write(1);
+            wake(shared, q);
         }
         return;
     }
@@ -142,9 +145,15 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
         }
         return;
     }
-    if q.sleeping.load(Ordering::SeqCst) {
-        let _ = q.wake.write(1);
+    if completes_batch && q.sleeping.load(Ordering::SeqCst) {
+        wake(shared, q);
     }
+}
+
+/// Wakes `q`'s worker, counted.
+fn wake(shared: &Shared, q: &Queue) {
+    let _ = q.wake.write(1);
+    shared.worker_wakes.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Offsets of a job's commands: random blocks of its region, or one block after another.

@@ -112,6 +112,9 @@ pub struct PerfOptions {
     pub direct_send: bool,
     /// Send each batch at once (else one send per command).
     pub batch: bool,
+    /// Wake a sleeping queue worker for every command handed to it, instead of once the
+    /// submitter's batch for that queue is complete (the block layer's rule).
+    pub wake_each: bool,
     /// i10 caravans.
     pub caravan: Option<Caravan>,
     /// Whether and how data is checked.
@@ -355,7 +358,9 @@ fn start_queues(opts: &PerfOptions, ctrl: &Controller, n_default: u16, njobs: u3
         direct_sends: AtomicU64::new(0),
         worker_sends: AtomicU64::new(0),
         send_calls: AtomicU64::new(0),
+        worker_wakes: AtomicU64::new(0),
         batch: opts.batch,
+        wake_each: opts.wake_each,
         caravan: opts.caravan,
         direct_send: opts.direct_send,
         completed: (0..njobs).map(|_| JobCounter::default()).collect(),
@@ -453,6 +458,8 @@ struct Measured {
     target_threads: KernelThreads,
     /// send() calls in the window.
     sends: u64,
+    /// Worker wake-ups written in the window.
+    wakes: u64,
     /// Commands sent in the window.
     cmds: u64,
 }
@@ -477,6 +484,7 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
     let cpu0 = process_cpu();
     let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
     let sends0 = shared.send_calls.load(Ordering::Relaxed);
+    let wakes0 = shared.worker_wakes.load(Ordering::Relaxed);
     let cmds0 = sent();
     sleep_until(jobs.window.1, shared, jobs, total, status);
     let ended = monotonic_ns();
@@ -484,6 +492,7 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
     let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
     let (napi1, given1) = (threads_cpu_ns(&host_napi), threads_cpu_ns(&target_threads));
     let sends1 = shared.send_calls.load(Ordering::Relaxed);
+    let wakes1 = shared.worker_wakes.load(Ordering::Relaxed);
     let cmds1 = sent();
     Measured {
         start: jobs.start,
@@ -494,6 +503,7 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
         host_napi: KernelThreads::over(host_napi, napi0, napi1),
         target_threads: KernelThreads::over(target_threads, given0, given1),
         sends: sends1 - sends0,
+        wakes: wakes1 - wakes0,
         cmds: cmds1 - cmds0,
     }
 }

@@ -70,7 +70,10 @@ pub(super) struct Shared {
     pub(super) direct_sends: AtomicU64,
     pub(super) worker_sends: AtomicU64,
     pub(super) send_calls: AtomicU64,
+    /// Wake-ups of a sleeping queue worker written by submitters (eventfd writes).
+    pub(super) worker_wakes: AtomicU64,
     pub(super) batch: bool,
+    pub(super) wake_each: bool,
     pub(super) caravan: Option<Caravan>,
     pub(super) direct_send: bool,
     /// Commands each job completed (any time), for live status; one cache line each.

@@ -95,6 +95,10 @@ pub struct PerfReport {
     pub send_calls: u64,
     /// Commands per send() call.
     pub cmds_per_send: Option<f64>,
+    /// Wake-ups of a sleeping queue worker (eventfd writes by submitters) per command in
+    /// the window.
+    #[serde(default)]
+    pub worker_wakes_per_io: Option<f64>,
     /// The I/O queues.
     pub queues: Vec<QueueInfo>,
     /// Whether each queue ended healthy.
@@ -151,6 +155,7 @@ pub(super) fn summarize(
         worker_sends: shared.worker_sends.load(Ordering::Relaxed),
         send_calls: shared.send_calls.load(Ordering::Relaxed),
         cmds_per_send: (m.sends > 0).then(|| m.cmds as f64 / m.sends as f64),
+        worker_wakes_per_io: (m.cmds > 0).then(|| m.wakes as f64 / m.cmds as f64),
         queues: shared
             .queues
             .iter()

@@ -112,7 +112,7 @@ impl NvmeBenchArgs {
     /// The target checks of the parts that ran, in the parts' order: each a ratio of two
     /// of a part's modes, per round.
     pub(super) fn checks(&self, found: Results<'_>) -> Vec<Check> {
-        let pairs: [(Part, Spec, &str, &str, Of, &str); 9] = [
+        let pairs: [(Part, Spec, &str, &str, Of, &str); 10] = [
             (
                 Part::Qd1,
                 Spec::below(
@@ -151,6 +151,20 @@ impl NvmeBenchArgs {
                 "send per command",
                 per_core,
                 "batched / send per command IOPS per host core",
+            ),
+            (
+                Part::Qd32,
+                Spec::at_least(
+                    "nvme.qd32-wake-batch-end",
+                    "QD32: waking the queue's worker once a batch is complete (the block layer's rule) keeps IOPS \
+                     per host core against waking it for every command",
+                    1.0,
+                    "x",
+                ),
+                "batched",
+                super::plan::WOKEN_EACH,
+                per_core,
+                "batch-end / per-command wake-ups IOPS per host core",
             ),
             (
                 Part::Mixed,

@@ -47,6 +47,12 @@ pub(super) struct TargetCpu {
     pub(super) threads: Vec<u32>,
 }
 
+/// The QD32 part's batched mode whose worker is woken for every command.
+pub(super) const WOKEN_EACH: &str = "batched, woken per command";
+
+/// The QD32 part's modes.
+pub(super) const QD32_MODES: [&str; 4] = ["send per command", "batched", WOKEN_EACH, "caravans"];
+
 impl NvmeBenchArgs {
     pub(super) fn target_cpu(&self) -> usize {
         self.target_cpu
@@ -57,7 +63,7 @@ impl NvmeBenchArgs {
         for p in &self.parts {
             let words: Vec<String> = match p {
                 Part::Qd1 => ["I/O worker", "direct send", "poll queue"].map(String::from).to_vec(),
-                Part::Qd32 => ["send per command", "batched", "caravans"].map(String::from).to_vec(),
+                Part::Qd32 => QD32_MODES.map(String::from).to_vec(),
                 Part::Mixed => ["shared map", "separate maps", "readers alone"].map(String::from).to_vec(),
                 Part::Affinity => {
                     ["QD1 aligned", "QD1 crossed", "QD32 aligned", "QD32 crossed"].map(String::from).to_vec()
@@ -99,6 +105,7 @@ impl NvmeBenchArgs {
             queue_depth: 128,
             direct_send: false,
             batch: true,
+            wake_each: false,
             caravan: None,
             verify: netlane_nvme::perf::VerifyMode::Off,
             size: None,
@@ -129,6 +136,7 @@ impl NvmeBenchArgs {
                     let reader = g(&format!("name=qd32,rw=randread,bs=4k,qd=32,jobs=1,cpus={host}"))?;
                     modes.push(m("send per command", PerfOptions { batch: false, ..base(vec![reader.clone()]) }));
                     modes.push(m("batched", base(vec![reader.clone()])));
+                    modes.push(m(WOKEN_EACH, PerfOptions { wake_each: true, ..base(vec![reader.clone()]) }));
                     modes.push(m("caravans", PerfOptions { caravan: Some(Caravan::default()), ..base(vec![reader]) }));
                 }
                 Part::Mixed => {

@@ -227,6 +227,7 @@ impl NvmeBenchArgs {
                 Column::new("iops", "IOPS", 0),
                 Column::new("iops_per_host_core", "IOPS per host core", 0),
                 Column::new("cmds_per_send", "commands/send", 1),
+                Column::new("wakes_per_io", "worker wake-ups/IO", 2),
                 Column::new("host_cpu_us_per_io", "host CPU us/IO (+NAPI)", 2),
                 Column::new("host_switches_per_io", "switches/IO", 2),
                 Column::new("p50_us", "p50 us", 1),
@@ -235,7 +236,7 @@ impl NvmeBenchArgs {
             ],
         );
         let mut points = Vec::new();
-        let labels = ["send per command", "batched", "caravans"];
+        let labels = super::plan::QD32_MODES;
         for (x, label) in labels.iter().enumerate() {
             let Some(rs) = found.find(Part::Qd32, label) else { continue };
             t.push(Row::new(vec![
@@ -243,6 +244,7 @@ impl NvmeBenchArgs {
                 med(rs, iops),
                 med(rs, per_core),
                 med(rs, |r| opt(r.cmds_per_send, "sends")),
+                med(rs, |r| opt(r.worker_wakes_per_io, "wake-ups per I/O")),
                 med(rs, host_us_per_io),
                 med(rs, |r| opt(r.host_switches_per_io, "switches per I/O")),
                 med(rs, us_of(|s| s.p50)),

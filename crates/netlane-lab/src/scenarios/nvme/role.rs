@@ -35,6 +35,7 @@ pub fn perf_args(o: &PerfOptions) -> Vec<String> {
         )
         .flag("direct-send", o.direct_send)
         .flag("no-batch", !o.batch)
+        .flag("wake-each", o.wake_each)
         .flag("caravan", o.caravan.is_some())
         .flag("verify", o.verify == VerifyMode::Write)
         .flag("verify-only", o.verify == VerifyMode::ReadBack)

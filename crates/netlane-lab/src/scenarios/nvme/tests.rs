@@ -51,6 +51,7 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
         worker_sends: 0,
         send_calls: 0,
         cmds_per_send: None,
+        worker_wakes_per_io: None,
         queues: Vec::new(),
         queue_failures: 0,
         verified: false,
