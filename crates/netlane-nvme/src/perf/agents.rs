@@ -177,26 +177,24 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         target_cpu_us_per_io: None,
         host_napi_threads: parts.iter().flat_map(|(r, _)| r.host_napi_threads.iter().cloned()).collect(),
         // Every agent's NAPI threads' CPU, when each agent could read its own.
-        host_napi_cpu_us_per_io: parts
-            .iter()
-            .map(|(r, _)| r.host_napi_cpu_us_per_io.map(|us| us * r.ops as f64))
-            .sum::<Option<f64>>()
-            .and_then(per_io),
+        host_napi_cpu_us_per_io: summed_per_io(parts, |r| r.host_napi_cpu_us_per_io).and_then(per_io),
         target_threads: Vec::new(),
         direct_sends: sum(|r| r.direct_sends),
         worker_sends: sum(|r| r.worker_sends),
         send_calls,
         cmds_per_send: (weights > 0.0).then(|| weighted / weights),
         // Each agent's wake-ups, weighted by its commands (of the agents that have them).
-        worker_wakes_per_io: parts
-            .iter()
-            .map(|(r, _)| r.worker_wakes_per_io.map(|w| w * r.ops as f64))
-            .sum::<Option<f64>>()
-            .and_then(per_io),
+        worker_wakes_per_io: summed_per_io(parts, |r| r.worker_wakes_per_io).and_then(per_io),
         queues: parts.iter().flat_map(|(r, _)| r.queues.iter().cloned()).collect(),
         queue_failures: sum(|r| r.queue_failures),
         verified: opts.verify != VerifyMode::Off,
     })
+}
+
+/// A per-I/O figure of every agent's part back to a total (its value times its
+/// commands, summed); `None` when any agent lacks it.
+fn summed_per_io<T>(parts: &[(PerfReport, T)], f: impl Fn(&PerfReport) -> Option<f64>) -> Option<f64> {
+    parts.iter().map(|(r, _)| f(r).map(|v| v * r.ops as f64)).sum()
 }
 
 #[cfg(test)]

@@ -108,147 +108,163 @@ pub(super) fn opt(o: Option<f64>, what: &str) -> Measure {
 /// How a check reads one run.
 type Of = fn(&PerfReport) -> Measure;
 
+/// One target check: its part, its spec, the two modes it sets side by side, what it
+/// reads of a run, and how its ratio is said.
+type Pair = (Part, Spec, &'static str, &'static str, Of, &'static str);
+
 impl NvmeBenchArgs {
     /// The target checks of the parts that ran, in the parts' order: each a ratio of two
     /// of a part's modes, per round.
     pub(super) fn checks(&self, found: Results<'_>) -> Vec<Check> {
-        let pairs: [(Part, Spec, &str, &str, Of, &str); 10] = [
-            (
-                Part::Qd1,
-                Spec::below(
-                    "nvme.qd1-direct-send",
-                    "QD1: direct send lowers p50 latency (saves the hand-off to the I/O worker)",
-                    1.0,
-                    "x",
-                ),
-                "direct send",
-                "I/O worker",
-                p50,
-                "direct send / I/O worker p50",
-            ),
-            (
-                Part::Qd1,
-                Spec::below(
-                    "nvme.qd1-polling",
-                    "QD1: polling lowers p50 latency further (no receive-side switch)",
-                    1.0,
-                    "x",
-                ),
-                "poll queue",
-                "direct send",
-                p50,
-                "poll queue / direct send p50",
-            ),
-            (
-                Part::Qd32,
-                Spec::above(
-                    "nvme.qd32-batching",
-                    "QD32: batching raises IOPS per host core over one send per command",
-                    1.0,
-                    "x",
-                ),
-                "batched",
-                "send per command",
-                per_core,
-                "batched / send per command IOPS per host core",
-            ),
-            (
-                Part::Qd32,
-                Spec::at_least(
-                    "nvme.qd32-wake-batch-end",
-                    "QD32: waking the queue's worker once a batch is complete (the block layer's rule) keeps IOPS \
-                     per host core against waking it for every command",
-                    1.0,
-                    "x",
-                ),
-                "batched",
-                super::plan::WOKEN_EACH,
-                per_core,
-                "batch-end / per-command wake-ups IOPS per host core",
-            ),
-            (
-                Part::Mixed,
-                Spec::at_least(
-                    "nvme.mixed-read-iops",
-                    "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
-                    2.0,
-                    "x",
-                ),
-                "separate maps",
-                "shared map",
-                iops,
-                "separate / shared readers' IOPS",
-            ),
-            (
-                Part::Mixed,
-                Spec::at_least(
-                    "nvme.mixed-read-p9999",
-                    "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
-                    5.0,
-                    "x lower",
-                ),
-                "shared map",
-                "separate maps",
-                p9999,
-                "shared / separate readers' p99.99",
-            ),
-            (
-                Part::Mixed,
-                Spec::at_least(
-                    "nvme.mixed-read-mean",
-                    "Mixed: separate queue maps cut the readers' mean latency (talk: about 2x)",
-                    2.0,
-                    "x lower",
-                ),
-                "shared map",
-                "separate maps",
-                mean,
-                "shared / separate readers' mean latency",
-            ),
-            (
-                Part::Mixed,
-                Spec::at_least(
-                    "nvme.mixed-writer",
-                    "Mixed: separate queue maps keep the writer's throughput (talk: throughput improves)",
-                    1.0,
-                    "x",
-                ),
-                "separate maps",
-                "shared map",
-                writer_mb_per_s,
-                "separate / shared writer MB/s",
-            ),
-            (
-                Part::Affinity,
-                Spec::below(
-                    "nvme.affinity-qd1",
-                    "Affinity: an aligned I/O worker lowers QD1 p50 latency (talk: 30 -> 27 us, 0.9x)",
-                    1.0,
-                    "x",
-                ),
-                "QD1 aligned",
-                "QD1 crossed",
-                p50,
-                "aligned / crossed p50",
-            ),
-            (
-                Part::Affinity,
-                Spec::at_least(
-                    "nvme.affinity-qd32",
-                    "Affinity: an aligned I/O worker raises QD32 IOPS per host core (talk: 180 K -> 230 K, 1.28x)",
-                    1.2,
-                    "x",
-                ),
-                "QD32 aligned",
-                "QD32 crossed",
-                per_core,
-                "aligned / crossed IOPS per host core",
-            ),
-        ];
-        pairs
+        queue_pairs()
             .into_iter()
+            .chain(map_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
             .map(|(part, spec, a, b, f, what)| found.compare(spec, part, a, b, f, what))
             .collect()
     }
+}
+
+/// The target checks of the QD1 and QD32 parts: how a queue sends.
+fn queue_pairs() -> [Pair; 4] {
+    [
+        (
+            Part::Qd1,
+            Spec::below(
+                "nvme.qd1-direct-send",
+                "QD1: direct send lowers p50 latency (saves the hand-off to the I/O worker)",
+                1.0,
+                "x",
+            ),
+            "direct send",
+            "I/O worker",
+            p50,
+            "direct send / I/O worker p50",
+        ),
+        (
+            Part::Qd1,
+            Spec::below(
+                "nvme.qd1-polling",
+                "QD1: polling lowers p50 latency further (no receive-side switch)",
+                1.0,
+                "x",
+            ),
+            "poll queue",
+            "direct send",
+            p50,
+            "poll queue / direct send p50",
+        ),
+        (
+            Part::Qd32,
+            Spec::above(
+                "nvme.qd32-batching",
+                "QD32: batching raises IOPS per host core over one send per command",
+                1.0,
+                "x",
+            ),
+            "batched",
+            "send per command",
+            per_core,
+            "batched / send per command IOPS per host core",
+        ),
+        (
+            Part::Qd32,
+            Spec::at_least(
+                "nvme.qd32-wake-batch-end",
+                "QD32: waking the queue's worker once a batch is complete (the block layer's rule) keeps IOPS \
+                     per host core against waking it for every command",
+                1.0,
+                "x",
+            ),
+            "batched",
+            super::plan::WOKEN_EACH,
+            per_core,
+            "batch-end / per-command wake-ups IOPS per host core",
+        ),
+    ]
+}
+
+/// The target checks of the mixed and affinity parts: which queue and CPU a command
+/// takes.
+fn map_pairs() -> [Pair; 6] {
+    [
+        (
+            Part::Mixed,
+            Spec::at_least(
+                "nvme.mixed-read-iops",
+                "Mixed: separate queue maps raise the readers' IOPS (talk: more than 2x)",
+                2.0,
+                "x",
+            ),
+            "separate maps",
+            "shared map",
+            iops,
+            "separate / shared readers' IOPS",
+        ),
+        (
+            Part::Mixed,
+            Spec::at_least(
+                "nvme.mixed-read-p9999",
+                "Mixed: separate queue maps cut the readers' p99.99 latency (talk: about 10x)",
+                5.0,
+                "x lower",
+            ),
+            "shared map",
+            "separate maps",
+            p9999,
+            "shared / separate readers' p99.99",
+        ),
+        (
+            Part::Mixed,
+            Spec::at_least(
+                "nvme.mixed-read-mean",
+                "Mixed: separate queue maps cut the readers' mean latency (talk: about 2x)",
+                2.0,
+                "x lower",
+            ),
+            "shared map",
+            "separate maps",
+            mean,
+            "shared / separate readers' mean latency",
+        ),
+        (
+            Part::Mixed,
+            Spec::at_least(
+                "nvme.mixed-writer",
+                "Mixed: separate queue maps keep the writer's throughput (talk: throughput improves)",
+                1.0,
+                "x",
+            ),
+            "separate maps",
+            "shared map",
+            writer_mb_per_s,
+            "separate / shared writer MB/s",
+        ),
+        (
+            Part::Affinity,
+            Spec::below(
+                "nvme.affinity-qd1",
+                "Affinity: an aligned I/O worker lowers QD1 p50 latency (talk: 30 -> 27 us, 0.9x)",
+                1.0,
+                "x",
+            ),
+            "QD1 aligned",
+            "QD1 crossed",
+            p50,
+            "aligned / crossed p50",
+        ),
+        (
+            Part::Affinity,
+            Spec::at_least(
+                "nvme.affinity-qd32",
+                "Affinity: an aligned I/O worker raises QD32 IOPS per host core (talk: 180 K -> 230 K, 1.28x)",
+                1.2,
+                "x",
+            ),
+            "QD32 aligned",
+            "QD32 crossed",
+            per_core,
+            "aligned / crossed IOPS per host core",
+        ),
+    ]
 }
