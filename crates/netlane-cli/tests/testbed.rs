@@ -123,7 +123,7 @@ fn nvme_ran_across_hosts(nvme: &serde_json::Value) {
     assert!(notes[0].contains("the target on host server at 10.78.0.1, nvme perf on host client1"), "{notes:?}");
     assert!(notes[1].contains("Left out on this testbed: the affinity part"), "{notes:?}");
     let runs = nvme["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 3 + 3 + 3 + 8, "qd1, qd32, mixed, the caravan sweep's ends: {runs:?}");
+    assert_eq!(runs.len(), 3 + 4 + 3 + 8, "qd1, qd32, mixed, the caravan sweep's ends: {runs:?}");
     for run in runs {
         assert!(run["metrics"]["iops"].as_f64().unwrap_or(0.0) > 100.0, "{run}");
         // The target's CPU per I/O from its CPU on the server host, over the window.
@@ -462,7 +462,7 @@ fn lanes_run_on_the_server_hosts_interface() {
     assert!(napi["by_owner"].as_f64().unwrap_or(0.0) >= 16.0 && napi["other"].as_f64() == Some(0.0), "{t}");
     // napi-busy's per-NAPI knobs: set by the server there (none refused), put back by it.
     assert!(
-        notes.iter().any(|n| n.starts_with("napi-busy's per-NAPI knobs set on eth0's NAPI instances")),
+        notes.iter().any(|n| n.starts_with("The busy-polling modes' per-NAPI knobs set on eth0's NAPI instances")),
         "{notes:?}"
     );
     assert!(!notes.iter().any(|n| n.contains("was refused")), "{notes:?}");

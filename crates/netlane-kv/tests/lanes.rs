@@ -196,6 +196,12 @@ fn replies_leave_by_the_transmit_queue_paired_with_their_receive_queue() {
     let (tx0, conns0) = replies_by_queue(&h, &server, q0_napi, &mut conns, 20);
     assert!(tx0 > 0.7, "replies by tx-0 {tx0:.2}, connections on rx-0 {conns0:.2}");
     drop(conns);
+    // The next phase counts the lanes' connections: these must be gone from them first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while server.lanes().lanes.iter().map(|l| l.connections).sum::<u64>() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the first connections never closed: {:?}", server.lanes());
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // With the receive queue recorded as a NIC driver does, each lane's replies leave by
     // its own queue pair's transmit queue.
     let recorder = h.rx.run(move || netlane::lanes::RecordedRxQueues::install(rx_index, 2)).unwrap().unwrap();

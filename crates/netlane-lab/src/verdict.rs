@@ -189,6 +189,11 @@ impl Spec {
         self.finish(Some(measured), outcome, how.to_string())
     }
 
+    /// Its id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// The check when it is invalid before measuring (an impossible run, say).
     pub fn invalid(&self, why: impl Into<String>) -> Check {
         self.finish(None, Outcome::Invalid, why.into())

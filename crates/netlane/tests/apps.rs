@@ -312,8 +312,8 @@ fn each_application_s_flows_land_on_its_queue_group() {
 }
 
 /// Beyond tc's 16 traffic classes: 100 applications, each with its class in the kernel,
-/// and every datagram of each (marked as its cgroup program marks it) counted in its
-/// own class and nowhere else.
+/// and every datagram of each (marked with SO_MARK directly, the mark its cgroup program
+/// would give it) counted in its own class and nowhere else.
 #[test]
 fn a_hundred_applications_each_get_their_own_class_in_the_kernel() {
     if !netlane_testkit::privileged("a_hundred_applications_each_get_their_own_class_in_the_kernel") {

@@ -177,7 +177,12 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         target_cpu_us_per_io: None,
         host_napi_threads: parts.iter().flat_map(|(r, _)| r.host_napi_threads.iter().cloned()).collect(),
         // Every agent's NAPI threads' CPU, when each agent could read its own.
-        host_napi_cpu_us_per_io: summed_per_io(parts, |r| r.host_napi_cpu_us_per_io).and_then(per_io),
+        // An agent without NAPI threads adds nothing; one whose threads were unreadable
+        // leaves the total unknown.
+        host_napi_cpu_us_per_io: summed_per_io(parts, |r| {
+            if r.host_napi_threads.is_empty() { Some(0.0) } else { r.host_napi_cpu_us_per_io }
+        })
+        .and_then(per_io),
         target_threads: Vec::new(),
         direct_sends: sum(|r| r.direct_sends),
         worker_sends: sum(|r| r.worker_sends),

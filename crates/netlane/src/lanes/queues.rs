@@ -318,8 +318,9 @@ pub fn try_threaded_busy_poll(ifindex: u32) -> Result<String, String> {
 
 /// The NAPI threads (PID, and the kernel's name for the thread) of the interface this
 /// namespace's routes send packets for `dst` through: where the receive work of that
-/// traffic runs when NAPI is threaded. Empty when the interface has none (softirq NAPI,
-/// or no NAPI, as loopback).
+/// traffic runs when NAPI is threaded. All of the interface's, so on a multi-queue NIC
+/// also those of queues that carry other traffic. Empty when the interface has none
+/// (softirq NAPI, or no NAPI, as loopback).
 pub fn napi_threads_towards(dst: std::net::IpAddr) -> Result<Vec<(u32, String)>, String> {
     let mut r = crate::topology::Rtnl::open().map_err(|e| format!("rtnetlink: {e}"))?;
     let Some(ifindex) = r.output_interface(dst).map_err(|e| crate::error::chain(&e).to_string())? else {

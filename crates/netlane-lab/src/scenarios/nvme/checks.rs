@@ -108,6 +108,22 @@ pub(super) fn opt(o: Option<f64>, what: &str) -> Measure {
 /// How a check reads one run.
 type Of = fn(&PerfReport) -> Measure;
 
+/// The wake-up check compares two ways of waking the queue's worker: a round where they
+/// woke it alike (a worker that never slept) compares nothing. Why, if so.
+fn wakes_alike(found: Results<'_>, spec: &Spec) -> Option<String> {
+    if spec.id() != "nvme.qd32-wake-batch-end" {
+        return None;
+    }
+    let (Some(end), Some(each)) = (found.find(Part::Qd32, "batched"), found.find(Part::Qd32, super::plan::WOKEN_EACH))
+    else {
+        return None;
+    };
+    end.iter().zip(each).find_map(|(a, b)| match (a.worker_wakes_per_io, b.worker_wakes_per_io) {
+        (Some(x), Some(y)) if x < 0.5 * y => None,
+        (x, y) => Some(format!("the two modes woke the worker alike ({x:?} and {y:?} per I/O): nothing to compare")),
+    })
+}
+
 /// One target check: its part, its spec, the two modes it sets side by side, what it
 /// reads of a run, and how its ratio is said.
 type Pair = (Part, Spec, &'static str, &'static str, Of, &'static str);
@@ -120,7 +136,10 @@ impl NvmeBenchArgs {
             .into_iter()
             .chain(map_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
-            .map(|(part, spec, a, b, f, what)| found.compare(spec, part, a, b, f, what))
+            .map(|(part, spec, a, b, f, what)| match wakes_alike(found, &spec) {
+                Some(why) => spec.invalid(why),
+                None => found.compare(spec, part, a, b, f, what),
+            })
             .collect()
     }
 }

@@ -392,7 +392,8 @@ impl NvmeBenchArgs {
         };
         out.notes.push(format!(
             "The writer with separate maps: {}x its MB/s with a shared map ({}..{}), while the readers did {}x their \
-             IOPS ({}..{}); the target's one reactor was {} busy with a shared map and {} with separate maps. {why}",
+             IOPS ({}..{}); the target's CPU (its reactor, and its NAPI thread where counted) was {} busy with a shared \
+             map and {} with separate maps. {why}",
             sig(writer.median),
             sig(writer.min),
             sig(writer.max),

@@ -87,6 +87,12 @@ fn all(modes: &[Mode], bad: &str, degenerate: PerfReport) -> Vec<Vec<PerfReport>
                 l if l.starts_with("batched ") => perf(200_000, 160_000, 2_200_000, 1.0),
                 _ => perf(17_000, 600_000, 2_000_000, 1.0),
             };
+            let mut good = good;
+            good.worker_wakes_per_io = match m.label.as_str() {
+                "batched" => Some(0.03),
+                super::plan::WOKEN_EACH => Some(0.97),
+                _ => None,
+            };
             let second = if m.label == bad { degenerate.clone() } else { good.clone() };
             vec![good, second]
         })
@@ -217,4 +223,15 @@ fn the_writer_s_loss_is_reported_with_the_target_s_cpu() {
     let note = r.notes.iter().find(|n| n.starts_with("The writer with separate maps")).expect("the writer's note");
     assert!(note.contains("0.650x its MB/s") && note.contains("100% busy with a shared map"), "{note}");
     assert!(note.contains("CPU was full in both"), "{note}");
+}
+
+#[test]
+fn the_wake_up_check_is_invalid_when_both_modes_woke_the_worker_alike() {
+    let (a, modes) = setup();
+    let mut alike = perf(200_000, 160_000, 2_200_000, 0.8);
+    alike.worker_wakes_per_io = Some(0.97);
+    let r = a.report(&modes, &all(&modes, "batched", alike), Vec::new());
+    let (o, why) = outcome(&r, "nvme.qd32-wake-batch-end");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("woke the worker alike"), "{why}");
 }
