@@ -3,13 +3,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use netlane::topology::{LinkConfig, TwoHosts};
-use netlane_nvme::host::{ConnectOptions, Controller, QueueConn};
+use netlane_nvme::host::{Controller, QueueConn};
 use netlane_nvme::perf::{self, JobGroup, PerfOptions};
 use netlane_nvme::proto::cmd::{SGL_ICD, SglDesc, Sqe, Status, admin, nvm};
 use netlane_nvme::proto::fabrics;
@@ -18,48 +16,10 @@ use netlane_nvme::proto::target::{Subsystem, TargetConfig};
 use netlane_nvme::store::open_namespace;
 use netlane_nvme::target::{TargetOptions, TargetServer};
 
-const NQN: &str = "nqn.2026-11.io.netlane:test";
 const T: Duration = Duration::from_secs(5);
 
-struct Fixture {
-    server: TargetServer,
-    subsys: Arc<Subsystem>,
-    file: PathBuf,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.file);
-    }
-}
-
-/// A target with a memory namespace (1) and a file namespace (2); small PDU limits so
-/// reads split into several C2HData and writes take several R2Ts of several H2CData.
-fn target(listen: SocketAddr, tag: &str) -> Fixture {
-    let file = std::env::temp_dir().join(format!("netlane-nvme-test-{}-{tag}", std::process::id()));
-    let _ = std::fs::remove_file(&file);
-    let namespaces =
-        vec![open_namespace("mem:64M").unwrap(), open_namespace(&format!("file:{}:8M", file.display())).unwrap()];
-    let cfg = TargetConfig {
-        nqn: NQN.into(),
-        maxh2cdata: 32 * 1024,
-        c2h_max: 16 * 1024,
-        r2t_max: 64 * 1024,
-        in_capsule: 8192,
-        ..TargetConfig::default()
-    };
-    let subsys = Subsystem::new(cfg, namespaces).unwrap();
-    let server = TargetServer::start(subsys.clone(), &TargetOptions::new(listen)).unwrap();
-    Fixture { server, subsys, file }
-}
-
-fn opts(addr: SocketAddr, hd: bool, dd: bool) -> ConnectOptions {
-    let mut o = ConnectOptions::new(addr, NQN);
-    o.hdgst = hd;
-    o.ddgst = dd;
-    o.kato_ms = 3000;
-    o
-}
+mod common;
+use common::{NQN, opts, target};
 
 fn sqe(op: u8, nsid: u32, cdw10: u32) -> Sqe {
     let mut s = Sqe::default();
@@ -566,65 +526,4 @@ fn keep_alive_expiry_tears_down_the_controller_and_reconnect_works() {
     let mut q2 = ctrl2.connect_io_queue(1, 8).unwrap();
     assert!(q2.run(rw(nvm::READ, 1, 0, 1), vec![0; 4096], T, "read").unwrap().cqe.status.is_success());
     assert_eq!(f.server.stats().connections, 4);
-}
-
-/// Over a veth with threaded NAPI on both ends, the host's receive work runs in its NAPI
-/// thread, not in nvme perf's process: the report must count it (found from the route
-/// to the target) and name it, and the target's threads given count with the target.
-#[test]
-fn perf_counts_the_napi_threads_that_do_the_receive_work() {
-    if !netlane_testkit::privileged("perf_counts_the_napi_threads_that_do_the_receive_work") {
-        return;
-    }
-    use netlane::topology::RxTuning;
-    let hosts =
-        TwoHosts::create("nvme-napi", LinkConfig { mtu: 1500, queues: 1, rx: RxTuning::threaded_napi() }).unwrap();
-    RxTuning::threaded_napi().apply(&hosts.tx, &hosts.tx_if, hosts.tx_index).unwrap();
-    // A veth hands TSO segments to the peer's backlog, skipping its NAPI: with TSO off
-    // at the target's end the data it returns takes the host end's NAPI thread.
-    hosts.set_rx_tso(false).unwrap();
-    let listen = SocketAddr::new(hosts.rx_addr(false), netlane_nvme::DEFAULT_PORT);
-    let f = hosts.rx.run(move || target(listen, "napi")).unwrap();
-    let rx_index = hosts.rx_index;
-    let target_threads: Vec<u32> = hosts
-        .rx
-        .run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(rx_index).unwrap())
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.pid)
-        .collect();
-    assert!(!target_threads.is_empty(), "the target end's NAPI is threaded");
-    let o = PerfOptions {
-        connect: opts(listen, false, false),
-        nsid: 1,
-        groups: vec![JobGroup::parse("name=rd,rw=randread,bs=64k,qd=8,jobs=1").unwrap()],
-        duration: Duration::from_millis(800),
-        ramp: Duration::from_millis(100),
-        queues: 1,
-        read_queues: 0,
-        poll_queues: 0,
-        queue_cpus: netlane::cpus::CpuList::one(0),
-        queue_depth: 32,
-        direct_send: false,
-        batch: true,
-        wake_each: false,
-        caravan: None,
-        verify: netlane_nvme::perf::VerifyMode::Off,
-        size: Some(16 << 20),
-        target_pid: Some(std::process::id()),
-        target_threads: target_threads.clone(),
-    };
-    let r = hosts.tx.run(move || perf::run(&o)).unwrap().unwrap();
-    assert!(r.ops > 100, "{} commands", r.ops);
-    assert_eq!(r.host_napi_threads.len(), 1, "{:?}", r.host_napi_threads);
-    assert!(r.host_napi_threads[0].starts_with("napi/tx0-"), "{:?}", r.host_napi_threads);
-    let napi = r.host_napi_cpu_us_per_io.expect("the host's NAPI thread's CPU was read");
-    let process = r.host_cpu_us_per_io.unwrap();
-    eprintln!("{} commands; host: process {process:.2} us/IO, NAPI {napi:.2} us/IO ({:?})", r.ops, r.host_napi_threads);
-    // 64 KiB reads arrive as data the host's NAPI thread takes in: a real share of the
-    // host's work, which a figure from the process alone would leave out.
-    assert!(napi > 0.1 * process, "NAPI {napi:.2} us/IO against the process's {process:.2}");
-    assert_eq!(r.target_threads.len(), target_threads.len(), "{:?}", r.target_threads);
-    assert!(r.target_threads[0].starts_with("napi/rx0-"), "{:?}", r.target_threads);
-    drop(f);
 }

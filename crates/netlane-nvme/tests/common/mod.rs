@@ -1,0 +1,54 @@
+//! What the integration tests share: a target on real sockets, and how a host reaches it.
+
+#![allow(dead_code)] // each test file uses its own part of this
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use netlane_nvme::host::ConnectOptions;
+use netlane_nvme::proto::target::{Subsystem, TargetConfig};
+use netlane_nvme::store::open_namespace;
+use netlane_nvme::target::{TargetOptions, TargetServer};
+
+pub const NQN: &str = "nqn.2026-11.io.netlane:test";
+
+pub struct Fixture {
+    pub server: TargetServer,
+    pub subsys: Arc<Subsystem>,
+    pub file: PathBuf,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.file);
+    }
+}
+
+/// A target with a memory namespace (1) and a file namespace (2); small PDU limits so
+/// reads split into several C2HData and writes take several R2Ts of several H2CData.
+pub fn target(listen: SocketAddr, tag: &str) -> Fixture {
+    let file = std::env::temp_dir().join(format!("netlane-nvme-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_file(&file);
+    let namespaces =
+        vec![open_namespace("mem:64M").unwrap(), open_namespace(&format!("file:{}:8M", file.display())).unwrap()];
+    let cfg = TargetConfig {
+        nqn: NQN.into(),
+        maxh2cdata: 32 * 1024,
+        c2h_max: 16 * 1024,
+        r2t_max: 64 * 1024,
+        in_capsule: 8192,
+        ..TargetConfig::default()
+    };
+    let subsys = Subsystem::new(cfg, namespaces).unwrap();
+    let server = TargetServer::start(subsys.clone(), &TargetOptions::new(listen)).unwrap();
+    Fixture { server, subsys, file }
+}
+
+pub fn opts(addr: SocketAddr, hd: bool, dd: bool) -> ConnectOptions {
+    let mut o = ConnectOptions::new(addr, NQN);
+    o.hdgst = hd;
+    o.ddgst = dd;
+    o.kato_ms = 3000;
+    o
+}
