@@ -94,7 +94,7 @@ fn a_role_dies_with_its_session_when_the_lab_or_the_link_goes() {
 
     // The lab's end of one session killed outright (SIGKILL: no order is sent).
     let role = RoleProcess::start(&ssh, &sleeper(), None).unwrap();
-    assert!(h.roles().iter().any(|(_, c)| c == "sleep"), "{:?}", h.roles());
+    h.wait_for_roles("sleep", 1, Duration::from_secs(5)).unwrap();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(role.pid().unwrap() as i32), nix::sys::signal::SIGKILL).unwrap();
     h.wait_until_bare(true, Duration::from_secs(10)).unwrap();
     let e = format!("{:#}", role.wait(Duration::from_secs(5)).unwrap_err());
@@ -102,7 +102,7 @@ fn a_role_dies_with_its_session_when_the_lab_or_the_link_goes() {
 
     // The master connection gone (the lab ended): every role it carried ends.
     let roles: Vec<RoleProcess> = (0..3).map(|_| RoleProcess::start(&ssh, &sleeper(), None).unwrap()).collect();
-    assert_eq!(h.roles().iter().filter(|(_, c)| c == "sleep").count(), 3, "{:?}", h.roles());
+    h.wait_for_roles("sleep", 3, Duration::from_secs(5)).unwrap();
     drop(ssh);
     h.wait_until_bare(false, Duration::from_secs(10)).unwrap();
     drop(roles);

@@ -179,6 +179,24 @@ impl SshdHost {
         Ok(())
     }
 
+    /// Waits (at most `within`) until `count` roles named `comm` run there: a shell that
+    /// said it was ready may not yet have become the program it execs.
+    pub fn wait_for_roles(&self, comm: &str, count: usize, within: Duration) -> Result<(), String> {
+        let running = || self.roles().iter().filter(|(_, c)| c == comm).count();
+        let deadline = Instant::now() + within;
+        while running() != count {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{count} {comm} not running on {} after {within:?}: {:?}",
+                    self.alias,
+                    self.roles()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
     /// What sessions run there: its processes other than sshd's (`sshd-session` from
     /// OpenSSH 9.8) and the proxies'.
     pub fn roles(&self) -> Vec<(u32, String)> {
