@@ -20,6 +20,7 @@ mod hostile;
 mod kv;
 mod lab;
 mod lb;
+mod napi_args;
 mod nic;
 mod nvme;
 mod out;

@@ -85,6 +85,8 @@ fn options(addr: SocketAddr, nsid: u32, groups: &[&str]) -> PerfOptions {
         size: Some(8 << 20),
         target_pid: None,
         target_threads: Vec::new(),
+        busy_poll: None,
+        napi: Default::default(),
     }
 }
 

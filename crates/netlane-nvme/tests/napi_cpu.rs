@@ -55,6 +55,8 @@ fn perf_counts_the_napi_threads_that_do_the_receive_work() {
         size: Some(16 << 20),
         target_pid: Some(std::process::id()),
         target_threads: target_threads.clone(),
+        busy_poll: None,
+        napi: Default::default(),
     };
     let r = hosts.tx.run(move || perf::run(&o)).unwrap().unwrap();
     assert!(r.ops > 100, "{} commands", r.ops);

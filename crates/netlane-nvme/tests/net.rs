@@ -120,6 +120,8 @@ fn run_perf_verify(addr: SocketAddr) {
         size: Some(16 << 20),
         target_pid: None,
         target_threads: Vec::new(),
+        busy_poll: None,
+        napi: Default::default(),
     };
     let r = perf::run(&o).unwrap();
     for g in &r.groups {
@@ -165,6 +167,8 @@ fn more_commands_than_queue_slots_wait_their_turn() {
         size: Some(4 << 20),
         target_pid: None,
         target_threads: Vec::new(),
+        busy_poll: None,
+        napi: Default::default(),
     };
     let started = Instant::now();
     let r = perf::run(&o).unwrap();

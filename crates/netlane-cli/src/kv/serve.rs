@@ -10,12 +10,11 @@ use clap::Args;
 use netlane::lanes::BusyPoll;
 use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane::serve::{Ended, Outcome};
-use netlane::topology::netdev::NapiSettings;
 use netlane_kv::proto::parse::Allowed;
 use netlane_kv::proto::{Limits, Settings as ProtoSettings};
 use netlane_kv::server::{Server, ServerConfig, Steer, UnixListen};
 use netlane_kv::store::{ClassConfig, StoreConfig};
-use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
+use netlane_report::options::{parse_positive_duration, parse_size_usize};
 
 use super::megabytes;
 use super::memcached_options::{
@@ -168,16 +167,8 @@ pub struct ServeArgs {
     /// the one holding the listen address].
     #[arg(long)]
     pub lane_device: Option<String>,
-    /// Per-NAPI: empty polls before interrupts are re-enabled (napi-set, else sysfs).
-    #[arg(long)]
-    pub napi_defer_hard_irqs: Option<u32>,
-    /// Per-NAPI: GRO flush / watchdog timeout (napi-set, else sysfs).
-    #[arg(long, value_parser = parse_duration)]
-    pub gro_flush_timeout: Option<Duration>,
-    /// Per-NAPI: IRQ suspension timeout while the lane keeps finding events (napi-set,
-    /// Linux 6.13+).
-    #[arg(long, value_parser = parse_duration)]
-    pub irq_suspend_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub napi: crate::napi_args::NapiArgs,
     /// Most lanes over the server's life (room for lanes added live) [default: the
     /// lanes at start].
     #[arg(long)]
@@ -296,11 +287,7 @@ impl ServeArgs {
             steer: self.steer,
             busy_poll: self.busy_poll,
             lane_device: None,
-            napi: NapiSettings {
-                defer_hard_irqs: self.napi_defer_hard_irqs,
-                gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
-                irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
-            },
+            napi: self.napi.settings(),
             max_lanes: self.max_lanes,
             xps_rxqs: self.xps_rxqs,
             proto: ProtoSettings {
@@ -543,7 +530,7 @@ mod tests {
                 lane_device: Some("veth-rx".into()),
                 xps_rxqs: true,
                 busy_poll: Some("50,8,prefer".parse().unwrap()),
-                napi: NapiSettings {
+                napi: netlane::topology::netdev::NapiSettings {
                     defer_hard_irqs: Some(100),
                     gro_flush_timeout_ns: Some(20_000),
                     irq_suspend_timeout_ns: Some(2_000_000),

@@ -8,6 +8,7 @@ use crate::documents::NvmePerf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use netlane::cpus::CpuList;
+use netlane::lanes::busy::BusyPoll;
 use netlane::metrics::Summary;
 use netlane::metrics::sla::Sla;
 use netlane_lab::scenarios::nvme::{NvmeAgent, perf_table};
@@ -87,6 +88,15 @@ pub struct PerfArgs {
     /// Poll queues (for --hipri jobs).
     #[arg(long, default_value_t = 0)]
     pub poll_queues: u16,
+    /// Reap poll queues with the kernel's busy polling, USECS[,BUDGET[,prefer]]: a job
+    /// that finds no completion waits in epoll_wait, which polls the queues' NAPI
+    /// instance for USECS before it sleeps until an interrupt wakes it [default: jobs
+    /// spin in user space and never sleep].
+    #[arg(long, requires = "poll_queues")]
+    pub busy_poll: Option<BusyPoll>,
+    /// Interrupt moderation on the interface towards the target.
+    #[command(flatten)]
+    pub napi: crate::napi_args::NapiArgs,
     /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every
     /// CPU; with --agents, every CPU of each agent's host].
     #[arg(long, value_parser = netlane::cpus::parse_list)]
@@ -273,6 +283,8 @@ impl PerfArgs {
             size: self.size,
             target_pid: self.target_pid,
             target_threads: self.target_threads.clone(),
+            busy_poll: self.busy_poll,
+            napi: self.napi.settings(),
         })
     }
 
@@ -299,6 +311,10 @@ impl PerfArgs {
             .flag("ddgst", self.ddgst)
             .duration("kato", self.kato)
             .flag("sqflow", self.sqflow);
+        if let Some(bp) = self.busy_poll {
+            l = l.text("busy-poll", bp.to_string());
+        }
+        l = l.extend(self.napi.echo());
         if let Some(s) = self.size {
             l = l.size("size", s);
         }
@@ -470,6 +486,8 @@ mod tests {
             size: None,
             target_pid: Some(4242),
             target_threads: vec![17, 18],
+            busy_poll: None,
+            napi: Default::default(),
         };
         let mut digests = base.connect.clone();
         (digests.hdgst, digests.ddgst, digests.disable_sqflow, digests.kato_ms) = (true, true, false, 0);
@@ -487,6 +505,12 @@ mod tests {
                 groups: vec![g("name=readers,rw=randread,bs=4k,qd=1,jobs=16,cpus=1,hipri=1"), writer],
                 read_queues: 1,
                 poll_queues: 1,
+                busy_poll: Some("1000,16,prefer".parse().unwrap()),
+                napi: netlane::topology::netdev::NapiSettings {
+                    defer_hard_irqs: Some(2),
+                    gro_flush_timeout_ns: Some(20_000),
+                    irq_suspend_timeout_ns: Some(10_000_000),
+                },
                 queue_cpus: CpuList::new(vec![0, 1]),
                 verify: VerifyMode::Write,
                 size: Some(64 << 20),

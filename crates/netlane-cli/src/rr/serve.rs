@@ -87,18 +87,10 @@ pub struct ServeArgs {
     /// busy polling took and each socket's NAPI id.
     #[arg(long)]
     pub busy_poll: Option<netlane::lanes::BusyPoll>,
-    /// Per-NAPI, on every NAPI instance of the device read (the lane device, --iface or
-    /// the one with the listen address): empty polls before interrupts are re-enabled
-    /// (napi-set, else sysfs; put back when the server stops).
-    #[arg(long)]
-    pub napi_defer_hard_irqs: Option<u32>,
-    /// Per-NAPI: GRO flush / watchdog timeout (napi-set, else sysfs).
-    #[arg(long, value_parser = parse_positive_duration)]
-    pub gro_flush_timeout: Option<Duration>,
-    /// Per-NAPI: IRQ suspension timeout while the server keeps finding events (napi-set,
-    /// Linux 6.13+; with prefer in --busy-poll).
-    #[arg(long, value_parser = parse_positive_duration)]
-    pub irq_suspend_timeout: Option<Duration>,
+    /// Per-NAPI settings, on every NAPI instance of the device read (the lane device,
+    /// --iface or the one with the listen address).
+    #[command(flatten)]
+    pub napi: crate::napi_args::NapiArgs,
     /// Ring paths: interface to read [default: the one with the listen address; every
     /// interface for 0.0.0.0 or ::].
     #[arg(long)]
@@ -207,11 +199,7 @@ impl ServeArgs {
             pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
             lane_device: self.lane_device.clone(),
             busy_poll: self.busy_poll,
-            napi: netlane::topology::netdev::NapiSettings {
-                defer_hard_irqs: self.napi_defer_hard_irqs,
-                gro_flush_timeout_ns: self.gro_flush_timeout.map(|d| d.as_nanos() as u64),
-                irq_suspend_timeout_ns: self.irq_suspend_timeout.map(|d| d.as_nanos() as u64),
-            },
+            napi: self.napi.settings(),
             guard: GuardConfig {
                 ratio: self.unverified_ratio,
                 budget: self.unverified_budget as u64,

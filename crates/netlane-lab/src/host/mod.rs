@@ -399,6 +399,14 @@ impl Args {
         self.opt(name, format!("{}ns", d.as_nanos()))
     }
 
+    /// The per-NAPI settings as `--napi-defer-hard-irqs`, `--gro-flush-timeout` and
+    /// `--irq-suspend-timeout`, those that are set.
+    pub fn napi(&mut self, s: &netlane::topology::netdev::NapiSettings) -> &mut Args {
+        self.opt_some("napi-defer-hard-irqs", s.defer_hard_irqs)
+            .opt_some("gro-flush-timeout", s.gro_flush_timeout_ns.map(|ns| format!("{ns}ns")))
+            .opt_some("irq-suspend-timeout", s.irq_suspend_timeout_ns.map(|ns| format!("{ns}ns")))
+    }
+
     /// The arguments.
     pub fn into_vec(self) -> Vec<String> {
         self.0

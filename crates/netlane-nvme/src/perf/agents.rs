@@ -190,6 +190,13 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         cmds_per_send: (weights > 0.0).then(|| weighted / weights),
         // Each agent's wake-ups, weighted by its commands (of the agents that have them).
         worker_wakes_per_io: summed_per_io(parts, |r| r.worker_wakes_per_io).and_then(per_io),
+        job_sleeps_per_io: summed_per_io(parts, |r| r.job_sleeps_per_io).and_then(per_io),
+        host_napi_runs_per_io: summed_per_io(parts, |r| {
+            if r.host_napi_threads.is_empty() { Some(0.0) } else { r.host_napi_runs_per_io }
+        })
+        .and_then(per_io),
+        busy_polled_packets_per_io: summed_per_io(parts, |r| r.busy_polled_packets_per_io).and_then(per_io),
+        knobs: parts.iter().flat_map(|(r, _)| r.knobs.iter().cloned()).collect(),
         queues: parts.iter().flat_map(|(r, _)| r.queues.iter().cloned()).collect(),
         queue_failures: sum(|r| r.queue_failures),
         verified: opts.verify != VerifyMode::Off,
@@ -227,6 +234,8 @@ mod tests {
             size: None,
             target_pid: None,
             target_threads: Vec::new(),
+            busy_poll: None,
+            napi: Default::default(),
         }
     }
 
@@ -266,6 +275,10 @@ mod tests {
             host_napi_cpu_us_per_io: Some(1.0),
             target_threads: Vec::new(),
             direct_sends: 1,
+            job_sleeps_per_io: None,
+            host_napi_runs_per_io: None,
+            busy_polled_packets_per_io: None,
+            knobs: Vec::new(),
             worker_sends: n,
             send_calls: n,
             cmds_per_send: Some(2.0),

@@ -5,16 +5,18 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
 
 use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 
 use super::VerifyMode;
+use super::busypoll::{Inbox, JobEpoll, Waiting, deliver};
 use super::job::JobGroup;
-use super::queue::{Queue, Req, SetKind, Shared, fail, flush, reap_locked, submit_locked};
+use super::queue::{Queue, Req, SetKind, Shared, fail, flush, submit_locked};
 use crate::proto::cmd::{Sqe, Status, nvm};
 use crate::proto::host::Completion;
+use netlane::lanes::busy::{BusyPoll, Knob};
+use netlane::metrics::cpu::thread_cpu;
 
 /// A small xorshift generator for offsets (no statistical demands beyond spreading).
 pub(super) struct Rng(u64);
@@ -59,6 +61,10 @@ pub(super) struct JobResult {
     pub(super) errors: u64,
     pub(super) mismatches: u64,
     pub(super) failure: Option<String>,
+    /// The busy-poll parameters of the job's epoll instance, as applied or refused.
+    pub(super) busy_poll_knob: Option<Knob>,
+    /// Times the job blocked (voluntary context switches) in the measured window.
+    pub(super) sleeps: u64,
 }
 
 pub(super) struct JobSpec {
@@ -71,6 +77,8 @@ pub(super) struct JobSpec {
     pub(super) verify: VerifyMode,
     pub(super) window: (u64, u64),
     pub(super) end_ns: u64,
+    /// Kernel busy polling for a high-priority job's poll queues (else it spins).
+    pub(super) busy_poll: Option<BusyPoll>,
 }
 
 pub(super) fn current_cpu() -> usize {
@@ -140,9 +148,7 @@ pub(super) fn submit(shared: &Shared, q: &Queue, req: Req) {
         // The queue's worker is gone: fail the command rather than lose it.
         q.queued.fetch_sub(1, Ordering::AcqRel);
         let cqe = crate::proto::cmd::Cqe { status: Status::TRANSIENT_TRANSPORT, ..Default::default() };
-        if let Some(job) = shared.jobs.get((req.token >> 32) as usize) {
-            let _ = job.send(Completion { token: req.token, cqe, data: req.data });
-        }
+        deliver(shared, Completion { token: req.token, cqe, data: req.data });
         return;
     }
     if completes_batch && q.sleeping.load(Ordering::SeqCst) {
@@ -189,37 +195,46 @@ pub(super) fn run_job(spec: JobSpec, shared: Arc<Shared>, done_rx: mpsc::Receive
     };
     let mut slots: Vec<Slot> =
         (0..g.qd).map(|_| Slot { buf: vec![0u8; g.bs as usize], start_ns: 0, offset: 0, read: true }).collect();
+    let waiting = match (g.hipri, spec.busy_poll) {
+        (false, _) => Waiting::Channel,
+        (true, None) => Waiting::Spin,
+        (true, Some(bp)) => match JobEpoll::new(&shared, spec.index, &bp) {
+            Ok((ep, knob)) => {
+                res.busy_poll_knob = Some(knob);
+                Waiting::Kernel(ep)
+            }
+            Err(e) => {
+                res.failure = Some(format!("the job's busy-poll epoll instance: {e}"));
+                return res;
+            }
+        },
+    };
+    let inbox = Inbox { rx: done_rx, waiting, job: spec.index };
     // Verify: lay the pattern over the region first (and make it durable), or, for a
     // verify-only run, read every block of the region once and check it, and stop.
-    if spec.verify != VerifyMode::Off && !verify_first(&spec, &shared, &done_rx, &mut slots, &mut res) {
+    if spec.verify != VerifyMode::Off && !verify_first(&spec, &shared, &inbox, &mut slots, &mut res) {
         return res;
     }
-    measured_run(&spec, &shared, &done_rx, &mut slots, &mut offsets, &mut res);
+    measured_run(&spec, &shared, &inbox, &mut slots, &mut offsets, &mut res);
     res
 }
 
 /// The verify step before the measured run: the pattern written over the region and
 /// flushed, or (verify-only) every block read back and checked. Returns whether the
 /// measured run follows.
-fn verify_first(
-    spec: &JobSpec,
-    shared: &Shared,
-    done_rx: &mpsc::Receiver<Completion>,
-    slots: &mut [Slot],
-    res: &mut JobResult,
-) -> bool {
+fn verify_first(spec: &JobSpec, shared: &Shared, inbox: &Inbox, slots: &mut [Slot], res: &mut JobResult) -> bool {
     let (write, what) = match spec.verify {
         VerifyMode::ReadBack => (false, "verify read"),
         _ => (true, "verify prefill write"),
     };
-    if let Err(e) = sweep(spec, shared, done_rx, slots, write, res) {
+    if let Err(e) = sweep(spec, shared, inbox, slots, write, res) {
         res.failure = Some(format!("{what}: {e}"));
         return false;
     }
     if !write {
         return false;
     }
-    if let Err(e) = flush_namespace(spec, shared, done_rx) {
+    if let Err(e) = flush_namespace(spec, shared, inbox) {
         res.failure = Some(e);
         return false;
     }
@@ -230,12 +245,11 @@ fn verify_first(
 fn measured_run(
     spec: &JobSpec,
     shared: &Shared,
-    done_rx: &mpsc::Receiver<Completion>,
+    inbox: &Inbox,
     slots: &mut [Slot],
     offsets: &mut Offsets,
     res: &mut JobResult,
 ) {
-    let g = &spec.group;
     let mut in_flight = 0usize;
     let mut ready: Vec<usize> = (0..slots.len()).collect();
     let mut stalled_since = monotonic_ns();
@@ -243,8 +257,16 @@ fn measured_run(
     // command with an error for a second measures nothing and stops (a full disk, a
     // namespace gone read-only), where fio stops at the first error.
     let mut last_ok = monotonic_ns();
+    // The job's voluntary context switches when the window opens and when it closes.
+    let mut switches: (Option<u64>, Option<u64>) = (None, None);
     loop {
         let now = monotonic_ns();
+        if switches.0.is_none() && now >= spec.window.0 {
+            switches.0 = Some(thread_cpu().voluntary_switches);
+        }
+        if switches.1.is_none() && now >= spec.window.1 {
+            switches.1 = Some(thread_cpu().voluntary_switches);
+        }
         if now < spec.end_ns && !shared.stop.load(Ordering::Acquire) {
             in_flight += issue(spec, shared, slots, &mut ready, offsets);
         } else {
@@ -253,7 +275,7 @@ fn measured_run(
         if in_flight == 0 {
             break;
         }
-        let Some(c) = wait_one(shared, done_rx, g.hipri) else {
+        let Some(c) = inbox.next(shared) else {
             if monotonic_ns().saturating_sub(stalled_since) > 10_000_000_000 {
                 res.failure = Some(format!("{in_flight} commands got no completion for 10 s"));
                 break;
@@ -267,18 +289,21 @@ fn measured_run(
             let i = (c.token & 0xffff_ffff) as usize;
             account(spec, shared, &mut slots[i], c, res, &mut last_ok);
             ready.push(i);
-            next = done_rx.try_recv().ok();
+            next = inbox.try_next();
         }
         if res.failure.is_some() {
             // Collect what is still in flight (a failed queue returns everything).
             let deadline = monotonic_ns() + 2_000_000_000;
             while in_flight > 0 && monotonic_ns() < deadline {
-                if wait_one(shared, done_rx, g.hipri).is_some() {
+                if inbox.next(shared).is_some() {
                     in_flight -= 1;
                 }
             }
             break;
         }
+    }
+    if let (Some(a), b) = switches {
+        res.sleeps = b.unwrap_or_else(|| thread_cpu().voluntary_switches).saturating_sub(a);
     }
 }
 
@@ -370,7 +395,7 @@ fn account(spec: &JobSpec, shared: &Shared, s: &mut Slot, c: Completion, res: &m
 fn sweep(
     spec: &JobSpec,
     shared: &Shared,
-    done_rx: &mpsc::Receiver<Completion>,
+    inbox: &Inbox,
     slots: &mut [Slot],
     write: bool,
     res: &mut JobResult,
@@ -413,7 +438,7 @@ fn sweep(
         submit_batch(shared, reqs);
         let waited_from = monotonic_ns();
         let c = loop {
-            if let Some(c) = wait_one(shared, done_rx, g.hipri) {
+            if let Some(c) = inbox.next(shared) {
                 break c;
             }
             if shared.queues.iter().any(|q| q.failed.load(Ordering::Acquire)) {
@@ -450,7 +475,7 @@ fn sweep(
 }
 
 /// Sends one Flush for the job's namespace and waits for it.
-fn flush_namespace(spec: &JobSpec, shared: &Shared, done_rx: &mpsc::Receiver<Completion>) -> Result<(), String> {
+fn flush_namespace(spec: &JobSpec, shared: &Shared, inbox: &Inbox) -> Result<(), String> {
     let hipri = spec.group.hipri;
     let qi = pick_queue(shared, if hipri { SetKind::Poll } else { SetKind::Default }, current_cpu());
     let mut sqe = Sqe::default();
@@ -460,7 +485,7 @@ fn flush_namespace(spec: &JobSpec, shared: &Shared, done_rx: &mpsc::Receiver<Com
     submit(shared, &shared.queues[qi], Req { sqe, data: Vec::new(), token, last: true });
     let waited_from = monotonic_ns();
     let c = loop {
-        if let Some(c) = wait_one(shared, done_rx, hipri) {
+        if let Some(c) = inbox.next(shared) {
             break c;
         }
         if monotonic_ns() - waited_from > 10_000_000_000 {
@@ -474,37 +499,6 @@ fn flush_namespace(spec: &JobSpec, shared: &Shared, done_rx: &mpsc::Receiver<Com
         return Err(format!("verify prefill Flush failed: {}", c.cqe.status));
     }
     Ok(())
-}
-
-/// Waits for one completion: blocking on the job's channel, or busy-polling its poll
-/// queues.
-pub(super) fn wait_one(shared: &Shared, rx: &mpsc::Receiver<Completion>, poll: bool) -> Option<Completion> {
-    if !poll {
-        return rx.recv_timeout(Duration::from_millis(100)).ok();
-    }
-    let deadline = monotonic_ns() + 100_000_000;
-    loop {
-        if let Ok(c) = rx.try_recv() {
-            return Some(c);
-        }
-        for &qi in &shared.sets[SetKind::Poll as usize] {
-            let q = &shared.queues[qi];
-            if let Ok(mut inner) = q.inner.try_lock()
-                && inner.failed.is_none()
-            {
-                reap_locked(q, &mut inner, shared);
-                if !inner.hq.poll_output().is_empty()
-                    && let Err(e) = flush(&mut inner, &shared.send_calls)
-                {
-                    fail(q, &mut inner, shared, e.to_string());
-                }
-            }
-        }
-        if monotonic_ns() > deadline {
-            return None;
-        }
-        std::hint::spin_loop();
-    }
 }
 
 #[cfg(test)]

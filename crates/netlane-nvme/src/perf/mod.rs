@@ -26,6 +26,7 @@
 //! the job threads, `report.rs` what a run reports.
 
 mod agents;
+mod busypoll;
 mod job;
 mod jobloop;
 mod queue;
@@ -46,11 +47,14 @@ use crate::host::{ConnectOptions, Controller, HostError};
 use crate::proto::host::Completion;
 use crate::wire::RxBuf;
 pub use agents::{AgentOutput, GroupLatencies, merge};
+use busypoll::JobWake;
 pub use job::{CpuBinding, JobGroup};
 use jobloop::{JobResult, JobSpec, run_job};
 use netlane::cpus::CpuList;
+use netlane::lanes::busy::{BusyPoll, Knob};
 use netlane::metrics::cpu::{CpuTime, process_cpu};
 use netlane::time::monotonic_ns;
+use netlane::topology::netdev::NapiSettings;
 use queue::{Inner, JobCounter, Queue, SetKind, Shared, worker};
 use report::summarize;
 pub use report::{GroupReport, PerfReport, QueueInfo};
@@ -126,6 +130,13 @@ pub struct PerfOptions {
     /// Threads on this machine (by thread id) whose CPU time counts as the target's too:
     /// the target side's NAPI threads, which do its receive work.
     pub target_threads: Vec<u32>,
+    /// Poll queues reaped with the kernel's busy polling: a high-priority job that finds
+    /// nothing waits in `epoll_wait`, which polls the queues' NAPI instance for
+    /// `usecs` before it sleeps (interrupt driven). `None`: the job spins in user space.
+    pub busy_poll: Option<BusyPoll>,
+    /// Interrupt moderation for the run: per-NAPI settings written to every NAPI instance
+    /// of the interface towards the target, put back when the run ends.
+    pub napi: NapiSettings,
 }
 
 /// Errors of a perf run.
@@ -159,18 +170,32 @@ pub enum PerfError {
 struct KernelThreads {
     names: Vec<String>,
     cpu_s: Option<f64>,
+    /// Times they were put on a CPU over the window.
+    runs: Option<u64>,
 }
 
 impl KernelThreads {
-    fn over(threads: Vec<(u32, String)>, before: Option<u64>, after: Option<u64>) -> KernelThreads {
-        let cpu_s = before.zip(after).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
-        KernelThreads { names: threads.into_iter().map(|(pid, name)| format!("{name} ({pid})")).collect(), cpu_s }
+    fn over(threads: Vec<(u32, String)>, before: ThreadsRead, after: ThreadsRead) -> KernelThreads {
+        let cpu_s = before.cpu_ns.zip(after.cpu_ns).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
+        let runs = before.runs.zip(after.runs).map(|(a, b)| b.saturating_sub(a));
+        KernelThreads { names: threads.into_iter().map(|(pid, name)| format!("{name} ({pid})")).collect(), cpu_s, runs }
     }
 }
 
-/// The run time of every thread of `threads` so far, ns; `None` if one is unreadable.
-fn threads_cpu_ns(threads: &[(u32, String)]) -> Option<u64> {
-    threads.iter().map(|(pid, _)| netlane::metrics::cpu::task_cpu_ns(*pid).ok()).sum()
+/// The run time (ns) and runs of every thread of a set so far; `None` if one is
+/// unreadable.
+#[derive(Debug, Clone, Copy)]
+struct ThreadsRead {
+    cpu_ns: Option<u64>,
+    runs: Option<u64>,
+}
+
+fn read_threads(threads: &[(u32, String)]) -> ThreadsRead {
+    use netlane::metrics::cpu::{task_cpu_ns, task_runs};
+    ThreadsRead {
+        cpu_ns: threads.iter().map(|(pid, _)| task_cpu_ns(*pid).ok()).sum(),
+        runs: threads.iter().map(|(pid, _)| task_runs(*pid).ok()).sum(),
+    }
 }
 
 /// A thread's name as the kernel gives it (`comm`), or `?`.
@@ -214,15 +239,29 @@ pub fn run_gated(
     }
     let (block, size) = check_namespace(opts, &ctrl)?;
     let njobs: u32 = opts.groups.iter().map(|g| g.jobs).sum();
+    // Held until the run ends, then put back.
+    let moderation = moderate_interrupts(opts)?;
     let Started { shared, job_rx, workers } = start_queues(opts, &ctrl, n_default, njobs)?;
     gate().inspect_err(|_| shared.stop_all())?;
     // A run that fails to start its jobs stops the workers it started.
     let jobs = start_jobs(opts, &shared, job_rx, block, size).inspect_err(|_| shared.stop_all())?;
     // Measure CPU over the window; tell the caller where the run is meanwhile.
-    let measured = measure(opts, &shared, &jobs, status);
+    let measured = measure(opts, &shared, &jobs, moderation.knobs, status);
     let (results, queue_failures) = finish(&shared, jobs.handles, workers)?;
     let _ = ctrl.shutdown();
+    drop(moderation.held);
     Ok(summarize(opts, &shared, &results, measured, queue_failures))
+}
+
+/// Writes the run's interrupt moderation to the interface towards the target; nothing
+/// when none is asked for. An interface without NAPI instances fails the run.
+fn moderate_interrupts(opts: &PerfOptions) -> Result<netlane::lanes::queues::Applied, PerfError> {
+    if opts.napi.is_empty() {
+        return Ok(Default::default());
+    }
+    let (_, applied) = netlane::lanes::queues::apply_napi_settings_towards(opts.connect.addr.ip(), opts.napi)
+        .map_err(|why| PerfError::Invalid(format!("interrupt moderation towards {}: {why}", opts.connect.addr)))?;
+    Ok(applied)
 }
 
 /// Checks the options before connecting. Returns the number of default queues and of
@@ -354,6 +393,7 @@ fn start_queues(opts: &PerfOptions, ctrl: &Controller, n_default: u16, njobs: u3
         sets,
         queue_cpus: opts.queue_cpus.as_slice().to_vec(),
         jobs: job_tx,
+        job_wakes: (0..njobs).map(|_| JobWake::new()).collect::<io::Result<_>>()?,
         stop: AtomicBool::new(false),
         direct_sends: AtomicU64::new(0),
         worker_sends: AtomicU64::new(0),
@@ -427,6 +467,7 @@ fn start_jobs(
                 verify: opts.verify,
                 window,
                 end_ns: window.1,
+                busy_poll: opts.busy_poll,
             };
             let s = shared.clone();
             let rx = rx_iter.next().ok_or_else(|| PerfError::Invalid("job channel".into()))?;
@@ -462,11 +503,21 @@ struct Measured {
     wakes: u64,
     /// Commands sent in the window.
     cmds: u64,
+    /// Packets taken in by busy polling in the window.
+    busy_polled: Option<u64>,
+    /// The interrupt moderation applied for the run.
+    knobs: Vec<Knob>,
 }
 
 /// Waits out the ramp and the measured window, reading CPU time and send counters at
 /// either end, and tells `status` where the run is meanwhile.
-fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn FnMut(&Status)) -> Measured {
+fn measure(
+    opts: &PerfOptions,
+    shared: &Shared,
+    jobs: &Jobs,
+    knobs: Vec<Knob>,
+    status: &mut dyn FnMut(&Status),
+) -> Measured {
     let total = opts.ramp + opts.duration;
     let sent = || shared.direct_sends.load(Ordering::Relaxed) + shared.worker_sends.load(Ordering::Relaxed);
     // The host's receive work for this traffic runs in the NAPI threads of the
@@ -480,7 +531,8 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
     };
     let target_threads: Vec<(u32, String)> = opts.target_threads.iter().map(|&t| (t, thread_name(t))).collect();
     sleep_until(jobs.window.0, shared, jobs, total, status);
-    let (napi0, given0) = (threads_cpu_ns(&host_napi), threads_cpu_ns(&target_threads));
+    let (napi0, given0) = (read_threads(&host_napi), read_threads(&target_threads));
+    let polled0 = netlane::lanes::busy::busy_poll_rx_packets();
     let cpu0 = process_cpu();
     let t0 = opts.target_pid.and_then(read_proc_cpu_ticks);
     let sends0 = shared.send_calls.load(Ordering::Relaxed);
@@ -490,7 +542,8 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
     let ended = monotonic_ns();
     let cpu1 = process_cpu();
     let t1 = opts.target_pid.and_then(read_proc_cpu_ticks);
-    let (napi1, given1) = (threads_cpu_ns(&host_napi), threads_cpu_ns(&target_threads));
+    let (napi1, given1) = (read_threads(&host_napi), read_threads(&target_threads));
+    let polled1 = netlane::lanes::busy::busy_poll_rx_packets();
     let sends1 = shared.send_calls.load(Ordering::Relaxed);
     let wakes1 = shared.worker_wakes.load(Ordering::Relaxed);
     let cmds1 = sent();
@@ -505,6 +558,8 @@ fn measure(opts: &PerfOptions, shared: &Shared, jobs: &Jobs, status: &mut dyn Fn
         sends: sends1 - sends0,
         wakes: wakes1 - wakes0,
         cmds: cmds1 - cmds0,
+        busy_polled: polled0.zip(polled1).map(|(a, b)| b.saturating_sub(a)),
+        knobs,
     }
 }
 

@@ -16,6 +16,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 use nix::sys::eventfd::EventFd;
 
 use super::Caravan;
+use super::busypoll::{JobWake, deliver};
 use crate::proto::cmd::{Sqe, Status};
 use crate::proto::host::{Completion, HostQueue};
 use crate::wire::{Batch, RxBuf, send};
@@ -66,6 +67,8 @@ pub(super) struct Shared {
     pub(super) sets: [Vec<usize>; 3],
     pub(super) queue_cpus: Vec<usize>,
     pub(super) jobs: Vec<mpsc::Sender<Completion>>,
+    /// Each job's wake-up, for a job sleeping in its busy-poll epoll.
+    pub(super) job_wakes: Vec<JobWake>,
     pub(super) stop: AtomicBool,
     pub(super) direct_sends: AtomicU64,
     pub(super) worker_sends: AtomicU64,
@@ -230,10 +233,7 @@ pub(super) fn reap_locked(q: &Queue, inner: &mut Inner, shared: &Shared) -> bool
 
 pub(super) fn route(inner: &mut Inner, shared: &Shared) {
     while let Some(c) = inner.hq.pop_completion() {
-        let job = (c.token >> 32) as usize;
-        if let Some(tx) = shared.jobs.get(job) {
-            let _ = tx.send(c);
-        }
+        deliver(shared, c);
     }
 }
 
@@ -246,17 +246,11 @@ pub(super) fn fail(q: &Queue, inner: &mut Inner, shared: &Shared, reason: String
     }
     q.failed.store(true, Ordering::Release);
     for c in inner.hq.fail_all() {
-        let job = (c.token >> 32) as usize;
-        if let Some(tx) = shared.jobs.get(job) {
-            let _ = tx.send(c);
-        }
+        deliver(shared, c);
     }
     for r in inner.backlog.drain(..) {
-        let job = (r.token >> 32) as usize;
         let cqe = crate::proto::cmd::Cqe { status: Status::TRANSIENT_TRANSPORT, ..Default::default() };
-        if let Some(tx) = shared.jobs.get(job) {
-            let _ = tx.send(Completion { token: r.token, cqe, data: r.data });
-        }
+        deliver(shared, Completion { token: r.token, cqe, data: r.data });
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use netlane::lanes::busy::Knob;
 use netlane::metrics::cpu::CpuTime;
 use netlane::metrics::hist::Summary;
 use serde::{Deserialize, Serialize};
@@ -99,6 +100,24 @@ pub struct PerfReport {
     /// the window.
     #[serde(default)]
     pub worker_wakes_per_io: Option<f64>,
+    /// Times the jobs blocked (voluntary context switches over the window) per command:
+    /// waiting for a worker's hand-off, or, on poll queues reaped with the kernel's busy
+    /// polling, each fall back to sleeping until an interrupt-driven wake-up.
+    #[serde(default)]
+    pub job_sleeps_per_io: Option<f64>,
+    /// Times the host's NAPI threads towards the target were put on a CPU per command
+    /// (each a wake-up by the device's interrupt, or by a timer that deferred it);
+    /// `None` without threads, or when one was unreadable.
+    #[serde(default)]
+    pub host_napi_runs_per_io: Option<f64>,
+    /// Packets taken in by busy polling (the host namespace's `BusyPollRxPackets`) per
+    /// command; `None` when it could not be read.
+    #[serde(default)]
+    pub busy_polled_packets_per_io: Option<f64>,
+    /// The interrupt moderation asked of the interface towards the target (per NAPI
+    /// instance) and each poll job's busy-poll parameters, as applied or refused.
+    #[serde(default)]
+    pub knobs: Vec<Knob>,
     /// The I/O queues.
     pub queues: Vec<QueueInfo>,
     /// Whether each queue ended healthy.
@@ -138,6 +157,14 @@ pub(super) fn summarize(
     };
     let host_napi_cpu_us_per_io =
         if m.host_napi.names.is_empty() { None } else { m.host_napi.cpu_s.and_then(|t| per_io(t * 1e6)) };
+    let host_napi_runs_per_io =
+        if m.host_napi.names.is_empty() { None } else { m.host_napi.runs.and_then(|n| per_io(n as f64)) };
+    let mut knobs = m.knobs;
+    for (i, (_, r)) in results.iter().enumerate() {
+        if let Some(k) = &r.busy_poll_knob {
+            knobs.push(Knob { name: format!("job {i} {}", k.name), ..k.clone() });
+        }
+    }
     let names = ["default", "read", "poll"];
     let report = PerfReport {
         groups,
@@ -156,6 +183,10 @@ pub(super) fn summarize(
         send_calls: shared.send_calls.load(Ordering::Relaxed),
         cmds_per_send: (m.sends > 0).then(|| m.cmds as f64 / m.sends as f64),
         worker_wakes_per_io: (m.cmds > 0).then(|| m.wakes as f64 / m.cmds as f64),
+        job_sleeps_per_io: per_io(results.iter().map(|(_, r)| r.sleeps).sum::<u64>() as f64),
+        host_napi_runs_per_io,
+        busy_polled_packets_per_io: m.busy_polled.and_then(|n| per_io(n as f64)),
+        knobs,
         queues: shared
             .queues
             .iter()

@@ -331,3 +331,29 @@ pub fn napi_threads_towards(dst: std::net::IpAddr) -> Result<Vec<(u32, String)>,
     let napis = nd.napis(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
     Ok(napis.into_iter().filter_map(|n| Some((n.pid?, format!("napi/{dev}-{}", n.id)))).collect())
 }
+
+/// Writes `settings` to every NAPI instance of the interface this namespace's routes send
+/// packets for `dst` through (as [`apply_napi_settings`], the sysfs fallback on this
+/// namespace's own `/sys`): the interrupt moderation of the traffic coming back from
+/// `dst`. Returns the interface's name and what was applied, held until dropped. An
+/// interface without NAPI (loopback) is an error: there is nothing to moderate.
+pub fn apply_napi_settings_towards(dst: std::net::IpAddr, settings: NapiSettings) -> Result<(String, Applied), String> {
+    let mut r = crate::topology::Rtnl::open().map_err(|e| format!("rtnetlink: {e}"))?;
+    let ifindex = r
+        .output_interface(dst)
+        .map_err(|e| crate::error::chain(&e).to_string())?
+        .ok_or_else(|| format!("no route to {dst}"))?;
+    let dev = r.link_name(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    let mut nd = Netdev::open().map_err(|e| format!("netdev netlink: {}", crate::error::chain(&e)))?;
+    let ids: Vec<u32> =
+        nd.napis(ifindex).map_err(|e| crate::error::chain(&e).to_string())?.into_iter().map(|n| n.id).collect();
+    if ids.is_empty() {
+        return Err(format!("{dev} has no NAPI instance (no interrupts to moderate)"));
+    }
+    let here = crate::topology::NetnsHandle::current().map_err(|e| crate::error::chain(&e).to_string())?;
+    let d = dev.clone();
+    let applied = here
+        .with_sysfs(move || apply_napi_settings(&d, ifindex, &ids, &settings))
+        .map_err(|e| crate::error::chain(&e).to_string())?;
+    Ok((dev, applied))
+}

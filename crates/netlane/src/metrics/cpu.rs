@@ -70,6 +70,16 @@ pub fn task_cpu_ns(pid: u32) -> io::Result<u64> {
     })
 }
 
+/// Times any task has been put on a CPU so far (the third field of
+/// `/proc/<pid>/schedstat`): for a kernel thread that sleeps between bursts of work, such
+/// as a threaded-NAPI poller, how often it was woken.
+pub fn task_runs(pid: u32) -> io::Result<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
+    text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).ok_or_else(|| {
+        io::Error::new(io::ErrorKind::InvalidData, format!("unreadable /proc/{pid}/schedstat: {text:?}"))
+    })
+}
+
 /// CPU time of the whole process so far (`RUSAGE_SELF`).
 pub fn process_cpu() -> CpuTime {
     usage(UsageWho::RUSAGE_SELF)

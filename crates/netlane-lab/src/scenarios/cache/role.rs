@@ -43,17 +43,11 @@ pub fn kv_serve_args(cfg: &ServerConfig) -> Vec<String> {
         .opt("steer", cfg.steer)
         .opt_some("busy-poll", cfg.busy_poll)
         .opt_some("lane-device", cfg.lane_device.as_ref())
-        .opt_some("napi-defer-hard-irqs", napi.defer_hard_irqs)
+        .napi(napi)
         .opt_some("max-lanes", cfg.max_lanes)
         .flag("xps-rxqs", cfg.xps_rxqs);
     if let Some(cpus) = &cfg.cpus {
         a.opt("cpus", cpus.iter().map(usize::to_string).collect::<Vec<_>>().join(","));
-    }
-    if let Some(ns) = napi.gro_flush_timeout_ns {
-        a.duration("gro-flush-timeout", Duration::from_nanos(ns));
-    }
-    if let Some(ns) = napi.irq_suspend_timeout_ns {
-        a.duration("irq-suspend-timeout", Duration::from_nanos(ns));
     }
     if let Some(t) = cfg.idle_timeout {
         a.duration("idle-timeout", t);

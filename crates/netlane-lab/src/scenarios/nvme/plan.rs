@@ -111,6 +111,8 @@ impl NvmeBenchArgs {
             size: None,
             target_pid: target.pid,
             target_threads: target.threads.clone(),
+            busy_poll: None,
+            napi: Default::default(),
         }
     }
 

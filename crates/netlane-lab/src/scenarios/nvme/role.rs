@@ -41,7 +41,9 @@ pub fn perf_args(o: &PerfOptions) -> Vec<String> {
         .flag("verify-only", o.verify == VerifyMode::ReadBack)
         .flag("hdgst", c.hdgst)
         .flag("ddgst", c.ddgst)
-        .flag("sqflow", !c.disable_sqflow);
+        .flag("sqflow", !c.disable_sqflow)
+        .opt_some("busy-poll", o.busy_poll)
+        .napi(&o.napi);
     a.into_vec()
 }
 
