@@ -82,6 +82,11 @@ pub struct TargetArgs {
     /// commands, bytes, errors by status, latency histogram; connections.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Lanes: each connection goes to the reactor owning the receive queue it arrives on
+    /// (by NAPI id; this device's queues dealt to the reactors in order); connections
+    /// through no NAPI instance are dealt in turn [default: every connection in turn].
+    #[arg(long)]
+    pub lane_device: Option<String>,
     /// Stop after this long [default: run until SIGINT/SIGTERM].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -129,6 +134,7 @@ impl TargetArgs {
             max_setup_per_source: self.max_setup_per_source,
             storage_threads: self.storage_threads,
             metrics_addr: self.metrics_addr,
+            lane_device: self.lane_device.clone(),
         };
         let server = TargetServer::start(subsys, &opts).context("start the target")?;
         let addrs: Vec<String> = server.local_addrs().iter().map(|a| a.to_string()).collect();
@@ -179,6 +185,18 @@ impl TargetArgs {
                 s.reactor_cpu.total_s(),
             );
             s.subsystem.each(&mut |name, _, v| line.push_str(&format!(" {name}={v}")));
+            if let Some(l) = &s.lanes {
+                let each: Vec<String> =
+                    l.reactors.iter().map(|r| format!("cpu{}:napi{:?}:{}", r.cpu, r.napi_ids, r.connections)).collect();
+                line.push_str(&format!(
+                    " lanes={} by_owner={} new_ids={} no_napi={} reactors={}",
+                    l.device,
+                    l.by_owner,
+                    l.new_ids,
+                    l.no_napi,
+                    each.join(",")
+                ));
+            }
             out::println(&line);
         }
         out.write_json(&doc)?;

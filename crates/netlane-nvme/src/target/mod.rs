@@ -82,6 +82,12 @@ pub struct TargetOptions {
     pub storage_threads: usize,
     /// Serve Prometheus metrics on this (loopback) address: `GET /metrics`.
     pub metrics_addr: Option<SocketAddr>,
+    /// Lanes: place each connection on the reactor owning the receive queue it arrives
+    /// on, by its NAPI id (the device's queues are dealt to the reactors in order, queue
+    /// k to reactor k mod the reactors), so a queue's connections, its packets' NAPI
+    /// work and their commands share one reactor's CPU. Connections that arrive through
+    /// no NAPI instance are dealt in turn. `None`: every connection in turn.
+    pub lane_device: Option<String>,
 }
 
 /// Connections in setup one source address may have by default: a host connects its
@@ -101,6 +107,7 @@ impl TargetOptions {
             max_setup_per_source: DEFAULT_SETUP_PER_SOURCE,
             storage_threads: 4,
             metrics_addr: None,
+            lane_device: None,
         }
     }
 
@@ -159,6 +166,35 @@ pub struct TargetStats {
     pub reactor_cpu: CpuTime,
     /// The subsystem's counters (what the SMART log reports).
     pub subsystem: SubsystemCounters,
+    /// Where connections were placed, with lanes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lanes: Option<TargetLanes>,
+}
+
+/// How a target on lanes placed its connections.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct TargetLanes {
+    /// The lane device.
+    pub device: String,
+    /// Each reactor: its CPU, the NAPI ids it owns, the connections placed on it.
+    pub reactors: Vec<ReactorLane>,
+    /// Connections placed on the reactor owning their NAPI id.
+    pub by_owner: u64,
+    /// Connections whose NAPI id the device did not list at start (now owned).
+    pub new_ids: u64,
+    /// Connections that arrived through no NAPI instance (dealt in turn).
+    pub no_napi: u64,
+}
+
+/// One reactor's lane.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct ReactorLane {
+    /// The reactor's CPU.
+    pub cpu: usize,
+    /// The NAPI ids (receive queues) it owns.
+    pub napi_ids: Vec<u32>,
+    /// Connections placed on it.
+    pub connections: u64,
 }
 
 /// One live queue, as the metrics see it.
@@ -294,8 +330,12 @@ impl TargetServer {
         }
         let (acc_shared, acc_subsys) = (shared.clone(), subsys.clone());
         let limits = (opts.max_connections as u64, opts.max_setup_per_source);
+        let lanes = match &opts.lane_device {
+            Some(dev) => Some(accept::Lanes::new(dev, &opts.cpus)?),
+            None => None,
+        };
         threads.push(std::thread::Builder::new().name("nvmet-accept".into()).spawn(move || {
-            accept_loop(listeners, senders, acc_shared, &acc_subsys, limits);
+            accept_loop(listeners, senders, acc_shared, &acc_subsys, limits, lanes);
         })?);
         Ok(TargetServer { addrs, subsys, shared, threads, wakers, pool: Some(pool_tx), workers, metrics })
     }

@@ -28,6 +28,11 @@ impl Drop for Fixture {
 /// A target with a memory namespace (1) and a file namespace (2); small PDU limits so
 /// reads split into several C2HData and writes take several R2Ts of several H2CData.
 pub fn target(listen: SocketAddr, tag: &str) -> Fixture {
+    target_with(listen, tag, |_| {})
+}
+
+/// [`target`] with its options changed by `change`.
+pub fn target_with(listen: SocketAddr, tag: &str, change: impl FnOnce(&mut TargetOptions)) -> Fixture {
     let file = std::env::temp_dir().join(format!("netlane-nvme-test-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_file(&file);
     let namespaces =
@@ -41,7 +46,9 @@ pub fn target(listen: SocketAddr, tag: &str) -> Fixture {
         ..TargetConfig::default()
     };
     let subsys = Subsystem::new(cfg, namespaces).unwrap();
-    let server = TargetServer::start(subsys.clone(), &TargetOptions::new(listen)).unwrap();
+    let mut opts = TargetOptions::new(listen);
+    change(&mut opts);
+    let server = TargetServer::start(subsys.clone(), &opts).unwrap();
     Fixture { server, subsys, file }
 }
 

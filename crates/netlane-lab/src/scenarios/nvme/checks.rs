@@ -135,10 +135,13 @@ impl NvmeBenchArgs {
         queue_pairs()
             .into_iter()
             .chain(map_pairs())
+            .chain(super::polling::polling_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
-            .map(|(part, spec, a, b, f, what)| match wakes_alike(found, &spec) {
-                Some(why) => spec.invalid(why),
-                None => found.compare(spec, part, a, b, f, what),
+            .map(|(part, spec, a, b, f, what)| {
+                match wakes_alike(found, &spec).or_else(|| super::polling::nothing_polled(found, &spec)) {
+                    Some(why) => spec.invalid(why),
+                    None => found.compare(spec, part, a, b, f, what),
+                }
             })
             .collect()
     }

@@ -69,6 +69,26 @@ pub(super) struct NvmeSite<'a> {
     /// cannot read the target's process there, so the target's CPU per I/O is this
     /// CPU's busy time over the measured window.
     pub(super) target_cpu_across: Option<usize>,
+    /// The veth pair between them, when they run in two namespaces here.
+    pub(super) veth: Option<&'a TwoHosts>,
+}
+
+/// TSO off at the target's end of the veth while held, put back on when dropped.
+pub(super) struct TargetTsoOff<'a>(&'a TwoHosts);
+
+impl<'a> TargetTsoOff<'a> {
+    pub(super) fn hold(h: &'a TwoHosts) -> Result<TargetTsoOff<'a>> {
+        h.set_rx_tso(false).context("turning TSO off at the target's end")?;
+        Ok(TargetTsoOff(h))
+    }
+}
+
+impl Drop for TargetTsoOff<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.set_rx_tso(true) {
+            tracing::warn!("TSO could not be turned back on at the target's end: {e}");
+        }
+    }
 }
 
 impl<'a> NvmeSite<'a> {
@@ -80,12 +100,14 @@ impl<'a> NvmeSite<'a> {
                 host: &h.tx,
                 listen: SocketAddr::new(h.rx_addr(false), netlane_nvme::DEFAULT_PORT),
                 target_cpu_across: None,
+                veth: Some(h),
             },
             None => NvmeSite {
                 target: &ThisMachine,
                 host: &ThisMachine,
                 listen: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0),
                 target_cpu_across: None,
+                veth: None,
             },
         }
     }
@@ -161,6 +183,9 @@ impl Measured for PerfReport {
             ("cmds_per_send", self.cmds_per_send),
             ("iops_per_host_core", per_core(self).ok()),
             ("writer_mb_per_s", self.groups.get(1).map(|w| w.mb_per_s)),
+            ("job_sleeps_per_io", self.job_sleeps_per_io),
+            ("host_napi_runs_per_io", self.host_napi_runs_per_io),
+            ("busy_polled_packets_per_io", self.busy_polled_packets_per_io),
         ]
     }
 }

@@ -20,6 +20,7 @@ mod checks;
 mod measure;
 mod options;
 mod plan;
+mod polling;
 mod report;
 mod role;
 #[cfg(test)]
@@ -37,7 +38,7 @@ use netlane_report::ScenarioReport;
 use netlane_report::options::OptionList;
 
 pub use self::agents::{NvmeAgent, run_perf};
-use self::measure::{NvmeSite, perf};
+use self::measure::{NvmeSite, TargetTsoOff, perf};
 use self::options::size_name;
 pub use self::options::{NvmeBenchArgs, Part};
 use self::plan::{Mode, TargetCpu};
@@ -124,7 +125,14 @@ impl NvmeBenchArgs {
             |i| self.rounds(modes[i].part),
             |runner, i, turn| {
                 let m = &modes[i];
-                runner.measure(turn, &m.what(), |label| perf(site, &m.opts, label))
+                runner.measure(turn, &m.what(), |label| {
+                    // Held for the run: the target's segments then take the host's NAPI.
+                    let _tso = match (m.part, site.veth) {
+                        (Part::Polling, Some(h)) => Some(TargetTsoOff::hold(h)?),
+                        _ => None,
+                    };
+                    perf(site, &m.opts, label)
+                })
             },
         )?;
         // Every round is measured by now: a target that stops badly is said, not a
@@ -144,6 +152,7 @@ impl NvmeBenchArgs {
             host: first.host(),
             listen: SocketAddr::new(t.server_addr(), netlane_nvme::DEFAULT_PORT),
             target_cpu_across: Some(self.target_cpu()),
+            veth: None,
         };
         let crossed = first.cpus()?.as_slice().iter().copied().find(|c| *c != self.host_cpu);
         let mut this = self.clone();

@@ -74,6 +74,8 @@ impl NvmeBenchArgs {
                     .flat_map(|&bs| SWEEP_JOBS.iter().map(move |&j| (bs, j)))
                     .flat_map(|(bs, j)| ["batched", "caravans"].map(|m| sweep_label(m, bs, j)))
                     .collect(),
+                Part::Polling if !self.polling_here() => Vec::new(),
+                Part::Polling => super::polling::POLLING_MODES.map(String::from).to_vec(),
             };
             v.extend(words.into_iter().map(|w| (*p, w)));
         }
@@ -168,6 +170,11 @@ impl NvmeBenchArgs {
                     modes.push(m("QD1 crossed", PerfOptions { queue_cpus: other.clone(), ..base(vec![qd1]) }));
                     modes.push(m("QD32 aligned", base(vec![qd32.clone()])));
                     modes.push(m("QD32 crossed", PerfOptions { queue_cpus: other, ..base(vec![qd32]) }));
+                }
+                Part::Polling if !self.polling_here() => {}
+                Part::Polling => {
+                    let reader = g(&format!("name=qd1,rw=randread,bs=4k,qd=1,jobs=1,cpus={host}"))?;
+                    modes.extend(self.polling_modes(&base, reader));
                 }
                 Part::Caravans => {
                     for &bs in &self.caravan_sizes {

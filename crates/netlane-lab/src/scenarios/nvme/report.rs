@@ -111,6 +111,9 @@ impl NvmeBenchArgs {
         if self.parts.contains(&Part::Caravans) {
             self.caravans_section(found, &mut out);
         }
+        if self.parts.contains(&Part::Polling) {
+            self.polling_section(found, &mut out);
+        }
         out.notes.push(cpu_note(all));
         out.checks = self.checks(found);
         out.flags = flags(modes, all);

@@ -87,6 +87,9 @@ fn all(modes: &[Mode], bad: &str, degenerate: PerfReport) -> Vec<Vec<PerfReport>
                 "QD1 crossed" => perf(27_000, 34_000, 900_000, 0.5),
                 "QD32 aligned" => perf(230_000, 140_000, 900_000, 1.0),
                 "QD32 crossed" => perf(180_000, 170_000, 900_000, 1.0),
+                super::polling::INTERRUPTS => perf(30_000, 32_000, 850_000, 0.5),
+                super::polling::BUSY => perf(31_000, 31_000, 850_000, 1.0),
+                super::polling::BUSY_DEFERRED => perf(36_000, 25_000, 800_000, 1.0),
                 l if l.starts_with("caravans ") => perf(200_000, 160_000, 2_200_000, 0.8),
                 l if l.starts_with("batched ") => perf(200_000, 160_000, 2_200_000, 1.0),
                 _ => perf(17_000, 600_000, 2_000_000, 1.0),
@@ -97,6 +100,9 @@ fn all(modes: &[Mode], bad: &str, degenerate: PerfReport) -> Vec<Vec<PerfReport>
                 super::plan::WOKEN_EACH => Some(0.97),
                 _ => None,
             };
+            if m.part == Part::Polling && m.label.starts_with("busy polling") {
+                good.busy_polled_packets_per_io = Some(3.0);
+            }
             let second = if m.label == bad { degenerate.clone() } else { good.clone() };
             vec![good, second]
         })
@@ -238,4 +244,30 @@ fn the_wake_up_check_is_invalid_when_both_modes_woke_the_worker_alike() {
     let (o, why) = outcome(&r, "nvme.qd32-wake-batch-end");
     assert_eq!(o, Outcome::Invalid, "{why}");
     assert!(why.contains("woke the worker alike"), "{why}");
+}
+
+#[test]
+fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
+    let (a, modes) = setup();
+    // Faster, but with no packet taken in by polling: nothing of busy polling was shown.
+    let unpolled = perf(40_000, 20_000, 800_000, 1.0);
+    let r = a.report(&modes, &all(&modes, super::polling::BUSY_DEFERRED, unpolled), Vec::new());
+    for id in ["nvme.busy-poll-qd1", "nvme.busy-poll-held-off"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+        assert!(why.contains("did not run"), "{id}: {why}");
+    }
+    let t = r.tables.iter().find(|t| t.name == "nvme-polling").expect("the polling table");
+    assert_eq!(t.rows.len(), super::polling::POLLING_MODES.len());
+}
+
+#[test]
+fn on_loopback_the_polling_part_is_left_out_and_said() {
+    let a: NvmeBenchArgs = crate::scenarios::from_words(&["--path", "loopback"]).unwrap();
+    let target = super::plan::TargetCpu::default();
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, 1).unwrap();
+    assert!(modes.iter().all(|m| m.part != Part::Polling));
+    assert!(a.labels().iter().all(|(p, _)| *p != Part::Polling));
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    assert!(r.notes.iter().any(|n| n.contains("Left out: the polling part")), "{:?}", r.notes);
 }
