@@ -10,8 +10,10 @@ use netlane_report::options::parse_duration;
 /// back when the command ends.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct NapiArgs {
-    /// Per-NAPI: empty polls before interrupts are re-enabled (napi-set, else sysfs; put
-    /// back at exit).
+    /// Per-NAPI, on the device the traffic arrives on (kv serve: the lane device; rr
+    /// serve: the lane device, --iface or the listen address's; nvme perf: the one towards
+    /// the target): empty polls before interrupts are re-enabled (napi-set, else sysfs;
+    /// put back at exit).
     #[arg(long)]
     pub napi_defer_hard_irqs: Option<u32>,
     /// Per-NAPI: GRO flush / watchdog timeout, the time interrupts stay deferred (napi-set,

@@ -79,9 +79,9 @@ fn poll_queues_busy_polled_by_the_kernel_complete_io_without_interrupt_driven_wa
 
     // The kernel's busy polling, preferred over the NAPI thread, with the device's
     // interrupts deferred while it polls (for longer than a command takes): the job takes
-    // every completion's packets in itself. What is left is the job being preempted, its
-    // busy loop ending without an event: well under one I/O in fifty, where spinning had
-    // one NAPI wake-up per I/O.
+    // every completion's packets in itself. What is left is the scheduler cutting the
+    // job's busy loop short, which then sleeps: well under one I/O in fifty, where
+    // spinning had one NAPI wake-up per I/O.
     let deferred = NapiSettings { defer_hard_irqs: Some(2), gro_flush_timeout_ns: Some(200_000), ..Default::default() };
     let busy = run(&hosts, listen, Some("1000,8,prefer".parse().unwrap()), deferred);
     assert!(busy.knobs.iter().all(|k| k.applied()), "{:?}", busy.knobs);

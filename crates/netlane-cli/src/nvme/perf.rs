@@ -94,7 +94,7 @@ pub struct PerfArgs {
     /// spin in user space and never sleep].
     #[arg(long, requires = "poll_queues")]
     pub busy_poll: Option<BusyPoll>,
-    /// Interrupt moderation on the interface towards the target.
+    // Interrupt moderation on the interface towards the target.
     #[command(flatten)]
     pub napi: crate::napi_args::NapiArgs,
     /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every

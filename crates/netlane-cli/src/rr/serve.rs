@@ -87,8 +87,8 @@ pub struct ServeArgs {
     /// busy polling took and each socket's NAPI id.
     #[arg(long)]
     pub busy_poll: Option<netlane::lanes::BusyPoll>,
-    /// Per-NAPI settings, on every NAPI instance of the device read (the lane device,
-    /// --iface or the one with the listen address).
+    // Per-NAPI settings, on every NAPI instance of the device read (the lane device,
+    // --iface or the one with the listen address).
     #[command(flatten)]
     pub napi: crate::napi_args::NapiArgs,
     /// Ring paths: interface to read [default: the one with the listen address; every

@@ -367,6 +367,7 @@ fn servers_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             if p.quick {
                 o.modes = vec![lanes::Mode::Plain, lanes::Mode::Napi];
                 o.no_search = true;
+                o.no_sweep = true;
                 // Light enough that the generator, on the same two CPUs, keeps its
                 // schedule while other work runs beside the lab.
                 o.connections = vec![16];

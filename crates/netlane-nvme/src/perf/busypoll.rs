@@ -79,14 +79,18 @@ impl JobEpoll {
 }
 
 /// Reaps every poll queue not held by another job, once, sending what each has
-/// pending; completions go to their jobs' channels.
-fn reap_poll_queues(shared: &Shared) {
+/// pending; completions go to their jobs' channels. Returns whether one was left with
+/// input read but not yet processed (its round's time ran out): nothing on the socket
+/// would wake a sleeper for it.
+fn reap_poll_queues(shared: &Shared) -> bool {
+    let mut more = false;
     for &qi in &shared.sets[SetKind::Poll as usize] {
         let q = &shared.queues[qi];
         if let Ok(mut inner) = q.inner.try_lock()
             && inner.failed.is_none()
         {
             reap_locked(q, &mut inner, shared);
+            more |= inner.more;
             if !inner.hq.poll_output().is_empty()
                 && let Err(e) = flush(&mut inner, &shared.send_calls)
             {
@@ -94,6 +98,7 @@ fn reap_poll_queues(shared: &Shared) {
             }
         }
     }
+    more
 }
 
 /// Waits for one of job `job`'s completions (at most 100 ms): reaps the poll queues, and
@@ -111,13 +116,16 @@ fn wait_busy_polling(
         if let Ok(c) = rx.try_recv() {
             return Some(c);
         }
-        reap_poll_queues(shared);
+        let more = reap_poll_queues(shared);
         if let Ok(c) = rx.try_recv() {
             return Some(c);
         }
         let now = monotonic_ns();
         if now >= deadline {
             return None;
+        }
+        if more {
+            continue;
         }
         if let Some(w) = wake {
             w.sleeping.store(true, Ordering::SeqCst);

@@ -282,6 +282,11 @@ fn check_options(opts: &PerfOptions) -> Result<(u16, u32), PerfError> {
         }
     }
     opts.queue_cpus.check_online().map_err(|e| PerfError::Invalid(format!("queue CPUs: {e}")))?;
+    if opts.busy_poll.is_some() && (opts.poll_queues == 0 || !opts.groups.iter().any(|g| g.hipri)) {
+        return Err(PerfError::Invalid(
+            "busy polling is for poll queues: it needs poll queues and a high-priority group on them".into(),
+        ));
+    }
     let n_default = if opts.queues == 0 { opts.queue_cpus.len() as u16 } else { opts.queues };
     let total = u32::from(n_default) + u32::from(opts.read_queues) + u32::from(opts.poll_queues);
     if total > 1024 {
@@ -393,7 +398,13 @@ fn start_queues(opts: &PerfOptions, ctrl: &Controller, n_default: u16, njobs: u3
         sets,
         queue_cpus: opts.queue_cpus.as_slice().to_vec(),
         jobs: job_tx,
-        job_wakes: (0..njobs).map(|_| JobWake::new()).collect::<io::Result<_>>()?,
+        // Only jobs that sleep in their busy-poll epoll need waking (none otherwise: no
+        // fence on the completion path).
+        job_wakes: if opts.busy_poll.is_some() {
+            (0..njobs).map(|_| JobWake::new()).collect::<io::Result<_>>()?
+        } else {
+            Vec::new()
+        },
         stop: AtomicBool::new(false),
         direct_sends: AtomicU64::new(0),
         worker_sends: AtomicU64::new(0),

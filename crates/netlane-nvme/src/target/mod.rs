@@ -291,6 +291,11 @@ impl TargetServer {
             None => None,
         };
 
+        // Before any thread starts: a lane device that cannot be read fails the start.
+        let lanes = match &opts.lane_device {
+            Some(dev) => Some(accept::Lanes::new(dev, &opts.cpus)?),
+            None => None,
+        };
         let (pool_tx, pool_rx) = mpsc::channel::<PoolJob>();
         let pool_rx = Arc::new(Mutex::new(pool_rx));
         let mut workers = Vec::new();
@@ -330,10 +335,6 @@ impl TargetServer {
         }
         let (acc_shared, acc_subsys) = (shared.clone(), subsys.clone());
         let limits = (opts.max_connections as u64, opts.max_setup_per_source);
-        let lanes = match &opts.lane_device {
-            Some(dev) => Some(accept::Lanes::new(dev, &opts.cpus)?),
-            None => None,
-        };
         threads.push(std::thread::Builder::new().name("nvmet-accept".into()).spawn(move || {
             accept_loop(listeners, senders, acc_shared, &acc_subsys, limits, lanes);
         })?);

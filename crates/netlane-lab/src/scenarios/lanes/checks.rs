@@ -67,12 +67,17 @@ pub(crate) fn summary(r: &LaneRun) -> String {
 /// The best rate of a round's search; invalid when none held, every one did, or the
 /// generator's limit bounded it.
 pub(crate) fn best(r: &LaneRound) -> Measure {
-    let s = r.search.as_ref().ok_or("the search did not run")?;
+    best_of(r.search.as_ref().ok_or("the search did not run")?, r.mode)
+}
+
+/// A search's best rate; invalid when none held, every one did, or the generator's limit
+/// bounded it.
+pub(crate) fn best_of(s: &netlane_kv::loadgen::SearchReport, mode: Mode) -> Measure {
     match s.best_per_s {
-        None => Err(format!("{}: no rate held {}", r.mode.name(), s.sla)),
-        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", r.mode.name(), s.sla)),
+        None => Err(format!("{}: no rate held {}", mode.name(), s.sla)),
+        Some(_) if s.capped => Err(format!("{}: every rate held {}: raise --search-hi", mode.name(), s.sla)),
         Some(_) if s.generator_limited => {
-            Err(format!("{}: the search stopped where the generator could not keep its schedule", r.mode.name()))
+            Err(format!("{}: the search stopped where the generator could not keep its schedule", mode.name()))
         }
         Some(b) => positive(b, "best rate"),
     }

@@ -48,6 +48,8 @@ pub struct LaneRound {
     pub mode: Mode,
     /// The search at the first connection count.
     pub search: Option<SearchReport>,
+    /// The connection sweep's searches (the plain and napi modes).
+    pub sweep: Vec<super::sweep::SweepPoint>,
     /// The fixed-rate runs, connections-major.
     pub runs: Vec<LaneRun>,
     /// netlane's lanes at the end of the round.
@@ -173,7 +175,10 @@ impl LanesBenchArgs {
 
     pub(crate) fn start(&self, site: &LaneSite<'_>, addr: SocketAddr, mode: Mode) -> Result<CacheServer> {
         let lanes = &site.lanes[..];
-        let max_conns = *self.connections.iter().max().unwrap_or(&64) as usize + 64;
+        // Room for every connection the round opens: its fixed rates' and its sweep's.
+        let swept = if self.sweeps(mode) { self.sweep_connections.iter().max().copied() } else { None };
+        let most = self.connections.iter().copied().chain(swept).max().unwrap_or(64);
+        let max_conns = most as usize + 64;
         let running = if mode.is_memcached() {
             // `net.core.busy_poll` is global (the knob does not exist inside a namespace):
             // set for this run and put back as it was.
@@ -285,17 +290,31 @@ impl LanesBenchArgs {
         };
         let server = self.start(site, addr, mode)?;
         cache::warm_up(runner, turn, &site.cache, &who, self.load(addr, 8, open(self.search_lo), self.step))?;
-        let mut out =
-            LaneRound { mode, search: None, runs: Vec::new(), lanes: None, rfs: rfs.as_ref().map(|r| r.said.clone()) };
+        let mut out = LaneRound {
+            mode,
+            search: None,
+            sweep: Vec::new(),
+            runs: Vec::new(),
+            lanes: None,
+            rfs: rfs.as_ref().map(|r| r.said.clone()),
+        };
+        let range = SearchConfig {
+            lo_per_s: self.search_lo,
+            hi_per_s: self.search_hi,
+            resolution: self.resolution,
+            max_bisections: 10,
+        };
         if !self.no_search {
             let cfg = self.load(addr, self.connections[0], open(self.search_lo), self.step);
-            let range = SearchConfig {
-                lo_per_s: self.search_lo,
-                hi_per_s: self.search_hi,
-                resolution: self.resolution,
-                max_bisections: 10,
-            };
             out.search = Some(cache::search(runner, turn, &site.cache, &who, cfg, self.sla, range)?);
+        }
+        if self.sweeps(mode) {
+            for c in self.sweep_connections.iter().copied().filter(|c| *c != self.connections[0]) {
+                let cfg = self.load(addr, c, open(self.search_lo), self.step);
+                let search =
+                    cache::search(runner, turn, &site.cache, &format!("{who} {c} connections"), cfg, self.sla, range)?;
+                out.sweep.push(super::sweep::SweepPoint { connections: c, search });
+            }
         }
         for &c in &self.connections {
             for &rate in &self.rates {

@@ -39,6 +39,7 @@ mod options;
 mod plan;
 mod report;
 mod rfs;
+mod sweep;
 #[cfg(test)]
 pub(super) mod tests;
 mod threaded;
@@ -101,6 +102,8 @@ impl Scenario for LanesBenchArgs {
             .duration("time", self.time)
             .int("repeat", u64::from(self.repeat))
             .flag("no-search", self.no_search)
+            .ints("sweep-connections", &self.sweep_connections.iter().map(|&c| u64::from(c)).collect::<Vec<_>>())
+            .flag("no-sweep", self.no_sweep)
             .text("memcached", self.memcached.clone())
             .flag("no-isolation", self.no_isolation)
             .int("isolation-link", self.isolation_link)
@@ -119,11 +122,20 @@ impl Scenario for LanesBenchArgs {
         if self.rates.is_empty() || self.rates.contains(&0) {
             bail!("--rates: at least one rate, none zero");
         }
+        if self.sweep_connections.iter().any(|&c| !(2..=4096).contains(&c)) {
+            bail!("--sweep-connections: each count 2..=4096");
+        }
         crate::scenarios::cache::check_search_range(self.search_lo, self.search_hi, self.resolution)?;
         let addr = SocketAddr::from(([10, 0, 0, 1], 11211));
         for &c in &self.connections {
             for &r in &self.rates {
                 self.load(addr, c, open(r as f64), self.time).validate()?;
+            }
+        }
+        // The sweep's connections open together: the generator's descriptors allow them.
+        if !self.no_sweep && !self.no_search {
+            for &c in &self.sweep_connections {
+                self.load(addr, c, open(self.search_lo), self.step).validate()?;
             }
         }
         if let Some(t) = self.on.open()? {
@@ -156,9 +168,12 @@ impl Scenario for LanesBenchArgs {
         // A testbed leaves out memcached -N, rfs and the isolation part (and its device may
         // leave out the NAPI modes, which only the run finds out).
         let testbed = self.on.testbed.is_some();
-        let modes = self.modes.iter().filter(|m| !(testbed && m.this_machine_only().is_some())).count();
+        let modes: Vec<Mode> =
+            self.modes.iter().copied().filter(|m| !(testbed && m.this_machine_only().is_some())).collect();
+        let swept = self.sweep_connections.iter().filter(|c| **c != self.connections[0]).count();
+        let sweep: usize = modes.iter().filter(|m| self.sweeps(**m)).count() * swept;
         let isolation = if self.no_isolation || testbed { 0 } else { 1 + 3 };
-        (per * modes + isolation) * self.repeat as usize
+        (per * modes.len() + sweep + isolation) * self.repeat as usize
     }
 
     fn run(&self, progress: &dyn Progress) -> Result<ScenarioReport> {

@@ -86,6 +86,13 @@ pub struct LanesBenchArgs {
     /// the search uses the first.
     #[arg(long, value_delimiter = ',', default_value = "64,256")]
     pub connections: Vec<u32>,
+    /// The connection sweep: the plain and napi modes' SLA search again at each of these
+    /// counts (beside the search's own, the first of --connections).
+    #[arg(long, value_delimiter = ',', default_value = "1024,4096")]
+    pub sweep_connections: Vec<u32>,
+    /// Skip the connection sweep.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub no_sweep: bool,
     /// Offered rates of the fixed-rate runs, requests/s (`10k,20k`).
     #[arg(long, value_delimiter = ',', default_value = "10000,20000", value_parser = netlane_report::options::parse_count)]
     pub rates: Vec<u64>,

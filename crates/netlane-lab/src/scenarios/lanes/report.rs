@@ -32,13 +32,13 @@ pub(super) fn threaded_not_here(report: &mut ScenarioReport, why: &str) {
 }
 
 /// A mode's rounds, when the mode ran.
-type Find<'a> = dyn Fn(Mode) -> Option<&'a [LaneRound]> + 'a;
+pub(crate) type Find<'a> = dyn Fn(Mode) -> Option<&'a [LaneRound]> + 'a;
 
 /// Mode `a` against mode `b`, paired by round on `of`; skipped when either did not run.
 /// Busy-polling workers spin on their CPUs: beside the generator's threads (`plan`: this
 /// machine's, where they share CPUs) they take its time and the comparison would
 /// measure that, so it is not shown.
-fn pair_check(
+pub(crate) fn pair_check(
     spec: Spec,
     (a, b): (Mode, Mode),
     find: &Find<'_>,
@@ -75,6 +75,7 @@ impl LanesBenchArgs {
         let find = |m: Mode| self.modes.iter().position(|x| *x == m).map(|i| &all[i][..]);
         if !self.no_search {
             self.sla_section(all, &find, plan, &mut out);
+            self.sweep_section(&find, plan, &mut out);
         }
         self.rates_section(all, &mut out);
         self.tail_checks(&find, plan, &mut out);

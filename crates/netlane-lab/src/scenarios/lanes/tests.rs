@@ -11,17 +11,27 @@ use crate::scenarios::cache::tests::load;
 use crate::plan::{CpuPlan, Role};
 use netlane_report::Outcome;
 
+fn search(best: Option<f64>) -> SearchReport {
+    SearchReport {
+        sla: "p99=500us".into(),
+        best_per_s: best,
+        capped: false,
+        generator_limited: false,
+        curve: Vec::new(),
+        runs: 4,
+    }
+}
+
 fn round(mode: Mode, best: Option<f64>, p999_us: f64, lag: f64) -> LaneRound {
+    // More connections hold less, alike for every mode.
+    let sweep = [(1024, 0.8), (4096, 0.6)]
+        .into_iter()
+        .map(|(connections, share)| super::sweep::SweepPoint { connections, search: search(best.map(|b| b * share)) })
+        .collect();
     LaneRound {
         mode,
-        search: Some(SearchReport {
-            sla: "p99=500us".into(),
-            best_per_s: best,
-            capped: false,
-            generator_limited: false,
-            curve: Vec::new(),
-            runs: 4,
-        }),
+        search: Some(search(best)),
+        sweep,
         runs: vec![LaneRun {
             connections: 64,
             rate: 20_000,
@@ -177,9 +187,9 @@ fn the_plan_keeps_lanes_napi_threads_and_generators_apart_where_the_cpus_allow()
 fn defaults_parse_and_count_their_runs() {
     let d = LanesBenchArgs::defaults();
     assert_eq!(d.modes.len(), 9);
-    // Per round: warm-up, search and four fixed rates per mode; the isolation part's
-    // warm-up and three cases.
-    assert_eq!(d.runs(), ((1 + 1 + 4) * 9 + 1 + 3) * 3);
+    // Per round: warm-up, search and four fixed rates per mode; the sweep's two searches
+    // of plain and napi; the isolation part's warm-up and three cases.
+    assert_eq!(d.runs(), ((1 + 1 + 4) * 9 + 2 * 2 + 1 + 3) * 3);
     assert_eq!(d.busy_poll.to_string(), "50,8");
 }
 
@@ -188,8 +198,32 @@ fn a_testbed_counts_no_runs_for_what_it_leaves_out() {
     let mut a = args();
     a.modes = vec![Mode::Plain, Mode::MemcachedN, Mode::Rfs];
     a.no_isolation = false;
-    // Per mode and round: a warm-up, the search, one fixed rate; the isolation part 4.
-    assert_eq!(a.runs(), (3 * 3 + 4) * 2);
+    // Per mode and round: a warm-up, the search, one fixed rate; plain's sweep of two
+    // searches; the isolation part 4.
+    assert_eq!(a.runs(), (3 * 3 + 2 + 4) * 2);
     a.on.testbed = Some("testbed.toml".into());
-    assert_eq!(a.runs(), 3 * 2, "memcached -N, rfs and the isolation part stay on one machine");
+    assert_eq!(a.runs(), (3 + 2) * 2, "memcached -N, rfs and the isolation part stay on one machine");
+}
+
+#[test]
+fn the_sweep_tables_each_count_and_judges_the_largest() {
+    let mut a = args();
+    a.no_sweep = false;
+    a.sweep_connections = vec![1024, 4096];
+    let plain = vec![round(Mode::Plain, Some(50_000.0), 3000.0, 0.0); 2];
+    let mut napi = vec![round(Mode::Napi, Some(90_000.0), 1000.0, 0.0); 2];
+    let r = a.report(&[plain.clone(), napi.clone()], &[], Some(&two_cpus()), &[], Vec::new());
+    let t = r.tables.iter().find(|t| t.name == "lanes-sweep").expect("the sweep's table");
+    assert_eq!(t.rows.len(), 3, "the search's count and the sweep's two");
+    assert_eq!(outcome(&r, "lanes.aligned-throughput-connections"), Outcome::Met);
+    // At 4096 connections napi held no rate: nothing is shown there.
+    for n in &mut napi {
+        n.sweep[1].search.best_per_s = None;
+    }
+    let r = a.report(&[plain, napi], &[], Some(&two_cpus()), &[], Vec::new());
+    assert_eq!(outcome(&r, "lanes.aligned-throughput-connections"), Outcome::Invalid);
+    // Without the sweep, no table and no check.
+    a.no_sweep = true;
+    let r = a.report(&[vec![], vec![]], &[], Some(&two_cpus()), &[], Vec::new());
+    assert!(r.tables.iter().all(|t| t.name != "lanes-sweep"));
 }

@@ -138,7 +138,7 @@ impl NvmeBenchArgs {
             .chain(super::polling::polling_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
             .map(|(part, spec, a, b, f, what)| {
-                match wakes_alike(found, &spec).or_else(|| super::polling::nothing_polled(found, &spec)) {
+                match wakes_alike(found, &spec).or_else(|| super::polling::polling_invalid(found, &spec)) {
                     Some(why) => spec.invalid(why),
                     None => found.compare(spec, part, a, b, f, what),
                 }

@@ -110,17 +110,24 @@ impl NvmeBenchArgs {
              receiving side's backlog, past its NAPI instance, leaving busy polling nothing to take in). NAPI \
              thread runs per I/O count the host end's NAPI thread being put on a CPU: woken by the target's \
              transmit (a NIC's interrupt) or by the deferral's timer. Job sleeps per I/O count the poll job \
-             blocking: its busy poll ended with nothing (the interrupt-driven fallback) or it was preempted."
+             blocking: its busy poll ended with nothing (the interrupt-driven fallback), or the scheduler cut its \
+             busy loop short and it slept."
                 .into(),
         );
     }
 }
 
-/// Why a busy-polling check compares nothing: its busy-polling mode took no packet in
-/// by polling in some round.
-pub(super) fn nothing_polled(found: Results<'_>, spec: &Spec) -> Option<String> {
+/// Why a busy-polling check compares nothing: a mode ran without a setting it asked for
+/// (the kernel refused it), or busy polling took no packet in in some round.
+pub(super) fn polling_invalid(found: Results<'_>, spec: &Spec) -> Option<String> {
     if !spec.id().starts_with("nvme.busy-poll") {
         return None;
+    }
+    let refused = POLLING_MODES.iter().filter_map(|m| found.find(Part::Polling, m)).flatten().find_map(|r| {
+        r.knobs.iter().find(|k| !k.applied()).map(|k| format!("a mode ran without what it asked for: {k}"))
+    });
+    if refused.is_some() {
+        return refused;
     }
     let rs = found.find(Part::Polling, BUSY_DEFERRED)?;
     rs.iter().find_map(|r| match r.busy_polled_packets_per_io {
@@ -154,7 +161,7 @@ pub(super) fn polling_pairs() -> [(Part, Spec, &'static str, &'static str, Of, &
             Spec::below(
                 "nvme.busy-poll-held-off",
                 "Polling: busy polling works better when the device holds off interrupts (talk: 'works even \
-                 better'): lower QD1 p50 than busy polling alone",
+                 better'): lower QD1 p50 preferred with interrupts deferred than busy polling alone",
                 1.0,
                 "x",
             ),

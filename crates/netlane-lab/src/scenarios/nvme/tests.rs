@@ -259,6 +259,15 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
     }
     let t = r.tables.iter().find(|t| t.name == "nvme-polling").expect("the polling table");
     assert_eq!(t.rows.len(), super::polling::POLLING_MODES.len());
+    // A kernel that refused IRQ suspension ran that mode without it: nothing is shown.
+    let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
+    let i = modes.iter().position(|m| m.label == super::polling::BUSY_SUSPENDED).unwrap();
+    let refused = netlane::lanes::Knob::new_refused("napi 3", "irq-suspend-timeout=20000000ns", "not supported");
+    runs[i][1].knobs.push(refused);
+    let r = a.report(&modes, &runs, Vec::new());
+    let (o, why) = outcome(&r, "nvme.busy-poll-qd1");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("ran without what it asked for"), "{why}");
 }
 
 #[test]
