@@ -70,12 +70,9 @@ impl AgentOutput {
 /// times): an agent's counts past it are not a run's, and sums of them cannot overflow.
 const MAX_COUNT: u64 = 1 << 47;
 
-/// The agents' parts of a run of `opts` (each report and its groups' latencies) as one
-/// report: counts summed, latencies merged, rates over the longest measured time (they
-/// start together), host CPU summed over the agents' processes. The target's CPU is
-/// not any agent's to measure, so the merge has none. A part that is not a run of
-/// `opts`, or whose latencies are not one per command, is refused.
-pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) -> Result<PerfReport, PerfError> {
+/// Checks that every agent's part is a run of the workload, with figures any run could
+/// give; returns the longest measured time.
+fn check_parts(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) -> Result<f64, PerfError> {
     let invalid = |i: usize, what: String| PerfError::Invalid(format!("agent {}: {what}", i + 1));
     if parts.is_empty() {
         return Err(PerfError::Invalid("no agents' runs to merge".into()));
@@ -116,6 +113,16 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
             }
         }
     }
+    Ok(seconds)
+}
+
+/// The agents' parts of a run of `opts` (each report and its groups' latencies) as one
+/// report: counts summed, latencies merged, rates over the longest measured time (they
+/// start together), host CPU summed over the agents' processes. The target's CPU is
+/// not any agent's to measure, so the merge has none. A part that is not a run of
+/// `opts`, or whose latencies are not one per command, is refused.
+pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) -> Result<PerfReport, PerfError> {
+    let seconds = check_parts(opts, parts)?;
     let groups: Vec<GroupReport> = opts
         .groups
         .iter()

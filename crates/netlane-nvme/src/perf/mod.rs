@@ -31,6 +31,7 @@ mod job;
 mod jobloop;
 mod queue;
 mod report;
+mod threads;
 
 use std::collections::VecDeque;
 use std::io;
@@ -58,6 +59,7 @@ use netlane::topology::netdev::NapiSettings;
 use queue::{Inner, JobCounter, Queue, SetKind, Shared, worker};
 use report::summarize;
 pub use report::{GroupReport, PerfReport, QueueInfo};
+use threads::{KernelThreads, read_proc_cpu_ticks, read_threads, thread_name};
 
 /// The i10 caravan: hold sends until one of these is reached.
 #[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
@@ -162,53 +164,6 @@ pub enum PerfError {
     /// Local I/O error.
     #[error(transparent)]
     Io(#[from] io::Error),
-}
-
-/// Threads counted beside a process, and their CPU seconds over the window (`None`
-/// when one could not be read at either end).
-#[derive(Debug, Default)]
-struct KernelThreads {
-    names: Vec<String>,
-    cpu_s: Option<f64>,
-    /// Times they were put on a CPU over the window.
-    runs: Option<u64>,
-}
-
-impl KernelThreads {
-    fn over(threads: Vec<(u32, String)>, before: ThreadsRead, after: ThreadsRead) -> KernelThreads {
-        let cpu_s = before.cpu_ns.zip(after.cpu_ns).map(|(a, b)| b.saturating_sub(a) as f64 / 1e9);
-        let runs = before.runs.zip(after.runs).map(|(a, b)| b.saturating_sub(a));
-        KernelThreads { names: threads.into_iter().map(|(pid, name)| format!("{name} ({pid})")).collect(), cpu_s, runs }
-    }
-}
-
-/// The run time (ns) and runs of every thread of a set so far; `None` if one is
-/// unreadable.
-#[derive(Debug, Clone, Copy)]
-struct ThreadsRead {
-    cpu_ns: Option<u64>,
-    runs: Option<u64>,
-}
-
-fn read_threads(threads: &[(u32, String)]) -> ThreadsRead {
-    use netlane::metrics::cpu::{task_cpu_ns, task_runs};
-    ThreadsRead {
-        cpu_ns: threads.iter().map(|(pid, _)| task_cpu_ns(*pid).ok()).sum(),
-        runs: threads.iter().map(|(pid, _)| task_runs(*pid).ok()).sum(),
-    }
-}
-
-/// A thread's name as the kernel gives it (`comm`), or `?`.
-fn thread_name(tid: u32) -> String {
-    std::fs::read_to_string(format!("/proc/{tid}/comm")).map_or_else(|_| "?".into(), |s| s.trim().to_string())
-}
-
-fn read_proc_cpu_ticks(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // Fields 14 and 15 (utime, stime) are at 11 and 12 after the command name.
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
 }
 
 /// Where a run is, for a live status line (`completed`: commands, ramp included).
