@@ -6,38 +6,21 @@
 //! lost. Needs root.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use netlane::lanes::BusyPoll;
 use netlane::topology::netdev::NapiSettings;
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
-use netlane_nvme::perf::{self, JobGroup, PerfOptions, PerfReport};
+use netlane_nvme::perf::{self, PerfOptions, PerfReport};
 
 mod common;
-use common::{opts, target};
+use common::{perf_options, target};
 
 fn run(hosts: &TwoHosts, listen: SocketAddr, busy_poll: Option<BusyPoll>, napi: NapiSettings) -> PerfReport {
     let o = PerfOptions {
-        connect: opts(listen, false, false),
-        nsid: 1,
-        groups: vec![JobGroup::parse("name=rd,rw=randread,bs=4k,qd=1,jobs=1,cpus=0,hipri=1").unwrap()],
-        duration: Duration::from_millis(800),
-        ramp: Duration::from_millis(100),
-        queues: 1,
-        read_queues: 0,
         poll_queues: 1,
-        queue_cpus: netlane::cpus::CpuList::one(0),
-        queue_depth: 32,
-        direct_send: false,
-        batch: true,
-        wake_each: false,
-        caravan: None,
-        verify: netlane_nvme::perf::VerifyMode::Off,
-        size: Some(16 << 20),
-        target_pid: None,
-        target_threads: Vec::new(),
         busy_poll,
         napi,
+        ..perf_options(listen, "name=rd,rw=randread,bs=4k,qd=1,jobs=1,cpus=0,hipri=1")
     };
     let r = hosts.tx.run(move || perf::run(&o)).unwrap().unwrap();
     let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
@@ -89,9 +72,7 @@ fn poll_queues_busy_polled_by_the_kernel_complete_io_without_interrupt_driven_wa
     assert!(busy.host_napi_runs_per_io.unwrap() < 0.02, "NAPI runs {:?}/IO", busy.host_napi_runs_per_io);
     assert!(busy.job_sleeps_per_io.unwrap() < 0.02, "job sleeps {:?}/IO", busy.job_sleeps_per_io);
     // The moderation was the run's: put back as it was.
-    let tx_index = hosts.tx_index;
-    let now =
-        hosts.tx.run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(tx_index).unwrap()).unwrap();
+    let now = common::napis(&hosts.tx, hosts.tx_index);
     assert!(now.iter().all(|n| n.defer_hard_irqs == Some(0) && n.gro_flush_timeout_ns == Some(0)), "{now:?}");
 
     // Without preferring it, the interrupt schedules the NAPI thread first: the poll

@@ -5,10 +5,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use netlane::topology::{LinkConfig, RxTuning, TwoHosts};
-use netlane_nvme::perf::{self, JobGroup, PerfOptions};
+use netlane_nvme::perf::{self, PerfOptions};
 
 mod common;
-use common::{opts, target_with};
+use common::{napis, perf_options, target_with};
 
 #[test]
 fn each_connection_is_served_by_the_reactor_owning_its_receive_queue() {
@@ -31,38 +31,15 @@ fn each_connection_is_served_by_the_reactor_owning_its_receive_queue() {
             })
         })
         .unwrap();
-    let rx_index = hosts.rx_index;
-    let napis: Vec<u32> = hosts
-        .rx
-        .run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(rx_index).unwrap())
-        .unwrap()
-        .into_iter()
-        .map(|n| n.id)
-        .collect();
+    let napis: Vec<u32> = napis(&hosts.rx, hosts.rx_index).into_iter().map(|n| n.id).collect();
     assert_eq!(napis.len(), 2, "{napis:?}");
     // Eight I/O queues and the admin queue: nine connections from different ports,
     // spread over the two receive queues by the sender's hash.
     let o = PerfOptions {
-        connect: opts(listen, false, false),
-        nsid: 1,
-        groups: vec![JobGroup::parse("name=rd,rw=randread,bs=4k,qd=4,jobs=2,cpus=0-1").unwrap()],
         duration: Duration::from_millis(500),
-        ramp: Duration::from_millis(100),
         queues: 8,
-        read_queues: 0,
-        poll_queues: 0,
         queue_cpus: netlane::cpus::CpuList::new(vec![0, 1]),
-        queue_depth: 32,
-        direct_send: false,
-        batch: true,
-        wake_each: false,
-        caravan: None,
-        verify: netlane_nvme::perf::VerifyMode::Off,
-        size: Some(16 << 20),
-        target_pid: None,
-        target_threads: Vec::new(),
-        busy_poll: None,
-        napi: Default::default(),
+        ..perf_options(listen, "name=rd,rw=randread,bs=4k,qd=4,jobs=2,cpus=0-1")
     };
     let r = hosts.tx.run(move || perf::run(&o)).unwrap().unwrap();
     assert!(r.ops > 100, "{} commands", r.ops);

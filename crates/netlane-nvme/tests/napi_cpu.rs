@@ -2,13 +2,12 @@
 //! in its NAPI thread, which the report counts and names. Needs root.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use netlane::topology::{LinkConfig, TwoHosts};
-use netlane_nvme::perf::{self, JobGroup, PerfOptions};
+use netlane_nvme::perf::{self, PerfOptions};
 
 mod common;
-use common::{opts, target};
+use common::{perf_options, target};
 
 /// Over a veth with threaded NAPI on both ends, the host's receive work runs in its NAPI
 /// thread, not in nvme perf's process: the report must count it (found from the route
@@ -27,36 +26,12 @@ fn perf_counts_the_napi_threads_that_do_the_receive_work() {
     hosts.set_rx_tso(false).unwrap();
     let listen = SocketAddr::new(hosts.rx_addr(false), netlane_nvme::DEFAULT_PORT);
     let f = hosts.rx.run(move || target(listen, "napi")).unwrap();
-    let rx_index = hosts.rx_index;
-    let target_threads: Vec<u32> = hosts
-        .rx
-        .run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(rx_index).unwrap())
-        .unwrap()
-        .into_iter()
-        .filter_map(|n| n.pid)
-        .collect();
+    let target_threads: Vec<u32> = common::napis(&hosts.rx, hosts.rx_index).into_iter().filter_map(|n| n.pid).collect();
     assert!(!target_threads.is_empty(), "the target end's NAPI is threaded");
     let o = PerfOptions {
-        connect: opts(listen, false, false),
-        nsid: 1,
-        groups: vec![JobGroup::parse("name=rd,rw=randread,bs=64k,qd=8,jobs=1").unwrap()],
-        duration: Duration::from_millis(800),
-        ramp: Duration::from_millis(100),
-        queues: 1,
-        read_queues: 0,
-        poll_queues: 0,
-        queue_cpus: netlane::cpus::CpuList::one(0),
-        queue_depth: 32,
-        direct_send: false,
-        batch: true,
-        wake_each: false,
-        caravan: None,
-        verify: netlane_nvme::perf::VerifyMode::Off,
-        size: Some(16 << 20),
         target_pid: Some(std::process::id()),
         target_threads: target_threads.clone(),
-        busy_poll: None,
-        napi: Default::default(),
+        ..perf_options(listen, "name=rd,rw=randread,bs=64k,qd=8,jobs=1")
     };
     let r = hosts.tx.run(move || perf::run(&o)).unwrap().unwrap();
     assert!(r.ops > 100, "{} commands", r.ops);

@@ -59,3 +59,36 @@ pub fn opts(addr: SocketAddr, hd: bool, dd: bool) -> ConnectOptions {
     o.kato_ms = 3000;
     o
 }
+
+/// A perf run of `group` against the test target at `addr`: one default queue on CPU 0,
+/// 32 entries, batching, 16 MiB of namespace 1, 800 ms after a 100 ms ramp; a test
+/// changes what it is about.
+pub fn perf_options(addr: SocketAddr, group: &str) -> netlane_nvme::perf::PerfOptions {
+    netlane_nvme::perf::PerfOptions {
+        connect: opts(addr, false, false),
+        nsid: 1,
+        groups: vec![netlane_nvme::perf::JobGroup::parse(group).unwrap()],
+        duration: std::time::Duration::from_millis(800),
+        ramp: std::time::Duration::from_millis(100),
+        queues: 1,
+        read_queues: 0,
+        poll_queues: 0,
+        queue_cpus: netlane::cpus::CpuList::one(0),
+        queue_depth: 32,
+        direct_send: false,
+        batch: true,
+        wake_each: false,
+        caravan: None,
+        verify: netlane_nvme::perf::VerifyMode::Off,
+        size: Some(16 << 20),
+        target_pid: None,
+        target_threads: Vec::new(),
+        busy_poll: None,
+        napi: Default::default(),
+    }
+}
+
+/// The NAPI instances of interface `ifindex` in `ns`.
+pub fn napis(ns: &netlane::topology::Netns, ifindex: u32) -> Vec<netlane::topology::netdev::Napi> {
+    ns.run(move || netlane::topology::netdev::Netdev::open().unwrap().napis(ifindex).unwrap()).unwrap()
+}
