@@ -442,6 +442,19 @@ fn summary(r: &PerfReport, verify_only: bool) -> String {
         f(r.cmds_per_send),
         r.queues.iter().map(|q| format!("{}:{}@cpu{}", q.set, q.qid, q.cpu)).collect::<Vec<_>>().join(","),
     );
+    // Where completions were taken in, when the run polled or moderated interrupts, and
+    // each setting as the kernel took it.
+    if !r.knobs.is_empty() || r.busy_polled_packets_per_io.is_some_and(|p| p > 0.0) {
+        s.push_str(&format!(
+            "\nper I/O: {} packets busy polled, {} NAPI thread runs, {} job sleeps",
+            f(r.busy_polled_packets_per_io),
+            f(r.host_napi_runs_per_io),
+            f(r.job_sleeps_per_io)
+        ));
+    }
+    for k in &r.knobs {
+        s.push_str(&format!("\n{k}"));
+    }
     if r.verified {
         let mism: u64 = r.groups.iter().map(|g| g.mismatches).sum();
         s.push_str(&format!("\nverify: {mism} mismatched reads"));

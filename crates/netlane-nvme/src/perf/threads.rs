@@ -28,10 +28,11 @@ pub(super) struct ThreadsRead {
 }
 
 pub(super) fn read_threads(threads: &[(u32, String)]) -> ThreadsRead {
-    use netlane::metrics::cpu::{task_cpu_ns, task_runs};
+    let read: Option<Vec<(u64, u64)>> =
+        threads.iter().map(|(pid, _)| netlane::metrics::cpu::task_schedstat(*pid).ok()).collect();
     ThreadsRead {
-        cpu_ns: threads.iter().map(|(pid, _)| task_cpu_ns(*pid).ok()).sum(),
-        runs: threads.iter().map(|(pid, _)| task_runs(*pid).ok()).sum(),
+        cpu_ns: read.as_ref().map(|r| r.iter().map(|(ns, _)| ns).sum()),
+        runs: read.as_ref().map(|r| r.iter().map(|(_, runs)| runs).sum()),
     }
 }
 

@@ -64,18 +64,16 @@ pub fn thread_cpu() -> CpuTime {
 /// Nanoseconds any task (a kernel thread too, such as a threaded-NAPI poller) has run
 /// so far, from the first field of `/proc/<pid>/schedstat`.
 pub fn task_cpu_ns(pid: u32) -> io::Result<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
-    text.split_whitespace().next().and_then(|v| v.parse().ok()).ok_or_else(|| {
-        io::Error::new(io::ErrorKind::InvalidData, format!("unreadable /proc/{pid}/schedstat: {text:?}"))
-    })
+    task_schedstat(pid).map(|(ns, _)| ns)
 }
 
-/// Times any task has been put on a CPU so far (the third field of
-/// `/proc/<pid>/schedstat`): for a kernel thread that sleeps between bursts of work, such
-/// as a threaded-NAPI poller, how often it was woken.
-pub fn task_runs(pid: u32) -> io::Result<u64> {
+/// Nanoseconds any task has run so far and the times it has been put on a CPU (the
+/// first and third fields of `/proc/<pid>/schedstat`): for a kernel thread that sleeps
+/// between bursts of work, such as a threaded-NAPI poller, the runs are its wake-ups.
+pub fn task_schedstat(pid: u32) -> io::Result<(u64, u64)> {
     let text = fs::read_to_string(format!("/proc/{pid}/schedstat"))?;
-    text.split_whitespace().nth(2).and_then(|v| v.parse().ok()).ok_or_else(|| {
+    let field = |i: usize| text.split_whitespace().nth(i).and_then(|v| v.parse().ok());
+    field(0).zip(field(2)).ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidData, format!("unreadable /proc/{pid}/schedstat: {text:?}"))
     })
 }

@@ -43,7 +43,8 @@ const HELD_OFF: NapiSettings =
 
 /// How long `epoll_wait` busy polls before the job sleeps (longer than a command takes
 /// here, so that the fallback is for idle queues), and its budget.
-const BUSY_POLL: netlane::lanes::BusyPoll = netlane::lanes::BusyPoll { usecs: 1000, budget: 8, prefer: false };
+const BUSY_POLL: netlane::lanes::BusyPoll =
+    netlane::lanes::BusyPoll { usecs: 1000, budget: netlane::lanes::busy::DEFAULT_BUDGET, prefer: false };
 
 impl NvmeBenchArgs {
     /// Whether the polling part can run: loopback has no NAPI instance to poll or to
