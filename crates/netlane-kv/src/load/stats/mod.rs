@@ -221,6 +221,7 @@ impl Stats {
             sla_latency_ns: at,
             sla_met: sla.is_met_at(at),
             lag_share: self.counts.lag_share(),
+            window_ns: duration_ns,
         }
     }
 
@@ -294,6 +295,8 @@ pub struct Measurement {
     /// The share of sends the generator itself delayed: above a few percent the run
     /// measured the generator, not the server.
     pub lag_share: f64,
+    /// The window the rates are over, ns.
+    pub window_ns: u64,
 }
 
 /// A tail-latency objective (in the core, shared with the other clients; the sans-IO
