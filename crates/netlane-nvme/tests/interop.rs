@@ -87,6 +87,7 @@ fn options(addr: SocketAddr, nsid: u32, groups: &[&str]) -> PerfOptions {
         target_threads: Vec::new(),
         busy_poll: None,
         napi: Default::default(),
+        coalesce: Default::default(),
     }
 }
 

@@ -122,6 +122,7 @@ fn run_perf_verify(addr: SocketAddr) {
         target_threads: Vec::new(),
         busy_poll: None,
         napi: Default::default(),
+        coalesce: Default::default(),
     };
     let r = perf::run(&o).unwrap();
     for g in &r.groups {
@@ -169,6 +170,7 @@ fn more_commands_than_queue_slots_wait_their_turn() {
         target_threads: Vec::new(),
         busy_poll: None,
         napi: Default::default(),
+        coalesce: Default::default(),
     };
     let started = Instant::now();
     let r = perf::run(&o).unwrap();

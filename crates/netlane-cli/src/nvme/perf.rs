@@ -97,6 +97,12 @@ pub struct PerfArgs {
     // Interrupt moderation on the interface towards the target.
     #[command(flatten)]
     pub napi: crate::napi_args::NapiArgs,
+    /// The device's own interrupt coalescing on the interface towards the target, NAME=VALUE
+    /// as ethtool -C names it (rx-usecs=100, adaptive-rx=off; repeatable): read back and
+    /// put back at exit. A device without coalescing (veth) refuses it: the run goes on and
+    /// says so.
+    #[arg(long, value_parser = parse_coalesce)]
+    pub coalesce: Vec<(String, u32)>,
     /// CPUs the queues map onto, where their I/O workers run, as a CPU list [default: every
     /// CPU; with --agents, every CPU of each agent's host].
     #[arg(long, value_parser = netlane::cpus::parse_list)]
@@ -179,6 +185,15 @@ const KEPT: [Kept; 6] = [
     (0.9999, |s| s.p9999),
     (1.0, |s| s.max),
 ];
+
+/// `NAME=VALUE` of the device's interrupt coalescing (`rx-usecs=100`, `adaptive-rx=off`).
+fn parse_coalesce(s: &str) -> Result<(String, u32), String> {
+    if !s.contains('=') {
+        return Err(format!("{s:?}: expected NAME=VALUE (rx-usecs=100, adaptive-rx=off)"));
+    }
+    let (_, name, value) = netlane::topology::ethtool::Group::parse_setting(&format!("coalesce.{s}"))?;
+    Ok((name, value))
+}
 
 /// An SLA at a percentile the report keeps.
 fn parse_sla(s: &str) -> Result<Sla, String> {
@@ -285,6 +300,7 @@ impl PerfArgs {
             target_threads: self.target_threads.clone(),
             busy_poll: self.busy_poll,
             napi: self.napi.settings(),
+            coalesce: self.coalesce.iter().cloned().collect(),
         })
     }
 
@@ -315,6 +331,9 @@ impl PerfArgs {
             l = l.text("busy-poll", bp.to_string());
         }
         l = l.extend(self.napi.echo());
+        for (name, value) in &o.coalesce {
+            l = l.text("coalesce", format!("{name}={value}"));
+        }
         if let Some(s) = self.size {
             l = l.size("size", s);
         }
@@ -501,6 +520,7 @@ mod tests {
             target_threads: vec![17, 18],
             busy_poll: None,
             napi: Default::default(),
+            coalesce: Default::default(),
         };
         let mut digests = base.connect.clone();
         (digests.hdgst, digests.ddgst, digests.disable_sqflow, digests.kato_ms) = (true, true, false, 0);
@@ -524,6 +544,7 @@ mod tests {
                     gro_flush_timeout_ns: Some(20_000),
                     irq_suspend_timeout_ns: Some(10_000_000),
                 },
+                coalesce: [("adaptive-rx".to_string(), 0), ("rx-usecs".to_string(), 100)].into(),
                 queue_cpus: CpuList::new(vec![0, 1]),
                 verify: VerifyMode::Write,
                 size: Some(64 << 20),

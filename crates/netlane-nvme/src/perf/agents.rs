@@ -243,6 +243,7 @@ mod tests {
             target_threads: Vec::new(),
             busy_poll: None,
             napi: Default::default(),
+            coalesce: Default::default(),
         }
     }
 

@@ -139,6 +139,10 @@ pub struct PerfOptions {
     /// Interrupt moderation for the run: per-NAPI settings written to every NAPI instance
     /// of the interface towards the target, put back when the run ends.
     pub napi: NapiSettings,
+    /// The interface's own interrupt coalescing for the run (ethtool `-C` names:
+    /// `rx-usecs`, `adaptive-rx`...), put back when the run ends. A device without it
+    /// refuses: the run goes on and its knobs say so.
+    pub coalesce: netlane::topology::ethtool::Values,
 }
 
 /// Errors of a perf run.
@@ -208,15 +212,21 @@ pub fn run_gated(
     Ok(summarize(opts, &shared, &results, measured, queue_failures))
 }
 
-/// Writes the run's interrupt moderation to the interface towards the target; nothing
-/// when none is asked for. An interface without NAPI instances fails the run.
+/// Writes the run's interrupt moderation (per-NAPI settings, the device's coalescing) to
+/// the interface towards the target; nothing when none is asked for. An interface
+/// without NAPI instances fails a run that asks for per-NAPI settings.
 fn moderate_interrupts(opts: &PerfOptions) -> Result<netlane::lanes::queues::Applied, PerfError> {
-    if opts.napi.is_empty() {
-        return Ok(Default::default());
+    use netlane::lanes::queues::{apply_coalescing_towards, apply_napi_settings_towards};
+    let dst = opts.connect.addr.ip();
+    let why = |why| PerfError::Invalid(format!("interrupt moderation towards {}: {why}", opts.connect.addr));
+    let mut all = netlane::lanes::queues::Applied::default();
+    if !opts.napi.is_empty() {
+        all.extend(apply_napi_settings_towards(dst, opts.napi).map_err(why)?.1);
     }
-    let (_, applied) = netlane::lanes::queues::apply_napi_settings_towards(opts.connect.addr.ip(), opts.napi)
-        .map_err(|why| PerfError::Invalid(format!("interrupt moderation towards {}: {why}", opts.connect.addr)))?;
-    Ok(applied)
+    if !opts.coalesce.is_empty() {
+        all.extend(apply_coalescing_towards(dst, &opts.coalesce).map_err(why)?.1);
+    }
+    Ok(all)
 }
 
 /// Checks the options before connecting. Returns the number of default queues and of

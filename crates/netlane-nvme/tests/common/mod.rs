@@ -85,6 +85,7 @@ pub fn perf_options(addr: SocketAddr, group: &str) -> netlane_nvme::perf::PerfOp
         target_threads: Vec::new(),
         busy_poll: None,
         napi: Default::default(),
+        coalesce: Default::default(),
     }
 }
 

@@ -338,12 +338,7 @@ pub fn napi_threads_towards(dst: std::net::IpAddr) -> Result<Vec<(u32, String)>,
 /// `dst`. Returns the interface's name and what was applied, held until dropped. An
 /// interface without NAPI (loopback) is an error: there is nothing to moderate.
 pub fn apply_napi_settings_towards(dst: std::net::IpAddr, settings: NapiSettings) -> Result<(String, Applied), String> {
-    let mut r = crate::topology::Rtnl::open().map_err(|e| format!("rtnetlink: {e}"))?;
-    let ifindex = r
-        .output_interface(dst)
-        .map_err(|e| crate::error::chain(&e).to_string())?
-        .ok_or_else(|| format!("no route to {dst}"))?;
-    let dev = r.link_name(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    let (ifindex, dev) = device_towards(dst)?;
     let mut nd = Netdev::open().map_err(|e| format!("netdev netlink: {}", crate::error::chain(&e)))?;
     let ids: Vec<u32> =
         nd.napis(ifindex).map_err(|e| crate::error::chain(&e).to_string())?.into_iter().map(|n| n.id).collect();
@@ -356,4 +351,35 @@ pub fn apply_napi_settings_towards(dst: std::net::IpAddr, settings: NapiSettings
         .with_sysfs(move || apply_napi_settings(&d, ifindex, &ids, &settings))
         .map_err(|e| crate::error::chain(&e).to_string())?;
     Ok((dev, applied))
+}
+
+/// Sets the device's own interrupt coalescing (`rx-usecs`, `adaptive-rx`...: ethtool
+/// `-C`) on the interface this namespace's routes send packets for `dst` through, held
+/// until dropped. The setting comes back as one knob, applied (read back) or refused with
+/// the kernel's reason (a veth has no coalescing to set); only a route that cannot be
+/// found is an error.
+pub fn apply_coalescing_towards(
+    dst: std::net::IpAddr,
+    values: &crate::topology::ethtool::Values,
+) -> Result<(String, Applied), String> {
+    let (_, dev) = device_towards(dst)?;
+    let (outcome, held) = crate::nic::set_group(&dev, crate::topology::ethtool::Group::Coalesce, values);
+    let name = format!("{dev} coalesce");
+    let wanted = crate::installed::values_words(values, values);
+    let knob = match (outcome.applied, outcome.refused) {
+        (Some(now), _) => Knob::new_applied(name, wanted, now),
+        (None, why) => Knob::new_refused(name, wanted, why.unwrap_or_else(|| "not tried".into())),
+    };
+    Ok((dev, Applied { knobs: vec![knob], held: held.into_iter().collect() }))
+}
+
+/// The interface (index, name) this namespace's routes send packets for `dst` through.
+fn device_towards(dst: std::net::IpAddr) -> Result<(u32, String), String> {
+    let mut r = crate::topology::Rtnl::open().map_err(|e| format!("rtnetlink: {e}"))?;
+    let ifindex = r
+        .output_interface(dst)
+        .map_err(|e| crate::error::chain(&e).to_string())?
+        .ok_or_else(|| format!("no route to {dst}"))?;
+    let dev = r.link_name(ifindex).map_err(|e| crate::error::chain(&e).to_string())?;
+    Ok((ifindex, dev))
 }

@@ -138,7 +138,10 @@ impl NvmeBenchArgs {
             .chain(super::polling::polling_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
             .map(|(part, spec, a, b, f, what)| {
-                match wakes_alike(found, &spec).or_else(|| super::polling::polling_invalid(found, &spec)) {
+                if let Some(c) = self.polling_verdict(found, &spec, a, b) {
+                    return c;
+                }
+                match wakes_alike(found, &spec) {
                     Some(why) => spec.invalid(why),
                     None => found.compare(spec, part, a, b, f, what),
                 }

@@ -75,7 +75,7 @@ impl NvmeBenchArgs {
                     .flat_map(|(bs, j)| ["batched", "caravans"].map(|m| sweep_label(m, bs, j)))
                     .collect(),
                 Part::Polling if !self.polling_here() => Vec::new(),
-                Part::Polling => super::polling::POLLING_MODES.map(String::from).to_vec(),
+                Part::Polling => self.polling_labels().into_iter().map(String::from).collect(),
             };
             v.extend(words.into_iter().map(|w| (*p, w)));
         }
@@ -115,6 +115,7 @@ impl NvmeBenchArgs {
             target_threads: target.threads.clone(),
             busy_poll: None,
             napi: Default::default(),
+            coalesce: Default::default(),
         }
     }
 

@@ -44,6 +44,9 @@ pub fn perf_args(o: &PerfOptions) -> Vec<String> {
         .flag("sqflow", !c.disable_sqflow)
         .opt_some("busy-poll", o.busy_poll)
         .napi(&o.napi);
+    for (name, value) in &o.coalesce {
+        a.opt("coalesce", format!("{name}={value}"));
+    }
     a.into_vec()
 }
 

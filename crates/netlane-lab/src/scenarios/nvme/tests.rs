@@ -90,6 +90,7 @@ fn all(modes: &[Mode], bad: &str, degenerate: PerfReport) -> Vec<Vec<PerfReport>
                 super::polling::INTERRUPTS => perf(30_000, 32_000, 850_000, 0.5),
                 super::polling::BUSY => perf(31_000, 31_000, 850_000, 1.0),
                 super::polling::BUSY_DEFERRED => perf(36_000, 25_000, 800_000, 1.0),
+                super::polling::BUSY_COALESCED => perf(35_000, 27_000, 800_000, 1.0),
                 l if l.starts_with("caravans ") => perf(200_000, 160_000, 2_200_000, 0.8),
                 l if l.starts_with("batched ") => perf(200_000, 160_000, 2_200_000, 1.0),
                 _ => perf(17_000, 600_000, 2_000_000, 1.0),
@@ -259,15 +260,52 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
     }
     let t = r.tables.iter().find(|t| t.name == "nvme-polling").expect("the polling table");
     assert_eq!(t.rows.len(), super::polling::POLLING_MODES.len());
-    // A kernel that refused IRQ suspension ran that mode without it: nothing is shown.
+    // A kernel that refused a compared mode's deferral ran it without: nothing is shown.
     let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
-    let i = modes.iter().position(|m| m.label == super::polling::BUSY_SUSPENDED).unwrap();
-    let refused = netlane::lanes::Knob::new_refused("napi 3", "irq-suspend-timeout=20000000ns", "not supported");
-    runs[i][1].knobs.push(refused);
+    let at = |label: &str| modes.iter().position(|m| m.label == label).unwrap();
+    let refused = netlane::lanes::Knob::new_refused("napi 3", "defer-hard-irqs=2", "not supported");
+    runs[at(super::polling::BUSY_DEFERRED)][1].knobs.push(refused);
     let r = a.report(&modes, &runs, Vec::new());
-    let (o, why) = outcome(&r, "nvme.busy-poll-qd1");
-    assert_eq!(o, Outcome::Invalid, "{why}");
-    assert!(why.contains("ran without what it asked for"), "{why}");
+    for id in ["nvme.busy-poll-qd1", "nvme.busy-poll-held-off"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+        assert!(why.contains("ran without what it asked for"), "{id}: {why}");
+    }
+    assert_eq!(outcome(&r, "nvme.busy-poll-coalesced").0, Outcome::Met, "a check of other modes stands");
+    // Refused in a mode no check compares: its row stands, and a note says so.
+    let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
+    let refused = netlane::lanes::Knob::new_refused("napi 3", "irq-suspend-timeout=20000000ns", "not supported");
+    runs[at(super::polling::BUSY_SUSPENDED)][0].knobs.push(refused);
+    let r = a.report(&modes, &runs, Vec::new());
+    assert!(r.checks.iter().all(|c| c.outcome == Outcome::Met), "{:?}", r.checks);
+    let note = r.notes.iter().find(|n| n.contains("ran without")).expect("a note on the refused setting");
+    assert!(note.contains(super::polling::BUSY_SUSPENDED) && note.contains("irq-suspend-timeout"), "{note}");
+}
+
+#[test]
+fn busy_polling_with_the_device_coalescing_is_not_shown_where_the_device_refuses_it() {
+    // Refused in the lab's probe before the run (its own veth): the mode is left out.
+    let (mut a, _) = setup();
+    a.no_coalescing = Some("coalesce of veth0: rx-usecs=100: refused: Operation not supported".into());
+    let target = super::plan::TargetCpu { pid: Some(1), threads: Vec::new() };
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, a.target_cpu).unwrap();
+    assert!(modes.iter().all(|m| m.label != super::polling::BUSY_COALESCED));
+    assert!(a.labels().iter().all(|(_, l)| l != super::polling::BUSY_COALESCED));
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    let (o, why) = outcome(&r, "nvme.busy-poll-coalesced");
+    assert_eq!(o, Outcome::NotShown, "{why}");
+    assert!(why.contains("coalesces its interrupts") && why.contains("Operation not supported"), "{why}");
+    assert_eq!(outcome(&r, "nvme.busy-poll-held-off").0, Outcome::Met);
+    assert!(r.notes.iter().any(|n| n.starts_with("Not shown on this machine: busy polling with the device")));
+    // Refused in the run itself (a testbed's NIC without coalescing): not shown either.
+    let (a, modes) = setup();
+    let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
+    let i = modes.iter().position(|m| m.label == super::polling::BUSY_COALESCED).unwrap();
+    runs[i][0].knobs.push(netlane::lanes::Knob::new_refused("eth1 coalesce", "rx-usecs=100", "not supported"));
+    let r = a.report(&modes, &runs, Vec::new());
+    let (o, why) = outcome(&r, "nvme.busy-poll-coalesced");
+    assert_eq!(o, Outcome::NotShown, "{why}");
+    assert!(why.contains("eth1 coalesce"), "{why}");
 }
 
 #[test]
