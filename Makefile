@@ -45,17 +45,18 @@ check: setup
 # privilege fails them instead of skipping them. The guest tests always must.
 # One cargo invocation for the whole workspace: with one package selection, every crate
 # is built once with one set of features (two selections built each workspace crate
-# twice). Tests run two at a time (one per CPU). Those that judge what they measure (the
+# twice). Tests run two at a time, whatever the machine has (the tests that judge what
+# they measure assume two CPUs' worth of work beside them at most). Those that judge (the
 # quick lab's report and compare's alike runs, the testbed's runs, the agents' merged
 # runs) hold a lock of their test file's: beside one of them runs at most a test of its
 # file that checks a refusal (test files run one after another).
 test: check guest
 	NETLANE_REQUIRE_PRIVILEGED=$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 ) NETLANE_REQUIRE_GUEST=1 \
 	  $(CARGO) test --workspace --locked --no-fail-fast -- --test-threads=2
-	# The library's examples, built by the tests above, run as a user runs them
-	# (loopback only; each checks itself).
-	target/debug/examples/gso_loopback
-	target/debug/examples/sans_io
+	# The library's examples run as a user runs them (loopback only; each checks itself).
+	# Without -p cargo selects the whole workspace again: the tests' build, reused.
+	$(CARGO) run --locked -q --example gso_loopback
+	$(CARGO) run --locked -q --example sans_io
 
 install: setup-build
 	$(CARGO) install --path crates/netlane-cli --locked

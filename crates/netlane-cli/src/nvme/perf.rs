@@ -300,7 +300,15 @@ impl PerfArgs {
             target_threads: self.target_threads.clone(),
             busy_poll: self.busy_poll,
             napi: self.napi.settings(),
-            coalesce: self.coalesce.iter().cloned().collect(),
+            coalesce: {
+                let mut seen = std::collections::BTreeMap::new();
+                for (name, value) in &self.coalesce {
+                    if seen.insert(name.clone(), *value).is_some() {
+                        anyhow::bail!("--coalesce {name}: given twice");
+                    }
+                }
+                seen
+            },
         })
     }
 

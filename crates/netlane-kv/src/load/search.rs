@@ -290,7 +290,9 @@ impl RateSearch {
 }
 
 /// How many standard deviations of a Poisson count over the window the offered rate may
-/// fall below the rate asked for by chance alone.
+/// fall below the rate asked for by chance alone. A schedule of constant gaps offers its
+/// count exactly (the allowance then only hides a run a little short); the ETC
+/// schedule's count varies about 1.45x as much as a Poisson one's: over three of its own.
 pub const ARRIVAL_SIGMAS: f64 = 4.0;
 
 /// Whether a run at `rate` kept up and met the SLA. The run is judged against the higher
@@ -304,7 +306,9 @@ pub fn judge(rate: f64, m: &Measurement) -> Verdict {
     // f64::max ignores a NaN offered rate; a NaN achieved rate counts as nothing done.
     let offered = m.offered_per_s.max(rate - by_chance);
     let achieved = if m.achieved_per_s.is_nan() { 0.0 } else { m.achieved_per_s };
-    if achieved < IDLE * offered {
+    // A rate so low that chance allows nothing offered still did nothing when nothing
+    // completed.
+    if achieved <= 0.0 || achieved < IDLE * offered {
         Verdict::Idle
     } else if m.lag_share > GENERATOR_LAG_MAX {
         Verdict::GeneratorBound
@@ -434,6 +438,8 @@ mod tests {
         let short = |offered: f64| Measurement { window_ns: 200_000_000, ..m(offered, offered) };
         assert_eq!(judge(500.0, &short(435.0)), Verdict::Met, "few arrivals by chance");
         assert_eq!(judge(500.0, &short(250.0)), Verdict::FellBehind, "more than chance explains");
+        // At 10/s over a second chance allows even nothing offered: nothing done is idle.
+        assert_eq!(judge(10.0, &m(0.0, 0.0)), Verdict::Idle);
         // An idle run mid-search counts as a miss, and the search goes on below it.
         let mut s = RateSearch::new(cfg()).unwrap();
         let dies_above_10k = |rate: f64| if rate > 10_000.0 { dead(rate) } else { server(100_000.0, 50_000.0)(rate) };

@@ -138,7 +138,7 @@ impl NvmeBenchArgs {
             .chain(super::polling::polling_pairs())
             .filter(|(part, ..)| self.parts.contains(part))
             .map(|(part, spec, a, b, f, what)| {
-                if let Some(c) = self.polling_verdict(found, &spec, a, b) {
+                if let Some(c) = super::polling::polling_verdict(found, &spec, a, b) {
                     return c;
                 }
                 match wakes_alike(found, &spec) {

@@ -105,14 +105,8 @@ impl Scenario for NvmeBenchArgs {
             None => Vec::new(),
         };
         let cpu = TargetCpu { pid: Some(target.pid().context("the target's process ID")?), threads };
-        let mut this = self.clone();
-        if let Some(h) = &hosts
-            && self.parts.contains(&Part::Polling)
-        {
-            this.probe_coalescing(h)?;
-        }
-        let modes = this.modes(addr, &cpu, self.target_cpu())?;
-        this.run_modes(progress, &site, target, &modes)
+        let modes = self.modes(addr, &cpu, self.target_cpu())?;
+        self.run_modes(progress, &site, target, &modes)
     }
 }
 

@@ -74,11 +74,6 @@ pub struct NvmeBenchArgs {
     /// nvme perf on its first client host; --host-cpu then names a CPU there.
     #[command(flatten)]
     pub on: crate::testbed::TestbedArgs,
-    /// Why the NVMe host's device refused interrupt coalescing when the lab tried it
-    /// before the run (its own veth): the mode that needs it is left out, its check not
-    /// shown. Not an option.
-    #[arg(skip)]
-    pub(super) no_coalescing: Option<String>,
 }
 
 /// A caravan sweep request size: 512 bytes to 128 KiB, whole 512-byte blocks.

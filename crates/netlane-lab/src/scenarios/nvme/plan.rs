@@ -75,7 +75,7 @@ impl NvmeBenchArgs {
                     .flat_map(|(bs, j)| ["batched", "caravans"].map(|m| sweep_label(m, bs, j)))
                     .collect(),
                 Part::Polling if !self.polling_here() => Vec::new(),
-                Part::Polling => self.polling_labels().into_iter().map(String::from).collect(),
+                Part::Polling => super::polling::POLLING_MODES.map(String::from).to_vec(),
             };
             v.extend(words.into_iter().map(|w| (*p, w)));
         }

@@ -3,8 +3,10 @@
 //! polling from the job (alone, preferred with interrupts deferred, with IRQs suspended,
 //! with the device coalescing its interrupts): its modes, its checks and its table.
 
+use netlane::lanes::Knob;
 use netlane::topology::ethtool::Values;
 use netlane::topology::netdev::NapiSettings;
+use netlane_nvme::perf::PerfReport;
 use netlane_nvme::perf::{JobGroup, PerfOptions};
 use netlane_report::{Check, Column, Row, Table, Value};
 
@@ -45,10 +47,13 @@ const COALESCED: NapiSettings =
 const HELD_OFF: NapiSettings =
     NapiSettings { defer_hard_irqs: Some(2), gro_flush_timeout_ns: Some(200_000), irq_suspend_timeout_ns: None };
 
-/// The device's coalescing for [`BUSY_COALESCED`]: receive interrupts held off 100 us,
+/// The device's coalescing for [`BUSY_COALESCED`], on the NVMe host's device towards the
+/// target (on a testbed, its first client's NIC): receive interrupts held off 100 us,
 /// longer than a QD1 command's round trip, so that the busy poll takes the completion in
-/// first. Adaptive moderation, where a NIC runs it, may change the hold-off: a testbed's
-/// `nic` settings turn it off (`coalesce.adaptive-rx=off`).
+/// first. Adaptive moderation, where a NIC runs it, may change the hold-off, and is not
+/// asked off here (a NIC without it would refuse the whole setting): that client's `nic`
+/// settings in the testbed file turn it off (`coalesce.adaptive-rx=off`). The knob reads
+/// back what the driver made of it.
 pub(super) fn coalescing() -> Values {
     [("rx-usecs".to_string(), 100)].into()
 }
@@ -65,12 +70,6 @@ impl NvmeBenchArgs {
         self.path == crate::scenarios::net::PathKind::Veth || self.on.testbed.is_some()
     }
 
-    /// The polling part's modes, by label: every one but the one that needs the device to
-    /// coalesce when the lab's own device refused it.
-    pub(super) fn polling_labels(&self) -> Vec<&'static str> {
-        POLLING_MODES.into_iter().filter(|m| *m != BUSY_COALESCED || self.no_coalescing.is_none()).collect()
-    }
-
     /// The polling part's modes from `base` (the options every mode shares).
     pub(super) fn polling_modes(&self, base: &dyn Fn(Vec<JobGroup>) -> PerfOptions, reader: JobGroup) -> Vec<Mode> {
         let hipri = JobGroup { hipri: true, ..reader.clone() };
@@ -80,7 +79,7 @@ impl NvmeBenchArgs {
         let suspended = NapiSettings { irq_suspend_timeout_ns: Some(20_000_000), ..HELD_OFF };
         let busy = PerfOptions { busy_poll: Some(BUSY_POLL), ..poll.clone() };
         let m = |label: &str, opts| Mode { part: Part::Polling, label: label.to_string(), opts };
-        let all = vec![
+        vec![
             m(INTERRUPTS, direct.clone()),
             m(INTERRUPTS_DEFERRED, PerfOptions { napi: COALESCED, ..direct }),
             m(SPINNING, poll.clone()),
@@ -88,21 +87,7 @@ impl NvmeBenchArgs {
             m(BUSY_DEFERRED, PerfOptions { busy_poll: Some(prefer), napi: HELD_OFF, ..poll.clone() }),
             m(BUSY_SUSPENDED, PerfOptions { busy_poll: Some(prefer), napi: suspended, ..poll }),
             m(BUSY_COALESCED, PerfOptions { coalesce: coalescing(), ..busy }),
-        ];
-        let labels = self.polling_labels();
-        all.into_iter().filter(|m| labels.contains(&m.label.as_str())).collect()
-    }
-
-    /// Tries the device coalescing [`BUSY_COALESCED`] asks for on the NVMe host's end of
-    /// the lab's own veth (put back at once): what the device said when it refused.
-    pub(super) fn probe_coalescing(&mut self, h: &netlane::topology::TwoHosts) -> anyhow::Result<()> {
-        let dev = h.tx_if.clone();
-        let (outcome, held) = h
-            .tx
-            .run(move || netlane::nic::set_group(&dev, netlane::topology::ethtool::Group::Coalesce, &coalescing()))?;
-        drop(held);
-        self.no_coalescing = outcome.refused.map(|why| format!("{}: refused: {why}", outcome.asked));
-        Ok(())
+        ]
     }
 
     /// Where each mode's completions were taken in: a table.
@@ -127,8 +112,16 @@ impl NvmeBenchArgs {
                 Column::new("job_sleeps_per_io", "job sleeps/IO", 3),
             ],
         );
-        for label in self.polling_labels() {
+        let mut not_shown = Vec::new();
+        for label in POLLING_MODES {
             let Some(rs) = found.find(Part::Polling, label) else { continue };
+            // A mode the device refused to coalesce for ran as busy polling alone: no row.
+            if let Some(k) = refused_coalescing(rs) {
+                not_shown.push(format!(
+                    "Not shown on this machine: {label} (the NVMe host's device took no coalescing: {k})."
+                ));
+                continue;
+            }
             t.push(Row::new(vec![
                 Value::text(label),
                 med(rs, |r| p50(r).map(|v| v / 1e3)),
@@ -149,54 +142,56 @@ impl NvmeBenchArgs {
              busy loop short and it slept."
                 .into(),
         );
-        for label in self.polling_labels() {
+        for label in POLLING_MODES {
             let runs = found.find(Part::Polling, label).unwrap_or_default();
-            let mut refused: Vec<String> =
-                runs.iter().flat_map(|r| &r.knobs).filter(|k| !k.applied()).map(|k| k.to_string()).collect();
+            let mut refused: Vec<String> = runs
+                .iter()
+                .flat_map(|r| &r.knobs)
+                .filter(|k| !k.applied() && !is_coalescing(k))
+                .map(|k| k.to_string())
+                .collect();
             refused.sort();
             refused.dedup();
             if !refused.is_empty() {
                 out.notes.push(format!("Polling part: {label} ran without what it asked for: {}.", refused.join("; ")));
             }
         }
-        if let Some(why) = &self.no_coalescing {
-            out.notes.push(format!(
-                "Not shown on this machine: busy polling with the device coalescing its interrupts (the device \
-                 refused it: {why})."
-            ));
-        }
+        out.notes.extend(not_shown);
     }
 }
 
-impl NvmeBenchArgs {
-    /// A busy-polling check that compares nothing, comparing `a` against `b`: not shown
-    /// when the device refused the coalescing a mode needs (here before the run, or in a
-    /// run); invalid when a mode ran without another setting it asked for, or busy polling
-    /// took no packet in in some round of `a`.
-    pub(super) fn polling_verdict(&self, found: Results<'_>, spec: &Spec, a: &str, b: &str) -> Option<Check> {
-        if !spec.id().starts_with("nvme.busy-poll") {
-            return None;
-        }
-        let needs = "a device that coalesces its interrupts (a NIC: a testbed's server link)";
-        if (a == BUSY_COALESCED || b == BUSY_COALESCED)
-            && let Some(why) = &self.no_coalescing
-        {
-            return Some(spec.not_shown_for(needs, why));
-        }
-        let runs = [a, b].into_iter().filter_map(|m| found.find(Part::Polling, m)).flatten();
-        if let Some(k) = runs.flat_map(|r| &r.knobs).find(|k| !k.applied()) {
-            return Some(if k.name.ends_with(" coalesce") {
-                spec.not_shown_for(needs, &k.to_string())
-            } else {
-                spec.invalid(format!("a mode ran without what it asked for: {k}"))
-            });
-        }
-        let rs = found.find(Part::Polling, a)?;
-        rs.iter().find_map(|r| match r.busy_polled_packets_per_io {
-            Some(p) if p > 0.5 => None,
-            p => Some(spec.invalid(format!("busy polling took {p:?} packets per I/O in: it did not run"))),
-        })
+/// Whether `k` is the device's coalescing (as `apply_coalescing_towards` names it).
+fn is_coalescing(k: &Knob) -> bool {
+    k.name.ends_with(" coalesce")
+}
+
+/// The device's refusal to coalesce in any of `runs`.
+fn refused_coalescing(runs: &[PerfReport]) -> Option<&Knob> {
+    runs.iter().flat_map(|r| &r.knobs).find(|k| !k.applied() && is_coalescing(k))
+}
+
+/// A busy-polling check, comparing mode `a` against `b`, that compares nothing: not shown
+/// when the device refused the coalescing either mode asked for (whatever else was
+/// refused: the mode cannot run anywhere like this device); invalid when a mode ran
+/// without another setting it asked for, or busy polling took no packet in in some round
+/// of `a`.
+pub(super) fn polling_verdict(found: Results<'_>, spec: &Spec, a: &str, b: &str) -> Option<Check> {
+    if !spec.id().starts_with("nvme.busy-poll") {
+        return None;
     }
+    let [ra, rb] = [a, b].map(|m| found.find(Part::Polling, m).unwrap_or_default());
+    if let Some(k) = refused_coalescing(ra).or_else(|| refused_coalescing(rb)) {
+        return Some(
+            spec.not_shown_for("a device that coalesces its interrupts (the NVMe host's NIC)", &k.to_string()),
+        );
+    }
+    if let Some(k) = ra.iter().chain(rb).flat_map(|r| &r.knobs).find(|k| !k.applied()) {
+        return Some(spec.invalid(format!("a mode ran without what it asked for: {k}")));
+    }
+    ra.iter().find_map(|r| match r.busy_polled_packets_per_io {
+        Some(p) if p > 0.5 => None,
+        p => Some(spec.invalid(format!("busy polling took {p:?} packets per I/O in: it did not run"))),
+    })
 }
 
 /// How a check reads one run.

@@ -284,28 +284,27 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
 
 #[test]
 fn busy_polling_with_the_device_coalescing_is_not_shown_where_the_device_refuses_it() {
-    // Refused in the lab's probe before the run (its own veth): the mode is left out.
-    let (mut a, _) = setup();
-    a.no_coalescing = Some("coalesce of veth0: rx-usecs=100: refused: Operation not supported".into());
-    let target = super::plan::TargetCpu { pid: Some(1), threads: Vec::new() };
-    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, a.target_cpu).unwrap();
-    assert!(modes.iter().all(|m| m.label != super::polling::BUSY_COALESCED));
-    assert!(a.labels().iter().all(|(_, l)| l != super::polling::BUSY_COALESCED));
-    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
-    let (o, why) = outcome(&r, "nvme.busy-poll-coalesced");
-    assert_eq!(o, Outcome::NotShown, "{why}");
-    assert!(why.contains("coalesces its interrupts") && why.contains("Operation not supported"), "{why}");
-    assert_eq!(outcome(&r, "nvme.busy-poll-held-off").0, Outcome::Met);
-    assert!(r.notes.iter().any(|n| n.starts_with("Not shown on this machine: busy polling with the device")));
-    // Refused in the run itself (a testbed's NIC without coalescing): not shown either.
+    // A veth has no coalescing: the run's knob says so (and a refused deferral beside it
+    // does not make the check invalid: the mode cannot run here at all).
     let (a, modes) = setup();
     let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
-    let i = modes.iter().position(|m| m.label == super::polling::BUSY_COALESCED).unwrap();
-    runs[i][0].knobs.push(netlane::lanes::Knob::new_refused("eth1 coalesce", "rx-usecs=100", "not supported"));
+    let at = |label: &str| modes.iter().position(|m| m.label == label).unwrap();
+    let refused = "ethtool -c tx0: Operation not supported (os error 95)";
+    for r in &mut runs[at(super::polling::BUSY_COALESCED)] {
+        r.knobs.push(netlane::lanes::Knob::new_refused("tx0 coalesce", "rx-usecs=100", refused));
+    }
+    runs[at(super::polling::BUSY)][0].knobs.push(netlane::lanes::Knob::new_refused("napi 3", "x=1", "no"));
     let r = a.report(&modes, &runs, Vec::new());
     let (o, why) = outcome(&r, "nvme.busy-poll-coalesced");
     assert_eq!(o, Outcome::NotShown, "{why}");
-    assert!(why.contains("eth1 coalesce"), "{why}");
+    assert!(why.contains("coalesces its interrupts") && why.contains("tx0 coalesce"), "{why}");
+    assert!(why.contains("Operation not supported"), "{why}");
+    // Its row is left out of the table (it ran as busy polling alone), and said.
+    let t = r.tables.iter().find(|t| t.name == "nvme-polling").expect("the polling table");
+    assert_eq!(t.rows.len(), super::polling::POLLING_MODES.len() - 1);
+    let note = r.notes.iter().find(|n| n.starts_with("Not shown on this machine: busy polling, device coalescing"));
+    assert!(note.is_some_and(|n| n.contains("Operation not supported")), "{:?}", r.notes);
+    assert!(!r.notes.iter().any(|n| n.contains("ran without") && n.contains("coalesce")), "{:?}", r.notes);
 }
 
 #[test]
