@@ -166,6 +166,15 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         involuntary_switches: a.involuntary_switches.saturating_add(r.host_cpu.involuntary_switches),
     });
     let per_io = |x: f64| (ops > 0).then(|| x / ops as f64);
+    // A figure of the host's NAPI threads: every agent's, when each agent could read its
+    // own. An agent without NAPI threads adds nothing; one whose threads were unreadable
+    // leaves the total unknown; with none anywhere there is no figure (as in one run).
+    let napi = |f: fn(&PerfReport) -> Option<f64>| {
+        if parts.iter().all(|(r, _)| r.host_napi_threads.is_empty()) {
+            return None;
+        }
+        summed_per_io(parts, |r| if r.host_napi_threads.is_empty() { Some(0.0) } else { f(r) }).and_then(per_io)
+    };
     let sum = |f: fn(&PerfReport) -> u64| parts.iter().map(|(r, _)| f(r)).fold(0u64, u64::saturating_add);
     let send_calls = sum(|r| r.send_calls);
     // Each agent's commands per send, weighted by its sends (of the agents that have one).
@@ -183,13 +192,7 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         host_switches_per_io: per_io(host_cpu.voluntary_switches.saturating_add(host_cpu.involuntary_switches) as f64),
         target_cpu_us_per_io: None,
         host_napi_threads: parts.iter().flat_map(|(r, _)| r.host_napi_threads.iter().cloned()).collect(),
-        // Every agent's NAPI threads' CPU, when each agent could read its own.
-        // An agent without NAPI threads adds nothing; one whose threads were unreadable
-        // leaves the total unknown.
-        host_napi_cpu_us_per_io: summed_per_io(parts, |r| {
-            if r.host_napi_threads.is_empty() { Some(0.0) } else { r.host_napi_cpu_us_per_io }
-        })
-        .and_then(per_io),
+        host_napi_cpu_us_per_io: napi(|r| r.host_napi_cpu_us_per_io),
         target_threads: Vec::new(),
         direct_sends: sum(|r| r.direct_sends),
         worker_sends: sum(|r| r.worker_sends),
@@ -198,10 +201,7 @@ pub fn merge(opts: &PerfOptions, parts: &[(PerfReport, Vec<GroupLatencies>)]) ->
         // Each agent's wake-ups, weighted by its commands (of the agents that have them).
         worker_wakes_per_io: summed_per_io(parts, |r| r.worker_wakes_per_io).and_then(per_io),
         job_sleeps_per_io: summed_per_io(parts, |r| r.job_sleeps_per_io).and_then(per_io),
-        host_napi_runs_per_io: summed_per_io(parts, |r| {
-            if r.host_napi_threads.is_empty() { Some(0.0) } else { r.host_napi_runs_per_io }
-        })
-        .and_then(per_io),
+        host_napi_runs_per_io: napi(|r| r.host_napi_runs_per_io),
         busy_polled_packets_per_io: summed_per_io(parts, |r| r.busy_polled_packets_per_io).and_then(per_io),
         knobs: parts.iter().flat_map(|(r, _)| r.knobs.iter().cloned()).collect(),
         queues: parts.iter().flat_map(|(r, _)| r.queues.iter().cloned()).collect(),
@@ -320,6 +320,16 @@ mod tests {
         assert!((m.host_napi_cpu_us_per_io.unwrap() - 1.0).abs() < 1e-9, "{:?}", m.host_napi_cpu_us_per_io);
         assert_eq!(m.host_napi_threads.len(), 2);
         assert_eq!(m.cmds_per_send, Some(2.0));
+        // An agent without NAPI threads adds nothing to them; with none anywhere, the
+        // merged run has no NAPI figure (not a measured zero), as one run has none.
+        let mut bare = parts.clone();
+        bare[1].0.host_napi_threads.clear();
+        bare[1].0.host_napi_cpu_us_per_io = None;
+        let m = merge(&opts(), &bare).unwrap();
+        assert!((m.host_napi_cpu_us_per_io.unwrap() - 0.9).abs() < 1e-9, "{:?}", m.host_napi_cpu_us_per_io);
+        bare[0].0.host_napi_threads.clear();
+        let m = merge(&opts(), &bare).unwrap();
+        assert_eq!((m.host_napi_cpu_us_per_io, m.host_napi_runs_per_io), (None, None));
     }
 
     #[test]
