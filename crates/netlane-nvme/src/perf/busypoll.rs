@@ -76,6 +76,18 @@ impl JobEpoll {
         }
         Ok((JobEpoll { ep }, knob))
     }
+
+    /// Stops watching poll queue `qi` once it has failed: its socket stays open and, closed
+    /// by the peer or in error, ready for ever, which would keep every wait from sleeping.
+    fn forget_if_failed(&self, shared: &Shared, qi: usize) {
+        let Some(q) = shared.queues.get(qi) else { return };
+        if q.failed.load(Ordering::Acquire)
+            && let Ok(inner) = q.inner.try_lock()
+            && let Err(e) = self.ep.delete(inner.sock.as_fd())
+        {
+            tracing::debug!(qid = q.qid, error = %e, "a failed poll queue's socket left the job's epoll already");
+        }
+    }
 }
 
 /// Reaps every poll queue not held by another job, once, sending what each has
@@ -140,6 +152,9 @@ fn wait_busy_polling(
         }
         let left_ms = (deadline - now).div_ceil(1_000_000).min(100) as u8;
         let n = ep.ep.wait(&mut events, nix::poll::PollTimeout::from(left_ms)).unwrap_or(0);
+        for e in events[..n].iter().filter(|e| e.data() != WAKE) {
+            ep.forget_if_failed(shared, e.data() as usize);
+        }
         if let Some(w) = wake {
             w.sleeping.store(false, Ordering::SeqCst);
             if events[..n].iter().any(|e| e.data() == WAKE) {
