@@ -19,7 +19,7 @@ use netlane_nvme::target::{TargetOptions, TargetServer};
 const T: Duration = Duration::from_secs(5);
 
 mod common;
-use common::{NQN, opts, target};
+use common::{NQN, opts, perf_options, target};
 
 fn sqe(op: u8, nsid: u32, cdw10: u32) -> Sqe {
     let mut s = Sqe::default();
@@ -100,29 +100,16 @@ fn exercise(addr: SocketAddr, hd: bool, dd: bool, file: &std::path::Path) {
 fn run_perf_verify(addr: SocketAddr) {
     let o = PerfOptions {
         connect: opts(addr, true, true),
-        nsid: 1,
         groups: vec![
             JobGroup::parse("name=mix,rw=randrw,bs=8k,qd=8,jobs=2").unwrap(),
             JobGroup::parse("name=big,rw=write,bs=256k,qd=2,jobs=1").unwrap(),
         ],
         duration: Duration::from_millis(700),
-        ramp: Duration::from_millis(100),
         queues: 2,
         read_queues: 1,
-        poll_queues: 0,
-        queue_cpus: netlane::cpus::CpuList::one(0),
-        queue_depth: 32,
         direct_send: true,
-        batch: true,
-        wake_each: false,
-        caravan: None,
         verify: netlane_nvme::perf::VerifyMode::Write,
-        size: Some(16 << 20),
-        target_pid: None,
-        target_threads: Vec::new(),
-        busy_poll: None,
-        napi: Default::default(),
-        coalesce: Default::default(),
+        ..perf_options(addr, "name=mix,rw=randrw,bs=8k,qd=8,jobs=2")
     };
     let r = perf::run(&o).unwrap();
     for g in &r.groups {
@@ -150,27 +137,12 @@ fn loopback_round_trip_every_command_and_digest_setting() {
 fn more_commands_than_queue_slots_wait_their_turn() {
     let f = target("127.0.0.1:0".parse().unwrap(), "overcommit");
     let o = PerfOptions {
-        connect: opts(f.server.local_addr(), false, false),
-        nsid: 1,
-        groups: vec![JobGroup::parse("name=many,rw=randrw,bs=4k,qd=16,jobs=4").unwrap()],
         duration: Duration::from_millis(500),
-        ramp: Duration::from_millis(100),
         queues: 2,
-        read_queues: 0,
-        poll_queues: 0,
-        queue_cpus: netlane::cpus::CpuList::one(0),
         queue_depth: 8,
-        direct_send: false,
-        batch: true,
-        wake_each: false,
-        caravan: None,
         verify: netlane_nvme::perf::VerifyMode::Write,
         size: Some(4 << 20),
-        target_pid: None,
-        target_threads: Vec::new(),
-        busy_poll: None,
-        napi: Default::default(),
-        coalesce: Default::default(),
+        ..perf_options(f.server.local_addr(), "name=many,rw=randrw,bs=4k,qd=16,jobs=4")
     };
     let started = Instant::now();
     let r = perf::run(&o).unwrap();
