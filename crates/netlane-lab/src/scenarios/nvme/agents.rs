@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use netlane::cpus::CpuList;
-use netlane_nvme::perf::{self, AgentOutput, PerfOptions, PerfReport};
+use netlane_nvme::perf::{self, AgentOutput, GroupLatencies, PerfOptions, PerfReport};
 use serde::{Deserialize, Serialize};
 
 use super::role::perf_agent_spec;
-use crate::host::{Agent, start_together};
+use crate::host::{Agent, RoleProcess, start_together};
 
 /// What one agent did in a run (its first group's figures, as the lab's tables show).
 #[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
@@ -52,10 +52,24 @@ pub fn run_perf(agents: &[Agent<'_>], opts: &PerfOptions, every_cpu: bool) -> Re
         specs.push((a.host, perf_agent_spec(&format!("nvme perf agent {} on {}", i + 1, a.host.name()), &placed)));
     }
     let roles = start_together(&specs)?;
+    let hosts: Vec<String> = agents.iter().map(|a| a.host.name()).collect();
+    let (parts, summaries) = collect(roles, &hosts, limit)?;
+    Ok((perf::merge(opts, &parts)?, summaries))
+}
+
+/// One agent's part of a run: its report and its groups' latency histograms.
+pub(super) type AgentPart = (PerfReport, Vec<GroupLatencies>);
+
+/// Every started agent's part and what it did, in order (`hosts`: where each ran), each
+/// waited for at most `limit`; an error when one failed or sent no histograms.
+pub(super) fn collect(
+    roles: Vec<RoleProcess>,
+    hosts: &[String],
+    limit: Duration,
+) -> Result<(Vec<AgentPart>, Vec<NvmeAgent>)> {
     let mut parts = Vec::with_capacity(roles.len());
     let mut summaries = Vec::with_capacity(roles.len());
-    for (role, a) in roles.into_iter().zip(agents) {
-        let host = a.host.name();
+    for (role, host) in roles.into_iter().zip(hosts) {
         let finished = role.wait(limit)?;
         if !finished.status.success() {
             bail!("the agent on {host} failed ({}): {}", finished.status, finished.stderr_tail());
@@ -72,7 +86,7 @@ pub fn run_perf(agents: &[Agent<'_>], opts: &PerfOptions, every_cpu: bool) -> Re
         let first = r.groups.first().context("a report without groups")?;
         let l = if first.reads > 0 { first.read_lat_ns } else { first.write_lat_ns };
         summaries.push(NvmeAgent {
-            host,
+            host: host.clone(),
             iops: r.iops,
             latency_ns: l,
             host_cpu_us_per_io: r.host_cpu_us_per_io,
@@ -80,5 +94,5 @@ pub fn run_perf(agents: &[Agent<'_>], opts: &PerfOptions, every_cpu: bool) -> Re
         });
         parts.push((doc.report, latencies));
     }
-    Ok((perf::merge(opts, &parts)?, summaries))
+    Ok((parts, summaries))
 }

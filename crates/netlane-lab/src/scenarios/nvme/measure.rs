@@ -37,26 +37,30 @@ impl NvmeBenchArgs {
     /// the PID we started) if the run fails first.
     pub(super) fn start_target(&self, site: &NvmeSite<'_>) -> Result<(RoleProcess, SocketAddr)> {
         let cpu = self.target_cpu();
-        let spec = RoleSpec::netlane(
-            "the nvme target",
-            [
-                "nvme".to_string(),
-                "target".into(),
-                "--listen".into(),
-                site.listen.to_string(),
-                "--cpus".into(),
-                cpu.to_string(),
-                "--ns".into(),
-                format!("mem:{}", self.ns_size),
-                "--ns".into(),
-                "mem:256M:512".into(),
-            ],
-        )
-        .on_cpus(&[cpu])
-        .ready_when("listening on ", Duration::from_secs(10));
+        let spec = self
+            .target_spec(site.listen, &[cpu], &["--ns".into(), "mem:256M:512".into()])
+            .ready_when("listening on ", Duration::from_secs(10));
         let target = RoleProcess::start(site.target, &spec, None)?;
         let addr = target.listening_on()?;
         Ok((target, addr))
+    }
+
+    /// `netlane nvme target` listening on `listen`, its reactors on `cpus` (and pinned
+    /// there), namespace 1 of --ns-size in memory, `more` arguments after.
+    pub(super) fn target_spec(&self, listen: SocketAddr, cpus: &[usize], more: &[String]) -> RoleSpec {
+        let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+        let mut args = vec![
+            "nvme".to_string(),
+            "target".into(),
+            "--listen".into(),
+            listen.to_string(),
+            "--cpus".into(),
+            list.join(","),
+            "--ns".into(),
+            format!("mem:{}", self.ns_size),
+        ];
+        args.extend_from_slice(more);
+        RoleSpec::netlane("the nvme target", args).on_cpus(cpus)
     }
 }
 

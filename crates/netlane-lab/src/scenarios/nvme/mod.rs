@@ -17,6 +17,7 @@
 
 mod agents;
 mod checks;
+mod lanes;
 mod measure;
 mod options;
 mod plan;
@@ -87,6 +88,7 @@ impl Scenario for NvmeBenchArgs {
         }
         let hosts = self.network()?;
         let site = NvmeSite::here(hosts.as_ref());
+        let lanes = if self.parts.contains(&Part::Lanes) && self.lanes_here() { Some(self.lanes_net()?) } else { None };
         let (target, addr) = self.start_target(&site)?;
         // The target end's NAPI threads do the target's receive work: counted with it.
         let threads = match &hosts {
@@ -106,18 +108,20 @@ impl Scenario for NvmeBenchArgs {
         };
         let cpu = TargetCpu { pid: Some(target.pid().context("the target's process ID")?), threads };
         let modes = self.modes(addr, &cpu, self.target_cpu())?;
-        self.run_modes(progress, &site, target, &modes)
+        self.run_modes(progress, &site, target, &modes, lanes)
     }
 }
 
 impl NvmeBenchArgs {
-    /// Every mode's rounds against `target`, then the target stopped.
+    /// Every mode's rounds against `target`, then the target stopped; then the lanes
+    /// part's rounds on `lanes` (with targets of their own).
     fn run_modes(
         &self,
         progress: &dyn Progress,
         site: &NvmeSite<'_>,
         target: RoleProcess,
         modes: &[Mode],
+        lanes: Option<lanes::LanesNet>,
     ) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
@@ -140,7 +144,14 @@ impl NvmeBenchArgs {
         if let Err(e) = target.stop(Duration::from_secs(5)) {
             progress.say(&format!("nvme: the target did not stop cleanly: {e:#}"));
         }
-        Ok(self.report(modes, &all, runner.into_records()))
+        let lanes = match lanes {
+            Some(net) => {
+                let runs = self.lanes_rounds(&mut runner, &net)?;
+                Some(net.done(runs))
+            }
+            None => None,
+        };
+        Ok(self.report(modes, &all, lanes.as_ref(), runner.into_records()))
     }
 
     /// The target on the testbed's server host, nvme perf on its first client host. The
@@ -179,7 +190,7 @@ impl NvmeBenchArgs {
         let nic = t.hold_nic()?;
         let (target, addr) = this.start_target(&site)?;
         let modes = this.modes(addr, &TargetCpu::default(), crossed.unwrap_or(self.host_cpu))?;
-        let mut report = this.run_modes(progress, &site, target, &modes)?;
+        let mut report = this.run_modes(progress, &site, target, &modes, None)?;
         report.notes.extend(nic.finish());
         report.notes.splice(0..0, notes);
         report.cpu_plan = vec![

@@ -26,6 +26,9 @@ pub enum Part {
     /// QD1 completions by interrupts (moderated or not), by spinning, and by the
     /// kernel's busy polling (alone, with interrupts deferred, with IRQs suspended).
     Polling,
+    /// The target's connections on the reactor owning their receive queue (lanes) vs
+    /// dealt to its reactors in turn, from several hosts over a two-queue veth.
+    Lanes,
 }
 
 impl Part {
@@ -55,7 +58,7 @@ pub struct NvmeBenchArgs {
     #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Server), hide_default_value = true)]
     pub target_cpu: usize,
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "qd1,qd32,mixed,affinity,caravans,polling")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "qd1,qd32,mixed,affinity,caravans,polling,lanes")]
     pub parts: Vec<Part>,
     /// Target memory namespace size.
     #[arg(long, default_value = "1G", value_parser = parse_size)]

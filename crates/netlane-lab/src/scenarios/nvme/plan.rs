@@ -76,6 +76,8 @@ impl NvmeBenchArgs {
                     .collect(),
                 Part::Polling if !self.polling_here() => Vec::new(),
                 Part::Polling => super::polling::POLLING_MODES.map(String::from).to_vec(),
+                Part::Lanes if !self.lanes_here() => Vec::new(),
+                Part::Lanes => super::lanes::LANE_MODES.map(|m| m.label().to_string()).to_vec(),
             };
             v.extend(words.into_iter().map(|w| (*p, w)));
         }
@@ -89,7 +91,7 @@ impl NvmeBenchArgs {
 
     /// What every mode shares: one queue on the host CPU, batching on, the target's
     /// process named so that its CPU time is read.
-    fn base(&self, addr: SocketAddr, target: &TargetCpu, groups: Vec<JobGroup>) -> PerfOptions {
+    pub(super) fn base(&self, addr: SocketAddr, target: &TargetCpu, groups: Vec<JobGroup>) -> PerfOptions {
         PerfOptions {
             connect: {
                 let mut c = ConnectOptions::new(addr, DEFAULT_NQN);
@@ -172,6 +174,8 @@ impl NvmeBenchArgs {
                     modes.push(m("QD32 aligned", base(vec![qd32.clone()])));
                     modes.push(m("QD32 crossed", PerfOptions { queue_cpus: other, ..base(vec![qd32]) }));
                 }
+                // Run apart, on a network and targets of its own (lanes.rs).
+                Part::Lanes => {}
                 Part::Polling if !self.polling_here() => {}
                 Part::Polling => {
                     let reader = g(&format!("name=qd1,rw=randread,bs=4k,qd=1,jobs=1,cpus={host}"))?;

@@ -91,7 +91,13 @@ fn cpu_note(all: &[Vec<PerfReport>]) -> String {
 }
 
 impl NvmeBenchArgs {
-    pub(super) fn report(&self, modes: &[Mode], all: &[Vec<PerfReport>], runs: Vec<RunRecord>) -> ScenarioReport {
+    pub(super) fn report(
+        &self,
+        modes: &[Mode],
+        all: &[Vec<PerfReport>],
+        lanes: Option<&super::lanes::LanesDone>,
+        runs: Vec<RunRecord>,
+    ) -> ScenarioReport {
         let found = Results { modes, all };
         let mut out = Sections::default();
         if self.parts.contains(&Part::Qd1) {
@@ -114,18 +120,30 @@ impl NvmeBenchArgs {
         if self.parts.contains(&Part::Polling) {
             self.polling_section(found, &mut out);
         }
-        out.notes.push(cpu_note(all));
+        if all.iter().any(|rs| !rs.is_empty()) {
+            out.notes.push(cpu_note(all));
+        }
         out.checks = self.checks(found);
+        self.lanes_section(lanes, &mut out);
         out.flags = flags(modes, all);
+        let lane_modes = lanes.map_or(0, |l| l.runs.len());
         let heading = Heading {
             title: "NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps".into(),
             description: self.description(),
-            headline: self.headline(&out.checks, modes.len()),
+            headline: self.headline(&out.checks, modes.len() + lane_modes),
         };
-        let plan = crate::plan::as_given(&[
-            (crate::plan::Role::Generator, &[self.host_cpu]),
-            (crate::plan::Role::Server, &[self.target_cpu()]),
-        ]);
+        let mut plan = Vec::new();
+        if !modes.is_empty() {
+            plan = crate::plan::as_given(&[
+                (crate::plan::Role::Generator, &[self.host_cpu]),
+                (crate::plan::Role::Server, &[self.target_cpu()]),
+            ]);
+        }
+        // The lanes part's roles, by its own plan.
+        plan.extend(lanes.into_iter().flat_map(|l| l.plan.view()).map(|mut r| {
+            r.role = format!("lanes part {}", r.role);
+            r
+        }));
         out.report(self, heading, runs, plan)
     }
 
@@ -166,6 +184,7 @@ impl NvmeBenchArgs {
             get("nvme.qd1-polling").map(|v| format!("polling took QD1 p50 to {v}x of direct send's")),
             get("nvme.qd32-batching").map(|v| format!("batching gave {v}x the IOPS per host core")),
             get("nvme.mixed-read-p9999").map(|v| format!("separate queue maps cut the readers' p99.99 {v}x")),
+            get("nvme.lanes-target-cpu").map(|v| format!("lanes took the target's CPU per I/O to {v}x")),
         ];
         join_headline(parts.into_iter().flatten().collect())
             .unwrap_or_else(|| format!("{modes} modes, {} rounds.", self.repeat))

@@ -62,8 +62,10 @@ fn perf(ops: u64, p50_ns: u64, p9999_ns: u64, host_cpu_s: f64) -> PerfReport {
     }
 }
 
+/// The defaults without the lanes part (which runs apart, tested below), and their modes.
 fn setup() -> (NvmeBenchArgs, Vec<Mode>) {
-    let a = NvmeBenchArgs::defaults();
+    let mut a = NvmeBenchArgs::defaults();
+    a.parts.retain(|p| *p != Part::Lanes);
     let target = super::plan::TargetCpu { pid: Some(1), threads: Vec::new() };
     let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, a.target_cpu).unwrap();
     (a, modes)
@@ -118,7 +120,7 @@ fn outcome(r: &ScenarioReport, id: &str) -> (Outcome, String) {
 #[test]
 fn good_rounds_meet_the_targets_they_should() {
     let (a, modes) = setup();
-    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), None, Vec::new());
     for c in &r.checks {
         assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
     }
@@ -133,7 +135,7 @@ fn good_rounds_meet_the_targets_they_should() {
 fn mixed_checks_are_invalid_when_the_shared_map_readers_did_nothing() {
     // Before: 0 IOPS with a shared map made "separate >= 2x shared" pass.
     let (a, modes) = setup();
-    let r = a.report(&modes, &all(&modes, "shared map", perf(0, 0, 0, 1.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "shared map", perf(0, 0, 0, 1.0)), None, Vec::new());
     for id in ["nvme.mixed-read-iops", "nvme.mixed-read-p9999"] {
         let (o, why) = outcome(&r, id);
         assert_eq!(o, Outcome::Invalid, "{id}: {why}");
@@ -144,14 +146,14 @@ fn mixed_checks_are_invalid_when_the_shared_map_readers_did_nothing() {
 fn an_empty_histogram_or_no_cpu_time_is_invalid() {
     let (a, modes) = setup();
     // Separate maps with a p99.99 of 0 (nothing completed): the old check divided by it.
-    let r = a.report(&modes, &all(&modes, "separate maps", perf(0, 0, 0, 1.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "separate maps", perf(0, 0, 0, 1.0)), None, Vec::new());
     let (o, why) = outcome(&r, "nvme.mixed-read-p9999");
     assert_eq!(o, Outcome::Invalid);
     assert!(why.contains("empty latency histogram"), "{why}");
-    let r = a.report(&modes, &all(&modes, "direct send", perf(0, 0, 0, 0.5)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "direct send", perf(0, 0, 0, 0.5)), None, Vec::new());
     assert_eq!(outcome(&r, "nvme.qd1-direct-send").0, Outcome::Invalid);
     assert_eq!(outcome(&r, "nvme.qd1-polling").0, Outcome::Invalid);
-    let r = a.report(&modes, &all(&modes, "batched", perf(200_000, 160_000, 2_200_000, 0.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "batched", perf(200_000, 160_000, 2_200_000, 0.0)), None, Vec::new());
     let (o, why) = outcome(&r, "nvme.qd32-batching");
     assert_eq!(o, Outcome::Invalid);
     assert!(why.contains("no time was measured"), "{why}");
@@ -169,11 +171,11 @@ fn the_mixed_part_runs_five_rounds_and_the_sweep_says_where_caravans_won() {
     assert_eq!(modes.iter().filter(|m| m.part == Part::Caravans).count(), 16);
     // Caravans at 0.8 s of CPU against batching's 1.0 for the same IOPS: a win in
     // every cell, each named.
-    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), None, Vec::new());
     let note = r.notes.iter().find(|n| n.contains("Caravans beat")).expect("a note on the sweep");
     assert!(note.contains("512 x1 (1.25)") && note.contains("128K x4"), "{note}");
     // A degenerate crossed run makes the affinity check invalid, never met.
-    let r = a.report(&modes, &all(&modes, "QD32 crossed", perf(0, 0, 0, 0.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "QD32 crossed", perf(0, 0, 0, 0.0)), None, Vec::new());
     assert_eq!(outcome(&r, "nvme.affinity-qd32").0, Outcome::Invalid);
 }
 
@@ -185,7 +187,7 @@ fn a_collapsed_repeat_is_flagged() {
     let poll = modes.iter().position(|m| m.label == "poll queue").unwrap();
     rs[poll] =
         vec![perf(40_000, 19_000, 900_000, 1.0), perf(6, 19_000, 900_000, 1.0), perf(41_000, 19_000, 900_000, 1.0)];
-    let r = a.report(&modes, &rs, Vec::new());
+    let r = a.report(&modes, &rs, None, Vec::new());
     assert!(
         r.flags.iter().any(|f| f.kind == netlane_report::FlagKind::Collapsed && f.subject == "qd1 poll queue"),
         "{:?}",
@@ -229,7 +231,7 @@ fn the_writer_s_loss_is_reported_with_the_target_s_cpu() {
             }
         }
     }
-    let r = a.report(&modes, &runs, Vec::new());
+    let r = a.report(&modes, &runs, None, Vec::new());
     assert_eq!(outcome(&r, "nvme.mixed-writer").0, Outcome::Missed);
     let note = r.notes.iter().find(|n| n.starts_with("The writer with separate maps")).expect("the writer's note");
     assert!(note.contains("0.650x its MB/s") && note.contains("100% busy with a shared map"), "{note}");
@@ -241,7 +243,7 @@ fn the_wake_up_check_is_invalid_when_both_modes_woke_the_worker_alike() {
     let (a, modes) = setup();
     let mut alike = perf(200_000, 160_000, 2_200_000, 0.8);
     alike.worker_wakes_per_io = Some(0.97);
-    let r = a.report(&modes, &all(&modes, "batched", alike), Vec::new());
+    let r = a.report(&modes, &all(&modes, "batched", alike), None, Vec::new());
     let (o, why) = outcome(&r, "nvme.qd32-wake-batch-end");
     assert_eq!(o, Outcome::Invalid, "{why}");
     assert!(why.contains("woke the worker alike"), "{why}");
@@ -252,7 +254,7 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
     let (a, modes) = setup();
     // Faster, but with no packet taken in by polling: nothing of busy polling was shown.
     let unpolled = perf(40_000, 20_000, 800_000, 1.0);
-    let r = a.report(&modes, &all(&modes, super::polling::BUSY_DEFERRED, unpolled), Vec::new());
+    let r = a.report(&modes, &all(&modes, super::polling::BUSY_DEFERRED, unpolled), None, Vec::new());
     for id in ["nvme.busy-poll-qd1", "nvme.busy-poll-held-off"] {
         let (o, why) = outcome(&r, id);
         assert_eq!(o, Outcome::Invalid, "{id}: {why}");
@@ -265,7 +267,7 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
     let at = |label: &str| modes.iter().position(|m| m.label == label).unwrap();
     let refused = netlane::lanes::Knob::new_refused("napi 3", "defer-hard-irqs=2", "not supported");
     runs[at(super::polling::BUSY_DEFERRED)][1].knobs.push(refused);
-    let r = a.report(&modes, &runs, Vec::new());
+    let r = a.report(&modes, &runs, None, Vec::new());
     for id in ["nvme.busy-poll-qd1", "nvme.busy-poll-held-off"] {
         let (o, why) = outcome(&r, id);
         assert_eq!(o, Outcome::Invalid, "{id}: {why}");
@@ -276,7 +278,7 @@ fn the_busy_polling_checks_are_invalid_when_busy_polling_took_nothing_in() {
     let mut runs = all(&modes, "none", perf(0, 0, 0, 0.0));
     let refused = netlane::lanes::Knob::new_refused("napi 3", "irq-suspend-timeout=20000000ns", "not supported");
     runs[at(super::polling::BUSY_SUSPENDED)][0].knobs.push(refused);
-    let r = a.report(&modes, &runs, Vec::new());
+    let r = a.report(&modes, &runs, None, Vec::new());
     assert!(r.checks.iter().all(|c| c.outcome == Outcome::Met), "{:?}", r.checks);
     let note = r.notes.iter().find(|n| n.contains("ran without")).expect("a note on the refused setting");
     assert!(note.contains(super::polling::BUSY_SUSPENDED) && note.contains("irq-suspend-timeout"), "{note}");
@@ -294,7 +296,7 @@ fn busy_polling_with_the_device_coalescing_is_not_shown_where_the_device_refuses
         r.knobs.push(netlane::lanes::Knob::new_refused("tx0 coalesce", "rx-usecs=100", refused));
     }
     runs[at(super::polling::BUSY)][0].knobs.push(netlane::lanes::Knob::new_refused("napi 3", "x=1", "no"));
-    let r = a.report(&modes, &runs, Vec::new());
+    let r = a.report(&modes, &runs, None, Vec::new());
     let (o, why) = outcome(&r, "nvme.busy-poll-coalesced");
     assert_eq!(o, Outcome::NotShown, "{why}");
     assert!(why.contains("coalesces its interrupts") && why.contains("tx0 coalesce"), "{why}");
@@ -314,6 +316,96 @@ fn on_loopback_the_polling_part_is_left_out_and_said() {
     let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, 1).unwrap();
     assert!(modes.iter().all(|m| m.part != Part::Polling));
     assert!(a.labels().iter().all(|(p, _)| *p != Part::Polling));
-    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Vec::new());
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), None, Vec::new());
     assert!(r.notes.iter().any(|n| n.contains("Left out: the polling part")), "{:?}", r.notes);
+}
+
+/// A lanes-part run: `target_us` of target CPU per I/O, p99 `p99_ns`; with lanes, the
+/// target's placement (`by_owner` of 8 connections on their owner, reactors on CPUs 1
+/// and 2 owning NAPI 10 and 11).
+fn lane_run(target_us: f64, p99_ns: u64, by_owner: Option<u64>) -> super::lanes::LanesRun {
+    let mut perf = perf(40_000, 60_000, p99_ns, 1.0);
+    perf.target_cpu_us_per_io = Some(target_us);
+    let lanes = by_owner.map(|by_owner| netlane_nvme::target::TargetLanes {
+        device: "rx0".into(),
+        reactors: [(1, 10), (2, 11)]
+            .map(|(cpu, id)| netlane_nvme::target::ReactorLane { cpu, napi_ids: vec![id], connections: 4 })
+            .to_vec(),
+        by_owner,
+        new_ids: 0,
+        no_napi: 8 - by_owner,
+    });
+    super::lanes::LanesRun { perf, connections: 8, per_reactor: vec![4, 4], lanes, misaligned: None }
+}
+
+fn lanes_done(
+    cpus: usize,
+    dealt: Vec<super::lanes::LanesRun>,
+    lanes: Vec<super::lanes::LanesRun>,
+) -> super::lanes::LanesDone {
+    super::lanes::LanesDone {
+        runs: vec![dealt, lanes],
+        plan: super::lanes::lanes_plan(&netlane::cpus::machine::CpuTopology::uniform(1, cpus, 1)),
+        pinned: vec![(0, 10, 1), (1, 11, 2)],
+    }
+}
+
+#[test]
+fn the_lanes_part_compares_only_where_the_target_and_hosts_have_cpus_apart() {
+    let a: NvmeBenchArgs = crate::scenarios::from_words(&["--parts", "lanes"]).unwrap();
+    let good = || lanes_done(3, vec![lane_run(20.0, 300_000, None)], vec![lane_run(16.0, 250_000, Some(8))]);
+    let r = a.report(&[], &[], Some(&good()), Vec::new());
+    assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Met);
+    assert_eq!(outcome(&r, "nvme.lanes-target-cpu").0, Outcome::Met);
+    assert_eq!(outcome(&r, "nvme.lanes-p99").0, Outcome::Met);
+    let t = r.tables.iter().find(|t| t.name == "nvme-lanes").expect("the lanes table");
+    assert_eq!(t.rows.len(), 2);
+    // On two CPUs the hosts run beside a reactor: placement is shown, the costs are not.
+    let mut two = good();
+    two.plan = super::lanes::lanes_plan(&netlane::cpus::machine::CpuTopology::uniform(1, 2, 1));
+    let r = a.report(&[], &[], Some(&two), Vec::new());
+    assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Met);
+    for id in ["nvme.lanes-target-cpu", "nvme.lanes-p99"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::NotShown, "{why}");
+        assert!(why.starts_with("needs 3 CPUs") && why.contains("gives 2"), "{why}");
+    }
+}
+
+#[test]
+fn a_lanes_run_that_placed_few_connections_or_owned_a_queue_on_another_cpu_is_not_met() {
+    let a: NvmeBenchArgs = crate::scenarios::from_words(&["--parts", "lanes"]).unwrap();
+    // One connection dealt in turn (it came through no NAPI instance): missed.
+    let r = a.report(
+        &[],
+        &[],
+        Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![lane_run(16.0, 1, Some(7))])),
+        Vec::new(),
+    );
+    assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Missed);
+    // A reactor owning a queue whose NAPI thread runs elsewhere compares nothing.
+    let mut off = lane_run(16.0, 1, Some(8));
+    off.misaligned = Some("the reactor on CPU 1 owns queue 1 (NAPI 11), whose NAPI thread runs on CPU 2".into());
+    let r = a.report(&[], &[], Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![off])), Vec::new());
+    let (o, why) = outcome(&r, "nvme.lanes-placed");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    // A target that placed fewer connections than the hosts opened did not see them all.
+    let mut few = lane_run(16.0, 1, Some(3));
+    few.lanes.as_mut().unwrap().no_napi = 0;
+    let r = a.report(&[], &[], Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![few])), Vec::new());
+    let (o, why) = outcome(&r, "nvme.lanes-placed");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("placed 3 connections"), "{why}");
+}
+
+#[test]
+fn on_loopback_or_a_testbed_the_lanes_part_is_left_out_and_said() {
+    let a: NvmeBenchArgs = crate::scenarios::from_words(&["--path", "loopback", "--parts", "qd1,lanes"]).unwrap();
+    assert!(a.labels().iter().all(|(p, _)| *p != Part::Lanes));
+    let target = super::plan::TargetCpu::default();
+    let modes = a.modes("127.0.0.1:4420".parse().unwrap(), &target, 1).unwrap();
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), None, Vec::new());
+    assert!(r.notes.iter().any(|n| n.contains("Left out: the lanes part")), "{:?}", r.notes);
+    let (o, why) = outcome(&r, "nvme.lanes-target-cpu");
+    assert_eq!(o, Outcome::Skipped, "{why}");
 }
