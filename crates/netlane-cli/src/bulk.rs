@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::pace::Quantum;
 use netlane::udp::{Batching, GsoMode, RxBatching};
-use netlane_lab::engines::bulk::{
+use netlane_bulk::{
     BoundReceiver, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport, TxSpec, Verify, run_sender_job,
 };
 use netlane_report::options::{

@@ -140,7 +140,7 @@ pub struct BulkSend {
     /// The receiver's address.
     pub to: String,
     /// What it did.
-    pub report: netlane_lab::engines::bulk::TxReport,
+    pub report: netlane_bulk::TxReport,
 }
 
 /// `netlane bulk recv --json`: what arrived.
@@ -149,7 +149,7 @@ pub struct BulkRecv {
     /// The address it received on.
     pub listen: String,
     /// What it saw.
-    pub report: netlane_lab::engines::bulk::RxReport,
+    pub report: netlane_bulk::RxReport,
 }
 
 /// Every document kind and its JSON Schema (draft 2020-12), named as in `docs/schema/`.

@@ -493,6 +493,27 @@ impl PacketTx {
         Ok(true)
     }
 
+    /// Sends `n` frames of `frames` in turn, from `frames[*next]` on (wrapping; `next`
+    /// left at the one after the last sent), handing them to the kernel and yielding the
+    /// CPU whenever the ring is full, and once more at the end.
+    pub fn send_in_turn(&mut self, frames: &[Vec<u8>], next: &mut usize, n: usize) -> io::Result<()> {
+        if frames.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "no frames to send"));
+        }
+        let mut left = n;
+        while left > 0 {
+            let fr = &frames[*next % frames.len()];
+            if self.push(fr.len(), |d| d.copy_from_slice(fr))? {
+                *next = (*next + 1) % frames.len();
+                left -= 1;
+            } else {
+                self.flush()?;
+                std::thread::yield_now();
+            }
+        }
+        self.flush()
+    }
+
     /// Frames queued and not yet handed to the kernel.
     pub fn pending(&self) -> usize {
         self.pending

@@ -13,111 +13,30 @@
 //! burstiness, and which kernel paths actually ran.
 
 mod endpoints;
-mod jobs;
-pub mod payload;
 mod process;
-mod receiver;
 mod result;
 
 pub use process::{recv_args, send_args};
 use process::{run_external, run_sender_process};
-mod tcp_tx;
-mod udp_tx;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use netlane::metrics::{SystemCpu, SystemCpuDelta};
-use netlane::pace::Quantum;
-use netlane::topology::{Netns, NsThread, TopologyError};
-
-use netlane::udp::{Batching, GsoMode, RxBatching, SendError};
+use netlane::topology::{Netns, NsThread};
 
 pub use endpoints::Endpoints;
 use endpoints::machine_delta;
-pub use jobs::{BoundReceiver, RecvJob, SenderJob, Txtime, run_sender_job};
-pub use payload::{Integrity, Verify};
-pub use result::{BulkResult, PaceReport, RxReport, TxReport};
-
-/// Transport protocol.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// UDP datagrams.
-    #[default]
-    Udp,
-    /// A TCP stream.
-    Tcp,
-}
-
-/// Pacing of a UDP sender.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct Pacing {
-    /// Target rate, bytes of payload per second.
-    pub rate: u64,
-    /// Release period.
-    pub quantum: Quantum,
-}
-
-/// What netlane's sender does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub struct TxSpec {
-    /// UDP or TCP.
-    pub transport: Transport,
-    /// UDP segmentation offload.
-    pub gso: GsoMode,
-    /// UDP batching without GSO.
-    pub batching: Batching,
-    /// MSG_ZEROCOPY.
-    pub zerocopy: bool,
-    /// UDP payload bytes per datagram (the GSO segment size).
-    pub datagram_size: usize,
-    /// Datagrams per GSO send or per sendmmsg call.
-    pub segments_per_send: usize,
-    /// Pacing (UDP only).
-    pub pacing: Option<Pacing>,
-    /// Bytes per TCP send call.
-    pub tcp_write: usize,
-    /// How long to send.
-    pub duration: Duration,
-    /// CPU to pin the sender thread to.
-    pub cpu: Option<usize>,
-    /// Send buffer size (None: kernel default).
-    pub sndbuf: Option<usize>,
-    /// Stop after this many payload bytes (None: send for the whole duration).
-    pub limit_bytes: Option<u64>,
-}
-
-impl TxSpec {
-    /// A UDP sender with defaults: 1400-byte datagrams, one per `sendmsg`, 2 seconds.
-    pub fn udp() -> Self {
-        Self {
-            transport: Transport::Udp,
-            gso: GsoMode::Off,
-            batching: Batching::Single,
-            zerocopy: false,
-            datagram_size: 1400,
-            segments_per_send: 1,
-            pacing: None,
-            tcp_write: 65_536,
-            duration: Duration::from_secs(2),
-            cpu: None,
-            sndbuf: None,
-            limit_bytes: None,
-        }
-    }
-
-    /// A TCP sender writing 64 KiB per call.
-    pub fn tcp() -> Self {
-        Self { transport: Transport::Tcp, ..Self::udp() }
-    }
-}
+pub use netlane_bulk::{
+    BoundReceiver, BulkError, Integrity, MIN_RELEASES, PaceReport, Pacing, RecvJob, RxReport, RxSpec, SenderJob,
+    Transport, TxReport, TxSpec, Txtime, Verify, io_err, payload, run_sender_job,
+};
+pub use result::BulkResult;
 
 /// An external sender program, run in the sending namespace (e.g. the kernel's
 /// `udpgso_bench_tx` selftest). Its arguments may contain `{addr}` and `{port}`,
@@ -172,72 +91,6 @@ pub enum Roles {
     Threads,
 }
 
-/// What the receiver does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct RxSpec {
-    /// UDP or TCP.
-    pub transport: Transport,
-    /// UDP receive batching.
-    pub batching: RxBatching,
-    /// UDP_GRO on the socket.
-    pub gro: bool,
-    /// How much to check.
-    pub verify: Verify,
-    /// Receive buffer size.
-    pub rcvbuf: usize,
-    /// CPU to pin the receiver thread to.
-    pub cpu: Option<usize>,
-    /// Largest datagram expected (buffer size per read without GRO).
-    pub max_datagram: usize,
-}
-
-impl RxSpec {
-    /// A UDP receiver with defaults: recvmmsg batches of 64, header checks, 16 MiB
-    /// receive buffer.
-    pub fn udp() -> Self {
-        Self {
-            transport: Transport::Udp,
-            batching: RxBatching::Mmsg(64),
-            gro: false,
-            verify: Verify::Header,
-            rcvbuf: 16 << 20,
-            cpu: None,
-            max_datagram: 65_535,
-        }
-    }
-
-    /// A TCP receiver.
-    pub fn tcp() -> Self {
-        Self { transport: Transport::Tcp, ..Self::udp() }
-    }
-
-    /// Checks for values that cannot work.
-    pub fn validate(&self) -> Result<(), BulkError> {
-        if let RxBatching::Mmsg(n) = self.batching
-            && !(1..=netlane_sys::msg::MAX_MMSG).contains(&n)
-        {
-            return Err(BulkError::Config(format!(
-                "reads per recvmmsg must be 1..={}, got {n}",
-                netlane_sys::msg::MAX_MMSG
-            )));
-        }
-        if !(payload::HEADER_LEN..=65_535).contains(&self.max_datagram) {
-            return Err(BulkError::Config(format!(
-                "largest datagram must be {}..=65535 bytes, got {}",
-                payload::HEADER_LEN,
-                self.max_datagram
-            )));
-        }
-        if self.rcvbuf == 0 {
-            return Err(BulkError::Config("receive buffer size must be positive".into()));
-        }
-        Ok(())
-    }
-}
-
-/// Fewest pacing releases a paced run must have.
-pub const MIN_RELEASES: u32 = 10;
-
 /// A whole run.
 #[derive(Debug, Clone, Serialize)]
 pub struct BulkRun {
@@ -251,31 +104,6 @@ pub struct BulkRun {
     pub run_id: u32,
     /// Processes or threads.
     pub roles: Roles,
-}
-
-/// Why a run failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BulkError {
-    /// Bad specification.
-    #[error("{0}")]
-    Config(String),
-    /// The topology failed.
-    #[error(transparent)]
-    Topology(#[from] TopologyError),
-    /// A send failed beyond the sender's fallbacks.
-    #[error(transparent)]
-    Send(#[from] SendError),
-    /// Another I/O error.
-    #[error(transparent)]
-    Io(#[from] netlane::error::IoError),
-    /// A worker thread panicked.
-    #[error("{0} thread panicked")]
-    Panic(&'static str),
-}
-
-pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> BulkError {
-    let what = what.into();
-    move |source| BulkError::Io(netlane::error::IoError::new(what, source))
 }
 
 impl BulkRun {
@@ -295,82 +123,6 @@ impl BulkRun {
             return Err(BulkError::Config("sender and receiver must use the same transport".into()));
         }
         tx.validate(self.ipv6, path_mtu)
-    }
-}
-
-impl TxSpec {
-    /// Checks for values that cannot work over IPv6 (`ipv6`) or IPv4, and a path MTU
-    /// when it is known.
-    pub fn validate(&self, ipv6: bool, path_mtu: Option<u32>) -> Result<(), BulkError> {
-        let tx = self;
-        if tx.duration.is_zero() {
-            return Err(BulkError::Config("duration must be positive".into()));
-        }
-        if tx.transport == Transport::Tcp {
-            if tx.tcp_write == 0 {
-                return Err(BulkError::Config("TCP write size must be positive".into()));
-            }
-            return Ok(());
-        }
-        if tx.datagram_size < payload::HEADER_LEN {
-            return Err(BulkError::Config(format!(
-                "datagram size {} is below the {}-byte bulk header",
-                tx.datagram_size,
-                payload::HEADER_LEN
-            )));
-        }
-        let limits = netlane::udp::gso::GsoLimits::for_family(ipv6);
-        if tx.datagram_size > limits.max_payload {
-            return Err(BulkError::Config(format!(
-                "datagram size {} exceeds the largest UDP payload ({})",
-                tx.datagram_size, limits.max_payload
-            )));
-        }
-        if let Some(mtu) = path_mtu {
-            let max = netlane::udp::max_payload_for_mtu(mtu as usize, ipv6);
-            if tx.datagram_size > max {
-                return Err(BulkError::Config(format!(
-                    "datagram (gso) size {} is above the path MTU: a {mtu}-byte MTU leaves {max} bytes of UDP payload over {}",
-                    tx.datagram_size,
-                    if ipv6 { "IPv6" } else { "IPv4" }
-                )));
-            }
-        }
-        if tx.segments_per_send == 0 || tx.segments_per_send > netlane_sys::msg::MAX_MMSG {
-            return Err(BulkError::Config(format!(
-                "segments per send must be 1..={}, got {}",
-                netlane_sys::msg::MAX_MMSG,
-                tx.segments_per_send
-            )));
-        }
-        if tx.gso != GsoMode::Off && tx.segments_per_send > limits.segments_per_send(tx.datagram_size) {
-            return Err(BulkError::Config(format!(
-                "{} segments of {} bytes exceed the 64 KB IP datagram limit: at most {} fit one GSO send",
-                tx.segments_per_send,
-                tx.datagram_size,
-                limits.segments_per_send(tx.datagram_size)
-            )));
-        }
-        if let Some(p) = tx.pacing {
-            let cfg = netlane::pace::PaceConfig {
-                quantum: p.quantum,
-                ..netlane::pace::PaceConfig::new(p.rate, tx.datagram_size, tx.segments_per_send)
-            };
-            cfg.validate().map_err(|e| BulkError::Config(e.to_string()))?;
-            // With fewer than MIN_RELEASES releases a run is a few bursts: neither the
-            // sender's nor the receiver's rate means anything.
-            let quantum = Duration::from_nanos(cfg.quantum_ns());
-            if quantum * MIN_RELEASES > tx.duration {
-                return Err(BulkError::Config(format!(
-                    "a pacing quantum of {} releases the run of {} in fewer than {MIN_RELEASES} bursts; use a \
-                     quantum of at most {} or a longer run",
-                    netlane::metrics::units::format_duration(quantum),
-                    netlane::metrics::units::format_duration(tx.duration),
-                    netlane::metrics::units::format_duration(tx.duration / MIN_RELEASES)
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -468,31 +220,15 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
 mod tests {
     use super::*;
 
-    fn run_with(tx: TxSpec) -> BulkRun {
-        BulkRun { tx: TxSource::Netlane(tx), rx: RxSpec::udp(), ipv6: false, run_id: 1, roles: Roles::Threads }
-    }
-
     #[test]
-    fn validation_messages() {
-        let gso = TxSpec { gso: GsoMode::Cmsg, datagram_size: 9000, segments_per_send: 7, ..TxSpec::udp() };
-        let e = run_with(gso).validate(Some(1500)).unwrap_err().to_string();
-        assert!(e.contains("above the path MTU") && e.contains("1472"), "{e}");
-        let too_many = TxSpec { gso: GsoMode::Cmsg, segments_per_send: 64, ..TxSpec::udp() };
-        let e = run_with(too_many).validate(Some(1500)).unwrap_err().to_string();
-        assert!(e.contains("at most 46"), "{e}");
-        let zero_rate = TxSpec { pacing: Some(Pacing { rate: 0, quantum: Quantum::Auto }), ..TxSpec::udp() };
-        assert!(run_with(zero_rate).validate(None).unwrap_err().to_string().contains("positive"));
-        let slow = TxSpec {
-            pacing: Some(Pacing { rate: 10_000_000, quantum: Quantum::Fixed(2_000_000_000) }),
-            duration: Duration::from_secs(2),
-            ..TxSpec::udp()
+    fn a_run_with_two_transports_is_refused() {
+        let run = BulkRun {
+            tx: TxSource::Netlane(TxSpec::tcp()),
+            rx: RxSpec::udp(),
+            ipv6: false,
+            run_id: 1,
+            roles: Roles::Threads,
         };
-        let e = run_with(slow).validate(None).unwrap_err().to_string();
-        assert!(e.contains("fewer than 10 bursts") && e.contains("at most 200ms"), "{e}");
-        let tiny = TxSpec { datagram_size: 8, ..TxSpec::udp() };
-        assert!(run_with(tiny).validate(None).is_err());
-        let zero = TxSpec { duration: Duration::ZERO, ..TxSpec::udp() };
-        assert!(run_with(zero).validate(None).is_err());
-        assert!(run_with(TxSpec::udp()).validate(Some(1500)).is_ok());
+        assert!(run.validate(None).unwrap_err().to_string().contains("same transport"));
     }
 }

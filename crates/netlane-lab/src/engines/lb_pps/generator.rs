@@ -98,18 +98,7 @@ impl SkbFeed {
 
     /// Sends `n` frames (the next flows in turn), waiting while the ring is full.
     pub(super) fn send(&mut self, n: usize) -> std::io::Result<()> {
-        let mut left = n;
-        while left > 0 {
-            let fr = &self.frames[self.next];
-            if self.tx.push(fr.len(), |d| d.copy_from_slice(fr))? {
-                self.next = (self.next + 1) % self.frames.len();
-                left -= 1;
-            } else {
-                self.tx.flush()?;
-                std::thread::yield_now();
-            }
-        }
-        self.tx.flush()
+        self.tx.send_in_turn(&self.frames, &mut self.next, n)
     }
 }
 
