@@ -494,8 +494,8 @@ impl PacketTx {
     }
 
     /// Sends `n` frames of `frames` in turn, from `frames[*next]` on (wrapping; `next`
-    /// left at the one after the last sent), handing them to the kernel and yielding the
-    /// CPU whenever the ring is full, and once more at the end.
+    /// left at the one after the last sent): whenever the ring is full, hands what it
+    /// holds to the kernel and yields the CPU; at the end, hands the rest over.
     pub fn send_in_turn(&mut self, frames: &[Vec<u8>], next: &mut usize, n: usize) -> io::Result<()> {
         if frames.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no frames to send"));

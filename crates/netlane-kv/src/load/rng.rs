@@ -70,6 +70,14 @@ impl Rng {
         out
     }
 
+    /// Fills `out` with random bytes, eight from each draw.
+    pub fn fill(&mut self, out: &mut [u8]) {
+        for chunk in out.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+
     /// Uniform on [0, 1), in steps of 2^-53.
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
@@ -101,6 +109,18 @@ impl Rng {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fill_takes_eight_bytes_from_each_draw_and_part_of_the_last() {
+        let (mut a, mut b) = (Rng::new(7), Rng::new(7));
+        let mut out = [0u8; 11];
+        a.fill(&mut out);
+        let (x, y) = (b.next_u64().to_le_bytes(), b.next_u64().to_le_bytes());
+        assert_eq!(out[..8], x);
+        assert_eq!(out[8..], y[..3]);
+        // Nothing more was drawn than the two.
+        assert_eq!(a.next_u64(), b.next_u64());
+    }
 
     #[test]
     fn xoshiro256starstar_matches_the_reference_sequence() {

@@ -57,7 +57,7 @@ impl LaneMode {
     pub(super) fn label(self) -> &'static str {
         match self {
             LaneMode::Dealt => "dealt in turn",
-            LaneMode::Lanes => "lanes",
+            LaneMode::Lanes => "by receive queue",
         }
     }
 }
@@ -135,28 +135,63 @@ pub(super) fn on_owner(r: &LanesRun) -> Measure {
     Ok(l.by_owner as f64 / placed as f64)
 }
 
+/// A lanes run where a connection was not on its queue's reactor compares placement
+/// with something else than lanes: why, if so.
+fn not_as_lanes(r: &LanesRun) -> Result<(), String> {
+    match r.lanes {
+        None => Ok(()),
+        Some(_) => match on_owner(r)? {
+            v if v >= 1.0 => Ok(()),
+            v => Err(format!("only {:.0}% of the connections were on their queue's reactor", v * 100.0)),
+        },
+    }
+}
+
 /// The target's CPU per I/O, its receive queues' NAPI threads included.
 fn target_us_per_io(r: &LanesRun) -> Measure {
+    not_as_lanes(r)?;
     positive(opt(r.perf.target_cpu_us_per_io, "target CPU per I/O")?, "target CPU per I/O")
 }
 
 fn p99(r: &LanesRun) -> Measure {
+    not_as_lanes(r)?;
     lat(&r.perf, |s| s.p99, "p99")
 }
 
 impl NvmeBenchArgs {
     /// Whether the part can run: it builds its own veth (loopback has no receive queues
-    /// to own; a testbed's NIC queues are not the lab's to pin).
+    /// to own; a testbed's NIC queues are not the lab's to pin), and the target needs a
+    /// CPU for each of its two reactors.
     pub(super) fn lanes_here(&self) -> bool {
-        self.path == PathKind::Veth && self.on.testbed.is_none()
+        self.lanes_left_out().is_none()
+    }
+
+    /// Why the part cannot run here, if so.
+    fn lanes_left_out(&self) -> Option<String> {
+        if self.path != PathKind::Veth || self.on.testbed.is_some() {
+            return Some(
+                "it runs on the lab's own veth only: loopback has no receive queues to own, and a testbed's NIC \
+                 queues and their interrupts are not the lab's to place"
+                    .into(),
+            );
+        }
+        let cpus = reactor_cpus(&lanes_plan(&CpuTopology::read())).len();
+        (cpus < REACTORS).then(|| format!("the target's {REACTORS} reactors need a CPU each; this machine gives {cpus}"))
+    }
+
+    /// The part on a veth of its own, its rounds recorded by `runner`.
+    pub(super) fn lanes_part(&self, runner: &mut Runner<'_>) -> Result<LanesDone> {
+        let net = self.lanes_net()?;
+        let runs = self.lanes_rounds(runner, &net)?;
+        Ok(net.done(runs))
     }
 
     /// The part's veth and CPU plan.
-    pub(super) fn lanes_net(&self) -> Result<LanesNet> {
+    fn lanes_net(&self) -> Result<LanesNet> {
         let plan = lanes_plan(&CpuTopology::read());
         let host = plan.cpus(Role::Generator)[0];
         let cfg = LinkConfig { mtu: self.mtu, queues: REACTORS as u32, rx: RxTuning::threaded_napi() };
-        let hosts = TwoHosts::create("nvme-lanes", cfg)?;
+        let hosts = TwoHosts::create("nvme-lanes", cfg).context("the lanes part's veth")?;
         // A veth hands what its sender may segment (TSO) to the peer's backlog, past its
         // NAPI instances, and the sender's CPU does the peer's receive work: the target
         // would see no NAPI id on the hosts' connections, and each side's CPU would count
@@ -164,18 +199,26 @@ impl NvmeBenchArgs {
         // as between two machines with NICs.
         hosts.set_tx_tso(false).context("turning TSO off at the hosts' end")?;
         hosts.set_rx_tso(false).context("turning TSO off at the target's end")?;
-        RxTuning::threaded_napi_on(host).apply(&hosts.tx, &hosts.tx_if, hosts.tx_index)?;
-        let pinned = pin_napi_by_queue(&hosts.rx, hosts.rx_index, &reactor_cpus(&plan))?;
+        RxTuning::threaded_napi_on(host)
+            .apply(&hosts.tx, &hosts.tx_if, hosts.tx_index)
+            .context("the hosts' end's NAPI threads")?;
+        let pinned = pin_napi_by_queue(&hosts.rx, hosts.rx_index, &reactor_cpus(&plan))
+            .context("the target end's NAPI threads, one on each reactor's CPU")?;
         let ifindex = hosts.rx_index;
-        let napi_threads = hosts.rx.run(move || -> Result<Vec<u32>> {
-            let napis = netlane::topology::netdev::Netdev::open()?.napis(ifindex)?;
-            Ok(napis.into_iter().filter_map(|n| n.pid).collect())
-        })??;
+        let napi_threads = hosts
+            .rx
+            .run(move || -> Result<Vec<u32>> {
+                let napis = netlane::topology::netdev::Netdev::open()?.napis(ifindex)?;
+                Ok(napis.into_iter().filter_map(|n| n.pid).collect())
+            })
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r)
+            .context("the target end's NAPI threads")?;
         Ok(LanesNet { hosts, plan, pinned, napi_threads })
     }
 
     /// Every mode's rounds on `net`, recorded by `runner`.
-    pub(super) fn lanes_rounds(&self, runner: &mut Runner<'_>, net: &LanesNet) -> Result<Vec<Vec<LanesRun>>> {
+    fn lanes_rounds(&self, runner: &mut Runner<'_>, net: &LanesNet) -> Result<Vec<Vec<LanesRun>>> {
         runner.rounds(
             LANE_MODES.len(),
             |_| self.repeat,
@@ -218,12 +261,19 @@ impl NvmeBenchArgs {
         let mut perf = netlane_nvme::perf::merge(&opts, &parts).with_context(|| format!("run {label}"))?;
         let errors: u64 = perf.groups.iter().map(|g| g.errors + g.mismatches).sum();
         if errors > 0 {
-            bail!("{label}: {errors} commands failed");
+            bail!("run {label}: {errors} commands failed");
         }
+        // What one host read of a machine-wide figure (the target's process and NAPI
+        // threads; the hosts' end's NAPI threads, which every host shares and reads)
+        // covers all the hosts' commands over the shared window: as a figure per I/O, of
+        // them all.
         let (r0, _) = &parts[0];
-        perf.target_cpu_us_per_io =
-            r0.target_cpu_us_per_io.filter(|_| perf.ops > 0).map(|v| v * r0.ops as f64 / perf.ops as f64);
+        let of_all = |v: Option<f64>| v.filter(|_| perf.ops > 0).map(|v| v * r0.ops as f64 / perf.ops as f64);
+        perf.target_cpu_us_per_io = of_all(r0.target_cpu_us_per_io);
         perf.target_threads = r0.target_threads.clone();
+        perf.host_napi_cpu_us_per_io = of_all(r0.host_napi_cpu_us_per_io);
+        perf.host_napi_runs_per_io = of_all(r0.host_napi_runs_per_io);
+        perf.host_napi_threads = r0.host_napi_threads.clone();
         let done = target.stop(Duration::from_secs(5)).with_context(|| format!("run {label}: stop the target"))?;
         #[derive(Deserialize)]
         struct Stats {
@@ -250,22 +300,25 @@ impl NvmeBenchArgs {
         Ok(PerfOptions { direct_send: true, queue_cpus: CpuList::one(host_cpu), ..base })
     }
 
-    /// The part's table, its notes and its checks.
-    pub(super) fn lanes_section(&self, runs: Option<&LanesDone>, out: &mut Sections) {
+    /// The part's table, its notes and its checks, from what became of it: `None` when
+    /// it did not run, else its runs or why it failed (the other parts' results stand).
+    pub(super) fn lanes_section(&self, lanes: Option<&LanesOutcome>, out: &mut Sections) {
         if !self.parts.contains(&Part::Lanes) {
             return;
         }
-        let Some(done) = runs else {
-            let why = if self.lanes_here() {
-                "the lanes part did not run".to_string()
-            } else {
-                let why = "on the lab's own veth only (loopback has no receive queues to own; a testbed's NIC \
-                           queues and their interrupts are not the lab's to place)";
+        let done = match lanes {
+            Some(Ok(done)) => done,
+            Some(Err(why)) => {
+                out.notes.push(format!("The lanes part failed: {why}."));
+                out.checks.extend(lanes_specs().map(|s| s.invalid(format!("the lanes part failed: {why}"))));
+                return;
+            }
+            None => {
+                let why = self.lanes_left_out().unwrap_or_else(|| "it did not run".into());
                 out.notes.push(format!("Left out: the lanes part ({why})."));
-                format!("the lanes part runs {why}")
-            };
-            out.checks.extend(lanes_specs().map(|s| s.skipped(why.clone())));
-            return;
+                out.checks.extend(lanes_specs().map(|s| s.skipped(format!("the lanes part was left out: {why}"))));
+                return;
+            }
         };
         let find = |m: LaneMode| LANE_MODES.iter().position(|x| *x == m).and_then(|i| done.runs.get(i));
         let mut t = Table::new(
@@ -306,7 +359,9 @@ impl NvmeBenchArgs {
             "Lanes part: the target's reactors on CPUs {}, its receive queues' NAPI threads pinned one to each \
              ({}); the hosts on CPU {}, their end's NAPI threads beside them. A target is started for each run; the hosts' transmit hash spreads their \
              connections over the two queues, so a round may load one reactor more than the other: with lanes, \
-             connections per reactor, round by round, {}. Both ends send without TSO (a veth hands TSO segments to the \
+             connections per reactor (admin and I/O alike), round by round, {}. Dealt in turn, the target \
+             deals each host's admin connection and then its I/O connection, so the I/O connections too may \
+             land more on one reactor than the other (the target does not count them by reactor). Both ends send without TSO (a veth hands TSO segments to the \
              peer's backlog, past its NAPI instances: no connection would carry a NAPI id, and each side's CPU \
              would do the other's receive work). The \
              plan: {}.",
@@ -347,6 +402,9 @@ impl NvmeBenchArgs {
         checks
     }
 }
+
+/// What became of the part when it was tried: its runs, or why it failed.
+pub(super) type LanesOutcome = Result<LanesDone, String>;
 
 /// What the part ran: each mode's rounds, and where.
 pub(super) struct LanesDone {

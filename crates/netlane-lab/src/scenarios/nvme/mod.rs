@@ -11,7 +11,11 @@
 //! - queue-CPU affinity: QD1 latency and QD32 IOPS per host core with each queue's I/O
 //!   worker on the submitting CPU (aligned) and on the other one (crossed);
 //! - caravans against plain batching over request sizes 512 B..128 KiB and one or four
-//!   jobs (a 512-byte-block namespace).
+//!   jobs (a 512-byte-block namespace);
+//! - polling: QD1 completions taken in by interrupts (moderated or not), by spinning,
+//!   and by the kernel's busy polling (`polling.rs`);
+//! - lanes: the target's connections on the reactor owning their receive queue against
+//!   dealt to its reactors in turn, from four hosts over a two-queue veth (`lanes.rs`).
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 
@@ -88,7 +92,6 @@ impl Scenario for NvmeBenchArgs {
         }
         let hosts = self.network()?;
         let site = NvmeSite::here(hosts.as_ref());
-        let lanes = if self.parts.contains(&Part::Lanes) && self.lanes_here() { Some(self.lanes_net()?) } else { None };
         let (target, addr) = self.start_target(&site)?;
         // The target end's NAPI threads do the target's receive work: counted with it.
         let threads = match &hosts {
@@ -108,20 +111,22 @@ impl Scenario for NvmeBenchArgs {
         };
         let cpu = TargetCpu { pid: Some(target.pid().context("the target's process ID")?), threads };
         let modes = self.modes(addr, &cpu, self.target_cpu())?;
+        let lanes = self.parts.contains(&Part::Lanes) && self.lanes_here();
         self.run_modes(progress, &site, target, &modes, lanes)
     }
 }
 
 impl NvmeBenchArgs {
-    /// Every mode's rounds against `target`, then the target stopped; then the lanes
-    /// part's rounds on `lanes` (with targets of their own).
+    /// Every mode's rounds against `target`, then the target stopped; then, with `lanes`,
+    /// the lanes part on a network and targets of its own (its failure is reported as
+    /// such, the other parts' rounds kept).
     fn run_modes(
         &self,
         progress: &dyn Progress,
         site: &NvmeSite<'_>,
         target: RoleProcess,
         modes: &[Mode],
-        lanes: Option<lanes::LanesNet>,
+        lanes: bool,
     ) -> Result<ScenarioReport> {
         let mut runner = Runner::new(progress);
         let all = runner.rounds(
@@ -144,13 +149,12 @@ impl NvmeBenchArgs {
         if let Err(e) = target.stop(Duration::from_secs(5)) {
             progress.say(&format!("nvme: the target did not stop cleanly: {e:#}"));
         }
-        let lanes = match lanes {
-            Some(net) => {
-                let runs = self.lanes_rounds(&mut runner, &net)?;
-                Some(net.done(runs))
-            }
-            None => None,
-        };
+        let lanes = lanes.then(|| {
+            self.lanes_part(&mut runner).map_err(|e| {
+                progress.say(&format!("nvme: the lanes part failed: {e:#}"));
+                format!("{e:#}")
+            })
+        });
         Ok(self.report(modes, &all, lanes.as_ref(), runner.into_records()))
     }
 
@@ -190,7 +194,7 @@ impl NvmeBenchArgs {
         let nic = t.hold_nic()?;
         let (target, addr) = this.start_target(&site)?;
         let modes = this.modes(addr, &TargetCpu::default(), crossed.unwrap_or(self.host_cpu))?;
-        let mut report = this.run_modes(progress, &site, target, &modes, None)?;
+        let mut report = this.run_modes(progress, &site, target, &modes, false)?;
         report.notes.extend(nic.finish());
         report.notes.splice(0..0, notes);
         report.cpu_plan = vec![

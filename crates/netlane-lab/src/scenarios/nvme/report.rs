@@ -95,7 +95,7 @@ impl NvmeBenchArgs {
         &self,
         modes: &[Mode],
         all: &[Vec<PerfReport>],
-        lanes: Option<&super::lanes::LanesDone>,
+        lanes: Option<&super::lanes::LanesOutcome>,
         runs: Vec<RunRecord>,
     ) -> ScenarioReport {
         let found = Results { modes, all };
@@ -125,8 +125,12 @@ impl NvmeBenchArgs {
         }
         out.checks = self.checks(found);
         self.lanes_section(lanes, &mut out);
+        let lanes_done = lanes.and_then(|l| l.as_ref().ok());
         out.flags = flags(modes, all);
-        let lane_modes = lanes.map_or(0, |l| l.runs.len());
+        for (m, rs) in super::lanes::LANE_MODES.iter().zip(lanes_done.map_or(&[][..], |l| &l.runs[..])) {
+            out.flags.extend(repeat_flags(&format!("lanes {}", m.label()), "IOPS", &values(rs, |r| iops(&r.perf))));
+        }
+        let lane_modes = lanes_done.map_or(0, |l| l.runs.len());
         let heading = Heading {
             title: "NVMe/TCP: QD1 latency, QD32 IOPS per core, mixed workload queue maps".into(),
             description: self.description(),
@@ -140,7 +144,7 @@ impl NvmeBenchArgs {
             ]);
         }
         // The lanes part's roles, by its own plan.
-        plan.extend(lanes.into_iter().flat_map(|l| l.plan.view()).map(|mut r| {
+        plan.extend(lanes_done.into_iter().flat_map(|l| l.plan.view()).map(|mut r| {
             r.role = format!("lanes part {}", r.role);
             r
         }));
@@ -165,7 +169,8 @@ impl NvmeBenchArgs {
              {}-CPU machine: the host (jobs, queue workers{}) on CPU {}, the target (one reactor{}) on CPU {}; the \
              mixed workload's writer is unbound. Latency is from submission to completion in the job thread. \
              In the affinity part, \"crossed\" runs the queue's I/O worker on the target's CPU: on a 2-CPU \
-             machine that also gives the host a second CPU, which the talk's many-core machine never lacked.",
+             machine that also gives the host a second CPU, which the talk's many-core machine never lacked. \
+             The lanes part runs apart: four hosts and a target with two reactors, placed by its own plan.
             match self.path {
                 PathKind::Veth => "a veth pair between two network namespaces",
                 PathKind::Loopback => "loopback",

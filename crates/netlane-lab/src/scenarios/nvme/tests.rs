@@ -354,7 +354,7 @@ fn lanes_done(
 fn the_lanes_part_compares_only_where_the_target_and_hosts_have_cpus_apart() {
     let a: NvmeBenchArgs = crate::scenarios::from_words(&["--parts", "lanes"]).unwrap();
     let good = || lanes_done(3, vec![lane_run(20.0, 300_000, None)], vec![lane_run(16.0, 250_000, Some(8))]);
-    let r = a.report(&[], &[], Some(&good()), Vec::new());
+    let r = a.report(&[], &[], Some(&Ok(good())), Vec::new());
     assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Met);
     assert_eq!(outcome(&r, "nvme.lanes-target-cpu").0, Outcome::Met);
     assert_eq!(outcome(&r, "nvme.lanes-p99").0, Outcome::Met);
@@ -363,7 +363,7 @@ fn the_lanes_part_compares_only_where_the_target_and_hosts_have_cpus_apart() {
     // On two CPUs the hosts run beside a reactor: placement is shown, the costs are not.
     let mut two = good();
     two.plan = super::lanes::lanes_plan(&netlane::cpus::machine::CpuTopology::uniform(1, 2, 1));
-    let r = a.report(&[], &[], Some(&two), Vec::new());
+    let r = a.report(&[], &[], Some(&Ok(two)), Vec::new());
     assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Met);
     for id in ["nvme.lanes-target-cpu", "nvme.lanes-p99"] {
         let (o, why) = outcome(&r, id);
@@ -379,20 +379,27 @@ fn a_lanes_run_that_placed_few_connections_or_owned_a_queue_on_another_cpu_is_no
     let r = a.report(
         &[],
         &[],
-        Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![lane_run(16.0, 1, Some(7))])),
+        Some(&Ok(lanes_done(3, vec![lane_run(20.0, 1, None)], vec![lane_run(16.0, 1, Some(7))]))),
         Vec::new(),
     );
     assert_eq!(outcome(&r, "nvme.lanes-placed").0, Outcome::Missed);
+    // Its costs are not lanes' costs.
+    let (o, why) = outcome(&r, "nvme.lanes-target-cpu");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("88% of the connections"), "{why}");
     // A reactor owning a queue whose NAPI thread runs elsewhere compares nothing.
     let mut off = lane_run(16.0, 1, Some(8));
     off.misaligned = Some("the reactor on CPU 1 owns queue 1 (NAPI 11), whose NAPI thread runs on CPU 2".into());
-    let r = a.report(&[], &[], Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![off])), Vec::new());
-    let (o, why) = outcome(&r, "nvme.lanes-placed");
-    assert_eq!(o, Outcome::Invalid, "{why}");
+    let r = a.report(&[], &[], Some(&Ok(lanes_done(3, vec![lane_run(20.0, 1, None)], vec![off]))), Vec::new());
+    for id in ["nvme.lanes-placed", "nvme.lanes-target-cpu", "nvme.lanes-p99"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+        assert!(why.contains("whose NAPI thread runs on CPU 2"), "{id}: {why}");
+    }
     // A target that placed fewer connections than the hosts opened did not see them all.
     let mut few = lane_run(16.0, 1, Some(3));
     few.lanes.as_mut().unwrap().no_napi = 0;
-    let r = a.report(&[], &[], Some(&lanes_done(3, vec![lane_run(20.0, 1, None)], vec![few])), Vec::new());
+    let r = a.report(&[], &[], Some(&Ok(lanes_done(3, vec![lane_run(20.0, 1, None)], vec![few]))), Vec::new());
     let (o, why) = outcome(&r, "nvme.lanes-placed");
     assert_eq!(o, Outcome::Invalid, "{why}");
     assert!(why.contains("placed 3 connections"), "{why}");
@@ -408,4 +415,19 @@ fn on_loopback_or_a_testbed_the_lanes_part_is_left_out_and_said() {
     assert!(r.notes.iter().any(|n| n.contains("Left out: the lanes part")), "{:?}", r.notes);
     let (o, why) = outcome(&r, "nvme.lanes-target-cpu");
     assert_eq!(o, Outcome::Skipped, "{why}");
+}
+
+#[test]
+fn a_failed_lanes_part_is_said_and_the_other_parts_stand() {
+    let (mut a, modes) = setup();
+    a.parts.push(Part::Lanes);
+    let failed = Err("run lanes by receive queue: the agent on nvme-lanes-tx failed".to_string());
+    let r = a.report(&modes, &all(&modes, "none", perf(0, 0, 0, 0.0)), Some(&failed), Vec::new());
+    for id in ["nvme.lanes-placed", "nvme.lanes-target-cpu", "nvme.lanes-p99"] {
+        let (o, why) = outcome(&r, id);
+        assert_eq!(o, Outcome::Invalid, "{id}: {why}");
+        assert!(why.contains("the lanes part failed") && why.contains("agent"), "{why}");
+    }
+    assert!(r.notes.iter().any(|n| n.starts_with("The lanes part failed")), "{:?}", r.notes);
+    assert_eq!(outcome(&r, "nvme.qd1-direct-send").0, Outcome::Met);
 }

@@ -30,8 +30,9 @@ impl Noise {
 
     /// Random bytes, `min..min + spread` of them.
     fn bytes(&mut self, min: usize, spread: u64) -> Vec<u8> {
-        let len = min + self.below(spread) as usize;
-        (0..len).map(|_| self.next() as u8).collect()
+        let mut v = vec![0u8; min + self.below(spread) as usize];
+        self.0.fill(&mut v);
+        v
     }
 }
 
@@ -137,10 +138,7 @@ pub(super) fn kv_garbage(n: &mut Noise) -> Vec<u8> {
         0 => n.bytes(1, 4096),
         1 => b"set k 0 0 4294967295\r\n".to_vec(),
         2 => {
-            let mut v = b"set big 0 0 2000000\r\n".to_vec();
-            v.resize(v.len() + 2_000_000, b'x');
-            v.extend_from_slice(b"\r\n");
-            v
+[b"set big 0 0 2000000\r\n".as_slice(), &vec![b'x'; 2_000_000], b"\r\n"].concat()
         }
         3 => [b"get ".as_slice(), &[b'k'; 300], b"\r\n"].concat(),
         4 => {
