@@ -33,8 +33,8 @@ use netlane::topology::{Netns, NsThread};
 pub use endpoints::Endpoints;
 use endpoints::machine_delta;
 pub use netlane_bulk::{
-    BoundReceiver, BulkError, Integrity, PaceReport, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport,
-    TxReport, TxSpec, Verify, io_err, run_sender_job,
+    BoundReceiver, BulkError, Integrity, PaceReport, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport,
+    TxSpec, Verify, io_err, run_sender_job,
 };
 pub use result::BulkResult;
 

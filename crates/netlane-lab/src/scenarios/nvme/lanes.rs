@@ -176,7 +176,8 @@ impl NvmeBenchArgs {
             );
         }
         let cpus = reactor_cpus(&lanes_plan(&CpuTopology::read())).len();
-        (cpus < REACTORS).then(|| format!("the target's {REACTORS} reactors need a CPU each; this machine gives {cpus}"))
+        (cpus < REACTORS)
+            .then(|| format!("the target's {REACTORS} reactors need a CPU each; this machine gives {cpus}"))
     }
 
     /// The part on a veth of its own, its rounds recorded by `runner`.

@@ -170,7 +170,7 @@ impl NvmeBenchArgs {
              mixed workload's writer is unbound. Latency is from submission to completion in the job thread. \
              In the affinity part, \"crossed\" runs the queue's I/O worker on the target's CPU: on a 2-CPU \
              machine that also gives the host a second CPU, which the talk's many-core machine never lacked. \
-             The lanes part runs apart: four hosts and a target with two reactors, placed by its own plan.
+             The lanes part runs apart: four hosts and a target with two reactors, placed by its own plan.",
             match self.path {
                 PathKind::Veth => "a veth pair between two network namespaces",
                 PathKind::Loopback => "loopback",

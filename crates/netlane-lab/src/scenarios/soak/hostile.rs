@@ -137,9 +137,7 @@ pub(super) fn kv_garbage(n: &mut Noise) -> Vec<u8> {
     match n.below(6) {
         0 => n.bytes(1, 4096),
         1 => b"set k 0 0 4294967295\r\n".to_vec(),
-        2 => {
-[b"set big 0 0 2000000\r\n".as_slice(), &vec![b'x'; 2_000_000], b"\r\n"].concat()
-        }
+        2 => [b"set big 0 0 2000000\r\n".as_slice(), &vec![b'x'; 2_000_000], b"\r\n"].concat(),
         3 => [b"get ".as_slice(), &[b'k'; 300], b"\r\n"].concat(),
         4 => {
             let mut v = vec![0x80, 0x01, 0x00, 0x03, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xf0];
