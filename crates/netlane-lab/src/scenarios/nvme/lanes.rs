@@ -88,10 +88,8 @@ pub(super) struct LanesRun {
     pub(super) perf: PerfReport,
     /// Connections the target accepted.
     pub(super) connections: u64,
-    /// With lanes: each reactor's connections, in the order of its CPUs (dealt in turn,
-    /// the target does not count them by reactor).
-    pub(super) per_reactor: Vec<u64>,
-    /// With lanes: where the target placed them (the NAPI ids each reactor owned).
+    /// With lanes: where the target placed them (each reactor's NAPI ids and
+    /// connections; dealt in turn, the target does not count them by reactor).
     pub(super) lanes: Option<TargetLanes>,
     /// With lanes: a reactor owning a queue whose NAPI thread runs on another CPU.
     pub(super) misaligned: Option<String>,
@@ -105,7 +103,7 @@ impl Measured for LanesRun {
                 self.perf.summary(),
                 l.by_owner,
                 self.connections,
-                split(&self.per_reactor)
+                split(l)
             ),
             None => format!("{}; {} connections dealt in turn", self.perf.summary(), self.connections),
         }
@@ -287,9 +285,8 @@ impl NvmeBenchArgs {
         }
         let stats = done.json::<NvmeTarget>().context("read the target's final counters")?.stats;
         let lanes = stats.lanes;
-        let per_reactor = lanes.as_ref().map_or_else(Vec::new, |l| l.reactors.iter().map(|r| r.connections).collect());
         let misaligned = lanes.as_ref().and_then(|l| misaligned(l, &net.pinned));
-        Ok(LanesRun { perf, connections: stats.connections, per_reactor, lanes, misaligned })
+        Ok(LanesRun { perf, connections: stats.connections, lanes, misaligned })
     }
 
     /// The options every host runs with: one I/O queue on `host_cpu`, QD [`QD`] 4 KiB
@@ -321,7 +318,6 @@ impl NvmeBenchArgs {
                 return;
             }
         };
-        let find = |m: LaneMode| LANE_MODES.iter().position(|x| *x == m).and_then(|i| done.runs.get(i));
         let mut t = Table::new(
             "nvme-lanes",
             format!(
@@ -340,7 +336,7 @@ impl NvmeBenchArgs {
             ],
         );
         for m in LANE_MODES {
-            let Some(rs) = find(m) else { continue };
+            let Some(rs) = done.find(m) else { continue };
             t.push(Row::new(vec![
                 Value::text(m.label()),
                 med(rs, |r| iops(&r.perf)),
@@ -353,19 +349,19 @@ impl NvmeBenchArgs {
         }
         out.tables.push(t);
         let splits: Vec<String> =
-            find(LaneMode::Lanes).map(|v| &v[..]).unwrap_or_default().iter().map(|r| split(&r.per_reactor)).collect();
+            done.find(LaneMode::Lanes).unwrap_or_default().iter().filter_map(|r| r.lanes.as_ref().map(split)).collect();
         let pinned: Vec<String> =
             done.pinned.iter().map(|(q, id, cpu)| format!("queue {q} (NAPI {id}) on CPU {cpu}")).collect();
         out.notes.push(format!(
             "Lanes part: the target's reactors on CPUs {}, its receive queues' NAPI threads pinned one to each \
-             ({}); the hosts on CPU {}, their end's NAPI threads beside them. A target is started for each run; the hosts' transmit hash spreads their \
-             connections over the two queues, so a round may load one reactor more than the other: with lanes, \
-             connections per reactor (admin and I/O alike), round by round, {}. Dealt in turn, the target \
-             deals each host's admin connection and then its I/O connection, so the I/O connections too may \
-             land more on one reactor than the other (the target does not count them by reactor). Both ends send without TSO (a veth hands TSO segments to the \
+             ({}); the hosts on CPU {}, their end's NAPI threads beside them. A target is started for each \
+             run; the hosts' transmit hash spreads their connections over the two queues, so a round may load \
+             one reactor more than the other: with lanes, connections per reactor (admin and I/O alike), round \
+             by round, {}. Dealt in turn, the target deals each host's admin connection and then its I/O \
+             connection, so the I/O connections too may land more on one reactor than the other (the target \
+             does not count them by reactor). Both ends send without TSO (a veth hands TSO segments to the \
              peer's backlog, past its NAPI instances: no connection would carry a NAPI id, and each side's CPU \
-             would do the other's receive work). The \
-             plan: {}.",
+             would do the other's receive work). The plan: {}.",
             list(&reactor_cpus(&done.plan)),
             pinned.join(", "),
             list(done.plan.cpus(Role::Generator)),
@@ -376,9 +372,8 @@ impl NvmeBenchArgs {
     }
 
     fn lanes_checks(&self, done: &LanesDone) -> Vec<Check> {
-        let find = |m: LaneMode| LANE_MODES.iter().position(|x| *x == m).and_then(|i| done.runs.get(i));
         let [placed, cpu, tail] = lanes_specs();
-        let mut checks = vec![match find(LaneMode::Lanes) {
+        let mut checks = vec![match done.find(LaneMode::Lanes) {
             Some(rs) => {
                 placed.evaluate(rs.iter().map(on_owner).collect(), "connections on their queue's reactor, per round")
             }
@@ -389,7 +384,7 @@ impl NvmeBenchArgs {
             (cpu, target_us_per_io as fn(&LanesRun) -> Measure, "lanes / dealt in turn target CPU per I/O, per round"),
             (tail, p99, "lanes / dealt in turn p99, per round"),
         ] {
-            checks.push(match (find(LaneMode::Lanes), find(LaneMode::Dealt)) {
+            checks.push(match (done.find(LaneMode::Lanes), done.find(LaneMode::Dealt)) {
                 _ if !plan.apart(Role::Lane, Role::Generator) => spec.not_shown(
                     plan.needs(&[Role::Lane, Role::Generator]),
                     plan.available(),
@@ -412,6 +407,13 @@ pub(super) struct LanesDone {
     pub(super) runs: Vec<Vec<LanesRun>>,
     pub(super) plan: CpuPlan,
     pub(super) pinned: Vec<(u32, u32, usize)>,
+}
+
+impl LanesDone {
+    /// The rounds of mode `m`, when it ran.
+    pub(super) fn find(&self, m: LaneMode) -> Option<&[LanesRun]> {
+        LANE_MODES.iter().position(|x| *x == m).and_then(|i| self.runs.get(i)).map(|v| &v[..])
+    }
 }
 
 impl LanesNet {
@@ -467,8 +469,9 @@ fn misaligned(l: &TargetLanes, pinned: &[(u32, u32, usize)]) -> Option<String> {
     })
 }
 
-fn split(counts: &[u64]) -> String {
-    counts.iter().map(u64::to_string).collect::<Vec<_>>().join("+")
+/// Each reactor's connections, `2+6`.
+fn split(l: &TargetLanes) -> String {
+    l.reactors.iter().map(|r| r.connections.to_string()).collect::<Vec<_>>().join("+")
 }
 
 fn list(cpus: &[usize]) -> String {

@@ -335,7 +335,7 @@ fn lane_run(target_us: f64, p99_ns: u64, by_owner: Option<u64>) -> super::lanes:
         new_ids: 0,
         no_napi: 8 - by_owner,
     });
-    super::lanes::LanesRun { perf, connections: 8, per_reactor: vec![4, 4], lanes, misaligned: None }
+    super::lanes::LanesRun { perf, connections: 8, lanes, misaligned: None }
 }
 
 fn lanes_done(
