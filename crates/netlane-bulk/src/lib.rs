@@ -77,7 +77,15 @@ pub struct TxSpec {
     pub sndbuf: Option<usize>,
     /// Stop after this many payload bytes (None: send for the whole duration).
     pub limit_bytes: Option<u64>,
+    /// UDP: bytes of payload the sends take in turn, one send's worth after another
+    /// (None: one send's worth, always in the CPU's caches). A span larger than the
+    /// last-level cache makes every send copy memory the cache no longer holds, as a
+    /// server sending from a large page cache does.
+    pub payload_span: Option<usize>,
 }
+
+/// The largest payload span a sender takes.
+pub const MAX_PAYLOAD_SPAN: usize = 1 << 30;
 
 impl TxSpec {
     /// A UDP sender with defaults: 1400-byte datagrams, one per `sendmsg`, 2 seconds.
@@ -95,6 +103,7 @@ impl TxSpec {
             cpu: None,
             sndbuf: None,
             limit_bytes: None,
+            payload_span: None,
         }
     }
 
@@ -185,6 +194,9 @@ pub enum BulkError {
     /// Another I/O error.
     #[error(transparent)]
     Io(#[from] netlane::error::IoError),
+    /// The machine has not the memory a run asks for.
+    #[error(transparent)]
+    Memory(#[from] netlane::memory::MemoryError),
     /// A worker thread panicked.
     #[error("{0} thread panicked")]
     Panic(&'static str),
@@ -207,6 +219,9 @@ impl TxSpec {
         if tx.transport == Transport::Tcp {
             if tx.tcp_write == 0 {
                 return Err(BulkError::Config("TCP write size must be positive".into()));
+            }
+            if tx.payload_span.is_some() {
+                return Err(BulkError::Config("a payload span is for UDP senders; TCP sends one buffer".into()));
             }
             return Ok(());
         }
@@ -248,6 +263,15 @@ impl TxSpec {
                 tx.datagram_size,
                 limits.segments_per_send(tx.datagram_size)
             )));
+        }
+        if let Some(span) = tx.payload_span {
+            let send = tx.segments_per_send * tx.datagram_size;
+            if !(send..=MAX_PAYLOAD_SPAN).contains(&span) {
+                return Err(BulkError::Config(format!(
+                    "a payload span of {span} bytes: it must hold one send ({send} bytes) and be at most {} MiB",
+                    MAX_PAYLOAD_SPAN >> 20
+                )));
+            }
         }
         if let Some(p) = tx.pacing {
             let cfg = netlane::pace::PaceConfig {
@@ -298,6 +322,14 @@ mod tests {
         assert!(check(tiny, None).is_err());
         let zero = TxSpec { duration: Duration::ZERO, ..TxSpec::udp() };
         assert!(check(zero, None).is_err());
+        let gso = TxSpec { gso: GsoMode::Cmsg, segments_per_send: 40, ..TxSpec::udp() };
+        let short = TxSpec { payload_span: Some(40 * 1400 - 1), ..gso.clone() };
+        assert!(check(short, None).unwrap_err().contains("hold one send (56000 bytes)"));
+        let huge = TxSpec { payload_span: Some(MAX_PAYLOAD_SPAN + 1), ..gso.clone() };
+        assert!(check(huge, None).unwrap_err().contains("at most 1024 MiB"));
+        assert!(check(TxSpec { payload_span: Some(64 << 20), ..gso }, None).is_ok());
+        let tcp = TxSpec { payload_span: Some(64 << 20), ..TxSpec::tcp() };
+        assert!(check(tcp, None).unwrap_err().contains("for UDP senders"));
         assert!(check(TxSpec::udp(), Some(1500)).is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! The UDP bulk sender: trains of datagrams through a [`Sender`], unpaced or paced,
 //! copying or zerocopy.
 
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -9,6 +10,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
 use super::payload::{fill_pattern, stamp};
 use super::{BulkError, PaceReport, Pacing, TxReport, TxSpec, Txtime, io_err};
+use netlane::memory::Ask;
 use netlane::metrics::Hist;
 use netlane::metrics::cpu::thread_cpu;
 use netlane::pace::{self, PaceConfig, Pacer};
@@ -27,8 +29,11 @@ const MAX_REFUSED: u64 = 1000;
 
 struct State {
     sender: Sender<UdpSocket>,
+    /// One send's worth each: the span the sends take in turn.
     bufs: Vec<Vec<u8>>,
-    free: Vec<usize>,
+    /// Buffers free to send from, oldest first: taken in turn, each is as far from
+    /// the cache as the span makes it.
+    free: VecDeque<usize>,
     tracker: Tracker<Option<usize>>,
     other_errqueue: u64,
     errqueue_calls: u64,
@@ -46,7 +51,7 @@ impl State {
         zerocopy::drain_errqueue(self.sender.io().as_fd(), &mut self.tracker, &mut self.other_errqueue)?;
         while let Some(token) = self.tracker.pop_completed() {
             if let Some(idx) = token {
-                self.free.push(idx);
+                self.free.push_back(idx);
             }
         }
         Ok(())
@@ -55,7 +60,7 @@ impl State {
     /// Waits (poll for POLLERR) until a buffer is free.
     fn acquire(&mut self) -> Result<usize, BulkError> {
         loop {
-            if let Some(idx) = self.free.pop() {
+            if let Some(idx) = self.free.pop_front() {
                 return Ok(idx);
             }
             self.reap().map_err(io_err("read zerocopy completions"))?;
@@ -73,8 +78,9 @@ impl State {
 
     /// Sends `n` datagrams as one train (GSO) or as the sender's fallback.
     fn send_train(&mut self, n: usize, txtime: Option<u64>) -> Result<(), BulkError> {
-        let zc = self.sender.zerocopy_active();
-        let idx = if zc { self.acquire()? } else { 0 };
+        // Copying sends take the buffers in turn too: the kernel is done with a buffer
+        // when the send returns.
+        let idx = self.acquire()?;
         let ds = self.datagram_size;
         let buf = &mut self.bufs[idx][..n * ds];
         stamp(buf, ds, self.run, self.seq, n);
@@ -103,8 +109,8 @@ impl State {
                 self.sends_since_drain = 0;
                 self.reap().map_err(io_err("read zerocopy completions"))?;
             }
-        } else if zc {
-            self.free.push(idx);
+        } else {
+            self.free.push_back(idx);
         }
         Ok(())
     }
@@ -198,7 +204,6 @@ pub(super) fn send(
     run: u32,
     txtime: &Txtime,
 ) -> Result<TxReport, BulkError> {
-    let cpu0 = thread_cpu();
     let sock = UdpSocket::connect_to(dst).map_err(io_err(format!("connect UDP socket to {dst}")))?;
     if let Some(b) = spec.sndbuf {
         sock.set_send_buffer(b).map_err(io_err("set send buffer"))?;
@@ -224,10 +229,18 @@ pub(super) fn send(
         limits: GsoLimits::for_family(ipv6).with_max_segments(per_send),
         destination: None,
     };
-    let pool = if spec.zerocopy { ZEROCOPY_POOL } else { 1 };
+    let send_bytes = per_send * ds;
+    let pool = match spec.payload_span {
+        Some(span) => {
+            Ask::new().add("the sender's payload span", span as u64).check()?;
+            (span / send_bytes).max(1)
+        }
+        None if spec.zerocopy => ZEROCOPY_POOL,
+        None => 1,
+    };
     let bufs: Vec<Vec<u8>> = (0..pool)
         .map(|_| {
-            let mut b = vec![0u8; per_send * ds];
+            let mut b = vec![0u8; send_bytes];
             fill_pattern(&mut b, ds);
             b
         })
@@ -235,7 +248,7 @@ pub(super) fn send(
     let mut st = State {
         sender: Sender::new(sock, cfg),
         bufs,
-        free: (0..pool).rev().collect(),
+        free: (0..pool).collect(),
         tracker: Tracker::new(),
         other_errqueue: 0,
         errqueue_calls: 0,
@@ -246,6 +259,8 @@ pub(super) fn send(
         datagram_size: ds,
     };
 
+    // The sender's CPU counts from here: filling a span of many megabytes is set-up.
+    let cpu0 = thread_cpu();
     let t0 = monotonic_ns();
     let end_at = t0 + spec.duration.as_nanos() as u64;
     let (seconds, pacing_report) = match spec.pacing {
@@ -298,6 +313,9 @@ fn describe_path(spec: &TxSpec, sender: &Sender<UdpSocket>) -> String {
             " -> GSO failed, fell back to individual datagrams ({} resent)",
             stats.gso_resent_datagrams
         ));
+    }
+    if let Some(span) = spec.payload_span {
+        s.push_str(&format!("; payload from a {} span", netlane::memory::human(span as u64)));
     }
     if spec.zerocopy {
         if stats.zerocopy_fallbacks > 0 {

@@ -92,6 +92,11 @@ pub struct SendArgs {
     /// Send buffer size [default: the kernel's].
     #[arg(long, value_parser = parse_size_usize)]
     pub sndbuf: Option<usize>,
+    /// UDP: take the payload from a buffer of this size, one send's worth after another
+    /// (`128M`; larger than the last-level cache, every send copies cold memory)
+    /// [default: one send's worth, always cached].
+    #[arg(long, value_parser = parse_size_usize)]
+    pub payload_span: Option<usize>,
     /// Run id written in every datagram (the receiver counts only its own run).
     #[arg(long, default_value_t = 1)]
     pub run_id: u32,
@@ -117,6 +122,7 @@ impl SendArgs {
                 cpu: self.cpu,
                 sndbuf: self.sndbuf,
                 limit_bytes: self.limit,
+                payload_span: self.payload_span,
             },
             dst: self.to,
             run_id: self.run_id,
@@ -315,6 +321,7 @@ mod tests {
                     cpu: Some(1),
                     sndbuf: Some(1 << 22),
                     limit_bytes: Some(10_000_000),
+                    payload_span: Some(3 << 20),
                     ..TxSpec::udp()
                 },
                 dst: "[fd00::2]:1234".parse().unwrap(),

@@ -221,3 +221,47 @@ fn a_veth_end_without_ipv6_addresses_sends_nothing_of_its_own() {
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(a.read_sysfs("class/net/va/statistics/tx_packets").unwrap(), "1");
 }
+
+#[test]
+fn segmentation_is_switched_for_a_guard_s_life_and_put_back() {
+    if !netlane_testkit::privileged("segmentation_is_switched_for_a_guard_s_life_and_put_back") {
+        return;
+    }
+    use netlane::topology::Segmentation;
+    let hosts = TwoHosts::create("seg-test", LinkConfig::default()).unwrap();
+    let state = || {
+        let f = hosts.tx.with_ethtool(|e| e.active_features("tx0")).unwrap();
+        let on = |n: &str| f.get(n).copied().unwrap_or(false);
+        let segs = hosts.tx.with_rtnl(|r| r.link_gso_max_segs(hosts.tx_index)).unwrap();
+        (on("tx-udp-segmentation"), on("tx-tcp-segmentation"), segs)
+    };
+    let before = state();
+    assert!(before.0 && before.1 && before.2 > 1, "veth's defaults: {before:?}");
+    {
+        let _g = hosts.tx_segmentation(Segmentation::Software).unwrap();
+        assert_eq!(state(), (false, false, before.2));
+        udp_roundtrip(&hosts, false);
+    }
+    assert_eq!(state(), before);
+    {
+        let _g = hosts.tx_segmentation(Segmentation::None).unwrap();
+        assert_eq!(state(), (false, false, 1));
+        // TCP still flows, one segment per packet.
+        let addr = SocketAddr::new(hosts.rx_addr(false), 9001);
+        let l = hosts.rx.run(move || std::net::TcpListener::bind(addr).unwrap()).unwrap();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut v = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut v).unwrap();
+            v.len()
+        });
+        let mut c = hosts.tx.run(move || std::net::TcpStream::connect(addr).unwrap()).unwrap();
+        std::io::Write::write_all(&mut c, &vec![7u8; 1 << 20]).unwrap();
+        drop(c);
+        assert_eq!(t.join().unwrap(), 1 << 20);
+    }
+    assert_eq!(state(), before);
+    // The device's own case changes nothing.
+    drop(hosts.tx_segmentation(Segmentation::Device).unwrap());
+    assert_eq!(state(), before);
+}

@@ -193,6 +193,41 @@ pub fn possible_count() -> usize {
         .unwrap_or_else(online_count)
 }
 
+/// The size in bytes of the largest cache CPU `cpu` has (its last level), from sysfs:
+/// `None` where the kernel does not say.
+pub fn last_level_cache_bytes(cpu: usize) -> Option<u64> {
+    let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cache");
+    let read = |p: std::path::PathBuf| std::fs::read_to_string(p).ok();
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let level: u32 = read(e.path().join("level"))?.trim().parse().ok()?;
+            Some((level, cache_size(&read(e.path().join("size"))?)?))
+        })
+        .max()
+        .map(|(_, bytes)| bytes)
+}
+
+/// A sysfs cache size ("32768K", "1M", "512") in bytes.
+fn cache_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, unit) = match t.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => t.split_at(i),
+        None => (t, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
+}
+
 /// Pins the calling thread to `cpu` (nothing for `None`; a warning if the CPU does not
 /// exist or the call fails).
 pub fn pin(cpu: Option<usize>) {
@@ -221,6 +256,20 @@ pub fn current() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(cache_size("32768K\n"), Some(32 << 20));
+        assert_eq!(cache_size("1M"), Some(1 << 20));
+        assert_eq!(cache_size("512"), Some(512));
+        for bad in ["", "K", "12Q", "-1K", "99999999999999999999G"] {
+            assert_eq!(cache_size(bad), None, "{bad}");
+        }
+        // This machine's, where sysfs has one: at least a first-level cache's size.
+        if let Some(b) = last_level_cache_bytes(0) {
+            assert!(b >= 4096, "{b}");
+        }
+    }
 
     #[test]
     fn lists_parse_and_print_the_kernel_way() {

@@ -22,6 +22,7 @@ pub mod netlink;
 mod netns;
 pub mod nexthop;
 pub mod registry;
+mod segmentation;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -32,6 +33,7 @@ pub use netlink::{
 };
 pub(crate) use netns::mount_own_sysfs;
 pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, netns_names, run_in_named};
+pub use segmentation::{Segmentation, SegmentationGuard};
 
 /// Why the topology could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -383,6 +385,11 @@ impl TwoHosts {
     /// small request/response messages never need.
     pub fn set_tx_tso(&self, on: bool) -> Result<(), TopologyError> {
         self.tx.with_ethtool(|e| e.set_features(&self.tx_if, &tso_features(on)))
+    }
+
+    /// Puts `s` in force at the tx end until the guard drops.
+    pub fn tx_segmentation(&self, s: Segmentation) -> Result<SegmentationGuard<'_>, TopologyError> {
+        SegmentationGuard::apply(&self.tx, &self.tx_if, self.tx_index, s)
     }
 
     /// The same at the rx end (what the rx host sends back).

@@ -123,6 +123,19 @@ impl Endpoints<'_> {
     }
 }
 
+impl Endpoints<'_> {
+    /// The counters of the receiver's CPU `cpu` now (on the receiver's host), where the
+    /// receiver is pinned to one.
+    pub(super) fn receiving_cpu(&self, cpu: Option<usize>) -> Result<Option<SystemCpu>, BulkError> {
+        let Some(cpu) = cpu else { return Ok(None) };
+        let h = self.rx_host();
+        let text = h.read_file("/proc/stat").map_err(|e| BulkError::Config(format!("{e:#}")))?;
+        SystemCpu::parse_cpu(&text, cpu)
+            .map(|c| Some(crate::host::stamped(h, c)))
+            .ok_or_else(|| BulkError::Config(format!("/proc/stat on {} has no cpu{cpu} line", h.name())))
+    }
+}
+
 /// The machines' CPU from `before` to `after` ([`Endpoints::machine_cpu`]), summed.
 pub(super) fn machine_delta(before: &[SystemCpu], after: &[SystemCpu]) -> SystemCpuDelta {
     before.iter().zip(after).map(|(a, b)| a.delta(b)).fold(SystemCpuDelta::default(), |t, d| t.plus(&d))

@@ -161,14 +161,20 @@ pub fn run(endpoints: Endpoints<'_>, spec: &BulkRun) -> Result<BulkResult, BulkE
         run_id: spec.run_id,
         datagram_size: spec.netlane_spec().map_or(spec.rx.max_datagram, |t| t.datagram_size),
     };
-    let (tx, rx, system) = match &spec.roles {
+    let (tx, rx, system, receiving) = match &spec.roles {
         Roles::Processes => run_processes(endpoints, spec, recv)?,
         Roles::Threads => run_threads(endpoints, spec, recv)?,
     };
-    Ok(BulkResult { tx, rx, system, transport: spec.rx.transport })
+    Ok(BulkResult { tx, rx, system, receiving_cpu: receiving, transport: spec.rx.transport })
 }
 
-type EndReports = (TxReport, RxReport, SystemCpuDelta);
+/// The ends' reports, the machine's CPU and the receiver's CPU over the sending period.
+type EndReports = (TxReport, RxReport, SystemCpuDelta, Option<SystemCpuDelta>);
+
+/// The receiver's CPU from `before` to `after`, where both were read.
+fn receiving_delta(before: Option<SystemCpu>, after: Option<SystemCpu>) -> Option<SystemCpuDelta> {
+    Some(before?.delta(&after?))
+}
 
 /// Each end a process: `netlane bulk recv` first (bound before the sender starts), then
 /// the sender to its end, then the receiver asked to drain and stop.
@@ -176,6 +182,7 @@ fn run_processes(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Res
     let receiver = process::start_receiver(endpoints.rx_host(), &recv)?;
     let dst = receiver.address;
     let sys0 = endpoints.machine_cpu()?;
+    let cpu0 = endpoints.receiving_cpu(spec.rx.cpu)?;
     let tx = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
@@ -184,10 +191,11 @@ fn run_processes(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Res
         TxSource::External(ext) => run_external(endpoints.tx_host(), ext, dst),
     };
     let sys1 = endpoints.machine_cpu();
+    let cpu1 = endpoints.receiving_cpu(spec.rx.cpu);
     // The receiver is stopped even when the sender failed: the sender's error is the
     // one to report.
     let rx = receiver.finish();
-    Ok((tx?, rx?, machine_delta(&sys0, &sys1?)))
+    Ok((tx?, rx?, machine_delta(&sys0, &sys1?), receiving_delta(cpu0, cpu1?)))
 }
 
 /// Both ends threads of this process (in their namespaces).
@@ -202,6 +210,7 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
     let done = sender_done.clone();
     let receiver = Worker::spawn(rx_ns, "netlane-rx", move || bound.receive(&done))?;
     let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let cpu0 = endpoints.receiving_cpu(spec.rx.cpu)?;
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
@@ -211,9 +220,10 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
         TxSource::External(ext) => Ok(run_external(endpoints.tx_host(), ext, dst)),
     };
     let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
+    let cpu1 = endpoints.receiving_cpu(spec.rx.cpu)?;
     sender_done.store(true, Ordering::Release);
     let rx_result = receiver.join("receiver");
-    Ok((tx_result??, rx_result??, sys0.delta(&sys1)))
+    Ok((tx_result??, rx_result??, sys0.delta(&sys1), receiving_delta(cpu0, cpu1)))
 }
 
 #[cfg(test)]

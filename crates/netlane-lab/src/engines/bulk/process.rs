@@ -80,6 +80,7 @@ pub fn send_args(job: &SenderJob) -> Vec<String> {
         .opt_some("cpu", t.cpu)
         .opt_some("sndbuf", t.sndbuf)
         .opt_some("limit", t.limit_bytes)
+        .opt_some("payload-span", t.payload_span)
         .opt("run-id", job.run_id);
     if let Some(p) = t.pacing {
         a.opt("rate", p.rate).opt("quantum", netlane_report::options::quantum_name(p.quantum));

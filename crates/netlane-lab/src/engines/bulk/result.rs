@@ -17,6 +17,10 @@ pub struct BulkResult {
     pub rx: RxReport,
     /// Whole-machine CPU over the sending period.
     pub system: SystemCpuDelta,
+    /// The receiver's CPU over the sending period, where the receiver was pinned to
+    /// one: the receiver's work and whatever else runs there (the receiving NAPI thread,
+    /// by default).
+    pub receiving_cpu: Option<SystemCpuDelta>,
     /// UDP or TCP.
     pub transport: Transport,
 }
@@ -61,6 +65,13 @@ impl BulkResult {
     /// whichever CPU raised it).
     pub fn system_cpu_s_per_gb(&self) -> Measure {
         per_gb(self.system.busy_s, self.rx.bytes, "the receiver")
+    }
+
+    /// Busy seconds of the receiver's CPU per GB received: the receive path's cost when
+    /// the receiving NAPI runs there too.
+    pub fn receiving_cpu_s_per_gb(&self) -> Measure {
+        let busy = self.receiving_cpu.as_ref().map(|c| c.busy_s).ok_or("the receiver was not pinned to a CPU")?;
+        per_gb(busy, self.rx.bytes, "the receiver")
     }
 
     /// Send calls per datagram, as the sender counted them.

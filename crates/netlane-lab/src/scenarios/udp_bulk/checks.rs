@@ -27,7 +27,65 @@ pub(super) fn values(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> V
     stats::values(rs, |r| usable(r, &f))
 }
 
+/// What GRO must save the receive path per GB received: a fifth.
+const GRO_RX_CPU_MAX: f64 = 0.8;
+/// What copying a cold payload must cost the sender over a cached one.
+const COLD_MIN: f64 = 1.1;
+
 impl UdpBulkArgs {
+    /// Zerocopy from a cold span against copying it: what zerocopy saves where a copy
+    /// costs most. Not shown where the kernel copied the zerocopy sends after all.
+    fn zerocopy_cold(&self, zc: Option<&[BulkResult]>, copy: Option<&[BulkResult]>) -> Check {
+        let spec = Spec::below(
+            "udp-bulk.zc-cold-vs-cold",
+            "GSO sender CPU per GB from a cold payload, MSG_ZEROCOPY vs copying",
+            1.0,
+            "x",
+        );
+        let (Some(zc), Some(copy)) = (zc, copy) else {
+            return spec.skipped("not run (needs the gso-zc-cold and gso-cold modes)");
+        };
+        let (completed, copied) = zc
+            .iter()
+            .filter_map(|r| r.tx.zerocopy)
+            .fold((0u64, 0u64), |acc, z| (acc.0 + z.completed, acc.1 + z.copied));
+        if copied > 0 {
+            return spec.not_shown_for(
+                "a device that sends from the pinned pages (a NIC)",
+                &format!("the kernel copied {copied} of {completed} zerocopy sends (SO_EE_CODE_ZEROCOPY_COPIED)"),
+            );
+        }
+        spec.evaluate(
+            paired(zc, copy, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)),
+            "gso-zc-cold / gso-cold sender CPU s/GB sent, per round",
+        )
+    }
+
+    /// GRO coalescing single datagrams against the same datagrams received one by one:
+    /// the busy time of the receiver's CPU per GB, which runs the receiving NAPI too.
+    fn gro_coalesced(&self, gro: Option<&[BulkResult]>, plain: Option<&[BulkResult]>) -> Check {
+        let spec = Spec::at_most(
+            "udp-bulk.gro-coalesced-rx-cpu",
+            "Receive CPU per GB (receiver and NAPI), single datagrams coalesced by GRO, vs not",
+            GRO_RX_CPU_MAX,
+            "x",
+        );
+        let (Some(gro), Some(plain)) = (gro, plain) else {
+            return spec.skipped("not run (needs the sendmmsg-gro and sendmmsg modes)");
+        };
+        let rx = self.net.rx_cpu();
+        match self.net.napi_cpu {
+            Some(napi) if napi != rx && self.on.testbed.is_none() => {
+                return spec.skipped(format!("the receiving NAPI runs on CPU {napi}, apart from the receiver's {rx}"));
+            }
+            _ => {}
+        }
+        spec.evaluate(
+            paired(gro, plain, |r| usable(r, &BulkResult::receiving_cpu_s_per_gb)),
+            "sendmmsg-gro / sendmmsg busy s of the receiver's CPU per GB received, per round",
+        )
+    }
+
     pub(super) fn checks(&self, arms: &[Arm], results: &[Vec<BulkResult>]) -> Vec<Check> {
         let find = |role: Role| arms.iter().position(|a| a.role == role).map(|i| &results[i][..]);
         let mode = |m: Mode| find(Role::Main(m, None));
@@ -43,36 +101,111 @@ impl UdpBulkArgs {
                 _ => spec.skipped(missing(needs)),
             }
         };
+        let tx_cpu = |spec: Spec, a: Mode, b: Mode| {
+            let how = format!("{} / {} sender CPU s/GB sent, per round", a.name(), b.name());
+            let needs = format!("{} and {}", a.name(), b.name());
+            pair(spec, mode(a), mode(b), &BulkResult::tx_cpu_s_per_gb, &how, &needs)
+        };
+        // The talk's figures: plain UDP costs about 5x TCP's cycles, GSO cut in software
+        // about TCP's with TSO, a device that cuts UDP trains itself (USO) half GSO's;
+        // TCP without TSO about 3x, and with no segmentation offload at all no better
+        // than UDP.
         let mut c = vec![
-            pair(
+            tx_cpu(
                 Spec::at_most(
-                    "udp-bulk.gso-cpu-vs-udp",
-                    "GSO sender CPU per GB vs one sendmsg per datagram",
+                    "udp-bulk.gso-sw-cpu-vs-udp",
+                    "GSO sender CPU per GB, trains cut in software, vs one sendmsg per datagram",
                     0.25,
                     "x",
                 ),
-                mode(Mode::Gso),
-                mode(Mode::Udp),
-                &BulkResult::tx_cpu_s_per_gb,
-                "gso / udp sender CPU s/GB sent, per round",
-                "gso and udp",
+                Mode::GsoSw,
+                Mode::Udp,
+            ),
+            tx_cpu(
+                Spec::at_most(
+                    "udp-bulk.gso-sw-cpu-vs-tcp",
+                    "GSO sender CPU per GB, trains cut in software, vs TCP not cut (TSO)",
+                    1.5,
+                    "x",
+                ),
+                Mode::GsoSw,
+                Mode::Tcp,
+            ),
+            tx_cpu(
+                Spec::at_most(
+                    "udp-bulk.uso-cpu-vs-gso-sw",
+                    "GSO sender CPU per GB, trains not cut (like USO), vs cut in software",
+                    0.5,
+                    "x",
+                ),
+                Mode::Gso,
+                Mode::GsoSw,
+            ),
+            tx_cpu(
+                Spec::at_most(
+                    "udp-bulk.gso-cpu-vs-udp",
+                    "GSO sender CPU per GB, trains not cut (like USO), vs one sendmsg per datagram",
+                    0.25,
+                    "x",
+                ),
+                Mode::Gso,
+                Mode::Udp,
+            ),
+            tx_cpu(
+                Spec::at_most(
+                    "udp-bulk.gso-cpu-vs-tcp",
+                    "GSO sender CPU per GB vs TCP, both not cut (USO, TSO)",
+                    1.5,
+                    "x",
+                ),
+                Mode::Gso,
+                Mode::Tcp,
+            ),
+            tx_cpu(
+                Spec::at_least(
+                    "udp-bulk.tcp-sw-cpu-vs-tcp",
+                    "TCP sender CPU per GB, cut in software, vs not cut (TSO)",
+                    2.0,
+                    "x",
+                ),
+                Mode::TcpSw,
+                Mode::Tcp,
+            ),
+            tx_cpu(
+                Spec::at_least(
+                    "udp-bulk.tcp-mss-cpu-vs-udp",
+                    "TCP sender CPU per GB, one segment per packet, vs one sendmsg per UDP datagram",
+                    1.0,
+                    "x",
+                ),
+                Mode::TcpMss,
+                Mode::Udp,
             ),
             pair(
-                Spec::at_most("udp-bulk.gso-cpu-vs-tcp", "GSO sender CPU per GB vs a TCP stream", 1.5, "x"),
-                mode(Mode::Gso),
-                mode(Mode::Tcp),
-                &BulkResult::tx_cpu_s_per_gb,
-                "gso / tcp sender CPU s/GB sent, per round",
-                "gso and tcp",
-            ),
-            pair(
-                Spec::at_least("udp-bulk.gro-rx-vs-udp", "GSO+GRO receiver rate vs plain UDP's", 4.0, "x"),
+                Spec::at_least(
+                    "udp-bulk.gro-rx-vs-udp",
+                    "Receiver rate, GSO trains arriving whole at a GRO socket, vs plain UDP's",
+                    4.0,
+                    "x",
+                ),
                 mode(Mode::GsoGro),
                 mode(Mode::Udp),
                 &BulkResult::rx_rate,
                 "gso-gro / udp bytes per second at the receiver, per round",
                 "gso-gro and udp",
             ),
+            self.gro_coalesced(mode(Mode::SendmmsgGro), mode(Mode::Sendmmsg)),
+            tx_cpu(
+                Spec::at_least(
+                    "udp-bulk.cold-cpu-vs-warm",
+                    "GSO sender CPU per GB, payload cold, vs always cached",
+                    COLD_MIN,
+                    "x",
+                ),
+                Mode::GsoCold,
+                Mode::Gso,
+            ),
+            self.zerocopy_cold(mode(Mode::GsoZcCold), mode(Mode::GsoCold)),
         ];
         for (i, a) in arms.iter().enumerate() {
             let Role::Main(Mode::Paced, Some(rate)) = a.role else { continue };

@@ -29,6 +29,7 @@ use crate::runner::{Measured, Runner};
 use crate::testbed::{Needs, Testbed};
 
 pub use self::options::{Mode, UdpBulkArgs};
+use self::plan::Role;
 
 impl Scenario for UdpBulkArgs {
     fn name(&self) -> &'static str {
@@ -54,6 +55,7 @@ impl Scenario for UdpBulkArgs {
             .int("gso-size", self.gso_size as u64)
             .int("segments", self.segments() as u64)
             .rates("rates", &self.rates)
+            .size("cold-span", self.cold_span as u64)
             .text("quantum", quantum_name(self.quantum))
             .text("verify", crate::scenarios::value_name(&self.verify))
             .flag("no-selftest", self.no_selftest);
@@ -110,7 +112,18 @@ impl UdpBulkArgs {
             |runner, a, turn| {
                 let arm = &arms[a];
                 let run = BulkRun { run_id: runner.next_index(), ..arm.run.clone() };
-                runner.measure(turn, &arm.label, |label| run_one(ends, label, &run))
+                runner.measure(turn, &arm.label, |label| {
+                    // The device's offloads as the arm has them, for its run only.
+                    let _segmentation = match (arm.role, ends) {
+                        (Role::Main(m, _), Endpoints::Veth(hosts)) => Some(
+                            hosts
+                                .tx_segmentation(m.segmentation())
+                                .with_context(|| format!("{label}: segmentation {}", m.segmentation().name()))?,
+                        ),
+                        _ => None,
+                    };
+                    run_one(ends, label, &run)
+                })
             },
         )?;
         let records = runner.into_records();
@@ -211,6 +224,7 @@ impl Measured for BulkResult {
             ("tx_cpu_s_per_gb", self.tx_cpu_s_per_gb().ok()),
             ("tx_cpu_s_per_gb_delivered", self.tx_cpu_s_per_gb_delivered().ok()),
             ("rx_cpu_s_per_gb", self.rx_cpu_s_per_gb().ok()),
+            ("receiving_cpu_s_per_gb", self.receiving_cpu_s_per_gb().ok()),
             ("system_cpu_s_per_gb", self.system_cpu_s_per_gb().ok()),
             ("tx_calls_per_datagram", self.tx_calls_per_datagram().ok()),
             ("rx_calls_per_datagram", self.rx_calls_per_datagram().ok()),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Args, ValueEnum};
 use netlane::pace::Quantum;
+use netlane::topology::Segmentation;
 
 use crate::engines::bulk::Verify;
 use crate::scenarios::net::NetArgs;
@@ -14,22 +15,42 @@ use netlane_report::options::{parse_positive_duration, parse_quantum, parse_rate
 /// A way of moving bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum Mode {
-    /// TCP stream, 64 KiB per send (the baseline).
+    /// TCP stream, 64 KiB per send (the baseline): the device takes its large packets
+    /// whole, as a NIC with TSO does (veth never cuts them).
     Tcp,
+    /// TCP with TSO off at the sender's device: the kernel's GSO cuts its packets in
+    /// software just before the device (the talk's "TCP without TSO").
+    TcpSw,
+    /// TCP with neither TSO nor GSO: gso_max_segs 1 at the sender's device, one
+    /// segment per packet through the whole stack (the talk's "segmentation offload
+    /// off completely").
+    TcpMss,
     /// TCP stream with MSG_ZEROCOPY.
     TcpZc,
     /// One sendmsg per UDP datagram; one recvmsg per datagram.
     Udp,
     /// sendmmsg batches; recvmmsg batches.
     Sendmmsg,
-    /// UDP GSO via a per-call UDP_SEGMENT cmsg; recvmmsg receiver.
+    /// sendmmsg batches of single datagrams to a UDP_GRO receiver: GRO coalesces them
+    /// in the receiving device's NAPI.
+    SendmmsgGro,
+    /// UDP GSO via a per-call UDP_SEGMENT cmsg; recvmmsg receiver. The device takes
+    /// each train whole (veth never cuts it), as a NIC with UDP segmentation offload.
     Gso,
+    /// UDP GSO with UDP segmentation offload off at the sender's device: the kernel
+    /// cuts each train in software just before the device (the talk's GSO case).
+    GsoSw,
     /// UDP GSO via the UDP_SEGMENT socket option.
     GsoSockopt,
-    /// UDP GSO to a UDP_GRO receiver.
+    /// UDP GSO to a UDP_GRO receiver (each train arrives whole: nothing to coalesce).
     GsoGro,
     /// UDP GSO with MSG_ZEROCOPY.
     GsoZc,
+    /// UDP GSO from a payload span larger than the last-level cache (--cold-span):
+    /// every send copies memory the cache no longer holds.
+    GsoCold,
+    /// UDP GSO with MSG_ZEROCOPY from the same cold span.
+    GsoZcCold,
     /// UDP GSO paced at each of --rates, to a UDP_GRO receiver.
     Paced,
 }
@@ -38,6 +59,36 @@ impl Mode {
     /// The word the command line takes.
     pub fn name(self) -> String {
         crate::scenarios::value_name(&self)
+    }
+
+    /// Where the sender's device cuts this mode's large sends.
+    pub fn segmentation(self) -> Segmentation {
+        match self {
+            Mode::TcpSw | Mode::GsoSw => Segmentation::Software,
+            Mode::TcpMss => Segmentation::None,
+            _ => Segmentation::Device,
+        }
+    }
+
+    /// Which case of the talk's this mode's figures are, as the report says it.
+    pub fn case(self) -> &'static str {
+        match self {
+            Mode::Tcp | Mode::TcpZc => "TCP, not cut (like TSO)",
+            Mode::TcpSw => "TCP, cut in software (GSO)",
+            Mode::TcpMss => "TCP, one segment per packet",
+            Mode::Udp | Mode::Sendmmsg => "one datagram per packet",
+            Mode::SendmmsgGro => "coalesced by GRO at the receiver",
+            Mode::Gso | Mode::GsoSockopt | Mode::GsoZc => "train not cut (like USO)",
+            Mode::GsoSw => "train cut in software (GSO)",
+            Mode::GsoGro | Mode::Paced => "train not cut, arrives whole",
+            Mode::GsoCold | Mode::GsoZcCold => "train not cut, cold payload",
+        }
+    }
+
+    /// Whether the mode switches the sender's device offloads (only the lab's own
+    /// veth is its to switch).
+    pub fn switches_the_device(self) -> bool {
+        self.segmentation() != Segmentation::Device
     }
 }
 
@@ -52,7 +103,8 @@ pub struct UdpBulkArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "tcp,tcp-zc,udp,sendmmsg,gso,gso-sockopt,gso-gro,gso-zc,paced"
+        default_value = "tcp,tcp-sw,tcp-mss,tcp-zc,udp,sendmmsg,sendmmsg-gro,gso,gso-sw,gso-sockopt,gso-gro,gso-zc,\
+                         gso-cold,gso-zc-cold,paced"
     )]
     pub modes: Vec<Mode>,
     /// How long each run sends.
@@ -71,6 +123,10 @@ pub struct UdpBulkArgs {
     /// Target rates of the paced mode, comma separated (e.g. 10MB/s,1GB/s,200mbit).
     #[arg(long, value_delimiter = ',', default_value = "10MB/s,100MB/s,1GB/s", value_parser = parse_rate, allow_hyphen_values = true)]
     pub rates: Vec<u64>,
+    /// The payload span of the cold modes: larger than the last-level cache of the
+    /// sender's CPU, or they are not cold.
+    #[arg(long, default_value = "256M", value_parser = netlane_report::options::parse_size_usize)]
+    pub cold_span: usize,
     /// Pacing release quantum: auto, or a duration such as 1ms (at most a tenth of --time).
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,

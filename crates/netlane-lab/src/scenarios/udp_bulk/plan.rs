@@ -9,6 +9,7 @@ use netlane::udp::{Batching, GsoMode, RxBatching};
 
 use super::{Mode, UdpBulkArgs};
 use crate::engines::bulk::{BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
+use crate::scenarios::net::PathKind;
 use crate::scenarios::{from_words, selftest};
 
 /// Which side of what an arm is.
@@ -59,21 +60,25 @@ impl UdpBulkArgs {
         let (tx, rx) = (self.tx(), self.rx());
         let gso = TxSpec { gso: GsoMode::Cmsg, ..tx.clone() };
         let tcp_rx = RxSpec { transport: Transport::Tcp, ..rx };
+        let tcp = TxSpec { transport: Transport::Tcp, ..tx.clone() };
+        let gro_rx = RxSpec { gro: true, batching: RxBatching::Mmsg(8), ..rx };
+        let cold = TxSpec { payload_span: Some(self.cold_span), ..gso.clone() };
         match mode {
-            Mode::Tcp => (TxSpec { transport: Transport::Tcp, ..tx }, tcp_rx),
-            Mode::TcpZc => (TxSpec { transport: Transport::Tcp, zerocopy: true, ..tx }, tcp_rx),
+            // Where the device cuts the packets is the arm's (`Mode::segmentation`).
+            Mode::Tcp | Mode::TcpSw | Mode::TcpMss => (tcp, tcp_rx),
+            Mode::TcpZc => (TxSpec { zerocopy: true, ..tcp }, tcp_rx),
             Mode::Udp => (TxSpec { segments_per_send: 1, ..tx }, RxSpec { batching: RxBatching::Single, ..rx }),
             Mode::Sendmmsg => (TxSpec { batching: Batching::Mmsg, ..tx }, rx),
-            Mode::Gso => (gso, rx),
+            Mode::SendmmsgGro => (TxSpec { batching: Batching::Mmsg, ..tx }, gro_rx),
+            Mode::Gso | Mode::GsoSw => (gso, rx),
             Mode::GsoSockopt => (TxSpec { gso: GsoMode::Sockopt, ..tx }, rx),
-            Mode::GsoGro => (gso, RxSpec { gro: true, batching: RxBatching::Mmsg(8), ..rx }),
+            Mode::GsoGro => (gso, gro_rx),
             Mode::GsoZc => (TxSpec { zerocopy: true, ..gso }, rx),
+            Mode::GsoCold => (cold, rx),
+            Mode::GsoZcCold => (TxSpec { zerocopy: true, ..cold }, rx),
             // Paced runs deliver to a GRO receiver: the receiver-side rate then measures
             // the pacer, not a receiver that cannot take 1 GB/s without GRO.
-            Mode::Paced => (
-                TxSpec { pacing: rate.map(|rate| Pacing { rate, quantum: self.quantum }), ..gso },
-                RxSpec { gro: true, batching: RxBatching::Mmsg(8), ..rx },
-            ),
+            Mode::Paced => (TxSpec { pacing: rate.map(|rate| Pacing { rate, quantum: self.quantum }), ..gso }, gro_rx),
         }
     }
 
@@ -95,10 +100,18 @@ impl UdpBulkArgs {
         if self.no_selftest || self.on.testbed.is_some() { None } else { selftest::locate(self.selftest.as_deref()) }
     }
 
+    /// The modes asked for that switch the sender's device, where the device is not the
+    /// lab's own veth (loopback, a testbed's NIC): they are left out, and said so.
+    pub(super) fn left_out(&self) -> Vec<Mode> {
+        let own_veth = self.net.path == PathKind::Veth && self.on.testbed.is_none();
+        self.modes.iter().copied().filter(|m| !own_veth && m.switches_the_device()).collect()
+    }
+
     /// Every arm: the modes, then the two sides of the comparison with the kernel's sender.
     pub(super) fn arms(&self) -> Vec<Arm> {
         let mut arms = Vec::new();
-        for mode in &self.modes {
+        let left_out = self.left_out();
+        for mode in self.modes.iter().filter(|m| !left_out.contains(m)) {
             if *mode == Mode::Paced {
                 arms.extend(self.rates.iter().map(|r| self.arm(*mode, Some(*r))));
             } else {

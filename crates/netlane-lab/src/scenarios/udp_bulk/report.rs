@@ -11,9 +11,11 @@ use super::checks::{med, usable, values};
 use super::plan::{Arm, Role};
 use super::{Mode, UdpBulkArgs};
 use crate::engines::bulk::BulkResult;
+use crate::scenarios::net::PathKind;
 use crate::scenarios::{Heading, Sections};
 use crate::stats::{Spread, median, repeat_flags, sig};
 use crate::verdict::{Measure, paired, positive};
+use netlane::memory::human;
 
 /// The scenario's title.
 const TITLE: &str = "UDP content delivery: GSO, GRO, zerocopy, pacing";
@@ -51,12 +53,14 @@ impl UdpBulkArgs {
             format!("Every mode, medians of {} rounds", self.repeat),
             vec![
                 Column::new("mode", "mode", 0),
+                Column::new("case", "case", 0),
                 Column::new("tx_mb_per_s", "tx MB/s", 1),
                 Column::new("rx_mb_per_s", "rx MB/s", 1),
                 Column::new("rx_kpps", "rx kpps", 1),
                 Column::new("tx_cpu_s_per_gb", "tx CPU s/GB sent", 3),
                 Column::new("tx_cpu_s_per_gb_delivered", "tx CPU s/GB delivered", 3),
                 Column::new("rx_cpu_s_per_gb", "rx CPU s/GB", 3),
+                Column::new("receiving_cpu_s_per_gb", "rx CPU busy s/GB (+NAPI)", 3),
                 Column::new("system_cpu_s_per_gb", "machine CPU s/GB", 3),
                 Column::new("tx_calls_per_datagram", "tx calls/dgram (own count)", 4),
                 Column::new("rx_calls_per_datagram", "rx calls/dgram (own count)", 4),
@@ -78,15 +82,21 @@ impl UdpBulkArgs {
                 n.push_str(&format!("; zerocopy: {} of {} sends completed, {} copied", zc.1, zc.0, zc.2));
             }
             let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+            let case = match arms[i].role {
+                Role::Main(m, _) => Value::text(m.case()),
+                _ => Value::Missing,
+            };
             table.push(Row {
                 cells: vec![
                     Value::text(&arms[i].label),
+                    case,
                     med(rs, |r| r.tx_rate().map(|v| v / 1e6)),
                     med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
                     med(rs, |r| r.rx_pps().map(|v| v / 1e3)),
                     med(rs, BulkResult::tx_cpu_s_per_gb),
                     med(rs, BulkResult::tx_cpu_s_per_gb_delivered),
                     med(rs, BulkResult::rx_cpu_s_per_gb),
+                    med(rs, BulkResult::receiving_cpu_s_per_gb),
                     med(rs, BulkResult::system_cpu_s_per_gb),
                     med(rs, BulkResult::tx_calls_per_datagram),
                     med(rs, BulkResult::rx_calls_per_datagram),
@@ -166,6 +176,17 @@ impl UdpBulkArgs {
         {
             notes.push(format!("Pacing path: {path}."));
         }
+        let left_out = self.left_out();
+        if !left_out.is_empty() {
+            let names: Vec<String> = left_out.iter().map(|m| m.name()).collect();
+            notes.push(format!(
+                "Left out: {} (each switches the sender's device offloads for its runs, which only the lab's own \
+                 veth is the lab's to switch).",
+                names.join(", ")
+            ));
+        }
+        notes.extend(self.cases_note(arms));
+        notes.extend(zerocopy_note(arms, results));
         if self.selftest_binary().is_none() && !self.no_selftest {
             notes.push(
                 "udpgso_bench_tx was not found, so the comparison with the kernel's sender did not run: build it with \
@@ -176,18 +197,98 @@ impl UdpBulkArgs {
         notes
     }
 
+    /// Which case of the talk's each row is, where the rows need telling apart.
+    fn cases_note(&self, arms: &[Arm]) -> Vec<String> {
+        let ran = |m: Mode| arms.iter().any(|a| a.role == Role::Main(m, None));
+        let mut notes = Vec::new();
+        if self.on.testbed.is_none() && self.net.path == PathKind::Veth {
+            notes.push(
+                "The cases (the table's \"case\" column): veth takes a GSO train or a 64 KB TCP packet whole and \
+                 hands it to the receiver uncut, so \"not cut\" rows are the hardware offload case (USO, TSO) and \
+                 more: no NIC does less. The \"cut in software\" rows turn those offloads off at the sender's \
+                 device, so the kernel's GSO cuts each train just before it, as for a NIC without them (the case the \
+                 talk measured GSO in). tcp-mss sets the device's gso_max_segs to 1: TCP builds one segment per \
+                 packet (Linux's TCP otherwise always uses GSO)."
+                    .into(),
+            );
+        }
+        if ran(Mode::GsoGro) || ran(Mode::SendmmsgGro) {
+            notes.push(
+                "GRO: gso-gro's receiver gets each GSO train whole (nothing is left to coalesce); sendmmsg-gro sends \
+                 single datagrams that GRO coalesces in the receiving device's NAPI, the receive-side saving itself."
+                    .into(),
+            );
+        }
+        if ran(Mode::GsoCold) || ran(Mode::GsoZcCold) {
+            let cpu = self.net.tx_cpu;
+            notes.push(match netlane::cpus::last_level_cache_bytes(cpu) {
+                Some(llc) if llc >= self.cold_span as u64 => format!(
+                    "The cold modes' payload span ({}) is not larger than CPU {cpu}'s last-level cache ({}): their \
+                     payload may stay cached. Give a larger --cold-span.",
+                    human(self.cold_span as u64),
+                    human(llc)
+                ),
+                Some(llc) => format!(
+                    "The cold modes take their payload from a {} span in turn, {:.0}x the {} last-level cache of the \
+                     sender's CPU {cpu}: each send copies memory the cache no longer holds.",
+                    human(self.cold_span as u64),
+                    self.cold_span as f64 / llc as f64,
+                    human(llc)
+                ),
+                None => format!(
+                    "The cold modes take their payload from a {} span in turn (the size of the sender's last-level \
+                     cache is not in sysfs here).",
+                    human(self.cold_span as u64)
+                ),
+            });
+        }
+        notes
+    }
+
+    /// The talk's two claims as measured: GSO's saving for the sender (cut in software,
+    /// the talk's case, where it ran; else not cut) and GRO coalescing's for the receive
+    /// path.
     fn headline(&self, checks: &[Check], modes: usize) -> String {
-        let gso_cpu = checks.iter().find(|c| c.id == "udp-bulk.gso-cpu-vs-udp").and_then(|c| c.measured.as_ref());
-        let gro = checks.iter().find(|c| c.id == "udp-bulk.gro-rx-vs-udp").and_then(|c| c.measured.as_ref());
-        match (gso_cpu, gro) {
-            (Some(a), Some(b)) => format!(
-                "A GSO sender used {}x the CPU per GB of one sendmsg per datagram; a GRO receiver took in {}x plain UDP's rate.",
-                sig(a.median),
-                sig(b.median)
-            ),
-            _ => format!("{modes} modes, {} rounds.", self.repeat),
+        let get =
+            |id: &str| checks.iter().find(|c| c.id == id).and_then(|c| c.measured.as_ref()).map(|m| sig(m.median));
+        let gso = match (get("udp-bulk.gso-sw-cpu-vs-udp"), get("udp-bulk.gso-cpu-vs-udp")) {
+            (Some(sw), Some(whole)) => Some(format!(
+                "A GSO sender used {sw}x the CPU per GB of one sendmsg per datagram with its trains cut in software, \
+                 {whole}x with the device taking them whole"
+            )),
+            (Some(sw), None) => Some(format!(
+                "A GSO sender used {sw}x the CPU per GB of one sendmsg per datagram with its trains cut in software"
+            )),
+            (None, Some(whole)) => Some(format!(
+                "A GSO sender used {whole}x the CPU per GB of one sendmsg per datagram, the device taking its trains whole"
+            )),
+            (None, None) => None,
+        };
+        let gro = get("udp-bulk.gro-coalesced-rx-cpu")
+            .map(|g| format!("GRO coalescing single datagrams cost the receive path {g}x the CPU per GB"));
+        match (gso, gro) {
+            (Some(a), Some(b)) => format!("{a}; {b}."),
+            (Some(a), None) | (None, Some(a)) => format!("{a}."),
+            (None, None) => format!("{modes} modes, {} rounds.", self.repeat),
         }
     }
+}
+
+/// What the kernel did with the MSG_ZEROCOPY sends, when it copied any.
+fn zerocopy_note(arms: &[Arm], results: &[Vec<BulkResult>]) -> Option<String> {
+    let (completed, copied) = arms
+        .iter()
+        .zip(results)
+        .filter(|(a, _)| matches!(a.role, Role::Main(..)))
+        .flat_map(|(_, rs)| rs.iter().filter_map(|r| r.tx.zerocopy))
+        .fold((0u64, 0u64), |acc, z| (acc.0 + z.completed, acc.1 + z.copied));
+    (copied > 0).then(|| {
+        format!(
+            "MSG_ZEROCOPY: the kernel copied {copied} of the {completed} sends it completed \
+             (SO_EE_CODE_ZEROCOPY_COPIED). veth and loopback copy every one, so the zerocopy rows here show what \
+             asking for zerocopy costs, not what it saves; that needs a NIC."
+        )
+    })
 }
 
 /// Impossible runs, lossy modes, collapsed and noisy repeats.

@@ -148,3 +148,86 @@ fn the_report_flags_impossible_and_lossy_modes() {
     let r = a.report(&arms, &results(&arms, "udp", impossible), Vec::new());
     assert!(r.flags.iter().any(|f| f.kind == FlagKind::Impossible && f.subject == "udp"), "{:?}", r.flags);
 }
+
+#[test]
+fn modes_that_switch_the_device_run_only_on_the_lab_s_own_veth() {
+    let switching = [Mode::TcpSw, Mode::TcpMss, Mode::GsoSw];
+    // Over loopback: left out, and said so.
+    let a = args();
+    let arms = a.arms();
+    assert_eq!(a.left_out(), switching);
+    assert!(arms.iter().all(|x| !matches!(x.role, Role::Main(m, _) if switching.contains(&m))), "{arms:?}");
+    let r = a.report(&arms, &results(&arms, "none", BulkResult::default()), Vec::new());
+    assert!(r.notes.iter().any(|n| n.starts_with("Left out: tcp-sw, tcp-mss, gso-sw")), "{:?}", r.notes);
+    let (o, why) = outcome(&r.checks, "udp-bulk.tcp-sw-cpu-vs-tcp");
+    assert_eq!(o, Outcome::Skipped, "{why}");
+    // On the lab's veth: each with its own segmentation, the others' the device's.
+    let mut a = args();
+    a.net.path = super::super::PathKind::Veth;
+    assert!(a.left_out().is_empty());
+    let seg = |label: &str| match a.arms().iter().find(|x| x.label == label).unwrap().role {
+        Role::Main(m, _) => m.segmentation(),
+        other => panic!("{other:?}"),
+    };
+    use netlane::topology::Segmentation;
+    assert_eq!(seg("tcp-sw"), Segmentation::Software);
+    assert_eq!(seg("gso-sw"), Segmentation::Software);
+    assert_eq!(seg("tcp-mss"), Segmentation::None);
+    assert_eq!(seg("gso"), Segmentation::Device);
+    // The cold modes send from the span, copying or zerocopy.
+    for label in ["gso-cold", "gso-zc-cold"] {
+        let arm = a.arms().into_iter().find(|x| x.label == label).unwrap();
+        let crate::engines::bulk::TxSource::Netlane(tx) = arm.run.tx else { panic!("{label}") };
+        assert_eq!(tx.payload_span, Some(256 << 20), "{label}");
+        assert_eq!(tx.zerocopy, label == "gso-zc-cold");
+    }
+}
+
+#[test]
+fn zerocopy_from_cold_memory_is_not_shown_where_the_kernel_copied_the_sends() {
+    let a = args();
+    let arms = a.arms();
+    let zc_cold = arms.iter().position(|x| x.label == "gso-zc-cold").unwrap();
+    let zc = |copied: u64| netlane::zerocopy::ZerocopyStats { sends: 10, completed: 10, copied, ..Default::default() };
+    let mut rs = results(&arms, "none", BulkResult::default());
+    for r in &mut rs[zc_cold] {
+        r.tx.zerocopy = Some(zc(10));
+    }
+    let (o, why) = outcome(&a.checks(&arms, &rs), "udp-bulk.zc-cold-vs-cold");
+    assert_eq!(o, Outcome::NotShown, "{why}");
+    assert!(why.contains("copied 20 of 20 zerocopy sends"), "{why}");
+    // Sent from the pinned pages (none copied): measured, and here it saved nothing.
+    for r in &mut rs[zc_cold] {
+        r.tx.zerocopy = Some(zc(0));
+    }
+    let (o, why) = outcome(&a.checks(&arms, &rs), "udp-bulk.zc-cold-vs-cold");
+    assert_eq!(o, Outcome::Missed, "{why}");
+}
+
+#[test]
+fn gro_coalescing_is_judged_by_the_receivers_cpu_with_its_napi() {
+    let a = args();
+    let arms = a.arms();
+    let at = |label: &str| arms.iter().position(|x| x.label == label).unwrap();
+    let busy = |s: f64| Some(netlane::metrics::SystemCpuDelta { busy_s: s, cpus: 1, ..Default::default() });
+    let mut rs = results(&arms, "none", BulkResult::default());
+    // Unpinned receivers: nothing to read.
+    let (o, why) = outcome(&a.checks(&arms, &rs), "udp-bulk.gro-coalesced-rx-cpu");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("not pinned"), "{why}");
+    for r in &mut rs[at("sendmmsg-gro")] {
+        r.receiving_cpu = busy(0.6);
+    }
+    for r in &mut rs[at("sendmmsg")] {
+        r.receiving_cpu = busy(1.0);
+    }
+    let c = a.checks(&arms, &rs);
+    let m = c.iter().find(|c| c.id == "udp-bulk.gro-coalesced-rx-cpu").unwrap();
+    assert_eq!(m.outcome, Outcome::Met, "{}", m.reason);
+    assert!((m.measured.as_ref().unwrap().median - 0.6).abs() < 1e-9);
+    // The receiving NAPI elsewhere: the receiver's CPU is not the receive path.
+    let mut apart = args();
+    apart.net.napi_cpu = Some(apart.net.rx_cpu() + 1);
+    let (o, why) = outcome(&apart.checks(&arms, &rs), "udp-bulk.gro-coalesced-rx-cpu");
+    assert_eq!(o, Outcome::Skipped, "{why}");
+}

@@ -305,6 +305,25 @@ impl Rtnl {
         })
     }
 
+    /// The largest number of segments interface `index` takes in one GSO packet
+    /// (`gso_max_segs`).
+    pub fn link_gso_max_segs(&mut self, index: u32) -> Result<u32, NetlinkError> {
+        self.link_attribute(index, "gso_max_segs", |a| match a {
+            LinkAttribute::GsoMaxSegs(n) => Some(*n),
+            _ => None,
+        })
+    }
+
+    /// Sets interface `index`'s `gso_max_segs` (`ip link set ... gso_max_segs n`). TCP
+    /// sizes its packets by it: at 1 it builds one segment per packet, with no
+    /// segmentation left for GSO or the device.
+    pub fn set_gso_max_segs(&mut self, index: u32, segs: u32) -> Result<(), NetlinkError> {
+        let mut msg = LinkMessage::default();
+        msg.header.index = index;
+        msg.attributes.push(LinkAttribute::GsoMaxSegs(segs));
+        self.ack(&format!("set gso_max_segs {segs} on interface {index}"), RouteNetlinkMessage::SetLink(msg), 0)
+    }
+
     /// Adds a permanent neighbour entry (`ip neigh add ... lladdr ... nud permanent`):
     /// `addr` on interface `index` is at `mac`, with no ARP or neighbour discovery.
     pub fn add_neighbour(&mut self, index: u32, addr: IpAddr, mac: &[u8]) -> Result<(), NetlinkError> {
