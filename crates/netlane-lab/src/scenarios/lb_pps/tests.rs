@@ -84,6 +84,24 @@ fn checks_pair_slices_and_a_program_that_measured_nothing_is_invalid() {
 }
 
 #[test]
+fn the_headline_is_the_talk_s_claim_tagged_against_untagged() {
+    let a = LbPpsArgs::defaults();
+    let r = a.report(&all(Some(2.0)), &four_cpus());
+    assert_eq!(
+        r.headline,
+        "At 1 flow(s), flow tags ran at 1.40x and destination tags at 1.43x the untagged balancer's packets per \
+         core; at 1000000 flows destination tags ran at 1.43x."
+    );
+    // Without tagged runs: the untagged balancer against the ceiling.
+    let untagged: Vec<PpsResult> = all(Some(2.0))
+        .into_iter()
+        .filter(|r| !matches!(r.subject, Subject::Balancer(m) if m != HintMode::Off))
+        .collect();
+    let r = a.report(&untagged, &four_cpus());
+    assert_eq!(r.headline, "Untagged, the balancer ran at 0.667x the XDP_TX ceiling at 1 flows.");
+}
+
+#[test]
 fn one_million_flows_against_a_hundred_divides_out_the_drift_of_the_machine() {
     let get = |v: &[PpsResult]| {
         let r = LbPpsArgs::defaults().report(v, &four_cpus());

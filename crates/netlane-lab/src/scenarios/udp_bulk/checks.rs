@@ -27,6 +27,70 @@ pub(super) fn values(rs: &[BulkResult], f: impl Fn(&BulkResult) -> Measure) -> V
     stats::values(rs, |r| usable(r, &f))
 }
 
+/// The talk's figures for the sender's cost, each mode against another, sender CPU per
+/// GB: plain UDP costs about 5x TCP's cycles and GSO cut in software about TCP's with
+/// TSO; a device that cuts UDP trains itself (USO) half GSO's; TCP without TSO about
+/// 3x, and with no segmentation offload at all no better than UDP. Each is (id, what,
+/// at most (else at least), target, the mode, against).
+const SENDER_COSTS: [(&str, &str, bool, f64, Mode, Mode); 7] = [
+    (
+        "udp-bulk.gso-sw-cpu-vs-udp",
+        "GSO sender CPU per GB, trains cut in software, vs one sendmsg per datagram",
+        true,
+        0.25,
+        Mode::GsoSw,
+        Mode::Udp,
+    ),
+    (
+        "udp-bulk.gso-sw-cpu-vs-tcp",
+        "GSO sender CPU per GB, trains cut in software, vs TCP not cut (TSO)",
+        true,
+        1.5,
+        Mode::GsoSw,
+        Mode::Tcp,
+    ),
+    (
+        "udp-bulk.uso-cpu-vs-gso-sw",
+        "GSO sender CPU per GB, trains not cut (like USO), vs cut in software",
+        true,
+        0.5,
+        Mode::Gso,
+        Mode::GsoSw,
+    ),
+    (
+        "udp-bulk.gso-cpu-vs-udp",
+        "GSO sender CPU per GB, trains not cut (like USO), vs one sendmsg per datagram",
+        true,
+        0.25,
+        Mode::Gso,
+        Mode::Udp,
+    ),
+    (
+        "udp-bulk.gso-cpu-vs-tcp",
+        "GSO sender CPU per GB vs TCP, both not cut (USO, TSO)",
+        true,
+        1.5,
+        Mode::Gso,
+        Mode::Tcp,
+    ),
+    (
+        "udp-bulk.tcp-sw-cpu-vs-tcp",
+        "TCP sender CPU per GB, cut in software, vs not cut (TSO)",
+        false,
+        2.0,
+        Mode::TcpSw,
+        Mode::Tcp,
+    ),
+    (
+        "udp-bulk.tcp-mss-cpu-vs-udp",
+        "TCP sender CPU per GB, one segment per packet, vs one sendmsg per UDP datagram",
+        false,
+        1.0,
+        Mode::TcpMss,
+        Mode::Udp,
+    ),
+];
+
 /// What GRO must save the receive path per GB received: a fifth.
 const GRO_RX_CPU_MAX: f64 = 0.8;
 /// What copying a cold payload must cost the sender over a cached one.
@@ -101,86 +165,17 @@ impl UdpBulkArgs {
                 _ => spec.skipped(missing(needs)),
             }
         };
-        let tx_cpu = |spec: Spec, a: Mode, b: Mode| {
-            let how = format!("{} / {} sender CPU s/GB sent, per round", a.name(), b.name());
-            let needs = format!("{} and {}", a.name(), b.name());
-            pair(spec, mode(a), mode(b), &BulkResult::tx_cpu_s_per_gb, &how, &needs)
-        };
-        // The talk's figures: plain UDP costs about 5x TCP's cycles, GSO cut in software
-        // about TCP's with TSO, a device that cuts UDP trains itself (USO) half GSO's;
-        // TCP without TSO about 3x, and with no segmentation offload at all no better
-        // than UDP.
-        let mut c = vec![
-            tx_cpu(
-                Spec::at_most(
-                    "udp-bulk.gso-sw-cpu-vs-udp",
-                    "GSO sender CPU per GB, trains cut in software, vs one sendmsg per datagram",
-                    0.25,
-                    "x",
-                ),
-                Mode::GsoSw,
-                Mode::Udp,
-            ),
-            tx_cpu(
-                Spec::at_most(
-                    "udp-bulk.gso-sw-cpu-vs-tcp",
-                    "GSO sender CPU per GB, trains cut in software, vs TCP not cut (TSO)",
-                    1.5,
-                    "x",
-                ),
-                Mode::GsoSw,
-                Mode::Tcp,
-            ),
-            tx_cpu(
-                Spec::at_most(
-                    "udp-bulk.uso-cpu-vs-gso-sw",
-                    "GSO sender CPU per GB, trains not cut (like USO), vs cut in software",
-                    0.5,
-                    "x",
-                ),
-                Mode::Gso,
-                Mode::GsoSw,
-            ),
-            tx_cpu(
-                Spec::at_most(
-                    "udp-bulk.gso-cpu-vs-udp",
-                    "GSO sender CPU per GB, trains not cut (like USO), vs one sendmsg per datagram",
-                    0.25,
-                    "x",
-                ),
-                Mode::Gso,
-                Mode::Udp,
-            ),
-            tx_cpu(
-                Spec::at_most(
-                    "udp-bulk.gso-cpu-vs-tcp",
-                    "GSO sender CPU per GB vs TCP, both not cut (USO, TSO)",
-                    1.5,
-                    "x",
-                ),
-                Mode::Gso,
-                Mode::Tcp,
-            ),
-            tx_cpu(
-                Spec::at_least(
-                    "udp-bulk.tcp-sw-cpu-vs-tcp",
-                    "TCP sender CPU per GB, cut in software, vs not cut (TSO)",
-                    2.0,
-                    "x",
-                ),
-                Mode::TcpSw,
-                Mode::Tcp,
-            ),
-            tx_cpu(
-                Spec::at_least(
-                    "udp-bulk.tcp-mss-cpu-vs-udp",
-                    "TCP sender CPU per GB, one segment per packet, vs one sendmsg per UDP datagram",
-                    1.0,
-                    "x",
-                ),
-                Mode::TcpMss,
-                Mode::Udp,
-            ),
+        let mut c: Vec<Check> = SENDER_COSTS
+            .iter()
+            .map(|&(id, name, most, target, a, b)| {
+                let spec =
+                    if most { Spec::at_most(id, name, target, "x") } else { Spec::at_least(id, name, target, "x") };
+                let how = format!("{} / {} sender CPU s/GB sent, per round", a.name(), b.name());
+                let needs = format!("{} and {}", a.name(), b.name());
+                pair(spec, mode(a), mode(b), &BulkResult::tx_cpu_s_per_gb, &how, &needs)
+            })
+            .collect();
+        c.extend([
             pair(
                 Spec::at_least(
                     "udp-bulk.gro-rx-vs-udp",
@@ -195,18 +190,21 @@ impl UdpBulkArgs {
                 "gso-gro and udp",
             ),
             self.gro_coalesced(mode(Mode::SendmmsgGro), mode(Mode::Sendmmsg)),
-            tx_cpu(
+            pair(
                 Spec::at_least(
                     "udp-bulk.cold-cpu-vs-warm",
                     "GSO sender CPU per GB, payload cold, vs always cached",
                     COLD_MIN,
                     "x",
                 ),
-                Mode::GsoCold,
-                Mode::Gso,
+                mode(Mode::GsoCold),
+                mode(Mode::Gso),
+                &BulkResult::tx_cpu_s_per_gb,
+                "gso-cold / gso sender CPU s/GB sent, per round",
+                "gso-cold and gso",
             ),
             self.zerocopy_cold(mode(Mode::GsoZcCold), mode(Mode::GsoCold)),
-        ];
+        ]);
         for (i, a) in arms.iter().enumerate() {
             let Role::Main(Mode::Paced, Some(rate)) = a.role else { continue };
             let r = compact_rate(rate);
