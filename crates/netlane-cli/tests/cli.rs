@@ -207,7 +207,7 @@ fn loopback_bench_runs_without_root_and_writes_json_and_csv() {
     let row = &s["tables"][0]["rows"][0];
     assert!(row["tx_mb_per_s"].is_number(), "{row}");
     let table = std::fs::read_to_string(csv.join("udp-bulk.csv")).unwrap();
-    assert!(table.starts_with("run_id,mode,tx_mb_per_s,"), "{table}");
+    assert!(table.starts_with("run_id,mode,case,tx_mb_per_s,"), "{table}");
     assert_eq!(table.lines().count(), 7, "{table}");
     for f in ["runs.csv", "checks.csv", "udp-bulk-pacing.csv"] {
         assert!(csv.join(f).is_file(), "missing {f}");

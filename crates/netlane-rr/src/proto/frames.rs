@@ -381,6 +381,50 @@ mod tests {
         }
     }
 
+    /// Two responses to one client with one IP identification (a counter that came back
+    /// round): a client still holding the first's later fragments joins them to the
+    /// second's first fragment. The UDP checksum fails here (it misses one such join in
+    /// 65,536); the message's own checksum and its payload pattern refuse it whatever
+    /// the UDP checksum says.
+    #[test]
+    fn fragments_of_two_responses_with_one_identification_misassemble_and_are_refused() {
+        use super::super::wire::{self, Header, Kind};
+        let (src, dst): (SocketAddr, SocketAddr) =
+            ("10.0.0.1:7070".parse().unwrap(), "10.0.0.2:40000".parse().unwrap());
+        let message = |id: u64| {
+            let n = 8192;
+            let h = Header {
+                kind: Kind::Response,
+                segment: 0,
+                segments: 1,
+                id,
+                sent_ns: 0,
+                payload_len: n,
+                response_len: n,
+                offset: 0,
+            };
+            let mut m = vec![0u8; h.datagram_len()];
+            wire::encode(&h, &mut m).unwrap();
+            m
+        };
+        let (early, late) = (message(1), message(2));
+        let ip_id = 0x4242;
+        let a = frames(&Datagram::new(LINK, src, dst, &early, ip_id, 2048).unwrap());
+        let b = frames(&Datagram::new(LINK, src, dst, &late, ip_id, 2048).unwrap());
+        // Each alone reassembles to its message.
+        assert_eq!(&reassemble(&a)[8..], &early[..]);
+        // The late response's first fragment, the early one's others.
+        let joined: Vec<Vec<u8>> = std::iter::once(b[0].clone()).chain(a[1..].iter().cloned()).collect();
+        let udp = reassemble(&joined);
+        assert_eq!(udp.len(), 8 + late.len(), "lengths alike: nothing but the checks can tell");
+        assert!(!udp_checksum_ok(src, dst, &udp));
+        let e = wire::decode(&udp[8..]).unwrap_err();
+        assert!(matches!(e, wire::WireError::Check { .. }), "{e:?}");
+        // Past the header (from the late response) the bytes are the early one's pattern.
+        let body = &udp[8 + wire::HEADER_LEN..];
+        assert!(!wire::pattern_matches(2, 0, body));
+    }
+
     #[test]
     fn the_slot_bounds_the_frame_when_the_mtu_does_not() {
         let src: SocketAddr = "10.0.0.1:1".parse().unwrap();

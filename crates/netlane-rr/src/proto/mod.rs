@@ -7,6 +7,7 @@ pub mod crafted;
 pub mod frames;
 pub mod fuzzing;
 pub mod guard;
+pub mod ipid;
 pub mod packet;
 pub mod server;
 pub mod wire;

@@ -24,7 +24,8 @@ use netlane_sys::xsk::XskTx;
 use serde::{Deserialize, Serialize};
 
 use crate::proto::frames::{Datagram, Link};
-use crate::proto::packet::ETH_LEN;
+use crate::proto::ipid::IpIds;
+use crate::proto::packet::{ETH_LEN, IPPROTO_UDP};
 
 /// How responses leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -126,7 +127,7 @@ pub struct RawTx {
     src: IpAddr,
     port: u16,
     sink: Sink,
-    next_id: u32,
+    ids: IpIds,
     report: RawTxReport,
 }
 
@@ -171,16 +172,15 @@ impl RawTx {
                  through the socket"
             );
         }
-        // The IP identification starts somewhere different on every run, so fragments of
-        // two runs cannot be confused by a receiver.
-        let seed =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().subsec_nanos();
+        // A key of its own for every run: which counter a client takes, and where the
+        // counters start, so fragments of two runs cannot be confused by a receiver.
+        let key = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
         Ok(RawTx {
             hops: NextHops::open()?,
             src: local.ip(),
             port: local.port(),
             sink,
-            next_id: seed,
+            ids: IpIds::new(key as u64),
             report: RawTxReport::default(),
         })
     }
@@ -275,8 +275,7 @@ impl RawTx {
 
     fn send_datagram(&mut self, hop: &NextHop, src: SocketAddr, to: SocketAddr, payload: &[u8]) -> io::Result<Queued> {
         let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
-        self.next_id = self.next_id.wrapping_add(1);
-        let id = self.next_id;
+        let id = self.ids.next(src.ip(), to.ip(), IPPROTO_UDP);
         let Some(ring) = self.ring(hop) else { return Ok(Queued::CannotFrame) };
         let d = match Datagram::new(link, src, to, payload, id, ring.max_frame()) {
             Ok(d) if d.frames() <= ring.capacity() => d,

@@ -2,6 +2,8 @@
 //! run (throughput, latency, the server CPU's idle share and cost per response, herds)
 //! and the best fixed block each adaptive run is held against.
 
+use std::time::Duration;
+
 use netlane_report::Check;
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
@@ -108,12 +110,15 @@ pub(super) fn us(f: fn(&netlane::metrics::Summary) -> u64) -> impl Fn(&RrRun) ->
 pub(super) struct Runs<'a> {
     modes: &'a [Mode],
     all: &'a [Vec<RrRun>],
+    /// The fixed block sizes of the blocks part.
+    sizes: &'a [usize],
 }
 
 impl<'a> Runs<'a> {
-    /// `all[i]` holds the rounds of `modes[i]`.
-    pub(super) fn new(modes: &'a [Mode], all: &'a [Vec<RrRun>]) -> Runs<'a> {
-        Runs { modes, all }
+    /// `all[i]` holds the rounds of `modes[i]`; `sizes` are the blocks part's fixed
+    /// block sizes.
+    pub(super) fn new(modes: &'a [Mode], all: &'a [Vec<RrRun>], sizes: &'a [usize]) -> Runs<'a> {
+        Runs { modes, all, sizes }
     }
 
     /// A mode's rounds, when the mode ran.
@@ -121,23 +126,35 @@ impl<'a> Runs<'a> {
         self.modes.iter().position(|m| m.part == part && m.label == label).map(|i| &self.all[i][..])
     }
 
-    /// The best fixed block at `clients` in `round`: its responses/s and requests per
-    /// block (the smallest block of a tie).
-    pub(super) fn best_fixed(&self, clients: usize, round: usize) -> Option<(f64, u32)> {
-        BLOCK_SWEEP
-            .iter()
-            .filter_map(|b| self.find(Part::Blocks, &block_label(*b, clients)).map(|rs| (b, rs)))
-            .filter_map(|(b, rs)| rs.get(round).and_then(|r| throughput(r).ok()).map(|v| (v, *b)))
-            .fold(None, |m: Option<(f64, u32)>, x| if m.is_some_and(|m| m.0 >= x.0) { m } else { Some(x) })
+    /// The fixed blocks' rounds at `clients` pausing `think`, with their sizes, smallest
+    /// first.
+    pub(super) fn fixed(&self, clients: usize, think: Duration) -> Vec<(usize, &'a [RrRun])> {
+        let mut sizes = self.sizes.to_vec();
+        sizes.sort_unstable();
+        sizes
+            .into_iter()
+            .filter_map(|b| self.find(Part::Blocks, &block_label(b, clients, think)).map(|rs| (b, rs)))
+            .collect()
     }
 
-    /// Per round: the adaptive runs' responses/s at `clients` over the best fixed block's.
-    pub(super) fn adaptive_ratios(&self, clients: usize, adaptive: &[RrRun]) -> Vec<Measure> {
+    /// The best fixed block at `clients` pausing `think` in `round`: its responses/s and
+    /// size (the smallest block of a tie).
+    pub(super) fn best_fixed(&self, clients: usize, think: Duration, round: usize) -> Option<(f64, usize)> {
+        self.fixed(clients, think)
+            .into_iter()
+            .filter_map(|(b, rs)| rs.get(round).and_then(|r| throughput(r).ok()).map(|v| (v, b)))
+            .fold(None, |m: Option<(f64, usize)>, x| if m.is_some_and(|m| m.0 >= x.0) { m } else { Some(x) })
+    }
+
+    /// Per round: the adaptive runs' responses/s at `clients` pausing `think` over the
+    /// best fixed block's.
+    pub(super) fn adaptive_ratios(&self, clients: usize, think: Duration, adaptive: &[RrRun]) -> Vec<Measure> {
         adaptive
             .iter()
             .enumerate()
             .map(|(i, r)| {
-                ratio(throughput(r), self.best_fixed(clients, i).map(|b| b.0).ok_or_else(|| "no fixed block".into()))
+                let best = self.best_fixed(clients, think, i).map(|b| b.0).ok_or_else(|| "no fixed block".into());
+                ratio(throughput(r), best)
             })
             .collect()
     }
@@ -253,77 +270,113 @@ impl RrBenchArgs {
         checks
     }
 
-    /// The talk's trade-off at 64 clients: a block of half the burst (32) against the
+    /// The talk's trade-off at 64 clients that do not pause (each has a request waiting,
+    /// so the burst is the population): the block that holds half the burst against the
     /// best block, per round.
     fn block_checks(&self, runs: &Runs<'_>) -> Vec<Check> {
-        let half = runs.find(Part::Blocks, &block_label(32, 64));
+        let no_think = Duration::ZERO;
+        let half = self.half_burst_block(64);
+        let (what, rounds) = match half {
+            Some(b) => (
+                format!("{} KiB ({} requests)", b / 1024, block_holds(b, self.request)),
+                runs.find(Part::Blocks, &block_label(b, 64, no_think)),
+            ),
+            None => ("no block size holding 32 requests".to_string(), None),
+        };
+        let skipped = if self.block_thinks.contains(&no_think) {
+            format!("the blocks part did not run a block holding 32 requests at 64 clients ({what})")
+        } else {
+            "the blocks part ran no population without a pause".to_string()
+        };
         let spec = Spec::at_least(
             "rr.block-half-burst-throughput",
-            "TPACKET_V3, 64 clients: 32 requests per block keeps most of the best block's throughput (talk: about 90%)",
+            format!(
+                "TPACKET_V3, 64 clients, no think: the block holding half the burst, {what}, keeps most of the best \
+                 block's throughput (talk: about 90%)"
+            ),
             0.85,
             "x",
         );
-        let best_of_round =
-            |round: usize| runs.best_fixed(64, round).map(|b| b.0).ok_or_else(|| "no block size answered".to_string());
-        let keeps = match half {
+        let best_of_round = |round: usize| {
+            runs.best_fixed(64, no_think, round).map(|b| b.0).ok_or_else(|| "no block size answered".to_string())
+        };
+        let keeps = match rounds {
             Some(rs) => spec.evaluate(
                 rs.iter().enumerate().map(|(i, r)| ratio(throughput(r), best_of_round(i))).collect(),
-                "32 per block / the best block's responses/s, per round",
+                "half-burst block / the best block's responses/s, per round",
             ),
-            None => spec.skipped("the blocks part did not run"),
+            None => spec.skipped(skipped.clone()),
         };
         let spec = Spec::at_least(
             "rr.block-half-burst-idle",
-            "TPACKET_V3, 64 clients: with 32 requests per block the server CPU is idle part of the time (talk: ~35%)",
+            format!(
+                "TPACKET_V3, 64 clients, no think: with the block holding half the burst, {what}, the server CPU \
+                 is idle part of the time (talk: ~35%)"
+            ),
             25.0,
             "%",
         );
-        let idles = match half {
+        let idles = match rounds {
             Some(rs) => spec.evaluate(rs.iter().map(idle).collect(), "the server CPU's idle share, per round"),
-            None => spec.skipped("the blocks part did not run"),
+            None => spec.skipped(skipped),
         };
         vec![keeps, idles]
     }
 
-    /// The adaptive block size's targets, held at every client count: per round, the
-    /// worst population's sample (not the populations' median).
+    /// The adaptive block size's targets at each think time, held at every client count:
+    /// per round, the worst population's sample (not the populations' median). The ids
+    /// of the pausing clients' have no suffix; the others' end in `-no-think`.
     fn adaptive_checks(&self, runs: &Runs<'_>) -> Vec<Check> {
-        let (mut tp_samples, mut idle_samples) = (Vec::new(), Vec::new());
-        for &c in &self.block_clients {
-            let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c)) else { continue };
-            for (i, (r, id)) in runs.adaptive_ratios(c, ad).into_iter().zip(ad.iter().map(idle)).enumerate() {
-                if tp_samples.len() <= i {
-                    tp_samples.push(r);
-                    idle_samples.push(id);
-                } else {
-                    tp_samples[i] = worst(std::mem::replace(&mut tp_samples[i], Ok(0.0)), r);
-                    idle_samples[i] = worst(std::mem::replace(&mut idle_samples[i], Ok(0.0)), id);
+        let mut checks = Vec::new();
+        for &think in &self.block_thinks {
+            let (mut tp_samples, mut idle_samples) = (Vec::new(), Vec::new());
+            for &c in &self.block_clients {
+                let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c, think)) else { continue };
+                let ratios = runs.adaptive_ratios(c, think, ad);
+                for (i, (r, id)) in ratios.into_iter().zip(ad.iter().map(idle)).enumerate() {
+                    if tp_samples.len() <= i {
+                        tp_samples.push(r);
+                        idle_samples.push(id);
+                    } else {
+                        tp_samples[i] = worst(std::mem::replace(&mut tp_samples[i], Ok(0.0)), r);
+                        idle_samples[i] = worst(std::mem::replace(&mut idle_samples[i], Ok(0.0)), id);
+                    }
                 }
             }
+            let suffix = if think.is_zero() { "-no-think" } else { "" };
+            let who = think_name(think);
+            let spec = Spec::at_least(
+                &format!("rr.adaptive-throughput{suffix}"),
+                format!(
+                    "TPACKET_V3 adaptive blocks, {who}: at least 90% of the best fixed block's throughput at every \
+                     client count, untuned"
+                ),
+                ADAPTIVE_RATE,
+                "x",
+            );
+            checks.push(if tp_samples.is_empty() {
+                spec.skipped("the blocks part did not run")
+            } else {
+                spec.evaluate(
+                    tp_samples,
+                    "adaptive / best fixed block responses/s at the worst client count, per round",
+                )
+            });
+            let spec = Spec::at_least(
+                &format!("rr.adaptive-idle{suffix}"),
+                format!(
+                    "TPACKET_V3 adaptive blocks, {who}: the server CPU stays at least 30% idle at every client count"
+                ),
+                ADAPTIVE_IDLE,
+                "%",
+            );
+            checks.push(if idle_samples.is_empty() {
+                spec.skipped("the blocks part did not run")
+            } else {
+                spec.evaluate(idle_samples, "the server CPU's idle share at the worst client count, per round")
+            });
         }
-        let spec = Spec::at_least(
-            "rr.adaptive-throughput",
-            "TPACKET_V3 adaptive blocks: at least 90% of the best fixed block's throughput at every client count, untuned",
-            ADAPTIVE_RATE,
-            "x",
-        );
-        let rate = if tp_samples.is_empty() {
-            spec.skipped("the blocks part did not run")
-        } else {
-            spec.evaluate(tp_samples, "adaptive / best fixed block responses/s at the worst client count, per round")
-        };
-        let spec = Spec::at_least(
-            "rr.adaptive-idle",
-            "TPACKET_V3 adaptive blocks: the server CPU stays at least 30% idle at every client count",
-            ADAPTIVE_IDLE,
-            "%",
-        );
-        let idles = if idle_samples.is_empty() {
-            spec.skipped("the blocks part did not run")
-        } else {
-            spec.evaluate(idle_samples, "the server CPU's idle share at the worst client count, per round")
-        };
-        vec![rate, idles]
+        checks
     }
 
     /// Paced responses against responses released a block at a time: how often clients

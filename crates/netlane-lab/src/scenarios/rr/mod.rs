@@ -55,7 +55,7 @@ pub use self::measure::RrRun;
 use self::measure::RrSite;
 pub use self::options::{Part, RrBenchArgs};
 use self::plan::*;
-pub use self::plan::{BLOCK_CLIENTS, BLOCK_SWEEP, WALL_CLIENTS, v3_block_for, v3_request_footprint};
+pub use self::plan::{BLOCK_CLIENTS, WALL_CLIENTS, v3_block_for, v3_request_footprint};
 pub use self::role::{clients_args, clients_report, clients_spec, serve_args, serve_spec, server_stats};
 
 impl Scenario for RrBenchArgs {
@@ -74,7 +74,11 @@ impl Scenario for RrBenchArgs {
             .int("request", self.request as u64)
             .int("response", self.response as u64)
             .duration("think", self.think)
-            .duration("block-think", self.block_think)
+            .words(
+                "block-thinks",
+                &self.block_thinks.iter().map(|t| netlane::metrics::units::format_duration(*t)).collect::<Vec<_>>(),
+            )
+            .words("block-sizes", &self.block_sizes.iter().map(|b| format!("{}K", b / 1024)).collect::<Vec<_>>())
             .words("block-clients", &self.block_clients.iter().map(|c| c.to_string()).collect::<Vec<_>>())
             .int("block", u64::from(self.block))
             .int("retire-ms", u64::from(self.retire_ms))

@@ -9,14 +9,21 @@ use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::PathKind as RxPathKind;
 
 use crate::scenarios::from_words;
-use netlane_report::options::{parse_duration, parse_positive_duration};
+use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
+
+/// The blocks part's fixed ring sizes by default: those the adaptive ring chooses from
+/// (`netlane_rr::server::ADAPTIVE_BLOCKS`, which a test holds this to).
+pub const BLOCK_SIZES_DEFAULT: &str = "4K,8K,12K,16K,24K,32K,48K,64K,96K,128K";
+/// The largest fixed block the blocks part takes (its ring is 64 of them).
+pub const MAX_FIXED_BLOCK: usize = 1 << 20;
 
 /// A part of the scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, ValueEnum)]
 pub enum Part {
     /// Every receive path at 64 clients.
     Paths,
-    /// TPACKET_V3 requests per block at 64 and 128 clients.
+    /// TPACKET_V3 block sizes (the adaptive ring's own), without and with a pause
+    /// between requests, and the adaptive block size against the best of them.
     Blocks,
     /// Clients 1..128 on every path: throughput against latency.
     Wall,
@@ -58,14 +65,18 @@ pub struct RrBenchArgs {
     /// Client think time between a response and the next request (all parts but blocks).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub think: Duration,
-    /// Client think time in the blocks part: the talk's trade-off between idle CPU and
-    /// throughput needs a server that can be idle, so the clients pause between requests
-    /// (docs/results.md has how the default was chosen).
-    #[arg(long, default_value = "3ms", value_parser = parse_duration)]
-    pub block_think: Duration,
+    /// Client think times of the blocks part: none (the talk's sweep, the server never
+    /// idle) and one pause (its trade-off between idle CPU and throughput needs a server
+    /// that can be idle). At most one pause besides 0s.
+    #[arg(long, value_delimiter = ',', default_value = "0s,3ms", value_parser = parse_duration)]
+    pub block_thinks: Vec<Duration>,
     /// Client counts of the blocks part (the adaptive targets hold across them).
     #[arg(long, value_delimiter = ',', default_value = "16,32,64,128")]
     pub block_clients: Vec<usize>,
+    /// TPACKET_V3 block sizes of the blocks part's fixed rings [default: the sizes the
+    /// adaptive ring chooses from].
+    #[arg(long, value_delimiter = ',', default_value = BLOCK_SIZES_DEFAULT, value_parser = parse_size_usize)]
+    pub block_sizes: Vec<usize>,
     /// TPACKET_V3 requests per block in the paths and wall parts.
     #[arg(long, default_value_t = 16)]
     pub block: u32,
@@ -115,6 +126,14 @@ impl RrBenchArgs {
         from_words(&[]).expect("the defaults parse")
     }
 
+    /// The smallest fixed block of the blocks part that holds half the burst of
+    /// `clients` that do not pause (each has a request waiting).
+    pub(super) fn half_burst_block(&self, clients: usize) -> Option<usize> {
+        let mut sizes = self.block_sizes.clone();
+        sizes.sort_unstable();
+        sizes.into_iter().find(|b| super::plan::block_holds(*b, self.request) >= clients / 2)
+    }
+
     /// The arguments' own checks: CPUs this machine has, sizes, counts and ranges.
     pub(super) fn check_arguments(&self) -> Result<()> {
         let n = netlane::cpus::online_count();
@@ -157,6 +176,36 @@ impl RrBenchArgs {
             self.block_clients.iter().enumerate().find_map(|(i, c)| self.block_clients[..i].contains(c).then_some(c))
         {
             bail!("--block-clients: {c} appears twice");
+        }
+        if self.parts.contains(&Part::Blocks) && self.block_thinks.is_empty() {
+            bail!("--block-thinks: no think times for the blocks part");
+        }
+        if self.block_thinks.iter().filter(|t| !t.is_zero()).count() > 1 {
+            bail!("--block-thinks: at most one pause besides 0s");
+        }
+        if self.block_thinks.iter().filter(|t| t.is_zero()).count() > 1 {
+            bail!("--block-thinks: 0s appears twice");
+        }
+        if let Some(t) = self.block_thinks.iter().find(|t| **t > Duration::from_secs(1)) {
+            bail!("--block-thinks {}: at most 1s", netlane::metrics::units::format_duration(*t));
+        }
+        if self.parts.contains(&Part::Blocks) && self.block_sizes.is_empty() {
+            bail!("--block-sizes: no block sizes for the blocks part");
+        }
+        let page = netlane_sys::packet::page_size();
+        for &b in &self.block_sizes {
+            if !(page..=MAX_FIXED_BLOCK).contains(&b) || b % page != 0 || b % 2048 != 0 {
+                bail!(
+                    "--block-sizes {b}: a block is whole pages and 2 KiB frames, {} KiB to {} KiB",
+                    page / 1024,
+                    MAX_FIXED_BLOCK / 1024
+                );
+            }
+        }
+        if let Some(b) =
+            self.block_sizes.iter().enumerate().find_map(|(i, b)| self.block_sizes[..i].contains(b).then_some(b))
+        {
+            bail!("--block-sizes: {b} appears twice");
         }
         if !(1..=4096).contains(&self.block) {
             bail!("--block {}: 1..=4096 requests per block", self.block);

@@ -15,8 +15,6 @@ use netlane_rr::server::{PaceOptions, PathKind as RxPathKind, RingOptions, Serve
 
 use super::*;
 
-/// Requests per TPACKET_V3 block in the sweep.
-pub const BLOCK_SWEEP: [u32; 5] = [8, 16, 32, 64, 128];
 /// Client counts of the block sweep (the default of `--block-clients`).
 pub const BLOCK_CLIENTS: [usize; 4] = [16, 32, 64, 128];
 /// Client counts of the wall.
@@ -35,12 +33,27 @@ pub(super) fn tx_label(tx: TxKind, size: usize) -> String {
     format!("{tx}, {} KiB", size / 1024)
 }
 
-pub(super) fn block_label(block: u32, clients: usize) -> String {
-    format!("{block} per block, {clients} clients")
+/// How a think time reads in labels: "no think", "think 3ms".
+pub(super) fn think_name(think: Duration) -> String {
+    if think.is_zero() {
+        "no think".into()
+    } else {
+        format!("think {}", netlane::metrics::units::format_duration(think))
+    }
 }
 
-pub(super) fn adaptive_label(clients: usize) -> String {
-    format!("adaptive, {clients} clients")
+/// A fixed TPACKET_V3 ring of `bytes` blocks at `clients` pausing `think`.
+pub(super) fn block_label(bytes: usize, clients: usize, think: Duration) -> String {
+    format!("{} KiB, {clients} clients, {}", bytes / 1024, think_name(think))
+}
+
+pub(super) fn adaptive_label(clients: usize, think: Duration) -> String {
+    format!("adaptive, {clients} clients, {}", think_name(think))
+}
+
+/// The requests of `request` bytes a block of `bytes` holds (after its 48-byte header).
+pub(super) fn block_holds(bytes: usize, request: usize) -> usize {
+    bytes.saturating_sub(48) / v3_request_footprint(request, false)
 }
 
 /// The busy part's receive paths.
@@ -154,14 +167,17 @@ impl RrBenchArgs {
                 }
             }
             Part::Blocks => {
-                for &c in &self.block_clients {
-                    let thinking = self.population(addr, c, self.response, self.time, self.block_think);
-                    for b in BLOCK_SWEEP {
-                        m(block_label(b, c), self.mtu, server(RxPathKind::TpacketV3, b), thinking.clone());
+                for &think in &self.block_thinks {
+                    for &c in &self.block_clients {
+                        let thinking = self.population(addr, c, self.response, self.time, think);
+                        for &b in &self.block_sizes {
+                            let fixed = self.server_sized(addr, RxPathKind::TpacketV3, b);
+                            m(block_label(b, c, think), self.mtu, fixed, thinking.clone());
+                        }
+                        let mut adaptive = server(RxPathKind::TpacketV3, self.block);
+                        adaptive.ring.adaptive = true;
+                        m(adaptive_label(c, think), self.mtu, adaptive, thinking);
                     }
-                    let mut adaptive = server(RxPathKind::TpacketV3, self.block);
-                    adaptive.ring.adaptive = true;
-                    m(adaptive_label(c), self.mtu, adaptive, thinking);
                 }
             }
             Part::Wall => {
@@ -277,9 +293,14 @@ impl RrBenchArgs {
     /// The server on the server CPU, reading `path` (rings with blocks of `block` requests).
     fn server(&self, addr: SocketAddr, path: RxPathKind, block: u32) -> ServerConfig {
         let (bytes, _) = v3_block_for(block, self.request, false);
+        self.server_sized(addr, path, bytes as usize)
+    }
+
+    /// The same with rings of `bytes` blocks (whole 2 KiB frames).
+    fn server_sized(&self, addr: SocketAddr, path: RxPathKind, bytes: usize) -> ServerConfig {
         let ring = RingOptions {
             frame_size: 2048,
-            frames_per_block: bytes / 2048,
+            frames_per_block: (bytes / 2048) as u32,
             blocks: 64,
             retire_ms: self.retire_ms,
             ..RingOptions::default()

@@ -1,9 +1,10 @@
 //! The rr scenario's report: a section per part (its table, charts and notes), the
 //! target checks, and the headline.
 
+use std::time::Duration;
+
 use netlane_report::{
     Axis, Chart, ChartKind, Check, Column, Point, Row, RunRecord, Scale, ScenarioReport, Series, Table, Unit, Value,
-    format,
 };
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
@@ -55,7 +56,7 @@ fn responses_per_s() -> Axis {
 impl RrBenchArgs {
     /// The report of `modes`, `all[i]` holding the rounds of `modes[i]`.
     pub(super) fn report(&self, modes: &[Mode], all: &[Vec<RrRun>], records: Vec<RunRecord>) -> ScenarioReport {
-        let runs = Runs::new(modes, all);
+        let runs = Runs::new(modes, all, &self.block_sizes);
         let mut out = Sections::default();
         for (m, rs) in modes.iter().zip(all) {
             out.flags.extend(repeat_flags(&m.what(), "responses/s", &values(rs, throughput)));
@@ -171,121 +172,144 @@ impl RrBenchArgs {
         }
     }
 
-    /// TPACKET_V3 requests per block at each client count: the table and the charts of
-    /// throughput and the server CPU's idle time.
+    /// TPACKET_V3 block sizes at each think time and client count: a table, and charts
+    /// of throughput and the server CPU's idle time for each think time.
     fn blocks_section(&self, runs: &Runs<'_>, out: &mut Sections) {
-        let mut cols = columns("requests per block, clients");
+        let mut cols = columns("block, clients, think");
         cols.insert(1, Column::new("block_bytes", "block bytes", 0));
         cols.insert(2, Column::new("block_holds", "holds", 0));
         let mut t = Table::new(
             "rr-blocks",
             format!(
-                "TPACKET_V3 requests per block ({} ms retire timeout, clients pausing {} between requests), medians of {} rounds",
-                self.retire_ms,
-                format::seconds(self.block_think.as_secs_f64()),
-                self.repeat
+                "TPACKET_V3 block sizes ({} ms retire timeout), clients without a pause and pausing between \
+                 requests, medians of {} rounds",
+                self.retire_ms, self.repeat
             ),
             cols,
         );
-        let mut tp_series = Vec::new();
-        let mut idle_series = Vec::new();
-        for &c in &self.block_clients {
-            let (mut tp, mut id) = (Vec::new(), Vec::new());
-            for (x, b) in BLOCK_SWEEP.iter().enumerate() {
-                let label = block_label(*b, c);
-                let Some(rs) = runs.find(Part::Blocks, &label) else { continue };
-                let (bytes, holds) = v3_block_for(*b, self.request, false);
-                let mut r = row(&label, rs);
-                r.cells.insert(1, Value::num(f64::from(bytes)));
-                r.cells.insert(2, Value::num(f64::from(holds)));
-                t.push(r);
-                tp.extend(Point::of(x as f64, &values(rs, throughput)));
-                id.extend(Point::of(x as f64, &values(rs, idle)));
+        let mut sizes = self.block_sizes.clone();
+        sizes.sort_unstable();
+        let cats: Vec<String> = sizes.iter().map(|b| format!("{}K", b / 1024)).collect();
+        for &think in &self.block_thinks {
+            let mut tp_series = Vec::new();
+            let mut idle_series = Vec::new();
+            for &c in &self.block_clients {
+                let (mut tp, mut id) = (Vec::new(), Vec::new());
+                for (x, (b, rs)) in runs.fixed(c, think).into_iter().enumerate() {
+                    let mut r = row(&block_label(b, c, think), rs);
+                    r.cells.insert(1, Value::num(b as f64));
+                    r.cells.insert(2, Value::num(block_holds(b, self.request) as f64));
+                    t.push(r);
+                    tp.extend(Point::of(x as f64, &values(rs, throughput)));
+                    id.extend(Point::of(x as f64, &values(rs, idle)));
+                }
+                tp_series.push(Series { name: format!("{c} clients"), points: tp });
+                idle_series.push(Series { name: format!("{c} clients"), points: id });
             }
-            tp_series.push(Series { name: format!("{c} clients"), points: tp });
-            idle_series.push(Series { name: format!("{c} clients"), points: id });
+            let (suffix, who) = (if think.is_zero() { "-no-think" } else { "" }, think_name(think));
+            out.charts.push(Chart {
+                name: format!("rr-blocks-throughput{suffix}"),
+                title: format!("TPACKET_V3, {who}: responses per second by block size"),
+                kind: ChartKind::Lines,
+                x: Axis::categories("block size", cats.clone()),
+                y: responses_per_s(),
+                series: tp_series,
+            });
+            out.charts.push(Chart {
+                name: format!("rr-blocks-idle{suffix}"),
+                title: format!("TPACKET_V3, {who}: the server CPU's idle time by block size"),
+                kind: ChartKind::Lines,
+                x: Axis::categories("block size", cats.clone()),
+                y: Axis::numeric("server idle", Unit::Percent, Scale::Linear),
+                series: idle_series,
+            });
         }
         out.tables.push(t);
-        let cats: Vec<String> = BLOCK_SWEEP.iter().map(|b| b.to_string()).collect();
-        out.charts.push(Chart {
-            name: "rr-blocks-throughput".into(),
-            title: "TPACKET_V3: responses per second by requests per block".into(),
-            kind: ChartKind::Lines,
-            x: Axis::categories("requests per block", cats.clone()),
-            y: responses_per_s(),
-            series: tp_series,
-        });
-        out.charts.push(Chart {
-            name: "rr-blocks-idle".into(),
-            title: "TPACKET_V3: the server CPU's idle time by requests per block".into(),
-            kind: ChartKind::Lines,
-            x: Axis::categories("requests per block", cats),
-            y: Axis::numeric("server idle", Unit::Percent, Scale::Linear),
-            series: idle_series,
-        });
     }
 
-    /// The blocks part's notes: the half-burst trade-off at every client count, and what
-    /// a bigger block saves per request at the largest population.
+    /// The blocks part's notes: the half-burst block against the best at every client
+    /// count and think time, and what a bigger block saves per request at the largest
+    /// population.
     fn blocks_notes(&self, runs: &Runs<'_>, out: &mut Sections) {
-        // How the burst a block should hold moves with the population when clients pause.
-        let shape: Vec<String> = self
-            .block_clients
-            .iter()
-            .filter_map(|&c| {
-                let rs = runs.find(Part::Blocks, &block_label(32, c))?;
-                let ratios: Vec<f64> = rs
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| throughput(r).ok().zip(runs.best_fixed(c, i)).map(|(v, (best, _))| v / best))
-                    .collect();
-                let idles = values(rs, idle);
-                (!ratios.is_empty() && !idles.is_empty())
-                    .then(|| format!("{c} clients {:.2}x at {:.0}% idle", median(ratios), median(idles)))
-            })
-            .collect();
-        if !shape.is_empty() {
-            out.notes.push(format!(
-                "32 requests per block against the best block (medians over rounds): {}. With clients pausing \
-                 between requests the burst is smaller than the population, so the talk's 64-client trade-off \
-                 shows at a larger population.",
-                shape.join("; ")
-            ));
+        for &think in &self.block_thinks {
+            let shape: Vec<String> = self
+                .block_clients
+                .iter()
+                .filter_map(|&c| {
+                    let b = self.half_burst_block(c)?;
+                    let rs = runs.find(Part::Blocks, &block_label(b, c, think))?;
+                    let ratios: Vec<f64> = rs
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, r)| {
+                            throughput(r).ok().zip(runs.best_fixed(c, think, i)).map(|(v, (best, _))| v / best)
+                        })
+                        .collect();
+                    let idles = values(rs, idle);
+                    (!ratios.is_empty() && !idles.is_empty()).then(|| {
+                        format!("{c} clients {} KiB {:.2}x at {:.0}% idle", b / 1024, median(ratios), median(idles))
+                    })
+                })
+                .collect();
+            if !shape.is_empty() {
+                out.notes.push(format!(
+                    "{}: the block holding half of each population's requests against the best block (medians \
+                     over rounds): {}.{}",
+                    think_name(think),
+                    shape.join("; "),
+                    if think.is_zero() {
+                        ""
+                    } else {
+                        " With clients pausing between requests the burst is smaller than the population, so \
+                         the half-population block is larger than the burst needs."
+                    }
+                ));
+            }
         }
         // Why a bigger block buys idle time or not: what it saves per request. At the
-        // largest population (the busiest server), smallest against half-burst block.
-        if let Some(&c) = self.block_clients.iter().max() {
-            let cost_of = |b: u32| runs.find(Part::Blocks, &block_label(b, c)).map(|rs| values(rs, cost));
-            if let (Some(small), Some(half)) = (cost_of(8), cost_of(32))
-                && !small.is_empty()
-                && !half.is_empty()
+        // largest population without a pause (the busiest server), the smallest block
+        // against the half-burst one.
+        let think = self.block_thinks.iter().copied().min().unwrap_or_default();
+        if let Some(&c) = self.block_clients.iter().max()
+            && let (Some(&small), Some(half)) = (self.block_sizes.iter().min(), self.half_burst_block(c))
+            && small < half
+        {
+            let cost_of = |b: usize| runs.find(Part::Blocks, &block_label(b, c, think)).map(|rs| values(rs, cost));
+            if let (Some(s), Some(h)) = (cost_of(small), cost_of(half))
+                && !s.is_empty()
+                && !h.is_empty()
             {
-                let (small, half) = (median(small), median(half));
+                let (s, h) = (median(s), median(h));
                 out.notes.push(format!(
-                    "Server CPU per response at {c} clients: {small:.1} us with 8 requests per block, {half:.1} us \
-                     with 32 ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per \
-                     request only as far as this ratio is below 1; the rest is requests not yet answered \
-                     (clients waiting for the block to fill), which costs throughput.",
-                    half / small
+                    "Server CPU per response at {c} clients, {}: {s:.1} us with {} KiB blocks, {h:.1} us with {} KiB \
+                     ({:.2}x). Idle time bought with a bigger block comes from fewer wake-ups per request only as \
+                     far as this ratio is below 1; the rest is requests not yet answered (clients waiting for the \
+                     block to fill), which costs throughput.",
+                    think_name(think),
+                    small / 1024,
+                    half / 1024,
+                    h / s
                 ));
             }
         }
     }
 
-    /// The adaptive block size against the best fixed block at each client count, and
-    /// where no fixed block could meet both adaptive targets.
+    /// The adaptive block size against the best fixed block at each think time and
+    /// client count, and where no fixed block could meet both adaptive targets.
     fn adaptive_section(&self, runs: &Runs<'_>, out: &mut Sections) {
         let mut t = Table::new(
             "rr-adaptive",
             format!(
-                "TPACKET_V3 with the block size adapted at run time, against the best fixed block, medians of {} rounds",
+                "TPACKET_V3 with the block size adapted at run time, against the best fixed block of the same sizes, \
+                 medians of {} rounds",
                 self.repeat
             ),
             vec![
+                Column::new("think", "think", 0),
                 Column::new("clients", "clients", 0),
                 Column::new("adaptive_responses_per_s", "adaptive responses/s", 0),
                 Column::new("best_fixed_responses_per_s", "best fixed responses/s", 0),
-                Column::new("best_fixed_block", "best fixed block", 0),
+                Column::new("best_fixed_block", "best fixed block bytes", 0),
                 Column::new("ratio", "adaptive / best", 2),
                 Column::new("adaptive_idle_pct", "adaptive server CPU idle %", 0),
                 Column::new("switches", "ring switches", 0),
@@ -294,26 +318,29 @@ impl RrBenchArgs {
             ],
         );
         let mut infeasible = Vec::new();
-        for &c in &self.block_clients {
-            let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c)) else { continue };
-            let bound = fixed_idle_bound(runs, c, ad.len());
-            if let Some(b) = bound.filter(|b| *b < ADAPTIVE_RATE) {
-                infeasible.push(format!("{c} clients ({b:.2})"));
+        for &think in &self.block_thinks {
+            for &c in &self.block_clients {
+                let Some(ad) = runs.find(Part::Blocks, &adaptive_label(c, think)) else { continue };
+                let bound = fixed_idle_bound(runs, c, think, ad.len());
+                if let Some(b) = bound.filter(|b| *b < ADAPTIVE_RATE) {
+                    infeasible.push(format!("{c} clients, {} ({b:.2})", think_name(think)));
+                }
+                let ok: Vec<f64> = runs.adaptive_ratios(c, think, ad).into_iter().filter_map(Result::ok).collect();
+                let bests: Vec<f64> = (0..ad.len()).filter_map(|i| runs.best_fixed(c, think, i).map(|b| b.0)).collect();
+                let best_block = runs.best_fixed(c, think, 0).map(|b| b.1);
+                t.push(Row::new(vec![
+                    Value::text(think_name(think)),
+                    Value::num(c as f64),
+                    med(ad, throughput),
+                    if bests.is_empty() { Value::Missing } else { Value::num(median(bests)) },
+                    Value::opt(best_block.map(|b| b as f64)),
+                    if ok.is_empty() { Value::Missing } else { Value::num(median(ok)) },
+                    med(ad, idle),
+                    med(ad, |r| r.server.adaptive_switches.map(|v| v as f64).ok_or_else(|| "not adaptive".into())),
+                    med(ad, |r| r.server.adaptive_block.map(f64::from).ok_or_else(|| "not adaptive".into())),
+                    Value::opt(bound),
+                ]));
             }
-            let ok: Vec<f64> = runs.adaptive_ratios(c, ad).into_iter().filter_map(Result::ok).collect();
-            let bests: Vec<f64> = (0..ad.len()).filter_map(|i| runs.best_fixed(c, i).map(|b| b.0)).collect();
-            let best_block = runs.best_fixed(c, 0).map(|b| b.1);
-            t.push(Row::new(vec![
-                Value::num(c as f64),
-                med(ad, throughput),
-                if bests.is_empty() { Value::Missing } else { Value::num(median(bests)) },
-                Value::opt(best_block.map(f64::from)),
-                if ok.is_empty() { Value::Missing } else { Value::num(median(ok)) },
-                med(ad, idle),
-                med(ad, |r| r.server.adaptive_switches.map(|v| v as f64).ok_or_else(|| "not adaptive".into())),
-                med(ad, |r| r.server.adaptive_block.map(f64::from).ok_or_else(|| "not adaptive".into())),
-                Value::opt(bound),
-            ]));
         }
         out.tables.push(t);
         if !infeasible.is_empty() {
@@ -496,17 +523,18 @@ impl RrBenchArgs {
 
 /// What any fixed block achieves with the idle target met: per round, the best
 /// throughput among the blocks at `clients` leaving the server CPU 30% idle over the
-/// best block's; the median over the first `rounds` rounds.
-fn fixed_idle_bound(runs: &Runs<'_>, clients: usize, rounds: usize) -> Option<f64> {
+/// best block's, the clients pausing `think`; the median over the first `rounds` rounds.
+fn fixed_idle_bound(runs: &Runs<'_>, clients: usize, think: Duration, rounds: usize) -> Option<f64> {
     let bound: Vec<f64> = (0..rounds)
         .filter_map(|i| {
-            let idle_best = BLOCK_SWEEP
-                .iter()
-                .filter_map(|b| runs.find(Part::Blocks, &block_label(*b, clients)).and_then(|rs| rs.get(i)))
+            let idle_best = runs
+                .fixed(clients, think)
+                .into_iter()
+                .filter_map(|(_, rs)| rs.get(i))
                 .filter(|r| idle(r).is_ok_and(|v| v >= ADAPTIVE_IDLE))
                 .filter_map(|r| throughput(r).ok())
                 .fold(0.0, f64::max);
-            runs.best_fixed(clients, i).map(|b| idle_best / b.0)
+            runs.best_fixed(clients, think, i).map(|b| idle_best / b.0)
         })
         .collect();
     (!bound.is_empty()).then(|| median(bound))

@@ -85,9 +85,9 @@ fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
         .map(|m| {
             let good = match m.label.as_str() {
                 "recvfrom" => run(40_000.0, 1_500_000, 1.9),
-                l if l.starts_with("32 per block, 64") => run(60_000.0, 1_000_000, 1.3),
+                l if l.starts_with("24 KiB, 64 clients") => run(60_000.0, 1_000_000, 1.3),
                 l if l.starts_with("adaptive") => run(58_000.0, 1_000_000, 1.2),
-                l if l.starts_with("64 per block, 64") => run(8_000.0, 8_000_000, 0.1),
+                l if l.starts_with("48 KiB, 64 clients") => run(8_000.0, 8_000_000, 0.1),
                 l if l.starts_with("8K whole") => run(34_000.0, 1_800_000, 1.8),
                 l if l.starts_with("8K") => run(24_000.0, 2_700_000, 1.9),
                 l if l.contains("lanes") => lanes(run(60_000.0, 800_000, 2.0), 4101),
@@ -119,12 +119,17 @@ fn good_rounds_meet_the_talks_shape() {
 
 #[test]
 fn the_report_says_where_no_fixed_block_could_meet_both_adaptive_targets() {
-    // Every fixed block runs 25% idle but 32 per block at 64 clients (35%, the best rate).
+    // Every fixed block runs 25% idle but 24 KiB at 64 clients (35%, the best rate).
     let r = report_with("none", run(0.0, 0, 0.0));
     let note = r.notes.iter().find(|n| n.contains("No fixed block met both")).expect("a note");
-    assert!(note.contains("128 clients (0.00)") && !note.contains("64 clients"), "{note}");
-    let shape = r.notes.iter().find(|n| n.contains("32 requests per block against")).expect("a note");
-    assert!(shape.contains("64 clients 1.00x at 35% idle"), "{shape}");
+    assert!(
+        note.contains("128 clients, no think (0.00)")
+            && note.contains("128 clients, think 3ms (0.00)")
+            && !note.contains("64 clients"),
+        "{note}"
+    );
+    let shape = r.notes.iter().find(|n| n.starts_with("no think: the block holding half")).expect("a note");
+    assert!(shape.contains("64 clients 24 KiB 1.00x at 35% idle"), "{shape}");
     let price = r.notes.iter().find(|n| n.contains("Pacing's price")).expect("a note");
     assert!(price.contains("1.80x"), "{price}");
 }
@@ -135,13 +140,15 @@ fn a_run_that_answered_nothing_is_invalid_never_met() {
     let r = report_with("recvfrom", run(0.0, 0, 0.0));
     assert_eq!(outcome(&r, "rr.tpacket-v2-cost"), Outcome::Invalid);
     // The half-burst block answered nothing: its idle share is not "100% idle".
-    let r = report_with("32 per block, 64 clients", run(0.0, 0, 0.0));
+    let r = report_with("24 KiB, 64 clients, no think", run(0.0, 0, 0.0));
     assert_eq!(outcome(&r, "rr.block-half-burst-idle"), Outcome::Invalid);
     assert_eq!(outcome(&r, "rr.block-half-burst-throughput"), Outcome::Invalid);
     // An adaptive run that answered nothing is neither fast nor idle.
-    let r = report_with("adaptive, 64 clients", run(0.0, 0, 0.0));
-    assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Invalid);
-    assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Invalid);
+    for (label, suffix) in [("adaptive, 64 clients, think 3ms", ""), ("adaptive, 64 clients, no think", "-no-think")] {
+        let r = report_with(label, run(0.0, 0, 0.0));
+        assert_eq!(outcome(&r, &format!("rr.adaptive-throughput{suffix}")), Outcome::Invalid, "{label}");
+        assert_eq!(outcome(&r, &format!("rr.adaptive-idle{suffix}")), Outcome::Invalid, "{label}");
+    }
     // A paced run that answered a fraction of the load is not a calm one; no herd to
     // spread without pacing is no evidence either.
     let r = report_with("paced", run(5_000.0, 1_000_000, 0.5));
@@ -172,14 +179,39 @@ fn a_run_that_answered_nothing_is_invalid_never_met() {
 fn the_adaptive_targets_hold_at_every_client_count_not_on_their_median() {
     // Three populations fine, 128 clients nearly saturated (10% idle) in both rounds:
     // a median over populations would read 40% idle; the worst reads 10%.
-    let r = report_rounds("adaptive, 128 clients", run(58_000.0, 1_000_000, 1.8), true);
+    let r = report_rounds("adaptive, 128 clients, think 3ms", run(58_000.0, 1_000_000, 1.8), true);
     assert_eq!(outcome(&r, "rr.adaptive-idle"), Outcome::Missed);
     assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Met);
     let m = r.checks.iter().find(|c| c.id == "rr.adaptive-idle").and_then(|c| c.measured.clone()).unwrap();
     assert!((m.median - 10.0).abs() < 1e-6, "{m:?}");
     // Slow at one population: the throughput target is missed.
-    let r = report_rounds("adaptive, 16 clients", run(30_000.0, 1_000_000, 1.2), true);
+    let r = report_rounds("adaptive, 16 clients, think 3ms", run(30_000.0, 1_000_000, 1.2), true);
     assert_eq!(outcome(&r, "rr.adaptive-throughput"), Outcome::Missed);
+    // Each think time is judged on its own.
+    assert_eq!(outcome(&r, "rr.adaptive-throughput-no-think"), Outcome::Met);
+}
+
+#[test]
+fn the_fixed_blocks_are_the_sizes_the_adaptive_ring_chooses_from() {
+    let a = RrBenchArgs::defaults();
+    let adaptive: Vec<usize> = netlane_rr::server::ADAPTIVE_BLOCKS.iter().map(|b| *b as usize).collect();
+    assert_eq!(a.block_sizes, adaptive);
+    assert_eq!(a.block_thinks, [std::time::Duration::ZERO, std::time::Duration::from_millis(3)]);
+    // Half of 64 waiting clients' 512-byte requests: 32, which 24 KiB holds (38), 16 KiB not (25).
+    assert_eq!(a.half_burst_block(64), Some(24 << 10));
+    // Every think time runs every size and the adaptive ring at every client count.
+    let labels = a.labels();
+    let blocks = labels.iter().filter(|(p, _)| *p == Part::Blocks).count();
+    assert_eq!(blocks, 2 * 4 * (10 + 1));
+    for (words, why) in [
+        (&["--block-thinks", "0s,1ms,3ms"][..], "at most one pause"),
+        (&["--block-sizes", "6K"][..], "whole pages and 2 KiB frames"),
+        (&["--block-sizes", "8K,8K"][..], "appears twice"),
+    ] {
+        let a: RrBenchArgs = crate::scenarios::from_words(words).unwrap();
+        let e = a.check_arguments().unwrap_err().to_string();
+        assert!(e.contains(why), "{words:?}: {e}");
+    }
 }
 
 #[test]
@@ -188,7 +220,7 @@ fn a_block_holds_about_what_it_is_sized_for() {
     assert_eq!(v3_request_footprint(512, false), 640);
     let (bytes, holds) = v3_block_for(32, 512, false);
     assert_eq!((bytes, holds), (24576, 38));
-    for n in BLOCK_SWEEP {
+    for n in [8, 16, 32, 64, 128] {
         let (bytes, holds) = v3_block_for(n, 512, false);
         assert!(holds >= n && (bytes as usize).is_multiple_of(netlane_sys::packet::page_size()));
     }
