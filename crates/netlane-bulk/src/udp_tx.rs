@@ -19,8 +19,8 @@ use netlane::udp::gso::GsoLimits;
 use netlane::udp::{Batching, GsoMode, SendError, Sender, SenderConfig, UdpSocket};
 use netlane::zerocopy::{self, Tracker, ZerocopyStats};
 
-/// Buffers in flight with MSG_ZEROCOPY: each is one train, owned by the kernel until
-/// its completion arrives.
+/// Buffers in flight with MSG_ZEROCOPY at most: each is one train, owned by the kernel
+/// until its completion arrives (a payload span has more buffers, not more in flight).
 const ZEROCOPY_POOL: usize = 64;
 /// How long to wait for the last zerocopy completions at the end.
 const ZEROCOPY_DRAIN_NS: u64 = 2_000_000_000;
@@ -57,14 +57,18 @@ impl State {
         Ok(())
     }
 
-    /// Waits (poll for POLLERR) until a buffer is free.
+    /// Waits (poll for POLLERR) until a buffer is free and fewer than
+    /// [`ZEROCOPY_POOL`] are in flight.
     fn acquire(&mut self) -> Result<usize, BulkError> {
         loop {
-            if let Some(idx) = self.free.pop_front() {
+            let in_flight = self.bufs.len() - self.free.len();
+            if in_flight < ZEROCOPY_POOL
+                && let Some(idx) = self.free.pop_front()
+            {
                 return Ok(idx);
             }
             self.reap().map_err(io_err("read zerocopy completions"))?;
-            if self.free.is_empty() {
+            if self.free.is_empty() || self.bufs.len() - self.free.len() >= ZEROCOPY_POOL {
                 let fd = self.sender.io().as_fd();
                 let mut fds = [PollFd::new(fd, PollFlags::empty())];
                 self.errqueue_calls += 1;

@@ -420,8 +420,13 @@ mod tests {
         assert!(!udp_checksum_ok(src, dst, &udp));
         let e = wire::decode(&udp[8..]).unwrap_err();
         assert!(matches!(e, wire::WireError::Check { .. }), "{e:?}");
-        // Past the header (from the late response) the bytes are the early one's pattern.
+        // The body is the late response's as far as its first fragment goes (14 bytes of
+        // Ethernet, 20 of IP, 8 of UDP and the message header before it), the early
+        // one's after: the pattern tells them apart.
         let body = &udp[8 + wire::HEADER_LEN..];
+        let head = b[0].len() - 14 - 20 - 8 - wire::HEADER_LEN;
+        assert!(wire::pattern_matches(2, 0, &body[..head]));
+        assert!(wire::pattern_matches(1, head as u32, &body[head..]));
         assert!(!wire::pattern_matches(2, 0, body));
     }
 

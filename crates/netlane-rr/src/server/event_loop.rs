@@ -383,6 +383,7 @@ fn rx_counters(path: &RxPath, st: &mut ServerStats) {
             zero_copy: x.zero_copy(),
             zero_copy_refused: x.zero_copy_refused.clone(),
             queues: x.queues(),
+            frames_per_queue: x.frames_per_queue().to_vec(),
             redirected,
             passed,
             via_stack: x.via_stack,

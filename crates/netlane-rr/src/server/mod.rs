@@ -481,6 +481,8 @@ pub struct XdpReport {
     pub zero_copy_refused: Option<String>,
     /// Receive queues, one socket each.
     pub queues: usize,
+    /// Frames each queue's socket delivered, in queue order.
+    pub frames_per_queue: Vec<u64>,
     /// Frames the program redirected to the sockets.
     pub redirected: u64,
     /// Frames it passed to the stack (everything not for the service).

@@ -6,12 +6,10 @@
 //! against need the other cases too: segmentation in software just before the device
 //! (the kernel's GSO, for a NIC without those offloads) and, for TCP, none at all.
 
-use serde::Serialize;
-
 use super::{Netns, TopologyError, tso_features};
 
 /// Where a host's large sends are cut into packets the size of the path's MTU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Segmentation {
     /// The device takes them whole (a veth end's default; like a NIC with TSO and UDP
     /// segmentation offload, except that veth never cuts them at all).
@@ -58,13 +56,26 @@ pub struct SegmentationGuard<'a> {
 
 impl<'a> SegmentationGuard<'a> {
     /// Puts `s` in force on device `dev` (interface index `index`) in `ns`, and checks
-    /// that the kernel took it.
+    /// that the kernel took it. [`Segmentation::Device`] changes nothing and checks that
+    /// the device takes large sends whole (an earlier guard's failed restore would
+    /// leave it cutting them).
     pub fn apply(ns: &'a Netns, dev: &str, index: u32, s: Segmentation) -> Result<Self, TopologyError> {
         let mut guard = SegmentationGuard { ns, dev: dev.to_string(), index, features: Vec::new(), gso_max_segs: None };
+        let active = ns.with_ethtool(|e| e.active_features(dev))?;
         if s == Segmentation::Device {
+            let off: Vec<&str> = ["tx-udp-segmentation", "tx-tcp-segmentation"]
+                .into_iter()
+                .filter(|name| !active.get(*name).copied().unwrap_or(false))
+                .collect();
+            let segs = ns.with_rtnl(|r| r.link_gso_max_segs(index))?;
+            if !off.is_empty() || segs < 2 {
+                return Err(TopologyError::Unsupported(format!(
+                    "{dev} does not take large sends whole: {} off, gso_max_segs {segs}",
+                    if off.is_empty() { "nothing".to_string() } else { off.join(" and ") }
+                )));
+            }
             return Ok(guard);
         }
-        let active = ns.with_ethtool(|e| e.active_features(dev))?;
         guard.features =
             offloads(false).into_iter().map(|(name, _)| (name, active.get(name).copied().unwrap_or(false))).collect();
         ns.with_ethtool(|e| e.set_features(dev, &offloads(false)))?;

@@ -208,9 +208,10 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
     let dst = bound.local_addr();
     let sender_done = Arc::new(AtomicBool::new(false));
     let done = sender_done.clone();
-    let receiver = Worker::spawn(rx_ns, "netlane-rx", move || bound.receive(&done))?;
+    // Read before the receiver starts: a failed read then leaves no thread behind.
     let sys0 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
     let cpu0 = endpoints.receiving_cpu(spec.rx.cpu)?;
+    let receiver = Worker::spawn(rx_ns, "netlane-rx", move || bound.receive(&done))?;
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
@@ -219,11 +220,12 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
         }
         TxSource::External(ext) => Ok(run_external(endpoints.tx_host(), ext, dst)),
     };
-    let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"))?;
-    let cpu1 = endpoints.receiving_cpu(spec.rx.cpu)?;
+    let sys1 = SystemCpu::read().map_err(io_err("read /proc/stat"));
+    let cpu1 = endpoints.receiving_cpu(spec.rx.cpu);
+    // The receiver is stopped whatever failed.
     sender_done.store(true, Ordering::Release);
     let rx_result = receiver.join("receiver");
-    Ok((tx_result??, rx_result??, sys0.delta(&sys1), receiving_delta(cpu0, cpu1)))
+    Ok((tx_result??, rx_result??, sys0.delta(&sys1?), receiving_delta(cpu0, cpu1?)))
 }
 
 #[cfg(test)]

@@ -277,7 +277,7 @@ fn cache_note(runs: &Runs<'_>) -> Option<String> {
          skip that lookup, but their own per-flow state (tag entries, the rx-hash cache) grows too. The talk's \
          10 K-flow finding is about that: on one core the tagged path gained almost nothing at 10 K flows, \
          which it put down to cache misses on per-flow state, and it proposed marking per destination \
-         instead; the tagged-vs-untagged checks at 10 K and 1 M flows say how that holds here."
+         instead; the tagged-vs-untagged checks at the larger flow counts say how that holds here."
     ))
 }
 

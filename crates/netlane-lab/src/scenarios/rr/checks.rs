@@ -267,6 +267,9 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Busy) {
             checks.extend(self.busy_checks(runs));
         }
+        if self.parts.contains(&Part::Queues) {
+            checks.push(self.queues_check(runs));
+        }
         checks
     }
 

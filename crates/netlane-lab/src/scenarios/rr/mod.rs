@@ -4,10 +4,11 @@
 //!
 //! - paths: throughput, latency and the server's CPU at 64 clients on each receive path
 //!   (`recvfrom`, `recvmmsg`, TPACKET_V2, TPACKET_V3, AF_XDP);
-//! - blocks: TPACKET_V3 requests per block (8..128) at 16 to 128 clients that pause
-//!   between requests (`--block-think`): throughput and the server CPU's idle time (the
-//!   talk: about half the burst per block keeps a third of the CPU idle for a tenth less
-//!   throughput), and the adaptive block size against the best fixed block;
+//! - blocks: TPACKET_V3 at the ten block sizes the adaptive ring chooses from (4 to 128
+//!   KiB), 16 to 128 clients without a pause (the talk's sweep) and pausing between
+//!   requests: throughput and the server CPU's idle time (the talk: a block of half the
+//!   burst keeps a third of the CPU idle for a tenth less throughput), and the adaptive
+//!   block size against the best fixed block at each;
 //! - wall: clients 1, 2, 4 ... 128 on each path, throughput against latency;
 //! - large: 8 KiB responses IP-fragmented at MTU 1500, whole at MTU 9000, and as GSO
 //!   segments read with GRO (the talk: jumbo frames moved the wall from ~24 K to ~34 K
@@ -20,7 +21,9 @@
 //!   (a herd), unpaced against responses paced by `netlane::pace` (the talk's Q&A);
 //! - busy: recvmmsg and AF_XDP, each without and with busy polling (the ADQ talk's
 //!   receive alignment for the datagram service): latency, the server CPU, and how many
-//!   datagrams the server took from its queue by polling, with the NAPI id it polled.
+//!   datagrams the server took from its queue by polling, with the NAPI id it polled;
+//! - queues: every path on two receive queues, the clients' flows spread over them by
+//!   hash, AF_XDP with a socket per queue, each of which must serve its share.
 //!
 //! Every mode runs once per round (rotating order); checks pair two modes per round.
 //! Throughput and latency are measured by the clients, at the receiving side.
@@ -31,6 +34,7 @@ mod checks;
 mod measure;
 mod options;
 mod plan;
+mod queues;
 mod report;
 mod role;
 #[cfg(test)]

@@ -36,6 +36,9 @@ pub enum Part {
     /// recvmmsg and AF_XDP with and without busy polling (`--busy-poll`), at an
     /// open-loop load (`--busy-load`).
     Busy,
+    /// Every receive path on a device with several receive queues (the lab's veth: two),
+    /// the clients' flows spread over them by hash; AF_XDP with a socket per queue.
+    Queues,
 }
 
 impl Part {
@@ -48,7 +51,7 @@ impl Part {
 #[derive(Debug, Clone, Args)]
 pub struct RrBenchArgs {
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace,busy")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace,busy,queues")]
     pub parts: Vec<Part>,
     /// Receive paths for the paths and wall parts.
     #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]

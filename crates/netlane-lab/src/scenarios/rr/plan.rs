@@ -42,6 +42,11 @@ pub(super) fn think_name(think: Duration) -> String {
     }
 }
 
+/// A receive path on every receive queue.
+pub(super) fn queues_label(p: RxPathKind) -> String {
+    format!("{p}, every queue")
+}
+
 /// A fixed TPACKET_V3 ring of `bytes` blocks at `clients` pausing `think`.
 pub(super) fn block_label(bytes: usize, clients: usize, think: Duration) -> String {
     format!("{} KiB, {clients} clients, {}", bytes / 1024, think_name(think))
@@ -134,7 +139,8 @@ pub(super) type Net = (u32, u32);
 impl Mode {
     /// The veth pair it runs on: lanes need a queue each, every other mode one.
     pub(super) fn net(&self) -> Net {
-        (self.mtu, if self.server.lane_device.is_some() { LANE_QUEUES } else { 1 })
+        let several = self.server.lane_device.is_some() || self.part == Part::Queues;
+        (self.mtu, if several { LANE_QUEUES } else { 1 })
     }
 
     /// What its runs and flags are called: the part and the mode's label.
@@ -240,6 +246,16 @@ impl RrBenchArgs {
                     ..server(RxPathKind::Recvmmsg, self.block)
                 };
                 m(BUSY_LANES.to_string(), self.mtu, lanes, c);
+            }
+            Part::Queues => {
+                for p in &self.paths {
+                    m(
+                        queues_label(*p),
+                        self.mtu,
+                        server(*p, self.block),
+                        clients(self.clients, self.response, self.time),
+                    );
+                }
             }
             Part::Tx => {
                 for size in TX_SIZES {

@@ -84,10 +84,13 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Busy) {
             self.busy_section(&runs, &mut out);
         }
+        if self.parts.contains(&Part::Queues) {
+            self.queues_section(&runs, &mut out);
+        }
         out.tables.extend(agents_table(modes, all));
         out.checks = self.checks(&runs);
         let heading = Heading {
-            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing, busy polling"
+            title: "Datagram request/response: receive paths, TPACKET_V3 blocks, the wall, large responses, transmit paths, pacing, busy polling, receive queues"
                 .into(),
             description: self.description(),
             headline: self.headline(&out.checks, modes.len()),
@@ -195,7 +198,9 @@ impl RrBenchArgs {
             let mut idle_series = Vec::new();
             for &c in &self.block_clients {
                 let (mut tp, mut id) = (Vec::new(), Vec::new());
-                for (x, (b, rs)) in runs.fixed(c, think).into_iter().enumerate() {
+                for (b, rs) in runs.fixed(c, think) {
+                    // Each size at its own category, whichever others ran.
+                    let x = sizes.iter().position(|s| *s == b).unwrap_or_default();
                     let mut r = row(&block_label(b, c, think), rs);
                     r.cells.insert(1, Value::num(b as f64));
                     r.cells.insert(2, Value::num(block_holds(b, self.request) as f64));

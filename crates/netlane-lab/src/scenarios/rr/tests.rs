@@ -72,6 +72,16 @@ fn herd(mut r: RrRun, woken_in_herds: u64) -> RrRun {
     r
 }
 
+/// An AF_XDP run whose queue sockets delivered `frames` each.
+fn queued(mut r: RrRun, frames: &[u64]) -> RrRun {
+    r.server.xdp = Some(netlane_rr::server::XdpReport {
+        queues: frames.len(),
+        frames_per_queue: frames.to_vec(),
+        ..Default::default()
+    });
+    r
+}
+
 fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
     report_rounds(bad, degenerate, false)
 }
@@ -94,6 +104,7 @@ fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
                 l if l.contains("busy polling") => busy(run(60_000.0, 800_000, 2.0), 100_000, 4100),
                 "unpaced" => herd(run(20_000.0, 1_000_000, 0.5), 8_000),
                 "paced" => herd(run(20_000.0, 1_800_000, 0.5), 100),
+                "af-xdp, every queue" => queued(run(60_000.0, 1_000_000, 1.5), &[5_000, 4_000]),
                 _ => run(60_000.0, 1_000_000, 1.5),
             };
             let second = if m.label == bad { degenerate.clone() } else { good.clone() };
@@ -212,6 +223,33 @@ fn the_fixed_blocks_are_the_sizes_the_adaptive_ring_chooses_from() {
         let e = a.check_arguments().unwrap_err().to_string();
         assert!(e.contains(why), "{words:?}: {e}");
     }
+}
+
+#[test]
+fn every_queue_s_socket_must_serve_its_share() {
+    let a = RrBenchArgs::defaults();
+    assert!(a.parts.contains(&Part::Queues));
+    let label = "af-xdp, every queue";
+    let check = |r: RrRun| {
+        let rep = report_with(label, r);
+        rep.checks.iter().find(|c| c.id == "rr.queues-af-xdp-every-queue").unwrap().clone()
+    };
+    // 5000 and 4000: the least served has 89% of an even share.
+    let c = check(queued(run(60_000.0, 1_000_000, 1.5), &[5_000, 4_000]));
+    assert_eq!(c.outcome, Outcome::Met, "{}", c.reason);
+    assert!((c.measured.unwrap().median - 8_000.0 / 90.0).abs() < 1e-6);
+    // One queue's socket served nearly everything: a queue was not spread to.
+    assert_eq!(check(queued(run(60_000.0, 1_000_000, 1.5), &[9_800, 200])).outcome, Outcome::WithinNoise);
+    // A socket on one queue only, or none that delivered: nothing shows a spread.
+    for frames in [&[9_000][..], &[0, 0][..]] {
+        let c = check(queued(run(60_000.0, 1_000_000, 1.5), frames));
+        assert_eq!(c.outcome, Outcome::Invalid, "{frames:?}: {}", c.reason);
+    }
+    // The queues part's runs are on two queues, the paths part's on one.
+    let modes = a.modes("10.0.0.1:7070".parse().unwrap());
+    let net = |part: Part, label: &str| modes.iter().find(|m| m.part == part && m.label == label).unwrap().net();
+    assert_eq!(net(Part::Queues, label), (1500, 2));
+    assert_eq!(net(Part::Paths, "af-xdp"), (1500, 1));
 }
 
 #[test]

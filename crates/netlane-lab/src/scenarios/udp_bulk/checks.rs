@@ -119,6 +119,13 @@ impl UdpBulkArgs {
                 &format!("the kernel copied {copied} of {completed} zerocopy sends (SO_EE_CODE_ZEROCOPY_COPIED)"),
             );
         }
+        // Refused (ENOBUFS: the socket's optmem full), the sender copies from then on.
+        let fell_back: u64 = zc.iter().map(|r| r.tx.zerocopy_fallbacks).sum();
+        if fell_back > 0 {
+            return spec.invalid(format!(
+                "MSG_ZEROCOPY was refused (ENOBUFS) in {fell_back} run(s), which then copied: not a zerocopy sender"
+            ));
+        }
         spec.evaluate(
             paired(zc, copy, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)),
             "gso-zc-cold / gso-cold sender CPU s/GB sent, per round",

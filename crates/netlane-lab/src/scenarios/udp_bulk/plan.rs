@@ -9,7 +9,7 @@ use netlane::udp::{Batching, GsoMode, RxBatching};
 
 use super::{Mode, UdpBulkArgs};
 use crate::engines::bulk::{BulkRun, Pacing, RxSpec, Transport, TxSource, TxSpec, Verify};
-use crate::scenarios::net::PathKind;
+use crate::scenarios::net::{PathKind, RxNapi};
 use crate::scenarios::{from_words, selftest};
 
 /// Which side of what an arm is.
@@ -100,11 +100,28 @@ impl UdpBulkArgs {
         if self.no_selftest || self.on.testbed.is_some() { None } else { selftest::locate(self.selftest.as_deref()) }
     }
 
-    /// The modes asked for that switch the sender's device, where the device is not the
-    /// lab's own veth (loopback, a testbed's NIC): they are left out, and said so.
+    /// The modes asked for that cannot run here ([`UdpBulkArgs::cannot_run`]): they are
+    /// left out, and said so.
     pub(super) fn left_out(&self) -> Vec<Mode> {
+        self.modes.iter().copied().filter(|m| self.cannot_run(*m).is_some()).collect()
+    }
+
+    /// Why mode `m` cannot run where this scenario runs, if it cannot.
+    pub(super) fn cannot_run(&self, m: Mode) -> Option<&'static str> {
         let own_veth = self.net.path == PathKind::Veth && self.on.testbed.is_none();
-        self.modes.iter().copied().filter(|m| !own_veth && m.switches_the_device()).collect()
+        if m.switches_the_device() && !own_veth {
+            return Some(
+                "it switches the sender's device offloads, which only the lab's own veth is the lab's to switch",
+            );
+        }
+        let receive_napi =
+            self.on.testbed.is_some() || (self.net.path == PathKind::Veth && self.net.rx_napi == RxNapi::Threaded);
+        if m == Mode::SendmmsgGro && !receive_napi {
+            return Some(
+                "GRO coalesces in the receiving device's NAPI, which loopback and a veth with its NAPI off do not have",
+            );
+        }
+        None
     }
 
     /// Every arm: the modes, then the two sides of the comparison with the kernel's sender.

@@ -82,8 +82,10 @@ impl UdpBulkArgs {
                 n.push_str(&format!("; zerocopy: {} of {} sends completed, {} copied", zc.1, zc.0, zc.2));
             }
             let spread = Spread::of(&values(rs, BulkResult::tx_cpu_s_per_gb)).and_then(|s| s.relative());
+            // A testbed's device may cut what veth and loopback pass whole: its cases are
+            // not these.
             let case = match arms[i].role {
-                Role::Main(m, _) => Value::text(m.case()),
+                Role::Main(m, _) if self.on.testbed.is_none() => Value::text(m.case()),
                 _ => Value::Missing,
             };
             table.push(Row {
@@ -177,16 +179,19 @@ impl UdpBulkArgs {
             notes.push(format!("Pacing path: {path}."));
         }
         let left_out = self.left_out();
-        if !left_out.is_empty() {
-            let names: Vec<String> = left_out.iter().map(|m| m.name()).collect();
-            notes.push(format!(
-                "Left out: {} (each switches the sender's device offloads for its runs, which only the lab's own \
-                 veth is the lab's to switch).",
-                names.join(", ")
-            ));
+        let mut reasons: Vec<&str> = Vec::new();
+        for why in left_out.iter().filter_map(|m| self.cannot_run(*m)) {
+            if !reasons.contains(&why) {
+                reasons.push(why);
+            }
+        }
+        for why in reasons {
+            let names: Vec<String> =
+                left_out.iter().filter(|m| self.cannot_run(**m) == Some(why)).map(|m| m.name()).collect();
+            notes.push(format!("Left out: {} ({why}).", names.join(", ")));
         }
         notes.extend(self.cases_note(arms));
-        notes.extend(zerocopy_note(arms, results));
+        notes.extend(zerocopy_note(arms, results, self.on.testbed.is_some()));
         if self.selftest_binary().is_none() && !self.no_selftest {
             notes.push(
                 "udpgso_bench_tx was not found, so the comparison with the kernel's sender did not run: build it with \
@@ -212,19 +217,24 @@ impl UdpBulkArgs {
                     .into(),
             );
         }
-        if ran(Mode::GsoGro) || ran(Mode::SendmmsgGro) {
+        if ran(Mode::GsoGro) {
+            notes.push("GRO: gso-gro's receiver gets each GSO train whole, so nothing is left to coalesce.".into());
+        }
+        if ran(Mode::SendmmsgGro) {
             notes.push(
-                "GRO: gso-gro's receiver gets each GSO train whole (nothing is left to coalesce); sendmmsg-gro sends \
-                 single datagrams that GRO coalesces in the receiving device's NAPI, the receive-side saving itself."
+                "GRO: sendmmsg-gro sends single datagrams that GRO coalesces in the receiving device's NAPI, the \
+                 receive-side saving itself."
                     .into(),
             );
         }
         if ran(Mode::GsoCold) || ran(Mode::GsoZcCold) {
             let cpu = self.net.tx_cpu;
-            notes.push(match netlane::cpus::last_level_cache_bytes(cpu) {
+            // The sender's cache is this machine's only where the sender runs here.
+            let llc = if self.on.testbed.is_none() { netlane::cpus::last_level_cache_bytes(cpu) } else { None };
+            notes.push(match llc {
                 Some(llc) if llc >= self.cold_span as u64 => format!(
                     "The cold modes' payload span ({}) is not larger than CPU {cpu}'s last-level cache ({}): their \
-                     payload may stay cached. Give a larger --cold-span.",
+                     payload may stay cached; a cold span larger than the cache makes them cold.",
                     human(self.cold_span as u64),
                     human(llc)
                 ),
@@ -237,7 +247,7 @@ impl UdpBulkArgs {
                 ),
                 None => format!(
                     "The cold modes take their payload from a {} span in turn (the size of the sender's last-level \
-                     cache is not in sysfs here).",
+                     cache is not known here).",
                     human(self.cold_span as u64)
                 ),
             });
@@ -274,8 +284,9 @@ impl UdpBulkArgs {
     }
 }
 
-/// What the kernel did with the MSG_ZEROCOPY sends, when it copied any.
-fn zerocopy_note(arms: &[Arm], results: &[Vec<BulkResult>]) -> Option<String> {
+/// What the kernel did with the MSG_ZEROCOPY sends, when it copied any (`testbed`: the
+/// sender's device is a testbed's, not veth or loopback).
+fn zerocopy_note(arms: &[Arm], results: &[Vec<BulkResult>], testbed: bool) -> Option<String> {
     let (completed, copied) = arms
         .iter()
         .zip(results)
@@ -283,10 +294,15 @@ fn zerocopy_note(arms: &[Arm], results: &[Vec<BulkResult>]) -> Option<String> {
         .flat_map(|(_, rs)| rs.iter().filter_map(|r| r.tx.zerocopy))
         .fold((0u64, 0u64), |acc, z| (acc.0 + z.completed, acc.1 + z.copied));
     (copied > 0).then(|| {
+        let why = if testbed {
+            "the sending device could not send from the pinned pages"
+        } else {
+            "veth and loopback copy every one"
+        };
         format!(
             "MSG_ZEROCOPY: the kernel copied {copied} of the {completed} sends it completed \
-             (SO_EE_CODE_ZEROCOPY_COPIED). veth and loopback copy every one, so the zerocopy rows here show what \
-             asking for zerocopy costs, not what it saves; that needs a NIC."
+             (SO_EE_CODE_ZEROCOPY_COPIED): {why}, so the zerocopy rows here show what asking for zerocopy costs, \
+             not what it saves."
         )
     })
 }

@@ -151,14 +151,16 @@ fn the_report_flags_impossible_and_lossy_modes() {
 
 #[test]
 fn modes_that_switch_the_device_run_only_on_the_lab_s_own_veth() {
-    let switching = [Mode::TcpSw, Mode::TcpMss, Mode::GsoSw];
-    // Over loopback: left out, and said so.
+    // Over loopback: left out, and said so; so is GRO coalescing (no receive NAPI).
     let a = args();
     let arms = a.arms();
-    assert_eq!(a.left_out(), switching);
-    assert!(arms.iter().all(|x| !matches!(x.role, Role::Main(m, _) if switching.contains(&m))), "{arms:?}");
+    assert_eq!(a.left_out(), [Mode::TcpSw, Mode::TcpMss, Mode::SendmmsgGro, Mode::GsoSw]);
+    assert!(arms.iter().all(|x| !matches!(x.role, Role::Main(m, _) if a.left_out().contains(&m))), "{arms:?}");
     let r = a.report(&arms, &results(&arms, "none", BulkResult::default()), Vec::new());
-    assert!(r.notes.iter().any(|n| n.starts_with("Left out: tcp-sw, tcp-mss, gso-sw")), "{:?}", r.notes);
+    assert!(r.notes.iter().any(|n| n.starts_with("Left out: tcp-sw, tcp-mss, gso-sw (it switches")), "{:?}", r.notes);
+    assert!(r.notes.iter().any(|n| n.starts_with("Left out: sendmmsg-gro (GRO coalesces")), "{:?}", r.notes);
+    let (o, why) = outcome(&r.checks, "udp-bulk.gro-coalesced-rx-cpu");
+    assert_eq!(o, Outcome::Skipped, "{why}");
     let (o, why) = outcome(&r.checks, "udp-bulk.tcp-sw-cpu-vs-tcp");
     assert_eq!(o, Outcome::Skipped, "{why}");
     // On the lab's veth: each with its own segmentation, the others' the device's.
@@ -202,11 +204,17 @@ fn zerocopy_from_cold_memory_is_not_shown_where_the_kernel_copied_the_sends() {
     }
     let (o, why) = outcome(&a.checks(&arms, &rs), "udp-bulk.zc-cold-vs-cold");
     assert_eq!(o, Outcome::Missed, "{why}");
+    // Refused and copied from then on: not a zerocopy sender.
+    rs[zc_cold][1].tx.zerocopy_fallbacks = 1;
+    let (o, why) = outcome(&a.checks(&arms, &rs), "udp-bulk.zc-cold-vs-cold");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("ENOBUFS"), "{why}");
 }
 
 #[test]
 fn gro_coalescing_is_judged_by_the_receivers_cpu_with_its_napi() {
-    let a = args();
+    let mut a = args();
+    a.net.path = super::super::PathKind::Veth;
     let arms = a.arms();
     let at = |label: &str| arms.iter().position(|x| x.label == label).unwrap();
     let busy = |s: f64| Some(netlane::metrics::SystemCpuDelta { busy_s: s, cpus: 1, ..Default::default() });
@@ -226,7 +234,7 @@ fn gro_coalescing_is_judged_by_the_receivers_cpu_with_its_napi() {
     assert_eq!(m.outcome, Outcome::Met, "{}", m.reason);
     assert!((m.measured.as_ref().unwrap().median - 0.6).abs() < 1e-9);
     // The receiving NAPI elsewhere: the receiver's CPU is not the receive path.
-    let mut apart = args();
+    let mut apart = a.clone();
     apart.net.napi_cpu = Some(apart.net.rx_cpu() + 1);
     let (o, why) = outcome(&apart.checks(&arms, &rs), "udp-bulk.gro-coalesced-rx-cpu");
     assert_eq!(o, Outcome::Skipped, "{why}");

@@ -241,14 +241,16 @@ impl RxPath {
                 let want = x.want;
                 let mut n = 0;
                 let skips = &mut x.skips;
-                for s in &mut x.socks {
+                for (s, count) in x.socks.iter_mut().zip(x.per_queue.iter_mut()) {
                     // AF_XDP reports no checksum state: a local sender's unfinished
                     // checksum cannot be told from a finished one.
                     let meta = FrameMeta { csum: Csum::UnknownOrPartial, vlan_tci: None };
-                    n += s.drain(&mut |frame| match parse_frame(frame, want, meta) {
+                    let got = s.drain(&mut |frame| match parse_frame(frame, want, meta) {
                         Ok(u) => f(u.payload, u.src),
                         Err(e) => skips.count(e),
                     });
+                    *count += got as u64;
+                    n += got;
                     if s.fill_needs_wakeup() {
                         s.wakeup()?;
                     }

@@ -79,6 +79,8 @@ pub struct XdpPath {
     pub(super) buf: Vec<u8>,
     /// Datagrams that came through the stack instead (fragments).
     pub via_stack: u64,
+    /// Frames each queue's socket delivered, in queue order.
+    pub(super) per_queue: Vec<u64>,
     ifindex: u32,
     /// Why the driver refused native XDP, when it did (the program runs generic).
     pub native_refused: Option<String>,
@@ -100,6 +102,11 @@ impl XdpPath {
     /// Queues with a socket.
     pub fn queues(&self) -> usize {
         self.socks.len()
+    }
+
+    /// Frames each queue's socket delivered, in queue order.
+    pub fn frames_per_queue(&self) -> &[u64] {
+        &self.per_queue
     }
 
     /// The program's counts: redirected to a socket, passed to the stack.
@@ -142,7 +149,7 @@ impl RxPath {
                 "AF_XDP binds to one interface's queues: listen on an interface's address or name one",
             ));
         }
-        let queues = rx_queues(iface.1).min(netlane_sys::bpf::XSK_MAX_QUEUES);
+        let queues = rx_queues(ifindex, iface.1).min(netlane_sys::bpf::XSK_MAX_QUEUES);
         let cfg = xdp.check(queues, memlock_limit()).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let want = service_of(sock)?;
         // Unicast frames for another MAC (promiscuous mode) are not the service's.
@@ -191,6 +198,7 @@ impl RxPath {
         let (link, native_refused) = XdpLink::attach_native_or_generic(prog.prog_fd(), ifindex)
             .map_err(|e| io::Error::new(e.kind(), format!("attach the steering program to {}: {e}", iface.1)))?;
         Ok(RxPath::Xdp(Box::new(XdpPath {
+            per_queue: vec![0; socks.len()],
             socks,
             link,
             prog,
@@ -205,11 +213,23 @@ impl RxPath {
     }
 }
 
-/// Receive queues of interface `name` (from sysfs; 1 when it says nothing).
-pub fn rx_queues(name: &str) -> u32 {
-    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
-        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
-        .unwrap_or(1)
+/// Receive queues of interface `ifindex` (`name`): as the kernel's netdev netlink family
+/// lists them, which answers for this process's network namespace (sysfs shows the
+/// namespace of whoever mounted it); from sysfs where the family is missing (before
+/// Linux 6.5); 1 when neither says.
+pub fn rx_queues(ifindex: u32, name: &str) -> u32 {
+    use netlane::topology::netdev::{Netdev, QueueKind};
+    let listed = Netdev::open()
+        .and_then(|mut n| n.queues(ifindex))
+        .ok()
+        .map(|qs| qs.iter().filter(|q| q.kind == QueueKind::Rx).count() as u32)
+        .filter(|n| *n > 0);
+    listed
+        .unwrap_or_else(|| {
+            std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
+                .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("rx-")).count() as u32)
+                .unwrap_or(1)
+        })
         .max(1)
 }
 
