@@ -7,6 +7,7 @@ use std::time::Duration;
 use netlane_report::Check;
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
+use crate::stats::median;
 use crate::verdict::{Measure, Spec, paired, positive, ratio};
 
 use super::*;
@@ -193,6 +194,7 @@ impl RrBenchArgs {
                     &format!("{p} / recvfrom server CPU per response"),
                 ));
             }
+            checks.push(self.v2_throughput_check(runs));
         }
         if self.parts.contains(&Part::Blocks) {
             checks.extend(self.block_checks(runs));
@@ -271,6 +273,67 @@ impl RrBenchArgs {
             checks.push(self.queues_check(runs));
         }
         checks
+    }
+
+    /// TPACKET_V2's rate against recvfrom's with clients that no one CPU limits (the
+    /// talk: about 2x on Linux 4.9). Not shown where the clients cannot have two CPUs
+    /// beside the server's.
+    fn v2_throughput_check(&self, runs: &Runs<'_>) -> Check {
+        let spec = Spec::at_least(
+            "rr.tpacket-v2-throughput",
+            "TPACKET_V2 answers more requests per second than recvfrom, the clients on several CPUs (talk: about \
+             2x on Linux 4.9)",
+            2.0,
+            "x",
+        );
+        let wide = self.wide_client_cpus();
+        if self.on.testbed.is_some() {
+            return spec.skipped("on a testbed the client hosts place the clients: not compared");
+        }
+        if wide.len() < 2 {
+            return spec.not_shown(
+                3,
+                netlane::cpus::online_count(),
+                "the server's, and two for client threads",
+                &format!("server {}; clients {wide}", self.server_cpu),
+            );
+        }
+        let (a, b) = (wide_label(RxPathKind::TpacketV2, wide.len()), wide_label(RxPathKind::Recvfrom, wide.len()));
+        match (runs.find(Part::Paths, &a), runs.find(Part::Paths, &b)) {
+            (Some(x), Some(y)) => {
+                spec.evaluate(paired(x, y, throughput), "tpacket-v2 / recvfrom responses per second, per round")
+            }
+            _ => spec.skipped("the paths part did not run tpacket-v2 and recvfrom"),
+        }
+    }
+
+    /// Where the time goes in the wide-client runs: each path's rate, the server's idle
+    /// share and CPU per response, and what held the rate (the server, or the clients).
+    pub(super) fn wide_note(&self, runs: &Runs<'_>) -> Option<String> {
+        let n = self.wide_client_cpus().len();
+        let side = |p: RxPathKind| {
+            let rs = runs.find(Part::Paths, &wide_label(p, n))?;
+            let (tp, id, c) = (values(rs, throughput), values(rs, idle), values(rs, cost));
+            (!tp.is_empty() && !id.is_empty() && !c.is_empty()).then(|| (median(tp), median(id), median(c)))
+        };
+        let (v2, rf) = (side(RxPathKind::TpacketV2)?, side(RxPathKind::Recvfrom)?);
+        let held = |idle: f64| if idle < 5.0 { "the server's CPU" } else { "the clients" };
+        Some(format!(
+            "With the clients on {n} CPUs: TPACKET_V2 {:.0} responses/s at {:.0}% server idle and {:.2} us of server \
+             CPU each, recvfrom {:.0} at {:.0}% and {:.2} us ({:.2}x the rate, {:.2}x the CPU per response). What held \
+             each rate: TPACKET_V2 {}, recvfrom {}; where the server's CPU held both, the rate ratio is the inverse \
+             of the CPU ratio.",
+            v2.0,
+            v2.1,
+            v2.2,
+            rf.0,
+            rf.1,
+            rf.2,
+            v2.0 / rf.0,
+            v2.2 / rf.2,
+            held(v2.1),
+            held(rf.1)
+        ))
     }
 
     /// The talk's trade-off at 64 clients that do not pause (each has a request waiting,

@@ -115,6 +115,10 @@ pub struct RrBenchArgs {
     /// CPU of the clients and their end's NAPI [default: the CPU plan's generator CPU].
     #[arg(long, default_value_t = crate::plan::default_cpu(crate::plan::Role::Generator), hide_default_value = true)]
     pub client_cpu: usize,
+    /// CPUs of the paths part's throughput comparison's clients, a thread on each (it
+    /// runs where there are two) [default: every CPU but the server's].
+    #[arg(long)]
+    pub client_cpus: Option<netlane::cpus::CpuList>,
     /// MTU of the veth pair for every part but large (which uses 1500 and 9000).
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(1280..=65535))]
     pub mtu: u32,
@@ -153,6 +157,15 @@ impl RrBenchArgs {
         }
         if self.parts.is_empty() {
             bail!("--parts: no parts to run");
+        }
+        if let Some(c) = &self.client_cpus {
+            if self.on.testbed.is_some() {
+                bail!("--client-cpus: on a testbed the client hosts' own CPUs place the clients");
+            }
+            c.check_online().map_err(|e| anyhow::anyhow!("--client-cpus {c}: {e}"))?;
+            if c.as_slice().contains(&self.server_cpu) {
+                bail!("--client-cpus {c}: the server's CPU {} is not the clients'", self.server_cpu);
+            }
         }
         if self.paths.is_empty() && self.parts.iter().any(|p| matches!(p, Part::Paths | Part::Wall)) {
             bail!("--paths: no receive paths");

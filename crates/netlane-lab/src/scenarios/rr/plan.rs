@@ -42,6 +42,14 @@ pub(super) fn think_name(think: Duration) -> String {
     }
 }
 
+/// The paths the talk compared throughput on, with clients on several CPUs.
+pub(super) const WIDE_PATHS: [RxPathKind; 2] = [RxPathKind::Recvfrom, RxPathKind::TpacketV2];
+
+/// A receive path with the clients on `cpus` CPUs.
+pub(super) fn wide_label(p: RxPathKind, cpus: usize) -> String {
+    format!("{p}, clients on {cpus} CPUs")
+}
+
 /// A receive path on every receive queue.
 pub(super) fn queues_label(p: RxPathKind) -> String {
     format!("{p}, every queue")
@@ -170,6 +178,19 @@ impl RrBenchArgs {
                         server(*p, self.block),
                         clients(self.clients, self.response, self.time),
                     );
+                }
+                // The talk's throughput comparison needs clients that one CPU does not
+                // limit: a thread on each CPU but the server's, where there are two.
+                let wide = self.wide_client_cpus();
+                if wide.len() >= 2 {
+                    for p in WIDE_PATHS.iter().filter(|p| self.paths.contains(p)) {
+                        let c = ClientsConfig {
+                            threads: wide.len(),
+                            cpus: Some(wide.clone()),
+                            ..clients(self.clients, self.response, self.time)
+                        };
+                        m(wide_label(*p, wide.len()), self.mtu, server(*p, self.block), c);
+                    }
                 }
             }
             Part::Blocks => {
@@ -304,6 +325,21 @@ impl RrBenchArgs {
             gro: false,
             seed: 0,
         }
+    }
+
+    /// The CPUs a client thread each can have beside the server: those given, or every
+    /// CPU but the server's on this machine (none on a testbed, whose client hosts place
+    /// their own).
+    pub(super) fn wide_client_cpus(&self) -> CpuList {
+        if self.on.testbed.is_some() {
+            return CpuList::new(Vec::new());
+        }
+        let all = match &self.client_cpus {
+            Some(c) => c.as_slice().to_vec(),
+            None => (0..netlane::cpus::online_count()).filter(|c| *c != self.server_cpu).collect(),
+        };
+        // A thread needs a client of its own.
+        CpuList::new(all.into_iter().take(self.clients).collect())
     }
 
     /// The server on the server CPU, reading `path` (rings with blocks of `block` requests).

@@ -142,7 +142,15 @@ impl RrBenchArgs {
             t.push(row(p.name(), rs));
             points.extend(Point::of(x as f64, &values(rs, throughput)));
         }
+        let wide = self.wide_client_cpus().len();
+        for p in WIDE_PATHS {
+            let label = wide_label(p, wide);
+            if let Some(rs) = runs.find(Part::Paths, &label) {
+                t.push(row(&label, rs));
+            }
+        }
         out.tables.push(t);
+        out.notes.extend(self.wide_note(runs));
         out.charts.push(Chart {
             name: "rr-paths".into(),
             title: format!("Responses per second by receive path, {} clients", self.clients),

@@ -88,13 +88,27 @@ fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
 
 /// `bad` (a mode's label) measured `degenerate` in the second round, or in both.
 fn report_rounds(bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
-    let a = RrBenchArgs::defaults();
+    report_of(&args(), bad, degenerate, both)
+}
+
+/// The defaults, with the throughput comparison's clients on CPUs 2 and 3 (beside the
+/// server's CPU 1), whatever this machine has.
+fn args() -> RrBenchArgs {
+    let mut a = RrBenchArgs::defaults();
+    a.server_cpu = 1;
+    a.client_cpus = Some("2-3".parse().unwrap());
+    a
+}
+
+fn report_of(a: &RrBenchArgs, bad: &str, degenerate: RrRun, both: bool) -> ScenarioReport {
     let modes = a.modes("10.0.0.1:7070".parse().unwrap());
     let all: Vec<Vec<RrRun>> = modes
         .iter()
         .map(|m| {
             let good = match m.label.as_str() {
                 "recvfrom" => run(40_000.0, 1_500_000, 1.9),
+                "recvfrom, clients on 2 CPUs" => run(40_000.0, 1_500_000, 1.0),
+                "tpacket-v2, clients on 2 CPUs" => run(80_000.0, 1_000_000, 1.0),
                 l if l.starts_with("24 KiB, 64 clients") => run(60_000.0, 1_000_000, 1.3),
                 l if l.starts_with("adaptive") => run(58_000.0, 1_000_000, 1.2),
                 l if l.starts_with("48 KiB, 64 clients") => run(8_000.0, 8_000_000, 0.1),
@@ -125,6 +139,9 @@ fn good_rounds_meet_the_talks_shape() {
     for c in &r.checks {
         assert_eq!(c.outcome, Outcome::Met, "{}: {:?} {}", c.id, c.measured, c.reason);
     }
+    // The throughput comparison's clients on two CPUs beside the server's.
+    let wide = r.notes.iter().find(|n| n.starts_with("With the clients on 2 CPUs")).expect("a note");
+    assert!(wide.contains("2.00x the rate") && wide.contains("TPACKET_V2 the clients, recvfrom the clients"), "{wide}");
     assert!(r.headline.contains("TPACKET_V2 cost the server"), "{}", r.headline);
 }
 
@@ -223,6 +240,26 @@ fn the_fixed_blocks_are_the_sizes_the_adaptive_ring_chooses_from() {
         let e = a.check_arguments().unwrap_err().to_string();
         assert!(e.contains(why), "{words:?}: {e}");
     }
+}
+
+#[test]
+fn tpacket_v2_s_rate_needs_clients_on_two_cpus_and_is_not_shown_without() {
+    let r = report_rounds("tpacket-v2, clients on 2 CPUs", run(60_000.0, 1_000_000, 1.0), true);
+    let c = r.checks.iter().find(|c| c.id == "rr.tpacket-v2-throughput").unwrap();
+    assert_eq!(c.outcome, Outcome::Missed, "1.5x: {}", c.reason);
+    // One CPU beside the server's: the comparison does not run, and says why.
+    let mut one = RrBenchArgs::defaults();
+    one.server_cpu = 1;
+    one.client_cpus = Some("0".parse().unwrap());
+    assert!(!one.labels().iter().any(|(_, l)| l.contains("clients on")));
+    let r = report_of(&one, "none", run(0.0, 0, 0.0), false);
+    let c = r.checks.iter().find(|c| c.id == "rr.tpacket-v2-throughput").unwrap();
+    assert_eq!(c.outcome, Outcome::NotShown, "{}", c.reason);
+    assert!(c.reason.contains("needs 3 CPUs") && c.reason.contains("server 1; clients 0"), "{}", c.reason);
+    // The server's own CPU is not the clients'.
+    let mut bad = one.clone();
+    bad.client_cpus = Some("0-1".parse().unwrap());
+    assert!(bad.check_arguments().unwrap_err().to_string().contains("the server's CPU 1 is not the clients'"));
 }
 
 #[test]
