@@ -179,18 +179,8 @@ impl RrBenchArgs {
                         clients(self.clients, self.response, self.time),
                     );
                 }
-                // The talk's throughput comparison needs clients that one CPU does not
-                // limit: a thread on each CPU but the server's, where there are two.
-                let wide = self.wide_client_cpus();
-                if wide.len() >= 2 {
-                    for p in WIDE_PATHS.iter().filter(|p| self.paths.contains(p)) {
-                        let c = ClientsConfig {
-                            threads: wide.len(),
-                            cpus: Some(wide.clone()),
-                            ..clients(self.clients, self.response, self.time)
-                        };
-                        m(wide_label(*p, wide.len()), self.mtu, server(*p, self.block), c);
-                    }
+                for (label, server, clients) in self.wide_modes(addr) {
+                    m(label, self.mtu, server, clients);
                 }
             }
             Part::Blocks => {
@@ -340,6 +330,27 @@ impl RrBenchArgs {
         };
         // A thread needs a client of its own.
         CpuList::new(all.into_iter().take(self.clients).collect())
+    }
+
+    /// The paths part's throughput comparison: the talk's needs clients that one CPU
+    /// does not limit, a thread on each CPU but the server's, where there are two.
+    fn wide_modes(&self, addr: SocketAddr) -> Vec<(String, ServerConfig, ClientsConfig)> {
+        let wide = self.wide_client_cpus();
+        if wide.len() < 2 {
+            return Vec::new();
+        }
+        WIDE_PATHS
+            .iter()
+            .filter(|p| self.paths.contains(p))
+            .map(|p| {
+                let c = ClientsConfig {
+                    threads: wide.len(),
+                    cpus: Some(wide.clone()),
+                    ..self.population(addr, self.clients, self.response, self.time, self.think)
+                };
+                (wide_label(*p, wide.len()), self.server(addr, *p, self.block), c)
+            })
+            .collect()
     }
 
     /// The server on the server CPU, reading `path` (rings with blocks of `block` requests).
