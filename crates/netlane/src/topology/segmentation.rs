@@ -69,8 +69,9 @@ impl<'a> SegmentationGuard<'a> {
                 .collect();
             let segs = ns.with_rtnl(|r| r.link_gso_max_segs(index))?;
             if !off.is_empty() || segs < 2 {
-                return Err(TopologyError::Unsupported(format!(
-                    "{dev} does not take large sends whole: {} off, gso_max_segs {segs}",
+                return Err(TopologyError::Invalid(format!(
+                    "{dev} does not take large sends whole (an earlier run's offloads not put back?): {} off, \
+                     gso_max_segs {segs}",
                     if off.is_empty() { "nothing".to_string() } else { off.join(" and ") }
                 )));
             }

@@ -215,8 +215,7 @@ fn run_threads(endpoints: Endpoints<'_>, spec: &BulkRun, recv: RecvJob) -> Resul
     let tx_result = match &spec.tx {
         TxSource::Netlane(tx) => {
             let job = SenderJob { spec: tx.clone(), dst, run_id: spec.run_id };
-            let sender = Worker::spawn(tx_ns, "netlane-tx", move || run_sender_job(&job))?;
-            sender.join("sender")
+            Worker::spawn(tx_ns, "netlane-tx", move || run_sender_job(&job)).and_then(|s| s.join("sender"))
         }
         TxSource::External(ext) => Ok(run_external(endpoints.tx_host(), ext, dst)),
     };

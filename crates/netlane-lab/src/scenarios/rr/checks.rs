@@ -290,6 +290,13 @@ impl RrBenchArgs {
         if self.on.testbed.is_some() {
             return spec.skipped("on a testbed the client hosts place the clients: not compared");
         }
+        if wide.len() < 2 && (self.client_cpus.is_some() || self.clients < 2) {
+            return spec.skipped(format!(
+                "{} client(s) on the CPUs given ({wide}) make {} client thread(s): two are needed",
+                self.clients,
+                wide.len()
+            ));
+        }
         if wide.len() < 2 {
             return spec.not_shown(
                 3,

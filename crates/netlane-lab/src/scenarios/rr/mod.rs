@@ -169,6 +169,9 @@ impl RrBenchArgs {
         };
         let (mut modes, left): (Vec<Mode>, Vec<Mode>) =
             self.modes(SocketAddr::new(t.server_addr(), PORT)).into_iter().partition(|m| m.mtu == mtu);
+        // The queues part's device is the lab's own two-queue veth.
+        let queues_left = modes.iter().any(|m| m.part == Part::Queues);
+        modes.retain(|m| m.part != Part::Queues);
         // Lanes own the receive queues of the server's interface (none named: no lanes).
         let iface = t.server.spec.iface.clone();
         let lanes_left = iface.is_none() && modes.iter().any(|m| m.server.lane_device.is_some());
@@ -195,6 +198,12 @@ impl RrBenchArgs {
                 None => format!("the testbed names no server interface: MTU {mtu} is assumed"),
             };
             report.notes.insert(1, format!("Left out on this testbed ({why}): {}.", labels.join(", ")));
+        }
+        if queues_left {
+            report.notes.insert(
+                1,
+                "Left out on this testbed: the queues part (it runs on the lab's own two-queue veth).".to_string(),
+            );
         }
         if lanes_left {
             report.notes.insert(

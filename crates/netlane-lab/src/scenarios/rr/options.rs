@@ -162,12 +162,12 @@ impl RrBenchArgs {
             if self.on.testbed.is_some() {
                 bail!("--client-cpus: on a testbed the client hosts' own CPUs place the clients");
             }
-            c.check_online().map_err(|e| anyhow::anyhow!("--client-cpus {c}: {e}"))?;
+            c.check_online().map_err(|e| anyhow::anyhow!("--client-cpus: {e}"))?;
             if c.as_slice().contains(&self.server_cpu) {
                 bail!("--client-cpus {c}: the server's CPU {} is not the clients'", self.server_cpu);
             }
         }
-        if self.paths.is_empty() && self.parts.iter().any(|p| matches!(p, Part::Paths | Part::Wall)) {
+        if self.paths.is_empty() && self.parts.iter().any(|p| matches!(p, Part::Paths | Part::Wall | Part::Queues)) {
             bail!("--paths: no receive paths");
         }
         if !(HEADER_LEN..=1472).contains(&self.request) {

@@ -145,7 +145,8 @@ pub(super) const LANE_QUEUES: u32 = 2;
 pub(super) type Net = (u32, u32);
 
 impl Mode {
-    /// The veth pair it runs on: lanes need a queue each, every other mode one.
+    /// The veth pair it runs on: lanes need a queue each, and the queues part several;
+    /// every other mode one.
     pub(super) fn net(&self) -> Net {
         let several = self.server.lane_device.is_some() || self.part == Part::Queues;
         (self.mtu, if several { LANE_QUEUES } else { 1 })

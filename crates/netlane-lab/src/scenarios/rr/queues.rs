@@ -13,21 +13,28 @@ use crate::verdict::{Measure, Spec};
 use super::report::{columns, row};
 use super::*;
 
-/// The least-served queue's share of the frames, % of an even share: 100 when every
-/// queue's socket delivered as many frames.
-pub(super) fn least_served(r: &RrRun) -> Measure {
+/// The least-served of the device's `queues` receive queues' share of the frames, % of an
+/// even share: 100 when every queue's socket delivered as many, 0 when a queue had no
+/// socket (a server that bound fewer sockets than the device has queues).
+pub(super) fn least_served(r: &RrRun, queues: usize) -> Measure {
     let x = r.server.xdp.as_ref().ok_or("not an AF_XDP server")?;
     let q = &x.frames_per_queue;
-    if q.len() < 2 {
-        return Err(format!("{} receive queue(s) with a socket: nothing to spread over", q.len()));
+    if queues < 2 {
+        return Err(format!("{queues} receive queue(s): nothing to spread over"));
     }
-    let total: u64 = q.iter().sum();
-    if total == 0 {
+    if q.len() > queues {
+        return Err(format!("{} queue sockets reported on a device with {queues} queues", q.len()));
+    }
+    let total: f64 = q.iter().map(|n| *n as f64).sum();
+    if total == 0.0 {
         return Err("no queue's socket delivered a frame".into());
     }
-    let least = q.iter().copied().min().unwrap_or(0);
-    Ok(least as f64 * q.len() as f64 / total as f64 * 100.0)
+    let least = if q.len() < queues { 0 } else { q.iter().copied().min().unwrap_or(0) };
+    Ok(least as f64 * queues as f64 / total * 100.0)
 }
+
+/// Clients per queue below which their flows' hash may leave a queue short by chance.
+const CLIENTS_PER_QUEUE: usize = 8;
 
 /// Each queue's frames, `q0 n, q1 n` (AF_XDP), of a run.
 fn per_queue(r: &RrRun) -> String {
@@ -54,7 +61,11 @@ impl RrBenchArgs {
             let label = queues_label(*p);
             let Some(rs) = runs.find(Part::Queues, &label) else { continue };
             let mut r = row(&label, rs);
-            r.cells.push(if *p == RxPathKind::AfXdp { med(rs, least_served) } else { Value::Missing });
+            r.cells.push(if *p == RxPathKind::AfXdp {
+                med(rs, |r| least_served(r, LANE_QUEUES as usize))
+            } else {
+                Value::Missing
+            });
             if *p == RxPathKind::AfXdp
                 && let Some(first) = rs.first()
             {
@@ -78,8 +89,16 @@ impl RrBenchArgs {
             50.0,
             "%",
         );
+        let queues = LANE_QUEUES as usize;
+        if self.clients < CLIENTS_PER_QUEUE * queues {
+            return spec.skipped(format!(
+                "{} clients' flows need not reach every one of {queues} queues: at least {} are needed",
+                self.clients,
+                CLIENTS_PER_QUEUE * queues
+            ));
+        }
         match runs.find(Part::Queues, &queues_label(RxPathKind::AfXdp)) {
-            Some(rs) => spec.evaluate(rs.iter().map(least_served).collect(), "per round"),
+            Some(rs) => spec.evaluate(rs.iter().map(|r| least_served(r, queues)).collect(), "per round"),
             None => spec.skipped("the queues part did not run af-xdp"),
         }
     }

@@ -117,8 +117,8 @@ impl RrBenchArgs {
         }
         format!(
             "A stateless UDP request/response server (one thread, pinned to CPU {}, with its end's threaded \
-             NAPI) in one network namespace and closed-loop clients (each its own socket, all on CPU {}) in \
-             another, joined by a veth pair (MTU {} but in the large part; the clients' end has threaded NAPI and GRO \
+             NAPI) in one network namespace and closed-loop clients (each its own socket, on CPU {}; the paths \
+             part's throughput comparison puts a client thread on each CPU but the server's) in another, joined by a veth pair (MTU {} but in the large part; the clients' end has threaded NAPI and GRO \
              but not rx-udp-gro-forwarding, with which veth loses IP-fragmented responses). {figures} AF_XDP runs in \
              native XDP, copy mode (veth has no zero-copy).",
             self.server_cpu, self.client_cpu, self.mtu

@@ -243,19 +243,20 @@ fn the_fixed_blocks_are_the_sizes_the_adaptive_ring_chooses_from() {
 }
 
 #[test]
-fn tpacket_v2_s_rate_needs_clients_on_two_cpus_and_is_not_shown_without() {
+fn tpacket_v2_s_rate_needs_clients_on_two_cpus() {
     let r = report_rounds("tpacket-v2, clients on 2 CPUs", run(60_000.0, 1_000_000, 1.0), true);
     let c = r.checks.iter().find(|c| c.id == "rr.tpacket-v2-throughput").unwrap();
     assert_eq!(c.outcome, Outcome::Missed, "1.5x: {}", c.reason);
-    // One CPU beside the server's: the comparison does not run, and says why.
+    // One CPU given beside the server's: the comparison does not run, and says why (the
+    // machine's own shortage is "not shown": needs 3 CPUs).
     let mut one = RrBenchArgs::defaults();
     one.server_cpu = 1;
     one.client_cpus = Some("0".parse().unwrap());
     assert!(!one.labels().iter().any(|(_, l)| l.contains("clients on")));
     let r = report_of(&one, "none", run(0.0, 0, 0.0), false);
     let c = r.checks.iter().find(|c| c.id == "rr.tpacket-v2-throughput").unwrap();
-    assert_eq!(c.outcome, Outcome::NotShown, "{}", c.reason);
-    assert!(c.reason.contains("needs 3 CPUs") && c.reason.contains("server 1; clients 0"), "{}", c.reason);
+    assert_eq!(c.outcome, Outcome::Skipped, "{}", c.reason);
+    assert!(c.reason.contains("(0) make 1 client thread(s): two are needed"), "{}", c.reason);
     // The server's own CPU is not the clients'.
     let mut bad = one.clone();
     bad.client_cpus = Some("0-1".parse().unwrap());
@@ -275,13 +276,22 @@ fn every_queue_s_socket_must_serve_its_share() {
     let c = check(queued(run(60_000.0, 1_000_000, 1.5), &[5_000, 4_000]));
     assert_eq!(c.outcome, Outcome::Met, "{}", c.reason);
     assert!((c.measured.unwrap().median - 8_000.0 / 90.0).abs() < 1e-6);
-    // One queue's socket served nearly everything: a queue was not spread to.
+    // One queue's socket served nearly everything in round 2: a queue was not spread to.
     assert_eq!(check(queued(run(60_000.0, 1_000_000, 1.5), &[9_800, 200])).outcome, Outcome::WithinNoise);
-    // A socket on one queue only, or none that delivered: nothing shows a spread.
-    for frames in [&[9_000][..], &[0, 0][..]] {
+    // A socket on one of the two queues only: the other queue served nothing.
+    let c = check(queued(run(60_000.0, 1_000_000, 1.5), &[9_000]));
+    assert_eq!((c.outcome, c.measured.unwrap().min), (Outcome::WithinNoise, 0.0), "{}", c.reason);
+    // None that delivered, or more sockets than queues: nothing to judge.
+    for frames in [&[0, 0][..], &[1, 1, 1][..]] {
         let c = check(queued(run(60_000.0, 1_000_000, 1.5), frames));
         assert_eq!(c.outcome, Outcome::Invalid, "{frames:?}: {}", c.reason);
     }
+    // Too few clients for their flows to reach both queues: not judged.
+    let mut few = args();
+    few.clients = 8;
+    let r = report_of(&few, "none", run(0.0, 0, 0.0), false);
+    let c = r.checks.iter().find(|c| c.id == "rr.queues-af-xdp-every-queue").unwrap();
+    assert_eq!(c.outcome, Outcome::Skipped, "{}", c.reason);
     // The queues part's runs are on two queues, the paths part's on one.
     let modes = a.modes("10.0.0.1:7070".parse().unwrap());
     let net = |part: Part, label: &str| modes.iter().find(|m| m.part == part && m.label == label).unwrap().net();

@@ -120,7 +120,7 @@ impl UdpBulkArgs {
             );
         }
         // Refused (ENOBUFS: the socket's optmem full), the sender copies from then on.
-        let fell_back: u64 = zc.iter().map(|r| r.tx.zerocopy_fallbacks).sum();
+        let fell_back = zc.iter().filter(|r| r.tx.zerocopy_fallbacks > 0).count();
         if fell_back > 0 {
             return spec.invalid(format!(
                 "MSG_ZEROCOPY was refused (ENOBUFS) in {fell_back} run(s), which then copied: not a zerocopy sender"

@@ -215,8 +215,9 @@ impl RxPath {
 
 /// Receive queues of interface `ifindex` (`name`): as the kernel's netdev netlink family
 /// lists them, which answers for this process's network namespace (sysfs shows the
-/// namespace of whoever mounted it); from sysfs where the family is missing (before
-/// Linux 6.5); 1 when neither says.
+/// namespace of whoever mounted it); from sysfs where the family cannot list queues
+/// (before Linux 6.8), which is right only in the namespace sysfs was mounted in; 1
+/// when neither says.
 pub fn rx_queues(ifindex: u32, name: &str) -> u32 {
     use netlane::topology::netdev::{Netdev, QueueKind};
     let listed = Netdev::open()
