@@ -53,7 +53,7 @@ pub struct DecapArgs {
 }
 
 fn parse_hints(s: &str) -> Result<HintMode, String> {
-    HintMode::from_name(s).ok_or_else(|| format!("{s:?}: use off, rx-hash, flow-tag or dest-tag"))
+    HintMode::from_name(s).ok_or_else(|| format!("{s:?}: use one of {}", HintMode::names()))
 }
 
 fn parse_source(s: &str) -> Result<HintSource, String> {
@@ -84,7 +84,9 @@ pub struct RunArgs {
     /// Outer IPv6 source base (its last 32 bits vary by flow).
     #[arg(long, default_value = "fd00:4c42::")]
     src6: Ipv6Addr,
-    /// Hints: off, rx-hash (per-CPU flow cache), flow-tag or dest-tag.
+    /// Hints: off, rx-hash (per-CPU flow cache), flow-tag, dest-tag, or dest-tag-direct
+    /// (destination tags that skip the transport header: the classifier must match
+    /// the VIP's port).
     #[arg(long, default_value = "off", value_parser = parse_hints)]
     hints: HintMode,
     /// Where hints come from: kfunc (the NIC's RX hash; device-bound, native only) or
@@ -166,10 +168,7 @@ fn arp_mac(ip: Ipv4Addr) -> Result<[u8; 6]> {
 
 impl RunArgs {
     fn options(&self) -> Result<ServeOptions> {
-        if matches!(self.hints, HintMode::FlowTag | HintMode::DestTag)
-            && self.classifier_iface.is_none()
-            && self.hint_source == HintSource::Kfunc
-        {
+        if self.hints.tags() && self.classifier_iface.is_none() && self.hint_source == HintSource::Kfunc {
             bail!("--hints {}: give --classifier-iface (the interface whose egress marks flows)", self.hints.name());
         }
         let gw_mac = match (&self.gateway_mac, self.gateway) {

@@ -278,9 +278,7 @@ impl Lb {
         let update = plane.apply(config)?;
         execute(&balancer, &update.ops).1?;
         let events = match opts.hint {
-            HintMode::FlowTag | HintMode::DestTag => {
-                Some(balancer.events().map_err(kernel("open the new-flow event ring"))?)
-            }
+            h if h.tags() => Some(balancer.events().map_err(kernel("open the new-flow event ring"))?),
             _ => None,
         };
         let prog = balancer.program_fd();
@@ -449,12 +447,11 @@ impl Lb {
                 c.remove(&old).map_err(kernel("remove a classifier rule"))?;
             }
         }
-        let hint = match self.opts.hint {
-            HintMode::DestTag => self.balancer.tag_key().dest_tag(e.real),
-            _ => {
-                self.balancer.set_flow_tag(id, e).map_err(kernel("install a flow tag"))?;
-                self.balancer.tag_key().flow_tag(id)
-            }
+        let hint = if self.opts.hint.names_real() {
+            self.balancer.tag_key().dest_tag(e.real)
+        } else {
+            self.balancer.set_flow_tag(id, e).map_err(kernel("install a flow tag"))?;
+            self.balancer.tag_key().flow_tag(id)
         };
         self.tagged_real.insert(e.flow, e.real);
         self.tag_stats.installed += 1;

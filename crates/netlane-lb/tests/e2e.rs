@@ -279,7 +279,7 @@ fn hints_from_the_rx_hash_kfunc_and_classifier_tags() {
     let net = build();
     net.lb.enter_on_this_thread().unwrap();
     let router_ns = net.router.name().to_string();
-    for hint in [HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag] {
+    for hint in [HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag, HintMode::DestTagDirect] {
         let mut opts = LbOptions::new("l0", net.gw_mac);
         opts.max_vips = 4;
         opts.hint = hint;

@@ -11,6 +11,8 @@
  * the RX hash, or classifier tags naming a per-flow entry or the real itself. A hint
  * only skips lookups after its entry matched the packet and its real is still one of
  * the VIP's; anything else takes the full path, so untagged traffic always works.
+ * With tag_direct, a destination tag skips the transport header too (see
+ * dest_tag_direct()).
  *
  * ICMP echo requests to a VIP address are answered here; frag-needed/too-big errors
  * go to the flow's real. Non-VIP traffic goes to the stack; fragments, IPv4 options and
@@ -32,6 +34,7 @@ const volatile __u32 hint_mode = HINT_OFF;
 const volatile __u32 hint_cache_mask = HINT_CACHE - 1;
 const volatile __u32 flow_tag_count = FLOW_TAGS;
 const volatile __u32 hint_cache_cpus = 1; /* CPUs with a flow cache in hint_cache */
+const volatile __u32 tag_direct = 0; /* destination tags take dest_tag_direct() */
 
 static __always_inline void count(__u32 which)
 {
@@ -147,6 +150,57 @@ static __always_inline int emit_new_flow(const struct flow_key *f, __u32 real, _
 	return 0;
 }
 
+static __always_inline void count_tx(__u32 vip_index, __u32 real_index, __u64 bytes)
+{
+	add_counter(&vip_stats, vip_index, bytes);
+	add_counter(&real_stats, real_index, bytes);
+	count(ST_TX);
+}
+
+/* The talk's "marked packets skip parsing": a keyed destination tag goes from an L3
+ * check straight to encapsulation. Checked: the IP header (as the full path checks it;
+ * no options, no fragments), TCP or UDP, the tag's real live and its VIP on the
+ * packet's destination address and protocol. Not checked, which is why it is a
+ * variant and not the default: the VIP's port (a classifier that tags by destination
+ * address alone would send another port's traffic, even another VIP's on the same
+ * address, to the tagged real); the transport header (a truncated one is forwarded for
+ * the real's stack to drop); and the outer source hashes the addresses only, so a real's
+ * RSS spreads one client's connections no wider than one queue. XDP_TX after
+ * encapsulating, XDP_DROP if that failed, -1 for the full path. */
+static __always_inline int dest_tag_direct(struct xdp_md *ctx, __u32 hint, __u64 bytes)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt_desc p = {};
+	void *l4 = 0;
+	__u32 value = 0, zero = 0;
+
+	if (!tag_value(hint, TAG_KIND_DEST, &value) || parse_ip(data, data_end, bytes, &p, &l4) != PARSE_OK ||
+	    (p.flow.proto != IPPROTO_TCP_ && p.flow.proto != IPPROTO_UDP_))
+		return -1;
+	struct real_def *real = live_real(value, 0, 0);
+	if (!real)
+		return -1;
+	__u32 vip_index = real->vip;
+	struct vip_key *k = bpf_map_lookup_elem(&vip_keys, &vip_index);
+	struct lb_config *cfg = bpf_map_lookup_elem(&lb_cfg, &zero);
+
+	if (!k || !cfg || k->family != p.flow.family || k->proto != p.flow.proto || k->addr[0] != p.flow.dst[0] ||
+	    k->addr[1] != p.flow.dst[1] || k->addr[2] != p.flow.dst[2] || k->addr[3] != p.flow.dst[3])
+		return -1;
+	/* Ports left 0: the hash covers the addresses and the protocol. */
+	__u32 hash = flow_hash(&p.flow);
+	int err = real->family == FAM_V4 ? encap_ipip(ctx, &p, real, cfg, hash) : encap_ip6(ctx, &p, real, cfg, hash);
+
+	if (err) {
+		count(ST_DROP_ENCAP);
+		return XDP_DROP;
+	}
+	count(ST_HINT_HIT);
+	count_tx(vip_index, value, bytes);
+	return XDP_TX;
+}
+
 SEC("xdp")
 int balancer(struct xdp_md *ctx)
 {
@@ -159,6 +213,12 @@ int balancer(struct xdp_md *ctx)
 
 	if (hint_mode != HINT_OFF)
 		have_hint = read_hint(ctx, &hint);
+	if (hint_mode == HINT_DEST_TAG && tag_direct && have_hint) {
+		int r = dest_tag_direct(ctx, hint, bytes);
+
+		if (r >= 0)
+			return r;
+	}
 
 	switch (parse_packet(data, data_end, bytes, &p)) {
 	case PARSE_OK:
@@ -369,9 +429,7 @@ int balancer(struct xdp_md *ctx)
 	}
 	if (icmp_error)
 		count(ST_ICMP_TOO_BIG);
-	add_counter(&vip_stats, vip_index, bytes);
-	add_counter(&real_stats, real_index, bytes);
-	count(ST_TX);
+	count_tx(vip_index, real_index, bytes);
 	return XDP_TX;
 }
 

@@ -57,9 +57,10 @@ static __always_inline int parse_l4(void *l4, void *data_end, struct pkt_desc *p
 	return PARSE_NOT_L4;
 }
 
-/* `frame_len` is the whole frame's length: data_end - data in XDP (one buffer), the
- * skb's length in tc, where data_end ends the linear part only. */
-static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_len, struct pkt_desc *p)
+/* The Ethernet and IP headers (PARSE_OK with *l4 at the transport header, which is not
+ * read), or why not. `frame_len` is the whole frame's length: data_end - data in XDP
+ * (one buffer), the skb's length in tc, where data_end ends the linear part only. */
+static __always_inline int parse_ip(void *data, void *data_end, __u32 frame_len, struct pkt_desc *p, void **l4)
 {
 	struct ethhdr *eth = data;
 	__u32 frame = frame_len > sizeof(*eth) ? frame_len - sizeof(*eth) : 0;
@@ -89,7 +90,8 @@ static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_
 		p->flow.dst[0] = iph->daddr;
 		p->l3_len = tot_len;
 		p->tos = iph->tos;
-		return parse_l4(iph + 1, data_end, p);
+		*l4 = iph + 1;
+		return PARSE_OK;
 	}
 	if (eth->h_proto == ETH_P_IPV6_BE) {
 		struct ipv6hdr *ip6 = (void *)(eth + 1);
@@ -109,9 +111,18 @@ static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_
 		__builtin_memcpy(p->flow.dst, &ip6->daddr, 16);
 		p->l3_len = l3_len;
 		p->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
-		return parse_l4(ip6 + 1, data_end, p);
+		*l4 = ip6 + 1;
+		return PARSE_OK;
 	}
 	return PARSE_NOT_IP;
+}
+
+static __always_inline int parse_packet(void *data, void *data_end, __u32 frame_len, struct pkt_desc *p)
+{
+	void *l4 = 0;
+	int r = parse_ip(data, data_end, frame_len, p, &l4);
+
+	return r == PARSE_OK ? parse_l4(l4, data_end, p) : r;
 }
 
 #endif /* LB_PARSE_H */

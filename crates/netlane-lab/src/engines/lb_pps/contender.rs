@@ -124,7 +124,7 @@ impl Bench {
         let mut feed = SkbFeed::open(self.g0, flows, &frame).map_err(kernel("open the packet socket on g0"))?;
         let (program, tagger) = match subject {
             Subject::SkbBalancer(hint) => {
-                let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
+                let tagging = hint.tags();
                 let mut opts = LbOptions::new("l0", self.g0_mac);
                 opts.hint = hint;
                 opts.hint_source = HintSource::Kfunc;

@@ -83,6 +83,14 @@ impl Subject {
         }
     }
 
+    /// The balancer's hint mode (none for a ceiling).
+    pub fn hint(&self) -> Option<HintMode> {
+        match self {
+            Subject::Balancer(h) | Subject::SkbBalancer(h) | Subject::TwoCoreBalancer(h) => Some(*h),
+            _ => None,
+        }
+    }
+
     /// Whether this is an XDP_TX ceiling.
     pub fn is_ceiling(&self) -> bool {
         matches!(self, Subject::XdpTxCeiling | Subject::SkbCeiling | Subject::TwoCoreCeiling)

@@ -152,7 +152,7 @@ impl Bench {
         hint: HintMode,
         from: WarmFrom,
     ) -> Result<WarmUp, LbError> {
-        let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
+        let tagging = hint.tags();
         let (sender, gen_ns, g0) = (g.sender(), &self.gen_ns, from.ifindex);
         let flows = from.per_pass;
         let mut last = String::from("no pass ran");
@@ -229,7 +229,7 @@ impl Bench {
 /// where its connection entry and, in tag modes, its tag (installed in the TCX
 /// classifier on g0) are in place.
 pub(super) fn warm_skb(feed: &mut SkbFeed, lb: &mut Lb, hint: HintMode, flows: u32) -> Result<WarmUp, LbError> {
-    let tagging = matches!(hint, HintMode::FlowTag | HintMode::DestTag);
+    let tagging = hint.tags();
     let mut warm = WarmUp { passes: 0, complete: false, last: "no pass ran".into() };
     for pass in 1..=WARM_PASSES as u32 {
         let st0 = lb.stats()?;

@@ -93,8 +93,12 @@ fn pair(spec: Spec, a: Option<&PpsResult>, b: Option<&PpsResult>, how: &str, nee
     }
 }
 
+/// The tag modes, each checked against the untagged balancer.
+const TAGGED: [HintMode; 3] = [HintMode::FlowTag, HintMode::DestTag, HintMode::DestTagDirect];
+
 /// The targets, in the report's order: the untagged balancer against the ceiling at
-/// every flow count, each tag mode against untagged, the same on two cores, and
+/// every flow count, each tag mode against untagged, destination tags that skip the
+/// transport header against those that read it, the same on two cores, and
 /// per-destination tags at 1 M flows against 100. The two-core ones are not shown where
 /// `plan` had generators and balancer threads share CPUs.
 pub(super) fn checks(runs: &Runs<'_>, plan: &CpuPlan) -> Vec<Check> {
@@ -117,7 +121,7 @@ pub(super) fn checks(runs: &Runs<'_>, plan: &CpuPlan) -> Vec<Check> {
         if !flows.contains(&f) {
             continue;
         }
-        for tag in [HintMode::FlowTag, HintMode::DestTag] {
+        for tag in TAGGED {
             let spec = Spec::at_least(
                 &format!("lb-pps.{}-vs-untagged-{f}", tag.name()),
                 format!("{f} flows: {} vs untagged (Mpps per core)", tag.name()),
@@ -130,10 +134,25 @@ pub(super) fn checks(runs: &Runs<'_>, plan: &CpuPlan) -> Vec<Check> {
         }
     }
 
+    // Skipping the transport header against reading it, where parsing is the larger
+    // share of the work: at the fewest flows.
+    if let Some(&f) = flows.first() {
+        let (direct, checked) = (HintMode::DestTagDirect, HintMode::DestTag);
+        let spec = Spec::at_least(
+            &format!("lb-pps.dest-tag-direct-vs-dest-tag-{f}"),
+            format!("{f} flows: destination tags skipping the transport header vs reading it (Mpps per core)"),
+            1.0,
+            "x",
+        );
+        let how = "dest-tag-direct / dest-tag Mpps per core, per slice";
+        let needs = "needs the dest-tag and dest-tag-direct modes".to_string();
+        checks.push(pair(spec, find(f, Subject::Balancer(direct)), find(f, Subject::Balancer(checked)), how, needs));
+    }
+
     // The talk's multi-core result (12 cores: 26 -> ~40 Mpps at small flow counts), on
     // two balancer cores. (One flow cannot use two queues.)
     if flows.contains(&100) && runs.results.iter().any(|r| r.cores == 2) {
-        for tag in [HintMode::FlowTag, HintMode::DestTag] {
+        for tag in TAGGED {
             let spec = Spec::at_least(
                 &format!("lb-pps.two-cores-{}-vs-untagged-100", tag.name()),
                 format!("two cores, 100 flows: {} vs untagged (Mpps per core)", tag.name()),

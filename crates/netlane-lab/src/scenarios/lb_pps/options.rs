@@ -16,8 +16,9 @@ pub struct LbPpsArgs {
     /// Flow counts (comma separated).
     #[arg(long, value_delimiter = ',', default_value = "1,100,10000,1000000")]
     pub flows: Vec<u32>,
-    /// Balancer hint modes (comma separated): off, rx-hash, flow-tag, dest-tag.
-    #[arg(long, value_delimiter = ',', default_value = "off,rx-hash,flow-tag,dest-tag")]
+    /// Balancer hint modes (comma separated): off, rx-hash, flow-tag, dest-tag,
+    /// dest-tag-direct (destination tags that skip the transport header).
+    #[arg(long, value_delimiter = ',', default_value = "off,rx-hash,flow-tag,dest-tag,dest-tag-direct")]
     pub modes: Vec<String>,
     /// Measured time per program and flow count (taken in six turns).
     #[arg(short = 't', long, default_value = "2s", value_parser = parse_positive_duration)]
@@ -45,7 +46,7 @@ impl LbPpsArgs {
         for m in &self.modes {
             match HintMode::from_name(m) {
                 Some(h) => modes.push(h),
-                None => bail!("--modes: {m:?} is not one of off, rx-hash, flow-tag, dest-tag"),
+                None => bail!("--modes: {m:?} is not one of {}", HintMode::names()),
             }
         }
         let o = PpsOptions {

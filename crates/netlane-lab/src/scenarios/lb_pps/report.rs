@@ -258,6 +258,9 @@ fn notes_section(runs: &Runs<'_>, two_cores_apart: bool, out: &mut Sections) {
             .into(),
     );
     out.notes.push(path_note(runs.results));
+    if runs.results.iter().any(|r| r.subject.hint() == Some(HintMode::DestTagDirect)) {
+        out.notes.push(DIRECT_NOTE.into());
+    }
     out.notes.extend(two_core_note(runs, two_cores_apart));
     out.notes.extend(bare_note(runs.results));
 }
@@ -281,13 +284,24 @@ fn cache_note(runs: &Runs<'_>) -> Option<String> {
     ))
 }
 
+/// What the direct variant of destination tags skips, and why it is not the default.
+const DIRECT_NOTE: &str = "dest-tag-direct is the talk's \"marked packets skip parsing\": a destination tag goes from \
+     the IP header's checks (and that the tagged real's VIP has the packet's address and protocol) straight to \
+     encapsulation; the transport header is not read. dest-tag, the default, also reads the ports and holds the \
+     tagged real's VIP to the packet's port. The direct variant is not the default because it trusts the \
+     classifier to have matched the VIP's port (a rule on the destination address alone would send another \
+     port's traffic, even another VIP's on that address, to the tagged real), forwards a truncated transport \
+     header for the real's stack to drop, and varies the outer source per client address rather than per \
+     connection, so a real's RSS spreads one client's connections no wider than one queue. The gap between the \
+     two is the cost of the parsing skipped: compare their rates, and their ns per packet with no device.";
+
 /// Whether the skb path (and so the device-bound build) was measured.
 fn path_note(results: &[PpsResult]) -> String {
     if results.iter().any(|r| matches!(r.subject, Subject::SkbCeiling | Subject::SkbBalancer(_))) {
         "Rows marked skb: the same programs on frames that a packet socket sends through the generator \
              end's stack, so they reach the balancer as skbs; veth then has an RX hash, and the device-bound \
              build (kfunc) reads it: the kernel's flow hash (rx-hash), or the tag the TCX classifier on the \
-             sending end set (flow-tag, dest-tag; each mode's classifier is attached only in its turns). An skb \
+             sending end set (the tag modes; each mode's classifier is attached only in its turns). An skb \
              costs the veth path far more than an XDP frame (compare the two ceilings' core ns per packet), so \
              compare skb rows with each other. On veth the RX hash is not free: the kfunc makes the kernel \
              compute the flow hash (rx-hash program time) unless the classifier has set one."
@@ -321,6 +335,7 @@ fn two_core_note(runs: &Runs<'_>, apart: bool) -> Option<String> {
         Subject::TwoCoreBalancer(HintMode::Off),
         Subject::TwoCoreBalancer(HintMode::FlowTag),
         Subject::TwoCoreBalancer(HintMode::DestTag),
+        Subject::TwoCoreBalancer(HintMode::DestTagDirect),
     ]
     .into_iter()
     .filter_map(part)
@@ -349,7 +364,7 @@ fn bare_note(results: &[PpsResult]) -> Option<String> {
         Some((r.over_xdp_tx_ns?, r.room_ns?, r.beyond_room_ns?))
     };
     let (off, off_room, off_rest) = parts(HintMode::Off)?;
-    let tagged: Vec<String> = [HintMode::FlowTag, HintMode::DestTag]
+    let tagged: Vec<String> = [HintMode::FlowTag, HintMode::DestTag, HintMode::DestTagDirect]
         .into_iter()
         .filter_map(|h| {
             let (o, room, rest) = parts(h)?;
@@ -385,6 +400,11 @@ fn headline(runs: &Runs<'_>, out: &Sections) -> String {
         (Some(a), None) => Some(format!("flow tags ran at {a}x")),
         (None, Some(b)) => Some(format!("destination tags ran at {b}x")),
         (None, None) => None,
+    };
+    let few = match (few, at("dest-tag-direct", lo)) {
+        (Some(few), Some(d)) => Some(format!("{few} (skipping the transport header: {d}x)")),
+        (None, Some(d)) => Some(format!("destination tags that skip the transport header ran at {d}x")),
+        (few, None) => few,
     };
     let many = (hi > lo).then(|| at("dest-tag", hi)).flatten();
     match (few, many) {

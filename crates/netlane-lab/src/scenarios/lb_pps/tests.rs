@@ -99,6 +99,21 @@ fn the_headline_is_the_talk_s_claim_tagged_against_untagged() {
         .collect();
     let r = a.report(&untagged, &four_cpus());
     assert_eq!(r.headline, "Untagged, the balancer ran at 0.667x the XDP_TX ceiling at 1 flows.");
+    // With the direct variant: its figure beside the checked destination tags', its own
+    // checks against untagged, and the note that says what it skips.
+    let mut runs = all(Some(2.0));
+    runs.extend([1u32, 100, 10_000, 1_000_000].map(|f| at(f, Subject::Balancer(HintMode::DestTagDirect), Some(4.5))));
+    let r = a.report(&runs, &four_cpus());
+    assert_eq!(
+        r.headline,
+        "At 1 flow(s), flow tags ran at 1.40x and destination tags at 1.43x (skipping the transport header: 1.50x) \
+         the untagged balancer's packets per core; at 1000000 flows destination tags ran at 1.43x."
+    );
+    let direct = r.checks.iter().find(|c| c.id == "lb-pps.dest-tag-direct-vs-untagged-1").unwrap();
+    assert_eq!(direct.outcome, netlane_report::Outcome::Met, "4.5 / 3.0");
+    let vs = r.checks.iter().find(|c| c.id == "lb-pps.dest-tag-direct-vs-dest-tag-1").unwrap();
+    assert_eq!(vs.outcome, netlane_report::Outcome::Met, "4.5 / 4.3");
+    assert!(r.notes.iter().any(|n| n.starts_with("dest-tag-direct is the talk's")), "{:?}", r.notes);
 }
 
 #[test]

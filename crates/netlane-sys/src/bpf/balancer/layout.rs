@@ -127,6 +127,11 @@ pub enum HintMode {
     FlowTag,
     /// Per-destination tags (tag = real), checked against the packet's VIP.
     DestTag,
+    /// Per-destination tags that skip the transport header: an L3 check (the real's
+    /// VIP has the packet's address and protocol) and straight to encapsulation. The
+    /// VIP's port is not checked, so the classifier must match it; the outer source
+    /// varies per client address, not per connection.
+    DestTagDirect,
 }
 
 impl HintMode {
@@ -136,23 +141,44 @@ impl HintMode {
             HintMode::Off => defines::HINT_OFF,
             HintMode::RxHash => defines::HINT_RX_HASH,
             HintMode::FlowTag => defines::HINT_FLOW_TAG,
-            HintMode::DestTag => defines::HINT_DEST_TAG,
+            HintMode::DestTag | HintMode::DestTagDirect => defines::HINT_DEST_TAG,
         }
     }
 
-    /// "off", "rx-hash", "flow-tag", "dest-tag".
+    /// Every mode, in [`HintMode::name`]'s order.
+    pub const ALL: [HintMode; 5] =
+        [HintMode::Off, HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag, HintMode::DestTagDirect];
+
+    /// "off", "rx-hash", "flow-tag", "dest-tag", "dest-tag-direct".
     pub fn name(self) -> &'static str {
         match self {
             HintMode::Off => "off",
             HintMode::RxHash => "rx-hash",
             HintMode::FlowTag => "flow-tag",
             HintMode::DestTag => "dest-tag",
+            HintMode::DestTagDirect => "dest-tag-direct",
         }
     }
 
     /// Parses a name as [`HintMode::name`] prints it.
     pub fn from_name(s: &str) -> Option<HintMode> {
-        [HintMode::Off, HintMode::RxHash, HintMode::FlowTag, HintMode::DestTag].into_iter().find(|m| m.name() == s)
+        HintMode::ALL.into_iter().find(|m| m.name() == s)
+    }
+
+    /// The names, comma separated (for messages).
+    pub fn names() -> String {
+        HintMode::ALL.map(HintMode::name).join(", ")
+    }
+
+    /// Whether the classifier tags flows (per flow or per destination) from the
+    /// balancer's new-flow events.
+    pub fn tags(self) -> bool {
+        matches!(self, HintMode::FlowTag | HintMode::DestTag | HintMode::DestTagDirect)
+    }
+
+    /// Whether a tag names the real (per destination) rather than a flow entry.
+    pub fn names_real(self) -> bool {
+        matches!(self, HintMode::DestTag | HintMode::DestTagDirect)
     }
 }
 

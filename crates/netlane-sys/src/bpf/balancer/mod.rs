@@ -75,6 +75,7 @@ macro_rules! load_build {
         let ro = m.rodata_data.as_deref_mut().ok_or_else(|| io::Error::other("balancer object has no .rodata"))?;
         ro.ring_size = s.ring_size;
         ro.hint_mode = opts.hint.code();
+        ro.tag_direct = u32::from(opts.hint == HintMode::DestTagDirect);
         ro.hint_cache_mask = s.hint_cache - 1;
         ro.hint_cache_cpus = cpus;
         ro.flow_tag_count = s.flow_tags;
