@@ -35,7 +35,10 @@ fn usage_errors_exit_2_and_bad_values_are_explained() {
         (&["bench", "udp-pacing", "--quanta", "1ms,sometime"], "\"sometime\""),
         (&["nvme", "target", "--cpus", "99"], "does not exist"),
         (&["nvme", "perf", "--cpus", "1-0"], "backwards"),
-        (&["lb", "run", "--config", "x", "--iface", "y", "--hints", "fast"], "use off, rx-hash"),
+        (
+            &["lb", "run", "--config", "x", "--iface", "y", "--hints", "fast"],
+            "use one of off, rx-hash, flow-tag, dest-tag, dest-tag-direct",
+        ),
         (&["lab", "--only", "nothing"], "udp-bulk"),
         (&["lab", "--set", "nothing.time=1s"], "no scenario \"nothing\" (there are udp-bulk, udp-pacing"),
         (&["lab", "--set", "udp-bulk.time"], "expected OPTION=VALUE after udp-bulk."),

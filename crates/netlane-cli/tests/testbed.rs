@@ -139,13 +139,14 @@ fn nvme_ran_across_hosts(nvme: &serde_json::Value) {
 
 /// The rr scenario's server on the server host, each run's clients split between the
 /// two client hosts and merged; the MTU 9000 mode left out (the testbed's network is
-/// MTU 1500) and said so.
+/// MTU 1500) and said so; 8 KiB requests in fragments served on the recvmmsg and ring
+/// paths, the rings reassembling them.
 fn rr_ran_across_hosts(rr: &serde_json::Value) {
     let notes: Vec<&str> = rr["notes"].as_array().unwrap().iter().map(|n| n.as_str().unwrap()).collect();
     assert!(notes[0].contains("the server on host server at 10.78.0.1"), "{notes:?}");
     assert!(notes[1].starts_with("Left out on this testbed") && notes[1].contains("MTU 9000"), "{notes:?}");
     let runs = rr["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 5 + 2, "five paths, two large modes: {runs:?}");
+    assert_eq!(runs.len(), 5 + 2 + 3, "five paths, two large modes, three with fragmented requests: {runs:?}");
     for run in runs {
         let per_s = run["metrics"]["responses_per_s"].as_f64().unwrap_or(0.0);
         assert!(per_s > 1000.0, "{run}");
@@ -153,7 +154,13 @@ fn rr_ran_across_hosts(rr: &serde_json::Value) {
     }
     let agents = rr["tables"].as_array().unwrap().iter().find(|t| t["name"] == "rr-agents").expect("an agents table");
     let rows = agents["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 7 * 2, "7 runs x 2 agents: {agents}");
+    assert_eq!(rows.len(), 10 * 2, "10 runs x 2 agents: {agents}");
+    let reassembled: Vec<u64> = runs
+        .iter()
+        .filter(|r| r["label"].as_str().is_some_and(|l| l.contains("requests fragmented") && l.contains("tpacket")))
+        .map(|r| r["detail"]["server"]["ring_reassembled"].as_u64().unwrap())
+        .collect();
+    assert!(reassembled.len() == 2 && reassembled.iter().all(|n| *n > 1000), "{reassembled:?}");
     let plan: Vec<&str> = rr["cpu_plan"].as_array().unwrap().iter().map(|r| r["role"].as_str().unwrap()).collect();
     assert_eq!(plan, ["server on host server", "generator on host client1", "generator on host client2"]);
 }

@@ -1,8 +1,8 @@
 //! The service between two network namespaces joined by a veth pair, as two hosts: every
 //! path (AF_XDP in native XDP here), 8 KiB responses fragmented by IP at MTU 1500 and
 //! reassembled by the client's kernel, GSO segments at MTU 1500, one jumbo datagram at
-//! MTU 9000, and fragmented requests: the stack reassembles them for AF_XDP, the rings
-//! count them. Need root.
+//! MTU 9000, and fragmented requests: the stack reassembles them for the socket paths
+//! and AF_XDP, the rings reassemble them themselves. Need root.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -75,28 +75,34 @@ fn gso_segments_at_mtu_1500_and_one_jumbo_datagram_at_9000() {
 }
 
 #[test]
-fn fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings() {
-    if !privileged("fragmented_requests_reach_af_xdp_through_the_stack_and_are_counted_by_rings") {
+fn eight_kib_requests_in_fragments_are_served_on_every_path() {
+    if !privileged("eight_kib_requests_in_fragments_are_served_on_every_path") {
         return;
     }
     let h = hosts("rr-freq", 1500);
-    // 3000-byte requests: two fragments each.
-    let (r, st) = exchange(&h, server_cfg(&h, PathKind::AfXdp, false), |a| population(a, 4, client(3000, 1024)));
-    assert_clean("af-xdp", &r);
-    let x = st.xdp.as_ref().unwrap();
-    assert!(x.via_stack >= r.responses && x.redirected == 0, "{x:?}");
-
-    let cfg = server_cfg(&h, PathKind::TpacketV2, false);
-    let (r, st) = exchange(&h, cfg, |a| {
-        let mut p = population(a, 1, client(3000, 1024));
-        p.client.timeout_ns = 20_000_000;
-        p.client.max_retries = 1;
-        p
-    });
-    // A ring sees fragments, not datagrams: it counts them and answers nothing, and the
-    // client reports its requests lost.
-    assert_eq!(r.responses, 0, "{r:?}");
-    assert!(r.lost > 0 && st.counters.ring_fragments > 0, "{r:?} {st:?}");
+    for ipv6 in [false, true] {
+        for path in PathKind::ALL {
+            let what = format!("{path} ipv6={ipv6}");
+            // 8 KiB requests: six IP fragments each at MTU 1500.
+            let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 4, client(8192, 1024)));
+            assert_clean(&what, &r);
+            let c = &st.counters;
+            if path.is_ring() {
+                // The ring sees fragments and puts them back together itself.
+                assert!(
+                    c.ring_reassembled >= r.responses && c.ring_fragments >= 6 * c.ring_reassembled,
+                    "{what}: {c:?}"
+                );
+                let lost =
+                    (c.ring_reasm_given_up, c.ring_reasm_over_memory, c.ring_reasm_refused, c.ring_bad_checksums);
+                assert_eq!(lost, (0, 0, 0, 0), "{what}: {c:?}");
+            } else if path == PathKind::AfXdp {
+                // The program passes fragments to the stack, which reassembles them.
+                let x = st.xdp.as_ref().unwrap();
+                assert!(x.via_stack >= r.responses && x.redirected == 0, "{what}: {x:?}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -9,5 +9,6 @@ pub mod fuzzing;
 pub mod guard;
 pub mod ipid;
 pub mod packet;
+pub mod reasm;
 pub mod server;
 pub mod wire;

@@ -280,10 +280,7 @@ impl<'a> Serving<'a> {
         let mut c = self.st.counters;
         c.send_syscalls = self.tx.syscalls;
         c.gso_sends = self.tx.gso_sends;
-        let skips = self.path.skips();
-        c.ring_fragments = skips.fragments;
-        c.ring_skipped = skips.other;
-        c.ring_bad_checksums = skips.bad_checksums;
+        put_skips(&mut c, self.path.skips());
         if let Some(p) = &self.paced {
             let report = p.report();
             c.datagrams_sent += report.sent;
@@ -358,14 +355,22 @@ fn watch(ep: &Epoll, fd: impl AsFd, token: u64) -> Result<(), ServerError> {
     ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token)).map_err(|e| io_err("epoll add")(e.into()))
 }
 
+/// What a ring or AF_XDP path skipped, and what its reassembler did, into `c`.
+fn put_skips(c: &mut RrCounters, s: RingSkips) {
+    c.ring_fragments = s.fragments;
+    c.ring_skipped = s.other;
+    c.ring_bad_checksums = s.bad_checksums;
+    c.ring_reassembled = s.reasm.reassembled;
+    c.ring_reasm_given_up = s.reasm.timed_out + s.reasm.too_far;
+    c.ring_reasm_over_memory = s.reasm.over_memory;
+    c.ring_reasm_refused = s.reasm.overlaps + s.reasm.malformed + s.reasm.duplicates;
+}
+
 /// What the receive path counted: skipped frames, ring drops and freezes, the adaptive
 /// rings' switches, the AF_XDP sockets and program.
 fn rx_counters(path: &RxPath, st: &mut ServerStats) {
-    let skips = path.skips();
     let ring = path.take_ring_stats();
-    st.counters.ring_fragments = skips.fragments;
-    st.counters.ring_skipped = skips.other;
-    st.counters.ring_bad_checksums = skips.bad_checksums;
+    put_skips(&mut st.counters, path.skips());
     st.counters.ring_drops = ring.drops;
     st.counters.ring_freezes = ring.freezes;
     if let RxPath::Adaptive(a) = path {

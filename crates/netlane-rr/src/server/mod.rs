@@ -334,8 +334,21 @@ netlane::counters! {
         send_errors,
         /// Receive errors (ICMP errors queued on the socket, among others).
         recv_errors,
-        /// Ring paths: IP fragments seen (the ring gets them unassembled; not answered).
+        /// Ring paths: IP fragments seen (the ring gets them unassembled; they are
+        /// reassembled here, within the kernel's default bounds: 30 s, 4 MiB).
         ring_fragments,
+        /// Ring paths: datagrams reassembled from fragments (then taken like whole ones).
+        ring_reassembled,
+        /// Ring paths: fragmented datagrams given up: their 30 s ran out, or 64 fragments
+        /// came from their source since their last (a fragment was lost).
+        ring_reasm_given_up,
+        /// Ring paths: fragments dropped because the reassembler's memory (4 MiB, 1 MiB
+        /// from one source address) was full.
+        ring_reasm_over_memory,
+        /// Ring paths: fragments that overlapped others, duplicated one, or lay past
+        /// 65,535 bytes or the datagram's end (their datagrams, but for duplicates, are
+        /// dropped whole).
+        ring_reasm_refused,
         /// Ring and AF_XDP paths: frames with a wrong IPv4 header or UDP checksum (the
         /// stack drops them; so does the path).
         ring_bad_checksums,

@@ -39,6 +39,17 @@ fn worst(a: Measure, b: Measure) -> Measure {
     }
 }
 
+/// Responses per second of a run of fragmented requests; on a ring path, invalid
+/// unless the ring put together every request it answered (a request that came whole
+/// would not show what reassembly costs).
+fn reassembled_throughput(r: &RrRun) -> Measure {
+    let c = &r.server.counters;
+    if r.server.path.parse::<RxPathKind>().is_ok_and(RxPathKind::is_ring) && c.ring_reassembled < c.frames {
+        return Err(format!("the ring reassembled {} of {} requests", c.ring_reassembled, c.frames));
+    }
+    throughput(r)
+}
+
 /// The server CPU's idle share over the run, %; degenerate when it answered nothing.
 pub(super) fn idle(r: &RrRun) -> Measure {
     let c = &r.server_cpu;
@@ -242,6 +253,26 @@ impl RrBenchArgs {
                     "GSO segments / fragments responses/s",
                 ),
             ]);
+            // Requests in IP fragments, which a ring sees as fragments: it reassembles
+            // them in user space, against the stack reassembling them for recvmmsg.
+            let stack = fragmented_request_label(RxPathKind::Recvmmsg);
+            for p in [RxPathKind::TpacketV2, RxPathKind::TpacketV3] {
+                checks.push(pair(
+                    Spec::at_least(
+                        &format!("rr.fragmented-requests-{}", p.name()),
+                        format!(
+                            "8 KiB requests in IP fragments: {p} reassembling them itself vs recvmmsg (the stack's)"
+                        ),
+                        0.8,
+                        "x",
+                    ),
+                    Part::Large,
+                    &fragmented_request_label(p),
+                    &stack,
+                    reassembled_throughput,
+                    &format!("{p} / recvmmsg responses/s"),
+                ));
+            }
         }
         if self.parts.contains(&Part::Tx) {
             for tx in [TxKind::Packet, TxKind::AfXdp] {

@@ -26,6 +26,19 @@ pub(super) const PACE: [&str; 2] = ["unpaced", "paced"];
 /// The large part's modes.
 pub(super) const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
 
+/// The paths the large part sends 8 KiB requests to (IP fragments at MTU 1500): the
+/// stack reassembles them for recvmmsg, the rings reassemble them themselves.
+pub(super) const FRAGMENTED_REQUEST_PATHS: [RxPathKind; 3] =
+    [RxPathKind::Recvmmsg, RxPathKind::TpacketV2, RxPathKind::TpacketV3];
+
+/// Bytes of a fragmented request.
+pub(super) const FRAGMENTED_REQUEST: usize = 8192;
+
+/// A large-part run of 8 KiB requests to `p`.
+pub(super) fn fragmented_request_label(p: RxPathKind) -> String {
+    format!("8K requests fragmented, MTU 1500, {p}")
+}
+
 /// Response sizes of the tx part.
 pub(super) const TX_SIZES: [usize; 2] = [1024, 8192];
 
@@ -216,6 +229,14 @@ impl RrBenchArgs {
                 m(LARGE[0].into(), 1500, rm.clone(), c.clone());
                 m(LARGE[1].into(), 9000, rm, c.clone());
                 m(LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c });
+                let asking = clients(self.clients, self.response, self.time);
+                let asking = ClientsConfig {
+                    client: ClientConfig { request_len: FRAGMENTED_REQUEST, ..asking.client },
+                    ..asking
+                };
+                for p in FRAGMENTED_REQUEST_PATHS {
+                    m(fragmented_request_label(p), 1500, server(p, self.block), asking.clone());
+                }
             }
             Part::Pace => {
                 let open = ClientsConfig {

@@ -421,6 +421,7 @@ impl RrBenchArgs {
             y: responses_per_s(),
             series: vec![Series { name: "responses/s".into(), points }],
         });
+        self.fragmented_requests(runs, out);
         if let Some(rs) = runs.find(Part::Large, LARGE[0]) {
             let r: Vec<f64> = rs.iter().map(|r| r.clients.retransmits as f64).collect();
             if let Some(s) = Spread::of(&r).filter(|s| s.max > 0.0) {
@@ -432,6 +433,52 @@ impl RrBenchArgs {
                     sig(s.max)
                 ));
             }
+        }
+    }
+
+    /// 8 KiB requests in IP fragments on each path: the table, with what the rings'
+    /// reassembly counted.
+    fn fragmented_requests(&self, runs: &Runs<'_>, out: &mut Sections) {
+        let mut cols = columns("path");
+        cols.push(Column::new("fragments_per_request", "fragments/request", 1));
+        cols.push(Column::new("reassembly_dropped", "reassembly dropped", 0));
+        let mut t = Table::new(
+            "rr-fragmented-requests",
+            format!(
+                "{} KiB requests in IP fragments at MTU 1500 ({} B responses), {} clients, medians of {} rounds",
+                FRAGMENTED_REQUEST / 1024,
+                self.response,
+                self.clients,
+                self.repeat
+            ),
+            cols,
+        );
+        for p in FRAGMENTED_REQUEST_PATHS {
+            let Some(rs) = runs.find(Part::Large, &fragmented_request_label(p)) else { continue };
+            let mut r = row(p.name(), rs);
+            let ring = |f: fn(&netlane_rr::server::RrCounters) -> u64| {
+                med(rs, move |r: &RrRun| if p.is_ring() { Ok(f(&r.server.counters) as f64) } else { Err("-".into()) })
+            };
+            r.cells.push(med(rs, move |r: &RrRun| {
+                let c = &r.server.counters;
+                if !p.is_ring() || c.ring_reassembled == 0 {
+                    return Err("the stack reassembled them".into());
+                }
+                Ok(c.ring_fragments as f64 / c.ring_reassembled as f64)
+            }));
+            r.cells.push(ring(|c| c.ring_reasm_given_up + c.ring_reasm_over_memory + c.ring_reasm_refused));
+            t.push(r);
+        }
+        if !t.rows.is_empty() {
+            out.tables.push(t);
+            out.notes.push(
+                "Fragmented requests: a packet ring gets copies of the frames, so it sees the fragments and puts \
+                 them together itself (bounded as the kernel bounds its own: 30 s, 4 MiB, 1 MiB a source, \
+                 overlapping fragments drop the datagram). The stack still gets the frames too and reassembles them \
+                 for the service socket, whose filter drops the copy: on a ring path the server's CPU pays for \
+                 both reassemblies."
+                    .into(),
+            );
         }
     }
 

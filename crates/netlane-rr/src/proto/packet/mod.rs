@@ -16,6 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use super::frames::{fold, sum16};
+use super::reasm::{FragKey, Fragment, Reassembled};
 
 /// Ethernet header bytes (no VLAN tag).
 pub const ETH_LEN: usize = 14;
@@ -23,6 +24,8 @@ pub(crate) const ETH_P_IP: u16 = 0x0800;
 pub(crate) const ETH_P_IPV6: u16 = 0x86dd;
 pub(crate) const ETH_P_8021Q: u16 = 0x8100;
 pub(crate) const IPPROTO_UDP: u8 = 17;
+/// IPv6's fragment header.
+const IPPROTO_FRAGMENT: u8 = 44;
 
 /// What the path knows about a frame's UDP checksum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,12 +157,36 @@ impl ServiceAddr {
 
     /// Whether a datagram to `dst` is the service's.
     pub fn takes(&self, dst: SocketAddr) -> bool {
-        (self.port == 0 || dst.port() == self.port)
-            && match dst.ip() {
-                IpAddr::V4(a) => self.v4.takes(&a),
-                IpAddr::V6(a) => self.v6.takes(&a),
-            }
+        (self.port == 0 || dst.port() == self.port) && self.takes_address(dst.ip())
     }
+
+    /// Whether datagrams to `dst` may be the service's (on its port).
+    pub fn takes_address(&self, dst: IpAddr) -> bool {
+        match dst {
+            IpAddr::V4(a) => self.v4.takes(&a),
+            IpAddr::V6(a) => self.v6.takes(&a),
+        }
+    }
+}
+
+/// What a frame carries for a service: a whole datagram, or a fragment of one to an
+/// address the service takes (whose port only the first fragment shows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Found<'a> {
+    /// A whole datagram for the service.
+    Datagram(UdpFrame<'a>),
+    /// An IP fragment, for [`super::reasm::Reassembler`].
+    Fragment(Fragment<'a>),
+}
+
+/// The UDP content of an IP packet.
+enum Content<'a> {
+    Whole(&'a [u8]),
+    Fragment { id: u32, offset: usize, more: bool, data: &'a [u8] },
+}
+
+fn be32(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes([*b.get(at)?, *b.get(at + 1)?, *b.get(at + 2)?, *b.get(at + 3)?]))
 }
 
 fn be16(b: &[u8], at: usize) -> Option<u16> {
@@ -167,8 +194,37 @@ fn be16(b: &[u8], at: usize) -> Option<u16> {
 }
 
 /// Finds the UDP datagram in an Ethernet frame addressed to the service `want`,
-/// checked as the stack checks it (see the module's documentation).
+/// checked as the stack checks it (see the module's documentation); an IP fragment is
+/// [`Skip::Fragment`].
 pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<UdpFrame<'_>, Skip> {
+    match parse_frame_or_fragment(frame, want, meta)? {
+        Found::Datagram(u) => Ok(u),
+        Found::Fragment(_) => Err(Skip::Fragment),
+    }
+}
+
+/// As [`parse_frame`], but an IP fragment of UDP to an address `want` takes is handed
+/// back for reassembly (IPv4, and IPv6 with the fragment header right after the fixed
+/// one; an IPv6 atomic fragment is a whole datagram).
+pub fn parse_frame_or_fragment(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<Found<'_>, Skip> {
+    let (src, dst, content) = parse_ip(frame, meta)?;
+    match content {
+        Content::Whole(udp) => parse_udp(src, dst, udp, want, meta.csum).map(Found::Datagram),
+        Content::Fragment { .. } if !want.takes_address(dst) => Err(Skip::OtherAddress),
+        Content::Fragment { id, offset, more, data } => {
+            Ok(Found::Fragment(Fragment { key: FragKey { src, dst, id }, offset, more, data }))
+        }
+    }
+}
+
+/// The datagram in a reassembled IP payload, checked as a whole one is (its UDP
+/// checksum in full: no path vouches for a reassembled datagram's).
+pub fn parse_reassembled(r: &Reassembled, want: ServiceAddr) -> Result<UdpFrame<'_>, Skip> {
+    parse_udp(r.key.src, r.key.dst, &r.payload, want, Csum::Unknown)
+}
+
+/// The addresses and UDP content of the IP packet in an Ethernet frame.
+fn parse_ip(frame: &[u8], meta: FrameMeta) -> Result<(IpAddr, IpAddr, Content<'_>), Skip> {
     let mut ethertype = be16(frame, 12).ok_or(Skip::Truncated)?;
     let mut l3 = ETH_LEN;
     // A priority tag (VLAN 0) is the untagged network's, as the stack treats it.
@@ -203,13 +259,17 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<U
             if ip[9] != IPPROTO_UDP {
                 return Err(Skip::NotUdp);
             }
+            let src = IpAddr::V4(Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]));
+            let dst = IpAddr::V4(Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]));
+            let data = &ip[ihl..total];
             // More fragments, or a fragment offset: not a whole datagram.
-            if be16(ip, 6).ok_or(Skip::Truncated)? & 0x3fff != 0 {
-                return Err(Skip::Fragment);
+            let flags = be16(ip, 6).ok_or(Skip::Truncated)?;
+            if flags & 0x3fff != 0 {
+                let (id, offset, more) =
+                    (u32::from(be16(ip, 4).unwrap_or(0)), usize::from(flags & 0x1fff) * 8, flags & 0x2000 != 0);
+                return Ok((src, dst, Content::Fragment { id, offset, more, data }));
             }
-            let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-            let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-            (IpAddr::V4(src), IpAddr::V4(dst), &ip[ihl..total])
+            (src, dst, data)
         }
         ETH_P_IPV6 => {
             if ip.len() < 40 {
@@ -218,10 +278,8 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<U
             if ip[0] >> 4 != 6 {
                 return Err(Skip::BadLength);
             }
-            match ip[6] {
-                IPPROTO_UDP => {}
-                44 => return Err(Skip::Fragment),
-                _ => return Err(Skip::NotUdp),
+            if ip[6] != IPPROTO_UDP && ip[6] != IPPROTO_FRAGMENT {
+                return Err(Skip::NotUdp);
             }
             let plen = usize::from(be16(ip, 4).ok_or(Skip::Truncated)?);
             if 40 + plen > ip.len() {
@@ -231,10 +289,34 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<U
             let mut d = [0u8; 16];
             s.copy_from_slice(&ip[8..24]);
             d.copy_from_slice(&ip[24..40]);
-            (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)), &ip[40..40 + plen])
+            let (src, dst) = (IpAddr::V6(Ipv6Addr::from(s)), IpAddr::V6(Ipv6Addr::from(d)));
+            let payload = &ip[40..40 + plen];
+            if ip[6] == IPPROTO_FRAGMENT {
+                // The fragment header: next header, reserved, offset (13 bits, in 8-byte
+                // units) and M, identification.
+                let (Some(&next), Some(field), Some(id)) = (payload.first(), be16(payload, 2), be32(payload, 4)) else {
+                    return Err(Skip::BadLength);
+                };
+                if next != IPPROTO_UDP {
+                    return Err(Skip::NotUdp);
+                }
+                let (offset, more, data) = (usize::from(field & 0xfff8), field & 1 != 0, &payload[8..]);
+                if offset == 0 && !more {
+                    // An atomic fragment (RFC 6946): a whole datagram.
+                    return Ok((src, dst, Content::Whole(data)));
+                }
+                return Ok((src, dst, Content::Fragment { id, offset, more, data }));
+            }
+            (src, dst, payload)
         }
         _ => return Err(Skip::NotIp),
     };
+    Ok((src_ip, dst_ip, Content::Whole(udp)))
+}
+
+/// The UDP datagram `udp` (to the end of the IP payload) from `src_ip` to `dst_ip`, if
+/// it is the service's and its lengths and checksum hold.
+fn parse_udp(src_ip: IpAddr, dst_ip: IpAddr, udp: &[u8], want: ServiceAddr, csum: Csum) -> Result<UdpFrame<'_>, Skip> {
     let sport = be16(udp, 0).ok_or(Skip::Truncated)?;
     let dport = be16(udp, 2).ok_or(Skip::Truncated)?;
     let ulen = usize::from(be16(udp, 4).ok_or(Skip::Truncated)?);
@@ -249,7 +331,7 @@ pub fn parse_frame(frame: &[u8], want: ServiceAddr, meta: FrameMeta) -> Result<U
         return Err(Skip::OtherAddress);
     }
     let udp = &udp[..ulen];
-    if !udp_checksum_ok(src_ip, dst_ip, udp, meta.csum) {
+    if !udp_checksum_ok(src_ip, dst_ip, udp, csum) {
         return Err(Skip::BadChecksum);
     }
     Ok(UdpFrame { src: SocketAddr::new(src_ip, sport), dst, payload: &udp[8..] })
@@ -318,9 +400,11 @@ enum To {
 
 /// A socket filter passing only untagged Ethernet frames not addressed to another
 /// host's MAC (the stack would drop those) that carry UDP to the service
-/// `want` (its port and, per family, its address) over IPv4 (whole datagrams or first
-/// fragments) or IPv6 (no extension headers); everything else is dropped in the kernel
-/// before it reaches the ring. `want.port` is a bound socket's, never 0.
+/// `want` (its port and, per family, its address) over IPv4 or IPv6 (no extension
+/// headers but a fragment header), and IP fragments to its addresses (a later fragment
+/// has no ports: whose they are shows once they are reassembled); everything else is
+/// dropped in the kernel before it reaches the ring. `want.port` is a bound socket's,
+/// never 0.
 pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
     // (code, if true, if false, k) with symbolic targets, resolved below.
     let mut p: Vec<(u16, To, To, u32)> = Vec::new();
@@ -336,26 +420,29 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
     if want.v4 != AddrMatch::No {
         p.push((LDB_ABS, To::Next, To::Next, 23)); // IPv4 protocol
         p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
-        p.push((LDH_ABS, To::Next, To::Next, 20)); // flags + fragment offset
-        p.push((JSET_K, To::Drop, To::Next, 0x1fff)); // a later fragment has no ports
         if let AddrMatch::Only(a) = want.v4 {
             p.push((LD_ABS, To::Next, To::Next, 30)); // destination address
             p.push((JEQ_K, To::Next, To::Drop, u32::from(a)));
         }
+        // A fragment (more to follow, or an offset): later ones have no ports, so
+        // whose it is shows once it is reassembled.
+        p.push((LDH_ABS, To::Next, To::Next, 20)); // flags + fragment offset
+        p.push((JSET_K, To::Accept, To::Next, 0x3fff));
         p.push((LDXB_MSH, To::Next, To::Next, 14)); // x = IPv4 header length
         p.push((LDH_IND, To::Next, To::Next, 16)); // UDP destination port
         p.push((JEQ_K, To::Accept, To::Drop, port));
     }
     let v6 = p.len();
     if want.v6 != AddrMatch::No {
-        p.push((LDB_ABS, To::Next, To::Next, 20)); // IPv6 next header
-        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
         if let AddrMatch::Only(a) = want.v6 {
             for (i, word) in a.octets().chunks_exact(4).enumerate() {
                 p.push((LD_ABS, To::Next, To::Next, 38 + 4 * i as u32)); // destination address
                 p.push((JEQ_K, To::Next, To::Drop, u32::from_be_bytes([word[0], word[1], word[2], word[3]])));
             }
         }
+        p.push((LDB_ABS, To::Next, To::Next, 20)); // IPv6 next header
+        p.push((JEQ_K, To::Accept, To::Next, u32::from(IPPROTO_FRAGMENT))); // as an IPv4 fragment
+        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
         p.push((LDH_ABS, To::Next, To::Next, 56)); // UDP destination port
         p.push((JEQ_K, To::Accept, To::Drop, port));
     }

@@ -67,8 +67,9 @@ fn everything_else_is_skipped_with_its_reason() {
         Err(Skip::Fragment)
     );
     assert_eq!(
-        parse_frame(&v6_frame(44, 7070, b"x"), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
-        Err(Skip::Fragment)
+        parse_frame(&v6_frame(44, 7070, b"xxxxxxxxxxxxxxxx"), ServiceAddr::port(7070), FrameMeta::UNKNOWN),
+        Err(Skip::NotUdp),
+        "a fragment header naming a protocol that is not UDP"
     );
     assert_eq!(parse_frame(&v6_frame(6, 7070, b"x"), ServiceAddr::port(7070), FrameMeta::UNKNOWN), Err(Skip::NotUdp));
     let f = v4_frame(1, 7070, b"abc", 0);
@@ -92,8 +93,14 @@ fn the_filter_passes_exactly_the_service_datagrams() {
     assert_eq!(run_filter_as(&prog, &v4_frame(1, 7070, b"x", 0), PACKET_OTHERHOST), 0, "another host's frame");
     assert_eq!(run_filter_as(&prog, &v6_frame(17, 7070, b"x"), PACKET_OTHERHOST), 0, "another host's frame");
     assert!(run_filter_as(&prog, &v6_frame(17, 7070, b"x"), 1) > 0, "a broadcast frame");
-    assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x2000)) > 0, "a first fragment has the port");
-    assert_eq!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x0010)), 0, "a later fragment has no port");
+    assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x2000)) > 0, "a first fragment");
+    assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x0010)) > 0, "a later fragment, which has no port");
+    assert!(run_filter(&prog, &v4_frame(1, 7071, b"x", 0x2000)) > 0, "whose it is shows once reassembled");
+    assert!(run_filter(&prog, &v6_frame(44, 7070, b"x")) > 0, "an IPv6 fragment");
+    let only = udp_service_filter(ServiceAddr::of_socket("10.0.0.2:7070".parse().unwrap(), true));
+    assert!(run_filter(&only, &v4_frame(1, 7070, b"x", 0x0010)) > 0);
+    let elsewhere = with_v4_dst(v4_frame(1, 7070, b"x", 0x0010), Ipv4Addr::new(10, 0, 0, 3));
+    assert_eq!(run_filter(&only, &elsewhere), 0, "a fragment to another address");
     assert_eq!(run_filter(&prog, &v4_frame(1, 7071, b"x", 0)), 0);
     assert!(run_filter(&prog, &v6_frame(17, 7070, b"x")) > 0);
     assert_eq!(run_filter(&prog, &v6_frame(17, 53, b"x")), 0);
@@ -194,5 +201,91 @@ proptest! {
         // The filter may pass a first fragment the parser then counts; never the
         // other way round.
         prop_assert!(!parsed || passed);
+    }
+}
+
+mod fragments {
+    use super::*;
+    use crate::proto::frames::{Datagram, Link};
+    use crate::proto::reasm::{ReasmLimits, Reassembler};
+
+    const LINK: Link = Link { src_mac: [2, 0, 0, 0, 0, 1], dst_mac: [2, 0, 0, 0, 0, 2], mtu: 1500 };
+
+    fn frames_of(src: &str, dst: &str, payload: &[u8], id: u32) -> Vec<Vec<u8>> {
+        let d = Datagram::new(LINK, src.parse().unwrap(), dst.parse().unwrap(), payload, id, 2048).unwrap();
+        (0..d.frames())
+            .map(|i| {
+                let mut f = vec![0; d.frame_len(i)];
+                d.write(i, &mut f);
+                f
+            })
+            .collect()
+    }
+
+    /// Feeds frames through the parser and a reassembler as a ring path does; the
+    /// datagrams that come out, parsed for `want`.
+    fn through(frames: &[Vec<u8>], want: ServiceAddr) -> Vec<Result<(SocketAddr, Vec<u8>), Skip>> {
+        let mut r = Reassembler::new(ReasmLimits::KERNEL);
+        let mut out = Vec::new();
+        for f in frames {
+            match parse_frame_or_fragment(f, want, FrameMeta::UNKNOWN) {
+                Ok(Found::Datagram(u)) => out.push(Ok((u.src, u.payload.to_vec()))),
+                Ok(Found::Fragment(frag)) => {
+                    r.handle_fragment(0, frag);
+                    if let Some(d) = r.poll_datagram() {
+                        out.push(parse_reassembled(&d, want).map(|u| (u.src, u.payload.to_vec())));
+                    }
+                }
+                Err(e) => out.push(Err(e)),
+            }
+        }
+        out
+    }
+
+    fn message(n: usize, seed: u8) -> Vec<u8> {
+        (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    }
+
+    #[test]
+    fn an_8_kib_request_in_fragments_is_found_whole_over_either_family() {
+        let m = message(8192, 1);
+        for (src, dst) in [("10.0.0.1:40000", "10.0.0.2:7070"), ("[fd00::1]:40000", "[fd00::2]:7070")] {
+            let mut fs = frames_of(src, dst, &m, 0x1234_5678);
+            assert_eq!(fs.len(), 6, "{src}");
+            fs.swap(0, 4);
+            let got = through(&fs, ServiceAddr::port(7070));
+            assert_eq!(got, vec![Ok((src.parse().unwrap(), m.clone()))], "{src}");
+        }
+    }
+
+    #[test]
+    fn a_reassembled_datagram_is_checked_as_a_whole_one() {
+        let m = message(4000, 2);
+        // Another port's: reassembled, then not taken.
+        let got = through(&frames_of("10.0.0.1:40000", "10.0.0.2:7071", &m, 9), ServiceAddr::port(7070));
+        assert_eq!(got, vec![Err(Skip::OtherPort)]);
+        // Fragments to an address the service does not take are not held at all.
+        let only = ServiceAddr::of_socket("10.0.0.2:7070".parse().unwrap(), true);
+        let got = through(&frames_of("10.0.0.1:40000", "10.0.0.3:7070", &m, 9), only);
+        assert_eq!(got, vec![Err(Skip::OtherAddress); 3]);
+        // A byte changed on the way: the UDP checksum over the whole datagram fails.
+        let mut fs = frames_of("10.0.0.1:40000", "10.0.0.2:7070", &m, 9);
+        let last = fs.last_mut().unwrap();
+        let at = last.len() - 5;
+        last[at] ^= 0x40;
+        assert_eq!(through(&fs, ServiceAddr::port(7070)), vec![Err(Skip::BadChecksum)]);
+    }
+
+    /// Two datagrams of alike length under one IP identification (a sender whose
+    /// counter wrapped) with fragments lost: the late one's first fragment and the early
+    /// one's others make a datagram of the right length, which the UDP checksum over
+    /// the whole refuses.
+    #[test]
+    fn fragments_of_two_datagrams_under_one_identification_are_refused_when_mixed() {
+        let (early, late) = (message(8192, 3), message(8192, 4));
+        let a = frames_of("10.0.0.1:40000", "10.0.0.2:7070", &early, 0x4242);
+        let b = frames_of("10.0.0.1:40000", "10.0.0.2:7070", &late, 0x4242);
+        let mixed: Vec<Vec<u8>> = std::iter::once(b[0].clone()).chain(a[1..].iter().cloned()).collect();
+        assert_eq!(through(&mixed, ServiceAddr::port(7070)), vec![Err(Skip::BadChecksum)]);
     }
 }

@@ -17,11 +17,12 @@ use netlane_sys::msg::RecvBatch;
 use netlane_sys::packet::{PacketRing, PacketStats};
 
 use crate::proto::packet::{Csum, FrameMeta, ServiceAddr, Skip, parse_frame};
+use crate::proto::reasm::ReasmCounters;
 
 pub use ring::{ADAPTIVE_BLOCKS, MAX_RING_BYTES, RingOptions};
 pub use xdp::{XdpOptions, memlock_limit, rx_queues};
 
-use ring::{AdaptivePath, ring_meta};
+use ring::{AdaptivePath, RingTaker, ring_meta};
 use xdp::XdpPath;
 
 /// A receive path, selectable at run time.
@@ -89,11 +90,13 @@ impl FromStr for PathKind {
 }
 
 /// Frames a ring path skipped, by reason (the filter lets only the service's datagrams
-/// in, so these are fragments and oddities).
+/// in, so these are fragments and oddities), and what became of the fragments.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RingSkips {
-    /// IP fragments (a ring sees them unassembled).
+    /// IP fragments (a ring sees them unassembled and reassembles them).
     pub fragments: u64,
+    /// The reassembler's counts (ring paths).
+    pub reasm: ReasmCounters,
     /// A wrong IPv4 header or UDP checksum: the stack would have dropped them.
     pub bad_checksums: u64,
     /// Anything else that was not a whole UDP datagram for the service.
@@ -130,10 +133,8 @@ pub enum RxPath {
     Ring {
         /// The ring.
         ring: PacketRing,
-        /// The datagrams that are the service's.
-        want: ServiceAddr,
-        /// What it skipped.
-        skips: RingSkips,
+        /// What becomes of its frames.
+        taker: Box<RingTaker>,
     },
 }
 
@@ -182,8 +183,8 @@ impl RxPath {
     /// What a ring or AF_XDP path skipped so far.
     pub fn skips(&self) -> RingSkips {
         match self {
-            RxPath::Ring { skips, .. } => *skips,
-            RxPath::Adaptive(a) => a.skips,
+            RxPath::Ring { taker, .. } => taker.skips(),
+            RxPath::Adaptive(a) => a.taker.skips(),
             RxPath::Xdp(x) => x.skips,
             _ => RingSkips::default(),
         }
@@ -225,11 +226,10 @@ impl RxPath {
                 }
                 Ok(n)
             }
-            RxPath::Ring { ring, want, skips } => {
-                let want = *want;
-                let n = ring.drain(&mut |frame, status| match parse_frame(frame, want, ring_meta(status)) {
-                    Ok(u) => f(u.payload, u.src),
-                    Err(e) => skips.count(e),
+            RxPath::Ring { ring, taker } => {
+                let now = taker.now();
+                let n = ring.drain(&mut |frame, status| {
+                    taker.take(frame, ring_meta(status), now, f);
                 });
                 if n == 0 { Err(io::ErrorKind::WouldBlock.into()) } else { Ok(n) }
             }

@@ -11,7 +11,10 @@ use netlane_sys::packet::{BlockCounts, Insn, PacketRing, RingSpec, attach_filter
 
 use super::{PathKind, RingSkips, RxPath, service_of};
 use crate::proto::adapt::{BlockChooser, WindowCounts};
-use crate::proto::packet::{Csum, FrameMeta, ServiceAddr, parse_frame, udp_service_filter};
+use crate::proto::packet::{
+    Csum, Found, FrameMeta, ServiceAddr, parse_frame_or_fragment, parse_reassembled, udp_service_filter,
+};
+use crate::proto::reasm::{ReasmLimits, Reassembler};
 
 /// ETH_P_ALL: every protocol (the filter picks).
 const ETH_P_ALL: u16 = 0x0003;
@@ -103,6 +106,77 @@ impl RingOptions {
     }
 }
 
+/// What a packet ring path does with each frame: a whole datagram for the service goes
+/// to the handler; a fragment to the reassembler (bounded as the kernel's is:
+/// [`ReasmLimits::KERNEL`]), whose whole datagrams are checked and handed on alike;
+/// anything else is counted.
+#[derive(Debug)]
+pub struct RingTaker {
+    want: ServiceAddr,
+    skips: RingSkips,
+    reasm: Reassembler,
+    epoch: std::time::Instant,
+}
+
+impl RingTaker {
+    pub(super) fn new(want: ServiceAddr) -> RingTaker {
+        RingTaker {
+            want,
+            skips: RingSkips::default(),
+            reasm: Reassembler::new(ReasmLimits::KERNEL),
+            epoch: std::time::Instant::now(),
+        }
+    }
+
+    /// The clock for one pass over a ring; gives up the datagrams whose fragments
+    /// timed out.
+    pub(super) fn now(&mut self) -> u64 {
+        let now = self.epoch.elapsed().as_nanos() as u64;
+        self.reasm.handle_timeout(now);
+        now
+    }
+
+    /// Takes one frame at `now`; hands a datagram it completes to `f` and returns its
+    /// sender.
+    pub(super) fn take(
+        &mut self,
+        frame: &[u8],
+        meta: FrameMeta,
+        now: u64,
+        f: &mut dyn FnMut(&[u8], SocketAddr),
+    ) -> Option<SocketAddr> {
+        match parse_frame_or_fragment(frame, self.want, meta) {
+            Ok(Found::Datagram(u)) => {
+                f(u.payload, u.src);
+                Some(u.src)
+            }
+            Ok(Found::Fragment(frag)) => {
+                self.skips.fragments += 1;
+                self.reasm.handle_fragment(now, frag);
+                let whole = self.reasm.poll_datagram()?;
+                match parse_reassembled(&whole, self.want) {
+                    Ok(u) => {
+                        f(u.payload, u.src);
+                        Some(u.src)
+                    }
+                    Err(e) => {
+                        self.skips.count(e);
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                self.skips.count(e);
+                None
+            }
+        }
+    }
+
+    pub(super) fn skips(&self) -> RingSkips {
+        RingSkips { reasm: self.reasm.counters(), ..self.skips }
+    }
+}
+
 /// The adaptive TPACKET_V3 path's parts: rings of several block sizes in one packet
 /// fanout group, whose program hands each frame to the active ring only. (Idle rings
 /// behind a drop-everything filter cost a delivery per ring and frame in the receive
@@ -115,8 +189,7 @@ pub struct AdaptivePath {
     chooser: BlockChooser,
     /// The active ring's block counts when the current window began.
     base: BlockCounts,
-    want: ServiceAddr,
-    pub(super) skips: RingSkips,
+    pub(super) taker: RingTaker,
     started: std::time::Instant,
 }
 
@@ -137,16 +210,14 @@ impl AdaptivePath {
     }
 
     pub(super) fn drain(&mut self, f: &mut dyn FnMut(&[u8], SocketAddr)) -> io::Result<usize> {
-        let want = self.want;
         let mut n = 0;
-        let (chooser, skips) = (&mut self.chooser, &mut self.skips);
+        let (chooser, taker) = (&mut self.chooser, &mut self.taker);
+        let now_reasm = taker.now();
         for ring in &mut self.rings {
-            n += ring.drain(&mut |frame, status| match parse_frame(frame, want, ring_meta(status)) {
-                Ok(u) => {
-                    chooser.on_frame(u.src, frame.len());
-                    f(u.payload, u.src);
+            n += ring.drain(&mut |frame, status| {
+                if let Some(src) = taker.take(frame, ring_meta(status), now_reasm, f) {
+                    chooser.on_frame(src, frame.len());
                 }
-                Err(e) => skips.count(e),
             });
         }
         let now = self.started.elapsed().as_nanos() as u64;
@@ -215,8 +286,7 @@ impl RxPath {
             select,
             chooser: BlockChooser::new(ADAPTIVE_BLOCKS.to_vec(), ADAPTIVE_WINDOW_NS),
             base: BlockCounts::default(),
-            want,
-            skips: RingSkips::default(),
+            taker: RingTaker::new(want),
             started: std::time::Instant::now(),
         })))
     }
@@ -232,7 +302,7 @@ impl RxPath {
         // keeps it from queueing a second copy of each request.
         let drop_all = [Insn { code: 0x06, jt: 0, jf: 0, k: 0 }];
         attach_filter(sock.as_fd(), &drop_all)?;
-        Ok(RxPath::Ring { ring, want, skips: RingSkips::default() })
+        Ok(RxPath::Ring { ring, taker: Box::new(RingTaker::new(want)) })
     }
 }
 
