@@ -34,7 +34,7 @@ const volatile __u32 hint_mode = HINT_OFF;
 const volatile __u32 hint_cache_mask = HINT_CACHE - 1;
 const volatile __u32 flow_tag_count = FLOW_TAGS;
 const volatile __u32 hint_cache_cpus = 1; /* CPUs with a flow cache in hint_cache */
-const volatile __u32 tag_direct = 0; /* destination tags take dest_tag_direct() */
+const volatile __u32 tag_direct = 0;	  /* destination tags take dest_tag_direct() */
 
 static __always_inline void count(__u32 which)
 {
