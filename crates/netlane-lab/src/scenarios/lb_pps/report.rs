@@ -186,11 +186,14 @@ fn bare_table(results: &[PpsResult]) -> Table {
     t
 }
 
-/// Mpps per core and program time per packet against the flows, a line per program.
+/// Mpps per core against the flows, a chart per way frames arrive (a line per program,
+/// six at most: a chart of every program would have more lines than colours), and
+/// program time per packet.
 fn charts(runs: &Runs<'_>) -> Vec<Chart> {
-    let line = |get: fn(&PpsResult) -> (Option<f64>, Vec<f64>), scale: f64| -> Vec<Series> {
+    let line = |get: fn(&PpsResult) -> (Option<f64>, Vec<f64>), scale: f64, on: &dyn Fn(&Subject) -> bool| {
         runs.subjects
             .iter()
+            .filter(|s| on(s))
             .map(|s| Series {
                 name: s.label(),
                 points: runs
@@ -209,26 +212,36 @@ fn charts(runs: &Runs<'_>) -> Vec<Chart> {
                     })
                     .collect(),
             })
-            .collect()
+            .collect::<Vec<Series>>()
     };
-    vec![
-        Chart {
-            name: "lb-pps-mpps".into(),
-            title: "Mpps per core vs flows (median of the slices, bars show their range)".into(),
+    let ways: [(&str, &str, fn(&Subject) -> bool); 3] = [
+        ("lb-pps-mpps", "XDP frames, one core", |s| matches!(s, Subject::XdpTxCeiling | Subject::Balancer(_))),
+        ("lb-pps-mpps-skb", "skbs, one core", |s| matches!(s, Subject::SkbCeiling | Subject::SkbBalancer(_))),
+        ("lb-pps-mpps-two-cores", "XDP frames, two cores", |s| {
+            matches!(s, Subject::TwoCoreCeiling | Subject::TwoCoreBalancer(_))
+        }),
+    ];
+    let mut charts: Vec<Chart> = ways
+        .into_iter()
+        .map(|(name, way, on)| Chart {
+            name: name.into(),
+            title: format!("Mpps per core vs flows, {way} (median of the slices, bars show their range)"),
             kind: ChartKind::Lines,
             x: Axis::numeric("flows", Unit::Count("flows".into()), Scale::Log),
             y: Axis::numeric("Mpps per core", Unit::Count("Mpps".into()), Scale::Linear),
-            series: line(|r| (r.mpps_per_core, r.measured_slices()), 1.0),
-        },
-        Chart {
-            name: "lb-pps-prog-ns".into(),
-            title: "Program time per packet vs flows (BPF run-time statistics)".into(),
-            kind: ChartKind::Lines,
-            x: Axis::numeric("flows", Unit::Count("flows".into()), Scale::Log),
-            y: Axis::numeric("time per packet", Unit::Seconds, Scale::Linear),
-            series: line(|r| (r.prog_ns_per_packet, Vec::new()), 1e-9),
-        },
-    ]
+            series: line(|r| (r.mpps_per_core, r.measured_slices()), 1.0, &on),
+        })
+        .filter(|c| !c.series.is_empty())
+        .collect();
+    charts.push(Chart {
+        name: "lb-pps-prog-ns".into(),
+        title: "Program time per packet vs flows (BPF run-time statistics; one core)".into(),
+        kind: ChartKind::Lines,
+        x: Axis::numeric("flows", Unit::Count("flows".into()), Scale::Log),
+        y: Axis::numeric("time per packet", Unit::Seconds, Scale::Linear),
+        series: line(|r| (r.prog_ns_per_packet, Vec::new()), 1e-9, &|s| s.cores() == 1),
+    });
+    charts
 }
 
 /// The notes, in the report's order: what the flow counts did to the untagged program,
