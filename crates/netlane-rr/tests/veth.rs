@@ -127,6 +127,10 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
             assert_eq!(raw.datagrams, st.counters.responses + st.counters.retries_sent, "{what}: {raw:?}");
             let (responses, retries) = (st.counters.responses, st.counters.retries_sent);
             assert_eq!((raw.fragmented, raw.frames), (responses, 6 * responses + retries), "{what}: {raw:?}");
+            // A fragmented datagram's checksum is summed here; a one-frame Retry's is
+            // left to the device on the packet ring.
+            let offloaded = if tx == TxKind::Packet { retries } else { 0 };
+            assert_eq!(raw.checksum_offloaded, offloaded, "{what}: {raw:?}");
             assert_eq!(checksum_errors(&h), bad, "{what}: the client's kernel saw bad UDP checksums");
             if !ipv6 {
                 assert!(reassembled(&h) - reasm >= r.responses, "{what}: no reassembly seen");
@@ -165,13 +169,21 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     );
     drop(h);
 
-    // MTU 9000: the packet ring's slots fit the link, so an 8 KiB response is one frame.
+    // MTU 9000: the packet ring's slots fit the link, so an 8 KiB response is one frame,
+    // whose checksum the device finishes, or netlane sums when told to.
     let h = hosts("rr-rawjumbo", 9000);
-    let cfg = ServerConfig { tx: TxKind::Packet, ..server_cfg(&h, PathKind::Recvmmsg, false) };
-    let (r, st) = exchange(&h, cfg, |a| population(a, 16, client(512, 8192)));
-    assert_clean("jumbo frames", &r);
-    let raw = st.raw_tx.unwrap();
-    assert_eq!((raw.fragmented, raw.frames), (0, raw.datagrams), "{raw:?}");
+    for (offload, ipv6) in [(true, false), (true, true), (false, false)] {
+        let what = format!("offload={offload} ipv6={ipv6}");
+        let bad = checksum_errors(&h);
+        let cfg =
+            ServerConfig { tx: TxKind::Packet, tx_checksum_offload: offload, ..server_cfg(&h, PathKind::Recvmmsg, ipv6) };
+        let (r, st) = exchange(&h, cfg, |a| population(a, 16, client(512, 8192)));
+        assert_clean(&what, &r);
+        let raw = st.raw_tx.unwrap();
+        assert_eq!((raw.fragmented, raw.frames), (0, raw.datagrams), "{what}: {raw:?}");
+        assert_eq!(raw.checksum_offloaded, if offload { raw.datagrams } else { 0 }, "{what}: {raw:?}");
+        assert_eq!(checksum_errors(&h), bad, "{what}: the client's kernel saw bad UDP checksums");
+    }
 }
 
 #[test]

@@ -369,7 +369,17 @@ pub struct TxCounts {
     pub kicks: u64,
     /// Times the slot at the head was still in flight (the ring was full).
     pub full: u64,
+    /// Frames whose transport checksum the device (or the kernel, for a device without
+    /// the offload) finished ([`PacketTx::push_partial`]).
+    pub csum_offloaded: u64,
 }
+
+/// Bytes of `struct virtio_net_hdr`, which leads every frame of a ring with
+/// `PACKET_VNET_HDR`.
+const VNET_HDR_LEN: usize = 10;
+/// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: finish the checksum at `csum_start + csum_offset`
+/// over the bytes from `csum_start` on.
+const VNET_F_NEEDS_CSUM: u8 = 1;
 
 /// A packet socket with a memory-mapped TPACKET_V2 transmit ring, bound to one
 /// interface: user space writes whole link-layer frames into free slots, marks them
@@ -386,6 +396,8 @@ pub struct PacketTx {
     next: usize,
     pending: usize,
     counts: TxCounts,
+    /// Every frame is led by a `virtio_net_hdr` (`PACKET_VNET_HDR`).
+    vnet_hdr: bool,
 }
 
 // SAFETY: as for `PacketRing`: the mapping belongs to this value alone.
@@ -397,6 +409,17 @@ impl PacketTx {
     /// through the interface's qdisc, and a malformed frame is skipped (PACKET_LOSS: the
     /// kernel hands its slot back) instead of stopping the ring.
     pub fn open(ifindex: u32, frame_size: u32, frames: u32) -> io::Result<PacketTx> {
+        PacketTx::open_with(ifindex, frame_size, frames, false)
+    }
+
+    /// As [`PacketTx::open`], with a `virtio_net_hdr` before every frame
+    /// (`PACKET_VNET_HDR`), so that [`PacketTx::push_partial`] can leave a frame's
+    /// transport checksum to the device: a slot holds that many bytes less.
+    pub fn open_with_checksum_offload(ifindex: u32, frame_size: u32, frames: u32) -> io::Result<PacketTx> {
+        PacketTx::open_with(ifindex, frame_size, frames, true)
+    }
+
+    fn open_with(ifindex: u32, frame_size: u32, frames: u32, vnet_hdr: bool) -> io::Result<PacketTx> {
         let page = page_size() as u32;
         if frame_size < 128 || !frame_size.is_multiple_of(16) || frames == 0 || ifindex == 0 {
             return Err(io::Error::new(
@@ -416,6 +439,10 @@ impl PacketTx {
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VERSION, libc::tpacket_versions::TPACKET_V2 as i32)?;
         set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_LOSS, 1)?;
+        if vnet_hdr {
+            // Before the ring: the kernel refuses it on a socket that has one.
+            set_int(fd.as_fd(), libc::SOL_PACKET, libc::PACKET_VNET_HDR, 1)?;
+        }
         let req = libc::tpacket_req {
             tp_block_size: block_size,
             tp_block_nr: blocks,
@@ -445,12 +472,19 @@ impl PacketTx {
             next: 0,
             pending: 0,
             counts: TxCounts::default(),
+            vnet_hdr,
         })
     }
 
     /// The largest frame a slot holds.
     pub fn max_frame(&self) -> usize {
-        self.frame_size - TX_DATA_OFFSET
+        self.frame_size - TX_DATA_OFFSET - if self.vnet_hdr { VNET_HDR_LEN } else { 0 }
+    }
+
+    /// Whether frames may leave their checksum to the device
+    /// ([`PacketTx::open_with_checksum_offload`]).
+    pub fn checksum_offload(&self) -> bool {
+        self.vnet_hdr
     }
 
     /// What the ring did so far.
@@ -467,6 +501,38 @@ impl PacketTx {
     /// false (and calls nothing) when that slot is still in flight: the ring is full;
     /// [`PacketTx::flush`] and wait for [`PacketTx::as_fd`] to be writable.
     pub fn push(&mut self, len: usize, fill: impl FnOnce(&mut [u8])) -> io::Result<bool> {
+        self.push_with(len, None, fill)
+    }
+
+    /// As [`PacketTx::push`], for a frame whose transport checksum field (at byte
+    /// `csum_start + csum_offset`) holds the pseudo-header's sum: the device finishes it
+    /// over the bytes from `csum_start` on (`VIRTIO_NET_HDR_F_NEEDS_CSUM`; a device
+    /// without the offload has the kernel do it). Only on a ring opened with
+    /// [`PacketTx::open_with_checksum_offload`].
+    pub fn push_partial(
+        &mut self,
+        len: usize,
+        csum_start: u16,
+        csum_offset: u16,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> io::Result<bool> {
+        if !self.vnet_hdr {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "this ring has no checksum offload"));
+        }
+        if usize::from(csum_start) + usize::from(csum_offset) + 2 > len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a checksum at {csum_start}+{csum_offset} lies past a {len}-byte frame"),
+            ));
+        }
+        let pushed = self.push_with(len, Some((csum_start, csum_offset)), fill)?;
+        if pushed {
+            self.counts.csum_offloaded += 1;
+        }
+        Ok(pushed)
+    }
+
+    fn push_with(&mut self, len: usize, csum: Option<(u16, u16)>, fill: impl FnOnce(&mut [u8])) -> io::Result<bool> {
         if len == 0 || len > self.max_frame() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -480,10 +546,26 @@ impl PacketTx {
             self.counts.full += 1;
             return Ok(false);
         }
-        let data =
-            self.map.bytes_mut(base + TX_DATA_OFFSET, len).ok_or_else(|| io::Error::other("slot outside the ring"))?;
-        fill(data);
-        self.map.write::<u32>(base + offset_of!(libc::tpacket2_hdr, tp_len), len as u32);
+        let lead = if self.vnet_hdr { VNET_HDR_LEN } else { 0 };
+        let data = self
+            .map
+            .bytes_mut(base + TX_DATA_OFFSET, lead + len)
+            .ok_or_else(|| io::Error::other("slot outside the ring"))?;
+        let (vnet, frame) = data.split_at_mut(lead);
+        if self.vnet_hdr {
+            // virtio_net_hdr: flags, gso_type (none), hdr_len, gso_size, csum_start,
+            // csum_offset; the 16-bit fields in the host's byte order (legacy virtio's,
+            // which the packet socket reads them in). hdr_len 0: the kernel takes the
+            // headers the checksum needs into the linear part itself.
+            vnet.fill(0);
+            if let Some((start, offset)) = csum {
+                vnet[0] = VNET_F_NEEDS_CSUM;
+                vnet[6..8].copy_from_slice(&start.to_ne_bytes());
+                vnet[8..10].copy_from_slice(&offset.to_ne_bytes());
+            }
+        }
+        fill(frame);
+        self.map.write::<u32>(base + offset_of!(libc::tpacket2_hdr, tp_len), (lead + len) as u32);
         self.map
             .word(base + offset_of!(libc::tpacket2_hdr, tp_status))
             .store(libc::TP_STATUS_SEND_REQUEST, Ordering::Release);

@@ -12,6 +12,15 @@ use netlane_rr::proto::guard::GuardConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::server::{PaceOptions, PathKind, RingOptions, RrCounters, ServerConfig, TxKind, XdpOptions};
 
+/// Who sums the UDP checksums of frames the packet transmit path writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TxChecksum {
+    /// netlane, for every datagram.
+    Software,
+    /// The device, for a datagram that goes as one frame.
+    Offload,
+}
+
 use super::parse_size_u32;
 use crate::documents::RrServe;
 use crate::out::{self, OutputArgs};
@@ -37,6 +46,12 @@ pub struct ServeArgs {
     /// resolved yet is answered through the socket. Needs a specific --listen address.
     #[arg(long, default_value = "socket")]
     pub tx: TxKind,
+    /// With --tx packet: software sums every UDP checksum in netlane; offload leaves a
+    /// one-frame response's checksum to the device (PACKET_VNET_HDR; the kernel sums it
+    /// for a device without the offload). A fragmented response is always summed in
+    /// netlane [default: offload].
+    #[arg(long, value_enum)]
+    pub tx_checksum: Option<TxChecksum>,
     /// Pace responses: at most this many per second leave, a few per release, each
     /// release one sendmmsg, so a batch of answers does not wake every client at once
     /// (socket transmit, one datagram per response) [default: send at once].
@@ -167,6 +182,9 @@ fn rates_line(d: &RrCounters, elapsed: Duration, interval: Duration) -> String {
 impl ServeArgs {
     /// The server configuration these arguments give.
     fn config(&self) -> Result<ServerConfig> {
+        if self.tx_checksum.is_some() && self.tx != TxKind::Packet {
+            anyhow::bail!("--tx-checksum applies to --tx packet only (this is --tx {})", self.tx);
+        }
         Ok(ServerConfig {
             listen: self.listen,
             path: self.path,
@@ -196,6 +214,7 @@ impl ServeArgs {
                 transmit: false,
             },
             tx: self.tx,
+            tx_checksum_offload: self.tx_checksum != Some(TxChecksum::Software),
             pace: self.pace.map(|rate| PaceOptions { rate, quantum: self.pace_quantum, queue: self.pace_queue }),
             lane_device: self.lane_device.clone(),
             busy_poll: self.busy_poll,

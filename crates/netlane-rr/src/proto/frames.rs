@@ -54,6 +54,8 @@ pub struct Datagram<'a> {
     payload: &'a [u8],
     id: u32,
     checksum: u16,
+    /// The checksum field holds the pseudo-header's sum only, for the device to finish.
+    partial: bool,
     /// Bytes of the UDP datagram (header included) each frame carries; every one but
     /// the last a multiple of 8 when fragmented.
     per_frame: usize,
@@ -114,6 +116,34 @@ impl<'a> Datagram<'a> {
         id: u32,
         max_frame: usize,
     ) -> Result<Datagram<'a>, FrameError> {
+        Datagram::plan(link, src, dst, payload, id, max_frame, false)
+    }
+
+    /// As [`Datagram::new`], but a datagram that goes as one frame leaves its UDP
+    /// checksum for the device to finish ([`Datagram::checksum_offload`] says where): the
+    /// field holds the pseudo-header's sum, and the payload is not summed here. A
+    /// fragmented datagram's checksum covers fragments the device sees one at a time, so
+    /// it is summed here in full.
+    pub fn offloaded(
+        link: Link,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &'a [u8],
+        id: u32,
+        max_frame: usize,
+    ) -> Result<Datagram<'a>, FrameError> {
+        Datagram::plan(link, src, dst, payload, id, max_frame, true)
+    }
+
+    fn plan(
+        link: Link,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: &'a [u8],
+        id: u32,
+        max_frame: usize,
+        offload: bool,
+    ) -> Result<Datagram<'a>, FrameError> {
         let v6 = match (src, dst) {
             (SocketAddr::V4(_), SocketAddr::V4(_)) => false,
             (SocketAddr::V6(_), SocketAddr::V6(_)) => true,
@@ -136,9 +166,28 @@ impl<'a> Datagram<'a> {
         };
         // IPv4: the last fragment's offset must fit 13 bits of 8-byte units, and the
         // whole packet 16 bits (a UDP length that fits always does).
-        let mut d = Datagram { link, src, dst, payload, id, checksum: 0, per_frame, frames };
-        d.checksum = d.udp_checksum();
+        let mut d = Datagram { link, src, dst, payload, id, checksum: 0, partial: false, per_frame, frames };
+        if offload && frames == 1 {
+            d.partial = true;
+            d.checksum = !fold(d.pseudo_header_sum());
+        } else {
+            d.checksum = d.udp_checksum();
+        }
         Ok(d)
+    }
+
+    /// Where the device finishes the UDP checksum, when it does: the transport header's
+    /// offset in the frame and the checksum field's in that header.
+    pub fn checksum_offload(&self) -> Option<(u16, u16)> {
+        let ip = if self.v6() { IPV6_LEN } else { IPV4_LEN };
+        self.partial.then_some(((ETH_LEN + ip) as u16, 6))
+    }
+
+    /// The one's complement sum of the pseudo-header: addresses, protocol, UDP length.
+    fn pseudo_header_sum(&self) -> u64 {
+        let (s, n) = ip_bytes(self.src.ip());
+        let (d, _) = ip_bytes(self.dst.ip());
+        sum16(sum16(0, &s[..n]), &d[..n]) + u64::from(IPPROTO_UDP) + self.udp_len() as u64
     }
 
     fn v6(&self) -> bool {
@@ -161,12 +210,7 @@ impl<'a> Datagram<'a> {
     /// The UDP checksum over the pseudo-header, header and payload (0 is sent as
     /// 0xffff: zero means "none" in IPv4 and is invalid in IPv6).
     fn udp_checksum(&self) -> u16 {
-        let (s, n) = ip_bytes(self.src.ip());
-        let (d, _) = ip_bytes(self.dst.ip());
-        let mut sum = sum16(0, &s[..n]);
-        sum = sum16(sum, &d[..n]);
-        sum += u64::from(IPPROTO_UDP) + self.udp_len() as u64;
-        sum = sum16(sum, &self.udp_header(0));
+        let mut sum = sum16(self.pseudo_header_sum(), &self.udp_header(0));
         sum = sum16(sum, self.payload);
         match fold(sum) {
             0 => 0xffff,
@@ -386,6 +430,37 @@ mod tests {
     /// second's first fragment. The UDP checksum fails here (it misses one such join in
     /// 65,536); the message's own checksum and its payload pattern refuse it whatever
     /// the UDP checksum says.
+    #[test]
+    fn an_offloaded_datagram_leaves_the_pseudo_header_sum_for_the_device_to_finish() {
+        use crate::proto::packet::Csum;
+        let data = payload(1000);
+        for (src, dst, at) in [("10.0.0.1:7070", "10.0.0.2:40000", 34u16), ("[fd00::1]:7070", "[fd00::2]:40000", 54)] {
+            let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
+            let d = Datagram::offloaded(LINK, src, dst, &data, 1, 2048).unwrap();
+            assert_eq!(d.checksum_offload(), Some((at, 6)));
+            let f = frames(&d).remove(0);
+            let want = ServiceAddr::port(40000);
+            // What offload leaves there is taken where a path cannot tell (AF_XDP), and
+            // is wrong for a receiver that sums it.
+            let partial = FrameMeta { csum: Csum::UnknownOrPartial, vlan_tci: None };
+            assert_eq!(parse_frame(&f, want, partial).unwrap().payload, &data[..]);
+            assert_eq!(parse_frame(&f, want, FrameMeta::UNKNOWN), Err(Skip::BadChecksum));
+            // Finishing it as a device does (the sum from the UDP header on, folded into
+            // the field) gives the checksum summed in full.
+            let mut done = f.clone();
+            let start = usize::from(at);
+            let c = checksum(&done[start..]);
+            done[start + 6..start + 8].copy_from_slice(&(if c == 0 { 0xffff } else { c }).to_be_bytes());
+            let full = frames(&Datagram::new(LINK, src, dst, &data, 1, 2048).unwrap()).remove(0);
+            assert_eq!(done, full);
+            // Fragmented: summed here in full, nothing left to the device.
+            let big = payload(4000);
+            let d = Datagram::offloaded(LINK, src, dst, &big, 1, 2048).unwrap();
+            assert_eq!((d.fragmented(), d.checksum_offload()), (true, None));
+            assert_eq!(frames(&d), frames(&Datagram::new(LINK, src, dst, &big, 1, 2048).unwrap()));
+        }
+    }
+
     #[test]
     fn fragments_of_two_responses_with_one_identification_misassemble_and_are_refused() {
         use super::super::wire::{self, Header, Kind};

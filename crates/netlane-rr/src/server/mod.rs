@@ -90,6 +90,10 @@ pub struct ServerConfig {
     pub xdp: XdpOptions,
     /// How responses leave.
     pub tx: TxKind,
+    /// The packet transmit path: a response that goes as one frame leaves its UDP
+    /// checksum to the device (`PACKET_VNET_HDR`); otherwise every checksum is summed
+    /// in user space.
+    pub tx_checksum_offload: bool,
     /// Pace responses (socket transmit, one datagram per response) instead of sending
     /// each as soon as it is ready.
     pub pace: Option<PaceOptions>,
@@ -127,6 +131,7 @@ impl Default for ServerConfig {
             ring: RingOptions::default(),
             xdp: XdpOptions::default(),
             tx: TxKind::Socket,
+            tx_checksum_offload: true,
             pace: None,
             lane_device: None,
             guard: GuardConfig::default(),

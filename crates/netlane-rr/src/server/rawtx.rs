@@ -77,6 +77,9 @@ pub struct RawTxReport {
     pub datagrams: u64,
     /// Of those, sent as IP fragments.
     pub fragmented: u64,
+    /// Of those, with the UDP checksum left for the device to finish (packet rings with
+    /// checksum offload; a fragmented datagram is always summed here).
+    pub checksum_offloaded: u64,
     /// Frames written.
     pub frames: u64,
     /// Transmit system calls (ring kicks).
@@ -105,8 +108,8 @@ pub struct RawTxReport {
 
 enum Sink {
     /// Rings by output interface; `None` for an interface whose ring could not be
-    /// opened (not tried again).
-    Packet(HashMap<u32, Option<PacketTx>>),
+    /// opened (not tried again); whether they leave checksums to the device.
+    Packet(HashMap<u32, Option<PacketTx>>, bool),
     Xdp {
         tx: XskTx,
         ifindex: u32,
@@ -148,9 +151,11 @@ pub enum Sent {
 }
 
 impl RawTx {
-    /// A packet-ring transmit path answering from `local` (a specific address).
-    pub fn packet(local: SocketAddr) -> io::Result<RawTx> {
-        RawTx::new(local, Sink::Packet(HashMap::new()))
+    /// A packet-ring transmit path answering from `local` (a specific address); with
+    /// `checksum_offload`, a datagram that goes as one frame leaves its UDP checksum to
+    /// the device (`PACKET_VNET_HDR`), otherwise every checksum is summed here.
+    pub fn packet(local: SocketAddr, checksum_offload: bool) -> io::Result<RawTx> {
+        RawTx::new(local, Sink::Packet(HashMap::new(), checksum_offload))
     }
 
     /// An AF_XDP transmit path on interface `ifindex`, answering from `local`.
@@ -200,7 +205,7 @@ impl RawTx {
         let mut r = self.report.clone();
         r.nexthops = self.hops.stats();
         match &self.sink {
-            Sink::Packet(rings) => {
+            Sink::Packet(rings, _) => {
                 r.rings = rings.values().flatten().count();
                 for t in rings.values().flatten() {
                     let c = t.counts();
@@ -268,7 +273,7 @@ impl RawTx {
     /// when no request comes).
     pub fn pending(&self) -> bool {
         match &self.sink {
-            Sink::Packet(rings) => rings.values().flatten().any(|t| t.pending() > 0),
+            Sink::Packet(rings, _) => rings.values().flatten().any(|t| t.pending() > 0),
             Sink::Xdp { tx, .. } => tx.in_flight() > 0,
         }
     }
@@ -277,7 +282,8 @@ impl RawTx {
         let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
         let id = self.ids.next(src.ip(), to.ip(), IPPROTO_UDP);
         let Some(ring) = self.ring(hop) else { return Ok(Queued::CannotFrame) };
-        let d = match Datagram::new(link, src, to, payload, id, ring.max_frame()) {
+        let plan = if ring.checksum_offload() { Datagram::offloaded } else { Datagram::new };
+        let d = match plan(link, src, to, payload, id, ring.max_frame()) {
             Ok(d) if d.frames() <= ring.capacity() => d,
             _ => return Ok(Queued::CannotFrame),
         };
@@ -297,11 +303,14 @@ impl RawTx {
         }
         for i in 0..d.frames() {
             let len = d.frame_len(i);
-            if !ring.push(len, &mut |slot: &mut [u8]| {
+            if !ring.push(len, d.checksum_offload(), &mut |slot: &mut [u8]| {
                 d.write(i, slot);
             })? {
                 return Ok(Queued::Full);
             }
+        }
+        if d.checksum_offload().is_some() {
+            self.report.checksum_offloaded += 1;
         }
         self.report.datagrams += 1;
         self.report.frames += d.frames() as u64;
@@ -317,14 +326,15 @@ impl RawTx {
     fn ring(&mut self, hop: &NextHop) -> Option<&mut dyn Ring> {
         match &mut self.sink {
             Sink::Xdp { tx, .. } => Some(tx),
-            Sink::Packet(rings) => {
+            Sink::Packet(rings, offload) => {
                 if !rings.contains_key(&hop.ifindex) {
                     if rings.len() >= MAX_RINGS {
                         return None;
                     }
                     let slot = (hop.mtu as usize + ETH_LEN + 32).next_multiple_of(16).clamp(2048, MAX_SLOT);
                     let frames = (RING_BYTES / slot).max(256) as u32;
-                    let t = PacketTx::open(hop.ifindex, slot as u32, frames)
+                    let open = if *offload { PacketTx::open_with_checksum_offload } else { PacketTx::open };
+                    let t = open(hop.ifindex, slot as u32, frames)
                         .inspect_err(|e| {
                             tracing::warn!(error = %e, ifindex = hop.ifindex, "no packet transmit ring: using the socket")
                         })
@@ -340,7 +350,7 @@ impl RawTx {
     pub fn flush(&mut self) -> io::Result<()> {
         match &mut self.sink {
             // Every ring is kicked; the first error is reported.
-            Sink::Packet(rings) => rings.values_mut().flatten().map(PacketTx::flush).fold(Ok(()), Result::and),
+            Sink::Packet(rings, _) => rings.values_mut().flatten().map(PacketTx::flush).fold(Ok(()), Result::and),
             Sink::Xdp { tx, .. } => tx.flush(),
         }
     }
@@ -360,7 +370,11 @@ trait Ring {
     fn max_frame(&self) -> usize;
     fn capacity(&self) -> usize;
     fn room(&mut self, frames: usize) -> bool;
-    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool>;
+    /// Whether a frame may leave its transport checksum to the device.
+    fn checksum_offload(&self) -> bool;
+    /// Queues a frame; `csum` (only where [`Ring::checksum_offload`]) says where the
+    /// device finishes its checksum.
+    fn push(&mut self, len: usize, csum: Option<(u16, u16)>, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool>;
     fn flush(&mut self) -> io::Result<()>;
     /// Waits a little for slots to come back.
     fn wait(&self);
@@ -370,8 +384,14 @@ impl Ring for PacketTx {
     fn max_frame(&self) -> usize {
         PacketTx::max_frame(self)
     }
-    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
-        PacketTx::push(self, len, fill)
+    fn checksum_offload(&self) -> bool {
+        PacketTx::checksum_offload(self)
+    }
+    fn push(&mut self, len: usize, csum: Option<(u16, u16)>, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
+        match csum {
+            Some((start, offset)) => PacketTx::push_partial(self, len, start, offset, fill),
+            None => PacketTx::push(self, len, fill),
+        }
     }
     fn flush(&mut self) -> io::Result<()> {
         PacketTx::flush(self)
@@ -393,7 +413,10 @@ impl Ring for XskTx {
     fn max_frame(&self) -> usize {
         XskTx::max_frame(self)
     }
-    fn push(&mut self, len: usize, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
+    fn checksum_offload(&self) -> bool {
+        false
+    }
+    fn push(&mut self, len: usize, _csum: Option<(u16, u16)>, fill: &mut dyn FnMut(&mut [u8])) -> io::Result<bool> {
         XskTx::push(self, len, fill)
     }
     fn flush(&mut self) -> io::Result<()> {

@@ -79,6 +79,18 @@ pub(super) fn frames_share(r: &RrRun) -> Measure {
     Ok(raw.datagrams as f64 / r.server.counters.responses as f64 * 100.0)
 }
 
+/// Server CPU per response of a packet-ring run, invalid unless every frame it wrote
+/// left its checksum to the device, or none did (whichever the run's server asked for):
+/// a fallback must not pass as the other way's cost.
+fn checksum_cost(r: &RrRun) -> Measure {
+    let raw = r.server.raw_tx.as_ref().ok_or_else(|| "the socket sent every response".to_string())?;
+    let offloaded = raw.checksum_offloaded;
+    if offloaded != 0 && offloaded != raw.datagrams {
+        return Err(format!("{offloaded} of {} datagrams left their checksum to the device", raw.datagrams));
+    }
+    frames_cost(r)
+}
+
 /// Server CPU per response of a transmit-path run, invalid when a frame path sent a
 /// response any other way (a fallback to the socket must not pass as the frame path's
 /// cost).
@@ -293,6 +305,23 @@ impl RrBenchArgs {
                     checks.push(pair(spec, Part::Tx, &a, &b, frames_cost, &what));
                 }
             }
+            let size = TX_SIZES[0] / 1024;
+            checks.push(pair(
+                Spec::at_most(
+                    "rr.tx-packet-checksum-offload-cost",
+                    format!(
+                        "{size} KiB responses through a PF_PACKET ring: leaving the UDP checksum to the device \
+                         (PACKET_VNET_HDR) costs the server no more CPU per response than summing it in user space"
+                    ),
+                    1.0,
+                    "x",
+                ),
+                Part::Tx,
+                &tx_label(TxKind::Packet, TX_SIZES[0]),
+                &tx_software_checksum_label(),
+                checksum_cost,
+                "offload / software server CPU per response",
+            ));
         }
         if self.parts.contains(&Part::Pace) {
             checks.push(self.pace_check(runs));

@@ -46,6 +46,12 @@ pub(super) fn tx_label(tx: TxKind, size: usize) -> String {
     format!("{tx}, {} KiB", size / 1024)
 }
 
+/// The tx part's packet-ring run that sums every checksum in user space (the others
+/// leave a one-frame response's to the device), at the size that goes as one frame.
+pub(super) fn tx_software_checksum_label() -> String {
+    format!("{}, checksums summed here", tx_label(TxKind::Packet, TX_SIZES[0]))
+}
+
 /// How a think time reads in labels: "no think", "think 3ms".
 pub(super) fn think_name(think: Duration) -> String {
     if think.is_zero() {
@@ -297,6 +303,12 @@ impl RrBenchArgs {
                         m(tx_label(tx, size), self.mtu, server, clients(self.clients, size, self.time));
                     }
                 }
+                let software = ServerConfig {
+                    tx: TxKind::Packet,
+                    tx_checksum_offload: false,
+                    ..server(RxPathKind::AfXdp, self.block)
+                };
+                m(tx_software_checksum_label(), self.mtu, software, clients(self.clients, TX_SIZES[0], self.time));
             }
         }
         modes

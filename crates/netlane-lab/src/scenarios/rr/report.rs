@@ -506,6 +506,17 @@ impl RrBenchArgs {
             }
             series.push(Series { name: format!("{} KiB responses", size / 1024), points });
         }
+        if let Some(rs) = runs.find(Part::Tx, &tx_software_checksum_label()) {
+            let mut r = row(&tx_software_checksum_label(), rs);
+            r.cells.push(med(rs, frames_share));
+            t.push(r);
+            out.notes.push(format!(
+                "The packet ring's rows leave a one-frame response's UDP checksum to the device (PACKET_VNET_HDR with \
+                 NEEDS_CSUM; on veth the checksum is never summed: the receiver takes the frame as a local sender's); \
+                 \"{}\" sums it in user space as a fragmented response's always is.",
+                tx_software_checksum_label()
+            ));
+        }
         out.tables.push(t);
         out.charts.push(Chart {
             name: "rr-tx".into(),
