@@ -175,8 +175,11 @@ fn frames_netlane_writes_reach_the_client_kernel_and_follow_neighbour_changes() 
     for (offload, ipv6) in [(true, false), (true, true), (false, false)] {
         let what = format!("offload={offload} ipv6={ipv6}");
         let bad = checksum_errors(&h);
-        let cfg =
-            ServerConfig { tx: TxKind::Packet, tx_checksum_offload: offload, ..server_cfg(&h, PathKind::Recvmmsg, ipv6) };
+        let cfg = ServerConfig {
+            tx: TxKind::Packet,
+            tx_checksum_offload: offload,
+            ..server_cfg(&h, PathKind::Recvmmsg, ipv6)
+        };
         let (r, st) = exchange(&h, cfg, |a| population(a, 16, client(512, 8192)));
         assert_clean(&what, &r);
         let raw = st.raw_tx.unwrap();

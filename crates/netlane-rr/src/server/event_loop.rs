@@ -340,9 +340,9 @@ impl<'a> Serving<'a> {
 fn raw_tx(cfg: &ServerConfig, local: SocketAddr, path: &mut RxPath) -> Result<Option<RawTx>, ServerError> {
     Ok(match cfg.tx {
         TxKind::Socket => None,
-        TxKind::Packet => Some(
-            RawTx::packet(local, cfg.tx_checksum_offload).map_err(io_err("set up the packet transmit path"))?,
-        ),
+        TxKind::Packet => {
+            Some(RawTx::packet(local, cfg.tx_checksum_offload).map_err(io_err("set up the packet transmit path"))?)
+        }
         TxKind::AfXdp => {
             let RxPath::Xdp(x) = path else { unreachable!("validated: tx af-xdp needs path af-xdp") };
             let ifindex = x.ifindex();

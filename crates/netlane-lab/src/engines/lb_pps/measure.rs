@@ -19,7 +19,7 @@ use super::counters::Program;
 use super::generator::{Feed, pin_to};
 use super::network::{Bench, TwoCores};
 use super::results::{Bare, PpsResult, Slice, Subject};
-use super::{BARE_FRAMES, LEAD_IN, SEND_BATCH, SLICES, kernel, splits_in_two};
+use super::{LEAD_IN, SEND_BATCH, SLICES, bare_frames, kernel, splits_in_two};
 use crate::stats::round_order;
 
 impl Bench {
@@ -200,8 +200,9 @@ impl Bench {
         let bare = match &c.feed {
             Feed::Frames(g, frame) => {
                 let before = c.program.counts()?;
-                let bare =
-                    pin_to(self.cpus.balancers[0]).and_then(|()| self.time_without_device(g, frame, c.program.fd()));
+                let frames = bare_frames(time);
+                let bare = pin_to(self.cpus.balancers[0])
+                    .and_then(|()| self.time_without_device(g, frame, c.program.fd(), frames));
                 // Back on the generator's CPU whatever happened: every later send is from there.
                 pin_to(self.cpus.generators[0])?;
                 if let (Some(b), Some(a)) = (before, c.program.counts()?) {
@@ -228,7 +229,7 @@ impl Bench {
         })
     }
 
-    /// Times `prog` with no device in the path: `g` runs [`BARE_FRAMES`] frames chained
+    /// Times `prog` with no device in the path: `g` runs `frames` frames chained
     /// into it (a tail call in place of the transmit) on the balancer's CPU, where its
     /// per-CPU state is warm, and the program's XDP_TX output is dropped at the
     /// namespace's loopback device; then the generator's next frames into `xdp_tx`
@@ -237,10 +238,16 @@ impl Bench {
     /// differs: with hints it writes the metadata). Kernel's ns per frame (whole ns),
     /// runner included.
     /// The caller pins the thread to the balancer's CPU and back.
-    fn time_without_device(&self, g: &PktGen, frame: &[u8], prog: BorrowedFd<'_>) -> Result<Bare, LbError> {
+    fn time_without_device(
+        &self,
+        g: &PktGen,
+        frame: &[u8],
+        prog: BorrowedFd<'_>,
+        frames: u32,
+    ) -> Result<Bare, LbError> {
         let time = |p: BorrowedFd<'_>, what: &str| -> Result<f64, LbError> {
             g.chain(p)
-                .and_then(|c| c.send_timed(self.lo, frame, BARE_FRAMES))
+                .and_then(|c| c.send_timed(self.lo, frame, frames))
                 .map(f64::from)
                 .map_err(kernel(format!("run the generator chained into {what}")))
         };

@@ -96,8 +96,17 @@ const SEND_BATCH: u32 = 1 << 14;
 /// Unmeasured frames after a program switch.
 const LEAD_IN: u32 = 2048;
 /// Frames per timing with no device (a frames-path slice times its program, `xdp_tx`
-/// and `xdp_tx_room` with this many each).
+/// and `xdp_tx_room` with this many each), at most; a short slice times fewer
+/// ([`bare_frames`]).
 const BARE_FRAMES: u32 = 1 << 18;
+
+/// Frames per timing with no device for a slice of `slice`: the three timings take
+/// about as long as the slice's rate (at 300 ns a frame, the slowest program's here),
+/// between 2^14 and [`BARE_FRAMES`], so short slices (the quick lab's) are not mostly
+/// spent timing.
+fn bare_frames(slice: std::time::Duration) -> u32 {
+    (slice.as_nanos() / (3 * 300)).clamp(1 << 14, u128::from(BARE_FRAMES)) as u32
+}
 /// Threads sending warm-up bursts at once. Each BPF_PROG_RUN call waits for RCU grace
 /// periods (the kernel's XDP dispatcher takes the program in and out), milliseconds on
 /// a quiet machine; enough callers overlap those waits.
