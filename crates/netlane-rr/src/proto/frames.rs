@@ -53,7 +53,6 @@ pub struct Datagram<'a> {
     dst: SocketAddr,
     payload: &'a [u8],
     id: u32,
-    checksum: u16,
     /// The checksum field holds the pseudo-header's sum only, for the device to finish.
     partial: bool,
     /// Bytes of the UDP datagram (header included) each frame carries; every one but
@@ -116,34 +115,6 @@ impl<'a> Datagram<'a> {
         id: u32,
         max_frame: usize,
     ) -> Result<Datagram<'a>, FrameError> {
-        Datagram::plan(link, src, dst, payload, id, max_frame, false)
-    }
-
-    /// As [`Datagram::new`], but a datagram that goes as one frame leaves its UDP
-    /// checksum for the device to finish ([`Datagram::checksum_offload`] says where): the
-    /// field holds the pseudo-header's sum, and the payload is not summed here. A
-    /// fragmented datagram's checksum covers fragments the device sees one at a time, so
-    /// it is summed here in full.
-    pub fn offloaded(
-        link: Link,
-        src: SocketAddr,
-        dst: SocketAddr,
-        payload: &'a [u8],
-        id: u32,
-        max_frame: usize,
-    ) -> Result<Datagram<'a>, FrameError> {
-        Datagram::plan(link, src, dst, payload, id, max_frame, true)
-    }
-
-    fn plan(
-        link: Link,
-        src: SocketAddr,
-        dst: SocketAddr,
-        payload: &'a [u8],
-        id: u32,
-        max_frame: usize,
-        offload: bool,
-    ) -> Result<Datagram<'a>, FrameError> {
         let v6 = match (src, dst) {
             (SocketAddr::V4(_), SocketAddr::V4(_)) => false,
             (SocketAddr::V6(_), SocketAddr::V6(_)) => true,
@@ -166,14 +137,16 @@ impl<'a> Datagram<'a> {
         };
         // IPv4: the last fragment's offset must fit 13 bits of 8-byte units, and the
         // whole packet 16 bits (a UDP length that fits always does).
-        let mut d = Datagram { link, src, dst, payload, id, checksum: 0, partial: false, per_frame, frames };
-        if offload && frames == 1 {
-            d.partial = true;
-            d.checksum = !fold(d.pseudo_header_sum());
-        } else {
-            d.checksum = d.udp_checksum();
-        }
-        Ok(d)
+        Ok(Datagram { link, src, dst, payload, id, partial: false, per_frame, frames })
+    }
+
+    /// The same datagram, but if it goes as one frame it leaves its UDP checksum for the
+    /// device to finish ([`Datagram::checksum_offload`] says where): the field holds the
+    /// pseudo-header's sum, and the payload is not summed here. A fragmented datagram's
+    /// checksum covers fragments the device sees one at a time, so it is summed here in
+    /// full.
+    pub fn with_checksum_offload(self) -> Datagram<'a> {
+        Datagram { partial: self.frames == 1, ..self }
     }
 
     /// Where the device finishes the UDP checksum, when it does: the transport header's
@@ -299,7 +272,8 @@ impl<'a> Datagram<'a> {
             at += IPV4_LEN;
         }
         // The UDP header is the first 8 bytes of the datagram: whole in frame 0.
-        let header = self.udp_header(self.checksum);
+        let checksum = if self.partial { !fold(self.pseudo_header_sum()) } else { self.udp_checksum() };
+        let header = self.udp_header(checksum);
         let mut copied = 0;
         if start < UDP_LEN {
             let h = (UDP_LEN - start).min(n);
@@ -436,7 +410,7 @@ mod tests {
         let data = payload(1000);
         for (src, dst, at) in [("10.0.0.1:7070", "10.0.0.2:40000", 34u16), ("[fd00::1]:7070", "[fd00::2]:40000", 54)] {
             let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
-            let d = Datagram::offloaded(LINK, src, dst, &data, 1, 2048).unwrap();
+            let d = Datagram::new(LINK, src, dst, &data, 1, 2048).unwrap().with_checksum_offload();
             assert_eq!(d.checksum_offload(), Some((at, 6)));
             let f = frames(&d).remove(0);
             let want = ServiceAddr::port(40000);
@@ -455,7 +429,7 @@ mod tests {
             assert_eq!(done, full);
             // Fragmented: summed here in full, nothing left to the device.
             let big = payload(4000);
-            let d = Datagram::offloaded(LINK, src, dst, &big, 1, 2048).unwrap();
+            let d = Datagram::new(LINK, src, dst, &big, 1, 2048).unwrap().with_checksum_offload();
             assert_eq!((d.fragmented(), d.checksum_offload()), (true, None));
             assert_eq!(frames(&d), frames(&Datagram::new(LINK, src, dst, &big, 1, 2048).unwrap()));
         }

@@ -282,8 +282,8 @@ impl RawTx {
         let link = Link { src_mac: hop.src_mac, dst_mac: hop.dst_mac, mtu: hop.mtu as usize };
         let id = self.ids.next(src.ip(), to.ip(), IPPROTO_UDP);
         let Some(ring) = self.ring(hop) else { return Ok(Queued::CannotFrame) };
-        let plan = if ring.checksum_offload() { Datagram::offloaded } else { Datagram::new };
-        let d = match plan(link, src, to, payload, id, ring.max_frame()) {
+        let d = match Datagram::new(link, src, to, payload, id, ring.max_frame()) {
+            Ok(d) if d.frames() <= ring.capacity() && ring.checksum_offload() => d.with_checksum_offload(),
             Ok(d) if d.frames() <= ring.capacity() => d,
             _ => return Ok(Queued::CannotFrame),
         };

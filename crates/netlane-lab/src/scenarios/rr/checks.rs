@@ -39,17 +39,6 @@ fn worst(a: Measure, b: Measure) -> Measure {
     }
 }
 
-/// Responses per second of a run of fragmented requests; on a ring path, invalid
-/// unless the ring put together every request it answered (a request that came whole
-/// would not show what reassembly costs).
-fn reassembled_throughput(r: &RrRun) -> Measure {
-    let c = &r.server.counters;
-    if r.server.path.parse::<RxPathKind>().is_ok_and(RxPathKind::is_ring) && c.ring_reassembled < c.frames {
-        return Err(format!("the ring reassembled {} of {} requests", c.ring_reassembled, c.frames));
-    }
-    throughput(r)
-}
-
 /// The server CPU's idle share over the run, %; degenerate when it answered nothing.
 pub(super) fn idle(r: &RrRun) -> Measure {
     let c = &r.server_cpu;
@@ -184,15 +173,28 @@ impl<'a> Runs<'a> {
     }
 }
 
+/// `spec` over mode `a`'s rounds against mode `b`'s of `part` by `f` (`what` says how),
+/// or skipped when either did not run.
+pub(super) fn pair(
+    runs: &Runs<'_>,
+    spec: Spec,
+    part: Part,
+    a: &str,
+    b: &str,
+    f: fn(&RrRun) -> Measure,
+    what: &str,
+) -> Check {
+    match (runs.find(part, a), runs.find(part, b)) {
+        (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
+        _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.name())),
+    }
+}
+
 impl RrBenchArgs {
     /// The target checks of the parts that ran, in the report's order.
     pub(super) fn checks(&self, runs: &Runs<'_>) -> Vec<Check> {
-        let pair = |spec: Spec, part: Part, a: &str, b: &str, f: fn(&RrRun) -> Measure, what: &str| match (
-            runs.find(part, a),
-            runs.find(part, b),
-        ) {
-            (Some(x), Some(y)) => spec.evaluate(paired(x, y, f), &format!("{what}, per round")),
-            _ => spec.skipped(format!("the {} part did not run {a} and {b}", part.name())),
+        let pair = |spec: Spec, part: Part, a: &str, b: &str, f: fn(&RrRun) -> Measure, what: &str| {
+            pair(runs, spec, part, a, b, f, what)
         };
         let mut checks = Vec::new();
         if self.parts.contains(&Part::Paths) {
@@ -224,67 +226,7 @@ impl RrBenchArgs {
             checks.extend(self.adaptive_checks(runs));
         }
         if self.parts.contains(&Part::Large) {
-            checks.extend([
-                pair(
-                    Spec::at_least(
-                        "rr.jumbo-throughput",
-                        "8 KiB responses: MTU 9000 raises throughput over IP fragments at 1500 (talk: ~24 K -> ~34 K, 1.4x)",
-                        1.2,
-                        "x",
-                    ),
-                    Part::Large,
-                    LARGE[1],
-                    LARGE[0],
-                    throughput,
-                    "MTU 9000 / MTU 1500 responses/s",
-                ),
-                pair(
-                    Spec::at_most(
-                        "rr.jumbo-latency",
-                        "8 KiB responses: MTU 9000 lowers p50 latency (talk: ~2700 -> ~1800 us, 0.67x)",
-                        0.85,
-                        "x",
-                    ),
-                    Part::Large,
-                    LARGE[1],
-                    LARGE[0],
-                    p50,
-                    "MTU 9000 / MTU 1500 p50",
-                ),
-                pair(
-                    Spec::at_least(
-                        "rr.gso-segments-throughput",
-                        "8 KiB responses: GSO segments read with GRO beat IP fragments at MTU 1500",
-                        1.0,
-                        "x",
-                    ),
-                    Part::Large,
-                    LARGE[2],
-                    LARGE[0],
-                    throughput,
-                    "GSO segments / fragments responses/s",
-                ),
-            ]);
-            // Requests in IP fragments, which a ring sees as fragments: it reassembles
-            // them in user space, against the stack reassembling them for recvmmsg.
-            let stack = fragmented_request_label(RxPathKind::Recvmmsg);
-            for p in [RxPathKind::TpacketV2, RxPathKind::TpacketV3] {
-                checks.push(pair(
-                    Spec::at_least(
-                        &format!("rr.fragmented-requests-{}", p.name()),
-                        format!(
-                            "8 KiB requests in IP fragments: {p} reassembling them itself vs recvmmsg (the stack's)"
-                        ),
-                        0.8,
-                        "x",
-                    ),
-                    Part::Large,
-                    &fragmented_request_label(p),
-                    &stack,
-                    reassembled_throughput,
-                    &format!("{p} / recvmmsg responses/s"),
-                ));
-            }
+            checks.extend(self.large_checks(runs));
         }
         if self.parts.contains(&Part::Tx) {
             for tx in [TxKind::Packet, TxKind::AfXdp] {

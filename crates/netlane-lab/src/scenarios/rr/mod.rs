@@ -33,6 +33,7 @@
 mod agents;
 mod busy;
 mod checks;
+mod large;
 mod measure;
 mod options;
 mod plan;

@@ -9,7 +9,6 @@ use netlane::topology::netdev::NapiSettings;
 use netlane::topology::{LinkConfig, RxTuning};
 use netlane_rr::clients::{ClientsConfig, Load};
 use netlane_rr::proto::client::ClientConfig;
-use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
 use netlane_rr::server::{PaceOptions, PathKind as RxPathKind, RingOptions, ServerConfig, TxKind};
 
@@ -22,22 +21,6 @@ pub const WALL_CLIENTS: [usize; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 
 /// The pace part's modes.
 pub(super) const PACE: [&str; 2] = ["unpaced", "paced"];
-
-/// The large part's modes.
-pub(super) const LARGE: [&str; 3] = ["8K fragmented, MTU 1500", "8K whole, MTU 9000", "8K GSO segments, MTU 1500"];
-
-/// The paths the large part sends 8 KiB requests to (IP fragments at MTU 1500): the
-/// stack reassembles them for recvmmsg, the rings reassemble them themselves.
-pub(super) const FRAGMENTED_REQUEST_PATHS: [RxPathKind; 3] =
-    [RxPathKind::Recvmmsg, RxPathKind::TpacketV2, RxPathKind::TpacketV3];
-
-/// Bytes of a fragmented request.
-pub(super) const FRAGMENTED_REQUEST: usize = 8192;
-
-/// A large-part run of 8 KiB requests to `p`.
-pub(super) fn fragmented_request_label(p: RxPathKind) -> String {
-    format!("8K requests fragmented, MTU 1500, {p}")
-}
 
 /// Response sizes of the tx part.
 pub(super) const TX_SIZES: [usize; 2] = [1024, 8192];
@@ -225,25 +208,7 @@ impl RrBenchArgs {
                     }
                 }
             }
-            Part::Large => {
-                let rm = server(RxPathKind::Recvmmsg, self.block);
-                let gso = ServerConfig {
-                    responder: ResponderConfig { segment: Some(1472), ..ResponderConfig::default() },
-                    ..rm.clone()
-                };
-                let c = clients(self.clients, 8192, self.time);
-                m(LARGE[0].into(), 1500, rm.clone(), c.clone());
-                m(LARGE[1].into(), 9000, rm, c.clone());
-                m(LARGE[2].into(), 1500, gso, ClientsConfig { gro: true, ..c });
-                let asking = clients(self.clients, self.response, self.time);
-                let asking = ClientsConfig {
-                    client: ClientConfig { request_len: FRAGMENTED_REQUEST, ..asking.client },
-                    ..asking
-                };
-                for p in FRAGMENTED_REQUEST_PATHS {
-                    m(fragmented_request_label(p), 1500, server(p, self.block), asking.clone());
-                }
-            }
+            Part::Large => modes.extend(self.large_modes(addr)),
             Part::Pace => {
                 let open = ClientsConfig {
                     load: Load::Open { rate: self.pace_load as f64 },
@@ -328,7 +293,7 @@ impl RrBenchArgs {
 
     /// `n` closed-loop clients on the client CPU (on a testbed: its client hosts'),
     /// pausing `think` between requests.
-    fn population(
+    pub(super) fn population(
         &self,
         addr: SocketAddr,
         n: usize,
@@ -388,7 +353,7 @@ impl RrBenchArgs {
     }
 
     /// The server on the server CPU, reading `path` (rings with blocks of `block` requests).
-    fn server(&self, addr: SocketAddr, path: RxPathKind, block: u32) -> ServerConfig {
+    pub(super) fn server(&self, addr: SocketAddr, path: RxPathKind, block: u32) -> ServerConfig {
         let (bytes, _) = v3_block_for(block, self.request, false);
         self.server_sized(addr, path, bytes as usize)
     }

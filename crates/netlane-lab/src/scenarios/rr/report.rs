@@ -9,7 +9,7 @@ use netlane_report::{
 use netlane_rr::server::{PathKind as RxPathKind, TxKind};
 
 use crate::scenarios::{Heading, Sections};
-use crate::stats::{Spread, median, repeat_flags, sig};
+use crate::stats::{median, repeat_flags};
 use crate::verdict::{Measure, join_headline, measured_median, paired, positive};
 
 use super::*;
@@ -49,7 +49,7 @@ pub(super) fn row(label: &str, rs: &[RrRun]) -> Row {
 }
 
 /// The responses/s axis of a chart.
-fn responses_per_s() -> Axis {
+pub(super) fn responses_per_s() -> Axis {
     Axis::numeric("responses/s", Unit::Count("responses/s".into()), Scale::Linear)
 }
 
@@ -396,90 +396,6 @@ impl RrBenchArgs {
             y: Axis::numeric("p50 latency", Unit::Seconds, Scale::Log),
             series,
         });
-    }
-
-    /// 8 KiB responses: the table, the throughput chart, and the fragmented runs'
-    /// retransmissions.
-    fn large_section(&self, runs: &Runs<'_>, out: &mut Sections) {
-        let mut t = Table::new(
-            "rr-large",
-            format!("8 KiB responses, {} clients, recvmmsg, medians of {} rounds", self.clients, self.repeat),
-            columns("responses"),
-        );
-        let mut points = Vec::new();
-        for (x, label) in LARGE.iter().enumerate() {
-            let Some(rs) = runs.find(Part::Large, label) else { continue };
-            t.push(row(label, rs));
-            points.extend(Point::of(x as f64, &values(rs, throughput)));
-        }
-        out.tables.push(t);
-        out.charts.push(Chart {
-            name: "rr-large".into(),
-            title: "8 KiB responses: responses per second".into(),
-            kind: ChartKind::Bars,
-            x: Axis::categories("responses", LARGE.iter().map(|s| s.to_string()).collect()),
-            y: responses_per_s(),
-            series: vec![Series { name: "responses/s".into(), points }],
-        });
-        self.fragmented_requests(runs, out);
-        if let Some(rs) = runs.find(Part::Large, LARGE[0]) {
-            let r: Vec<f64> = rs.iter().map(|r| r.clients.retransmits as f64).collect();
-            if let Some(s) = Spread::of(&r).filter(|s| s.max > 0.0) {
-                out.notes.push(format!(
-                    "Fragmented responses needed {} retransmissions per run (median; {}..{}): a lost fragment \
-                     loses the whole response.",
-                    sig(s.median),
-                    sig(s.min),
-                    sig(s.max)
-                ));
-            }
-        }
-    }
-
-    /// 8 KiB requests in IP fragments on each path: the table, with what the rings'
-    /// reassembly counted.
-    fn fragmented_requests(&self, runs: &Runs<'_>, out: &mut Sections) {
-        let mut cols = columns("path");
-        cols.push(Column::new("fragments_per_request", "fragments/request", 1));
-        cols.push(Column::new("reassembly_dropped", "reassembly dropped", 0));
-        let mut t = Table::new(
-            "rr-fragmented-requests",
-            format!(
-                "{} KiB requests in IP fragments at MTU 1500 ({} B responses), {} clients, medians of {} rounds",
-                FRAGMENTED_REQUEST / 1024,
-                self.response,
-                self.clients,
-                self.repeat
-            ),
-            cols,
-        );
-        for p in FRAGMENTED_REQUEST_PATHS {
-            let Some(rs) = runs.find(Part::Large, &fragmented_request_label(p)) else { continue };
-            let mut r = row(p.name(), rs);
-            let ring = |f: fn(&netlane_rr::server::RrCounters) -> u64| {
-                med(rs, move |r: &RrRun| if p.is_ring() { Ok(f(&r.server.counters) as f64) } else { Err("-".into()) })
-            };
-            r.cells.push(med(rs, move |r: &RrRun| {
-                let c = &r.server.counters;
-                if !p.is_ring() || c.ring_reassembled == 0 {
-                    return Err("the stack reassembled them".into());
-                }
-                Ok(c.ring_fragments as f64 / c.ring_reassembled as f64)
-            }));
-            r.cells.push(ring(|c| c.ring_reasm_given_up + c.ring_reasm_over_memory + c.ring_reasm_refused));
-            t.push(r);
-        }
-        if !t.rows.is_empty() {
-            out.tables.push(t);
-            out.notes.push(
-                "Fragmented requests: a packet ring gets copies of the frames, so it sees the fragments and puts \
-                 them together itself (bounded as the kernel bounds its own: 30 s, 4 MiB, 1 MiB a source, \
-                 overlapping fragments drop the datagram). The stack still gets the frames too and reassembles them \
-                 for the service socket, whose filter drops the copy: on a ring path the server's CPU pays for \
-                 both reassemblies."
-                    .into(),
-            );
-        }
     }
 
     /// The transmit paths: the table and the server CPU per response of each.
