@@ -186,6 +186,9 @@ fn bare_table(results: &[PpsResult]) -> Table {
     t
 }
 
+/// A way frames arrive: its chart's name, how the title says it, and its programs.
+type Way = (&'static str, &'static str, fn(&Subject) -> bool);
+
 /// Mpps per core against the flows, a chart per way frames arrive (a line per program,
 /// six at most: a chart of every program would have more lines than colours), and
 /// program time per packet.
@@ -214,7 +217,7 @@ fn charts(runs: &Runs<'_>) -> Vec<Chart> {
             })
             .collect::<Vec<Series>>()
     };
-    let ways: [(&str, &str, fn(&Subject) -> bool); 3] = [
+    let ways: [Way; 3] = [
         ("lb-pps-mpps", "XDP frames, one core", |s| matches!(s, Subject::XdpTxCeiling | Subject::Balancer(_))),
         ("lb-pps-mpps-skb", "skbs, one core", |s| matches!(s, Subject::SkbCeiling | Subject::SkbBalancer(_))),
         ("lb-pps-mpps-two-cores", "XDP frames, two cores", |s| {
