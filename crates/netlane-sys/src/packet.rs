@@ -375,8 +375,8 @@ pub struct TxCounts {
 }
 
 /// Bytes of `struct virtio_net_hdr`, which leads every frame of a ring with
-/// `PACKET_VNET_HDR`.
-const VNET_HDR_LEN: usize = 10;
+/// `PACKET_VNET_HDR` (a slot of such a ring holds that many bytes less of frame).
+pub const VNET_HDR_LEN: usize = 10;
 /// `VIRTIO_NET_HDR_F_NEEDS_CSUM`: finish the checksum at `csum_start + csum_offset`
 /// over the bytes from `csum_start` on.
 const VNET_F_NEEDS_CSUM: u8 = 1;

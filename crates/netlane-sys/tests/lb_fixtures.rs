@@ -837,11 +837,12 @@ fn direct_destination_tags_skip_the_transport_header() {
     let key = b.tag_key();
     let port = (47000u16..).find(|p| vip0_real(flow_hash(client(), *p, 80, 6)).0 == 0).unwrap();
     let (frame, ip) = vip0_frame(port, 0x10);
-    // Tagged with real 1: straight to it, the outer source hashed without the ports.
+    // Tagged with real 1: straight to it, the outer header the full path would write.
     let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(1)), &frame).unwrap();
-    let no_ports = flow_hash(client(), 0, 0, 6);
-    assert_eq!(r.packet, expect_ipip(&ip, 0x10, no_ports, Ipv4Addr::new(10, 200, 0, 3)));
+    let h = flow_hash(client(), port, 80, 6);
+    assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 3)));
     assert_eq!((stat(&b, GlobalStat::HintHit), stat(&b, GlobalStat::ConnMiss)), (1, 0));
+    assert_eq!(stat(&b, GlobalStat::HintDirect), 1);
     assert_eq!((stat(&b, GlobalStat::Tx), b.real_counters(2).unwrap()[1].packets), (1, 1), "counted as sent");
     // Another port of the VIP's address with the same tag: the port is not checked,
     // so it goes to the tagged real too (why the checked dest-tag is the default).
@@ -850,8 +851,10 @@ fn direct_destination_tags_skip_the_transport_header() {
         (eth(OWN, CLIENT_MAC, 0x0800, &ip), ip)
     };
     let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(1)), &other).unwrap();
-    assert_eq!(r.packet, expect_ipip(&other_ip, 0x10, no_ports, Ipv4Addr::new(10, 200, 0, 3)));
-    // A truncated transport header is forwarded, not parsed.
+    let h8080 = flow_hash(client(), port, 8080, 6);
+    assert_eq!(r.packet, expect_ipip(&other_ip, 0x10, h8080, Ipv4Addr::new(10, 200, 0, 3)));
+    // A transport header cut short after the ports is forwarded, not parsed; one without
+    // its ports takes the full path (and is dropped there as malformed).
     let mut short = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 1], 6), &tcp(port, 80, 0x10));
     short.truncate(20 + 6);
     short[2..4].copy_from_slice(&26u16.to_be_bytes());
@@ -859,13 +862,20 @@ fn direct_destination_tags_skip_the_transport_header() {
     let c = csum(&short[..20]);
     short[10..12].copy_from_slice(&c.to_be_bytes());
     let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(1)), &eth(OWN, CLIENT_MAC, 0x0800, &short)).unwrap();
-    assert_eq!(r.packet, expect_ipip(&short, 0x10, no_ports, Ipv4Addr::new(10, 200, 0, 3)));
-    assert_eq!(stat(&b, GlobalStat::HintHit), 3);
+    assert_eq!(r.packet, expect_ipip(&short, 0x10, h, Ipv4Addr::new(10, 200, 0, 3)));
+    assert_eq!((stat(&b, GlobalStat::HintHit), stat(&b, GlobalStat::HintDirect)), (3, 3));
+    let mut shorter = short.clone();
+    shorter.truncate(20 + 3);
+    shorter[2..4].copy_from_slice(&23u16.to_be_bytes());
+    shorter[10..12].fill(0);
+    let c = csum(&shorter[..20]);
+    shorter[10..12].copy_from_slice(&c.to_be_bytes());
+    let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(1)), &eth(OWN, CLIENT_MAC, 0x0800, &shorter)).unwrap();
+    assert_eq!((r.verdict, stat(&b, GlobalStat::HintDirect)), (XDP_DROP, 3));
     // What the L3 check refuses takes the full path, as with checked tags: another VIP's
     // real (VIP 1, another address), a real out of range, a removed real, a packet to
     // an address no VIP has, and an IP fragment.
     let hits = stat(&b, GlobalStat::HintHit);
-    let h = flow_hash(client(), port, 80, 6);
     for t in [key.dest_tag(3), key.dest_tag(15)] {
         let r = test_run_xdp_with_meta(prog, &hint(t), &frame).unwrap();
         assert_eq!(r.packet, expect_ipip(&ip, 0x10, h, Ipv4Addr::new(10, 200, 0, 2)), "tag {t:#x}");
@@ -887,11 +897,11 @@ fn direct_destination_tags_skip_the_transport_header() {
     let ip6 = ipv6(c6, "fd00:100::1".parse().unwrap(), 6, &tcp(40000, 443, 0x10));
     let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(2)), &eth(OWN, CLIENT_MAC, 0x86dd, &ip6)).unwrap();
     let real6: Ipv6Addr = "fd00:200::4".parse().unwrap();
-    assert_eq!(r.packet, expect_ip6(&ip6, 41, 0, flow_hash(c6.into(), 0, 0, 6), real6));
+    assert_eq!(r.packet, expect_ip6(&ip6, 41, 0, flow_hash(c6.into(), 40000, 443, 6), real6));
     let dns = ipv4(&v4([192, 0, 2, 7], [10, 100, 0, 3], 17), &udp(5353, 53));
     let r = test_run_xdp_with_meta(prog, &hint(key.dest_tag(4)), &eth(OWN, CLIENT_MAC, 0x0800, &dns)).unwrap();
-    assert_eq!(r.packet, expect_ip6(&dns, 4, 0x10, flow_hash(client(), 0, 0, 17), real6));
-    assert_eq!(stat(&b, GlobalStat::HintHit), hits + 2);
+    assert_eq!(r.packet, expect_ip6(&dns, 4, 0x10, flow_hash(client(), 5353, 53, 17), real6));
+    assert_eq!((stat(&b, GlobalStat::HintHit), stat(&b, GlobalStat::HintDirect)), (hits + 2, 5));
 }
 
 #[test]

@@ -12,6 +12,11 @@ use netlane_rr::proto::guard::GuardConfig;
 use netlane_rr::proto::server::ResponderConfig;
 use netlane_rr::server::{PaceOptions, PathKind, RingOptions, RrCounters, ServerConfig, TxKind, XdpOptions};
 
+use super::parse_size_u32;
+use crate::documents::RrServe;
+use crate::out::{self, OutputArgs};
+use crate::signals::STOP;
+
 /// Who sums the UDP checksums of frames the packet transmit path writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TxChecksum {
@@ -20,11 +25,6 @@ pub enum TxChecksum {
     /// The device, for a datagram that goes as one frame.
     Offload,
 }
-
-use super::parse_size_u32;
-use crate::documents::RrServe;
-use crate::out::{self, OutputArgs};
-use crate::signals::STOP;
 
 /// `netlane rr serve`.
 #[derive(Debug, Args)]

@@ -399,11 +399,6 @@ mod tests {
         }
     }
 
-    /// Two responses to one client with one IP identification (a counter that came back
-    /// round): a client still holding the first's later fragments joins them to the
-    /// second's first fragment. The UDP checksum fails here (it misses one such join in
-    /// 65,536); the message's own checksum and its payload pattern refuse it whatever
-    /// the UDP checksum says.
     #[test]
     fn an_offloaded_datagram_leaves_the_pseudo_header_sum_for_the_device_to_finish() {
         use crate::proto::packet::Csum;
@@ -435,6 +430,11 @@ mod tests {
         }
     }
 
+    /// Two responses to one client with one IP identification (a counter that came back
+    /// round): a client still holding the first's later fragments joins them to the
+    /// second's first fragment. The UDP checksum fails here (it misses one such join in
+    /// 65,536); the message's own checksum and its payload pattern refuse it whatever
+    /// the UDP checksum says.
     #[test]
     fn fragments_of_two_responses_with_one_identification_misassemble_and_are_refused() {
         use super::super::wire::{self, Header, Kind};

@@ -4,7 +4,8 @@
 //! sysctls), because every fragment is a peer's to choose:
 //!
 //! - a datagram is given up [`ReasmLimits::timeout_ns`] after its first fragment
-//!   (`ipfrag_time`, 30 s), checked at least once a second, or when
+//!   (`ipfrag_time`, 30 s), looked for at most once a second (the driver passes the
+//!   clock in when frames come and when it wakes without any), or when
 //!   [`ReasmLimits::max_dist`] fragments from its source came since its last one
 //!   (`ipfrag_max_dist`, 64: a fragment lost on the way would otherwise wait out the
 //!   timeout, and IPv4's 16-bit identification comes round at a few tens of thousands
@@ -27,7 +28,7 @@
 //! [`Reassembler::handle_timeout`]) and takes whole datagrams out
 //! ([`Reassembler::poll_datagram`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
 /// What identifies the fragments of one datagram: its addresses and IP identification
@@ -70,7 +71,8 @@ pub struct ReasmLimits {
 }
 
 impl ReasmLimits {
-    /// The kernel's defaults: 30 s, 4 MiB (a quarter of that per source), 64 fragments.
+    /// The kernel's defaults (30 s, 4 MiB, 64 fragments), and a quarter of the memory
+    /// per source address, which the kernel does not limit.
     pub const KERNEL: ReasmLimits =
         ReasmLimits { timeout_ns: 30_000_000_000, max_bytes: 4 << 20, max_bytes_per_source: 1 << 20, max_dist: 64 };
 }
@@ -98,8 +100,9 @@ pub struct ReasmCounters {
     pub overlaps: u64,
     /// Fragments dropped because they would pass the memory bounds.
     pub over_memory: u64,
-    /// Datagrams dropped for a fragment past 65,535 bytes, past the last fragment's end,
-    /// or not a multiple of 8 bytes with more to follow.
+    /// Fragments refused (and their datagrams dropped) for lying past 65,535 bytes or
+    /// past the last fragment's end, or for being empty or not a multiple of 8 bytes
+    /// with more to follow.
     pub malformed: u64,
     /// Exact duplicates dropped.
     pub duplicates: u64,
@@ -116,8 +119,9 @@ pub struct Reassembled {
 
 #[derive(Debug)]
 struct Datagram {
-    /// Fragments held, by offset, none overlapping: (offset, data).
-    parts: Vec<(usize, Vec<u8>)>,
+    /// Fragments held by offset, none overlapping (a tree: fragments in any order cost
+    /// a logarithm each, where a sorted list would move all the others on every insert).
+    parts: BTreeMap<usize, Vec<u8>>,
     /// Bytes of data held.
     held: usize,
     /// The IP payload's length, once the last fragment came.
@@ -218,7 +222,7 @@ impl Reassembler {
             None => 0,
         };
         let d = self.datagrams.entry(f.key).or_insert_with(|| Datagram {
-            parts: Vec::new(),
+            parts: BTreeMap::new(),
             held: 0,
             total: None,
             charged: 0,
@@ -250,8 +254,8 @@ impl Reassembler {
             let d = self.datagrams.remove(&f.key).expect("the datagram just completed is held");
             self.release(f.key.src, d.charged);
             let mut payload = Vec::with_capacity(d.held);
-            for (_, data) in d.parts {
-                payload.extend_from_slice(&data);
+            for data in d.parts.values() {
+                payload.extend_from_slice(data);
             }
             self.counters.reassembled += 1;
             self.ready = Some(Reassembled { key: f.key, payload });
@@ -308,30 +312,28 @@ impl Datagram {
     fn insert(&mut self, offset: usize, end: usize, more: bool, data: &[u8]) -> Result<bool, Drop> {
         if !more {
             // The last fragment: its end is the datagram's, and nothing held lies past it.
-            match self.total {
-                Some(t) if t != end => return Err(Drop::Malformed),
-                _ => {}
-            }
-            if self.parts.last().is_some_and(|(o, d)| o + d.len() > end) {
+            if self.total.is_some_and(|t| t != end)
+                || self.parts.last_key_value().is_some_and(|(o, d)| o + d.len() > end)
+            {
                 return Err(Drop::Malformed);
             }
-            self.total = Some(end);
         } else if self.total.is_some_and(|t| end > t) {
             return Err(Drop::Malformed);
         }
-        let at = self.parts.partition_point(|(o, _)| *o < offset);
-        if let Some((o, d)) = self.parts.get(at)
-            && *o == offset
-            && o + d.len() == end
-        {
+        if self.parts.get(&offset).is_some_and(|d| offset + d.len() == end) {
             return Ok(false);
         }
-        let overlaps_before = at > 0 && self.parts[at - 1].0 + self.parts[at - 1].1.len() > offset;
-        let overlaps_after = self.parts.get(at).is_some_and(|(o, _)| *o < end);
+        let overlaps_before = self.parts.range(..offset).next_back().is_some_and(|(o, d)| o + d.len() > offset);
+        let overlaps_after = self.parts.range(offset..).next().is_some_and(|(o, _)| *o < end);
         if overlaps_before || overlaps_after {
             return Err(Drop::Overlap);
         }
-        self.parts.insert(at, (offset, data.to_vec()));
+        // Only a fragment that is held sets the end (a duplicate of one with more to
+        // follow, sent without the flag, does not).
+        if !more {
+            self.total = Some(end);
+        }
+        self.parts.insert(offset, data.to_vec());
         self.held += data.len();
         Ok(true)
     }
@@ -552,6 +554,26 @@ mod tests {
         r.handle_fragment(0, frag(key(1, 40), 0, true, &data[..1024]));
         assert_eq!(r.poll_datagram().map(|d| d.payload), Some(data));
         assert_eq!(r.counters().too_far, 1);
+    }
+
+    #[test]
+    fn a_duplicate_without_the_more_flag_sets_no_end_and_tiny_fragments_in_any_order_complete() {
+        let data = payload(3000);
+        let k = key(1, 1);
+        let mut r = Reassembler::new(ReasmLimits::KERNEL);
+        r.handle_fragment(0, frag(k, 0, true, &data[..1024]));
+        r.handle_fragment(0, frag(k, 1024, true, &data[1024..2048]));
+        r.handle_fragment(0, frag(k, 1024, false, &data[1024..2048]));
+        assert_eq!((r.counters().duplicates, r.counters().malformed), (1, 0));
+        r.handle_fragment(0, frag(k, 2048, false, &data[2048..]));
+        assert_eq!(r.poll_datagram().map(|d| d.payload), Some(data));
+        // 8 KiB in 8-byte fragments, last first: each is placed in the tree as it comes.
+        let big = payload(8192);
+        let parts = cut(&big, 8);
+        for (o, more, d) in parts.iter().rev() {
+            r.handle_fragment(0, frag(key(2, 2), *o, *more, d));
+        }
+        assert_eq!(r.poll_datagram().map(|d| d.payload), Some(big));
     }
 
     #[test]

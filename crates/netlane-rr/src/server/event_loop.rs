@@ -164,6 +164,7 @@ impl<'a> Serving<'a> {
             };
             if n == 0 {
                 flush(&mut self.raw, &mut self.st);
+                self.path.tick();
                 continue;
             }
             if events[..n].iter().any(|e| e.data() == STOP) {

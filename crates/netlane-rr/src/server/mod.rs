@@ -350,9 +350,9 @@ netlane::counters! {
         /// Ring paths: fragments dropped because the reassembler's memory (4 MiB, 1 MiB
         /// from one source address) was full.
         ring_reasm_over_memory,
-        /// Ring paths: fragments that overlapped others, duplicated one, or lay past
-        /// 65,535 bytes or the datagram's end (their datagrams, but for duplicates, are
-        /// dropped whole).
+        /// Ring paths: fragments that overlapped others, duplicated one, lay past 65,535
+        /// bytes or the datagram's end, or were empty or not a multiple of 8 bytes with
+        /// more to follow (their datagrams, but for duplicates, are dropped whole).
         ring_reasm_refused,
         /// Ring and AF_XDP paths: frames with a wrong IPv4 header or UDP checksum (the
         /// stack drops them; so does the path).

@@ -77,6 +77,8 @@ pub struct RawTxReport {
     pub datagrams: u64,
     /// Of those, sent as IP fragments.
     pub fragmented: u64,
+    /// Whether the packet rings were asked to leave checksums to the device.
+    pub checksum_offload: bool,
     /// Of those, with the UDP checksum left for the device to finish (packet rings with
     /// checksum offload; a fragmented datagram is always summed here).
     pub checksum_offloaded: u64,
@@ -205,7 +207,8 @@ impl RawTx {
         let mut r = self.report.clone();
         r.nexthops = self.hops.stats();
         match &self.sink {
-            Sink::Packet(rings, _) => {
+            Sink::Packet(rings, offload) => {
+                r.checksum_offload = *offload;
                 r.rings = rings.values().flatten().count();
                 for t in rings.values().flatten() {
                     let c = t.counts();
@@ -331,7 +334,8 @@ impl RawTx {
                     if rings.len() >= MAX_RINGS {
                         return None;
                     }
-                    let slot = (hop.mtu as usize + ETH_LEN + 32).next_multiple_of(16).clamp(2048, MAX_SLOT);
+                    let vnet = if *offload { netlane_sys::packet::VNET_HDR_LEN } else { 0 };
+                    let slot = (hop.mtu as usize + ETH_LEN + 32 + vnet).next_multiple_of(16).clamp(2048, MAX_SLOT);
                     let frames = (RING_BYTES / slot).max(256) as u32;
                     let open = if *offload { PacketTx::open_with_checksum_offload } else { PacketTx::open };
                     let t = open(hop.ifindex, slot as u32, frames)

@@ -160,12 +160,14 @@ static __always_inline void count_tx(__u32 vip_index, __u32 real_index, __u64 by
 /* The talk's "marked packets skip parsing": a keyed destination tag goes from an L3
  * check straight to encapsulation. Checked: the IP header (as the full path checks it;
  * no options, no fragments), TCP or UDP, the tag's real live and its VIP on the
- * packet's destination address and protocol. Not checked, which is why it is a
- * variant and not the default: the VIP's port (a classifier that tags by destination
- * address alone would send another port's traffic, even another VIP's on the same
- * address, to the tagged real); the transport header (a truncated one is forwarded for
- * the real's stack to drop); and the outer source hashes the addresses only, so a real's
- * RSS spreads one client's connections no wider than one queue. XDP_TX after
+ * packet's destination address and protocol. The transport header is not parsed: its
+ * first four bytes (the ports, where TCP and UDP both have them) are read for the
+ * outer header's hash only, so a flow's outer header is the same before its tag, with
+ * it and after (its real's RSS keeps it on one queue, in order). Not checked, which is
+ * why it is a variant and not the default: the VIP's port (a classifier that tags by
+ * destination address alone would send another port's traffic, even another VIP's on
+ * the same address, to the tagged real), and the rest of the transport header (one
+ * shorter than TCP's or UDP's is forwarded for the real's stack to drop). XDP_TX after
  * encapsulating, XDP_DROP if that failed, -1 for the full path. */
 static __always_inline int dest_tag_direct(struct xdp_md *ctx, __u32 hint, __u64 bytes)
 {
@@ -188,7 +190,12 @@ static __always_inline int dest_tag_direct(struct xdp_md *ctx, __u32 hint, __u64
 	if (!k || !cfg || k->family != p.flow.family || k->proto != p.flow.proto || k->addr[0] != p.flow.dst[0] ||
 	    k->addr[1] != p.flow.dst[1] || k->addr[2] != p.flow.dst[2] || k->addr[3] != p.flow.dst[3])
 		return -1;
-	/* Ports left 0: the hash covers the addresses and the protocol. */
+	__u16 *ports = l4;
+
+	if ((void *)(ports + 2) > data_end)
+		return -1;
+	p.flow.sport = ports[0];
+	p.flow.dport = ports[1];
 	__u32 hash = flow_hash(&p.flow);
 	int err = real->family == FAM_V4 ? encap_ipip(ctx, &p, real, cfg, hash) : encap_ip6(ctx, &p, real, cfg, hash);
 
@@ -197,6 +204,7 @@ static __always_inline int dest_tag_direct(struct xdp_md *ctx, __u32 hint, __u64
 		return XDP_DROP;
 	}
 	count(ST_HINT_HIT);
+	count(ST_HINT_DIRECT);
 	count_tx(vip_index, value, bytes);
 	return XDP_TX;
 }

@@ -186,7 +186,8 @@ impl Contender {
                 let d = |k: &str| {
                     after.global.get(k).copied().unwrap_or(0).saturating_sub(before.global.get(k).copied().unwrap_or(0))
                 };
-                let total = [d("hint_hit"), d("conn_hit"), packets_of(&after).saturating_sub(packets_of(before))];
+                let hint = d(super::counters::hint_counter(lb.options().hint));
+                let total = [hint, d("conn_hit"), packets_of(&after).saturating_sub(packets_of(before))];
                 let two = self.two_core_counts;
                 let one = [0, 1, 2].map(|k| total[k].saturating_sub(two[k]).saturating_sub(self.bare_counts[k]));
                 (ratio(one), ratio(two))

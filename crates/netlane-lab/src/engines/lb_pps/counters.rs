@@ -5,7 +5,7 @@
 use std::os::fd::BorrowedFd;
 
 use netlane_lb::{Lb, LbError, LbStats};
-use netlane_sys::bpf::XdpTx;
+use netlane_sys::bpf::{HintMode, XdpTx};
 
 use super::WarmUp;
 use super::kernel;
@@ -43,15 +43,23 @@ pub(super) enum Program {
     Balancer(Box<Lb>, LbStats, WarmUp),
 }
 
+/// The counter of a balancer's hints that did what its mode is there for: every hint
+/// used, or for destination tags that skip the transport header, those that did (a
+/// variant that always fell back to the checked path must not pass as itself).
+pub(super) fn hint_counter(hint: HintMode) -> &'static str {
+    if hint == HintMode::DestTagDirect { "hint_direct" } else { "hint_hit" }
+}
+
 impl Program {
-    /// A balancer's hint hits, connection-table hits and packets so far.
+    /// A balancer's hint hits ([`hint_counter`]), connection-table hits and packets so
+    /// far.
     pub(super) fn counts(&self) -> Result<Option<[u64; 3]>, LbError> {
         match self {
             Program::XdpTx(_) => Ok(None),
             Program::Balancer(lb, ..) => {
                 let st = lb.stats()?;
                 let get = |k: &str| st.global.get(k).copied().unwrap_or(0);
-                Ok(Some([get("hint_hit"), get("conn_hit"), packets_of(&st)]))
+                Ok(Some([get(hint_counter(lb.options().hint)), get("conn_hit"), packets_of(&st)]))
             }
         }
     }

@@ -146,7 +146,16 @@ pub(super) fn checks(runs: &Runs<'_>, plan: &CpuPlan) -> Vec<Check> {
         );
         let how = "dest-tag-direct / dest-tag Mpps per core, per slice";
         let needs = "needs the dest-tag and dest-tag-direct modes".to_string();
-        checks.push(pair(spec, find(f, Subject::Balancer(direct)), find(f, Subject::Balancer(checked)), how, needs));
+        let d = find(f, Subject::Balancer(direct));
+        checks.push(match d.map(|r| r.hint_hit_ratio) {
+            // The variant's packets must have taken its path, not fallen back to the
+            // checked one.
+            Some(share) if share < 0.99 => spec.invalid(format!(
+                "only {:.1}% of dest-tag-direct's packets skipped the transport header",
+                share * 100.0
+            )),
+            _ => pair(spec, d, find(f, Subject::Balancer(checked)), how, needs),
+        });
     }
 
     // The talk's multi-core result (12 cores: 26 -> ~40 Mpps at small flow counts), on

@@ -303,13 +303,13 @@ fn cache_note(runs: &Runs<'_>) -> Option<String> {
 /// What the direct variant of destination tags skips, and why it is not the default.
 const DIRECT_NOTE: &str = "dest-tag-direct is the talk's \"marked packets skip parsing\": a destination tag goes from \
      the IP header's checks (and that the tagged real's VIP has the packet's address and protocol) straight to \
-     encapsulation; the transport header is not read. dest-tag, the default, also reads the ports and holds the \
-     tagged real's VIP to the packet's port. The direct variant is not the default because it trusts the \
-     classifier to have matched the VIP's port (a rule on the destination address alone would send another \
-     port's traffic, even another VIP's on that address, to the tagged real), forwards a truncated transport \
-     header for the real's stack to drop, and varies the outer source per client address rather than per \
-     connection, so a real's RSS spreads one client's connections no wider than one queue. The gap between the \
-     two is the cost of the parsing skipped: compare their rates, and their ns per packet with no device.";
+     encapsulation; of the transport header only the ports are read, for the outer header's hash. dest-tag, the \
+     default, parses the transport header and holds the tagged real's VIP to the packet's port. The direct variant \
+     is not the default because it trusts the classifier to have matched the VIP's port (a rule on the destination \
+     address alone would send another port's traffic, even another VIP's on that address, to the tagged real) and \
+     forwards a transport header cut short after the ports for the real's stack to drop. The gap between the two is \
+     the cost of the parsing skipped: compare their rates, and their ns per packet with no device. Its hint hits are \
+     the packets that took the direct path.";
 
 /// Whether the skb path (and so the device-bound build) was measured.
 fn path_note(results: &[PpsResult]) -> String {
@@ -411,16 +411,17 @@ fn headline(runs: &Runs<'_>, out: &Sections) -> String {
     let get = |id: &str| measured_median(&out.checks, id);
     let (lo, hi) = (runs.flows.first().copied().unwrap_or(1), runs.flows.last().copied().unwrap_or(1));
     let at = |tag: &str, f: u32| get(&format!("lb-pps.{tag}-vs-untagged-{f}"));
-    let few = match (at("flow-tag", lo), at("dest-tag", lo)) {
-        (Some(a), Some(b)) => Some(format!("flow tags ran at {a}x and destination tags at {b}x")),
-        (Some(a), None) => Some(format!("flow tags ran at {a}x")),
-        (None, Some(b)) => Some(format!("destination tags ran at {b}x")),
+    let dest = match (at("dest-tag", lo), at("dest-tag-direct", lo)) {
+        (Some(b), Some(d)) => Some(format!("destination tags at {b}x (skipping the transport header: {d}x)")),
+        (Some(b), None) => Some(format!("destination tags at {b}x")),
+        (None, Some(d)) => Some(format!("destination tags that skip the transport header at {d}x")),
         (None, None) => None,
     };
-    let few = match (few, at("dest-tag-direct", lo)) {
-        (Some(few), Some(d)) => Some(format!("{few} (skipping the transport header: {d}x)")),
-        (None, Some(d)) => Some(format!("destination tags that skip the transport header ran at {d}x")),
-        (few, None) => few,
+    let few = match (at("flow-tag", lo), dest) {
+        (Some(a), Some(d)) => Some(format!("flow tags ran at {a}x and {d}")),
+        (Some(a), None) => Some(format!("flow tags ran at {a}x")),
+        (None, Some(d)) => Some(format!("{d} ran")),
+        (None, None) => None,
     };
     let many = (hi > lo).then(|| at("dest-tag", hi)).flatten();
     match (few, many) {

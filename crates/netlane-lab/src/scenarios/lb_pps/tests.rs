@@ -48,7 +48,8 @@ fn slices_pair_by_round_and_unmeasured_ones_are_left_out() {
 }
 
 fn at(flows: u32, subject: Subject, mpps: Option<f64>) -> PpsResult {
-    PpsResult { subject, flows, cores: subject.cores(), mpps_per_core: mpps, ..result(vec![mpps; 6]) }
+    let hint_hit_ratio = if subject.hint().is_some_and(|h| h != HintMode::Off) { 1.0 } else { 0.0 };
+    PpsResult { subject, flows, cores: subject.cores(), mpps_per_core: mpps, hint_hit_ratio, ..result(vec![mpps; 6]) }
 }
 
 fn all(untagged_at_10k: Option<f64>) -> Vec<PpsResult> {
@@ -113,6 +114,13 @@ fn the_headline_is_the_talk_s_claim_tagged_against_untagged() {
     assert_eq!(direct.outcome, netlane_report::Outcome::Met, "4.5 / 3.0");
     let vs = r.checks.iter().find(|c| c.id == "lb-pps.dest-tag-direct-vs-dest-tag-1").unwrap();
     assert_eq!(vs.outcome, netlane_report::Outcome::Met, "4.5 / 4.3");
+    // A variant whose packets fell back to the checked path measured the wrong thing.
+    runs.iter_mut().filter(|r| r.subject == Subject::Balancer(HintMode::DestTagDirect)).for_each(|r| {
+        r.hint_hit_ratio = 0.5;
+    });
+    let r = a.report(&runs, &four_cpus());
+    let vs = r.checks.iter().find(|c| c.id == "lb-pps.dest-tag-direct-vs-dest-tag-1").unwrap();
+    assert_eq!(vs.outcome, netlane_report::Outcome::Invalid, "{vs:?}");
     assert!(r.notes.iter().any(|n| n.starts_with("dest-tag-direct is the talk's")), "{:?}", r.notes);
 }
 

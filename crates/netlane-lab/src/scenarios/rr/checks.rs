@@ -68,14 +68,16 @@ pub(super) fn frames_share(r: &RrRun) -> Measure {
     Ok(raw.datagrams as f64 / r.server.counters.responses as f64 * 100.0)
 }
 
-/// Server CPU per response of a packet-ring run, invalid unless every frame it wrote
-/// left its checksum to the device, or none did (whichever the run's server asked for):
-/// a fallback must not pass as the other way's cost.
+/// Server CPU per response of a packet-ring run, invalid unless every datagram it wrote
+/// left its checksum to the device where its server asked for that, and none did where
+/// it did not: a fallback must not pass as the other way's cost.
 fn checksum_cost(r: &RrRun) -> Measure {
     let raw = r.server.raw_tx.as_ref().ok_or_else(|| "the socket sent every response".to_string())?;
-    let offloaded = raw.checksum_offloaded;
-    if offloaded != 0 && offloaded != raw.datagrams {
-        return Err(format!("{offloaded} of {} datagrams left their checksum to the device", raw.datagrams));
+    let (offloaded, all) = (raw.checksum_offloaded, raw.datagrams);
+    let want = if raw.checksum_offload { all } else { 0 };
+    if offloaded != want || all == 0 {
+        let asked = if raw.checksum_offload { "asked to offload" } else { "asked to sum them" };
+        return Err(format!("{offloaded} of {all} datagrams left their checksum to the device ({asked})"));
     }
     frames_cost(r)
 }

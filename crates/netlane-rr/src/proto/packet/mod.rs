@@ -80,7 +80,7 @@ pub enum Skip {
     /// IP, but not UDP (or behind IPv6 extension headers).
     NotUdp,
     /// An IP fragment: the payload is incomplete (the socket paths get reassembled
-    /// datagrams; the ring paths count these).
+    /// datagrams; the ring paths reassemble them, see [`parse_frame_or_fragment`]).
     Fragment,
     /// IP or UDP lengths that disagree with each other or the frame.
     BadLength,
@@ -394,6 +394,8 @@ enum To {
     Next,
     V4,
     V6,
+    /// IPv6 carrying UDP with no extension header: its port.
+    V6Udp,
     Accept,
     Drop,
 }
@@ -433,6 +435,7 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
         p.push((JEQ_K, To::Accept, To::Drop, port));
     }
     let v6 = p.len();
+    let mut v6_udp = 0;
     if want.v6 != AddrMatch::No {
         if let AddrMatch::Only(a) = want.v6 {
             for (i, word) in a.octets().chunks_exact(4).enumerate() {
@@ -441,8 +444,12 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
             }
         }
         p.push((LDB_ABS, To::Next, To::Next, 20)); // IPv6 next header
-        p.push((JEQ_K, To::Accept, To::Next, u32::from(IPPROTO_FRAGMENT))); // as an IPv4 fragment
-        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_UDP)));
+        p.push((JEQ_K, To::V6Udp, To::Next, u32::from(IPPROTO_UDP)));
+        p.push((JEQ_K, To::Next, To::Drop, u32::from(IPPROTO_FRAGMENT)));
+        // A fragment header, of UDP: as an IPv4 fragment.
+        p.push((LDB_ABS, To::Next, To::Next, 54)); // the fragment header's next header
+        p.push((JEQ_K, To::Accept, To::Drop, u32::from(IPPROTO_UDP)));
+        v6_udp = p.len();
         p.push((LDH_ABS, To::Next, To::Next, 56)); // UDP destination port
         p.push((JEQ_K, To::Accept, To::Drop, port));
     }
@@ -454,10 +461,11 @@ pub fn udp_service_filter(want: ServiceAddr) -> Vec<Insn> {
             To::Next => i + 1,
             To::V4 => v4,
             To::V6 => v6,
+            To::V6Udp => v6_udp,
             To::Accept => accept,
             To::Drop => drop,
         };
-        // At most 28 instructions: every jump is forward and short.
+        // At most 32 instructions: every jump is forward and short.
         (target - i - 1) as u8
     };
     let mut out: Vec<Insn> =

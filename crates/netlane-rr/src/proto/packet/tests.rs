@@ -96,7 +96,10 @@ fn the_filter_passes_exactly_the_service_datagrams() {
     assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x2000)) > 0, "a first fragment");
     assert!(run_filter(&prog, &v4_frame(1, 7070, b"x", 0x0010)) > 0, "a later fragment, which has no port");
     assert!(run_filter(&prog, &v4_frame(1, 7071, b"x", 0x2000)) > 0, "whose it is shows once reassembled");
-    assert!(run_filter(&prog, &v6_frame(44, 7070, b"x")) > 0, "an IPv6 fragment");
+    let mut v6_frag = v6_frame(44, 7070, b"x");
+    assert_eq!(run_filter(&prog, &v6_frag), 0, "a fragment header of another protocol");
+    v6_frag[54] = 17;
+    assert!(run_filter(&prog, &v6_frag) > 0, "an IPv6 fragment of UDP");
     let only = udp_service_filter(ServiceAddr::of_socket("10.0.0.2:7070".parse().unwrap(), true));
     assert!(run_filter(&only, &v4_frame(1, 7070, b"x", 0x0010)) > 0);
     let elsewhere = with_v4_dst(v4_frame(1, 7070, b"x", 0x0010), Ipv4Addr::new(10, 0, 0, 3));

@@ -180,6 +180,16 @@ impl RxPath {
         }
     }
 
+    /// Time passes with nothing to read: a ring path gives up the fragmented datagrams
+    /// whose time ran out (otherwise looked for when frames come).
+    pub fn tick(&mut self) {
+        match self {
+            RxPath::Ring { taker, .. } => _ = taker.now(),
+            RxPath::Adaptive(a) => _ = a.taker.now(),
+            _ => {}
+        }
+    }
+
     /// What a ring or AF_XDP path skipped so far.
     pub fn skips(&self) -> RingSkips {
         match self {

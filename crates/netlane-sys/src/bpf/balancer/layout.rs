@@ -127,10 +127,10 @@ pub enum HintMode {
     FlowTag,
     /// Per-destination tags (tag = real), checked against the packet's VIP.
     DestTag,
-    /// Per-destination tags that skip the transport header: an L3 check (the real's
-    /// VIP has the packet's address and protocol) and straight to encapsulation. The
-    /// VIP's port is not checked, so the classifier must match it; the outer source
-    /// varies per client address, not per connection.
+    /// Per-destination tags that skip parsing the transport header: an L3 check (the
+    /// real's VIP has the packet's address and protocol), the ports read for the outer
+    /// header's hash, and straight to encapsulation. The VIP's port is not checked, so
+    /// the classifier must match it.
     DestTagDirect,
 }
 
