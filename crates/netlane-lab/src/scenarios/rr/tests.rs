@@ -82,6 +82,20 @@ fn queued(mut r: RrRun, frames: &[u64]) -> RrRun {
     r
 }
 
+/// `r` from a packet transmit ring that wrote every response as a frame, each leaving
+/// its checksum to the device where `offload` (all of them: one frame each).
+fn framed(mut r: RrRun, offload: bool) -> RrRun {
+    let n = r.server.counters.responses;
+    r.server.raw_tx = Some(netlane_rr::server::RawTxReport {
+        datagrams: n,
+        frames: n,
+        checksum_offload: offload,
+        checksum_offloaded: if offload { n } else { 0 },
+        ..Default::default()
+    });
+    r
+}
+
 fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
     report_rounds(bad, degenerate, false)
 }
@@ -119,6 +133,8 @@ fn report_of(a: &RrBenchArgs, bad: &str, degenerate: RrRun, both: bool) -> Scena
                 "unpaced" => herd(run(20_000.0, 1_000_000, 0.5), 8_000),
                 "paced" => herd(run(20_000.0, 1_800_000, 0.5), 100),
                 "af-xdp, every queue" => queued(run(60_000.0, 1_000_000, 1.5), &[5_000, 4_000]),
+                "packet, 1 KiB" => framed(run(60_000.0, 1_000_000, 1.5), true),
+                "packet, 1 KiB, checksums summed here" => framed(run(60_000.0, 1_000_000, 1.5), false),
                 _ => run(60_000.0, 1_000_000, 1.5),
             };
             let second = if m.label == bad { degenerate.clone() } else { good.clone() };
@@ -143,6 +159,19 @@ fn good_rounds_meet_the_talks_shape() {
     let wide = r.notes.iter().find(|n| n.starts_with("With the clients on 2 CPUs")).expect("a note");
     assert!(wide.contains("2.00x the rate") && wide.contains("TPACKET_V2 the clients, recvfrom the clients"), "{wide}");
     assert!(r.headline.contains("TPACKET_V2 cost the server"), "{}", r.headline);
+}
+
+#[test]
+fn the_checksum_offload_comparison_is_invalid_where_a_run_did_not_do_what_it_asked() {
+    let id = "rr.tx-packet-checksum-offload-cost";
+    // Half the datagrams left their checksum to the device in a run that asked for all.
+    let mut half = framed(run(60_000.0, 1_000_000, 1.5), true);
+    half.server.raw_tx.as_mut().unwrap().checksum_offloaded /= 2;
+    assert_eq!(outcome(&report_with("packet, 1 KiB", half), id), Outcome::Invalid);
+    // A run that asked to sum every checksum left some to the device.
+    let mut some = framed(run(60_000.0, 1_000_000, 1.5), false);
+    some.server.raw_tx.as_mut().unwrap().checksum_offloaded = 1;
+    assert_eq!(outcome(&report_with("packet, 1 KiB, checksums summed here", some), id), Outcome::Invalid);
 }
 
 #[test]
