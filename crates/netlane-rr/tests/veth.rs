@@ -80,11 +80,19 @@ fn eight_kib_requests_in_fragments_are_served_on_every_path() {
         return;
     }
     let h = hosts("rr-freq", 1500);
+    let adaptive = |mut c: ServerConfig| {
+        c.ring.adaptive = true;
+        c
+    };
     for ipv6 in [false, true] {
-        for path in PathKind::ALL {
-            let what = format!("{path} ipv6={ipv6}");
+        let cases = PathKind::ALL
+            .into_iter()
+            .map(|p| (p.to_string(), server_cfg(&h, p, ipv6)))
+            .chain([("adaptive tpacket-v3".to_string(), adaptive(server_cfg(&h, PathKind::TpacketV3, ipv6)))]);
+        for (name, cfg) in cases {
+            let (path, what) = (cfg.path, format!("{name} ipv6={ipv6}"));
             // 8 KiB requests: six IP fragments each at MTU 1500.
-            let (r, st) = exchange(&h, server_cfg(&h, path, ipv6), |a| population(a, 4, client(8192, 1024)));
+            let (r, st) = exchange(&h, cfg, |a| population(a, 4, client(8192, 1024)));
             assert_clean(&what, &r);
             let c = &st.counters;
             if path.is_ring() {

@@ -70,6 +70,8 @@ pub struct BlockChooser {
     footprint_sum: u64,
     frames: u64,
     window_frames: u64,
+    /// Requests this window (a fragmented request is several frames, one request).
+    window_requests: u64,
     /// Requests per second measured on each ring for the current population.
     rates: Vec<Option<f64>>,
     population: u32,
@@ -94,6 +96,7 @@ impl BlockChooser {
             footprint_sum: 0,
             frames: 0,
             window_frames: 0,
+            window_requests: 0,
             rates: vec![None; n],
             population: 0,
             settling: false,
@@ -124,14 +127,20 @@ impl BlockChooser {
         self.block_bytes.get(i).map_or(0, |b| b.saturating_sub(BLOCK_HEADER) / fp.max(1))
     }
 
-    /// A frame of `frame_len` bytes from `src` arrived.
-    pub fn on_frame(&mut self, src: SocketAddr, frame_len: usize) {
-        if self.sources.len() < MAX_SOURCES {
-            self.sources.insert(src);
-        }
+    /// A frame of `frame_len` bytes for the service arrived: a whole request, or one
+    /// fragment of one (each takes a frame of the ring).
+    pub fn on_frame(&mut self, frame_len: usize) {
         self.footprint_sum += u64::from(footprint(frame_len));
         self.frames += 1;
         self.window_frames += 1;
+    }
+
+    /// A request from `src` was taken whole (after its frame, or its fragments' frames).
+    pub fn on_request(&mut self, src: SocketAddr) {
+        if self.sources.len() < MAX_SOURCES {
+            self.sources.insert(src);
+        }
+        self.window_requests += 1;
     }
 
     /// Called regularly with the active ring's block counts since the last decision;
@@ -148,6 +157,7 @@ impl BlockChooser {
         let burst = self.sources.len() as u32;
         self.sources.clear();
         let frames = std::mem::take(&mut self.window_frames);
+        let requests = std::mem::take(&mut self.window_requests);
         if burst == 0 {
             // Idle: keep what we have.
             return None;
@@ -159,14 +169,17 @@ impl BlockChooser {
             self.next_hold = FIRST_HOLD;
         }
         if !std::mem::take(&mut self.settling) {
-            let rate = frames as f64 * 1e9 / elapsed as f64;
+            let rate = requests as f64 * 1e9 / elapsed as f64;
             let r = &mut self.rates[self.active];
             *r = Some(r.map_or(rate, |old| (old + rate) / 2.0));
         }
         let blocks = active.full + active.timed_out;
         let starved = active.timed_out > 0 && active.timed_out * 10 > blocks;
-        // The largest block holding at most half the burst (the smallest if none does).
-        let ceiling = (0..self.block_bytes.len()).rev().find(|&i| self.capacity(i) <= burst / 2).unwrap_or(0);
+        // The largest block holding at most half the burst's frames (the smallest if none
+        // does): a burst of fragmented requests takes several frames each.
+        let per_request = frames.checked_div(requests).unwrap_or(1).max(1);
+        let half = u64::from(burst) * per_request / 2;
+        let ceiling = (0..self.block_bytes.len()).rev().find(|&i| u64::from(self.capacity(i)) <= half).unwrap_or(0);
         let next = if starved || self.active > ceiling {
             self.back_off();
             ceiling.min(self.active.saturating_sub(1))
@@ -220,7 +233,8 @@ mod tests {
     fn feed(c: &mut BlockChooser, clients: u16, frames_each: u32) {
         for _ in 0..frames_each {
             for k in 0..clients {
-                c.on_frame(SocketAddr::from(([10, 0, 0, 1], 1000 + k)), 554);
+                c.on_frame(554);
+                c.on_request(SocketAddr::from(([10, 0, 0, 1], 1000 + k)));
             }
         }
     }
@@ -250,6 +264,28 @@ mod tests {
         // Twice the clients: the rates are forgotten and the ceiling is 32 KiB.
         assert_eq!(window(&mut c, 10, 128, 10, FULL), Some(3));
         assert_eq!(c.switches(), 3);
+    }
+
+    #[test]
+    fn a_burst_of_fragmented_requests_is_measured_in_the_frames_it_takes() {
+        let mut c = BlockChooser::new(RINGS.to_vec(), 1000);
+        c.tick(0, WindowCounts::default());
+        // 64 clients, each request three frames: half the burst is 96 frames, so the
+        // ceiling is 32 KiB (51 frames; 64 KiB holds 102), not 16 KiB as for whole ones.
+        let mut t = 1;
+        let mut window3 = |c: &mut BlockChooser| {
+            for _ in 0..10 {
+                for k in 0..64u16 {
+                    (0..3).for_each(|_| c.on_frame(554));
+                    c.on_request(SocketAddr::from(([10, 0, 0, 1], 1000 + k)));
+                }
+            }
+            t += 1;
+            c.tick((t - 1) * 1000, FULL)
+        };
+        let moves: Vec<Option<usize>> = (0..10).map(|_| window3(&mut c)).collect();
+        assert_eq!(moves.iter().flatten().copied().collect::<Vec<_>>(), vec![1, 2, 3], "{moves:?}");
+        assert_eq!(c.active(), 3);
     }
 
     #[test]
@@ -308,7 +344,7 @@ mod tests {
     fn sources_are_bounded() {
         let mut c = BlockChooser::new(RINGS.to_vec(), 1000);
         for k in 0..10_000u32 {
-            c.on_frame(SocketAddr::from(([10, (k >> 16) as u8, (k >> 8) as u8, k as u8], 9)), 100);
+            c.on_request(SocketAddr::from(([10, (k >> 16) as u8, (k >> 8) as u8, k as u8], 9)));
         }
         assert_eq!(c.sources.len(), MAX_SOURCES);
     }

@@ -157,6 +157,8 @@ pub struct Reassembler {
     bytes: usize,
     per_source: HashMap<IpAddr, Source>,
     next_scan_ns: u64,
+    /// Until when the distance rule is off (the receive path reorders frames itself).
+    no_distance_until_ns: u64,
     ready: Option<Reassembled>,
     counters: ReasmCounters,
 }
@@ -170,6 +172,7 @@ impl Reassembler {
             bytes: 0,
             per_source: HashMap::new(),
             next_scan_ns: 0,
+            no_distance_until_ns: 0,
             ready: None,
             counters: ReasmCounters::default(),
         }
@@ -203,7 +206,8 @@ impl Reassembler {
             return;
         }
         let seq = self.per_source.get(&f.key.src).map_or(0, |s| s.seq + 1);
-        if self.datagrams.get(&f.key).is_some_and(|d| seq - d.last_seq > self.limits.max_dist) {
+        let far = |d: &Datagram| seq - d.last_seq > self.limits.max_dist && now_ns >= self.no_distance_until_ns;
+        if self.datagrams.get(&f.key).is_some_and(far) {
             self.counters.too_far += 1;
             self.drop_datagram(&f.key);
         }
@@ -260,6 +264,14 @@ impl Reassembler {
             self.counters.reassembled += 1;
             self.ready = Some(Reassembled { key: f.key, payload });
         }
+    }
+
+    /// The receive path delays some frames behind others until `until_ns` (an adaptive
+    /// ring switch holds the old ring's open block until it retires): until then a
+    /// fragment that far behind its datagram's others is not a lost one's survivor, so
+    /// the distance rule waits (the timeout and the memory bounds still hold).
+    pub fn handle_reordering_until(&mut self, until_ns: u64) {
+        self.no_distance_until_ns = self.no_distance_until_ns.max(until_ns);
     }
 
     /// The datagram the last fragment completed, if it did.
@@ -574,6 +586,33 @@ mod tests {
             r.handle_fragment(0, frag(key(2, 2), *o, *more, d));
         }
         assert_eq!(r.poll_datagram().map(|d| d.payload), Some(big));
+    }
+
+    #[test]
+    fn while_the_path_reorders_frames_the_distance_rule_waits() {
+        let data = payload(3000);
+        let mut r = Reassembler::new(ReasmLimits::KERNEL);
+        r.handle_reordering_until(5_000);
+        // Datagram 1's last two fragments come 96 fragments after its first (held back).
+        r.handle_fragment(1_000, frag(key(1, 1), 0, true, &data[..1024]));
+        for id in 2..34 {
+            for (o, more, d) in cut(&data, 1024) {
+                r.handle_fragment(2_000, frag(key(1, id), o, more, d));
+            }
+            assert!(r.poll_datagram().is_some());
+        }
+        r.handle_fragment(4_000, frag(key(1, 1), 1024, true, &data[1024..2048]));
+        r.handle_fragment(4_000, frag(key(1, 1), 2048, false, &data[2048..]));
+        assert_eq!((r.poll_datagram().map(|d| d.payload), r.counters().too_far), (Some(data.clone()), 0));
+        // After that, the rule holds again.
+        r.handle_fragment(6_000, frag(key(1, 40), 0, true, &data[..1024]));
+        for id in 41..75 {
+            for (o, more, d) in cut(&data, 1024) {
+                r.handle_fragment(6_000, frag(key(1, id), o, more, d));
+            }
+        }
+        r.handle_fragment(6_000, frag(key(1, 40), 1024, true, &data[1024..2048]));
+        assert_eq!(r.counters().too_far, 1);
     }
 
     #[test]

@@ -106,6 +106,14 @@ impl RingOptions {
     }
 }
 
+/// What became of one frame.
+pub(super) struct Taken {
+    /// It was the service's: a whole datagram, or a fragment to its address.
+    service: bool,
+    /// The sender of the request it completed.
+    request: Option<SocketAddr>,
+}
+
 /// What a packet ring path does with each frame: a whole datagram for the service goes
 /// to the handler; a fragment to the reassembler (bounded as the kernel's is:
 /// [`ReasmLimits::KERNEL`]), whose whole datagrams are checked and handed on alike;
@@ -136,40 +144,46 @@ impl RingTaker {
         now
     }
 
-    /// Takes one frame at `now`; hands a datagram it completes to `f` and returns its
-    /// sender.
+    /// Takes one frame at `now`; hands a datagram it completes to `f`.
     pub(super) fn take(
         &mut self,
         frame: &[u8],
         meta: FrameMeta,
         now: u64,
         f: &mut dyn FnMut(&[u8], SocketAddr),
-    ) -> Option<SocketAddr> {
+    ) -> Taken {
         match parse_frame_or_fragment(frame, self.want, meta) {
             Ok(Found::Datagram(u)) => {
                 f(u.payload, u.src);
-                Some(u.src)
+                Taken { service: true, request: Some(u.src) }
             }
             Ok(Found::Fragment(frag)) => {
                 self.skips.fragments += 1;
                 self.reasm.handle_fragment(now, frag);
-                let whole = self.reasm.poll_datagram()?;
+                let Some(whole) = self.reasm.poll_datagram() else { return Taken { service: true, request: None } };
                 match parse_reassembled(&whole, self.want) {
                     Ok(u) => {
                         f(u.payload, u.src);
-                        Some(u.src)
+                        Taken { service: true, request: Some(u.src) }
                     }
                     Err(e) => {
                         self.skips.count(e);
-                        None
+                        Taken { service: true, request: None }
                     }
                 }
             }
             Err(e) => {
                 self.skips.count(e);
-                None
+                Taken { service: false, request: None }
             }
         }
+    }
+
+    /// The path will hand some frames over up to `delay` late (an adaptive switch: the
+    /// old ring's open block waits for its retire timer).
+    pub(super) fn reordering_for(&mut self, delay: std::time::Duration) {
+        let until = self.epoch.elapsed().saturating_add(delay).as_nanos() as u64;
+        self.reasm.handle_reordering_until(until);
     }
 
     pub(super) fn skips(&self) -> RingSkips {
@@ -215,8 +229,14 @@ impl AdaptivePath {
         let now_reasm = taker.now();
         for ring in &mut self.rings {
             n += ring.drain(&mut |frame, status| {
-                if let Some(src) = taker.take(frame, ring_meta(status), now_reasm, f) {
-                    chooser.on_frame(src, frame.len());
+                // Every frame of the service fills the ring, a fragment as much as a
+                // whole request; the burst is counted in requests.
+                let taken = taker.take(frame, ring_meta(status), now_reasm, f);
+                if taken.service {
+                    chooser.on_frame(frame.len());
+                }
+                if let Some(src) = taken.request {
+                    chooser.on_request(src);
                 }
             });
         }
@@ -232,6 +252,15 @@ impl AdaptivePath {
             // latest) and drained like the rest: nothing is lost or duplicated.
             self.select.select(next as u32);
             self.base = self.rings[next].block_counts();
+            // The old ring's open block comes when it retires: fragments in it come after
+            // later ones of their datagrams.
+            let retire = match self.rings[old].spec() {
+                // 0: the kernel derives it from the link speed, 8 ms when unknown.
+                RingSpec::V3 { retire_ms: 0, .. } => std::time::Duration::from_millis(8),
+                RingSpec::V3 { retire_ms, .. } => std::time::Duration::from_millis(u64::from(retire_ms)),
+                RingSpec::V2 { .. } => std::time::Duration::ZERO,
+            };
+            self.taker.reordering_for(retire * 2 + std::time::Duration::from_millis(10));
         } else if self.chooser.window_ended(now) {
             self.base = c;
         }
