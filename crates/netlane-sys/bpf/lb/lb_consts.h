@@ -105,7 +105,7 @@ enum lb_global_stat {
 	ST_EVENTS_LOST,	      /* New-flow events lost (ring buffer full). */
 	ST_DROP_UNSUPPORTED, /* To a VIP address but not a protocol it handles (IPv6 extension headers, others): dropped. */
 	ST_EVENTS_LIMITED, /* New-flow events not sent: above the per-CPU event rate. */
-	ST_HINT_DIRECT,	   /* Of the hints used, destination tags that skipped the transport header's parsing. */
+	ST_HINT_DIRECT, /* Hints used by destination tags that skipped the transport header (user space counts them as hint hits too). */
 	ST_NUM
 };
 

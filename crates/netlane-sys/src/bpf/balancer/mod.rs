@@ -333,10 +333,19 @@ impl Balancer {
         self.maps.flow_tags.update_batch(&keys, &values, tags.len() as u32, MapFlags::ANY, MapFlags::ANY).map_err(to_io)
     }
 
-    /// The global counters, summed over CPUs, in [`GlobalStat::ALL`] order.
+    /// The global counters, summed over CPUs, in [`GlobalStat::ALL`] order. Hint hits
+    /// include [`GlobalStat::HintDirect`]: the data plane counts a packet once, under
+    /// the one or the other.
     pub fn global_stats(&self) -> io::Result<Vec<u64>> {
         let map = &self.maps.global_stats;
-        (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect()
+        let mut v = (0..map.max_entries()).map(|i| percpu_sum(map, i)).collect::<io::Result<Vec<u64>>>()?;
+        let (hit, direct) = (GlobalStat::HintHit.index(), GlobalStat::HintDirect.index());
+        if let Some(&d) = v.get(direct)
+            && let Some(h) = v.get_mut(hit)
+        {
+            *h += d;
+        }
+        Ok(v)
     }
 
     /// Every VIP's forwarded packets and bytes (indexed by VIP index), summed over
