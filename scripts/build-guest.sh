@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Linux guest the interoperability tests boot under QEMU: Debian's own kernel
 # (the package linux-image-amd64 depends on) with the modules for NVMe/TCP (host and
-# target), busybox, and nvme-cli with its libraries, in an initramfs. Nothing of it is
+# target) and the qdiscs this machine's kernel lacks (fq, etf, tbf), busybox, and nvme-cli
+# with its libraries, in an initramfs. Nothing of it is
 # committed: everything comes from Debian's packages at build time.
 #
 #   scripts/build-guest.sh [OUTDIR]     (default: target/guest)
@@ -73,7 +74,7 @@ ln -sf /lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$ir/lib64/ld-linux-x86-64.so.
 mkdir -p "$ir/etc/nvme"
 
 # The wanted modules and everything they depend on (modules.dep lists paths).
-wanted=(virtio_pci virtio_net nvme_tcp nvme_fabrics nvme_core nvmet nvmet_tcp brd null_blk configfs
+wanted=(virtio_pci virtio_net nvme_tcp nvme_fabrics nvme_core nvmet nvmet_tcp brd null_blk configfs sch_fq sch_etf sch_tbf
         crc32c_generic crc32c_intel)
 declare -A take=()
 add() {
@@ -103,7 +104,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 
 mount -t tmpfs tmpfs /tmp
-for m in virtio_pci virtio_net crc32c_intel crc32c_generic configfs nvme_tcp nvmet_tcp; do
+for m in virtio_pci virtio_net crc32c_intel crc32c_generic configfs nvme_tcp nvmet_tcp sch_fq sch_etf sch_tbf; do
   modprobe "$m" 2>/dev/null
 done
 mount -t configfs configfs /sys/kernel/config

@@ -3,20 +3,15 @@
 //! reports, and what the lab's threads do when both ends are threads.
 
 use std::net::{IpAddr, SocketAddr};
+
+use netlane::topology::QdiscInfo;
 use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
-use super::{BulkError, RxReport, RxSpec, Transport, TxReport, TxSpec, io_err, receiver, tcp_tx, udp_tx};
-
-/// How SO_TXTIME can be used on the sender's path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-pub enum Txtime {
-    /// The egress qdisc honours release times (fq, etf, taprio).
-    Kernel,
-    /// It does not; the reason is reported.
-    Unsupported(String),
-}
+use super::{
+    BulkError, Pacer, PacerRan, RxReport, RxSpec, Transport, TxReport, TxSpec, io_err, receiver, tcp_tx, udp_tx,
+};
 
 /// Everything a sender needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -44,12 +39,22 @@ pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     netlane::cpus::pin(job.spec.cpu);
     match job.spec.transport {
         Transport::Udp => {
-            let txtime = if job.spec.pacing.is_some() {
-                txtime_support(job.dst.ip())?
-            } else {
-                Txtime::Unsupported("not paced".into())
+            let pacer = match job.spec.pacing {
+                Some(p) => {
+                    let egress = egress_qdisc(job.dst.ip())?;
+                    let mut chosen = choose_pacer(p.pacer, job.dst, egress.as_ref())?;
+                    if chosen.clock == Some(TxClock::Tai) {
+                        // etf dequeues a packet from `delta` before its time: a release
+                        // time further ahead than that leaves the qdisc's timer the whole
+                        // of `delta` to be late in before the packet is dropped.
+                        let delta = egress.and_then(|e| e.etf_delta_ns);
+                        chosen.lead_ns = delta.map_or(DEFAULT_TAI_LEAD_NS, |d| u64::from(d) + TAI_MARGIN_NS);
+                    }
+                    Some(chosen)
+                }
+                None => None,
             };
-            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, &txtime)
+            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, pacer.as_ref())
         }
         Transport::Tcp => tcp_tx::send(&job.spec, job.dst),
     }
@@ -103,23 +108,127 @@ impl BoundReceiver {
     }
 }
 
-/// Qdiscs that hold packets until their SO_TXTIME release time.
-const TXTIME_QDISCS: [&str; 3] = ["fq", "etf", "taprio"];
+/// How a paced sender keeps its rate, chosen from what the egress qdisc does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ChosenPacer {
+    /// Who keeps the rate.
+    pub ran: PacerRan,
+    /// The egress qdisc (`noqueue` without one, `no route` without a route).
+    pub qdisc: String,
+    /// The release times' clock, with `txtime`.
+    pub clock: Option<TxClock>,
+    /// Why the sender paces in user space when it was left to choose.
+    pub user_because: Option<String>,
+    /// How far ahead of now release times start, nanoseconds.
+    pub lead_ns: u64,
+}
 
-/// Whether packets to `dst` leave, in the calling thread's namespace, through a qdisc
-/// that honours SO_TXTIME.
-fn txtime_support(dst: IpAddr) -> Result<Txtime, BulkError> {
+/// Release times on CLOCK_TAI start this far ahead of now when the qdisc's head start is
+/// unknown (taprio): etf and taprio refuse a packet whose time has passed when it reaches
+/// them.
+const DEFAULT_TAI_LEAD_NS: u64 = 2_000_000;
+/// Beyond etf's head start: time for a send to reach the qdisc.
+const TAI_MARGIN_NS: u64 = 1_000_000;
+
+/// The clock a qdisc reads release times on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxClock {
+    /// fq: CLOCK_MONOTONIC, the clock the pacer runs on.
+    Monotonic,
+    /// etf and taprio: CLOCK_TAI only.
+    Tai,
+}
+
+impl TxClock {
+    /// As reports write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            TxClock::Monotonic => "monotonic",
+            TxClock::Tai => "tai",
+        }
+    }
+}
+
+/// Qdiscs that hold packets until their SO_TXTIME release time, and their clocks.
+fn txtime_clock(qdisc: &str) -> Option<TxClock> {
+    match qdisc {
+        "fq" => Some(TxClock::Monotonic),
+        "etf" | "taprio" => Some(TxClock::Tai),
+        _ => None,
+    }
+}
+
+/// The qdisc a device's packets wait in: its root qdisc, or the one under a root tbf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Egress {
+    /// As reports name it (`fq`, `fq under tbf`, `noqueue`).
+    pub name: String,
+    /// The kind of the qdisc that holds packets until they may leave.
+    pub kind: String,
+    /// etf's head start, nanoseconds.
+    pub etf_delta_ns: Option<u32>,
+}
+
+/// Who paces a sender asked for `pacer` whose datagrams to `dst` leave through `egress`
+/// (`None`: no route). An explicit kernel pacer the qdisc cannot run is an error, not a
+/// quiet fallback.
+pub(crate) fn choose_pacer(pacer: Pacer, dst: SocketAddr, egress: Option<&Egress>) -> Result<ChosenPacer, BulkError> {
+    let name = egress.map_or_else(|| "no route".to_string(), |e| e.name.clone());
+    let clock = egress.and_then(|e| txtime_clock(&e.kind));
+    let chosen = |ran, clock, user_because| ChosenPacer { ran, qdisc: name.clone(), clock, user_because, lead_ns: 0 };
+    let leaves = match egress {
+        Some(e) => format!("datagrams to {dst} leave through the {} qdisc", e.name),
+        None => format!("there is no route to {dst}"),
+    };
+    Ok(match (pacer, clock) {
+        (Pacer::Auto, Some(c)) | (Pacer::Txtime, Some(c)) => chosen(PacerRan::Txtime, Some(c), None),
+        (Pacer::Auto, None) => chosen(
+            PacerRan::User,
+            None,
+            Some(format!("{leaves}, which ignores release times; fq, etf and taprio honour them")),
+        ),
+        (Pacer::User, _) => chosen(PacerRan::User, None, None),
+        (Pacer::Txtime, None) => {
+            return Err(BulkError::Config(format!(
+                "SO_TXTIME release times need an egress qdisc that honours them (fq, etf or taprio), but {leaves}"
+            )));
+        }
+        (Pacer::FqRate, _) if egress.is_some_and(|e| e.kind == "fq") => chosen(PacerRan::FqRate, None, None),
+        (Pacer::FqRate, _) => {
+            return Err(BulkError::Config(format!(
+                "SO_MAX_PACING_RATE paces UDP only under the fq qdisc, but {leaves}"
+            )));
+        }
+    })
+}
+
+/// The qdisc packets to `dst` wait in, in the calling thread's namespace: the root
+/// qdisc of the device they leave by (`noqueue` without one), or the qdisc under a root
+/// tbf (the lab's bottleneck, with fq under it where the kernel has fq). `None` without
+/// a route.
+fn egress_qdisc(dst: IpAddr) -> Result<Option<Egress>, BulkError> {
     let mut rtnl = netlane::topology::Rtnl::open().map_err(io_err("open a route netlink socket"))?;
     let route_err = |e: netlane::topology::NetlinkError| BulkError::Topology(e.into());
-    let kind = match rtnl.output_interface(dst).map_err(route_err)? {
-        Some(index) => rtnl.root_qdisc(index).map_err(route_err)?.map_or_else(|| "noqueue".to_string(), |(k, _)| k),
-        None => return Ok(Txtime::Unsupported(format!("no route to {dst}"))),
+    let Some(index) = rtnl.output_interface(dst).map_err(route_err)? else { return Ok(None) };
+    Ok(Some(egress_of(&rtnl.qdiscs(index).map_err(route_err)?)))
+}
+
+/// [`egress_qdisc`]'s choice among a device's qdiscs.
+fn egress_of(qdiscs: &[QdiscInfo]) -> Egress {
+    let Some(root) = qdiscs.iter().find(|q| q.root) else {
+        return Egress { name: "noqueue".into(), kind: "noqueue".into(), etf_delta_ns: None };
     };
-    Ok(if TXTIME_QDISCS.contains(&kind.as_str()) {
-        Txtime::Kernel
-    } else {
-        Txtime::Unsupported(format!("egress qdisc {kind} ignores release times; only fq, etf and taprio honour them"))
-    })
+    let under = (root.kind == "tbf")
+        .then(|| qdiscs.iter().find(|q| !q.root && q.parent == (root.handle.0, 1)))
+        .flatten()
+        // A tbf's default child (a bfifo) is not a qdisc of anyone's choosing.
+        .filter(|q| q.kind != "bfifo");
+    match under {
+        Some(q) => {
+            Egress { name: format!("{} under tbf", q.kind), kind: q.kind.clone(), etf_delta_ns: q.etf_delta_ns() }
+        }
+        None => Egress { name: root.kind.clone(), kind: root.kind.clone(), etf_delta_ns: root.etf_delta_ns() },
+    }
 }
 
 /// Reads `Udp: ... RcvbufErrors` from /proc/net/snmp text.
@@ -143,6 +252,58 @@ fn thread_udp_rcvbuf_errors() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pacer_is_chosen_from_the_egress_qdisc() {
+        let dst: SocketAddr = "10.0.0.1:9000".parse().unwrap();
+        let egress = |q: &str| Egress { name: q.into(), kind: q.into(), etf_delta_ns: None };
+        let pick = |p, q: Option<&str>| choose_pacer(p, dst, q.map(egress).as_ref());
+        let auto_fq = pick(Pacer::Auto, Some("fq")).unwrap();
+        assert_eq!((auto_fq.ran, auto_fq.clock), (PacerRan::Txtime, Some(TxClock::Monotonic)));
+        let etf = pick(Pacer::Txtime, Some("etf")).unwrap();
+        assert_eq!((etf.ran, etf.clock, etf.qdisc.as_str()), (PacerRan::Txtime, Some(TxClock::Tai), "etf"));
+        let auto_none = pick(Pacer::Auto, Some("noqueue")).unwrap();
+        assert_eq!(auto_none.ran, PacerRan::User);
+        assert!(auto_none.user_because.unwrap().contains("the noqueue qdisc, which ignores release times"));
+        let user = pick(Pacer::User, Some("fq")).unwrap();
+        assert_eq!((user.ran, user.clock, user.user_because), (PacerRan::User, None, None));
+        assert_eq!(pick(Pacer::FqRate, Some("fq")).unwrap().ran, PacerRan::FqRate);
+        let e = pick(Pacer::FqRate, Some("etf")).unwrap_err().to_string();
+        assert!(e.contains("only under the fq qdisc") && e.contains("the etf qdisc"), "{e}");
+        let e = pick(Pacer::Txtime, Some("tbf")).unwrap_err().to_string();
+        assert!(e.contains("(fq, etf or taprio)") && e.contains("through the tbf qdisc"), "{e}");
+        let e = pick(Pacer::Txtime, None).unwrap_err().to_string();
+        assert!(e.contains("no route to 10.0.0.1:9000"), "{e}");
+    }
+
+    #[test]
+    fn the_egress_qdisc_is_the_root_or_the_one_under_a_tbf() {
+        let q = |kind: &str, root, handle, parent, options: Vec<(u16, Vec<u8>)>| QdiscInfo {
+            handle,
+            root,
+            parent,
+            kind: kind.into(),
+            options,
+        };
+        assert_eq!(egress_of(&[]).name, "noqueue");
+        let etf = [q(
+            "etf",
+            true,
+            (1, 0),
+            (0xffff, 0xffff),
+            vec![(1, [500_000i32.to_ne_bytes(), 11i32.to_ne_bytes(), [0; 4]].concat())],
+        )];
+        assert_eq!(egress_of(&etf), Egress { name: "etf".into(), kind: "etf".into(), etf_delta_ns: Some(500_000) });
+        let tbf = q("tbf", true, (1, 0), (0xffff, 0xffff), Vec::new());
+        let fq_under = [tbf.clone(), q("fq", false, (2, 0), (1, 1), Vec::new())];
+        let e = egress_of(&fq_under);
+        assert_eq!((e.name.as_str(), e.kind.as_str()), ("fq under tbf", "fq"));
+        let default_child = [tbf.clone(), q("bfifo", false, (0x8001, 0), (1, 1), Vec::new())];
+        assert_eq!(egress_of(&default_child).name, "tbf");
+        let dst: SocketAddr = "10.0.0.1:9000".parse().unwrap();
+        let chosen = choose_pacer(Pacer::Auto, dst, Some(&e)).unwrap();
+        assert_eq!((chosen.ran, chosen.qdisc.as_str()), (PacerRan::Txtime, "fq under tbf"));
+    }
 
     #[test]
     fn rcvbuf_errors_are_read_from_snmp() {

@@ -26,9 +26,9 @@ use netlane::pace::Quantum;
 use netlane::topology::TopologyError;
 use netlane::udp::{Batching, GsoMode, RxBatching, SendError};
 
-pub use jobs::{BoundReceiver, RecvJob, SenderJob, Txtime, run_sender_job};
+pub use jobs::{BoundReceiver, RecvJob, SenderJob, run_sender_job};
 pub use payload::{Integrity, Verify};
-pub use reports::{PaceReport, RxReport, TxReport};
+pub use reports::{PaceReport, PacerRan, RxReport, TxReport};
 
 /// Transport protocol.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
@@ -48,6 +48,45 @@ pub struct Pacing {
     pub rate: u64,
     /// Release period.
     pub quantum: Quantum,
+    /// Who keeps the rate.
+    pub pacer: Pacer,
+}
+
+impl Pacing {
+    /// `rate` released every `quantum`, by the kernel where its qdisc can ([`Pacer::Auto`]).
+    pub fn new(rate: u64, quantum: Quantum) -> Pacing {
+        Pacing { rate, quantum, pacer: Pacer::Auto }
+    }
+}
+
+/// Who keeps a paced sender's rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pacer {
+    /// `txtime` where the egress qdisc honours release times, else `user`.
+    #[default]
+    Auto,
+    /// The sender sleeps until each release and sends it: the kernel sends at once.
+    User,
+    /// Earliest departure times: every quantum the sender hands the kernel the next
+    /// quantum's datagrams, each send with its own SO_TXTIME release time, and the egress
+    /// qdisc (fq, etf or taprio) holds each until then.
+    Txtime,
+    /// No schedule in the sender: it sends as the socket takes datagrams, and fq paces the
+    /// socket to its SO_MAX_PACING_RATE (set from the rate, counting headers as fq does).
+    FqRate,
+}
+
+impl Pacer {
+    /// As the command line writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pacer::Auto => "auto",
+            Pacer::User => "user",
+            Pacer::Txtime => "txtime",
+            Pacer::FqRate => "fq-rate",
+        }
+    }
 }
 
 /// What netlane's sender does.
@@ -274,6 +313,17 @@ impl TxSpec {
             }
         }
         if let Some(p) = tx.pacing {
+            if p.pacer == Pacer::FqRate {
+                if p.rate == 0 {
+                    return Err(BulkError::Config("a pacing rate must be positive".into()));
+                }
+                if p.quantum != Quantum::Auto {
+                    return Err(BulkError::Config(
+                        "the fq-rate pacer has no release period: fq paces every datagram at the socket's rate".into(),
+                    ));
+                }
+                return Ok(());
+            }
             let cfg = netlane::pace::PaceConfig {
                 quantum: p.quantum,
                 ..netlane::pace::PaceConfig::new(p.rate, tx.datagram_size, tx.segments_per_send)
@@ -309,10 +359,10 @@ mod tests {
         let too_many = TxSpec { gso: GsoMode::Cmsg, segments_per_send: 64, ..TxSpec::udp() };
         let e = check(too_many, Some(1500)).unwrap_err();
         assert!(e.contains("at most 46"), "{e}");
-        let zero_rate = TxSpec { pacing: Some(Pacing { rate: 0, quantum: Quantum::Auto }), ..TxSpec::udp() };
+        let zero_rate = TxSpec { pacing: Some(Pacing::new(0, Quantum::Auto)), ..TxSpec::udp() };
         assert!(check(zero_rate, None).unwrap_err().contains("positive"));
         let slow = TxSpec {
-            pacing: Some(Pacing { rate: 10_000_000, quantum: Quantum::Fixed(2_000_000_000) }),
+            pacing: Some(Pacing::new(10_000_000, Quantum::Fixed(2_000_000_000))),
             duration: Duration::from_secs(2),
             ..TxSpec::udp()
         };
@@ -331,5 +381,11 @@ mod tests {
         let tcp = TxSpec { payload_span: Some(64 << 20), ..TxSpec::tcp() };
         assert!(check(tcp, None).unwrap_err().contains("for UDP senders"));
         assert!(check(TxSpec::udp(), Some(1500)).is_ok());
+        let fq = |quantum| TxSpec {
+            pacing: Some(Pacing { pacer: Pacer::FqRate, ..Pacing::new(1 << 20, quantum) }),
+            ..TxSpec::udp()
+        };
+        assert!(check(fq(Quantum::Auto), None).is_ok());
+        assert!(check(fq(Quantum::Fixed(1_000_000)), None).unwrap_err().contains("no release period"));
     }
 }

@@ -9,22 +9,48 @@ use netlane::zerocopy::ZerocopyStats;
 
 use crate::payload::Integrity;
 
+/// Who kept a paced sender's rate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum PacerRan {
+    /// The sender, sleeping until each release.
+    #[default]
+    User,
+    /// The egress qdisc, holding each send until its SO_TXTIME release time.
+    Txtime,
+    /// fq, pacing the socket to its SO_MAX_PACING_RATE.
+    FqRate,
+}
+
 /// Pacing accuracy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize, schemars::JsonSchema)]
 pub struct PaceReport {
+    /// Who kept the rate.
+    pub pacer: PacerRan,
+    /// The root qdisc of the device the datagrams left by (`noqueue` without one).
+    pub qdisc: String,
+    /// The clock of the release times (`monotonic` for fq, `tai` for etf and taprio);
+    /// none without them.
+    pub txtime_clock: Option<String>,
+    /// Sends the qdisc dropped because their release time had passed (reported on the
+    /// socket's error queue).
+    pub txtime_missed: u64,
+    /// Sends the qdisc refused: a release time in the past or before one already sent,
+    /// or another clock than its own.
+    pub txtime_refused: u64,
     /// Target rate, bytes/s.
     pub target_rate_bytes_per_s: u64,
     /// Achieved sender rate over the schedule, bytes/s.
     pub achieved_rate_bytes_per_s: f64,
     /// achieved / target.
     pub accuracy: f64,
-    /// The release period used, nanoseconds.
+    /// The release period used, nanoseconds (0 for fq-rate: no releases).
     pub quantum_ns: u64,
-    /// Segments per release at the target rate.
+    /// Segments per release at the target rate (0 for fq-rate).
     pub segments_per_release: f64,
-    /// How late the sender woke for each release, nanoseconds.
+    /// How late the sender woke for each release, nanoseconds (none for fq-rate).
     pub lateness_ns: Summary,
-    /// Schedule counters.
+    /// Schedule counters (none for fq-rate).
     pub stats: PaceStats,
 }
 

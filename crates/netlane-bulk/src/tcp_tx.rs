@@ -30,7 +30,8 @@ pub(super) fn send(spec: &TxSpec, dst: SocketAddr) -> Result<TxReport, BulkError
     let write = spec.tcp_write;
     let buf: Vec<u8> = (0..(write + 251) as u64).map(stream_byte).collect();
     let mut tracker: Tracker<()> = Tracker::new();
-    let (mut other, mut syscalls, mut calls, mut sent, mut zc_fallbacks) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut other = zerocopy::OtherRecords::default();
+    let (mut syscalls, mut calls, mut sent, mut zc_fallbacks) = (0u64, 0u64, 0u64, 0u64);
     let t0 = monotonic_ns();
     let end_at = t0 + spec.duration.as_nanos() as u64;
     while monotonic_ns() < end_at {

@@ -8,8 +8,9 @@ use std::os::fd::AsFd;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
+use super::jobs::{ChosenPacer, TxClock};
 use super::payload::{fill_pattern, stamp};
-use super::{BulkError, PaceReport, Pacing, TxReport, TxSpec, Txtime, io_err};
+use super::{BulkError, PaceReport, PacerRan, Pacing, TxReport, TxSpec, io_err};
 use netlane::memory::Ask;
 use netlane::metrics::Hist;
 use netlane::metrics::cpu::thread_cpu;
@@ -17,7 +18,7 @@ use netlane::pace::{self, PaceConfig, Pacer};
 use netlane::time::{monotonic_ns, sleep_until};
 use netlane::udp::gso::GsoLimits;
 use netlane::udp::{Batching, GsoMode, SendError, Sender, SenderConfig, UdpSocket};
-use netlane::zerocopy::{self, Tracker, ZerocopyStats};
+use netlane::zerocopy::{self, OtherRecords, Tracker, ZerocopyStats};
 
 /// Buffers in flight with MSG_ZEROCOPY at most: each is one train, owned by the kernel
 /// until its completion arrives (a payload span has more buffers, not more in flight).
@@ -26,6 +27,54 @@ const ZEROCOPY_POOL: usize = 64;
 const ZEROCOPY_DRAIN_NS: u64 = 2_000_000_000;
 /// Consecutive "port unreachable" answers tolerated before giving up.
 const MAX_REFUSED: u64 = 1000;
+/// After the last release time, how long the qdisc's timer is given before its errors
+/// are read.
+const TXTIME_SETTLE_NS: u64 = 2_000_000;
+/// Sends fq may hold for an fq-rate sender: fq drops a flow's packets beyond its
+/// `flow_limit` (100 by default), so the socket's send buffer is sized to block the
+/// sender well before.
+const FQ_RATE_SENDS_QUEUED: usize = 48;
+/// Releases between reads of the error queue for txtime errors.
+const TXTIME_REAP_RELEASES: u64 = 16;
+
+/// SO_TXTIME release times: one train's time apart, never before a time already given
+/// (etf drops those), and never less than `lead_ns` ahead of now.
+#[derive(Debug, Clone, Copy)]
+struct ReleaseTimes {
+    cursor: u64,
+    lead_ns: u64,
+    /// The release times' clock minus CLOCK_MONOTONIC, nanoseconds.
+    offset_ns: u64,
+}
+
+impl ReleaseTimes {
+    fn on(clock: TxClock, lead_ns: u64) -> Result<ReleaseTimes, BulkError> {
+        let offset_ns = match clock {
+            TxClock::Monotonic => 0,
+            TxClock::Tai => {
+                let tai = nix::time::clock_gettime(nix::time::ClockId::CLOCK_TAI)
+                    .map_err(|e| io_err("read CLOCK_TAI")(e.into()))?;
+                let tai_ns = tai.tv_sec() as u64 * 1_000_000_000 + tai.tv_nsec() as u64;
+                tai_ns.saturating_sub(monotonic_ns())
+            }
+        };
+        Ok(ReleaseTimes { cursor: 0, lead_ns, offset_ns })
+    }
+
+    /// The release time of the next train, due at `deadline` (CLOCK_MONOTONIC) and
+    /// taking `train_ns` at the rate, on the qdisc's clock.
+    fn next(&mut self, deadline: u64, now: u64, train_ns: u64) -> u64 {
+        self.cursor = self.cursor.max(deadline).max(now + self.lead_ns);
+        let t = self.cursor;
+        self.cursor += train_ns;
+        t + self.offset_ns
+    }
+
+    /// When (CLOCK_MONOTONIC) the last release time given has passed.
+    fn last_monotonic(&self) -> u64 {
+        self.cursor
+    }
+}
 
 struct State {
     sender: Sender<UdpSocket>,
@@ -35,7 +84,7 @@ struct State {
     /// the cache as the span makes it.
     free: VecDeque<usize>,
     tracker: Tracker<Option<usize>>,
-    other_errqueue: u64,
+    other_errqueue: OtherRecords,
     errqueue_calls: u64,
     sends_since_drain: u32,
     refused: u64,
@@ -136,13 +185,13 @@ impl State {
     }
 
     /// Sends what the pacer releases until `end_at`, each release's trains stamped with
-    /// release times when the kernel paces (`use_txtime`); returns the seconds it took
-    /// and how well it kept the rate.
+    /// release times on `clock` (from the lead given ahead of now) when the kernel paces;
+    /// returns the seconds it took and how well it kept the rate.
     fn send_paced(
         &mut self,
         p: Pacing,
         per_send: usize,
-        use_txtime: bool,
+        clock: Option<(TxClock, u64)>,
         t0: u64,
         end_at: u64,
     ) -> Result<(f64, PaceReport), BulkError> {
@@ -153,21 +202,31 @@ impl State {
         // Time one train takes at the target rate, to spread trains of a release
         // with SO_TXTIME.
         let train_ns = cfg.send_time_ns();
+        let mut times = clock.map(|(c, lead)| ReleaseTimes::on(c, lead)).transpose()?;
         while pacer.next_deadline() < end_at {
             let deadline = pacer.next_deadline();
             sleep_until(deadline);
             let now = monotonic_ns();
             let release = pacer.release(now);
             lateness.record(release.late_ns);
-            for (i, n) in pace::sends(release.segments, per_send).enumerate() {
-                let t = use_txtime.then(|| release.deadline_ns + i as u64 * train_ns);
+            for n in pace::sends(release.segments, per_send) {
+                let t = times.as_mut().map(|t| t.next(release.deadline_ns, now, train_ns));
                 self.send_train(n, t)?;
+            }
+            if times.is_some() && pacer.stats().releases % TXTIME_REAP_RELEASES == 0 {
+                self.reap().map_err(io_err("read txtime errors"))?;
             }
         }
         // The schedule covers up to its next deadline; if sending fell behind, the
         // real end is later and the achieved rate says so.
         let end = monotonic_ns().max(pacer.next_deadline());
         let seconds = (end - t0) as f64 / 1e9;
+        if let Some(t) = times {
+            // The qdisc reports a dropped send when the send's time comes: wait for the
+            // last, and a little for the qdisc's timer.
+            sleep_until(t.last_monotonic() + TXTIME_SETTLE_NS);
+            self.reap().map_err(io_err("read txtime errors"))?;
+        }
         let achieved = self.sender.stats().bytes as f64 / seconds;
         let q = pacer.quantum_ns();
         let report = PaceReport {
@@ -178,6 +237,9 @@ impl State {
             segments_per_release: p.rate as f64 * q as f64 / 1e9 / ds as f64,
             lateness_ns: lateness.summary(),
             stats: pacer.stats(),
+            txtime_missed: self.other_errqueue.txtime_missed,
+            txtime_refused: self.other_errqueue.txtime_refused,
+            ..PaceReport::default()
         };
         Ok((seconds, report))
     }
@@ -206,7 +268,7 @@ pub(super) fn send(
     dst: SocketAddr,
     ipv6: bool,
     run: u32,
-    txtime: &Txtime,
+    pacer: Option<&ChosenPacer>,
 ) -> Result<TxReport, BulkError> {
     let sock = UdpSocket::connect_to(dst).map_err(io_err(format!("connect UDP socket to {dst}")))?;
     if let Some(b) = spec.sndbuf {
@@ -220,9 +282,25 @@ pub(super) fn send(
     if spec.zerocopy {
         sock.enable_zerocopy().map_err(io_err("enable SO_ZEROCOPY"))?;
     }
-    let use_txtime = spec.pacing.is_some() && *txtime == Txtime::Kernel;
-    if use_txtime {
-        netlane::sockopt::set_txtime_monotonic(sock.as_fd()).map_err(io_err("enable SO_TXTIME"))?;
+    if let Some(c) = pacer.and_then(|c| c.clock) {
+        let set = match c {
+            TxClock::Monotonic => netlane::sockopt::set_txtime_monotonic(sock.as_fd()),
+            TxClock::Tai => netlane::sockopt::set_txtime_tai(sock.as_fd()),
+        };
+        set.map_err(io_err("enable SO_TXTIME"))?;
+    }
+    if let (Some(p), Some(ChosenPacer { ran: PacerRan::FqRate, .. })) = (spec.pacing, pacer) {
+        // fq counts a packet's bytes from its Ethernet header on.
+        let overhead = 14 + if ipv6 { 40 } else { 20 } + 8;
+        let wire = (p.rate as u128 * (spec.datagram_size + overhead) as u128 / spec.datagram_size as u128) as u64;
+        netlane::sockopt::set_max_pacing_rate(sock.as_fd(), wire).map_err(io_err("set SO_MAX_PACING_RATE"))?;
+        if spec.sndbuf.is_none() {
+            let send = spec.segments_per_send.max(1) * spec.datagram_size;
+            // The kernel doubles the size asked, and charges each send its buffer's
+            // overhead besides its bytes.
+            let sndbuf = FQ_RATE_SENDS_QUEUED * (send + 1024) / 2;
+            sock.set_send_buffer(sndbuf).map_err(io_err("set send buffer"))?;
+        }
     }
     let ds = spec.datagram_size;
     let per_send = spec.segments_per_send.max(1);
@@ -254,7 +332,7 @@ pub(super) fn send(
         bufs,
         free: (0..pool).collect(),
         tracker: Tracker::new(),
-        other_errqueue: 0,
+        other_errqueue: OtherRecords::default(),
         errqueue_calls: 0,
         sends_since_drain: 0,
         refused: 0,
@@ -270,15 +348,27 @@ pub(super) fn send(
     let (seconds, pacing_report) = match spec.pacing {
         None => (st.send_flat(spec.limit_bytes.unwrap_or(u64::MAX), per_send, t0, end_at)?, None),
         Some(p) => {
-            let (seconds, report) = st.send_paced(p, per_send, use_txtime, t0, end_at)?;
-            path.push(match txtime {
-                Txtime::Kernel => "pacing: SO_TXTIME release times (qdisc paces)".to_string(),
-                Txtime::Unsupported(why) => format!("txtime: unsupported ({why}) -> user-space pacer"),
-            });
-            path.push(format!(
-                "pacing quantum: {}",
-                netlane::metrics::units::format_duration(std::time::Duration::from_nanos(report.quantum_ns))
-            ));
+            let chosen = pacer.ok_or_else(|| BulkError::Config("a paced sender needs a chosen pacer".into()))?;
+            let (seconds, mut report) = match chosen.ran {
+                PacerRan::FqRate => {
+                    let seconds = st.send_flat(u64::MAX, per_send, t0, end_at)?;
+                    let achieved = st.sender.stats().bytes as f64 / seconds;
+                    let report = PaceReport {
+                        target_rate_bytes_per_s: p.rate,
+                        achieved_rate_bytes_per_s: achieved,
+                        accuracy: achieved / p.rate as f64,
+                        ..PaceReport::default()
+                    };
+                    (seconds, report)
+                }
+                PacerRan::User | PacerRan::Txtime => {
+                    st.send_paced(p, per_send, chosen.clock.map(|c| (c, chosen.lead_ns)), t0, end_at)?
+                }
+            };
+            path.extend(describe_pacer(chosen, report.quantum_ns));
+            report.pacer = chosen.ran;
+            report.qdisc = chosen.qdisc.clone();
+            report.txtime_clock = chosen.clock.map(|c| c.name().to_string());
             (seconds, Some(report))
         }
     };
@@ -300,6 +390,23 @@ pub(super) fn send(
         refused: st.refused,
         pacing: pacing_report,
     })
+}
+
+/// What paced the sender, as the report's path lines say it.
+fn describe_pacer(chosen: &ChosenPacer, quantum_ns: u64) -> Vec<String> {
+    let quantum = netlane::metrics::units::format_duration(std::time::Duration::from_nanos(quantum_ns));
+    let q = &chosen.qdisc;
+    match (chosen.ran, &chosen.user_because) {
+        (PacerRan::FqRate, _) => vec![format!("pacing: {q} at the socket's SO_MAX_PACING_RATE")],
+        (PacerRan::Txtime, _) => vec![
+            format!("pacing: SO_TXTIME release times, {q} holds each send until its time"),
+            format!("pacing quantum: {quantum}"),
+        ],
+        (PacerRan::User, Some(why)) => {
+            vec![format!("txtime: unsupported ({why}) -> user-space pacer"), format!("pacing quantum: {quantum}")]
+        }
+        (PacerRan::User, None) => vec!["pacing: user-space pacer".into(), format!("pacing quantum: {quantum}")],
+    }
 }
 
 fn describe_path(spec: &TxSpec, sender: &Sender<UdpSocket>) -> String {
@@ -329,4 +436,23 @@ fn describe_path(spec: &TxSpec, sender: &Sender<UdpSocket>) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn release_times_are_spread_never_go_back_and_never_lie_in_the_past() {
+        let mut t = ReleaseTimes { cursor: 0, lead_ns: 500, offset_ns: 1_000_000 };
+        // On time: one train's time apart from the deadline on, on the qdisc's clock.
+        assert_eq!(t.next(10_000, 9_000, 100), 1_010_000);
+        assert_eq!(t.next(10_000, 9_000, 100), 1_010_100);
+        // A release due before the last time given starts after it (etf drops a time
+        // before one it sent).
+        assert_eq!(t.next(10_050, 9_100, 100), 1_010_200);
+        // Woken late: never less than the lead ahead of now.
+        assert_eq!(t.next(10_300, 20_000, 100), 1_020_500);
+        assert_eq!(t.last_monotonic(), 20_600);
+    }
 }

@@ -13,7 +13,8 @@ use clap::{Args, Subcommand};
 use netlane::pace::Quantum;
 use netlane::udp::{Batching, GsoMode, RxBatching};
 use netlane_bulk::{
-    BoundReceiver, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport, TxSpec, Verify, run_sender_job,
+    BoundReceiver, Pacer, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport, TxSpec, Verify,
+    run_sender_job,
 };
 use netlane_report::options::{
     parse_cpu, parse_positive_duration, parse_quantum, parse_rate, parse_size, parse_size_usize,
@@ -69,14 +70,20 @@ pub struct SendArgs {
     /// MSG_ZEROCOPY, with its completions counted (copied anyway on loopback and veth).
     #[arg(long)]
     pub zerocopy: bool,
-    /// Pace UDP to this payload rate (`100MB/s`, `1gbit`; a bare number is bytes/s):
-    /// SO_TXTIME release times where the egress qdisc honours them (fq, etf, taprio),
-    /// else a user-space pacer [default: as fast as the path takes].
+    /// Pace UDP to this payload rate (`100MB/s`, `1gbit`; a bare number is bytes/s)
+    /// [default: as fast as the path takes].
     #[arg(long, value_parser = parse_rate)]
     pub rate: Option<u64>,
     /// Time between paced releases, or auto (whole GSO sends per release).
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
+    /// Who keeps --rate: txtime (every quantum the next quantum's datagrams, each send
+    /// with its SO_TXTIME release time, held by an fq, etf or taprio egress qdisc), fq-rate
+    /// (fq paces the socket to its SO_MAX_PACING_RATE), user (the sender sleeps until each
+    /// release), or auto (txtime where the egress qdisc honours it, else user).
+    /// `netlane nic hold DEV --qdisc fq` puts fq on a device for a while.
+    #[arg(long, value_enum, default_value_t = Pacer::Auto, requires = "rate")]
+    pub pacer: Pacer,
     /// TCP: bytes per send call.
     #[arg(long, default_value = "64K", value_parser = parse_size_usize)]
     pub tcp_write: usize,
@@ -116,7 +123,7 @@ impl SendArgs {
                 zerocopy: self.zerocopy,
                 datagram_size: self.size,
                 segments_per_send: self.segments,
-                pacing: self.rate.map(|rate| Pacing { rate, quantum: self.quantum }),
+                pacing: self.rate.map(|rate| Pacing { rate, quantum: self.quantum, pacer: self.pacer }),
                 tcp_write: self.tcp_write,
                 duration: self.time,
                 cpu: self.cpu,
@@ -316,7 +323,7 @@ mod tests {
                     gso: GsoMode::Cmsg,
                     zerocopy: true,
                     segments_per_send: 46,
-                    pacing: Some(Pacing { rate: 123_456_789, quantum: Quantum::Fixed(250_000) }),
+                    pacing: Some(Pacing::new(123_456_789, Quantum::Fixed(250_000))),
                     duration: Duration::from_millis(2500),
                     cpu: Some(1),
                     sndbuf: Some(1 << 22),
@@ -331,7 +338,7 @@ mod tests {
                 spec: TxSpec {
                     gso: GsoMode::Sockopt,
                     batching: Batching::Mmsg,
-                    pacing: Some(Pacing { rate: 10_000_000, quantum: Quantum::Auto }),
+                    pacing: Some(Pacing::new(10_000_000, Quantum::Auto)),
                     ..TxSpec::udp()
                 },
                 ..base.clone()

@@ -3,8 +3,9 @@
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::cpus::CpuList;
-use netlane::nic::{Bottleneck, FileSetting, NicView, Readout, RssSetting, RssTable, Settings};
+use netlane::nic::{Bottleneck, FileSetting, NicView, PacingQdisc, Readout, RssSetting, RssTable, Settings};
 use netlane::topology::ethtool::{Group, Values};
+use netlane_report::options::parse_positive_duration;
 
 use crate::out::{self, OutputArgs};
 
@@ -69,6 +70,12 @@ pub struct TryArgs {
     /// 25MB/s,16K,32K). Removed again afterwards (the device's default qdisc returns).
     #[arg(long, value_name = "RATE,BURST,QUEUE", value_parser = parse_tbf)]
     pub tbf: Option<Bottleneck>,
+    /// A pacing qdisc as the device's root qdisc: fq (SO_TXTIME release times on
+    /// CLOCK_MONOTONIC, and SO_MAX_PACING_RATE per socket) or etf[:DELTA] (release times
+    /// on CLOCK_TAI, each packet dequeued DELTA before its time, 1ms unless given). With
+    /// --tbf it goes under the bottleneck. Removed again afterwards.
+    #[arg(long, value_name = "fq|etf[:DELTA]", value_parser = parse_pacing_qdisc)]
+    pub qdisc: Option<PacingQdisc>,
     /// RSS: the indirection table spread evenly over the first N receive queues (as
     /// `ethtool -X DEV equal N`).
     #[arg(long, value_name = "N", conflicts_with = "rss_weights")]
@@ -105,7 +112,7 @@ impl TryArgs {
         };
         let rss = (table.is_some() || self.rss_key.is_some())
             .then(|| RssSetting { table, key: self.rss_key.clone().map(|k| k.0) });
-        Ok(Settings { groups: groups(&self.set), irqs, files, bottleneck: self.tbf, rss })
+        Ok(Settings { groups: groups(&self.set), irqs, files, bottleneck: self.tbf, pacing_qdisc: self.qdisc, rss })
     }
 }
 
@@ -115,6 +122,23 @@ pub struct RssKey(Vec<u8>);
 
 fn parse_rss_key(s: &str) -> Result<RssKey, String> {
     netlane::nic::parse_key(s).map(RssKey)
+}
+
+fn parse_pacing_qdisc(s: &str) -> Result<PacingQdisc, String> {
+    let (kind, delta) = s.split_once(':').map_or((s, None), |(k, d)| (k, Some(d)));
+    match (kind, delta) {
+        ("fq", None) => Ok(PacingQdisc::Fq),
+        ("fq", Some(_)) => Err("fq takes no DELTA (only etf does)".into()),
+        ("etf", d) => {
+            let delta = d.map_or(Ok(std::time::Duration::from_millis(1)), parse_positive_duration)?;
+            let delta_ns = u32::try_from(delta.as_nanos())
+                .ok()
+                .filter(|ns| *ns <= i32::MAX as u32)
+                .ok_or_else(|| format!("etf delta {}: at most about 2.1s", d.unwrap_or_default()))?;
+            Ok(PacingQdisc::Etf { delta_ns })
+        }
+        _ => Err(format!("{s:?}: expected fq, etf or etf:DELTA")),
+    }
 }
 
 fn parse_tbf(s: &str) -> Result<Bottleneck, String> {
@@ -184,7 +208,9 @@ fn try_settings(a: &TryArgs) -> Result<u8> {
     a.out.validate()?;
     let settings = a.settings(a.irq.clone())?;
     if settings.is_empty() {
-        anyhow::bail!("nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf or an --rss option");
+        anyhow::bail!(
+            "nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf, --qdisc or an --rss option"
+        );
     }
     let tried = netlane::nic::try_settings(&a.dev, &settings);
     report_tried(&a.out, "nic-try", tried)
@@ -211,7 +237,7 @@ fn hold(a: &HoldArgs) -> Result<u8> {
     let settings = s.settings(irqs)?;
     if settings.is_empty() {
         anyhow::bail!(
-            "nothing to hold: give --set, --irq, --irqs, --threaded, --xps, --xps-rxqs, --tbf or an --rss option"
+            "nothing to hold: give --set, --irq, --irqs, --threaded, --xps, --xps-rxqs, --tbf, --qdisc or an --rss option"
         );
     }
     let holding = netlane::nic::hold_settings(&s.dev, &settings);

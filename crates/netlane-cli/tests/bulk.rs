@@ -94,6 +94,14 @@ fn bad_bulk_options_fail_with_one_line_before_anything_runs() {
         (&["bulk", "send", "--to", "127.0.0.1:9", "--gso", "tso"], 2, "expected off, cmsg or sockopt"),
         (&["bulk", "send", "--to", "127.0.0.1:9", "--gso", "cmsg", "--segments", "64"], 1, "at most 46 fit"),
         (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "0"], 2, "rate"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--pacer", "txtime"], 2, "--rate"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "txtime"], 1, "(fq, etf or taprio)"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "fq-rate"], 1, "only under the fq"),
+        (
+            &["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "fq-rate", "--quantum", "1ms"],
+            1,
+            "no release period",
+        ),
         (&["bulk", "recv", "--listen", "127.0.0.1:0", "--batch", "0"], 1, "reads per recvmmsg must be 1..=64"),
         (&["bulk", "recv", "--listen", "127.0.0.1:0", "--max-datagram", "70000"], 1, "largest datagram"),
     ] {

@@ -35,6 +35,9 @@ fn nic_try_refuses_what_it_cannot_try_before_touching_anything() {
         (vec!["nic", "try", "lo", "--rss-key", "6d:5"], "expected a key in hexadecimal bytes"),
         (vec!["nic", "try", "lo", "--rss-equal", "2", "--rss-weights", "1,1"], "cannot be used with"),
         (vec!["nic", "try", "lo", "--rss-weights", "1,x"], "invalid digit"),
+        (vec!["nic", "try", "lo", "--qdisc", "fq:1ms"], "fq takes no DELTA"),
+        (vec!["nic", "try", "lo", "--qdisc", "cake"], "expected fq, etf or etf:DELTA"),
+        (vec!["nic", "try", "lo", "--qdisc", "etf:3s"], "at most about 2.1s"),
     ] {
         let o = netlane(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -43,7 +46,7 @@ fn nic_try_refuses_what_it_cannot_try_before_touching_anything() {
     let o = netlane(&["nic", "try", "lo"]);
     assert_eq!(
         stderr(&o),
-        "error: nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf or an --rss option\n"
+        "error: nothing to try: give --set, --irq, --threaded, --xps, --xps-rxqs, --tbf, --qdisc or an --rss option\n"
     );
 }
 

@@ -61,12 +61,12 @@ fn pacer_holds_a_low_rate() {
     let tx = TxSpec {
         gso: GsoMode::Cmsg,
         segments_per_send: 20,
-        pacing: Some(Pacing { rate, quantum: Quantum::Fixed(2_000_000) }),
+        pacing: Some(Pacing::new(rate, Quantum::Fixed(2_000_000))),
         duration: Duration::from_secs(1),
         ..TxSpec::udp()
     };
     let r = bulk::run(Endpoints::Veth(&h), &bulk_run(tx, RxSpec::udp(), false)).unwrap();
-    let p = r.tx.pacing.expect("pacing report");
+    let p = r.tx.pacing.as_ref().expect("pacing report");
     assert!((p.accuracy - 1.0).abs() < 0.2, "sender achieved {} of the target", p.accuracy);
     let at_receiver = r.rx_pacing_accuracy().expect("a paced run").unwrap();
     assert!((at_receiver - 1.0).abs() < 0.2, "the receiver saw {at_receiver} of the {rate} B/s target");
@@ -83,7 +83,7 @@ fn every_mode_delivers_verified_data_over_veth() {
     let h = hosts("modes", RxTuning::threaded_napi());
     let d = Duration::from_millis(250);
     // Paced so that nothing is lost: this checks integrity, not speed.
-    let pace = Some(Pacing { rate: 50_000_000, quantum: Quantum::Auto });
+    let pace = Some(Pacing::new(50_000_000, Quantum::Auto));
     let cases = [
         (
             TxSpec { duration: d, pacing: pace, ..TxSpec::udp() },
@@ -121,7 +121,7 @@ fn loopback_runs_without_namespaces_and_counts_syscalls() {
         batching: Batching::Mmsg,
         segments_per_send: 46,
         duration: Duration::from_millis(200),
-        pacing: Some(Pacing { rate: 30_000_000, quantum: Quantum::Auto }),
+        pacing: Some(Pacing::new(30_000_000, Quantum::Auto)),
         ..TxSpec::udp()
     };
     let r =

@@ -148,7 +148,7 @@ pub fn msg_zerocopy() -> Support {
             netlane_sys::msg::sendmsg(tx.as_fd(), None, &[io::IoSlice::new(&[1u8; 16_384])], &[], libc::MSG_ZEROCOPY)?;
             let mut t: Tracker<()> = Tracker::new();
             t.on_send(());
-            let mut other = 0;
+            let mut other = zerocopy::OtherRecords::default();
             for _ in 0..100 {
                 zerocopy::drain_errqueue(tx.as_fd(), &mut t, &mut other)?;
                 if t.all_completed() {

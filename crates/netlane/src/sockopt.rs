@@ -32,6 +32,12 @@ pub fn set_txtime_monotonic(fd: BorrowedFd<'_>) -> io::Result<()> {
     netlane_sys::sockopt::set_txtime(fd, libc::CLOCK_MONOTONIC, netlane_sys::consts::SOF_TXTIME_REPORT_ERRORS)
 }
 
+/// `SO_TXTIME` on `CLOCK_TAI` (the only clock etf and taprio take), reporting errors on
+/// the error queue.
+pub fn set_txtime_tai(fd: BorrowedFd<'_>) -> io::Result<()> {
+    netlane_sys::sockopt::set_txtime(fd, libc::CLOCK_TAI, netlane_sys::consts::SOF_TXTIME_REPORT_ERRORS)
+}
+
 /// `SO_MAX_PACING_RATE` in bytes per second (honoured by TCP, and by fq for others).
 pub fn set_max_pacing_rate(fd: BorrowedFd<'_>, bytes_per_sec: u64) -> io::Result<()> {
     set_u64(fd, libc::SOL_SOCKET, libc::SO_MAX_PACING_RATE, bytes_per_sec)

@@ -157,10 +157,22 @@ impl<T> Tracker<T> {
     }
 }
 
+/// Error-queue records that are not zerocopy completions, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OtherRecords {
+    /// Sends a qdisc dropped because their SO_TXTIME release time had passed.
+    pub txtime_missed: u64,
+    /// Sends a qdisc refused for their release time (in the past, before one it already
+    /// sent, or on another clock).
+    pub txtime_refused: u64,
+    /// Anything else (ICMP errors).
+    pub other: u64,
+}
+
 /// Reads every pending record from `fd`'s error queue without blocking and applies
 /// the zerocopy completions to `tracker`. Returns the number of notifications read.
-/// Other records (ICMP errors, txtime errors) are counted in `other`.
-pub fn drain_errqueue<T>(fd: BorrowedFd<'_>, tracker: &mut Tracker<T>, other: &mut u64) -> io::Result<usize> {
+/// Other records (txtime errors, ICMP errors) are counted in `other`.
+pub fn drain_errqueue<T>(fd: BorrowedFd<'_>, tracker: &mut Tracker<T>, other: &mut OtherRecords) -> io::Result<usize> {
     let mut control = CmsgBuf::<128>::new();
     let mut n = 0;
     while let Some(r) = netlane_sys::msg::recv_errqueue(fd, control.as_mut_capacity())? {
@@ -172,9 +184,13 @@ pub fn drain_errqueue<T>(fd: BorrowedFd<'_>, tracker: &mut Tracker<T>, other: &m
                         tracker.on_completion(range);
                         n += 1;
                     }
-                    None => *other += 1,
+                    None => match ee.txtime() {
+                        Some(t) if t.missed => other.txtime_missed += 1,
+                        Some(_) => other.txtime_refused += 1,
+                        None => other.other += 1,
+                    },
                 },
-                _ => *other += 1,
+                _ => other.other += 1,
             }
         }
     }

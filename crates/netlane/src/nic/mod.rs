@@ -3,7 +3,8 @@
 //! features, XPS), and its settings changed for as long as a guard lives: channels,
 //! rings and coalescing over ethtool netlink ([`set_group`]), an interrupt's CPUs
 //! ([`set_irq_cpus`]), the device's own files: threaded NAPI, XPS ([`set_file`]), and a
-//! token-bucket bottleneck as its root qdisc ([`set_bottleneck`]). Each change is reported applied (with the value read back) or
+//! token-bucket bottleneck or a pacing qdisc as its root qdisc ([`set_bottleneck`],
+//! [`set_pacing_qdisc`]). Each change is reported applied (with the value read back) or
 //! refused (with the kernel's reason), recorded before it is made (so `netlane clean`
 //! puts it back after a SIGKILL), and put back when its guard drops unless someone
 //! changed it since. Everything here acts in the calling thread's network namespace.
@@ -25,9 +26,9 @@ mod settings;
 pub use self::rss::{Rss, RssParts, RssSetting, RssTable, key_words, parse_key, set_rss};
 pub(crate) use self::settings::one_bit_mask;
 pub use self::settings::{
-    Bottleneck, FileSetting, Holding, Outcome, PutBack, Settings, Tried, hold_settings, rfs_flow_counts, rx_queues,
-    set_bottleneck, set_file, set_group, set_irq_cpus, set_mq, try_settings, tx_queue_packets, tx_queues, xps_cpus,
-    xps_rxqs,
+    Bottleneck, FileSetting, Holding, Outcome, PacingQdisc, PutBack, Settings, Tried, hold_settings, rfs_flow_counts,
+    rx_queues, set_bottleneck, set_file, set_group, set_irq_cpus, set_mq, set_pacing_qdisc, try_settings,
+    tx_queue_packets, tx_queues, xps_cpus, xps_rxqs,
 };
 
 /// The offloads [`show`] reports (those a fast path depends on).

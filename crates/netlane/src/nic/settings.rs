@@ -260,6 +260,62 @@ pub fn set_bottleneck(dev: &str, b: &Bottleneck) -> (Outcome, Option<Held>) {
     hold_root_qdisc(dev, "tbf", asked, |r, ifindex| r.add_tbf(ifindex, b.rate, b.burst, b.limit))
 }
 
+/// A root qdisc that releases packets at their SO_TXTIME times, or paces each socket to
+/// its SO_MAX_PACING_RATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PacingQdisc {
+    /// fq: per-flow queues, release times on CLOCK_MONOTONIC, socket pacing rates.
+    Fq,
+    /// etf: release times on CLOCK_TAI, each packet dequeued this many nanoseconds
+    /// before its time.
+    Etf {
+        /// The head start, nanoseconds: at least the time from the qdisc's timer to the
+        /// wire, or packets miss their times and are dropped.
+        delta_ns: u32,
+    },
+}
+
+impl std::fmt::Display for PacingQdisc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PacingQdisc::Fq => f.write_str("fq"),
+            PacingQdisc::Etf { delta_ns } => write!(f, "etf (CLOCK_TAI, delta {delta_ns} ns)"),
+        }
+    }
+}
+
+/// Makes `q` `dev`'s root qdisc until the returned guard drops, which removes it (the
+/// device's default comes back); `None` when refused (a kernel without the qdisc answers
+/// that it has no such kind).
+pub fn set_pacing_qdisc(dev: &str, q: PacingQdisc) -> (Outcome, Option<Held>) {
+    let asked = format!("{q} root qdisc of {dev}");
+    match q {
+        PacingQdisc::Fq => hold_root_qdisc(dev, "fq", asked, |r, i| r.add_fq(i, None)),
+        PacingQdisc::Etf { delta_ns } => hold_root_qdisc(dev, "etf", asked, |r, i| r.add_etf(i, None, delta_ns)),
+    }
+}
+
+/// Puts `q` under the single class (1:1) of `dev`'s root tbf: packets wait in it for
+/// their release times (or their socket's pacing rate), then for the bucket's tokens. It
+/// goes when the tbf does.
+pub fn set_pacing_under_bottleneck(dev: &str, q: PacingQdisc) -> Outcome {
+    let asked = format!("{q} under the tbf root qdisc of {dev}");
+    let added = Rtnl::open().map_err(|e| format!("open rtnetlink: {e}")).and_then(|mut r| {
+        let ifindex = r.link_index(dev).map_err(|e| reason(&e))?;
+        let made = match q {
+            PacingQdisc::Fq => r.add_fq(ifindex, Some((1, 1))),
+            PacingQdisc::Etf { delta_ns } => r.add_etf(ifindex, Some((1, 1)), delta_ns),
+        };
+        made.map_err(|e| reason(&e))?;
+        let qdiscs = r.qdiscs(ifindex).map_err(|e| reason(&e))?;
+        Ok(qdiscs.into_iter().find(|i| !i.root && i.parent == (1, 1)).map_or_else(|| "nothing".into(), |i| i.kind))
+    });
+    match added {
+        Ok(kind) => Outcome { asked, applied: Some(kind), refused: None },
+        Err(why) => Outcome::refused(asked, why),
+    }
+}
+
 /// Makes mq `dev`'s root qdisc until the returned guard drops, which removes it: a child
 /// qdisc per transmit queue, each counting what leaves by its queue (read with
 /// [`tx_queue_packets`]); `None` when refused.
@@ -423,6 +479,8 @@ pub struct Settings {
     pub files: Vec<FileSetting>,
     /// A bottleneck as its root qdisc.
     pub bottleneck: Option<Bottleneck>,
+    /// A pacing qdisc as its root qdisc.
+    pub pacing_qdisc: Option<PacingQdisc>,
     /// Its RSS indirection table and hash key.
     pub rss: Option<RssSetting>,
 }
@@ -434,6 +492,7 @@ impl Settings {
             && self.irqs.is_empty()
             && self.files.is_empty()
             && self.bottleneck.is_none()
+            && self.pacing_qdisc.is_none()
             && self.rss.is_none()
     }
 }
@@ -441,7 +500,7 @@ impl Settings {
 /// Applies each of `asked` to `dev` and reads each back; they stay until the [`Holding`]
 /// puts them back.
 pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
-    let Settings { groups, irqs, files, bottleneck, rss } = asked;
+    let Settings { groups, irqs, files, bottleneck, pacing_qdisc, rss } = asked;
     let mut outcomes = Vec::new();
     let mut held = Vec::new();
     let mut watch: Vec<(String, String, Reading)> = Vec::new();
@@ -490,14 +549,28 @@ pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
         }
         outcomes.push(outcome);
     }
-    if let Some(b) = bottleneck {
+    let mut root = |set: &dyn Fn() -> (Outcome, Option<Held>)| -> bool {
         let before = root_qdisc_kind(dev).unwrap_or_else(|| "?".into());
-        let (outcome, h) = set_bottleneck(dev, b);
+        let (outcome, h) = set();
         if let Some(h) = h {
             held.push(h);
             watch.push((format!("root qdisc of {dev}"), before, Reading::RootQdisc(dev.to_string())));
         }
+        let applied = outcome.applied.is_some();
         outcomes.push(outcome);
+        applied
+    };
+    // With a bottleneck, a pacing qdisc goes under it.
+    let under = match (bottleneck, pacing_qdisc) {
+        (Some(b), q) => q.filter(|_| root(&|| set_bottleneck(dev, b))),
+        (None, Some(q)) => {
+            root(&|| set_pacing_qdisc(dev, *q));
+            None
+        }
+        (None, None) => None,
+    };
+    if let Some(q) = under {
+        outcomes.push(set_pacing_under_bottleneck(dev, q));
     }
     Holding { outcomes, held, watch }
 }

@@ -29,7 +29,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use serde::Serialize;
 
 pub use netlink::{
-    HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscStats, Rtnl,
+    HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, NetlinkError, QdiscInfo,
+    QdiscStats, Rtnl,
 };
 pub(crate) use netns::mount_own_sysfs;
 pub use netns::{NAME_PREFIX, NETNS_RUN_DIR, Netns, NetnsHandle, NsThread, netns_names, run_in_named};

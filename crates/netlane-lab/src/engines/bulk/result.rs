@@ -37,7 +37,7 @@ impl BulkResult {
     /// arrival to its last, plus one release period for a paced run (n releases of a
     /// period each span n periods, but their arrivals only n - 1).
     pub fn rx_rate(&self) -> Measure {
-        let period = self.tx.pacing.map_or(0.0, |p| p.quantum_ns as f64 / 1e9);
+        let period = self.tx.pacing.as_ref().map_or(0.0, |p| p.quantum_ns as f64 / 1e9);
         rate(self.rx.bytes as f64, self.rx.seconds + period, "receiver bytes")
     }
 
@@ -110,7 +110,7 @@ impl BulkResult {
 
     /// Paced runs: the receiver's rate ([`BulkResult::rx_rate`]) over the target rate.
     pub fn rx_pacing_accuracy(&self) -> Option<Measure> {
-        let p = self.tx.pacing?;
+        let p = self.tx.pacing.as_ref()?;
         Some(ratio(self.rx_rate(), positive(p.target_rate_bytes_per_s as f64, "target rate")))
     }
 }

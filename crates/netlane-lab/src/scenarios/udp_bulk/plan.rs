@@ -78,7 +78,7 @@ impl UdpBulkArgs {
             Mode::GsoZcCold => (TxSpec { zerocopy: true, ..cold }, rx),
             // Paced runs deliver to a GRO receiver: the receiver-side rate then measures
             // the pacer, not a receiver that cannot take 1 GB/s without GRO.
-            Mode::Paced => (TxSpec { pacing: rate.map(|rate| Pacing { rate, quantum: self.quantum }), ..gso }, gro_rx),
+            Mode::Paced => (TxSpec { pacing: rate.map(|rate| Pacing::new(rate, self.quantum)), ..gso }, gro_rx),
         }
     }
 

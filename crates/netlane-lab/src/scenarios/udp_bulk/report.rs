@@ -136,7 +136,7 @@ impl UdpBulkArgs {
         for &i in paced {
             let rs = &results[i];
             let Role::Main(_, Some(rate)) = arms[i].role else { continue };
-            let p = rs.iter().find_map(|r| r.tx.pacing);
+            let p = rs.iter().find_map(|r| r.tx.pacing.as_ref());
             let vs_gso = gso.map(|g| paired(rs, g, |r| usable(r, &BulkResult::tx_cpu_s_per_gb)));
             let vs: Vec<f64> = vs_gso.into_iter().flatten().filter_map(Result::ok).collect();
             t.push(Row::new(vec![
@@ -144,10 +144,14 @@ impl UdpBulkArgs {
                 p.map_or(Value::Missing, |p| Value::text(format::seconds(p.quantum_ns as f64 / 1e9))),
                 p.map_or(Value::Missing, |p| Value::num(p.segments_per_release)),
                 med(rs, |r| r.rx_pacing_accuracy().unwrap_or(Err("not paced".into())).map(|a| a * 100.0)),
-                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.accuracy * 100.0))),
+                med(rs, |r| r.tx.pacing.as_ref().map_or(Err("not paced".into()), |p| Ok(p.accuracy * 100.0))),
                 med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
-                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p50 as f64 / 1e3))),
-                med(rs, |r| r.tx.pacing.map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p99 as f64 / 1e3))),
+                med(rs, |r| {
+                    r.tx.pacing.as_ref().map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p50 as f64 / 1e3))
+                }),
+                med(rs, |r| {
+                    r.tx.pacing.as_ref().map_or(Err("not paced".into()), |p| Ok(p.lateness_ns.p99 as f64 / 1e3))
+                }),
                 med(rs, BulkResult::tx_cpu_s_per_gb),
                 if vs.is_empty() { Value::Missing } else { Value::num(median(vs)) },
                 med(rs, |r| {

@@ -161,7 +161,7 @@ impl UdpPacingArgs {
             // The same bytes a paced run moves, as fast as possible (bounded by the
             // duration, which it will not need).
             SweepPoint::Unpaced => TxSpec { limit_bytes: Some((rate as f64 * self.time.as_secs_f64()) as u64), ..base },
-            SweepPoint::Quantum(ns) => TxSpec { pacing: Some(Pacing { rate, quantum: Quantum::Fixed(ns) }), ..base },
+            SweepPoint::Quantum(ns) => TxSpec { pacing: Some(Pacing::new(rate, Quantum::Fixed(ns))), ..base },
         };
         BulkRun {
             tx: TxSource::Netlane(tx),

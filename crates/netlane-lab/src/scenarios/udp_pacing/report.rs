@@ -69,7 +69,7 @@ impl UdpPacingArgs {
         );
         for (p, rs) in self.quanta.iter().zip(runs) {
             flags.extend(repeat_flags(&p.label(), "sender CPU s/GB", &values(rs, &BulkResult::tx_cpu_s_per_gb)));
-            let pace = rs.iter().find_map(|r| r.result.tx.pacing);
+            let pace = rs.iter().find_map(|r| r.result.tx.pacing.as_ref());
             let drops: Vec<f64> = rs.iter().map(|r| r.qdisc.drops as f64).collect();
             table.push(Row::new(vec![
                 Value::text(p.label()),
@@ -81,7 +81,9 @@ impl UdpPacingArgs {
                 med(rs, &BulkResult::tx_cpu_s_per_gb),
                 med(rs, &BulkResult::tx_cpu_s_per_gb_delivered),
                 med(rs, &|r| {
-                    r.tx.pacing.map_or(Err("unpaced".into()), |p| ratio(Ok(p.stats.releases as f64), Ok(r.tx.seconds)))
+                    r.tx.pacing
+                        .as_ref()
+                        .map_or(Err("unpaced".into()), |p| ratio(Ok(p.stats.releases as f64), Ok(r.tx.seconds)))
                 }),
                 med(rs, &|r| Ok(r.rx.per_ms_bytes.p99 as f64 / 1e3)),
             ]));

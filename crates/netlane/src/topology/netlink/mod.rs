@@ -28,7 +28,7 @@ use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 mod tc;
 
 pub use tc::{
-    ClassStats, HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, QdiscStats,
+    ClassStats, HTB_MAJOR, HtbClass, MQPRIO_MAJOR, MQPRIO_MAX_TC, MQPRIO_TC_MINOR, MqprioChannel, QdiscInfo, QdiscStats,
 };
 
 /// A failed netlink request.

@@ -1,11 +1,55 @@
-//! Traffic control over rtnetlink: root qdiscs (tbf, htb, mqprio channel mode), htb
+//! Traffic control over rtnetlink: root qdiscs (tbf, htb, etf, mqprio channel mode), htb
 //! classes, and their counters.
 
-use netlink_packet_core::{DefaultNla, NLM_F_CREATE, NLM_F_EXCL};
+use netlink_packet_core::{DefaultNla, NLM_F_CREATE, NLM_F_EXCL, Nla};
 use netlink_packet_route::tc::{TcAttribute, TcHandle, TcMessage, TcOption, TcStats2};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::{NetlinkError, Rtnl};
+
+/// A qdisc of a device, as [`Rtnl::qdiscs`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QdiscInfo {
+    /// Its handle (major, minor).
+    pub handle: (u16, u16),
+    /// Whether it is the device's root qdisc.
+    pub root: bool,
+    /// Its parent class (major, minor); meaningless for the root.
+    pub parent: (u16, u16),
+    /// Its kind (`fq`, `tbf`).
+    pub kind: String,
+    /// Its options the library does not decode: (attribute type, value).
+    pub options: Vec<(u16, Vec<u8>)>,
+}
+
+impl QdiscInfo {
+    /// etf's head start (`tc_etf_qopt.delta`, the first field of `TCA_ETF_PARMS`),
+    /// nanoseconds; `None` for other kinds.
+    pub fn etf_delta_ns(&self) -> Option<u32> {
+        const TCA_ETF_PARMS: u16 = 1;
+        if self.kind != "etf" {
+            return None;
+        }
+        let (_, v) = self.options.iter().find(|(t, _)| *t == TCA_ETF_PARMS)?;
+        Some(i32::from_ne_bytes(v.get(0..4)?.try_into().ok()?).max(0) as u32)
+    }
+}
+
+fn raw_options(attributes: &[TcAttribute]) -> Vec<(u16, Vec<u8>)> {
+    let mut out = Vec::new();
+    for a in attributes {
+        if let TcAttribute::Options(opts) = a {
+            for o in opts {
+                if let TcOption::Other(nla) = o {
+                    let mut value = vec![0u8; nla.value_len()];
+                    nla.emit_value(&mut value);
+                    out.push((nla.kind(), value));
+                }
+            }
+        }
+    }
+    out
+}
 
 /// Counters of a qdisc.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -93,6 +137,56 @@ impl Rtnl {
         )
     }
 
+    /// Adds etf (earliest txtime first) to `index`, as its root qdisc or under class
+    /// `parent` of another: packets leave at the SO_TXTIME release times their sockets
+    /// give, on CLOCK_TAI (the only clock etf takes), dequeued from `delta_ns` before
+    /// their time; a packet whose time has passed, or whose socket uses another clock, is
+    /// dropped and reported on that socket's error queue.
+    pub fn add_etf(&mut self, index: u32, parent: Option<(u16, u16)>, delta_ns: u32) -> Result<(), NetlinkError> {
+        // struct tc_etf_qopt (include/uapi/linux/pkt_sched.h): delta, clockid, flags.
+        const TCA_ETF_PARMS: u16 = 1;
+        const CLOCK_TAI: i32 = 11;
+        let mut qopt = [0u8; 12];
+        qopt[0..4].copy_from_slice(&(delta_ns.min(i32::MAX as u32) as i32).to_ne_bytes());
+        qopt[4..8].copy_from_slice(&CLOCK_TAI.to_ne_bytes());
+        let options = vec![TcOption::Other(DefaultNla::new(TCA_ETF_PARMS, qopt.to_vec()))];
+        self.add_qdisc(index, parent, "etf", options, &format!("etf qdisc (CLOCK_TAI, delta {delta_ns} ns)"))
+    }
+
+    /// Adds fq with its defaults to `index`, as its root qdisc or under class `parent`
+    /// of another.
+    pub fn add_fq(&mut self, index: u32, parent: Option<(u16, u16)>) -> Result<(), NetlinkError> {
+        self.add_qdisc(index, parent, "fq", Vec::new(), "fq qdisc")
+    }
+
+    /// A root qdisc takes handle 1:, one under a class of it 2:.
+    fn add_qdisc(
+        &mut self,
+        index: u32,
+        parent: Option<(u16, u16)>,
+        kind: &str,
+        options: Vec<TcOption>,
+        what: &str,
+    ) -> Result<(), NetlinkError> {
+        let mut msg = TcMessage::default();
+        msg.header.index = index as i32;
+        (msg.header.handle, msg.header.parent) = match parent {
+            None => (TcHandle { major: 1, minor: 0 }, TcHandle::ROOT),
+            Some((major, minor)) => (TcHandle { major: 2, minor: 0 }, TcHandle { major, minor }),
+        };
+        msg.attributes = vec![TcAttribute::Kind(kind.into())];
+        if !options.is_empty() {
+            msg.attributes.push(TcAttribute::Options(options));
+        }
+        let place =
+            parent.map_or_else(|| "root".to_string(), |(major, minor)| format!("under class {major:x}:{minor:x}"));
+        self.ack(
+            &format!("add {what} ({place}) on interface {index}"),
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+        )
+    }
+
     /// Deletes the root qdisc of `index` (the device falls back to its default).
     pub fn del_root_qdisc(&mut self, index: u32) -> Result<(), NetlinkError> {
         let mut msg = TcMessage::default();
@@ -175,6 +269,26 @@ impl Rtnl {
                 RouteNetlinkMessage::NewTrafficClass(c) if c.header.index == index as i32 => {
                     Some(((c.header.handle.major, c.header.handle.minor), kind_and_stats(&c.attributes).1))
                 }
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every qdisc of `index`: its handle, its parent and kind, and its options as raw
+    /// attributes (type, value) where the kernel gives them.
+    pub fn qdiscs(&mut self, index: u32) -> Result<Vec<QdiscInfo>, NetlinkError> {
+        let op = format!("read qdiscs of interface {index}");
+        let replies = self.dump(&op, RouteNetlinkMessage::GetQueueDiscipline(TcMessage::default()))?;
+        Ok(replies
+            .into_iter()
+            .filter_map(|m| match m {
+                RouteNetlinkMessage::NewQueueDiscipline(q) if q.header.index == index as i32 => Some(QdiscInfo {
+                    handle: (q.header.handle.major, q.header.handle.minor),
+                    root: q.header.parent == TcHandle::ROOT,
+                    parent: (q.header.parent.major, q.header.parent.minor),
+                    kind: kind_and_stats(&q.attributes).0,
+                    options: raw_options(&q.attributes),
+                }),
                 _ => None,
             })
             .collect())
