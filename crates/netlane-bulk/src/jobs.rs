@@ -177,8 +177,8 @@ pub(crate) fn choose_pacer(pacer: Pacer, dst: SocketAddr, egress: Option<&Egress
     let clock = egress.and_then(|e| txtime_clock(&e.kind));
     let chosen = |ran, clock, user_because| ChosenPacer { ran, qdisc: name.clone(), clock, user_because, lead_ns: 0 };
     let leaves = match egress {
-        Some(e) => format!("datagrams to {dst} leave through the {} qdisc", e.name),
-        None => format!("there is no route to {dst}"),
+        Some(e) => format!("datagrams to {} leave through the {} qdisc", dst.ip(), e.name),
+        None => format!("there is no route to {}", dst.ip()),
     };
     Ok(match (pacer, clock) {
         (Pacer::Auto, Some(c)) | (Pacer::Txtime, Some(c)) => chosen(PacerRan::Txtime, Some(c), None),
@@ -273,7 +273,7 @@ mod tests {
         let e = pick(Pacer::Txtime, Some("tbf")).unwrap_err().to_string();
         assert!(e.contains("(fq, etf or taprio)") && e.contains("through the tbf qdisc"), "{e}");
         let e = pick(Pacer::Txtime, None).unwrap_err().to_string();
-        assert!(e.contains("no route to 10.0.0.1:9000"), "{e}");
+        assert!(e.contains("no route to 10.0.0.1"), "{e}");
     }
 
     #[test]

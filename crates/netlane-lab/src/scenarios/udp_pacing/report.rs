@@ -21,6 +21,32 @@ fn loss_pct(r: &BulkResult) -> Measure {
     r.loss().map(|l| l * 100.0)
 }
 
+/// Who paced a run, and where (`txtime (fq under tbf)`, `user`).
+fn pacer_name(p: &netlane_bulk::PaceReport) -> String {
+    use netlane_bulk::PacerRan;
+    match p.pacer {
+        PacerRan::User => "user".into(),
+        PacerRan::Txtime => format!("txtime ({})", p.qdisc),
+        PacerRan::FqRate => format!("fq-rate ({})", p.qdisc),
+    }
+}
+
+/// Who paced the paced runs, in the senders' own words (one line per way that ran):
+/// SO_TXTIME release times held by fq under the bottleneck where the kernel has fq, the
+/// user-space pacer and the reason where it has not.
+fn who_paced(runs: &[Vec<PointRun>]) -> Vec<String> {
+    let mut ways: Vec<String> = Vec::new();
+    for r in runs.iter().flatten().filter(|r| r.result.tx.pacing.is_some()) {
+        let said = r.result.tx.path.iter().find(|l| l.starts_with("pacing:") || l.starts_with("txtime:"));
+        if let Some(line) = said
+            && !ways.contains(line)
+        {
+            ways.push(line.clone());
+        }
+    }
+    ways.into_iter().map(|w| format!("Who paced: {w}.")).collect()
+}
+
 impl UdpPacingArgs {
     pub(super) fn report(&self, runs: &[Vec<PointRun>], records: Vec<RunRecord>) -> ScenarioReport {
         let mut out = Sections::default();
@@ -35,11 +61,12 @@ impl UdpPacingArgs {
         out.notes = vec![format!(
             "Each paced point releases the bytes due in one quantum as full GSO sends; the bottleneck holds {} B of \
          bucket and {} B of queue, so releases larger than that are dropped at the qdisc. The offered load is {} \
-         of payload. Pacing runs in user space (no fq/etf for SO_TXTIME here).",
+         of payload.",
             self.burst,
             self.queue,
             Rate(self.offered_rate() as f64)
         )];
+        out.notes.extend(who_paced(runs));
         let heading = Heading { title: TITLE.into(), description: DESCRIPTION.into(), headline: trade_off.headline };
         out.report(self, heading, records, self.net.cpu_plan())
     }
@@ -56,6 +83,7 @@ impl UdpPacingArgs {
             ),
             vec![
                 Column::new("quantum", "quantum", 0),
+                Column::new("pacer", "pacer", 0),
                 Column::new("segments_per_release", "segments/release", 1),
                 Column::new("tx_mb_per_s", "tx MB/s", 1),
                 Column::new("rx_mb_per_s", "rx MB/s", 1),
@@ -73,6 +101,7 @@ impl UdpPacingArgs {
             let drops: Vec<f64> = rs.iter().map(|r| r.qdisc.drops as f64).collect();
             table.push(Row::new(vec![
                 Value::text(p.label()),
+                pace.map_or(Value::text("none"), |p| Value::text(pacer_name(p))),
                 pace.map_or(Value::text("all"), |p| Value::num(p.segments_per_release)),
                 med(rs, &|r| r.tx_rate().map(|v| v / 1e6)),
                 med(rs, &|r| r.rx_rate().map(|v| v / 1e6)),
