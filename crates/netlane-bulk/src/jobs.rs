@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicBool;
 use serde::Serialize;
 
 use super::{
-    BulkError, Pacer, PacerRan, RxReport, RxSpec, Transport, TxReport, TxSpec, io_err, receiver, tcp_tx, udp_tx,
+    BulkError, Pacer, PacerRan, RxReport, RxSpec, Transport, TxReport, TxSpec, flows_tx, io_err, receiver, tcp_tx,
+    udp_tx,
 };
 
 /// Everything a sender needs.
@@ -38,6 +39,10 @@ pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     job.validate()?;
     netlane::cpus::pin(job.spec.cpu);
     match job.spec.transport {
+        Transport::Udp if job.spec.flows.is_some() => {
+            let flows = job.spec.flows.as_ref().expect("checked");
+            flows_tx::send(&job.spec, flows, job.dst, job.run_id)
+        }
         Transport::Udp => {
             let pacer = match job.spec.pacing {
                 Some(p) => {

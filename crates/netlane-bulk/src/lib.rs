@@ -11,6 +11,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod flows;
+mod flows_tx;
 mod jobs;
 pub mod payload;
 mod receiver;
@@ -121,6 +123,9 @@ pub struct TxSpec {
     /// last-level cache makes every send copy memory the cache no longer holds, as a
     /// server sending from a large page cache does.
     pub payload_span: Option<usize>,
+    /// UDP: many flows from a few unconnected sockets instead of one connected flow
+    /// (the rate, when paced, is all the flows' together).
+    pub flows: Option<flows::Flows>,
 }
 
 /// The largest payload span a sender takes.
@@ -143,6 +148,7 @@ impl TxSpec {
             sndbuf: None,
             limit_bytes: None,
             payload_span: None,
+            flows: None,
         }
     }
 
@@ -169,6 +175,8 @@ pub struct RxSpec {
     pub cpu: Option<usize>,
     /// Largest datagram expected (buffer size per read without GRO).
     pub max_datagram: usize,
+    /// Flows of a many-flow sender to count one by one (0: one flow).
+    pub flows: u32,
 }
 
 impl RxSpec {
@@ -183,6 +191,7 @@ impl RxSpec {
             rcvbuf: 16 << 20,
             cpu: None,
             max_datagram: 65_535,
+            flows: 0,
         }
     }
 
@@ -210,6 +219,13 @@ impl RxSpec {
         }
         if self.rcvbuf == 0 {
             return Err(BulkError::Config("receive buffer size must be positive".into()));
+        }
+        if self.flows > flows::MAX_FLOWS {
+            return Err(BulkError::Config(format!(
+                "at most {} flows are counted, not {}",
+                flows::MAX_FLOWS,
+                self.flows
+            )));
         }
         Ok(())
     }
@@ -312,6 +328,9 @@ impl TxSpec {
                 )));
             }
         }
+        if let Some(f) = &tx.flows {
+            validate_flows(tx, f, ipv6, path_mtu)?;
+        }
         if let Some(p) = tx.pacing {
             if p.pacer == Pacer::FqRate {
                 if p.rate == 0 {
@@ -344,6 +363,37 @@ impl TxSpec {
         }
         Ok(())
     }
+}
+
+/// A many-flow sender's flows: counts within bounds, path MTUs that leave room for
+/// the flow header and fit the path, only what it can do.
+fn validate_flows(tx: &TxSpec, f: &flows::Flows, ipv6: bool, path_mtu: Option<u32>) -> Result<(), BulkError> {
+    let bad = |m: String| Err(BulkError::Config(m));
+    if !(1..=flows::MAX_FLOWS).contains(&f.count) {
+        return bad(format!("flows must be 1..={}, got {}", flows::MAX_FLOWS, f.count));
+    }
+    if !(1..=flows::MAX_FLOW_SOCKETS.min(f.count)).contains(&f.sockets) {
+        return bad(format!("flow sockets must be 1..={} (and no more than the flows)", flows::MAX_FLOW_SOCKETS));
+    }
+    if f.mtus.is_empty() || f.mtus.len() > 16 {
+        return bad(format!("flows take 1 to 16 path MTUs, got {}", f.mtus.len()));
+    }
+    let least = netlane::udp::ip_udp_header_len(ipv6) + payload::FLOW_HEADER_LEN;
+    for &mtu in &f.mtus {
+        if (mtu as usize) < least || mtu > 65_535 || path_mtu.is_some_and(|p| mtu > p) {
+            return bad(format!(
+                "a flow's path MTU of {mtu}: it must hold the {least} bytes of headers and be at most {}",
+                path_mtu.unwrap_or(65_535)
+            ));
+        }
+    }
+    if tx.zerocopy || tx.payload_span.is_some() || tx.batching == Batching::Mmsg {
+        return bad("many flows send with GSO or one sendmsg per datagram, copying from one cached buffer".into());
+    }
+    if tx.pacing.is_some_and(|p| !matches!(p.pacer, Pacer::Auto | Pacer::User)) {
+        return bad("many flows are paced in user space, each flow on its own schedule".into());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -31,6 +31,28 @@ pub fn stream_byte(offset: u64) -> u8 {
     (offset % 251) as u8
 }
 
+/// Header length of a datagram of a many-flow sender: the header, then the flow's
+/// number (`u32`) and the datagram's index in its flow (`u64`), little-endian.
+pub const FLOW_HEADER_LEN: usize = HEADER_LEN + 12;
+
+/// Writes the flow part of the headers of `count` datagrams laid out back to back in
+/// `buf`: flow `flow`, numbered within it from `first`.
+pub fn stamp_flow(buf: &mut [u8], datagram_size: usize, flow: u32, first: u64, count: usize) {
+    for (k, chunk) in buf.chunks_mut(datagram_size).take(count).enumerate() {
+        if let Some(h) = chunk.get_mut(HEADER_LEN..FLOW_HEADER_LEN) {
+            h[0..4].copy_from_slice(&flow.to_le_bytes());
+            h[4..12].copy_from_slice(&(first + k as u64).to_le_bytes());
+        }
+    }
+}
+
+/// The flow part of a received datagram's header: (flow, index in the flow).
+pub fn parse_flow(d: &[u8]) -> Option<(u32, u64)> {
+    let h = d.get(HEADER_LEN..FLOW_HEADER_LEN)?;
+    let flow = u32::from_le_bytes(h[0..4].try_into().ok()?);
+    Some((flow, u64::from_le_bytes(h[4..12].try_into().ok()?)))
+}
+
 /// Fills `buf` with the datagram pattern (done once per buffer).
 pub fn fill_pattern(buf: &mut [u8], datagram_size: usize) {
     for chunk in buf.chunks_mut(datagram_size.max(1)) {
@@ -181,6 +203,7 @@ pub struct Checker {
     run: u32,
     verify: Verify,
     datagram_size: usize,
+    header_len: usize,
     seen: SeqWindow,
     /// Counters.
     pub integrity: Integrity,
@@ -190,7 +213,14 @@ impl Checker {
     /// A checker for `run`, expecting datagrams of `datagram_size` bytes (the last one
     /// of a transfer may be shorter).
     pub fn new(run: u32, verify: Verify, datagram_size: usize) -> Self {
-        Self { run, verify, datagram_size, seen: SeqWindow::default(), integrity: Integrity::default() }
+        let header_len = HEADER_LEN;
+        Self { run, verify, datagram_size, header_len, seen: SeqWindow::default(), integrity: Integrity::default() }
+    }
+
+    /// The same for a many-flow sender's datagrams (of up to `datagram_size` bytes):
+    /// their flow part is header, not pattern.
+    pub fn with_flows(self) -> Self {
+        Self { header_len: FLOW_HEADER_LEN, ..self }
     }
 
     /// Checks one datagram.
@@ -222,7 +252,7 @@ impl Checker {
             self.integrity.reordered += 1;
         }
         self.integrity.high_water = self.integrity.high_water.max(seq.saturating_add(1));
-        if self.verify == Verify::Full && d.iter().enumerate().skip(HEADER_LEN).any(|(i, b)| *b != pattern(i)) {
+        if self.verify == Verify::Full && d.iter().enumerate().skip(self.header_len).any(|(i, b)| *b != pattern(i)) {
             self.integrity.corrupt += 1;
         }
     }

@@ -7,6 +7,7 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use super::flows::FlowTable;
 use super::payload::{Checker, Verify, stream_byte};
 use super::{BulkError, RxReport, RxSpec, Transport, io_err};
 use netlane::metrics::Hist;
@@ -154,10 +155,23 @@ fn receive_udp(
     let slot_len = if spec.gro { ReceiverConfig::MAX_SLOT } else { spec.max_datagram.max(datagram_size) };
     let mut rcv = Receiver::new(ReceiverConfig { slot_len, ..ReceiverConfig::new(spec.batching) });
     let mut checker = Checker::new(run, spec.verify, datagram_size);
+    let mut flows = (spec.flows > 0).then(|| FlowTable::new(spec.flows));
+    if flows.is_some() {
+        // Each flow's datagrams are as large as its path MTU allows.
+        checker = Checker::new(run, spec.verify, spec.max_datagram).with_flows();
+    }
     let mut activity = Activity::new();
     loop {
         let before = rcv.stats().bytes;
-        match rcv.recv(sock.as_fd(), |d| checker.check(d.data)) {
+        // One clock reading per read call, after it returned.
+        let mut now = None;
+        let seen = rcv.recv(sock.as_fd(), |d| {
+            checker.check(d.data);
+            if let Some(t) = flows.as_mut() {
+                t.handle_datagram(d.data, *now.get_or_insert_with(monotonic_ns));
+            }
+        });
+        match seen {
             Ok(n) if n > 0 => activity.data(rcv.stats().bytes - before),
             Ok(_) => {}
             Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) => {}
@@ -181,6 +195,7 @@ fn receive_udp(
         napi_id: netlane::sockopt::incoming_napi_id(sock.as_fd()).unwrap_or(0),
         per_ms_bytes: activity.meter.summary(),
         kernel_drops: 0,
+        flows: flows.map(|t| t.report(activity.seconds())),
     })
 }
 

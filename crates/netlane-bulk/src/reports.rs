@@ -111,4 +111,6 @@ pub struct RxReport {
     pub per_ms_bytes: Summary,
     /// Datagrams the kernel dropped for a full receive buffer (UDP RcvbufErrors).
     pub kernel_drops: u64,
+    /// Each flow of a many-flow sender, summarised (None for one flow).
+    pub flows: Option<crate::flows::FlowsReport>,
 }

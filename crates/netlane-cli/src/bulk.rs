@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use netlane::pace::Quantum;
 use netlane::udp::{Batching, GsoMode, RxBatching};
+use netlane_bulk::flows::Flows;
 use netlane_bulk::{
     BoundReceiver, Pacer, Pacing, RecvJob, RxReport, RxSpec, SenderJob, Transport, TxReport, TxSpec, Verify,
     run_sender_job,
@@ -104,6 +105,19 @@ pub struct SendArgs {
     /// [default: one send's worth, always cached].
     #[arg(long, value_parser = parse_size_usize)]
     pub payload_span: Option<usize>,
+    /// UDP: this many flows (clients) from a few unconnected sockets, served in turn,
+    /// each send one flow's train with its own UDP_SEGMENT; with --rate, each flow is
+    /// paced at its share of the rate; their datagram sizes come from --flow-mtus, not
+    /// --size. The receiver's `--flows` counts each.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(netlane_bulk::flows::MAX_FLOWS)))]
+    pub flows: Option<u32>,
+    /// The unconnected sockets that serve --flows (flow i from socket i mod N).
+    #[arg(long, default_value_t = 4, requires = "flows")]
+    pub flow_sockets: u32,
+    /// The path MTUs of the flows' peers, given to the flows in turn: each flow's
+    /// datagrams are as large as its MTU allows (e.g. 1280,1400,1500).
+    #[arg(long, value_delimiter = ',', default_value = "1500", requires = "flows")]
+    pub flow_mtus: Vec<u32>,
     /// Run id written in every datagram (the receiver counts only its own run).
     #[arg(long, default_value_t = 1)]
     pub run_id: u32,
@@ -130,6 +144,11 @@ impl SendArgs {
                 sndbuf: self.sndbuf,
                 limit_bytes: self.limit,
                 payload_span: self.payload_span,
+                flows: self.flows.map(|count| Flows {
+                    count,
+                    sockets: self.flow_sockets.min(count),
+                    mtus: self.flow_mtus.clone(),
+                }),
             },
             dst: self.to,
             run_id: self.run_id,
@@ -206,6 +225,10 @@ pub struct RecvArgs {
     /// CPU to pin the receiver to.
     #[arg(long, value_parser = parse_cpu)]
     pub cpu: Option<usize>,
+    /// A many-flow sender's flows (`bulk send --flows`): each flow's rate, loss and
+    /// largest millisecond, summarised over the flows.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(netlane_bulk::flows::MAX_FLOWS)))]
+    pub flows: Option<u32>,
     /// Stop after this long [default: run until SIGINT/SIGTERM, or a TCP stream's end].
     #[arg(short = 't', long, value_parser = parse_positive_duration)]
     pub time: Option<Duration>,
@@ -231,6 +254,7 @@ impl RecvArgs {
                 rcvbuf: self.rcvbuf,
                 cpu: self.cpu,
                 max_datagram: self.max_datagram,
+                flows: self.flows.unwrap_or(0),
             },
             run_id: self.run_id,
             datagram_size: self.size,
@@ -302,6 +326,25 @@ fn received_line(r: &RxReport) -> String {
         r.kernel_drops,
         r.syscalls,
         r.cpu.total_s()
+    ) + &r.flows.as_ref().map(flows_line).unwrap_or_default()
+}
+
+fn flows_line(f: &netlane_bulk::flows::FlowsReport) -> String {
+    let (rate, loss, burst) = (&f.rate_bytes_per_s, &f.loss_ppm, &f.max_per_ms_bytes);
+    format!(
+        "\n{} of {} flows seen ({} datagrams of no flow expected); per flow: rate min {} p50 {} max {}, loss p50 {} \
+         p99 {} max {} ppm, largest millisecond p50 {}B p99 {}B",
+        f.seen,
+        f.expected,
+        f.unknown,
+        netlane_report::format::bytes_per_second(rate.min as f64),
+        netlane_report::format::bytes_per_second(rate.p50 as f64),
+        netlane_report::format::bytes_per_second(rate.max as f64),
+        loss.p50,
+        loss.p99,
+        loss.max,
+        netlane_report::format::si(burst.p50 as f64),
+        netlane_report::format::si(burst.p99 as f64),
     )
 }
 
@@ -343,6 +386,15 @@ mod tests {
                 },
                 ..base.clone()
             },
+            SenderJob {
+                spec: TxSpec {
+                    gso: GsoMode::Cmsg,
+                    pacing: Some(Pacing { pacer: Pacer::User, ..Pacing::new(50_000_000, Quantum::Fixed(2_000_000)) }),
+                    flows: Some(Flows { count: 1000, sockets: 3, mtus: vec![1280, 1500] }),
+                    ..TxSpec::udp()
+                },
+                ..base.clone()
+            },
             SenderJob { spec: TxSpec { tcp_write: 12_345, zerocopy: true, ..TxSpec::tcp() }, ..base },
         ];
         for job in jobs {
@@ -366,6 +418,7 @@ mod tests {
                     rcvbuf: 1 << 20,
                     cpu: Some(0),
                     max_datagram: 9000,
+                    flows: 10_000,
                     ..RxSpec::udp()
                 },
                 listen: "[::1]:7000".parse().unwrap(),

@@ -278,6 +278,7 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 o.modes =
                     vec![Tcp, TcpSw, TcpMss, Udp, Sendmmsg, SendmmsgGro, Gso, GsoSw, GsoGro, GsoCold, GsoZcCold, Paced];
                 o.rates = vec![100_000_000];
+                o.flows = vec![1, 1000];
             }
             let mut o = p.tuned(ScenarioName::UdpBulk, o)?;
             if let Some((on, spec)) = p.on_testbed()? {

@@ -83,7 +83,13 @@ pub fn send_args(job: &SenderJob) -> Vec<String> {
         .opt_some("payload-span", t.payload_span)
         .opt("run-id", job.run_id);
     if let Some(p) = t.pacing {
-        a.opt("rate", p.rate).opt("quantum", netlane_report::options::quantum_name(p.quantum));
+        a.opt("rate", p.rate)
+            .opt("quantum", netlane_report::options::quantum_name(p.quantum))
+            .opt("pacer", p.pacer.name());
+    }
+    if let Some(f) = &t.flows {
+        let mtus: Vec<String> = f.mtus.iter().map(u32::to_string).collect();
+        a.opt("flows", f.count).opt("flow-sockets", f.sockets).opt("flow-mtus", mtus.join(","));
     }
     a.into_vec()
 }
@@ -109,6 +115,9 @@ pub fn recv_args(job: &RecvJob, limit: Duration) -> Vec<String> {
         .opt("run-id", job.run_id)
         .opt_some("cpu", r.cpu)
         .duration("time", limit);
+    if r.flows > 0 {
+        a.opt("flows", r.flows);
+    }
     a.into_vec()
 }
 

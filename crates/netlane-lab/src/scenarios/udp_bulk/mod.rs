@@ -11,6 +11,7 @@
 //! runs), `checks` (the targets as one list), `report` (its sections).
 
 mod checks;
+mod flows;
 mod options;
 mod plan;
 mod report;
@@ -57,6 +58,9 @@ impl Scenario for UdpBulkArgs {
             .rates("rates", &self.rates)
             .size("cold-span", self.cold_span as u64)
             .text("quantum", quantum_name(self.quantum))
+            .words("flows", &self.flows.iter().filter(|n| **n > 0).map(u32::to_string).collect::<Vec<_>>())
+            .rate("flows-rate", self.flows_rate)
+            .words("flow-mtus", &self.flow_mtus.iter().map(u32::to_string).collect::<Vec<_>>())
             .text("verify", crate::scenarios::value_name(&self.verify))
             .flag("no-selftest", self.no_selftest);
         match self.selftest_binary() {

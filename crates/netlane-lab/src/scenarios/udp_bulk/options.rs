@@ -130,6 +130,16 @@ pub struct UdpBulkArgs {
     /// Pacing release quantum: auto, or a duration such as 1ms (at most a tenth of --time).
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
+    /// Many flows from a few unconnected sockets (the talk's server): flow counts, each
+    /// paced at its share of --flows-rate, the most flows also unpaced; `none` runs none.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,10000", value_parser = parse_flow_count)]
+    pub flows: Vec<u32>,
+    /// All the flows' rate together.
+    #[arg(long, default_value = "100MB/s", value_parser = parse_rate)]
+    pub flows_rate: u64,
+    /// The flows' peers' path MTUs, given to the flows in turn (their datagram sizes).
+    #[arg(long, value_delimiter = ',', default_value = "1280,1400,1500")]
+    pub flow_mtus: Vec<u32>,
     /// What the receiver verifies.
     #[arg(long, value_enum, default_value_t = Verify::Header)]
     pub verify: Verify,
@@ -144,4 +154,16 @@ pub struct UdpBulkArgs {
     /// then name CPUs there; each end is a process; udpgso_bench_tx is not compared.
     #[command(flatten)]
     pub on: crate::testbed::TestbedArgs,
+}
+
+/// A flow count, or `none` (0: no flows).
+fn parse_flow_count(s: &str) -> Result<u32, String> {
+    if s.eq_ignore_ascii_case("none") {
+        return Ok(0);
+    }
+    let n: u32 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if !(1..=netlane_bulk::flows::MAX_FLOWS).contains(&n) {
+        return Err(format!("{n} flows: 1 to {}", netlane_bulk::flows::MAX_FLOWS));
+    }
+    Ok(n)
 }

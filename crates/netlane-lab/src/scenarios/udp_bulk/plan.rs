@@ -21,6 +21,8 @@ pub(super) enum Role {
     Ours(bool),
     /// The kernel's udpgso_bench_tx (plain, or with -S).
     Kernel(bool),
+    /// Many flows (how many, paced).
+    Flows(u32, bool),
 }
 
 /// One arm: a labelled run that every round repeats.
@@ -135,6 +137,7 @@ impl UdpBulkArgs {
                 arms.push(self.arm(*mode, None));
             }
         }
+        arms.extend(self.flow_arms());
         if let Some(bin) = self.selftest_binary() {
             for gso in [false, true] {
                 let mode = if gso { Mode::Gso } else { Mode::Udp };

@@ -35,7 +35,9 @@ impl UdpBulkArgs {
         if !kernel.is_empty() {
             out.tables.push(selftest_table(arms, results, &kernel));
         }
+        out.tables.extend(self.flows_table(arms, results));
         out.checks = self.checks(arms, results);
+        out.checks.extend(self.flow_checks(arms, results));
         out.notes = self.notes(arms, results, &paced);
         out.charts = charts(arms, results, &main);
         let heading = Heading {

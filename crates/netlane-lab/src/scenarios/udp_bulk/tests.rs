@@ -239,3 +239,53 @@ fn gro_coalescing_is_judged_by_the_receivers_cpu_with_its_napi() {
     let (o, why) = outcome(&apart.checks(&arms, &rs), "udp-bulk.gro-coalesced-rx-cpu");
     assert_eq!(o, Outcome::Skipped, "{why}");
 }
+
+/// A many-flow run: `count` flows of `share` bytes/s each seen (`seen` of them), the
+/// sender's CPU `cpu_s` for 100 MB.
+fn flows_run(count: u32, seen: u32, share: u64, cpu_s: f64) -> BulkResult {
+    let mut r = run(100_000_000, Some(100_000_000));
+    r.tx.cpu = CpuTime { system_s: cpu_s, ..CpuTime::default() };
+    let rate = netlane::metrics::Summary { p50: share, min: share, max: share, ..Default::default() };
+    r.rx.flows =
+        Some(netlane_bulk::flows::FlowsReport { expected: count, seen, rate_bytes_per_s: rate, ..Default::default() });
+    r
+}
+
+#[test]
+fn many_flows_are_judged_against_fewer_flows_and_unpaced_and_at_each_flows_receiver() {
+    let mut a = args();
+    a.flows = vec![1, 100];
+    a.flows_rate = 100_000_000;
+    let arms = a.arms();
+    let labels: Vec<&str> =
+        arms.iter().filter(|x| matches!(x.role, Role::Flows(..))).map(|x| x.label.as_str()).collect();
+    assert_eq!(labels, ["1 flows paced", "100 flows paced", "100 flows unpaced"]);
+    let results = |seen_at_100: u32| -> Vec<Vec<BulkResult>> {
+        arms.iter()
+            .map(|x| {
+                let r = match x.role {
+                    Role::Flows(1, true) => flows_run(1, 1, 100_000_000, 0.1),
+                    Role::Flows(n, true) => flows_run(n, seen_at_100, 1_000_000, 0.5),
+                    Role::Flows(n, false) => flows_run(n, n, 2_000_000, 0.05),
+                    _ => run(1_400_000_000, None),
+                };
+                vec![r.clone(), r]
+            })
+            .collect()
+    };
+    let good = results(100);
+    let checks = a.flow_checks(&arms, &good);
+    for id in ["udp-bulk.flows-100-cpu-vs-1", "udp-bulk.flows-100-paced-vs-unpaced", "udp-bulk.flows-100-rate"] {
+        assert_eq!(outcome(&checks, id).0, Outcome::Met, "{id}: {}", outcome(&checks, id).1);
+    }
+    let table = a.flows_table(&arms, &good).expect("a flows table");
+    assert_eq!(table.rows.len(), 3);
+    // A run where flows never arrived cannot say what each flow got.
+    let checks = a.flow_checks(&arms, &results(60));
+    let (o, why) = outcome(&checks, "udp-bulk.flows-100-rate");
+    assert_eq!(o, Outcome::Invalid, "{why}");
+    assert!(why.contains("only 60 of 100 flows arrived"), "{why}");
+    // None asked: no arms, no checks.
+    a.flows = vec![0];
+    assert!(a.flow_arms().is_empty() && a.flow_checks(&a.arms(), &[]).is_empty());
+}
