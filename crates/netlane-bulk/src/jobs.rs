@@ -38,10 +38,11 @@ impl SenderJob {
 pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     job.validate()?;
     netlane::cpus::pin(job.spec.cpu);
-    match job.spec.transport {
+    let drops_before = thread_udp_counter("SndbufErrors");
+    let mut report = match job.spec.transport {
         Transport::Udp if job.spec.flows.is_some() => {
             let flows = job.spec.flows.as_ref().expect("checked");
-            flows_tx::send(&job.spec, flows, job.dst, job.run_id)
+            flows_tx::send(&job.spec, flows, job.dst, job.run_id)?
         }
         Transport::Udp => {
             let pacer = match job.spec.pacing {
@@ -59,10 +60,12 @@ pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
                 }
                 None => None,
             };
-            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, pacer.as_ref())
+            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, pacer.as_ref())?
         }
-        Transport::Tcp => tcp_tx::send(&job.spec, job.dst),
-    }
+        Transport::Tcp => return tcp_tx::send(&job.spec, job.dst),
+    };
+    report.kernel_drops = thread_udp_counter("SndbufErrors").saturating_sub(drops_before);
+    Ok(report)
 }
 
 /// Everything a receiver needs.
@@ -236,22 +239,27 @@ fn egress_of(qdiscs: &[QdiscInfo]) -> Egress {
     }
 }
 
-/// Reads `Udp: ... RcvbufErrors` from /proc/net/snmp text.
-fn udp_rcvbuf_errors(snmp: &str) -> u64 {
+/// Reads `Udp: ... <field>` (`RcvbufErrors`, `SndbufErrors`) from /proc/net/snmp text.
+fn udp_counter(snmp: &str, field: &str) -> u64 {
     let mut lines = snmp.lines().filter(|l| l.starts_with("Udp:"));
     let (Some(names), Some(values)) = (lines.next(), lines.next()) else { return 0 };
     names
         .split_whitespace()
         .zip(values.split_whitespace())
-        .find(|(n, _)| *n == "RcvbufErrors")
+        .find(|(n, _)| *n == field)
         .and_then(|(_, v)| v.parse().ok())
         .unwrap_or(0)
 }
 
-/// UDP RcvbufErrors of the calling thread's network namespace (`/proc/net` is the
+/// A UDP counter of the calling thread's network namespace (`/proc/net` is the
 /// process's, which a thread that entered another namespace has left).
+fn thread_udp_counter(field: &str) -> u64 {
+    udp_counter(&std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap_or_default(), field)
+}
+
+/// UDP RcvbufErrors of the calling thread's namespace.
 fn thread_udp_rcvbuf_errors() -> u64 {
-    udp_rcvbuf_errors(&std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap_or_default())
+    thread_udp_counter("RcvbufErrors")
 }
 
 #[cfg(test)]
@@ -313,7 +321,8 @@ mod tests {
     #[test]
     fn rcvbuf_errors_are_read_from_snmp() {
         let snmp = "Ip: Forwarding\nIp: 1\nUdp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\nUdp: 10 0 5 3 42 0\nUdpLite: x\nUdpLite: 1\n";
-        assert_eq!(udp_rcvbuf_errors(snmp), 42);
-        assert_eq!(udp_rcvbuf_errors("nothing"), 0);
+        assert_eq!(udp_counter(snmp, "RcvbufErrors"), 42);
+        assert_eq!(udp_counter(snmp, "SndbufErrors"), 0);
+        assert_eq!(udp_counter("nothing", "RcvbufErrors"), 0);
     }
 }

@@ -82,6 +82,11 @@ pub struct TxReport {
     pub refused: u64,
     /// Pacing accuracy (None when unpaced).
     pub pacing: Option<PaceReport>,
+    /// UDP datagrams the sender's kernel dropped after accepting them (UDP SndbufErrors
+    /// of its namespace over the run: a full device queue, such as a veth whose receiving
+    /// NAPI fell behind, answers ENOBUFS, which a UDP socket does not report to the
+    /// sender).
+    pub kernel_drops: u64,
 }
 
 /// What the receiver saw.

@@ -282,26 +282,7 @@ pub(super) fn send(
     if spec.zerocopy {
         sock.enable_zerocopy().map_err(io_err("enable SO_ZEROCOPY"))?;
     }
-    if let Some(c) = pacer.and_then(|c| c.clock) {
-        let set = match c {
-            TxClock::Monotonic => netlane::sockopt::set_txtime_monotonic(sock.as_fd()),
-            TxClock::Tai => netlane::sockopt::set_txtime_tai(sock.as_fd()),
-        };
-        set.map_err(io_err("enable SO_TXTIME"))?;
-    }
-    if let (Some(p), Some(ChosenPacer { ran: PacerRan::FqRate, .. })) = (spec.pacing, pacer) {
-        // fq counts a packet's bytes from its Ethernet header on.
-        let overhead = 14 + if ipv6 { 40 } else { 20 } + 8;
-        let wire = (p.rate as u128 * (spec.datagram_size + overhead) as u128 / spec.datagram_size as u128) as u64;
-        netlane::sockopt::set_max_pacing_rate(sock.as_fd(), wire).map_err(io_err("set SO_MAX_PACING_RATE"))?;
-        if spec.sndbuf.is_none() {
-            let send = spec.segments_per_send.max(1) * spec.datagram_size;
-            // The kernel doubles the size asked, and charges each send its buffer's
-            // overhead besides its bytes.
-            let sndbuf = FQ_RATE_SENDS_QUEUED * (send + 1024) / 2;
-            sock.set_send_buffer(sndbuf).map_err(io_err("set send buffer"))?;
-        }
-    }
+    configure_pacer(&sock, spec, pacer, ipv6)?;
     let ds = spec.datagram_size;
     let per_send = spec.segments_per_send.max(1);
     let cfg = SenderConfig {
@@ -389,7 +370,34 @@ pub(super) fn send(
         zerocopy: zc_stats,
         refused: st.refused,
         pacing: pacing_report,
+        kernel_drops: 0,
     })
+}
+
+/// The socket options a kernel pacer needs: SO_TXTIME on the qdisc's clock, or fq's
+/// pacing rate and a send buffer small enough for fq's per-flow limit.
+fn configure_pacer(sock: &UdpSocket, spec: &TxSpec, pacer: Option<&ChosenPacer>, ipv6: bool) -> Result<(), BulkError> {
+    if let Some(c) = pacer.and_then(|c| c.clock) {
+        let set = match c {
+            TxClock::Monotonic => netlane::sockopt::set_txtime_monotonic(sock.as_fd()),
+            TxClock::Tai => netlane::sockopt::set_txtime_tai(sock.as_fd()),
+        };
+        set.map_err(io_err("enable SO_TXTIME"))?;
+    }
+    if let (Some(p), Some(ChosenPacer { ran: PacerRan::FqRate, .. })) = (spec.pacing, pacer) {
+        // fq counts a packet's bytes from its Ethernet header on.
+        let overhead = 14 + if ipv6 { 40 } else { 20 } + 8;
+        let wire = (p.rate as u128 * (spec.datagram_size + overhead) as u128 / spec.datagram_size as u128) as u64;
+        netlane::sockopt::set_max_pacing_rate(sock.as_fd(), wire).map_err(io_err("set SO_MAX_PACING_RATE"))?;
+        if spec.sndbuf.is_none() {
+            let send = spec.segments_per_send.max(1) * spec.datagram_size;
+            // The kernel doubles the size asked, and charges each send its buffer's
+            // overhead besides its bytes.
+            let sndbuf = FQ_RATE_SENDS_QUEUED * (send + 1024) / 2;
+            sock.set_send_buffer(sndbuf).map_err(io_err("set send buffer"))?;
+        }
+    }
+    Ok(())
 }
 
 /// What paced the sender, as the report's path lines say it.

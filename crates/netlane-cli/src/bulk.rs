@@ -184,6 +184,12 @@ fn sent_line(r: &TxReport) -> String {
     if let Some(p) = &r.pacing {
         l.push_str(&format!("; paced to {:.1}% of the target", p.accuracy * 100.0));
     }
+    if r.kernel_drops > 0 {
+        l.push_str(&format!(
+            "; {} datagrams dropped by this host's kernel after sending (UDP SndbufErrors)",
+            r.kernel_drops
+        ));
+    }
     l
 }
 

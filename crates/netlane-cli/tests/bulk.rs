@@ -102,6 +102,20 @@ fn bad_bulk_options_fail_with_one_line_before_anything_runs() {
             1,
             "no release period",
         ),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--flows", "0"], 2, "--flows"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--flow-sockets", "2"], 2, "--flows"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--flows", "10", "--flow-mtus", "40"], 1, "bytes of headers"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--flows", "10", "--zerocopy"], 1, "many flows send with GSO"),
+        (
+            &["bulk", "send", "--to", "127.0.0.1:9", "--flows", "10", "--rate", "1MB/s", "--pacer", "txtime"],
+            1,
+            "in user space",
+        ),
+        (
+            &["bulk", "send", "--to", "127.0.0.1:9", "--flows", "4", "--flow-sockets", "0"],
+            1,
+            "flow sockets must be 1..=64",
+        ),
         (&["bulk", "recv", "--listen", "127.0.0.1:0", "--batch", "0"], 1, "reads per recvmmsg must be 1..=64"),
         (&["bulk", "recv", "--listen", "127.0.0.1:0", "--max-datagram", "70000"], 1, "largest datagram"),
     ] {

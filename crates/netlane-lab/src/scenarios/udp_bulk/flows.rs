@@ -68,6 +68,7 @@ impl UdpBulkArgs {
                 Column::new("datagrams_per_call", "datagrams/call", 1),
                 Column::new("tx_cpu_s_per_gb", "tx CPU s/GB", 3),
                 Column::new("rx_mb_per_s", "rx MB/s", 1),
+                Column::new("tx_kernel_drops", "dropped in the sender's kernel", 0),
                 Column::new("flows_seen", "flows seen", 0),
                 Column::new("flow_rate_p50_kb_per_s", "per flow kB/s p50", 1),
                 Column::new("flow_rate_min_kb_per_s", "per flow kB/s min", 1),
@@ -92,6 +93,7 @@ impl UdpBulkArgs {
                 med(rs, |r| Ok(r.tx.datagrams as f64 / r.tx.syscalls.max(1) as f64)),
                 med(rs, BulkResult::tx_cpu_s_per_gb),
                 med(rs, |r| r.rx_rate().map(|v| v / 1e6)),
+                med(rs, |r| Ok(r.tx.kernel_drops as f64)),
                 flows(|f| f64::from(f.seen)),
                 flows(|f| f.rate_bytes_per_s.p50 as f64 / 1e3),
                 flows(|f| f.rate_bytes_per_s.min as f64 / 1e3),
@@ -100,6 +102,24 @@ impl UdpBulkArgs {
             ]));
         }
         Some(table)
+    }
+
+    /// Where the flows' datagrams were lost, when some were: in the sender's kernel.
+    pub(super) fn flows_note(&self, arms: &[Arm], results: &[Vec<BulkResult>]) -> Option<String> {
+        let runs = arms.iter().zip(results).filter(|(a, _)| matches!(a.role, Role::Flows(..)));
+        let (mut dropped, mut missing, mut sent) = (0u64, 0u64, 0u64);
+        for r in runs.flat_map(|(_, rs)| rs) {
+            dropped += r.tx.kernel_drops;
+            missing += r.rx.integrity.high_water.saturating_sub(r.rx.integrity.unique);
+            sent += r.tx.datagrams;
+        }
+        (dropped + missing > 0).then(|| {
+            format!(
+                "Many flows: {missing} of {sent} datagrams sent were missing at the receiver, and the sender's kernel \
+                 dropped {dropped} after accepting them (UDP SndbufErrors: the device answered ENOBUFS, which a UDP \
+                 socket does not report to its sender; on veth, the receiving NAPI's ring of 256 packets full)."
+            )
+        })
     }
 
     /// The sender's cost of serving more flows, and of pacing them; each paced flow's

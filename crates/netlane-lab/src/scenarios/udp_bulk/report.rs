@@ -39,6 +39,7 @@ impl UdpBulkArgs {
         out.checks = self.checks(arms, results);
         out.checks.extend(self.flow_checks(arms, results));
         out.notes = self.notes(arms, results, &paced);
+        out.notes.extend(self.flows_note(arms, results));
         out.charts = charts(arms, results, &main);
         let heading = Heading {
             title: TITLE.into(),
