@@ -11,12 +11,15 @@ use std::collections::BinaryHeap;
 use netlane::metrics::{Hist, Summary};
 use serde::Serialize;
 
-use crate::payload::parse_flow;
+use crate::payload::{parse_flow, parse_header};
 
 /// The most flows a sender serves, or a receiver counts.
 pub const MAX_FLOWS: u32 = 100_000;
 /// The most sockets a many-flow sender opens.
 pub const MAX_FLOW_SOCKETS: u32 = 64;
+/// Datagrams one flow numbers at most (2^40: years at line rate); a higher index is not
+/// a flow's.
+pub const MAX_FLOW_INDEX: u64 = 1 << 40;
 /// A flow more than this far behind its schedule starts again from now: the sender does
 /// not send a backlog in a burst.
 const MAX_BEHIND_NS: u64 = 50_000_000;
@@ -87,7 +90,10 @@ impl FlowSchedule {
             .iter()
             .enumerate()
             .filter(|(_, p)| p.period_ns > 0)
-            .map(|(i, p)| Reverse((t0 + p.period_ns * i as u64 / n, i as u32)))
+            .map(|(i, p)| {
+                let offset = (u128::from(p.period_ns) * i as u128 / u128::from(n)) as u64;
+                Reverse((t0.saturating_add(offset), i as u32))
+            })
             .collect();
         FlowSchedule { due, periods: plans.iter().map(|p| p.period_ns).collect(), next_unpaced: 0, restarted: 0 }
     }
@@ -117,7 +123,7 @@ impl FlowSchedule {
         {
             self.due.pop();
         }
-        let mut next = due + period;
+        let mut next = due.saturating_add(period);
         if now > next + MAX_BEHIND_NS {
             self.restarted += 1;
             next = now;
@@ -163,23 +169,32 @@ pub struct FlowsReport {
 /// each datagram's header. Memory is bounded by the flows expected.
 #[derive(Debug)]
 pub struct FlowTable {
+    run: u32,
     flows: Vec<FlowCount>,
     unknown: u64,
     start: Option<u64>,
 }
 
 impl FlowTable {
-    /// A table for `expected` flows (at most [`MAX_FLOWS`]).
-    pub fn new(expected: u32) -> FlowTable {
-        FlowTable { flows: vec![FlowCount::default(); expected.min(MAX_FLOWS) as usize], unknown: 0, start: None }
+    /// A table for `expected` flows (at most [`MAX_FLOWS`]) of run `run`.
+    pub fn new(expected: u32, run: u32) -> FlowTable {
+        let flows = vec![FlowCount::default(); expected.min(MAX_FLOWS) as usize];
+        FlowTable { run, flows, unknown: 0, start: None }
     }
 
-    /// A datagram of the run arrived at `now` (nanoseconds).
+    /// A datagram arrived at `now` (nanoseconds): counted for its flow when it is one of
+    /// the run's, else as unknown.
     pub fn handle_datagram(&mut self, d: &[u8], now: u64) {
-        let Some((flow, index)) = parse_flow(d) else {
+        let Some((flow, index)) = parse_header(d, self.run).and_then(|_| parse_flow(d)) else {
             self.unknown += 1;
             return;
         };
+        // An index no flow of a run reaches (a damaged or forged header): not counted,
+        // so it cannot make every lower index look lost.
+        if index >= MAX_FLOW_INDEX {
+            self.unknown += 1;
+            return;
+        }
         let Some(f) = self.flows.get_mut(flow as usize) else {
             self.unknown += 1;
             return;
@@ -194,7 +209,7 @@ impl FlowTable {
         f.max_window_bytes = f.max_window_bytes.max(f.window_bytes);
         f.datagrams += 1;
         f.bytes += len;
-        if index + 1 < f.high_water {
+        if index.saturating_add(1) < f.high_water {
             f.reordered += 1;
         }
         f.high_water = f.high_water.max(index.saturating_add(1));
@@ -212,7 +227,7 @@ impl FlowTable {
                 rate.record((f.bytes as f64 / seconds) as u64);
             }
             let lost = f.high_water.saturating_sub(f.datagrams);
-            loss.record(lost * 1_000_000 / f.high_water.max(1));
+            loss.record((u128::from(lost) * 1_000_000 / u128::from(f.high_water.max(1))) as u64);
             burst.record(f.max_window_bytes);
         }
         FlowsReport {
@@ -273,7 +288,7 @@ mod tests {
 
     #[test]
     fn the_receiver_counts_each_flows_rate_loss_and_burst_within_its_bounds() {
-        let mut t = FlowTable::new(2);
+        let mut t = FlowTable::new(2, 1);
         let mut d = vec![0u8; 100];
         let mut arrive = |t: &mut FlowTable, flow: u32, index: u64, now: u64| {
             stamp(&mut d, 100, 1, 0, 1);
@@ -288,9 +303,13 @@ mod tests {
         arrive(&mut t, 1, 1, 3_000_000);
         arrive(&mut t, 1, 0, 3_100_000);
         arrive(&mut t, 7, 0, 3_200_000);
+        // An index no flow reaches, another run's datagram, a header cut short.
+        arrive(&mut t, 1, u64::MAX, 3_250_000);
+        stamp(&mut d, 100, 2, 0, 1);
+        t.handle_datagram(&d, 3_260_000);
         t.handle_datagram(&d[..FLOW_HEADER_LEN - 1], 3_300_000);
         let r = t.report(1.0);
-        assert_eq!((r.expected, r.seen, r.unknown, r.reordered), (2, 2, 2, 1));
+        assert_eq!((r.expected, r.seen, r.unknown, r.reordered), (2, 2, 4, 1));
         // Summaries are a histogram's: within a tenth of a percent.
         assert_eq!(r.loss_ppm.min, 0);
         assert!((249_750..=250_250).contains(&r.loss_ppm.max), "{:?}", r.loss_ppm);

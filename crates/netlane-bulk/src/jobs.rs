@@ -3,10 +3,9 @@
 //! reports, and what the lab's threads do when both ends are threads.
 
 use std::net::{IpAddr, SocketAddr};
-
-use netlane::topology::QdiscInfo;
 use std::sync::atomic::AtomicBool;
 
+use netlane::topology::QdiscInfo;
 use serde::Serialize;
 
 use super::{
@@ -38,33 +37,41 @@ impl SenderJob {
 pub fn run_sender_job(job: &SenderJob) -> Result<TxReport, BulkError> {
     job.validate()?;
     netlane::cpus::pin(job.spec.cpu);
-    let drops_before = thread_udp_counter("SndbufErrors");
-    let mut report = match job.spec.transport {
-        Transport::Udp if job.spec.flows.is_some() => {
-            let flows = job.spec.flows.as_ref().expect("checked");
-            flows_tx::send(&job.spec, flows, job.dst, job.run_id)?
+    if job.spec.transport == Transport::Tcp {
+        return tcp_tx::send(&job.spec, job.dst);
+    }
+    let ipv6 = job.dst.is_ipv6();
+    let egress = egress_qdisc(job.dst.ip())?;
+    let pacer = match job.spec.pacing {
+        Some(p) if job.spec.flows.is_none() => {
+            let mut chosen = choose_pacer(p.pacer, job.dst, egress.as_ref())?;
+            if chosen.clock == Some(TxClock::Tai) {
+                // etf dequeues a packet from `delta` before its time: a release time
+                // further ahead than that leaves the qdisc's timer the whole of `delta`
+                // to be late in before the packet is dropped.
+                let delta = egress.as_ref().and_then(|e| e.etf_delta_ns);
+                chosen.lead_ns = delta.map_or(DEFAULT_TAI_LEAD_NS, |d| u64::from(d) + TAI_MARGIN_NS);
+            }
+            Some(chosen)
         }
-        Transport::Udp => {
-            let pacer = match job.spec.pacing {
-                Some(p) => {
-                    let egress = egress_qdisc(job.dst.ip())?;
-                    let mut chosen = choose_pacer(p.pacer, job.dst, egress.as_ref())?;
-                    if chosen.clock == Some(TxClock::Tai) {
-                        // etf dequeues a packet from `delta` before its time: a release
-                        // time further ahead than that leaves the qdisc's timer the whole
-                        // of `delta` to be late in before the packet is dropped.
-                        let delta = egress.and_then(|e| e.etf_delta_ns);
-                        chosen.lead_ns = delta.map_or(DEFAULT_TAI_LEAD_NS, |d| u64::from(d) + TAI_MARGIN_NS);
-                    }
-                    Some(chosen)
-                }
-                None => None,
-            };
-            udp_tx::send(&job.spec, job.dst, job.dst.is_ipv6(), job.run_id, pacer.as_ref())?
-        }
-        Transport::Tcp => return tcp_tx::send(&job.spec, job.dst),
+        _ => None,
     };
-    report.kernel_drops = thread_udp_counter("SndbufErrors").saturating_sub(drops_before);
+    if let Some(e) = egress.as_ref().filter(|e| e.kind == "etf")
+        && !pacer.as_ref().is_some_and(|c| c.ran == PacerRan::Txtime)
+    {
+        return Err(BulkError::Config(format!(
+            "datagrams to {} leave through the {} qdisc, which drops every packet without a CLOCK_TAI release \
+             time: only a sender pacing by release times (txtime) can send through it",
+            job.dst.ip(),
+            e.name
+        )));
+    }
+    let drops_before = thread_udp_sndbuf_errors(ipv6);
+    let mut report = match &job.spec.flows {
+        Some(flows) => flows_tx::send(&job.spec, flows, job.dst, job.run_id)?,
+        None => udp_tx::send(&job.spec, job.dst, ipv6, job.run_id, pacer.as_ref())?,
+    };
+    report.kernel_drops = thread_udp_sndbuf_errors(ipv6).saturating_sub(drops_before);
     Ok(report)
 }
 
@@ -131,9 +138,8 @@ pub(crate) struct ChosenPacer {
     pub lead_ns: u64,
 }
 
-/// Release times on CLOCK_TAI start this far ahead of now when the qdisc's head start is
-/// unknown (taprio): etf and taprio refuse a packet whose time has passed when it reaches
-/// them.
+/// Release times on CLOCK_TAI start this far ahead of now when etf's head start cannot
+/// be read: etf refuses a packet whose time has passed when it reaches it.
 const DEFAULT_TAI_LEAD_NS: u64 = 2_000_000;
 /// Beyond etf's head start: time for a send to reach the qdisc.
 const TAI_MARGIN_NS: u64 = 1_000_000;
@@ -143,7 +149,7 @@ const TAI_MARGIN_NS: u64 = 1_000_000;
 pub(crate) enum TxClock {
     /// fq: CLOCK_MONOTONIC, the clock the pacer runs on.
     Monotonic,
-    /// etf and taprio: CLOCK_TAI only.
+    /// etf: CLOCK_TAI only.
     Tai,
 }
 
@@ -158,10 +164,12 @@ impl TxClock {
 }
 
 /// Qdiscs that hold packets until their SO_TXTIME release time, and their clocks.
+/// taprio is not one: in software it only checks that a time falls in an open gate
+/// (and drops it unreported when not); it holds packets only with etf under it.
 fn txtime_clock(qdisc: &str) -> Option<TxClock> {
     match qdisc {
         "fq" => Some(TxClock::Monotonic),
-        "etf" | "taprio" => Some(TxClock::Tai),
+        "etf" => Some(TxClock::Tai),
         _ => None,
     }
 }
@@ -190,15 +198,13 @@ pub(crate) fn choose_pacer(pacer: Pacer, dst: SocketAddr, egress: Option<&Egress
     };
     Ok(match (pacer, clock) {
         (Pacer::Auto, Some(c)) | (Pacer::Txtime, Some(c)) => chosen(PacerRan::Txtime, Some(c), None),
-        (Pacer::Auto, None) => chosen(
-            PacerRan::User,
-            None,
-            Some(format!("{leaves}, which ignores release times; fq, etf and taprio honour them")),
-        ),
+        (Pacer::Auto, None) => {
+            chosen(PacerRan::User, None, Some(format!("{leaves}, which ignores release times; fq and etf honour them")))
+        }
         (Pacer::User, _) => chosen(PacerRan::User, None, None),
         (Pacer::Txtime, None) => {
             return Err(BulkError::Config(format!(
-                "SO_TXTIME release times need an egress qdisc that honours them (fq, etf or taprio), but {leaves}"
+                "SO_TXTIME release times need an egress qdisc that honours them (fq or etf), but {leaves}"
             )));
         }
         (Pacer::FqRate, _) if egress.is_some_and(|e| e.kind == "fq") => chosen(PacerRan::FqRate, None, None),
@@ -226,6 +232,17 @@ fn egress_of(qdiscs: &[QdiscInfo]) -> Egress {
     let Some(root) = qdiscs.iter().find(|q| q.root) else {
         return Egress { name: "noqueue".into(), kind: "noqueue".into(), etf_delta_ns: None };
     };
+    // mq (a multi-queue device's default) gives each transmit queue a qdisc of its own:
+    // release times are honoured when every one of them honours them.
+    let children: Vec<&QdiscInfo> = qdiscs.iter().filter(|q| !q.root && q.parent.0 == root.handle.0).collect();
+    if root.kind == "mq"
+        && let Some(first) = children.first()
+        && txtime_clock(&first.kind).is_some()
+        && children.iter().all(|c| c.kind == first.kind)
+    {
+        let delta = children.iter().filter_map(|c| c.etf_delta_ns()).min();
+        return Egress { name: format!("{} under mq", first.kind), kind: first.kind.clone(), etf_delta_ns: delta };
+    }
     let under = (root.kind == "tbf")
         .then(|| qdiscs.iter().find(|q| !q.root && q.parent == (root.handle.0, 1)))
         .flatten()
@@ -257,6 +274,25 @@ fn thread_udp_counter(field: &str) -> u64 {
     udp_counter(&std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap_or_default(), field)
 }
 
+/// UDP SndbufErrors of the calling thread's namespace: `Udp6SndbufErrors` in
+/// `snmp6` for IPv6 (the `Udp:` line of `snmp` is IPv4's).
+fn thread_udp_sndbuf_errors(ipv6: bool) -> u64 {
+    if !ipv6 {
+        return thread_udp_counter("SndbufErrors");
+    }
+    let snmp6 = std::fs::read_to_string("/proc/thread-self/net/snmp6").unwrap_or_default();
+    snmp6_counter(&snmp6, "Udp6SndbufErrors")
+}
+
+/// A counter of /proc/net/snmp6 text (a name and a value per line).
+fn snmp6_counter(snmp6: &str, name: &str) -> u64 {
+    snmp6
+        .lines()
+        .find_map(|l| l.split_once(char::is_whitespace).filter(|(n, _)| *n == name))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// UDP RcvbufErrors of the calling thread's namespace.
 fn thread_udp_rcvbuf_errors() -> u64 {
     thread_udp_counter("RcvbufErrors")
@@ -284,7 +320,7 @@ mod tests {
         let e = pick(Pacer::FqRate, Some("etf")).unwrap_err().to_string();
         assert!(e.contains("only under the fq qdisc") && e.contains("the etf qdisc"), "{e}");
         let e = pick(Pacer::Txtime, Some("tbf")).unwrap_err().to_string();
-        assert!(e.contains("(fq, etf or taprio)") && e.contains("through the tbf qdisc"), "{e}");
+        assert!(e.contains("(fq or etf)") && e.contains("through the tbf qdisc"), "{e}");
         let e = pick(Pacer::Txtime, None).unwrap_err().to_string();
         assert!(e.contains("no route to 10.0.0.1"), "{e}");
     }
@@ -313,6 +349,13 @@ mod tests {
         assert_eq!((e.name.as_str(), e.kind.as_str()), ("fq under tbf", "fq"));
         let default_child = [tbf.clone(), q("bfifo", false, (0x8001, 0), (1, 1), Vec::new())];
         assert_eq!(egress_of(&default_child).name, "tbf");
+        let mq = q("mq", true, (1, 0), (0xffff, 0xffff), Vec::new());
+        let fq_per_queue =
+            [mq.clone(), q("fq", false, (0, 0), (1, 1), Vec::new()), q("fq", false, (0, 0), (1, 2), Vec::new())];
+        assert_eq!(egress_of(&fq_per_queue).name, "fq under mq");
+        let mixed =
+            [mq, q("fq", false, (0, 0), (1, 1), Vec::new()), q("pfifo_fast", false, (0, 0), (1, 2), Vec::new())];
+        assert_eq!(egress_of(&mixed).name, "mq");
         let dst: SocketAddr = "10.0.0.1:9000".parse().unwrap();
         let chosen = choose_pacer(Pacer::Auto, dst, Some(&e)).unwrap();
         assert_eq!((chosen.ran, chosen.qdisc.as_str()), (PacerRan::Txtime, "fq under tbf"));
@@ -324,5 +367,8 @@ mod tests {
         assert_eq!(udp_counter(snmp, "RcvbufErrors"), 42);
         assert_eq!(udp_counter(snmp, "SndbufErrors"), 0);
         assert_eq!(udp_counter("nothing", "RcvbufErrors"), 0);
+        let snmp6 = "Udp6InDatagrams                 \t5\nUdp6SndbufErrors                \t17\n";
+        assert_eq!(snmp6_counter(snmp6, "Udp6SndbufErrors"), 17);
+        assert_eq!(snmp6_counter(snmp6, "Udp6RcvbufErrors"), 0);
     }
 }

@@ -72,7 +72,7 @@ pub enum Pacer {
     User,
     /// Earliest departure times: every quantum the sender hands the kernel the next
     /// quantum's datagrams, each send with its own SO_TXTIME release time, and the egress
-    /// qdisc (fq, etf or taprio) holds each until then.
+    /// qdisc (fq or etf) holds each until then.
     Txtime,
     /// No schedule in the sender: it sends as the socket takes datagrams, and fq paces the
     /// socket to its SO_MAX_PACING_RATE (set from the rate, counting headers as fq does).
@@ -329,7 +329,7 @@ impl TxSpec {
             }
         }
         if let Some(f) = &tx.flows {
-            validate_flows(tx, f, ipv6, path_mtu)?;
+            return validate_flows(tx, f, ipv6, path_mtu);
         }
         if let Some(p) = tx.pacing {
             if p.pacer == Pacer::FqRate {
@@ -393,6 +393,25 @@ fn validate_flows(tx: &TxSpec, f: &flows::Flows, ipv6: bool, path_mtu: Option<u3
     if tx.pacing.is_some_and(|p| !matches!(p.pacer, Pacer::Auto | Pacer::User)) {
         return bad("many flows are paced in user space, each flow on its own schedule".into());
     }
+    if let Some(p) = tx.pacing {
+        if p.rate == 0 {
+            return bad("a pacing rate must be positive".into());
+        }
+        // Each flow must send often enough in the run for its rate to mean anything.
+        let slowest = flows_tx::plans(tx, f, ipv6).into_iter().map(|p| p.period_ns).max().unwrap_or(0);
+        let least = Duration::from_nanos(slowest) * MIN_RELEASES;
+        if least > tx.duration {
+            return bad(format!(
+                "{} flows share {} B/s: each sends every {}, fewer than {MIN_RELEASES} times in {}; use fewer flows, \
+                 a higher rate or a run of at least {}",
+                f.count,
+                p.rate,
+                netlane::metrics::units::format_duration(Duration::from_nanos(slowest)),
+                netlane::metrics::units::format_duration(tx.duration),
+                netlane::metrics::units::format_duration(least)
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -437,5 +456,23 @@ mod tests {
         };
         assert!(check(fq(Quantum::Auto), None).is_ok());
         assert!(check(fq(Quantum::Fixed(1_000_000)), None).unwrap_err().contains("no release period"));
+        let flows = |count, rate| TxSpec {
+            gso: GsoMode::Cmsg,
+            segments_per_send: 46,
+            pacing: Some(Pacing::new(rate, Quantum::Auto)),
+            duration: Duration::from_secs(10),
+            flows: Some(flows::Flows { count, sockets: 4, mtus: vec![1500] }),
+            ..TxSpec::udp()
+        };
+        assert!(check(flows(10_000, 100_000_000), Some(1500)).is_ok());
+        let e = check(flows(10_000, 1_000_000), Some(1500)).unwrap_err();
+        assert!(e.contains("each sends every 14.72s") && e.contains("at least 147.2s"), "{e}");
+        assert!(check(flows(10, 0), None).unwrap_err().contains("positive"));
+        let e = check(
+            TxSpec { flows: Some(flows::Flows { count: 4, sockets: 4, mtus: vec![9000] }), ..flows(4, 1 << 20) },
+            Some(1500),
+        )
+        .unwrap_err();
+        assert!(e.contains("at most 1500"), "{e}");
     }
 }

@@ -155,7 +155,7 @@ fn receive_udp(
     let slot_len = if spec.gro { ReceiverConfig::MAX_SLOT } else { spec.max_datagram.max(datagram_size) };
     let mut rcv = Receiver::new(ReceiverConfig { slot_len, ..ReceiverConfig::new(spec.batching) });
     let mut checker = Checker::new(run, spec.verify, datagram_size);
-    let mut flows = (spec.flows > 0).then(|| FlowTable::new(spec.flows));
+    let mut flows = (spec.flows > 0).then(|| FlowTable::new(spec.flows, run));
     if flows.is_some() {
         // Each flow's datagrams are as large as its path MTU allows.
         checker = Checker::new(run, spec.verify, spec.max_datagram).with_flows();

@@ -27,13 +27,15 @@ pub enum PacerRan {
 pub struct PaceReport {
     /// Who kept the rate.
     pub pacer: PacerRan,
-    /// The root qdisc of the device the datagrams left by (`noqueue` without one).
+    /// The qdisc the datagrams waited in: the root qdisc of the device they left by
+    /// (`noqueue` without one), or the one under a tbf or under every queue of an mq
+    /// (`fq under tbf`); `no route` without a route.
     pub qdisc: String,
-    /// The clock of the release times (`monotonic` for fq, `tai` for etf and taprio);
+    /// The clock of the release times (`monotonic` for fq, `tai` for etf);
     /// none without them.
     pub txtime_clock: Option<String>,
-    /// Sends the qdisc dropped because their release time had passed (reported on the
-    /// socket's error queue).
+    /// Sends (a GSO train is one) the qdisc dropped because their release time had
+    /// passed (reported on the socket's error queue).
     pub txtime_missed: u64,
     /// Sends the qdisc refused: a release time in the past or before one already sent,
     /// or another clock than its own.
@@ -82,10 +84,12 @@ pub struct TxReport {
     pub refused: u64,
     /// Pacing accuracy (None when unpaced).
     pub pacing: Option<PaceReport>,
-    /// UDP datagrams the sender's kernel dropped after accepting them (UDP SndbufErrors
-    /// of its namespace over the run: a full device queue, such as a veth whose receiving
-    /// NAPI fell behind, answers ENOBUFS, which a UDP socket does not report to the
-    /// sender).
+    /// UDP sends (a GSO train is one) the sender's kernel dropped after accepting them:
+    /// UDP SndbufErrors (Udp6SndbufErrors over IPv6) of its network namespace over the
+    /// run, so another sender in that namespace adds its own. A full qdisc or device
+    /// queue (a veth whose receiving NAPI fell behind) answers ENOBUFS, which a UDP socket
+    /// does not report to its sender; drops after a qdisc hands the packet on are not
+    /// counted.
     pub kernel_drops: u64,
 }
 

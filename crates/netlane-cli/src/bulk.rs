@@ -79,7 +79,7 @@ pub struct SendArgs {
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
     /// Who keeps --rate: txtime (every quantum the next quantum's datagrams, each send
-    /// with its SO_TXTIME release time, held by an fq, etf or taprio egress qdisc), fq-rate
+    /// with its SO_TXTIME release time, held by an fq or etf egress qdisc), fq-rate
     /// (fq paces the socket to its SO_MAX_PACING_RATE), user (the sender sleeps until each
     /// release), or auto (txtime where the egress qdisc honours it, else user).
     /// `netlane nic hold DEV --qdisc fq` puts fq on a device for a while.
@@ -111,9 +111,10 @@ pub struct SendArgs {
     /// --size. The receiver's `--flows` counts each.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(netlane_bulk::flows::MAX_FLOWS)))]
     pub flows: Option<u32>,
-    /// The unconnected sockets that serve --flows (flow i from socket i mod N).
-    #[arg(long, default_value_t = 4, requires = "flows")]
-    pub flow_sockets: u32,
+    /// The unconnected sockets that serve --flows (flow i from socket i mod N)
+    /// [default: 4, or as many as the flows when fewer].
+    #[arg(long, requires = "flows")]
+    pub flow_sockets: Option<u32>,
     /// The path MTUs of the flows' peers, given to the flows in turn: each flow's
     /// datagrams are as large as its MTU allows (e.g. 1280,1400,1500).
     #[arg(long, value_delimiter = ',', default_value = "1500", requires = "flows")]
@@ -146,7 +147,7 @@ impl SendArgs {
                 payload_span: self.payload_span,
                 flows: self.flows.map(|count| Flows {
                     count,
-                    sockets: self.flow_sockets.min(count),
+                    sockets: self.flow_sockets.unwrap_or(count.min(4)),
                     mtus: self.flow_mtus.clone(),
                 }),
             },
@@ -186,7 +187,7 @@ fn sent_line(r: &TxReport) -> String {
     }
     if r.kernel_drops > 0 {
         l.push_str(&format!(
-            "; {} datagrams dropped by this host's kernel after sending (UDP SndbufErrors)",
+            "; {} sends dropped by this host's kernel after they returned (UDP SndbufErrors)",
             r.kernel_drops
         ));
     }

@@ -72,8 +72,10 @@ pub struct TryArgs {
     pub tbf: Option<Bottleneck>,
     /// A pacing qdisc as the device's root qdisc: fq (SO_TXTIME release times on
     /// CLOCK_MONOTONIC, and SO_MAX_PACING_RATE per socket) or etf[:DELTA] (release times
-    /// on CLOCK_TAI, each packet dequeued DELTA before its time, 1ms unless given). With
-    /// --tbf it goes under the bottleneck. Removed again afterwards.
+    /// on CLOCK_TAI, each packet dequeued DELTA before its time, 1ms unless given). etf
+    /// drops every packet without such a time: ARP, TCP (ssh too), any unpaced sender;
+    /// use it on a device only release-timed traffic leaves by. With --tbf it goes under
+    /// the bottleneck. Removed again afterwards.
     #[arg(long, value_name = "fq|etf[:DELTA]", value_parser = parse_pacing_qdisc)]
     pub qdisc: Option<PacingQdisc>,
     /// RSS: the indirection table spread evenly over the first N receive queues (as

@@ -95,7 +95,7 @@ fn bad_bulk_options_fail_with_one_line_before_anything_runs() {
         (&["bulk", "send", "--to", "127.0.0.1:9", "--gso", "cmsg", "--segments", "64"], 1, "at most 46 fit"),
         (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "0"], 2, "rate"),
         (&["bulk", "send", "--to", "127.0.0.1:9", "--pacer", "txtime"], 2, "--rate"),
-        (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "txtime"], 1, "(fq, etf or taprio)"),
+        (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "txtime"], 1, "(fq or etf)"),
         (&["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "fq-rate"], 1, "only under the fq"),
         (
             &["bulk", "send", "--to", "127.0.0.1:9", "--rate", "1MB/s", "--pacer", "fq-rate", "--quantum", "1ms"],

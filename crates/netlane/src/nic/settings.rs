@@ -267,7 +267,8 @@ pub enum PacingQdisc {
     /// fq: per-flow queues, release times on CLOCK_MONOTONIC, socket pacing rates.
     Fq,
     /// etf: release times on CLOCK_TAI, each packet dequeued this many nanoseconds
-    /// before its time.
+    /// before its time. As a root qdisc it drops every packet without a CLOCK_TAI
+    /// release time: ARP and neighbour discovery, TCP, any unpaced sender.
     Etf {
         /// The head start, nanoseconds: at least the time from the qdisc's timer to the
         /// wire, or packets miss their times and are dropped.
@@ -308,7 +309,8 @@ pub fn set_pacing_under_bottleneck(dev: &str, q: PacingQdisc) -> Outcome {
         };
         made.map_err(|e| reason(&e))?;
         let qdiscs = r.qdiscs(ifindex).map_err(|e| reason(&e))?;
-        Ok(qdiscs.into_iter().find(|i| !i.root && i.parent == (1, 1)).map_or_else(|| "nothing".into(), |i| i.kind))
+        let under = qdiscs.into_iter().find(|i| !i.root && i.parent == (1, 1));
+        under.map(|i| i.kind).ok_or_else(|| "added, but no qdisc reads back under the bottleneck".to_string())
     });
     match added {
         Ok(kind) => Outcome { asked, applied: Some(kind), refused: None },
@@ -560,17 +562,25 @@ pub fn hold_settings(dev: &str, asked: &Settings) -> Holding {
         outcomes.push(outcome);
         applied
     };
-    // With a bottleneck, a pacing qdisc goes under it.
+    // With a bottleneck, a pacing qdisc goes under it (and nowhere without it).
     let under = match (bottleneck, pacing_qdisc) {
-        (Some(b), q) => q.filter(|_| root(&|| set_bottleneck(dev, b))),
+        (Some(b), q) => {
+            let applied = root(&|| set_bottleneck(dev, b));
+            q.map(|q| (q, applied))
+        }
         (None, Some(q)) => {
             root(&|| set_pacing_qdisc(dev, *q));
             None
         }
         (None, None) => None,
     };
-    if let Some(q) = under {
-        outcomes.push(set_pacing_under_bottleneck(dev, q));
+    match under {
+        Some((q, true)) => outcomes.push(set_pacing_under_bottleneck(dev, q)),
+        Some((q, false)) => outcomes.push(Outcome::refused(
+            format!("{q} under the tbf root qdisc of {dev}"),
+            "the bottleneck it goes under was refused".into(),
+        )),
+        None => {}
     }
     Holding { outcomes, held, watch }
 }

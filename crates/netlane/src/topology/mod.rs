@@ -404,13 +404,6 @@ impl TwoHosts {
         self.tx.with_rtnl(|r| r.add_tbf(self.tx_index, rate, burst, limit))
     }
 
-    /// Puts fq under the tx end's bottleneck ([`Self::set_bottleneck`]): packets wait
-    /// there for their SO_TXTIME release times, then for the bucket's tokens. A kernel
-    /// without fq refuses it.
-    pub fn set_fq_under_bottleneck(&self) -> Result<(), TopologyError> {
-        self.tx.with_rtnl(|r| r.add_fq(self.tx_index, Some((1, 1))))
-    }
-
     /// Kind and counters of the tx end's root qdisc ("noqueue" without one).
     pub fn egress_qdisc(&self) -> Result<(String, QdiscStats), TopologyError> {
         Ok(self

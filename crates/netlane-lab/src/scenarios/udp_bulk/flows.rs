@@ -114,11 +114,18 @@ impl UdpBulkArgs {
             sent += r.tx.datagrams;
         }
         (dropped + missing > 0).then(|| {
-            format!(
-                "Many flows: {missing} of {sent} datagrams sent were missing at the receiver, and the sender's kernel \
-                 dropped {dropped} after accepting them (UDP SndbufErrors: the device answered ENOBUFS, which a UDP \
-                 socket does not report to its sender; on veth, the receiving NAPI's ring of 256 packets full)."
-            )
+            let mut note = format!("Many flows: {missing} of {sent} datagrams sent were missing at the receiver");
+            if dropped > 0 {
+                note.push_str(&format!(
+                    "; the sender's kernel dropped {dropped} sends after accepting them (UDP SndbufErrors: a full \
+                     device queue answered ENOBUFS, which a UDP socket does not report to its sender{})",
+                    if self.on.testbed.is_none() { "; on veth, the receiving NAPI's ring of 256 packets" } else { "" }
+                ));
+            }
+            if missing > dropped {
+                note.push_str(&format!("; {} were lost past the sender's kernel", missing - dropped));
+            }
+            note + "."
         })
     }
 

@@ -31,9 +31,10 @@ fn pacer_name(p: &netlane_bulk::PaceReport) -> String {
     }
 }
 
-/// Who paced the paced runs, in the senders' own words (one line per way that ran):
-/// SO_TXTIME release times held by fq under the bottleneck where the kernel has fq, the
-/// user-space pacer and the reason where it has not.
+/// Who paced the paced runs, in the senders' own words (one line per way that ran). The
+/// bottleneck's own queue (tbf's byte-limited bfifo) is what drops a release too large
+/// for it, so no pacing qdisc goes under it: the points pace in user space, with the
+/// reason.
 fn who_paced(runs: &[Vec<PointRun>]) -> Vec<String> {
     let mut ways: Vec<String> = Vec::new();
     for r in runs.iter().flatten().filter(|r| r.result.tx.pacing.is_some()) {
