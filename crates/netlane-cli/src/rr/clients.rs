@@ -9,7 +9,7 @@ use clap::Args;
 use netlane::cpus::CpuList;
 use netlane::metrics::sla::Sla;
 use netlane_report::options::{parse_duration, parse_positive_duration, parse_size_usize};
-use netlane_rr::clients::{ClientsConfig, ClientsReport, Load};
+use netlane_rr::clients::{ClientsConfig, ClientsReport, Load, Transport};
 use netlane_rr::proto::client::ClientConfig;
 use netlane_rr::proto::wire::HEADER_LEN;
 
@@ -61,6 +61,10 @@ pub struct ClientsArgs {
     /// Read responses with UDP_GRO (for a server sending segments with --segment).
     #[arg(long)]
     pub gro: bool,
+    /// udp (a socket per client) or tcp (a connection per client to `rr serve
+    /// --transport tcp`, closed loop).
+    #[arg(long, default_value = "udp")]
+    pub transport: Transport,
     /// Measured time.
     #[arg(short = 't', long, default_value = "5s", value_parser = parse_positive_duration)]
     pub time: Duration,
@@ -127,6 +131,7 @@ impl ClientsArgs {
             duration: self.time,
             gro: self.gro,
             seed: self.seed,
+            transport: self.transport,
         })
     }
 
@@ -347,7 +352,9 @@ mod tests {
             duration: Duration::from_millis(2500),
             gro: false,
             seed: 0,
+            transport: Transport::Udp,
         };
+        let tcp = ClientsConfig { transport: Transport::Tcp, ..closed.clone() };
         let open = ClientsConfig {
             load: Load::Open { rate: 25_000.5 },
             client: ClientConfig { max_outstanding: 8, echo: true, ..closed.client },
@@ -357,7 +364,7 @@ mod tests {
             seed: 3,
             ..closed.clone()
         };
-        for cfg in [closed, open] {
+        for cfg in [closed, open, tcp] {
             let args = netlane_lab::scenarios::rr::clients_args(&cfg);
             assert_eq!(args[..2], ["rr", "clients"]);
             let parsed = parse_command::<ClientsArgs>(&args);

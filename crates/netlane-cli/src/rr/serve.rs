@@ -10,7 +10,7 @@ use netlane::metrics::prom::{MetricsServer, check_metrics_addr};
 use netlane_report::options::{parse_cpu, parse_positive_duration, parse_size_usize};
 use netlane_rr::proto::guard::GuardConfig;
 use netlane_rr::proto::server::ResponderConfig;
-use netlane_rr::server::{PaceOptions, PathKind, RingOptions, RrCounters, ServerConfig, TxKind, XdpOptions};
+use netlane_rr::server::{PaceOptions, PathKind, RingOptions, RrCounters, ServerConfig, Transport, TxKind, XdpOptions};
 
 use super::parse_size_u32;
 use crate::documents::RrServe;
@@ -36,6 +36,13 @@ pub struct ServeArgs {
     /// Receive path: recvfrom, recvmmsg, tpacket-v2, tpacket-v3, af-xdp.
     #[arg(long, default_value = "recvmmsg")]
     pub path: PathKind,
+    /// udp (datagrams on --path) or tcp (the comparator: the same requests and answers as
+    /// messages over a TCP connection per client, on --listen's port over TCP).
+    #[arg(long, default_value = "udp")]
+    pub transport: Transport,
+    /// TCP: the most connections served at once; more are closed as they come.
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
     /// Datagrams per recvmmsg call.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
@@ -224,6 +231,8 @@ impl ServeArgs {
                 budget: self.unverified_budget as u64,
                 ..GuardConfig::default()
             },
+            transport: self.transport,
+            max_connections: self.max_connections,
             ..ServerConfig::default()
         })
     }
@@ -423,6 +432,7 @@ mod tests {
                 ..base.clone()
             },
             ServerConfig { lane_device: Some("eth0".into()), cpu: None, ..base.clone() },
+            ServerConfig { transport: Transport::Tcp, max_connections: 77, ..base.clone() },
             ServerConfig {
                 busy_poll: Some("20,16,prefer".parse().unwrap()),
                 napi: netlane::topology::netdev::NapiSettings {

@@ -114,6 +114,7 @@ mod tests {
             duration: Duration::from_secs(1),
             gro: false,
             seed: 7,
+            transport: crate::server::Transport::Udp,
         }
     }
 

@@ -12,6 +12,7 @@
 //! their parts added up); `worker.rs` one client thread.
 
 mod agents;
+mod tcp;
 mod worker;
 
 use std::io;
@@ -28,9 +29,11 @@ use netlane::udp::UdpSocket;
 use serde::{Deserialize, Serialize};
 
 pub use self::agents::{AgentOutput, merge, split};
+use self::tcp::TcpWorker;
 use self::worker::{Part, Worker};
 use crate::proto::client::{ClientConfig, ClientConfigError, MAX_OUTSTANDING};
 use crate::proto::wire::MAX_DATAGRAM;
+pub use crate::server::Transport;
 
 /// The most clients one run may have.
 pub const MAX_CLIENTS: usize = 65_536;
@@ -78,6 +81,8 @@ pub struct ClientsConfig {
     /// Mixed into the open loop's arrival times (agents of one measurement each have
     /// their own, so their arrivals are not the same).
     pub seed: u64,
+    /// A datagram socket per client, or a TCP connection per client (closed loop).
+    pub transport: Transport,
 }
 
 /// Why a population could not run.
@@ -128,6 +133,12 @@ impl ClientsConfig {
             }
             Load::Open { .. } if self.client.max_outstanding > MAX_OUTSTANDING => {
                 bad(format!("at most {MAX_OUTSTANDING} requests in flight per client"))
+            }
+            Load::Open { .. } if self.transport == Transport::Tcp => {
+                bad("TCP clients run a closed loop: each its connection, one request in flight".into())
+            }
+            _ if self.transport == Transport::Tcp && self.gro => {
+                bad("UDP_GRO is for datagram clients, not TCP connections".into())
             }
             _ => Ok(()),
         }
@@ -250,14 +261,21 @@ fn run_inner(
     let mut first = 0;
     for t in 0..cfg.threads {
         let n = per(t);
-        let mut socks = Vec::with_capacity(n);
-        for _ in 0..n {
-            socks.push(
-                socket(cfg)
+        let group = match cfg.transport {
+            Transport::Udp => Group::Udp(
+                (0..n)
+                    .map(|_| socket(cfg))
+                    .collect::<io::Result<_>>()
                     .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client socket", source)))?,
-            );
-        }
-        groups.push((first, socks));
+            ),
+            Transport::Tcp => Group::Tcp(
+                (0..n)
+                    .map(|_| connection(cfg))
+                    .collect::<io::Result<_>>()
+                    .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client connection", source)))?,
+            ),
+        };
+        groups.push((first, group));
         first += n;
     }
     gate()?;
@@ -270,11 +288,18 @@ fn run_inner(
         let handles: Vec<_> = groups
             .into_iter()
             .enumerate()
-            .map(|(t, (first, socks))| {
+            .map(|(t, (first, group))| {
                 let cpu = cfg.cpus.as_ref().and_then(|c| c.nth_wrapping(t));
                 s.spawn(move || {
                     netlane::cpus::pin(cpu);
-                    Worker::new(cfg, t, first, socks, measure_from, measure_to).run(stop, answered)
+                    match group {
+                        Group::Udp(socks) => {
+                            Worker::new(cfg, t, first, socks, measure_from, measure_to).run(stop, answered)
+                        }
+                        Group::Tcp(streams) => {
+                            TcpWorker::new(cfg, first, streams, measure_from, measure_to).run(stop, answered)
+                        }
+                    }
                 })
             })
             .collect();
@@ -372,6 +397,21 @@ impl ClientsReport {
         self.responses_per_s = if seconds > 0.0 { self.responses as f64 / seconds } else { 0.0 };
         self.latency_ns = hist.summary();
     }
+}
+
+/// One thread's clients: their sockets or connections.
+enum Group {
+    Udp(Vec<UdpSocket>),
+    Tcp(Vec<std::net::TcpStream>),
+}
+
+/// A client's connection: made before any thread starts, non-blocking, no Nagle delay
+/// (each request goes as it is written).
+fn connection(cfg: &ClientsConfig) -> io::Result<std::net::TcpStream> {
+    let s = std::net::TcpStream::connect(cfg.server)?;
+    s.set_nonblocking(true)?;
+    s.set_nodelay(true)?;
+    Ok(s)
 }
 
 fn socket(cfg: &ClientsConfig) -> io::Result<UdpSocket> {

@@ -34,6 +34,25 @@ pub(super) struct Part {
     pub(super) refused: Option<u32>,
 }
 
+/// What `clients` counted since `base` (their counts when the measured time began).
+pub(super) fn measured_since(clients: &[Client], base: &[ClientStats]) -> ClientStats {
+    let mut measured = ClientStats::default();
+    for (c, b) in clients.iter().zip(base) {
+        let s = c.stats();
+        measured.requests += s.requests - b.requests;
+        measured.responses += s.responses - b.responses;
+        measured.retransmits += s.retransmits - b.retransmits;
+        measured.lost += s.lost - b.lost;
+        measured.late += s.late - b.late;
+        measured.duplicates += s.duplicates - b.duplicates;
+        measured.corrupt += s.corrupt - b.corrupt;
+        measured.mismatched += s.mismatched - b.mismatched;
+        measured.partial += s.partial - b.partial;
+        measured.retried += s.retried - b.retried;
+    }
+    measured
+}
+
 /// One thread's clients, their timers and what they counted.
 pub(super) struct Worker<'a> {
     cfg: &'a ClientsConfig,
@@ -161,23 +180,9 @@ impl<'a> Worker<'a> {
             }
         }
         let base = self.at_start.take().unwrap_or_else(|| self.clients.iter().map(Client::stats).collect());
-        let mut measured = ClientStats::default();
-        for (c, b) in self.clients.iter().zip(&base) {
-            let s = c.stats();
-            measured.requests += s.requests - b.requests;
-            measured.responses += s.responses - b.responses;
-            measured.retransmits += s.retransmits - b.retransmits;
-            measured.lost += s.lost - b.lost;
-            measured.late += s.late - b.late;
-            measured.duplicates += s.duplicates - b.duplicates;
-            measured.corrupt += s.corrupt - b.corrupt;
-            measured.mismatched += s.mismatched - b.mismatched;
-            measured.partial += s.partial - b.partial;
-            measured.retried += s.retried - b.retried;
-        }
         Ok(Part {
             hist: self.hist,
-            measured,
+            measured: measured_since(&self.clients, &base),
             arrivals_dropped: self.arrivals_dropped,
             send_errors: self.send_errors,
             recv_errors: self.recv_errors,

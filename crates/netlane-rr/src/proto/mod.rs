@@ -11,4 +11,5 @@ pub mod ipid;
 pub mod packet;
 pub mod reasm;
 pub mod server;
+pub mod stream;
 pub mod wire;

@@ -24,7 +24,7 @@ const DRAIN_CALLS: u32 = 64;
 const FINAL_DRAIN_CALLS: u32 = 1024;
 
 /// How often a server thread adds what it counted to the live counters.
-const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+pub(super) const LIVE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The sockets busy polling concerns, named: each AF_XDP socket by its queue, a ring,
 /// the service socket (also beside AF_XDP, which hands it what it does not take).

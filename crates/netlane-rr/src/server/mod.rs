@@ -25,6 +25,7 @@ mod rawtx;
 mod respond;
 mod socket;
 mod socket_tx;
+mod tcp;
 
 use std::io::{self, IoSlice};
 use std::net::{SocketAddr, UdpSocket};
@@ -109,6 +110,11 @@ pub struct ServerConfig {
     /// with `prefer`, `SO_PREFER_BUSY_POLL` (interrupts stay off while the loop keeps
     /// polling, where the device defers them).
     pub busy_poll: Option<netlane::lanes::BusyPoll>,
+    /// UDP datagrams on the receive path, or messages over a TCP connection per client
+    /// (the comparator: the same answers, the stack's TCP in between).
+    pub transport: Transport,
+    /// TCP: the most connections served at once; more are closed as they come.
+    pub max_connections: usize,
     /// Per-NAPI settings written to every NAPI instance of the device read (the lane
     /// device, else `iface` or the one holding the listen address) at start and put back
     /// when the server stops: with deferred interrupts a busy-polling server runs its
@@ -137,9 +143,46 @@ impl Default for ServerConfig {
             guard: GuardConfig::default(),
             busy_poll: None,
             napi: netlane::topology::netdev::NapiSettings::default(),
+            transport: Transport::Udp,
+            max_connections: 1024,
         }
     }
 }
+
+/// How requests and responses travel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// A datagram each (segmented responses several).
+    #[default]
+    Udp,
+    /// Messages over one TCP connection per client, header after header.
+    Tcp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        })
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "udp" => Ok(Transport::Udp),
+            "tcp" => Ok(Transport::Tcp),
+            _ => Err(format!("{s:?}: expected udp or tcp")),
+        }
+    }
+}
+
+/// The most connections a TCP server takes at once.
+pub const MAX_CONNECTIONS: usize = 65_536;
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +216,9 @@ pub enum ServerError {
     /// Lanes that cannot be built.
     #[error("lanes: {0}")]
     Lanes(String),
+    /// TCP options that cannot work.
+    #[error("tcp: {0}")]
+    Tcp(String),
     /// The device lanes were asked on cannot carry them.
     #[error("`lane_device`")]
     LaneDevice(#[source] netlane::lanes::queues::LaneDeviceError),
@@ -225,6 +271,10 @@ impl ServerConfig {
             let bytes = p.queue as u64 * u64::from(self.responder.max_response);
             ask = ask.add(format!("{} paced responses", p.queue), bytes);
         }
+        if self.transport == Transport::Tcp {
+            let bytes = self.max_connections as u64 * tcp::connection_bytes(self) as u64;
+            ask = ask.add(format!("{} TCP connections at their limits", self.max_connections), bytes);
+        }
         ask
     }
 
@@ -253,6 +303,26 @@ impl ServerConfig {
     /// Checks every option before anything is built.
     pub fn validate(&self) -> Result<(), ServerError> {
         self.responder.validate()?;
+        if self.transport == Transport::Tcp {
+            if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+                return Err(ServerError::Tcp(format!(
+                    "{} connections: at most {MAX_CONNECTIONS}, at least one",
+                    self.max_connections
+                )));
+            }
+            let datagram_only = self.path.is_frames()
+                || self.tx != TxKind::Socket
+                || self.pace.is_some()
+                || self.lane_device.is_some()
+                || self.busy_poll.is_some();
+            if datagram_only {
+                return Err(ServerError::Tcp(
+                    "TCP reads its connections through the stack: no frame path, frame transmit, pacing, lanes or \
+                     busy polling"
+                        .into(),
+                ));
+            }
+        }
         if !(1..=MAX_BATCH).contains(&self.batch) {
             return Err(ServerError::Batch(self.batch));
         }
@@ -369,6 +439,10 @@ netlane::counters! {
         wakeups,
         /// `epoll_wait` calls.
         polls,
+        /// TCP: connections accepted.
+        connections,
+        /// TCP: connections closed as they came, over the limit.
+        connections_refused,
         /// Receive system calls (including the one that found nothing).
         recv_syscalls,
         /// Send system calls.
@@ -534,6 +608,9 @@ pub fn serve_counted(
     // keeps its cookie.
     let keys = std::collections::hash_map::RandomState::new();
     // Held until the server stops, then put back.
+    if cfg.transport == Transport::Tcp {
+        return tcp::serve(cfg, stop, live, on_ready);
+    }
     let (napi, _changed) = napi::apply(cfg)?;
     let mut stats = match &cfg.lane_device {
         Some(dev) => serve_lanes(cfg, dev, &keys, stop, live, on_ready)?,

@@ -42,6 +42,7 @@ pub fn population(server: SocketAddr, clients: usize, c: ClientConfig) -> Client
         duration: Duration::from_millis(500),
         gro: false,
         seed: 0,
+        transport: netlane_rr::clients::Transport::Udp,
     }
 }
 

@@ -313,6 +313,7 @@ impl RrBenchArgs {
             duration: time,
             gro: false,
             seed: 0,
+            transport: netlane_rr::clients::Transport::Udp,
         }
     }
 

@@ -40,7 +40,9 @@ pub fn serve_args(cfg: &ServerConfig) -> Vec<String> {
         .opt("xdp-ring", x.ring_size)
         .flag("echo", r.echo)
         .flag("adaptive", ring.adaptive)
-        .flag("xdp-copy", !x.zero_copy);
+        .flag("xdp-copy", !x.zero_copy)
+        .opt("transport", cfg.transport)
+        .opt("max-connections", cfg.max_connections);
     if let Some(t) = cfg.duration {
         a.duration("time", t);
     }
@@ -88,7 +90,8 @@ pub fn clients_args(cfg: &ClientsConfig) -> Vec<String> {
         .duration("ramp", cfg.ramp)
         .opt("seed", cfg.seed)
         .flag("echo", c.echo)
-        .flag("gro", cfg.gro);
+        .flag("gro", cfg.gro)
+        .opt("transport", cfg.transport);
     a.into_vec()
 }
 

@@ -1,0 +1,249 @@
+//! The TCP comparator's server (RDS over TCP's way): the datagram server's answers to
+//! requests that come as messages over one TCP connection per client, on one thread and
+//! one epoll. Bounded: the connections (more are closed as they come, and counted), and
+//! per connection the bytes read ahead (a largest request and a read, [`Framer`]) and
+//! the answer not yet written (one answer: a connection whose answer the socket will not
+//! take is not read until it has).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use super::event_loop::LIVE_EVERY;
+use super::*;
+use crate::proto::stream::{FrameError, Framer};
+
+/// The listening socket's token; a connection's is its slot.
+const LISTENER: u64 = u64::MAX;
+/// The stop signal's token.
+const STOP_TOKEN: u64 = u64::MAX - 1;
+
+/// One client's connection.
+struct Conn {
+    stream: TcpStream,
+    framer: Framer,
+    /// The answer being written, and how much of it is.
+    out: Vec<u8>,
+    written: usize,
+    /// Whether the loop waits for room to write (not for requests).
+    waits_to_write: bool,
+}
+
+/// The most a connection holds: a largest request read ahead, a largest answer.
+pub(super) fn connection_bytes(cfg: &ServerConfig) -> usize {
+    Framer::most(wire::MAX_DATAGRAM) + cfg.responder.max_reply_bytes()
+}
+
+/// Serves TCP until `stop` is given (or the configured duration passes).
+pub(super) fn serve(
+    cfg: &ServerConfig,
+    stop: &Stop,
+    live: &SharedRrCounters,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<ServerStats, ServerError> {
+    netlane::cpus::pin(cfg.cpu);
+    let listener = TcpListener::bind(cfg.listen).map_err(io_err(format!("bind TCP {}", cfg.listen)))?;
+    listener.set_nonblocking(true).map_err(io_err("set the listener non-blocking"))?;
+    let addr = listener.local_addr().map_err(io_err("read the listening address"))?;
+    let ep = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(|e| io_err("epoll")(e.into()))?;
+    let add = |fd: std::os::fd::BorrowedFd<'_>, token| {
+        ep.add(fd, EpollEvent::new(EpollFlags::EPOLLIN, token)).map_err(|e| io_err("epoll add")(e.into()))
+    };
+    add(listener.as_fd(), LISTENER)?;
+    add(stop.as_fd(), STOP_TOKEN)?;
+    let mut st = ServerStats { path: "tcp".into(), listen: addr.to_string(), tx: "tcp".into(), ..Default::default() };
+    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut scratch = vec![0u8; cfg.responder.max_reply_bytes().max(wire::HEADER_LEN)];
+    on_ready(addr);
+    let started = Instant::now();
+    let cpu0 = thread_cpu();
+    let mut events = vec![EpollEvent::empty(); 256];
+    let mut told = (RrCounters::default(), Instant::now());
+    while !stop.is_stopped() && cfg.duration.is_none_or(|d| started.elapsed() < d) {
+        st.counters.polls += 1;
+        if told.1.elapsed() >= LIVE_EVERY {
+            live.add(&st.counters.minus(&told.0));
+            told = (st.counters, Instant::now());
+        }
+        let n = match ep.wait(&mut events, EpollTimeout::from(100u16)) {
+            Ok(n) => n,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(io_err("epoll wait")(e.into())),
+        };
+        if n > 0 {
+            st.counters.wakeups += 1;
+        }
+        for ev in &events[..n] {
+            match ev.data() {
+                STOP_TOKEN => {}
+                LISTENER => accept(cfg, &listener, &ep, &mut conns, &mut st),
+                slot => {
+                    let i = slot as usize;
+                    let Some(conn) = conns.get_mut(i).and_then(Option::as_mut) else { continue };
+                    if !serve_conn(cfg, conn, &mut scratch, &mut st) {
+                        let _ = ep.delete(conn.stream.as_fd());
+                        conns[i] = None;
+                        continue;
+                    }
+                    let want = if conn.waits_to_write { EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
+                    let mut interest = EpollEvent::new(want, slot);
+                    if ep.modify(conn.stream.as_fd(), &mut interest).is_err() {
+                        st.counters.send_errors += 1;
+                    }
+                }
+            }
+        }
+    }
+    live.add(&st.counters.minus(&told.0));
+    let seconds = started.elapsed().as_secs_f64();
+    st.seconds = seconds;
+    st.cpu_s = thread_cpu().total_s() - cpu0.total_s();
+    st.busy = if seconds > 0.0 { (st.cpu_s / seconds).min(1.0) } else { 0.0 };
+    st.derive_ratios();
+    Ok(st)
+}
+
+/// Takes every connection waiting; those beyond the limit are closed at once.
+fn accept(cfg: &ServerConfig, listener: &TcpListener, ep: &Epoll, conns: &mut Vec<Option<Conn>>, st: &mut ServerStats) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => {
+                // Out of descriptors or memory: the client sees its connection refused.
+                tracing::debug!(error = %e, "accept failed");
+                st.counters.recv_errors += 1;
+                return;
+            }
+        };
+        let open = conns.iter().filter(|c| c.is_some()).count();
+        if open >= cfg.max_connections {
+            st.counters.connections_refused += 1;
+            continue;
+        }
+        if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
+            st.counters.recv_errors += 1;
+            continue;
+        }
+        let slot = conns.iter().position(Option::is_none).unwrap_or(conns.len());
+        if ep.add(stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, slot as u64)).is_err() {
+            st.counters.recv_errors += 1;
+            continue;
+        }
+        let conn = Conn {
+            stream,
+            framer: Framer::new(wire::MAX_DATAGRAM),
+            out: Vec::new(),
+            written: 0,
+            waits_to_write: false,
+        };
+        if slot == conns.len() {
+            conns.push(Some(conn));
+        } else {
+            conns[slot] = Some(conn);
+        }
+        st.counters.connections += 1;
+    }
+}
+
+/// Writes what the connection owes, then answers every whole request it has sent, one
+/// answer at a time; false when the connection is done (closed by the client, broken,
+/// or sending what is not a stream of messages).
+fn serve_conn(cfg: &ServerConfig, conn: &mut Conn, scratch: &mut [u8], st: &mut ServerStats) -> bool {
+    loop {
+        match flush(conn, st) {
+            Ok(true) => conn.waits_to_write = false,
+            Ok(false) => {
+                conn.waits_to_write = true;
+                return true;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "send failed");
+                st.counters.send_errors += 1;
+                return false;
+            }
+        }
+        match conn.framer.poll_message() {
+            Ok(Some(request)) => {
+                st.counters.frames += 1;
+                answer(cfg, request, scratch, &mut conn.out, st);
+                continue;
+            }
+            Ok(None) => {}
+            Err(e @ (FrameError::NotAHeader { .. } | FrameError::TooLong { .. })) => {
+                tracing::debug!(error = %e, "not a stream of requests: closed");
+                st.counters.refused_malformed += 1;
+                return false;
+            }
+        }
+        st.counters.recv_syscalls += 1;
+        match conn.stream.read(conn.framer.read_space()) {
+            Ok(0) => return false,
+            Ok(n) => conn.framer.filled(n),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // A client that closes with answers unread resets its connection: a close.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return false,
+            Err(e) => {
+                tracing::debug!(error = %e, "receive failed");
+                st.counters.recv_errors += 1;
+                return false;
+            }
+        }
+    }
+}
+
+/// Writes the answer owed; true once it is all written.
+fn flush(conn: &mut Conn, st: &mut ServerStats) -> io::Result<bool> {
+    while conn.written < conn.out.len() {
+        st.counters.send_syscalls += 1;
+        match conn.stream.write(&conn.out[conn.written..]) {
+            Ok(n) => conn.written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    conn.out.clear();
+    conn.written = 0;
+    Ok(true)
+}
+
+/// The answer to one request, appended to `out`: the response, or a refusal naming the
+/// limit. No cookies: the connection's handshake verified its source.
+fn answer(cfg: &ServerConfig, request: &[u8], scratch: &mut [u8], out: &mut Vec<u8>, st: &mut ServerStats) {
+    if cfg.responder.echo {
+        out.extend_from_slice(request);
+        st.counters.responses += 1;
+        st.counters.datagrams_sent += 1;
+        st.counters.bytes_sent += request.len() as u64;
+        return;
+    }
+    let h = match wire::decode(request) {
+        Ok((h, _)) if h.kind == Kind::Request => h,
+        Ok(_) => {
+            st.counters.refused_not_request += 1;
+            return;
+        }
+        Err(_) => {
+            st.counters.refused_malformed += 1;
+            return;
+        }
+    };
+    if h.response_len > cfg.responder.max_response {
+        st.counters.refused_too_large += 1;
+        if let Ok(n) = wire::encode(&Header::refused(&h, cfg.responder.max_response), scratch) {
+            out.extend_from_slice(&scratch[..n]);
+        }
+        return;
+    }
+    match respond_to(&cfg.responder, &h, scratch) {
+        Ok(reply) => {
+            out.extend_from_slice(&scratch[..reply.len]);
+            st.counters.responses += 1;
+            st.counters.datagrams_sent += reply.segments as u64;
+            st.counters.bytes_sent += reply.len as u64;
+        }
+        Err(_) => st.counters.send_errors += 1,
+    }
+}
