@@ -121,7 +121,7 @@ fn tcp_options_the_server_cannot_honour_are_refused_before_it_starts() {
         ServerConfig { path: netlane_rr::server::PathKind::TpacketV3, ..tcp_server("127.0.0.1:0") },
     ];
     for cfg in bad {
-        let e = netlane_rr::server::Server::start(cfg).err().expect("refused").to_string();
+        let e = netlane_rr::server::Server::start(cfg).expect_err("refused").to_string();
         assert!(e.starts_with("tcp: "), "{e}");
     }
     let open = ClientsConfig {

@@ -48,6 +48,7 @@ pub use path::{
     ADAPTIVE_BLOCKS, MAX_RING_BYTES, PathKind, RingOptions, RingSkips, RxPath, XdpOptions, memlock_limit, rx_queues,
 };
 pub use rawtx::{RawTxReport, TxKind};
+pub use tcp::{MAX_CONNECTIONS, Transport};
 
 use self::event_loop::serve_on;
 use self::lanes::serve_lanes;
@@ -148,41 +149,6 @@ impl Default for ServerConfig {
         }
     }
 }
-
-/// How requests and responses travel.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    /// A datagram each (segmented responses several).
-    #[default]
-    Udp,
-    /// Messages over one TCP connection per client, header after header.
-    Tcp,
-}
-
-impl std::fmt::Display for Transport {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Transport::Udp => "udp",
-            Transport::Tcp => "tcp",
-        })
-    }
-}
-
-impl std::str::FromStr for Transport {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "udp" => Ok(Transport::Udp),
-            "tcp" => Ok(Transport::Tcp),
-            _ => Err(format!("{s:?}: expected udp or tcp")),
-        }
-    }
-}
-
-/// The most connections a TCP server takes at once.
-pub const MAX_CONNECTIONS: usize = 65_536;
 
 /// Why a server could not start.
 #[derive(Debug, thiserror::Error)]

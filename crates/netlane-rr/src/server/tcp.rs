@@ -12,6 +12,41 @@ use super::event_loop::LIVE_EVERY;
 use super::*;
 use crate::proto::stream::{FrameError, Framer};
 
+/// How requests and responses travel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// A datagram each (segmented responses several).
+    #[default]
+    Udp,
+    /// Messages over one TCP connection per client, header after header.
+    Tcp,
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        })
+    }
+}
+
+impl std::str::FromStr for Transport {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "udp" => Ok(Transport::Udp),
+            "tcp" => Ok(Transport::Tcp),
+            _ => Err(format!("{s:?}: expected udp or tcp")),
+        }
+    }
+}
+
+/// The most connections a TCP server takes at once.
+pub const MAX_CONNECTIONS: usize = 65_536;
+
 /// The listening socket's token; a connection's is its slot.
 const LISTENER: u64 = u64::MAX;
 /// The stop signal's token.

@@ -227,6 +227,9 @@ impl RrBenchArgs {
             checks.extend(self.block_checks(runs));
             checks.extend(self.adaptive_checks(runs));
         }
+        if self.parts.contains(&Part::Tcp) {
+            checks.extend(self.tcp_checks(runs));
+        }
         if self.parts.contains(&Part::Large) {
             checks.extend(self.large_checks(runs));
         }

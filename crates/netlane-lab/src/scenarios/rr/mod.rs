@@ -40,6 +40,7 @@ mod plan;
 mod queues;
 mod report;
 mod role;
+mod tcp;
 #[cfg(test)]
 mod tests;
 

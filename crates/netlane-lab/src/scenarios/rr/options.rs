@@ -39,6 +39,10 @@ pub enum Part {
     /// Every receive path on a device with several receive queues (the lab's veth: two),
     /// the clients' flows spread over them by hash; AF_XDP with a socket per queue.
     Queues,
+    /// The TCP comparator: the same requests and answers over a TCP connection per
+    /// client beside UDP's recvmmsg, from 1 to 128 clients, and 8 KiB responses at MTU
+    /// 1500 and 9000 over both.
+    Tcp,
 }
 
 impl Part {
@@ -51,7 +55,7 @@ impl Part {
 #[derive(Debug, Clone, Args)]
 pub struct RrBenchArgs {
     /// Parts to run (comma separated).
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace,busy,queues")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "paths,blocks,wall,large,tx,pace,busy,queues,tcp")]
     pub parts: Vec<Part>,
     /// Receive paths for the paths and wall parts.
     #[arg(long, value_delimiter = ',', default_value = "recvfrom,recvmmsg,tpacket-v2,tpacket-v3,af-xdp")]

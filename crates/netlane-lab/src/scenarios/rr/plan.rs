@@ -209,6 +209,7 @@ impl RrBenchArgs {
                 }
             }
             Part::Large => modes.extend(self.large_modes(addr)),
+            Part::Tcp => modes.extend(self.tcp_modes(addr)),
             Part::Pace => {
                 let open = ClientsConfig {
                     load: Load::Open { rate: self.pace_load as f64 },

@@ -72,6 +72,9 @@ impl RrBenchArgs {
         if self.parts.contains(&Part::Wall) {
             self.wall_section(&runs, &mut out);
         }
+        if self.parts.contains(&Part::Tcp) {
+            self.tcp_section(&runs, &mut out);
+        }
         if self.parts.contains(&Part::Large) {
             self.large_section(&runs, &mut out);
         }

@@ -96,6 +96,12 @@ fn framed(mut r: RrRun, offload: bool) -> RrRun {
     r
 }
 
+/// `r` served over TCP.
+fn over_tcp(mut r: RrRun) -> RrRun {
+    r.server.path = "tcp".into();
+    r
+}
+
 fn report_with(bad: &str, degenerate: RrRun) -> ScenarioReport {
     report_rounds(bad, degenerate, false)
 }
@@ -135,6 +141,11 @@ fn report_of(a: &RrBenchArgs, bad: &str, degenerate: RrRun, both: bool) -> Scena
                 "af-xdp, every queue" => queued(run(60_000.0, 1_000_000, 1.5), &[5_000, 4_000]),
                 "packet, 1 KiB" => framed(run(60_000.0, 1_000_000, 1.5), true),
                 "packet, 1 KiB, checksums summed here" => framed(run(60_000.0, 1_000_000, 1.5), false),
+                // Jumbo frames gain UDP 1.42x, TCP 1.08x.
+                "udp 8K, MTU 9000" => run(34_000.0, 1_800_000, 1.8),
+                "udp 8K, MTU 1500" => run(24_000.0, 2_700_000, 1.9),
+                "tcp 8K, MTU 9000" => over_tcp(run(26_000.0, 2_000_000, 1.8)),
+                l if l.starts_with("tcp") => over_tcp(run(24_000.0, 2_200_000, 1.8)),
                 _ => run(60_000.0, 1_000_000, 1.5),
             };
             let second = if m.label == bad { degenerate.clone() } else { good.clone() };
@@ -375,4 +386,17 @@ fn busy_polling_counts_only_where_it_polled_and_is_not_shown_without_a_napi_id()
     let r = report_rounds("recvmmsg lanes busy polling", lanes(run(60_000.0, 800_000, 2.0), 4100), true);
     let c = outcome(&r, "rr.lanes-busy-poll-own-queue");
     assert_eq!((c.outcome, c.measured.map(|m| m.median)), (Outcome::Missed, Some(0.5)), "{}", c.reason);
+}
+
+#[test]
+fn tcp_s_jumbo_gain_is_judged_against_udp_s_and_only_over_tcp() {
+    let r = report_with("none", run(0.0, 0, 0.0));
+    assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Met);
+    assert!(r.tables.iter().any(|t| t.name == "rr-tcp-wall" && t.rows.len() == 8), "the wall over both transports");
+    // A "TCP" run the server answered over UDP cannot stand for TCP.
+    let r = report_rounds("tcp 8K, MTU 9000", run(26_000.0, 2_000_000, 1.8), true);
+    assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Invalid);
+    // TCP gaining as much as UDP misses.
+    let r = report_rounds("tcp 8K, MTU 9000", over_tcp(run(40_000.0, 2_000_000, 1.8)), true);
+    assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Missed);
 }
