@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use netlane_rr::proto::fuzzing::{exchange, frames};
+use netlane_rr::proto::fuzzing::{exchange, frames, stream};
 use netlane_rr::proto::server::{ResponderConfig, respond};
 use netlane_rr::proto::wire::{self, Header};
 use proptest::prelude::*;
@@ -90,5 +90,22 @@ proptest! {
         data.extend_from_slice(&id.to_be_bytes());
         data.extend((0..len).map(|i| i as u8));
         frames(&data);
+    }
+
+    #[test]
+    fn any_stream_read_in_any_pieces_gives_whole_messages_or_an_error(
+        step in any::<u8>(),
+        requests in 0usize..6,
+        junk in proptest::collection::vec(any::<u8>(), 0..200),
+    ) {
+        // Real messages first (so lengths are reached and taken), then anything.
+        let mut data = vec![step];
+        for i in 0..requests {
+            let mut req = [0u8; 300];
+            let n = wire::encode(&Header::request(i as u64, 0, 260, 100), &mut req).unwrap();
+            data.extend_from_slice(&req[..n]);
+        }
+        data.extend(junk);
+        stream(&data);
     }
 }

@@ -94,3 +94,36 @@ pub fn frames(data: &[u8]) {
     assert_eq!(carried, 8 + payload.len(), "the frames carry the datagram");
     assert_eq!(d.write(d.frames(), &mut buf), 0);
 }
+
+/// Input layout for the stream framer: a read size (`u8`, 0 read as 1), then the bytes a
+/// peer sent. Read in pieces of that size, every message taken must be whole (its
+/// header's length), none longer than the largest, and the framer must always leave room
+/// for the next read once its whole messages are taken; a stream that is not messages
+/// stops with an error, never a panic.
+pub fn stream(data: &[u8]) {
+    use super::stream::Framer;
+    use super::wire::{HEADER_LEN, MAX_DATAGRAM};
+    let [step, bytes @ ..] = data else { return };
+    let mut f = Framer::new(MAX_DATAGRAM);
+    for mut chunk in bytes.chunks(usize::from(*step).max(1)) {
+        while !chunk.is_empty() {
+            let space = f.read_space();
+            assert!(!space.is_empty(), "no room to read with every whole message taken");
+            let n = chunk.len().min(space.len());
+            space[..n].copy_from_slice(&chunk[..n]);
+            f.filled(n);
+            chunk = &chunk[n..];
+            loop {
+                match f.poll_message() {
+                    Ok(Some(m)) => {
+                        assert!((HEADER_LEN..=MAX_DATAGRAM).contains(&m.len()));
+                        let payload = u32::from_be_bytes([m[24], m[25], m[26], m[27]]) as usize;
+                        assert_eq!(m.len(), HEADER_LEN + payload);
+                    }
+                    Ok(None) => break,
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}
