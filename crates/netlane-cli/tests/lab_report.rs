@@ -224,7 +224,13 @@ fn compare_tells_a_slowed_mode_from_the_noise_between_two_alike_runs() {
     let lab = |name: &str, extra: &[&str]| {
         let out = dir.join(name);
         let mut args = vec!["lab", "--quick", "--only", "udp-bulk", "--out", out.to_str().unwrap()];
-        let plan = ["udp-bulk.modes=udp,gso", "udp-bulk.no-selftest=true", "udp-bulk.repeat=3", "udp-bulk.time=500ms"];
+        let plan = [
+            "udp-bulk.modes=udp,gso",
+            "udp-bulk.flows=none",
+            "udp-bulk.no-selftest=true",
+            "udp-bulk.repeat=3",
+            "udp-bulk.time=500ms",
+        ];
         for set in plan.iter().chain(extra) {
             args.extend(["--set", set]);
         }

@@ -251,11 +251,13 @@ impl ServeArgs {
             .map(|a| MetricsServer::start(a, "rr-metrics", server.metrics_handler()))
             .transpose()
             .context("starting the metrics endpoint")?;
+        let (path, tx) = match self.transport {
+            Transport::Tcp => ("tcp".to_string(), "tcp".to_string()),
+            Transport::Udp => (self.path.to_string(), self.tx.to_string()),
+        };
         let l = format!(
-            "listening on {} path={} tx={}{}{}",
+            "listening on {} path={path} tx={tx}{}{}",
             server.local_addr(),
-            self.path,
-            self.tx,
             if self.echo { " echo" } else { "" },
             metrics.as_ref().map_or(String::new(), |m| format!(" metrics=http://{}/metrics", m.local_addr()))
         );

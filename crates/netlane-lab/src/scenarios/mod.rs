@@ -275,8 +275,21 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
                 // (the socket option, zerocopy from a cached buffer, TCP zerocopy) and
                 // two of the three paced rates go.
                 use udp_bulk::Mode::*;
-                o.modes =
-                    vec![Tcp, TcpSw, TcpMss, Udp, Sendmmsg, SendmmsgGro, Gso, GsoSw, GsoGro, GsoCold, GsoZcCold, Paced];
+                o.modes = vec![
+                    Tcp,
+                    TcpSw,
+                    TcpMss,
+                    Udp,
+                    Sendmmsg,
+                    SendmmsgGro,
+                    Gso,
+                    GsoSw,
+                    GsoGro,
+                    GsoCold,
+                    GsoZcCold,
+                    Paced,
+                    Flows,
+                ];
                 o.rates = vec![100_000_000];
                 o.flows = vec![1, 1000];
             }

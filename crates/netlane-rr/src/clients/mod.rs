@@ -268,12 +268,12 @@ fn run_inner(
                     .collect::<io::Result<_>>()
                     .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client socket", source)))?,
             ),
-            Transport::Tcp => Group::Tcp(
-                (0..n)
-                    .map(|_| connection(cfg))
-                    .collect::<io::Result<_>>()
-                    .map_err(|source| ClientsError::Io(netlane::error::IoError::new("client connection", source)))?,
-            ),
+            Transport::Tcp => {
+                Group::Tcp((0..n).map(|_| connection(cfg)).collect::<io::Result<_>>().map_err(|source| {
+                    let what = format!("a client's TCP connection to {}", cfg.server);
+                    ClientsError::Io(netlane::error::IoError::new(what, source))
+                })?)
+            }
         };
         groups.push((first, group));
         first += n;
@@ -405,10 +405,13 @@ enum Group {
     Tcp(Vec<std::net::TcpStream>),
 }
 
+/// How long a client's connection may take to be made.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A client's connection: made before any thread starts, non-blocking, no Nagle delay
 /// (each request goes as it is written).
 fn connection(cfg: &ClientsConfig) -> io::Result<std::net::TcpStream> {
-    let s = std::net::TcpStream::connect(cfg.server)?;
+    let s = std::net::TcpStream::connect_timeout(&cfg.server, CONNECT_TIMEOUT)?;
     s.set_nonblocking(true)?;
     s.set_nodelay(true)?;
     Ok(s)

@@ -1,7 +1,9 @@
 //! One client thread of the TCP comparator: its share of the clients (a connection each,
 //! closed loop) on one epoll. The same sans-IO client as over UDP takes each message the
 //! stream carries as it would a datagram; the stack's TCP retransmits, so the client's
-//! own timeouts never fire (a request is lost only with its connection).
+//! own timeouts are not used: a request whose connection closed is left in flight (the
+//! report's `in_flight_at_end`), its client sending no more, the close counted as a
+//! receive error.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -198,7 +200,12 @@ impl<'a> TcpWorker<'a> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     if !c.waits {
                         let mut want = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT, i as u64);
-                        c.waits = ep.modify(c.stream.as_fd(), &mut want).is_ok();
+                        c.waits = true;
+                        if ep.modify(c.stream.as_fd(), &mut want).is_err() {
+                            // Never told of room to write: the client would stall.
+                            self.send_errors += 1;
+                            close(ep, c);
+                        }
                     }
                     return;
                 }
@@ -214,7 +221,11 @@ impl<'a> TcpWorker<'a> {
         c.written = 0;
         if c.waits {
             let mut want = EpollEvent::new(EpollFlags::EPOLLIN, i as u64);
-            c.waits = ep.modify(c.stream.as_fd(), &mut want).is_err();
+            c.waits = false;
+            if ep.modify(c.stream.as_fd(), &mut want).is_err() {
+                self.send_errors += 1;
+                close(ep, c);
+            }
         }
     }
 

@@ -80,8 +80,9 @@ impl Framer {
         &mut self.buf[self.end..]
     }
 
-    /// `n` bytes were read into [`Self::read_space`].
+    /// `n` bytes were read into [`Self::read_space`] (at most its length).
     pub fn filled(&mut self, n: usize) {
+        debug_assert!(self.end + n <= self.buf.len(), "more bytes filled than there was room for");
         self.end = (self.end + n).min(self.buf.len());
     }
 

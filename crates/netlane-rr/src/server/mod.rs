@@ -272,7 +272,7 @@ impl ServerConfig {
         if self.transport == Transport::Tcp {
             if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
                 return Err(ServerError::Tcp(format!(
-                    "{} connections: at most {MAX_CONNECTIONS}, at least one",
+                    "`max_connections` {}: at least one, at most {MAX_CONNECTIONS}",
                     self.max_connections
                 )));
             }
@@ -347,13 +347,13 @@ netlane::counters! {
     /// What a server, or one lane of it, counted.
     #[derive(Serialize, Deserialize, schemars::JsonSchema)]
     pub struct RrCounters, shared SharedRrCounters {
-        /// Datagrams the path delivered.
+        /// Datagrams the path delivered (TCP: requests read off the connections).
         frames,
         /// Requests answered.
         responses,
         /// Datagrams sent (a segmented response is several).
         datagrams_sent,
-        /// Bytes sent (UDP payload).
+        /// Bytes sent (UDP payload; TCP: the messages' bytes).
         bytes_sent,
         /// Sends that carried several segments (GSO).
         gso_sends,
@@ -405,7 +405,7 @@ netlane::counters! {
         wakeups,
         /// `epoll_wait` calls.
         polls,
-        /// TCP: connections accepted.
+        /// TCP: connections accepted and served (not those closed over the limit).
         connections,
         /// TCP: connections closed as they came, over the limit.
         connections_refused,
@@ -443,7 +443,8 @@ pub struct ServerStats {
     pub busy: f64,
     /// AF_XDP: how it ran.
     pub xdp: Option<XdpReport>,
-    /// How responses left: "socket", "packet" or "af-xdp".
+    /// How responses left: "socket", "packet", "af-xdp", or "tcp" (the TCP comparator,
+    /// whose `path` is "tcp" too).
     pub tx: String,
     /// Paced responses: what the schedule did.
     pub paced: Option<PaceReport>,
@@ -570,13 +571,13 @@ pub fn serve_counted(
     cfg.validate()?;
     cfg.check_capabilities()?;
     cfg.memory_ask().check()?;
+    if cfg.transport == Transport::Tcp {
+        return tcp::serve(cfg, stop, live, on_ready);
+    }
     // One key for every lane's cookies: a client whose datagrams move to another lane
     // keeps its cookie.
     let keys = std::collections::hash_map::RandomState::new();
     // Held until the server stops, then put back.
-    if cfg.transport == Transport::Tcp {
-        return tcp::serve(cfg, stop, live, on_ready);
-    }
     let (napi, _changed) = napi::apply(cfg)?;
     let mut stats = match &cfg.lane_device {
         Some(dev) => serve_lanes(cfg, dev, &keys, stop, live, on_ready)?,

@@ -61,11 +61,50 @@ struct Conn {
     written: usize,
     /// Whether the loop waits for room to write (not for requests).
     waits_to_write: bool,
+    /// Whether its epoll interest is room to write (else requests).
+    watched_for_room: bool,
 }
+
+/// What serving a connection for a while left it as.
+enum Served {
+    /// Waiting for the socket: requests to read, or room to write.
+    Blocked,
+    /// Its turn ran out with work left (whole requests read, a stream still coming).
+    MoreWork,
+    /// Done: closed by the client, broken, or not a stream of messages.
+    Closed,
+}
+
+/// Reads, answers and writes one connection may do before the others get their turn:
+/// a peer that pipelines requests as fast as it reads answers never makes a read
+/// block, and would otherwise keep the loop (and its stop) to itself.
+const TURN: u32 = 64;
+
+/// File descriptors the server holds besides its connections (listener, epoll, the
+/// stop signal, standard streams, a log).
+const OTHER_FDS: u64 = 64;
 
 /// The most a connection holds: a largest request read ahead, a largest answer.
 pub(super) fn connection_bytes(cfg: &ServerConfig) -> usize {
     Framer::most(wire::MAX_DATAGRAM) + cfg.responder.max_reply_bytes()
+}
+
+/// Raises this process's open-file limit to what `max_connections` need, within its
+/// hard limit; an error when even that is too low.
+fn ensure_descriptors(max_connections: usize) -> Result<(), ServerError> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let need = max_connections as u64 + OTHER_FDS;
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| io_err("read RLIMIT_NOFILE")(e.into()))?;
+    if soft >= need {
+        return Ok(());
+    }
+    if hard < need {
+        return Err(ServerError::Tcp(format!(
+            "{max_connections} connections need {need} file descriptors; this process may open {hard} \
+             (RLIMIT_NOFILE's hard limit)"
+        )));
+    }
+    setrlimit(Resource::RLIMIT_NOFILE, need, hard).map_err(|e| io_err("raise RLIMIT_NOFILE")(e.into()))
 }
 
 /// Serves TCP until `stop` is given (or the configured duration passes).
@@ -76,6 +115,7 @@ pub(super) fn serve(
     on_ready: impl FnOnce(SocketAddr),
 ) -> Result<ServerStats, ServerError> {
     netlane::cpus::pin(cfg.cpu);
+    ensure_descriptors(cfg.max_connections)?;
     let listener = TcpListener::bind(cfg.listen).map_err(io_err(format!("bind TCP {}", cfg.listen)))?;
     listener.set_nonblocking(true).map_err(io_err("set the listener non-blocking"))?;
     let addr = listener.local_addr().map_err(io_err("read the listening address"))?;
@@ -86,20 +126,24 @@ pub(super) fn serve(
     add(listener.as_fd(), LISTENER)?;
     add(stop.as_fd(), STOP_TOKEN)?;
     let mut st = ServerStats { path: "tcp".into(), listen: addr.to_string(), tx: "tcp".into(), ..Default::default() };
-    let mut conns: Vec<Option<Conn>> = Vec::new();
+    let mut conns = Conns { slots: Vec::new(), free: Vec::new(), open: 0, listening: true };
     let mut scratch = vec![0u8; cfg.responder.max_reply_bytes().max(wire::HEADER_LEN)];
     on_ready(addr);
     let started = Instant::now();
     let cpu0 = thread_cpu();
     let mut events = vec![EpollEvent::empty(); 256];
     let mut told = (RrCounters::default(), Instant::now());
+    // Connections whose turn ran out with work left: served again before the next wait,
+    // which then does not sleep.
+    let (mut more, mut turn) = (Vec::new(), Vec::new());
     while !stop.is_stopped() && cfg.duration.is_none_or(|d| started.elapsed() < d) {
         st.counters.polls += 1;
         if told.1.elapsed() >= LIVE_EVERY {
             live.add(&st.counters.minus(&told.0));
             told = (st.counters, Instant::now());
         }
-        let n = match ep.wait(&mut events, EpollTimeout::from(100u16)) {
+        let wait_ms: u16 = if more.is_empty() { 100 } else { 0 };
+        let n = match ep.wait(&mut events, EpollTimeout::from(wait_ms)) {
             Ok(n) => n,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(io_err("epoll wait")(e.into())),
@@ -107,24 +151,18 @@ pub(super) fn serve(
         if n > 0 {
             st.counters.wakeups += 1;
         }
+        turn.clear();
+        turn.append(&mut more);
         for ev in &events[..n] {
             match ev.data() {
                 STOP_TOKEN => {}
-                LISTENER => accept(cfg, &listener, &ep, &mut conns, &mut st),
-                slot => {
-                    let i = slot as usize;
-                    let Some(conn) = conns.get_mut(i).and_then(Option::as_mut) else { continue };
-                    if !serve_conn(cfg, conn, &mut scratch, &mut st) {
-                        let _ = ep.delete(conn.stream.as_fd());
-                        conns[i] = None;
-                        continue;
-                    }
-                    let want = if conn.waits_to_write { EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
-                    let mut interest = EpollEvent::new(want, slot);
-                    if ep.modify(conn.stream.as_fd(), &mut interest).is_err() {
-                        st.counters.send_errors += 1;
-                    }
-                }
+                LISTENER => conns.accept(cfg, &listener, &ep, &mut st),
+                slot => turn.push(slot as usize),
+            }
+        }
+        for &i in &turn {
+            if conns.serve(cfg, i, &ep, &listener, &mut scratch, &mut st) && !more.contains(&i) {
+                more.push(i);
             }
         }
     }
@@ -137,65 +175,121 @@ pub(super) fn serve(
     Ok(st)
 }
 
-/// Takes every connection waiting; those beyond the limit are closed at once.
-fn accept(cfg: &ServerConfig, listener: &TcpListener, ep: &Epoll, conns: &mut Vec<Option<Conn>>, st: &mut ServerStats) {
-    loop {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-            Err(e) => {
-                // Out of descriptors or memory: the client sees its connection refused.
-                tracing::debug!(error = %e, "accept failed");
+/// The connections, by slot (a connection's epoll token), and whether the listener is
+/// watched (not while descriptors ran out).
+struct Conns {
+    slots: Vec<Option<Conn>>,
+    /// Slots a closed connection left, taken first.
+    free: Vec<usize>,
+    open: usize,
+    listening: bool,
+}
+
+impl Conns {
+    /// Takes every connection waiting; those beyond the limit are closed at once. Out
+    /// of descriptors, the listener is not watched until a connection closes (it would
+    /// be ready again at once, forever).
+    fn accept(&mut self, cfg: &ServerConfig, listener: &TcpListener, ep: &Epoll, st: &mut ServerStats) {
+        loop {
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(error = %e, "accept failed; not accepting until a connection closes");
+                    st.counters.recv_errors += 1;
+                    self.listening = ep.delete(listener.as_fd()).is_err();
+                    return;
+                }
+            };
+            if self.open >= cfg.max_connections {
+                st.counters.connections_refused += 1;
+                continue;
+            }
+            if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
                 st.counters.recv_errors += 1;
-                return;
+                continue;
+            }
+            let slot = self.free.last().copied().unwrap_or(self.slots.len());
+            if ep.add(stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, slot as u64)).is_err() {
+                st.counters.recv_errors += 1;
+                continue;
+            }
+            let conn = Conn {
+                stream,
+                framer: Framer::new(wire::MAX_DATAGRAM),
+                out: Vec::new(),
+                written: 0,
+                waits_to_write: false,
+                watched_for_room: false,
+            };
+            if slot == self.slots.len() {
+                self.slots.push(Some(conn));
+            } else {
+                self.free.pop();
+                self.slots[slot] = Some(conn);
+            }
+            self.open += 1;
+            st.counters.connections += 1;
+        }
+    }
+
+    /// Serves the connection in slot `i` for a turn; true when it has work left.
+    fn serve(
+        &mut self,
+        cfg: &ServerConfig,
+        i: usize,
+        ep: &Epoll,
+        listener: &TcpListener,
+        scratch: &mut [u8],
+        st: &mut ServerStats,
+    ) -> bool {
+        let Some(conn) = self.slots.get_mut(i).and_then(Option::as_mut) else { return false };
+        let served = serve_conn(cfg, conn, scratch, st);
+        let keep = match served {
+            Served::Closed => false,
+            _ => {
+                // The interest changes only when what the connection waits for does.
+                let want_room = conn.waits_to_write;
+                if want_room != conn.watched_for_room {
+                    let want = if want_room { EpollFlags::EPOLLOUT } else { EpollFlags::EPOLLIN };
+                    conn.watched_for_room = want_room;
+                    ep.modify(conn.stream.as_fd(), &mut EpollEvent::new(want, i as u64)).is_ok()
+                } else {
+                    true
+                }
             }
         };
-        let open = conns.iter().filter(|c| c.is_some()).count();
-        if open >= cfg.max_connections {
-            st.counters.connections_refused += 1;
-            continue;
+        if keep {
+            return matches!(served, Served::MoreWork);
         }
-        if stream.set_nonblocking(true).is_err() || stream.set_nodelay(true).is_err() {
-            st.counters.recv_errors += 1;
-            continue;
+        let _ = ep.delete(conn.stream.as_fd());
+        self.slots[i] = None;
+        self.free.push(i);
+        self.open -= 1;
+        if !self.listening {
+            self.listening = ep.add(listener.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTENER)).is_ok();
         }
-        let slot = conns.iter().position(Option::is_none).unwrap_or(conns.len());
-        if ep.add(stream.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, slot as u64)).is_err() {
-            st.counters.recv_errors += 1;
-            continue;
-        }
-        let conn = Conn {
-            stream,
-            framer: Framer::new(wire::MAX_DATAGRAM),
-            out: Vec::new(),
-            written: 0,
-            waits_to_write: false,
-        };
-        if slot == conns.len() {
-            conns.push(Some(conn));
-        } else {
-            conns[slot] = Some(conn);
-        }
-        st.counters.connections += 1;
+        false
     }
 }
 
-/// Writes what the connection owes, then answers every whole request it has sent, one
-/// answer at a time; false when the connection is done (closed by the client, broken,
-/// or sending what is not a stream of messages).
-fn serve_conn(cfg: &ServerConfig, conn: &mut Conn, scratch: &mut [u8], st: &mut ServerStats) -> bool {
-    loop {
+/// Writes what the connection owes, then answers its whole requests one answer at a
+/// time, for at most [`TURN`] steps.
+fn serve_conn(cfg: &ServerConfig, conn: &mut Conn, scratch: &mut [u8], st: &mut ServerStats) -> Served {
+    for _ in 0..TURN {
         match flush(conn, st) {
             Ok(true) => conn.waits_to_write = false,
             Ok(false) => {
                 conn.waits_to_write = true;
-                return true;
+                return Served::Blocked;
             }
+            Err(e) if gone(&e) => return Served::Closed,
             Err(e) => {
                 tracing::debug!(error = %e, "send failed");
                 st.counters.send_errors += 1;
-                return false;
+                return Served::Closed;
             }
         }
         match conn.framer.poll_message() {
@@ -208,24 +302,30 @@ fn serve_conn(cfg: &ServerConfig, conn: &mut Conn, scratch: &mut [u8], st: &mut 
             Err(e @ (FrameError::NotAHeader { .. } | FrameError::TooLong { .. })) => {
                 tracing::debug!(error = %e, "not a stream of requests: closed");
                 st.counters.refused_malformed += 1;
-                return false;
+                return Served::Closed;
             }
         }
         st.counters.recv_syscalls += 1;
         match conn.stream.read(conn.framer.read_space()) {
-            Ok(0) => return false,
+            Ok(0) => return Served::Closed,
             Ok(n) => conn.framer.filled(n),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Served::Blocked,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            // A client that closes with answers unread resets its connection: a close.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return false,
+            Err(e) if gone(&e) => return Served::Closed,
             Err(e) => {
                 tracing::debug!(error = %e, "receive failed");
                 st.counters.recv_errors += 1;
-                return false;
+                return Served::Closed;
             }
         }
     }
+    Served::MoreWork
+}
+
+/// A client that closed its connection, with answers unread or still coming: a close,
+/// not an error.
+fn gone(e: &io::Error) -> bool {
+    matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe)
 }
 
 /// Writes the answer owed; true once it is all written.
@@ -269,6 +369,8 @@ fn answer(cfg: &ServerConfig, request: &[u8], scratch: &mut [u8], out: &mut Vec<
         st.counters.refused_too_large += 1;
         if let Ok(n) = wire::encode(&Header::refused(&h, cfg.responder.max_response), scratch) {
             out.extend_from_slice(&scratch[..n]);
+            st.counters.datagrams_sent += 1;
+            st.counters.bytes_sent += n as u64;
         }
         return;
     }

@@ -399,4 +399,12 @@ fn tcp_s_jumbo_gain_is_judged_against_udp_s_and_only_over_tcp() {
     // TCP gaining as much as UDP misses.
     let r = report_rounds("tcp 8K, MTU 9000", over_tcp(run(40_000.0, 2_000_000, 1.8)), true);
     assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Missed);
+    // Where jumbo frames gain UDP nothing, TCP's gain has nothing to be compared with.
+    let r = report_rounds("udp 8K, MTU 9000", run(24_000.0, 2_700_000, 1.9), true);
+    assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Invalid);
+    // A TCP run whose connections were refused does not stand for TCP.
+    let mut refused = over_tcp(run(26_000.0, 2_000_000, 1.8));
+    refused.server.counters.connections_refused = 3;
+    let r = report_rounds("tcp 8K, MTU 9000", refused, true);
+    assert_eq!(outcome(&r, "rr.tcp-jumbo-gain-vs-udp"), Outcome::Invalid);
 }

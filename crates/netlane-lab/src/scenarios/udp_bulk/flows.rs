@@ -18,12 +18,29 @@ use crate::verdict::{Measure, Spec, paired};
 const FLOW_SOCKETS: u32 = 4;
 
 impl UdpBulkArgs {
-    /// The flow counts asked for, smallest first.
+    /// The flow counts asked for, smallest first, but those left out.
     fn flow_counts(&self) -> Vec<u32> {
         let mut counts: Vec<u32> = self.flows.iter().copied().filter(|n| *n > 0).collect();
         counts.sort_unstable();
         counts.dedup();
+        counts.retain(|n| self.flows_left_out_why(*n).is_none());
         counts
+    }
+
+    /// Why `count` flows cannot run here, if they cannot: each must send often enough in
+    /// the run for its rate to mean anything (the sender's own rule).
+    fn flows_left_out_why(&self, count: u32) -> Option<String> {
+        let arm = self.flow_arm(count, true);
+        let path_mtu = (self.on.testbed.is_none()).then(|| self.net.path_mtu());
+        arm.run.validate(path_mtu).err().map(|e| e.to_string())
+    }
+
+    /// The flow counts left out, and why.
+    pub(super) fn flows_left_out(&self) -> Vec<String> {
+        let mut counts: Vec<u32> = self.flows.iter().copied().filter(|n| *n > 0).collect();
+        counts.sort_unstable();
+        counts.dedup();
+        counts.into_iter().filter_map(|n| self.flows_left_out_why(n).map(|why| format!("{n} flows: {why}"))).collect()
     }
 
     /// Each flow count paced, and the most flows unpaced.

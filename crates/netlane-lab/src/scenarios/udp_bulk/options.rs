@@ -53,6 +53,10 @@ pub enum Mode {
     GsoZcCold,
     /// UDP GSO paced at each of --rates, to a UDP_GRO receiver.
     Paced,
+    /// Many flows from a few unconnected sockets, each paced at its share of
+    /// --flows-rate, for each of --flows (the most also unpaced), to a UDP_GRO receiver
+    /// that counts each flow.
+    Flows,
 }
 
 impl Mode {
@@ -81,6 +85,7 @@ impl Mode {
             Mode::Gso | Mode::GsoSockopt | Mode::GsoZc => "train not cut (like USO)",
             Mode::GsoSw => "train cut in software (GSO)",
             Mode::GsoGro | Mode::Paced => "train not cut, arrives whole",
+            Mode::Flows => "a flow's train, not cut",
             Mode::GsoCold | Mode::GsoZcCold => "train not cut, cold payload",
         }
     }
@@ -104,7 +109,7 @@ pub struct UdpBulkArgs {
         value_enum,
         value_delimiter = ',',
         default_value = "tcp,tcp-sw,tcp-mss,tcp-zc,udp,sendmmsg,sendmmsg-gro,gso,gso-sw,gso-sockopt,gso-gro,gso-zc,\
-                         gso-cold,gso-zc-cold,paced"
+                         gso-cold,gso-zc-cold,paced,flows"
     )]
     pub modes: Vec<Mode>,
     /// How long each run sends.
@@ -130,8 +135,10 @@ pub struct UdpBulkArgs {
     /// Pacing release quantum: auto, or a duration such as 1ms (at most a tenth of --time).
     #[arg(long, default_value = "auto", value_parser = parse_quantum)]
     pub quantum: Quantum,
-    /// Many flows from a few unconnected sockets (the talk's server): flow counts, each
-    /// paced at its share of --flows-rate, the most flows also unpaced; `none` runs none.
+    /// The flows mode's flow counts (the talk's server: many clients from a few
+    /// unconnected sockets), each paced at its share of --flows-rate, the most flows also
+    /// unpaced; `none` runs none. A count whose flows could not each send ten times in
+    /// --time is left out, and said so.
     #[arg(long, value_delimiter = ',', default_value = "1,100,10000", value_parser = parse_flow_count)]
     pub flows: Vec<u32>,
     /// All the flows' rate together.

@@ -81,6 +81,8 @@ impl UdpBulkArgs {
             // Paced runs deliver to a GRO receiver: the receiver-side rate then measures
             // the pacer, not a receiver that cannot take 1 GB/s without GRO.
             Mode::Paced => (TxSpec { pacing: rate.map(|rate| Pacing::new(rate, self.quantum)), ..gso }, gro_rx),
+            // Its arms are the flow counts' own (`flow_arms`).
+            Mode::Flows => (gso, gro_rx),
         }
     }
 
@@ -131,13 +133,14 @@ impl UdpBulkArgs {
         let mut arms = Vec::new();
         let left_out = self.left_out();
         for mode in self.modes.iter().filter(|m| !left_out.contains(m)) {
-            if *mode == Mode::Paced {
+            if *mode == Mode::Flows {
+                arms.extend(self.flow_arms());
+            } else if *mode == Mode::Paced {
                 arms.extend(self.rates.iter().map(|r| self.arm(*mode, Some(*r))));
             } else {
                 arms.push(self.arm(*mode, None));
             }
         }
-        arms.extend(self.flow_arms());
         if let Some(bin) = self.selftest_binary() {
             for gso in [false, true] {
                 let mode = if gso { Mode::Gso } else { Mode::Udp };

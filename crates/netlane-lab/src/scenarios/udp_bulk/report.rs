@@ -40,6 +40,9 @@ impl UdpBulkArgs {
         out.checks.extend(self.flow_checks(arms, results));
         out.notes = self.notes(arms, results, &paced);
         out.notes.extend(self.flows_note(arms, results));
+        if self.modes.contains(&Mode::Flows) {
+            out.notes.extend(self.flows_left_out().into_iter().map(|l| format!("Left out of the flows mode: {l}.")));
+        }
         out.charts = charts(arms, results, &main);
         let heading = Heading {
             title: TITLE.into(),

@@ -285,6 +285,13 @@ fn many_flows_are_judged_against_fewer_flows_and_unpaced_and_at_each_flows_recei
     let (o, why) = outcome(&checks, "udp-bulk.flows-100-rate");
     assert_eq!(o, Outcome::Invalid, "{why}");
     assert!(why.contains("only 60 of 100 flows arrived"), "{why}");
+    // A count whose flows could not each send ten times in the run is left out, said.
+    a.flows = vec![1, 10_000];
+    a.time = std::time::Duration::from_millis(300);
+    let labels: Vec<String> = a.flow_arms().into_iter().map(|x| x.label).collect();
+    assert_eq!(labels, ["1 flows paced", "1 flows unpaced"]);
+    let left = a.flows_left_out();
+    assert!(left.len() == 1 && left[0].starts_with("10000 flows: ") && left[0].contains("fewer than 10"), "{left:?}");
     // None asked: no arms, no checks.
     a.flows = vec![0];
     assert!(a.flow_arms().is_empty() && a.flow_checks(&a.arms(), &[]).is_empty());
