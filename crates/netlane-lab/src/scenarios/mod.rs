@@ -271,25 +271,8 @@ pub fn lab_plan(name: ScenarioName, p: &LabProfile) -> Result<Box<dyn Scenario>>
             o.repeat = if p.quick { 2 } else { 3 };
             o.selftest = p.selftest.clone();
             if p.quick {
-                // The talk's controls stay; the other ways to ask for the same path
-                // (the socket option, zerocopy from a cached buffer, TCP zerocopy) and
-                // two of the three paced rates go.
-                use udp_bulk::Mode::*;
-                o.modes = vec![
-                    Tcp,
-                    TcpSw,
-                    TcpMss,
-                    Udp,
-                    Sendmmsg,
-                    SendmmsgGro,
-                    Gso,
-                    GsoSw,
-                    GsoGro,
-                    GsoCold,
-                    GsoZcCold,
-                    Paced,
-                    Flows,
-                ];
+                // Two of the three paced rates go, and the many flows run at two counts.
+                o.modes = udp_bulk::QUICK_MODES.to_vec();
                 o.rates = vec![100_000_000];
                 o.flows = vec![1, 1000];
             }

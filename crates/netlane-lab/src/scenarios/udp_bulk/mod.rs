@@ -29,7 +29,7 @@ use crate::progress::Progress;
 use crate::runner::{Measured, Runner};
 use crate::testbed::{Needs, Testbed};
 
-pub use self::options::{Mode, UdpBulkArgs};
+pub use self::options::{Mode, QUICK_MODES, UdpBulkArgs};
 use self::plan::Role;
 
 impl Scenario for UdpBulkArgs {

@@ -97,6 +97,13 @@ impl Mode {
     }
 }
 
+/// The quick lab's modes: the talk's controls stay; the other ways to ask for the same
+/// path (the socket option, zerocopy from a cached buffer, TCP zerocopy) go.
+pub const QUICK_MODES: [Mode; 13] = {
+    use Mode::*;
+    [Tcp, TcpSw, TcpMss, Udp, Sendmmsg, SendmmsgGro, Gso, GsoSw, GsoGro, GsoCold, GsoZcCold, Paced, Flows]
+};
+
 /// Options of the `udp-bulk` scenario.
 #[derive(Debug, Clone, Args)]
 pub struct UdpBulkArgs {
