@@ -104,7 +104,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 
 mount -t tmpfs tmpfs /tmp
-for m in virtio_pci virtio_net crc32c_intel crc32c_generic configfs nvme_tcp nvmet_tcp sch_fq sch_etf sch_tbf; do
+for m in virtio_pci virtio_net crc32c_intel crc32c_generic configfs nvme_tcp nvmet_tcp; do
   modprobe "$m" 2>/dev/null
 done
 mount -t configfs configfs /sys/kernel/config
