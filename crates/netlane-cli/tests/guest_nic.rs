@@ -242,8 +242,7 @@ fn fq_and_etf_in_a_guest_release_datagrams_at_their_times() {
         r#"
 M="NETLANE-GUEST: "
 ip addr add 10.77.0.2/24 dev eth0
-# The pacing qdiscs are in the guest's modules, loaded here, not at boot: loaded at boot,
-# the NVMe interop test's poll queue completed no I/O (why is not known yet).
+# The pacing qdiscs are in the guest's modules, loaded by the test that uses them.
 for m in sch_fq sch_etf sch_tbf; do modprobe $m; done
 # etf drops ARP (it has no release time): the receiver's address is resolved here.
 ip neigh replace {HOST} lladdr {mac} dev eth0 nud permanent
