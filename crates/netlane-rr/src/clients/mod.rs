@@ -337,10 +337,10 @@ fn run_inner(
             recv_errors: p.recv_errors,
             in_flight_at_end: p.in_flight,
             cpu_s: p.cpu_s,
-            wakeups: p.wakeups,
-            woken_sockets: p.woken_sockets,
-            max_woken_sockets: p.max_woken_sockets,
-            herd_woken_sockets: p.herd_woken_sockets,
+            wakeups: p.woken.wakeups,
+            woken_sockets: p.woken.sockets,
+            max_woken_sockets: p.woken.max_sockets,
+            herd_woken_sockets: p.woken.herd_sockets,
             ..ClientsReport::default()
         });
         end_ns = end_ns.max(p.end_ns);

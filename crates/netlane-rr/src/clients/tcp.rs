@@ -18,8 +18,8 @@ use netlane::metrics::hist::Hist;
 use netlane::time::monotonic_ns;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags};
 
-use super::worker::{Part, measured_since};
-use super::{ClientsConfig, HERD, Load};
+use super::worker::{Part, Woken, measured_since};
+use super::{ClientsConfig, Load};
 use crate::proto::client::{Client, ClientStats, Received};
 use crate::proto::stream::Framer;
 use crate::proto::wire::MAX_DATAGRAM;
@@ -107,7 +107,7 @@ impl<'a> TcpWorker<'a> {
         }
         let mut events = vec![EpollEvent::empty(); self.conns.len().min(256)];
         let mut end_ns = now;
-        let (mut wakeups, mut woken, mut max_woken, mut herd) = (0u64, 0u64, 0u64, 0u64);
+        let mut woken = Woken::default();
         let mut told = 0;
         loop {
             if self.hist.count() != told {
@@ -138,13 +138,8 @@ impl<'a> TcpWorker<'a> {
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(e.into()),
             };
-            if n > 0 && self.at_start.is_some() {
-                wakeups += 1;
-                woken += n as u64;
-                max_woken = max_woken.max(n as u64);
-                if n as u64 >= HERD {
-                    herd += n as u64;
-                }
+            if self.at_start.is_some() {
+                woken.record(n);
             }
             for ev in &events[..n] {
                 let i = ev.data() as usize;
@@ -164,10 +159,7 @@ impl<'a> TcpWorker<'a> {
             in_flight: self.clients.iter().map(|c| c.in_flight() as u64).sum(),
             cpu_s: thread_cpu().total_s() - cpu0.total_s(),
             end_ns: end_ns.min(self.measure_to),
-            wakeups,
-            woken_sockets: woken,
-            max_woken_sockets: max_woken,
-            herd_woken_sockets: herd,
+            woken,
             refused: self.refused,
         })
     }

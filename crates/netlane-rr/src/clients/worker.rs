@@ -27,11 +27,35 @@ pub(super) struct Part {
     pub(super) in_flight: u64,
     pub(super) cpu_s: f64,
     pub(super) end_ns: u64,
-    pub(super) wakeups: u64,
-    pub(super) woken_sockets: u64,
-    pub(super) max_woken_sockets: u64,
-    pub(super) herd_woken_sockets: u64,
+    pub(super) woken: Woken,
     pub(super) refused: Option<u32>,
+}
+
+/// Wake-ups of a client thread's epoll wait that found sockets ready, in the measured
+/// time, and the sockets each found.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Woken {
+    pub(super) wakeups: u64,
+    pub(super) sockets: u64,
+    pub(super) max_sockets: u64,
+    /// Sockets woken in wake-ups of at least [`HERD`].
+    pub(super) herd_sockets: u64,
+}
+
+impl Woken {
+    /// A wait returned `n` ready sockets.
+    pub(super) fn record(&mut self, n: usize) {
+        let n = n as u64;
+        if n == 0 {
+            return;
+        }
+        self.wakeups += 1;
+        self.sockets += n;
+        self.max_sockets = self.max_sockets.max(n);
+        if n >= HERD {
+            self.herd_sockets += n;
+        }
+    }
 }
 
 /// What `clients` counted since `base` (their counts when the measured time began).
@@ -142,7 +166,7 @@ impl<'a> Worker<'a> {
         }
         let mut events = vec![EpollEvent::empty(); self.socks.len().min(256)];
         let mut end_ns = now;
-        let (mut wakeups, mut woken, mut max_woken, mut herd) = (0u64, 0u64, 0u64, 0u64);
+        let mut woken = Woken::default();
         let mut told = 0;
         loop {
             if self.hist.count() != told {
@@ -167,13 +191,8 @@ impl<'a> Worker<'a> {
                 Err(nix::errno::Errno::EINTR) => 0,
                 Err(e) => return Err(e.into()),
             };
-            if n > 0 && self.at_start.is_some() {
-                wakeups += 1;
-                woken += n as u64;
-                max_woken = max_woken.max(n as u64);
-                if n as u64 >= HERD {
-                    herd += n as u64;
-                }
+            if self.at_start.is_some() {
+                woken.record(n);
             }
             for ev in &events[..n] {
                 self.drain(ev.data() as usize);
@@ -189,10 +208,7 @@ impl<'a> Worker<'a> {
             in_flight: self.clients.iter().map(|c| c.in_flight() as u64).sum(),
             cpu_s: thread_cpu().total_s() - cpu0.total_s(),
             end_ns: end_ns.min(self.measure_to),
-            wakeups,
-            woken_sockets: woken,
-            max_woken_sockets: max_woken,
-            herd_woken_sockets: herd,
+            woken,
             refused: self.refused,
         })
     }
